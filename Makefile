@@ -1,0 +1,52 @@
+# memory-service: `make run` and `make test` install whatever is missing, then run.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+STAMP := $(VENV)/.installed
+
+.PHONY: run test deps system-deps db protos lint-protos bench clean
+
+# Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
+system-deps:
+	@command -v debootstrap >/dev/null 2>&1 || { \
+	  echo "installing debootstrap (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+deps: system-deps $(STAMP)
+
+db: deps
+	$(VENV)/bin/cb db up
+
+# Regenerates the checked-in stubs under common/generated from protos/ (grpcio-tools + mypy-protobuf).
+protos: $(STAMP)
+	rm -rf common/generated/memory
+	mkdir -p common/generated/memory/v1
+	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
+	  --python_out=common/generated --grpc_python_out=common/generated \
+	  --mypy_out=common/generated --mypy_grpc_out=common/generated \
+	  protos/memory/v1/*.proto
+	touch common/generated/memory/__init__.py common/generated/memory/v1/__init__.py
+
+# buf comes from the npm package @bufbuild/buf, installed into .tools/ on first use.
+lint-protos:
+	@test -x .tools/node_modules/.bin/buf || npm install --silent --prefix .tools @bufbuild/buf@1
+	.tools/node_modules/.bin/buf lint
+
+run: db
+	$(VENV)/bin/cb up
+
+test: db
+	$(PY) -m pytest
+
+bench: db
+	$(PY) bench/run_bench.py
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache

