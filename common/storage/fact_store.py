@@ -1,0 +1,237 @@
+"""Temporal facts: the ``facts`` table (one row per fact_id) and the fact edge in AGE, kept equal.
+
+Every change of a fact row is mirrored onto its edge (`sync_edge`) in the same transaction. As-of
+queries run on the table with B-tree indexes: ``valid_from <= t AND (valid_to IS NULL OR t < valid_to)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from common.identifiers import age_label, canonical_instant
+from common.storage.graph_store import GraphStore
+
+_COLUMNS = (
+    "fact_id, namespace, subject_key, predicate, object_key, valid_from, valid_to, observed_at, evidence,"
+    " confidence, observation_ids, supersedes, superseded_by, origin, scopes, attributes, source_path, evidence_lost"
+)
+
+
+@dataclass
+class FactRow:
+    """One stored fact (columns of ``facts``)."""
+
+    fact_id: str
+    namespace: str
+    subject_key: str
+    predicate: str
+    object_key: str
+    valid_from: datetime
+    valid_to: datetime | None
+    observed_at: datetime
+    evidence: str
+    confidence: float
+    observation_ids: list[str] = field(default_factory=list)
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    origin: str = "agent"
+    scopes: list[str] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    source_path: str = ""
+    evidence_lost: bool = False
+
+    def edge_properties(self) -> dict[str, Any]:
+        """Properties of the AGE edge (seed 000 list); instants canonical strings, absent ones null."""
+        return {
+            "fact_id": self.fact_id,
+            "namespace": self.namespace,
+            "observed_at": canonical_instant(self.observed_at),
+            "valid_from": canonical_instant(self.valid_from),
+            "valid_to": canonical_instant(self.valid_to) if self.valid_to else None,
+            "evidence": self.evidence,
+            "confidence": self.confidence,
+            "observation_ids": list(self.observation_ids),
+            "supersedes": self.supersedes,
+            "superseded_by": self.superseded_by,
+            "source_path": self.source_path,
+            "scopes": list(self.scopes),
+            "origin": self.origin,
+            "attributes": self.attributes,
+            "evidence_lost": self.evidence_lost,
+        }
+
+
+@dataclass(frozen=True)
+class FactQuery:
+    """Filters of ListFacts. ``as_of`` None with ``include_history`` False means "now"."""
+
+    namespace: str
+    subject: str = ""
+    predicate: str = ""
+    object: str = ""
+    as_of: datetime | None = None
+    include_history: bool = False
+    include_lost: bool = False
+    page_size: int = 100
+    after: tuple[str, str, datetime, str] | None = None  # keyset cursor (subject, predicate, valid_from, fact_id)
+
+
+def encode_cursor(row: FactRow) -> str:
+    """Opaque page token for the keyset position after ``row``."""
+    raw = json.dumps([row.subject_key, row.predicate, canonical_instant(row.valid_from), row.fact_id])
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+
+
+def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
+    """Inverse of `encode_cursor`. Raises ValueError on a malformed token."""
+    from common.identifiers import parse_instant
+
+    subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)
+
+
+class FactStore:
+    """SQL and Cypher for facts."""
+
+    def __init__(self, graph: GraphStore) -> None:
+        self.graph = graph
+
+    def get(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, *, lock: bool = False) -> FactRow | None:
+        """The fact row, optionally locked FOR UPDATE."""
+        query = f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND fact_id = %s" + (" FOR UPDATE" if lock else "")
+        with conn.cursor(row_factory=dict_row) as cursor:
+            record = cursor.execute(query, (namespace, fact_id)).fetchone()
+        return FactRow(**record) if record else None
+
+    def insert_or_strengthen(self, conn: psycopg.Connection[Any], fact: FactRow) -> tuple[bool, FactRow]:
+        """Inserts the fact, or strengthens the existing one with the same fact_id.
+
+        Strengthening (seed 000 "Идемпотентность"): observation_ids becomes the sorted union, confidence
+        the maximum, observed_at the earliest. Returns (created, row after the write). The edge is created
+        or updated accordingly.
+        """
+        with conn.cursor(row_factory=dict_row) as cursor:
+            record = cursor.execute(
+                f"INSERT INTO facts ({_COLUMNS}) VALUES (%(fact_id)s, %(namespace)s, %(subject_key)s, %(predicate)s,"
+                " %(object_key)s, %(valid_from)s, %(valid_to)s, %(observed_at)s, %(evidence)s, %(confidence)s,"
+                " %(observation_ids)s, %(supersedes)s, %(superseded_by)s, %(origin)s, %(scopes)s, %(attributes)s,"
+                " %(source_path)s, %(evidence_lost)s)"
+                " ON CONFLICT (fact_id) DO UPDATE SET"
+                " observation_ids = ARRAY(SELECT DISTINCT unnest(facts.observation_ids || excluded.observation_ids)"
+                " ORDER BY 1),"
+                " confidence = greatest(facts.confidence, excluded.confidence),"
+                " observed_at = least(facts.observed_at, excluded.observed_at),"
+                " evidence_lost = facts.evidence_lost AND excluded.evidence_lost"
+                f" RETURNING (xmax = 0) AS inserted, {_COLUMNS}",
+                {**fact.__dict__, "attributes": Jsonb(fact.attributes), "observation_ids": sorted(fact.observation_ids)},
+            ).fetchone()
+        assert record is not None
+        created = bool(record.pop("inserted"))
+        row = FactRow(**record)
+        if created:
+            subject_label = self.graph.node_labels(conn, row.namespace, [row.subject_key])[row.subject_key]
+            object_label = self.graph.node_labels(conn, row.namespace, [row.object_key])[row.object_key]
+            self.graph.create_edge(
+                conn,
+                namespace=row.namespace,
+                edge_label=age_label(row.predicate),
+                source=(row.subject_key, subject_label),
+                target=(row.object_key, object_label),
+                properties=row.edge_properties(),
+            )
+        else:
+            self.sync_edge(conn, row)
+        return created, row
+
+    def close(
+        self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, valid_to: datetime, superseded_by: str | None
+    ) -> FactRow | None:
+        """Closes a fact's interval at ``valid_to`` (never widening it) and records ``superseded_by``."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            record = cursor.execute(
+                "UPDATE facts SET valid_to = CASE WHEN valid_to IS NULL OR valid_to > %s THEN greatest(%s, valid_from)"
+                " ELSE valid_to END, superseded_by = coalesce(%s, superseded_by)"
+                f" WHERE namespace = %s AND fact_id = %s RETURNING {_COLUMNS}",
+                (valid_to, valid_to, superseded_by, namespace, fact_id),
+            ).fetchone()
+        if record is None:
+            return None
+        row = FactRow(**record)
+        self.sync_edge(conn, row)
+        return row
+
+    def superseding(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str) -> list[FactRow]:
+        """Facts whose ``supersedes`` names ``fact_id`` (they may have arrived before it)."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND supersedes = %s ORDER BY valid_from, fact_id",
+                (namespace, fact_id),
+            ).fetchall()
+        return [FactRow(**record) for record in records]
+
+    def sync_edge(self, conn: psycopg.Connection[Any], row: FactRow) -> None:
+        """Writes the mutable properties of ``row`` onto its AGE edge."""
+        properties = row.edge_properties()
+        mutable = {
+            name: properties[name]
+            for name in ("valid_to", "confidence", "observation_ids", "superseded_by", "observed_at", "evidence_lost")
+        }
+        self.graph.update_edge(
+            conn,
+            edge_label=age_label(row.predicate),
+            match={"namespace": row.namespace, "fact_id": row.fact_id},
+            properties=mutable,
+        )
+
+    def list(self, conn: psycopg.Connection[Any], query: FactQuery, now: datetime) -> list[FactRow]:
+        """Facts matching ``query`` ordered by (subject, predicate, valid_from, fact_id); page_size + 1 rows
+        at most, so the caller can tell whether another page exists."""
+        conditions = ["namespace = %(namespace)s"]
+        params: dict[str, Any] = {"namespace": query.namespace, "limit": query.page_size + 1}
+        for name, column in (("subject", "subject_key"), ("predicate", "predicate"), ("object", "object_key")):
+            value = getattr(query, name)
+            if value:
+                conditions.append(f"{column} = %({name})s")
+                params[name] = value
+        if not query.include_lost:
+            conditions.append("NOT evidence_lost")
+        if not query.include_history:
+            params["as_of"] = query.as_of or now
+            conditions.append("valid_from <= %(as_of)s AND (valid_to IS NULL OR %(as_of)s < valid_to)")
+        if query.after:
+            params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = query.after
+            conditions.append(
+                "(subject_key, predicate, valid_from, fact_id) >"
+                " (%(after_subject)s, %(after_predicate)s, %(after_from)s, %(after_id)s)"
+            )
+        sql_text = (
+            f"SELECT {_COLUMNS} FROM facts WHERE {' AND '.join(conditions)}"
+            " ORDER BY subject_key, predicate, valid_from, fact_id LIMIT %(limit)s"
+        )
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(sql_text, params).fetchall()  # type: ignore[call-overload]
+        return [FactRow(**record) for record in records]
+
+    def conflicting_ids(self, conn: psycopg.Connection[Any], rows: list[FactRow]) -> set[str]:
+        """fact_ids among ``rows`` whose interval overlaps another live fact of the same (subject, predicate)
+        with a different object (seed 000: conflicts are flagged, never resolved)."""
+        if not rows:
+            return set()
+        ids = [row.fact_id for row in rows]
+        records = conn.execute(
+            "SELECT DISTINCT a.fact_id FROM facts a JOIN facts b"
+            " ON b.namespace = a.namespace AND b.subject_key = a.subject_key AND b.predicate = a.predicate"
+            " AND b.fact_id <> a.fact_id AND b.object_key <> a.object_key AND NOT b.evidence_lost"
+            " AND b.valid_from < coalesce(a.valid_to, 'infinity') AND a.valid_from < coalesce(b.valid_to, 'infinity')"
+            " WHERE a.namespace = %s AND a.fact_id = ANY(%s)",
+            (rows[0].namespace, ids),
+        ).fetchall()
+        return {str(record[0]) for record in records}
