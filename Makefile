@@ -8,10 +8,15 @@ STAMP := $(VENV)/.installed
 .PHONY: run test deps system-deps db protos lint-protos bench clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
+# python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
 system-deps:
-	@command -v debootstrap >/dev/null 2>&1 || { \
-	  echo "installing debootstrap (apt-get)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+	@missing=""; \
+	{ test -x /usr/sbin/debootstrap || command -v debootstrap >/dev/null 2>&1; } || missing="$$missing debootstrap"; \
+	{ test -x $(PY) || $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; } || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +26,10 @@ $(STAMP): pyproject.toml
 
 deps: system-deps $(STAMP)
 
+# Embedded PostgreSQL 17 + AGE + pgvector (common/embedded_db.py, stdlib only): builds its rootfs once
+# (debootstrap, ~45 s, ~700 MB under ~/.cache/memory-service), then starts it; idempotent.
 db: deps
-	$(VENV)/bin/cb db up
+	$(PY) -m common.embedded_db up
 
 # Regenerates the checked-in stubs under common/generated from protos/ (grpcio-tools + mypy-protobuf).
 protos: $(STAMP)
