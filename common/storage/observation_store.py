@@ -1,0 +1,71 @@
+"""The observations table: immutable evidence records; only status (and content on redaction) change."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from common.config import Settings
+
+
+class ObservationStore:
+    def __init__(self, settings: Settings) -> None:
+        self.table = sql.Identifier(settings.observations_table)
+
+    def insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> bool:
+        """Inserts a new observation; False when ``observation_id`` exists (a duplicate, nothing written).
+
+        ``record`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
+        occurred_at, actor, subject, scopes, content, data, assertions, provenance, status.
+        """
+        values = dict(record)
+        for name in ("actor", "subject", "data", "assertions", "provenance"):
+            values[name] = Jsonb(values[name]) if values[name] is not None else None
+        row = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (observation_id, namespace, source_system, source_stream, source_external_id, kind,"
+                " occurred_at, actor, subject, scopes, content, data, assertions, provenance, status)"
+                " VALUES (%(observation_id)s, %(namespace)s, %(source_system)s, %(source_stream)s,"
+                " %(source_external_id)s, %(kind)s, %(occurred_at)s, %(actor)s, %(subject)s, %(scopes)s, %(content)s,"
+                " %(data)s, %(assertions)s, %(provenance)s, %(status)s)"
+                " ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id"
+            ).format(self.table),
+            values,
+        ).fetchone()
+        return row is not None
+
+    def set_status(
+        self, conn: psycopg.Connection[Any], observation_id: str, status: str, detail: dict[str, Any]
+    ) -> None:
+        """Records the processing status and its detail (e.g. rejected assertions with reasons)."""
+        conn.execute(
+            sql.SQL("UPDATE {} SET status = %s, status_detail = %s WHERE observation_id = %s").format(self.table),
+            (status, Jsonb(detail), observation_id),
+        )
+
+    def statuses(self, conn: psycopg.Connection[Any], observation_ids: list[str]) -> dict[str, str]:
+        """Stored status of each existing observation among ``observation_ids``."""
+        rows = conn.execute(
+            sql.SQL("SELECT observation_id, status FROM {} WHERE observation_id = ANY(%s)").format(self.table),
+            (observation_ids,),
+        ).fetchall()
+        return {str(a): str(b) for a, b in rows}
+
+    def get(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> dict[str, Any] | None:
+        """The stored row as a dict, or None."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(
+                sql.SQL("SELECT * FROM {} WHERE namespace = %s AND observation_id = %s").format(self.table),
+                (namespace, observation_id),
+            ).fetchone()
+
+    def received_at(self, conn: psycopg.Connection[Any], observation_id: str) -> datetime | None:
+        row = conn.execute(
+            sql.SQL("SELECT received_at FROM {} WHERE observation_id = %s").format(self.table), (observation_id,)
+        ).fetchone()
+        return row[0] if row else None

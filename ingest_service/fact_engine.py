@@ -1,0 +1,122 @@
+"""The fact engine: temporal facts with idempotent strengthening and supersession (seed 000, "Факты").
+
+Rules:
+- ``fact_id`` is deterministic (DESIGN §3), so a repeated assertion from a new observation strengthens
+  the existing fact (observation_ids union, confidence max) instead of creating an edge.
+- ``supersedes``: the superseded fact's valid_to becomes the new fact's valid_from and its
+  superseded_by is set; history is never deleted. When the superseded fact has not arrived yet, the
+  closure is applied when it arrives (delivery order does not matter).
+- A supersession naming a fact of another subject or predicate is rejected (`AssertionRejected`), and
+  the assertion writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from common.identifiers import fact_id as compute_fact_id
+from common.storage.fact_store import FactRow, FactStore
+from common.storage.graph_store import GraphStore
+
+
+class AssertionRejected(Exception):
+    """One assertion cannot be applied; ``field`` names it relative to the observation."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class FactOutcome:
+    fact_id: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class FactWrite:
+    """A fact assertion after validation; ``field`` is its path for error messages."""
+
+    field: str
+    namespace: str
+    subject: str
+    predicate: str
+    object: str
+    valid_from: datetime
+    valid_to: datetime | None
+    evidence: str
+    confidence: float
+    supersedes: str | None
+    scopes: list[str]
+    attributes: dict[str, Any]
+    observation_id: str | None
+    observed_at: datetime
+    origin: str = "agent"
+    source_path: str = ""
+
+
+class FactEngine:
+    def __init__(self, graph: GraphStore, facts: FactStore) -> None:
+        self.graph = graph
+        self.facts = facts
+
+    def record(self, conn: psycopg.Connection[Any], write: FactWrite, *, now: datetime) -> FactOutcome:
+        """Creates or strengthens one fact and applies supersession both ways.
+
+        Raises:
+            AssertionRejected: the supersession names a fact of another subject/predicate, or itself.
+        """
+        new_id = compute_fact_id(write.namespace, write.subject, write.predicate, write.object, write.valid_from)
+        superseded: FactRow | None = None
+        if write.supersedes:
+            if write.supersedes == new_id:
+                raise AssertionRejected(f"{write.field}.supersedes", "a fact cannot supersede itself")
+            superseded = self.facts.get(conn, write.namespace, write.supersedes, lock=True)
+            if superseded is not None and (
+                superseded.subject_key != write.subject or superseded.predicate != write.predicate
+            ):
+                raise AssertionRejected(
+                    f"{write.field}.supersedes",
+                    f"{write.supersedes} is a fact of ({superseded.subject_key}, {superseded.predicate}), "
+                    f"not of ({write.subject}, {write.predicate})",
+                )
+            if superseded is not None and superseded.supersedes == new_id:
+                raise AssertionRejected(f"{write.field}.supersedes", "supersession cycle")
+        self.graph.ensure_node(conn, write.namespace, write.subject, now=now)
+        self.graph.ensure_node(conn, write.namespace, write.object, now=now)
+        created, row = self.facts.insert_or_strengthen(
+            conn,
+            FactRow(
+                fact_id=new_id,
+                namespace=write.namespace,
+                subject_key=write.subject,
+                predicate=write.predicate,
+                object_key=write.object,
+                valid_from=write.valid_from,
+                valid_to=write.valid_to,
+                observed_at=write.observed_at,
+                evidence=write.evidence,
+                confidence=write.confidence,
+                observation_ids=[write.observation_id] if write.observation_id else [],
+                supersedes=write.supersedes,
+                superseded_by=None,
+                origin=write.origin,
+                scopes=write.scopes,
+                attributes=write.attributes,
+                source_path=write.source_path,
+                evidence_lost=False,
+            ),
+        )
+        if superseded is not None:
+            self.facts.close(conn, write.namespace, superseded.fact_id, row.valid_from, row.fact_id)
+        if created:
+            successors = self.facts.superseding(conn, write.namespace, row.fact_id)
+            if successors:
+                first = successors[0]
+                self.facts.close(conn, write.namespace, row.fact_id, first.valid_from, first.fact_id)
+        return FactOutcome(fact_id=row.fact_id, created=created)

@@ -1,0 +1,42 @@
+"""ObservationService transport: proto <-> domain mapping only (DESIGN §1)."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import json_format
+
+from ingest_service.observations import ObservationRecorder
+from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
+
+
+class ObservationServicer(observation_service_pb2_grpc.ObservationServiceServicer):
+    """memory.v1.ObservationService; domain errors are mapped to status codes by the server's interceptor."""
+
+    def __init__(self, recorder: ObservationRecorder) -> None:
+        self.recorder = recorder
+
+    def RecordObservations(
+        self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.RecordObservationsResponse:
+        raw = [
+            json_format.MessageToDict(observation, preserving_proto_field_name=True)
+            for observation in request.observations
+        ]
+        results = self.recorder.record_batch(raw)
+        return observation_service_pb2.RecordObservationsResponse(
+            results=[
+                observation_service_pb2.ObservationResult(
+                    observation_id=result.observation_id,
+                    created=result.created,
+                    status=result.status,
+                    error=result.error,
+                    field_violations=result.field_violations,
+                    entities_upserted=result.entities_upserted,
+                    facts_created=result.facts_created,
+                    facts_strengthened=result.facts_strengthened,
+                    text_fragments=result.text_fragments,
+                    episode_key=result.episode_key,
+                )
+                for result in results
+            ]
+        )

@@ -1,0 +1,337 @@
+"""Validation of observations against the limits of seed 000 ("Наблюдения"), on the proto3-JSON form.
+
+Input is the dict of one observation as produced by ``json_format.MessageToDict(...,
+preserving_proto_field_name=True)`` (the same shape as the lines of the debian corpus). Output is a
+normalised `ObservationInput` or the list of field violations, with paths relative to the request
+(``observations[3].assertions[0].fact.valid_from``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from common.errors import FieldViolation
+from common.identifiers import (
+    canonical_instant,
+    content_identity,
+    entity_key,
+    observation_id,
+    parse_instant,
+)
+
+MAX_SCOPES = 20
+MAX_CONTENT_BYTES = 1024 * 1024
+MAX_DATA_BYTES = 1024 * 1024
+MAX_ASSERTIONS = 200
+MAX_KEY_LENGTH = 512
+KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+PREDICATE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
+EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
+
+
+@dataclass
+class EntityInput:
+    key: str
+    node_type: str
+    title: str
+    attributes: dict[str, Any]
+
+
+@dataclass
+class FactInput:
+    index: int
+    subject: str
+    predicate: str
+    object: str
+    valid_from: datetime
+    valid_to: datetime | None
+    evidence: str
+    confidence: float
+    supersedes: str | None
+    scopes: list[str]
+    attributes: dict[str, Any]
+
+
+@dataclass
+class TextInput:
+    index: int
+    text: str
+    title: str
+    heading: str
+
+
+@dataclass
+class ObservationInput:
+    """A valid observation, normalised (instants aware UTC, keys ``type:id``)."""
+
+    observation_id: str
+    namespace: str
+    system: str
+    stream: str
+    external_id: str
+    kind: str
+    occurred_at: datetime
+    actor: dict[str, str] | None
+    subject: dict[str, str] | None
+    scopes: list[str]
+    content: str
+    data: dict[str, Any]
+    provenance: dict[str, Any]
+    assertions: list[dict[str, Any]]
+    entities: list[EntityInput] = field(default_factory=list)
+    facts: list[FactInput] = field(default_factory=list)
+    texts: list[TextInput] = field(default_factory=list)
+
+
+class _Checker:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.violations: list[FieldViolation] = []
+
+    def add(self, path: str, description: str) -> None:
+        self.violations.append(FieldViolation(f"{self.prefix}.{path}" if path else self.prefix, description))
+
+    def instant(self, value: Any, path: str, *, required: bool) -> datetime | None:
+        if value in (None, ""):
+            if required:
+                self.add(path, "required: an ISO-8601 instant with a UTC offset")
+            return None
+        if not isinstance(value, str):
+            self.add(path, "must be an ISO-8601 string")
+            return None
+        try:
+            return parse_instant(value)
+        except ValueError:
+            self.add(path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)")
+            return None
+
+    def entity_key(self, value: Any, path: str) -> str | None:
+        """A key is a non-empty string or {type, id}; returns the natural key."""
+        if isinstance(value, str):
+            key = value.strip()
+            if not key:
+                self.add(path, "must not be empty")
+                return None
+            if len(key) > MAX_KEY_LENGTH:
+                self.add(path, f"longer than {MAX_KEY_LENGTH} characters")
+                return None
+            if key != value:
+                self.add(path, "must not start or end with whitespace")
+                return None
+            return key
+        if isinstance(value, dict):
+            type_, id_ = value.get("type"), value.get("id")
+            extra = set(value) - {"type", "id"}
+            if extra:
+                self.add(path, f"unknown fields {sorted(extra)}: a key is a string or {{type, id}}")
+                return None
+            ok = True
+            if not isinstance(type_, str) or not TYPE_PATTERN.match(type_):
+                self.add(f"{path}.type", "required, pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+                ok = False
+            if not isinstance(id_, str) or not id_.strip() or len(id_) > MAX_KEY_LENGTH:
+                self.add(f"{path}.id", f"required, 1..{MAX_KEY_LENGTH} characters")
+                ok = False
+            return entity_key(type_, id_) if ok else None  # type: ignore[arg-type]
+        if value is None:
+            self.add(path, "required: a string key or {type, id}")
+        else:
+            self.add(path, "must be a string key or {type, id}")
+        return None
+
+
+def _participant(checker: _Checker, value: Any, path: str) -> dict[str, str] | None:
+    if value in (None, {}):
+        return None
+    if not isinstance(value, dict) or not value.get("type") or not value.get("id"):
+        checker.add(path, "must be {type, id} with both set")
+        return None
+    if not TYPE_PATTERN.match(str(value["type"])):
+        checker.add(f"{path}.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+        return None
+    return {"type": str(value["type"]), "id": str(value["id"])}
+
+
+def validate_scopes(checker: _Checker, scopes: Any, path: str) -> list[str]:
+    if not scopes:
+        return []
+    if not isinstance(scopes, list):
+        checker.add(path, "must be a list of type:id strings")
+        return []
+    if len(scopes) > MAX_SCOPES:
+        checker.add(path, f"at most {MAX_SCOPES} scopes, got {len(scopes)}")
+    for index, scope in enumerate(scopes):
+        if not isinstance(scope, str) or not SCOPE_PATTERN.match(scope):
+            checker.add(f"{path}[{index}]", "must have the form type:id (e.g. workspace:sales)")
+    return [str(scope) for scope in scopes]
+
+
+def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assertions with their instants canonical (for the content identity)."""
+    result = []
+    for assertion in assertions:
+        copy = json.loads(json.dumps(assertion))
+        fact = copy.get("fact")
+        if isinstance(fact, dict):
+            for name in ("valid_from", "valid_to"):
+                if isinstance(fact.get(name), str):
+                    fact[name] = canonical_instant(parse_instant(fact[name]))
+        result.append(copy)
+    return result
+
+
+def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationInput | None, list[FieldViolation]]:
+    """Checks one observation; returns (normalised input, []) or (None, violations)."""
+    checker = _Checker(prefix)
+    namespace = raw.get("namespace", "")
+    if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
+        checker.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+    source = raw.get("source") or {}
+    system = source.get("system", "") if isinstance(source, dict) else ""
+    stream = source.get("stream", "") if isinstance(source, dict) else ""
+    external_id = source.get("external_id", "") if isinstance(source, dict) else ""
+    for name, value in (("system", system), ("stream", stream)):
+        if not isinstance(value, str) or not value or len(value) > 256:
+            checker.add(f"source.{name}", "required, 1..256 characters")
+    if not isinstance(external_id, str) or len(external_id) > 1024:
+        checker.add("source.external_id", "at most 1024 characters")
+    kind = raw.get("kind", "")
+    if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
+        checker.add("kind", "required, pattern [a-z0-9][a-z0-9._-]{0,127}")
+    occurred_at = checker.instant(raw.get("occurred_at"), "occurred_at", required=True)
+    actor = _participant(checker, raw.get("actor"), "actor")
+    subject = _participant(checker, raw.get("subject"), "subject")
+    scopes = validate_scopes(checker, raw.get("scopes"), "scopes")
+    content = raw.get("content", "") or ""
+    if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
+        checker.add("content", f"larger than {MAX_CONTENT_BYTES} bytes (1 MiB)")
+    data = raw.get("data") or {}
+    if len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) > MAX_DATA_BYTES:
+        checker.add("data", f"larger than {MAX_DATA_BYTES} bytes (1 MiB) as JSON")
+    provenance = raw.get("provenance") or {}
+    assertions = raw.get("assertions") or []
+    if len(assertions) > MAX_ASSERTIONS:
+        checker.add("assertions", f"at most {MAX_ASSERTIONS} assertions, got {len(assertions)}")
+        assertions = []
+
+    entities: list[EntityInput] = []
+    facts: list[FactInput] = []
+    texts: list[TextInput] = []
+    for index, assertion in enumerate(assertions):
+        path = f"assertions[{index}]"
+        if not isinstance(assertion, dict) or len(assertion) != 1:
+            checker.add(path, "must hold exactly one of entity, fact, text")
+            continue
+        if "entity" in assertion:
+            entity = assertion["entity"] or {}
+            key = checker.entity_key(entity.get("key"), f"{path}.entity.key")
+            node_type = entity.get("type") or ""
+            if node_type and not TYPE_PATTERN.match(node_type):
+                checker.add(f"{path}.entity.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+            if key is not None:
+                implied = key.partition(":")[0] if ":" in key else "entity"
+                entities.append(
+                    EntityInput(
+                        key=key,
+                        node_type=node_type or implied,
+                        title=str(entity.get("title") or key),
+                        attributes=dict(entity.get("attributes") or {}),
+                    )
+                )
+        elif "fact" in assertion:
+            fact = assertion["fact"] or {}
+            fact_path = f"{path}.fact"
+            subject_key = checker.entity_key(fact.get("subject"), f"{fact_path}.subject")
+            object_key = checker.entity_key(fact.get("object"), f"{fact_path}.object")
+            predicate = fact.get("predicate", "")
+            if not isinstance(predicate, str) or not PREDICATE_PATTERN.match(predicate):
+                checker.add(f"{fact_path}.predicate", "required, pattern [A-Za-z_][A-Za-z0-9_]{0,127}")
+            valid_from = checker.instant(fact.get("valid_from"), f"{fact_path}.valid_from", required=False)
+            valid_to = checker.instant(fact.get("valid_to"), f"{fact_path}.valid_to", required=False)
+            start = valid_from or occurred_at
+            if start is not None and valid_to is not None and valid_to < start:
+                checker.add(f"{fact_path}.valid_to", "must not be before valid_from")
+            evidence = fact.get("evidence") or "asserted"
+            if evidence not in EVIDENCE_CLASSES:
+                checker.add(f"{fact_path}.evidence", f"one of {sorted(EVIDENCE_CLASSES)}")
+            confidence = fact.get("confidence", 1.0)
+            if not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
+                checker.add(f"{fact_path}.confidence", "a number in [0, 1]")
+                confidence = 1.0
+            supersedes = fact.get("supersedes") or None
+            if supersedes is not None and not FACT_ID_PATTERN.match(str(supersedes)):
+                checker.add(f"{fact_path}.supersedes", "must be a fact_id (fact-<24 hex>)")
+            fact_scopes = validate_scopes(checker, fact.get("scopes"), f"{fact_path}.scopes")
+            if subject_key and object_key and isinstance(predicate, str) and PREDICATE_PATTERN.match(predicate) and start:
+                facts.append(
+                    FactInput(
+                        index=index,
+                        subject=subject_key,
+                        predicate=predicate,
+                        object=object_key,
+                        valid_from=start,
+                        valid_to=valid_to,
+                        evidence=str(evidence),
+                        confidence=float(confidence),
+                        supersedes=supersedes,
+                        scopes=fact_scopes,
+                        attributes=dict(fact.get("attributes") or {}),
+                    )
+                )
+        elif "text" in assertion:
+            text = assertion["text"] or {}
+            body = text.get("text", "")
+            if not isinstance(body, str) or not body.strip():
+                checker.add(f"{path}.text.text", "required, non-empty")
+            elif len(body.encode("utf-8")) > MAX_CONTENT_BYTES:
+                checker.add(f"{path}.text.text", f"larger than {MAX_CONTENT_BYTES} bytes (1 MiB)")
+            else:
+                texts.append(
+                    TextInput(index=index, text=body, title=str(text.get("title") or ""), heading=str(text.get("heading") or ""))
+                )
+        else:
+            checker.add(path, "must hold exactly one of entity, fact, text")
+
+    if checker.violations or occurred_at is None:
+        return None, checker.violations
+    identity = external_id or content_identity(
+        {
+            "kind": kind,
+            "occurred_at": canonical_instant(occurred_at),
+            "actor": actor,
+            "subject": subject,
+            "content": content,
+            "data": data,
+            "assertions": _canonical_assertions(assertions),
+        }
+    )
+    return (
+        ObservationInput(
+            observation_id=observation_id(namespace, system, stream, identity),
+            namespace=namespace,
+            system=system,
+            stream=stream,
+            external_id=external_id,
+            kind=kind,
+            occurred_at=occurred_at,
+            actor=actor,
+            subject=subject,
+            scopes=scopes,
+            content=content,
+            data=data,
+            provenance=dict(provenance),
+            assertions=assertions,
+            entities=entities,
+            facts=facts,
+            texts=texts,
+        ),
+        [],
+    )

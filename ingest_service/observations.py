@@ -1,0 +1,271 @@
+"""Recording observations and projecting them into the graph (seed 000 "Наблюдения", "Эпизоды и сущности").
+
+Each observation is stored and projected in ONE transaction: the immutable row, an episode node with
+provenance to it, entity upserts, facts (fact engine) and text fragments (a text node + one embedded
+chunk). A repeated observation_id is a duplicate: nothing is written. An assertion the fact engine
+rejects is skipped inside a savepoint and reported; the observation is then ``partially_processed``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import numpy as np
+
+from common.db import Database
+from common.errors import FieldViolation, InvalidArgument
+from common.identifiers import canonical_instant
+from common.storage.fact_store import FactStore
+from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.observation_store import ObservationStore
+from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
+from ingest_service.observation_validation import ObservationInput, validate_observation
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 1000
+
+
+class PassageEncoder(Protocol):
+    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
+
+
+class TextChunkWriter(Protocol):
+    """Writes the chunk of a text fragment (the chunk store of the document writer)."""
+
+    def write_text_fragment(
+        self, conn: Any, *, namespace: str, node_key: str, title: str, heading: str, text: str,
+        embedding: np.ndarray, meta: dict[str, Any], source_path: str,
+    ) -> None: ...
+
+
+@dataclass
+class RecordResult:
+    """Outcome of one observation (mirrors memory.v1.ObservationResult)."""
+
+    observation_id: str = ""
+    created: bool = False
+    status: str = ""
+    error: str = ""
+    field_violations: list[str] = field(default_factory=list)
+    entities_upserted: int = 0
+    facts_created: int = 0
+    facts_strengthened: int = 0
+    text_fragments: int = 0
+    episode_key: str = ""
+
+
+class ObservationRecorder:
+    """Validates, stores and projects batches of observations."""
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        encoder: PassageEncoder | None = None,
+        text_writer: TextChunkWriter | None = None,
+    ) -> None:
+        self.database = database
+        self.graph = GraphStore(database)
+        self.facts = FactStore(self.graph)
+        self.engine = FactEngine(self.graph, self.facts)
+        self.observations = ObservationStore(database.settings)
+        self.encoder = encoder
+        self.text_writer = text_writer
+
+    def record_batch(self, raw_observations: list[dict[str, Any]]) -> list[RecordResult]:
+        """Records observations given in proto3-JSON dict form (snake_case names), in order.
+
+        Invalid items get status ``failed`` with their field violations and write nothing; the others
+        are stored. When EVERY item is invalid the call raises `InvalidArgument` with all violations.
+
+        Raises:
+            InvalidArgument: empty batch, more than MAX_BATCH items, or no valid item.
+            Unavailable: the database cannot be reached; items before the failure are committed (each
+                in its own transaction) and retrying the batch is safe (duplicates change nothing).
+        """
+        if not raw_observations:
+            raise InvalidArgument.single("observations", "at least one observation is required")
+        if len(raw_observations) > MAX_BATCH:
+            raise InvalidArgument.single("observations", f"at most {MAX_BATCH} observations per call")
+        validated: list[tuple[ObservationInput | None, list[FieldViolation]]] = [
+            validate_observation(raw, f"observations[{index}]") for index, raw in enumerate(raw_observations)
+        ]
+        if all(item is None for item, _ in validated):
+            raise InvalidArgument([violation for _, violations in validated for violation in violations])
+        results: list[RecordResult] = []
+        for item, violations in validated:
+            if item is None:
+                texts = [str(v) for v in violations]
+                results.append(RecordResult(status="failed", error=texts[0], field_violations=texts))
+                continue
+            results.append(self.record_one(item))
+        return results
+
+    def record_one(self, item: ObservationInput) -> RecordResult:
+        """Stores and projects one valid observation in one transaction (idempotent by observation_id)."""
+        embeddings = self._embed_texts(item)
+        now = datetime.now(timezone.utc)
+        result = RecordResult(observation_id=item.observation_id)
+        with self.database.connection() as conn:
+            inserted = self.observations.insert(
+                conn,
+                {
+                    "observation_id": item.observation_id,
+                    "namespace": item.namespace,
+                    "source_system": item.system,
+                    "source_stream": item.stream,
+                    "source_external_id": item.external_id or None,
+                    "kind": item.kind,
+                    "occurred_at": item.occurred_at,
+                    "actor": item.actor,
+                    "subject": item.subject,
+                    "scopes": item.scopes,
+                    "content": item.content,
+                    "data": item.data,
+                    "assertions": item.assertions,
+                    "provenance": item.provenance,
+                    "status": "received",
+                },
+            )
+            if not inserted:
+                result.status = self.observations.statuses(conn, [item.observation_id]).get(item.observation_id, "")
+                return result
+            result.created = True
+            rejected = self._project(conn, item, result, embeddings, now)
+            result.status = "partially_processed" if rejected else "processed"
+            result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
+            result.error = result.field_violations[0] if rejected else ""
+            self.observations.set_status(
+                conn,
+                item.observation_id,
+                result.status,
+                {"rejected": [{"field": f, "reason": r} for f, r in rejected]} if rejected else {},
+            )
+        return result
+
+    def _embed_texts(self, item: ObservationInput) -> np.ndarray | None:
+        if not item.texts:
+            return None
+        if self.encoder is None:
+            raise RuntimeError("text assertions need an embedding provider")
+        return self.encoder.encode_passages(
+            [f"{text.title or item.kind} — {text.heading}\n{text.text}" for text in item.texts]
+        )
+
+    def _project(
+        self,
+        conn: Any,
+        item: ObservationInput,
+        result: RecordResult,
+        embeddings: np.ndarray | None,
+        now: datetime,
+    ) -> list[tuple[str, str]]:
+        """Writes the episode, entities, facts and text fragments; returns rejected (field, reason)."""
+        source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
+        episode_key = f"episode:{item.observation_id}"
+        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
+        self.graph.upsert_node(
+            conn,
+            NodeWrite(
+                namespace=item.namespace,
+                natural_key=episode_key,
+                node_type="episode",
+                title=f"{item.kind} {subject_key}".strip(),
+                source_path=source_path,
+                source_id=item.observation_id,
+                props={
+                    "observation_id": item.observation_id,
+                    "kind": item.kind,
+                    "occurred_at": canonical_instant(item.occurred_at),
+                    "actor": item.actor,
+                    "subject": item.subject,
+                    "scopes": item.scopes,
+                    "provenance": {"observation_id": item.observation_id, **item.provenance},
+                },
+                asserted_at=item.occurred_at,
+            ),
+            now=now,
+        )
+        result.episode_key = episode_key
+        for entity in item.entities:
+            self.graph.upsert_node(
+                conn,
+                NodeWrite(
+                    namespace=item.namespace,
+                    natural_key=entity.key,
+                    node_type=entity.node_type,
+                    title=entity.title,
+                    source_path=source_path,
+                    source_id=item.observation_id,
+                    props={"attributes": entity.attributes},
+                    asserted_at=item.occurred_at,
+                ),
+                now=now,
+                overwrite=False,
+            )
+            result.entities_upserted += 1
+        rejected: list[tuple[str, str]] = []
+        prefix = "assertions"
+        for fact in item.facts:
+            write = FactWrite(
+                field=f"{prefix}[{fact.index}].fact",
+                namespace=item.namespace,
+                subject=fact.subject,
+                predicate=fact.predicate,
+                object=fact.object,
+                valid_from=fact.valid_from,
+                valid_to=fact.valid_to,
+                evidence=fact.evidence,
+                confidence=fact.confidence,
+                supersedes=fact.supersedes,
+                scopes=fact.scopes or item.scopes,
+                attributes=fact.attributes,
+                observation_id=item.observation_id,
+                observed_at=now,
+                origin="agent",
+                source_path=source_path,
+            )
+            try:
+                with conn.transaction():
+                    outcome = self.engine.record(conn, write, now=now)
+            except AssertionRejected as rejection:
+                rejected.append((rejection.field, rejection.reason))
+                continue
+            if outcome.created:
+                result.facts_created += 1
+            else:
+                result.facts_strengthened += 1
+        for position, text in enumerate(item.texts):
+            node_key = f"text:{item.observation_id}/{text.index}"
+            title = text.title or f"{item.kind} {subject_key}".strip()
+            self.graph.upsert_node(
+                conn,
+                NodeWrite(
+                    namespace=item.namespace,
+                    natural_key=node_key,
+                    node_type="text",
+                    title=title,
+                    source_path=source_path,
+                    source_id=item.observation_id,
+                    props={"observation_id": item.observation_id, "scopes": item.scopes},
+                ),
+                now=now,
+            )
+            assert embeddings is not None and self.text_writer is not None
+            self.text_writer.write_text_fragment(
+                conn,
+                namespace=item.namespace,
+                node_key=node_key,
+                title=title,
+                heading=text.heading,
+                text=text.text,
+                embedding=embeddings[position],
+                meta={"observation_id": item.observation_id, "scopes": item.scopes},
+                source_path=source_path,
+            )
+            result.text_fragments += 1
+        return rejected
