@@ -206,6 +206,10 @@ class FactStore:
         if not query.include_history:
             params["as_of"] = query.as_of or now
             conditions.append("valid_from <= %(as_of)s AND (valid_to IS NULL OR %(as_of)s < valid_to)")
+        elif query.as_of is not None:
+            # history as of t: every version that had begun by t (superseded ones included)
+            params["as_of"] = query.as_of
+            conditions.append("valid_from <= %(as_of)s")
         if query.after:
             params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = query.after
             conditions.append(

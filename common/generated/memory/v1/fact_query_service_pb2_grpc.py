@@ -49,8 +49,10 @@ class FactQueryServiceServicer:
     def ListFacts(self, request, context):
         """Lists facts of a namespace filtered by subject, predicate and/or object natural keys.
         Without include_history: the facts valid at as_of (valid_from <= as_of < valid_to, open intervals
-        are current; as_of defaults to now). With include_history: every fact matching the filters,
-        superseded and closed ones included. Ordered by subject, predicate, valid_from, fact_id.
+        are current; as_of defaults to now). With include_history: every version matching the filters,
+        superseded and closed ones included; with as_of too, the versions that had begun by as_of
+        (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
+        out. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
         Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -36,8 +36,10 @@ class FactQueryServiceStub:
     ListFacts: _grpc.UnaryUnaryMultiCallable[_fact_query_service_pb2.ListFactsRequest, _fact_query_service_pb2.ListFactsResponse]
     """Lists facts of a namespace filtered by subject, predicate and/or object natural keys.
     Without include_history: the facts valid at as_of (valid_from <= as_of < valid_to, open intervals
-    are current; as_of defaults to now). With include_history: every fact matching the filters,
-    superseded and closed ones included. Ordered by subject, predicate, valid_from, fact_id.
+    are current; as_of defaults to now). With include_history: every version matching the filters,
+    superseded and closed ones included; with as_of too, the versions that had begun by as_of
+    (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
+    out. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
     Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
     """
 
@@ -49,8 +51,10 @@ class FactQueryServiceAsyncStub(FactQueryServiceStub):
     ListFacts: _aio.UnaryUnaryMultiCallable[_fact_query_service_pb2.ListFactsRequest, _fact_query_service_pb2.ListFactsResponse]  # type: ignore[assignment]
     """Lists facts of a namespace filtered by subject, predicate and/or object natural keys.
     Without include_history: the facts valid at as_of (valid_from <= as_of < valid_to, open intervals
-    are current; as_of defaults to now). With include_history: every fact matching the filters,
-    superseded and closed ones included. Ordered by subject, predicate, valid_from, fact_id.
+    are current; as_of defaults to now). With include_history: every version matching the filters,
+    superseded and closed ones included; with as_of too, the versions that had begun by as_of
+    (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
+    out. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
     Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
     """
 
@@ -65,8 +69,10 @@ class FactQueryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_fact_query_service_pb2.ListFactsResponse, _abc.Awaitable[_fact_query_service_pb2.ListFactsResponse]]:
         """Lists facts of a namespace filtered by subject, predicate and/or object natural keys.
         Without include_history: the facts valid at as_of (valid_from <= as_of < valid_to, open intervals
-        are current; as_of defaults to now). With include_history: every fact matching the filters,
-        superseded and closed ones included. Ordered by subject, predicate, valid_from, fact_id.
+        are current; as_of defaults to now). With include_history: every version matching the filters,
+        superseded and closed ones included; with as_of too, the versions that had begun by as_of
+        (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
+        out. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
         Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
         """
 
