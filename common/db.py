@@ -24,7 +24,7 @@ from common.errors import FailedPrecondition, Unavailable
 log = logging.getLogger(__name__)
 
 MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
-_MIGRATIONS = ("0001_initial.sql",)
+_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql")
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).
 _UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300"}

@@ -1,0 +1,55 @@
+"""ingest_service process: wiring of the write side (DESIGN §1-2).
+
+`create_ingest_host` builds the server (used by `cb serve ingest` and by tests on port 0); `serve` runs
+it in the foreground until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from common.config import Settings
+from common.db import Database
+from common.embeddings import build_embedding_provider
+from common.server import ServiceHost, build_server
+from ingest_service.document_servicer import DocumentServiceServicer
+from ingest_service.documents import DocumentWriter
+from ingest_service.observation_servicer import ObservationServicer
+from ingest_service.observations import ObservationRecorder
+from memory.v1 import document_service_pb2_grpc, observation_service_pb2_grpc
+
+
+def create_ingest_host(settings: Settings, *, address: str | None = None, metrics_port: int | None = None) -> ServiceHost:
+    """Builds (does not start) the ingest server: ObservationService and DocumentService.
+
+    Args:
+        settings: process settings.
+        address: ``host:port`` to bind (default ``settings.ingest_addr``; port 0 picks a free port).
+        metrics_port: Prometheus port (default ``settings.ingest_metrics_port``; 0 disables).
+    """
+    provider = build_embedding_provider(settings)
+    database = Database(settings, embedding_model=provider.model_id)
+    writer = DocumentWriter(database, provider, settings)
+    recorder = ObservationRecorder(database, encoder=provider, text_writer=writer)
+
+    def register(server: grpc.Server) -> list[str]:
+        observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(recorder), server)
+        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(DocumentServiceServicer(writer), server)
+        return ["memory.v1.ObservationService", "memory.v1.DocumentService"]
+
+    return build_server(
+        settings,
+        service_name="ingest_service",
+        address=address or settings.ingest_addr,
+        metrics_port=settings.ingest_metrics_port if metrics_port is None else metrics_port,
+        database=database,
+        register=register,
+    )
+
+
+def serve(settings: Settings) -> None:
+    """Runs the ingest service in the foreground until SIGTERM/SIGINT, then stops gracefully."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    create_ingest_host(settings).run()
