@@ -1,0 +1,48 @@
+"""Real servers in-process on 127.0.0.1:0 with the real database and embedder, reached over real channels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from common.client import wait_for_serving
+from common.config import Settings
+from common.server import ServiceHost
+from ingest_service.main import create_ingest_host
+from query_service.main import create_query_host
+
+
+@pytest.fixture(scope="session")
+def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
+    host = create_ingest_host(settings, address="127.0.0.1:0", metrics_port=0)
+    host.start()
+    yield host
+    host.stop(5)
+
+
+@pytest.fixture(scope="session")
+def query_host(settings: Settings) -> Iterator[ServiceHost]:
+    host = create_query_host(settings, address="127.0.0.1:0")
+    host.start()
+    yield host
+    host.stop(5)
+
+
+@pytest.fixture(scope="session")
+def ingest_channel(ingest_host: ServiceHost) -> Iterator[grpc.Channel]:
+    address = f"127.0.0.1:{ingest_host.port}"
+    assert wait_for_serving(address, timeout=60), "ingest_service did not become SERVING"
+    channel = grpc.insecure_channel(address)
+    yield channel
+    channel.close()
+
+
+@pytest.fixture(scope="session")
+def query_channel(query_host: ServiceHost) -> Iterator[grpc.Channel]:
+    address = f"127.0.0.1:{query_host.port}"
+    assert wait_for_serving(address, timeout=60), "query_service did not become SERVING"
+    channel = grpc.insecure_channel(address)
+    yield channel
+    channel.close()
