@@ -24,7 +24,7 @@ _lock = threading.Lock()
 
 
 def _load_encoding(name: str) -> tiktoken.Encoding:
-    """The tiktoken encoding ``name``, loaded once per process.
+    """Load the tiktoken encoding ``name`` once per process.
 
     Raises:
         ValueError: the encoding is unknown or cannot be loaded; the message names the setting.
@@ -72,11 +72,11 @@ class TokenCounter:
         self.encoding_name = encoding
 
     def count(self, text: str) -> int:
-        """Number of tokens of ``text`` (0 for the empty string)."""
+        """Count the tokens of ``text`` (0 for the empty string)."""
         return len(self._encoding.encode_ordinary(text))
 
     def truncate(self, text: str, max_tokens: int) -> str:
-        """The longest prefix of ``text`` that ends on a token boundary and has at most ``max_tokens`` tokens.
+        """Cut ``text`` to its longest prefix that ends on a token boundary within ``max_tokens`` tokens.
 
         The prefix is always valid text: when the cut would fall between the bytes of one character (a
         character split over several byte-level tokens), it moves back to the previous token boundary
@@ -104,4 +104,3 @@ class TokenCounter:
             except UnicodeDecodeError:
                 end -= 1
         return ""
-

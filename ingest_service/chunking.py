@@ -45,12 +45,12 @@ _NEWLINES = re.compile(r"\r\n?")
 
 @dataclass(frozen=True)
 class Chunk:
-    """One chunk of a document body.
+    r"""One chunk of a document body.
 
     Attributes:
         order: position of the chunk in the document, from 0, without gaps.
         heading: heading path of the chunk's section (``"A / B"``), ``""`` before the first heading.
-        text: exact source text of the chunk's lines (line endings normalised to ``\\n``), without
+        text: exact source text of the chunk's lines (line endings normalised to ``\n``), without
             leading blank lines or trailing whitespace; never empty.
     """
 
@@ -140,11 +140,11 @@ def _sections(blocks: Sequence[_Block], leading_end: int) -> list[_Section]:
 
 
 def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
-    """Cut a Markdown document body into chunks along its headings and block boundaries.
+    r"""Cut a Markdown document body into chunks along its headings and block boundaries.
 
     Args:
-        text: the document body (front matter already removed); ``\\r\\n`` and ``\\r`` line endings are
-            read as ``\\n``.
+        text: the document body (front matter already removed); ``\r\n`` and ``\r`` line endings are
+            read as ``\n``.
         max_chars: soft upper bound of one chunk's length in characters (``Settings.chunk_max_chars``);
             a single block longer than this becomes an oversized chunk of its own.
 

@@ -149,7 +149,9 @@ def test_body_less_headings_are_carried_not_dropped() -> None:
         ("Title / Part", "# Title\n\n## Part\n\nBody."),
         ("Title / Next", "## Empty one\n\n## Next\n\nNext body.\n\n## Trailing"),
     ]
-    assert chunk_markdown("# Only\n## Headings\n", 100) == [Chunk(0, "Only / Headings", "# Only\n## Headings")]
+    assert chunk_markdown("# Only\n## Headings\n", 100) == [
+        Chunk(0, "Only / Headings", "# Only\n## Headings")
+    ]
 
 
 def test_blank_documents_and_blank_preamble() -> None:
@@ -167,7 +169,9 @@ def test_second_front_matter_block_in_body_does_not_crash() -> None:
 
 
 def test_link_reference_definitions_are_kept() -> None:
-    source = "[top]: https://example.invalid/top\n\n# A\n\nSee [x][ref].\n\n[ref]: https://example.invalid/x\n"
+    source = (
+        "[top]: https://example.invalid/top\n\n# A\n\nSee [x][ref].\n\n[ref]: https://example.invalid/x\n"
+    )
     chunks = chunk_markdown(source, 1000)
     assert chunks[0] == Chunk(0, "", "[top]: https://example.invalid/top")
     assert chunks[1].text.endswith("[ref]: https://example.invalid/x")
@@ -181,7 +185,9 @@ def test_russian_text_and_crlf() -> None:
     )
     chunks = chunk_markdown(source, 1000)
     assert [c.heading for c in chunks] == ["Установка", "Установка / Сборка из исходников"]
-    assert chunks[1].text == "Сборка из исходников\n--------------------\n\nВыполните `make` и `make install`."
+    assert (
+        chunks[1].text == "Сборка из исходников\n--------------------\n\nВыполните `make` и `make install`."
+    )
     assert_covers(source, chunks)
 
 
