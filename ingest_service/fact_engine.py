@@ -68,6 +68,8 @@ class FactEngine:
     def record(self, conn: psycopg.Connection[Any], write: FactWrite, *, now: datetime) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
 
+        Every check happens before the first write, so a rejected assertion writes nothing.
+
         Raises:
             AssertionRejected: the supersession names a fact of another subject/predicate, or itself.
         """
@@ -87,8 +89,8 @@ class FactEngine:
                 )
             if superseded is not None and superseded.supersedes == new_id:
                 raise AssertionRejected(f"{write.field}.supersedes", "supersession cycle")
-        self.graph.ensure_node(conn, write.namespace, write.subject, now=now)
-        self.graph.ensure_node(conn, write.namespace, write.object, now=now)
+        subject_label = self.graph.ensure_node(conn, write.namespace, write.subject, now=now)
+        object_label = self.graph.ensure_node(conn, write.namespace, write.object, now=now)
         created, row = self.facts.insert_or_strengthen(
             conn,
             FactRow(
@@ -111,6 +113,8 @@ class FactEngine:
                 source_path=write.source_path,
                 evidence_lost=False,
             ),
+            subject_label=subject_label,
+            object_label=object_label,
         )
         if superseded is not None:
             self.facts.close(conn, write.namespace, superseded.fact_id, row.valid_from, row.fact_id)

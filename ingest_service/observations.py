@@ -3,7 +3,8 @@
 Each observation is stored and projected in ONE transaction: the immutable row, an episode node with
 provenance to it, entity upserts, facts (fact engine) and text fragments (a text node + one embedded
 chunk). A repeated observation_id is a duplicate: nothing is written. An assertion the fact engine
-rejects is skipped inside a savepoint and reported; the observation is then ``partially_processed``.
+rejects (it checks before writing) is skipped and reported; the observation is then
+``partially_processed``.
 """
 
 from __future__ import annotations
@@ -230,8 +231,7 @@ class ObservationRecorder:
                 source_path=source_path,
             )
             try:
-                with conn.transaction():
-                    outcome = self.engine.record(conn, write, now=now)
+                outcome = self.engine.record(conn, write, now=now)
             except AssertionRejected as rejection:
                 rejected.append((rejection.field, rejection.reason))
                 continue

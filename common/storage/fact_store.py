@@ -111,12 +111,14 @@ class FactStore:
             record = cursor.execute(query, (namespace, fact_id)).fetchone()
         return FactRow(**record) if record else None
 
-    def insert_or_strengthen(self, conn: psycopg.Connection[Any], fact: FactRow) -> tuple[bool, FactRow]:
+    def insert_or_strengthen(
+        self, conn: psycopg.Connection[Any], fact: FactRow, *, subject_label: str, object_label: str
+    ) -> tuple[bool, FactRow]:
         """Inserts the fact, or strengthens the existing one with the same fact_id.
 
         Strengthening (seed 000 "Идемпотентность"): observation_ids becomes the sorted union, confidence
         the maximum, observed_at the earliest. Returns (created, row after the write). The edge is created
-        or updated accordingly.
+        or updated accordingly; ``subject_label``/``object_label`` are the AGE labels of its ends.
         """
         with conn.cursor(row_factory=dict_row) as cursor:
             record = cursor.execute(
@@ -137,8 +139,6 @@ class FactStore:
         created = bool(record.pop("inserted"))
         row = FactRow(**record)
         if created:
-            subject_label = self.graph.node_labels(conn, row.namespace, [row.subject_key])[row.subject_key]
-            object_label = self.graph.node_labels(conn, row.namespace, [row.object_key])[row.object_key]
             self.graph.create_edge(
                 conn,
                 namespace=row.namespace,

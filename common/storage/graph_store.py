@@ -192,35 +192,25 @@ class GraphStore:
         """
         label = age_label(node.node_type)
         last_seen = canonical_instant(now)
-        row = conn.execute(
-            "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, origin, asserted_at,"
-            " props_hash, created_at, last_seen) VALUES (%s, %s, %s, %s, false, %s, %s, NULL, %s, %s)"
-            " ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label",
-            (node.namespace, node.natural_key, node.node_type, label, node.origin, node.asserted_at, now, now),
-        ).fetchone()
         properties = node.vertex_properties(last_seen, placeholder=False)
         digest = _properties_hash(properties)
-        if row is not None:
+        # One statement either inserts the row (xmax = 0) or locks the existing one (DO UPDATE), so
+        # concurrent writers of one key are serialised until commit.
+        row = conn.execute(
+            "INSERT INTO graph_nodes AS g (namespace, natural_key, node_type, label, placeholder, origin, asserted_at,"
+            " props_hash, created_at, last_seen) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_seen, excluded.last_seen)"
+            " RETURNING (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash",
+            (node.namespace, node.natural_key, node.node_type, label, node.origin, node.asserted_at, digest, now, now),
+        ).fetchone()
+        assert row is not None
+        inserted, existing_label, was_placeholder, asserted_at, props_hash = row
+        if inserted:
             self.ensure_label(label, "vertex")
             self.cypher(conn, _create_vertex_query(label), properties)
-            conn.execute(
-                "UPDATE graph_nodes SET props_hash = %s WHERE namespace = %s AND natural_key = %s",
-                (digest, node.namespace, node.natural_key),
-            )
             return NodeResult(node.natural_key, label, created=True, updated=False)
-        existing = conn.execute(
-            "SELECT label, placeholder, asserted_at, props_hash FROM graph_nodes"
-            " WHERE namespace = %s AND natural_key = %s FOR UPDATE",
-            (node.namespace, node.natural_key),
-        ).fetchone()
-        assert existing is not None
-        existing_label, was_placeholder, asserted_at, props_hash = existing
         newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
         if not (overwrite or was_placeholder or newer) or props_hash == digest:
-            conn.execute(
-                "UPDATE graph_nodes SET last_seen = greatest(last_seen, %s) WHERE namespace = %s AND natural_key = %s",
-                (now, node.namespace, node.natural_key),
-            )
             return NodeResult(node.natural_key, existing_label, created=False, updated=False)
         self.cypher(conn, _update_vertex_query(existing_label), properties)
         conn.execute(
