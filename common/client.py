@@ -140,7 +140,10 @@ def format_rpc_error(error: grpc.RpcError) -> str:
 
 def is_unavailable(error: BaseException) -> bool:
     """True for a `grpc.RpcError` with status UNAVAILABLE (the whole call may be retried as is)."""
-    return isinstance(error, grpc.RpcError) and getattr(error, "code", lambda: None)() == grpc.StatusCode.UNAVAILABLE
+    return (
+        isinstance(error, grpc.RpcError)
+        and getattr(error, "code", lambda: None)() == grpc.StatusCode.UNAVAILABLE
+    )
 
 
 class RemoteError(DomainError):

@@ -80,6 +80,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 READINESS_INTERVAL_SECONDS = 2.0
 
 _request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("memory_request_id", default=None)
+_QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
 # Checked in order: the first matching class wins (subclasses of one another would need care).
@@ -181,13 +182,13 @@ def _split_method(full_method: str) -> tuple[str, str]:
 
 def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
     """Status code name the RPC ended with: set code, else OK on return / UNKNOWN on exception."""
-    code = context.code()  # type: ignore[attr-defined]
+    code = context.code()
     if isinstance(code, grpc.StatusCode):
         return str(code.name)
     return "UNKNOWN" if failed else "OK"
 
 
-class _UnaryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+class _UnaryInterceptor(grpc.ServerInterceptor):
     """Base: wraps the behaviour of unary-unary handlers; other handlers pass through."""
 
     def intercept_service(
@@ -196,7 +197,12 @@ class _UnaryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None or handler.request_streaming or handler.response_streaming:
+        if (
+            handler is None
+            or handler.unary_unary is None
+            or handler.request_streaming
+            or handler.response_streaming
+        ):
             return handler
         behavior = self._wrap(handler.unary_unary, handler_call_details)
         return grpc.unary_unary_rpc_method_handler(
@@ -215,6 +221,8 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         method = details.method
+        # Probes (health checks every few seconds) and reflection would drown the log at INFO.
+        level_ok = logging.DEBUG if method.startswith(_QUIET_METHOD_PREFIXES) else logging.INFO
         incoming = ""
         for key, value in details.invocation_metadata or ():
             if key == REQUEST_ID_METADATA_KEY and isinstance(value, str):
@@ -233,11 +241,11 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
                 raise
             finally:
                 latency_ms = (time.perf_counter() - started) * 1000.0
-                trailing = tuple(context.trailing_metadata() or ())  # type: ignore[attr-defined]
+                trailing = tuple(context.trailing_metadata() or ())
                 context.set_trailing_metadata(trailing + ((REQUEST_ID_METADATA_KEY, request_id),))
                 code = _code_name(context, failed)
                 rpc_log.log(
-                    logging.INFO if code == "OK" else logging.WARNING,
+                    level_ok if code == "OK" else logging.WARNING,
                     "%s %s code=%s latency_ms=%.1f request_id=%s",
                     self._service_name,
                     method,
@@ -304,7 +312,9 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
                 break
     if code is None or not isinstance(exc, DomainError):
         message = f"internal error (request id {request_id or '-'})"
-        details = [_pack(error_details_pb2.ErrorInfo(reason="INTERNAL", domain=ERROR_DOMAIN, metadata=metadata))]
+        details = [
+            _pack(error_details_pb2.ErrorInfo(reason="INTERNAL", domain=ERROR_DOMAIN, metadata=metadata))
+        ]
         proto = status_pb2.Status(code=code_pb2.INTERNAL, message=message, details=details)
         return rpc_status.to_status(proto)
     details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata))]
@@ -322,7 +332,7 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
 
 def _is_context_abort(exc: BaseException, context: grpc.ServicerContext) -> bool:
     """True for the bare ``Exception()`` that ``context.abort()`` raises after setting the status."""
-    code = context.code()  # type: ignore[attr-defined]
+    code = context.code()
     return type(exc) is Exception and not exc.args and code is not None and code != grpc.StatusCode.OK
 
 
@@ -425,14 +435,18 @@ class ServiceHost:
         try:
             self._metrics_server, _thread = start_http_server(self.metrics_port)
         except OSError as exc:
-            log.warning("%s: metrics endpoint on port %d not started: %s", self.service_name, self.metrics_port, exc)
+            log.warning(
+                "%s: metrics endpoint on port %d not started: %s", self.service_name, self.metrics_port, exc
+            )
             return
         log.info("%s: Prometheus metrics on http://0.0.0.0:%d/metrics", self.service_name, self.metrics_port)
 
     def _set_serving(self, ready: bool) -> None:
         if self._stopping.is_set() or ready == self._ready:
             return
-        status = health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in self.health_services:
             self.health.set(name, status)
         self._ready = ready

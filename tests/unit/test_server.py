@@ -19,6 +19,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
+from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from common.client import (
     RemoteError,
@@ -32,7 +33,6 @@ from common.client import (
 from common.config import Settings
 from common.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from common.server import ServiceHost, build_server, current_request_id
-from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 SERVICE = "memory.v1.SourceService"
 
@@ -74,7 +74,9 @@ class FakeSourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type
         if key == "abort":
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too much")
         return source_service_pb2.GetSourceResponse(
-            source=source_service_pb2.Source(natural_key=key, title=current_request_id() or "", content="text")
+            source=source_service_pb2.Source(
+                natural_key=key, title=current_request_id() or "", content="text"
+            )
         )
 
 
@@ -123,7 +125,9 @@ def _call(stub: source_service_pb2_grpc.SourceServiceStub, key: str) -> grpc.Rpc
     return info.value
 
 
-def _details(error: grpc.RpcError) -> tuple[error_details_pb2.ErrorInfo | None, error_details_pb2.BadRequest | None]:
+def _details(
+    error: grpc.RpcError,
+) -> tuple[error_details_pb2.ErrorInfo | None, error_details_pb2.BadRequest | None]:
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
     assert status is not None, "no grpc-status-details-bin in the trailing metadata"
     info = bad = None
@@ -137,7 +141,9 @@ def _details(error: grpc.RpcError) -> tuple[error_details_pb2.ErrorInfo | None, 
     return info, bad
 
 
-def test_ok_call_has_request_id_in_context_and_trailers(stub: source_service_pb2_grpc.SourceServiceStub) -> None:
+def test_ok_call_has_request_id_in_context_and_trailers(
+    stub: source_service_pb2_grpc.SourceServiceStub,
+) -> None:
     response, call = stub.GetSource.with_call(
         source_service_pb2.GetSourceRequest(namespace="ns", natural_key="doc:a"),
         metadata=(("x-request-id", "req-123"),),
@@ -149,7 +155,9 @@ def test_ok_call_has_request_id_in_context_and_trailers(stub: source_service_pb2
 
 
 def test_generated_request_id_when_none_is_sent(stub: source_service_pb2_grpc.SourceServiceStub) -> None:
-    response, call = stub.GetSource.with_call(source_service_pb2.GetSourceRequest(natural_key="doc:a"), timeout=5)
+    response, call = stub.GetSource.with_call(
+        source_service_pb2.GetSourceRequest(natural_key="doc:a"), timeout=5
+    )
     sent = dict(call.trailing_metadata())["x-request-id"]
     assert len(sent) == 32 and response.source.title == sent
 
@@ -247,8 +255,10 @@ def test_health_not_serving_until_database_ready_then_serving() -> None:
 
             database.ready = False  # the database went away: back to NOT_SERVING
             assert _eventually(
-                lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
-                == health_pb2.HealthCheckResponse.NOT_SERVING
+                lambda: (
+                    health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                    == health_pb2.HealthCheckResponse.NOT_SERVING
+                )
             )
             database.ready = True
             assert wait_for_serving(f"127.0.0.1:{host.port}", timeout=5, interval=0.05)
@@ -301,9 +311,13 @@ def test_metrics_endpoint_shows_counters() -> None:
         host.stop(0)
     assert 'memory_rpc_requests_total{code="OK",method="GetSource",service="memory.v1.SourceService"}' in body
     assert (
-        'memory_rpc_requests_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}' in body
+        'memory_rpc_requests_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}'
+        in body
     )
-    assert 'memory_rpc_errors_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}' in body
+    assert (
+        'memory_rpc_errors_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}'
+        in body
+    )
     assert 'memory_rpc_latency_seconds_count{method="GetSource",service="memory.v1.SourceService"}' in body
     # The endpoint was shut down with the host.
     with pytest.raises(OSError):

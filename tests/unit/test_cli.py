@@ -1,0 +1,563 @@
+"""The pure parts of `common.cli` (JSONL parsing, frontmatter, natural keys, instants) and its error
+reporting, the latter over real gRPC channels to small in-process servicers built with `build_server`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from memory.v1 import (
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+)
+from typer.testing import CliRunner
+
+from common import cli
+from common.cli import (
+    DocumentError,
+    LineError,
+    ParsedObservation,
+    app,
+    default_natural_key,
+    find_documents,
+    parse_instant,
+    parse_observation_lines,
+    read_document,
+)
+from common.config import Settings
+from common.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.server import ServiceHost, build_server
+
+OBSERVATION = {
+    "namespace": "debian",
+    "source": {"system": "debian", "stream": "changelog/time", "external_id": "time/1.7-5"},
+    "kind": "package.uploaded",
+    "occurred_at": "1999-10-02T20:00:28Z",
+    "actor": {"type": "person", "id": "person-a084"},
+    "subject": {"type": "package", "id": "time"},
+    "scopes": [],
+    "content": "  * debian/rules: Adapted to use /usr/share/",
+    "data": {"version": "1.7-5", "urgency": "low"},
+    "provenance": {"uri": "debian-changelog:time/1.7-5"},
+    "assertions": [
+        {"entity": {"key": {"type": "package", "id": "time"}, "title": "time"}},
+        {
+            "fact": {
+                "subject": {"type": "package", "id": "time"},
+                "predicate": "HAS_VERSION",
+                "object": "version:time@1.7-5",
+                "valid_from": "1999-10-02T20:00:28Z",
+                "confidence": 1.0,
+            }
+        },
+    ],
+}
+
+
+def _line(**changes: object) -> str:
+    return json.dumps({**OBSERVATION, **changes}, ensure_ascii=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# JSONL parsing
+
+
+def test_parse_observation_lines_reports_bad_lines_with_numbers() -> None:
+    lines = [
+        _line(),
+        "",
+        "{not json",
+        _line(kind="x", unknown_field=1),
+        "[1, 2]",
+        _line(occurred_at="yesterday"),
+        json.dumps({"observations": [OBSERVATION, {**OBSERVATION, "kind": "second"}]}),
+        b"\xff\xfe",
+        _line(content="Привет, мир"),
+    ]
+    items = list(parse_observation_lines(lines))
+    assert [(type(i).__name__, i.line) for i in items] == [
+        ("ParsedObservation", 1),
+        ("LineError", 3),
+        ("LineError", 4),
+        ("LineError", 5),
+        ("LineError", 6),
+        ("ParsedObservation", 7),
+        ("ParsedObservation", 7),
+        ("LineError", 8),
+        ("ParsedObservation", 9),
+    ]
+    first = items[0]
+    assert isinstance(first, ParsedObservation)
+    assert first.observation.source.external_id == "time/1.7-5"
+    assert first.observation.assertions[1].fact.object.string_value == "version:time@1.7-5"
+    assert first.observation.assertions[1].fact.subject.struct_value["id"] == "time"
+    errors = {i.line: i.error for i in items if isinstance(i, LineError)}
+    assert errors[3].startswith("invalid JSON")
+    assert "unknown_field" in errors[4]
+    assert "expected a JSON object" in errors[5]
+    assert "occurred_at" in errors[6] or "yesterday" in errors[6]
+    assert "UTF-8" in errors[8]
+    second = items[6]
+    assert isinstance(second, ParsedObservation) and second.observation.kind == "second"
+    last = items[-1]
+    assert isinstance(last, ParsedObservation) and last.observation.content == "Привет, мир"
+
+
+def test_parse_observation_lines_namespace_override() -> None:
+    items = list(parse_observation_lines([_line(), _line(namespace="")], namespace="other"))
+    assert [i.observation.namespace for i in items if isinstance(i, ParsedObservation)] == ["other", "other"]
+
+
+def test_parse_observation_round_trips_proto3_json() -> None:
+    (item,) = parse_observation_lines([_line()])
+    assert isinstance(item, ParsedObservation)
+    again = json_format.MessageToDict(item.observation, preserving_proto_field_name=True)
+    assert again["occurred_at"] == "1999-10-02T20:00:28Z"
+    assert again["data"] == {"version": "1.7-5", "urgency": "low"}
+
+
+def test_parse_instant() -> None:
+    assert parse_instant("2024-05-01T10:00:00Z").ToJsonString() == "2024-05-01T10:00:00Z"
+    assert parse_instant("2024-05-01T13:00:00+03:00").ToJsonString() == "2024-05-01T10:00:00Z"
+    assert parse_instant("2024-05-01").ToJsonString() == "2024-05-01T00:00:00Z"
+    assert parse_instant("2024-05-01T10:00:00.250Z").ToJsonString() == "2024-05-01T10:00:00.250Z"
+    with pytest.raises(ValueError, match="ISO 8601"):
+        parse_instant("last tuesday")
+
+
+# --------------------------------------------------------------------------------------------------
+# Vault files
+
+
+def test_default_natural_key() -> None:
+    assert default_natural_key("apt/README.md") == "doc:apt/README"
+    assert default_natural_key(Path("a") / "b" / "c.md") == "doc:a/b/c"
+    assert default_natural_key("notes.MD") == "doc:notes"
+    assert default_natural_key("Заметки/план.md") == "doc:Заметки/план"
+
+
+def test_find_documents_sorted_and_skips_hidden_folders(tmp_path: Path) -> None:
+    for name in (
+        "b.md",
+        "a/z.md",
+        "a/b.md",
+        "A.md",
+        ".obsidian/x.md",
+        "a/.hidden/y.md",
+        "c.txt",
+        "_github/r.md",
+    ):
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# x\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in find_documents(tmp_path)]
+    assert found == ["A.md", "_github/r.md", "a/b.md", "a/z.md", "b.md"]
+
+
+def test_read_document_with_frontmatter_keeps_bytes(tmp_path: Path) -> None:
+    text = (
+        "---\r\n"
+        'title: "APT"\r\n'
+        'natural_key: "doc:apt/README"\r\n'
+        'project: "project:apt"\r\n'
+        "license: GPL-2.0-or-later\r\n"
+        "links: doc:apt/NEWS\r\n"
+        "type: readme\r\n"
+        "updated: 2024-05-01\r\n"
+        "---\r\n"
+        "APT\r\n===\r\n\r\nТекст на русском.\r\n"
+    )
+    path = tmp_path / "apt" / "README.md"
+    path.parent.mkdir()
+    path.write_bytes(text.encode())
+    request = read_document(path, tmp_path, namespace="docs")
+    assert request.namespace == "docs"
+    assert request.content.encode() == path.read_bytes()  # frontmatter and CRLF kept
+    assert request.natural_key == "doc:apt/README"
+    assert request.title == "APT"
+    assert request.type == "readme"
+    assert list(request.links) == ["doc:apt/NEWS"]
+    assert request.source_path == "apt/README.md"
+    assert json_format.MessageToDict(request.provenance) == {
+        "path": "apt/README.md",
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+    assert json_format.MessageToDict(request.meta) == {
+        "project": "project:apt",
+        "license": "GPL-2.0-or-later",
+        "updated": "2024-05-01",
+    }
+
+
+def test_read_document_defaults_and_link_lists(tmp_path: Path) -> None:
+    plain = tmp_path / "guides" / "setup.md"
+    plain.parent.mkdir()
+    plain.write_text("# Setup\n\nNo frontmatter.\n", encoding="utf-8")
+    request = read_document(plain, tmp_path, namespace="ns")
+    assert request.natural_key == "doc:guides/setup"
+    assert request.title == "" and request.type == "" and list(request.links) == []
+    assert not request.HasField("meta")
+
+    listed = tmp_path / "list.md"
+    listed.write_text("---\nlinks:\n  - doc:a\n  - doc:b\npii: 'false'\nscopes: workspace:x\n---\nbody\n")
+    request = read_document(listed, tmp_path, namespace="ns")
+    assert list(request.links) == ["doc:a", "doc:b"]
+    assert list(request.scopes) == ["workspace:x"]
+    assert request.pii is False
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"---\ntitle: [unclosed\n---\nbody\n", "bad frontmatter"),
+        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b"---\nlinks: {a: 1}\n---\nbody\n", "links"),
+        (b"---\nmeta: [1, 2]\n---\nbody\n", "meta"),
+    ],
+)
+def test_read_document_errors(tmp_path: Path, data: bytes, message: str) -> None:
+    path = tmp_path / "bad.md"
+    path.write_bytes(data)
+    with pytest.raises(DocumentError, match=message):
+        read_document(path, tmp_path, namespace="ns")
+
+
+# --------------------------------------------------------------------------------------------------
+# Commands against small in-process servicers
+
+
+class AlwaysReady:
+    def ensure_ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[grpc.Server], list[str]]], str]]:
+    hosts: list[ServiceHost] = []
+
+    def start(register: Callable[[grpc.Server], list[str]]) -> str:
+        host = build_server(
+            Settings(),
+            service_name="cli_test",
+            address="127.0.0.1:0",
+            metrics_port=0,
+            database=AlwaysReady(),
+            register=register,
+        )
+        host.start()
+        hosts.append(host)
+        return f"127.0.0.1:{host.port}"
+
+    yield start
+    for host in hosts:
+        host.stop(0)
+
+
+runner = CliRunner()
+
+
+class FakeObservations(observation_service_pb2_grpc.ObservationServiceServicer):  # type: ignore[misc]
+    """created for kind "package.uploaded", duplicate for "dup", failed for "bad"; optional outages."""
+
+    def __init__(self, outages: int = 0) -> None:
+        self.outages = outages
+        self.calls = 0
+        self.received: list[knowledge_pb2.Observation] = []
+        self.lock = threading.Lock()
+
+    def RecordObservations(
+        self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.RecordObservationsResponse:
+        with self.lock:
+            self.calls += 1
+            if self.outages > 0:
+                self.outages -= 1
+                raise Unavailable("database unavailable")
+            self.received.extend(request.observations)
+        results = []
+        for number, observation in enumerate(request.observations):
+            oid = f"obs-{len(self.received)}-{number}"
+            if observation.kind == "bad":
+                results.append(
+                    observation_service_pb2.ObservationResult(
+                        observation_id=oid,
+                        status="failed",
+                        error="kind: must not be 'bad'",
+                        field_violations=["kind: must not be 'bad'", "content: too short"],
+                    )
+                )
+            elif observation.kind == "dup":
+                results.append(
+                    observation_service_pb2.ObservationResult(observation_id=oid, status="processed")
+                )
+            else:
+                results.append(
+                    observation_service_pb2.ObservationResult(
+                        observation_id=oid, created=True, status="processed"
+                    )
+                )
+        return observation_service_pb2.RecordObservationsResponse(results=results)
+
+
+def _observation_server(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str], fake: FakeObservations
+) -> str:
+    def register(server: grpc.Server) -> list[str]:
+        observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(fake, server)
+        return ["memory.v1.ObservationService"]
+
+    return serve(register)
+
+
+def test_observe_counts_and_reports_per_item_errors(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
+) -> None:
+    fake = FakeObservations()
+    address = _observation_server(serve, fake)
+    file = tmp_path / "obs.jsonl"
+    file.write_text(
+        "\n".join(
+            [_line(), "{broken", _line(kind="dup"), "", _line(kind="bad"), _line(kind="package.uploaded")]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    result = runner.invoke(
+        app,
+        ["--ingest-addr", address, "observe", "--file", str(file), "--batch-size", "2", "--namespace", "ns2"],
+    )
+    assert result.exit_code == 1, result.output
+    assert "created 2, duplicate 1, failed 1, unparsable lines 1" in result.stdout
+    assert "line 2: invalid JSON" in result.stderr and "(not sent)" in result.stderr
+    assert "line 5: obs-" in result.stderr and "kind: must not be 'bad'" in result.stderr
+    assert "  - content: too short" in result.stderr
+    assert "Traceback" not in result.output
+    assert [o.kind for o in fake.received] == ["package.uploaded", "dup", "bad", "package.uploaded"]
+    assert {o.namespace for o in fake.received} == {"ns2"}
+    assert fake.calls == 2  # batches of two observations; the bad line does not count
+
+
+def test_observe_retries_unavailable(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
+    fake = FakeObservations(outages=2)
+    address = _observation_server(serve, fake)
+    file = tmp_path / "obs.jsonl"
+    file.write_text(_line() + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file)])
+    assert result.exit_code == 0, result.output
+    assert fake.calls == 3
+    assert "created 1, duplicate 0, failed 0" in result.stdout
+    assert "retrying" in result.stderr
+
+
+def test_observe_gives_up_when_unavailable_too_long(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
+    monkeypatch.setattr(cli, "RETRY_MAX_SECONDS", 0.3)
+    fake = FakeObservations(outages=10_000)
+    address = _observation_server(serve, fake)
+    file = tmp_path / "obs.jsonl"
+    file.write_text("\n".join([_line()] * 5) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file), "--batch-size", "2"])
+    assert result.exit_code == 1
+    assert "lines 1-2: error: UNAVAILABLE: database unavailable" in result.stderr
+    assert "giving up" in result.stderr
+    assert "failed 2" in result.stdout and "lines not sent 3" in result.stdout
+    assert fake.calls >= 2
+
+
+class FakeDocuments(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.received: list[document_service_pb2.RetainRequest] = []
+        self.lock = threading.Lock()
+
+    def Retain(
+        self, request: document_service_pb2.RetainRequest, context: grpc.ServicerContext
+    ) -> document_service_pb2.RetainResponse:
+        if "reject" in request.natural_key:
+            raise InvalidArgument.single("natural_key", "rejected by the test")
+        with self.lock:
+            self.received.append(request)
+            known = {r.natural_key for r in self.received}
+        linked = [link for link in request.links if link in known]
+        missing = [link for link in request.links if link not in known]
+        return document_service_pb2.RetainResponse(
+            natural_key=request.natural_key, created=True, chunk_count=2, linked=linked, missing_links=missing
+        )
+
+
+def test_retain_sends_every_file_and_counts_missing_links(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
+) -> None:
+    fake = FakeDocuments()
+
+    def register(server: grpc.Server) -> list[str]:
+        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
+        return ["memory.v1.DocumentService"]
+
+    address = serve(register)
+    vault = tmp_path / "vault"
+    (vault / "sub").mkdir(parents=True)
+    (vault / "a.md").write_bytes(b"---\nlinks: [doc:sub/b, doc:nowhere]\n---\n# A\r\n")
+    (vault / "sub" / "b.md").write_bytes("# B\n\nтекст\n".encode())
+    (vault / "sub" / "reject.md").write_bytes(b"# rejected\n")
+    (vault / "sub" / "broken.md").write_bytes(b"---\ntitle: [x\n---\n")
+    result = runner.invoke(app, ["--ingest-addr", address, "retain", str(vault), "--namespace", "docs"])
+    assert result.exit_code == 1, result.output
+    sent = {r.natural_key: r for r in fake.received}
+    assert set(sent) == {"doc:a", "doc:sub/b"}
+    assert sent["doc:a"].content.encode() == (vault / "a.md").read_bytes()
+    assert sent["doc:sub/b"].content == "# B\n\nтекст\n"
+    assert sent["doc:sub/b"].source_path == "sub/b.md"
+    assert "sub/broken.md: error: bad frontmatter" in result.stderr
+    assert "sub/reject.md: error: INVALID_ARGUMENT: natural_key: rejected by the test" in result.stderr
+    assert "  - natural_key: rejected by the test" in result.stderr
+    assert "2 failed" in result.stdout
+    # Links to doc:nowhere and (order permitting) doc:sub/b were skipped by the server.
+    assert "missing links" in result.stdout
+
+
+def _source_server(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> str:
+    class Sources(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]
+        def GetSource(
+            self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
+        ) -> source_service_pb2.GetSourceResponse:
+            if not request.namespace.strip():
+                raise InvalidArgument(
+                    [
+                        FieldViolation("namespace", "must not be empty"),
+                        FieldViolation("natural_key", "bad [key]"),
+                    ]
+                )
+            if request.natural_key == "doc:missing":
+                raise NotFound("no node doc:missing")
+            if request.natural_key == "doc:boom":
+                raise RuntimeError("hidden detail")
+            return source_service_pb2.GetSourceResponse(
+                source=source_service_pb2.Source(
+                    natural_key=request.natural_key,
+                    title="T",
+                    content="line 1\n[b]line 2[/b]",
+                    content_source="original",
+                )
+            )
+
+    def register(server: grpc.Server) -> list[str]:
+        source_service_pb2_grpc.add_SourceServiceServicer_to_server(Sources(), server)
+        return ["memory.v1.SourceService"]
+
+    return serve(register)
+
+
+def test_server_errors_print_code_message_and_violations(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
+) -> None:
+    address = _source_server(serve)
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "--namespace", " "])
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: INVALID_ARGUMENT: namespace: must not be empty; natural_key: bad [key]",
+        "  - namespace: must not be empty",
+        "  - natural_key: bad [key]",
+    ]
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:missing", "-n", "ns"])
+    assert result.exit_code == 1 and result.stderr.strip() == "error: NOT_FOUND: no node doc:missing"
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:boom", "-n", "ns"])
+    assert result.exit_code == 1 and result.stderr.startswith("error: INTERNAL: internal error (request id ")
+    assert "Traceback" not in result.output and "hidden detail" not in result.output
+
+
+def test_source_prints_content_or_json(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> None:
+    address = _source_server(serve)
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "-n", "ns"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "line 1\n[b]line 2[/b]\n"
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "-n", "ns", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["source"]["contentSource"] == "original"
+
+
+def test_unreachable_service_is_reported_without_traceback() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: connections are refused
+        result = runner.invoke(app, ["--query-addr", f"127.0.0.1:{port}", "search", "q", "-n", "ns"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: UNAVAILABLE: ")
+    assert "Traceback" not in result.output
+
+
+def test_facts_follows_page_tokens(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> None:
+    seen: list[fact_query_service_pb2.ListFactsRequest] = []
+
+    class Facts(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
+        def ListFacts(
+            self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
+        ) -> fact_query_service_pb2.ListFactsResponse:
+            seen.append(request)
+            page = int(request.page_token or "0")
+            fact = knowledge_pb2.Fact(
+                fact_id=f"fact-{page}",
+                subject=request.subject,
+                predicate="HAS_VERSION",
+                object=f"version:{page}",
+            )
+            fact.valid_from.FromJsonString("2024-01-01T00:00:00Z")
+            return fact_query_service_pb2.ListFactsResponse(
+                facts=[fact], next_page_token=str(page + 1) if page < 2 else ""
+            )
+
+    def register(server: grpc.Server) -> list[str]:
+        fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(Facts(), server)
+        return ["memory.v1.FactQueryService"]
+
+    address = serve(register)
+    args = [
+        "--query-addr",
+        address,
+        "facts",
+        "-n",
+        "ns",
+        "--subject",
+        "package:time",
+        "--as-of",
+        "2024-06-01",
+    ]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    assert [f["factId"] for f in json.loads(result.stdout)["facts"]] == ["fact-0", "fact-1", "fact-2"]
+    assert [r.page_token for r in seen] == ["", "1", "2"]
+    assert seen[0].as_of.ToJsonString() == "2024-06-01T00:00:00Z" and not seen[0].include_history
+    result = runner.invoke(app, [*args, "--history"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "3 facts" in result.stdout and "package:time" in result.stdout
+    assert seen[-1].include_history
+
+    bad = runner.invoke(app, ["--query-addr", address, "facts", "-n", "ns", "--as-of", "someday"])
+    assert bad.exit_code == 2 and "ISO 8601" in bad.output
