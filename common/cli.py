@@ -319,7 +319,7 @@ def parse_observation_lines(
                 json_format.ParseDict(document, observation)
                 observations = [observation]
         except json_format.ParseError as exc:
-            yield LineError(number, f"not a memory.v1.Observation: {exc}")
+            yield LineError(number, "not a memory.v1.Observation: " + " ".join(str(exc).split()))
             continue
         for observation in observations:
             if namespace:
