@@ -8,11 +8,13 @@ convention 5). psycopg errors that mean "the database is not reachable" become
 from __future__ import annotations
 
 import logging
+import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
@@ -22,6 +24,7 @@ from common.config import Settings
 from common.errors import FailedPrecondition, Unavailable
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
 _MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql")
@@ -152,6 +155,26 @@ class Database:
                 self._ready = False
                 raise Unavailable("database unavailable; retry later") from error
             raise
+
+    def run_transaction(self, work: Callable[[psycopg.Connection[Any]], T], *, attempts: int = 8) -> T:
+        """Runs ``work(conn)`` in one transaction, retrying the whole transaction on deadlock (40P01) or
+        serialization failure (40001), which concurrent writers of overlapping keys can cause.
+
+        ``work`` must be safe to re-run from the start (it sees nothing of a rolled-back attempt).
+
+        Raises:
+            Unavailable: the database cannot be reached.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                with self.connection() as conn:
+                    return work(conn)
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+                if attempt == attempts:
+                    raise
+                log.info("transaction retry %d after a deadlock/serialization failure", attempt)
+                time.sleep(random.uniform(0.01, 0.05) * attempt)
+        raise AssertionError("unreachable")
 
     def _ensure_schema(self) -> None:
         if self._ready:

@@ -65,8 +65,12 @@ class FactEngine:
         self.graph = graph
         self.facts = facts
 
-    def record(self, conn: psycopg.Connection[Any], write: FactWrite, *, now: datetime) -> FactOutcome:
+    def record(
+        self, conn: psycopg.Connection[Any], write: FactWrite, *, now: datetime, known: dict[str, str] | None = None
+    ) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
+
+        ``known`` maps natural keys already written in this transaction to their labels; it is updated.
 
         Every check happens before the first write, so a rejected assertion writes nothing.
 
@@ -89,8 +93,9 @@ class FactEngine:
                 )
             if superseded is not None and superseded.supersedes == new_id:
                 raise AssertionRejected(f"{write.field}.supersedes", "supersession cycle")
-        subject_label = self.graph.ensure_node(conn, write.namespace, write.subject, now=now)
-        object_label = self.graph.ensure_node(conn, write.namespace, write.object, now=now)
+        known = {} if known is None else known
+        subject_label = known[write.subject] = self.graph.ensure_node(conn, write.namespace, write.subject, now=now, known=known)
+        object_label = known[write.object] = self.graph.ensure_node(conn, write.namespace, write.object, now=now, known=known)
         created, row = self.facts.insert_or_strengthen(
             conn,
             FactRow(

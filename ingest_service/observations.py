@@ -1,6 +1,7 @@
 """Recording observations and projecting them into the graph (seed 000 "Наблюдения", "Эпизоды и сущности").
 
-Each observation is stored and projected in ONE transaction: the immutable row, an episode node with
+A batch is stored and projected in ONE transaction (one commit, one WAL flush, retried as a whole on
+deadlock); for each observation: the immutable row, an episode node with
 provenance to it, entity upserts, facts (fact engine) and text fragments (a text node + one embedded
 chunk). A repeated observation_id is a duplicate: nothing is written. An assertion the fact engine
 rejects (it checks before writing) is skipped and reported; the observation is then
@@ -85,8 +86,8 @@ class ObservationRecorder:
 
         Raises:
             InvalidArgument: empty batch, more than MAX_BATCH items, or no valid item.
-            Unavailable: the database cannot be reached; items before the failure are committed (each
-                in its own transaction) and retrying the batch is safe (duplicates change nothing).
+            Unavailable: the database cannot be reached; the batch commits as one transaction, so
+                nothing of it was written and retrying it is safe (duplicates change nothing).
         """
         if not raw_observations:
             raise InvalidArgument.single("observations", "at least one observation is required")
@@ -97,54 +98,64 @@ class ObservationRecorder:
         ]
         if all(item is None for item, _ in validated):
             raise InvalidArgument([violation for _, violations in validated for violation in violations])
+        valid = [item for item, _ in validated if item is not None]
+        embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
+
+        def work(conn: Any) -> dict[str, RecordResult]:
+            now = datetime.now(timezone.utc)
+            return {item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now) for item in valid}
+
+        recorded = self.database.run_transaction(work)
         results: list[RecordResult] = []
         for item, violations in validated:
             if item is None:
                 texts = [str(v) for v in violations]
                 results.append(RecordResult(status="failed", error=texts[0], field_violations=texts))
-                continue
-            results.append(self.record_one(item))
+            else:
+                results.append(recorded[item.observation_id])
         return results
 
-    def record_one(self, item: ObservationInput) -> RecordResult:
-        """Stores and projects one valid observation in one transaction (idempotent by observation_id)."""
-        embeddings = self._embed_texts(item)
-        now = datetime.now(timezone.utc)
+    def _record_one(self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime) -> RecordResult:
+        """Stores and projects one valid observation inside the batch transaction.
+
+        Idempotent by observation_id: an observation that exists (or appeared earlier in the same batch)
+        is a duplicate and writes nothing.
+        """
         result = RecordResult(observation_id=item.observation_id)
-        with self.database.connection() as conn:
-            inserted = self.observations.insert(
-                conn,
-                {
-                    "observation_id": item.observation_id,
-                    "namespace": item.namespace,
-                    "source_system": item.system,
-                    "source_stream": item.stream,
-                    "source_external_id": item.external_id or None,
-                    "kind": item.kind,
-                    "occurred_at": item.occurred_at,
-                    "actor": item.actor,
-                    "subject": item.subject,
-                    "scopes": item.scopes,
-                    "content": item.content,
-                    "data": item.data,
-                    "assertions": item.assertions,
-                    "provenance": item.provenance,
-                    "status": "received",
-                },
-            )
-            if not inserted:
-                result.status = self.observations.statuses(conn, [item.observation_id]).get(item.observation_id, "")
-                return result
-            result.created = True
-            rejected = self._project(conn, item, result, embeddings, now)
-            result.status = "partially_processed" if rejected else "processed"
+        inserted = self.observations.insert(
+            conn,
+            {
+                "observation_id": item.observation_id,
+                "namespace": item.namespace,
+                "source_system": item.system,
+                "source_stream": item.stream,
+                "source_external_id": item.external_id or None,
+                "kind": item.kind,
+                "occurred_at": item.occurred_at,
+                "actor": item.actor,
+                "subject": item.subject,
+                "scopes": item.scopes,
+                "content": item.content,
+                "data": item.data,
+                "assertions": item.assertions,
+                "provenance": item.provenance,
+                "status": "processed",
+            },
+        )
+        if not inserted:
+            result.status = self.observations.statuses(conn, [item.observation_id]).get(item.observation_id, "")
+            return result
+        result.created = True
+        rejected = self._project(conn, item, result, embeddings, now)
+        result.status = "partially_processed" if rejected else "processed"
+        if rejected:
             result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
-            result.error = result.field_violations[0] if rejected else ""
+            result.error = result.field_violations[0]
             self.observations.set_status(
                 conn,
                 item.observation_id,
                 result.status,
-                {"rejected": [{"field": f, "reason": r} for f, r in rejected]} if rejected else {},
+                {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
             )
         return result
 
@@ -192,8 +203,9 @@ class ObservationRecorder:
             now=now,
         )
         result.episode_key = episode_key
+        known: dict[str, str] = {}
         for entity in item.entities:
-            self.graph.upsert_node(
+            node = self.graph.upsert_node(
                 conn,
                 NodeWrite(
                     namespace=item.namespace,
@@ -208,6 +220,7 @@ class ObservationRecorder:
                 now=now,
                 overwrite=False,
             )
+            known[entity.key] = node.label
             result.entities_upserted += 1
         rejected: list[tuple[str, str]] = []
         prefix = "assertions"
@@ -231,7 +244,7 @@ class ObservationRecorder:
                 source_path=source_path,
             )
             try:
-                outcome = self.engine.record(conn, write, now=now)
+                outcome = self.engine.record(conn, write, now=now, known=known)
             except AssertionRejected as rejection:
                 rejected.append((rejection.field, rejection.reason))
                 continue

@@ -193,7 +193,8 @@ class GraphStore:
         label = age_label(node.node_type)
         last_seen = canonical_instant(now)
         properties = node.vertex_properties(last_seen, placeholder=False)
-        digest = _properties_hash(properties)
+        # For assertions (overwrite=False) the citation of the latest observation alone is no change.
+        digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
         # One statement either inserts the row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit.
         row = conn.execute(
@@ -207,12 +208,12 @@ class GraphStore:
         inserted, existing_label, was_placeholder, asserted_at, props_hash = row
         if inserted:
             self.ensure_label(label, "vertex")
-            self.cypher(conn, _create_vertex_query(label), properties)
+            self._insert_vertex(conn, label, properties)
             return NodeResult(node.natural_key, label, created=True, updated=False)
         newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
         if not (overwrite or was_placeholder or newer) or props_hash == digest:
             return NodeResult(node.natural_key, existing_label, created=False, updated=False)
-        self.cypher(conn, _update_vertex_query(existing_label), properties)
+        self._replace_vertex(conn, existing_label, properties)
         conn.execute(
             "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
             " asserted_at = CASE WHEN %s::timestamptz IS NULL THEN asserted_at"
@@ -222,11 +223,22 @@ class GraphStore:
         )
         return NodeResult(node.natural_key, existing_label, created=False, updated=True)
 
-    def ensure_node(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, *, now: datetime) -> str:
+    def ensure_node(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_key: str,
+        *,
+        now: datetime,
+        known: dict[str, str] | None = None,
+    ) -> str:
         """Returns the label of the vertex of ``natural_key``, creating a placeholder when it is missing.
 
         A placeholder's type is the key's ``type:`` prefix; a later entity assertion completes it.
+        ``known`` maps keys already written in this transaction to their labels (skips the look-up).
         """
+        if known is not None and natural_key in known:
+            return known[natural_key]
         row = conn.execute(
             "SELECT label FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, natural_key)
         ).fetchone()
@@ -247,7 +259,7 @@ class GraphStore:
             return str(row[0])
         self.ensure_label(label, "vertex")
         placeholder = NodeWrite(namespace=namespace, natural_key=natural_key, node_type=node_type)
-        self.cypher(conn, _create_vertex_query(label), placeholder.vertex_properties(canonical_instant(now), True))
+        self._insert_vertex(conn, label, placeholder.vertex_properties(canonical_instant(now), True))
         return label
 
     def node_labels(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> dict[str, str]:
@@ -273,26 +285,52 @@ class GraphStore:
         )
         return rows[0] if rows else None
 
+    # -- label tables (writes) -----------------------------------------------------------------------
+    #
+    # Writes go to AGE's label tables with plain SQL (an agtype map as a bound parameter; the GIN index on
+    # ``properties`` serves the ``@>`` look-ups). This is what AGE itself stores for CREATE/SET, without
+    # Cypher's planning of anonymous end nodes across every vertex label, which made a SET on one fact
+    # edge cost milliseconds.
+
+    def _table(self, label: str) -> sql.Composable:
+        return sql.Identifier(self.graph, checked_label(label))
+
+    def _insert_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
+        conn.execute(
+            sql.SQL("INSERT INTO {} (properties) VALUES (%s::ag_catalog.agtype)").format(self._table(label)),
+            (_agtype(properties),),
+        )
+
+    def _replace_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
+        key = {"namespace": properties["namespace"], "natural_key": properties["natural_key"]}
+        conn.execute(
+            sql.SQL("UPDATE {} SET properties = %s::ag_catalog.agtype WHERE properties @> %s::ag_catalog.agtype").format(
+                self._table(label)
+            ),
+            (_agtype(properties), _agtype(key)),
+        )
+
     # -- edges -------------------------------------------------------------------------------------
 
     def replace_links(
         self, conn: psycopg.Connection[Any], namespace: str, source_key: str, source_label: str, targets: dict[str, str]
     ) -> None:
         """Makes the LINKS_TO edges of ``source_key`` exactly ``targets`` (natural key -> label)."""
-        params = {"namespace": namespace, "source": source_key}
-        self.cypher(
-            conn,
-            f"MATCH (a:{checked_label(source_label)} {{namespace: $namespace, natural_key: $source}})"
-            "-[r:LINKS_TO]->() DELETE r",
-            params,
+        self.ensure_label("LINKS_TO", "edge")
+        conn.execute(
+            sql.SQL(
+                "DELETE FROM {} WHERE start_id IN (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype)"
+            ).format(self._table("LINKS_TO"), self._table(source_label)),
+            (_agtype({"namespace": namespace, "natural_key": source_key}),),
         )
         for target_key, target_label in targets.items():
-            self.cypher(
+            self.create_edge(
                 conn,
-                f"MATCH (a:{checked_label(source_label)} {{namespace: $namespace, natural_key: $source}}),"
-                f" (b:{checked_label(target_label)} {{namespace: $namespace, natural_key: $target}})"
-                " CREATE (a)-[r:LINKS_TO {namespace: $namespace}]->(b)",
-                {**params, "target": target_key},
+                namespace=namespace,
+                edge_label="LINKS_TO",
+                source=(source_key, source_label),
+                target=(target_key, target_label),
+                properties={"namespace": namespace},
             )
 
     def create_edge(
@@ -305,63 +343,39 @@ class GraphStore:
         target: tuple[str, str],
         properties: dict[str, Any],
     ) -> None:
-        """Creates one edge ``source -[edge_label properties]-> target``; ends are (natural_key, label).
-
-        Property names come from our code (fixed sets), values are parameters.
-        """
+        """Creates one edge ``source -[edge_label properties]-> target``; ends are (natural_key, label)."""
         self.ensure_label(edge_label, "edge")
-        names = sorted(properties)
-        for name in names:
-            checked_label(name)
-        property_map = ", ".join(f"{name}: $p_{name}" for name in names)
-        params = {f"p_{name}": properties[name] for name in names}
-        params.update({"namespace": namespace, "source": source[0], "target": target[0]})
-        self.cypher(
-            conn,
-            f"MATCH (a:{checked_label(source[1])} {{namespace: $namespace, natural_key: $source}}),"
-            f" (b:{checked_label(target[1])} {{namespace: $namespace, natural_key: $target}})"
-            f" CREATE (a)-[e:{checked_label(edge_label)} {{{property_map}}}]->(b)",
-            params,
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (start_id, end_id, properties) SELECT a.id, b.id, %s::ag_catalog.agtype FROM {} a, {} b"
+                " WHERE a.properties @> %s::ag_catalog.agtype AND b.properties @> %s::ag_catalog.agtype"
+            ).format(self._table(edge_label), self._table(source[1]), self._table(target[1])),
+            (
+                _agtype(properties),
+                _agtype({"namespace": namespace, "natural_key": source[0]}),
+                _agtype({"namespace": namespace, "natural_key": target[0]}),
+            ),
         )
 
-    def update_edge(
+    def replace_edge_properties(
         self, conn: psycopg.Connection[Any], *, edge_label: str, match: dict[str, Any], properties: dict[str, Any]
     ) -> None:
-        """Sets ``properties`` on the edges of ``edge_label`` whose properties contain ``match``."""
-        match_map = ", ".join(f"{checked_label(name)}: $m_{name}" for name in sorted(match))
-        assignments = ", ".join(f"e.{checked_label(name)} = $p_{name}" for name in sorted(properties))
-        params = {f"m_{k}": v for k, v in match.items()}
-        params.update({f"p_{k}": v for k, v in properties.items()})
-        self.cypher(conn, f"MATCH ()-[e:{checked_label(edge_label)} {{{match_map}}}]->() SET {assignments}", params)
+        """Replaces the whole property map of the edges of ``edge_label`` whose properties contain ``match``."""
+        conn.execute(
+            sql.SQL("UPDATE {} SET properties = %s::ag_catalog.agtype WHERE properties @> %s::ag_catalog.agtype").format(
+                self._table(edge_label)
+            ),
+            (_agtype(properties), _agtype(match)),
+        )
 
 
-_VERTEX_FIELDS = (
-    "namespace",
-    "natural_key",
-    "type",
-    "title",
-    "source_path",
-    "source_id",
-    "confidence",
-    "origin",
-    "last_seen",
-    "placeholder",
-    "props",
-)
+def _agtype(value: dict[str, Any]) -> str:
+    """JSON text of a property map, read by PostgreSQL as agtype."""
+    return json.dumps(value, ensure_ascii=False)
 
 
-def _create_vertex_query(label: str) -> str:
-    fields = ", ".join(f"{name}: ${name}" for name in _VERTEX_FIELDS)
-    return f"CREATE (n:{checked_label(label)} {{{fields}}})"
-
-
-def _update_vertex_query(label: str) -> str:
-    assignments = ", ".join(f"n.{name} = ${name}" for name in _VERTEX_FIELDS if name not in ("namespace", "natural_key"))
-    return f"MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: $natural_key}}) SET {assignments}"
-
-
-def _properties_hash(properties: dict[str, Any]) -> str:
-    stable = {k: v for k, v in properties.items() if k != "last_seen"}
+def _properties_hash(properties: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:
+    stable = {k: v for k, v in properties.items() if k != "last_seen" and k not in ignore}
     return hashlib.sha256(canonical_json(stable).encode("utf-8")).hexdigest()
 
 
