@@ -32,7 +32,7 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
     writer = DocumentWriter(database, provider, settings)
-    recorder = ObservationRecorder(database, encoder=provider, text_writer=writer)
+    recorder = ObservationRecorder(database, encoder=provider)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(recorder), server)

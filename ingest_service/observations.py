@@ -20,6 +20,7 @@ import numpy as np
 from common.db import Database
 from common.errors import FieldViolation, InvalidArgument
 from common.identifiers import canonical_instant
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.observation_store import ObservationStore
@@ -33,15 +34,6 @@ MAX_BATCH = 1000
 
 class PassageEncoder(Protocol):
     def encode_passages(self, texts: list[str]) -> np.ndarray: ...
-
-
-class TextChunkWriter(Protocol):
-    """Writes the chunk of a text fragment (the chunk store of the document writer)."""
-
-    def write_text_fragment(
-        self, conn: Any, *, namespace: str, node_key: str, title: str, heading: str, text: str,
-        embedding: np.ndarray, meta: dict[str, Any], source_path: str,
-    ) -> None: ...
 
 
 @dataclass
@@ -68,7 +60,6 @@ class ObservationRecorder:
         database: Database,
         *,
         encoder: PassageEncoder | None = None,
-        text_writer: TextChunkWriter | None = None,
     ) -> None:
         self.database = database
         self.graph = GraphStore(database)
@@ -76,7 +67,7 @@ class ObservationRecorder:
         self.engine = FactEngine(self.graph, self.facts)
         self.observations = ObservationStore(database.settings)
         self.encoder = encoder
-        self.text_writer = text_writer
+        self.chunks = ChunkStore(database.settings)
 
     def record_batch(self, raw_observations: list[dict[str, Any]]) -> list[RecordResult]:
         """Records observations given in proto3-JSON dict form (snake_case names), in order.
@@ -203,6 +194,13 @@ class ObservationRecorder:
             now=now,
         )
         result.episode_key = episode_key
+        searchable = episode_text(item)
+        if searchable:
+            self.chunks.replace_chunks(
+                conn,
+                NodeRef(item.namespace, episode_key, "episode", f"{item.kind} {subject_key}".strip(), source_path),
+                [ChunkWrite(0, item.kind, searchable, None, {"observation_id": item.observation_id, "scopes": item.scopes})],
+            )
         known: dict[str, str] = {}
         for entity in item.entities:
             node = self.graph.upsert_node(
@@ -268,17 +266,28 @@ class ObservationRecorder:
                 ),
                 now=now,
             )
-            assert embeddings is not None and self.text_writer is not None
-            self.text_writer.write_text_fragment(
+            assert embeddings is not None
+            self.chunks.replace_chunks(
                 conn,
-                namespace=item.namespace,
-                node_key=node_key,
-                title=title,
-                heading=text.heading,
-                text=text.text,
-                embedding=embeddings[position],
-                meta={"observation_id": item.observation_id, "scopes": item.scopes},
-                source_path=source_path,
+                NodeRef(item.namespace, node_key, "text", title, source_path),
+                [
+                    ChunkWrite(
+                        0,
+                        text.heading,
+                        text.text,
+                        embeddings[position],
+                        {"observation_id": item.observation_id, "scopes": item.scopes},
+                    )
+                ],
             )
             result.text_fragments += 1
         return rejected
+
+
+def episode_text(item: ObservationInput) -> str:
+    """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
+    (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
+    """
+    scalars = [f"{key}: {value}" for key, value in sorted(item.data.items()) if isinstance(value, (str, int, float, bool))]
+    parts = [item.content.strip(), "; ".join(scalars)]
+    return "\n\n".join(part for part in parts if part)
