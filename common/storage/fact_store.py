@@ -178,17 +178,12 @@ class FactStore:
         return [FactRow(**record) for record in records]
 
     def sync_edge(self, conn: psycopg.Connection[Any], row: FactRow) -> None:
-        """Writes the mutable properties of ``row`` onto its AGE edge."""
-        properties = row.edge_properties()
-        mutable = {
-            name: properties[name]
-            for name in ("valid_to", "confidence", "observation_ids", "superseded_by", "observed_at", "evidence_lost")
-        }
-        self.graph.update_edge(
+        """Writes the properties of ``row`` onto its AGE edge."""
+        self.graph.replace_edge_properties(
             conn,
             edge_label=age_label(row.predicate),
             match={"namespace": row.namespace, "fact_id": row.fact_id},
-            properties=mutable,
+            properties=row.edge_properties(),
         )
 
     def list(self, conn: psycopg.Connection[Any], query: FactQuery, now: datetime) -> list[FactRow]:

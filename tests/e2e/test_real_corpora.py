@@ -22,7 +22,7 @@ import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
 
-from common.cli import read_vault_document
+from common.cli import find_documents, read_document
 from memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -95,7 +95,7 @@ def debian_loaded(ingest_channel: grpc.Channel) -> list[Any]:
 
 
 def _vault_files() -> list[Path]:
-    return sorted(VAULT.rglob("*.md"))
+    return find_documents(VAULT)
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def vault_loaded(ingest_channel: grpc.Channel) -> dict[str, Path]:
     stub = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     keys: dict[str, Path] = {}
     for path in _vault_files():
-        request = read_vault_document(path, VAULT, VAULT_NAMESPACE)
+        request = read_document(path, VAULT, namespace=VAULT_NAMESPACE)
         response = stub.Retain(request, timeout=300)
         assert response.chunk_count >= 1
         keys[request.natural_key] = path
