@@ -1,0 +1,296 @@
+"""Benchmark of issue 2 §7 on the real corpora, through gRPC against real service processes.
+
+Measures, in one run on one machine:
+- observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
+  into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load;
+- chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
+- Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
+- the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
+  no gRPC, no service) in the same run, reported as the ratio gRPC / raw.
+
+Results are appended to bench/RESULTS.md (with the machine's description) and written as JSON to
+bench/results/service-<UTC time>.json. Targets (issue 2): debian ingest <= 60 s, Search p95 <= 100 ms,
+ListFacts p95 <= 10 ms.
+
+Usage: .venv/bin/python bench/run_bench.py  (the embedded database must be up: `make db`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, timestamp_pb2
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common.cli import find_documents, read_document  # noqa: E402
+from common.client import wait_for_serving  # noqa: E402
+from common.config import Settings  # noqa: E402
+from common.identifiers import fact_id, parse_instant  # noqa: E402
+from memory.v1 import (  # noqa: E402
+    context_service_pb2,
+    context_service_pb2_grpc,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+)
+
+CORPORA = ROOT.parent / "shared" / "corpora"
+UPLOADS = CORPORA / "debian-uploads"
+VAULT = CORPORA / "docs-vault"
+QUERIES = 200
+SENTENCE = re.compile(r"[^.!?\n]{40,220}[.!?]")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def services() -> Iterator[tuple[str, str]]:
+    """Starts `cb serve ingest` and `cb serve query` as separate processes on free ports."""
+    ingest, query = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, CB_INGEST_ADDR=ingest, CB_QUERY_ADDR=query, CB_INGEST_METRICS_PORT="0", CB_QUERY_METRICS_PORT="0")
+    children = [
+        subprocess.Popen([sys.executable, "-m", "common.cli", "serve", kind], cwd=ROOT, env=env)
+        for kind in ("ingest", "query")
+    ]
+    try:
+        for address in (ingest, query):
+            if not wait_for_serving(address, timeout=180):
+                raise RuntimeError(f"service at {address} did not become SERVING")
+        yield ingest, query
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait(30)
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(samples_ms)
+    quantiles = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {
+        "p50_ms": round(quantiles[49], 2),
+        "p95_ms": round(quantiles[94], 2),
+        "p99_ms": round(quantiles[98], 2),
+        "mean_ms": round(statistics.fmean(ordered), 2),
+        "n": len(ordered),
+    }
+
+
+def timed(calls: list[Callable[[], Any]]) -> list[float]:
+    samples = []
+    for call in calls:
+        start = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
+    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it (DESIGN §3 formula)."""
+    records = [json.loads(line) for line in (UPLOADS / "observations.jsonl").read_text("utf-8").splitlines()]
+    remap: dict[str, str] = {}
+    for record in records:
+        record["namespace"] = namespace
+        for assertion in record["assertions"]:
+            fact = assertion.get("fact")
+            if fact is None:
+                continue
+            original = fact_id(
+                "debian",
+                f"{fact['subject']['type']}:{fact['subject']['id']}",
+                fact["predicate"],
+                f"{fact['object']['type']}:{fact['object']['id']}",
+                parse_instant(fact["valid_from"]),
+            )
+            remap[original] = fact_id(
+                namespace,
+                f"{fact['subject']['type']}:{fact['subject']['id']}",
+                fact["predicate"],
+                f"{fact['object']['type']}:{fact['object']['id']}",
+                parse_instant(fact["valid_from"]),
+            )
+    for record in records:
+        for assertion in record["assertions"]:
+            fact = assertion.get("fact")
+            if fact and "supersedes" in fact:
+                fact["supersedes"] = remap[fact["supersedes"]]
+    return [json_format.ParseDict(record, knowledge_pb2.Observation()) for record in records]
+
+
+def machine() -> dict[str, Any]:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+        platform.processor(),
+    )
+    memory_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+def distinctive_sentences(count: int) -> list[str]:
+    texts = [path.read_text("utf-8") for path in find_documents(VAULT)]
+    rng = random.Random(7)
+    chosen: list[str] = []
+    for index in rng.sample(range(len(texts)), len(texts)):
+        for sentence in SENTENCE.findall(texts[index].split("\n---\n", 1)[-1]):
+            sentence = sentence.strip()
+            if len(sentence.split()) >= 8 and sum(sentence in other for other in texts) == 1:
+                chosen.append(sentence)
+                break
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def main() -> int:
+    settings = Settings()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    debian_ns, vault_ns = f"bench-debian-{stamp}", f"bench-vault-{stamp}"
+    results: dict[str, Any] = {"time": stamp, "machine": machine(), "embedding_provider": settings.embedding_provider}
+    observations = debian_observations(debian_ns)
+    documents = [read_document(path, VAULT, namespace=vault_ns) for path in find_documents(VAULT)]
+    searches = distinctive_sentences(QUERIES)
+    questions = [json.loads(line) for line in (UPLOADS / "asof-dev.jsonl").read_text("utf-8").splitlines()]
+
+    with services() as (ingest_address, query_address):
+        ingest = grpc.insecure_channel(ingest_address, options=[("grpc.max_send_message_length", 64 << 20)])
+        query = grpc.insecure_channel(query_address, options=[("grpc.max_receive_message_length", 64 << 20)])
+        observe = observation_service_pb2_grpc.ObservationServiceStub(ingest)
+        start = time.perf_counter()
+        created = 0
+        for offset in range(0, len(observations), 200):
+            response = observe.RecordObservations(
+                observation_service_pb2.RecordObservationsRequest(observations=observations[offset : offset + 200]),
+                timeout=600,
+            )
+            created += sum(result.created for result in response.results)
+        seconds = time.perf_counter() - start
+        results["observations"] = {
+            "count": len(observations), "created": created, "seconds": round(seconds, 2),
+            "per_second": round(len(observations) / seconds, 1), "target_seconds": 60,
+        }
+        print(f"observations: {len(observations)} in {seconds:.1f} s ({len(observations) / seconds:.0f}/s)", flush=True)
+
+        documents_stub = document_service_pb2_grpc.DocumentServiceStub(ingest)
+        start = time.perf_counter()
+        chunks = 0
+        for request in documents:
+            chunks += documents_stub.Retain(request, timeout=600).chunk_count
+        seconds = time.perf_counter() - start
+        results["documents"] = {
+            "documents": len(documents), "chunks": chunks, "seconds": round(seconds, 2),
+            "chunks_per_second": round(chunks / seconds, 1),
+        }
+        print(f"documents: {len(documents)} ({chunks} chunks) in {seconds:.1f} s ({chunks / seconds:.0f} chunks/s)", flush=True)
+
+        search = retrieval_service_pb2_grpc.RetrievalServiceStub(query)
+        search_requests = [retrieval_service_pb2.SearchRequest(namespace=vault_ns, query=q, top_k=10) for q in searches]
+        search.Search(search_requests[0], timeout=120)  # warm-up: the query model loads on first use
+        results["search_grpc"] = percentiles(timed([lambda r=r: search.Search(r, timeout=30) for r in search_requests]))
+
+        facts = fact_query_service_pb2_grpc.FactQueryServiceStub(query)
+        fact_requests = []
+        for question in (questions * 2)[:QUERIES]:
+            as_of = timestamp_pb2.Timestamp()
+            as_of.FromJsonString(question["as_of"])
+            fact_requests.append(
+                fact_query_service_pb2.ListFactsRequest(
+                    namespace=debian_ns, subject=question["subject"], predicate=question["predicate"], as_of=as_of
+                )
+            )
+        results["list_facts_grpc"] = percentiles(timed([lambda r=r: facts.ListFacts(r, timeout=30) for r in fact_requests]))
+
+        context = context_service_pb2_grpc.ContextServiceStub(query)
+        context_requests = [
+            context_service_pb2.CompileContextRequest(namespace=vault_ns, query=q, token_budget=1500) for q in searches
+        ]
+        results["compile_context_grpc"] = percentiles(
+            timed([lambda r=r: context.CompileContext(r, timeout=60) for r in context_requests])
+        )
+
+    results["search_raw_sql"] = raw_search(settings, vault_ns, searches)
+    results["search_grpc_vs_raw_p50"] = round(results["search_grpc"]["p50_ms"] / results["search_raw_sql"]["p50_ms"], 2)
+    write_results(results)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[str, float]:
+    """The same searches in-process: query embedding + candidate SQL + fusion, without gRPC or the service."""
+    from common.db import Database
+    from common.embeddings import build_embedding_provider
+    from query_service.hybrid_search import HybridSearch, SearchQuery
+
+    provider = build_embedding_provider(settings)
+    database = Database(settings, embedding_model=provider.model_id)
+    engine = HybridSearch(database, provider, settings)
+    engine.search(SearchQuery(namespace=namespace, query=searches[0], top_k=10))
+    samples = timed([lambda q=q: engine.search(SearchQuery(namespace=namespace, query=q, top_k=10)) for q in searches])
+    database.close()
+    return percentiles(samples)
+
+
+def write_results(results: dict[str, Any]) -> None:
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"service-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+    m = results["machine"]
+    lines = [
+        f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}",
+        "",
+        "| measure | figure | target |",
+        "|---|---|---|",
+        f"| debian corpus ingest (5,415 observations, 1 client, batches of 200) | {results['observations']['seconds']} s"
+        f" ({results['observations']['per_second']}/s) | <= 60 s |",
+        f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
+        f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |",
+    ]
+    for key, label, target in (
+        ("search_grpc", "Search over gRPC", "p95 <= 100 ms"),
+        ("search_raw_sql", "Search in-process (raw SQL + fusion)", ""),
+        ("list_facts_grpc", "ListFacts over gRPC (as-of)", "p95 <= 10 ms"),
+        ("compile_context_grpc", "CompileContext over gRPC (budget 1500)", ""),
+    ):
+        r = results[key]
+        lines.append(f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |")
+    lines.append(f"| Search gRPC / raw p50 ratio | {results['search_grpc_vs_raw_p50']} | |")
+    path = ROOT / "bench" / "RESULTS.md"
+    if not path.exists():
+        path.write_text("# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n")
+    with path.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
