@@ -1,0 +1,431 @@
+"""The chunks table (seed 000 "Чанки и документы"): writing a node's chunks and the three retrieval rankings.
+
+All SQL on ``{chunks}`` (``Settings.chunks_table``, passed as `psycopg.sql.Identifier`) lives here. Every
+query carries the namespace predicate; the optional filters (node types, meta containment
+``meta @> {...}``, node keys) are applied *inside* each ranking query, so a small namespace inside a
+large table still fills its candidate list:
+
+* **vector**: ``ORDER BY embedding <=> q LIMIT n`` over the HNSW cosine index. The pool sets
+  ``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8), so when the filters discard the first
+  ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
+  returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
+  re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
+  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway.
+* **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
+  stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
+  default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
+  upgrade openssl on bookworm" rarely has all its words in one chunk), so when the AND query yields
+  fewer than ``limit`` rows, the rest is filled with chunks matching *any* lexeme of the query (an OR
+  query built from the same lexemes), ranked after the AND matches.
+
+  About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
+  words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
+  ``2.36``, ``-9``) through ``simple`` — identically for the stored vector and for the query — so English
+  words and identifiers match under ``russian`` (``installing`` and ``installation`` both become
+  ``instal``). A ``simple``-config *query* against the stemmed stored vector can only match lexemes the
+  stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
+  ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
+  ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
+* **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``): rows whose ``word_similarity(q, text)`` passes
+  ``pg_trgm.word_similarity_threshold`` (operator ``<%``, skipped for queries longer than
+  ``trigram_max_query_chars``), plus rows containing an *identifier-like token* of the query verbatim,
+  case-insensitively (``text ILIKE '%token%'``, also served by the trigram index). Identifier-like tokens
+  are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least 3 characters, such as
+  ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm alone ignores punctuation, so without the
+  ILIKE arm ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Exact token hits rank first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from common.config import Settings
+
+_CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
+_IDENTIFIER_TOKEN = re.compile(r"[0-9\-_.:+/#@]")
+_TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
+
+
+@dataclass(frozen=True)
+class ChunkWrite:
+    """One chunk to store.
+
+    Attributes:
+        chunk_order: position in the document, >= 0, unique per node.
+        heading: heading path of the chunk's section.
+        text: the chunk text (no NUL characters).
+        embedding: vector of ``Settings.embedding_dim`` float32 values of ``"<title> — <heading>\\n<text>"``,
+            or None for a chunk searched by full text and trigram only (vector search skips it).
+        meta: chunk meta (consumer tags, ``scopes``, ``observation_id``); stored as jsonb.
+    """
+
+    chunk_order: int
+    heading: str
+    text: str
+    embedding: np.ndarray | None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """The node that owns chunks, with the columns copied onto every chunk row."""
+
+    namespace: str
+    node_key: str
+    node_type: str = "document"
+    title: str = ""
+    source_path: str = ""
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One chunk row as read back (no embedding)."""
+
+    node_key: str
+    chunk_order: int
+    node_type: str
+    source_path: str
+    title: str
+    heading: str
+    text: str
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChunkFilter:
+    """Predicates shared by the three rankings.
+
+    Attributes:
+        namespace: required.
+        node_types: keep only chunks of these node types (empty: all).
+        meta: jsonb containment filter, ``meta @> {...}`` (empty: none).
+        node_keys: keep only chunks of these nodes (empty: all).
+    """
+
+    namespace: str
+    node_types: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    node_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk returned by one ranking, with that ranking's raw score.
+
+    ``score`` is the cosine *distance* for the vector ranking (smaller is better), ``ts_rank_cd`` for full
+    text and the trigram similarity (1.0 for an exact identifier hit) for trigram; ``rank`` is 1-based.
+    """
+
+    chunk: StoredChunk
+    score: float
+    rank: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.chunk.node_key, self.chunk.chunk_order)
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a chunk write changed: rows inserted or updated, rows deleted, chunks the node has now."""
+
+    written: int
+    deleted: int
+    chunk_count: int
+
+
+def embedding_input(title: str, heading: str, text: str) -> str:
+    """The text that is embedded for a chunk (seed 000): ``"<title> — <heading>\\n<text>"``."""
+    return f"{title} — {heading}\n{text}"
+
+
+def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
+    """Identifier-like tokens of ``query`` (``PROJ-1234``, ``1:2.3-4``, ``2.36-9+deb12u4``), deduplicated.
+
+    A token is a whitespace-separated piece, stripped of surrounding quotes and sentence punctuation,
+    of at least 3 characters containing a digit or one of ``-_.:+/#@``.
+    """
+    tokens: list[str] = []
+    for piece in query.split():
+        token = _TRIM_TOKEN.sub("", piece)
+        if len(token) >= 3 and _IDENTIFIER_TOKEN.search(token) and token.lower() not in tokens:
+            tokens.append(token.lower())
+        if len(tokens) >= limit:
+            break
+    return tokens
+
+
+def _like_pattern(token: str) -> str:
+    escaped = token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _tsquery_literal(lexeme: str) -> str:
+    """A lexeme quoted for tsquery input (single quotes doubled, backslashes escaped)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+class ChunkStore:
+    """SQL for the chunks table. Stateless apart from the table identifier; safe to share."""
+
+    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 200) -> None:
+        self.settings = settings
+        self.table = sql.Identifier(settings.chunks_table)
+        self.text_search_config = settings.text_search_config
+        self.trigram_max_query_chars = trigram_max_query_chars
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def existing_embeddings(
+        self, conn: psycopg.Connection[Any], namespace: str, node_key: str
+    ) -> dict[str, np.ndarray | None]:
+        """Stored embeddings of a node's chunks keyed by their `embedding_input` (None: stored without one).
+
+        Lets a writer skip re-embedding unchanged chunks (same title, heading and text).
+        """
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT title, heading, text, embedding FROM {} WHERE namespace = %s AND node_key = %s"
+            ).format(self.table),
+            (namespace, node_key),
+        ).fetchall()
+        return {embedding_input(title, heading, text): vector for title, heading, text, vector in rows}
+
+    def replace_chunks(
+        self,
+        conn: psycopg.Connection[Any],
+        node: NodeRef,
+        chunks: Sequence[ChunkWrite],
+        *,
+        delete_beyond: bool = True,
+        seen_run: str | None = None,
+    ) -> WriteResult:
+        """Upserts ``chunks`` by (namespace, node_key, chunk_order).
+
+        A row whose columns (and embedding) are already equal is left untouched (no new row version), so
+        writing identical chunks twice changes nothing. With ``delete_beyond`` (Retain), the node's chunks
+        whose order is not below ``len(chunks)`` are deleted, so the node has exactly ``chunks``; without
+        it (PutChunks) the other chunks stay.
+
+        Args:
+            conn: a connection inside the caller's transaction.
+            node: the owning node; its type, title and source path are copied onto every row.
+            chunks: the chunks; with ``delete_beyond`` their orders must be 0..len-1.
+            delete_beyond: delete chunks with ``chunk_order >= len(chunks)``.
+            seen_run: vault-ingest run mark (None for API writes).
+
+        Returns:
+            Rows inserted or updated, rows deleted, and the node's chunk count afterwards.
+        """
+        written = 0
+        if chunks:
+            statement = sql.SQL(
+                "INSERT INTO {table} AS c (namespace, node_key, chunk_order, node_type, source_path, title,"
+                " heading, text, embedding, meta, seen_run)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                " ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET"
+                " node_type = excluded.node_type, source_path = excluded.source_path, title = excluded.title,"
+                " heading = excluded.heading, text = excluded.text, embedding = excluded.embedding,"
+                " meta = excluded.meta, seen_run = excluded.seen_run"
+                " WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run)"
+                " IS DISTINCT FROM (excluded.node_type, excluded.source_path, excluded.title, excluded.heading,"
+                " excluded.text, excluded.meta, excluded.seen_run)"
+                " OR c.embedding IS DISTINCT FROM excluded.embedding"
+            ).format(table=self.table)
+            rows = [
+                (
+                    node.namespace,
+                    node.node_key,
+                    chunk.chunk_order,
+                    node.node_type,
+                    node.source_path,
+                    node.title,
+                    chunk.heading,
+                    chunk.text,
+                    None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
+                    Jsonb(dict(chunk.meta)),
+                    seen_run,
+                )
+                for chunk in chunks
+            ]
+            with conn.cursor() as cursor:
+                cursor.executemany(statement, rows)
+                written = max(cursor.rowcount, 0)
+        deleted = 0
+        if delete_beyond:
+            deleted = conn.execute(
+                sql.SQL("DELETE FROM {} WHERE namespace = %s AND node_key = %s AND chunk_order >= %s").format(
+                    self.table
+                ),
+                (node.namespace, node.node_key, len(chunks)),
+            ).rowcount
+        count = self.count_chunks(conn, node.namespace, node.node_key)
+        return WriteResult(written=written, deleted=max(deleted, 0), chunk_count=count)
+
+    def delete_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
+        """Deletes every chunk of a node; returns how many there were."""
+        return conn.execute(
+            sql.SQL("DELETE FROM {} WHERE namespace = %s AND node_key = %s").format(self.table),
+            (namespace, node_key),
+        ).rowcount
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def count_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
+        """Number of chunks of a node."""
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM {} WHERE namespace = %s AND node_key = %s").format(self.table),
+            (namespace, node_key),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def list_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> list[StoredChunk]:
+        """The chunks of a node in ``chunk_order``."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                sql.SQL(
+                    "SELECT {columns} FROM {table} WHERE namespace = %s AND node_key = %s ORDER BY chunk_order"
+                ).format(columns=_CHUNK_COLUMNS, table=self.table),
+                (namespace, node_key),
+            ).fetchall()
+        return [StoredChunk(**record) for record in records]
+
+    # -- rankings ----------------------------------------------------------------------------------
+
+    def _filter_sql(self, where: ChunkFilter, params: dict[str, Any]) -> sql.Composable:
+        conditions: list[sql.Composable] = [sql.SQL("namespace = %(namespace)s")]
+        params["namespace"] = where.namespace
+        if where.node_types:
+            conditions.append(sql.SQL("node_type = ANY(%(node_types)s)"))
+            params["node_types"] = list(where.node_types)
+        if where.meta:
+            conditions.append(sql.SQL("meta @> %(meta)s"))
+            params["meta"] = Jsonb(dict(where.meta))
+        if where.node_keys:
+            conditions.append(sql.SQL("node_key = ANY(%(node_keys)s)"))
+            params["node_keys"] = list(where.node_keys)
+        return sql.SQL(" AND ").join(conditions)
+
+    def _candidates(
+        self, conn: psycopg.Connection[Any], statement: sql.Composed, params: dict[str, Any]
+    ) -> list[Candidate]:
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params).fetchall()
+        candidates = []
+        for rank, record in enumerate(records, start=1):
+            score = float(record.pop("score"))
+            candidates.append(Candidate(chunk=StoredChunk(**record), score=score, rank=rank))
+        return candidates
+
+    def vector_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending)."""
+        params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
+        condition = self._filter_sql(where, params)
+        statement = sql.SQL(
+            "WITH nearest AS MATERIALIZED ("
+            " SELECT {columns}, embedding <=> %(embedding)s AS score FROM {table}"
+            " WHERE {condition} AND embedding IS NOT NULL"
+            " ORDER BY embedding <=> %(embedding)s LIMIT %(limit)s)"
+            " SELECT * FROM nearest ORDER BY score, node_key, chunk_order"
+        ).format(columns=_CHUNK_COLUMNS, table=self.table, condition=condition)
+        return self._candidates(conn, statement, params)
+
+    def text_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` full-text matches (``score`` = ts_rank_cd, descending).
+
+        Chunks matching every term (websearch syntax: quotes, ``or``, ``-``) come first; when they are
+        fewer than ``limit``, chunks matching any lexeme of the query follow (see the module doc).
+        """
+        params: dict[str, Any] = {"config": self.text_search_config, "query": query, "limit": limit}
+        condition = self._filter_sql(where, params)
+        statement = sql.SQL(
+            "SELECT {columns}, ts_rank_cd(search_document, q.tsq) AS score"
+            " FROM {table}, (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS tsq) AS q"
+            " WHERE {condition} AND search_document @@ q.tsq"
+            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(columns=_CHUNK_COLUMNS, table=self.table, condition=condition)
+        candidates = self._candidates(conn, statement, params)
+        if len(candidates) >= limit:
+            return candidates
+        lexemes = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY 1",
+                (self.text_search_config, query),
+            ).fetchall()
+        ]
+        if len(lexemes) < 2:
+            return candidates  # the AND query already was the OR query
+        params_any: dict[str, Any] = {
+            "config": self.text_search_config,
+            "query": query,
+            "any_query": " | ".join(_tsquery_literal(lexeme) for lexeme in lexemes),
+            "limit": limit - len(candidates),
+        }
+        condition_any = self._filter_sql(where, params_any)
+        statement_any = sql.SQL(
+            "SELECT {columns}, ts_rank_cd(search_document, q.tsq) AS score FROM {table},"
+            " (SELECT %(any_query)s::tsquery AS tsq,"
+            " websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS all_terms) AS q"
+            " WHERE {condition} AND search_document @@ q.tsq AND NOT (search_document @@ q.all_terms)"
+            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(columns=_CHUNK_COLUMNS, table=self.table, condition=condition_any)
+        extra = self._candidates(conn, statement_any, params_any)
+        offset = len(candidates)
+        return candidates + [Candidate(c.chunk, c.score, c.rank + offset) for c in extra]
+
+    def trigram_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` trigram matches (``score`` = similarity in [0, 1], 1.0 for an exact token hit).
+
+        Ordered by the number of identifier tokens of the query found verbatim, then by
+        ``word_similarity(query, text)``.
+        """
+        tokens = identifier_tokens(query)
+        use_similarity = len(query) <= self.trigram_max_query_chars
+        if not tokens and not use_similarity:
+            return []
+        params: dict[str, Any] = {
+            "query": query,
+            "patterns": [_like_pattern(token) for token in tokens],
+            "limit": limit,
+        }
+        condition = self._filter_sql(where, params)
+        arms: list[sql.Composable] = []
+        if use_similarity:
+            arms.append(sql.SQL("%(query)s <%% text"))
+        if tokens:
+            arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
+        statement = sql.SQL(
+            "SELECT * FROM ("
+            " SELECT {columns}, word_similarity(%(query)s, text) AS similarity,"
+            " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
+            " FROM {table} WHERE {condition} AND ({arms})) AS matched"
+            " ORDER BY hits DESC, similarity DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(
+            columns=_CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
+        )
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params).fetchall()
+        candidates = []
+        for rank, record in enumerate(records, start=1):
+            similarity = float(record.pop("similarity"))
+            hits = int(record.pop("hits"))
+            candidates.append(
+                Candidate(chunk=StoredChunk(**record), score=1.0 if hits else similarity, rank=rank)
+            )
+        return candidates

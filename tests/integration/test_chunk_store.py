@@ -1,0 +1,275 @@
+"""ChunkStore on the real database with the real embedder: writes, reads and the three rankings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from common.config import Settings
+from common.db import Database
+from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.storage.chunk_store import (
+    ChunkFilter,
+    ChunkStore,
+    ChunkWrite,
+    NodeRef,
+    embedding_input,
+    identifier_tokens,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def provider(settings: Settings) -> EmbeddingProvider:
+    return build_embedding_provider(settings)
+
+
+@pytest.fixture(scope="module")
+def store(settings: Settings) -> ChunkStore:
+    return ChunkStore(settings)
+
+
+def _writes(
+    provider: EmbeddingProvider, title: str, pieces: list[tuple[str, str]], meta: dict[str, Any] | None = None
+) -> list[ChunkWrite]:
+    vectors = provider.encode_passages([embedding_input(title, heading, text) for heading, text in pieces])
+    return [
+        ChunkWrite(chunk_order=order, heading=heading, text=text, embedding=vectors[order], meta=meta or {})
+        for order, (heading, text) in enumerate(pieces)
+    ]
+
+
+def _xmins(database: Database, settings: Settings, namespace: str) -> list[tuple[str, int, str]]:
+    from psycopg import sql
+
+    with database.connection() as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT node_key, chunk_order, xmin::text FROM {} WHERE namespace = %s ORDER BY 1, 2"
+            ).format(sql.Identifier(settings.chunks_table)),
+            (namespace,),
+        ).fetchall()
+    return [(str(a), int(b), str(c)) for a, b, c in rows]
+
+
+@pytest.fixture
+def cleanup(database: Database, store: ChunkStore) -> Iterator[list[tuple[str, str]]]:
+    created: list[tuple[str, str]] = []
+    yield created
+    with database.connection() as conn:
+        for namespace, key in created:
+            store.delete_chunks(conn, namespace, key)
+
+
+def test_replace_reads_back_in_order_and_identical_rewrite_touches_nothing(
+    database: Database,
+    settings: Settings,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    node = NodeRef(namespace, "doc:order", "document", "Order", "docs/order.md")
+    cleanup.append((namespace, node.node_key))
+    pieces = [("A", "first text"), ("A / B", "second text"), ("C", "third text")]
+    writes = _writes(provider, node.title, pieces, {"collection": "faq"})
+    with database.connection() as conn:
+        result = store.replace_chunks(conn, node, list(reversed(writes)))
+    assert (result.written, result.deleted, result.chunk_count) == (3, 0, 3)
+    with database.connection() as conn:
+        chunks = store.list_chunks(conn, namespace, node.node_key)
+    assert [(c.chunk_order, c.heading, c.text) for c in chunks] == [
+        (i, h, t) for i, (h, t) in enumerate(pieces)
+    ]
+    assert all(c.meta == {"collection": "faq"} and c.source_path == "docs/order.md" for c in chunks)
+
+    before = _xmins(database, settings, namespace)
+    with database.connection() as conn:
+        again = store.replace_chunks(conn, node, writes)
+    assert (again.written, again.deleted) == (0, 0)
+    assert _xmins(database, settings, namespace) == before  # no new row version
+
+    # A changed chunk is rewritten, a shorter document loses its tail.
+    changed = _writes(provider, node.title, [("A", "first text, edited")])
+    with database.connection() as conn:
+        shorter = store.replace_chunks(conn, node, changed)
+    assert (shorter.written, shorter.deleted, shorter.chunk_count) == (1, 2, 1)
+
+    # Without delete_beyond (PutChunks) the other chunks stay.
+    extra = [ChunkWrite(5, "Z", "fifth", writes[0].embedding, {})]
+    with database.connection() as conn:
+        kept = store.replace_chunks(conn, node, extra, delete_beyond=False)
+        orders = [c.chunk_order for c in store.list_chunks(conn, namespace, node.node_key)]
+    assert kept.chunk_count == 2 and orders == [0, 5]
+
+
+def test_existing_embeddings_are_keyed_by_embedding_input(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    node = NodeRef(namespace, "doc:reuse", title="Reuse")
+    cleanup.append((namespace, node.node_key))
+    writes = _writes(provider, node.title, [("H", "body")])
+    with database.connection() as conn:
+        store.replace_chunks(conn, node, writes)
+        stored = store.existing_embeddings(conn, namespace, node.node_key)
+    vector = stored[embedding_input("Reuse", "H", "body")]
+    assert vector is not None and writes[0].embedding is not None
+    assert np.allclose(np.asarray(vector), writes[0].embedding, atol=1e-6)
+
+
+@pytest.fixture
+def corpus(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> str:
+    """A few documents of mixed language and type in ``namespace``."""
+    documents: list[tuple[NodeRef, list[tuple[str, str]], dict[str, Any]]] = [
+        (
+            NodeRef(namespace, "doc:apt", "document", "APT guide"),
+            [
+                ("Install", "Installation of packages with apt-get install libc6 on Debian bookworm."),
+                (
+                    "Upgrade",
+                    "Run apt full-upgrade to move to libc6 version 2.36-9+deb12u4 from 2.36-9+deb12u3.",
+                ),
+            ],
+            {"collection": "faq"},
+        ),
+        (
+            NodeRef(namespace, "doc:ru", "article", "Пакеты"),
+            [
+                ("Установка", "Установка пакетов в Debian выполняется командой apt. Версия пакета 1:2.3-4."),
+                ("Ключи", "Задача PROJ-1234 описывает перенос ключей на новый сервер."),
+            ],
+            {"collection": "kb"},
+        ),
+        (
+            NodeRef(namespace, "doc:other", "document", "Cooking"),
+            [("Soup", "A borscht recipe with beetroot, cabbage and 100% natural ingredients here.")],
+            {"collection": "faq"},
+        ),
+        (
+            NodeRef(namespace, "doc:upgrade-notes", "document", "Notes"),
+            [("Old", "The upgrade to 2.36-9+deb12u3 was tested on 1000 bookworm hosts.")],
+            {},
+        ),
+    ]
+    with database.connection() as conn:
+        for node, pieces, meta in documents:
+            cleanup.append((namespace, node.node_key))
+            store.replace_chunks(conn, node, _writes(provider, node.title, pieces, meta))
+        # A chunk without an embedding (an episode's observation text): text and trigram only.
+        store.replace_chunks(
+            conn,
+            NodeRef(namespace, "episode:obs-1", "episode", "task.completed"),
+            [ChunkWrite(0, "", "Deployment of zstd 1.5.5+dfsg-1 finished on host web-01.", None, {})],
+        )
+        cleanup.append((namespace, "episode:obs-1"))
+    return namespace
+
+
+def test_vector_ranking_is_sorted_by_distance_and_skips_chunks_without_embedding(
+    database: Database, store: ChunkStore, provider: EmbeddingProvider, corpus: str
+) -> None:
+    with database.connection() as conn:
+        found = store.vector_candidates(
+            conn, ChunkFilter(corpus), provider.encode_query("how to install packages"), 50
+        )
+    distances = [c.score for c in found]
+    assert distances == sorted(distances)
+    assert [c.rank for c in found] == list(range(1, len(found) + 1))
+    assert len(found) == 6  # every embedded chunk, never the episode chunk
+    assert "episode:obs-1" not in {c.chunk.node_key for c in found}
+    assert found[0].chunk.node_key in {"doc:apt", "doc:ru"}
+
+
+def test_filters_apply_inside_every_ranking(
+    database: Database, store: ChunkStore, provider: EmbeddingProvider, corpus: str
+) -> None:
+    query = "upgrade 2.36-9+deb12u4"
+    vector = provider.encode_query(query)
+    filters = {
+        "meta": ChunkFilter(corpus, meta={"collection": "faq"}),
+        "types": ChunkFilter(corpus, node_types=("article",)),
+        "keys": ChunkFilter(corpus, node_keys=("doc:upgrade-notes",)),
+    }
+    allowed = {"meta": {"doc:apt", "doc:other"}, "types": {"doc:ru"}, "keys": {"doc:upgrade-notes"}}
+    with database.connection() as conn:
+        for name, where in filters.items():
+            for ranking in (
+                store.vector_candidates(conn, where, vector, 50),
+                store.text_candidates(conn, where, "upgrade packages", 50),
+                store.trigram_candidates(conn, where, query, 50),
+            ):
+                assert {c.chunk.node_key for c in ranking} <= allowed[name], name
+            assert store.vector_candidates(conn, where, vector, 50), name
+        assert store.vector_candidates(conn, ChunkFilter("no-such-namespace-x"), vector, 50) == []
+
+
+def test_full_text_matches_english_identifiers_and_both_morphologies(
+    database: Database, store: ChunkStore, corpus: str
+) -> None:
+    where = ChunkFilter(corpus)
+    with database.connection() as conn:
+        english = store.text_candidates(conn, where, "installing apt-get", 10)
+        russian = store.text_candidates(conn, where, "пакет установки", 10)
+        identifier = store.text_candidates(conn, where, "libc6", 10)
+        episode = store.text_candidates(conn, where, "deployment zstd", 10)
+    assert english[0].key == ("doc:apt", 0)  # "installing" and "Installation" share the stem
+    assert russian[0].key == ("doc:ru", 0)  # "пакет"/"пакетов", "установки"/"Установка"
+    assert {c.key for c in identifier} == {("doc:apt", 0), ("doc:apt", 1)}
+    assert episode[0].key == ("episode:obs-1", 0)
+    assert all(c.score > 0 for c in english + russian + identifier)
+
+
+def test_full_text_falls_back_to_any_term_after_all_terms(
+    database: Database, store: ChunkStore, corpus: str
+) -> None:
+    with database.connection() as conn:
+        found = store.text_candidates(conn, ChunkFilter(corpus), "upgrade bookworm borscht", 10)
+    keys = [c.key for c in found]
+    # No chunk has all three words; chunks with any of them are returned, best rank first.
+    assert set(keys) >= {("doc:apt", 1), ("doc:upgrade-notes", 0), ("doc:other", 0)}
+    assert [c.rank for c in found] == list(range(1, len(found) + 1))
+
+
+def test_trigram_finds_exact_version_strings_first(
+    database: Database, store: ChunkStore, corpus: str
+) -> None:
+    where = ChunkFilter(corpus)
+    with database.connection() as conn:
+        version = store.trigram_candidates(conn, where, "2.36-9+deb12u4", 10)
+        epoch = store.trigram_candidates(conn, where, "1:2.3-4", 10)
+        ticket = store.trigram_candidates(conn, where, "what is proj-1234 about?", 10)
+        episode = store.trigram_candidates(conn, where, "1.5.5+dfsg-1", 10)
+        percent = store.trigram_candidates(conn, where, "100%", 10)
+        underscore = store.trigram_candidates(conn, where, "s_here", 10)
+    assert version[0].key == ("doc:apt", 1) and version[0].score == 1.0
+    # deb12u3 differs only in punctuation-free trigrams; it may follow, but never with an exact score.
+    assert all(c.score < 1.0 for c in version[1:])
+    assert epoch[0].key == ("doc:ru", 0) and epoch[0].score == 1.0
+    assert ticket[0].key == ("doc:ru", 1)
+    assert episode[0].key == ("episode:obs-1", 0)
+    # "%" and "_" are matched literally, not as LIKE wildcards ("1000" and "s here" must not be exact hits).
+    assert [c.key for c in percent if c.score == 1.0] == [("doc:other", 0)]
+    assert [c for c in underscore if c.score == 1.0] == []
+
+
+def test_identifier_tokens() -> None:
+    assert identifier_tokens('Что нового в "2.36-9+deb12u4"? См. PROJ-1234, 1:2.3-4.') == [
+        "2.36-9+deb12u4",
+        "proj-1234",
+        "1:2.3-4",
+    ]
+    assert identifier_tokens("how do I install openssl") == []
