@@ -1,0 +1,159 @@
+"""Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
+entities named in text, and the ``context_traces`` journal (DESIGN §7).
+
+Cypher goes through `GraphStore.cypher` (parameters only, sanitised labels); table names come from the
+settings through `psycopg.sql.Identifier`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from common.config import Settings
+from common.storage.graph_store import GraphStore, checked_label
+
+# Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
+# - _ . + : / @ # (PROJ-1234, libc6, 2.36-9+deb12u4, package:openssl).
+_TOKEN = re.compile(r"[\w](?:[\w.+:/@#-]*[\w])?")
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """A node without its (possibly large) content: what provenance needs."""
+
+    natural_key: str
+    node_type: str
+    title: str
+    source_path: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) -> list[str]:
+    """Lower-cased candidate ids found in ``texts``: words and identifiers of at least ``min_length``
+    characters, plus the id part of ``type:id`` tokens; deduplicated, at most ``limit``."""
+    seen: dict[str, None] = {}
+    for text in texts:
+        for match in _TOKEN.finditer(text):
+            token = match.group(0).lower()
+            candidates = [token]
+            if ":" in token:
+                candidates.append(token.split(":", 1)[1])
+            for candidate in candidates:
+                if len(candidate) >= min_length and candidate not in seen:
+                    seen[candidate] = None
+                    if len(seen) >= limit:
+                        return list(seen)
+    return list(seen)
+
+
+class ContextStore:
+    """Read-side queries for retrieval provenance and context compilation."""
+
+    def __init__(self, settings: Settings, graph: GraphStore) -> None:
+        self.graph = graph
+        self.traces_table = sql.Identifier(settings.context_traces_table)
+
+    def node_summaries(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: Sequence[str]
+    ) -> dict[str, NodeSummary]:
+        """Type, title, source path and ``props.provenance`` of the existing nodes among ``natural_keys``.
+
+        One Cypher query per label (``UNWIND`` over the keys, served by the label's GIN index); the node's
+        ``props.content`` is never read.
+        """
+        keys = list(dict.fromkeys(natural_keys))
+        if not keys:
+            return {}
+        rows = conn.execute(
+            "SELECT natural_key, label, node_type FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)",
+            (namespace, keys),
+        ).fetchall()
+        by_label: dict[str, list[str]] = defaultdict(list)
+        types: dict[str, str] = {}
+        for key, label, node_type in rows:
+            by_label[str(label)].append(str(key))
+            types[str(key)] = str(node_type)
+        out: dict[str, NodeSummary] = {}
+        for label, label_keys in by_label.items():
+            found = self.graph.cypher(
+                conn,
+                f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
+                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance]",
+                {"keys": label_keys, "namespace": namespace},
+            )
+            for item in found:
+                key, title, source_path, provenance = item
+                out[str(key)] = NodeSummary(
+                    natural_key=str(key),
+                    node_type=types.get(str(key), ""),
+                    title=str(title or ""),
+                    source_path=str(source_path or ""),
+                    provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
+                )
+        return out
+
+    def keys_with_facts(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        tokens: Sequence[str],
+        *,
+        exclude: Sequence[str],
+        limit: int,
+    ) -> list[str]:
+        """Natural keys whose id part (after the first ``:``; the whole key when it has none) equals one of
+        ``tokens`` (lower-case) and that are the subject or object of at least one fact.
+
+        Bounded: one hash join of the namespace's registry rows with the token list, at most ``limit``
+        keys, ordered by key.
+        """
+        if not tokens or limit <= 0:
+            return []
+        rows = conn.execute(
+            "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
+            " SELECT g.natural_key FROM graph_nodes g"
+            " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
+            " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s))"
+            " AND (EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.subject_key = g.natural_key)"
+            " OR EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.object_key = g.natural_key))"
+            " GROUP BY g.natural_key ORDER BY g.natural_key LIMIT %(limit)s",
+            {"tokens": list(tokens), "namespace": namespace, "exclude": list(exclude), "limit": limit},
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def record_trace(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        namespace: str,
+        trace_id: str,
+        request: Mapping[str, Any],
+        decisions: Sequence[Mapping[str, Any]],
+    ) -> int:
+        """Appends one context compilation to ``context_traces``; returns its row id."""
+        row = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (namespace, trace_id, request, decisions) VALUES (%s, %s, %s, %s) RETURNING id"
+            ).format(self.traces_table),
+            (namespace, trace_id, Jsonb(dict(request)), Jsonb([dict(d) for d in decisions])),
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def traces(self, conn: psycopg.Connection[Any], namespace: str, trace_id: str) -> list[dict[str, Any]]:
+        """The compilations recorded for a trace, oldest first: ``{id, created_at, request, decisions}``."""
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT id, created_at, request, decisions FROM {} WHERE namespace = %s AND trace_id = %s ORDER BY id"
+            ).format(self.traces_table),
+            (namespace, trace_id),
+        ).fetchall()
+        return [{"id": r[0], "created_at": r[1], "request": r[2], "decisions": r[3]} for r in rows]

@@ -1,0 +1,94 @@
+"""DocumentService transport: proto <-> domain mapping only (DESIGN §1).
+
+Validation, chunking, embedding and storage live in `ingest_service.documents`; domain errors raised there
+become gRPC statuses in the server's error interceptor (`common.server`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+from memory.v1 import document_service_pb2, document_service_pb2_grpc
+
+from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
+
+
+def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
+    """A `google.protobuf.Struct` as a plain dict; integral numbers become ints (Struct has doubles only)."""
+    return dict(_integral(json_format.MessageToDict(message)))
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value
+
+
+class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
+    """memory.v1.DocumentService over a `DocumentWriter`."""
+
+    def __init__(self, writer: DocumentWriter) -> None:
+        self.writer = writer
+
+    def Retain(
+        self, request: document_service_pb2.RetainRequest, context: grpc.ServicerContext
+    ) -> document_service_pb2.RetainResponse:
+        result = self.writer.retain(
+            RetainInput(
+                namespace=request.namespace,
+                natural_key=request.natural_key,
+                content=request.content,
+                type=request.type,
+                title=request.title,
+                links=tuple(request.links),
+                source_path=request.source_path,
+                provenance=struct_to_dict(request.provenance),
+                scopes=tuple(request.scopes),
+                meta=struct_to_dict(request.meta),
+                pii=request.pii,
+                pii_categories=tuple(request.pii_categories),
+                trace_id=request.trace_id,
+            )
+        )
+        return document_service_pb2.RetainResponse(
+            natural_key=result.natural_key,
+            created=result.created,
+            chunk_count=result.chunk_count,
+            linked=list(result.linked),
+            missing_links=list(result.missing_links),
+        )
+
+    def PutChunks(
+        self, request: document_service_pb2.PutChunksRequest, context: grpc.ServicerContext
+    ) -> document_service_pb2.PutChunksResponse:
+        result = self.writer.put_chunks(
+            PutChunksInput(
+                namespace=request.namespace,
+                natural_key=request.natural_key,
+                chunks=tuple(
+                    ChunkInput(
+                        chunk_order=chunk.chunk_order,
+                        heading=chunk.heading,
+                        text=chunk.text,
+                        meta=struct_to_dict(chunk.meta),
+                    )
+                    for chunk in request.chunks
+                ),
+                type=request.type,
+                title=request.title,
+                source_path=request.source_path,
+                provenance=struct_to_dict(request.provenance),
+                scopes=tuple(request.scopes),
+                meta=struct_to_dict(request.meta),
+                links=tuple(request.links),
+            )
+        )
+        return document_service_pb2.PutChunksResponse(
+            natural_key=result.natural_key, created=result.created, chunk_count=result.chunk_count
+        )

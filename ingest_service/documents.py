@@ -1,0 +1,578 @@
+"""Documents and their chunks (seed 000 "Чанки и документы", "Оригинал статьи хранится в узле").
+
+`DocumentWriter.retain` stores an article: the node (type ``document`` by default) keeps the FULL original
+text, byte for byte, in ``props.content``; the body (the text without a leading YAML front matter block)
+is cut into Markdown-aware chunks, each embedded as ``"<title> — <heading>\\n<text>"`` and stored with
+``meta`` = request meta + ``scopes``; ``links`` become LINKS_TO edges to the nodes that exist (the others
+are reported, not an error). `DocumentWriter.put_chunks` stores a pre-chunked document (no original text).
+
+Embedding happens before the transaction, so the transaction only holds rows for the writes; chunks
+whose embedding input did not change reuse their stored vector. One transaction writes the node, its
+chunks and its links. Writing the same input twice changes nothing but the node's ``last_seen``: the
+vertex properties are compared by hash (`GraphStore.upsert_node`), equal chunk rows are not rewritten
+(`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten only when the node itself changed
+(the resolved link targets are part of its properties, ``props.links``).
+
+This module is transport free: errors are `common.errors` exceptions, the servicer maps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import numpy as np
+
+from common.config import Settings
+from common.db import Database
+from common.errors import ViolationCollector
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.graph_store import GraphStore, NodeWrite
+from ingest_service.chunking import chunk_markdown
+from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
+
+log = logging.getLogger(__name__)
+
+MAX_CONTENT_BYTES = 8 * 1024 * 1024
+MAX_TITLE_LENGTH = 1024
+MAX_SOURCE_PATH_LENGTH = 4096
+MAX_LINKS = 1000
+MAX_CHUNKS = 10000
+MAX_CHUNK_TEXT_BYTES = 1024 * 1024
+MAX_TRACE_ID_LENGTH = 256
+MAX_PII_CATEGORIES = 20
+# A chunk longer than this (one huge code block, a file without line breaks) is cut further, at line
+# boundaries where possible: full-text vectors are limited to 1 MB and embedders read a few hundred tokens.
+HARD_CHUNK_CHARS = 16000
+DEFAULT_TYPE = "document"
+_TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_PII_CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
+# exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
+# block belongs to the body (the docs vault has 101 files with one, see the corpora README).
+_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+
+
+class PassageEncoder(Protocol):
+    """What the writer needs from `common.embeddings.EmbeddingProvider`."""
+
+    model_id: str
+    dimension: int
+
+    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RetainInput:
+    """A RetainRequest in domain form (see protos/memory/v1/document_service.proto)."""
+
+    namespace: str
+    natural_key: str
+    content: str
+    type: str = ""
+    title: str = ""
+    links: tuple[str, ...] = ()
+    source_path: str = ""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    scopes: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    pii: bool = False
+    pii_categories: tuple[str, ...] = ()
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class ChunkInput:
+    """One pre-cut fragment of a PutChunks request."""
+
+    chunk_order: int
+    heading: str
+    text: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PutChunksInput:
+    """A PutChunksRequest in domain form."""
+
+    namespace: str
+    natural_key: str
+    chunks: tuple[ChunkInput, ...]
+    type: str = ""
+    title: str = ""
+    source_path: str = ""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    scopes: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    links: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DocumentResult:
+    """Outcome of Retain or PutChunks.
+
+    Attributes:
+        natural_key: the node's key.
+        created: the node did not exist before (a placeholder counts as existing).
+        updated: the node's properties changed (False when the same input was written again).
+        chunk_count: chunks the node has after the write.
+        chunks_written: chunk rows inserted or changed.
+        chunks_deleted: chunk rows removed (Retain of a shorter text).
+        linked: links whose target exists (LINKS_TO edges), in request order.
+        missing_links: links skipped because no such node exists in the namespace.
+    """
+
+    natural_key: str
+    created: bool
+    updated: bool
+    chunk_count: int
+    chunks_written: int
+    chunks_deleted: int
+    linked: tuple[str, ...]
+    missing_links: tuple[str, ...]
+
+
+def strip_front_matter(content: str) -> str:
+    """The body of a Markdown document: ``content`` without a leading YAML front matter block.
+
+    Only a block that starts on the very first line (``---``, optionally after a BOM) and is closed by a
+    line ``---`` or ``...`` counts; otherwise ``content`` is returned unchanged. The YAML is not parsed,
+    so malformed front matter never fails a write.
+    """
+    match = _FRONT_MATTER.match(content)
+    return content[match.end() :] if match else content
+
+
+def bounded_chunks(
+    pieces: Sequence[tuple[str, str]], hard_chars: int = HARD_CHUNK_CHARS
+) -> list[tuple[str, str]]:
+    """Cuts (heading, text) pieces longer than ``hard_chars`` at line boundaries (or hard, inside a line).
+
+    Returns the pieces in order, each at most ``hard_chars`` characters, none blank.
+    """
+    out: list[tuple[str, str]] = []
+    for heading, text in pieces:
+        if len(text) <= hard_chars:
+            out.append((heading, text))
+            continue
+        current = ""
+        for line in text.splitlines(keepends=True):
+            while len(line) > hard_chars:
+                if current.strip():
+                    out.append((heading, current.rstrip()))
+                current = ""
+                out.append((heading, line[:hard_chars]))
+                line = line[hard_chars:]
+            if len(current) + len(line) > hard_chars and current.strip():
+                out.append((heading, current.rstrip()))
+                current = ""
+            current += line
+        if current.strip():
+            out.append((heading, current.rstrip()))
+    return [(heading, text) for heading, text in out if text.strip()]
+
+
+# -- validation ----------------------------------------------------------------------------------------
+
+
+def _has_nul(value: str) -> bool:
+    return "\x00" in value
+
+
+def _check_text(check: ViolationCollector, path: str, value: str, limit: int, *, required: bool) -> None:
+    if required and not value.strip():
+        check.add(path, "required")
+    elif len(value) > limit:
+        check.add(path, f"at most {limit} characters, got {len(value)}")
+    elif _has_nul(value):
+        check.add(path, "must not contain NUL characters")
+
+
+def _check_key(check: ViolationCollector, path: str, value: str) -> None:
+    if not value.strip():
+        check.add(path, "required: a natural key such as doc:apt/README or a URL")
+    elif value != value.strip():
+        check.add(path, "must not start or end with whitespace")
+    elif len(value) > MAX_KEY_LENGTH:
+        check.add(path, f"at most {MAX_KEY_LENGTH} characters, got {len(value)}")
+    elif _has_nul(value) or any(ch in value for ch in "\r\n\t"):
+        check.add(path, "must not contain NUL, tab or line break characters")
+
+
+def _check_namespace(check: ViolationCollector, namespace: str) -> None:
+    if not namespace:
+        check.add("namespace", "required")
+    elif not NAMESPACE_PATTERN.match(namespace):
+        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+
+
+def _check_common(
+    check: ViolationCollector,
+    *,
+    namespace: str,
+    natural_key: str,
+    node_type: str,
+    title: str,
+    source_path: str,
+    links: Sequence[str],
+    scopes: Sequence[str],
+    meta: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+) -> None:
+    _check_namespace(check, namespace)
+    _check_key(check, "natural_key", natural_key)
+    if node_type and not _TYPE_PATTERN.match(node_type):
+        check.add("type", f"must match {_TYPE_PATTERN.pattern}")
+    _check_text(check, "title", title, MAX_TITLE_LENGTH, required=False)
+    _check_text(check, "source_path", source_path, MAX_SOURCE_PATH_LENGTH, required=False)
+    if len(links) > MAX_LINKS:
+        check.add("links", f"at most {MAX_LINKS} links, got {len(links)}")
+    else:
+        seen: set[str] = set()
+        for index, link in enumerate(links):
+            before = len(check.violations)
+            _check_key(check, f"links[{index}]", link)
+            if len(check.violations) > before:
+                continue
+            if link == natural_key:
+                check.add(f"links[{index}]", "a document cannot link to itself")
+            elif link in seen:
+                check.add(f"links[{index}]", f"duplicate link {link!r}")
+            seen.add(link)
+    if len(scopes) > MAX_SCOPES:
+        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(scopes)}")
+    else:
+        for index, scope in enumerate(scopes):
+            if not SCOPE_PATTERN.match(scope):
+                check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha, task:PROJ-1)")
+    for name, value in (("meta", meta), ("provenance", provenance)):
+        if _contains_nul(value):
+            check.add(name, "must not contain NUL characters")
+    if "scopes" in meta:
+        check.add("meta.scopes", "reserved: pass scopes in the scopes field")
+
+
+def _contains_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return _has_nul(value)
+    if isinstance(value, Mapping):
+        return any(_has_nul(str(k)) or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_contains_nul(v) for v in value)
+    return False
+
+
+def validate_retain(request: RetainInput) -> None:
+    """Raises `InvalidArgument` with every field violation of a Retain request (proto field names)."""
+    check = ViolationCollector()
+    _check_common(
+        check,
+        namespace=request.namespace,
+        natural_key=request.natural_key,
+        node_type=request.type,
+        title=request.title,
+        source_path=request.source_path,
+        links=request.links,
+        scopes=request.scopes,
+        meta=request.meta,
+        provenance=request.provenance,
+    )
+    size = len(request.content.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_CONTENT_BYTES:
+        check.add("content", f"at most {MAX_CONTENT_BYTES} bytes (8 MiB) of UTF-8, got {size}")
+    elif _has_nul(request.content):
+        check.add("content", "must not contain NUL characters")
+    if len(request.trace_id) > MAX_TRACE_ID_LENGTH or _has_nul(request.trace_id):
+        check.add("trace_id", f"at most {MAX_TRACE_ID_LENGTH} characters, no NUL")
+    if len(request.pii_categories) > MAX_PII_CATEGORIES:
+        check.add("pii_categories", f"at most {MAX_PII_CATEGORIES} categories")
+    else:
+        for index, category in enumerate(request.pii_categories):
+            if not _PII_CATEGORY_PATTERN.match(category):
+                check.add(f"pii_categories[{index}]", "must be a lower-case name such as email, phone or fio")
+    check.raise_if_any()
+
+
+def validate_put_chunks(request: PutChunksInput) -> None:
+    """Raises `InvalidArgument` with every field violation of a PutChunks request."""
+    check = ViolationCollector()
+    _check_common(
+        check,
+        namespace=request.namespace,
+        natural_key=request.natural_key,
+        node_type=request.type,
+        title=request.title,
+        source_path=request.source_path,
+        links=request.links,
+        scopes=request.scopes,
+        meta=request.meta,
+        provenance=request.provenance,
+    )
+    if not request.chunks:
+        check.add("chunks", "at least one chunk is required")
+    elif len(request.chunks) > MAX_CHUNKS:
+        check.add("chunks", f"at most {MAX_CHUNKS} chunks per call, got {len(request.chunks)}")
+    else:
+        orders: dict[int, int] = {}
+        for index, chunk in enumerate(request.chunks):
+            path = f"chunks[{index}]"
+            if chunk.chunk_order < 0:
+                check.add(f"{path}.chunk_order", "must be >= 0")
+            elif chunk.chunk_order in orders:
+                check.add(
+                    f"{path}.chunk_order", f"duplicate of chunks[{orders[chunk.chunk_order]}].chunk_order"
+                )
+            else:
+                orders[chunk.chunk_order] = index
+            if not chunk.text.strip():
+                check.add(f"{path}.text", "required: non-blank text")
+            elif len(chunk.text.encode("utf-8", errors="surrogatepass")) > MAX_CHUNK_TEXT_BYTES:
+                check.add(f"{path}.text", f"at most {MAX_CHUNK_TEXT_BYTES} bytes of UTF-8")
+            elif _has_nul(chunk.text):
+                check.add(f"{path}.text", "must not contain NUL characters")
+            _check_text(check, f"{path}.heading", chunk.heading, MAX_TITLE_LENGTH, required=False)
+            if _contains_nul(chunk.meta):
+                check.add(f"{path}.meta", "must not contain NUL characters")
+            if "scopes" in chunk.meta:
+                check.add(f"{path}.meta.scopes", "reserved: pass scopes in the scopes field")
+    check.raise_if_any()
+
+
+# -- the writer ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PreparedChunk:
+    order: int
+    heading: str
+    text: str
+    meta: dict[str, Any]
+
+
+class DocumentWriter:
+    """Writes documents and their chunks; shared by the DocumentService and observation text fragments.
+
+    Args:
+        database: the process's database.
+        encoder: the embedding provider (``encode_passages``).
+        settings: reads ``chunk_max_chars`` and the table names.
+    """
+
+    def __init__(self, database: Database, encoder: PassageEncoder, settings: Settings) -> None:
+        self.database = database
+        self.encoder = encoder
+        self.settings = settings
+        self.graph = GraphStore(database)
+        self.chunks = ChunkStore(settings)
+
+    # -- Retain ------------------------------------------------------------------------------------
+
+    def retain(self, request: RetainInput) -> DocumentResult:
+        """Upserts a document node with its full text, chunks and links (see the module doc).
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        validate_retain(request)
+        title = request.title or request.natural_key
+        node_type = request.type or DEFAULT_TYPE
+        meta = _chunk_meta(request.meta, request.scopes)
+        body = strip_front_matter(request.content)
+        pieces = bounded_chunks(
+            [(chunk.heading, chunk.text) for chunk in chunk_markdown(body, self.settings.chunk_max_chars)]
+        )
+        prepared = [
+            _PreparedChunk(order, heading, text, meta) for order, (heading, text) in enumerate(pieces)
+        ]
+        props: dict[str, Any] = {
+            "content": request.content,
+            "provenance": dict(request.provenance),
+            "scopes": list(request.scopes),
+            "meta": dict(request.meta),
+            "pii": request.pii,
+            "pii_categories": list(request.pii_categories),
+            "trace_id": request.trace_id,
+        }
+        node = NodeWrite(
+            namespace=request.namespace,
+            natural_key=request.natural_key,
+            node_type=node_type,
+            title=title,
+            source_path=request.source_path,
+            origin="agent",
+            props=props,
+        )
+        return self._write(node, prepared, list(request.links), delete_beyond=True)
+
+    # -- PutChunks ---------------------------------------------------------------------------------
+
+    def put_chunks(self, request: PutChunksInput) -> DocumentResult:
+        """Upserts a document node from pre-cut chunks; chunk i replaces (namespace, natural_key, chunk_order).
+
+        The node keeps no original text (GetSource re-assembles the chunks). Chunks of the node whose
+        order is not in the request stay as they are, so a long document may be sent in several calls.
+
+        Raises:
+            InvalidArgument: field violations named like the PutChunksRequest fields (``chunks[0].text``).
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        validate_put_chunks(request)
+        title = request.title or request.natural_key
+        node_type = request.type or DEFAULT_TYPE
+        base_meta = dict(request.meta)
+        prepared = [
+            _PreparedChunk(
+                chunk.chunk_order,
+                chunk.heading,
+                chunk.text,
+                _chunk_meta({**base_meta, **chunk.meta}, request.scopes),
+            )
+            for chunk in sorted(request.chunks, key=lambda c: c.chunk_order)
+        ]
+        props: dict[str, Any] = {
+            "provenance": dict(request.provenance),
+            "scopes": list(request.scopes),
+            "meta": base_meta,
+        }
+        node = NodeWrite(
+            namespace=request.namespace,
+            natural_key=request.natural_key,
+            node_type=node_type,
+            title=title,
+            source_path=request.source_path,
+            origin="agent",
+            props=props,
+        )
+        return self._write(node, prepared, list(request.links), delete_beyond=False)
+
+    # -- text fragments of observations ------------------------------------------------------------
+
+    def write_text_fragment(
+        self,
+        conn: Any,
+        *,
+        namespace: str,
+        node_key: str,
+        title: str,
+        heading: str,
+        text: str,
+        embedding: np.ndarray | None,
+        meta: dict[str, Any],
+        source_path: str,
+        node_type: str = "text",
+    ) -> None:
+        """Writes the single chunk (order 0) of a text node inside the caller's transaction.
+
+        Used by the observation recorder; the caller embedded ``"<title> — <heading>\\n<text>"`` (or
+        passes None: full text and trigram only).
+        """
+        self.chunks.replace_chunks(
+            conn,
+            NodeRef(
+                namespace=namespace,
+                node_key=node_key,
+                node_type=node_type,
+                title=title,
+                source_path=source_path,
+            ),
+            [ChunkWrite(chunk_order=0, heading=heading, text=text, embedding=embedding, meta=meta)],
+        )
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def _embed(
+        self, namespace: str, natural_key: str, title: str, prepared: Sequence[_PreparedChunk]
+    ) -> list[np.ndarray]:
+        """Vectors of the prepared chunks: reused when the node already holds the same embedding input."""
+        inputs = [embedding_input(title, chunk.heading, chunk.text) for chunk in prepared]
+        if not inputs:
+            return []
+        with self.database.connection() as conn:
+            stored = self.chunks.existing_embeddings(conn, namespace, natural_key)
+        missing = sorted({text for text in inputs if text not in stored or stored[text] is None})
+        if missing:
+            vectors = self.encoder.encode_passages(missing)
+            stored.update(zip(missing, vectors))
+        return [np.asarray(stored[text], dtype=np.float32) for text in inputs]
+
+    def _write(
+        self, node: NodeWrite, prepared: list[_PreparedChunk], links: list[str], *, delete_beyond: bool
+    ) -> DocumentResult:
+        vectors = self._embed(node.namespace, node.natural_key, node.title, prepared)
+        writes = [
+            ChunkWrite(
+                chunk_order=chunk.order,
+                heading=chunk.heading,
+                text=chunk.text,
+                embedding=vector,
+                meta=chunk.meta,
+            )
+            for chunk, vector in zip(prepared, vectors)
+        ]
+        now = datetime.now(UTC)
+        with self.database.connection() as conn:
+            targets = self.graph.node_labels(conn, node.namespace, links)
+            linked = [link for link in links if link in targets]
+            missing = [link for link in links if link not in targets]
+            node.props["links"] = sorted(linked)
+            result = self.graph.upsert_node(conn, node, now=now, overwrite=True)
+            written = self.chunks.replace_chunks(
+                conn,
+                NodeRef(
+                    namespace=node.namespace,
+                    node_key=node.natural_key,
+                    node_type=node.node_type,
+                    title=node.title,
+                    source_path=node.source_path,
+                ),
+                writes,
+                delete_beyond=delete_beyond,
+            )
+            if result.created or result.updated:
+                self.graph.replace_links(
+                    conn,
+                    node.namespace,
+                    node.natural_key,
+                    result.label,
+                    {key: targets[key] for key in linked},
+                )
+        if missing:
+            log.info(
+                "%s %s: %d link(s) to missing nodes skipped", node.namespace, node.natural_key, len(missing)
+            )
+        return DocumentResult(
+            natural_key=node.natural_key,
+            created=result.created,
+            updated=result.updated,
+            chunk_count=written.chunk_count,
+            chunks_written=written.written,
+            chunks_deleted=written.deleted,
+            linked=tuple(linked),
+            missing_links=tuple(missing),
+        )
+
+
+def _chunk_meta(meta: Mapping[str, Any], scopes: Sequence[str]) -> dict[str, Any]:
+    """Chunk meta: the request's consumer tags plus ``scopes`` (when there are any)."""
+    out = dict(meta)
+    if scopes:
+        out["scopes"] = list(scopes)
+    return out
+
+
+__all__ = [
+    "ChunkInput",
+    "DocumentResult",
+    "DocumentWriter",
+    "PutChunksInput",
+    "RetainInput",
+    "bounded_chunks",
+    "strip_front_matter",
+    "validate_put_chunks",
+    "validate_retain",
+]

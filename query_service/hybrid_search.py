@@ -1,0 +1,305 @@
+"""Hybrid retrieval over chunks: vector + full text + trigram, fused by reciprocal rank fusion (DESIGN §7).
+
+Reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR 2009): a chunk's score is
+``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks and ``k = 60``; a chunk absent from
+a ranking contributes nothing for it. Each ranking holds at most ``SearchSettings.candidates`` chunks
+and is computed with every filter applied inside its query (`common.storage.chunk_store`), so filters
+never starve the result.
+
+Search is configured as data: `SearchSettings` with named presets in `SEARCH_PRESETS` (``"default"``),
+not flags threaded through calls. This module is transport free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from common.db import Database
+from common.errors import ViolationCollector
+from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk
+from common.storage.context_store import ContextStore
+from common.storage.graph_store import GraphStore
+
+K = TypeVar("K", bound=Hashable)
+
+VECTOR = "vector"
+TEXT = "text"
+TRIGRAM = "trigram"
+RANKINGS = (VECTOR, TEXT, TRIGRAM)
+MAX_TOP_K = 100
+DEFAULT_TOP_K = 10
+MAX_QUERY_CHARS = 4000
+MAX_FILTER_ITEMS = 1000
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a search is run.
+
+    Attributes:
+        rrf_k: the ``k`` of reciprocal rank fusion (60 in Cormack et al.).
+        candidates: chunks taken from each ranking before fusion.
+        vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
+        trigram_max_query_chars: longer queries use only the exact-identifier arm of the trigram ranking.
+        node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
+    """
+
+    rrf_k: int = 60
+    candidates: int = 50
+    vector_weight: float = 1.0
+    text_weight: float = 1.0
+    trigram_weight: float = 1.0
+    trigram_max_query_chars: int = 200
+    node_provenance: bool = True
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {VECTOR: self.vector_weight, TEXT: self.text_weight, TRIGRAM: self.trigram_weight}
+
+    def max_score(self) -> float:
+        """The fused score of a chunk ranked first by every ranking with a positive weight."""
+        return sum(weight for weight in self.weights.values() if weight > 0) / (self.rrf_k + 1)
+
+
+SEARCH_PRESETS: dict[str, SearchSettings] = {
+    "default": SearchSettings(),
+    # Meaning over wording: paraphrases and cross-language questions.
+    "semantic": SearchSettings(vector_weight=2.0),
+    # Wording over meaning: identifiers, error messages, exact phrases.
+    "lexical": SearchSettings(vector_weight=0.5, text_weight=1.5, trigram_weight=1.5),
+}
+
+
+def search_preset(name: str = "default") -> SearchSettings:
+    """The named preset. Raises KeyError naming the known presets."""
+    try:
+        return SEARCH_PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown search preset {name!r}; known: {', '.join(SEARCH_PRESETS)}") from None
+
+
+def reciprocal_rank_fusion(
+    rankings: Mapping[str, Sequence[K]], *, k: int = 60, weights: Mapping[str, float] | None = None
+) -> list[tuple[K, float]]:
+    """Fuses rankings of items into one (Cormack et al. 2009).
+
+    Args:
+        rankings: ranking name -> items, best first (an item appears at most once per ranking; later
+            duplicates are ignored).
+        k: the RRF constant, >= 0.
+        weights: ranking name -> weight (default 1.0 for each); a ranking with weight 0 is ignored.
+
+    Returns:
+        (item, score) pairs, best first. Ties are broken by the best single rank, then by the order of
+        first appearance (rankings in the given order), so the result is deterministic.
+    """
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    scores: dict[K, float] = {}
+    best_rank: dict[K, int] = {}
+    first_seen: dict[K, int] = {}
+    for name, items in rankings.items():
+        weight = 1.0 if weights is None else float(weights.get(name, 1.0))
+        if weight == 0:
+            continue
+        seen: set[K] = set()
+        for rank, item in enumerate(items, start=1):
+            if item in seen:
+                continue
+            seen.add(item)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
+            best_rank[item] = min(best_rank.get(item, rank), rank)
+            first_seen.setdefault(item, len(first_seen))
+    ordered = sorted(scores, key=lambda item: (-scores[item], best_rank[item], first_seen[item]))
+    return [(item, scores[item]) for item in ordered]
+
+
+class QueryEncoder(Protocol):
+    """What search needs from `common.embeddings.EmbeddingProvider`."""
+
+    def encode_query(self, text: str) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    """A Search request in domain form; ``top_k`` 0 means the default (10)."""
+
+    namespace: str
+    query: str
+    top_k: int = DEFAULT_TOP_K
+    node_types: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    node_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HitProvenance:
+    """Where a hit came from (maps onto memory.v1.Provenance)."""
+
+    node_key: str
+    source_path: str
+    chunk_order: int
+    observation_ids: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One fused chunk. ``vector_score`` is the cosine similarity (1 - distance), 0 when the chunk was
+    not a vector candidate; ``text_score`` the ts_rank_cd, ``trigram_score`` the trigram similarity."""
+
+    chunk: StoredChunk
+    score: float
+    vector_score: float
+    text_score: float
+    trigram_score: float
+    ranks: Mapping[str, int]
+    provenance: HitProvenance
+
+    @property
+    def node_key(self) -> str:
+        return self.chunk.node_key
+
+    @property
+    def chunk_order(self) -> int:
+        return self.chunk.chunk_order
+
+
+def validate_search(query: SearchQuery) -> SearchQuery:
+    """Checks a request and fills defaults (top_k 0 -> 10).
+
+    Raises:
+        InvalidArgument: field violations named like the SearchRequest fields.
+    """
+    check = ViolationCollector()
+    if not query.namespace.strip():
+        check.add("namespace", "required")
+    if not query.query.strip():
+        check.add("query", "required: the text to search for")
+    elif len(query.query) > MAX_QUERY_CHARS:
+        check.add("query", f"at most {MAX_QUERY_CHARS} characters, got {len(query.query)}")
+    elif "\x00" in query.query:
+        check.add("query", "must not contain NUL characters")
+    top_k = query.top_k or DEFAULT_TOP_K
+    if not 1 <= top_k <= MAX_TOP_K:
+        check.add("top_k", f"must be in 1..{MAX_TOP_K} (0 means {DEFAULT_TOP_K}), got {query.top_k}")
+    for name, values in (("types", query.node_types), ("node_keys", query.node_keys)):
+        if len(values) > MAX_FILTER_ITEMS:
+            check.add(name, f"at most {MAX_FILTER_ITEMS} values")
+            continue
+        for index, value in enumerate(values):
+            if not value.strip() or "\x00" in value:
+                check.add(f"{name}[{index}]", "must be a non-empty string without NUL")
+    check.raise_if_any()
+    return replace(query, top_k=top_k)
+
+
+def _observation_ids(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    value = meta.get("observation_id")
+    ids = meta.get("observation_ids")
+    out: list[str] = []
+    if isinstance(value, str) and value:
+        out.append(value)
+    if isinstance(ids, list):
+        out.extend(str(item) for item in ids if isinstance(item, str) and item not in out)
+    return tuple(out)
+
+
+class HybridSearcher:
+    """Runs the three rankings in one short read transaction and fuses them.
+
+    Args:
+        database: the process's database.
+        encoder: the embedding provider (``encode_query``).
+        settings: a `SearchSettings` (default preset when None).
+    """
+
+    def __init__(
+        self, database: Database, encoder: QueryEncoder, settings: SearchSettings | None = None
+    ) -> None:
+        self.database = database
+        self.encoder = encoder
+        self.settings = settings or search_preset("default")
+        self.chunks = ChunkStore(
+            database.settings, trigram_max_query_chars=self.settings.trigram_max_query_chars
+        )
+        self.nodes = ContextStore(database.settings, GraphStore(database))
+
+    def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
+        """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
+
+        Raises:
+            InvalidArgument: see `validate_search`.
+            Unavailable: the database cannot be reached.
+        """
+        query = validate_search(query)
+        config = settings or self.settings
+        vector = self.encoder.encode_query(query.query)  # before the transaction: it takes a while
+        where = ChunkFilter(
+            namespace=query.namespace,
+            node_types=tuple(query.node_types),
+            meta=dict(query.meta),
+            node_keys=tuple(query.node_keys),
+        )
+        limit = max(config.candidates, query.top_k)
+        with self.database.connection() as conn:
+            rankings: dict[str, list[Candidate]] = {}
+            if config.vector_weight:
+                rankings[VECTOR] = self.chunks.vector_candidates(conn, where, vector, limit)
+            if config.text_weight:
+                rankings[TEXT] = self.chunks.text_candidates(conn, where, query.query, limit)
+            if config.trigram_weight:
+                rankings[TRIGRAM] = self.chunks.trigram_candidates(conn, where, query.query, limit)
+            fused = reciprocal_rank_fusion(
+                {name: [c.key for c in ranking] for name, ranking in rankings.items()},
+                k=config.rrf_k,
+                weights=config.weights,
+            )[: query.top_k]
+            by_key: dict[str, dict[tuple[str, int], Candidate]] = {
+                name: {c.key: c for c in ranking} for name, ranking in rankings.items()
+            }
+            summaries = (
+                self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
+                if config.node_provenance
+                else {}
+            )
+        hits: list[SearchHit] = []
+        for key, score in fused:
+            found = {name: by_key[name][key] for name in by_key if key in by_key[name]}
+            chunk = next(iter(found.values())).chunk
+            summary = summaries.get(chunk.node_key)
+            hits.append(
+                SearchHit(
+                    chunk=chunk,
+                    score=score,
+                    vector_score=1.0 - found[VECTOR].score if VECTOR in found else 0.0,
+                    text_score=found[TEXT].score if TEXT in found else 0.0,
+                    trigram_score=found[TRIGRAM].score if TRIGRAM in found else 0.0,
+                    ranks={name: candidate.rank for name, candidate in found.items()},
+                    provenance=HitProvenance(
+                        node_key=chunk.node_key,
+                        source_path=chunk.source_path or (summary.source_path if summary else ""),
+                        chunk_order=chunk.chunk_order,
+                        observation_ids=_observation_ids(chunk.meta),
+                        metadata=summary.provenance if summary else {},
+                    ),
+                )
+            )
+        return hits
+
+
+__all__ = [
+    "SEARCH_PRESETS",
+    "HitProvenance",
+    "HybridSearcher",
+    "SearchHit",
+    "SearchQuery",
+    "SearchSettings",
+    "reciprocal_rank_fusion",
+    "search_preset",
+    "validate_search",
+]

@@ -1,0 +1,90 @@
+"""Source views (seed 000 "Оригинал статьи хранится в узле"): the original text of a node, byte for byte,
+or — when the node holds no original (PutChunks, entities, episodes) — its chunks joined in order.
+
+Transport free; `query_service.query_servicers.SourceService` maps it onto memory.v1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.db import Database
+from common.errors import NotFound, ViolationCollector
+from common.storage.chunk_store import ChunkStore
+from common.storage.graph_store import GraphStore
+
+ORIGINAL = "original"
+CHUNKS = "chunks"
+# Chunks re-assembled into one text are separated by one blank line (Markdown paragraph break).
+CHUNK_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """A node's text with provenance. ``content_source`` is ``"original"`` or ``"chunks"``."""
+
+    natural_key: str
+    title: str
+    node_type: str
+    content: str
+    content_source: str
+    source_path: str
+    chunk_count: int
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    observation_ids: tuple[str, ...] = ()
+
+
+class SourceReader:
+    """Reads source views of nodes."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.graph = GraphStore(database)
+        self.chunks = ChunkStore(database.settings)
+
+    def get_source(self, namespace: str, natural_key: str) -> SourceView:
+        """The source view of ``natural_key`` in ``namespace``.
+
+        Raises:
+            InvalidArgument: empty ``namespace`` or ``natural_key`` (fields named as in GetSourceRequest).
+            NotFound: no such node in the namespace.
+            Unavailable: the database cannot be reached.
+        """
+        check = ViolationCollector()
+        if not namespace.strip():
+            check.add("namespace", "required")
+        if not natural_key.strip():
+            check.add("natural_key", "required")
+        check.raise_if_any()
+        with self.database.connection() as conn:
+            node = self.graph.get_node(conn, namespace, natural_key)
+            if node is None:
+                raise NotFound(f"no node {natural_key!r} in namespace {namespace!r}", reason="NODE_NOT_FOUND")
+            props = node.get("props") or {}
+            props = props if isinstance(props, dict) else {}
+            chunk_count = self.chunks.count_chunks(conn, namespace, natural_key)
+            content = props.get("content")
+            if isinstance(content, str):
+                text, origin = content, ORIGINAL
+            else:
+                stored = self.chunks.list_chunks(conn, namespace, natural_key)
+                text, origin = CHUNK_SEPARATOR.join(chunk.text for chunk in stored), CHUNKS
+        raw_provenance = props.get("provenance")
+        provenance: dict[str, Any] = raw_provenance if isinstance(raw_provenance, dict) else {}
+        observation_ids: list[str] = []
+        for candidate in (props.get("observation_id"), provenance.get("observation_id")):
+            if isinstance(candidate, str) and candidate and candidate not in observation_ids:
+                observation_ids.append(candidate)
+        return SourceView(
+            natural_key=natural_key,
+            title=str(node.get("title") or natural_key),
+            node_type=str(node.get("type") or ""),
+            content=text,
+            content_source=origin,
+            source_path=str(node.get("source_path") or ""),
+            chunk_count=chunk_count,
+            provenance=provenance,
+            observation_ids=tuple(observation_ids),
+        )

@@ -1,0 +1,97 @@
+"""Reciprocal rank fusion (Cormack, Clarke, Büttcher 2009) and search request validation: pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.errors import InvalidArgument
+from query_service.hybrid_search import (
+    SEARCH_PRESETS,
+    SearchQuery,
+    SearchSettings,
+    reciprocal_rank_fusion,
+    search_preset,
+    validate_search,
+)
+
+
+def test_single_ranking_keeps_its_order_with_rrf_scores() -> None:
+    fused = reciprocal_rank_fusion({"vector": ["a", "b", "c"]}, k=60)
+    assert [item for item, _ in fused] == ["a", "b", "c"]
+    assert [score for _, score in fused] == pytest.approx([1 / 61, 1 / 62, 1 / 63])
+
+
+def test_agreement_between_rankings_beats_one_first_place() -> None:
+    fused = dict(reciprocal_rank_fusion({"vector": ["x", "y"], "text": ["y", "z"], "trigram": ["w", "y"]}))
+    assert fused["y"] == pytest.approx(1 / 62 + 1 / 61 + 1 / 62)
+    assert max(fused, key=lambda item: fused[item]) == "y"
+    assert (fused["x"], fused["z"], fused["w"]) == pytest.approx((1 / 61, 1 / 62, 1 / 61))
+
+
+def test_sum_over_rankings_matches_the_formula() -> None:
+    rankings = {"vector": ["d1", "d2", "d3", "d4"], "text": ["d3", "d1"], "trigram": ["d4"]}
+    fused = dict(reciprocal_rank_fusion(rankings, k=60))
+    expected = {
+        "d1": 1 / 61 + 1 / 62,
+        "d2": 1 / 62,
+        "d3": 1 / 63 + 1 / 61,
+        "d4": 1 / 64 + 1 / 61,
+    }
+    assert fused == pytest.approx(expected)
+    order = [item for item, _ in reciprocal_rank_fusion(rankings, k=60)]
+    assert order == ["d1", "d3", "d4", "d2"]
+
+
+def test_weights_scale_and_zero_weight_ignores_a_ranking() -> None:
+    rankings = {"vector": ["a", "b"], "text": ["b", "a"]}
+    doubled = dict(reciprocal_rank_fusion(rankings, k=60, weights={"vector": 2.0, "text": 1.0}))
+    assert doubled["a"] == pytest.approx(2 / 61 + 1 / 62)
+    assert doubled["a"] > doubled["b"]
+    only_text = reciprocal_rank_fusion(rankings, k=60, weights={"vector": 0.0, "text": 1.0})
+    assert [item for item, _ in only_text] == ["b", "a"]
+
+
+def test_ties_break_by_best_rank_then_first_appearance() -> None:
+    fused = reciprocal_rank_fusion({"vector": ["a", "b"], "text": ["b", "a"]}, k=60)
+    assert fused[0][1] == fused[1][1]
+    assert [item for item, _ in fused] == ["a", "b"]  # same best rank (1): first appearance wins
+    fused = reciprocal_rank_fusion({"text": ["p", "q"], "vector": ["q", "p"]}, k=60)
+    assert [item for item, _ in fused] == ["p", "q"]
+
+
+def test_duplicates_inside_one_ranking_count_once() -> None:
+    fused = dict(reciprocal_rank_fusion({"vector": ["a", "a", "b"]}, k=0))
+    assert fused == pytest.approx({"a": 1.0, "b": 1 / 3})
+
+
+def test_empty_and_invalid_input() -> None:
+    assert reciprocal_rank_fusion({}) == []
+    assert reciprocal_rank_fusion({"vector": []}) == []
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion({"vector": ["a"]}, k=-1)
+
+
+def test_default_preset_is_cormack_k60_equal_weights() -> None:
+    default = search_preset("default")
+    assert default is SEARCH_PRESETS["default"]
+    assert (default.rrf_k, default.vector_weight, default.text_weight, default.trigram_weight) == (
+        60,
+        1.0,
+        1.0,
+        1.0,
+    )
+    assert default.max_score() == pytest.approx(3 / 61)
+    assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 61)
+    with pytest.raises(KeyError, match="default"):
+        search_preset("nope")
+
+
+def test_validate_search_defaults_and_field_violations() -> None:
+    assert validate_search(SearchQuery(namespace="ns", query="q", top_k=0)).top_k == 10
+    with pytest.raises(InvalidArgument) as raised:
+        validate_search(SearchQuery(namespace="", query="  ", top_k=101, node_types=("doc", "")))
+    fields = [violation.field for violation in raised.value.violations]
+    assert fields == ["namespace", "query", "top_k", "types[1]"]
+    with pytest.raises(InvalidArgument) as raised:
+        validate_search(SearchQuery(namespace="ns", query="q", top_k=-1))
+    assert [violation.field for violation in raised.value.violations] == ["top_k"]
