@@ -1,0 +1,502 @@
+"""CompileContext, first version (DESIGN §7; protos/memory/v1/context_service.proto).
+
+Steps:
+
+1. **Candidates.** The best chunks for the query (`HybridSearcher`, ``chunk_candidates`` of them); the
+   facts valid at ``as_of`` whose subject or object is an anchor; and the facts valid at ``as_of`` about
+   entities *named* in the best chunks: registry nodes (``graph_nodes``) whose key's id part
+   (``openssl`` of ``package:openssl``) equals a word or identifier of a chunk's text, limited to nodes
+   that take part in facts and to ``mentioned_entity_limit`` of them. Facts whose evidence was lost
+   are candidates only to be dropped with that reason.
+2. **Rank.** Chunks: the fused retrieval score relative to the best possible one (0..1]. Facts: a base
+   weight (``anchor_weight`` for facts about anchors; ``mention_weight`` times the score of the best
+   chunk naming the entity otherwise) x confidence x evidence rank / 3 (asserted 3, extracted 2,
+   inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
+   predicate with a different object overlaps) are kept and flagged, never resolved.
+3. **Render and fit.** Each item is rendered as text (facts as ``subject PREDICATE object (valid from X[,
+   to Y]; evidence, confidence C; fact_id)``, chunks as a header line with title, heading and
+   ``node_key#chunk_order`` followed by the chunk text), then items are added greedily in rank order
+   while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
+   chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain.
+   ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget.
+4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
+   ``context_traces`` under the pack's trace id.
+
+Not yet: graph neighbourhood, recent observations and episodes as candidates, recency, scope
+visibility and PII masking (they need the auth and PII layers).
+
+Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from common.db import Database
+from common.errors import ViolationCollector
+from common.identifiers import canonical_instant
+from common.storage.context_store import ContextStore, key_tokens
+from common.storage.fact_store import FactQuery, FactRow, FactStore
+from common.storage.graph_store import GraphStore
+from common.tokenizer import TokenCounter
+from query_service.hybrid_search import (
+    SEARCH_PRESETS,
+    HybridSearcher,
+    SearchHit,
+    SearchQuery,
+    SearchSettings,
+)
+
+log = logging.getLogger(__name__)
+
+EVIDENCE_RANK: dict[str, int] = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
+MAX_EVIDENCE_RANK = 3
+DEFAULT_TOKEN_BUDGET = 2000
+MAX_TOKEN_BUDGET = 100_000
+MAX_ANCHORS = 100
+MAX_QUERY_CHARS = 4000
+
+KEPT = "kept"
+DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """How a context pack is compiled.
+
+    Attributes:
+        search: the retrieval settings for the chunk candidates.
+        chunk_candidates: chunks taken from hybrid search.
+        anchor_fact_limit: facts read per anchor and direction (as subject, as object).
+        mention_scan_chunks: best chunks whose text is scanned for entity ids.
+        mentioned_entity_limit: entities named in chunks whose facts become candidates.
+        mentioned_fact_limit: facts read per such entity (as subject).
+        anchor_weight: base score of a fact about an anchor.
+        mention_weight: base score of a fact about a named entity, times the naming chunk's score.
+        separator: between rendered items in the pack text.
+        min_truncated_tokens: a chunk is cut to fit only when at least this many tokens remain.
+    """
+
+    search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
+    chunk_candidates: int = 20
+    anchor_fact_limit: int = 100
+    mention_scan_chunks: int = 10
+    mentioned_entity_limit: int = 20
+    mentioned_fact_limit: int = 20
+    anchor_weight: float = 1.0
+    mention_weight: float = 0.7
+    separator: str = "\n\n"
+    min_truncated_tokens: int = 48
+
+
+CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
+
+
+def context_preset(name: str = "default") -> ContextSettings:
+    """The named preset. Raises KeyError naming the known presets."""
+    try:
+        return CONTEXT_PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    """A CompileContextRequest in domain form; ``token_budget`` 0 means 2000, ``as_of`` None means now."""
+
+    namespace: str
+    query: str = ""
+    anchors: tuple[str, ...] = ()
+    as_of: datetime | None = None
+    token_budget: int = 0
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class ItemProvenance:
+    """Where an item came from (maps onto memory.v1.Provenance)."""
+
+    node_key: str
+    source_path: str = ""
+    observation_ids: tuple[str, ...] = ()
+    fact_id: str = ""
+    chunk_order: int = 0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One item of the pack: ``kind`` is ``"chunk"`` or ``"fact"``; ``text`` as it appears in the pack."""
+
+    kind: str
+    key: str
+    text: str
+    score: float
+    provenance: ItemProvenance
+    conflict: bool = False
+    token_count: int = 0
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    """The compiled context. ``token_count`` counts ``text``; ``dropped_count`` candidates did not fit."""
+
+    items: list[ContextItem]
+    text: str
+    token_count: int
+    trace_id: str
+    token_budget: int
+    dropped_count: int
+    as_of: datetime
+
+
+@dataclass
+class _Candidate:
+    kind: str
+    key: str
+    text: str
+    score: float
+    provenance: ItemProvenance
+    conflict: bool = False
+    drop_reason: str = ""  # set when the candidate is dropped before fitting (e.g. evidence lost)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_context(request: ContextRequest) -> ContextRequest:
+    """Checks a request and fills defaults (budget 0 -> 2000, as_of None -> now, trace id generated).
+
+    Raises:
+        InvalidArgument: field violations named like the CompileContextRequest fields.
+    """
+    check = ViolationCollector()
+    if not request.namespace.strip():
+        check.add("namespace", "required")
+    if not request.query.strip() and not request.anchors:
+        check.add("query", "a query or at least one anchor is required")
+    if len(request.query) > MAX_QUERY_CHARS or "\x00" in request.query:
+        check.add("query", f"at most {MAX_QUERY_CHARS} characters, no NUL")
+    if len(request.anchors) > MAX_ANCHORS:
+        check.add("anchors", f"at most {MAX_ANCHORS} anchors")
+    else:
+        for index, anchor in enumerate(request.anchors):
+            if not anchor.strip() or "\x00" in anchor:
+                check.add(f"anchors[{index}]", "must be a non-empty natural key")
+    budget = request.token_budget or DEFAULT_TOKEN_BUDGET
+    if not 1 <= budget <= MAX_TOKEN_BUDGET:
+        check.add(
+            "token_budget",
+            f"must be in 1..{MAX_TOKEN_BUDGET} (0 means {DEFAULT_TOKEN_BUDGET}), got {request.token_budget}",
+        )
+    if len(request.trace_id) > 256:
+        check.add("trace_id", "at most 256 characters")
+    check.raise_if_any()
+    return ContextRequest(
+        namespace=request.namespace,
+        query=request.query,
+        anchors=tuple(dict.fromkeys(request.anchors)),
+        as_of=request.as_of or datetime.now(UTC),
+        token_budget=budget,
+        trace_id=request.trace_id or "ctx-" + uuid.uuid4().hex,
+    )
+
+
+def render_fact(row: FactRow, *, conflict: bool = False) -> str:
+    """``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)[ [conflict]]``."""
+    interval = f"valid from {canonical_instant(row.valid_from)}"
+    if row.valid_to is not None:
+        interval += f", to {canonical_instant(row.valid_to)}"
+    text = (
+        f"{row.subject_key} {row.predicate} {row.object_key} "
+        f"({interval}; {row.evidence}, confidence {row.confidence:.2f}; {row.fact_id})"
+    )
+    return text + " [conflict: overlaps another version]" if conflict else text
+
+
+def render_chunk_header(hit: SearchHit) -> str:
+    """``[title — heading] node_key#chunk_order`` (the heading part only when there is one)."""
+    chunk = hit.chunk
+    label = f"{chunk.title} — {chunk.heading}" if chunk.heading else chunk.title or chunk.node_key
+    return f"[{label}] {chunk.node_key}#{chunk.chunk_order}"
+
+
+def fact_score(row: FactRow, base: float) -> float:
+    """``base x confidence x evidence rank / 3`` (unknown evidence classes rank 1)."""
+    rank = EVIDENCE_RANK.get(row.evidence, 1)
+    return base * max(0.0, min(1.0, row.confidence)) * rank / MAX_EVIDENCE_RANK
+
+
+class ContextCompiler:
+    """Compiles context packs (see the module doc).
+
+    Args:
+        database: the process's database.
+        searcher: the hybrid searcher for chunk candidates.
+        tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
+        settings: a `ContextSettings` (default preset when None).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        searcher: HybridSearcher,
+        tokens: TokenCounter,
+        settings: ContextSettings | None = None,
+    ) -> None:
+        self.database = database
+        self.searcher = searcher
+        self.tokens = tokens
+        self.settings = settings or context_preset("default")
+        graph = GraphStore(database)
+        self.facts = FactStore(graph)
+        self.store = ContextStore(database.settings, graph)
+
+    def compile(self, request: ContextRequest) -> ContextPack:
+        """Compiles the pack for ``request`` and records the decisions under its trace id.
+
+        Raises:
+            InvalidArgument: see `validate_context`.
+            Unavailable: the database cannot be reached.
+        """
+        request = validate_context(request)
+        as_of = request.as_of or datetime.now(UTC)
+        config = self.settings
+        hits: list[SearchHit] = []
+        if request.query.strip():
+            hits = self.searcher.search(
+                SearchQuery(namespace=request.namespace, query=request.query, top_k=config.chunk_candidates),
+                settings=config.search,
+            )
+        candidates = self._chunk_candidates(hits, config)
+        candidates += self._fact_candidates(request, as_of, hits, candidates, config)
+        candidates.sort(key=lambda c: (-c.score, c.kind, c.key))
+        items, decisions, text = self._fit(candidates, request.token_budget)
+        token_count = self.tokens.count(text)
+        assert token_count <= request.token_budget, (token_count, request.token_budget)
+        dropped = sum(1 for decision in decisions if decision["decision"] == DROPPED)
+        with self.database.connection() as conn:
+            self.store.record_trace(
+                conn,
+                namespace=request.namespace,
+                trace_id=request.trace_id,
+                request={
+                    "query": request.query,
+                    "anchors": list(request.anchors),
+                    "as_of": canonical_instant(as_of),
+                    "token_budget": request.token_budget,
+                    "token_count": token_count,
+                    "encoding": self.tokens.encoding_name,
+                },
+                decisions=decisions,
+            )
+        return ContextPack(
+            items=items,
+            text=text,
+            token_count=token_count,
+            trace_id=request.trace_id,
+            token_budget=request.token_budget,
+            dropped_count=dropped,
+            as_of=as_of,
+        )
+
+    # -- candidates --------------------------------------------------------------------------------
+
+    def _chunk_candidates(self, hits: Sequence[SearchHit], config: ContextSettings) -> list[_Candidate]:
+        best = config.search.max_score() or 1.0
+        out: list[_Candidate] = []
+        seen_texts: set[str] = set()
+        for hit in hits:
+            key = f"{hit.node_key}#{hit.chunk_order}"
+            candidate = _Candidate(
+                kind="chunk",
+                key=key,
+                text=render_chunk_header(hit) + "\n" + hit.chunk.text,
+                score=min(1.0, hit.score / best),
+                provenance=ItemProvenance(
+                    node_key=hit.node_key,
+                    source_path=hit.provenance.source_path,
+                    observation_ids=hit.provenance.observation_ids,
+                    chunk_order=hit.chunk_order,
+                    metadata=dict(hit.provenance.metadata),
+                ),
+                detail={"retrieval_score": hit.score, "ranks": dict(hit.ranks)},
+            )
+            if hit.chunk.text in seen_texts:
+                candidate.drop_reason = "duplicate text of a better chunk"
+            seen_texts.add(hit.chunk.text)
+            out.append(candidate)
+        return out
+
+    def _fact_candidates(
+        self,
+        request: ContextRequest,
+        as_of: datetime,
+        hits: Sequence[SearchHit],
+        chunks: Sequence[_Candidate],
+        config: ContextSettings,
+    ) -> list[_Candidate]:
+        chunk_scores = {c.key: c.score for c in chunks}
+        scored: dict[str, tuple[FactRow, float, str]] = {}  # fact_id -> (row, score, why)
+
+        def offer(row: FactRow, score: float, why: str) -> None:
+            current = scored.get(row.fact_id)
+            if current is None or score > current[1]:
+                scored[row.fact_id] = (row, score, why)
+
+        now = datetime.now(UTC)
+        with self.database.connection() as conn:
+            for anchor in request.anchors:
+                for direction in ("subject", "object"):
+                    query = FactQuery(
+                        namespace=request.namespace,
+                        subject=anchor if direction == "subject" else "",
+                        object=anchor if direction == "object" else "",
+                        as_of=as_of,
+                        include_lost=True,
+                        page_size=config.anchor_fact_limit,
+                    )
+                    for row in self.facts.list(conn, query, now)[: config.anchor_fact_limit]:
+                        offer(
+                            row, fact_score(row, config.anchor_weight), f"about anchor {anchor} ({direction})"
+                        )
+            token_score: dict[str, float] = {}
+            for hit in hits[: config.mention_scan_chunks]:
+                score = chunk_scores.get(f"{hit.node_key}#{hit.chunk_order}", 0.0)
+                for token in key_tokens([hit.chunk.text]):
+                    token_score[token] = max(token_score.get(token, 0.0), score)
+            mentioned = self.store.keys_with_facts(
+                conn,
+                request.namespace,
+                list(token_score),
+                exclude=list(request.anchors),
+                limit=config.mentioned_entity_limit,
+            )
+            for key in mentioned:
+                id_part = key.split(":", 1)[1].lower() if ":" in key else key.lower()
+                base = config.mention_weight * token_score.get(id_part, 0.0)
+                query = FactQuery(
+                    namespace=request.namespace,
+                    subject=key,
+                    as_of=as_of,
+                    include_lost=True,
+                    page_size=config.mentioned_fact_limit,
+                )
+                for row in self.facts.list(conn, query, now)[: config.mentioned_fact_limit]:
+                    offer(row, fact_score(row, base), f"about {key}, named in a retrieved chunk")
+            live = [row for row, _, _ in scored.values() if not row.evidence_lost]
+            conflicts = self.facts.conflicting_ids(conn, live)
+        out: list[_Candidate] = []
+        for row, score, why in scored.values():
+            conflict = row.fact_id in conflicts
+            candidate = _Candidate(
+                kind="fact",
+                key=row.fact_id,
+                text=render_fact(row, conflict=conflict),
+                score=score,
+                provenance=ItemProvenance(
+                    node_key=row.subject_key,
+                    source_path=row.source_path,
+                    observation_ids=tuple(row.observation_ids),
+                    fact_id=row.fact_id,
+                ),
+                conflict=conflict,
+                detail={"why": why, "evidence": row.evidence, "confidence": row.confidence},
+            )
+            if row.evidence_lost:
+                candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
+            out.append(candidate)
+        return out
+
+    # -- fitting -----------------------------------------------------------------------------------
+
+    def _fit(
+        self, candidates: Sequence[_Candidate], budget: int
+    ) -> tuple[list[ContextItem], list[dict[str, Any]], str]:
+        """Greedy in rank order; the exact count of the whole pack text decides (see the module doc)."""
+        separator = self.settings.separator
+        items: list[ContextItem] = []
+        decisions: list[dict[str, Any]] = []
+        text = ""
+        used = 0  # exact token count of `text`
+
+        def decide(candidate: _Candidate, decision: str, reason: str, tokens: int) -> None:
+            decisions.append(
+                {
+                    "kind": candidate.kind,
+                    "key": candidate.key,
+                    "score": round(candidate.score, 6),
+                    "decision": decision,
+                    "reason": reason,
+                    "tokens": tokens,
+                    **candidate.detail,
+                }
+            )
+
+        for candidate in candidates:
+            item_tokens = self.tokens.count(candidate.text)
+            if candidate.drop_reason:
+                decide(candidate, DROPPED, candidate.drop_reason, item_tokens)
+                continue
+            joined = candidate.text if not text else text + separator + candidate.text
+            # Cheap pre-check: tokens rarely merge across the separator, so a sum far above the budget
+            # cannot fit; anything near it is decided by the exact count of the whole text.
+            estimate = used + item_tokens + (self.tokens.count(separator) if text else 0)
+            total = self.tokens.count(joined) if estimate <= budget + 16 else estimate
+            if total <= budget:
+                text, used = joined, total
+                items.append(self._item(candidate, candidate.text, item_tokens))
+                decide(candidate, KEPT, "fits the budget", item_tokens)
+                continue
+            remaining = budget - used - (self.tokens.count(separator) if text else 0)
+            if candidate.kind == "chunk" and remaining >= self.settings.min_truncated_tokens:
+                cut = self._truncate_to_fit(text, candidate.text, budget)
+                if cut:
+                    text = cut[0]
+                    used = self.tokens.count(text)
+                    cut_tokens = self.tokens.count(cut[1])
+                    items.append(self._item(candidate, cut[1], cut_tokens))
+                    decide(
+                        candidate,
+                        KEPT,
+                        f"cut to {cut_tokens} of {item_tokens} tokens to fit the budget",
+                        cut_tokens,
+                    )
+                    continue
+            decide(
+                candidate,
+                DROPPED,
+                f"over budget ({item_tokens} tokens, {max(remaining, 0)} left)",
+                item_tokens,
+            )
+        return items, decisions, text
+
+    def _truncate_to_fit(self, text: str, item_text: str, budget: int) -> tuple[str, str] | None:
+        """(new pack text, cut item text) for the longest token prefix of ``item_text`` that fits, or None."""
+        separator = self.settings.separator
+        prefix = text + separator if text else ""
+        room = budget - self.tokens.count(prefix)
+        while room >= self.settings.min_truncated_tokens:
+            cut = self.tokens.truncate(item_text, room).rstrip()
+            if not cut:
+                return None
+            cut += " …"
+            if self.tokens.count(prefix + cut) <= budget:
+                return prefix + cut, cut
+            room -= max(1, self.tokens.count(prefix + cut) - budget)
+        return None
+
+    @staticmethod
+    def _item(candidate: _Candidate, text: str, tokens: int) -> ContextItem:
+        return ContextItem(
+            kind=candidate.kind,
+            key=candidate.key,
+            text=text,
+            score=candidate.score,
+            provenance=candidate.provenance,
+            conflict=candidate.conflict,
+            token_count=tokens,
+        )

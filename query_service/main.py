@@ -1,0 +1,83 @@
+"""query_service process: wiring of the read side (DESIGN §1-2, §7).
+
+`create_query_host` builds the server (used by `cb serve query` and by tests on port 0); `serve` runs it
+in the foreground until SIGTERM/SIGINT, then stops gracefully (health NOT_SERVING first, in-flight calls
+finish, the pool closes).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from memory.v1 import (
+    context_service_pb2_grpc,
+    fact_query_service_pb2_grpc,
+    retrieval_service_pb2_grpc,
+    source_service_pb2_grpc,
+)
+
+from common.config import Settings
+from common.db import Database
+from common.embeddings import build_embedding_provider
+from common.server import ServiceHost, build_server
+from common.tokenizer import TokenCounter
+from query_service.context_compiler import ContextCompiler, context_preset
+from query_service.fact_reader import FactReader
+from query_service.hybrid_search import HybridSearcher, search_preset
+from query_service.query_servicers import (
+    SERVICE_NAMES,
+    ContextService,
+    FactQueryService,
+    RetrievalService,
+    SourceService,
+)
+from query_service.sources import SourceReader
+
+
+def create_query_host(
+    settings: Settings, address: str | None = None, *, metrics_port: int | None = None
+) -> ServiceHost:
+    """Builds (does not start) the query server: Retrieval, FactQuery, Source and Context services.
+
+    Args:
+        settings: process settings.
+        address: ``host:port`` to bind (default ``settings.query_addr``; port 0 picks a free port, see
+            ``ServiceHost.port``).
+        metrics_port: Prometheus port (default ``settings.query_metrics_port``; 0 disables).
+
+    Raises:
+        ValueError: unknown embedding provider or tokenizer encoding, or a dimension mismatch.
+        RuntimeError: the address cannot be bound.
+    """
+    provider = build_embedding_provider(settings)
+    tokens = TokenCounter(settings.tokenizer_encoding)
+    database = Database(settings, embedding_model=provider.model_id)
+    searcher = HybridSearcher(database, provider, search_preset("default"))
+    compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))
+
+    def register(server: grpc.Server) -> list[str]:
+        retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(searcher), server)
+        fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(
+            FactQueryService(FactReader(database)), server
+        )
+        source_service_pb2_grpc.add_SourceServiceServicer_to_server(
+            SourceService(SourceReader(database)), server
+        )
+        context_service_pb2_grpc.add_ContextServiceServicer_to_server(ContextService(compiler), server)
+        return list(SERVICE_NAMES)
+
+    return build_server(
+        settings,
+        service_name="query_service",
+        address=address or settings.query_addr,
+        metrics_port=settings.query_metrics_port if metrics_port is None else metrics_port,
+        database=database,
+        register=register,
+    )
+
+
+def serve(settings: Settings) -> None:
+    """Runs the query service in the foreground until SIGTERM/SIGINT, then stops gracefully."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    create_query_host(settings).run()

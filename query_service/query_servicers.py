@@ -1,0 +1,269 @@
+"""Read-side transport: RetrievalService, FactQueryService, SourceService, ContextService (DESIGN §1-2).
+
+Servicers only map proto <-> domain; validation and logic live in the domain modules, and their
+`common.errors` exceptions become gRPC statuses (with BadRequest field violations) in the server's error
+interceptor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from memory.v1 import (
+    context_service_pb2,
+    context_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    knowledge_pb2,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+)
+
+from common.storage.fact_store import FactRow
+from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
+from query_service.fact_reader import FactListRequest, FactReader
+from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
+from query_service.sources import SourceReader
+
+SERVICE_NAMES = (
+    "memory.v1.RetrievalService",
+    "memory.v1.FactQueryService",
+    "memory.v1.SourceService",
+    "memory.v1.ContextService",
+)
+
+
+def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
+    """A `google.protobuf.Struct` as a dict; integral numbers become ints (Struct holds doubles only)."""
+    return dict(_integral(json_format.MessageToDict(message)))
+
+
+def _integral(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value
+
+
+def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A JSON-like mapping as a `google.protobuf.Struct` (numbers become doubles)."""
+    message = struct_pb2.Struct()
+    if mapping:
+        message.update(dict(mapping))
+    return message
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    message = timestamp_pb2.Timestamp()
+    message.FromDatetime(value.astimezone(UTC))
+    return message
+
+
+def instant(message: timestamp_pb2.Timestamp) -> datetime:
+    return message.ToDatetime(tzinfo=UTC)
+
+
+def _provenance(
+    *,
+    node_key: str,
+    source_path: str,
+    observation_ids: tuple[str, ...] | list[str] = (),
+    fact_id: str = "",
+    chunk_order: int = 0,
+    metadata: Mapping[str, Any] | None = None,
+) -> knowledge_pb2.Provenance:
+    return knowledge_pb2.Provenance(
+        node_key=node_key,
+        source_path=source_path,
+        observation_ids=list(observation_ids),
+        fact_id=fact_id,
+        chunk_order=chunk_order,
+        metadata=dict_to_struct(metadata or {}),
+    )
+
+
+def fact_to_proto(row: FactRow, *, conflict: bool) -> knowledge_pb2.Fact:
+    """A stored fact as memory.v1.Fact (valid_to absent while the fact is current)."""
+    fact = knowledge_pb2.Fact(
+        fact_id=row.fact_id,
+        subject=row.subject_key,
+        predicate=row.predicate,
+        object=row.object_key,
+        valid_from=timestamp(row.valid_from),
+        observed_at=timestamp(row.observed_at),
+        evidence=row.evidence,
+        confidence=row.confidence,
+        observation_ids=list(row.observation_ids),
+        supersedes=row.supersedes or "",
+        superseded_by=row.superseded_by or "",
+        conflict=conflict,
+        evidence_lost=row.evidence_lost,
+        origin=row.origin,
+        scopes=list(row.scopes),
+        attributes=dict_to_struct(row.attributes),
+        namespace=row.namespace,
+        source_path=row.source_path,
+    )
+    if row.valid_to is not None:
+        fact.valid_to.CopyFrom(timestamp(row.valid_to))
+    return fact
+
+
+def _hit_to_proto(hit: SearchHit) -> retrieval_service_pb2.SearchHit:
+    chunk = hit.chunk
+    return retrieval_service_pb2.SearchHit(
+        node_key=chunk.node_key,
+        chunk_order=chunk.chunk_order,
+        title=chunk.title,
+        heading=chunk.heading,
+        text=chunk.text,
+        source_path=chunk.source_path,
+        score=hit.score,
+        vector_score=hit.vector_score,
+        text_score=hit.text_score,
+        trigram_score=hit.trigram_score,
+        node_type=chunk.node_type,
+        provenance=_provenance(
+            node_key=hit.provenance.node_key,
+            source_path=hit.provenance.source_path,
+            observation_ids=hit.provenance.observation_ids,
+            chunk_order=hit.provenance.chunk_order,
+            metadata=hit.provenance.metadata,
+        ),
+    )
+
+
+def _item_to_proto(item: ContextItem) -> context_service_pb2.ContextItem:
+    p = item.provenance
+    return context_service_pb2.ContextItem(
+        kind=item.kind,
+        text=item.text,
+        score=item.score,
+        conflict=item.conflict,
+        token_count=item.token_count,
+        provenance=_provenance(
+            node_key=p.node_key,
+            source_path=p.source_path,
+            observation_ids=p.observation_ids,
+            fact_id=p.fact_id,
+            chunk_order=p.chunk_order,
+            metadata=p.metadata,
+        ),
+    )
+
+
+class RetrievalService(retrieval_service_pb2_grpc.RetrievalServiceServicer):  # type: ignore[misc]
+    """memory.v1.RetrievalService over a `HybridSearcher`."""
+
+    def __init__(self, searcher: HybridSearcher) -> None:
+        self.searcher = searcher
+
+    def Search(
+        self, request: retrieval_service_pb2.SearchRequest, context: grpc.ServicerContext
+    ) -> retrieval_service_pb2.SearchResponse:
+        hits = self.searcher.search(
+            SearchQuery(
+                namespace=request.namespace,
+                query=request.query,
+                top_k=request.top_k,
+                node_types=tuple(request.types),
+                meta=struct_to_dict(request.meta),
+                node_keys=tuple(request.node_keys),
+            )
+        )
+        return retrieval_service_pb2.SearchResponse(hits=[_hit_to_proto(hit) for hit in hits])
+
+
+class FactQueryService(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
+    """memory.v1.FactQueryService over a `FactReader`."""
+
+    def __init__(self, reader: FactReader) -> None:
+        self.reader = reader
+
+    def ListFacts(
+        self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
+    ) -> fact_query_service_pb2.ListFactsResponse:
+        page = self.reader.list_facts(
+            FactListRequest(
+                namespace=request.namespace,
+                subject=request.subject,
+                predicate=request.predicate,
+                object=request.object,
+                as_of=instant(request.as_of) if request.HasField("as_of") else None,
+                include_history=request.include_history,
+                page_size=request.page_size,
+                page_token=request.page_token,
+            )
+        )
+        return fact_query_service_pb2.ListFactsResponse(
+            facts=[fact_to_proto(row, conflict=row.fact_id in page.conflicts) for row in page.facts],
+            next_page_token=page.next_page_token,
+        )
+
+
+class SourceService(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]
+    """memory.v1.SourceService over a `SourceReader`."""
+
+    def __init__(self, reader: SourceReader) -> None:
+        self.reader = reader
+
+    def GetSource(
+        self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
+    ) -> source_service_pb2.GetSourceResponse:
+        view = self.reader.get_source(request.namespace, request.natural_key)
+        return source_service_pb2.GetSourceResponse(
+            source=source_service_pb2.Source(
+                natural_key=view.natural_key,
+                title=view.title,
+                content=view.content,
+                content_source=view.content_source,
+                type=view.node_type,
+                chunk_count=view.chunk_count,
+                provenance=_provenance(
+                    node_key=view.natural_key,
+                    source_path=view.source_path,
+                    observation_ids=view.observation_ids,
+                    metadata=view.provenance,
+                ),
+            )
+        )
+
+
+class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: ignore[misc]
+    """memory.v1.ContextService over a `ContextCompiler`."""
+
+    def __init__(self, compiler: ContextCompiler) -> None:
+        self.compiler = compiler
+
+    def CompileContext(
+        self, request: context_service_pb2.CompileContextRequest, context: grpc.ServicerContext
+    ) -> context_service_pb2.CompileContextResponse:
+        pack = self.compiler.compile(
+            ContextRequest(
+                namespace=request.namespace,
+                query=request.query,
+                anchors=tuple(request.anchors),
+                as_of=instant(request.as_of) if request.HasField("as_of") else None,
+                token_budget=request.token_budget,
+                trace_id=request.trace_id,
+            )
+        )
+        return context_service_pb2.CompileContextResponse(
+            pack=context_service_pb2.ContextPack(
+                items=[_item_to_proto(item) for item in pack.items],
+                text=pack.text,
+                token_count=pack.token_count,
+                trace_id=pack.trace_id,
+                token_budget=pack.token_budget,
+                dropped_count=pack.dropped_count,
+            )
+        )
