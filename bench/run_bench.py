@@ -250,11 +250,11 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     """The same searches in-process: query embedding + candidate SQL + fusion, without gRPC or the service."""
     from common.db import Database
     from common.embeddings import build_embedding_provider
-    from query_service.hybrid_search import HybridSearch, SearchQuery
+    from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
-    engine = HybridSearch(database, provider, settings)
+    engine = HybridSearcher(database, provider, search_preset("default"))
     engine.search(SearchQuery(namespace=namespace, query=searches[0], top_k=10))
     samples = timed([lambda q=q: engine.search(SearchQuery(namespace=namespace, query=q, top_k=10)) for q in searches])
     database.close()

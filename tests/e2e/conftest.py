@@ -24,7 +24,7 @@ def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
 
 @pytest.fixture(scope="session")
 def query_host(settings: Settings) -> Iterator[ServiceHost]:
-    host = create_query_host(settings, address="127.0.0.1:0")
+    host = create_query_host(settings, address="127.0.0.1:0", metrics_port=0)
     host.start()
     yield host
     host.stop(5)

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"memory/v1/fact_query_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\xc4\x01\n\x10ListFactsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x11\n\tpredicate\x18\x03 \x01(\t\x12\x0e\n\x06object\x18\x04 \x01(\t\x12)\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0finclude_history\x18\x06 \x01(\x08\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"L\n\x11ListFactsResponse\x12\x1e\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x0f.memory.v1.Fact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2Z\n\x10\x46\x61\x63tQueryService\x12\x46\n\tListFacts\x12\x1b.memory.v1.ListFactsRequest\x1a\x1c.memory.v1.ListFactsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"memory/v1/fact_query_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\xda\x01\n\x10ListFactsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x11\n\tpredicate\x18\x03 \x01(\t\x12\x0e\n\x06object\x18\x04 \x01(\t\x12)\n\x05\x61s_of\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0finclude_history\x18\x06 \x01(\x08\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\x12\x14\n\x0cinclude_lost\x18\t \x01(\x08\"L\n\x11ListFactsResponse\x12\x1e\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x0f.memory.v1.Fact\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2Z\n\x10\x46\x61\x63tQueryService\x12\x46\n\tListFacts\x12\x1b.memory.v1.ListFactsRequest\x1a\x1c.memory.v1.ListFactsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory.v1.fact_query_servic
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTFACTSREQUEST']._serialized_start=110
-  _globals['_LISTFACTSREQUEST']._serialized_end=306
-  _globals['_LISTFACTSRESPONSE']._serialized_start=308
-  _globals['_LISTFACTSRESPONSE']._serialized_end=384
-  _globals['_FACTQUERYSERVICE']._serialized_start=386
-  _globals['_FACTQUERYSERVICE']._serialized_end=476
+  _globals['_LISTFACTSREQUEST']._serialized_end=328
+  _globals['_LISTFACTSRESPONSE']._serialized_start=330
+  _globals['_LISTFACTSRESPONSE']._serialized_end=406
+  _globals['_FACTQUERYSERVICE']._serialized_start=408
+  _globals['_FACTQUERYSERVICE']._serialized_end=498
 # @@protoc_insertion_point(module_scope)

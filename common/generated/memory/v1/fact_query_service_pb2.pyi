@@ -32,6 +32,7 @@ class ListFactsRequest(_message.Message):
     INCLUDE_HISTORY_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    INCLUDE_LOST_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     subject: _builtins.str
     """Natural key of the subject, e.g. "package:openssl"."""
@@ -41,6 +42,8 @@ class ListFactsRequest(_message.Message):
     page_size: _builtins.int
     """1..1000; default 100."""
     page_token: _builtins.str
+    include_lost: _builtins.bool
+    """Also return facts whose evidence was lost (redacted or purged observations), for audit."""
     @_builtins.property
     def as_of(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -54,10 +57,11 @@ class ListFactsRequest(_message.Message):
         include_history: _builtins.bool = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        include_lost: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "include_history", b"include_history", "namespace", b"namespace", "object", b"object", "page_size", b"page_size", "page_token", b"page_token", "predicate", b"predicate", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of", "include_history", b"include_history", "include_lost", b"include_lost", "namespace", b"namespace", "object", b"object", "page_size", b"page_size", "page_token", b"page_token", "predicate", b"predicate", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -52,7 +52,7 @@ class FactQueryServiceServicer:
         are current; as_of defaults to now). With include_history: every version matching the filters,
         superseded and closed ones included; with as_of too, the versions that had begun by as_of
         (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
-        out. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
+        out unless include_lost. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
         Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -264,6 +264,7 @@ class Observation(_message.Message):
     OBSERVATION_ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     RECEIVED_TIME_FIELD_NUMBER: _builtins.int
+    STATUS_DETAILS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     kind: _builtins.str
     """Pattern [a-z0-9][a-z0-9._-]{0,127}."""
@@ -301,6 +302,12 @@ class Observation(_message.Message):
     def received_time(self) -> _timestamp_pb2.Timestamp:
         """Output only: when the service stored it."""
 
+    @_builtins.property
+    def status_details(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Output only: for partially_processed, each rejected assertion as "<field path>: <reason>";
+        for redacted, the reason given.
+        """
+
     def __init__(
         self,
         *,
@@ -318,10 +325,11 @@ class Observation(_message.Message):
         observation_id: _builtins.str = ...,
         status: _builtins.str = ...,
         received_time: _timestamp_pb2.Timestamp | None = ...,
+        status_details: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "data", b"data", "occurred_at", b"occurred_at", "provenance", b"provenance", "received_time", b"received_time", "source", b"source", "subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "assertions", b"assertions", "content", b"content", "data", b"data", "kind", b"kind", "namespace", b"namespace", "observation_id", b"observation_id", "occurred_at", b"occurred_at", "provenance", b"provenance", "received_time", b"received_time", "scopes", b"scopes", "source", b"source", "status", b"status", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "assertions", b"assertions", "content", b"content", "data", b"data", "kind", b"kind", "namespace", b"namespace", "observation_id", b"observation_id", "occurred_at", b"occurred_at", "provenance", b"provenance", "received_time", b"received_time", "scopes", b"scopes", "source", b"source", "status", b"status", "status_details", b"status_details", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,6 +20,119 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class RedactObservationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    OBSERVATION_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    observation_id: _builtins.str
+    reason: _builtins.str
+    """Why, kept with the observation."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        observation_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedactObservationRequest: _TypeAlias = RedactObservationRequest  # noqa: Y015
+
+@_typing.final
+class RedactObservationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBSERVATION_FIELD_NUMBER: _builtins.int
+    FACTS_AFFECTED_FIELD_NUMBER: _builtins.int
+    FACTS_EVIDENCE_LOST_FIELD_NUMBER: _builtins.int
+    facts_affected: _builtins.int
+    """Facts whose observation_ids lost this observation."""
+    facts_evidence_lost: _builtins.int
+    """Of those, facts left with no evidence."""
+    @_builtins.property
+    def observation(self) -> _knowledge_pb2.Observation: ...
+    def __init__(
+        self,
+        *,
+        observation: _knowledge_pb2.Observation | None = ...,
+        facts_affected: _builtins.int = ...,
+        facts_evidence_lost: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["observation", b"observation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "observation", b"observation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedactObservationResponse: _TypeAlias = RedactObservationResponse  # noqa: Y015
+
+@_typing.final
+class PurgeObservationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    OBSERVATION_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    observation_id: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        observation_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeObservationRequest: _TypeAlias = PurgeObservationRequest  # noqa: Y015
+
+@_typing.final
+class PurgeObservationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OBSERVATION_ID_FIELD_NUMBER: _builtins.int
+    FACTS_AFFECTED_FIELD_NUMBER: _builtins.int
+    FACTS_EVIDENCE_LOST_FIELD_NUMBER: _builtins.int
+    NODES_DELETED_FIELD_NUMBER: _builtins.int
+    CHUNKS_DELETED_FIELD_NUMBER: _builtins.int
+    observation_id: _builtins.str
+    facts_affected: _builtins.int
+    facts_evidence_lost: _builtins.int
+    chunks_deleted: _builtins.int
+    @_builtins.property
+    def nodes_deleted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Natural keys of the nodes removed (episode, text fragments)."""
+
+    def __init__(
+        self,
+        *,
+        observation_id: _builtins.str = ...,
+        facts_affected: _builtins.int = ...,
+        facts_evidence_lost: _builtins.int = ...,
+        nodes_deleted: _abc.Iterable[_builtins.str] | None = ...,
+        chunks_deleted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_deleted", b"chunks_deleted", "facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "nodes_deleted", b"nodes_deleted", "observation_id", b"observation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeObservationResponse: _TypeAlias = PurgeObservationResponse  # noqa: Y015
+
+@_typing.final
 class RecordObservationsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -40,6 +40,16 @@ class ObservationServiceStub:
                 request_serializer=memory_dot_v1_dot_observation__service__pb2.RecordObservationsRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_observation__service__pb2.RecordObservationsResponse.FromString,
                 _registered_method=True)
+        self.RedactObservation = channel.unary_unary(
+                '/memory.v1.ObservationService/RedactObservation',
+                request_serializer=memory_dot_v1_dot_observation__service__pb2.RedactObservationRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_observation__service__pb2.RedactObservationResponse.FromString,
+                _registered_method=True)
+        self.PurgeObservation = channel.unary_unary(
+                '/memory.v1.ObservationService/PurgeObservation',
+                request_serializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.FromString,
+                _registered_method=True)
 
 
 class ObservationServiceServicer:
@@ -58,6 +68,25 @@ class ObservationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RedactObservation(self, request, context):
+        """Replaces the content and data of an observation (identity, source and time are kept; status becomes
+        "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
+        evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeObservation(self, request, context):
+        """Removes an observation and what its projection alone created (its episode and text fragments with
+        their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
+        evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObservationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -65,6 +94,16 @@ def add_ObservationServiceServicer_to_server(servicer, server):
                     servicer.RecordObservations,
                     request_deserializer=memory_dot_v1_dot_observation__service__pb2.RecordObservationsRequest.FromString,
                     response_serializer=memory_dot_v1_dot_observation__service__pb2.RecordObservationsResponse.SerializeToString,
+            ),
+            'RedactObservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedactObservation,
+                    request_deserializer=memory_dot_v1_dot_observation__service__pb2.RedactObservationRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_observation__service__pb2.RedactObservationResponse.SerializeToString,
+            ),
+            'PurgeObservation': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeObservation,
+                    request_deserializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -95,6 +134,60 @@ class ObservationService:
             '/memory.v1.ObservationService/RecordObservations',
             memory_dot_v1_dot_observation__service__pb2.RecordObservationsRequest.SerializeToString,
             memory_dot_v1_dot_observation__service__pb2.RecordObservationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedactObservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.ObservationService/RedactObservation',
+            memory_dot_v1_dot_observation__service__pb2.RedactObservationRequest.SerializeToString,
+            memory_dot_v1_dot_observation__service__pb2.RedactObservationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeObservation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.ObservationService/PurgeObservation',
+            memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.SerializeToString,
+            memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,17 @@ class ObservationServiceStub:
     Errors: INVALID_ARGUMENT (with field violations) when the request itself is malformed
     (no observations, more than 1000 items); UNAVAILABLE when the database is down (retry the batch).
     """
+    RedactObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.RedactObservationRequest, _observation_service_pb2.RedactObservationResponse]
+    """Replaces the content and data of an observation (identity, source and time are kept; status becomes
+    "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
+    evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+    """
+    PurgeObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]
+    """Removes an observation and what its projection alone created (its episode and text fragments with
+    their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
+    evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class ObservationServiceAsyncStub(ObservationServiceStub):
@@ -54,6 +65,17 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     Per-item results: one invalid item does not fail the others; it gets status "failed" and an error.
     Errors: INVALID_ARGUMENT (with field violations) when the request itself is malformed
     (no observations, more than 1000 items); UNAVAILABLE when the database is down (retry the batch).
+    """
+    RedactObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.RedactObservationRequest, _observation_service_pb2.RedactObservationResponse]  # type: ignore[assignment]
+    """Replaces the content and data of an observation (identity, source and time are kept; status becomes
+    "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
+    evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+    """
+    PurgeObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]  # type: ignore[assignment]
+    """Removes an observation and what its projection alone created (its episode and text fragments with
+    their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
+    evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -71,6 +93,29 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         Per-item results: one invalid item does not fail the others; it gets status "failed" and an error.
         Errors: INVALID_ARGUMENT (with field violations) when the request itself is malformed
         (no observations, more than 1000 items); UNAVAILABLE when the database is down (retry the batch).
+        """
+
+    @_abc_1.abstractmethod
+    def RedactObservation(
+        self,
+        request: _observation_service_pb2.RedactObservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_observation_service_pb2.RedactObservationResponse, _abc.Awaitable[_observation_service_pb2.RedactObservationResponse]]:
+        """Replaces the content and data of an observation (identity, source and time are kept; status becomes
+        "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
+        evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeObservation(
+        self,
+        request: _observation_service_pb2.PurgeObservationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_observation_service_pb2.PurgeObservationResponse, _abc.Awaitable[_observation_service_pb2.PurgeObservationResponse]]:
+        """Removes an observation and what its projection alone created (its episode and text fragments with
+        their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
+        evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
         """
 
 def add_ObservationServiceServicer_to_server(servicer: ObservationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
