@@ -81,7 +81,10 @@ def portable_snapshot(database: Database, namespace: str) -> list[tuple[Any, ...
         elif str(row[0]).startswith("episode:obs-"):
             portable.append(("episode:" + external[str(row[0])[len("episode:"):]], *row[1:]))
         else:
-            portable.append(tuple(row))
+            with database.connection() as conn:
+                vertex = GraphStore(database).get_node(conn, namespace, str(row[0])) or {}
+            props = vertex.get("props") or {}
+            portable.append((*row, vertex.get("title"), repr(sorted((props.get("attributes") or {}).items()))))
     return sorted(portable, key=repr)
 
 
