@@ -1,7 +1,8 @@
 """One PostgreSQL connection pool per process, versioned migrations, readiness.
 
-The pool's configure hook loads AGE, sets ``search_path`` and registers pgvector types (STYLE.md
-convention 5). psycopg errors that mean "the database is not reachable" become
+The pool's configure hook loads AGE, sets ``search_path`` (``"$user", public, ag_catalog``: our tables
+live in the first writable schema, never in AGE's own; ag_catalog last so agtype operators resolve) and
+registers pgvector types (STYLE.md convention 5). psycopg errors that mean "the database is not reachable" become
 `common.errors.Unavailable` at this boundary, so no psycopg type leaks into servicers.
 """
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
-_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql")
+_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql", "0003_fact_evidence.sql")
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).
 _UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300"}
@@ -54,6 +55,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "facts_object_idx": ("facts", "object_idx"),
         "facts_predicate_idx": ("facts", "predicate_idx"),
         "facts_supersedes_idx": ("facts", "supersedes_idx"),
+        "facts_observation_ids_idx": ("facts", "observation_ids_idx"),
         "chunks_embedding_idx": ("chunks", "embedding_idx"),
         "chunks_search_idx": ("chunks", "search_idx"),
         "chunks_meta_idx": ("chunks", "meta_idx"),
@@ -109,7 +111,7 @@ class Database:
         except psycopg.Error:
             # Non-superusers cannot LOAD; the server then must have age in shared_preload_libraries.
             pass
-        conn.execute("SET search_path = ag_catalog, \"$user\", public")
+        conn.execute("SET search_path = \"$user\", public, ag_catalog")
         if self.settings.statement_timeout_ms:
             conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.settings.statement_timeout_ms)))
         conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(self.settings.hnsw_ef_search)))
@@ -226,7 +228,7 @@ class Database:
                     conn.execute("LOAD 'age'")
                 except psycopg.Error:
                     pass
-                conn.execute("SET search_path = ag_catalog, \"$user\", public")
+                conn.execute("SET search_path = \"$user\", public, ag_catalog")
                 exists = conn.execute(
                     "SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s", (self.settings.graph_name,)
                 ).fetchone()

@@ -139,7 +139,7 @@ class GraphStore:
                     conn.execute("LOAD 'age'")
                 except psycopg.Error:
                     pass
-                conn.execute("SET search_path = ag_catalog, \"$user\", public")
+                conn.execute("SET search_path = \"$user\", public, ag_catalog")
                 lock_key = _LABEL_LOCK_BASE + (int(hashlib.sha256(label.encode()).hexdigest()[:6], 16))
                 conn.execute("SELECT pg_advisory_lock(%s)", (lock_key,))
                 try:
@@ -284,6 +284,37 @@ class GraphStore:
             {"namespace": namespace, "natural_key": natural_key},
         )
         return rows[0] if rows else None
+
+    def delete_nodes(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> list[str]:
+        """Deletes the vertices of ``natural_keys`` (those that exist), every edge touching them and their
+        ``graph_nodes`` rows. Returns the keys deleted, sorted.
+
+        The caller keeps fact ends out of ``natural_keys``: a fact's edge must live as long as its row.
+        Edges are deleted through AGE's parent edge table ``_ag_label_edge`` (every edge label inherits
+        from it; each has B-tree indexes on ``start_id`` and ``end_id``).
+        """
+        if not natural_keys:
+            return []
+        rows = conn.execute(
+            "SELECT natural_key, label FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)"
+            " ORDER BY natural_key FOR UPDATE",
+            (namespace, sorted(set(natural_keys))),
+        ).fetchall()
+        deleted: list[str] = []
+        for natural_key, label in rows:
+            conn.execute(
+                sql.SQL(
+                    "WITH gone AS (DELETE FROM {vertices} WHERE properties @> %s::ag_catalog.agtype RETURNING id)"
+                    " DELETE FROM {edges} e USING gone WHERE e.start_id = gone.id OR e.end_id = gone.id"
+                ).format(vertices=self._table(str(label)), edges=self._table("_ag_label_edge")),
+                (_agtype({"namespace": namespace, "natural_key": natural_key}),),
+            )
+            deleted.append(str(natural_key))
+        if deleted:
+            conn.execute(
+                "DELETE FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)", (namespace, deleted)
+            )
+        return deleted
 
     # -- label tables (writes) -----------------------------------------------------------------------
     #
