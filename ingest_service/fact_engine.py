@@ -58,6 +58,8 @@ class FactWrite:
     observed_at: datetime
     origin: str = "agent"
     source_path: str = ""
+    # True for FactService.AssertFacts: direct evidence that no redaction or purge can take away.
+    agent_asserted: bool = False
 
 
 class FactEngine:
@@ -117,6 +119,7 @@ class FactEngine:
                 attributes=write.attributes,
                 source_path=write.source_path,
                 evidence_lost=False,
+                agent_asserted=write.agent_asserted,
             ),
             subject_label=subject_label,
             object_label=object_label,

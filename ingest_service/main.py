@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 import grpc
+from memory.v1 import document_service_pb2_grpc, fact_service_pb2_grpc, observation_service_pb2_grpc
 
 from common.config import Settings
 from common.db import Database
@@ -16,13 +17,15 @@ from common.embeddings import build_embedding_provider
 from common.server import ServiceHost, build_server
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
+from ingest_service.fact_assertions import FactAsserter
+from ingest_service.fact_servicer import FactServicer
+from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observation_servicer import ObservationServicer
 from ingest_service.observations import ObservationRecorder
-from memory.v1 import document_service_pb2_grpc, observation_service_pb2_grpc
 
 
 def create_ingest_host(settings: Settings, *, address: str | None = None, metrics_port: int | None = None) -> ServiceHost:
-    """Builds (does not start) the ingest server: ObservationService and DocumentService.
+    """Builds (does not start) the ingest server: ObservationService, FactService and DocumentService.
 
     Args:
         settings: process settings.
@@ -33,11 +36,16 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
     database = Database(settings, embedding_model=provider.model_id)
     writer = DocumentWriter(database, provider, settings)
     recorder = ObservationRecorder(database, encoder=provider)
+    remover = ObservationRemover(database)
+    asserter = FactAsserter(database)
 
     def register(server: grpc.Server) -> list[str]:
-        observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(ObservationServicer(recorder), server)
+        observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
+            ObservationServicer(recorder, remover), server
+        )
+        fact_service_pb2_grpc.add_FactServiceServicer_to_server(FactServicer(asserter), server)
         document_service_pb2_grpc.add_DocumentServiceServicer_to_server(DocumentServiceServicer(writer), server)
-        return ["memory.v1.ObservationService", "memory.v1.DocumentService"]
+        return ["memory.v1.ObservationService", "memory.v1.FactService", "memory.v1.DocumentService"]
 
     return build_server(
         settings,

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import grpc
 from google.protobuf import json_format
-
-from ingest_service.observations import ObservationRecorder
 from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
+
+from common.proto_mapping import observation_to_proto
+from ingest_service.observation_removal import ObservationRemover
+from ingest_service.observations import ObservationRecorder
 
 
 class ObservationServicer(observation_service_pb2_grpc.ObservationServiceServicer):
     """memory.v1.ObservationService; domain errors are mapped to status codes by the server's interceptor."""
 
-    def __init__(self, recorder: ObservationRecorder) -> None:
+    def __init__(self, recorder: ObservationRecorder, remover: ObservationRemover) -> None:
         self.recorder = recorder
+        self.remover = remover
 
     def RecordObservations(
         self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
@@ -39,4 +42,26 @@ class ObservationServicer(observation_service_pb2_grpc.ObservationServiceService
                 )
                 for result in results
             ]
+        )
+
+    def RedactObservation(
+        self, request: observation_service_pb2.RedactObservationRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.RedactObservationResponse:
+        outcome = self.remover.redact(request.namespace, request.observation_id, request.reason)
+        return observation_service_pb2.RedactObservationResponse(
+            observation=observation_to_proto(outcome.observation),
+            facts_affected=outcome.facts_affected,
+            facts_evidence_lost=outcome.facts_evidence_lost,
+        )
+
+    def PurgeObservation(
+        self, request: observation_service_pb2.PurgeObservationRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.PurgeObservationResponse:
+        outcome = self.remover.purge(request.namespace, request.observation_id, request.reason)
+        return observation_service_pb2.PurgeObservationResponse(
+            observation_id=outcome.observation_id,
+            facts_affected=outcome.facts_affected,
+            facts_evidence_lost=outcome.facts_evidence_lost,
+            nodes_deleted=outcome.nodes_deleted,
+            chunks_deleted=outcome.chunks_deleted,
         )

@@ -91,13 +91,20 @@ class ObservationInput:
     texts: list[TextInput] = field(default_factory=list)
 
 
-class _Checker:
-    def __init__(self, prefix: str) -> None:
+def join_path(base: str, name: str) -> str:
+    """``base.name``, or whichever of the two is not empty."""
+    return f"{base}.{name}" if base and name else base or name
+
+
+class FieldChecker:
+    """Collects field violations with paths relative to ``prefix`` (``observations[3]``, ``facts[1]``, "")."""
+
+    def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.violations: list[FieldViolation] = []
 
     def add(self, path: str, description: str) -> None:
-        self.violations.append(FieldViolation(f"{self.prefix}.{path}" if path else self.prefix, description))
+        self.violations.append(FieldViolation(join_path(self.prefix, path), description))
 
     def instant(self, value: Any, path: str, *, required: bool) -> datetime | None:
         if value in (None, ""):
@@ -148,7 +155,7 @@ class _Checker:
         return None
 
 
-def _participant(checker: _Checker, value: Any, path: str) -> dict[str, str] | None:
+def _participant(checker: FieldChecker, value: Any, path: str) -> dict[str, str] | None:
     if value in (None, {}):
         return None
     if not isinstance(value, dict) or not value.get("type") or not value.get("id"):
@@ -160,7 +167,7 @@ def _participant(checker: _Checker, value: Any, path: str) -> dict[str, str] | N
     return {"type": str(value["type"]), "id": str(value["id"])}
 
 
-def validate_scopes(checker: _Checker, scopes: Any, path: str) -> list[str]:
+def validate_scopes(checker: FieldChecker, scopes: Any, path: str) -> list[str]:
     if not scopes:
         return []
     if not isinstance(scopes, list):
@@ -172,6 +179,64 @@ def validate_scopes(checker: _Checker, scopes: Any, path: str) -> list[str]:
         if not isinstance(scope, str) or not SCOPE_PATTERN.match(scope):
             checker.add(f"{path}[{index}]", "must have the form type:id (e.g. workspace:sales)")
     return [str(scope) for scope in scopes]
+
+
+def validate_fact_assertion(
+    checker: FieldChecker, raw: Any, path: str, *, index: int, default_valid_from: datetime | None
+) -> FactInput | None:
+    """Checks one fact assertion (memory.v1.FactAssertion in proto3-JSON form) wherever it comes from: an
+    observation's ``assertions[i].fact`` or a ``FactService.AssertFacts`` item ``facts[i]``.
+
+    Violations go to ``checker`` under ``path`` (``assertions[2].fact.valid_from``, ``facts[1].valid_from``).
+    ``valid_from`` defaults to ``default_valid_from`` (the observation's occurred_at, or the request time
+    for AssertFacts); ``valid_to`` must not be before it. Returns the normalised fact, or None when any
+    of its fields is invalid.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        checker.add(path, "must be a fact assertion object")
+        return None
+    before = len(checker.violations)
+    subject_key = checker.entity_key(raw.get("subject"), join_path(path, "subject"))
+    object_key = checker.entity_key(raw.get("object"), join_path(path, "object"))
+    predicate = raw.get("predicate", "")
+    if not isinstance(predicate, str) or not PREDICATE_PATTERN.match(predicate):
+        checker.add(join_path(path, "predicate"), "required, pattern [A-Za-z_][A-Za-z0-9_]{0,127}")
+    valid_from = checker.instant(raw.get("valid_from"), join_path(path, "valid_from"), required=False)
+    valid_to = checker.instant(raw.get("valid_to"), join_path(path, "valid_to"), required=False)
+    start = valid_from or default_valid_from
+    if start is not None and valid_to is not None and valid_to < start:
+        checker.add(join_path(path, "valid_to"), "must not be before valid_from")
+    evidence = raw.get("evidence") or "asserted"
+    if evidence not in EVIDENCE_CLASSES:
+        checker.add(join_path(path, "evidence"), f"one of {sorted(EVIDENCE_CLASSES)}")
+    confidence = raw.get("confidence", 1.0)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
+        checker.add(join_path(path, "confidence"), "a number in [0, 1]")
+        confidence = 1.0
+    supersedes = raw.get("supersedes") or None
+    if supersedes is not None and not FACT_ID_PATTERN.match(str(supersedes)):
+        checker.add(join_path(path, "supersedes"), "must be a fact_id (fact-<24 hex>)")
+    scopes = validate_scopes(checker, raw.get("scopes"), join_path(path, "scopes"))
+    attributes = raw.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        checker.add(join_path(path, "attributes"), "must be an object")
+    if len(checker.violations) > before or not (subject_key and object_key and start):
+        return None
+    return FactInput(
+        index=index,
+        subject=subject_key,
+        predicate=str(predicate),
+        object=object_key,
+        valid_from=start,
+        valid_to=valid_to,
+        evidence=str(evidence),
+        confidence=float(confidence),
+        supersedes=str(supersedes) if supersedes else None,
+        scopes=scopes,
+        attributes=dict(attributes),
+    )
 
 
 def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -190,7 +255,7 @@ def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, An
 
 def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationInput | None, list[FieldViolation]]:
     """Checks one observation; returns (normalised input, []) or (None, violations)."""
-    checker = _Checker(prefix)
+    checker = FieldChecker(prefix)
     namespace = raw.get("namespace", "")
     if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
         checker.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -247,45 +312,11 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
                     )
                 )
         elif "fact" in assertion:
-            fact = assertion["fact"] or {}
-            fact_path = f"{path}.fact"
-            subject_key = checker.entity_key(fact.get("subject"), f"{fact_path}.subject")
-            object_key = checker.entity_key(fact.get("object"), f"{fact_path}.object")
-            predicate = fact.get("predicate", "")
-            if not isinstance(predicate, str) or not PREDICATE_PATTERN.match(predicate):
-                checker.add(f"{fact_path}.predicate", "required, pattern [A-Za-z_][A-Za-z0-9_]{0,127}")
-            valid_from = checker.instant(fact.get("valid_from"), f"{fact_path}.valid_from", required=False)
-            valid_to = checker.instant(fact.get("valid_to"), f"{fact_path}.valid_to", required=False)
-            start = valid_from or occurred_at
-            if start is not None and valid_to is not None and valid_to < start:
-                checker.add(f"{fact_path}.valid_to", "must not be before valid_from")
-            evidence = fact.get("evidence") or "asserted"
-            if evidence not in EVIDENCE_CLASSES:
-                checker.add(f"{fact_path}.evidence", f"one of {sorted(EVIDENCE_CLASSES)}")
-            confidence = fact.get("confidence", 1.0)
-            if not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
-                checker.add(f"{fact_path}.confidence", "a number in [0, 1]")
-                confidence = 1.0
-            supersedes = fact.get("supersedes") or None
-            if supersedes is not None and not FACT_ID_PATTERN.match(str(supersedes)):
-                checker.add(f"{fact_path}.supersedes", "must be a fact_id (fact-<24 hex>)")
-            fact_scopes = validate_scopes(checker, fact.get("scopes"), f"{fact_path}.scopes")
-            if subject_key and object_key and isinstance(predicate, str) and PREDICATE_PATTERN.match(predicate) and start:
-                facts.append(
-                    FactInput(
-                        index=index,
-                        subject=subject_key,
-                        predicate=predicate,
-                        object=object_key,
-                        valid_from=start,
-                        valid_to=valid_to,
-                        evidence=str(evidence),
-                        confidence=float(confidence),
-                        supersedes=supersedes,
-                        scopes=fact_scopes,
-                        attributes=dict(fact.get("attributes") or {}),
-                    )
-                )
+            fact_input = validate_fact_assertion(
+                checker, assertion["fact"], f"{path}.fact", index=index, default_valid_from=occurred_at
+            )
+            if fact_input is not None:
+                facts.append(fact_input)
         elif "text" in assertion:
             text = assertion["text"] or {}
             body = text.get("text", "")

@@ -20,7 +20,8 @@ MAX_PAGE_SIZE = 1000
 
 @dataclass(frozen=True)
 class FactListRequest:
-    """A ListFactsRequest in domain form; ``page_size`` 0 means 100."""
+    """A ListFactsRequest in domain form; ``page_size`` 0 means 100; ``include_lost`` also returns facts
+    whose evidence was lost (every observation behind them redacted or purged), for audit."""
 
     namespace: str
     subject: str = ""
@@ -28,6 +29,7 @@ class FactListRequest:
     object: str = ""
     as_of: datetime | None = None
     include_history: bool = False
+    include_lost: bool = False
     page_size: int = 0
     page_token: str = ""
 
@@ -73,6 +75,7 @@ def validate_fact_list(request: FactListRequest) -> FactQuery:
         object=request.object,
         as_of=request.as_of,
         include_history=request.include_history,
+        include_lost=request.include_lost,
         page_size=request.page_size or DEFAULT_PAGE_SIZE,
         after=after,
     )

@@ -13,6 +13,7 @@ import grpc
 from memory.v1 import (
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
+    observation_query_service_pb2_grpc,
     retrieval_service_pb2_grpc,
     source_service_pb2_grpc,
 )
@@ -25,10 +26,12 @@ from common.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
+from query_service.observation_reader import ObservationReader
 from query_service.query_servicers import (
     SERVICE_NAMES,
     ContextService,
     FactQueryService,
+    ObservationQueryService,
     RetrievalService,
     SourceService,
 )
@@ -38,7 +41,8 @@ from query_service.sources import SourceReader
 def create_query_host(
     settings: Settings, address: str | None = None, *, metrics_port: int | None = None
 ) -> ServiceHost:
-    """Builds (does not start) the query server: Retrieval, FactQuery, Source and Context services.
+    """Builds (does not start) the query server: Retrieval, FactQuery, Source, Context and ObservationQuery
+    services.
 
     Args:
         settings: process settings.
@@ -65,6 +69,9 @@ def create_query_host(
             SourceService(SourceReader(database)), server
         )
         context_service_pb2_grpc.add_ContextServiceServicer_to_server(ContextService(compiler), server)
+        observation_query_service_pb2_grpc.add_ObservationQueryServiceServicer_to_server(
+            ObservationQueryService(ObservationReader(database)), server
+        )
         return list(SERVICE_NAMES)
 
     return build_server(

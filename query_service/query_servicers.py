@@ -1,4 +1,5 @@
-"""Read-side transport: RetrievalService, FactQueryService, SourceService, ContextService (DESIGN §1-2).
+"""Read-side transport: RetrievalService, FactQueryService, SourceService, ContextService,
+ObservationQueryService (DESIGN §1-2).
 
 Servicers only map proto <-> domain; validation and logic live in the domain modules, and their
 `common.errors` exceptions become gRPC statuses (with BadRequest field violations) in the server's error
@@ -8,27 +9,29 @@ interceptor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import json_format, struct_pb2
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     knowledge_pb2,
+    observation_query_service_pb2,
+    observation_query_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
 )
 
-from common.storage.fact_store import FactRow
+from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto
 from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
 from query_service.fact_reader import FactListRequest, FactReader
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
+from query_service.observation_reader import ObservationReader
 from query_service.sources import SourceReader
 
 SERVICE_NAMES = (
@@ -36,6 +39,7 @@ SERVICE_NAMES = (
     "memory.v1.FactQueryService",
     "memory.v1.SourceService",
     "memory.v1.ContextService",
+    "memory.v1.ObservationQueryService",
 )
 
 
@@ -52,24 +56,6 @@ def _integral(value: Any) -> Any:
     if isinstance(value, list):
         return [_integral(item) for item in value]
     return value
-
-
-def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
-    """A JSON-like mapping as a `google.protobuf.Struct` (numbers become doubles)."""
-    message = struct_pb2.Struct()
-    if mapping:
-        message.update(dict(mapping))
-    return message
-
-
-def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    message = timestamp_pb2.Timestamp()
-    message.FromDatetime(value.astimezone(UTC))
-    return message
-
-
-def instant(message: timestamp_pb2.Timestamp) -> datetime:
-    return message.ToDatetime(tzinfo=UTC)
 
 
 def _provenance(
@@ -89,33 +75,6 @@ def _provenance(
         chunk_order=chunk_order,
         metadata=dict_to_struct(metadata or {}),
     )
-
-
-def fact_to_proto(row: FactRow, *, conflict: bool) -> knowledge_pb2.Fact:
-    """A stored fact as memory.v1.Fact (valid_to absent while the fact is current)."""
-    fact = knowledge_pb2.Fact(
-        fact_id=row.fact_id,
-        subject=row.subject_key,
-        predicate=row.predicate,
-        object=row.object_key,
-        valid_from=timestamp(row.valid_from),
-        observed_at=timestamp(row.observed_at),
-        evidence=row.evidence,
-        confidence=row.confidence,
-        observation_ids=list(row.observation_ids),
-        supersedes=row.supersedes or "",
-        superseded_by=row.superseded_by or "",
-        conflict=conflict,
-        evidence_lost=row.evidence_lost,
-        origin=row.origin,
-        scopes=list(row.scopes),
-        attributes=dict_to_struct(row.attributes),
-        namespace=row.namespace,
-        source_path=row.source_path,
-    )
-    if row.valid_to is not None:
-        fact.valid_to.CopyFrom(timestamp(row.valid_to))
-    return fact
 
 
 def _hit_to_proto(hit: SearchHit) -> retrieval_service_pb2.SearchHit:
@@ -200,6 +159,7 @@ class FactQueryService(fact_query_service_pb2_grpc.FactQueryServiceServicer):  #
                 object=request.object,
                 as_of=instant(request.as_of) if request.HasField("as_of") else None,
                 include_history=request.include_history,
+                include_lost=request.include_lost,
                 page_size=request.page_size,
                 page_token=request.page_token,
             )
@@ -267,3 +227,16 @@ class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: 
                 dropped_count=pack.dropped_count,
             )
         )
+
+
+class ObservationQueryService(observation_query_service_pb2_grpc.ObservationQueryServiceServicer):  # type: ignore[misc]
+    """memory.v1.ObservationQueryService over an `ObservationReader`."""
+
+    def __init__(self, reader: ObservationReader) -> None:
+        self.reader = reader
+
+    def GetObservation(
+        self, request: observation_query_service_pb2.GetObservationRequest, context: grpc.ServicerContext
+    ) -> observation_query_service_pb2.GetObservationResponse:
+        view = self.reader.get_observation(request.namespace, request.observation_id)
+        return observation_query_service_pb2.GetObservationResponse(observation=observation_to_proto(view))

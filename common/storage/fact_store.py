@@ -21,8 +21,10 @@ from common.storage.graph_store import GraphStore
 
 _COLUMNS = (
     "fact_id, namespace, subject_key, predicate, object_key, valid_from, valid_to, observed_at, evidence,"
-    " confidence, observation_ids, supersedes, superseded_by, origin, scopes, attributes, source_path, evidence_lost"
+    " confidence, observation_ids, supersedes, superseded_by, origin, scopes, attributes, source_path, evidence_lost,"
+    " agent_asserted"
 )
+_QUALIFIED_COLUMNS = ", ".join("f." + column.strip() for column in _COLUMNS.split(","))
 
 
 @dataclass
@@ -47,6 +49,10 @@ class FactRow:
     attributes: dict[str, Any] = field(default_factory=dict)
     source_path: str = ""
     evidence_lost: bool = False
+    # Asserted directly through FactService.AssertFacts: evidence no redaction or purge can take away.
+    # A table column only (not an edge property of the seed); it decides whether an empty
+    # observation_ids means "evidence lost".
+    agent_asserted: bool = False
 
     def edge_properties(self) -> dict[str, Any]:
         """Properties of the AGE edge (seed 000 list); instants canonical strings, absent ones null."""
@@ -117,7 +123,8 @@ class FactStore:
         """Inserts the fact, or strengthens the existing one with the same fact_id.
 
         Strengthening (seed 000 "Идемпотентность"): observation_ids becomes the sorted union, confidence
-        the maximum, observed_at the earliest. Returns (created, row after the write). The edge is created
+        the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost, and
+        ``agent_asserted`` sticks once set. Returns (created, row after the write). The edge is created
         or updated accordingly; ``subject_label``/``object_label`` are the AGE labels of its ends.
         """
         with conn.cursor(row_factory=dict_row) as cursor:
@@ -125,13 +132,14 @@ class FactStore:
                 f"INSERT INTO facts ({_COLUMNS}) VALUES (%(fact_id)s, %(namespace)s, %(subject_key)s, %(predicate)s,"
                 " %(object_key)s, %(valid_from)s, %(valid_to)s, %(observed_at)s, %(evidence)s, %(confidence)s,"
                 " %(observation_ids)s, %(supersedes)s, %(superseded_by)s, %(origin)s, %(scopes)s, %(attributes)s,"
-                " %(source_path)s, %(evidence_lost)s)"
+                " %(source_path)s, %(evidence_lost)s, %(agent_asserted)s)"
                 " ON CONFLICT (fact_id) DO UPDATE SET"
                 " observation_ids = ARRAY(SELECT DISTINCT unnest(facts.observation_ids || excluded.observation_ids)"
                 " ORDER BY 1),"
                 " confidence = greatest(facts.confidence, excluded.confidence),"
                 " observed_at = least(facts.observed_at, excluded.observed_at),"
-                " evidence_lost = facts.evidence_lost AND excluded.evidence_lost"
+                " evidence_lost = facts.evidence_lost AND excluded.evidence_lost,"
+                " agent_asserted = facts.agent_asserted OR excluded.agent_asserted"
                 f" RETURNING (xmax = 0) AS inserted, {_COLUMNS}",
                 {**fact.__dict__, "attributes": Jsonb(fact.attributes), "observation_ids": sorted(fact.observation_ids)},
             ).fetchone()
@@ -167,6 +175,39 @@ class FactStore:
         row = FactRow(**record)
         self.sync_edge(conn, row)
         return row
+
+    def strike_observation(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> list[FactRow]:
+        """Removes ``observation_id`` from the observation_ids of every fact of ``namespace`` it proved and
+        marks the facts left with none and not ``agent_asserted`` as evidence_lost (seed 000 "Потеря
+        свидетельства"); their edges are rewritten. Returns the facts changed, ordered by fact_id (rows are
+        locked in that order). Facts that did not cite the observation are untouched, so repeating the call
+        changes nothing.
+        """
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                "WITH target AS (SELECT fact_id FROM facts WHERE namespace = %(namespace)s"
+                " AND observation_ids @> ARRAY[%(observation_id)s]::text[] ORDER BY fact_id FOR UPDATE)"
+                " UPDATE facts f SET observation_ids = array_remove(f.observation_ids, %(observation_id)s),"
+                " evidence_lost = f.evidence_lost OR (cardinality(array_remove(f.observation_ids, %(observation_id)s)) = 0"
+                " AND NOT f.agent_asserted)"
+                f" FROM target WHERE f.fact_id = target.fact_id RETURNING {_QUALIFIED_COLUMNS}",
+                {"namespace": namespace, "observation_id": observation_id},
+            ).fetchall()
+        rows = sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
+        for row in rows:
+            self.sync_edge(conn, row)
+        return rows
+
+    def referenced_keys(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> set[str]:
+        """The keys among ``natural_keys`` that are the subject or object of some fact (lost ones included)."""
+        if not natural_keys:
+            return set()
+        records = conn.execute(
+            "SELECT subject_key FROM facts WHERE namespace = %(namespace)s AND subject_key = ANY(%(keys)s)"
+            " UNION SELECT object_key FROM facts WHERE namespace = %(namespace)s AND object_key = ANY(%(keys)s)",
+            {"namespace": namespace, "keys": natural_keys},
+        ).fetchall()
+        return {str(record[0]) for record in records}
 
     def superseding(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str) -> list[FactRow]:
         """Facts whose ``supersedes`` names ``fact_id`` (they may have arrived before it)."""

@@ -56,13 +56,44 @@ class ObservationStore:
         ).fetchall()
         return {str(a): str(b) for a, b in rows}
 
-    def get(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> dict[str, Any] | None:
-        """The stored row as a dict, or None."""
+    def get(
+        self, conn: psycopg.Connection[Any], namespace: str, observation_id: str, *, lock: bool = False
+    ) -> dict[str, Any] | None:
+        """The stored row as a dict, or None; ``lock`` takes it FOR UPDATE until the transaction ends."""
+        statement = "SELECT * FROM {} WHERE namespace = %s AND observation_id = %s" + (" FOR UPDATE" if lock else "")
+        with conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(sql.SQL(statement).format(self.table), (namespace, observation_id)).fetchone()
+
+    def redact(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        observation_id: str,
+        *,
+        content: str,
+        detail: dict[str, Any],
+    ) -> dict[str, Any] | None:
+        """Replaces content with ``content``, data with ``{}`` and assertions with ``[]``; status becomes
+        ``redacted`` with ``detail`` as its detail. Identity, source, times, participants, scopes and
+        provenance are kept. Returns the row after the update, or None when it does not exist."""
         with conn.cursor(row_factory=dict_row) as cursor:
             return cursor.execute(
-                sql.SQL("SELECT * FROM {} WHERE namespace = %s AND observation_id = %s").format(self.table),
-                (namespace, observation_id),
+                sql.SQL(
+                    "UPDATE {} SET content = %s, data = jsonb_build_object(), assertions = jsonb_build_array(),"
+                    " status = 'redacted', status_detail = %s WHERE namespace = %s AND observation_id = %s RETURNING *"
+                ).format(self.table),
+                (content, Jsonb(detail), namespace, observation_id),
             ).fetchone()
+
+    def delete(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> bool:
+        """Deletes the row; False when it did not exist."""
+        return (
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE namespace = %s AND observation_id = %s").format(self.table),
+                (namespace, observation_id),
+            ).rowcount
+            > 0
+        )
 
     def received_at(self, conn: psycopg.Connection[Any], observation_id: str) -> datetime | None:
         row = conn.execute(

@@ -1,0 +1,76 @@
+"""Mapping of stored records onto memory.v1 messages, shared by the servicers of both services.
+
+Transport helpers only (protobuf, no grpc, no SQL): timestamps, Structs, `memory.v1.Fact` from a stored
+fact row and `memory.v1.Observation` from a stored observation view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from memory.v1 import knowledge_pb2
+
+from common.observation_view import ObservationView
+from common.storage.fact_store import FactRow
+
+
+def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
+    """An aware datetime as a `google.protobuf.Timestamp`."""
+    message = timestamp_pb2.Timestamp()
+    message.FromDatetime(value.astimezone(UTC))
+    return message
+
+
+def instant(message: timestamp_pb2.Timestamp) -> datetime:
+    """A `google.protobuf.Timestamp` as an aware UTC datetime."""
+    return message.ToDatetime(tzinfo=UTC)
+
+
+def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
+    """A JSON-like mapping as a `google.protobuf.Struct` (numbers become doubles)."""
+    message = struct_pb2.Struct()
+    if mapping:
+        message.update(dict(mapping))
+    return message
+
+
+def fact_to_proto(row: FactRow, *, conflict: bool = False) -> knowledge_pb2.Fact:
+    """A stored fact as memory.v1.Fact (valid_to absent while the fact is current)."""
+    fact = knowledge_pb2.Fact(
+        fact_id=row.fact_id,
+        subject=row.subject_key,
+        predicate=row.predicate,
+        object=row.object_key,
+        valid_from=timestamp(row.valid_from),
+        observed_at=timestamp(row.observed_at),
+        evidence=row.evidence,
+        confidence=row.confidence,
+        observation_ids=list(row.observation_ids),
+        supersedes=row.supersedes or "",
+        superseded_by=row.superseded_by or "",
+        conflict=conflict,
+        evidence_lost=row.evidence_lost,
+        origin=row.origin,
+        scopes=list(row.scopes),
+        attributes=dict_to_struct(row.attributes),
+        namespace=row.namespace,
+        source_path=row.source_path,
+    )
+    if row.valid_to is not None:
+        fact.valid_to.CopyFrom(timestamp(row.valid_to))
+    return fact
+
+
+def observation_to_proto(view: ObservationView) -> knowledge_pb2.Observation:
+    """A stored observation as memory.v1.Observation (input fields in their proto3-JSON form as stored,
+    plus the output-only observation_id, status, received_time and status_details)."""
+    message = knowledge_pb2.Observation()
+    json_format.ParseDict(view.fields, message, ignore_unknown_fields=True)
+    message.observation_id = view.observation_id
+    message.status = view.status
+    message.received_time.CopyFrom(timestamp(view.received_at))
+    message.status_details.extend(view.status_details)
+    return message

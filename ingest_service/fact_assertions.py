@@ -1,0 +1,208 @@
+"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form (seed 000 "Факты"; issue 3 §1).
+
+**AssertFacts** applies the rules of observation facts through the same `FactEngine` (deterministic
+fact_id, idempotent strengthening, supersession both ways, rejection of a supersession of another
+subject/predicate) after the same validation (`validate_fact_assertion`, paths ``facts[i].<field>``).
+``valid_from`` defaults to the request time. The facts have origin ``"agent"``, no observation, the
+request's ``source_path`` as citation target, and ``agent_asserted``: their evidence is the assertion
+itself, which no redaction or purge can take away, so they never become evidence_lost (and an observation
+fact that an agent also asserts keeps its evidence when its observations go). All valid items are
+written in one transaction; an invalid or rejected item writes nothing and gets its violations; when no
+item can be applied the call is INVALID_ARGUMENT with every violation and nothing is written.
+
+**CloseFact** closes a fact's validity interval ("больше не работает над X"): ``valid_to`` becomes the
+given instant (default now). It never widens the interval: closing a fact at or after its current
+``valid_to`` changes nothing, so repeating the call is harmless. A ``valid_to`` before the fact's
+``valid_from`` is INVALID_ARGUMENT (field ``valid_to``). The reason is logged (the audit trail will
+record it once AuditService exists).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from common.db import Database
+from common.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.identifiers import canonical_instant
+from common.storage.fact_store import FactRow, FactStore
+from common.storage.graph_store import GraphStore
+from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
+from ingest_service.observation_validation import (
+    FACT_ID_PATTERN,
+    NAMESPACE_PATTERN,
+    FactInput,
+    FieldChecker,
+    validate_fact_assertion,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_FACTS = 200
+MAX_SOURCE_PATH_CHARS = 1024
+MAX_REASON_CHARS = 4096
+AGENT_ORIGIN = "agent"
+
+
+@dataclass
+class AssertResult:
+    """Outcome of one asserted fact (mirrors memory.v1.AssertFactResult)."""
+
+    fact_id: str = ""
+    created: bool = False
+    error: str = ""
+    field_violations: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClosedFact:
+    """The fact after CloseFact, and whether it overlaps another live version (conflict)."""
+
+    fact: FactRow
+    conflict: bool
+
+
+class FactAsserter:
+    """Writes agent-origin facts and closes facts (see the module doc)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        graph = GraphStore(database)
+        self.facts = FactStore(graph)
+        self.engine = FactEngine(graph, self.facts)
+
+    def assert_facts(
+        self,
+        namespace: str,
+        raw_facts: list[dict[str, Any]],
+        *,
+        source_path: str = "",
+        now: datetime | None = None,
+    ) -> list[AssertResult]:
+        """Asserts ``raw_facts`` (memory.v1.FactAssertion in proto3-JSON form, proto field names), in order.
+
+        Returns one result per item: the fact_id and whether it was created (False: strengthened), or the
+        item's violations.
+
+        Raises:
+            InvalidArgument: bad namespace or source_path, no facts or more than 200, or no item that
+                could be applied (every violation of every item).
+            Unavailable: the database cannot be reached; nothing was written, retrying is safe.
+        """
+        now = now or datetime.now(UTC)
+        request = ViolationCollector()
+        if not NAMESPACE_PATTERN.match(namespace):
+            request.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+        if not raw_facts:
+            request.add("facts", "at least one fact is required")
+        elif len(raw_facts) > MAX_FACTS:
+            request.add("facts", f"at most {MAX_FACTS} facts per call, got {len(raw_facts)}")
+        if len(source_path) > MAX_SOURCE_PATH_CHARS or "\x00" in source_path:
+            request.add("source_path", f"at most {MAX_SOURCE_PATH_CHARS} characters, no NUL")
+        request.raise_if_any()
+
+        checked: list[tuple[FactInput | None, list[FieldViolation]]] = []
+        for index, raw in enumerate(raw_facts):
+            checker = FieldChecker()
+            fact = validate_fact_assertion(checker, raw, f"facts[{index}]", index=index, default_valid_from=now)
+            checked.append((fact, checker.violations))
+        if all(fact is None for fact, _ in checked):
+            raise InvalidArgument([violation for _, violations in checked for violation in violations])
+
+        def work(conn: Any) -> list[AssertResult]:
+            known: dict[str, str] = {}
+            results: list[AssertResult] = []
+            rejections: list[FieldViolation] = []
+            for fact, violations in checked:
+                if fact is None:
+                    results.append(_failed(violations))
+                    rejections.extend(violations)
+                    continue
+                write = FactWrite(
+                    field=f"facts[{fact.index}]",
+                    namespace=namespace,
+                    subject=fact.subject,
+                    predicate=fact.predicate,
+                    object=fact.object,
+                    valid_from=fact.valid_from,
+                    valid_to=fact.valid_to,
+                    evidence=fact.evidence,
+                    confidence=fact.confidence,
+                    supersedes=fact.supersedes,
+                    scopes=fact.scopes,
+                    attributes=fact.attributes,
+                    observation_id=None,
+                    observed_at=now,
+                    origin=AGENT_ORIGIN,
+                    source_path=source_path,
+                    agent_asserted=True,
+                )
+                try:
+                    outcome = self.engine.record(conn, write, now=now, known=known)
+                except AssertionRejected as rejection:
+                    violation = FieldViolation(rejection.field, rejection.reason)
+                    results.append(_failed([violation]))
+                    rejections.append(violation)
+                    continue
+                results.append(AssertResult(fact_id=outcome.fact_id, created=outcome.created))
+            if all(result.error for result in results):
+                raise InvalidArgument(rejections)  # nothing was applied: roll back, report everything
+            return results
+
+        return self.database.run_transaction(work)
+
+    def close_fact(
+        self,
+        namespace: str,
+        fact_id: str,
+        *,
+        valid_to: datetime | None = None,
+        reason: str = "",
+        now: datetime | None = None,
+    ) -> ClosedFact:
+        """Closes the fact ``fact_id`` at ``valid_to`` (default ``now``); see the module doc.
+
+        Raises:
+            InvalidArgument: empty namespace, malformed fact_id, oversized reason, or ``valid_to`` before
+                the fact's valid_from (field ``valid_to``).
+            NotFound: no such fact in ``namespace``.
+            Unavailable: the database cannot be reached.
+        """
+        check = ViolationCollector()
+        if not namespace.strip():
+            check.add("namespace", "required")
+        if not FACT_ID_PATTERN.match(fact_id):
+            check.add("fact_id", "required: a fact_id (fact-<24 hex>)")
+        if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
+            check.add("reason", f"at most {MAX_REASON_CHARS} characters, no NUL")
+        check.raise_if_any()
+        end = valid_to or now or datetime.now(UTC)
+
+        def work(conn: Any) -> ClosedFact:
+            row = self.facts.get(conn, namespace, fact_id, lock=True)
+            if row is None:
+                raise NotFound(f"fact {fact_id} not found in namespace {namespace}")
+            if end < row.valid_from:
+                raise InvalidArgument.single(
+                    "valid_to",
+                    f"{canonical_instant(end)} is before the fact's valid_from {canonical_instant(row.valid_from)}",
+                )
+            if row.valid_to is None or end < row.valid_to:
+                closed = self.facts.close(conn, namespace, fact_id, end, None)
+                assert closed is not None
+                row = closed
+            return ClosedFact(row, row.fact_id in self.facts.conflicting_ids(conn, [row]))
+
+        closed = self.database.run_transaction(work)
+        log.info(
+            "closed %s in %s at %s (reason %r)",
+            fact_id, namespace, canonical_instant(closed.fact.valid_to or end), reason,
+        )
+        return closed
+
+
+def _failed(violations: list[FieldViolation]) -> AssertResult:
+    texts = [str(violation) for violation in violations]
+    return AssertResult(error=texts[0] if texts else "invalid", field_violations=texts)
