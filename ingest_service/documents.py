@@ -29,7 +29,7 @@ import numpy as np
 
 from common.config import Settings
 from common.db import Database
-from common.errors import ViolationCollector
+from common.errors import FailedPrecondition, ViolationCollector
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.chunking import chunk_markdown
@@ -42,13 +42,17 @@ MAX_TITLE_LENGTH = 1024
 MAX_SOURCE_PATH_LENGTH = 4096
 MAX_LINKS = 1000
 MAX_CHUNKS = 10000
-MAX_CHUNK_TEXT_BYTES = 1024 * 1024
+# PutChunks keeps the client's cut, so an oversized chunk is refused rather than split (full-text vectors
+# are limited to 1 MB; embedders read a few hundred tokens anyway).
+MAX_CHUNK_TEXT_BYTES = 256 * 1024
 MAX_TRACE_ID_LENGTH = 256
 MAX_PII_CATEGORIES = 20
 # A chunk longer than this (one huge code block, a file without line breaks) is cut further, at line
 # boundaries where possible: full-text vectors are limited to 1 MB and embedders read a few hundred tokens.
 HARD_CHUNK_CHARS = 16000
 DEFAULT_TYPE = "document"
+# Audit trail nodes (seed 000 "Аудит-контур"): a document write must neither create nor overwrite them.
+PROTECTED_TYPES = frozenset({"audit_event", "pc_trace"})
 _TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 _PII_CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 # A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
@@ -227,6 +231,8 @@ def _check_common(
     _check_key(check, "natural_key", natural_key)
     if node_type and not _TYPE_PATTERN.match(node_type):
         check.add("type", f"must match {_TYPE_PATTERN.pattern}")
+    elif node_type in PROTECTED_TYPES:
+        check.add("type", f"{node_type!r} is a protected type written only by the audit trail")
     _check_text(check, "title", title, MAX_TITLE_LENGTH, required=False)
     _check_text(check, "source_path", source_path, MAX_SOURCE_PATH_LENGTH, required=False)
     if len(links) > MAX_LINKS:
@@ -376,6 +382,7 @@ class DocumentWriter:
 
         Raises:
             InvalidArgument: field violations named like the RetainRequest fields.
+            FailedPrecondition: the key belongs to a protected audit node.
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_retain(request)
@@ -415,10 +422,12 @@ class DocumentWriter:
         """Upserts a document node from pre-cut chunks; chunk i replaces (namespace, natural_key, chunk_order).
 
         The node keeps no original text (GetSource re-assembles the chunks). Chunks of the node whose
-        order is not in the request stay as they are, so a long document may be sent in several calls.
+        order is not in the request stay as they are, so a long document may be sent in several calls;
+        they keep the title they were embedded with, so a changed title should be sent with every chunk.
 
         Raises:
             InvalidArgument: field violations named like the PutChunksRequest fields (``chunks[0].text``).
+            FailedPrecondition: the key belongs to a protected audit node.
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_put_chunks(request)
@@ -516,6 +525,12 @@ class DocumentWriter:
         ]
         now = datetime.now(UTC)
         with self.database.connection() as conn:
+            existing = self.graph.node_labels(conn, node.namespace, [node.natural_key]).get(node.natural_key)
+            if existing in PROTECTED_TYPES:
+                raise FailedPrecondition(
+                    f"{node.natural_key!r} is a protected {existing} node and cannot be overwritten",
+                    reason="PROTECTED_NODE",
+                )
             targets = self.graph.node_labels(conn, node.namespace, links)
             linked = [link for link in links if link in targets]
             missing = [link for link in links if link not in targets]

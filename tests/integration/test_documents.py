@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -14,9 +15,9 @@ from psycopg import sql
 from common.config import Settings
 from common.db import Database
 from common.embeddings import EmbeddingProvider, build_embedding_provider
-from common.errors import InvalidArgument, NotFound
+from common.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
-from common.storage.graph_store import GraphStore
+from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.documents import (
     MAX_CONTENT_BYTES,
     ChunkInput,
@@ -300,6 +301,33 @@ def test_validation_names_the_proto_fields(writer: DocumentWriter, namespace: st
     with pytest.raises(InvalidArgument) as raised:
         writer.put_chunks(PutChunksInput(namespace=namespace, natural_key="doc:x", chunks=()))
     assert [v.field for v in raised.value.violations] == ["chunks"]
+
+
+def test_protected_audit_nodes_are_neither_created_nor_overwritten(
+    writer: DocumentWriter, database: Database, namespace: str
+) -> None:
+    graph = GraphStore(database)
+    with database.connection() as conn:
+        graph.upsert_node(
+            conn,
+            NodeWrite(
+                namespace=namespace,
+                natural_key="audit:1",
+                node_type="audit_event",
+                props={"action": "delete"},
+            ),
+            now=datetime.now(UTC),
+        )
+    with pytest.raises(FailedPrecondition):
+        writer.retain(RetainInput(namespace=namespace, natural_key="audit:1", content="overwrite"))
+    with pytest.raises(FailedPrecondition):
+        writer.put_chunks(
+            PutChunksInput(namespace=namespace, natural_key="audit:1", chunks=(ChunkInput(0, "", "x"),))
+        )
+    assert _vertex(database, namespace, "audit:1")["props"] == {"action": "delete"}
+    with pytest.raises(InvalidArgument) as raised:
+        writer.retain(RetainInput(namespace=namespace, natural_key="audit:2", content="x", type="pc_trace"))
+    assert [v.field for v in raised.value.violations] == ["type"]
 
 
 def test_front_matter_and_bounded_chunks_helpers() -> None:
