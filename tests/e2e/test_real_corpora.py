@@ -37,7 +37,7 @@ from memory.v1 import (
 )
 from tests.conftest import CORPORA
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC
 
 UPLOADS = CORPORA / "debian-uploads"
 VAULT = CORPORA / "docs-vault"

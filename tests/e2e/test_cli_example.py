@@ -1,0 +1,71 @@
+"""The README's walk-through: the `cb` CLI against real servers, on the example data set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from common.cli import app
+from common.server import ServiceHost
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.fixture(scope="module")
+def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost, query_host: ServiceHost):  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+    addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+
+    def run(*args: str, expect: int = 0) -> str:
+        result = runner.invoke(app, [*addresses, *args])
+        assert result.exit_code == expect, result.output
+        return result.output
+
+    run("observe", "--file", str(EXAMPLE / "observations.jsonl"))
+    run("retain", str(EXAMPLE / "docs"), "--namespace", "example")
+    return run
+
+
+def test_facts_history_and_as_of(cli) -> None:  # type: ignore[no-untyped-def]
+    history = json.loads(cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json"))
+    facts = history["facts"]
+    assert [f["object"] for f in facts] == ["project:alpha", "project:beta"]
+    assert facts[0]["validTo"] == "2026-10-15T12:00:00Z" and facts[0]["supersededBy"] == facts[1]["factId"]
+    then = json.loads(cli("facts", "--namespace", "example", "--subject", "person:alice", "--as-of", "2026-09-01T00:00:00Z", "--json"))
+    assert [f["object"] for f in then["facts"]] == ["project:alpha"]
+
+
+def test_rerunning_the_loads_is_safe(cli) -> None:  # type: ignore[no-untyped-def]
+    output = cli("observe", "--file", str(EXAMPLE / "observations.jsonl"))
+    assert "3 duplicate" in output.replace(",", "") or "duplicate" in output
+    before = cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json")
+    cli("retain", str(EXAMPLE / "docs"), "--namespace", "example")
+    assert cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json") == before
+
+
+def test_search_source_and_context(cli) -> None:  # type: ignore[no-untyped-def]
+    hits = json.loads(cli("search", "когда закрывается месяц", "--namespace", "example", "--json"))["hits"]
+    assert hits[0]["nodeKey"] == "doc:billing-runbook"
+    exact = json.loads(cli("search", "BILL-42", "--namespace", "example", "--json"))["hits"]
+    assert exact and all("BILL-42" in hit["text"] for hit in exact[:2])
+    source = json.loads(cli("source", "doc:ledger", "--namespace", "example", "--json"))["source"]
+    assert source["content"] == (EXAMPLE / "docs" / "ledger.md").read_text("utf-8")
+    assert source["contentSource"] == "original"
+    pack = json.loads(
+        cli("context", "who works on billing?", "--namespace", "example", "--anchor", "person:alice", "--budget", "800", "--json")
+    )["pack"]
+    assert 0 < pack["tokenCount"] <= 800
+    assert any(item["kind"] == "fact" and "project:beta" in item["text"] for item in pack["items"])
+    assert all(item["provenance"] for item in pack["items"])
+
+
+def test_server_errors_are_reported_with_the_field(cli) -> None:  # type: ignore[no-untyped-def]
+    output = cli("facts", "--namespace", "example", expect=1)
+    assert "INVALID_ARGUMENT" in output
+    missing = cli("source", "doc:nope", "--namespace", "example", expect=1)
+    assert "NOT_FOUND" in missing
