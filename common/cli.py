@@ -11,7 +11,12 @@ Commands:
 * ``cb search``, ``cb facts``, ``cb source``, ``cb context``: read-side queries; ``--json`` prints
   the proto3 JSON of the response.
 
-Global options ``--ingest-addr`` / ``--query-addr`` default to ``CB_INGEST_ADDR`` / ``CB_QUERY_ADDR``.
+* ``cb token create|list``: bearer tokens of the tokens file (hashes only; the token is printed once).
+
+Global options ``--ingest-addr`` / ``--query-addr`` default to ``CB_INGEST_ADDR`` / ``CB_QUERY_ADDR``;
+``--token`` (default ``CB_TOKEN``) is sent as ``authorization: Bearer <token>`` on every call, and TLS
+files come from ``CB_TLS_CA_FILE`` / ``CB_TLS_CLIENT_CERT_FILE`` / ``CB_TLS_CLIENT_KEY_FILE`` (every
+command opens its channels through `_State.channel`, i.e. `common.client.make_channel`).
 Server errors print as ``error: CODE: message`` plus one line per field violation, exit code 1.
 Heavy modules (database, services, embedded database) are imported inside the commands that use them.
 """
@@ -60,7 +65,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from common.client import health_status, is_unavailable, make_channel, rpc_failure
+from common.client import ClientSecurity, health_status, is_unavailable, make_channel, rpc_failure
 from common.config import EMBEDDED_DATABASE_URL, Settings
 from common.errors import DomainError, InvalidArgument
 
@@ -72,6 +77,7 @@ __all__ = [
     "default_natural_key",
     "find_documents",
     "parse_instant",
+    "parse_namespace_grant",
     "parse_observation_lines",
     "read_document",
 ]
@@ -88,6 +94,10 @@ db_app = typer.Typer(
     help="The embedded development database (PostgreSQL 17 + AGE + pgvector).", no_args_is_help=True
 )
 app.add_typer(db_app, name="db")
+token_app = typer.Typer(
+    help="Bearer tokens: the tokens file holds their sha256 hashes only.", no_args_is_help=True
+)
+app.add_typer(token_app, name="token")
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -111,6 +121,7 @@ T = TypeVar("T")
 class _State:
     ingest_addr: str | None = None
     query_addr: str | None = None
+    token: str | None = None
     _settings: Settings | None = None
 
     def settings(self) -> Settings:
@@ -133,6 +144,17 @@ class _State:
 
     def query(self) -> str:
         return self.query_addr or self.settings().query_addr
+
+    def security(self) -> ClientSecurity:
+        """Token (``--token`` or ``CB_TOKEN``) and TLS files every channel of the CLI uses."""
+        return ClientSecurity.from_settings(self.settings(), token=self.token)
+
+    def channel(self, address: str) -> grpc.Channel:
+        """A channel to ``address`` with the CLI's token and TLS settings (exits 1 on bad TLS files)."""
+        try:
+            return make_channel(address, security=self.security())
+        except ValueError as exc:
+            _fail([f"error: {exc}"])
 
 
 def _state(ctx: typer.Context) -> _State:
@@ -158,8 +180,16 @@ def _main(
             "--query-addr", help="query_service host:port (default: CB_QUERY_ADDR or 127.0.0.1:50052)"
         ),
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="bearer token sent with every call (default: CB_TOKEN)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = _State(ingest_addr=ingest_addr, query_addr=query_addr)
+    ctx.obj = _State(ingest_addr=ingest_addr, query_addr=query_addr, token=token)
 
 
 def _fail(lines: Sequence[str], code: int = 1) -> NoReturn:
@@ -550,17 +580,30 @@ def serve(
     service: Annotated[ServiceKind, typer.Argument(help="which service to run")],
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
 ) -> None:
-    """Run ingest_service or query_service in the foreground until SIGTERM/Ctrl-C."""
-    settings = _state(ctx).settings()
+    """Run ingest_service or query_service in the foreground until SIGTERM/Ctrl-C.
+
+    Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
+    unless its address is a loopback one; see README "Security".
+    """
+    from common.server import ServerSetupError, build_authenticator, server_credentials
+
+    state = _state(ctx)
+    settings = state.settings()
     _configure_logging(log_level)
-    if service is ServiceKind.ingest:
-        from ingest_service.main import serve as serve_ingest
+    address = state.ingest() if service is ServiceKind.ingest else state.query()
+    try:  # refuse an insecure or broken configuration before loading the embedding model
+        build_authenticator(settings, address=address, service_name=f"{service.value}_service")
+        server_credentials(settings)
+        if service is ServiceKind.ingest:
+            from ingest_service.main import serve as serve_ingest
 
-        serve_ingest(settings)
-    else:
-        from query_service.main import serve as serve_query
+            serve_ingest(settings)
+        else:
+            from query_service.main import serve as serve_query
 
-        serve_query(settings)
+            serve_query(settings)
+    except ServerSetupError as exc:
+        _fail([f"error: {exc}"])
 
 
 class _Shutdown(Exception):
@@ -634,7 +677,12 @@ def up(
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
             )
             err.print(f"started {name} (pid {children[name].pid})")
-        _wait_serving(children, {"ingest_service": ingest_addr, "query_service": query_addr}, timeout)
+        _wait_serving(
+            children,
+            {"ingest_service": ingest_addr, "query_service": query_addr},
+            timeout,
+            security=state.security(),
+        )
         out.print(f"ingest_service: {ingest_addr}")
         out.print(f"query_service:  {query_addr}")
         out.print("ready; Ctrl-C stops the services and the database")
@@ -669,13 +717,17 @@ def up(
 
 
 def _wait_serving(
-    children: dict[str, subprocess.Popen[bytes]], addresses: dict[str, str], timeout: float
+    children: dict[str, subprocess.Popen[bytes]],
+    addresses: dict[str, str],
+    timeout: float,
+    *,
+    security: ClientSecurity | None = None,
 ) -> None:
     """Polls grpc health of each address until SERVING; raises when a child dies or on timeout."""
     started = time.monotonic()
     pending = dict(addresses)
     last: dict[str, str] = {}
-    channels = {name: make_channel(address) for name, address in addresses.items()}
+    channels = {name: make_channel(address, security=security) for name, address in addresses.items()}
     try:
         while pending:
             for name, child in children.items():
@@ -756,7 +808,7 @@ def observe(
     total_lines = _count_nonblank(file)
     lines_done = 0
     last_line = 0
-    with make_channel(address) as channel, _progress() as progress:
+    with _state(ctx).channel(address) as channel, _progress() as progress:
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
         task = progress.add_task("lines", total=total_lines)
 
@@ -859,7 +911,7 @@ def retain(
     created = updated = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
-    with make_channel(address) as channel, _progress() as progress:
+    with _state(ctx).channel(address) as channel, _progress() as progress:
         stub = document_service_pb2_grpc.DocumentServiceStub(channel)
         task = progress.add_task("documents", total=len(paths))
 
@@ -918,6 +970,127 @@ def retain(
 
 
 # --------------------------------------------------------------------------------------------------
+# Tokens
+
+
+def _tokens_path(ctx: typer.Context, tokens_file: Path | None) -> Path:
+    if tokens_file is not None:
+        return tokens_file
+    configured = _state(ctx).settings().tokens_file
+    if not configured:
+        _fail(["error: no tokens file: pass --tokens-file or set CB_TOKENS_FILE"])
+    return Path(configured)
+
+
+def parse_namespace_grant(text: str) -> tuple[str, list[str]]:
+    """``"NS:read,write"`` -> ``("NS", ["read", "write"])`` (the last ``:`` separates the rights).
+
+    Raises:
+        ValueError: no ``:``, an empty namespace, no right, or an unknown right.
+    """
+    from common.auth import Right
+
+    namespace, sep, rights_text = text.rpartition(":")
+    if not sep or not namespace.strip():
+        raise ValueError(f"{text!r}: expected NAMESPACE:RIGHT[,RIGHT...], e.g. debian:read,write")
+    rights = [r.strip() for r in rights_text.split(",") if r.strip()]
+    if not rights:
+        raise ValueError(f"{text!r}: list at least one right (read, write, admin)")
+    return namespace.strip(), [Right.parse(r).label for r in rights]
+
+
+TokensFileOption = Annotated[
+    Path | None,
+    typer.Option("--tokens-file", help="tokens file (default: CB_TOKENS_FILE)", dir_okay=False),
+]
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    principal: Annotated[str, typer.Option(help="who the token stands for, e.g. ci-loader")],
+    namespaces: Annotated[
+        list[str],
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="NS:read,write,admin (repeatable; admin implies write implies read; '*' = every namespace)",
+        ),
+    ],
+    scopes: Annotated[
+        list[str] | None,
+        typer.Option("--scope", help="visibility scope the caller may see: workspace:x or principal:y"),
+    ] = None,
+    pii_clearance: Annotated[
+        bool, typer.Option("--pii-clearance", help="may receive personal data unmasked")
+    ] = False,
+    note: Annotated[str | None, typer.Option(help="free text kept next to the hash")] = None,
+    tokens_file: TokensFileOption = None,
+) -> None:
+    """Create a token: prints it once on stdout and appends only its sha256 to the tokens file.
+
+    The file is created with mode 0600 when missing. Running services pick the new token up within
+    a second, without a restart.
+    """
+    from common.auth import Right, TokensFileError, add_token
+
+    path = _tokens_path(ctx, tokens_file)
+    grants: dict[str, list[Right]] = {}
+    for text in namespaces:
+        try:
+            namespace, rights = parse_namespace_grant(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--namespace") from exc
+        grants.setdefault(namespace, []).extend(Right.parse(r) for r in rights)
+    try:
+        token, entry = add_token(
+            path,
+            principal=principal,
+            namespaces=grants,
+            scopes=scopes or [],
+            pii_clearance=pii_clearance,
+            note=note,
+        )
+    except (TokensFileError, OSError) as exc:
+        _fail([f"error: {exc}"])
+    granted = ", ".join(f"{ns}:{','.join(rights)}" for ns, rights in entry.namespaces.items())
+    err.print(
+        escape(f"token for {entry.principal} ({granted}) added to {path}; it is shown only once:"),
+        soft_wrap=True,
+    )
+    typer.echo(token)
+
+
+@token_app.command("list")
+def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None) -> None:
+    """List the principals of the tokens file with their rights, scopes and PII clearance."""
+    from common.auth import TokensFileError, read_tokens_file
+
+    path = _tokens_path(ctx, tokens_file)
+    try:
+        parsed = read_tokens_file(path)
+    except TokensFileError as exc:
+        _fail([f"error: {exc}"])
+    if not parsed.tokens:
+        out.print(f"no tokens in {escape(str(path))}")
+        return
+    table = Table()
+    for name in ("principal", "namespaces", "scopes", "pii", "created", "note"):
+        table.add_column(name)
+    for entry in parsed.tokens:
+        table.add_row(
+            escape(entry.principal),
+            escape("\n".join(f"{ns}: {', '.join(rights)}" for ns, rights in entry.namespaces.items())),
+            escape("\n".join(entry.scopes)),
+            "cleared" if entry.pii_clearance else "",
+            escape(entry.created or ""),
+            escape(entry.note or ""),
+        )
+    out.print(table)
+    out.print(f"{len(parsed.tokens)} tokens in {escape(str(path))}")
+
+
+# --------------------------------------------------------------------------------------------------
 # Reads
 
 
@@ -959,7 +1132,7 @@ def search(
     filters = _meta_filters(meta)
     if filters:
         request.meta.CopyFrom(_struct(filters))
-    with _reported_errors(), make_channel(_state(ctx).query()) as channel:
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
         response = retrieval_service_pb2_grpc.RetrievalServiceStub(channel).Search(
             request, timeout=READ_TIMEOUT_SECONDS
         )
@@ -1014,7 +1187,7 @@ def facts(
     if stamp is not None:
         request.as_of.CopyFrom(stamp)
     collected = fact_query_service_pb2.ListFactsResponse()
-    with _reported_errors(), make_channel(_state(ctx).query()) as channel:
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
         stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
         while True:
             page = stub.ListFacts(request, timeout=READ_TIMEOUT_SECONDS)
@@ -1064,7 +1237,7 @@ def source(
 ) -> None:
     """Print the original text of a node (or its chunks re-assembled) with its provenance."""
     request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
-    with _reported_errors(), make_channel(_state(ctx).query()) as channel:
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
         response = source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
             request, timeout=READ_TIMEOUT_SECONDS
         )
@@ -1109,7 +1282,7 @@ def context(
     stamp = _instant_option(as_of)
     if stamp is not None:
         request.as_of.CopyFrom(stamp)
-    with _reported_errors(), make_channel(_state(ctx).query()) as channel:
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
         response = context_service_pb2_grpc.ContextServiceStub(channel).CompileContext(
             request, timeout=READ_TIMEOUT_SECONDS
         )

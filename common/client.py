@@ -1,5 +1,10 @@
 """Client-side helpers: channels, rich error details, readiness waits (used by the CLI and tests).
 
+`make_channel` is the one place where calls get their security: TLS / mTLS channel credentials and
+the ``authorization: Bearer <token>`` metadata, both from a `ClientSecurity` (built from settings:
+``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``, ``CB_TLS_CLIENT_KEY_FILE``,
+``CB_TLS_SERVER_NAME``).
+
 Errors arrive as `grpc.RpcError` whose trailing metadata carries a `google.rpc.Status` (AIP-193):
 `rpc_failure` decodes it into an `RpcFailure` (code, message, ErrorInfo reason, field violations),
 `format_rpc_error` renders it for humans, and `raise_for_status` turns it back into the domain error
@@ -8,16 +13,18 @@ of `common.errors` so callers can ``except InvalidArgument``.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
+from common.auth import is_loopback_address
 from common.errors import (
     AlreadyExists,
     DomainError,
@@ -30,8 +37,12 @@ from common.errors import (
     Unavailable,
 )
 
+if TYPE_CHECKING:
+    from common.config import Settings
+
 __all__ = [
     "CHANNEL_OPTIONS",
+    "ClientSecurity",
     "RemoteError",
     "RpcFailure",
     "field_violations",
@@ -51,17 +62,148 @@ CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
-def make_channel(address: str, *, options: tuple[tuple[str, int | str], ...] = ()) -> grpc.Channel:
-    """Opens an insecure channel to ``host:port`` allowing messages up to 64 MiB both ways.
+log = logging.getLogger("memory.client")
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    """How a client reaches the services: bearer token and TLS / mTLS files (all optional).
+
+    TLS is on when ``ca_file`` or ``cert_file`` is set (without ``ca_file`` the system's roots are
+    trusted); ``cert_file`` + ``key_file`` present a client certificate (mTLS). ``server_name``
+    overrides the name checked in the server certificate (e.g. connecting by IP to a cert for a name).
+    """
+
+    token: str = field(default="", repr=False)
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    server_name: str = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, token: str | None = None) -> ClientSecurity:
+        """From ``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``/``KEY_FILE``,
+        ``CB_TLS_SERVER_NAME``; ``token`` (e.g. ``cb --token``) wins over ``CB_TOKEN``."""
+        return cls(
+            token=(token if token else settings.token.get_secret_value()).strip(),
+            ca_file=settings.tls_ca_file,
+            cert_file=settings.tls_client_cert_file,
+            key_file=settings.tls_client_key_file,
+            server_name=settings.tls_server_name,
+        )
+
+    @property
+    def tls(self) -> bool:
+        """True when channels use TLS."""
+        return bool(self.ca_file or self.cert_file)
+
+    def channel_credentials(self) -> grpc.ChannelCredentials | None:
+        """`grpc.ssl_channel_credentials` from the files, or None for plaintext.
+
+        Raises:
+            ValueError: only one of certificate and key, or a file cannot be read.
+        """
+        if not self.tls:
+            return None
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError(
+                "a client certificate needs both CB_TLS_CLIENT_CERT_FILE and CB_TLS_CLIENT_KEY_FILE"
+            )
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read_file(self.ca_file, "CB_TLS_CA_FILE") if self.ca_file else None,
+            private_key=_read_file(self.key_file, "CB_TLS_CLIENT_KEY_FILE") if self.key_file else None,
+            certificate_chain=_read_file(self.cert_file, "CB_TLS_CLIENT_CERT_FILE")
+            if self.cert_file
+            else None,
+        )
+
+
+def _read_file(path: str, setting: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ValueError(f"{setting}={path}: cannot be read: {exc.strerror or exc}") from exc
+
+
+class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(self, base: grpc.ClientCallDetails, metadata: tuple[tuple[str, str], ...]) -> None:
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
+        self.wait_for_ready = getattr(base, "wait_for_ready", None)
+        self.compression = getattr(base, "compression", None)
+
+
+class _BearerTokenInterceptor(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Adds ``authorization: Bearer <token>`` to every call (unless the call sets its own)."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+        metadata = tuple(details.metadata or ())
+        if not any(key.lower() == "authorization" for key, _ in metadata):
+            metadata = (*metadata, self._header)
+        return _CallDetails(details, metadata)
+
+    def intercept_unary_unary(self, continuation: Any, details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: grpc.ClientCallDetails, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(
+        self, continuation: Any, details: grpc.ClientCallDetails, requests: Iterator[Any]
+    ) -> Any:
+        return continuation(self._details(details), requests)
+
+    def intercept_stream_stream(
+        self, continuation: Any, details: grpc.ClientCallDetails, requests: Iterator[Any]
+    ) -> Any:
+        return continuation(self._details(details), requests)
+
+
+def make_channel(
+    address: str,
+    *,
+    options: tuple[tuple[str, int | str], ...] = (),
+    security: ClientSecurity | None = None,
+) -> grpc.Channel:
+    """Opens a channel to ``host:port`` allowing messages up to 64 MiB both ways.
 
     Args:
         address: ``host:port`` (e.g. ``127.0.0.1:50051``).
         options: extra channel arguments, appended after the defaults.
+        security: token and TLS files; None (or an empty one) is a plaintext channel without token.
 
     Returns:
-        A `grpc.Channel`; close it (or use it as a context manager) when done.
+        A `grpc.Channel` (TLS when ``security.tls``; every call carries the bearer token when
+        ``security.token``); close it (or use it as a context manager) when done.
+
+    Raises:
+        ValueError: a TLS file cannot be read, or a client certificate without its key.
     """
-    return grpc.insecure_channel(address, options=(*CHANNEL_OPTIONS, *options))
+    security = security or ClientSecurity()
+    channel_options: tuple[tuple[str, int | str], ...] = (*CHANNEL_OPTIONS, *options)
+    credentials = security.channel_credentials()
+    if credentials is None:
+        channel = grpc.insecure_channel(address, options=channel_options)
+        if security.token and not is_loopback_address(address):
+            log.warning("sending a bearer token to %s without TLS (set CB_TLS_CA_FILE)", address)
+    else:
+        if security.server_name:
+            channel_options = (*channel_options, ("grpc.ssl_target_name_override", security.server_name))
+        channel = grpc.secure_channel(address, credentials, options=channel_options)
+    if security.token:
+        channel = grpc.intercept_channel(channel, _BearerTokenInterceptor(security.token))
+    return channel
 
 
 @dataclass(frozen=True)
@@ -203,6 +345,7 @@ def wait_for_serving(
     service: str = "",
     interval: float = 0.5,
     on_poll: Callable[[str], None] | None = None,
+    security: ClientSecurity | None = None,
 ) -> bool:
     """Polls grpc.health.v1 at ``address`` until ``service`` is SERVING or ``timeout`` seconds pass.
 
@@ -212,12 +355,13 @@ def wait_for_serving(
         service: health service name; ``""`` is the server as a whole.
         interval: seconds between polls.
         on_poll: called with each observed status (progress display).
+        security: TLS files (health needs no token) for `make_channel`.
 
     Returns:
         True once SERVING, False on timeout.
     """
     deadline = time.monotonic() + timeout
-    with make_channel(address) as channel:
+    with make_channel(address, security=security) as channel:
         while True:
             status = health_status(channel, service, timeout=min(2.0, max(0.1, deadline - time.monotonic())))
             if on_poll is not None:

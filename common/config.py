@@ -7,8 +7,9 @@ environment at import time.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 EMBEDDED_DATABASE_URL = "postgresql://postgres@127.0.0.1:55432/postgres"
@@ -52,6 +53,22 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(20000, ge=1)
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
+
+    # Security (DESIGN §8). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
+    # in development mode, which binds loopback addresses only; "tokens" / "none" force either.
+    auth_mode: Literal["auto", "tokens", "none"] = Field(
+        "auto", description="auto | tokens | none (development: loopback binds only)"
+    )
+    tokens_file: str = Field("", description="YAML file of token hashes (cb token create)")
+    tls_cert_file: str = Field("", description="server: PEM certificate chain; enables TLS with the key")
+    tls_key_file: str = Field("", description="server: PEM private key of tls_cert_file")
+    tls_client_ca_file: str = Field("", description="server: PEM CA; when set, client certs are required")
+    # Clients (the CLI, tests): bearer token, CA to trust, client certificate for mTLS.
+    token: SecretStr = Field(SecretStr(""), description="bearer token the CLI sends")
+    tls_ca_file: str = Field("", description="client: PEM CA bundle that signed the servers' certificates")
+    tls_client_cert_file: str = Field("", description="client: PEM certificate for mTLS")
+    tls_client_key_file: str = Field("", description="client: PEM private key for mTLS")
+    tls_server_name: str = Field("", description="client: name to verify in the server certificate")
 
     @field_validator(
         "graph_name",

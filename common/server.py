@@ -9,7 +9,17 @@
    ``memory_rpc_errors_total``);
 3. an error-mapping interceptor: domain errors (`common.errors`) become a `google.rpc.Status` with one
    `ErrorInfo` (domain ``memory.v1``) and, for `InvalidArgument`, a `BadRequest`; anything else becomes
-   INTERNAL with a generic message naming the request id, the traceback is logged.
+   INTERNAL with a generic message naming the request id, the traceback is logged;
+4. the auth interceptor (`common.auth`), the first one to look at a request, before any servicer
+   code: bearer token -> `Principal` (UNAUTHENTICATED otherwise), the right `METHOD_RIGHTS` names on
+   the request's namespace(s) (PERMISSION_DENIED otherwise; methods absent from the table are denied),
+   then the principal is `current_principal()` for the handler. It sits inside the three above so that
+   refusals are logged with their request id, counted, and mapped like every other domain error.
+   Health and reflection stay open. Without a tokens file the server runs in development mode (every
+   right, no check), which `build_server` allows on loopback addresses only.
+
+TLS (``CB_TLS_CERT_FILE`` + ``CB_TLS_KEY_FILE``) and mutual TLS (plus ``CB_TLS_CLIENT_CA_FILE``: client
+certificates signed by that CA are required) use `grpc.ssl_server_credentials`.
 
 plus grpc.health.v1 (NOT_SERVING until ``database.ensure_ready()`` returns True; re-checked every
 2 s by a daemon thread), server reflection, and the Prometheus HTTP endpoint.
@@ -41,6 +51,15 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
+from common.auth import (
+    Authenticator,
+    TokensFileError,
+    TokenStore,
+    authorize,
+    is_loopback_address,
+    is_open_method,
+    principal_context,
+)
 from common.config import Settings
 from common.errors import (
     AlreadyExists,
@@ -59,9 +78,12 @@ __all__ = [
     "REQUEST_ID_METADATA_KEY",
     "ReadinessProbe",
     "RequestIdLogFilter",
+    "ServerSetupError",
     "ServiceHost",
+    "build_authenticator",
     "build_server",
     "current_request_id",
+    "server_credentials",
     "status_for_exception",
 ]
 
@@ -364,6 +386,132 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
         return wrapped
 
 
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Authenticates and authorises every RPC except health and reflection (see `common.auth`).
+
+    Unary-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the error-mapping
+    interceptor; a protected streaming method (memory.v1 has none) is refused outright.
+    """
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = continuation(handler_call_details)
+        if handler is None or is_open_method(method):
+            return handler
+        if handler.unary_unary is None or handler.request_streaming or handler.response_streaming:
+            return _refused_streaming_handler(handler, method)
+        behavior = handler.unary_unary
+        metadata = tuple(handler_call_details.invocation_metadata or ())
+        authenticator = self._authenticator
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            principal = authenticator.authenticate(metadata)
+            authorize(principal, method, request)
+            with principal_context(principal):
+                return behavior(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            wrapped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _refused_streaming_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """Same kind of handler as ``handler``, answering PERMISSION_DENIED (streams are not authorised)."""
+
+    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
+        exc = PermissionDenied(f"method {method} is not open to any token", reason="METHOD_NOT_ALLOWED")
+        context.abort_with_status(status_for_exception(exc, _request_id.get()))
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse, **kwargs)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
+    return grpc.unary_stream_rpc_method_handler(refuse, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Security settings
+
+
+class ServerSetupError(RuntimeError):
+    """The server refuses to start: insecure bind, invalid tokens file, unreadable TLS files."""
+
+
+def build_authenticator(settings: Settings, *, address: str, service_name: str) -> Authenticator:
+    """The authenticator ``settings`` ask for, checked against the bind ``address``.
+
+    ``CB_AUTH_MODE=auto`` (default) means tokens when ``CB_TOKENS_FILE`` is set, development mode
+    otherwise; development mode (``none``) is allowed only on loopback addresses.
+
+    Raises:
+        ServerSetupError: development mode on a non-loopback address, tokens mode without a tokens
+            file, or an invalid tokens file.
+    """
+    mode = settings.auth_mode
+    if mode == "auto":
+        mode = "tokens" if settings.tokens_file else "none"
+    if mode == "none":
+        if not is_loopback_address(address):
+            raise ServerSetupError(
+                f"{service_name}: refusing to listen on {address} without authentication: development "
+                "mode (no tokens) binds loopback addresses only (127.0.0.0/8, ::1, localhost). Set "
+                "CB_TOKENS_FILE to a tokens file (`cb token create`), or bind 127.0.0.1."
+            )
+        log.warning("%s: authentication is off (development mode, loopback %s only)", service_name, address)
+        return Authenticator(None)
+    if not settings.tokens_file:
+        raise ServerSetupError(f"{service_name}: CB_AUTH_MODE=tokens needs CB_TOKENS_FILE")
+    try:
+        store = TokenStore(settings.tokens_file)
+    except TokensFileError as exc:
+        raise ServerSetupError(f"{service_name}: {exc}") from exc
+    log.info("%s: bearer tokens from %s (%d tokens)", service_name, store.path, len(store))
+    return Authenticator(store)
+
+
+def _read_pem(path: str, setting: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise ServerSetupError(f"{setting}={path}: cannot be read: {exc.strerror or exc}") from exc
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from ``CB_TLS_CERT_FILE``/``CB_TLS_KEY_FILE`` (+ ``CB_TLS_CLIENT_CA_FILE`` = mTLS).
+
+    Returns:
+        None when TLS is not configured (plaintext).
+
+    Raises:
+        ServerSetupError: only one of certificate and key is set, a client CA without a certificate,
+            or a file cannot be read.
+    """
+    cert, key, client_ca = settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file
+    if not cert and not key:
+        if client_ca:
+            raise ServerSetupError("CB_TLS_CLIENT_CA_FILE needs CB_TLS_CERT_FILE and CB_TLS_KEY_FILE")
+        return None
+    if not cert or not key:
+        raise ServerSetupError("TLS needs both CB_TLS_CERT_FILE and CB_TLS_KEY_FILE")
+    pair = (_read_pem(key, "CB_TLS_KEY_FILE"), _read_pem(cert, "CB_TLS_CERT_FILE"))
+    roots = _read_pem(client_ca, "CB_TLS_CLIENT_CA_FILE") if client_ca else None
+    return grpc.ssl_server_credentials([pair], root_certificates=roots, require_client_auth=roots is not None)
+
+
 # --------------------------------------------------------------------------------------------------
 # Host
 
@@ -386,8 +534,12 @@ class ServiceHost:
         database: ReadinessProbe,
         metrics_port: int,
         readiness_interval: float,
+        authenticator: Authenticator | None = None,
+        tls: bool = False,
     ) -> None:
         self.service_name = service_name
+        self.authenticator = authenticator if authenticator is not None else Authenticator(None)
+        self.tls = tls
         self.server = server
         self._port = port
         self.health = health_servicer
@@ -540,9 +692,11 @@ def build_server(
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
     Args:
-        settings: the process settings (kept for server-wide options such as auth and TLS).
+        settings: the process settings; auth (``auth_mode``, ``tokens_file``) and TLS
+            (``tls_cert_file``, ``tls_key_file``, ``tls_client_ca_file``) come from here.
         service_name: ``"ingest_service"`` or ``"query_service"``; used in logs and thread names.
-        address: ``host:port`` to bind insecurely; port 0 picks a free port (see ``ServiceHost.port``).
+        address: ``host:port`` to bind (TLS when configured); port 0 picks a free port (see
+            ``ServiceHost.port``). Without a tokens file only loopback addresses are accepted.
         metrics_port: Prometheus HTTP port; 0 disables it. A port already in use is logged and skipped.
         database: readiness signal; ``ensure_ready()`` is called every ``readiness_interval`` seconds.
         register: adds the servicers to the server and returns their full service names
@@ -556,9 +710,11 @@ def build_server(
         database is ready.
 
     Raises:
+        ServerSetupError: refused configuration (see `build_authenticator`, `server_credentials`).
         RuntimeError: the address could not be bound.
     """
-    del settings  # reserved for the auth and TLS options of DESIGN §8
+    authenticator = build_authenticator(settings, address=address, service_name=service_name)
+    credentials = server_credentials(settings)
     metrics = _rpc_metrics(metrics_registry)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
@@ -566,6 +722,7 @@ def build_server(
             _RequestIdLoggingInterceptor(service_name),
             _MetricsInterceptor(metrics),
             _ErrorMappingInterceptor(service_name),
+            _AuthInterceptor(authenticator),
         ),
         options=SERVER_OPTIONS,
     )
@@ -583,7 +740,16 @@ def build_server(
     )
 
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+            log.info(
+                "%s: TLS on %s%s",
+                service_name,
+                address,
+                " (client certificates required)" if settings.tls_client_ca_file else "",
+            )
     except RuntimeError as exc:
         raise RuntimeError(f"{service_name}: cannot bind {address}: {exc}") from exc
     if port == 0:
@@ -598,4 +764,6 @@ def build_server(
         database=database,
         metrics_port=metrics_port,
         readiness_interval=readiness_interval,
+        authenticator=authenticator,
+        tls=credentials is not None,
     )
