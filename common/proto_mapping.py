@@ -37,6 +37,34 @@ def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
     return message
 
 
+_MIN_TIMESTAMP_SECONDS = -62135596800  # 0001-01-01T00:00:00Z
+_MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z
+
+
+def fact_assertion_to_dict(message: knowledge_pb2.FactAssertion) -> dict[str, Any]:
+    """A FactAssertion in proto3-JSON form with proto field names, for the domain's validation.
+
+    An out-of-range Timestamp (which proto3 JSON cannot represent) is passed on as a descriptive string
+    the validation rejects, so the caller gets a field violation (``facts[1].valid_from``) instead of an
+    internal error.
+    """
+    invalid: dict[str, str] = {}
+    for name in ("valid_from", "valid_to"):
+        if message.HasField(name):
+            value = getattr(message, name)
+            if not (
+                _MIN_TIMESTAMP_SECONDS <= value.seconds <= _MAX_TIMESTAMP_SECONDS and 0 <= value.nanos < 10**9
+            ):
+                invalid[name] = f"Timestamp(seconds={value.seconds}, nanos={value.nanos})"
+    if not invalid:
+        return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    copy = knowledge_pb2.FactAssertion()
+    copy.CopyFrom(message)
+    for name in invalid:
+        copy.ClearField(name)
+    return {**json_format.MessageToDict(copy, preserving_proto_field_name=True), **invalid}
+
+
 def fact_to_proto(row: FactRow, *, conflict: bool = False) -> knowledge_pb2.Fact:
     """A stored fact as memory.v1.Fact (valid_to absent while the fact is current)."""
     fact = knowledge_pb2.Fact(

@@ -106,7 +106,9 @@ class FactAsserter:
         checked: list[tuple[FactInput | None, list[FieldViolation]]] = []
         for index, raw in enumerate(raw_facts):
             checker = FieldChecker()
-            fact = validate_fact_assertion(checker, raw, f"facts[{index}]", index=index, default_valid_from=now)
+            fact = validate_fact_assertion(
+                checker, raw, f"facts[{index}]", index=index, default_valid_from=now
+            )
             checked.append((fact, checker.violations))
         if all(fact is None for fact, _ in checked):
             raise InvalidArgument([violation for _, violations in checked for violation in violations])
@@ -198,7 +200,10 @@ class FactAsserter:
         closed = self.database.run_transaction(work)
         log.info(
             "closed %s in %s at %s (reason %r)",
-            fact_id, namespace, canonical_instant(closed.fact.valid_to or end), reason,
+            fact_id,
+            namespace,
+            canonical_instant(closed.fact.valid_to or end),
+            reason,
         )
         return closed
 

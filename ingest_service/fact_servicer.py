@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import grpc
-from google.protobuf import json_format
 from memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
-from common.proto_mapping import fact_to_proto, instant
+from common.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
 from ingest_service.fact_assertions import FactAsserter
 
 
@@ -19,7 +18,7 @@ class FactServicer(fact_service_pb2_grpc.FactServiceServicer):  # type: ignore[m
     def AssertFacts(
         self, request: fact_service_pb2.AssertFactsRequest, context: grpc.ServicerContext
     ) -> fact_service_pb2.AssertFactsResponse:
-        raw = [json_format.MessageToDict(fact, preserving_proto_field_name=True) for fact in request.facts]
+        raw = [fact_assertion_to_dict(fact) for fact in request.facts]
         results = self.asserter.assert_facts(request.namespace, raw, source_path=request.source_path)
         return fact_service_pb2.AssertFactsResponse(
             results=[

@@ -131,7 +131,11 @@ class ObservationRemover:
         outcome = self.database.run_transaction(work)
         log.info(
             "redacted %s in %s (reason %r): %d facts lost it, %d now without evidence",
-            observation_id, namespace, reason, outcome.facts_affected, outcome.facts_evidence_lost,
+            observation_id,
+            namespace,
+            reason,
+            outcome.facts_affected,
+            outcome.facts_evidence_lost,
         )
         return outcome
 
@@ -159,8 +163,13 @@ class ObservationRemover:
         # The reason is not stored anywhere else (the row is gone): the log line is its record.
         log.info(
             "purged %s in %s (reason %r): nodes %s, %d chunks; %d facts lost it, %d now without evidence",
-            observation_id, namespace, reason, outcome.nodes_deleted, outcome.chunks_deleted,
-            outcome.facts_affected, outcome.facts_evidence_lost,
+            observation_id,
+            namespace,
+            reason,
+            outcome.nodes_deleted,
+            outcome.chunks_deleted,
+            outcome.facts_affected,
+            outcome.facts_evidence_lost,
         )
         return outcome
 
@@ -179,4 +188,3 @@ class ObservationRemover:
 
 def _lost(rows: list[FactRow]) -> int:
     return sum(1 for row in rows if row.evidence_lost)
-

@@ -47,14 +47,18 @@ def remover(database: Database) -> ObservationRemover:
 
 
 def at(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)
 
 
 def fact(subject: str, predicate: str, obj: str, valid_from: str = START, **extra: Any) -> dict[str, Any]:
-    return {"fact": {"subject": subject, "predicate": predicate, "object": obj, "valid_from": valid_from, **extra}}
+    return {
+        "fact": {"subject": subject, "predicate": predicate, "object": obj, "valid_from": valid_from, **extra}
+    }
 
 
-def observation(namespace: str, external_id: str, assertions: list[dict[str, Any]], content: str = "") -> dict[str, Any]:
+def observation(
+    namespace: str, external_id: str, assertions: list[dict[str, Any]], content: str = ""
+) -> dict[str, Any]:
     return {
         "namespace": namespace,
         "source": {"system": "tracker", "stream": "people", "external_id": external_id},
@@ -118,7 +122,9 @@ def edge(database: Database, namespace: str, predicate: str, fid: str) -> dict[s
 
 def node_keys(database: Database, namespace: str) -> set[str]:
     with database.connection() as conn:
-        rows = conn.execute("SELECT natural_key FROM graph_nodes WHERE namespace = %s", (namespace,)).fetchall()
+        rows = conn.execute(
+            "SELECT natural_key FROM graph_nodes WHERE namespace = %s", (namespace,)
+        ).fetchall()
     return {str(row[0]) for row in rows}
 
 
@@ -154,13 +160,19 @@ def secret_hits(database: Database, settings: Settings, namespace: str) -> int:
 def current_facts(database: Database, namespace: str, *, include_lost: bool = False) -> list[str]:
     with database.connection() as conn:
         rows = FactStore(GraphStore(database)).list(
-            conn, FactQuery(namespace=namespace, subject="person:alice", include_lost=include_lost), datetime.now(UTC)
+            conn,
+            FactQuery(namespace=namespace, subject="person:alice", include_lost=include_lost),
+            datetime.now(UTC),
         )
     return [row.predicate for row in rows]
 
 
 def test_redact_strikes_evidence_and_removes_searchable_content(
-    database: Database, settings: Settings, recorder: ObservationRecorder, remover: ObservationRemover, namespace: str
+    database: Database,
+    settings: Settings,
+    recorder: ObservationRecorder,
+    remover: ObservationRemover,
+    namespace: str,
 ) -> None:
     a, b = record_a_and_b(recorder, namespace)
     works, knows = ids(namespace)
@@ -204,24 +216,32 @@ def test_redact_is_idempotent(
     remover.redact(namespace, a, "first reason")
     with database.connection() as conn:
         before = conn.execute(
-            "SELECT fact_id, observation_ids, evidence_lost FROM facts WHERE namespace = %s ORDER BY 1", (namespace,)
+            "SELECT fact_id, observation_ids, evidence_lost FROM facts WHERE namespace = %s ORDER BY 1",
+            (namespace,),
         ).fetchall()
     again = remover.redact(namespace, a, "second reason")
     assert (again.facts_affected, again.facts_evidence_lost) == (0, 0)
     assert again.observation.status_details == ["first reason"]
     with database.connection() as conn:
         after = conn.execute(
-            "SELECT fact_id, observation_ids, evidence_lost FROM facts WHERE namespace = %s ORDER BY 1", (namespace,)
+            "SELECT fact_id, observation_ids, evidence_lost FROM facts WHERE namespace = %s ORDER BY 1",
+            (namespace,),
         ).fetchall()
     assert after == before
     # a redacted observation sent again is a duplicate: it does not revive its facts
-    [duplicate] = recorder.record_batch([observation(namespace, "a", [fact("person:alice", "KNOWS", "person:bob")])])
+    [duplicate] = recorder.record_batch(
+        [observation(namespace, "a", [fact("person:alice", "KNOWS", "person:bob")])]
+    )
     assert (duplicate.created, duplicate.status) == (False, "redacted")
     assert fact_row(database, namespace, ids(namespace)[1]).evidence_lost
 
 
 def test_purge_removes_the_projection_and_the_row(
-    database: Database, settings: Settings, recorder: ObservationRecorder, remover: ObservationRemover, namespace: str
+    database: Database,
+    settings: Settings,
+    recorder: ObservationRecorder,
+    remover: ObservationRemover,
+    namespace: str,
 ) -> None:
     a, b = record_a_and_b(recorder, namespace)
     works, knows = ids(namespace)
@@ -233,7 +253,9 @@ def test_purge_removes_the_projection_and_the_row(
     assert outcome.nodes_deleted == sorted([f"episode:{a}", f"text:{a}/3"])
     assert outcome.chunks_deleted == 2
     with database.connection() as conn:
-        assert conn.execute("SELECT count(*) FROM observations WHERE observation_id = %s", (a,)).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM observations WHERE observation_id = %s", (a,)
+        ).fetchone() == (0,)
     keys = node_keys(database, namespace)
     assert f"episode:{a}" not in keys and f"text:{a}/3" not in keys
     assert vertex_count(database, namespace, "episode", f"episode:{a}") == 0
@@ -252,7 +274,9 @@ def test_purge_removes_the_projection_and_the_row(
     with pytest.raises(NotFound):
         remover.redact(namespace, a)
     # after a purge the same observation is new again, and its evidence revives the lost fact
-    [again] = recorder.record_batch([observation(namespace, "a", [fact("person:alice", "KNOWS", "person:bob")])])
+    [again] = recorder.record_batch(
+        [observation(namespace, "a", [fact("person:alice", "KNOWS", "person:bob")])]
+    )
     assert again.created and again.observation_id == a
     revived = fact_row(database, namespace, knows)
     assert revived.observation_ids == [a] and not revived.evidence_lost
@@ -288,7 +312,7 @@ def test_agent_assertion_is_evidence_no_redaction_takes_away(
     database: Database, recorder: ObservationRecorder, remover: ObservationRemover, namespace: str
 ) -> None:
     a, _ = record_a_and_b(recorder, namespace)
-    works, knows = ids(namespace)
+    _, knows = ids(namespace)
     asserter = FactAsserter(database)
     [strengthened, direct] = asserter.assert_facts(
         namespace,
@@ -317,7 +341,13 @@ def test_a_lost_successor_leaves_the_history_it_wrote(
     record_a_and_b(recorder, namespace)
     works, _ = ids(namespace)
     [c] = recorder.record_batch(
-        [observation(namespace, "c", [fact("person:alice", "WORKS_ON", "project:beta", "2026-03-01T00:00:00Z", supersedes=works)])]
+        [
+            observation(
+                namespace,
+                "c",
+                [fact("person:alice", "WORKS_ON", "project:beta", "2026-03-01T00:00:00Z", supersedes=works)],
+            )
+        ]
     )
     beta = fact_id(namespace, "person:alice", "WORKS_ON", "project:beta", at("2026-03-01T00:00:00Z"))
     remover.redact(namespace, c.observation_id, "retracted")
