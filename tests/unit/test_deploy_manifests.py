@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -357,3 +357,25 @@ def test_no_urls_or_mirrors_in_image_recipes() -> None:
         assert "://" not in path.read_text(encoding="utf-8"), (
             f"{path}: indexes come from the build environment"
         )
+
+
+def test_services_bound_to_all_interfaces_get_a_tokens_file() -> None:
+    """A service without a tokens file refuses 0.0.0.0: both deployments mount the tokens Secret."""
+    data = _config_map()["data"]
+    assert data["CB_AUTH_MODE"] == "tokens"
+    tokens_file = PurePosixPath(data["CB_TOKENS_FILE"])
+    for component, deployment in _deployments().items():
+        spec = deployment["spec"]["template"]["spec"]
+        volumes = {volume["name"]: volume for volume in spec["volumes"]}
+        mounts = [
+            m for m in _container(deployment)["volumeMounts"] if m["mountPath"] == str(tokens_file.parent)
+        ]
+        assert len(mounts) == 1 and mounts[0]["readOnly"] and "subPath" not in mounts[0], component
+        assert volumes[mounts[0]["name"]]["secret"]["secretName"] == "memory-service-tokens", component
+    compose = _compose()["services"]
+    for component in COMPONENTS:
+        environment = compose[component]["environment"]
+        assert environment["CB_AUTH_MODE"] == "tokens"
+        folder = str(PurePosixPath(environment["CB_TOKENS_FILE"]).parent)
+        targets = [volume.rsplit(":", 2)[1:] for volume in compose[component]["volumes"]]
+        assert [folder, "ro"] in targets, component
