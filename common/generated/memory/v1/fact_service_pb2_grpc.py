@@ -54,7 +54,9 @@ class FactServiceServicer:
     def AssertFacts(self, request, context):
         """Asserts facts directly (origin "agent"), with the rules of observation facts: deterministic fact_id,
         idempotent strengthening, supersession. valid_from defaults to the request time. Per-item results;
-        a request in which no fact is valid is INVALID_ARGUMENT with every field violation.
+        a request in which no fact is valid is INVALID_ARGUMENT with every field violation (paths such as
+        "facts[1].valid_from"). The facts carry no observation: the assertion itself is their evidence, so
+        they never become evidence_lost (a fact also proved by observations keeps it when those go).
         Errors: INVALID_ARGUMENT; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

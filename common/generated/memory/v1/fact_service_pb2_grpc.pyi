@@ -36,7 +36,9 @@ class FactServiceStub:
     AssertFacts: _grpc.UnaryUnaryMultiCallable[_fact_service_pb2.AssertFactsRequest, _fact_service_pb2.AssertFactsResponse]
     """Asserts facts directly (origin "agent"), with the rules of observation facts: deterministic fact_id,
     idempotent strengthening, supersession. valid_from defaults to the request time. Per-item results;
-    a request in which no fact is valid is INVALID_ARGUMENT with every field violation.
+    a request in which no fact is valid is INVALID_ARGUMENT with every field violation (paths such as
+    "facts[1].valid_from"). The facts carry no observation: the assertion itself is their evidence, so
+    they never become evidence_lost (a fact also proved by observations keeps it when those go).
     Errors: INVALID_ARGUMENT; UNAVAILABLE.
     """
     CloseFact: _grpc.UnaryUnaryMultiCallable[_fact_service_pb2.CloseFactRequest, _fact_service_pb2.CloseFactResponse]
@@ -53,7 +55,9 @@ class FactServiceAsyncStub(FactServiceStub):
     AssertFacts: _aio.UnaryUnaryMultiCallable[_fact_service_pb2.AssertFactsRequest, _fact_service_pb2.AssertFactsResponse]  # type: ignore[assignment]
     """Asserts facts directly (origin "agent"), with the rules of observation facts: deterministic fact_id,
     idempotent strengthening, supersession. valid_from defaults to the request time. Per-item results;
-    a request in which no fact is valid is INVALID_ARGUMENT with every field violation.
+    a request in which no fact is valid is INVALID_ARGUMENT with every field violation (paths such as
+    "facts[1].valid_from"). The facts carry no observation: the assertion itself is their evidence, so
+    they never become evidence_lost (a fact also proved by observations keeps it when those go).
     Errors: INVALID_ARGUMENT; UNAVAILABLE.
     """
     CloseFact: _aio.UnaryUnaryMultiCallable[_fact_service_pb2.CloseFactRequest, _fact_service_pb2.CloseFactResponse]  # type: ignore[assignment]
@@ -73,7 +77,9 @@ class FactServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_fact_service_pb2.AssertFactsResponse, _abc.Awaitable[_fact_service_pb2.AssertFactsResponse]]:
         """Asserts facts directly (origin "agent"), with the rules of observation facts: deterministic fact_id,
         idempotent strengthening, supersession. valid_from defaults to the request time. Per-item results;
-        a request in which no fact is valid is INVALID_ARGUMENT with every field violation.
+        a request in which no fact is valid is INVALID_ARGUMENT with every field violation (paths such as
+        "facts[1].valid_from"). The facts carry no observation: the assertion itself is their evidence, so
+        they never become evidence_lost (a fact also proved by observations keeps it when those go).
         Errors: INVALID_ARGUMENT; UNAVAILABLE.
         """
 

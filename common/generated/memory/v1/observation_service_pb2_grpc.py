@@ -69,9 +69,13 @@ class ObservationServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RedactObservation(self, request, context):
-        """Replaces the content and data of an observation (identity, source and time are kept; status becomes
-        "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
-        evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+        """Replaces the content of an observation with "" and its data with {} (assertions, which repeat the
+        content, become []); identity, source, times, participants, scopes and provenance are kept; status
+        becomes "redacted" with the reason as status_details. Strikes it from every fact's observation_ids
+        and marks facts left without evidence (and not asserted directly through FactService) evidence_lost:
+        they leave every output but stay in the graph for audit. The searchable copies of the content go too
+        (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
+        transaction. Idempotent (a repeat changes nothing and keeps the first reason).
         Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -80,8 +84,10 @@ class ObservationServiceServicer:
 
     def PurgeObservation(self, request, context):
         """Removes an observation and what its projection alone created (its episode and text fragments with
-        their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
-        evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+        their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
+        strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
+        One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
+        Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -42,15 +42,21 @@ class ObservationServiceStub:
     (no observations, more than 1000 items); UNAVAILABLE when the database is down (retry the batch).
     """
     RedactObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.RedactObservationRequest, _observation_service_pb2.RedactObservationResponse]
-    """Replaces the content and data of an observation (identity, source and time are kept; status becomes
-    "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
-    evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+    """Replaces the content of an observation with "" and its data with {} (assertions, which repeat the
+    content, become []); identity, source, times, participants, scopes and provenance are kept; status
+    becomes "redacted" with the reason as status_details. Strikes it from every fact's observation_ids
+    and marks facts left without evidence (and not asserted directly through FactService) evidence_lost:
+    they leave every output but stay in the graph for audit. The searchable copies of the content go too
+    (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
+    transaction. Idempotent (a repeat changes nothing and keeps the first reason).
     Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
     """
     PurgeObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]
     """Removes an observation and what its projection alone created (its episode and text fragments with
-    their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
-    evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+    their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
+    strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
+    One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
+    Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -67,15 +73,21 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     (no observations, more than 1000 items); UNAVAILABLE when the database is down (retry the batch).
     """
     RedactObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.RedactObservationRequest, _observation_service_pb2.RedactObservationResponse]  # type: ignore[assignment]
-    """Replaces the content and data of an observation (identity, source and time are kept; status becomes
-    "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
-    evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+    """Replaces the content of an observation with "" and its data with {} (assertions, which repeat the
+    content, become []); identity, source, times, participants, scopes and provenance are kept; status
+    becomes "redacted" with the reason as status_details. Strikes it from every fact's observation_ids
+    and marks facts left without evidence (and not asserted directly through FactService) evidence_lost:
+    they leave every output but stay in the graph for audit. The searchable copies of the content go too
+    (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
+    transaction. Idempotent (a repeat changes nothing and keeps the first reason).
     Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
     """
     PurgeObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]  # type: ignore[assignment]
     """Removes an observation and what its projection alone created (its episode and text fragments with
-    their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
-    evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+    their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
+    strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
+    One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
+    Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -101,9 +113,13 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _observation_service_pb2.RedactObservationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_observation_service_pb2.RedactObservationResponse, _abc.Awaitable[_observation_service_pb2.RedactObservationResponse]]:
-        """Replaces the content and data of an observation (identity, source and time are kept; status becomes
-        "redacted"), strikes it from every fact's observation_ids, and marks facts left without evidence
-        evidence_lost (they leave every output but stay in the graph for audit). Idempotent.
+        """Replaces the content of an observation with "" and its data with {} (assertions, which repeat the
+        content, become []); identity, source, times, participants, scopes and provenance are kept; status
+        becomes "redacted" with the reason as status_details. Strikes it from every fact's observation_ids
+        and marks facts left without evidence (and not asserted directly through FactService) evidence_lost:
+        they leave every output but stay in the graph for audit. The searchable copies of the content go too
+        (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
+        transaction. Idempotent (a repeat changes nothing and keeps the first reason).
         Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
         """
 
@@ -114,8 +130,10 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_observation_service_pb2.PurgeObservationResponse, _abc.Awaitable[_observation_service_pb2.PurgeObservationResponse]]:
         """Removes an observation and what its projection alone created (its episode and text fragments with
-        their chunks), strikes it from every fact's observation_ids and marks facts left without evidence
-        evidence_lost. Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+        their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
+        strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
+        One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
+        Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
         """
 
 def add_ObservationServiceServicer_to_server(servicer: ObservationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
