@@ -6,6 +6,7 @@ observation B repeats one of A's facts, so that fact is backed by two observatio
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -362,3 +363,47 @@ def _row(database: Database, namespace: str, observation_id: str) -> dict[str, A
         row = ObservationStore(database.settings).get(conn, namespace, observation_id)
     assert row is not None
     return row
+
+
+def test_concurrent_removals_of_every_observation_behind_a_fact(
+    database: Database, recorder: ObservationRecorder, remover: ObservationRemover, namespace: str
+) -> None:
+    """8 threads redact or purge the 8 observations behind one fact at once, while 4 more threads record
+    new evidence for another fact: each removal strikes exactly its own id, the fact ends evidence_lost,
+    and row and edge agree."""
+    items = [observation(namespace, f"o{i}", [fact("person:alice", "KNOWS", "person:bob")]) for i in range(8)]
+    ids_ = [result.observation_id for result in recorder.record_batch(items)]
+    _, knows = ids(namespace)
+    assert sorted(fact_row(database, namespace, knows).observation_ids) == sorted(ids_)
+    errors: list[BaseException] = []
+
+    def remove(index: int) -> None:
+        try:
+            (remover.redact if index % 2 else remover.purge)(namespace, ids_[index], "concurrent")
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    def write(index: int) -> None:
+        try:
+            recorder.record_batch(
+                [observation(namespace, f"w{index}", [fact("person:alice", "KNOWS", "person:carol")])]
+            )
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=remove, args=(i,)) for i in range(8)]
+    threads += [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    row = fact_row(database, namespace, knows)
+    assert row.observation_ids == [] and row.evidence_lost
+    props = edge(database, namespace, "KNOWS", knows)
+    assert props["observation_ids"] == [] and props["evidence_lost"] is True
+    carol = fact_row(
+        database, namespace, fact_id(namespace, "person:alice", "KNOWS", "person:carol", at(START))
+    )
+    assert len(carol.observation_ids) == 4 and not carol.evidence_lost
+    assert current_facts(database, namespace) == ["KNOWS"]
