@@ -457,6 +457,14 @@ class TokenStore:
         except OSError as exc:
             raise TokensFileError(self.path, f"cannot be read: {exc}") from exc
         self._tokens = load_tokens_file(self.path)
+        mode = os.stat(self.path).st_mode
+        if mode & 0o022:
+            log.warning(
+                "tokens file %s is writable by group or others (mode %o): anyone who can write it can "
+                "grant themselves access; chmod 0600 it",
+                self.path,
+                mode & 0o777,
+            )
         self._loaded: _Signature | None = signature
         self._failed: _Signature | str | None = None
         self._next_check = clock() + check_interval

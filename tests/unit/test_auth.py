@@ -272,6 +272,13 @@ def test_broken_edit_keeps_last_good_version_and_logs_once(
     assert store.lookup("cbt_fixed") is not None  # the corrected edit is picked up
 
 
+def test_writable_by_others_is_warned_about(tokens_file: Path, caplog: pytest.LogCaptureFixture) -> None:
+    os.chmod(tokens_file, 0o666)
+    with caplog.at_level(logging.WARNING, logger="memory.auth"):
+        TokenStore(tokens_file)
+    assert any("writable by group or others" in r.getMessage() for r in caplog.records)
+
+
 def test_vanished_file_keeps_last_good_version(tokens_file: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = TokenStore(tokens_file, check_interval=0)
     tokens_file.unlink()
