@@ -45,6 +45,9 @@ class SearchSettings:
         candidates: chunks taken from each ranking before fusion.
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
         trigram_max_query_chars: longer queries use only the exact-identifier arm of the trigram ranking.
+            Word similarity of a sentence-long query against every chunk sharing its trigrams costs
+            ~1 s on 10k chunks (measured on the docs vault), while full text already ranks sentences;
+            trigrams are for identifiers and short fragments (DESIGN §7).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
     """
 
@@ -53,7 +56,7 @@ class SearchSettings:
     vector_weight: float = 1.0
     text_weight: float = 1.0
     trigram_weight: float = 1.0
-    trigram_max_query_chars: int = 200
+    trigram_max_query_chars: int = 40
     node_provenance: bool = True
 
     @property

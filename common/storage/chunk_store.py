@@ -177,7 +177,7 @@ def _tsquery_literal(lexeme: str) -> str:
 class ChunkStore:
     """SQL for the chunks table. Stateless apart from the table identifier; safe to share."""
 
-    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 200) -> None:
+    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 40) -> None:
         self.settings = settings
         self.table = sql.Identifier(settings.chunks_table)
         self.text_search_config = settings.text_search_config
@@ -392,22 +392,27 @@ class ChunkStore:
     ) -> list[Candidate]:
         """Up to ``limit`` trigram matches (``score`` = similarity in [0, 1], 1.0 for an exact token hit).
 
-        Ordered by the number of identifier tokens of the query found verbatim, then by
-        ``word_similarity(query, text)``.
+        Rows qualify when they contain an identifier-like token of the query verbatim (``PROJ-1234``,
+        ``2.36-9+deb12u4``) or, for a query of at most ``trigram_max_query_chars``, the whole query as a
+        case-insensitive substring; both are ``ILIKE`` served by the trigram GIN index. Qualified rows are
+        ordered by the number of tokens found, then by ``word_similarity(query, text)``. The fuzzy
+        ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
+        query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``.
         """
         tokens = identifier_tokens(query)
-        use_similarity = len(query) <= self.trigram_max_query_chars
-        if not tokens and not use_similarity:
+        whole = len(query.strip()) >= 3 and len(query) <= self.trigram_max_query_chars
+        if not tokens and not whole:
             return []
         params: dict[str, Any] = {
             "query": query,
+            "whole": _like_pattern(query.strip()),
             "patterns": [_like_pattern(token) for token in tokens],
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
         arms: list[sql.Composable] = []
-        if use_similarity:
-            arms.append(sql.SQL("%(query)s <%% text"))
+        if whole:
+            arms.append(sql.SQL("text ILIKE %(whole)s"))
         if tokens:
             arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
         statement = sql.SQL(
