@@ -135,6 +135,8 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.DomainPackService/SetNamespaceKinds": _ADMIN,
         # Reads the namespace's configuration only: a reader may know which kinds it has.
         "/memory.v1.DomainPackService/GetNamespaceKinds": _READ,
+        "/memory.v1.DomainPackService/GetPackage": _READ,
+        "/memory.v1.DomainPackService/ListPackages": _READ,
         "/memory.v1.AuditService/RecordAuditEvent": _WRITE,
         # query_service (read side).
         "/memory.v1.RetrievalService/Search": _READ,
@@ -148,7 +150,13 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
 )
 """Full gRPC method name -> the right it needs on the request's namespace(s). Absent = denied."""
 
-GLOBAL_METHODS: frozenset[str] = frozenset({"/memory.v1.DomainPackService/RegisterPackage"})
+GLOBAL_METHODS: frozenset[str] = frozenset(
+    {
+        "/memory.v1.DomainPackService/RegisterPackage",
+        "/memory.v1.DomainPackService/GetPackage",
+        "/memory.v1.DomainPackService/ListPackages",
+    }
+)
 """Methods whose requests name no namespace (packages are global): the right is needed on ``"*"``."""
 
 OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/", "/grpc.reflection.")
