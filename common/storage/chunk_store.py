@@ -26,13 +26,14 @@ large table still fills its candidate list:
   stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
   ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
   ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
-* **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``): rows whose ``word_similarity(q, text)`` passes
-  ``pg_trgm.word_similarity_threshold`` (operator ``<%``, skipped for queries longer than
-  ``trigram_max_query_chars``), plus rows containing an *identifier-like token* of the query verbatim,
-  case-insensitively (``text ILIKE '%token%'``, also served by the trigram index). Identifier-like tokens
-  are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least 3 characters, such as
-  ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm alone ignores punctuation, so without the
-  ILIKE arm ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Exact token hits rank first.
+* **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
+  trigram index serves: rows containing an *identifier-like token* of the query verbatim
+  (``text ILIKE '%token%'``) or, for a query of at most ``trigram_max_query_chars``, the whole query.
+  Identifier-like tokens are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least
+  3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm similarity alone ignores
+  punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Matches are ordered by the number
+  of tokens found, then by ``word_similarity(query, text)``; the fuzzy ``<%`` filter is not used (0.3-0.9 s
+  per sentence-long query on the 10k-chunk docs vault).
 """
 
 from __future__ import annotations
