@@ -62,15 +62,15 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _integral_numbers(value: Any) -> Any:
+def integral_numbers(value: Any) -> Any:
     """JSON does not tell 1 from 1.0, protobuf's Struct turns every number into a double: integral
     floats become ints so the identity is the same whichever way the client sent the number."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {key: _integral_numbers(item) for key, item in value.items()}
+        return {key: integral_numbers(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_integral_numbers(item) for item in value]
+        return [integral_numbers(item) for item in value]
     return value
 
 
@@ -80,7 +80,7 @@ def content_identity(content_fields: dict[str, Any]) -> str:
     ``content_fields`` is ``{kind, occurred_at, actor, subject, content, data, assertions}`` with every
     instant already canonical (see `canonical_instant`); integral numbers are written as integers.
     """
-    return "sha256:" + _sha256_hex(canonical_json(_integral_numbers(content_fields)))
+    return "sha256:" + _sha256_hex(canonical_json(integral_numbers(content_fields)))
 
 
 def observation_id(namespace: str, system: str, stream: str, identity: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from memory.v1 import knowledge_pb2
 
+from common.identifiers import integral_numbers
 from common.observation_view import ObservationView
 from common.storage.fact_store import FactRow
 
@@ -27,6 +28,11 @@ def timestamp(value: datetime) -> timestamp_pb2.Timestamp:
 def instant(message: timestamp_pb2.Timestamp) -> datetime:
     """A `google.protobuf.Timestamp` as an aware UTC datetime."""
     return message.ToDatetime(tzinfo=UTC)
+
+
+def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
+    """A `google.protobuf.Struct` as a plain dict; integral numbers become ints (Struct holds doubles only)."""
+    return dict(integral_numbers(json_format.MessageToDict(message)))
 
 
 def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:

@@ -6,28 +6,12 @@ become gRPC statuses in the server's error interceptor (`common.server`).
 
 from __future__ import annotations
 
-from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
+from common.proto_mapping import struct_to_dict
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
-
-
-def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    """A `google.protobuf.Struct` as a plain dict; integral numbers become ints (Struct has doubles only)."""
-    return dict(_integral(json_format.MessageToDict(message)))
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _integral(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    return value
 
 
 class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
@@ -27,7 +26,7 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto
+from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto, struct_to_dict
 from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
 from query_service.fact_reader import FactListRequest, FactReader
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
@@ -41,21 +40,6 @@ SERVICE_NAMES = (
     "memory.v1.ContextService",
     "memory.v1.ObservationQueryService",
 )
-
-
-def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
-    """A `google.protobuf.Struct` as a dict; integral numbers become ints (Struct holds doubles only)."""
-    return dict(_integral(json_format.MessageToDict(message)))
-
-
-def _integral(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _integral(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    return value
 
 
 def _provenance(
