@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
-_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql", "0003_fact_evidence.sql")
+_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql", "0003_fact_evidence.sql", "0004_node_scopes.sql")
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).
 _UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300"}
@@ -243,6 +243,7 @@ class Database:
                 literals = {
                     "embedding_dim": sql.Literal(self.settings.embedding_dim),
                     "text_search_config": sql.Literal(self.settings.text_search_config),
+                    "graph": sql.Identifier(self.settings.graph_name),
                 }
                 for name in _MIGRATIONS:
                     if name in done:

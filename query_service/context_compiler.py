@@ -22,8 +22,12 @@ Steps:
 4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
    ``context_traces`` under the pack's trace id.
 
-Not yet: graph neighbourhood, recent observations and episodes as candidates, recency, scope
-visibility and PII masking (they need the auth and PII layers).
+Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
+every query — chunk rankings, facts about anchors, the registry look-up of entities named in chunks and
+their facts — and a fact whose subject or object node is hidden is never a candidate, so no hidden
+node's key or title reaches the pack through a fact.
+
+Not yet: graph neighbourhood, recent observations and episodes as candidates, recency and PII masking.
 
 Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
 """
@@ -43,6 +47,7 @@ from common.identifiers import canonical_instant
 from common.storage.context_store import ContextStore, key_tokens
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
+from common.storage.visibility import EVERYTHING, Visibility
 from common.tokenizer import TokenCounter
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
@@ -115,6 +120,7 @@ class ContextRequest:
     as_of: datetime | None = None
     token_budget: int = 0
     trace_id: str = ""
+    visibility: Visibility = EVERYTHING
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,7 @@ def validate_context(request: ContextRequest) -> ContextRequest:
         as_of=request.as_of or datetime.now(UTC),
         token_budget=budget,
         trace_id=request.trace_id or "ctx-" + uuid.uuid4().hex,
+        visibility=request.visibility,
     )
 
 
@@ -268,7 +275,12 @@ class ContextCompiler:
         hits: list[SearchHit] = []
         if request.query.strip():
             hits = self.searcher.search(
-                SearchQuery(namespace=request.namespace, query=request.query, top_k=config.chunk_candidates),
+                SearchQuery(
+                    namespace=request.namespace,
+                    query=request.query,
+                    top_k=config.chunk_candidates,
+                    visibility=request.visibility,
+                ),
                 settings=config.search,
             )
         candidates = self._chunk_candidates(hits, config)
@@ -358,6 +370,7 @@ class ContextCompiler:
                         as_of=as_of,
                         include_lost=True,
                         page_size=config.anchor_fact_limit,
+                        visibility=request.visibility,
                     )
                     for row in self.facts.list(conn, query, now)[: config.anchor_fact_limit]:
                         offer(
@@ -374,6 +387,7 @@ class ContextCompiler:
                 list(token_score),
                 exclude=list(request.anchors),
                 limit=config.mentioned_entity_limit,
+                visibility=request.visibility,
             )
             for key in mentioned:
                 id_part = key.split(":", 1)[1].lower() if ":" in key else key.lower()
@@ -384,11 +398,12 @@ class ContextCompiler:
                     as_of=as_of,
                     include_lost=True,
                     page_size=config.mentioned_fact_limit,
+                    visibility=request.visibility,
                 )
                 for row in self.facts.list(conn, query, now)[: config.mentioned_fact_limit]:
                     offer(row, fact_score(row, base), f"about {key}, named in a retrieved chunk")
             live = [row for row, _, _ in scored.values() if not row.evidence_lost]
-            conflicts = self.facts.conflicting_ids(conn, live)
+            conflicts = self.facts.conflicting_ids(conn, live, visibility=request.visibility)
         out: list[_Candidate] = []
         for row, score, why in scored.values():
             conflict = row.fact_id in conflicts

@@ -13,6 +13,7 @@ from common.db import Database
 from common.errors import ViolationCollector
 from common.storage.fact_store import FactQuery, FactRow, FactStore, decode_cursor, encode_cursor
 from common.storage.graph_store import GraphStore
+from common.storage.visibility import EVERYTHING, Visibility
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -32,6 +33,7 @@ class FactListRequest:
     include_lost: bool = False
     page_size: int = 0
     page_token: str = ""
+    visibility: Visibility = EVERYTHING  # the caller's: hidden facts are left out inside the query
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def validate_fact_list(request: FactListRequest) -> FactQuery:
         include_lost=request.include_lost,
         page_size=request.page_size or DEFAULT_PAGE_SIZE,
         after=after,
+        visibility=request.visibility,
     )
 
 
@@ -99,6 +102,6 @@ class FactReader:
         with self.database.connection() as conn:
             rows = self.facts.list(conn, query, now or datetime.now(UTC))
             page = rows[: query.page_size]
-            conflicts = self.facts.conflicting_ids(conn, page)
+            conflicts = self.facts.conflicting_ids(conn, page, visibility=query.visibility)
         token = encode_cursor(page[-1]) if len(rows) > query.page_size and page else ""
         return FactPage(facts=page, conflicts=conflicts, next_page_token=token)

@@ -23,6 +23,7 @@ from common.errors import ViolationCollector
 from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk
 from common.storage.context_store import ContextStore
 from common.storage.graph_store import GraphStore
+from common.storage.visibility import EVERYTHING, Visibility
 
 K = TypeVar("K", bound=Hashable)
 
@@ -129,7 +130,8 @@ class QueryEncoder(Protocol):
 
 @dataclass(frozen=True)
 class SearchQuery:
-    """A Search request in domain form; ``top_k`` 0 means the default (10)."""
+    """A Search request in domain form; ``top_k`` 0 means the default (10). ``visibility`` is the caller's
+    (`common.storage.visibility`): hidden chunks are excluded inside every ranking query."""
 
     namespace: str
     query: str
@@ -137,6 +139,7 @@ class SearchQuery:
     node_types: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     node_keys: tuple[str, ...] = ()
+    visibility: Visibility = EVERYTHING
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,7 @@ class HybridSearcher:
             node_types=tuple(query.node_types),
             meta=dict(query.meta),
             node_keys=tuple(query.node_keys),
+            visibility=query.visibility,
         )
         limit = max(config.candidates, query.top_k)
         with self.database.connection() as conn:

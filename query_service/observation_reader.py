@@ -9,6 +9,7 @@ from common.db import Database
 from common.errors import NotFound, ViolationCollector
 from common.observation_view import ObservationView, observation_view
 from common.storage.observation_store import ObservationStore
+from common.storage.visibility import EVERYTHING, Visibility
 
 
 class ObservationReader:
@@ -18,8 +19,12 @@ class ObservationReader:
         self.database = database
         self.observations = ObservationStore(database.settings)
 
-    def get_observation(self, namespace: str, observation_id: str) -> ObservationView:
+    def get_observation(
+        self, namespace: str, observation_id: str, *, visibility: Visibility = EVERYTHING
+    ) -> ObservationView:
         """The observation ``observation_id`` of ``namespace`` with its processing status.
+
+        An observation ``visibility`` may not see is reported exactly like an absent one (NotFound).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``observation_id``.
@@ -33,7 +38,7 @@ class ObservationReader:
             check.add("observation_id", "required")
         check.raise_if_any()
         with self.database.connection() as conn:
-            row = self.observations.get(conn, namespace, observation_id)
+            row = self.observations.get(conn, namespace, observation_id, visibility=visibility)
         if row is None:
             raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
         return observation_view(row)

@@ -26,7 +26,9 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
+from common.auth import current_principal
 from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto, struct_to_dict
+from common.storage.visibility import Visibility, visibility_for
 from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
 from query_service.fact_reader import FactListRequest, FactReader
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
@@ -40,6 +42,12 @@ SERVICE_NAMES = (
     "memory.v1.ContextService",
     "memory.v1.ObservationQueryService",
 )
+
+
+def caller_visibility() -> Visibility:
+    """The visibility scopes of the RPC's caller (`common.storage.visibility.visibility_for`): a token's
+    scopes plus its own ``principal:<name>``; development mode (auth off) sees everything."""
+    return visibility_for(current_principal())
 
 
 def _provenance(
@@ -121,6 +129,7 @@ class RetrievalService(retrieval_service_pb2_grpc.RetrievalServiceServicer):  # 
                 node_types=tuple(request.types),
                 meta=struct_to_dict(request.meta),
                 node_keys=tuple(request.node_keys),
+                visibility=caller_visibility(),
             )
         )
         return retrieval_service_pb2.SearchResponse(hits=[_hit_to_proto(hit) for hit in hits])
@@ -146,6 +155,7 @@ class FactQueryService(fact_query_service_pb2_grpc.FactQueryServiceServicer):  #
                 include_lost=request.include_lost,
                 page_size=request.page_size,
                 page_token=request.page_token,
+                visibility=caller_visibility(),
             )
         )
         return fact_query_service_pb2.ListFactsResponse(
@@ -163,7 +173,7 @@ class SourceService(source_service_pb2_grpc.SourceServiceServicer):  # type: ign
     def GetSource(
         self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
     ) -> source_service_pb2.GetSourceResponse:
-        view = self.reader.get_source(request.namespace, request.natural_key)
+        view = self.reader.get_source(request.namespace, request.natural_key, visibility=caller_visibility())
         return source_service_pb2.GetSourceResponse(
             source=source_service_pb2.Source(
                 natural_key=view.natural_key,
@@ -199,6 +209,7 @@ class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: 
                 as_of=instant(request.as_of) if request.HasField("as_of") else None,
                 token_budget=request.token_budget,
                 trace_id=request.trace_id,
+                visibility=caller_visibility(),
             )
         )
         return context_service_pb2.CompileContextResponse(
@@ -222,5 +233,7 @@ class ObservationQueryService(observation_query_service_pb2_grpc.ObservationQuer
     def GetObservation(
         self, request: observation_query_service_pb2.GetObservationRequest, context: grpc.ServicerContext
     ) -> observation_query_service_pb2.GetObservationResponse:
-        view = self.reader.get_observation(request.namespace, request.observation_id)
+        view = self.reader.get_observation(
+            request.namespace, request.observation_id, visibility=caller_visibility()
+        )
         return observation_query_service_pb2.GetObservationResponse(observation=observation_to_proto(view))

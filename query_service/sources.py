@@ -14,6 +14,7 @@ from common.db import Database
 from common.errors import NotFound, ViolationCollector
 from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
+from common.storage.visibility import EVERYTHING, Visibility
 
 ORIGINAL = "original"
 CHUNKS = "chunks"
@@ -44,8 +45,10 @@ class SourceReader:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
 
-    def get_source(self, namespace: str, natural_key: str) -> SourceView:
+    def get_source(self, namespace: str, natural_key: str, *, visibility: Visibility = EVERYTHING) -> SourceView:
         """The source view of ``natural_key`` in ``namespace``.
+
+        A node ``visibility`` may not see is reported exactly like an absent one (NotFound).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``natural_key`` (fields named as in GetSourceRequest).
@@ -59,7 +62,7 @@ class SourceReader:
             check.add("natural_key", "required")
         check.raise_if_any()
         with self.database.connection() as conn:
-            node = self.graph.get_node(conn, namespace, natural_key)
+            node = self.graph.get_node(conn, namespace, natural_key, visibility=visibility)
             if node is None:
                 raise NotFound(f"no node {natural_key!r} in namespace {namespace!r}", reason="NODE_NOT_FOUND")
             props = node.get("props") or {}
@@ -69,7 +72,7 @@ class SourceReader:
             if isinstance(content, str):
                 text, origin = content, ORIGINAL
             else:
-                stored = self.chunks.list_chunks(conn, namespace, natural_key)
+                stored = self.chunks.list_chunks(conn, namespace, natural_key, visibility=visibility)
                 text, origin = CHUNK_SEPARATOR.join(chunk.text for chunk in stored), CHUNKS
         raw_provenance = props.get("provenance")
         provenance: dict[str, Any] = raw_provenance if isinstance(raw_provenance, dict) else {}

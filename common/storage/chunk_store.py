@@ -50,6 +50,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.config import Settings
+from common.storage.visibility import EVERYTHING, Visibility
 
 _CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
 _IDENTIFIER_TOKEN = re.compile(r"[0-9\-_.:+/#@]")
@@ -110,12 +111,15 @@ class ChunkFilter:
         node_types: keep only chunks of these node types (empty: all).
         meta: jsonb containment filter, ``meta @> {...}`` (empty: none).
         node_keys: keep only chunks of these nodes (empty: all).
+        visibility: the caller's visibility; chunks whose ``meta.scopes`` hide them are left out
+            (`common.storage.visibility`).
     """
 
     namespace: str
     node_types: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     node_keys: tuple[str, ...] = ()
+    visibility: Visibility = EVERYTHING
 
 
 @dataclass(frozen=True)
@@ -289,14 +293,26 @@ class ChunkStore:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def list_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> list[StoredChunk]:
-        """The chunks of a node in ``chunk_order``."""
+    def list_chunks(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        node_key: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> list[StoredChunk]:
+        """The chunks of a node that ``visibility`` may see, in ``chunk_order``."""
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
                 sql.SQL(
-                    "SELECT {columns} FROM {table} WHERE namespace = %s AND node_key = %s ORDER BY chunk_order"
-                ).format(columns=_CHUNK_COLUMNS, table=self.table),
-                (namespace, node_key),
+                    "SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
+                    " AND {visible} ORDER BY chunk_order"
+                ).format(
+                    columns=_CHUNK_COLUMNS,
+                    table=self.table,
+                    visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")),
+                ),
+                {"namespace": namespace, "node_key": node_key, **visibility.params},
             ).fetchall()
         return [StoredChunk(**record) for record in records]
 
@@ -314,6 +330,9 @@ class ChunkStore:
         if where.node_keys:
             conditions.append(sql.SQL("node_key = ANY(%(node_keys)s)"))
             params["node_keys"] = list(where.node_keys)
+        if not where.visibility.unrestricted:
+            conditions.append(where.visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")))
+            params.update(where.visibility.params)
         return sql.SQL(" AND ").join(conditions)
 
     def _candidates(

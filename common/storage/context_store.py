@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from common.config import Settings
 from common.storage.graph_store import GraphStore, checked_label
+from common.storage.visibility import EVERYTHING, Visibility
 
 # Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
 # - _ . + : / @ # (PROJ-1234, libc6, 2.36-9+deb12u4, package:openssl).
@@ -108,24 +109,34 @@ class ContextStore:
         *,
         exclude: Sequence[str],
         limit: int,
+        visibility: Visibility = EVERYTHING,
     ) -> list[str]:
         """Natural keys whose id part (after the first ``:``; the whole key when it has none) equals one of
         ``tokens`` (lower-case) and that are the subject or object of at least one fact.
 
         Bounded: one hash join of the namespace's registry rows with the token list, at most ``limit``
-        keys, ordered by key.
+        keys, ordered by key. Nodes ``visibility`` may not see are left out.
         """
         if not tokens or limit <= 0:
             return []
-        rows = conn.execute(
+        statement = sql.SQL(
             "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
             " SELECT g.natural_key FROM graph_nodes g"
             " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
-            " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s))"
+            " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible}"
             " AND (EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.subject_key = g.natural_key)"
             " OR EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.object_key = g.natural_key))"
-            " GROUP BY g.natural_key ORDER BY g.natural_key LIMIT %(limit)s",
-            {"tokens": list(tokens), "namespace": namespace, "exclude": list(exclude), "limit": limit},
+            " GROUP BY g.natural_key ORDER BY g.natural_key LIMIT %(limit)s"
+        ).format(visible=visibility.array_predicate(sql.SQL("g.scopes")))
+        rows = conn.execute(
+            statement,
+            {
+                "tokens": list(tokens),
+                "namespace": namespace,
+                "exclude": list(exclude),
+                "limit": limit,
+                **visibility.params,
+            },
         ).fetchall()
         return [str(row[0]) for row in rows]
 

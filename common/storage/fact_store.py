@@ -13,11 +13,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.identifiers import age_label, canonical_instant
 from common.storage.graph_store import GraphStore
+from common.storage.visibility import EVERYTHING, Visibility
 
 _COLUMNS = (
     "fact_id, namespace, subject_key, predicate, object_key, valid_from, valid_to, observed_at, evidence,"
@@ -88,6 +90,9 @@ class FactQuery:
     include_lost: bool = False
     page_size: int = 100
     after: tuple[str, str, datetime, str] | None = None  # keyset cursor (subject, predicate, valid_from, fact_id)
+    # The caller's visibility: facts whose scopes hide them, or whose subject or object node is hidden
+    # (no hidden node's key leaks through a fact), are left out inside the query.
+    visibility: Visibility = EVERYTHING
 
 
 def encode_cursor(row: FactRow) -> str:
@@ -102,6 +107,20 @@ def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
 
     subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
     return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)
+
+
+def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.Composable]:
+    """Predicates "``visibility`` may see the fact": its own scopes, and its subject and object nodes
+    (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
+    of the same names, so unqualified ones would bind to it)."""
+    if visibility.unrestricted:
+        return [sql.SQL("TRUE")]
+    column = sql.SQL("{}{}").format
+    return [
+        visibility.array_predicate(column(alias, sql.SQL("scopes"))),
+        visibility.node_predicate(column(alias, sql.SQL("namespace")), column(alias, sql.SQL("subject_key"))),
+        visibility.node_predicate(column(alias, sql.SQL("namespace")), column(alias, sql.SQL("object_key"))),
+    ]
 
 
 class FactStore:
@@ -252,26 +271,35 @@ class FactStore:
                 "(subject_key, predicate, valid_from, fact_id) >"
                 " (%(after_subject)s, %(after_predicate)s, %(after_from)s, %(after_id)s)"
             )
-        sql_text = (
-            f"SELECT {_COLUMNS} FROM facts WHERE {' AND '.join(conditions)}"
-            " ORDER BY subject_key, predicate, valid_from, fact_id LIMIT %(limit)s"
+        predicates = [sql.SQL(condition) for condition in conditions] + fact_visibility(
+            query.visibility, sql.SQL("facts.")
         )
+        params.update(query.visibility.params)
+        statement = sql.SQL(
+            "SELECT {columns} FROM facts WHERE {where} ORDER BY subject_key, predicate, valid_from, fact_id"
+            " LIMIT %(limit)s"
+        ).format(columns=sql.SQL(_COLUMNS), where=sql.SQL(" AND ").join(predicates))
         with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(sql_text, params).fetchall()  # type: ignore[call-overload]
+            records = cursor.execute(statement, params).fetchall()
         return [FactRow(**record) for record in records]
 
-    def conflicting_ids(self, conn: psycopg.Connection[Any], rows: list[FactRow]) -> set[str]:
+    def conflicting_ids(
+        self, conn: psycopg.Connection[Any], rows: list[FactRow], *, visibility: Visibility = EVERYTHING
+    ) -> set[str]:
         """fact_ids among ``rows`` whose interval overlaps another live fact of the same (subject, predicate)
-        with a different object (seed 000: conflicts are flagged, never resolved)."""
+        with a different object (seed 000: conflicts are flagged, never resolved). Only facts ``visibility``
+        may see count as the other side, so a flag never reveals a hidden fact."""
         if not rows:
             return set()
         ids = [row.fact_id for row in rows]
-        records = conn.execute(
+        statement = sql.SQL(
             "SELECT DISTINCT a.fact_id FROM facts a JOIN facts b"
             " ON b.namespace = a.namespace AND b.subject_key = a.subject_key AND b.predicate = a.predicate"
             " AND b.fact_id <> a.fact_id AND b.object_key <> a.object_key AND NOT b.evidence_lost"
             " AND b.valid_from < coalesce(a.valid_to, 'infinity') AND a.valid_from < coalesce(b.valid_to, 'infinity')"
-            " WHERE a.namespace = %s AND a.fact_id = ANY(%s)",
-            (rows[0].namespace, ids),
+            " AND {visible} WHERE a.namespace = %(namespace)s AND a.fact_id = ANY(%(ids)s)"
+        ).format(visible=sql.SQL(" AND ").join(fact_visibility(visibility, sql.SQL("b."))))
+        records = conn.execute(
+            statement, {"namespace": rows[0].namespace, "ids": ids, **visibility.params}
         ).fetchall()
         return {str(record[0]) for record in records}

@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from common.identifiers import age_label, canonical_instant, canonical_json
+from common.storage.visibility import EVERYTHING, Visibility
 
 if TYPE_CHECKING:
     from common.db import Database
@@ -60,6 +61,11 @@ class NodeWrite:
     origin: str = "agent"
     props: dict[str, Any] = field(default_factory=dict)
     asserted_at: datetime | None = None
+
+    def scopes(self) -> list[str]:
+        """``props.scopes`` as a list of strings (visibility and relevance scopes; empty when absent)."""
+        raw = self.props.get("scopes")
+        return [s for s in raw if isinstance(s, str)] if isinstance(raw, (list, tuple)) else []
 
     def vertex_properties(self, last_seen: str, placeholder: bool) -> dict[str, Any]:
         return {
@@ -193,16 +199,28 @@ class GraphStore:
         label = age_label(node.node_type)
         last_seen = canonical_instant(now)
         properties = node.vertex_properties(last_seen, placeholder=False)
+        scopes = node.scopes()  # mirrored into graph_nodes.scopes for the visibility predicates
         # For assertions (overwrite=False) the citation of the latest observation alone is no change.
         digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
         # One statement either inserts the row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit.
         row = conn.execute(
             "INSERT INTO graph_nodes AS g (namespace, natural_key, node_type, label, placeholder, origin, asserted_at,"
-            " props_hash, created_at, last_seen) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s)"
+            " props_hash, created_at, last_seen, scopes) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_seen, excluded.last_seen)"
             " RETURNING (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash",
-            (node.namespace, node.natural_key, node.node_type, label, node.origin, node.asserted_at, digest, now, now),
+            (
+                node.namespace,
+                node.natural_key,
+                node.node_type,
+                label,
+                node.origin,
+                node.asserted_at,
+                digest,
+                now,
+                now,
+                scopes,
+            ),
         ).fetchone()
         assert row is not None
         inserted, existing_label, was_placeholder, asserted_at, props_hash = row
@@ -217,9 +235,18 @@ class GraphStore:
         conn.execute(
             "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
             " asserted_at = CASE WHEN %s::timestamptz IS NULL THEN asserted_at"
-            " ELSE greatest(asserted_at, %s::timestamptz) END"
+            " ELSE greatest(asserted_at, %s::timestamptz) END, scopes = %s"
             " WHERE namespace = %s AND natural_key = %s",
-            (node.node_type, digest, now, node.asserted_at, node.asserted_at, node.namespace, node.natural_key),
+            (
+                node.node_type,
+                digest,
+                now,
+                node.asserted_at,
+                node.asserted_at,
+                scopes,
+                node.namespace,
+                node.natural_key,
+            ),
         )
         return NodeResult(node.natural_key, existing_label, created=False, updated=True)
 
@@ -262,19 +289,35 @@ class GraphStore:
         self._insert_vertex(conn, label, placeholder.vertex_properties(canonical_instant(now), True))
         return label
 
-    def node_labels(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> dict[str, str]:
-        """Labels of the existing vertices among ``natural_keys`` (missing keys are absent)."""
+    def node_labels(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_keys: list[str],
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> dict[str, str]:
+        """Labels of the existing vertices among ``natural_keys`` that ``visibility`` may see (missing and
+        hidden keys are absent)."""
         if not natural_keys:
             return {}
-        rows = conn.execute(
-            "SELECT natural_key, label FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)",
-            (namespace, natural_keys),
-        ).fetchall()
+        statement = sql.SQL(
+            "SELECT natural_key, label FROM graph_nodes WHERE namespace = %(namespace)s"
+            " AND natural_key = ANY(%(keys)s) AND {visible}"
+        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
+        rows = conn.execute(statement, {"namespace": namespace, "keys": natural_keys, **visibility.params}).fetchall()
         return {str(key): str(label) for key, label in rows}
 
-    def get_node(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> dict[str, Any] | None:
-        """The vertex properties of a key, or None."""
-        labels = self.node_labels(conn, namespace, [natural_key])
+    def get_node(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_key: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> dict[str, Any] | None:
+        """The vertex properties of a key, or None (also when ``visibility`` may not see it)."""
+        labels = self.node_labels(conn, namespace, [natural_key], visibility=visibility)
         if natural_key not in labels:
             return None
         rows = self.cypher(

@@ -11,6 +11,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.config import Settings
+from common.storage.visibility import EVERYTHING, Visibility
 
 
 class ObservationStore:
@@ -57,12 +58,24 @@ class ObservationStore:
         return {str(a): str(b) for a, b in rows}
 
     def get(
-        self, conn: psycopg.Connection[Any], namespace: str, observation_id: str, *, lock: bool = False
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        observation_id: str,
+        *,
+        lock: bool = False,
+        visibility: Visibility = EVERYTHING,
     ) -> dict[str, Any] | None:
-        """The stored row as a dict, or None; ``lock`` takes it FOR UPDATE until the transaction ends."""
-        statement = "SELECT * FROM {} WHERE namespace = %s AND observation_id = %s" + (" FOR UPDATE" if lock else "")
+        """The stored row as a dict, or None (also when ``visibility`` may not see it); ``lock`` takes it
+        FOR UPDATE until the transaction ends."""
+        statement = sql.SQL(
+            "SELECT * FROM {table} WHERE namespace = %(namespace)s AND observation_id = %(observation_id)s"
+            " AND {visible}" + (" FOR UPDATE" if lock else "")
+        ).format(table=self.table, visible=visibility.array_predicate(sql.SQL("scopes")))
         with conn.cursor(row_factory=dict_row) as cursor:
-            return cursor.execute(sql.SQL(statement).format(self.table), (namespace, observation_id)).fetchone()
+            return cursor.execute(
+                statement, {"namespace": namespace, "observation_id": observation_id, **visibility.params}
+            ).fetchone()
 
     def redact(
         self,
