@@ -45,10 +45,12 @@ class SearchSettings:
         rrf_k: the ``k`` of reciprocal rank fusion (60 in Cormack et al.).
         candidates: chunks taken from each ranking before fusion.
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
-        trigram_max_query_chars: longer queries use only the exact-identifier arm of the trigram ranking.
-            Word similarity of a sentence-long query against every chunk sharing its trigrams costs
-            ~1 s on 10k chunks (measured on the docs vault), while full text already ranks sentences;
-            trigrams are for identifiers and short fragments (DESIGN §7).
+        trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
+            substring (``ILIKE``, served by the trigram index and the more selective the longer the query:
+            ~15 ms for a sentence on the 10k-chunk docs vault); longer ones use only the identifier arm.
+            The fuzzy ``<%`` word-similarity filter is not used (~1 s per sentence on the same vault).
+            Matching a quoted sentence verbatim matters: hit@5 for a distinctive sentence of a vault
+            document is 0.99 with the whole-query arm and 0.92 without it (200 probes, measured).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
     """
 
@@ -57,7 +59,7 @@ class SearchSettings:
     vector_weight: float = 1.0
     text_weight: float = 1.0
     trigram_weight: float = 1.0
-    trigram_max_query_chars: int = 40
+    trigram_max_query_chars: int = 1000
     node_provenance: bool = True
 
     @property

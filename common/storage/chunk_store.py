@@ -182,7 +182,7 @@ def _tsquery_literal(lexeme: str) -> str:
 class ChunkStore:
     """SQL for the chunks table. Stateless apart from the table identifier; safe to share."""
 
-    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 40) -> None:
+    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
         self.settings = settings
         self.table = sql.Identifier(settings.chunks_table)
         self.text_search_config = settings.text_search_config

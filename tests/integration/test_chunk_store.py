@@ -266,6 +266,18 @@ def test_trigram_finds_exact_version_strings_first(
     assert [c for c in underscore if c.score == 1.0] == []
 
 
+def test_trigram_matches_a_quoted_sentence_verbatim(
+    database: Database, store: ChunkStore, corpus: str
+) -> None:
+    sentence = "установка пакетов в debian выполняется командой apt."  # no identifier-like token
+    paraphrase = "Установка пакетов в Debian делается командой apt."
+    with database.connection() as conn:
+        found = store.trigram_candidates(conn, ChunkFilter(corpus), sentence.upper(), 10)
+        other = store.trigram_candidates(conn, ChunkFilter(corpus), paraphrase, 10)
+    assert [(c.key, c.score) for c in found] == [(("doc:ru", 0), 1.0)]
+    assert other == []  # verbatim (case-insensitive) only; paraphrases are the vector ranking's job
+
+
 def test_identifier_tokens() -> None:
     assert identifier_tokens('Что нового в "2.36-9+deb12u4"? См. PROJ-1234, 1:2.3-4.') == [
         "2.36-9+deb12u4",
