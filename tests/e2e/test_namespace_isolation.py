@@ -1,0 +1,710 @@
+"""Namespace isolation on the real services (DESIGN §8; issue 5 §2).
+
+Both services run in-process with a tokens file (auth on). Namespaces A and B hold the same kinds of
+data (observations with facts and text fragments, documents, pre-cut chunks, asserted facts), each with
+markers of its own. The attacker's token is granted only namespace A (admin, so every RPC is open to
+it there). The suite walks every RPC the two servers serve — enumerated from the servers (reflection)
+and the generated descriptors, so a new RPC is either attacked here or fails
+`test_every_served_rpc_has_an_isolation_attack` — and tries to reach B:
+
+* naming B as the namespace: PERMISSION_DENIED for every RPC (built generically from the descriptor);
+* staying in A but naming B's natural keys, fact_ids, observation_ids, search text and anchors:
+  NOT_FOUND or empty results, never B's data, and B is unchanged afterwards.
+
+A token granted both namespaces sees both. Edges never cross namespaces: a link or a fact end naming a
+key that exists only in the other namespace does not connect them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+from google.protobuf import descriptor_pool, json_format, message_factory
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from memory.v1 import (
+    context_service_pb2,
+    context_service_pb2_grpc,
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    fact_service_pb2,
+    fact_service_pb2_grpc,
+    knowledge_pb2,
+    observation_query_service_pb2,
+    observation_query_service_pb2_grpc,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+)
+
+from common.auth import Right, add_token, is_open_method
+from common.client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
+from common.config import Settings
+from ingest_service.main import create_ingest_host
+from query_service.main import create_query_host
+
+pytestmark = pytest.mark.e2e
+
+
+class Side:
+    """One namespace and the identifiers of its data."""
+
+    def __init__(self, tag: str) -> None:
+        self.tag = tag
+        self.ns = f"iso-{tag}-" + uuid.uuid4().hex[:10]
+        self.marker = f"zyzzyva{tag}{uuid.uuid4().hex[:6]}"  # a word only this namespace's texts contain
+        self.doc = f"doc:{tag}-only"  # natural key that exists only in this namespace
+        self.chunks_doc = f"doc:{tag}-chunks"
+        self.person = f"person:{tag}-only"
+        # Keys of this namespace that attacks from the other one write under (reads attack the keys above,
+        # which the other namespace never writes, so the attacks do not depend on their order).
+        self.target_doc = f"doc:{tag}-target"
+        self.target_person = f"person:{tag}-target"
+        self.observation_id = ""
+        self.fact_id = ""
+        self.asserted_fact_id = ""
+        self.text_key = ""
+
+
+class World:
+    def __init__(self, tokens_file: Path) -> None:
+        self.a, self.b = Side("a"), Side("b")
+        self.attacker, _ = add_token(tokens_file, principal="attacker", namespaces={self.a.ns: [Right.ADMIN]})
+        self.both, _ = add_token(
+            tokens_file, principal="both", namespaces={self.a.ns: [Right.READ], self.b.ns: [Right.READ]}
+        )
+        self.writers = {
+            side.tag: add_token(
+                tokens_file, principal=f"writer-{side.tag}", namespaces={side.ns: [Right.WRITE]}
+            )[0]
+            for side in (self.a, self.b)
+        }
+        self.ingest_addr = self.query_addr = ""
+        self.database_url = ""
+        self.graph = ""
+
+    def query(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_addr, security=ClientSecurity(token=token))
+
+    def ingest(self, token: str) -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
+
+
+def _load(world: World, side: Side) -> None:
+    with world.ingest(world.writers[side.tag]) as channel:
+        documents = document_service_pb2_grpc.DocumentServiceStub(channel)
+        documents.Retain(
+            document_service_pb2.RetainRequest(
+                namespace=side.ns,
+                natural_key=side.doc,
+                title=f"Runbook {side.marker}",
+                content=f"# Runbook {side.marker}\n\nRestart the {side.marker} daemon with care.",
+            ),
+            timeout=120,
+        )
+        documents.Retain(
+            document_service_pb2.RetainRequest(
+                namespace=side.ns, natural_key=side.target_doc, content=f"Target {side.marker}."
+            ),
+            timeout=120,
+        )
+        documents.PutChunks(
+            document_service_pb2.PutChunksRequest(
+                namespace=side.ns,
+                natural_key=side.chunks_doc,
+                chunks=[
+                    document_service_pb2.ChunkInput(chunk_order=0, text=f"Chunked note on {side.marker}.")
+                ],
+            ),
+            timeout=120,
+        )
+        observation = json_format.ParseDict(
+            {
+                "namespace": side.ns,
+                "source": {"system": "iso", "stream": "notes", "external_id": "same-in-both"},
+                "kind": "note",
+                "occurred_at": "2024-05-01T10:00:00Z",
+                "subject": {"type": "person", "id": f"{side.tag}-only"},
+                "content": f"{side.marker} observation content",
+                "assertions": [
+                    {
+                        "fact": {
+                            "subject": side.person,
+                            "predicate": "WORKS_ON",
+                            "object": f"project:{side.marker}",
+                            "valid_from": "2024-05-01T10:00:00Z",
+                        }
+                    },
+                    {
+                        "text": {
+                            "text": f"Text fragment about {side.marker}.",
+                            "title": f"Fragment {side.marker}",
+                        }
+                    },
+                ],
+            },
+            knowledge_pb2.Observation(),
+        )
+        result = (
+            observation_service_pb2_grpc.ObservationServiceStub(channel)
+            .RecordObservations(
+                observation_service_pb2.RecordObservationsRequest(observations=[observation]), timeout=120
+            )
+            .results[0]
+        )
+        assert result.status == "processed", result.error
+        side.observation_id = result.observation_id
+        side.text_key = f"text:{result.observation_id}/1"
+        asserted = (
+            fact_service_pb2_grpc.FactServiceStub(channel)
+            .AssertFacts(
+                fact_service_pb2.AssertFactsRequest(
+                    namespace=side.ns,
+                    facts=[
+                        json_format.ParseDict(
+                            {
+                                "subject": side.person,
+                                "predicate": "OWNS",
+                                "object": side.doc,
+                                "valid_from": "2024-05-02T00:00:00Z",
+                            },
+                            knowledge_pb2.FactAssertion(),
+                        )
+                    ],
+                ),
+                timeout=120,
+            )
+            .results[0]
+        )
+        assert not asserted.error, asserted.error
+        side.asserted_fact_id = asserted.fact_id
+    with world.query(world.both) as channel:
+        facts = _list_facts(channel, side.ns, subject=side.person)
+        side.fact_id = next(f.fact_id for f in facts if f.predicate == "WORKS_ON")
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tokens_file = tmp_path_factory.mktemp("isolation") / "tokens.yaml"
+    world = World(tokens_file)
+    world.database_url, world.graph = settings.database_url, settings.graph_name
+    secured = settings.model_copy(update={"tokens_file": str(tokens_file), "auth_mode": "tokens"})
+    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
+    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
+    ingest.start()
+    query.start()
+    try:
+        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
+        for address in (world.ingest_addr, world.query_addr):
+            assert wait_for_serving(address, timeout=60), f"{address} did not become SERVING"
+        _load(world, world.a)
+        _load(world, world.b)
+        yield world
+    finally:
+        ingest.stop(5)
+        query.stop(5)
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _list_facts(channel: grpc.Channel, namespace: str, **filters: str) -> list[Any]:
+    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+    request = fact_query_service_pb2.ListFactsRequest(namespace=namespace, include_history=True, **filters)
+    return list(stub.ListFacts(request, timeout=60).facts)
+
+
+def _code(call: Callable[[], Any]) -> grpc.StatusCode:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return rpc_failure(raised.value).code
+
+
+def _served_methods(address: str, token: str) -> list[str]:
+    """Full names (``/pkg.Service/Method``) of every RPC the server serves, from reflection + descriptors."""
+    with make_channel(address, security=ClientSecurity(token=token)) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+        )
+        services = [s.name for r in responses for s in r.list_services_response.service]
+    pool = descriptor_pool.Default()
+    methods = []
+    for name in services:
+        if is_open_method(f"/{name}/"):
+            continue
+        service = pool.FindServiceByName(name)
+        methods += [f"/{name}/{method.name}" for method in service.methods]
+    return sorted(methods)
+
+
+def _request_class(full_method: str) -> Any:
+    service_name, method_name = full_method.strip("/").split("/")
+    method = descriptor_pool.Default().FindServiceByName(service_name).methods_by_name[method_name]
+    return message_factory.GetMessageClass(method.input_type), message_factory.GetMessageClass(
+        method.output_type
+    )
+
+
+def _naming(full_method: str, namespace: str) -> Any:
+    """A request of ``full_method`` naming ``namespace`` wherever its type has a namespace field."""
+    request_class, _ = _request_class(full_method)
+    request = request_class()
+    fields = request.DESCRIPTOR.fields_by_name
+    if "namespace" in fields:
+        request.namespace = namespace
+        return request
+    for field in request.DESCRIPTOR.fields:
+        nested = field.message_type
+        if nested is None or "namespace" not in nested.fields_by_name:
+            continue
+        if field.is_repeated:
+            getattr(request, field.name).add().namespace = namespace
+        else:
+            getattr(request, field.name).namespace = namespace
+    return request
+
+
+def _call(world: World, full_method: str, request: Any, token: str) -> Any:
+    _, response_class = _request_class(full_method)
+    query_methods = set(_served_methods(world.query_addr, world.both))
+    address = world.query_addr if full_method in query_methods else world.ingest_addr
+    with make_channel(address, security=ClientSecurity(token=token)) as channel:
+        method = channel.unary_unary(
+            full_method,
+            request_serializer=lambda message: message.SerializeToString(),
+            response_deserializer=response_class.FromString,
+        )
+        return method(request, timeout=60)
+
+
+def _b_untouched(world: World) -> None:
+    """B's data is exactly as loaded (read with the token granted both namespaces)."""
+    b = world.b
+    with world.query(world.both) as channel:
+        source = source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=b.ns, natural_key=b.doc), timeout=60
+        )
+        assert b.marker in source.source.content and "attack" not in source.source.content
+        target = source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=b.ns, natural_key=b.target_doc), timeout=60
+        )
+        assert target.source.content == f"Target {b.marker}."
+        assert [
+            f for f in _list_facts(channel, b.ns, subject=b.target_person) if f.predicate != "MEMBER_OF"
+        ] == []
+        observation = (
+            observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+            .GetObservation(
+                observation_query_service_pb2.GetObservationRequest(
+                    namespace=b.ns, observation_id=b.observation_id
+                ),
+                timeout=60,
+            )
+            .observation
+        )
+        assert observation.status == "processed" and b.marker in observation.content
+        facts = _list_facts(channel, b.ns, subject=b.person)
+        assert {f.fact_id for f in facts} == {b.fact_id, b.asserted_fact_id}
+        assert all(not f.HasField("valid_to") for f in facts)
+
+
+# -- attacks from namespace A on B's data, one per RPC ---------------------------------------------
+
+
+def _search(world: World) -> None:
+    b = world.b
+    with world.query(world.attacker) as channel:
+        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+        for request in (
+            retrieval_service_pb2.SearchRequest(namespace=world.a.ns, query=b.marker, top_k=100),
+            retrieval_service_pb2.SearchRequest(
+                namespace=world.a.ns, query=b.marker, node_keys=[b.doc, b.chunks_doc, b.text_key]
+            ),
+        ):
+            hits = stub.Search(request, timeout=60).hits
+            assert all(b.marker not in hit.text and b.marker not in hit.title for hit in hits)
+            assert all(hit.node_key not in (b.doc, b.chunks_doc, b.text_key) for hit in hits)
+
+
+def _compile_context(world: World) -> None:
+    b = world.b
+    with world.query(world.attacker) as channel:
+        pack = (
+            context_service_pb2_grpc.ContextServiceStub(channel)
+            .CompileContext(
+                context_service_pb2.CompileContextRequest(
+                    namespace=world.a.ns,
+                    query=b.marker,
+                    anchors=[b.person, b.doc, f"project:{b.marker}"],
+                    token_budget=4000,
+                ),
+                timeout=120,
+            )
+            .pack
+        )
+    assert b.marker not in pack.text
+    assert b.fact_id not in pack.text and b.asserted_fact_id not in pack.text
+    assert all(item.provenance.fact_id not in (b.fact_id, b.asserted_fact_id) for item in pack.items)
+
+
+def _get_source(world: World) -> None:
+    b = world.b
+    with world.query(world.attacker) as channel:
+        stub = source_service_pb2_grpc.SourceServiceStub(channel)
+        for key in (b.doc, b.chunks_doc, b.text_key, b.person):
+            request = source_service_pb2.GetSourceRequest(namespace=world.a.ns, natural_key=key)
+            code = _code(functools.partial(stub.GetSource, request, timeout=60))
+            assert code == grpc.StatusCode.NOT_FOUND, key
+
+
+def _list_facts_attack(world: World) -> None:
+    b = world.b
+    with world.query(world.attacker) as channel:
+        assert _list_facts(channel, world.a.ns, subject=b.person) == []
+        assert _list_facts(channel, world.a.ns, object=b.doc) == []
+        assert _list_facts(channel, world.a.ns, object=f"project:{b.marker}") == []
+
+
+def _get_observation(world: World) -> None:
+    with world.query(world.attacker) as channel:
+        stub = observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+        code = _code(
+            lambda: stub.GetObservation(
+                observation_query_service_pb2.GetObservationRequest(
+                    namespace=world.a.ns, observation_id=world.b.observation_id
+                ),
+                timeout=60,
+            )
+        )
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+def _redact(world: World) -> None:
+    with world.ingest(world.attacker) as channel:
+        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        code = _code(
+            lambda: stub.RedactObservation(
+                observation_service_pb2.RedactObservationRequest(
+                    namespace=world.a.ns, observation_id=world.b.observation_id, reason="attack"
+                ),
+                timeout=60,
+            )
+        )
+    assert code == grpc.StatusCode.NOT_FOUND
+    _b_untouched(world)
+
+
+def _purge(world: World) -> None:
+    with world.ingest(world.attacker) as channel:
+        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        code = _code(
+            lambda: stub.PurgeObservation(
+                observation_service_pb2.PurgeObservationRequest(
+                    namespace=world.a.ns, observation_id=world.b.observation_id, reason="attack"
+                ),
+                timeout=60,
+            )
+        )
+    assert code == grpc.StatusCode.NOT_FOUND
+    _b_untouched(world)
+
+
+def _close_fact(world: World) -> None:
+    with world.ingest(world.attacker) as channel:
+        stub = fact_service_pb2_grpc.FactServiceStub(channel)
+        for fact_id in (world.b.fact_id, world.b.asserted_fact_id):
+            close = fact_service_pb2.CloseFactRequest(namespace=world.a.ns, fact_id=fact_id, reason="attack")
+            code = _code(functools.partial(stub.CloseFact, close, timeout=60))
+            assert code == grpc.StatusCode.NOT_FOUND
+    _b_untouched(world)
+
+
+def _assert_facts(world: World) -> None:
+    """A fact in A whose ends name B's keys creates A's own (placeholder) nodes, never an edge into B."""
+    b = world.b
+    with world.ingest(world.attacker) as channel:
+        result = (
+            fact_service_pb2_grpc.FactServiceStub(channel)
+            .AssertFacts(
+                fact_service_pb2.AssertFactsRequest(
+                    namespace=world.a.ns,
+                    facts=[
+                        json_format.ParseDict(
+                            {
+                                "subject": b.target_person,
+                                "predicate": "OWNS",
+                                "object": b.target_doc,
+                                "valid_from": "2024-05-02T00:00:00Z",
+                            },
+                            knowledge_pb2.FactAssertion(),
+                        )
+                    ],
+                ),
+                timeout=60,
+            )
+            .results[0]
+        )
+    assert not result.error and result.fact_id != b.asserted_fact_id  # fact_ids include the namespace
+    _b_untouched(world)
+    _no_cross_namespace_edges(world)
+
+
+def _retain(world: World) -> None:
+    """Retain in A under B's key, linking to B-only keys: A's own node, links not found, B unchanged."""
+    b = world.b
+    with world.ingest(world.attacker) as channel:
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.a.ns,
+                natural_key=f"doc:attack-{uuid.uuid4().hex[:6]}",
+                content="attack content",
+                links=[b.doc, b.chunks_doc],
+            ),
+            timeout=120,
+        )
+        assert list(response.linked) == [] and sorted(response.missing_links) == sorted([b.doc, b.chunks_doc])
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.a.ns, natural_key=b.target_doc, content="attack content"
+            ),
+            timeout=120,
+        )
+    with world.query(world.attacker) as channel:  # A's own node of that key; B's is not touched
+        source = source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=world.a.ns, natural_key=b.target_doc), timeout=60
+        )
+    assert source.source.content == "attack content"
+    _b_untouched(world)
+    _no_cross_namespace_edges(world)
+
+
+def _put_chunks(world: World) -> None:
+    b = world.b
+    with world.ingest(world.attacker) as channel:
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).PutChunks(
+            document_service_pb2.PutChunksRequest(
+                namespace=world.a.ns,
+                natural_key=b.target_doc,
+                chunks=[document_service_pb2.ChunkInput(chunk_order=0, text="attack chunk")],
+                links=[b.doc],
+            ),
+            timeout=120,
+        )
+    assert response.chunk_count >= 1
+    with world.query(world.both) as channel:
+        source = source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=b.ns, natural_key=b.chunks_doc), timeout=60
+        )
+    assert b.marker in source.source.content and "attack" not in source.source.content
+    _b_untouched(world)
+    _no_cross_namespace_edges(world)
+
+
+def _record_observations(world: World) -> None:
+    """The same source identity in A is a different observation (ids include the namespace)."""
+    b = world.b
+    observation = json_format.ParseDict(
+        {
+            "namespace": world.a.ns,
+            "source": {"system": "iso", "stream": "notes", "external_id": "same-in-both-attack"},
+            "kind": "note",
+            "occurred_at": "2024-05-03T10:00:00Z",
+            "content": "attack observation",
+            "assertions": [
+                {
+                    "fact": {
+                        "subject": b.target_person,
+                        "predicate": "WORKS_ON",
+                        "object": b.target_doc,
+                        "valid_from": "2024-05-01T10:00:00Z",
+                    }
+                }
+            ],
+        },
+        knowledge_pb2.Observation(),
+    )
+    with world.ingest(world.attacker) as channel:
+        result = (
+            observation_service_pb2_grpc.ObservationServiceStub(channel)
+            .RecordObservations(
+                observation_service_pb2.RecordObservationsRequest(observations=[observation]), timeout=120
+            )
+            .results[0]
+        )
+    assert result.status == "processed" and result.observation_id != b.observation_id
+    _b_untouched(world)
+    _no_cross_namespace_edges(world)
+
+
+def _reconcile(world: World) -> None:
+    """A complete snapshot of the same (source, scope) in A never closes or changes B's facts of it."""
+    b = world.b
+    fact = {
+        "subject": b.target_person,
+        "predicate": "MEMBER_OF",
+        "object": "team:core",
+        "valid_from": "2024-01-01T00:00:00Z",
+    }
+
+    def reconcile(token: str, namespace: str, snapshot_id: str, facts: list[dict[str, Any]]) -> Any:
+        request = json_format.ParseDict(
+            {
+                "namespace": namespace,
+                "source": "iso-source",
+                "scope": "team:core",
+                "snapshot_id": snapshot_id,
+                "snapshot_time": "2024-06-01T00:00:00Z",
+                "facts": facts,
+            },
+            _request_class("/memory.v1.SnapshotService/Reconcile")[0](),
+        )
+        return _call(world, "/memory.v1.SnapshotService/Reconcile", request, token)
+
+    reconcile(world.writers["b"], b.ns, "b-1", [fact])
+    reconcile(world.attacker, world.a.ns, "a-1", [fact])
+    reconcile(world.attacker, world.a.ns, "a-2", [])  # closes A's copy only
+    with world.query(world.both) as channel:
+        b_facts = _list_facts(channel, b.ns, subject=b.target_person, predicate="MEMBER_OF")
+        a_facts = _list_facts(channel, world.a.ns, subject=b.target_person, predicate="MEMBER_OF")
+    assert len(b_facts) == 1 and not b_facts[0].HasField("valid_to")
+    assert a_facts and all(f.HasField("valid_to") for f in a_facts)
+    _no_cross_namespace_edges(world)
+
+
+def _namespace_configuration_only(world: World) -> None:
+    """RPCs over namespace configuration or global packages: nothing of B is reachable by key; naming B
+    is denied (`test_naming_namespace_b_is_denied_for_every_rpc`)."""
+
+
+ATTACKS: dict[str, Callable[[World], None]] = {
+    "/memory.v1.RetrievalService/Search": _search,
+    "/memory.v1.ContextService/CompileContext": _compile_context,
+    "/memory.v1.SourceService/GetSource": _get_source,
+    "/memory.v1.FactQueryService/ListFacts": _list_facts_attack,
+    "/memory.v1.ObservationQueryService/GetObservation": _get_observation,
+    "/memory.v1.ObservationService/RecordObservations": _record_observations,
+    "/memory.v1.ObservationService/RedactObservation": _redact,
+    "/memory.v1.ObservationService/PurgeObservation": _purge,
+    "/memory.v1.FactService/AssertFacts": _assert_facts,
+    "/memory.v1.FactService/CloseFact": _close_fact,
+    "/memory.v1.DocumentService/Retain": _retain,
+    "/memory.v1.DocumentService/PutChunks": _put_chunks,
+    "/memory.v1.SnapshotService/Reconcile": _reconcile,
+    "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
+    "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
+    "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
+    "/memory.v1.DomainPackService/SetNamespaceKinds": _namespace_configuration_only,
+    "/memory.v1.DomainPackService/GetNamespaceKinds": _namespace_configuration_only,
+}
+
+
+def _no_cross_namespace_edges(world: World) -> None:
+    """No AGE edge touching a vertex of A or B joins vertices of two namespaces."""
+    with psycopg.connect(world.database_url) as conn:
+        conn.execute("LOAD 'age'")
+        conn.execute('SET search_path = "$user", public, ag_catalog')
+        row = conn.execute(
+            "WITH v AS (SELECT id, (ag_catalog.agtype_out(properties)::text)::jsonb ->> 'namespace' AS ns"
+            f" FROM {json.dumps(world.graph)}._ag_label_vertex)"
+            f" SELECT count(*) FILTER (WHERE s.ns <> t.ns), count(*) FROM {json.dumps(world.graph)}._ag_label_edge e"
+            " JOIN v s ON s.id = e.start_id JOIN v t ON t.id = e.end_id WHERE s.ns = ANY(%s) OR t.ns = ANY(%s)",
+            ([world.a.ns, world.b.ns], [world.a.ns, world.b.ns]),
+        ).fetchone()
+    assert row is not None
+    crossing, total = row
+    assert total > 0 and crossing == 0
+
+
+# -- tests -----------------------------------------------------------------------------------------
+
+
+def test_every_served_rpc_has_an_isolation_attack(world: World) -> None:
+    served = _served_methods(world.ingest_addr, world.both) + _served_methods(world.query_addr, world.both)
+    assert "/memory.v1.RetrievalService/Search" in served and "/memory.v1.DocumentService/Retain" in served
+    missing = [method for method in served if method not in ATTACKS]
+    assert not missing, f"RPCs without a namespace-isolation attack in {__name__}: {missing}"
+
+
+def test_naming_namespace_b_is_denied_for_every_rpc(world: World) -> None:
+    served = _served_methods(world.ingest_addr, world.both) + _served_methods(world.query_addr, world.both)
+    for method in served:
+        code = _code(functools.partial(_call, world, method, _naming(method, world.b.ns), world.attacker))
+        assert code == grpc.StatusCode.PERMISSION_DENIED, method
+
+
+@pytest.mark.parametrize("method", sorted(ATTACKS))
+def test_namespace_a_never_reaches_b_data(world: World, method: str) -> None:
+    served = _served_methods(world.ingest_addr, world.both) + _served_methods(world.query_addr, world.both)
+    if method not in served:
+        pytest.skip(f"{method} is not served (yet)")
+    ATTACKS[method](world)
+    _b_untouched(world)
+
+
+def test_a_token_for_both_namespaces_sees_both(world: World) -> None:
+    with world.query(world.both) as channel:
+        search = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+        for side, other in ((world.a, world.b), (world.b, world.a)):
+            hits = search.Search(
+                retrieval_service_pb2.SearchRequest(namespace=side.ns, query=side.marker, top_k=20),
+                timeout=60,
+            ).hits
+            assert {side.doc, side.chunks_doc, side.text_key} <= {hit.node_key for hit in hits}
+            assert all(other.marker not in hit.text for hit in hits)
+            assert {f.fact_id for f in _list_facts(channel, side.ns, subject=side.person)} >= {
+                side.fact_id,
+                side.asserted_fact_id,
+            }
+            observation = (
+                observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+                .GetObservation(
+                    observation_query_service_pb2.GetObservationRequest(
+                        namespace=side.ns, observation_id=side.observation_id
+                    ),
+                    timeout=60,
+                )
+                .observation
+            )
+            assert side.marker in observation.content
+    assert world.a.observation_id != world.b.observation_id  # same source identity, other namespace
+
+
+def test_links_and_fact_ends_never_cross_namespaces(world: World) -> None:
+    b = world.b
+    with world.ingest(world.writers["a"]) as channel:
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.a.ns, natural_key="doc:a-linker", content="links to B", links=[b.doc]
+            ),
+            timeout=120,
+        )
+    assert list(response.missing_links) == [b.doc] and list(response.linked) == []
+    with world.ingest(world.writers["b"]) as channel:
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=b.ns, natural_key="doc:b-linker", content="links to A", links=[world.a.doc]
+            ),
+            timeout=120,
+        )
+    assert list(response.missing_links) == [world.a.doc]
+    _assert_facts(world)  # a fact in A naming B's keys at both ends
+    _no_cross_namespace_edges(world)
+    with world.query(world.both) as channel:
+        b_facts = _list_facts(channel, b.ns, object=b.doc)
+        assert [f.fact_id for f in b_facts] == [b.asserted_fact_id]
+        a_facts = _list_facts(channel, world.a.ns, subject=b.target_person)
+        assert a_facts and all(f.namespace == world.a.ns for f in a_facts)
+    _b_untouched(world)
