@@ -114,29 +114,32 @@ class ContextStore:
         """Natural keys whose id part (after the first ``:``; the whole key when it has none) equals one of
         ``tokens`` (lower-case) and that are the subject or object of at least one fact.
 
-        Bounded: one hash join of the namespace's registry rows with the token list, at most ``limit``
-        keys, ordered by key. Nodes ``visibility`` may not see are left out.
+        Bounded: one hash join of the namespace's registry rows with the token list, then index probes of
+        the facts of the keys found; at most ``limit`` keys, ordered by key. Nodes ``visibility`` may not
+        see are left out.
         """
         if not tokens or limit <= 0:
             return []
-        statement = sql.SQL(
-            "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
-            " SELECT g.natural_key FROM graph_nodes g"
-            " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
-            " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible}"
-            " AND (EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.subject_key = g.natural_key)"
-            " OR EXISTS (SELECT 1 FROM facts f WHERE f.namespace = g.namespace AND f.object_key = g.natural_key))"
-            " GROUP BY g.natural_key ORDER BY g.natural_key LIMIT %(limit)s"
-        ).format(visible=visibility.array_predicate(sql.SQL("g.scopes")))
+        # Two cheap statements instead of one: with ORDER BY ... LIMIT over the join, the planner chose a
+        # nested loop evaluating the id-part expression for every (node, token) pair (1.5 s for 11.5k nodes
+        # x 164 tokens in the debian namespace); a plain hash join plus index probes take ~10 ms.
+        named = conn.execute(
+            sql.SQL(
+                "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
+                " SELECT DISTINCT g.natural_key FROM graph_nodes g"
+                " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
+                " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible}"
+            ).format(visible=visibility.array_predicate(sql.SQL("g.scopes"))),
+            {"tokens": list(tokens), "namespace": namespace, "exclude": list(exclude), **visibility.params},
+        ).fetchall()
+        if not named:
+            return []
         rows = conn.execute(
-            statement,
-            {
-                "tokens": list(tokens),
-                "namespace": namespace,
-                "exclude": list(exclude),
-                "limit": limit,
-                **visibility.params,
-            },
+            "SELECT k.key FROM unnest(%(keys)s::text[]) AS k(key)"
+            " WHERE EXISTS (SELECT 1 FROM facts f WHERE f.namespace = %(namespace)s AND f.subject_key = k.key)"
+            " OR EXISTS (SELECT 1 FROM facts f WHERE f.namespace = %(namespace)s AND f.object_key = k.key)"
+            " ORDER BY k.key LIMIT %(limit)s",
+            {"keys": [str(row[0]) for row in named], "namespace": namespace, "limit": limit},
         ).fetchall()
         return [str(row[0]) for row in rows]
 
