@@ -640,7 +640,9 @@ def up(
     ctx: typer.Context,
     timeout: Annotated[float, typer.Option(help="seconds to wait for both services to be SERVING")] = 120.0,
 ) -> None:
-    """Start the embedded database and both services; stop everything on Ctrl-C or SIGTERM.
+    """Start the embedded database and both services; stop them on Ctrl-C or SIGTERM.
+
+    The database is stopped on exit only when this command started it.
 
     The services run as child processes (``cb serve ingest`` / ``cb serve query``). When
     CB_DATABASE_URL points to another database, the embedded one is neither started nor stopped.
@@ -660,11 +662,14 @@ def up(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if embedded:
-            from common.embedded_db import database_up
+            from common.embedded_db import database_status, database_up
 
-            err.print("starting the embedded database ...")
+            already_running = database_status().running
+            err.print("starting the embedded database ..." if not already_running else "the embedded database is running")
             dsn = database_up()
-            database_started = True
+            # Stop on exit only what this command started: a database that was already up (other
+            # shells, tests) stays up.
+            database_started = not already_running
             err.print(f"database: {dsn}")
         else:
             err.print("using CB_DATABASE_URL (the embedded database is not managed)")
@@ -685,7 +690,7 @@ def up(
         )
         out.print(f"ingest_service: {ingest_addr}")
         out.print(f"query_service:  {query_addr}")
-        out.print("ready; Ctrl-C stops the services and the database")
+        out.print("ready; Ctrl-C stops the services" + (" and the database" if database_started else ""))
         while True:
             for name, child in children.items():
                 if child.poll() is not None:
