@@ -28,7 +28,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
-_MIGRATIONS = ("0001_initial.sql", "0002_episode_chunks.sql", "0003_fact_evidence.sql", "0004_node_scopes.sql")
+_MIGRATIONS = (
+    "0001_initial.sql",
+    "0002_episode_chunks.sql",
+    "0003_fact_evidence.sql",
+    "0004_node_scopes.sql",
+    "0005_fact_snapshots.sql",
+)
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).
 _UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300"}
@@ -62,6 +68,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunks_namespace_idx": ("chunks", "namespace_idx"),
         "chunks_trigram_idx": ("chunks", "trigram_idx"),
         "context_traces_trace_idx": ("context_traces", "trace_idx"),
+        "facts_snapshot_idx": ("facts", "snapshot_idx"),
+        "snapshots_latest_idx": ("snapshots", "latest_idx"),
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")

@@ -29,10 +29,11 @@ import numpy as np
 
 from common.config import Settings
 from common.db import Database
-from common.errors import FailedPrecondition, ViolationCollector
+from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.chunking import chunk_markdown
+from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
 
 log = logging.getLogger(__name__)
@@ -368,10 +369,13 @@ class DocumentWriter:
         settings: reads ``chunk_max_chars`` and the table names.
     """
 
-    def __init__(self, database: Database, encoder: PassageEncoder, settings: Settings) -> None:
+    def __init__(
+        self, database: Database, encoder: PassageEncoder, settings: Settings, *, kinds: KindValidator | None = None
+    ) -> None:
         self.database = database
         self.encoder = encoder
         self.settings = settings
+        self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(settings)
 
@@ -512,6 +516,15 @@ class DocumentWriter:
     def _write(
         self, node: NodeWrite, prepared: list[_PreparedChunk], links: list[str], *, delete_beyond: bool
     ) -> DocumentResult:
+        kinds = self.kinds.for_namespace(node.namespace)
+        if kinds.active:
+            # Strict mode: the type must be a base kind or a pack kind, a pack kind's key must fit its
+            # naturalKey (fields named like the request: type, natural_key). Checked before embedding.
+            _, node.node_type, violations = kinds.check_entity(
+                node.natural_key, node.node_type, None, "", key_path="natural_key"
+            )
+            if violations:
+                raise InvalidArgument(violations)
         vectors = self._embed(node.namespace, node.natural_key, node.title, prepared)
         writes = [
             ChunkWrite(

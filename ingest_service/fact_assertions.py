@@ -30,6 +30,7 @@ from common.identifiers import canonical_instant
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
+from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import (
     FACT_ID_PATTERN,
     NAMESPACE_PATTERN,
@@ -67,8 +68,9 @@ class ClosedFact:
 class FactAsserter:
     """Writes agent-origin facts and closes facts (see the module doc)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, kinds: KindValidator | None = None) -> None:
         self.database = database
+        self.kinds = kinds or KindValidator(database)
         graph = GraphStore(database)
         self.facts = FactStore(graph)
         self.engine = FactEngine(graph, self.facts)
@@ -117,17 +119,27 @@ class FactAsserter:
             known: dict[str, str] = {}
             results: list[AssertResult] = []
             rejections: list[FieldViolation] = []
+            kinds = self.kinds.for_namespace(namespace, conn)
             for fact, violations in checked:
                 if fact is None:
                     results.append(_failed(violations))
                     rejections.extend(violations)
                     continue
+                subject, object_ = fact.subject, fact.object
+                if kinds.active:
+                    subject, object_, kind_violations = kinds.check_fact(
+                        fact.subject, fact.predicate, fact.object, f"facts[{fact.index}]"
+                    )
+                    if kind_violations:
+                        results.append(_failed(kind_violations))
+                        rejections.extend(kind_violations)
+                        continue
                 write = FactWrite(
                     field=f"facts[{fact.index}]",
                     namespace=namespace,
-                    subject=fact.subject,
+                    subject=subject,
                     predicate=fact.predicate,
-                    object=fact.object,
+                    object=object_,
                     valid_from=fact.valid_from,
                     valid_to=fact.valid_to,
                     evidence=fact.evidence,

@@ -9,7 +9,13 @@ from __future__ import annotations
 import logging
 
 import grpc
-from memory.v1 import document_service_pb2_grpc, fact_service_pb2_grpc, observation_service_pb2_grpc
+from memory.v1 import (
+    document_service_pb2_grpc,
+    domain_pack_service_pb2_grpc,
+    fact_service_pb2_grpc,
+    observation_service_pb2_grpc,
+    snapshot_service_pb2_grpc,
+)
 
 from common.config import Settings
 from common.db import Database
@@ -17,15 +23,21 @@ from common.embeddings import build_embedding_provider
 from common.server import ServiceHost, build_server
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
+from ingest_service.domain_pack_servicer import DomainPackServicer
+from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.fact_servicer import FactServicer
+from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observation_servicer import ObservationServicer
 from ingest_service.observations import ObservationRecorder
+from ingest_service.snapshot_servicer import SnapshotServicer
+from ingest_service.snapshots import SnapshotReconciler
 
 
 def create_ingest_host(settings: Settings, *, address: str | None = None, metrics_port: int | None = None) -> ServiceHost:
-    """Builds (does not start) the ingest server: ObservationService, FactService and DocumentService.
+    """Builds (does not start) the ingest server: ObservationService, FactService, DocumentService,
+    DomainPackService and SnapshotService.
 
     Args:
         settings: process settings.
@@ -34,10 +46,13 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
     """
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
-    writer = DocumentWriter(database, provider, settings)
-    recorder = ObservationRecorder(database, encoder=provider)
+    kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
+    writer = DocumentWriter(database, provider, settings, kinds=kinds)
+    recorder = ObservationRecorder(database, encoder=provider, kinds=kinds)
     remover = ObservationRemover(database)
-    asserter = FactAsserter(database)
+    asserter = FactAsserter(database, kinds=kinds)
+    registry = PackRegistry(database)
+    reconciler = SnapshotReconciler(database, kinds=kinds)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -45,7 +60,15 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
         )
         fact_service_pb2_grpc.add_FactServiceServicer_to_server(FactServicer(asserter), server)
         document_service_pb2_grpc.add_DocumentServiceServicer_to_server(DocumentServiceServicer(writer), server)
-        return ["memory.v1.ObservationService", "memory.v1.FactService", "memory.v1.DocumentService"]
+        domain_pack_service_pb2_grpc.add_DomainPackServiceServicer_to_server(DomainPackServicer(registry, kinds), server)
+        snapshot_service_pb2_grpc.add_SnapshotServiceServicer_to_server(SnapshotServicer(reconciler), server)
+        return [
+            "memory.v1.ObservationService",
+            "memory.v1.FactService",
+            "memory.v1.DocumentService",
+            "memory.v1.DomainPackService",
+            "memory.v1.SnapshotService",
+        ]
 
     return build_server(
         settings,

@@ -39,6 +39,7 @@ EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
 
 @dataclass
 class EntityInput:
+    index: int
     key: str
     node_type: str
     title: str
@@ -305,6 +306,7 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
                 implied = key.partition(":")[0] if ":" in key else "entity"
                 entities.append(
                     EntityInput(
+                        index=index,
                         key=key,
                         node_type=node_type or implied,
                         title=str(entity.get("title") or key),

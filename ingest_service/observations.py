@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,6 +25,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.observation_store import ObservationStore
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
+from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import ObservationInput, validate_observation
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,10 @@ class ObservationRecorder:
         database: Database,
         *,
         encoder: PassageEncoder | None = None,
+        kinds: KindValidator | None = None,
     ) -> None:
         self.database = database
+        self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
         self.engine = FactEngine(self.graph, self.facts)
@@ -93,7 +96,7 @@ class ObservationRecorder:
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
 
         def work(conn: Any) -> dict[str, RecordResult]:
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             return {item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now) for item in valid}
 
         recorded = self.database.run_transaction(work)
@@ -202,13 +205,23 @@ class ObservationRecorder:
                 [ChunkWrite(0, item.kind, searchable, None, {"observation_id": item.observation_id, "scopes": item.scopes})],
             )
         known: dict[str, str] = {}
+        rejected: list[tuple[str, str]] = []
+        kinds = self.kinds.for_namespace(item.namespace, conn)
         for entity in item.entities:
+            natural_key, node_type = entity.key, entity.node_type
+            if kinds.active:
+                natural_key, node_type, violations = kinds.check_entity(
+                    entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
+                )
+                if violations:
+                    rejected.extend((violation.field, violation.description) for violation in violations)
+                    continue
             node = self.graph.upsert_node(
                 conn,
                 NodeWrite(
                     namespace=item.namespace,
-                    natural_key=entity.key,
-                    node_type=entity.node_type,
+                    natural_key=natural_key,
+                    node_type=node_type,
                     title=entity.title,
                     source_path=source_path,
                     source_id=item.observation_id,
@@ -218,17 +231,24 @@ class ObservationRecorder:
                 now=now,
                 overwrite=False,
             )
-            known[entity.key] = node.label
+            known[natural_key] = node.label
             result.entities_upserted += 1
-        rejected: list[tuple[str, str]] = []
         prefix = "assertions"
         for fact in item.facts:
+            subject, object_ = fact.subject, fact.object
+            if kinds.active:
+                subject, object_, violations = kinds.check_fact(
+                    fact.subject, fact.predicate, fact.object, f"{prefix}[{fact.index}].fact"
+                )
+                if violations:
+                    rejected.extend((violation.field, violation.description) for violation in violations)
+                    continue
             write = FactWrite(
                 field=f"{prefix}[{fact.index}].fact",
                 namespace=item.namespace,
-                subject=fact.subject,
+                subject=subject,
                 predicate=fact.predicate,
-                object=fact.object,
+                object=object_,
                 valid_from=fact.valid_from,
                 valid_to=fact.valid_to,
                 evidence=fact.evidence,
