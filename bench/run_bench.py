@@ -3,6 +3,7 @@
 Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
   into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load;
+  then the same from 16 concurrent clients (ratio to 1 client, issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
 - Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
 - the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -202,6 +204,34 @@ def main() -> int:
         }
         print(f"observations: {len(observations)} in {seconds:.1f} s ({len(observations) / seconds:.0f}/s)", flush=True)
 
+        # The same corpus in another namespace from 16 concurrent clients, each holding the uploads of
+        # its own packages (so supersession chains stay within a client), in batches of 50.
+        streams: list[list[knowledge_pb2.Observation]] = [[] for _ in range(16)]
+        for observation in debian_observations(f"{debian_ns}-c16"):
+            streams[hash(observation.subject.id) % 16].append(observation)
+
+        def client(stream: list[knowledge_pb2.Observation]) -> int:
+            stub = observation_service_pb2_grpc.ObservationServiceStub(grpc.insecure_channel(ingest_address))
+            done = 0
+            for offset in range(0, len(stream), 50):
+                response = stub.RecordObservations(
+                    observation_service_pb2.RecordObservationsRequest(observations=stream[offset : offset + 50]),
+                    timeout=600,
+                )
+                done += sum(result.created for result in response.results)
+            return done
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            created16 = sum(pool.map(client, streams))
+        seconds16 = time.perf_counter() - start
+        results["observations_16_clients"] = {
+            "count": len(observations), "created": created16, "seconds": round(seconds16, 2),
+            "per_second": round(len(observations) / seconds16, 1),
+            "ratio_to_1_client": round(seconds / seconds16, 2),
+        }
+        print(f"observations, 16 clients: {seconds16:.1f} s ({len(observations) / seconds16:.0f}/s)", flush=True)
+
         documents_stub = document_service_pb2_grpc.DocumentServiceStub(ingest)
         start = time.perf_counter()
         chunks = 0
@@ -273,6 +303,9 @@ def write_results(results: dict[str, Any]) -> None:
         "|---|---|---|",
         f"| debian corpus ingest (5,415 observations, 1 client, batches of 200) | {results['observations']['seconds']} s"
         f" ({results['observations']['per_second']}/s) | <= 60 s |",
+        f"| the same from 16 concurrent clients (batches of 50) | {results['observations_16_clients']['seconds']} s"
+        f" ({results['observations_16_clients']['per_second']}/s), {results['observations_16_clients']['ratio_to_1_client']}x"
+        " the 1-client rate | |",
         f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
         f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |",
     ]
