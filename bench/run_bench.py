@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -208,7 +209,7 @@ def main() -> int:
         # its own packages (so supersession chains stay within a client), in batches of 50.
         streams: list[list[knowledge_pb2.Observation]] = [[] for _ in range(16)]
         for observation in debian_observations(f"{debian_ns}-c16"):
-            streams[hash(observation.subject.id) % 16].append(observation)
+            streams[zlib.crc32(observation.subject.id.encode()) % 16].append(observation)
 
         def client(stream: list[knowledge_pb2.Observation]) -> int:
             stub = observation_service_pb2_grpc.ObservationServiceStub(grpc.insecure_channel(ingest_address))
