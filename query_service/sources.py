@@ -67,7 +67,7 @@ class SourceReader:
                 raise NotFound(f"no node {natural_key!r} in namespace {namespace!r}", reason="NODE_NOT_FOUND")
             props = node.get("props") or {}
             props = props if isinstance(props, dict) else {}
-            chunk_count = self.chunks.count_chunks(conn, namespace, natural_key)
+            chunk_count = self.chunks.count_chunks(conn, namespace, natural_key, visibility=visibility)
             content = props.get("content")
             if isinstance(content, str):
                 text, origin = content, ORIGINAL

@@ -285,11 +285,21 @@ class ChunkStore:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def count_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
-        """Number of chunks of a node."""
+    def count_chunks(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        node_key: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> int:
+        """Number of chunks of a node (those ``visibility`` may see)."""
         row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {} WHERE namespace = %s AND node_key = %s").format(self.table),
-            (namespace, node_key),
+            sql.SQL(
+                "SELECT count(*) FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
+                " AND {visible}"
+            ).format(table=self.table, visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')"))),
+            {"namespace": namespace, "node_key": node_key, **visibility.params},
         ).fetchone()
         return int(row[0]) if row else 0
 

@@ -373,3 +373,25 @@ def test_development_mode_sees_every_scope(world: World, query_channel: grpc.Cha
     assert {"doc:public", "doc:relevance", "doc:secret", "doc:bob"} <= {hit.node_key for hit in hits}
     assert "secret plan" in _source(query_channel, world.ns, "doc:secret").source.content
     assert _get_observation(query_channel, world.ns, world.secret_observation).observation.content
+
+
+def test_get_source_reassembles_only_visible_chunks(world: World) -> None:
+    """PutChunks calls with different scopes: the node is visible, one of its chunks is not."""
+    with make_channel(world.ingest_addr, security=ClientSecurity(token=world.writer)) as channel:
+        stub = document_service_pb2_grpc.DocumentServiceStub(channel)
+        for order, text, scopes in ((0, "hidden part", ["workspace:alpha"]), (1, "public part", [])):
+            stub.PutChunks(
+                document_service_pb2.PutChunksRequest(
+                    namespace=world.ns,
+                    natural_key="doc:mixed",
+                    scopes=scopes,
+                    chunks=[document_service_pb2.ChunkInput(chunk_order=order, text=text)],
+                ),
+                timeout=120,
+            )
+    with world.channel(world.outsider) as channel:
+        source = _source(channel, world.ns, "doc:mixed").source
+    assert source.content == "public part" and source.chunk_count == 1
+    with world.channel(world.insider) as channel:
+        source = _source(channel, world.ns, "doc:mixed").source
+    assert source.content == "hidden part\n\npublic part" and source.chunk_count == 2
