@@ -94,6 +94,7 @@ class World:
         self.ingest_addr = self.query_addr = ""
         self.database_url = ""
         self.graph = ""
+        self.traces_table = ""
 
     def query(self, token: str) -> grpc.Channel:
         return make_channel(self.query_addr, security=ClientSecurity(token=token))
@@ -200,6 +201,7 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     tokens_file = tmp_path_factory.mktemp("isolation") / "tokens.yaml"
     world = World(tokens_file)
     world.database_url, world.graph = settings.database_url, settings.graph_name
+    world.traces_table = settings.context_traces_table
     secured = settings.model_copy(update={"tokens_file": str(tokens_file), "auth_mode": "tokens"})
     ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
     query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
@@ -340,7 +342,20 @@ def _search(world: World) -> None:
 
 
 def _compile_context(world: World) -> None:
+    """B's search text, anchors and trace_id from A: nothing of B in the pack, and the trace recorded
+    under B's trace_id stays B's (the compilation from A is journaled under A)."""
     b = world.b
+    trace_id = "iso-trace-" + uuid.uuid4().hex
+    with world.query(world.both) as channel:
+        own = (
+            context_service_pb2_grpc.ContextServiceStub(channel)
+            .CompileContext(
+                context_service_pb2.CompileContextRequest(namespace=b.ns, query=b.marker, trace_id=trace_id),
+                timeout=120,
+            )
+            .pack
+        )
+    assert b.marker in own.text
     with world.query(world.attacker) as channel:
         pack = (
             context_service_pb2_grpc.ContextServiceStub(channel)
@@ -350,6 +365,7 @@ def _compile_context(world: World) -> None:
                     query=b.marker,
                     anchors=[b.person, b.doc, f"project:{b.marker}"],
                     token_budget=4000,
+                    trace_id=trace_id,
                 ),
                 timeout=120,
             )
@@ -358,6 +374,13 @@ def _compile_context(world: World) -> None:
     assert b.marker not in pack.text
     assert b.fact_id not in pack.text and b.asserted_fact_id not in pack.text
     assert all(item.provenance.fact_id not in (b.fact_id, b.asserted_fact_id) for item in pack.items)
+    with psycopg.connect(world.database_url) as conn:
+        rows = conn.execute(
+            f"SELECT namespace, decisions::text FROM {json.dumps(world.traces_table)} WHERE trace_id = %s",
+            (trace_id,),
+        ).fetchall()
+    assert sorted(ns for ns, _ in rows) == sorted([world.a.ns, b.ns])
+    assert all(b.marker not in decisions for ns, decisions in rows if ns == world.a.ns)
 
 
 def _get_source(world: World) -> None:
