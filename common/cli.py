@@ -602,7 +602,7 @@ def serve(
             from query_service.main import serve as serve_query
 
             serve_query(settings)
-    except ServerSetupError as exc:
+    except (ServerSetupError, ValueError) as exc:  # ValueError: embedding provider/dimension, tokenizer
         _fail([f"error: {exc}"])
 
 

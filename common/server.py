@@ -536,8 +536,10 @@ class ServiceHost:
         readiness_interval: float,
         authenticator: Authenticator | None = None,
         tls: bool = False,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         self.service_name = service_name
+        self.metrics_host = metrics_host
         self.authenticator = authenticator if authenticator is not None else Authenticator(None)
         self.tls = tls
         self.server = server
@@ -585,13 +587,15 @@ class ServiceHost:
         if self.metrics_port <= 0:
             return
         try:
-            self._metrics_server, _thread = start_http_server(self.metrics_port)
+            self._metrics_server, _thread = start_http_server(self.metrics_port, addr=self.metrics_host)
         except OSError as exc:
             log.warning(
                 "%s: metrics endpoint on port %d not started: %s", self.service_name, self.metrics_port, exc
             )
             return
-        log.info("%s: Prometheus metrics on http://0.0.0.0:%d/metrics", self.service_name, self.metrics_port)
+        log.info(
+            "%s: Prometheus metrics on http://%s:%d/metrics", self.service_name, self.metrics_host, self.metrics_port
+        )
 
     def _set_serving(self, ready: bool) -> None:
         if self._stopping.is_set() or ready == self._ready:
@@ -766,4 +770,6 @@ def build_server(
         readiness_interval=readiness_interval,
         authenticator=authenticator,
         tls=credentials is not None,
+        # Metrics follow the gRPC bind: a loopback service exposes them on loopback only.
+        metrics_host="127.0.0.1" if is_loopback_address(address) else "0.0.0.0",
     )
