@@ -179,8 +179,8 @@ class SnapshotReconciler:
                     known_labels,
                 )
             while True:
-                absent = self.store.absent_open_facts(
-                    conn, namespace, source, scope, row_id, snapshot_time, BATCH
+                absent = self.store.unconfirmed_open_facts(
+                    conn, namespace, source, scope, snapshot_id, snapshot_time, BATCH
                 )
                 for fact_id in absent:
                     self.facts.close(conn, namespace, fact_id, snapshot_time, None)

@@ -164,26 +164,28 @@ class SnapshotStore:
                 (snapshot_id, fact_ids),
             )
 
-    def absent_open_facts(
+    def unconfirmed_open_facts(
         self,
         conn: psycopg.Connection[Any],
         namespace: str,
         source: str,
         scope: str,
-        row_id: int,
+        snapshot_id: str,
         snapshot_time: datetime,
         limit: int,
     ) -> list[str]:
-        """Open facts of (source, scope), valid from no later than ``snapshot_time``, whose (subject,
-        predicate, object) the run ``row_id`` does not list; at most ``limit``, by fact_id."""
+        """Open facts of (source, scope), valid from no later than ``snapshot_time``, that the run of
+        ``snapshot_id`` did not confirm (every fact it lists carries its snapshot_id); at most ``limit``.
+
+        Served by the partial index on open snapshot facts; no join with the journal, whose fresh rows
+        have no planner statistics inside the reconciling transaction.
+        """
         rows = conn.execute(
             sql.SQL(
-                "SELECT f.fact_id FROM {facts} f WHERE f.namespace = %s AND f.snapshot_source = %s"
-                " AND f.snapshot_scope = %s AND f.valid_to IS NULL AND f.valid_from <= %s"
-                " AND NOT EXISTS (SELECT 1 FROM {snapshot_items} i WHERE i.snapshot_row = %s AND i.item_kind = 'fact'"
-                " AND i.item_key = concat_ws(%s, f.subject_key, f.predicate, f.object_key))"
-                " ORDER BY f.fact_id LIMIT %s"
+                "SELECT fact_id FROM {facts} WHERE namespace = %s AND snapshot_source = %s AND snapshot_scope = %s"
+                " AND valid_to IS NULL AND valid_from <= %s AND snapshot_id IS DISTINCT FROM %s"
+                " ORDER BY fact_id LIMIT %s"
             ).format(**self.t),
-            (namespace, source, scope, snapshot_time, row_id, ITEM_SEPARATOR, limit),
+            (namespace, source, scope, snapshot_time, snapshot_id, limit),
         ).fetchall()
         return [str(row[0]) for row in rows]

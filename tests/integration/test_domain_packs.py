@@ -16,7 +16,7 @@ from common.db import Database
 from common.embeddings import EmbeddingProvider, build_embedding_provider
 from common.errors import AlreadyExists, InvalidArgument, NotFound
 from common.identifiers import fact_id
-from ingest_service.documents import DocumentWriter, RetainInput
+from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
 from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.kind_validation import KindValidator
@@ -344,3 +344,46 @@ def test_reconcile_strict_checks_relations_and_cardinality(
     fields = {v.field for v in raised.value.violations}
     assert {"entities[0].key", "entities[1].key", "facts[1]", "facts[2].subject"} <= fields
     assert any("cardinality one" in v.description for v in raised.value.violations)
+
+
+def test_non_strict_assert_facts_and_documents_accept_free_kinds(
+    registry: PackRegistry,
+    kinds: KindValidator,
+    asserter: FactAsserter,
+    writer: DocumentWriter,
+    namespace: str,
+) -> None:
+    enable(registry, kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)
+    [free, aliased] = asserter.assert_facts(
+        namespace,
+        [
+            {"subject": "robot:r2", "predicate": "LIKES", "object": "team:core"},
+            {"subject": "svc:checkout", "predicate": "DEPENDS_ON", "object": "service:payments"},
+        ],
+    )
+    assert free.created and aliased.created
+    with kinds.database.connection() as conn:
+        subjects = {
+            row[0] for row in conn.execute("SELECT subject_key FROM facts WHERE namespace = %s", (namespace,))
+        }
+    assert subjects == {"robot:r2", "service:checkout-svc"}
+    assert writer.retain(
+        RetainInput(namespace=namespace, natural_key="memo:1", type="memo", content="x")
+    ).created
+    chunks = (ChunkInput(0, "h", "text of a chunk"),)
+    assert writer.put_chunks(
+        PutChunksInput(namespace=namespace, natural_key="memo:2", chunks=chunks, type="memo")
+    ).created
+
+
+def test_put_chunks_in_strict_mode(
+    registry: PackRegistry, kinds: KindValidator, writer: DocumentWriter, namespace: str
+) -> None:
+    enable(registry, kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=True)
+    chunks = (ChunkInput(0, "h", "text of a chunk"),)
+    with pytest.raises(InvalidArgument) as raised:
+        writer.put_chunks(
+            PutChunksInput(namespace=namespace, natural_key="notes/2", chunks=chunks, type="memo")
+        )
+    assert [v.field for v in raised.value.violations] == ["type"]
+    assert writer.put_chunks(PutChunksInput(namespace=namespace, natural_key="doc:2", chunks=chunks)).created
