@@ -17,7 +17,8 @@ Steps:
    to Y]; evidence, confidence C; fact_id)``, chunks as a header line with title, heading and
    ``node_key#chunk_order`` followed by the chunk text), then items are added greedily in rank order
    while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
-   chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain.
+   chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain, and no
+   chunk takes more than ``max_chunk_share`` of the budget (longer ones are cut to it).
    ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget.
 4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
    ``context_traces`` under the pack's trace id.
@@ -85,6 +86,8 @@ class ContextSettings:
         mention_weight: base score of a fact about a named entity, times the naming chunk's score.
         separator: between rendered items in the pack text.
         min_truncated_tokens: a chunk is cut to fit only when at least this many tokens remain.
+        max_chunk_share: one chunk item takes at most this share of the budget (longer ones are cut),
+            so a single huge chunk (a long observation, an oversized code block) cannot fill the pack.
     """
 
     search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
@@ -97,6 +100,7 @@ class ContextSettings:
     mention_weight: float = 0.7
     separator: str = "\n\n"
     min_truncated_tokens: int = 48
+    max_chunk_share: float = 0.35
 
 
 CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
@@ -451,11 +455,17 @@ class ContextCompiler:
                 }
             )
 
+        chunk_cap = max(self.settings.min_truncated_tokens, int(budget * self.settings.max_chunk_share))
         for candidate in candidates:
             item_tokens = self.tokens.count(candidate.text)
             if candidate.drop_reason:
                 decide(candidate, DROPPED, candidate.drop_reason, item_tokens)
                 continue
+            if candidate.kind == "chunk" and item_tokens > chunk_cap:
+                capped = self._cut(candidate.text, chunk_cap)
+                capped_tokens = self.tokens.count(capped)
+                candidate.detail["capped_from_tokens"] = item_tokens
+                candidate.text, item_tokens = capped, capped_tokens
             joined = candidate.text if not text else text + separator + candidate.text
             # Cheap pre-check: tokens rarely merge across the separator, so a sum far above the budget
             # cannot fit; anything near it is decided by the exact count of the whole text.
@@ -488,6 +498,17 @@ class ContextCompiler:
                 item_tokens,
             )
         return items, decisions, text
+
+    def _cut(self, item_text: str, max_tokens: int) -> str:
+        """The longest token prefix of ``item_text`` that, followed by `` …``, has at most ``max_tokens``."""
+        room = max_tokens - self.tokens.count(" …")
+        while room > 0:
+            cut = self.tokens.truncate(item_text, room).rstrip() + " …"
+            excess = self.tokens.count(cut) - max_tokens
+            if excess <= 0:
+                return cut
+            room -= excess
+        return ""
 
     def _truncate_to_fit(self, text: str, item_text: str, budget: int) -> tuple[str, str] | None:
         """(new pack text, cut item text) for the longest token prefix of ``item_text`` that fits, or None."""

@@ -511,3 +511,26 @@ def test_compile_context_rejects_bad_input_with_field_violations(query_channel: 
         grpc.StatusCode.INVALID_ARGUMENT,
         ["token_budget"],
     )
+
+
+def test_compile_context_caps_each_chunk_so_one_huge_chunk_cannot_fill_the_pack(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str, settings: Settings
+) -> None:
+    huge = "# Kernel changelog\n\n" + " ".join(f"security fix number {i} for the kernel." for i in range(300))
+    _retain(ingest_channel, namespace, "doc:huge", huge)
+    _retain(
+        ingest_channel, namespace, "doc:small", "# Bash\n\nA security fix for bash arrived in 5.2.15-2+b7."
+    )
+    stub = context_service_pb2_grpc.ContextServiceStub(query_channel)
+    pack = stub.CompileContext(
+        context_service_pb2.CompileContextRequest(
+            namespace=namespace, query="security fix", token_budget=1000
+        ),
+        timeout=60,
+    ).pack
+    tokens = TokenCounter(settings.tokenizer_encoding)
+    assert pack.token_count == tokens.count(pack.text) <= 1000
+    keys = [item.provenance.node_key for item in pack.items]
+    assert "doc:huge" in keys and "doc:small" in keys
+    huge_items = [item for item in pack.items if item.provenance.node_key == "doc:huge"]
+    assert all(item.token_count <= 350 and item.text.endswith(" …") for item in huge_items)
