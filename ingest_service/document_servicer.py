@@ -6,7 +6,6 @@ become gRPC statuses in the server's error interceptor (`common.server`).
 
 from __future__ import annotations
 
-
 import grpc
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 

@@ -370,7 +370,12 @@ class DocumentWriter:
     """
 
     def __init__(
-        self, database: Database, encoder: PassageEncoder, settings: Settings, *, kinds: KindValidator | None = None
+        self,
+        database: Database,
+        encoder: PassageEncoder,
+        settings: Settings,
+        *,
+        kinds: KindValidator | None = None,
     ) -> None:
         self.database = database
         self.encoder = encoder

@@ -45,7 +45,9 @@ class SourceReader:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
 
-    def get_source(self, namespace: str, natural_key: str, *, visibility: Visibility = EVERYTHING) -> SourceView:
+    def get_source(
+        self, namespace: str, natural_key: str, *, visibility: Visibility = EVERYTHING
+    ) -> SourceView:
         """The source view of ``natural_key`` in ``namespace``.
 
         A node ``visibility`` may not see is reported exactly like an absent one (NotFound).
