@@ -24,6 +24,8 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.observation_store import ObservationStore
+from ingest_service.chunking import chunk_markdown
+from ingest_service.documents import bounded_chunks
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
 from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import ObservationInput, validate_observation
@@ -199,10 +201,17 @@ class ObservationRecorder:
         result.episode_key = episode_key
         searchable = episode_text(item)
         if searchable:
+            # Long content (changelog entries reach 85 KB) is cut like a document, so one episode
+            # chunk cannot dominate full-text ranking or a context budget.
+            limit = self.database.settings.chunk_max_chars
+            pieces = bounded_chunks(
+                [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)], 2 * limit
+            ) or [(item.kind, searchable)]
+            meta = {"observation_id": item.observation_id, "scopes": item.scopes}
             self.chunks.replace_chunks(
                 conn,
                 NodeRef(item.namespace, episode_key, "episode", f"{item.kind} {subject_key}".strip(), source_path),
-                [ChunkWrite(0, item.kind, searchable, None, {"observation_id": item.observation_id, "scopes": item.scopes})],
+                [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
             )
         known: dict[str, str] = {}
         rejected: list[tuple[str, str]] = []
