@@ -201,8 +201,7 @@ def _debian_subset(namespace: str) -> list[dict[str, Any]]:
 def test_debian_current_versions_snapshot_matches_list_facts(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel
 ) -> None:
-    if not DEBIAN.exists():
-        pytest.skip(f"debian corpus not found at {DEBIAN}")
+    assert DEBIAN.exists(), f"debian corpus not found at {DEBIAN} (../shared/corpora beside the repository)"
     namespace = "test-" + uuid.uuid4().hex[:12]
     _register(ingest_channel, debian_pack(uuid.uuid4().hex), namespace, strict=True)
     subset = _debian_subset(namespace)
