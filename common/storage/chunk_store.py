@@ -53,7 +53,7 @@ from common.config import Settings
 from common.storage.visibility import EVERYTHING, Visibility
 
 _CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
-_IDENTIFIER_TOKEN = re.compile(r"[0-9\-_.:+/#@]")
+_IDENTIFIER_TOKEN = re.compile(r"[0-9]")
 _TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
 
 
@@ -157,7 +157,9 @@ def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
     """Identifier-like tokens of ``query`` (``PROJ-1234``, ``1:2.3-4``, ``2.36-9+deb12u4``), deduplicated.
 
     A token is a whitespace-separated piece, stripped of surrounding quotes and sentence punctuation,
-    of at least 3 characters containing a digit or one of ``-_.:+/#@``.
+    of at least 3 characters containing a digit. Pieces with only punctuation (``https://github``,
+    ``description:``, ``top-level``) matched 50-1,656 chunks of the docs vault each, every one then
+    scored with ``word_similarity``: that was the p95 of Search (bench/RESULTS.md).
     """
     tokens: list[str] = []
     for piece in query.split():

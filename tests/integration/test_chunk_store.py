@@ -285,3 +285,4 @@ def test_identifier_tokens() -> None:
         "1:2.3-4",
     ]
     assert identifier_tokens("how do I install openssl") == []
+    assert identifier_tokens("see https://github and the description: for top-level docs") == []
