@@ -468,39 +468,6 @@ class DocumentWriter:
         )
         return self._write(node, prepared, list(request.links), delete_beyond=False)
 
-    # -- text fragments of observations ------------------------------------------------------------
-
-    def write_text_fragment(
-        self,
-        conn: Any,
-        *,
-        namespace: str,
-        node_key: str,
-        title: str,
-        heading: str,
-        text: str,
-        embedding: np.ndarray | None,
-        meta: dict[str, Any],
-        source_path: str,
-        node_type: str = "text",
-    ) -> None:
-        """Writes the single chunk (order 0) of a text node inside the caller's transaction.
-
-        Used by the observation recorder; the caller embedded ``"<title> — <heading>\\n<text>"`` (or
-        passes None: full text and trigram only).
-        """
-        self.chunks.replace_chunks(
-            conn,
-            NodeRef(
-                namespace=namespace,
-                node_key=node_key,
-                node_type=node_type,
-                title=title,
-                source_path=source_path,
-            ),
-            [ChunkWrite(chunk_order=0, heading=heading, text=text, embedding=embedding, meta=meta)],
-        )
-
     # -- shared ------------------------------------------------------------------------------------
 
     def _embed(
