@@ -30,7 +30,6 @@ Interceptors wrap unary-unary handlers only (every RPC of memory.v1 is unary); s
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
 import signal
@@ -71,6 +70,7 @@ from common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from common.request_context import current_request_id, request_id_var
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -101,7 +101,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 READINESS_INTERVAL_SECONDS = 2.0
 
-_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("memory_request_id", default=None)
+_request_id = request_id_var  # defined transport-free in common.request_context (read by domain code)
 _QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
@@ -115,11 +115,6 @@ _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
-
-
-def current_request_id() -> str | None:
-    """Returns the request id of the RPC being handled on this thread, or None outside an RPC."""
-    return _request_id.get()
 
 
 class RequestIdLogFilter(logging.Filter):

@@ -250,6 +250,36 @@ class GraphStore:
         )
         return NodeResult(node.natural_key, existing_label, created=False, updated=True)
 
+    def insert_node_once(self, conn: psycopg.Connection[Any], node: NodeWrite, *, now: datetime) -> bool:
+        """Creates the vertex of (namespace, natural_key) only when the key is new; never updates it.
+
+        For immutable nodes (audit events): returns True when created, False when the key existed (the
+        existing vertex is left exactly as it was; a concurrent inserter of the same key is waited for).
+        """
+        label = age_label(node.node_type)
+        properties = node.vertex_properties(canonical_instant(now), placeholder=False)
+        row = conn.execute(
+            "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, origin, props_hash,"
+            " created_at, last_seen, scopes) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label",
+            (
+                node.namespace,
+                node.natural_key,
+                node.node_type,
+                label,
+                node.origin,
+                _properties_hash(properties),
+                now,
+                now,
+                node.scopes(),
+            ),
+        ).fetchone()
+        if row is None:
+            return False
+        self.ensure_label(label, "vertex")
+        self._insert_vertex(conn, label, properties)
+        return True
+
     def ensure_node(
         self,
         conn: psycopg.Connection[Any],
