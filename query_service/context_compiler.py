@@ -19,7 +19,8 @@ Steps:
    while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
    chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain, and no
    chunk takes more than ``max_chunk_share`` of the budget (longer ones are cut to it).
-   ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget.
+   ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget. The fitting
+   is `query_service.context_fitting.PackFitter`, shared with CompileTypedContext.
 4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
    ``context_traces`` under the pack's trace id.
 
@@ -40,7 +41,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from common.db import Database
 from common.errors import ViolationCollector
@@ -50,6 +51,7 @@ from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from common.tokenizer import TokenCounter
+from query_service.context_fitting import DROPPED, FitCandidate, PackFitter
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     HybridSearcher,
@@ -67,8 +69,6 @@ MAX_TOKEN_BUDGET = 100_000
 MAX_ANCHORS = 100
 MAX_QUERY_CHARS = 4000
 
-KEPT = "kept"
-DROPPED = "dropped"
 
 
 @dataclass(frozen=True)
@@ -165,16 +165,15 @@ class ContextPack:
     as_of: datetime
 
 
-@dataclass
-class _Candidate:
-    kind: str
-    key: str
-    text: str
-    score: float
+@dataclass(kw_only=True)
+class _Candidate(FitCandidate):
+    """A chunk or fact candidate; chunks may be cut to fit (`PackFitter`)."""
+
     provenance: ItemProvenance
     conflict: bool = False
-    drop_reason: str = ""  # set when the candidate is dropped before fitting (e.g. evidence lost)
-    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.truncatable = self.kind == "chunk"
 
 
 def validate_context(request: ContextRequest) -> ContextRequest:
@@ -265,6 +264,12 @@ class ContextCompiler:
         graph = GraphStore(database)
         self.facts = FactStore(graph)
         self.store = ContextStore(database.settings, graph)
+        self.fitter = PackFitter(
+            tokens,
+            separator=self.settings.separator,
+            min_truncated_tokens=self.settings.min_truncated_tokens,
+            max_item_share=self.settings.max_chunk_share,
+        )
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -435,95 +440,13 @@ class ContextCompiler:
     def _fit(
         self, candidates: Sequence[_Candidate], budget: int
     ) -> tuple[list[ContextItem], list[dict[str, Any]], str]:
-        """Greedy in rank order; the exact count of the whole pack text decides (see the module doc)."""
-        separator = self.settings.separator
-        items: list[ContextItem] = []
-        decisions: list[dict[str, Any]] = []
-        text = ""
-        used = 0  # exact token count of `text`
-
-        def decide(candidate: _Candidate, decision: str, reason: str, tokens: int) -> None:
-            decisions.append(
-                {
-                    "kind": candidate.kind,
-                    "key": candidate.key,
-                    "score": round(candidate.score, 6),
-                    "decision": decision,
-                    "reason": reason,
-                    "tokens": tokens,
-                    **candidate.detail,
-                }
-            )
-
-        chunk_cap = max(self.settings.min_truncated_tokens, int(budget * self.settings.max_chunk_share))
-        for candidate in candidates:
-            item_tokens = self.tokens.count(candidate.text)
-            if candidate.drop_reason:
-                decide(candidate, DROPPED, candidate.drop_reason, item_tokens)
-                continue
-            if candidate.kind == "chunk" and item_tokens > chunk_cap:
-                capped = self._cut(candidate.text, chunk_cap)
-                capped_tokens = self.tokens.count(capped)
-                candidate.detail["capped_from_tokens"] = item_tokens
-                candidate.text, item_tokens = capped, capped_tokens
-            joined = candidate.text if not text else text + separator + candidate.text
-            # Cheap pre-check: tokens rarely merge across the separator, so a sum far above the budget
-            # cannot fit; anything near it is decided by the exact count of the whole text.
-            estimate = used + item_tokens + (self.tokens.count(separator) if text else 0)
-            total = self.tokens.count(joined) if estimate <= budget + 16 else estimate
-            if total <= budget:
-                text, used = joined, total
-                items.append(self._item(candidate, candidate.text, item_tokens))
-                decide(candidate, KEPT, "fits the budget", item_tokens)
-                continue
-            remaining = budget - used - (self.tokens.count(separator) if text else 0)
-            if candidate.kind == "chunk" and remaining >= self.settings.min_truncated_tokens:
-                cut = self._truncate_to_fit(text, candidate.text, budget)
-                if cut:
-                    text = cut[0]
-                    used = self.tokens.count(text)
-                    cut_tokens = self.tokens.count(cut[1])
-                    items.append(self._item(candidate, cut[1], cut_tokens))
-                    decide(
-                        candidate,
-                        KEPT,
-                        f"cut to {cut_tokens} of {item_tokens} tokens to fit the budget",
-                        cut_tokens,
-                    )
-                    continue
-            decide(
-                candidate,
-                DROPPED,
-                f"over budget ({item_tokens} tokens, {max(remaining, 0)} left)",
-                item_tokens,
-            )
-        return items, decisions, text
-
-    def _cut(self, item_text: str, max_tokens: int) -> str:
-        """The longest token prefix of ``item_text`` that, followed by `` …``, has at most ``max_tokens``."""
-        room = max_tokens - self.tokens.count(" …")
-        while room > 0:
-            cut = self.tokens.truncate(item_text, room).rstrip() + " …"
-            excess = self.tokens.count(cut) - max_tokens
-            if excess <= 0:
-                return cut
-            room -= excess
-        return ""
-
-    def _truncate_to_fit(self, text: str, item_text: str, budget: int) -> tuple[str, str] | None:
-        """(new pack text, cut item text) for the longest token prefix of ``item_text`` that fits, or None."""
-        separator = self.settings.separator
-        prefix = text + separator if text else ""
-        room = budget - self.tokens.count(prefix)
-        while room >= self.settings.min_truncated_tokens:
-            cut = self.tokens.truncate(item_text, room).rstrip()
-            if not cut:
-                return None
-            cut += " …"
-            if self.tokens.count(prefix + cut) <= budget:
-                return prefix + cut, cut
-            room -= max(1, self.tokens.count(prefix + cut) - budget)
-        return None
+        """Greedy in rank order; the exact count of the whole pack text decides (`PackFitter`)."""
+        result = self.fitter.fit(candidates, budget)
+        items = [
+            self._item(cast(_Candidate, fitted.candidate), fitted.text, fitted.token_count)
+            for fitted in result.kept
+        ]
+        return items, result.decisions, result.text
 
     @staticmethod
     def _item(candidate: _Candidate, text: str, tokens: int) -> ContextItem:
