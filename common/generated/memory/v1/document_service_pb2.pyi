@@ -235,3 +235,75 @@ class PutChunksResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PutChunksResponse: _TypeAlias = PutChunksResponse  # noqa: Y015
+
+@_typing.final
+class DeleteNodeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NATURAL_KEY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    natural_key: _builtins.str
+    """Natural key of the node to delete. Required."""
+    reason: _builtins.str
+    """Why; kept in the audit event's snapshot. At most 4096 characters."""
+    trace_id: _builtins.str
+    """Trace the audit event is linked to; default: the request id (x-request-id)."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        natural_key: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        trace_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "natural_key", b"natural_key", "reason", b"reason", "trace_id", b"trace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNodeRequest: _TypeAlias = DeleteNodeRequest  # noqa: Y015
+
+@_typing.final
+class DeleteNodeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NATURAL_KEY_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CHUNKS_DELETED_FIELD_NUMBER: _builtins.int
+    FACTS_DELETED_FIELD_NUMBER: _builtins.int
+    EDGES_DELETED_FIELD_NUMBER: _builtins.int
+    AUDIT_EVENT_ID_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    natural_key: _builtins.str
+    type: _builtins.str
+    """Type of the deleted node."""
+    chunks_deleted: _builtins.int
+    facts_deleted: _builtins.int
+    """Facts removed (the node was their subject or object), history included."""
+    edges_deleted: _builtins.int
+    """Edges removed that were not facts (LINKS_TO in and out and other relations)."""
+    audit_event_id: _builtins.str
+    """The audit event written with the deletion, and its trace."""
+    trace_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        natural_key: _builtins.str = ...,
+        type: _builtins.str = ...,
+        chunks_deleted: _builtins.int = ...,
+        facts_deleted: _builtins.int = ...,
+        edges_deleted: _builtins.int = ...,
+        audit_event_id: _builtins.str = ...,
+        trace_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_id", b"audit_event_id", "chunks_deleted", b"chunks_deleted", "edges_deleted", b"edges_deleted", "facts_deleted", b"facts_deleted", "natural_key", b"natural_key", "trace_id", b"trace_id", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteNodeResponse: _TypeAlias = DeleteNodeResponse  # noqa: Y015

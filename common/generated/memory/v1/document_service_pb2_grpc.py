@@ -45,6 +45,11 @@ class DocumentServiceStub:
                 request_serializer=memory_dot_v1_dot_document__service__pb2.PutChunksRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_document__service__pb2.PutChunksResponse.FromString,
                 _registered_method=True)
+        self.DeleteNode = channel.unary_unary(
+                '/memory.v1.DocumentService/DeleteNode',
+                request_serializer=memory_dot_v1_dot_document__service__pb2.DeleteNodeRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_document__service__pb2.DeleteNodeResponse.FromString,
+                _registered_method=True)
 
 
 class DocumentServiceServicer:
@@ -71,6 +76,24 @@ class DocumentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteNode(self, request, context):
+        """Deletes a node and everything of it, in one transaction: its vertex (AGE label table and registry
+        row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
+        subject or object it is (rows and edges, history included), so that afterwards nothing of it is
+        found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
+        (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
+        count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+        the request id).
+        Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
+        and audit event are the record; a retry after a lost response can read them with GetTrace).
+        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
+        the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+        UNAVAILABLE when the database is down (nothing was deleted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DocumentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -83,6 +106,11 @@ def add_DocumentServiceServicer_to_server(servicer, server):
                     servicer.PutChunks,
                     request_deserializer=memory_dot_v1_dot_document__service__pb2.PutChunksRequest.FromString,
                     response_serializer=memory_dot_v1_dot_document__service__pb2.PutChunksResponse.SerializeToString,
+            ),
+            'DeleteNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNode,
+                    request_deserializer=memory_dot_v1_dot_document__service__pb2.DeleteNodeRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_document__service__pb2.DeleteNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -140,6 +168,33 @@ class DocumentService:
             '/memory.v1.DocumentService/PutChunks',
             memory_dot_v1_dot_document__service__pb2.PutChunksRequest.SerializeToString,
             memory_dot_v1_dot_document__service__pb2.PutChunksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.DocumentService/DeleteNode',
+            memory_dot_v1_dot_document__service__pb2.DeleteNodeRequest.SerializeToString,
+            memory_dot_v1_dot_document__service__pb2.DeleteNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,6 +45,20 @@ class DocumentServiceStub:
     The node keeps no original text, so GetSource re-assembles the chunks (content_source "chunks").
     Errors: INVALID_ARGUMENT with field violations; UNAVAILABLE when the database is down.
     """
+    DeleteNode: _grpc.UnaryUnaryMultiCallable[_document_service_pb2.DeleteNodeRequest, _document_service_pb2.DeleteNodeResponse]
+    """Deletes a node and everything of it, in one transaction: its vertex (AGE label table and registry
+    row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
+    subject or object it is (rows and edges, history included), so that afterwards nothing of it is
+    found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
+    (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
+    count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+    the request id).
+    Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
+    and audit event are the record; a retry after a lost response can read them with GetTrace).
+    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
+    the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+    UNAVAILABLE when the database is down (nothing was deleted).
+    """
 
 @_typing.type_check_only
 class DocumentServiceAsyncStub(DocumentServiceStub):
@@ -62,6 +76,20 @@ class DocumentServiceAsyncStub(DocumentServiceStub):
     """Upserts a document node from pre-chunked text: chunk i replaces (namespace, natural_key, chunk_order).
     The node keeps no original text, so GetSource re-assembles the chunks (content_source "chunks").
     Errors: INVALID_ARGUMENT with field violations; UNAVAILABLE when the database is down.
+    """
+    DeleteNode: _aio.UnaryUnaryMultiCallable[_document_service_pb2.DeleteNodeRequest, _document_service_pb2.DeleteNodeResponse]  # type: ignore[assignment]
+    """Deletes a node and everything of it, in one transaction: its vertex (AGE label table and registry
+    row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
+    subject or object it is (rows and edges, history included), so that afterwards nothing of it is
+    found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
+    (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
+    count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+    the request id).
+    Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
+    and audit event are the record; a retry after a lost response can read them with GetTrace).
+    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
+    the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+    UNAVAILABLE when the database is down (nothing was deleted).
     """
 
 class DocumentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -89,6 +117,26 @@ class DocumentServiceServicer(metaclass=_abc_1.ABCMeta):
         """Upserts a document node from pre-chunked text: chunk i replaces (namespace, natural_key, chunk_order).
         The node keeps no original text, so GetSource re-assembles the chunks (content_source "chunks").
         Errors: INVALID_ARGUMENT with field violations; UNAVAILABLE when the database is down.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteNode(
+        self,
+        request: _document_service_pb2.DeleteNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_document_service_pb2.DeleteNodeResponse, _abc.Awaitable[_document_service_pb2.DeleteNodeResponse]]:
+        """Deletes a node and everything of it, in one transaction: its vertex (AGE label table and registry
+        row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
+        subject or object it is (rows and edges, history included), so that afterwards nothing of it is
+        found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
+        (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
+        count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+        the request id).
+        Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
+        and audit event are the record; a retry after a lost response can read them with GetTrace).
+        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
+        the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+        UNAVAILABLE when the database is down (nothing was deleted).
         """
 
 def add_DocumentServiceServicer_to_server(servicer: DocumentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
