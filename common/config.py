@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     tls_client_cert_file: str = Field("", description="client: PEM certificate for mTLS")
     tls_client_key_file: str = Field("", description="client: PEM private key for mTLS")
     tls_server_name: str = Field("", description="client: name to verify in the server certificate")
+    # Personal data (seed 000 "Персональные данные"; DESIGN §8): detection marks pii/pii_categories on
+    # write, every query_service output is masked for callers without PII clearance, and unmasked output to
+    # a cleared token is audited (action "pii_access"). Off: explicit marks are stored, nothing is masked.
+    pii_protection: bool = Field(False, description="detect and mark personal data on write, mask it on output")
 
     @field_validator(
         "graph_name",
