@@ -33,6 +33,7 @@ from common.errors import FailedPrecondition, InvalidArgument, ViolationCollecto
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.chunking import chunk_markdown
+from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
 
@@ -383,6 +384,7 @@ class DocumentWriter:
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(settings)
+        self.mentions = MentionLinker(self.graph)
 
     # -- Retain ------------------------------------------------------------------------------------
 
@@ -541,6 +543,20 @@ class DocumentWriter:
                     result.label,
                     {key: targets[key] for key in linked},
                 )
+            # Identifiers of pack kinds in the text link the document to existing nodes (issue 4 §4).
+            self.mentions.link(
+                conn,
+                kinds,
+                MentionSource(
+                    namespace=node.namespace,
+                    natural_key=node.natural_key,
+                    texts=[node.title, *(chunk.text for chunk in prepared)],
+                    scopes=node.scopes(),
+                    source_path=node.source_path,
+                    complete=delete_beyond,
+                ),
+                now=now,
+            )
         if missing:
             log.info(
                 "%s %s: %d link(s) to missing nodes skipped", node.namespace, node.natural_key, len(missing)

@@ -124,6 +124,23 @@ def compile_template(template: str) -> re.Pattern[str]:
     return re.compile(f"^{pattern}$", re.DOTALL)
 
 
+def fill_template(template: str, values: dict[str, str]) -> str | None:
+    """``template`` with each ``<name>``/``{name}`` placeholder replaced by ``values[name]``; None when a
+    placeholder has no value (``fill_template("PROJ-<number>", {"number": "12"})`` -> ``"PROJ-12"``)."""
+    missing = False
+
+    def value(match: re.Match[str]) -> str:
+        nonlocal missing
+        name = match.group(1) or match.group(2)
+        if values.get(name) is None:
+            missing = True
+            return ""
+        return values[name]
+
+    filled = _PLACEHOLDER.sub(value, template)
+    return None if missing else filled
+
+
 @dataclass(frozen=True)
 class CompiledKind:
     """A pack kind ready for checks; ``key_schema``/``attributes_schema`` None accept anything."""

@@ -168,6 +168,11 @@ def _join(base: str, name: str) -> str:
     return f"{base}.{name}" if base else name
 
 
+def key_fits(kind: CompiledKind, id_: str) -> bool:
+    """True when ``id_`` (the part after ``kind:``) fits the kind's ``naturalKey`` (template or schema)."""
+    return not _check_key(kind, id_, "")
+
+
 def _check_key(kind: CompiledKind, id_: str, path: str) -> list[FieldViolation]:
     if kind.key_template is not None and not kind.key_template.match(id_):
         return [

@@ -27,6 +27,7 @@ from common.storage.observation_store import ObservationStore
 from ingest_service.chunking import chunk_markdown
 from ingest_service.documents import bounded_chunks
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
+from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import ObservationInput, validate_observation
 
@@ -70,6 +71,7 @@ class ObservationRecorder:
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
         self.engine = FactEngine(self.graph, self.facts)
+        self.mentions = MentionLinker(self.graph)
         self.observations = ObservationStore(database.settings)
         self.encoder = encoder
         self.chunks = ChunkStore(database.settings)
@@ -310,6 +312,21 @@ class ObservationRecorder:
                 ],
             )
             result.text_fragments += 1
+        # Identifiers of pack kinds in the content link the episode to existing nodes (issue 4 §4).
+        self.mentions.link(
+            conn,
+            kinds,
+            MentionSource(
+                namespace=item.namespace,
+                natural_key=episode_key,
+                texts=[item.content, *(text.text for text in item.texts)],
+                valid_from=item.occurred_at,
+                observation_id=item.observation_id,
+                scopes=item.scopes,
+                source_path=source_path,
+            ),
+            now=now,
+        )
         return rejected
 
 

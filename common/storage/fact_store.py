@@ -237,6 +237,19 @@ class FactStore:
             ).fetchall()
         return [FactRow(**record) for record in records]
 
+    def open_facts(
+        self, conn: psycopg.Connection[Any], namespace: str, subject_key: str, predicate: str
+    ) -> list[FactRow]:
+        """The facts of (``subject_key``, ``predicate``) whose interval is open (``valid_to`` NULL), lost
+        ones included, ordered by object and fact_id (index ``facts_subject_idx``)."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND subject_key = %s AND predicate = %s"
+                " AND valid_to IS NULL ORDER BY object_key, fact_id",
+                (namespace, subject_key, predicate),
+            ).fetchall()
+        return [FactRow(**record) for record in records]
+
     def sync_edge(self, conn: psycopg.Connection[Any], row: FactRow) -> None:
         """Writes the properties of ``row`` onto its AGE edge."""
         self.graph.replace_edge_properties(

@@ -1,0 +1,213 @@
+"""Identifiers of domain-pack kinds found in text, and the MENTIONS links they make at write time
+(seed 000 "Доменные пакеты и строгий режим": ``kinds[].idPatterns``; issue 4 §4).
+
+**Finding identifiers** (`find_identifiers`, also used by CompileTypedContext to find anchors in the
+query text). Every ``idPatterns`` regular expression of every kind of the namespace's enabled packs runs
+over the text. A match becomes the id part of a natural key:
+
+* when the pattern has named groups that cover every placeholder of the kind's ``naturalKey`` template,
+  the template is filled with them (kind ``issue``, template ``PROJ-<number>``, pattern
+  ``PROJ-(?P<number>[0-9]+)``: "see PROJ-12" -> ``PROJ-12``);
+* otherwise the whole match is the id ("see PROJ-12" with pattern ``PROJ-[0-9]+`` -> ``PROJ-12``);
+* then the kind's ``aliases`` map an alternative id to the canonical one, and an id that does not fit
+  the kind's ``naturalKey`` (template or JSON Schema) is not an identifier of that kind.
+
+The natural key is ``<kind>:<id>`` (``issue:PROJ-12``). Results are distinct keys in text order, at most
+``limit`` of them (`MAX_IDENTIFIERS_PER_ITEM`); each pattern yields at most ``limit`` matches per text.
+
+**Linking at write time** (`MentionLinker`). When a namespace has packs enabled, the identifiers in an
+observation's content (and its text fragments) and in a document's chunks (Retain, PutChunks) link the
+episode or document to the nodes of those keys that EXIST in the namespace (a placeholder counts; a
+missing node is skipped, never created) with a fact edge ``source MENTIONS target`` of evidence
+``extracted`` (seed 000: a deterministic rule), confidence 1.0, in the transaction of the write:
+
+* the fact's ``valid_from`` is the observation's ``occurred_at`` for an episode (so its fact_id, DESIGN
+  §3, is the same on every replay) and the time the mention was first seen for a document;
+* a target that the source already MENTIONS with an open interval is left alone, so writing the same
+  input again creates nothing;
+* Retain replaces the whole text, so its open MENTIONS facts whose target is no longer named are closed
+  (``valid_to`` = the write time); PutChunks sends only some chunks and closes nothing;
+* the fact carries the source's scopes (a hidden document's mentions are hidden with it), its
+  ``source_path``, and for an episode the observation id (a redaction or purge of the observation takes
+  the mention's evidence away like any other fact's).
+
+MENTIONS is not a relation of any pack; CompileTypedContext follows it as a built-in relation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from common.storage.fact_store import FactStore
+from common.storage.graph_store import GraphStore
+from ingest_service.domain_packs import CompiledKind, fill_template
+from ingest_service.fact_engine import FactEngine, FactWrite
+from ingest_service.kind_validation import NamespaceKinds, key_fits
+
+MENTIONS = "MENTIONS"
+MENTION_EVIDENCE = "extracted"
+MENTION_CONFIDENCE = 1.0
+MAX_IDENTIFIERS_PER_ITEM = 100
+"""At most this many distinct identifiers are taken from one item (an observation, a document write)."""
+
+
+@dataclass(frozen=True)
+class IdentifierMatch:
+    """An identifier found in text: its canonical natural key, the kind, and the text matched."""
+
+    natural_key: str
+    kind: str
+    matched: str
+
+
+def identifier_id(kind: CompiledKind, groups: dict[str, str | Any], matched: str) -> str | None:
+    """The canonical id of a match of one of ``kind``'s idPatterns (see the module doc), or None when it
+    does not fit the kind's naturalKey."""
+    id_: str | None = matched
+    if kind.key_template is not None and set(kind.key_template.groupindex) <= {
+        name for name, value in groups.items() if value is not None
+    }:
+        id_ = fill_template(kind.key_template_text, {k: str(v) for k, v in groups.items() if v is not None})
+    if not id_:
+        return None
+    id_ = kind.aliases.get(id_, id_)
+    return id_ if key_fits(kind, id_) else None
+
+
+def find_identifiers(
+    kinds: NamespaceKinds, texts: Iterable[str], *, limit: int = MAX_IDENTIFIERS_PER_ITEM
+) -> list[IdentifierMatch]:
+    """Distinct natural keys of pack kinds named in ``texts`` by their idPatterns, in text order (texts in
+    the given order), at most ``limit``. Nothing when the namespace has no packs."""
+    pack_kinds = list({kind.kind: kind for kind in kinds.kinds.values() if kind.id_patterns}.values())
+    if not pack_kinds or limit <= 0:
+        return []
+    found: dict[str, IdentifierMatch] = {}
+    for text in texts:
+        if not text:
+            continue
+        matches = []
+        for kind in pack_kinds:
+            for pattern in kind.id_patterns:
+                for match in itertools.islice(pattern.finditer(text), limit):
+                    if match.group(0):
+                        matches.append((match.start(), kind.kind, match, kind))
+        matches.sort(key=lambda entry: (entry[0], entry[1]))
+        for _, kind_name, match, kind in matches:
+            id_ = identifier_id(kind, match.groupdict(), match.group(0))
+            if id_ is None:
+                continue
+            key = f"{kind_name}:{id_}"
+            if key not in found:
+                found[key] = IdentifierMatch(key, kind_name, match.group(0))
+                if len(found) >= limit:
+                    return list(found.values())
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class MentionSource:
+    """The episode or document whose text is scanned.
+
+    Attributes:
+        namespace: its namespace.
+        natural_key: the episode (``episode:<observation_id>``) or document key: the MENTIONS subject.
+        texts: the text scanned (observation content and text fragments; document title and chunks).
+        valid_from: the facts' valid_from (an episode's occurred_at); None means the write time.
+        observation_id: the observation proving the facts (episodes), None for documents.
+        scopes: visibility and relevance scopes the facts carry (the source's own).
+        source_path: the citation target of the facts.
+        complete: ``texts`` is the source's whole text, so open mentions of targets it no longer names
+            are closed (Retain).
+    """
+
+    namespace: str
+    natural_key: str
+    texts: Sequence[str]
+    valid_from: datetime | None = None
+    observation_id: str | None = None
+    scopes: Sequence[str] = ()
+    source_path: str = ""
+    complete: bool = False
+
+
+@dataclass(frozen=True)
+class MentionResult:
+    """``linked``: targets newly linked; ``unchanged``: already linked; ``missing``: identifiers without a
+    node (skipped); ``closed``: targets no longer named (Retain)."""
+
+    linked: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    closed: tuple[str, ...] = ()
+
+
+class MentionLinker:
+    """Writes the MENTIONS facts of one source inside the caller's transaction (see the module doc)."""
+
+    def __init__(self, graph: GraphStore) -> None:
+        self.graph = graph
+        self.facts = FactStore(graph)
+        self.engine = FactEngine(graph, self.facts)
+
+    def link(
+        self, conn: Any, kinds: NamespaceKinds, source: MentionSource, *, now: datetime
+    ) -> MentionResult:
+        """Links ``source`` to the existing nodes its text names; a no-op without packs."""
+        if not kinds.active:
+            return MentionResult()
+        keys = [
+            match.natural_key
+            for match in find_identifiers(kinds, source.texts)
+            if match.natural_key != source.natural_key
+        ]
+        existing = self.graph.node_labels(conn, source.namespace, keys) if keys else {}
+        targets = [key for key in keys if key in existing]
+        missing = tuple(key for key in keys if key not in existing)
+        if not targets and not source.complete:
+            return MentionResult(missing=missing)
+        open_facts = {
+            row.object_key: row
+            for row in self.facts.open_facts(conn, source.namespace, source.natural_key, MENTIONS)
+        }
+        linked = []
+        known = dict(existing)
+        for target in targets:
+            if target in open_facts:
+                continue
+            self.engine.record(
+                conn,
+                FactWrite(
+                    field="mentions",
+                    namespace=source.namespace,
+                    subject=source.natural_key,
+                    predicate=MENTIONS,
+                    object=target,
+                    valid_from=source.valid_from or now,
+                    valid_to=None,
+                    evidence=MENTION_EVIDENCE,
+                    confidence=MENTION_CONFIDENCE,
+                    supersedes=None,
+                    scopes=list(source.scopes),
+                    attributes={},
+                    observation_id=source.observation_id,
+                    observed_at=now,
+                    origin="agent",
+                    source_path=source.source_path,
+                ),
+                now=now,
+                known=known,
+            )
+            linked.append(target)
+        closed = []
+        if source.complete:
+            for target, row in open_facts.items():
+                if target not in targets:
+                    self.facts.close(conn, source.namespace, row.fact_id, now, None)
+                    closed.append(target)
+        unchanged = tuple(target for target in targets if target in open_facts)
+        return MentionResult(tuple(linked), unchanged, missing, tuple(closed))
