@@ -34,6 +34,7 @@ _MIGRATIONS = (
     "0003_fact_evidence.sql",
     "0004_node_scopes.sql",
     "0005_fact_snapshots.sql",
+    "0006_bulk_graph_writes.sql",
 )
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).

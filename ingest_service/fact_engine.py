@@ -98,31 +98,10 @@ class FactEngine:
         known = {} if known is None else known
         subject_label = known[write.subject] = self.graph.ensure_node(conn, write.namespace, write.subject, now=now, known=known)
         object_label = known[write.object] = self.graph.ensure_node(conn, write.namespace, write.object, now=now, known=known)
+        row = self._row(write)
+        assert row.fact_id == new_id
         created, row = self.facts.insert_or_strengthen(
-            conn,
-            FactRow(
-                fact_id=new_id,
-                namespace=write.namespace,
-                subject_key=write.subject,
-                predicate=write.predicate,
-                object_key=write.object,
-                valid_from=write.valid_from,
-                valid_to=write.valid_to,
-                observed_at=write.observed_at,
-                evidence=write.evidence,
-                confidence=write.confidence,
-                observation_ids=[write.observation_id] if write.observation_id else [],
-                supersedes=write.supersedes,
-                superseded_by=None,
-                origin=write.origin,
-                scopes=write.scopes,
-                attributes=write.attributes,
-                source_path=write.source_path,
-                evidence_lost=False,
-                agent_asserted=write.agent_asserted,
-            ),
-            subject_label=subject_label,
-            object_label=object_label,
+            conn, row, subject_label=subject_label, object_label=object_label
         )
         if superseded is not None:
             self.facts.close(conn, write.namespace, superseded.fact_id, row.valid_from, row.fact_id)
@@ -132,3 +111,60 @@ class FactEngine:
                 first = successors[0]
                 self.facts.close(conn, write.namespace, row.fact_id, first.valid_from, first.fact_id)
         return FactOutcome(fact_id=row.fact_id, created=created)
+
+    def record_many(
+        self, conn: psycopg.Connection[Any], namespace: str, writes: list[FactWrite], *, now: datetime
+    ) -> list[FactOutcome]:
+        """`record` for many facts of ``namespace`` without ``supersedes``, set-based: one look-up and
+        one insert of the missing end nodes, one multi-row insert of the facts (`FactStore.
+        insert_or_strengthen_many`), one look-up of earlier facts superseding the new ones. Outcomes in
+        the order of ``writes``; a fact_id written twice in ``writes`` is created once and strengthened.
+
+        Raises:
+            ValueError: a write names ``supersedes`` (use `record`) or another namespace.
+        """
+        if any(write.supersedes for write in writes) or any(write.namespace != namespace for write in writes):
+            raise ValueError("record_many takes facts of one namespace without supersedes")
+        self.graph.ensure_nodes(
+            conn, namespace, [key for write in writes for key in (write.subject, write.object)], now=now
+        )
+        rows = [self._row(write) for write in writes]
+        outcomes: dict[int, FactOutcome] = {}
+        pending = list(enumerate(rows))
+        while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
+            round_, later, seen = [], [], set()
+            for index, row in pending:
+                (later if row.fact_id in seen else round_).append((index, row))
+                seen.add(row.fact_id)
+            written = self.facts.insert_or_strengthen_many(conn, [row for _, row in round_])
+            for (index, _), (created, stored) in zip(round_, written, strict=True):
+                outcomes[index] = FactOutcome(fact_id=stored.fact_id, created=created)
+            pending = later
+        created_ids = sorted({o.fact_id for o in outcomes.values() if o.created})
+        for fact_id, first in self.facts.first_superseding(conn, namespace, created_ids).items():
+            self.facts.close(conn, namespace, fact_id, first.valid_from, first.fact_id)
+        return [outcomes[index] for index in range(len(rows))]
+
+    @staticmethod
+    def _row(write: FactWrite) -> FactRow:
+        return FactRow(
+            fact_id=compute_fact_id(write.namespace, write.subject, write.predicate, write.object, write.valid_from),
+            namespace=write.namespace,
+            subject_key=write.subject,
+            predicate=write.predicate,
+            object_key=write.object,
+            valid_from=write.valid_from,
+            valid_to=write.valid_to,
+            observed_at=write.observed_at,
+            evidence=write.evidence,
+            confidence=write.confidence,
+            observation_ids=[write.observation_id] if write.observation_id else [],
+            supersedes=write.supersedes,
+            superseded_by=None,
+            origin=write.origin,
+            scopes=write.scopes,
+            attributes=write.attributes,
+            source_path=write.source_path,
+            evidence_lost=False,
+            agent_asserted=write.agent_asserted,
+        )

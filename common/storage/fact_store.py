@@ -26,6 +26,29 @@ _COLUMNS = (
     " confidence, observation_ids, supersedes, superseded_by, origin, scopes, attributes, source_path, evidence_lost,"
     " agent_asserted"
 )
+# The columns of ``_COLUMNS`` with the SQL type of the array each is passed in by the bulk insert
+# (text[] columns travel as JSON text, one per row, since unnest flattens arrays of arrays).
+_FACT_COLUMN_TYPES = {
+    "fact_id": "text",
+    "namespace": "text",
+    "subject_key": "text",
+    "predicate": "text",
+    "object_key": "text",
+    "valid_from": "timestamptz",
+    "valid_to": "timestamptz",
+    "observed_at": "timestamptz",
+    "evidence": "text",
+    "confidence": "float8",
+    "observation_ids": "text",
+    "supersedes": "text",
+    "superseded_by": "text",
+    "origin": "text",
+    "scopes": "text",
+    "attributes": "text",
+    "source_path": "text",
+    "evidence_lost": "bool",
+    "agent_asserted": "bool",
+}
 _QUALIFIED_COLUMNS = ", ".join("f." + column.strip() for column in _COLUMNS.split(","))
 
 
@@ -137,21 +160,63 @@ class FactStore:
         return FactRow(**record) if record else None
 
     def insert_or_strengthen(
-        self, conn: psycopg.Connection[Any], fact: FactRow, *, subject_label: str, object_label: str
+        self, conn: psycopg.Connection[Any], fact: FactRow, *, subject_label: str = "", object_label: str = ""
     ) -> tuple[bool, FactRow]:
-        """Inserts the fact, or strengthens the existing one with the same fact_id.
+        """Inserts the fact, or strengthens the existing one with the same fact_id (`insert_or_strengthen_many`
+        of one fact; the end labels are no longer needed and kept for callers that pass them)."""
+        return self.insert_or_strengthen_many(conn, [fact])[0]
+
+    def insert_or_strengthen_many(
+        self, conn: psycopg.Connection[Any], facts: list[FactRow]
+    ) -> list[tuple[bool, FactRow]]:
+        """Inserts each fact, or strengthens the existing one with the same fact_id; results in the order
+        of ``facts``, each (created, row after the write).
 
         Strengthening (seed 000 "Идемпотентность"): observation_ids becomes the sorted union, confidence
         the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost, and
-        ``agent_asserted`` sticks once set. Returns (created, row after the write). The edge is created
-        or updated accordingly; ``subject_label``/``object_label`` are the AGE labels of its ends.
+        ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
+
+        Set-based: one multi-row INSERT .. ON CONFLICT (rows in fact_id order, so concurrent writers lock
+        in one order), then one multi-row edge INSERT per predicate for the facts created here; the edges
+        of strengthened facts are rewritten one by one. One edge per fact_id holds under concurrency
+        because only the transaction whose INSERT created the facts row (``xmax = 0``; a concurrent
+        inserter of the same fact_id waits for it and then strengthens) creates the edge, in the same
+        transaction.
+
+        Raises:
+            ValueError: a fact_id appears twice in ``facts``, or the facts are of several namespaces.
         """
+        if not facts:
+            return []
+        if len({fact.fact_id for fact in facts}) != len(facts):
+            raise ValueError("insert_or_strengthen_many: a fact_id is listed twice")
+        if len({fact.namespace for fact in facts}) != 1:
+            raise ValueError("insert_or_strengthen_many: facts of one namespace per call")
+        ordered = sorted(facts, key=lambda fact: fact.fact_id)
+        columns: dict[str, list[Any]] = {name: [] for name in _FACT_COLUMN_TYPES}
+        for fact in ordered:
+            for name in _FACT_COLUMN_TYPES:
+                value = getattr(fact, name)
+                if name == "observation_ids":
+                    value = json.dumps(sorted(value))
+                elif name == "scopes":
+                    value = json.dumps(list(value))
+                elif name == "attributes":
+                    value = json.dumps(value, ensure_ascii=False)
+                columns[name].append(value)
+        source = ", ".join(f"%({name})s::{kind}[]" for name, kind in _FACT_COLUMN_TYPES.items())
+        values = ", ".join(
+            f"ARRAY(SELECT jsonb_array_elements_text(x.{name}::jsonb))"
+            if name in ("observation_ids", "scopes")
+            else f"x.{name}::jsonb"
+            if name == "attributes"
+            else f"x.{name}"
+            for name in _FACT_COLUMN_TYPES
+        )
         with conn.cursor(row_factory=dict_row) as cursor:
-            record = cursor.execute(
-                f"INSERT INTO facts ({_COLUMNS}) VALUES (%(fact_id)s, %(namespace)s, %(subject_key)s, %(predicate)s,"
-                " %(object_key)s, %(valid_from)s, %(valid_to)s, %(observed_at)s, %(evidence)s, %(confidence)s,"
-                " %(observation_ids)s, %(supersedes)s, %(superseded_by)s, %(origin)s, %(scopes)s, %(attributes)s,"
-                " %(source_path)s, %(evidence_lost)s, %(agent_asserted)s)"
+            records = cursor.execute(
+                f"INSERT INTO facts ({_COLUMNS}) SELECT {values}"
+                f" FROM unnest({source}) WITH ORDINALITY AS x({_COLUMNS}, position) ORDER BY x.position"
                 " ON CONFLICT (fact_id) DO UPDATE SET"
                 " observation_ids = ARRAY(SELECT DISTINCT unnest(facts.observation_ids || excluded.observation_ids)"
                 " ORDER BY 1),"
@@ -160,23 +225,25 @@ class FactStore:
                 " evidence_lost = facts.evidence_lost AND excluded.evidence_lost,"
                 " agent_asserted = facts.agent_asserted OR excluded.agent_asserted"
                 f" RETURNING (xmax = 0) AS inserted, {_COLUMNS}",
-                {**fact.__dict__, "attributes": Jsonb(fact.attributes), "observation_ids": sorted(fact.observation_ids)},
-            ).fetchone()
-        assert record is not None
-        created = bool(record.pop("inserted"))
-        row = FactRow(**record)
-        if created:
-            self.graph.create_edge(
-                conn,
-                namespace=row.namespace,
-                edge_label=age_label(row.predicate),
-                source=(row.subject_key, subject_label),
-                target=(row.object_key, object_label),
-                properties=row.edge_properties(),
-            )
-        else:
-            self.sync_edge(conn, row)
-        return created, row
+                columns,
+            ).fetchall()
+        written: dict[str, tuple[bool, FactRow]] = {}
+        for record in records:
+            created = bool(record.pop("inserted"))
+            row = FactRow(**record)
+            written[row.fact_id] = (created, row)
+        new_edges: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+        for created, row in written.values():
+            if created:
+                new_edges.setdefault(age_label(row.predicate), []).append(
+                    (row.subject_key, row.object_key, row.edge_properties())
+                )
+            else:
+                self.sync_edge(conn, row)
+        namespace = ordered[0].namespace
+        for edge_label, edges in new_edges.items():
+            self.graph.create_edges(conn, namespace=namespace, edge_label=edge_label, edges=edges)
+        return [written[fact.fact_id] for fact in facts]
 
     def close(
         self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, valid_to: datetime, superseded_by: str | None
@@ -228,6 +295,20 @@ class FactStore:
         ).fetchall()
         return {str(record[0]) for record in records}
 
+    def delete_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> list[FactRow]:
+        """Deletes the rows of every fact whose subject or object is ``natural_key`` (lost ones included) and
+        returns them ordered by fact_id. Their edges go with the node's vertex (`GraphStore.delete_nodes`),
+        which the caller deletes in the same transaction (DocumentService.DeleteNode)."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"DELETE FROM facts WHERE namespace = %(namespace)s AND fact_id IN ("
+                " SELECT fact_id FROM facts WHERE namespace = %(namespace)s AND subject_key = %(key)s"
+                " UNION SELECT fact_id FROM facts WHERE namespace = %(namespace)s AND object_key = %(key)s)"
+                f" RETURNING {_COLUMNS}",
+                {"namespace": namespace, "key": natural_key},
+            ).fetchall()
+        return sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
+
     def superseding(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str) -> list[FactRow]:
         """Facts whose ``supersedes`` names ``fact_id`` (they may have arrived before it)."""
         with conn.cursor(row_factory=dict_row) as cursor:
@@ -249,6 +330,22 @@ class FactStore:
                 (namespace, subject_key, predicate),
             ).fetchall()
         return [FactRow(**record) for record in records]
+
+    def first_superseding(
+        self, conn: psycopg.Connection[Any], namespace: str, fact_ids: list[str]
+    ) -> dict[str, FactRow]:
+        """For each of ``fact_ids`` that some fact's ``supersedes`` names, the earliest such fact (by
+        valid_from, fact_id): `superseding` of many facts in one statement."""
+        if not fact_ids:
+            return {}
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"SELECT DISTINCT ON (supersedes) {_COLUMNS} FROM facts WHERE namespace = %s AND supersedes = ANY(%s)"
+                " ORDER BY supersedes, valid_from, fact_id",
+                (namespace, fact_ids),
+            ).fetchall()
+        rows = [FactRow(**record) for record in records]
+        return {str(row.supersedes): row for row in rows}
 
     def sync_edge(self, conn: psycopg.Connection[Any], row: FactRow) -> None:
         """Writes the properties of ``row`` onto its AGE edge."""

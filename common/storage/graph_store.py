@@ -4,6 +4,9 @@ Uniqueness (DESIGN §11): AGE has no unique property constraint and MERGE does n
 sessions, so every vertex has a row in ``graph_nodes`` (primary key namespace + natural_key). A writer
 inserts that row first (``ON CONFLICT DO NOTHING`` waits for a concurrent inserter of the same key) or
 locks it (``FOR UPDATE``), and only then touches the vertex: one vertex per key, even under concurrency.
+The row also records the vertex's AGE id (``vertex_id``, migration 0006), so edges are created by
+set-based joins on the registry's primary key instead of a GIN look-up of each end (`create_edges`);
+rows written before 0006 get theirs on first use.
 
 Parameters reach Cypher only through the third argument of ``ag_catalog.cypher`` (an agtype map,
 referenced as ``$name``); labels are sanitised by `common.identifiers.age_label` and checked again here.
@@ -89,6 +92,8 @@ class NodeResult:
     label: str
     created: bool
     updated: bool
+    # The vertex existed only as a placeholder (a fact end) and this write completed it.
+    completed_placeholder: bool = False
 
 
 class GraphStore:
@@ -189,66 +194,102 @@ class GraphStore:
     def upsert_node(
         self, conn: psycopg.Connection[Any], node: NodeWrite, *, now: datetime, overwrite: bool = True
     ) -> NodeResult:
-        """Creates the vertex of (namespace, natural_key) or updates it.
+        """Creates the vertex of (namespace, natural_key) or updates it (`upsert_nodes` of one node)."""
+        return self.upsert_nodes(conn, [node], now=now, overwrite=overwrite)[0]
+
+    def upsert_nodes(
+        self, conn: psycopg.Connection[Any], nodes: list[NodeWrite], *, now: datetime, overwrite: bool = True
+    ) -> list[NodeResult]:
+        """Creates or updates the vertices of ``nodes`` (one namespace each, no key twice); results in the
+        order of ``nodes``.
 
         ``overwrite=True`` (documents written through the API) replaces the properties on every write.
         ``overwrite=False`` (entity assertions) updates only when ``node.asserted_at`` is not older than
         the assertion the vertex holds, so the result does not depend on delivery order.
         A placeholder (created for a fact end) is always completed by the first real write.
+
+        Set-based: one statement inserts or locks every registry row (in key order, so concurrent bulk
+        writers lock in one order), one multi-row INSERT per label creates the new vertices; changed
+        existing vertices are rewritten one by one.
+
+        Raises:
+            ValueError: a (namespace, natural_key) appears twice in ``nodes``.
         """
-        label = age_label(node.node_type)
+        if not nodes:
+            return []
+        if len({(n.namespace, n.natural_key) for n in nodes}) != len(nodes):
+            raise ValueError("upsert_nodes: a (namespace, natural_key) is listed twice")
         last_seen = canonical_instant(now)
-        properties = node.vertex_properties(last_seen, placeholder=False)
-        scopes = node.scopes()  # mirrored into graph_nodes.scopes for the visibility predicates
-        # For assertions (overwrite=False) the citation of the latest observation alone is no change.
-        digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
-        # One statement either inserts the row (xmax = 0) or locks the existing one (DO UPDATE), so
+        prepared = []
+        for node in nodes:
+            properties = node.vertex_properties(last_seen, placeholder=False)
+            # For assertions (overwrite=False) the citation of the latest observation alone is no change.
+            digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
+            prepared.append((node, age_label(node.node_type), properties, digest))
+        # One statement either inserts each row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit.
-        row = conn.execute(
+        rows = conn.execute(
             "INSERT INTO graph_nodes AS g (namespace, natural_key, node_type, label, placeholder, origin, asserted_at,"
-            " props_hash, created_at, last_seen, scopes) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s, %s)"
+            " props_hash, created_at, last_seen, scopes)"
+            " SELECT x.namespace, x.natural_key, x.node_type, x.label, false, x.origin, x.asserted_at, x.props_hash,"
+            " %(now)s, %(now)s, ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb))"
+            " FROM unnest(%(namespaces)s::text[], %(keys)s::text[], %(types)s::text[], %(labels)s::text[],"
+            " %(origins)s::text[], %(asserted)s::timestamptz[], %(hashes)s::text[], %(scopes)s::text[])"
+            " AS x(namespace, natural_key, node_type, label, origin, asserted_at, props_hash, scopes)"
+            " ORDER BY x.namespace, x.natural_key"
             " ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_seen, excluded.last_seen)"
-            " RETURNING (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash",
-            (
-                node.namespace,
-                node.natural_key,
-                node.node_type,
-                label,
-                node.origin,
-                node.asserted_at,
-                digest,
-                now,
-                now,
-                scopes,
-            ),
-        ).fetchone()
-        assert row is not None
-        inserted, existing_label, was_placeholder, asserted_at, props_hash = row
-        if inserted:
+            " RETURNING g.namespace, g.natural_key, (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash",
+            {
+                "now": now,
+                "namespaces": [n.namespace for n, *_ in prepared],
+                "keys": [n.natural_key for n, *_ in prepared],
+                "types": [n.node_type for n, *_ in prepared],
+                "labels": [label for _, label, _, _ in prepared],
+                "origins": [n.origin for n, *_ in prepared],
+                "asserted": [n.asserted_at for n, *_ in prepared],
+                "hashes": [digest for *_, digest in prepared],
+                "scopes": [json.dumps(n.scopes()) for n, *_ in prepared],
+            },
+        ).fetchall()
+        stored = {(str(r[0]), str(r[1])): r[2:] for r in rows}
+        results: list[NodeResult] = []
+        new_vertices: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for node, label, properties, digest in prepared:
+            inserted, existing_label, was_placeholder, asserted_at, props_hash = stored[(node.namespace, node.natural_key)]
+            if inserted:
+                new_vertices.setdefault((node.namespace, label), []).append(properties)
+                results.append(NodeResult(node.natural_key, label, created=True, updated=False))
+                continue
+            newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
+            if not (overwrite or was_placeholder or newer) or props_hash == digest:
+                results.append(NodeResult(node.natural_key, existing_label, created=False, updated=False))
+                continue
+            self._replace_vertex(conn, existing_label, properties)
+            conn.execute(
+                "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
+                " asserted_at = CASE WHEN %s::timestamptz IS NULL THEN asserted_at"
+                " ELSE greatest(asserted_at, %s::timestamptz) END, scopes = %s"
+                " WHERE namespace = %s AND natural_key = %s",
+                (
+                    node.node_type,
+                    digest,
+                    now,
+                    node.asserted_at,
+                    node.asserted_at,
+                    node.scopes(),
+                    node.namespace,
+                    node.natural_key,
+                ),
+            )
+            results.append(
+                NodeResult(
+                    node.natural_key, existing_label, created=False, updated=True, completed_placeholder=bool(was_placeholder)
+                )
+            )
+        for (namespace, label), batch in new_vertices.items():
             self.ensure_label(label, "vertex")
-            self._insert_vertex(conn, label, properties)
-            return NodeResult(node.natural_key, label, created=True, updated=False)
-        newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
-        if not (overwrite or was_placeholder or newer) or props_hash == digest:
-            return NodeResult(node.natural_key, existing_label, created=False, updated=False)
-        self._replace_vertex(conn, existing_label, properties)
-        conn.execute(
-            "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
-            " asserted_at = CASE WHEN %s::timestamptz IS NULL THEN asserted_at"
-            " ELSE greatest(asserted_at, %s::timestamptz) END, scopes = %s"
-            " WHERE namespace = %s AND natural_key = %s",
-            (
-                node.node_type,
-                digest,
-                now,
-                node.asserted_at,
-                node.asserted_at,
-                scopes,
-                node.namespace,
-                node.natural_key,
-            ),
-        )
-        return NodeResult(node.natural_key, existing_label, created=False, updated=True)
+            self._insert_vertices(conn, namespace, label, batch)
+        return results
 
     def insert_node_once(self, conn: psycopg.Connection[Any], node: NodeWrite, *, now: datetime) -> bool:
         """Creates the vertex of (namespace, natural_key) only when the key is new; never updates it.
@@ -289,35 +330,73 @@ class GraphStore:
         now: datetime,
         known: dict[str, str] | None = None,
     ) -> str:
-        """Returns the label of the vertex of ``natural_key``, creating a placeholder when it is missing.
-
-        A placeholder's type is the key's ``type:`` prefix; a later entity assertion completes it.
-        ``known`` maps keys already written in this transaction to their labels (skips the look-up).
-        """
+        """Returns the label of the vertex of ``natural_key``, creating a placeholder when it is missing
+        (`ensure_nodes` of one key)."""
         if known is not None and natural_key in known:
             return known[natural_key]
-        row = conn.execute(
-            "SELECT label FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, natural_key)
-        ).fetchone()
-        if row is not None:
-            return str(row[0])
-        node_type = type_of_key(natural_key)
-        label = age_label(node_type)
-        inserted = conn.execute(
-            "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, created_at, last_seen)"
-            " VALUES (%s, %s, %s, %s, true, %s, %s) ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label",
-            (namespace, natural_key, node_type, label, now, now),
-        ).fetchone()
-        if inserted is None:
-            row = conn.execute(
-                "SELECT label FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, natural_key)
-            ).fetchone()
-            assert row is not None
-            return str(row[0])
-        self.ensure_label(label, "vertex")
-        placeholder = NodeWrite(namespace=namespace, natural_key=natural_key, node_type=node_type)
-        self._insert_vertex(conn, label, placeholder.vertex_properties(canonical_instant(now), True))
-        return label
+        return self.ensure_nodes(conn, namespace, [natural_key], now=now)[natural_key]
+
+    def ensure_nodes(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str], *, now: datetime
+    ) -> dict[str, str]:
+        """Labels of the vertices of ``natural_keys`` (natural key -> label), creating placeholders for
+        the missing ones: a placeholder's type is the key's ``type:`` prefix; a later entity assertion
+        completes it. Every returned vertex has its ``vertex_id`` recorded, so `create_edges` can join it.
+
+        Set-based: one look-up, one INSERT of the missing registry rows (``ON CONFLICT DO NOTHING`` waits
+        for a concurrent inserter of the same key, whose row is then read), one multi-row INSERT of
+        placeholder vertices per label.
+        """
+        keys = sorted(set(natural_keys))
+        if not keys:
+            return {}
+        labels = self._registered(conn, namespace, keys)
+        missing = [key for key in keys if key not in labels]
+        if missing:
+            types = [type_of_key(key) for key in missing]
+            inserted = conn.execute(
+                "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, created_at, last_seen)"
+                " SELECT %(namespace)s, x.natural_key, x.node_type, x.label, true, %(now)s, %(now)s"
+                " FROM unnest(%(keys)s::text[], %(types)s::text[], %(labels)s::text[]) AS x(natural_key, node_type, label)"
+                " ORDER BY x.natural_key ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING natural_key, label",
+                {
+                    "namespace": namespace,
+                    "now": now,
+                    "keys": missing,
+                    "types": types,
+                    "labels": [age_label(node_type) for node_type in types],
+                },
+            ).fetchall()
+            placeholders: dict[str, list[dict[str, Any]]] = {}
+            for natural_key, label in inserted:
+                labels[str(natural_key)] = str(label)
+                node = NodeWrite(namespace=namespace, natural_key=str(natural_key), node_type=type_of_key(str(natural_key)))
+                placeholders.setdefault(str(label), []).append(node.vertex_properties(canonical_instant(now), True))
+            for label, batch in placeholders.items():
+                self.ensure_label(label, "vertex")
+                self._insert_vertices(conn, namespace, label, batch)
+            raced = [key for key in missing if key not in labels]  # committed meanwhile by another writer
+            if raced:
+                labels.update(self._registered(conn, namespace, raced))
+        return labels
+
+    def _registered(self, conn: psycopg.Connection[Any], namespace: str, keys: list[str]) -> dict[str, str]:
+        """Labels of the registered keys among ``keys``; rows without a ``vertex_id`` (written before
+        migration 0006) get it now, from a GIN look-up of their vertex."""
+        rows = conn.execute(
+            "SELECT natural_key, label, vertex_id IS NULL FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)",
+            (namespace, keys),
+        ).fetchall()
+        for natural_key, label, unrecorded in rows:
+            if unrecorded:
+                conn.execute(
+                    sql.SQL(
+                        "UPDATE graph_nodes SET vertex_id = (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype"
+                        " LIMIT 1) WHERE namespace = %s AND natural_key = %s"
+                    ).format(self._table(str(label))),
+                    (_agtype({"namespace": namespace, "natural_key": natural_key}), namespace, natural_key),
+                )
+        return {str(natural_key): str(label) for natural_key, label, _ in rows}
 
     def node_labels(
         self,
@@ -337,6 +416,55 @@ class GraphStore:
         ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
         rows = conn.execute(statement, {"namespace": namespace, "keys": natural_keys, **visibility.params}).fetchall()
         return {str(key): str(label) for key, label in rows}
+
+    def hidden_keys(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str], *, visibility: Visibility
+    ) -> set[str]:
+        """The keys among ``natural_keys`` whose node exists but ``visibility`` may not see (write-side
+        checks: such a node must be neither overwritten nor extended, `common.write_access`)."""
+        if visibility.unrestricted or not natural_keys:
+            return set()
+        statement = sql.SQL(
+            "SELECT natural_key FROM graph_nodes WHERE namespace = %(namespace)s"
+            " AND natural_key = ANY(%(keys)s) AND NOT {visible}"
+        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
+        rows = conn.execute(
+            statement, {"namespace": namespace, "keys": sorted(set(natural_keys)), **visibility.params}
+        ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    def lock_node(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_key: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> dict[str, Any] | None:
+        """The registry row of a key locked FOR UPDATE until the transaction ends, as ``{natural_key,
+        node_type, label, placeholder, origin, scopes}``; None when missing or hidden from ``visibility``."""
+        statement = sql.SQL(
+            "SELECT natural_key, node_type, label, placeholder, origin, scopes FROM graph_nodes"
+            " WHERE namespace = %(namespace)s AND natural_key = %(key)s AND {visible} FOR UPDATE"
+        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
+        row = conn.execute(statement, {"namespace": namespace, "key": natural_key, **visibility.params}).fetchone()
+        if row is None:
+            return None
+        names = ("natural_key", "node_type", "label", "placeholder", "origin", "scopes")
+        return dict(zip(names, row, strict=True))
+
+    def edge_counts(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, label: str) -> dict[str, int]:
+        """Edge label -> number of edges touching the vertex of ``natural_key`` (either direction)."""
+        rows = self.cypher(
+            conn,
+            f"MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: $natural_key}})-[r]-()"
+            " RETURN type(r)",
+            {"namespace": namespace, "natural_key": natural_key},
+        )
+        counts: dict[str, int] = {}
+        for edge_label in rows:
+            counts[str(edge_label)] = counts.get(str(edge_label), 0) + 1
+        return counts
 
     def get_node(
         self,
@@ -400,9 +528,25 @@ class GraphStore:
         return sql.Identifier(self.graph, checked_label(label))
 
     def _insert_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
+        self._insert_vertices(conn, properties["namespace"], label, [properties])
+
+    def _insert_vertices(
+        self, conn: psycopg.Connection[Any], namespace: str, label: str, batch: list[dict[str, Any]]
+    ) -> None:
+        """Inserts the vertices ``batch`` (property maps of ``namespace``, registered in graph_nodes by the
+        caller's transaction) into ``label`` with one statement and records their ids in graph_nodes."""
         conn.execute(
-            sql.SQL("INSERT INTO {} (properties) VALUES (%s::ag_catalog.agtype)").format(self._table(label)),
-            (_agtype(properties),),
+            sql.SQL(
+                "WITH v AS (INSERT INTO {} (properties) SELECT p::ag_catalog.agtype FROM unnest(%(properties)s::text[]) AS p"
+                " RETURNING id, properties ->> '\"natural_key\"'::ag_catalog.agtype AS natural_key)"
+                " UPDATE graph_nodes g SET vertex_id = v.id FROM v WHERE g.namespace = %(namespace)s"
+                " AND g.natural_key = ANY(%(keys)s::text[]) AND g.natural_key = v.natural_key"
+            ).format(self._table(label)),
+            {
+                "properties": [_agtype(properties) for properties in batch],
+                "namespace": namespace,
+                "keys": [properties["natural_key"] for properties in batch],
+            },
         )
 
     def _replace_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
@@ -427,15 +571,12 @@ class GraphStore:
             ).format(self._table("LINKS_TO"), self._table(source_label)),
             (_agtype({"namespace": namespace, "natural_key": source_key}),),
         )
-        for target_key, target_label in targets.items():
-            self.create_edge(
-                conn,
-                namespace=namespace,
-                edge_label="LINKS_TO",
-                source=(source_key, source_label),
-                target=(target_key, target_label),
-                properties={"namespace": namespace},
-            )
+        self.create_edges(
+            conn,
+            namespace=namespace,
+            edge_label="LINKS_TO",
+            edges=[(source_key, target_key, {"namespace": namespace}) for target_key in targets],
+        )
 
     def create_edge(
         self,
@@ -448,17 +589,44 @@ class GraphStore:
         properties: dict[str, Any],
     ) -> None:
         """Creates one edge ``source -[edge_label properties]-> target``; ends are (natural_key, label)."""
+        self.create_edges(
+            conn, namespace=namespace, edge_label=edge_label, edges=[(source[0], target[0], properties)]
+        )
+
+    def create_edges(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        namespace: str,
+        edge_label: str,
+        edges: list[tuple[str, str, dict[str, Any]]],
+    ) -> None:
+        """Creates the edges ``(source_key, target_key, properties)`` of ``edge_label`` with one statement.
+
+        The ends' vertex ids come from graph_nodes (primary-key joins, no GIN look-up of the vertices);
+        an edge whose end has no vertex is not created. Uniqueness of edges is the caller's: fact edges
+        are created only by the writer whose facts row was inserted (one edge per fact_id).
+        """
+        if not edges:
+            return
         self.ensure_label(edge_label, "edge")
+        self._registered(conn, namespace, sorted({key for source, target, _ in edges for key in (source, target)}))
         conn.execute(
             sql.SQL(
-                "INSERT INTO {} (start_id, end_id, properties) SELECT a.id, b.id, %s::ag_catalog.agtype FROM {} a, {} b"
-                " WHERE a.properties @> %s::ag_catalog.agtype AND b.properties @> %s::ag_catalog.agtype"
-            ).format(self._table(edge_label), self._table(source[1]), self._table(target[1])),
-            (
-                _agtype(properties),
-                _agtype({"namespace": namespace, "natural_key": source[0]}),
-                _agtype({"namespace": namespace, "natural_key": target[0]}),
-            ),
+                "INSERT INTO {} (start_id, end_id, properties)"
+                " SELECT s.vertex_id, o.vertex_id, x.properties::ag_catalog.agtype"
+                " FROM unnest(%(sources)s::text[], %(targets)s::text[], %(properties)s::text[])"
+                " WITH ORDINALITY AS x(source_key, target_key, properties, position)"
+                " JOIN graph_nodes s ON s.namespace = %(namespace)s AND s.natural_key = x.source_key"
+                " JOIN graph_nodes o ON o.namespace = %(namespace)s AND o.natural_key = x.target_key"
+                " WHERE s.vertex_id IS NOT NULL AND o.vertex_id IS NOT NULL ORDER BY x.position"
+            ).format(self._table(edge_label)),
+            {
+                "namespace": namespace,
+                "sources": [source for source, _, _ in edges],
+                "targets": [target for _, target, _ in edges],
+                "properties": [_agtype(properties) for _, _, properties in edges],
+            },
         )
 
     def replace_edge_properties(
