@@ -156,3 +156,263 @@ class CompileContextResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompileContextResponse: _TypeAlias = CompileContextResponse  # noqa: Y015
+
+@_typing.final
+class CompileTypedContextRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    ANCHORS_FIELD_NUMBER: _builtins.int
+    AS_OF_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    MAX_DEPTH_FIELD_NUMBER: _builtins.int
+    RELATIONS_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    query: _builtins.str
+    """The task or question; identifiers in it (the packs' idPatterns) become anchors."""
+    token_budget: _builtins.int
+    """Default 2000."""
+    max_depth: _builtins.int
+    """Steps from an anchor, 0..4; 0 means the default 2."""
+    trace_id: _builtins.str
+    @_builtins.property
+    def anchors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Natural keys to start from, e.g. "service:checkout"; kind and id aliases are resolved."""
+
+    @_builtins.property
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """Facts valid at this instant (valid_from <= as_of < valid_to); default now."""
+
+    @_builtins.property
+    def relations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Follow only these relations (pack relations or MENTIONS); empty means all of them."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        query: _builtins.str = ...,
+        anchors: _abc.Iterable[_builtins.str] | None = ...,
+        as_of: _timestamp_pb2.Timestamp | None = ...,
+        token_budget: _builtins.int = ...,
+        max_depth: _builtins.int = ...,
+        relations: _abc.Iterable[_builtins.str] | None = ...,
+        trace_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchors", b"anchors", "as_of", b"as_of", "max_depth", b"max_depth", "namespace", b"namespace", "query", b"query", "relations", b"relations", "token_budget", b"token_budget", "trace_id", b"trace_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompileTypedContextRequest: _TypeAlias = CompileTypedContextRequest  # noqa: Y015
+
+@_typing.final
+class TypedPathStep(_message.Message):
+    """One step of the path from an anchor to an item."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FACT_ID_FIELD_NUMBER: _builtins.int
+    RELATION_FIELD_NUMBER: _builtins.int
+    DIRECTION_FIELD_NUMBER: _builtins.int
+    NODE_KEY_FIELD_NUMBER: _builtins.int
+    fact_id: _builtins.str
+    """The fact followed."""
+    relation: _builtins.str
+    """Its predicate (a pack relation or MENTIONS)."""
+    direction: _builtins.str
+    """"out" when the step went from the fact's subject to its object, "in" for the reverse."""
+    node_key: _builtins.str
+    """The node the step reached."""
+    def __init__(
+        self,
+        *,
+        fact_id: _builtins.str = ...,
+        relation: _builtins.str = ...,
+        direction: _builtins.str = ...,
+        node_key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["direction", b"direction", "fact_id", b"fact_id", "node_key", b"node_key", "relation", b"relation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TypedPathStep: _TypeAlias = TypedPathStep  # noqa: Y015
+
+@_typing.final
+class TypedContextItem(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
+    CONFLICT_FIELD_NUMBER: _builtins.int
+    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    NATURAL_KEY_FIELD_NUMBER: _builtins.int
+    NODE_TYPE_FIELD_NUMBER: _builtins.int
+    DEPTH_FIELD_NUMBER: _builtins.int
+    ANCHOR_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    RELATION_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"node" or "fact"."""
+    text: _builtins.str
+    """The rendered text of the item as it appears in the pack."""
+    score: _builtins.float
+    conflict: _builtins.bool
+    """Set on facts that overlap another live version of the same subject and predicate."""
+    token_count: _builtins.int
+    natural_key: _builtins.str
+    """Nodes: the node's natural key; facts: the far end reached by the fact."""
+    node_type: _builtins.str
+    """Type (kind) of that node."""
+    depth: _builtins.int
+    """Steps from the nearest anchor (anchors 0; a fact has the depth of the node it reaches)."""
+    anchor: _builtins.str
+    """The anchor the path starts from."""
+    relation: _builtins.str
+    """The relation of the last step (facts: their predicate)."""
+    @_builtins.property
+    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    @_builtins.property
+    def path(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypedPathStep]:
+        """The path from the anchor (empty for anchors)."""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        text: _builtins.str = ...,
+        score: _builtins.float = ...,
+        provenance: _knowledge_pb2.Provenance | None = ...,
+        conflict: _builtins.bool = ...,
+        token_count: _builtins.int = ...,
+        natural_key: _builtins.str = ...,
+        node_type: _builtins.str = ...,
+        depth: _builtins.int = ...,
+        anchor: _builtins.str = ...,
+        path: _abc.Iterable[Global___TypedPathStep] | None = ...,
+        relation: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchor", b"anchor", "conflict", b"conflict", "depth", b"depth", "kind", b"kind", "natural_key", b"natural_key", "node_type", b"node_type", "path", b"path", "provenance", b"provenance", "relation", b"relation", "score", b"score", "text", b"text", "token_count", b"token_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TypedContextItem: _TypeAlias = TypedContextItem  # noqa: Y015
+
+@_typing.final
+class ResolvedAnchor(_message.Message):
+    """How an anchor was found and whether it starts the walk."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INPUT_FIELD_NUMBER: _builtins.int
+    NATURAL_KEY_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    FOUND_FIELD_NUMBER: _builtins.int
+    input: _builtins.str
+    """The text given: an anchor of the request or the identifier matched in the query."""
+    natural_key: _builtins.str
+    """The canonical natural key it resolved to."""
+    source: _builtins.str
+    """"anchor" (a key of the request) or "query" (an identifier in the query text)."""
+    found: _builtins.bool
+    """False when no such node exists or the caller may not see it."""
+    def __init__(
+        self,
+        *,
+        input: _builtins.str = ...,
+        natural_key: _builtins.str = ...,
+        source: _builtins.str = ...,
+        found: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["found", b"found", "input", b"input", "natural_key", b"natural_key", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResolvedAnchor: _TypeAlias = ResolvedAnchor  # noqa: Y015
+
+@_typing.final
+class TypedContextPack(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    DROPPED_COUNT_FIELD_NUMBER: _builtins.int
+    ANCHORS_FIELD_NUMBER: _builtins.int
+    MAX_DEPTH_FIELD_NUMBER: _builtins.int
+    RELATIONS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The items rendered as one text, in item order."""
+    token_count: _builtins.int
+    """Tokens of `text` under the configured encoding."""
+    trace_id: _builtins.str
+    token_budget: _builtins.int
+    dropped_count: _builtins.int
+    """Candidates that did not fit the budget."""
+    max_depth: _builtins.int
+    """The depth used."""
+    truncated: _builtins.bool
+    """True when the walk stopped at its row limit (deeper or wider paths were not explored)."""
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypedContextItem]: ...
+    @_builtins.property
+    def anchors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedAnchor]: ...
+    @_builtins.property
+    def relations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The relations followed."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___TypedContextItem] | None = ...,
+        text: _builtins.str = ...,
+        token_count: _builtins.int = ...,
+        trace_id: _builtins.str = ...,
+        token_budget: _builtins.int = ...,
+        dropped_count: _builtins.int = ...,
+        anchors: _abc.Iterable[Global___ResolvedAnchor] | None = ...,
+        max_depth: _builtins.int = ...,
+        relations: _abc.Iterable[_builtins.str] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchors", b"anchors", "dropped_count", b"dropped_count", "items", b"items", "max_depth", b"max_depth", "relations", b"relations", "text", b"text", "token_budget", b"token_budget", "token_count", b"token_count", "trace_id", b"trace_id", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TypedContextPack: _TypeAlias = TypedContextPack  # noqa: Y015
+
+@_typing.final
+class CompileTypedContextResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PACK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pack(self) -> Global___TypedContextPack: ...
+    def __init__(
+        self,
+        *,
+        pack: Global___TypedContextPack | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pack", b"pack"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pack", b"pack"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompileTypedContextResponse: _TypeAlias = CompileTypedContextResponse  # noqa: Y015

@@ -40,6 +40,11 @@ class ContextServiceStub:
                 request_serializer=memory_dot_v1_dot_context__service__pb2.CompileContextRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_context__service__pb2.CompileContextResponse.FromString,
                 _registered_method=True)
+        self.CompileTypedContext = channel.unary_unary(
+                '/memory.v1.ContextService/CompileTypedContext',
+                request_serializer=memory_dot_v1_dot_context__service__pb2.CompileTypedContextRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_context__service__pb2.CompileTypedContextResponse.FromString,
+                _registered_method=True)
 
 
 class ContextServiceServicer:
@@ -57,6 +62,25 @@ class ContextServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompileTypedContext(self, request, context):
+        """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
+        namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+        explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
+        identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
+        exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
+        a pack relation (subject and object kinds within its fromKinds/toKinds) or MENTIONS (identifier
+        links made at write time), in both directions, up to max_depth steps; evidence-lost facts and what
+        the caller may not see are never followed. Items (nodes and facts) are ranked by graph distance,
+        evidence rank and confidence, fitted to token_budget, and recorded in context_traces.
+        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+        max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
+        NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
+        DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -64,6 +88,11 @@ def add_ContextServiceServicer_to_server(servicer, server):
                     servicer.CompileContext,
                     request_deserializer=memory_dot_v1_dot_context__service__pb2.CompileContextRequest.FromString,
                     response_serializer=memory_dot_v1_dot_context__service__pb2.CompileContextResponse.SerializeToString,
+            ),
+            'CompileTypedContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompileTypedContext,
+                    request_deserializer=memory_dot_v1_dot_context__service__pb2.CompileTypedContextRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_context__service__pb2.CompileTypedContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -94,6 +123,33 @@ class ContextService:
             '/memory.v1.ContextService/CompileContext',
             memory_dot_v1_dot_context__service__pb2.CompileContextRequest.SerializeToString,
             memory_dot_v1_dot_context__service__pb2.CompileContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompileTypedContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.ContextService/CompileTypedContext',
+            memory_dot_v1_dot_context__service__pb2.CompileTypedContextRequest.SerializeToString,
+            memory_dot_v1_dot_context__service__pb2.CompileTypedContextResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -40,6 +40,21 @@ class ContextServiceStub:
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
     UNAVAILABLE.
     """
+    CompileTypedContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]
+    """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
+    namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+    explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
+    identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
+    exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
+    a pack relation (subject and object kinds within its fromKinds/toKinds) or MENTIONS (identifier
+    links made at write time), in both directions, up to max_depth steps; evidence-lost facts and what
+    the caller may not see are never followed. Items (nodes and facts) are ranked by graph distance,
+    evidence rank and confidence, fitted to token_budget, and recorded in context_traces.
+    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+    max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
+    NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
+    DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
@@ -52,6 +67,21 @@ class ContextServiceAsyncStub(ContextServiceStub):
     token_budget tokens counted with the configured tokenizer; each item carries provenance.
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
     UNAVAILABLE.
+    """
+    CompileTypedContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]  # type: ignore[assignment]
+    """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
+    namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+    explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
+    identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
+    exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
+    a pack relation (subject and object kinds within its fromKinds/toKinds) or MENTIONS (identifier
+    links made at write time), in both directions, up to max_depth steps; evidence-lost facts and what
+    the caller may not see are never followed. Items (nodes and facts) are ranked by graph distance,
+    evidence rank and confidence, fitted to token_budget, and recorded in context_traces.
+    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+    max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
+    NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
+    DomainPackService.SetNamespaceKinds); UNAVAILABLE.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -68,6 +98,27 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         token_budget tokens counted with the configured tokenizer; each item carries provenance.
         Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
         UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def CompileTypedContext(
+        self,
+        request: _context_service_pb2.CompileTypedContextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.CompileTypedContextResponse, _abc.Awaitable[_context_service_pb2.CompileTypedContextResponse]]:
+        """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
+        namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+        explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
+        identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
+        exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
+        a pack relation (subject and object kinds within its fromKinds/toKinds) or MENTIONS (identifier
+        links made at write time), in both directions, up to max_depth steps; evidence-lost facts and what
+        the caller may not see are never followed. Items (nodes and facts) are ranked by graph distance,
+        evidence rank and confidence, fitted to token_budget, and recorded in context_traces.
+        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+        max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
+        NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
+        DomainPackService.SetNamespaceKinds); UNAVAILABLE.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
