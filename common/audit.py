@@ -39,7 +39,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +52,7 @@ from common.identifiers import canonical_instant, parse_instant
 from common.request_context import current_request_id
 from common.storage.audit_store import AuditStore, event_key
 from common.storage.graph_store import GraphStore
+from common.write_access import WriteAccess
 
 # The limits every write path shares (pure validation module; no transport, no storage).
 from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
@@ -228,6 +229,36 @@ class AuditTrail:
         validate_event(event)
         self.store.ensure_labels()
         return self._write(connection, event)
+
+    def record_requested(self, event: AuditEventInput, *, access: WriteAccess | None = None) -> AuditEvent:
+        """Records an event a client asked for (``AuditService.RecordAuditEvent``), in its own transaction.
+
+        Beyond `record`: the principal is always the caller (a client cannot name someone else), the
+        event's restricting scopes must be the caller's, and a ``target_key`` naming a node hidden from
+        the caller is refused as not found (`common.write_access`).
+
+        Args:
+            access: the caller's write access (default: the RPC's caller).
+
+        Raises:
+            InvalidArgument: field violations (names of RecordAuditEventRequest).
+            PermissionDenied: a scope the caller may not write (reason SCOPE_NOT_ALLOWED).
+            NotFound: ``target_key`` is a node hidden from the caller.
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        validate_event(event)
+        access = access or WriteAccess.of_caller()
+        access.require_scopes(event.scopes)
+        caller = current_principal()
+        event = replace(event, principal=caller.name if caller is not None else IN_PROCESS_PRINCIPAL)
+        self.store.ensure_labels()
+
+        def work(conn: psycopg.Connection[Any]) -> AuditEvent:
+            if event.target_key:
+                access.require_visible_nodes(conn, self.store.graph, event.namespace, [event.target_key])
+            return self._write(conn, event)
+
+        return self.database.run_transaction(work)
 
     def _write(self, conn: psycopg.Connection[Any], event: AuditEventInput) -> AuditEvent:
         now = datetime.now(UTC)

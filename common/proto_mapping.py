@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
-from memory.v1 import knowledge_pb2
+from memory.v1 import audit_service_pb2, knowledge_pb2
 
+from common.audit import AuditEvent
 from common.identifiers import integral_numbers
 from common.observation_view import ObservationView
 from common.storage.fact_store import FactRow
@@ -108,3 +109,19 @@ def observation_to_proto(view: ObservationView) -> knowledge_pb2.Observation:
     message.received_time.CopyFrom(timestamp(view.received_at))
     message.status_details.extend(view.status_details)
     return message
+
+
+def audit_event_to_proto(event: AuditEvent) -> audit_service_pb2.AuditEvent:
+    """A stored `common.audit.AuditEvent` as `memory.v1.AuditEvent`."""
+    return audit_service_pb2.AuditEvent(
+        event_id=event.event_id,
+        action=event.action,
+        trace_id=event.trace_id,
+        principal=event.principal,
+        target_key=event.target_key,
+        details=dict_to_struct(event.details),
+        scopes=list(event.scopes),
+        record_time=timestamp(event.recorded_at),
+        request_id=event.request_id,
+        client_event_id=event.client_event_id,
+    )

@@ -11,13 +11,15 @@ from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.proto_mapping import struct_to_dict
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
+from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
 
 
 class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
     """memory.v1.DocumentService over a `DocumentWriter`."""
 
-    def __init__(self, writer: DocumentWriter) -> None:
+    def __init__(self, writer: DocumentWriter, deleter: NodeDeleter) -> None:
         self.writer = writer
+        self.deleter = deleter
 
     def Retain(
         self, request: document_service_pb2.RetainRequest, context: grpc.ServicerContext
@@ -70,8 +72,31 @@ class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer)
                 scopes=tuple(request.scopes),
                 meta=struct_to_dict(request.meta),
                 links=tuple(request.links),
+                pii=request.pii,
+                pii_categories=tuple(request.pii_categories),
             )
         )
         return document_service_pb2.PutChunksResponse(
             natural_key=result.natural_key, created=result.created, chunk_count=result.chunk_count
+        )
+
+    def DeleteNode(
+        self, request: document_service_pb2.DeleteNodeRequest, context: grpc.ServicerContext
+    ) -> document_service_pb2.DeleteNodeResponse:
+        result = self.deleter.delete(
+            DeleteNodeInput(
+                namespace=request.namespace,
+                natural_key=request.natural_key,
+                reason=request.reason,
+                trace_id=request.trace_id,
+            )
+        )
+        return document_service_pb2.DeleteNodeResponse(
+            natural_key=result.natural_key,
+            type=result.node_type,
+            chunks_deleted=result.chunks_deleted,
+            facts_deleted=result.facts_deleted,
+            edges_deleted=result.edges_deleted,
+            audit_event_id=result.audit_event_id,
+            trace_id=result.trace_id,
         )

@@ -10,6 +10,7 @@ import logging
 
 import grpc
 from memory.v1 import (
+    audit_service_pb2_grpc,
     document_service_pb2_grpc,
     domain_pack_service_pb2_grpc,
     fact_service_pb2_grpc,
@@ -17,10 +18,12 @@ from memory.v1 import (
     snapshot_service_pb2_grpc,
 )
 
+from common.audit import AuditTrail
 from common.config import Settings
 from common.db import Database
 from common.embeddings import build_embedding_provider
 from common.server import ServiceHost, build_server
+from ingest_service.audit_servicer import AuditServicer
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
 from ingest_service.domain_pack_servicer import DomainPackServicer
@@ -28,6 +31,7 @@ from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.fact_servicer import FactServicer
 from ingest_service.kind_validation import KindValidator
+from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observation_servicer import ObservationServicer
 from ingest_service.observations import ObservationRecorder
@@ -37,7 +41,7 @@ from ingest_service.snapshots import SnapshotReconciler
 
 def create_ingest_host(settings: Settings, *, address: str | None = None, metrics_port: int | None = None) -> ServiceHost:
     """Builds (does not start) the ingest server: ObservationService, FactService, DocumentService,
-    DomainPackService and SnapshotService.
+    DomainPackService, SnapshotService and AuditService.
 
     Args:
         settings: process settings.
@@ -49,7 +53,9 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
     recorder = ObservationRecorder(database, encoder=provider, kinds=kinds)
-    remover = ObservationRemover(database)
+    audit = AuditTrail(database)
+    remover = ObservationRemover(database, audit)
+    deleter = NodeDeleter(database, audit)
     asserter = FactAsserter(database, kinds=kinds)
     registry = PackRegistry(database)
     reconciler = SnapshotReconciler(database, kinds=kinds)
@@ -59,7 +65,10 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
             ObservationServicer(recorder, remover), server
         )
         fact_service_pb2_grpc.add_FactServiceServicer_to_server(FactServicer(asserter), server)
-        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(DocumentServiceServicer(writer), server)
+        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(
+            DocumentServiceServicer(writer, deleter), server
+        )
+        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
         domain_pack_service_pb2_grpc.add_DomainPackServiceServicer_to_server(DomainPackServicer(registry, kinds), server)
         snapshot_service_pb2_grpc.add_SnapshotServiceServicer_to_server(SnapshotServicer(reconciler), server)
         return [
@@ -68,6 +77,7 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
             "memory.v1.DocumentService",
             "memory.v1.DomainPackService",
             "memory.v1.SnapshotService",
+            "memory.v1.AuditService",
         ]
 
     return build_server(

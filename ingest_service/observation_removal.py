@@ -23,6 +23,16 @@ text fragment vertices (label tables, their edges and ``graph_nodes`` rows) and 
 and placeholders stay (other observations may rely on them). A node that is the end of some fact is
 not "the projection's alone": its chunks go, its vertex stays. Purging an unknown (or purged)
 observation is NOT_FOUND; recording the same observation again after a purge stores it anew.
+
+**Audit** (seed 000 "Аудит-контур": every deletion is audited; a redaction deletes content). A purge and
+a first redaction each write an audit event in their own transaction (`common.audit.AuditTrail.record_in`):
+action ``"delete"``, ``details.operation`` ``"purge_observation"`` / ``"redact_observation"``, target the
+observation id, a snapshot of what went (kind, source, occurred_at, nodes and chunk count removed, facts
+affected, reason), the observation's restricting scopes, linked to ``trace_id`` (default: the request
+id). A repeated redaction removes nothing and writes no event.
+
+**Scopes** (`common.write_access`): an observation hidden from the caller's scopes is NOT_FOUND, like a
+missing one.
 """
 
 from __future__ import annotations
@@ -31,18 +41,23 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
 from common.db import Database
 from common.errors import NotFound, ViolationCollector
+from common.identifiers import canonical_instant
 from common.observation_view import REDACTED, ObservationView, observation_view
 from common.storage.chunk_store import ChunkStore
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
+from common.storage.visibility import is_restricting
+from common.write_access import WriteAccess
 
 log = logging.getLogger(__name__)
 
 REDACTED_CONTENT = ""
 MAX_REASON_CHARS = 4096
+MAX_TRACE_ID_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,7 @@ class RedactOutcome:
     observation: ObservationView
     facts_affected: int
     facts_evidence_lost: int
+    audit_event_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,7 @@ class PurgeOutcome:
     facts_evidence_lost: int
     nodes_deleted: list[str] = field(default_factory=list)
     chunks_deleted: int = 0
+    audit_event_id: str = ""
 
 
 def episode_key(observation_id: str) -> str:
@@ -80,8 +97,10 @@ def text_fragment_keys(observation_id: str, assertions: list[Any]) -> list[str]:
     ]
 
 
-def _validate(namespace: str, observation_id: str, reason: str) -> None:
+def _validate(namespace: str, observation_id: str, reason: str, trace_id: str = "") -> None:
     check = ViolationCollector()
+    if len(trace_id) > MAX_TRACE_ID_CHARS or any(ch in trace_id for ch in "\x00\r\n\t"):
+        check.add("trace_id", f"at most {MAX_TRACE_ID_CHARS} characters, no NUL, tab or line break")
     if not namespace.strip():
         check.add("namespace", "required")
     if not observation_id.strip():
@@ -94,39 +113,62 @@ def _validate(namespace: str, observation_id: str, reason: str) -> None:
 class ObservationRemover:
     """Redacts and purges observations (see the module doc)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
+        self.audit = audit or AuditTrail(database)
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
         self.observations = ObservationStore(database.settings)
         self.chunks = ChunkStore(database.settings)
 
-    def redact(self, namespace: str, observation_id: str, reason: str = "") -> RedactOutcome:
-        """Redacts one observation. Idempotent.
+    def redact(
+        self,
+        namespace: str,
+        observation_id: str,
+        reason: str = "",
+        *,
+        trace_id: str = "",
+        access: WriteAccess | None = None,
+    ) -> RedactOutcome:
+        """Redacts one observation. Idempotent; the first redaction is audited (see the module doc).
+
+        Args:
+            access: the caller's write access (default: the RPC's caller).
 
         Raises:
-            InvalidArgument: empty ``namespace`` or ``observation_id``, or an oversized ``reason``.
-            NotFound: no such observation in ``namespace``.
+            InvalidArgument: empty ``namespace`` or ``observation_id``, or an oversized ``reason``/``trace_id``.
+            NotFound: no such observation in ``namespace`` (or hidden from the caller).
             Unavailable: the database cannot be reached (nothing was changed).
         """
-        _validate(namespace, observation_id, reason)
+        _validate(namespace, observation_id, reason, trace_id)
+        access = access or WriteAccess.of_caller()
+        trace_id = trace_id or default_trace_id()
 
         def work(conn: Any) -> RedactOutcome:
-            row = self.observations.get(conn, namespace, observation_id, lock=True)
+            row = self.observations.get(
+                conn, namespace, observation_id, lock=True, visibility=access.visibility
+            )
             if row is None:
                 raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
             struck = self.facts.strike_observation(conn, namespace, observation_id)
             texts = text_fragment_keys(observation_id, row["assertions"])
-            self._remove_content(conn, namespace, [episode_key(observation_id)], delete_nodes=False)
-            self._remove_content(conn, namespace, texts, delete_nodes=True)
+            _, episode_chunks = self._remove_content(
+                conn, namespace, [episode_key(observation_id)], delete_nodes=False
+            )
+            nodes, text_chunks = self._remove_content(conn, namespace, texts, delete_nodes=True)
+            event_id = ""
             if row["status"] != REDACTED:
+                snapshot = _snapshot(
+                    row, "redact_observation", reason, nodes, episode_chunks + text_chunks, struck
+                )
                 detail = {"reason": reason, "previous_status": row["status"]}
                 updated = self.observations.redact(
                     conn, namespace, observation_id, content=REDACTED_CONTENT, detail=detail
                 )
                 assert updated is not None
+                event_id = self._audit(conn, row, trace_id, snapshot)
                 row = updated
-            return RedactOutcome(observation_view(row), len(struck), _lost(struck))
+            return RedactOutcome(observation_view(row), len(struck), _lost(struck), event_id)
 
         outcome = self.database.run_transaction(work)
         log.info(
@@ -139,25 +181,43 @@ class ObservationRemover:
         )
         return outcome
 
-    def purge(self, namespace: str, observation_id: str, reason: str = "") -> PurgeOutcome:
-        """Purges one observation.
+    def purge(
+        self,
+        namespace: str,
+        observation_id: str,
+        reason: str = "",
+        *,
+        trace_id: str = "",
+        access: WriteAccess | None = None,
+    ) -> PurgeOutcome:
+        """Purges one observation and audits it (see the module doc).
+
+        Args:
+            access: the caller's write access (default: the RPC's caller).
 
         Raises:
-            InvalidArgument: empty ``namespace`` or ``observation_id``, or an oversized ``reason``.
-            NotFound: no such observation in ``namespace`` (also when it was purged before).
+            InvalidArgument: empty ``namespace`` or ``observation_id``, or an oversized ``reason``/``trace_id``.
+            NotFound: no such observation in ``namespace`` (also when it was purged before, or is hidden
+                from the caller).
             Unavailable: the database cannot be reached (nothing was changed).
         """
-        _validate(namespace, observation_id, reason)
+        _validate(namespace, observation_id, reason, trace_id)
+        access = access or WriteAccess.of_caller()
+        trace_id = trace_id or default_trace_id()
 
         def work(conn: Any) -> PurgeOutcome:
-            row = self.observations.get(conn, namespace, observation_id, lock=True)
+            row = self.observations.get(
+                conn, namespace, observation_id, lock=True, visibility=access.visibility
+            )
             if row is None:
                 raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
             struck = self.facts.strike_observation(conn, namespace, observation_id)
             keys = [episode_key(observation_id), *text_fragment_keys(observation_id, row["assertions"])]
             nodes, chunks = self._remove_content(conn, namespace, keys, delete_nodes=True)
             self.observations.delete(conn, namespace, observation_id)
-            return PurgeOutcome(observation_id, len(struck), _lost(struck), nodes, chunks)
+            snapshot = _snapshot(row, "purge_observation", reason, nodes, chunks, struck)
+            event_id = self._audit(conn, row, trace_id, snapshot)
+            return PurgeOutcome(observation_id, len(struck), _lost(struck), nodes, chunks, event_id)
 
         outcome = self.database.run_transaction(work)
         # The reason is not stored anywhere else (the row is gone): the log line is its record.
@@ -173,6 +233,22 @@ class ObservationRemover:
         )
         return outcome
 
+    def _audit(self, conn: Any, row: dict[str, Any], trace_id: str, snapshot: dict[str, Any]) -> str:
+        """Writes the deletion's audit event in the caller's transaction; returns its event id."""
+        scopes = tuple(s for s in row.get("scopes") or [] if isinstance(s, str) and is_restricting(s))
+        event = self.audit.record_in(
+            conn,
+            AuditEventInput(
+                namespace=str(row["namespace"]),
+                action=DELETE_ACTION,
+                trace_id=trace_id,
+                target_key=str(row["observation_id"]),
+                details=snapshot,
+                scopes=scopes,
+            ),
+        )
+        return event.event_id
+
     def _remove_content(
         self, conn: Any, namespace: str, keys: list[str], *, delete_nodes: bool
     ) -> tuple[list[str], int]:
@@ -184,6 +260,36 @@ class ObservationRemover:
         fact_ends = self.facts.referenced_keys(conn, namespace, keys)
         nodes = self.graph.delete_nodes(conn, namespace, [key for key in keys if key not in fact_ends])
         return nodes, chunks
+
+
+def _snapshot(
+    row: dict[str, Any],
+    operation: str,
+    reason: str,
+    nodes: list[str],
+    chunks: int,
+    struck: list[FactRow],
+) -> dict[str, Any]:
+    """The audit snapshot of a purge or redaction: what the observation was and what went with it."""
+    occurred = row.get("occurred_at")
+    return {
+        "operation": operation,
+        "observation_id": str(row["observation_id"]),
+        "kind": str(row.get("kind") or ""),
+        "source": {
+            "system": str(row.get("source_system") or ""),
+            "stream": str(row.get("source_stream") or ""),
+            "external_id": str(row.get("source_external_id") or ""),
+        },
+        "occurred_at": canonical_instant(occurred) if occurred is not None else "",
+        "previous_status": str(row.get("status") or ""),
+        "content_chars": len(str(row.get("content") or "")),
+        "nodes_removed": nodes,
+        "chunk_count": chunks,
+        "facts_affected": len(struck),
+        "facts_evidence_lost": _lost(struck),
+        "reason": reason,
+    }
 
 
 def _lost(rows: list[FactRow]) -> int:

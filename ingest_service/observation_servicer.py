@@ -47,7 +47,9 @@ class ObservationServicer(observation_service_pb2_grpc.ObservationServiceService
     def RedactObservation(
         self, request: observation_service_pb2.RedactObservationRequest, context: grpc.ServicerContext
     ) -> observation_service_pb2.RedactObservationResponse:
-        outcome = self.remover.redact(request.namespace, request.observation_id, request.reason)
+        outcome = self.remover.redact(
+            request.namespace, request.observation_id, request.reason, trace_id=request.trace_id
+        )
         return observation_service_pb2.RedactObservationResponse(
             observation=observation_to_proto(outcome.observation),
             facts_affected=outcome.facts_affected,
@@ -57,7 +59,9 @@ class ObservationServicer(observation_service_pb2_grpc.ObservationServiceService
     def PurgeObservation(
         self, request: observation_service_pb2.PurgeObservationRequest, context: grpc.ServicerContext
     ) -> observation_service_pb2.PurgeObservationResponse:
-        outcome = self.remover.purge(request.namespace, request.observation_id, request.reason)
+        outcome = self.remover.purge(
+            request.namespace, request.observation_id, request.reason, trace_id=request.trace_id
+        )
         return observation_service_pb2.PurgeObservationResponse(
             observation_id=outcome.observation_id,
             facts_affected=outcome.facts_affected,

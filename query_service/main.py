@@ -16,6 +16,7 @@ from memory.v1 import (
     observation_query_service_pb2_grpc,
     retrieval_service_pb2_grpc,
     source_service_pb2_grpc,
+    trace_service_pb2_grpc,
 )
 
 from common.config import Settings
@@ -36,13 +37,15 @@ from query_service.query_servicers import (
     SourceService,
 )
 from query_service.sources import SourceReader
+from query_service.trace_reader import TraceReader
+from query_service.trace_servicer import TraceServicer
 
 
 def create_query_host(
     settings: Settings, address: str | None = None, *, metrics_port: int | None = None
 ) -> ServiceHost:
-    """Builds (does not start) the query server: Retrieval, FactQuery, Source, Context and ObservationQuery
-    services.
+    """Builds (does not start) the query server: Retrieval, FactQuery, Source, Context, ObservationQuery
+    and Trace services.
 
     Args:
         settings: process settings.
@@ -72,6 +75,7 @@ def create_query_host(
         observation_query_service_pb2_grpc.add_ObservationQueryServiceServicer_to_server(
             ObservationQueryService(ObservationReader(database)), server
         )
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceServicer(TraceReader(database)), server)
         return list(SERVICE_NAMES)
 
     return build_server(

@@ -41,6 +41,7 @@ SERVICE_NAMES = (
     "memory.v1.SourceService",
     "memory.v1.ContextService",
     "memory.v1.ObservationQueryService",
+    "memory.v1.TraceService",
 )
 
 

@@ -26,20 +26,24 @@ class RedactObservationRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     OBSERVATION_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     observation_id: _builtins.str
     reason: _builtins.str
     """Why, kept with the observation."""
+    trace_id: _builtins.str
+    """Trace the audit event is linked to (at most 256 characters); default: the request id."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         observation_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        trace_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -80,19 +84,23 @@ class PurgeObservationRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     OBSERVATION_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     observation_id: _builtins.str
     reason: _builtins.str
+    trace_id: _builtins.str
+    """Trace the audit event is linked to (at most 256 characters); default: the request id."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         observation_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        trace_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "observation_id", b"observation_id", "reason", b"reason", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

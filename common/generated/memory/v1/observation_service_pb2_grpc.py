@@ -76,7 +76,11 @@ class ObservationServiceServicer:
         they leave every output but stay in the graph for audit. The searchable copies of the content go too
         (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
         transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+        Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+        event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
+        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
+        from the caller's scopes); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -87,7 +91,11 @@ class ObservationServiceServicer:
         their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
         strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
         One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
-        Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+        Audited: an audit event, action "delete" with details.operation "purge_observation" and a snapshot
+        of what was removed (kind, source, occurred_at, nodes, chunk count, facts affected, reason), is
+        written in the same transaction, linked to trace_id.
+        Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
+        UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -49,14 +49,22 @@ class ObservationServiceStub:
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+    event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
+    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
+    from the caller's scopes); UNAVAILABLE.
     """
     PurgeObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]
     """Removes an observation and what its projection alone created (its episode and text fragments with
     their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
     strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
     One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
-    Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+    Audited: an audit event, action "delete" with details.operation "purge_observation" and a snapshot
+    of what was removed (kind, source, occurred_at, nodes, chunk count, facts affected, reason), is
+    written in the same transaction, linked to trace_id.
+    Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
+    UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -80,14 +88,22 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+    event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
+    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
+    from the caller's scopes); UNAVAILABLE.
     """
     PurgeObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]  # type: ignore[assignment]
     """Removes an observation and what its projection alone created (its episode and text fragments with
     their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
     strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
     One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
-    Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+    Audited: an audit event, action "delete" with details.operation "purge_observation" and a snapshot
+    of what was removed (kind, source, occurred_at, nodes, chunk count, facts affected, reason), is
+    written in the same transaction, linked to trace_id.
+    Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
+    UNAVAILABLE.
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -120,7 +136,11 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         they leave every output but stay in the graph for audit. The searchable copies of the content go too
         (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
         transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND; UNAVAILABLE.
+        Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+        event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
+        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
+        from the caller's scopes); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -133,7 +153,11 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         their chunks; entities and placeholders stay, and a node that is a fact's end keeps its vertex),
         strikes it from every fact's observation_ids and marks facts left without evidence evidence_lost.
         One transaction. Purging again is NOT_FOUND; recording the observation again stores it anew.
-        Errors: INVALID_ARGUMENT; NOT_FOUND; UNAVAILABLE.
+        Audited: an audit event, action "delete" with details.operation "purge_observation" and a snapshot
+        of what was removed (kind, source, occurred_at, nodes, chunk count, facts affected, reason), is
+        written in the same transaction, linked to trace_id.
+        Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
+        UNAVAILABLE.
         """
 
 def add_ObservationServiceServicer_to_server(servicer: ObservationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

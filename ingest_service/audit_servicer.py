@@ -1,0 +1,34 @@
+"""AuditService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур")."""
+
+from __future__ import annotations
+
+import grpc
+from memory.v1 import audit_service_pb2, audit_service_pb2_grpc
+
+from common.audit import AuditEventInput, AuditTrail
+from common.proto_mapping import audit_event_to_proto, struct_to_dict
+
+
+class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]
+    """memory.v1.AuditService over an `AuditTrail`; domain errors become statuses in the server's interceptor."""
+
+    def __init__(self, trail: AuditTrail) -> None:
+        self.trail = trail
+
+    def RecordAuditEvent(
+        self, request: audit_service_pb2.RecordAuditEventRequest, context: grpc.ServicerContext
+    ) -> audit_service_pb2.RecordAuditEventResponse:
+        event = self.trail.record_requested(
+            AuditEventInput(
+                namespace=request.namespace,
+                action=request.action,
+                trace_id=request.trace_id,
+                target_key=request.target_key,
+                details=struct_to_dict(request.details),
+                scopes=tuple(request.scopes),
+                client_event_id=request.client_event_id,
+            )
+        )
+        return audit_service_pb2.RecordAuditEventResponse(
+            event=audit_event_to_proto(event), created=event.created
+        )

@@ -1,0 +1,47 @@
+"""TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур")."""
+
+from __future__ import annotations
+
+import grpc
+from memory.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from common.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
+from query_service.query_servicers import caller_visibility
+from query_service.trace_reader import TraceEntry, TraceReader
+
+
+def _entry_to_proto(entry: TraceEntry) -> trace_service_pb2.TraceEntry:
+    if entry.audit_event is not None:
+        return trace_service_pb2.TraceEntry(
+            time=timestamp(entry.time), audit_event=audit_event_to_proto(entry.audit_event)
+        )
+    compilation = entry.compilation
+    assert compilation is not None
+    return trace_service_pb2.TraceEntry(
+        time=timestamp(entry.time),
+        context_compilation=trace_service_pb2.ContextCompilation(
+            compilation_id=compilation.compilation_id,
+            request=dict_to_struct(compilation.request),
+            decisions=[dict_to_struct(decision) for decision in compilation.decisions],
+            hidden_decision_count=compilation.hidden_decision_count,
+        ),
+    )
+
+
+class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+    """memory.v1.TraceService over a `TraceReader`; the caller's visibility scopes filter the trail."""
+
+    def __init__(self, reader: TraceReader) -> None:
+        self.reader = reader
+
+    def GetTrace(
+        self, request: trace_service_pb2.GetTraceRequest, context: grpc.ServicerContext
+    ) -> trace_service_pb2.GetTraceResponse:
+        view = self.reader.get_trace(request.namespace, request.trace_id, visibility=caller_visibility())
+        return trace_service_pb2.GetTraceResponse(
+            trace=trace_service_pb2.Trace(
+                namespace=view.namespace,
+                trace_id=view.trace_id,
+                entries=[_entry_to_proto(entry) for entry in view.entries],
+            )
+        )
