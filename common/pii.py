@@ -40,9 +40,9 @@ Pure functions, no I/O; safe to call from any thread.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import phonenumbers
 from stdnum import luhn
@@ -302,16 +302,110 @@ def detect_value(value: Any) -> list[str]:
     return sorted(found)
 
 
+# -- marks on write (seed 000: "запись маркирует узел pii: true и pii_categories") -------------------
+
+PII_CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+MAX_PII_CATEGORIES = 20
+PII_PROP = "pii"
+PII_CATEGORIES_PROP = "pii_categories"
+
+
+class _Violations(Protocol):
+    def add(self, field_path: str, description: str) -> None: ...
+
+
+def check_pii_categories(check: _Violations, path: str, categories: Sequence[str]) -> None:
+    """Adds to ``check`` (a `common.errors.ViolationCollector` or alike) a violation per malformed explicit category (lower-case names such as ``fio``, ``address``,
+    ``phone``; at most `MAX_PII_CATEGORIES`). ``path`` is the request field (``pii_categories``)."""
+    if len(categories) > MAX_PII_CATEGORIES:
+        check.add(path, f"at most {MAX_PII_CATEGORIES} categories, got {len(categories)}")
+        return
+    for index, category in enumerate(categories):
+        if not isinstance(category, str) or not PII_CATEGORY_PATTERN.match(category):
+            check.add(f"{path}[{index}]", "must be a lower-case name such as email, phone, fio or address")
+
+
+@dataclass(frozen=True)
+class PiiMarks:
+    """The ``pii`` / ``pii_categories`` properties of a written item (node, chunk meta).
+
+    Attributes:
+        pii: the item holds personal data.
+        categories: the categories it holds: explicit marks of the request and, with protection on,
+            the detected ones.
+    """
+
+    pii: bool = False
+    categories: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, *, pii: bool, categories: Iterable[str], values: Iterable[Any] = (), protection: bool
+    ) -> PiiMarks:
+        """The marks of a write.
+
+        With ``protection`` (``CB_PII_PROTECTION``) the categories are the sorted union of the explicit
+        ``categories`` and those detected in ``values`` (strings or JSON-like values), and ``pii`` is true
+        when it was given or any category is known. Without it the explicit marks are kept as given
+        (order and duplicates aside) and nothing is detected.
+        """
+        explicit = list(dict.fromkeys(categories))
+        if not protection:
+            return cls(pii=pii, categories=tuple(explicit))
+        found = set(explicit)
+        for value in values:
+            found.update(detect_value(value))
+        return cls(pii=pii or bool(found), categories=tuple(sorted(found)))
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any] | None) -> PiiMarks:
+        """The marks stored in node props or chunk meta (missing or malformed values count as none)."""
+        props = props if isinstance(props, Mapping) else {}
+        raw = props.get(PII_CATEGORIES_PROP)
+        categories = tuple(c for c in raw if isinstance(c, str)) if isinstance(raw, (list, tuple)) else ()
+        return cls(pii=props.get(PII_PROP) is True, categories=categories)
+
+    @property
+    def marked(self) -> bool:
+        """True when there is anything to store (``pii`` or any category)."""
+        return self.pii or bool(self.categories)
+
+    @property
+    def undetectable(self) -> tuple[str, ...]:
+        """Categories the output patterns cannot find (``fio``, ``address``, ...); ``("pii",)`` for an
+        item marked ``pii`` without any category. Non-empty means masking by patterns is not enough."""
+        hidden = tuple(c for c in self.categories if c not in DETECTABLE)
+        if not hidden and self.pii and not self.categories:
+            return (PII_PROP,)
+        return hidden
+
+    def union(self, other: PiiMarks) -> PiiMarks:
+        """Both marks together: ``pii`` of either, the sorted union of the categories."""
+        return PiiMarks(
+            pii=self.pii or other.pii, categories=tuple(sorted({*self.categories, *other.categories}))
+        )
+
+    def as_props(self) -> dict[str, Any]:
+        """``{"pii": ..., "pii_categories": [...]}`` for node props and chunk meta."""
+        return {PII_PROP: self.pii, PII_CATEGORIES_PROP: list(self.categories)}
+
+
 __all__ = [
     "CARD",
     "DETECTABLE",
     "EMAIL",
     "INN",
+    "MAX_PII_CATEGORIES",
     "PASSPORT_RF",
     "PHONE",
+    "PII_CATEGORIES_PROP",
+    "PII_CATEGORY_PATTERN",
+    "PII_PROP",
     "SNILS",
+    "PiiMarks",
     "PiiMatch",
     "card_prefix_is_issued",
+    "check_pii_categories",
     "detect",
     "detect_value",
     "find",

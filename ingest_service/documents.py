@@ -30,6 +30,7 @@ import numpy as np
 from common.config import Settings
 from common.db import Database
 from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
+from common.pii import PiiMarks, check_pii_categories
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.chunking import chunk_markdown
@@ -48,7 +49,6 @@ MAX_CHUNKS = 10000
 # are limited to 1 MB; embedders read a few hundred tokens anyway).
 MAX_CHUNK_TEXT_BYTES = 256 * 1024
 MAX_TRACE_ID_LENGTH = 256
-MAX_PII_CATEGORIES = 20
 # A chunk longer than this (one huge code block, a file without line breaks) is cut further, at line
 # boundaries where possible: full-text vectors are limited to 1 MB and embedders read a few hundred tokens.
 HARD_CHUNK_CHARS = 16000
@@ -56,7 +56,8 @@ DEFAULT_TYPE = "document"
 # Audit trail nodes (seed 000 "Аудит-контур"): a document write must neither create nor overwrite them.
 PROTECTED_TYPES = frozenset({"audit_event", "pc_trace"})
 _TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_PII_CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+# Chunk meta keys holding the personal data marks (common.pii.PiiMarks); requests pass them in fields.
+_PII_META_KEYS = ("pii", "pii_categories")
 # A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
 # exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
 # block belongs to the body (the docs vault has 101 files with one, see the corpora README).
@@ -115,6 +116,8 @@ class PutChunksInput:
     scopes: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     links: tuple[str, ...] = ()
+    pii: bool = False
+    pii_categories: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,9 @@ def _check_common(
             check.add(name, "must not contain NUL characters")
     if "scopes" in meta:
         check.add("meta.scopes", "reserved: pass scopes in the scopes field")
+    for reserved in _PII_META_KEYS:
+        if reserved in meta:
+            check.add(f"meta.{reserved}", "reserved: pass personal data marks in pii and pii_categories")
 
 
 def _contains_nul(value: Any) -> bool:
@@ -296,12 +302,7 @@ def validate_retain(request: RetainInput) -> None:
         check.add("content", "must not contain NUL characters")
     if len(request.trace_id) > MAX_TRACE_ID_LENGTH or _has_nul(request.trace_id):
         check.add("trace_id", f"at most {MAX_TRACE_ID_LENGTH} characters, no NUL")
-    if len(request.pii_categories) > MAX_PII_CATEGORIES:
-        check.add("pii_categories", f"at most {MAX_PII_CATEGORIES} categories")
-    else:
-        for index, category in enumerate(request.pii_categories):
-            if not _PII_CATEGORY_PATTERN.match(category):
-                check.add(f"pii_categories[{index}]", "must be a lower-case name such as email, phone or fio")
+    check_pii_categories(check, "pii_categories", request.pii_categories)
     check.raise_if_any()
 
 
@@ -347,6 +348,13 @@ def validate_put_chunks(request: PutChunksInput) -> None:
                 check.add(f"{path}.meta", "must not contain NUL characters")
             if "scopes" in chunk.meta:
                 check.add(f"{path}.meta.scopes", "reserved: pass scopes in the scopes field")
+            for reserved in _PII_META_KEYS:
+                if reserved in chunk.meta:
+                    check.add(
+                        f"{path}.meta.{reserved}",
+                        "reserved: pass personal data marks in pii and pii_categories",
+                    )
+    check_pii_categories(check, "pii_categories", request.pii_categories)
     check.raise_if_any()
 
 
@@ -399,7 +407,15 @@ class DocumentWriter:
         validate_retain(request)
         title = request.title or request.natural_key
         node_type = request.type or DEFAULT_TYPE
-        meta = _chunk_meta(request.meta, request.scopes)
+        # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
+        # what the detector finds; mirrored into every chunk's meta for the output masking.
+        marks = PiiMarks.of(
+            pii=request.pii,
+            categories=request.pii_categories,
+            values=(title, request.content, request.meta, request.provenance),
+            protection=self.settings.pii_protection,
+        )
+        meta = _chunk_meta(request.meta, request.scopes, marks)
         body = strip_front_matter(request.content)
         pieces = bounded_chunks(
             [(chunk.heading, chunk.text) for chunk in chunk_markdown(body, self.settings.chunk_max_chars)]
@@ -412,8 +428,7 @@ class DocumentWriter:
             "provenance": dict(request.provenance),
             "scopes": list(request.scopes),
             "meta": dict(request.meta),
-            "pii": request.pii,
-            "pii_categories": list(request.pii_categories),
+            **marks.as_props(),
             "trace_id": request.trace_id,
         }
         node = NodeWrite(
@@ -445,12 +460,27 @@ class DocumentWriter:
         title = request.title or request.natural_key
         node_type = request.type or DEFAULT_TYPE
         base_meta = dict(request.meta)
+        # Marks add up over calls (a document may come in several PutChunks calls): this call's explicit
+        # and detected marks joined with those the node holds.
+        marks = self._stored_marks(request.namespace, request.natural_key).union(
+            PiiMarks.of(
+                pii=request.pii,
+                categories=request.pii_categories,
+                values=(
+                    title,
+                    request.meta,
+                    request.provenance,
+                    *((chunk.heading, chunk.text, chunk.meta) for chunk in request.chunks),
+                ),
+                protection=self.settings.pii_protection,
+            )
+        )
         prepared = [
             _PreparedChunk(
                 chunk.chunk_order,
                 chunk.heading,
                 chunk.text,
-                _chunk_meta({**base_meta, **chunk.meta}, request.scopes),
+                _chunk_meta({**base_meta, **chunk.meta}, request.scopes, marks),
             )
             for chunk in sorted(request.chunks, key=lambda c: c.chunk_order)
         ]
@@ -459,6 +489,8 @@ class DocumentWriter:
             "scopes": list(request.scopes),
             "meta": base_meta,
         }
+        if marks.marked:
+            props.update(marks.as_props())
         node = NodeWrite(
             namespace=request.namespace,
             natural_key=request.natural_key,
@@ -471,6 +503,12 @@ class DocumentWriter:
         return self._write(node, prepared, list(request.links), delete_beyond=False)
 
     # -- shared ------------------------------------------------------------------------------------
+
+    def _stored_marks(self, namespace: str, natural_key: str) -> PiiMarks:
+        """The personal data marks the node holds now (none when it does not exist)."""
+        with self.database.connection() as conn:
+            node = self.graph.get_node(conn, namespace, natural_key)
+        return PiiMarks.from_props((node or {}).get("props"))
 
     def _embed(
         self, namespace: str, natural_key: str, title: str, prepared: Sequence[_PreparedChunk]
@@ -573,11 +611,16 @@ class DocumentWriter:
         )
 
 
-def _chunk_meta(meta: Mapping[str, Any], scopes: Sequence[str]) -> dict[str, Any]:
-    """Chunk meta: the request's consumer tags plus ``scopes`` (when there are any)."""
+def _chunk_meta(
+    meta: Mapping[str, Any], scopes: Sequence[str], marks: PiiMarks | None = None
+) -> dict[str, Any]:
+    """Chunk meta: the request's consumer tags plus ``scopes`` (when there are any) and the node's
+    personal data marks ``pii`` / ``pii_categories`` (when it has any)."""
     out = dict(meta)
     if scopes:
         out["scopes"] = list(scopes)
+    if marks is not None and marks.marked:
+        out.update(marks.as_props())
     return out
 
 

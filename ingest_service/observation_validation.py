@@ -22,6 +22,7 @@ from common.identifiers import (
     observation_id,
     parse_instant,
 )
+from common.pii import check_pii_categories
 
 MAX_SCOPES = 20
 MAX_CONTENT_BYTES = 1024 * 1024
@@ -90,6 +91,9 @@ class ObservationInput:
     entities: list[EntityInput] = field(default_factory=list)
     facts: list[FactInput] = field(default_factory=list)
     texts: list[TextInput] = field(default_factory=list)
+    # Explicit personal data marks (seed 000 "Персональные данные"); not part of the identity.
+    pii: bool = False
+    pii_categories: list[str] = field(default_factory=list)
 
 
 def join_path(base: str, name: str) -> str:
@@ -283,6 +287,14 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
     if len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) > MAX_DATA_BYTES:
         checker.add("data", f"larger than {MAX_DATA_BYTES} bytes (1 MiB) as JSON")
     provenance = raw.get("provenance") or {}
+    pii = raw.get("pii", False)
+    if not isinstance(pii, bool):
+        checker.add("pii", "must be true or false")
+    pii_categories = raw.get("pii_categories") or []
+    if not isinstance(pii_categories, list):
+        checker.add("pii_categories", "must be a list of lower-case names")
+        pii_categories = []
+    check_pii_categories(checker, "pii_categories", pii_categories)
     assertions = raw.get("assertions") or []
     if len(assertions) > MAX_ASSERTIONS:
         checker.add("assertions", f"at most {MAX_ASSERTIONS} assertions, got {len(assertions)}")
@@ -365,6 +377,8 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
             entities=entities,
             facts=facts,
             texts=texts,
+            pii=pii is True,
+            pii_categories=list(dict.fromkeys(pii_categories)),
         ),
         [],
     )

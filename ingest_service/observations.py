@@ -20,6 +20,7 @@ import numpy as np
 from common.db import Database
 from common.errors import FieldViolation, InvalidArgument
 from common.identifiers import canonical_instant
+from common.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
@@ -178,6 +179,15 @@ class ObservationRecorder:
         source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
         episode_key = f"episode:{item.observation_id}"
         subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
+        # Personal data marks of the observation (seed 000 "Персональные данные"): explicit ones plus,
+        # with CB_PII_PROTECTION, what the detector finds in everything the episode stands for.
+        protection = self.database.settings.pii_protection
+        marks = PiiMarks.of(
+            pii=item.pii,
+            categories=item.pii_categories,
+            values=(item.content, item.data, item.assertions, item.provenance, item.actor, item.subject),
+            protection=protection,
+        )
         self.graph.upsert_node(
             conn,
             NodeWrite(
@@ -195,6 +205,7 @@ class ObservationRecorder:
                     "subject": item.subject,
                     "scopes": item.scopes,
                     "provenance": {"observation_id": item.observation_id, **item.provenance},
+                    **(marks.as_props() if marks.marked else {}),
                 },
                 asserted_at=item.occurred_at,
             ),
@@ -210,6 +221,8 @@ class ObservationRecorder:
                 [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)], 2 * limit
             ) or [(item.kind, searchable)]
             meta = {"observation_id": item.observation_id, "scopes": item.scopes}
+            if marks.marked:
+                meta.update(marks.as_props())
             self.chunks.replace_chunks(
                 conn,
                 NodeRef(item.namespace, episode_key, "episode", f"{item.kind} {subject_key}".strip(), source_path),
@@ -284,6 +297,15 @@ class ObservationRecorder:
         for position, text in enumerate(item.texts):
             node_key = f"text:{item.observation_id}/{text.index}"
             title = text.title or f"{item.kind} {subject_key}".strip()
+            fragment_marks = PiiMarks.of(
+                pii=item.pii,
+                categories=item.pii_categories,
+                values=(text.text, title, text.heading),
+                protection=protection,
+            )
+            fragment_meta: dict[str, Any] = {"observation_id": item.observation_id, "scopes": item.scopes}
+            if fragment_marks.marked:
+                fragment_meta.update(fragment_marks.as_props())
             self.graph.upsert_node(
                 conn,
                 NodeWrite(
@@ -293,7 +315,7 @@ class ObservationRecorder:
                     title=title,
                     source_path=source_path,
                     source_id=item.observation_id,
-                    props={"observation_id": item.observation_id, "scopes": item.scopes},
+                    props=dict(fragment_meta),
                 ),
                 now=now,
             )
@@ -307,7 +329,7 @@ class ObservationRecorder:
                         text.heading,
                         text.text,
                         embeddings[position],
-                        {"observation_id": item.observation_id, "scopes": item.scopes},
+                        fragment_meta,
                     )
                 ],
             )

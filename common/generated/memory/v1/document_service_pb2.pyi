@@ -48,6 +48,12 @@ class RetainRequest(_message.Message):
     source_path: _builtins.str
     """Citation target: file path, URI, agent:run/<id>."""
     pii: _builtins.bool
+    """Personal data marks (seed 000 "Персональные данные"): the document holds personal data, and which
+    categories (lower-case names, at most 20: "fio", "address", "phone", ...). Stored in props.pii and
+    props.pii_categories; with CB_PII_PROTECTION the detected categories (phone, email, passport_rf,
+    snils, card, inn) are added. A category the detector cannot find ("fio", "address"), or pii without
+    a category, withholds the document's text from callers without PII clearance.
+    """
     trace_id: _builtins.str
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -174,11 +180,17 @@ class PutChunksRequest(_message.Message):
     SCOPES_FIELD_NUMBER: _builtins.int
     META_FIELD_NUMBER: _builtins.int
     LINKS_FIELD_NUMBER: _builtins.int
+    PII_FIELD_NUMBER: _builtins.int
+    PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     natural_key: _builtins.str
     type: _builtins.str
     title: _builtins.str
     source_path: _builtins.str
+    pii: _builtins.bool
+    """Personal data marks (seed 000 "Персональные данные"), as in RetainRequest. Marks add up over calls
+    for the same natural_key (a document may be sent in several calls).
+    """
     @_builtins.property
     def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkInput]: ...
     @_builtins.property
@@ -189,6 +201,8 @@ class PutChunksRequest(_message.Message):
     def meta(self) -> _struct_pb2.Struct: ...
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -202,10 +216,12 @@ class PutChunksRequest(_message.Message):
         scopes: _abc.Iterable[_builtins.str] | None = ...,
         meta: _struct_pb2.Struct | None = ...,
         links: _abc.Iterable[_builtins.str] | None = ...,
+        pii: _builtins.bool = ...,
+        pii_categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "links", b"links", "meta", b"meta", "namespace", b"namespace", "natural_key", b"natural_key", "provenance", b"provenance", "scopes", b"scopes", "source_path", b"source_path", "title", b"title", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks", b"chunks", "links", b"links", "meta", b"meta", "namespace", b"namespace", "natural_key", b"natural_key", "pii", b"pii", "pii_categories", b"pii_categories", "provenance", b"provenance", "scopes", b"scopes", "source_path", b"source_path", "title", b"title", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

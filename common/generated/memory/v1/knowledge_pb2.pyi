@@ -265,6 +265,8 @@ class Observation(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     RECEIVED_TIME_FIELD_NUMBER: _builtins.int
     STATUS_DETAILS_FIELD_NUMBER: _builtins.int
+    PII_FIELD_NUMBER: _builtins.int
+    PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     kind: _builtins.str
     """Pattern [a-z0-9][a-z0-9._-]{0,127}."""
@@ -274,6 +276,12 @@ class Observation(_message.Message):
     """Output only: obs-<sha256[:24]> (DESIGN §3)."""
     status: _builtins.str
     """Output only: received, processed, partially_processed, failed, redacted."""
+    pii: _builtins.bool
+    """Personal data marks of the observation (seed 000 "Персональные данные"), as in RetainRequest: they
+    go to its episode node and text fragment nodes (not part of the observation's identity). A category
+    the detector cannot find ("fio", "address"), or pii without a category, withholds the observation's
+    content, data and assertions from callers without PII clearance when CB_PII_PROTECTION is on.
+    """
     @_builtins.property
     def source(self) -> Global___ObservationSource: ...
     @_builtins.property
@@ -308,6 +316,8 @@ class Observation(_message.Message):
         for redacted, the reason given.
         """
 
+    @_builtins.property
+    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -326,10 +336,12 @@ class Observation(_message.Message):
         status: _builtins.str = ...,
         received_time: _timestamp_pb2.Timestamp | None = ...,
         status_details: _abc.Iterable[_builtins.str] | None = ...,
+        pii: _builtins.bool = ...,
+        pii_categories: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "data", b"data", "occurred_at", b"occurred_at", "provenance", b"provenance", "received_time", b"received_time", "source", b"source", "subject", b"subject"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "assertions", b"assertions", "content", b"content", "data", b"data", "kind", b"kind", "namespace", b"namespace", "observation_id", b"observation_id", "occurred_at", b"occurred_at", "provenance", b"provenance", "received_time", b"received_time", "scopes", b"scopes", "source", b"source", "status", b"status", "status_details", b"status_details", "subject", b"subject"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "assertions", b"assertions", "content", b"content", "data", b"data", "kind", b"kind", "namespace", b"namespace", "observation_id", b"observation_id", "occurred_at", b"occurred_at", "pii", b"pii", "pii_categories", b"pii_categories", "provenance", b"provenance", "received_time", b"received_time", "scopes", b"scopes", "source", b"source", "status", b"status", "status_details", b"status_details", "subject", b"subject"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
