@@ -33,6 +33,7 @@ from common.errors import FailedPrecondition, InvalidArgument, ViolationCollecto
 from common.pii import PiiMarks, check_pii_categories
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
+from common.write_access import WriteAccess
 from ingest_service.chunking import chunk_markdown
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.kind_validation import KindValidator
@@ -402,6 +403,8 @@ class DocumentWriter:
         Raises:
             InvalidArgument: field violations named like the RetainRequest fields.
             FailedPrecondition: the key belongs to a protected audit node.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.write_access`).
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_retain(request)
@@ -454,6 +457,8 @@ class DocumentWriter:
         Raises:
             InvalidArgument: field violations named like the PutChunksRequest fields (``chunks[0].text``).
             FailedPrecondition: the key belongs to a protected audit node.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.write_access`).
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_put_chunks(request)
@@ -537,6 +542,9 @@ class DocumentWriter:
             )
             if violations:
                 raise InvalidArgument(violations)
+        # Write-side visibility scopes (issue 5 §3): only scopes the caller holds; no hidden node overwritten.
+        access = WriteAccess.of_caller()
+        access.require_scopes(node.scopes())
         vectors = self._embed(node.namespace, node.natural_key, node.title, prepared)
         writes = [
             ChunkWrite(
@@ -550,13 +558,14 @@ class DocumentWriter:
         ]
         now = datetime.now(UTC)
         with self.database.connection() as conn:
+            access.require_visible_nodes(conn, self.graph, node.namespace, [node.natural_key])
             existing = self.graph.node_labels(conn, node.namespace, [node.natural_key]).get(node.natural_key)
             if existing in PROTECTED_TYPES:
                 raise FailedPrecondition(
                     f"{node.natural_key!r} is a protected {existing} node and cannot be overwritten",
                     reason="PROTECTED_NODE",
                 )
-            targets = self.graph.node_labels(conn, node.namespace, links)
+            targets = self.graph.node_labels(conn, node.namespace, links, visibility=access.visibility)
             linked = [link for link in links if link in targets]
             missing = [link for link in links if link not in targets]
             node.props["links"] = sorted(linked)

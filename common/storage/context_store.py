@@ -35,6 +35,7 @@ class NodeSummary:
     title: str
     source_path: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    attributes: dict[str, Any] = field(default_factory=dict)  # props.attributes of entity assertions
 
 
 def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) -> list[str]:
@@ -65,7 +66,8 @@ class ContextStore:
     def node_summaries(
         self, conn: psycopg.Connection[Any], namespace: str, natural_keys: Sequence[str]
     ) -> dict[str, NodeSummary]:
-        """Type, title, source path and ``props.provenance`` of the existing nodes among ``natural_keys``.
+        """Type, title, source path, ``props.provenance`` and ``props.attributes`` of the existing nodes among
+        ``natural_keys``.
 
         One Cypher query per label (``UNWIND`` over the keys, served by the label's GIN index); the node's
         ``props.content`` is never read.
@@ -87,17 +89,18 @@ class ContextStore:
             found = self.graph.cypher(
                 conn,
                 f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
-                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance]",
+                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes]",
                 {"keys": label_keys, "namespace": namespace},
             )
             for item in found:
-                key, title, source_path, provenance = item
+                key, title, source_path, provenance, attributes = item
                 out[str(key)] = NodeSummary(
                     natural_key=str(key),
                     node_type=types.get(str(key), ""),
                     title=str(title or ""),
                     source_path=str(source_path or ""),
                     provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
+                    attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
                 )
         return out
 
