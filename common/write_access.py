@@ -26,12 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from common.auth import current_principal
 from common.errors import FieldViolation, NotFound, PermissionDenied
+from common.identifiers import fact_id as compute_fact_id
+from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility, is_restricting, visibility_for
 
@@ -105,6 +108,76 @@ class WriteAccess:
         hidden = self.hidden_nodes(conn, graph, namespace, natural_keys)
         if hidden:
             raise NotFound(f"node {min(hidden)!r} not found in namespace {namespace}")
+
+    def fact_violations(
+        self,
+        conn: psycopg.Connection[Any],
+        facts: FactStore,
+        *,
+        namespace: str,
+        path: str,
+        fact_id: str,
+        subject: str,
+        object_: str,
+        scopes: Sequence[str],
+        supersedes: str | None = None,
+    ) -> list[FieldViolation]:
+        """Why the caller may not write this fact (empty when it may): a scope it may not grant
+        (``<path>.scopes[i]``), a hidden subject or object node (``<path>.subject`` / ``<path>.object``), an
+        existing fact of the same id it cannot see (``<path>``: strengthening would change it), or a
+        superseded fact it cannot see (``<path>.supersedes``). Hidden things read "not found"."""
+        if self.unrestricted:
+            return []
+        violations = self.scope_violations(scopes, f"{path}.scopes")
+        hidden = self.hidden_nodes(conn, facts.graph, namespace, [subject, object_])
+        for name, key in (("subject", subject), ("object", object_)):
+            if key in hidden:
+                violations.append(FieldViolation(f"{path}.{name}", f"node {key!r} not found"))
+        for name, target in ((path, fact_id), (f"{path}.supersedes", supersedes)):
+            if not target:
+                continue
+            row = facts.get(conn, namespace, target)
+            if row is not None and (
+                not self.can_see(row.scopes)
+                or self.hidden_nodes(conn, facts.graph, namespace, [row.subject_key, row.object_key])
+            ):
+                violations.append(FieldViolation(name, f"fact {target} not found"))
+        return violations
+
+    def require_writable(
+        self,
+        conn: psycopg.Connection[Any],
+        facts: FactStore,
+        namespace: str,
+        node_keys: Sequence[str],
+        fact_items: Sequence[tuple[str, str, str, str, datetime, Sequence[str]]],
+    ) -> None:
+        """Checks a whole request before it writes (SnapshotService.Reconcile): ``node_keys`` to upsert and
+        ``fact_items`` as ``(path, subject, predicate, object, valid_from, scopes)``.
+
+        Raises:
+            PermissionDenied: a fact scope the caller may not grant (reason ``SCOPE_NOT_ALLOWED``).
+            NotFound: a node, fact end or fact of the same identity hidden from the caller.
+        """
+        if self.unrestricted:
+            return
+        denied = [v for item in fact_items for v in self.scope_violations(item[5], f"{item[0]}.scopes")]
+        if denied:
+            raise PermissionDenied("; ".join(str(v) for v in denied), reason=SCOPE_NOT_ALLOWED)
+        self.require_visible_nodes(conn, facts.graph, namespace, list(node_keys))
+        for path, subject, predicate, object_, valid_from, scopes in fact_items:
+            refused = self.fact_violations(
+                conn,
+                facts,
+                namespace=namespace,
+                path=path,
+                fact_id=compute_fact_id(namespace, subject, predicate, object_, valid_from),
+                subject=subject,
+                object_=object_,
+                scopes=scopes,
+            )
+            if refused:
+                raise NotFound(str(refused[0]))
 
 
 __all__ = ["SCOPE_NOT_ALLOWED", "WriteAccess"]

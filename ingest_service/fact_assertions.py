@@ -29,6 +29,7 @@ from common.errors import FieldViolation, InvalidArgument, NotFound, ViolationCo
 from common.identifiers import canonical_instant
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
+from common.write_access import WriteAccess
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
 from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import (
@@ -181,7 +182,7 @@ class FactAsserter:
         Raises:
             InvalidArgument: empty namespace, malformed fact_id, oversized reason, or ``valid_to`` before
                 the fact's valid_from (field ``valid_to``).
-            NotFound: no such fact in ``namespace``.
+            NotFound: no such fact in ``namespace``, or it is hidden from the caller's scopes.
             Unavailable: the database cannot be reached.
         """
         check = ViolationCollector()
@@ -193,10 +194,21 @@ class FactAsserter:
             check.add("reason", f"at most {MAX_REASON_CHARS} characters, no NUL")
         check.raise_if_any()
         end = valid_to or now or datetime.now(UTC)
+        access = WriteAccess.of_caller()
 
         def work(conn: Any) -> ClosedFact:
             row = self.facts.get(conn, namespace, fact_id, lock=True)
-            if row is None:
+            # A fact hidden from the caller's scopes (its own or its ends') is not found (issue 5 §3).
+            if row is None or access.fact_violations(
+                conn,
+                self.facts,
+                namespace=namespace,
+                path="fact_id",
+                fact_id=fact_id,
+                subject=row.subject_key,
+                object_=row.object_key,
+                scopes=(),
+            ):
                 raise NotFound(f"fact {fact_id} not found in namespace {namespace}")
             if end < row.valid_from:
                 raise InvalidArgument.single(

@@ -21,6 +21,7 @@ import psycopg
 from common.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
+from common.write_access import WriteAccess
 
 
 class AssertionRejected(Exception):
@@ -77,9 +78,24 @@ class FactEngine:
         Every check happens before the first write, so a rejected assertion writes nothing.
 
         Raises:
-            AssertionRejected: the supersession names a fact of another subject/predicate, or itself.
+            AssertionRejected: the supersession names a fact of another subject/predicate, or itself; or
+                the caller may not write it (`common.write_access.WriteAccess.fact_violations`).
         """
         new_id = compute_fact_id(write.namespace, write.subject, write.predicate, write.object, write.valid_from)
+        # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
+        refused = WriteAccess.of_caller().fact_violations(
+            conn,
+            self.facts,
+            namespace=write.namespace,
+            path=write.field,
+            fact_id=new_id,
+            subject=write.subject,
+            object_=write.object,
+            scopes=write.scopes,
+            supersedes=write.supersedes,
+        )
+        if refused:
+            raise AssertionRejected(refused[0].field, refused[0].description)
         superseded: FactRow | None = None
         if write.supersedes:
             if write.supersedes == new_id:
@@ -132,7 +148,9 @@ class FactEngine:
         outcomes: dict[int, FactOutcome] = {}
         pending = list(enumerate(rows))
         while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
-            round_, later, seen = [], [], set()
+            round_: list[tuple[int, FactRow]] = []
+            later: list[tuple[int, FactRow]] = []
+            seen: set[str] = set()
             for index, row in pending:
                 (later if row.fact_id in seen else round_).append((index, row))
                 seen.add(row.fact_id)

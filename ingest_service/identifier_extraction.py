@@ -44,6 +44,7 @@ from typing import Any
 
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
+from common.write_access import WriteAccess
 from ingest_service.domain_packs import CompiledKind, fill_template
 from ingest_service.fact_engine import FactEngine, FactWrite
 from ingest_service.kind_validation import NamespaceKinds, key_fits
@@ -165,7 +166,9 @@ class MentionLinker:
             for match in find_identifiers(kinds, source.texts)
             if match.natural_key != source.natural_key
         ]
-        existing = self.graph.node_labels(conn, source.namespace, keys) if keys else {}
+        # Nodes hidden from the writer's scopes count as missing (issue 5 §3, `common.write_access`).
+        visible = WriteAccess.of_caller().visibility
+        existing = self.graph.node_labels(conn, source.namespace, keys, visibility=visible) if keys else {}
         targets = [key for key in keys if key in existing]
         missing = tuple(key for key in keys if key not in existing)
         if not targets and not source.complete:

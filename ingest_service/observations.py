@@ -25,6 +25,7 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.observation_store import ObservationStore
+from common.write_access import WriteAccess
 from ingest_service.chunking import chunk_markdown
 from ingest_service.documents import bounded_chunks
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
@@ -95,6 +96,13 @@ class ObservationRecorder:
         validated: list[tuple[ObservationInput | None, list[FieldViolation]]] = [
             validate_observation(raw, f"observations[{index}]") for index, raw in enumerate(raw_observations)
         ]
+        # Write-side visibility scopes (issue 5 §3): an observation carrying a workspace:/principal: scope
+        # the caller does not hold fails like any invalid item.
+        access = WriteAccess.of_caller()
+        for index, (item, _) in enumerate(validated):
+            denied = access.scope_violations(item.scopes, f"observations[{index}].scopes") if item else []
+            if denied:
+                validated[index] = (None, denied)
         if all(item is None for item, _ in validated):
             raise InvalidArgument([violation for _, violations in validated for violation in violations])
         valid = [item for item, _ in validated if item is not None]
@@ -231,8 +239,15 @@ class ObservationRecorder:
         known: dict[str, str] = {}
         rejected: list[tuple[str, str]] = []
         kinds = self.kinds.for_namespace(item.namespace, conn)
+        # Entities whose node is hidden from the caller are not overwritten (issue 5 §3; read "not found").
+        hidden = WriteAccess.of_caller().hidden_nodes(
+            conn, self.graph, item.namespace, [entity.key for entity in item.entities]
+        )
         for entity in item.entities:
             natural_key, node_type = entity.key, entity.node_type
+            if natural_key in hidden:
+                rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
+                continue
             if kinds.active:
                 natural_key, node_type, violations = kinds.check_entity(
                     entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"

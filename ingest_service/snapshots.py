@@ -35,6 +35,7 @@ from common.identifiers import canonical_instant, canonical_json
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotStore
+from common.write_access import WriteAccess
 from ingest_service.fact_engine import FactEngine, FactWrite
 from ingest_service.kind_validation import KindValidator, NamespaceKinds
 from ingest_service.observation_validation import (
@@ -136,6 +137,13 @@ class SnapshotReconciler:
             raise InvalidArgument(entity_violations + fact_violations)
 
         def work(conn: Any) -> ReconcileResult:
+            WriteAccess.of_caller().require_writable(  # write-side visibility scopes (issue 5 §3)
+                conn,
+                self.facts,
+                namespace,
+                [entity.key for entity in entities],
+                [(f"facts[{f.index}]", f.subject, f.predicate, f.object, f.valid_from, f.scopes) for f in facts],
+            )
             row_id = self.store.create(conn, namespace, source, scope, snapshot_id, snapshot_time)
             if row_id is None:
                 done = self.store.get(conn, namespace, source, scope, snapshot_id)

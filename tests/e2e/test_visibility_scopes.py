@@ -54,7 +54,13 @@ class World:
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "vis-" + uuid.uuid4().hex[:12]
         grant = {self.ns: [Right.READ]}
-        self.writer, _ = add_token(tokens_file, principal="vis-writer", namespaces={self.ns: [Right.WRITE]})
+        # A writer may write only the restricting scopes it holds (write-side scopes, `common.write_access`).
+        self.writer, _ = add_token(
+            tokens_file,
+            principal="vis-writer",
+            namespaces={self.ns: [Right.WRITE]},
+            scopes=["workspace:alpha", "principal:bob"],
+        )
         self.outsider, _ = add_token(tokens_file, principal="outsider", namespaces=grant)
         self.insider, _ = add_token(
             tokens_file, principal="insider", namespaces=grant, scopes=["workspace:alpha"]
