@@ -30,6 +30,8 @@ import pytest
 from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from memory.v1 import (
+    audit_service_pb2,
+    audit_service_pb2_grpc,
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -47,6 +49,8 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
+    trace_service_pb2,
+    trace_service_pb2_grpc,
 )
 
 from common.auth import Right, add_token, is_open_method
@@ -283,7 +287,16 @@ def _call(world: World, full_method: str, request: Any, token: str) -> Any:
     _, response_class = _request_class(full_method)
     query_methods = set(_served_methods(world.query_addr, world.both))
     address = world.query_addr if full_method in query_methods else world.ingest_addr
+    service_name, method_name = full_method.strip("/").split("/")
+    streaming = descriptor_pool.Default().FindServiceByName(service_name).methods_by_name[method_name].client_streaming
     with make_channel(address, security=ClientSecurity(token=token)) as channel:
+        if streaming:  # a client stream of ``request`` (one message, or a list of messages)
+            stream = channel.stream_unary(
+                full_method,
+                request_serializer=lambda message: message.SerializeToString(),
+                response_deserializer=response_class.FromString,
+            )
+            return stream(iter(request if isinstance(request, list) else [request]), timeout=60)
         method = channel.unary_unary(
             full_method,
             request_serializer=lambda message: message.SerializeToString(),
@@ -607,6 +620,128 @@ def _reconcile(world: World) -> None:
     _no_cross_namespace_edges(world)
 
 
+def _delete_node(world: World) -> None:
+    """DeleteNode in A naming B's keys: NOT_FOUND (A has no such node), B unchanged."""
+    b = world.b
+    with world.ingest(world.attacker) as channel:
+        stub = document_service_pb2_grpc.DocumentServiceStub(channel)
+        for key in (b.doc, b.chunks_doc, b.text_key, b.person):
+            request = document_service_pb2.DeleteNodeRequest(
+                namespace=world.a.ns, natural_key=key, reason="attack"
+            )
+            code = _code(functools.partial(stub.DeleteNode, request, timeout=60))
+            assert code == grpc.StatusCode.NOT_FOUND, key
+    _b_untouched(world)
+
+
+def _get_trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
+    trace = (
+        trace_service_pb2_grpc.TraceServiceStub(channel)
+        .GetTrace(trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60)
+        .trace
+    )
+    return [entry.audit_event for entry in trace.entries if entry.HasField("audit_event")]
+
+
+def _record_audit_event(world: World) -> None:
+    """An event in A on B's trace id about B's key is A's own: B's trace keeps only B's event, and no
+    edge joins A's event to B's trace anchor."""
+    b = world.b
+    trace_id = "iso-audit-" + uuid.uuid4().hex
+    with world.ingest(world.writers["b"]) as channel:
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=b.ns, action="export", trace_id=trace_id, target_key=b.doc
+            ),
+            timeout=60,
+        )
+    with world.ingest(world.attacker) as channel:
+        event = (
+            audit_service_pb2_grpc.AuditServiceStub(channel)
+            .RecordAuditEvent(
+                audit_service_pb2.RecordAuditEventRequest(
+                    namespace=world.a.ns,
+                    action="attack",
+                    trace_id=trace_id,
+                    target_key=b.doc,
+                    client_event_id="attack-1",
+                ),
+                timeout=60,
+            )
+            .event
+        )
+    assert event.principal == "attacker"
+    with world.query(world.both) as channel:
+        b_events = _get_trace_events(channel, b.ns, trace_id)
+        a_events = _get_trace_events(channel, world.a.ns, trace_id)
+    assert [(e.action, e.principal) for e in b_events] == [("export", "writer-b")]
+    assert [(e.action, e.principal) for e in a_events] == [("attack", "attacker")]
+    _no_cross_namespace_edges(world)
+
+
+def _get_trace(world: World) -> None:
+    """B's trace id (audit event and context compilation) read from A: NOT_FOUND, nothing of B."""
+    b = world.b
+    trace_id = "iso-get-trace-" + uuid.uuid4().hex
+    with world.ingest(world.writers["b"]) as channel:
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=b.ns, action="review", trace_id=trace_id, details={"marker": b.marker}
+            ),
+            timeout=60,
+        )
+    with world.query(world.both) as channel:
+        context_service_pb2_grpc.ContextServiceStub(channel).CompileContext(
+            context_service_pb2.CompileContextRequest(namespace=b.ns, query=b.marker, trace_id=trace_id),
+            timeout=120,
+        )
+        assert len(_get_trace_events(channel, b.ns, trace_id)) == 1
+    with world.query(world.attacker) as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+        request = trace_service_pb2.GetTraceRequest(namespace=world.a.ns, trace_id=trace_id)
+        assert _code(functools.partial(stub.GetTrace, request, timeout=60)) == grpc.StatusCode.NOT_FOUND
+
+
+def _reconcile_stream(world: World) -> None:
+    """The streamed snapshot: same as `_reconcile`, and a later message naming B (a second header) is
+    refused with PERMISSION_DENIED before the handler sees it; parts name no namespace at all."""
+    b = world.b
+    fact = {
+        "subject": b.target_person,
+        "predicate": "MEMBER_OF",
+        "object": "team:stream",
+        "valid_from": "2024-01-01T00:00:00Z",
+    }
+    request_class = _request_class("/memory.v1.SnapshotService/ReconcileStream")[0]
+
+    def messages(namespace: str, snapshot_id: str, facts: list[dict[str, Any]]) -> list[Any]:
+        header = {
+            "namespace": namespace,
+            "source": "iso-stream",
+            "scope": "team:stream",
+            "snapshot_id": snapshot_id,
+            "snapshot_time": "2024-06-01T00:00:00Z",
+        }
+        return [
+            json_format.ParseDict({"header": header}, request_class()),
+            json_format.ParseDict({"items": {"facts": facts}}, request_class()),
+        ]
+
+    method = "/memory.v1.SnapshotService/ReconcileStream"
+    _call(world, method, messages(b.ns, "b-1", [fact]), world.writers["b"])
+    _call(world, method, messages(world.a.ns, "a-1", [fact]), world.attacker)
+    _call(world, method, messages(world.a.ns, "a-2", []), world.attacker)  # closes A's copy only
+    smuggled = messages(world.a.ns, "a-3", [])[:1] + messages(b.ns, "a-3", [])  # a second header naming B
+    assert _code(functools.partial(_call, world, method, smuggled, world.attacker)) == grpc.StatusCode.PERMISSION_DENIED
+    with world.query(world.both) as channel:
+        b_facts = _list_facts(channel, b.ns, subject=b.target_person, predicate="MEMBER_OF")
+        a_facts = _list_facts(channel, world.a.ns, subject=b.target_person, predicate="MEMBER_OF")
+    streamed = [f for f in b_facts if f.object == "team:stream"]
+    assert len(streamed) == 1 and not streamed[0].HasField("valid_to")
+    assert a_facts and all(f.HasField("valid_to") for f in a_facts if f.object == "team:stream")
+    _no_cross_namespace_edges(world)
+
+
 def _namespace_configuration_only(world: World) -> None:
     """RPCs over namespace configuration or global packages: nothing of B is reachable by key; naming B
     is denied (`test_naming_namespace_b_is_denied_for_every_rpc`)."""
@@ -626,6 +761,10 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.DocumentService/Retain": _retain,
     "/memory.v1.DocumentService/PutChunks": _put_chunks,
     "/memory.v1.SnapshotService/Reconcile": _reconcile,
+    "/memory.v1.SnapshotService/ReconcileStream": _reconcile_stream,
+    "/memory.v1.DocumentService/DeleteNode": _delete_node,
+    "/memory.v1.AuditService/RecordAuditEvent": _record_audit_event,
+    "/memory.v1.TraceService/GetTrace": _get_trace,
     "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
