@@ -29,7 +29,14 @@ every query — chunk rankings, facts about anchors, the registry look-up of ent
 their facts — and a fact whose subject or object node is hidden is never a candidate, so no hidden
 node's key or title reaches the pack through a fact.
 
-Not yet: graph neighbourhood, recent observations and episodes as candidates, recency and PII masking.
+Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
+and a caller without clearance (``ContextRequest.pii``), every candidate is masked (or withheld, by its
+chunk's marks) when it is rendered — before fitting, so the budget holds for the text actually returned
+and ``token_count`` counts it. For a cleared caller the pack is unmasked and, when the kept items hold
+personal data, one ``pii_access`` audit event is recorded under the pack's trace id. The trace journal
+(``context_traces``) stores keys and decisions unmasked; GetTrace masks them on the way out.
+
+Not yet: graph neighbourhood, recent observations and episodes as candidates, recency.
 
 Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
 """
@@ -46,6 +53,7 @@ from typing import Any, cast
 from common.db import Database
 from common.errors import ViolationCollector
 from common.identifiers import canonical_instant
+from common.pii import PiiMarks
 from common.storage.context_store import ContextStore, key_tokens
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
@@ -59,6 +67,15 @@ from query_service.hybrid_search import (
     SearchQuery,
     SearchSettings,
 )
+from query_service.pii_output import (
+    NO_PII_POLICY,
+    PiiDisclosure,
+    PiiGuard,
+    PiiPolicy,
+    disclose_fact,
+    disclose_hit,
+    marks_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +85,6 @@ DEFAULT_TOKEN_BUDGET = 2000
 MAX_TOKEN_BUDGET = 100_000
 MAX_ANCHORS = 100
 MAX_QUERY_CHARS = 4000
-
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class ContextRequest:
     token_budget: int = 0
     trace_id: str = ""
     visibility: Visibility = EVERYTHING
+    pii: PiiPolicy = NO_PII_POLICY  # the caller's: candidates are masked before fitting
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ class _Candidate(FitCandidate):
 
     provenance: ItemProvenance
     conflict: bool = False
+    pii_marks: PiiMarks = field(default_factory=PiiMarks)  # of the chunk, for the pii_access audit
 
     def __post_init__(self) -> None:
         self.truncatable = self.kind == "chunk"
@@ -212,6 +230,7 @@ def validate_context(request: ContextRequest) -> ContextRequest:
         token_budget=budget,
         trace_id=request.trace_id or "ctx-" + uuid.uuid4().hex,
         visibility=request.visibility,
+        pii=request.pii,
     )
 
 
@@ -270,6 +289,7 @@ class ContextCompiler:
             min_truncated_tokens=self.settings.min_truncated_tokens,
             max_item_share=self.settings.max_chunk_share,
         )
+        self.pii = PiiGuard(database)
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -292,10 +312,21 @@ class ContextCompiler:
                 ),
                 settings=config.search,
             )
-        candidates = self._chunk_candidates(hits, config)
-        candidates += self._fact_candidates(request, as_of, hits, candidates, config)
+        shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
+        candidates = self._chunk_candidates(hits, config, shown)
+        candidates += self._fact_candidates(request, as_of, hits, candidates, config, shown)
         candidates.sort(key=lambda c: (-c.score, c.kind, c.key))
-        items, decisions, text = self._fit(candidates, request.token_budget)
+        items, decisions, text, kept = self._fit(candidates, request.token_budget)
+        if request.pii.audits:  # a cleared caller: audit the personal data of the kept items only
+            exposed = self.pii.start(request.pii)
+            for item, candidate in zip(items, kept, strict=True):
+                exposed.text(
+                    item.text,
+                    marks=candidate.pii_marks,
+                    key=item.provenance.fact_id or item.provenance.node_key,
+                    observation_ids=item.provenance.observation_ids,
+                )
+            self.pii.close(request.namespace, exposed, trace_id=request.trace_id)
         token_count = self.tokens.count(text)
         assert token_count <= request.token_budget, (token_count, request.token_budget)
         dropped = sum(1 for decision in decisions if decision["decision"] == DROPPED)
@@ -326,25 +357,29 @@ class ContextCompiler:
 
     # -- candidates --------------------------------------------------------------------------------
 
-    def _chunk_candidates(self, hits: Sequence[SearchHit], config: ContextSettings) -> list[_Candidate]:
+    def _chunk_candidates(
+        self, hits: Sequence[SearchHit], config: ContextSettings, shown: PiiDisclosure
+    ) -> list[_Candidate]:
         best = config.search.max_score() or 1.0
         out: list[_Candidate] = []
         seen_texts: set[str] = set()
         for hit in hits:
             key = f"{hit.node_key}#{hit.chunk_order}"
+            visible = disclose_hit(shown, hit)  # masked or withheld for an uncleared caller
             candidate = _Candidate(
                 kind="chunk",
                 key=key,
-                text=render_chunk_header(hit) + "\n" + hit.chunk.text,
+                text=render_chunk_header(visible) + "\n" + visible.chunk.text,
                 score=min(1.0, hit.score / best),
                 provenance=ItemProvenance(
-                    node_key=hit.node_key,
-                    source_path=hit.provenance.source_path,
+                    node_key=visible.node_key,
+                    source_path=visible.provenance.source_path,
                     observation_ids=hit.provenance.observation_ids,
                     chunk_order=hit.chunk_order,
-                    metadata=dict(hit.provenance.metadata),
+                    metadata=dict(visible.provenance.metadata),
                 ),
                 detail={"retrieval_score": hit.score, "ranks": dict(hit.ranks)},
+                pii_marks=marks_of(hit.chunk.meta),
             )
             if hit.chunk.text in seen_texts:
                 candidate.drop_reason = "duplicate text of a better chunk"
@@ -359,6 +394,7 @@ class ContextCompiler:
         hits: Sequence[SearchHit],
         chunks: Sequence[_Candidate],
         config: ContextSettings,
+        shown: PiiDisclosure,
     ) -> list[_Candidate]:
         chunk_scores = {c.key: c.score for c in chunks}
         scored: dict[str, tuple[FactRow, float, str]] = {}  # fact_id -> (row, score, why)
@@ -416,14 +452,15 @@ class ContextCompiler:
         out: list[_Candidate] = []
         for row, score, why in scored.values():
             conflict = row.fact_id in conflicts
+            visible = disclose_fact(shown, row)  # keys and attributes masked for an uncleared caller
             candidate = _Candidate(
                 kind="fact",
                 key=row.fact_id,
-                text=render_fact(row, conflict=conflict),
+                text=render_fact(visible, conflict=conflict),
                 score=score,
                 provenance=ItemProvenance(
-                    node_key=row.subject_key,
-                    source_path=row.source_path,
+                    node_key=visible.subject_key,
+                    source_path=visible.source_path,
                     observation_ids=tuple(row.observation_ids),
                     fact_id=row.fact_id,
                 ),
@@ -439,14 +476,16 @@ class ContextCompiler:
 
     def _fit(
         self, candidates: Sequence[_Candidate], budget: int
-    ) -> tuple[list[ContextItem], list[dict[str, Any]], str]:
-        """Greedy in rank order; the exact count of the whole pack text decides (`PackFitter`)."""
+    ) -> tuple[list[ContextItem], list[dict[str, Any]], str, list[_Candidate]]:
+        """Greedy in rank order; the exact count of the whole pack text decides (`PackFitter`).
+        Returns the items, the decisions, the pack text and the kept candidates (in item order)."""
         result = self.fitter.fit(candidates, budget)
+        kept = [cast(_Candidate, fitted.candidate) for fitted in result.kept]
         items = [
-            self._item(cast(_Candidate, fitted.candidate), fitted.text, fitted.token_count)
-            for fitted in result.kept
+            self._item(candidate, fitted.text, fitted.token_count)
+            for candidate, fitted in zip(kept, result.kept)
         ]
-        return items, result.decisions, result.text
+        return items, result.decisions, result.text, kept
 
     @staticmethod
     def _item(candidate: _Candidate, text: str, tokens: int) -> ContextItem:

@@ -14,6 +14,7 @@ from common.errors import ViolationCollector
 from common.storage.fact_store import FactQuery, FactRow, FactStore, decode_cursor, encode_cursor
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
@@ -34,6 +35,7 @@ class FactListRequest:
     page_size: int = 0
     page_token: str = ""
     visibility: Visibility = EVERYTHING  # the caller's: hidden facts are left out inside the query
+    pii: PiiPolicy = NO_PII_POLICY  # the caller's: keys and attributes are masked (or audited) on the way out
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class FactReader:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.facts = FactStore(GraphStore(database))
+        self.pii = PiiGuard(database)
 
     def list_facts(self, request: FactListRequest, *, now: datetime | None = None) -> FactPage:
         """One page of the facts matching ``request`` (see the ListFacts comment in the proto).
@@ -104,4 +107,5 @@ class FactReader:
             page = rows[: query.page_size]
             conflicts = self.facts.conflicting_ids(conn, page, visibility=query.visibility)
         token = encode_cursor(page[-1]) if len(rows) > query.page_size and page else ""
-        return FactPage(facts=page, conflicts=conflicts, next_page_token=token)
+        shown = self.pii.facts(request.namespace, page, request.pii)
+        return FactPage(facts=shown, conflicts=conflicts, next_page_token=token)

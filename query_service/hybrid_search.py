@@ -24,6 +24,7 @@ from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, Store
 from common.storage.context_store import ContextStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
 
 K = TypeVar("K", bound=Hashable)
 
@@ -142,6 +143,7 @@ class SearchQuery:
     meta: Mapping[str, Any] = field(default_factory=dict)
     node_keys: tuple[str, ...] = ()
     visibility: Visibility = EVERYTHING
+    pii: PiiPolicy = NO_PII_POLICY  # the caller's: hits are masked (or audited) on the way out
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ class HybridSearcher:
             database.settings, trigram_max_query_chars=self.settings.trigram_max_query_chars
         )
         self.nodes = ContextStore(database.settings, GraphStore(database))
+        self.pii = PiiGuard(database)
 
     def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
         """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
@@ -298,7 +301,7 @@ class HybridSearcher:
                     ),
                 )
             )
-        return hits
+        return self.pii.search_hits(query.namespace, hits, query.pii)
 
 
 __all__ = [

@@ -8,8 +8,11 @@ from __future__ import annotations
 from common.db import Database
 from common.errors import NotFound, ViolationCollector
 from common.observation_view import ObservationView, observation_view
+from common.pii import PiiMarks
+from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy, marks_of
 
 
 class ObservationReader:
@@ -18,13 +21,23 @@ class ObservationReader:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.observations = ObservationStore(database.settings)
+        self.graph = GraphStore(database)
+        self.pii = PiiGuard(database)
 
     def get_observation(
-        self, namespace: str, observation_id: str, *, visibility: Visibility = EVERYTHING
+        self,
+        namespace: str,
+        observation_id: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+        pii: PiiPolicy = NO_PII_POLICY,
     ) -> ObservationView:
         """The observation ``observation_id`` of ``namespace`` with its processing status.
 
         An observation ``visibility`` may not see is reported exactly like an absent one (NotFound).
+        ``pii`` is the caller's personal data policy: with protection on, the marks of the observation's
+        episode node decide whether its content is masked or withheld, and a cleared caller's access is
+        audited (`query_service.pii_output.PiiGuard.observation`).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``observation_id``.
@@ -39,6 +52,10 @@ class ObservationReader:
         check.raise_if_any()
         with self.database.connection() as conn:
             row = self.observations.get(conn, namespace, observation_id, visibility=visibility)
+            marks = PiiMarks()
+            if row is not None and pii.protection:
+                episode = self.graph.get_node(conn, namespace, f"episode:{observation_id}")
+                marks = marks_of((episode or {}).get("props"))
         if row is None:
             raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
-        return observation_view(row)
+        return self.pii.observation(namespace, observation_view(row), marks, pii)

@@ -27,12 +27,14 @@ from memory.v1 import (
 )
 
 from common.auth import current_principal
+from common.config import Settings
 from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto, struct_to_dict
 from common.storage.visibility import Visibility, visibility_for
 from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
 from query_service.fact_reader import FactListRequest, FactReader
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.observation_reader import ObservationReader
+from query_service.pii_output import PiiPolicy
 from query_service.sources import SourceReader
 
 SERVICE_NAMES = (
@@ -49,6 +51,13 @@ def caller_visibility() -> Visibility:
     """The visibility scopes of the RPC's caller (`common.storage.visibility.visibility_for`): a token's
     scopes plus its own ``principal:<name>``; development mode (auth off) sees everything."""
     return visibility_for(current_principal())
+
+
+def caller_pii_policy(settings: Settings, method: str) -> PiiPolicy:
+    """The personal data policy of the RPC's caller (`query_service.pii_output.PiiPolicy`): masked output
+    unless the token has PII clearance, when ``CB_PII_PROTECTION`` is on. ``method`` names the RPC in the
+    ``pii_access`` audit event."""
+    return PiiPolicy.for_caller(current_principal(), settings, method)
 
 
 def _provenance(
@@ -131,6 +140,7 @@ class RetrievalService(retrieval_service_pb2_grpc.RetrievalServiceServicer):  # 
                 meta=struct_to_dict(request.meta),
                 node_keys=tuple(request.node_keys),
                 visibility=caller_visibility(),
+                pii=caller_pii_policy(self.searcher.database.settings, "/memory.v1.RetrievalService/Search"),
             )
         )
         return retrieval_service_pb2.SearchResponse(hits=[_hit_to_proto(hit) for hit in hits])
@@ -157,6 +167,7 @@ class FactQueryService(fact_query_service_pb2_grpc.FactQueryServiceServicer):  #
                 page_size=request.page_size,
                 page_token=request.page_token,
                 visibility=caller_visibility(),
+                pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.FactQueryService/ListFacts"),
             )
         )
         return fact_query_service_pb2.ListFactsResponse(
@@ -174,7 +185,12 @@ class SourceService(source_service_pb2_grpc.SourceServiceServicer):  # type: ign
     def GetSource(
         self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
     ) -> source_service_pb2.GetSourceResponse:
-        view = self.reader.get_source(request.namespace, request.natural_key, visibility=caller_visibility())
+        view = self.reader.get_source(
+            request.namespace,
+            request.natural_key,
+            visibility=caller_visibility(),
+            pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.SourceService/GetSource"),
+        )
         return source_service_pb2.GetSourceResponse(
             source=source_service_pb2.Source(
                 natural_key=view.natural_key,
@@ -211,6 +227,9 @@ class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: 
                 token_budget=request.token_budget,
                 trace_id=request.trace_id,
                 visibility=caller_visibility(),
+                pii=caller_pii_policy(
+                    self.compiler.database.settings, "/memory.v1.ContextService/CompileContext"
+                ),
             )
         )
         return context_service_pb2.CompileContextResponse(
@@ -235,6 +254,11 @@ class ObservationQueryService(observation_query_service_pb2_grpc.ObservationQuer
         self, request: observation_query_service_pb2.GetObservationRequest, context: grpc.ServicerContext
     ) -> observation_query_service_pb2.GetObservationResponse:
         view = self.reader.get_observation(
-            request.namespace, request.observation_id, visibility=caller_visibility()
+            request.namespace,
+            request.observation_id,
+            visibility=caller_visibility(),
+            pii=caller_pii_policy(
+                self.reader.database.settings, "/memory.v1.ObservationQueryService/GetObservation"
+            ),
         )
         return observation_query_service_pb2.GetObservationResponse(observation=observation_to_proto(view))

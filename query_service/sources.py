@@ -15,6 +15,7 @@ from common.errors import NotFound, ViolationCollector
 from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy, marks_of
 
 ORIGINAL = "original"
 CHUNKS = "chunks"
@@ -44,13 +45,21 @@ class SourceReader:
         self.database = database
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
+        self.pii = PiiGuard(database)
 
     def get_source(
-        self, namespace: str, natural_key: str, *, visibility: Visibility = EVERYTHING
+        self,
+        namespace: str,
+        natural_key: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+        pii: PiiPolicy = NO_PII_POLICY,
     ) -> SourceView:
         """The source view of ``natural_key`` in ``namespace``.
 
-        A node ``visibility`` may not see is reported exactly like an absent one (NotFound).
+        A node ``visibility`` may not see is reported exactly like an absent one (NotFound). ``pii`` is
+        the caller's personal data policy: the view is masked, withheld (by the node's marks) or audited
+        (`query_service.pii_output.PiiGuard.source`).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``natural_key`` (fields named as in GetSourceRequest).
@@ -82,7 +91,7 @@ class SourceReader:
         for candidate in (props.get("observation_id"), provenance.get("observation_id")):
             if isinstance(candidate, str) and candidate and candidate not in observation_ids:
                 observation_ids.append(candidate)
-        return SourceView(
+        view = SourceView(
             natural_key=natural_key,
             title=str(node.get("title") or natural_key),
             node_type=str(node.get("type") or ""),
@@ -93,3 +102,4 @@ class SourceReader:
             provenance=provenance,
             observation_ids=tuple(observation_ids),
         )
+        return self.pii.source(namespace, view, marks_of(props), pii)

@@ -28,6 +28,7 @@ from common.storage.context_store import ContextStore
 from common.storage.graph_store import GraphStore
 from common.storage.trace_store import TraceStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
 
 MAX_TRACE_ID_LENGTH = 256
 _FACT_PREFIX = "fact-"
@@ -80,9 +81,18 @@ class TraceReader:
         self.audit = AuditStore(graph)
         self.contexts = ContextStore(database.settings, graph)
         self.items = TraceStore(graph)
+        self.pii = PiiGuard(database)
 
-    def get_trace(self, namespace: str, trace_id: str, *, visibility: Visibility = EVERYTHING) -> TraceView:
-        """The trail of ``trace_id`` in ``namespace`` as ``visibility`` may see it.
+    def get_trace(
+        self,
+        namespace: str,
+        trace_id: str,
+        *,
+        visibility: Visibility = EVERYTHING,
+        pii: PiiPolicy = NO_PII_POLICY,
+    ) -> TraceView:
+        """The trail of ``trace_id`` in ``namespace`` as ``visibility`` may see it, masked for ``pii``'s
+        caller (`query_service.pii_output.PiiGuard.trace`).
 
         Raises:
             InvalidArgument: empty namespace or trace_id, or a trace_id over 256 characters.
@@ -151,7 +161,7 @@ class TraceReader:
                 else str(e.compilation.compilation_id if e.compilation else 0),
             )
         )
-        return TraceView(namespace=namespace, trace_id=trace_id, entries=entries)
+        return self.pii.trace(TraceView(namespace=namespace, trace_id=trace_id, entries=entries), pii)
 
     def _missing(self, conn: Any, namespace: str, keys: list[str]) -> set[str]:
         """Keys among ``keys`` that name no node at all (an anchor may name nothing: not hidden)."""

@@ -6,7 +6,7 @@ import grpc
 from memory.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from common.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
-from query_service.query_servicers import caller_visibility
+from query_service.query_servicers import caller_pii_policy, caller_visibility
 from query_service.trace_reader import TraceEntry, TraceReader
 
 
@@ -37,7 +37,12 @@ class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
     def GetTrace(
         self, request: trace_service_pb2.GetTraceRequest, context: grpc.ServicerContext
     ) -> trace_service_pb2.GetTraceResponse:
-        view = self.reader.get_trace(request.namespace, request.trace_id, visibility=caller_visibility())
+        view = self.reader.get_trace(
+            request.namespace,
+            request.trace_id,
+            visibility=caller_visibility(),
+            pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.TraceService/GetTrace"),
+        )
         return trace_service_pb2.GetTraceResponse(
             trace=trace_service_pb2.Trace(
                 namespace=view.namespace,

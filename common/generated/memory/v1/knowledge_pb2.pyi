@@ -281,6 +281,7 @@ class Observation(_message.Message):
     go to its episode node and text fragment nodes (not part of the observation's identity). A category
     the detector cannot find ("fio", "address"), or pii without a category, withholds the observation's
     content, data and assertions from callers without PII clearance when CB_PII_PROTECTION is on.
+    Input only: GetObservation does not return them (the episode node's props hold them).
     """
     @_builtins.property
     def source(self) -> Global___ObservationSource: ...

@@ -1,0 +1,483 @@
+"""Personal data end to end (seed 000 "Персональные данные", "Аудит-контур"; DESIGN §8; issue 5 §4).
+
+Two pairs of real servers over real channels with the real database and embedder:
+
+* protection on (``CB_PII_PROTECTION=true``) with a tokens file: a writer, a reader without PII clearance
+  and a reader with it;
+* protection off, development mode (the session servers of ``tests/e2e/conftest.py``).
+
+The texts are synthetic Russian and English letters, tickets and CRM notes; every number was made with
+its check digits (see ``tests/unit/test_pii.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from memory.v1 import (
+    context_service_pb2,
+    context_service_pb2_grpc,
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    knowledge_pb2,
+    observation_query_service_pb2,
+    observation_query_service_pb2_grpc,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
+
+from common.auth import Right, add_token
+from common.client import ClientSecurity, make_channel, wait_for_serving
+from common.config import Settings
+from common.db import Database
+from common.storage.chunk_store import ChunkStore
+from common.storage.graph_store import GraphStore
+from ingest_service.main import create_ingest_host
+from query_service.main import create_query_host
+
+pytestmark = pytest.mark.e2e
+
+PHONE = "+7 (916) 123-45-67"
+EMAIL = "olga.smirnova@example.ru"
+INN_12 = "772415839270"
+SNILS = "204-518-736 45"
+CARD = "4276 3820 1945 7762"
+PASSPORT = "45 10 123456"
+EN_PHONE = "+44 20 7946 0958"
+EN_EMAIL = "john.doe@acme-corp.co.uk"
+FIO = "Смирнова Ольга Петровна"
+SECRETS = (PHONE, EMAIL, INN_12, SNILS, CARD, PASSPORT, EN_PHONE, EN_EMAIL)
+
+RU_LETTER = f"""# Заявление на возврат
+
+Добрый день! Прошу оформить возврат по заказу ORD-2024-000123 от 30.11.2026 на сумму 1 299,00 ₽.
+Паспорт {PASSPORT}, ИНН {INN_12}, СНИЛС {SNILS}. Деньги верните на карту {CARD}.
+Связаться со мной можно по телефону {PHONE} или по почте {EMAIL}.
+Версия приложения 2.36-9+deb12u4, обращение PROJ-1234.
+"""
+
+EN_TICKET = f"""# Support ticket SUP-4821
+
+The customer called from {EN_PHONE} about a double charge of $12,345.67 (order ORD-2024-000124).
+Reply to {EN_EMAIL}. Build 3b18e512dba79e4c8300dd08aeb37f8e728b8dad, host 192.168.100.200.
+"""
+
+CLIENT_CARD = f"""# Карточка клиента
+
+Клиент: {FIO}. Адрес: г. Москва, ул. Ленина, д. 5, кв. 12. Предпочитает звонки после обеда.
+"""
+
+
+class World:
+    """The protected servers' tokens and addresses, and one namespace for this module."""
+
+    def __init__(self, tokens_file: Path) -> None:
+        self.tokens_file = tokens_file
+        self.namespace = "pii-" + uuid.uuid4().hex[:10]
+        ns = {self.namespace: [Right.WRITE]}
+        self.writer, _ = add_token(tokens_file, principal="pii-writer", namespaces=ns)
+        self.reader, _ = add_token(
+            tokens_file, principal="pii-reader", namespaces={self.namespace: [Right.READ]}
+        )
+        self.cleared, _ = add_token(
+            tokens_file,
+            principal="pii-officer",
+            namespaces={self.namespace: [Right.READ]},
+            pii_clearance=True,
+        )
+        self.ingest_addr = self.query_addr = ""
+
+    def ingest(self) -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=self.writer))
+
+    def query(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_addr, security=ClientSecurity(token=token))
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    world = World(tmp_path_factory.mktemp("pii") / "tokens.yaml")
+    protected = settings.model_copy(
+        update={"tokens_file": str(world.tokens_file), "auth_mode": "tokens", "pii_protection": True}
+    )
+    ingest = create_ingest_host(protected, address="127.0.0.1:0", metrics_port=0)
+    query = create_query_host(protected, address="127.0.0.1:0", metrics_port=0)
+    ingest.start()
+    query.start()
+    try:
+        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
+        for address in (world.ingest_addr, world.query_addr):
+            assert wait_for_serving(address, timeout=120), f"{address} did not become SERVING"
+        with world.ingest() as channel:
+            _write_corpus(channel, world.namespace)
+        yield world
+    finally:
+        ingest.stop(5)
+        query.stop(5)
+
+
+def _observation(namespace: str, external_id: str, **fields: Any) -> knowledge_pb2.Observation:
+    raw = {
+        "namespace": namespace,
+        "source": {"system": "crm", "stream": "calls", "external_id": external_id},
+        "kind": "call-note",
+        "occurred_at": "2026-11-01T10:00:00Z",
+        "subject": {"type": "customer", "id": "c-1001"},
+        **fields,
+    }
+    return json_format.ParseDict(raw, knowledge_pb2.Observation())
+
+
+def _write_corpus(channel: grpc.Channel, namespace: str) -> None:
+    """Two documents with detectable data, one marked fio/address, a PutChunks ticket, and observations."""
+    documents = document_service_pb2_grpc.DocumentServiceStub(channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="doc:refund-letter",
+            title="Заявление на возврат",
+            content=RU_LETTER,
+        ),
+        timeout=120,
+    )
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="doc:client-card",
+            title=f"Карточка клиента {FIO}",
+            content=CLIENT_CARD,
+            pii=True,
+            pii_categories=["fio", "address"],
+        ),
+        timeout=120,
+    )
+    documents.PutChunks(
+        document_service_pb2.PutChunksRequest(
+            namespace=namespace,
+            natural_key="ticket:SUP-4821",
+            title="Support ticket SUP-4821",
+            chunks=[document_service_pb2.ChunkInput(chunk_order=0, heading="Call", text=EN_TICKET)],
+        ),
+        timeout=120,
+    )
+    observations = observation_service_pb2_grpc.ObservationServiceStub(channel)
+    response = observations.RecordObservations(
+        observation_service_pb2.RecordObservationsRequest(
+            observations=[
+                _observation(
+                    namespace,
+                    "call-1",
+                    content=f"Клиентка перезвонила с номера {PHONE}, просит чек на {EMAIL}.",
+                    data={"callback": PHONE, "order": "ORD-2024-000123"},
+                    assertions=[
+                        {
+                            "fact": {
+                                "subject": "customer:c-1001",
+                                "predicate": "HAS_CONTACT",
+                                "object": f"email:{EMAIL}",
+                                "attributes": {"phone": PHONE, "order": "ORD-2024-000123"},
+                            }
+                        },
+                        {"text": {"text": f"Запасной телефон {EN_PHONE}", "title": "Контакты"}},
+                    ],
+                ),
+                _observation(
+                    namespace,
+                    "call-2",
+                    content=f"Звонила {FIO}, просила перенести доставку.",
+                    pii=True,
+                    pii_categories=["fio"],
+                ),
+            ]
+        ),
+        timeout=120,
+    )
+    assert [r.status for r in response.results] == ["processed", "processed"], response
+
+
+def _observation_id(world: World, external_id: str) -> str:
+    from common.identifiers import observation_id
+
+    return observation_id(world.namespace, "crm", "calls", external_id)
+
+
+def _assert_no_secret(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text, (secret, text)
+
+
+def _search(channel: grpc.Channel, namespace: str, query: str, **kwargs: Any) -> Any:
+    stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
+    return stub.Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query=query, **kwargs), timeout=60
+    )
+
+
+def _source(channel: grpc.Channel, namespace: str, key: str, **kwargs: Any) -> Any:
+    stub = source_service_pb2_grpc.SourceServiceStub(channel)
+    return stub.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60, **kwargs
+    ).source
+
+
+def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    trace = stub.GetTrace(
+        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
+    )
+    return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
+
+
+# -- write side ------------------------------------------------------------------------------------
+
+
+def test_marks_on_write(world: World, database: Database) -> None:
+    graph, chunks = GraphStore(database), ChunkStore(database.settings)
+    ns = world.namespace
+    call_1, call_2 = _observation_id(world, "call-1"), _observation_id(world, "call-2")
+    with database.connection() as conn:
+        props = {
+            key: (graph.get_node(conn, ns, key) or {}).get("props") or {}
+            for key in (
+                "doc:refund-letter",
+                "doc:client-card",
+                "ticket:SUP-4821",
+                f"episode:{call_1}",
+                f"episode:{call_2}",
+                f"text:{call_1}/1",
+            )
+        }
+        letter_chunks = chunks.list_chunks(conn, ns, "doc:refund-letter")
+    marks = {key: (value.get("pii"), value.get("pii_categories")) for key, value in props.items()}
+    assert marks == {
+        "doc:refund-letter": (True, ["card", "email", "inn", "passport_rf", "phone", "snils"]),
+        "doc:client-card": (True, ["address", "fio"]),  # explicit marks; nothing detectable in it
+        "ticket:SUP-4821": (True, ["email", "phone"]),
+        f"episode:{call_1}": (True, ["email", "phone"]),
+        f"episode:{call_2}": (True, ["fio"]),
+        f"text:{call_1}/1": (True, ["phone"]),
+    }
+    # Chunks carry the node's marks (what the output masking reads).
+    assert letter_chunks and all(
+        chunk.meta.get("pii_categories") == marks["doc:refund-letter"][1] for chunk in letter_chunks
+    )
+
+
+# -- uncleared reader: masked or withheld ----------------------------------------------------------
+
+
+def test_search_is_masked_for_an_uncleared_token(world: World) -> None:
+    with world.query(world.reader) as channel:
+        hits = _search(channel, world.namespace, "возврат заказа телефон почта карта", top_k=20).hits
+        withheld = _search(channel, world.namespace, "карточка клиента", node_keys=["doc:client-card"]).hits
+    keys = {hit.node_key for hit in hits}
+    assert {"doc:refund-letter", "ticket:SUP-4821"} <= keys, keys
+    for hit in hits:
+        _assert_no_secret(f"{hit.title} {hit.heading} {hit.text} {hit.node_key} {hit.provenance}")
+    letter = next(hit for hit in hits if hit.node_key == "doc:refund-letter")
+    for placeholder in ("[phone]", "[email]", "[card]", "[inn]", "[snils]", "[passport_rf]"):
+        assert placeholder in letter.text, letter.text
+    # Not personal data: kept as written.
+    assert (
+        "ORD-2024-000123" in letter.text and "1 299,00 ₽" in letter.text and "2.36-9+deb12u4" in letter.text
+    )
+    # A document marked fio/address: the detector cannot find the name, so its text is withheld.
+    assert len(withheld) == 1
+    card = withheld[0]
+    assert card.node_key == "doc:client-card"
+    assert card.text == card.title == "[withheld: address, fio]"
+    assert FIO not in f"{card.title} {card.heading} {card.text}" and "Ленина" not in card.text
+
+
+def test_get_source_is_masked_or_withheld_for_an_uncleared_token(world: World) -> None:
+    with world.query(world.reader) as channel:
+        letter = _source(channel, world.namespace, "doc:refund-letter")
+        ticket = _source(channel, world.namespace, "ticket:SUP-4821")
+        card = _source(channel, world.namespace, "doc:client-card")
+    _assert_no_secret(letter.content)
+    assert letter.content == RU_LETTER.replace(PASSPORT, "[passport_rf]").replace(INN_12, "[inn]").replace(
+        SNILS, "[snils]"
+    ).replace(CARD, "[card]").replace(PHONE, "[phone]").replace(EMAIL, "[email]")
+    assert ticket.content_source == "chunks" and "[phone]" in ticket.content and "[email]" in ticket.content
+    assert (
+        "3b18e512dba79e4c8300dd08aeb37f8e728b8dad" in ticket.content and "192.168.100.200" in ticket.content
+    )
+    assert card.content == "[withheld: address, fio]" and card.title == "[withheld: address, fio]"
+    assert card.natural_key == "doc:client-card"
+
+
+def test_list_facts_is_masked_for_an_uncleared_token(world: World) -> None:
+    with world.query(world.reader) as channel:
+        stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+        facts = stub.ListFacts(
+            fact_query_service_pb2.ListFactsRequest(namespace=world.namespace, subject="customer:c-1001"),
+            timeout=60,
+        ).facts
+    assert len(facts) == 1
+    fact = facts[0]
+    assert fact.object == "email:[email]"
+    attributes = json_format.MessageToDict(fact.attributes)
+    assert attributes == {"phone": "[phone]", "order": "ORD-2024-000123"}
+
+
+def test_get_observation_is_masked_or_withheld_for_an_uncleared_token(world: World) -> None:
+    with world.query(world.reader) as channel:
+        stub = observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+        call_1 = stub.GetObservation(
+            observation_query_service_pb2.GetObservationRequest(
+                namespace=world.namespace, observation_id=_observation_id(world, "call-1")
+            ),
+            timeout=60,
+        ).observation
+        call_2 = stub.GetObservation(
+            observation_query_service_pb2.GetObservationRequest(
+                namespace=world.namespace, observation_id=_observation_id(world, "call-2")
+            ),
+            timeout=60,
+        ).observation
+    assert call_1.content == "Клиентка перезвонила с номера [phone], просит чек на [email]."
+    as_json = json_format.MessageToJson(call_1)
+    _assert_no_secret(as_json)
+    assert json_format.MessageToDict(call_1.data) == {"callback": "[phone]", "order": "ORD-2024-000123"}
+    assert call_1.assertions[1].text.text == "Запасной телефон [phone]"
+    # Marked fio: the name is not detectable, so content, data and assertions are withheld.
+    assert call_2.content == "[withheld: fio]" and FIO not in json_format.MessageToJson(call_2)
+    assert call_2.observation_id == _observation_id(world, "call-2") and call_2.kind == "call-note"
+
+
+def test_compile_context_is_masked_before_fitting(world: World) -> None:
+    with world.query(world.reader) as channel:
+        stub = context_service_pb2_grpc.ContextServiceStub(channel)
+        pack = stub.CompileContext(
+            context_service_pb2.CompileContextRequest(
+                namespace=world.namespace,
+                query="возврат заказа: телефон и почта клиента, карточка клиента",
+                anchors=["customer:c-1001"],
+                token_budget=600,
+            ),
+            timeout=120,
+        ).pack
+    assert pack.items and pack.token_count <= 600
+    _assert_no_secret(pack.text)
+    assert FIO not in pack.text
+    for item in pack.items:
+        _assert_no_secret(item.text)
+        assert item.text in pack.text
+    assert "[phone]" in pack.text and "[email]" in pack.text
+    # The budget counts the masked text: the returned count is the count of the returned text.
+    from common.tokenizer import TokenCounter
+
+    assert TokenCounter(Settings().tokenizer_encoding).count(pack.text) == pack.token_count
+
+
+# -- cleared reader: unmasked and audited ----------------------------------------------------------
+
+
+def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> None:
+    request_id = "pii-e2e-" + uuid.uuid4().hex[:8]
+    with world.query(world.cleared) as channel:
+        letter = _source(
+            channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),)
+        )
+        card = _source(channel, world.namespace, "doc:client-card")
+        events = _trace_events(channel, world.namespace, request_id)
+        hits = _search(
+            channel, world.namespace, "Support ticket SUP-4821", node_keys=["ticket:SUP-4821"]
+        ).hits
+        pack = (
+            context_service_pb2_grpc.ContextServiceStub(channel)
+            .CompileContext(
+                context_service_pb2.CompileContextRequest(
+                    namespace=world.namespace,
+                    query="Support ticket SUP-4821 customer phone",
+                    token_budget=800,
+                ),
+                timeout=120,
+            )
+            .pack
+        )
+        context_events = _trace_events(channel, world.namespace, pack.trace_id)
+    assert letter.content == RU_LETTER and card.content == CLIENT_CARD and FIO in card.title
+    assert [event.action for event in events] == ["pii_access"]
+    event = events[0]
+    assert event.principal == "pii-officer" and event.target_key == "doc:refund-letter"
+    details = json_format.MessageToDict(event.details)
+    assert details["method"] == "/memory.v1.SourceService/GetSource"
+    assert details["categories"] == ["card", "email", "inn", "passport_rf", "phone", "snils"]
+    assert details["natural_keys"] == ["doc:refund-letter"]
+    assert EN_PHONE in hits[0].text and EN_EMAIL in hits[0].text
+    assert EN_PHONE in pack.text
+    assert [event.action for event in context_events] == ["pii_access"]
+    context_details = json_format.MessageToDict(context_events[0].details)
+    assert context_details["method"] == "/memory.v1.ContextService/CompileContext"
+    assert "ticket:SUP-4821" in context_details["natural_keys"] and "phone" in context_details["categories"]
+
+
+def test_cleared_token_without_personal_data_writes_no_audit_event(world: World) -> None:
+    request_id = "pii-e2e-none-" + uuid.uuid4().hex[:8]
+    with world.query(world.cleared) as channel:
+        stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+        stub.ListFacts(
+            fact_query_service_pb2.ListFactsRequest(namespace=world.namespace, subject="customer:nobody"),
+            timeout=60,
+            metadata=(("x-request-id", request_id),),
+        )
+        with pytest.raises(grpc.RpcError) as raised:
+            _trace_events(channel, world.namespace, request_id)
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_uncleared_reads_write_no_audit_event(world: World) -> None:
+    request_id = "pii-e2e-masked-" + uuid.uuid4().hex[:8]
+    with world.query(world.reader) as channel:
+        _source(channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),))
+    with world.query(world.cleared) as channel, pytest.raises(grpc.RpcError) as raised:
+        _trace_events(channel, world.namespace, request_id)
+    assert raised.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# -- protection off --------------------------------------------------------------------------------
+
+
+def test_protection_off_masks_nothing_and_keeps_explicit_marks(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str, database: Database
+) -> None:
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:refund-letter", content=RU_LETTER
+        ),
+        timeout=120,
+    )
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:client-card", content=CLIENT_CARD, pii_categories=["fio"]
+        ),
+        timeout=120,
+    )
+    letter = _source(query_channel, namespace, "doc:refund-letter")
+    card = _source(query_channel, namespace, "doc:client-card")
+    hits = _search(query_channel, namespace, "возврат заказа телефон", node_keys=["doc:refund-letter"]).hits
+    assert letter.content == RU_LETTER and card.content == CLIENT_CARD
+    assert hits and PHONE in " ".join(hit.text for hit in hits)
+    graph = GraphStore(database)
+    with database.connection() as conn:
+        letter_props = (graph.get_node(conn, namespace, "doc:refund-letter") or {})["props"]
+        card_props = (graph.get_node(conn, namespace, "doc:client-card") or {})["props"]
+    # Nothing detected without protection; explicit marks stored as given.
+    assert (letter_props["pii"], letter_props["pii_categories"]) == (False, [])
+    assert (card_props["pii"], card_props["pii_categories"]) == (False, ["fio"])
