@@ -12,16 +12,18 @@ not flags threaded through calls. This module is transport free.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+import psycopg
 
 from common.db import Database
 from common.errors import ViolationCollector
 from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk
-from common.storage.context_store import ContextStore
+from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
@@ -160,7 +162,8 @@ class HitProvenance:
 @dataclass(frozen=True)
 class SearchHit:
     """One fused chunk. ``vector_score`` is the cosine similarity (1 - distance), 0 when the chunk was
-    not a vector candidate; ``text_score`` the ts_rank_cd, ``trigram_score`` the trigram similarity."""
+    not a vector candidate; ``text_score`` the ts_rank_cd (ts_rank when the chunk matched only some of the
+    query's lexemes), ``trigram_score`` the trigram similarity."""
 
     chunk: StoredChunk
     score: float
@@ -220,16 +223,29 @@ def _observation_ids(meta: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 class HybridSearcher:
-    """Runs the three rankings in one short read transaction and fuses them.
+    """Runs the three rankings concurrently, each on its own pooled connection, and fuses them.
+
+    The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
+    meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
+    are read-only and independent, so they need no shared transaction (each sees its own snapshot).
+    No thread holds a connection while waiting for another one, so a busy pool only queues.
+    Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md.
 
     Args:
         database: the process's database.
         encoder: the embedding provider (``encode_query``).
         settings: a `SearchSettings` (default preset when None).
+        arm_workers: worker threads shared by all searches of this searcher for the text and trigram
+            rankings (each holds one pooled connection while it runs); default: half the pool, >= 2.
     """
 
     def __init__(
-        self, database: Database, encoder: QueryEncoder, settings: SearchSettings | None = None
+        self,
+        database: Database,
+        encoder: QueryEncoder,
+        settings: SearchSettings | None = None,
+        *,
+        arm_workers: int | None = None,
     ) -> None:
         self.database = database
         self.encoder = encoder
@@ -239,6 +255,12 @@ class HybridSearcher:
         )
         self.nodes = ContextStore(database.settings, GraphStore(database))
         self.pii = PiiGuard(database)
+        workers = arm_workers or max(2, database.settings.pool_max_size // 2)
+        self.arms = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search-arm")
+
+    def _ranking(self, arm: Callable[[psycopg.Connection[Any]], list[Candidate]]) -> list[Candidate]:
+        with self.database.connection() as conn:
+            return arm(conn)
 
     def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
         """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
@@ -249,7 +271,6 @@ class HybridSearcher:
         """
         query = validate_search(query)
         config = settings or self.settings
-        vector = self.encoder.encode_query(query.query)  # before the transaction: it takes a while
         where = ChunkFilter(
             namespace=query.namespace,
             node_types=tuple(query.node_types),
@@ -258,27 +279,40 @@ class HybridSearcher:
             visibility=query.visibility,
         )
         limit = max(config.candidates, query.top_k)
-        with self.database.connection() as conn:
-            rankings: dict[str, list[Candidate]] = {}
-            if config.vector_weight:
-                rankings[VECTOR] = self.chunks.vector_candidates(conn, where, vector, limit)
-            if config.text_weight:
-                rankings[TEXT] = self.chunks.text_candidates(conn, where, query.query, limit)
-            if config.trigram_weight:
-                rankings[TRIGRAM] = self.chunks.trigram_candidates(conn, where, query.query, limit)
-            fused = reciprocal_rank_fusion(
-                {name: [c.key for c in ranking] for name, ranking in rankings.items()},
-                k=config.rrf_k,
-                weights=config.weights,
-            )[: query.top_k]
-            by_key: dict[str, dict[tuple[str, int], Candidate]] = {
-                name: {c.key: c for c in ranking} for name, ranking in rankings.items()
-            }
-            summaries = (
-                self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
-                if config.node_provenance
-                else {}
+        pending: dict[str, Future[list[Candidate]]] = {}
+        if config.text_weight:
+            pending[TEXT] = self.arms.submit(
+                self._ranking, lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
             )
+        if config.trigram_weight:
+            pending[TRIGRAM] = self.arms.submit(
+                self._ranking, lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
+            )
+        rankings: dict[str, list[Candidate]] = {}
+        try:
+            if config.vector_weight:
+                vector = self.encoder.encode_query(query.query)  # meanwhile the text arms run
+                rankings[VECTOR] = self._ranking(
+                    lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)
+                )
+        except BaseException:
+            wait(pending.values())  # no arm outlives the request; the first error is the one raised
+            raise
+        for name, future in pending.items():
+            rankings[name] = future.result()
+        rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
+        fused = reciprocal_rank_fusion(
+            {name: [c.key for c in ranking] for name, ranking in rankings.items()},
+            k=config.rrf_k,
+            weights=config.weights,
+        )[: query.top_k]
+        by_key: dict[str, dict[tuple[str, int], Candidate]] = {
+            name: {c.key: c for c in ranking} for name, ranking in rankings.items()
+        }
+        summaries: dict[str, NodeSummary] = {}
+        if config.node_provenance and fused:
+            with self.database.connection() as conn:
+                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:
             found = {name: by_key[name][key] for name in by_key if key in by_key[name]}

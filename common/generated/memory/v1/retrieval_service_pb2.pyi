@@ -93,7 +93,7 @@ class SearchHit(_message.Message):
     vector_score: _builtins.float
     """Cosine similarity in [-1, 1]; 0 when the chunk was not among the vector candidates."""
     text_score: _builtins.float
-    """ts_rank_cd of the full-text match; 0 when none."""
+    """Full-text rank: ts_rank_cd for a chunk with every query term, ts_rank for one with only some; 0 when none."""
     trigram_score: _builtins.float
     """pg_trgm word_similarity(query, text) in [0, 1]; 0 when below threshold."""
     node_type: _builtins.str
