@@ -131,6 +131,8 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.DocumentService/PutChunks": _WRITE,
         "/memory.v1.DocumentService/DeleteNode": _WRITE,
         "/memory.v1.SnapshotService/Reconcile": _WRITE,
+        # Client stream: authorised on its header (the first message), see common.server._authorized_stream.
+        "/memory.v1.SnapshotService/ReconcileStream": _WRITE,
         "/memory.v1.DomainPackService/RegisterPackage": _ADMIN,
         "/memory.v1.DomainPackService/SetNamespaceKinds": _ADMIN,
         # Reads the namespace's configuration only: a reader may know which kinds it has.

@@ -24,8 +24,9 @@ certificates signed by that CA are required) use `grpc.ssl_server_credentials`.
 plus grpc.health.v1 (NOT_SERVING until ``database.ensure_ready()`` returns True; re-checked every
 2 s by a daemon thread), server reflection, and the Prometheus HTTP endpoint.
 
-Interceptors wrap unary-unary handlers only (every RPC of memory.v1 is unary); streaming handlers
-(health Watch, reflection) pass through untouched.
+Interceptors wrap unary-unary and client-streaming (stream-unary, e.g. SnapshotService.ReconcileStream)
+handlers; the auth interceptor authorises a client stream message by message (`_authorized_stream`).
+Other streaming handlers (health Watch, reflection) pass through untouched.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from common.auth import (
     is_loopback_address,
     is_open_method,
     principal_context,
+    request_namespaces,
 )
 from common.config import Settings
 from common.errors import (
@@ -206,7 +208,8 @@ def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
 
 
 class _UnaryInterceptor(grpc.ServerInterceptor):
-    """Base: wraps the behaviour of unary-unary handlers; other handlers pass through."""
+    """Base: wraps the behaviour of unary-unary and stream-unary handlers (a stream-unary behaviour takes
+    the request iterator where a unary one takes the request); other handlers pass through."""
 
     def intercept_service(
         self,
@@ -214,12 +217,15 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
-        if (
-            handler is None
-            or handler.unary_unary is None
-            or handler.request_streaming
-            or handler.response_streaming
-        ):
+        if handler is None or handler.response_streaming:
+            return handler
+        if handler.request_streaming and handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap(handler.stream_unary, handler_call_details),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.request_streaming or handler.unary_unary is None:
             return handler
         behavior = self._wrap(handler.unary_unary, handler_call_details)
         return grpc.unary_unary_rpc_method_handler(
@@ -384,8 +390,8 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
 class _AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates and authorises every RPC except health and reflection (see `common.auth`).
 
-    Unary-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the error-mapping
-    interceptor; a protected streaming method (memory.v1 has none) is refused outright.
+    Unary-unary and stream-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the
+    error-mapping interceptor; other protected streaming methods (memory.v1 has none) are refused outright.
     """
 
     def __init__(self, authenticator: Authenticator) -> None:
@@ -400,11 +406,24 @@ class _AuthInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None or is_open_method(method):
             return handler
+        metadata = tuple(handler_call_details.invocation_metadata or ())
+        authenticator = self._authenticator
+        if handler.request_streaming and not handler.response_streaming and handler.stream_unary is not None:
+            stream_behavior = handler.stream_unary
+
+            def wrapped_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+                principal = authenticator.authenticate(metadata)
+                with principal_context(principal):
+                    return stream_behavior(_authorized_stream(principal, method, request_iterator), context)
+
+            return grpc.stream_unary_rpc_method_handler(
+                wrapped_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_unary is None or handler.request_streaming or handler.response_streaming:
             return _refused_streaming_handler(handler, method)
         behavior = handler.unary_unary
-        metadata = tuple(handler_call_details.invocation_metadata or ())
-        authenticator = self._authenticator
 
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             principal = authenticator.authenticate(metadata)
@@ -417,6 +436,21 @@ class _AuthInterceptor(grpc.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _authorized_stream(principal: Any, method: str, requests: Any) -> Any:
+    """The messages of a client stream, each authorised before the handler sees it: the first one always
+    (it must name the namespace, e.g. ReconcileStreamRequest.header; a first message naming none needs a
+    ``"*"`` grant), a later one when it names namespaces of its own; later messages naming none (the
+    parts) are covered by the first one's namespace.
+
+    Raises:
+        PermissionDenied: from `authorize`, when the message is reached.
+    """
+    for index, request in enumerate(requests):
+        if index == 0 or request_namespaces(request) is not None:
+            authorize(principal, method, request)
+        yield request
 
 
 def _refused_streaming_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:

@@ -1,5 +1,5 @@
-"""Snapshot reconciliation: SnapshotService.Reconcile in domain form (seed 000 "Загрузка знаний";
-DESIGN §6; issue 4 §3).
+"""Snapshot reconciliation: SnapshotService.Reconcile and ReconcileStream in domain form (seed 000
+"Загрузка знаний"; DESIGN §6; issue 4 §3).
 
 A snapshot is the complete current state of one ``(source, scope)``: entities and facts with attributes.
 Compared with what earlier snapshots of that ``(source, scope)`` left:
@@ -9,32 +9,52 @@ Compared with what earlier snapshots of that ``(source, scope)`` left:
 - facts are identified by (subject, predicate, object): one that has no open fact of this
   ``(source, scope)`` is written through the fact engine (``valid_from`` given or ``snapshot_time``;
   a fact of the same fact_id written by another path is strengthened and adopted), an open one whose
-  attributes changed is updated, and open facts of this ``(source, scope)`` the snapshot does not list
-  are closed (``valid_to = snapshot_time``). Facts of other origins or other scopes are never touched.
+  attributes changed is updated, an open one with the same attributes is not touched, and facts the
+  previous snapshot listed but this one does not are closed (``valid_to = snapshot_time``) when they
+  are still open facts of this ``(source, scope)``. Facts of other origins or other scopes are never
+  touched. A fact's ``snapshot_id`` names the snapshot that last created or changed it.
 
-Every run is journaled in source_snapshots with its counts and in source_snapshots_items with one
-(kind, key, sha256) per item; reconciling a ``snapshot_id`` again changes nothing and returns the counts
-of the first run. Entities and facts are checked by `ingest_service.kind_validation` (strict mode
-rejects the whole request, including a second open fact of a relation with cardinality ``one`` for one
-subject). The reconciliation runs in one transaction (nothing half-written), processing items in
-batches of `BATCH` so database round trips and locks stay bounded.
+Streaming (bounded memory): one implementation, `SnapshotReconciler.reconcile_stream`, consumes the
+items part by part (the unary `reconcile` is a stream of one part). Items are validated, journaled in
+source_snapshots_items (key, hash, position) and written in batches of `BATCH`, so the process holds at
+most a batch and one part, whatever the snapshot's size. Everything that needs the whole snapshot runs
+in SQL at the end: duplicate keys are found by the journal's primary key as they arrive, the
+cardinality-one check groups the journal, and the facts to close are the set difference of the
+previous and the current journal (`SnapshotStore.dropped_open_facts`).
+
+Atomicity and the crash story: a run is one database transaction, opened when the header arrives and
+committed only after the last part, the checks and the closing step. A stream that breaks midway
+(cancelled, deadline, connection lost, an exception in the caller's iterator) or carries an invalid
+item rolls back: nothing is written, nothing is journaled, nothing is closed, and the same snapshot_id
+can be sent again from the start (there is nothing to resume). Runs of one (namespace, source, scope)
+are serialised by an advisory lock; a snapshot_id already reconciled returns the counts of its run with
+``unchanged`` without reading the items (reconciling the same snapshot twice changes nothing). While a
+run is open, writers of the same graph keys wait for it (row locks), as for any transaction.
+
+Validation errors carry field paths with the item's position in the whole snapshot: entities and facts
+are counted separately across every part, so ``facts[120034].subject`` is the subject of the 120,035th
+fact streamed, and a unary request gets exactly the paths it always had. After the first invalid item
+nothing more is written; the rest of the stream is still validated and journaled (duplicates and
+cardinality are found across it), and the run fails with up to `MAX_VIOLATIONS` violations.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+
 from common.db import Database
-from common.errors import FieldViolation, InvalidArgument, ViolationCollector
+from common.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
 from common.identifiers import canonical_instant, canonical_json
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
-from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotStore
+from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
 from common.write_access import WriteAccess
 from ingest_service.fact_engine import FactEngine, FactWrite
 from ingest_service.kind_validation import KindValidator, NamespaceKinds
@@ -48,8 +68,10 @@ from ingest_service.observation_validation import (
 
 log = logging.getLogger(__name__)
 
-BATCH = 1000
-MAX_ITEMS = 200_000
+BATCH = 1000  # items validated, journaled and written per statement group
+MAX_ITEMS = 200_000  # entities + facts of one unary ReconcileRequest
+MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one transaction)
+MAX_VIOLATIONS = 100  # field violations reported before a run stops reading
 SNAPSHOT_ORIGIN = "agent"  # the documented origins are "agent" and "vault"; source_path names the snapshot
 
 
@@ -73,7 +95,27 @@ class ReconcileResult:
 
 
 @dataclass(frozen=True)
+class SnapshotHeader:
+    """Which snapshot a run carries: ReconcileRequest's (and ReconcileStreamHeader's) scalar fields."""
+
+    namespace: str
+    source: str
+    scope: str
+    snapshot_id: str
+    snapshot_time: datetime | None
+
+
+@dataclass(frozen=True)
+class SnapshotPart:
+    """The next items of a snapshot: entity and fact assertions in proto3-JSON form (proto field names)."""
+
+    entities: Sequence[Any] = ()
+    facts: Sequence[Any] = ()
+
+
+@dataclass(frozen=True)
 class _Entity:
+    position: int
     key: str
     node_type: str
     title: str
@@ -108,118 +150,201 @@ class SnapshotReconciler:
         scope: str,
         snapshot_id: str,
         snapshot_time: datetime | None,
-        raw_entities: list[dict[str, Any]],
-        raw_facts: list[dict[str, Any]],
+        raw_entities: Sequence[Any],
+        raw_facts: Sequence[Any],
     ) -> ReconcileResult:
-        """Reconciles one snapshot (entities and facts in proto3-JSON form with proto field names).
+        """Reconciles one snapshot given whole (SnapshotService.Reconcile): `reconcile_stream` of one
+        part. Retried as a whole on a deadlock with a concurrent writer.
 
         Raises:
-            InvalidArgument: bad request fields, invalid items (paths ``entities[i].key``,
-                ``facts[j].valid_from``), duplicate items, or strict-mode violations of the packs.
+            InvalidArgument: bad request fields, more than `MAX_ITEMS` items, invalid items (paths
+                ``entities[i].key``, ``facts[j].valid_from``), duplicate items, or strict-mode violations.
             Unavailable: the database cannot be reached; nothing was written, retrying is safe.
         """
+        header = SnapshotHeader(namespace, source, scope, snapshot_id, snapshot_time)
+        check = self._header_violations(header)
+        if len(raw_entities) + len(raw_facts) > MAX_ITEMS:
+            check.add(
+                "entities", f"at most {MAX_ITEMS} entities and facts per request (stream larger snapshots)"
+            )
+        check.raise_if_any()
+        part = SnapshotPart(raw_entities, raw_facts)
+        return self._run(header, lambda: iter((part,)), replayable=True)
+
+    def reconcile_stream(self, header: SnapshotHeader, parts: Iterable[SnapshotPart]) -> ReconcileResult:
+        """Reconciles one snapshot whose items arrive in ``parts`` (SnapshotService.ReconcileStream),
+        consuming them incrementally in bounded memory; atomic (see the module doc).
+
+        ``parts`` is iterated once, inside the run's transaction; an exception it raises (a broken
+        stream) rolls the run back and propagates.
+
+        Raises:
+            InvalidArgument: bad header fields, more than `MAX_STREAM_ITEMS` items, invalid items
+                (positions counted across the stream), duplicates, or strict-mode violations.
+            Unavailable: the database cannot be reached, or a deadlock with a concurrent writer
+                (a stream cannot be replayed: send it again); nothing was written.
+        """
+        self._header_violations(header).raise_if_any()
+        consumed = iter(parts)
+        return self._run(header, lambda: consumed, replayable=False)
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _header_violations(header: SnapshotHeader) -> ViolationCollector:
         check = ViolationCollector()
-        if not NAMESPACE_PATTERN.match(namespace):
+        if not NAMESPACE_PATTERN.match(header.namespace):
             check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-        for name, value in (("source", source), ("scope", scope), ("snapshot_id", snapshot_id)):
+        for name in ("source", "scope", "snapshot_id"):
+            value = getattr(header, name)
             if not value or len(value) > 256 or "\x00" in value:
                 check.add(name, "required, 1..256 characters, no NUL")
-        if snapshot_time is None:
+        if header.snapshot_time is None:
             check.add("snapshot_time", "required")
-        if len(raw_entities) + len(raw_facts) > MAX_ITEMS:
-            check.add("entities", f"at most {MAX_ITEMS} entities and facts per snapshot")
-        check.raise_if_any()
-        assert snapshot_time is not None
-        kinds = self.kinds.for_namespace(namespace)
-        entities, entity_violations = self._entities(raw_entities, kinds)
-        facts, fact_violations = self._facts(raw_facts, kinds, snapshot_time)
-        if entity_violations or fact_violations:
-            raise InvalidArgument(entity_violations + fact_violations)
+        return check
 
-        def work(conn: Any) -> ReconcileResult:
-            WriteAccess.of_caller().require_writable(  # write-side visibility scopes (issue 5 §3)
-                conn,
-                self.facts,
-                namespace,
-                [entity.key for entity in entities],
-                [(f"facts[{f.index}]", f.subject, f.predicate, f.object, f.valid_from, f.scopes) for f in facts],
-            )
-            row_id = self.store.create(conn, namespace, source, scope, snapshot_id, snapshot_time)
-            if row_id is None:
-                done = self.store.get(conn, namespace, source, scope, snapshot_id)
-                assert done is not None
-                before = self.store.previous(conn, namespace, source, scope, done.row_id)
-                known = {k: v for k, v in done.counts.items() if k in ReconcileCounts.__dataclass_fields__}
-                return ReconcileResult(
-                    snapshot_id, ReconcileCounts(**known), True, before.snapshot_id if before else ""
-                )
-            previous = self.store.previous(conn, namespace, source, scope, row_id)
-            counts = ReconcileCounts()
-            now = datetime.now(UTC)
-            self.store.add_items(conn, row_id, [("entity", e.key, e.digest) for e in entities])
-            self.store.add_items(
-                conn,
-                row_id,
-                [("fact", fact_item_key(f.subject, f.predicate, f.object), _fact_digest(f)) for f in facts],
-            )
-            known_labels: dict[str, str] = {}
-            for start in range(0, len(entities), BATCH):
-                self._reconcile_entities(
-                    conn,
-                    namespace,
-                    entities[start : start + BATCH],
-                    previous,
-                    snapshot_time,
-                    now,
-                    counts,
-                    known_labels,
-                )
-            for start in range(0, len(facts), BATCH):
-                self._reconcile_facts(
-                    conn,
-                    namespace,
-                    source,
-                    scope,
-                    snapshot_id,
-                    facts[start : start + BATCH],
-                    now,
-                    counts,
-                    known_labels,
-                )
-            while True:
-                absent = self.store.unconfirmed_open_facts(
-                    conn, namespace, source, scope, snapshot_id, snapshot_time, BATCH
-                )
-                for fact_id in absent:
-                    self.facts.close(conn, namespace, fact_id, snapshot_time, None)
-                counts.facts_closed += len(absent)
-                if len(absent) < BATCH:
-                    break
-            self.store.set_counts(conn, row_id, asdict(counts))
-            return ReconcileResult(snapshot_id, counts, False, previous.snapshot_id if previous else "")
+    def _run(
+        self, header: SnapshotHeader, parts: Callable[[], Iterator[SnapshotPart]], *, replayable: bool
+    ) -> ReconcileResult:
+        kinds = self.kinds.for_namespace(header.namespace)
 
-        result = self.database.run_transaction(work)
+        def work(conn: psycopg.Connection[Any]) -> ReconcileResult:
+            return _Run(self, conn, header, kinds).execute(parts())
+
+        if replayable:
+            result = self.database.run_transaction(work)
+        else:
+            try:
+                with self.database.connection() as conn:
+                    result = work(conn)
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as error:
+                raise Unavailable(
+                    "the snapshot collided with a concurrent writer and was rolled back; send it again",
+                    reason="CONCURRENT_WRITE",
+                ) from error
+        assert header.snapshot_time is not None
         log.info(
-            "reconciled %s %s/%s snapshot %s at %s: %s",
-            namespace,
-            source,
-            scope,
-            snapshot_id,
-            canonical_instant(snapshot_time),
+            "reconciled %s %s/%s snapshot %s at %s: %s%s",
+            header.namespace,
+            header.source,
+            header.scope,
+            header.snapshot_id,
+            canonical_instant(header.snapshot_time),
             asdict(result.counts),
+            " (already reconciled)" if result.unchanged else "",
         )
         return result
 
-    # -- validation --------------------------------------------------------------------------------
 
-    def _entities(
-        self, raw_entities: list[dict[str, Any]], kinds: NamespaceKinds
-    ) -> tuple[list[_Entity], list[FieldViolation]]:
+class _Run:
+    """One reconciliation inside its transaction: buffers at most `BATCH` entities and `BATCH` facts."""
+
+    def __init__(
+        self,
+        owner: SnapshotReconciler,
+        conn: psycopg.Connection[Any],
+        header: SnapshotHeader,
+        kinds: NamespaceKinds,
+    ) -> None:
+        assert header.snapshot_time is not None
+        self.owner = owner
+        self.store = owner.store
+        self.conn = conn
+        self.header = header
+        self.snapshot_time: datetime = header.snapshot_time
+        self.kinds = kinds
+        self.counts = ReconcileCounts()
+        self.now = datetime.now(UTC)
+        self.access = WriteAccess.of_caller()  # the caller's write-side scopes (`common.write_access`)
+        self.row_id = 0
+        self.previous: SnapshotRow | None = None
+        self.entities: list[tuple[int, Any]] = []
+        self.facts: list[tuple[int, Any]] = []
+        self.entity_position = 0
+        self.fact_position = 0
+        self.violations: list[FieldViolation] = []
+        self.cardinality_checked = kinds.strict and any(
+            relation.cardinality == "one" for relation in kinds.relations.values()
+        )
+
+    def execute(self, parts: Iterator[SnapshotPart]) -> ReconcileResult:
+        header = self.header
+        self.store.lock_scope(self.conn, header.namespace, header.source, header.scope)
+        row_id = self.store.create(
+            self.conn, header.namespace, header.source, header.scope, header.snapshot_id, self.snapshot_time
+        )
+        if row_id is None:
+            done = self.store.get(
+                self.conn, header.namespace, header.source, header.scope, header.snapshot_id
+            )
+            assert done is not None
+            before = self.store.previous(
+                self.conn, header.namespace, header.source, header.scope, done.row_id
+            )
+            known = {k: v for k, v in done.counts.items() if k in ReconcileCounts.__dataclass_fields__}
+            return ReconcileResult(
+                header.snapshot_id, ReconcileCounts(**known), True, before.snapshot_id if before else ""
+            )
+        self.row_id = row_id
+        self.previous = self.store.previous(self.conn, header.namespace, header.source, header.scope, row_id)
+        for part in parts:
+            for raw in part.entities:
+                self.entities.append((self.entity_position, raw))
+                self.entity_position += 1
+                if len(self.entities) >= BATCH:
+                    self._flush_entities()
+            for raw in part.facts:
+                self.facts.append((self.fact_position, raw))
+                self.fact_position += 1
+                if len(self.facts) >= BATCH:
+                    self._flush_facts()
+            if self.entity_position + self.fact_position > MAX_STREAM_ITEMS:
+                self._violation("entities", f"at most {MAX_STREAM_ITEMS} entities and facts per snapshot")
+                break
+            if len(self.violations) >= MAX_VIOLATIONS:
+                break
+        self._flush_facts()  # flushes the entities first
+        if self.cardinality_checked and len(self.violations) < MAX_VIOLATIONS:
+            self._check_cardinality()
+        if self.violations:
+            raise InvalidArgument(self.violations[:MAX_VIOLATIONS])
+        if self.previous is not None:
+            self._close_dropped(self.previous)
+        self.store.set_counts(self.conn, row_id, asdict(self.counts))
+        return ReconcileResult(
+            header.snapshot_id, self.counts, False, self.previous.snapshot_id if self.previous else ""
+        )
+
+    def _violation(self, field: str, description: str) -> None:
+        self.violations.append(FieldViolation(field, description))
+
+    @property
+    def writing(self) -> bool:
+        """False once an item was invalid: the run fails, so later batches are only validated."""
+        return not self.violations
+
+    # -- entities ----------------------------------------------------------------------------------
+
+    def _flush_entities(self) -> None:
+        batch, self.entities = self.entities, []
+        if not batch:
+            return
+        entities = self._validate_entities(batch)
+        duplicates = self.store.add_items(
+            self.conn, self.row_id, "entity", [(e.key, e.digest, e.position, None) for e in entities]
+        )
+        for position, first in sorted(duplicates.items()):
+            key = next(e.key for e in entities if e.position == position)
+            also = f" (also entities[{first}])" if first is not None else ""
+            self._violation(f"entities[{position}].key", f"{key!r} is listed twice{also}")
+        if self.writing:
+            self._write_entities(entities)
+
+    def _validate_entities(self, batch: list[tuple[int, Any]]) -> list[_Entity]:
         checker = FieldChecker()
         entities: list[_Entity] = []
-        seen: dict[str, int] = {}
-        for index, raw in enumerate(raw_entities):
-            path = f"entities[{index}]"
+        for position, raw in batch:
+            path = f"entities[{position}]"
             if not isinstance(raw, dict):
                 checker.add(path, "must be an entity assertion object")
                 continue
@@ -235,147 +360,159 @@ class SnapshotReconciler:
             if key is None:
                 continue
             implied = str(node_type) or (key.partition(":")[0] if ":" in key else "entity")
-            key, implied, violations = kinds.check_entity(key, implied, attributes, path)
+            key, implied, violations = self.kinds.check_entity(key, implied, attributes, path)
             checker.violations.extend(violations)
-            if key in seen:
-                checker.add(f"{path}.key", f"{key!r} is listed twice (also entities[{seen[key]}])")
-                continue
-            seen[key] = index
             title = str(raw.get("title") or key)
             digest = _digest({"type": implied, "title": title, "attributes": attributes})
-            entities.append(_Entity(key, implied, title, dict(attributes), digest))
-        return entities, checker.violations
+            entities.append(_Entity(position, key, implied, title, dict(attributes), digest))
+        self.violations.extend(checker.violations)
+        return entities
 
-    def _facts(
-        self, raw_facts: list[dict[str, Any]], kinds: NamespaceKinds, snapshot_time: datetime
-    ) -> tuple[list[FactInput], list[FieldViolation]]:
-        checker = FieldChecker()
-        facts: list[FactInput] = []
-        seen: dict[str, int] = {}
-        open_per_subject: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for index, raw in enumerate(raw_facts):
-            path = f"facts[{index}]"
-            fact = validate_fact_assertion(checker, raw, path, index=index, default_valid_from=snapshot_time)
-            if fact is None:
-                continue
-            if fact.supersedes:
-                checker.add(f"{path}.supersedes", "not used in snapshots: absent facts are closed instead")
-                continue
-            fact.subject, fact.object, violations = kinds.check_fact(
-                fact.subject, fact.predicate, fact.object, path
-            )
-            checker.violations.extend(violations)
-            item = fact_item_key(fact.subject, fact.predicate, fact.object)
-            if item in seen:
-                checker.add(
-                    path,
-                    f"({fact.subject}, {fact.predicate}, {fact.object}) is listed twice (also facts[{seen[item]}])",
-                )
-                continue
-            seen[item] = index
-            relation = kinds.relations.get(fact.predicate)
-            if (
-                kinds.strict
-                and relation is not None
-                and relation.cardinality == "one"
-                and fact.valid_to is None
-            ):
-                open_per_subject[(fact.subject, fact.predicate)].append(index)
-            facts.append(fact)
-        for (subject, predicate), indexes in open_per_subject.items():
-            if len(indexes) > 1:
-                relation = kinds.relations[predicate]
-                for index in indexes[1:]:
-                    checker.violations.append(
-                        FieldViolation(
-                            f"facts[{index}]",
-                            f"pack {relation.pack}, relation {predicate}: cardinality one, but {subject} already has "
-                            f"an open {predicate} fact (facts[{indexes[0]}])",
-                        )
-                    )
-        return facts, checker.violations
-
-    # -- writing -----------------------------------------------------------------------------------
-
-    def _reconcile_entities(
-        self,
-        conn: Any,
-        namespace: str,
-        batch: list[_Entity],
-        previous: Any,
-        snapshot_time: datetime,
-        now: datetime,
-        counts: ReconcileCounts,
-        known_labels: dict[str, str],
-    ) -> None:
-        hashes = (
-            self.store.item_hashes(conn, previous.row_id, "entity", [e.key for e in batch])
-            if previous
+    def _write_entities(self, entities: list[_Entity]) -> None:
+        # Write-side visibility scopes (issue 5 §3): a hidden node is NOT_FOUND.
+        self.access.require_writable(self.conn, self.owner.facts, self.header.namespace, [e.key for e in entities], [])
+        previous = (
+            self.store.item_hashes(self.conn, self.previous.row_id, "entity", [e.key for e in entities])
+            if self.previous
             else {}
         )
-        for entity in batch:
-            if hashes.get(entity.key) == entity.digest:
-                counts.entities_unchanged += 1
-                continue
-            result = self.graph.upsert_node(
-                conn,
+        changed = []
+        for entity in entities:
+            if previous.get(entity.key) == entity.digest:
+                self.counts.entities_unchanged += 1
+            else:
+                changed.append(entity)
+        results = self.owner.graph.upsert_nodes(
+            self.conn,
+            [
                 NodeWrite(
-                    namespace=namespace,
+                    namespace=self.header.namespace,
                     natural_key=entity.key,
                     node_type=entity.node_type,
                     title=entity.title,
                     origin=SNAPSHOT_ORIGIN,
                     props={"attributes": entity.attributes},
-                    asserted_at=snapshot_time,
-                ),
-                now=now,
-                overwrite=True,
-            )
-            known_labels[entity.key] = result.label
-            if result.created:
-                counts.entities_created += 1
+                    asserted_at=self.snapshot_time,
+                )
+                for entity in changed
+            ],
+            now=self.now,
+            overwrite=True,
+        )
+        for result in results:
+            # A placeholder (a fact end streamed before its entity) completed here counts as created.
+            if result.created or result.completed_placeholder:
+                self.counts.entities_created += 1
             elif result.updated:
-                counts.entities_updated += 1
+                self.counts.entities_updated += 1
             else:
-                counts.entities_unchanged += 1
+                self.counts.entities_unchanged += 1
 
-    def _reconcile_facts(
-        self,
-        conn: Any,
-        namespace: str,
-        source: str,
-        scope: str,
-        snapshot_id: str,
-        batch: list[FactInput],
-        now: datetime,
-        counts: ReconcileCounts,
-        known_labels: dict[str, str],
-    ) -> None:
+    # -- facts -------------------------------------------------------------------------------------
+
+    def _flush_facts(self) -> None:
+        self._flush_entities()  # entities that arrived before these facts are written first
+        batch, self.facts = self.facts, []
+        if not batch:
+            return
+        facts, cardinality = self._validate_facts(batch)
+        duplicates = self.store.add_items(
+            self.conn,
+            self.row_id,
+            "fact",
+            [
+                (
+                    fact_item_key(f.subject, f.predicate, f.object),
+                    _fact_digest(f),
+                    f.index,
+                    cardinality.get(f.index),
+                )
+                for f in facts
+            ],
+        )
+        for position, first in sorted(duplicates.items()):
+            fact = next(f for f in facts if f.index == position)
+            also = f" (also facts[{first}])" if first is not None else ""
+            self._violation(
+                f"facts[{position}]",
+                f"({fact.subject}, {fact.predicate}, {fact.object}) is listed twice{also}",
+            )
+        if self.writing:
+            self._write_facts(facts)
+
+    def _validate_facts(self, batch: list[tuple[int, Any]]) -> tuple[list[FactInput], dict[int, str]]:
+        checker = FieldChecker()
+        facts: list[FactInput] = []
+        cardinality: dict[int, str] = {}
+        for position, raw in batch:
+            path = f"facts[{position}]"
+            fact = validate_fact_assertion(
+                checker, raw, path, index=position, default_valid_from=self.snapshot_time
+            )
+            if fact is None:
+                continue
+            if fact.supersedes:
+                checker.add(f"{path}.supersedes", "not used in snapshots: absent facts are closed instead")
+                continue
+            fact.subject, fact.object, violations = self.kinds.check_fact(
+                fact.subject, fact.predicate, fact.object, path
+            )
+            checker.violations.extend(violations)
+            relation = self.kinds.relations.get(fact.predicate)
+            if (
+                self.kinds.strict
+                and relation is not None
+                and relation.cardinality == "one"
+                and fact.valid_to is None
+            ):
+                cardinality[position] = ITEM_SEPARATOR.join((fact.subject, fact.predicate))
+            facts.append(fact)
+        self.violations.extend(checker.violations)
+        return facts, cardinality
+
+    def _check_cardinality(self) -> None:
+        for key, positions in self.store.cardinality_repeats(self.conn, self.row_id, MAX_VIOLATIONS):
+            subject, _, predicate = key.partition(ITEM_SEPARATOR)
+            relation = self.kinds.relations[predicate]
+            for position in positions[1:]:
+                self._violation(
+                    f"facts[{position}]",
+                    f"pack {relation.pack}, relation {predicate}: cardinality one, but {subject} already has "
+                    f"an open {predicate} fact (facts[{positions[0]}])",
+                )
+
+    def _write_facts(self, facts: list[FactInput]) -> None:
+        header = self.header
+        self.access.require_writable(  # write-side visibility scopes (issue 5 §3)
+            self.conn,
+            self.owner.facts,
+            header.namespace,
+            [],
+            [(f"facts[{f.index}]", f.subject, f.predicate, f.object, f.valid_from, f.scopes) for f in facts],
+        )
         existing = {
             fact_item_key(row.subject_key, row.predicate, row.object_key): row
             for row in self.store.open_facts(
-                conn, namespace, source, scope, sorted({f.subject for f in batch})
+                self.conn, header.namespace, header.source, header.scope, sorted({f.subject for f in facts})
             )
         }
-        confirmed: list[str] = []
-        for fact in batch:
+        changed: list[tuple[str, dict[str, Any] | None]] = []
+        new: list[FactInput] = []
+        for fact in facts:
             row = existing.get(fact_item_key(fact.subject, fact.predicate, fact.object))
-            if row is not None:
-                if row.attributes == fact.attributes:
-                    counts.facts_unchanged += 1
-                    confirmed.append(row.fact_id)
-                    continue
-                self.store.adopt_fact(conn, row.fact_id, source, scope, snapshot_id, fact.attributes)
-                updated = self.facts.get(conn, namespace, row.fact_id)
-                assert updated is not None
-                self.facts.sync_edge(conn, updated)
-                counts.facts_updated += 1
-                continue
-            outcome = self.engine.record(
-                conn,
+            if row is None:
+                new.append(fact)
+            elif row.attributes == fact.attributes:
+                self.counts.facts_unchanged += 1
+            else:
+                changed.append((row.fact_id, fact.attributes))
+        outcomes = self.owner.engine.record_many(
+            self.conn,
+            header.namespace,
+            [
                 FactWrite(
                     field=f"facts[{fact.index}]",
-                    namespace=namespace,
+                    namespace=header.namespace,
                     subject=fact.subject,
                     predicate=fact.predicate,
                     object=fact.object,
@@ -387,27 +524,51 @@ class SnapshotReconciler:
                     scopes=fact.scopes,
                     attributes=fact.attributes,
                     observation_id=None,
-                    observed_at=now,
+                    observed_at=self.now,
                     origin=SNAPSHOT_ORIGIN,
-                    source_path=f"snapshot:{source}/{scope}/{snapshot_id}",
+                    source_path=f"snapshot:{header.source}/{header.scope}/{header.snapshot_id}",
                     agent_asserted=True,
-                ),
-                now=now,
-                known=known_labels,
-            )
-            self.store.adopt_fact(
-                conn,
-                outcome.fact_id,
-                source,
-                scope,
-                snapshot_id,
-                None if outcome.created else fact.attributes,
-            )
+                )
+                for fact in new
+            ],
+            now=self.now,
+        )
+        self.counts.facts_updated += len(changed)
+        adoptions: list[tuple[str, dict[str, Any] | None]] = list(changed)
+        rewritten = [fact_id for fact_id, _ in changed]
+        for fact, outcome in zip(new, outcomes, strict=True):
             if outcome.created:
-                counts.facts_created += 1
-            else:
-                counts.facts_updated += 1
-        self.store.confirm_facts(conn, confirmed, snapshot_id)
+                self.counts.facts_created += 1
+                adoptions.append((outcome.fact_id, None))
+            else:  # a fact of the same fact_id from another path (or closed before): adopted
+                self.counts.facts_updated += 1
+                adoptions.append((outcome.fact_id, fact.attributes))
+                rewritten.append(outcome.fact_id)
+        self.store.adopt_facts(self.conn, header.source, header.scope, header.snapshot_id, adoptions)
+        for fact_id in rewritten:  # attributes are edge properties too
+            stored = self.owner.facts.get(self.conn, header.namespace, fact_id)
+            assert stored is not None
+            self.owner.facts.sync_edge(self.conn, stored)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def _close_dropped(self, previous: SnapshotRow) -> None:
+        header = self.header
+        after: str | None = ""
+        while after is not None:
+            fact_ids, after = self.store.dropped_open_facts(
+                self.conn,
+                header.namespace,
+                header.source,
+                header.scope,
+                previous.row_id,
+                self.row_id,
+                self.snapshot_time,
+                after,
+                BATCH,
+            )
+            closed = self.owner.facts.close_many(self.conn, header.namespace, fact_ids, self.snapshot_time)
+            self.counts.facts_closed += len(closed)
 
 
 def _fact_digest(fact: FactInput) -> str:

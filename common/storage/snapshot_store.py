@@ -1,8 +1,14 @@
 """SQL of snapshot reconciliation: the journal (source_snapshots, source_snapshots_items) and the snapshot
-columns of facts (migration 0005). Every call runs on the caller's connection and transaction."""
+columns of facts (migrations 0005, 0006). Every call runs on the caller's connection and transaction.
+
+A run's items are journaled batch by batch as they arrive (`add_items`); duplicates, the cardinality
+check and the facts a run drops (`dropped_open_facts`: the previous run's journal minus this run's) are
+computed in SQL, so no caller holds a whole snapshot in memory."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +21,7 @@ from common.config import Settings
 from common.db import table_identifiers
 
 ITEM_SEPARATOR = "\x1f"  # between subject, predicate and object in a fact's item_key
+_SCOPE_LOCK_BASE = 0x736E_0000_0000  # advisory lock namespace of (namespace, source, scope)
 
 
 @dataclass(frozen=True)
@@ -93,17 +100,120 @@ class SnapshotStore:
             (Jsonb(counts), row_id),
         )
 
+    def lock_scope(self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str) -> None:
+        """Serialises runs of one (namespace, source, scope) until the transaction ends, so two runs never
+        compare themselves with the same previous snapshot concurrently."""
+        digest = hashlib.sha256(ITEM_SEPARATOR.join((namespace, source, scope)).encode("utf-8")).hexdigest()
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCOPE_LOCK_BASE + int(digest[:10], 16),))
+
     def add_items(
-        self, conn: psycopg.Connection[Any], row_id: int, items: list[tuple[str, str, str]]
-    ) -> None:
-        """Journals (item_kind, item_key, item_hash) of the run with COPY."""
-        with conn.cursor() as cursor:
-            copy_sql = sql.SQL(
-                "COPY {snapshot_items} (snapshot_row, item_kind, item_key, item_hash) FROM STDIN"
-            ).format(**self.t)
-            with cursor.copy(copy_sql) as copy:
-                for kind, key, digest in items:
-                    copy.write_row((row_id, kind, key, digest))
+        self,
+        conn: psycopg.Connection[Any],
+        row_id: int,
+        kind: str,
+        items: list[tuple[str, str, int, str | None]],
+    ) -> dict[int, int | None]:
+        """Journals ``(item_key, item_hash, item_position, cardinality_key)`` items of one kind for the run.
+
+        Returns the duplicates: position of each item whose key the run had already journaled -> the
+        position of that earlier item (None if it cannot be told). Empty when every key is new.
+        """
+        if not items:
+            return {}
+        rows = conn.execute(
+            sql.SQL(
+                "INSERT INTO {snapshot_items} (snapshot_row, item_kind, item_key, item_hash, item_position, cardinality_key)"
+                " SELECT %(row)s, %(kind)s, x.item_key, x.item_hash, x.item_position, x.cardinality_key"
+                " FROM unnest(%(keys)s::text[], %(hashes)s::text[], %(positions)s::int[], %(cardinality)s::text[])"
+                " AS x(item_key, item_hash, item_position, cardinality_key) ORDER BY x.item_position"
+                " ON CONFLICT (snapshot_row, item_kind, item_key) DO NOTHING RETURNING item_position"
+            ).format(**self.t),
+            {
+                "row": row_id,
+                "kind": kind,
+                "keys": [item[0] for item in items],
+                "hashes": [item[1] for item in items],
+                "positions": [item[2] for item in items],
+                "cardinality": [item[3] for item in items],
+            },
+        ).fetchall()
+        if len(rows) == len(items):
+            return {}
+        journaled = {int(row[0]) for row in rows}
+        repeated = [item for item in items if item[2] not in journaled]
+        first = dict(
+            conn.execute(
+                sql.SQL(
+                    "SELECT item_key, item_position FROM {snapshot_items}"
+                    " WHERE snapshot_row = %s AND item_kind = %s AND item_key = ANY(%s)"
+                ).format(**self.t),
+                (row_id, kind, sorted({item[0] for item in repeated})),
+            ).fetchall()
+        )
+        return {item[2]: first.get(item[0]) for item in repeated}
+
+    def cardinality_repeats(
+        self, conn: psycopg.Connection[Any], row_id: int, limit: int
+    ) -> list[tuple[str, list[int]]]:
+        """Cardinality keys (``subject<US>predicate``) journaled more than once in the run, each with the
+        positions of its facts in stream order; at most ``limit`` keys."""
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT cardinality_key, array_agg(item_position ORDER BY item_position) FROM {snapshot_items}"
+                " WHERE snapshot_row = %s AND item_kind = 'fact' AND cardinality_key IS NOT NULL"
+                " GROUP BY cardinality_key HAVING count(*) > 1 ORDER BY min(item_position) LIMIT %s"
+            ).format(**self.t),
+            (row_id, limit),
+        ).fetchall()
+        return [(str(key), [int(p) for p in positions]) for key, positions in rows]
+
+    def dropped_open_facts(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        source: str,
+        scope: str,
+        previous_row: int,
+        current_row: int,
+        snapshot_time: datetime,
+        after: str,
+        limit: int,
+    ) -> tuple[list[str], str | None]:
+        """One page of the facts a run drops: the fact items of the previous run's journal that the current
+        run's journal lacks (a set difference in SQL, in item_key order after ``after``), mapped to the
+        open facts of (source, scope) valid from no later than ``snapshot_time``.
+
+        Returns (fact_ids to close, item_key to continue after, or None when this was the last page).
+        """
+        rows = conn.execute(
+            sql.SQL(
+                "WITH dropped AS (SELECT p.item_key FROM {snapshot_items} p"
+                " WHERE p.snapshot_row = %(previous)s AND p.item_kind = 'fact' AND p.item_key > %(after)s"
+                " AND NOT EXISTS (SELECT 1 FROM {snapshot_items} c WHERE c.snapshot_row = %(current)s"
+                " AND c.item_kind = 'fact' AND c.item_key = p.item_key)"
+                " ORDER BY p.item_key LIMIT %(limit)s)"
+                " SELECT d.item_key, f.fact_id FROM dropped d LEFT JOIN {facts} f ON f.namespace = %(namespace)s"
+                " AND f.subject_key = split_part(d.item_key, %(separator)s, 1)"
+                " AND f.predicate = split_part(d.item_key, %(separator)s, 2)"
+                " AND f.object_key = split_part(d.item_key, %(separator)s, 3)"
+                " AND f.snapshot_source = %(source)s AND f.snapshot_scope = %(scope)s AND f.valid_to IS NULL"
+                " AND f.valid_from <= %(snapshot_time)s ORDER BY d.item_key, f.fact_id"
+            ).format(**self.t),
+            {
+                "previous": previous_row,
+                "current": current_row,
+                "after": after,
+                "limit": limit,
+                "namespace": namespace,
+                "separator": ITEM_SEPARATOR,
+                "source": source,
+                "scope": scope,
+                "snapshot_time": snapshot_time,
+            },
+        ).fetchall()
+        keys = {str(row[0]) for row in rows}
+        fact_ids = [str(row[1]) for row in rows if row[1] is not None]
+        return fact_ids, (max(keys) if len(keys) == limit else None)
 
     def item_hashes(
         self, conn: psycopg.Connection[Any], row_id: int, kind: str, keys: list[str]
@@ -131,61 +241,34 @@ class SnapshotStore:
         ).fetchall()
         return [OpenSnapshotFact(r[0], r[1], r[2], r[3], dict(r[4]), r[5]) for r in rows]
 
-    def adopt_fact(
+    def adopt_facts(
         self,
         conn: psycopg.Connection[Any],
-        fact_id: str,
         source: str,
         scope: str,
         snapshot_id: str,
-        attributes: dict[str, Any] | None,
+        adoptions: list[tuple[str, dict[str, Any] | None]],
     ) -> None:
-        """Marks a fact as owned by (source, scope) and confirmed by ``snapshot_id``; sets attributes when given."""
-        if attributes is None:
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {facts} SET snapshot_source = %s, snapshot_scope = %s, snapshot_id = %s WHERE fact_id = %s"
-                ).format(**self.t),
-                (source, scope, snapshot_id, fact_id),
-            )
-        else:
-            conn.execute(
-                sql.SQL(
-                    "UPDATE {facts} SET snapshot_source = %s, snapshot_scope = %s, snapshot_id = %s, attributes = %s"
-                    " WHERE fact_id = %s"
-                ).format(**self.t),
-                (source, scope, snapshot_id, Jsonb(attributes), fact_id),
-            )
-
-    def confirm_facts(self, conn: psycopg.Connection[Any], fact_ids: list[str], snapshot_id: str) -> None:
-        if fact_ids:
-            conn.execute(
-                sql.SQL("UPDATE {facts} SET snapshot_id = %s WHERE fact_id = ANY(%s)").format(**self.t),
-                (snapshot_id, fact_ids),
-            )
-
-    def unconfirmed_open_facts(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        source: str,
-        scope: str,
-        snapshot_id: str,
-        snapshot_time: datetime,
-        limit: int,
-    ) -> list[str]:
-        """Open facts of (source, scope), valid from no later than ``snapshot_time``, that the run of
-        ``snapshot_id`` did not confirm (every fact it lists carries its snapshot_id); at most ``limit``.
-
-        Served by the partial index on open snapshot facts; no join with the journal, whose fresh rows
-        have no planner statistics inside the reconciling transaction.
-        """
-        rows = conn.execute(
+        """Marks facts ``(fact_id, attributes)`` as owned by (source, scope) and written by ``snapshot_id``;
+        sets the attributes when given (None keeps them). One statement, rows locked in fact_id order."""
+        if not adoptions:
+            return
+        ordered = sorted(adoptions, key=lambda adoption: adoption[0])
+        conn.execute(
             sql.SQL(
-                "SELECT fact_id FROM {facts} WHERE namespace = %s AND snapshot_source = %s AND snapshot_scope = %s"
-                " AND valid_to IS NULL AND valid_from <= %s AND snapshot_id IS DISTINCT FROM %s"
-                " ORDER BY fact_id LIMIT %s"
+                "UPDATE {facts} f SET snapshot_source = %(source)s, snapshot_scope = %(scope)s,"
+                " snapshot_id = %(snapshot_id)s, attributes = coalesce(x.attributes::jsonb, f.attributes)"
+                " FROM unnest(%(fact_ids)s::text[], %(attributes)s::text[]) AS x(fact_id, attributes)"
+                " WHERE f.fact_id = x.fact_id"
             ).format(**self.t),
-            (namespace, source, scope, snapshot_time, snapshot_id, limit),
-        ).fetchall()
-        return [str(row[0]) for row in rows]
+            {
+                "source": source,
+                "scope": scope,
+                "snapshot_id": snapshot_id,
+                "fact_ids": [fact_id for fact_id, _ in ordered],
+                "attributes": [
+                    None if attributes is None else json.dumps(attributes, ensure_ascii=False)
+                    for _, attributes in ordered
+                ],
+            },
+        )

@@ -134,3 +134,135 @@ class ReconcileResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReconcileResponse: _TypeAlias = ReconcileResponse  # noqa: Y015
+
+@_typing.final
+class ReconcileStreamRequest(_message.Message):
+    """One message of SnapshotService.ReconcileStream: the header first, then parts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def header(self) -> Global___ReconcileStreamHeader:
+        """First message only: which snapshot the stream carries."""
+
+    @_builtins.property
+    def items(self) -> Global___ReconcileStreamItems:
+        """Every later message: the next items of the snapshot (any number per message, within the
+        message size limit).
+        """
+
+    def __init__(
+        self,
+        *,
+        header: Global___ReconcileStreamHeader | None = ...,
+        items: Global___ReconcileStreamItems | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "items"]  # noqa: Y015
+    _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
+
+Global___ReconcileStreamRequest: _TypeAlias = ReconcileStreamRequest  # noqa: Y015
+
+@_typing.final
+class ReconcileStreamHeader(_message.Message):
+    """The fields of ReconcileRequest that describe the snapshot, with the same meaning and limits."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    SNAPSHOT_TIME_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    source: _builtins.str
+    """Source system; 1..256 characters."""
+    scope: _builtins.str
+    """Scope of the source the snapshot covers completely; 1..256 characters."""
+    snapshot_id: _builtins.str
+    """Identifier of this snapshot; 1..256 characters."""
+    @_builtins.property
+    def snapshot_time(self) -> _timestamp_pb2.Timestamp:
+        """When the state was taken; valid_from of new facts without one and valid_to of closed facts."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        source: _builtins.str = ...,
+        scope: _builtins.str = ...,
+        snapshot_id: _builtins.str = ...,
+        snapshot_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_time", b"snapshot_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "scope", b"scope", "snapshot_id", b"snapshot_id", "snapshot_time", b"snapshot_time", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconcileStreamHeader: _TypeAlias = ReconcileStreamHeader  # noqa: Y015
+
+@_typing.final
+class ReconcileStreamItems(_message.Message):
+    """The next items of a streamed snapshot, in the shapes of ReconcileRequest.entities and .facts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITIES_FIELD_NUMBER: _builtins.int
+    FACTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.EntityAssertion]: ...
+    @_builtins.property
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.FactAssertion]: ...
+    def __init__(
+        self,
+        *,
+        entities: _abc.Iterable[_knowledge_pb2.EntityAssertion] | None = ...,
+        facts: _abc.Iterable[_knowledge_pb2.FactAssertion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "facts", b"facts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconcileStreamItems: _TypeAlias = ReconcileStreamItems  # noqa: Y015
+
+@_typing.final
+class ReconcileStreamResponse(_message.Message):
+    """Result of a streamed reconciliation: the fields of ReconcileResponse, with the same meaning."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    PREVIOUS_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    snapshot_id: _builtins.str
+    unchanged: _builtins.bool
+    """True when this snapshot_id had already been reconciled (nothing was changed)."""
+    previous_snapshot_id: _builtins.str
+    """Snapshot reconciled before this one for the (source, scope); empty for the first."""
+    @_builtins.property
+    def counts(self) -> Global___ReconcileCounts: ...
+    def __init__(
+        self,
+        *,
+        snapshot_id: _builtins.str = ...,
+        counts: Global___ReconcileCounts | None = ...,
+        unchanged: _builtins.bool = ...,
+        previous_snapshot_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "previous_snapshot_id", b"previous_snapshot_id", "snapshot_id", b"snapshot_id", "unchanged", b"unchanged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconcileStreamResponse: _TypeAlias = ReconcileStreamResponse  # noqa: Y015

@@ -40,6 +40,11 @@ class SnapshotServiceStub:
                 request_serializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileResponse.FromString,
                 _registered_method=True)
+        self.ReconcileStream = channel.stream_unary(
+                '/memory.v1.SnapshotService/ReconcileStream',
+                request_serializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamResponse.FromString,
+                _registered_method=True)
 
 
 class SnapshotServiceServicer:
@@ -59,6 +64,24 @@ class SnapshotServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReconcileStream(self, request_iterator, context):
+        """Reconcile for snapshots too large for one message (client streaming, in the manner of
+        google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
+        scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
+        server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
+        snapshot; the result equals Reconcile of one request holding every part's items in stream order.
+        Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+        Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
+        breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
+        nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
+        Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
+        as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SnapshotServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -66,6 +89,11 @@ def add_SnapshotServiceServicer_to_server(servicer, server):
                     servicer.Reconcile,
                     request_deserializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileRequest.FromString,
                     response_serializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileResponse.SerializeToString,
+            ),
+            'ReconcileStream': grpc.stream_unary_rpc_method_handler(
+                    servicer.ReconcileStream,
+                    request_deserializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -96,6 +124,33 @@ class SnapshotService:
             '/memory.v1.SnapshotService/Reconcile',
             memory_dot_v1_dot_snapshot__service__pb2.ReconcileRequest.SerializeToString,
             memory_dot_v1_dot_snapshot__service__pb2.ReconcileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReconcileStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/memory.v1.SnapshotService/ReconcileStream',
+            memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamRequest.SerializeToString,
+            memory_dot_v1_dot_snapshot__service__pb2.ReconcileStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

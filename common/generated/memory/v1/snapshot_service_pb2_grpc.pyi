@@ -42,6 +42,20 @@ class SnapshotServiceStub:
     same snapshot_id again changes nothing (unchanged true).
     Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
     """
+    ReconcileStream: _grpc.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]
+    """Reconcile for snapshots too large for one message (client streaming, in the manner of
+    google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
+    scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
+    server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
+    snapshot; the result equals Reconcile of one request holding every part's items in stream order.
+    Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+    Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
+    breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
+    nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
+    Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
+    as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class SnapshotServiceAsyncStub(SnapshotServiceStub):
@@ -56,6 +70,20 @@ class SnapshotServiceAsyncStub(SnapshotServiceStub):
     second open fact of a relation with cardinality one for one subject). Every run is journaled; the
     same snapshot_id again changes nothing (unchanged true).
     Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+    """
+    ReconcileStream: _aio.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]  # type: ignore[assignment]
+    """Reconcile for snapshots too large for one message (client streaming, in the manner of
+    google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
+    scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
+    server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
+    snapshot; the result equals Reconcile of one request holding every part's items in stream order.
+    Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+    Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
+    breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
+    nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
+    Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
+    as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
     """
 
 class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -74,6 +102,26 @@ class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
         second open fact of a relation with cardinality one for one subject). Every run is journaled; the
         same snapshot_id again changes nothing (unchanged true).
         Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ReconcileStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_snapshot_service_pb2.ReconcileStreamRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_snapshot_service_pb2.ReconcileStreamResponse, _abc.Awaitable[_snapshot_service_pb2.ReconcileStreamResponse]]:
+        """Reconcile for snapshots too large for one message (client streaming, in the manner of
+        google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
+        scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
+        server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
+        snapshot; the result equals Reconcile of one request holding every part's items in stream order.
+        Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+        Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
+        breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
+        nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
+        Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
+        as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
         """
 
 def add_SnapshotServiceServicer_to_server(servicer: SnapshotServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,236 @@
+"""Set-based graph writes on the real database (issue 4 §3; DESIGN §4, §11): `FactEngine.record_many`,
+`GraphStore.upsert_nodes` / `ensure_nodes` / `create_edges` keep one vertex per (namespace, natural_key)
+and one edge per fact_id under concurrent writers, write the same rows as the one-by-one path, and read
+the vertex ids they join on from graph_nodes (also for rows written before migration 0006)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from common.db import Database
+from common.identifiers import fact_id
+from common.storage.fact_store import FactStore
+from common.storage.graph_store import GraphStore, NodeWrite
+from ingest_service.fact_engine import FactEngine, FactWrite
+
+pytestmark = pytest.mark.integration
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def write(namespace: str, subject: str, object_: str, **extra: Any) -> FactWrite:
+    values: dict[str, Any] = {
+        "field": "facts[0]",
+        "namespace": namespace,
+        "subject": subject,
+        "predicate": "BULK_DEPENDS_ON",
+        "object": object_,
+        "valid_from": T0,
+        "valid_to": None,
+        "evidence": "asserted",
+        "confidence": 0.5,
+        "supersedes": None,
+        "scopes": [],
+        "attributes": {"note": 'ключ "$$" \\ x'},
+        "observation_id": None,
+        "observed_at": NOW,
+    }
+    values.update(extra)
+    return FactWrite(**values)
+
+
+def graph_counts(database: Database, namespace: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(vertices per natural_key, edges per fact_id) of ``namespace``, read from AGE's tables."""
+    graph = database.settings.graph_name
+    with psycopg.connect(database.settings.database_url) as conn:
+        conn.execute("LOAD 'age'")
+        conn.execute('SET search_path = "$user", public, ag_catalog')
+        selector = json.dumps({"namespace": namespace})
+        vertices = conn.execute(
+            f'SELECT properties ->> \'"natural_key"\'::agtype, count(*) FROM "{graph}"._ag_label_vertex'
+            " WHERE properties @> %s::agtype GROUP BY 1",
+            (selector,),
+        ).fetchall()
+        edges = conn.execute(
+            f'SELECT properties ->> \'"fact_id"\'::agtype, count(*) FROM "{graph}"._ag_label_edge'
+            " WHERE properties @> %s::agtype GROUP BY 1",
+            (selector,),
+        ).fetchall()
+    return {str(k): int(n) for k, n in vertices}, {str(k): int(n) for k, n in edges}
+
+
+def test_two_bulk_writers_with_overlapping_facts_leave_one_edge_per_fact(
+    database: Database, namespace: str
+) -> None:
+    graph = GraphStore(database)
+    engine = FactEngine(graph, FactStore(graph))
+    shared = [write(namespace, f"service:s{i}", f"service:t{i % 7}") for i in range(120)]
+    own = {
+        name: [write(namespace, f"service:{name}{i}", f"service:t{i % 7}") for i in range(40)]
+        for name in ("a", "b")
+    }
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def writer(name: str, writes: list[FactWrite]) -> None:
+        def work(conn: psycopg.Connection[Any]) -> list[Any]:
+            barrier.wait(timeout=30)
+            return engine.record_many(conn, namespace, writes, now=NOW)
+
+        try:
+            outcomes[name] = database.run_transaction(work)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    # Opposite orders of the shared facts: rows are locked in fact_id order, so no deadlock either way.
+    threads = [
+        threading.Thread(target=writer, args=("a", shared + own["a"])),
+        threading.Thread(target=writer, args=("b", own["b"] + shared[::-1])),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    shared_ids = {fact_id(namespace, w.subject, w.predicate, w.object, w.valid_from) for w in shared}
+    created = {o.fact_id for name in outcomes for o in outcomes[name] if o.created}
+    assert shared_ids <= created  # each shared fact created by exactly one of them ...
+    for fid in shared_ids:
+        assert sum(o.fact_id == fid and o.created for name in outcomes for o in outcomes[name]) == 1
+    vertices, edges = graph_counts(database, namespace)
+    assert len(edges) == 120 + 80 and set(edges.values()) == {1}  # ... and one edge per fact_id
+    expected_keys = {k for w in shared + own["a"] + own["b"] for k in (w.subject, w.object)}
+    assert set(vertices) == expected_keys and set(vertices.values()) == {1}
+
+
+def test_bulk_and_one_by_one_writers_race_on_the_same_facts(database: Database, namespace: str) -> None:
+    """`record` (observations, AssertFacts) and `record_many` (snapshots) on the same keys at once."""
+    graph = GraphStore(database)
+    engine = FactEngine(graph, FactStore(graph))
+    writes = [write(namespace, f"team:x{i % 5}", f"service:y{i}") for i in range(60)]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def start_together() -> None:
+        if not barrier.broken and barrier.n_waiting < 2:
+            try:
+                barrier.wait(timeout=10)  # a retried attempt (after a deadlock) does not wait again
+            except threading.BrokenBarrierError:
+                pass
+
+    def bulk() -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            start_together()
+            engine.record_many(conn, namespace, writes, now=NOW)
+
+        try:
+            database.run_transaction(work)
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    def one_by_one() -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            start_together()
+            for item in reversed(writes):
+                engine.record(conn, item, now=NOW)
+
+        try:
+            database.run_transaction(work)
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=bulk), threading.Thread(target=one_by_one)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors  # a deadlock between the two is retried by run_transaction
+    vertices, edges = graph_counts(database, namespace)
+    assert len(edges) == 60 and set(edges.values()) == {1}
+    assert set(vertices.values()) == {1} and len(vertices) == 5 + 60
+
+
+def test_bulk_writes_equal_one_by_one_writes(database: Database) -> None:
+    graph = GraphStore(database)
+    store = FactStore(graph)
+    engine = FactEngine(graph, store)
+    spaces = {"bulk": "bulk-many-" + uuid.uuid4().hex[:10], "single": "bulk-one-" + uuid.uuid4().hex[:10]}
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    for mode, namespace in spaces.items():
+        writes = [
+            write(namespace, f"person:p{i}", f"project:q{i % 3}", scopes=["workspace:w"]) for i in range(12)
+        ]
+        writes.append(write(namespace, "person:p0", "project:q0"))  # the same fact again: strengthened
+        entity = NodeWrite(
+            namespace=namespace,
+            natural_key="person:p1",
+            node_type="person",
+            title="P1",
+            props={"attributes": {"a": 1}},
+        )
+
+        def work(
+            conn: psycopg.Connection[Any],
+            mode: str = mode,
+            writes: list[FactWrite] = writes,
+            entity: NodeWrite = entity,
+        ) -> list[Any]:
+            if mode == "bulk":
+                outcomes = engine.record_many(conn, writes[0].namespace, writes, now=NOW)
+                result = graph.upsert_nodes(conn, [entity], now=NOW)[0]
+            else:
+                outcomes = [engine.record(conn, w, now=NOW) for w in writes]
+                result = graph.upsert_node(conn, entity, now=NOW)
+            assert result.completed_placeholder and result.updated and not result.created
+            return outcomes
+
+        outcomes = database.run_transaction(work)
+        assert [o.created for o in outcomes] == [True] * 12 + [False]
+        with database.connection() as conn:
+            rows[mode] = [
+                (r[0].replace(namespace, "NS"), *r[1:])
+                for r in conn.execute(
+                    "SELECT subject_key, object_key, valid_from, valid_to, evidence, confidence, scopes, attributes,"
+                    " observation_ids FROM facts WHERE namespace = %s ORDER BY subject_key, object_key",
+                    (namespace,),
+                ).fetchall()
+            ]
+            placeholders = conn.execute(
+                "SELECT count(*) FILTER (WHERE placeholder), count(*) FILTER (WHERE vertex_id IS NULL)"
+                " FROM graph_nodes WHERE namespace = %s",
+                (namespace,),
+            ).fetchone()
+        assert placeholders == (12 + 3 - 1, 0)
+        vertices, edges = graph_counts(database, namespace)
+        assert len(edges) == 12 and set(edges.values()) == {1} and set(vertices.values()) == {1}
+    assert rows["bulk"] == rows["single"]
+
+
+def test_rows_without_a_vertex_id_get_it_on_first_use(database: Database, namespace: str) -> None:
+    """Rows written before migration 0006 have no vertex_id: an edge to them is still created."""
+    graph = GraphStore(database)
+    engine = FactEngine(graph, FactStore(graph))
+    with database.connection() as conn:
+        graph.ensure_nodes(conn, namespace, ["service:old", "service:older"], now=NOW)
+        conn.execute("UPDATE graph_nodes SET vertex_id = NULL WHERE namespace = %s", (namespace,))
+    database.run_transaction(
+        lambda conn: engine.record_many(
+            conn, namespace, [write(namespace, "service:old", "service:older")], now=NOW
+        )
+    )
+    with database.connection() as conn:
+        missing = conn.execute(
+            "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND vertex_id IS NULL", (namespace,)
+        ).fetchone()
+    assert missing == (0,)
+    vertices, edges = graph_counts(database, namespace)
+    assert len(edges) == 1 and vertices == {"service:old": 1, "service:older": 1}
