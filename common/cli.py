@@ -1316,5 +1316,71 @@ def context(
     sys.stdout.flush()
 
 
+@app.command("typed-context")
+def typed_context(
+    ctx: typer.Context,
+    namespace: NamespaceOption,
+    query: Annotated[
+        str, typer.Argument(help="the task; identifiers in it (the packs' idPatterns) become anchors")
+    ] = "",
+    anchors: Annotated[
+        list[str] | None,
+        typer.Option("--anchor", help="natural key to start from; kind and id aliases resolve (repeatable)"),
+    ] = None,
+    depth: Annotated[int, typer.Option("--depth", min=0, max=4, help="steps from an anchor (0: 2)")] = 0,
+    relations: Annotated[
+        list[str] | None, typer.Option("--relation", help="follow only this relation (repeatable)")
+    ] = None,
+    budget: Annotated[int, typer.Option("--budget", min=1, max=100000, help="token budget")] = 2000,
+    as_of: Annotated[str | None, typer.Option("--as-of", help="ISO 8601 instant; default now")] = None,
+    trace_id: Annotated[str | None, typer.Option("--trace-id")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Compile a typed context pack: traversal from anchors along the namespace's domain-pack relations."""
+    request = context_service_pb2.CompileTypedContextRequest(
+        namespace=namespace,
+        query=query,
+        anchors=anchors or [],
+        max_depth=depth,
+        relations=relations or [],
+        token_budget=budget,
+        trace_id=trace_id or "",
+    )
+    stamp = _instant_option(as_of)
+    if stamp is not None:
+        request.as_of.CopyFrom(stamp)
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
+        response = context_service_pb2_grpc.ContextServiceStub(channel).CompileTypedContext(
+            request, timeout=READ_TIMEOUT_SECONDS
+        )
+    if as_json:
+        _print_json(response)
+        return
+    pack = response.pack
+    for anchor in pack.anchors:
+        state = "found" if anchor.found else "not found"
+        err.print(escape(f"anchor {anchor.input} -> {anchor.natural_key} ({anchor.source}, {state})"))
+    table = Table(title=f"{len(pack.items)} items, {pack.token_count}/{pack.token_budget or budget} tokens")
+    for name in ("#", "kind", "depth", "score", "item", "path"):
+        table.add_column(name, justify="right" if name in ("#", "depth", "score") else "left")
+    for number, item in enumerate(pack.items, start=1):
+        label = item.provenance.fact_id if item.kind == "fact" else f"{item.natural_key} [{item.node_type}]"
+        path = " > ".join(f"{step.relation}({step.direction})" for step in item.path)
+        table.add_row(
+            str(number), item.kind, str(item.depth), f"{item.score:.4f}", escape(label), escape(path)
+        )
+    err.print(table)
+    if pack.truncated:
+        err.print("the walk stopped at its row limit")
+    if pack.dropped_count:
+        err.print(f"{pack.dropped_count} candidates did not fit the budget")
+    if pack.trace_id:
+        err.print(f"trace: {escape(pack.trace_id)}")
+    sys.stdout.write(pack.text)
+    if pack.text and not pack.text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
 if __name__ == "__main__":
     app()

@@ -24,6 +24,7 @@ from common.db import Database
 from common.embeddings import build_embedding_provider
 from common.server import ServiceHost, build_server
 from common.tokenizer import TokenCounter
+from ingest_service.kind_validation import KindValidator
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
@@ -39,6 +40,7 @@ from query_service.query_servicers import (
 from query_service.sources import SourceReader
 from query_service.trace_reader import TraceReader
 from query_service.trace_servicer import TraceServicer
+from query_service.typed_context import TypedContextCompiler
 
 
 def create_query_host(
@@ -62,6 +64,7 @@ def create_query_host(
     database = Database(settings, embedding_model=provider.model_id)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))
+    typed = TypedContextCompiler(database, tokens, KindValidator(database))
 
     def register(server: grpc.Server) -> list[str]:
         retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(searcher), server)
@@ -71,7 +74,7 @@ def create_query_host(
         source_service_pb2_grpc.add_SourceServiceServicer_to_server(
             SourceService(SourceReader(database)), server
         )
-        context_service_pb2_grpc.add_ContextServiceServicer_to_server(ContextService(compiler), server)
+        context_service_pb2_grpc.add_ContextServiceServicer_to_server(ContextService(compiler, typed), server)
         observation_query_service_pb2_grpc.add_ObservationQueryServiceServicer_to_server(
             ObservationQueryService(ObservationReader(database)), server
         )

@@ -36,6 +36,7 @@ from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.observation_reader import ObservationReader
 from query_service.pii_output import PiiPolicy
 from query_service.sources import SourceReader
+from query_service.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
 
 SERVICE_NAMES = (
     "memory.v1.RetrievalService",
@@ -117,6 +118,35 @@ def _item_to_proto(item: ContextItem) -> context_service_pb2.ContextItem:
             observation_ids=p.observation_ids,
             fact_id=p.fact_id,
             chunk_order=p.chunk_order,
+            metadata=p.metadata,
+        ),
+    )
+
+
+def _typed_item_to_proto(item: TypedItem) -> context_service_pb2.TypedContextItem:
+    p = item.provenance
+    return context_service_pb2.TypedContextItem(
+        kind=item.kind,
+        text=item.text,
+        score=item.score,
+        conflict=item.conflict,
+        token_count=item.token_count,
+        natural_key=item.natural_key,
+        node_type=item.node_type,
+        depth=item.depth,
+        anchor=item.anchor,
+        relation=item.relation,
+        path=[
+            context_service_pb2.TypedPathStep(
+                fact_id=step.fact_id, relation=step.relation, direction=step.direction, node_key=step.node_key
+            )
+            for step in item.path
+        ],
+        provenance=_provenance(
+            node_key=p.node_key,
+            source_path=p.source_path,
+            observation_ids=p.observation_ids,
+            fact_id=p.fact_id,
             metadata=p.metadata,
         ),
     )
@@ -210,10 +240,11 @@ class SourceService(source_service_pb2_grpc.SourceServiceServicer):  # type: ign
 
 
 class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: ignore[misc]
-    """memory.v1.ContextService over a `ContextCompiler`."""
+    """memory.v1.ContextService over a `ContextCompiler` and a `TypedContextCompiler`."""
 
-    def __init__(self, compiler: ContextCompiler) -> None:
+    def __init__(self, compiler: ContextCompiler, typed: TypedContextCompiler) -> None:
         self.compiler = compiler
+        self.typed = typed
 
     def CompileContext(
         self, request: context_service_pb2.CompileContextRequest, context: grpc.ServicerContext
@@ -240,6 +271,45 @@ class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: 
                 trace_id=pack.trace_id,
                 token_budget=pack.token_budget,
                 dropped_count=pack.dropped_count,
+            )
+        )
+
+    def CompileTypedContext(
+        self, request: context_service_pb2.CompileTypedContextRequest, context: grpc.ServicerContext
+    ) -> context_service_pb2.CompileTypedContextResponse:
+        pack = self.typed.compile(
+            TypedContextRequest(
+                namespace=request.namespace,
+                query=request.query,
+                anchors=tuple(request.anchors),
+                as_of=instant(request.as_of) if request.HasField("as_of") else None,
+                token_budget=request.token_budget,
+                max_depth=request.max_depth,
+                relations=tuple(request.relations),
+                trace_id=request.trace_id,
+                visibility=caller_visibility(),
+            )
+        )
+        return context_service_pb2.CompileTypedContextResponse(
+            pack=context_service_pb2.TypedContextPack(
+                items=[_typed_item_to_proto(item) for item in pack.items],
+                text=pack.text,
+                token_count=pack.token_count,
+                trace_id=pack.trace_id,
+                token_budget=pack.token_budget,
+                dropped_count=pack.dropped_count,
+                anchors=[
+                    context_service_pb2.ResolvedAnchor(
+                        input=anchor.input,
+                        natural_key=anchor.natural_key,
+                        source=anchor.source,
+                        found=anchor.found,
+                    )
+                    for anchor in pack.anchors
+                ],
+                max_depth=pack.max_depth,
+                relations=pack.relations,
+                truncated=pack.truncated,
             )
         )
 

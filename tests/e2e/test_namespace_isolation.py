@@ -396,6 +396,62 @@ def _compile_context(world: World) -> None:
     assert all(b.marker not in decisions for ns, decisions in rows if ns == world.a.ns)
 
 
+def _compile_typed_context(world: World) -> None:
+    """The same domain pack in A and B; from A, B's anchors, B's identifiers in the query text (idPatterns)
+    and B's relations find nothing of B: the anchors are not found, the walk stays in A."""
+    from common.db import Database
+    from ingest_service.domain_packs import PackRegistry
+
+    a, b = world.a, world.b
+    pack = {
+        "name": "iso-delivery",
+        "version": uuid.uuid4().hex,
+        "kinds": [
+            {"kind": "person", "idPatterns": ["[ab]-only"]},
+            {"kind": "project", "idPatterns": ["zyzzyva[ab][0-9a-f]{6}"]},
+            {"kind": "doc"},
+        ],
+        "relations": [
+            {"relation": "WORKS_ON", "fromKinds": ["person"], "toKinds": ["project"]},
+            {"relation": "OWNS", "fromKinds": ["person"], "toKinds": ["doc"]},
+        ],
+    }
+    database = Database(Settings(database_url=world.database_url, graph_name=world.graph))
+    try:
+        registry = PackRegistry(database)
+        registry.register(pack)
+        for side in (a, b):
+            registry.set_namespace_kinds(side.ns, [{"name": pack["name"], "version": pack["version"]}], False)
+    finally:
+        database.close()
+
+    def typed(token: str, namespace: str, query: str, anchors: list[str]) -> Any:
+        with world.query(token) as channel:
+            return (
+                context_service_pb2_grpc.ContextServiceStub(channel)
+                .CompileTypedContext(
+                    context_service_pb2.CompileTypedContextRequest(
+                        namespace=namespace, query=query, anchors=anchors, max_depth=4, token_budget=4000
+                    ),
+                    timeout=120,
+                )
+                .pack
+            )
+
+    own = typed(world.both, b.ns, f"work of {b.marker}", [b.person])
+    assert b.marker in own.text and b.fact_id in own.text  # the same request reaches B's data in B
+    pack_from_a = typed(world.attacker, a.ns, f"work of {b.marker} by b-only", [b.person, b.doc, a.person])
+    found = {anchor.natural_key: anchor.found for anchor in pack_from_a.anchors}
+    assert found == {b.person: False, b.doc: False, a.person: True, f"project:{b.marker}": False}
+    assert a.marker in pack_from_a.text and b.marker not in pack_from_a.text
+    assert b.fact_id not in pack_from_a.text and b.asserted_fact_id not in pack_from_a.text
+    assert all(
+        item.provenance.fact_id not in (b.fact_id, b.asserted_fact_id)
+        and item.natural_key not in (b.person, b.doc, f"project:{b.marker}")
+        for item in pack_from_a.items
+    )
+
+
 def _get_source(world: World) -> None:
     b = world.b
     with world.query(world.attacker) as channel:
@@ -750,6 +806,7 @@ def _namespace_configuration_only(world: World) -> None:
 ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.RetrievalService/Search": _search,
     "/memory.v1.ContextService/CompileContext": _compile_context,
+    "/memory.v1.ContextService/CompileTypedContext": _compile_typed_context,
     "/memory.v1.SourceService/GetSource": _get_source,
     "/memory.v1.FactQueryService/ListFacts": _list_facts_attack,
     "/memory.v1.ObservationQueryService/GetObservation": _get_observation,
