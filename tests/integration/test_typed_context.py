@@ -1,0 +1,102 @@
+"""TypedContextCompiler on the real database (issue 4 §4): what a restricted caller may not see never
+reaches the typed pack — a hidden document linked by an identifier, its title, and a hidden anchor."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from common.config import Settings
+from common.db import Database
+from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.errors import FailedPrecondition
+from common.storage.visibility import Visibility
+from common.tokenizer import TokenCounter
+from ingest_service.documents import DocumentWriter, RetainInput
+from ingest_service.domain_packs import PackRegistry
+from ingest_service.fact_assertions import FactAsserter
+from ingest_service.kind_validation import KindValidator
+from query_service.typed_context import TypedContextCompiler, TypedContextRequest
+from tests.integration.test_domain_packs import enable
+from tests.unit.test_domain_packs import delivery_pack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def provider(settings: Settings) -> EmbeddingProvider:
+    return build_embedding_provider(settings)
+
+
+@pytest.fixture(scope="module")
+def kinds(database: Database) -> KindValidator:
+    return KindValidator(database)
+
+
+@pytest.fixture(scope="module")
+def compiler(database: Database, settings: Settings, kinds: KindValidator) -> TypedContextCompiler:
+    return TypedContextCompiler(database, TokenCounter(settings.tokenizer_encoding), kinds)
+
+
+def test_hidden_nodes_never_reach_the_typed_pack(
+    database: Database,
+    settings: Settings,
+    provider: EmbeddingProvider,
+    kinds: KindValidator,
+    compiler: TypedContextCompiler,
+    namespace: str,
+) -> None:
+    enable(PackRegistry(database), kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)
+    asserter = FactAsserter(database, kinds=kinds)
+    asserter.assert_facts(
+        namespace,
+        [{"subject": "issue:PROJ-1", "predicate": "ASSIGNED_TO", "object": "person:ann"}],
+    )
+    writer = DocumentWriter(database, provider, settings, kinds=kinds)
+    writer.retain(
+        RetainInput(
+            namespace=namespace,
+            natural_key="doc:secret",
+            title="Merger plan Zanzibar",
+            content="# Plan\n\nBlocked by PROJ-1.",
+            scopes=("workspace:board",),
+        )
+    )
+    writer.retain(RetainInput(namespace=namespace, natural_key="doc:open", content="Public note on PROJ-1."))
+    request = TypedContextRequest(namespace=namespace, query="status of PROJ-1", anchors=("doc:secret",))
+    insider = compiler.compile(request)
+    assert {item.natural_key for item in insider.items if item.kind == "node"} == {
+        "issue:PROJ-1",
+        "doc:secret",
+        "doc:open",
+        "person:ann",
+    }
+    assert "Zanzibar" in insider.text
+    outsider = compiler.compile(
+        TypedContextRequest(
+            namespace=namespace,
+            query="status of PROJ-1",
+            anchors=("doc:secret",),
+            visibility=Visibility.of_scopes(["workspace:other"]),
+        )
+    )
+    assert [(a.natural_key, a.found) for a in outsider.anchors] == [
+        ("doc:secret", False),
+        ("issue:PROJ-1", True),
+    ]
+    assert {item.natural_key for item in outsider.items if item.kind == "node"} == {
+        "issue:PROJ-1",
+        "doc:open",
+        "person:ann",
+    }
+    assert "Zanzibar" not in outsider.text and "doc:secret" not in outsider.text
+    assert all("doc:secret" not in (step.node_key for step in item.path) for item in outsider.items)
+
+
+def test_a_namespace_without_packs_is_a_failed_precondition(
+    compiler: TypedContextCompiler, namespace: str
+) -> None:
+    with pytest.raises(FailedPrecondition) as raised:
+        compiler.compile(TypedContextRequest(namespace=namespace, anchors=("issue:PROJ-1",)))
+    assert raised.value.reason == "NO_DOMAIN_PACK" and "SetNamespaceKinds" in raised.value.message
