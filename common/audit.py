@@ -219,9 +219,15 @@ class AuditTrail:
         self.store.ensure_labels()
         return self.database.run_transaction(lambda conn: self._write(conn, event))
 
+    def prepare(self) -> None:
+        """Creates the audit graph labels (audit_event, pc_trace, IN_TRACE) if needed; idempotent, cached
+        per process. Call it BEFORE opening a transaction that will use `record_in`: graph DDL runs in
+        its own autocommit connection (DESIGN §11) and must not wait behind the caller's open writes."""
+        self.store.ensure_labels()
+
     def record_in(self, connection: psycopg.Connection[Any], event: AuditEventInput) -> AuditEvent:
         """Records ``event`` inside the caller's transaction (``connection``), so that a delete and its
-        audit event commit or roll back together.
+        audit event commit or roll back together. Call `prepare` before the transaction begins.
 
         Raises:
             InvalidArgument, FailedPrecondition: as `record` (the caller's transaction then rolls back).

@@ -120,6 +120,7 @@ class NodeDeleter:
         access = access or WriteAccess.of_caller()
         trace_id = request.trace_id or default_trace_id()
         namespace, key = request.namespace, request.natural_key
+        self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
 
         def work(conn: Any) -> DeleteNodeResult:
             node = self.graph.lock_node(conn, namespace, key, visibility=access.visibility)

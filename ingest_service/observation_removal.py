@@ -143,6 +143,7 @@ class ObservationRemover:
         _validate(namespace, observation_id, reason, trace_id)
         access = access or WriteAccess.of_caller()
         trace_id = trace_id or default_trace_id()
+        self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
 
         def work(conn: Any) -> RedactOutcome:
             row = self.observations.get(
@@ -204,6 +205,7 @@ class ObservationRemover:
         _validate(namespace, observation_id, reason, trace_id)
         access = access or WriteAccess.of_caller()
         trace_id = trace_id or default_trace_id()
+        self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
 
         def work(conn: Any) -> PurgeOutcome:
             row = self.observations.get(

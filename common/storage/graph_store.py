@@ -167,24 +167,29 @@ class GraphStore:
                     elif (row[0] == "v") != (kind == "vertex"):
                         raise ValueError(f"label {label!r} already exists as the other kind (vertex vs edge)")
                     table = sql.Identifier(self.graph, label)
-                    conn.execute(
-                        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin (properties)").format(
-                            sql.Identifier(f"{label}_properties_gin"), table
-                        )
-                    )
+                    wanted = [(f"{label}_properties_gin", sql.SQL("USING gin (properties)"))]
                     if kind == "edge":
-                        for column in ("start_id", "end_id"):
+                        wanted += [
+                            (f"{label}_{column}_idx", sql.SQL("({})").format(sql.Identifier(column)))
+                            for column in ("start_id", "end_id")
+                        ]
+                    else:
+                        wanted.append((f"{label}_id_idx", sql.SQL("(id)")))
+                    for index_name, definition in wanted:
+                        # Only a missing index is created: CREATE INDEX takes a SHARE lock on the label table
+                        # even when the index exists (IF NOT EXISTS is checked after the lock), which waits
+                        # behind every open transaction that wrote the label, e.g. the caller's own.
+                        exists = conn.execute(
+                            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                            " WHERE n.nspname = %s AND c.relname = %s",
+                            (self.graph, index_name),
+                        ).fetchone()
+                        if exists is None:
                             conn.execute(
-                                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
-                                    sql.Identifier(f"{label}_{column}_idx"), table, sql.Identifier(column)
+                                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} {}").format(
+                                    sql.Identifier(index_name), table, definition
                                 )
                             )
-                    else:
-                        conn.execute(
-                            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (id)").format(
-                                sql.Identifier(f"{label}_id_idx"), table
-                            )
-                        )
                 finally:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
             self._known_labels.add(cache_key)
@@ -454,17 +459,18 @@ class GraphStore:
         return dict(zip(names, row, strict=True))
 
     def edge_counts(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, label: str) -> dict[str, int]:
-        """Edge label -> number of edges touching the vertex of ``natural_key`` (either direction)."""
-        rows = self.cypher(
-            conn,
-            f"MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: $natural_key}})-[r]-()"
-            " RETURN type(r)",
-            {"namespace": namespace, "natural_key": natural_key},
-        )
-        counts: dict[str, int] = {}
-        for edge_label in rows:
-            counts[str(edge_label)] = counts.get(str(edge_label), 0) + 1
-        return counts
+        """Edge label -> number of edges touching the vertex of ``natural_key`` (either direction; a loop
+        counts once). Plain SQL over AGE's parent edge table: each edge label has B-tree indexes on
+        ``start_id`` and ``end_id`` (a Cypher match with an anonymous end plans across every label)."""
+        rows = conn.execute(
+            sql.SQL(
+                "WITH v AS (SELECT id FROM {vertices} WHERE properties @> %s::ag_catalog.agtype)"
+                " SELECT c.relname, count(*) FROM {edges} e JOIN pg_class c ON c.oid = e.tableoid, v"
+                " WHERE e.start_id = v.id OR e.end_id = v.id GROUP BY c.relname"
+            ).format(vertices=self._table(label), edges=self._table("_ag_label_edge")),
+            (_agtype({"namespace": namespace, "natural_key": natural_key}),),
+        ).fetchall()
+        return {str(name): int(count) for name, count in rows}
 
     def get_node(
         self,

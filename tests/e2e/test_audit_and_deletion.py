@@ -1,0 +1,547 @@
+"""Audit and deletion on the real services (seed 000 "Аудит-контур"; DESIGN §2, §8; issue 5 §5).
+
+Development mode (auth off) hosts from tests/e2e/conftest.py, the real database and embedder. Checks:
+DeleteNode removes the node and everything of it (Search, GetSource, ListFacts with history,
+CompileContext, and the tables underneath), protected audit nodes are refused and unchanged, every
+deletion (DeleteNode, PurgeObservation, RedactObservation) writes an audit event with a snapshot
+readable through GetTrace, GetTrace includes the context compilations of the trace, explicit events
+are idempotent by client_event_id, and bad input names its fields.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from memory.v1 import (
+    audit_service_pb2,
+    audit_service_pb2_grpc,
+    context_service_pb2,
+    context_service_pb2_grpc,
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    fact_service_pb2,
+    fact_service_pb2_grpc,
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
+
+from common.client import RpcFailure, rpc_failure
+from common.db import Database
+
+pytestmark = pytest.mark.e2e
+
+
+def _failure(call: Callable[[], Any]) -> RpcFailure:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    return rpc_failure(raised.value)
+
+
+def _fact(subject: str, predicate: str, obj: str, when: str, **extra: Any) -> knowledge_pb2.FactAssertion:
+    return json_format.ParseDict(
+        {"subject": subject, "predicate": predicate, "object": obj, "valid_from": when, **extra},
+        knowledge_pb2.FactAssertion(),
+    )
+
+
+def _list_facts(query: grpc.Channel, namespace: str, **filters: str) -> list[Any]:
+    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(query)
+    request = fact_query_service_pb2.ListFactsRequest(
+        namespace=namespace, include_history=True, include_lost=True, **filters
+    )
+    return list(stub.ListFacts(request, timeout=60).facts)
+
+
+def _trace(query: grpc.Channel, namespace: str, trace_id: str) -> trace_service_pb2.Trace:
+    stub = trace_service_pb2_grpc.TraceServiceStub(query)
+    return stub.GetTrace(
+        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
+    ).trace
+
+
+def _events(trace: trace_service_pb2.Trace) -> list[audit_service_pb2.AuditEvent]:
+    return [entry.audit_event for entry in trace.entries if entry.HasField("audit_event")]
+
+
+def _details(event: audit_service_pb2.AuditEvent) -> dict[str, Any]:
+    return json_format.MessageToDict(event.details)
+
+
+def _row_counts(database: Database, namespace: str, key: str) -> dict[str, int]:
+    """What the tables still hold of ``key``: registry row, vertices, chunks, fact rows, edges."""
+    graph = database.settings.graph_name
+    with database.connection() as conn:
+        registry = conn.execute(
+            "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, key)
+        ).fetchone()
+        vertices = conn.execute(
+            f'SELECT count(*) FROM "{graph}"._ag_label_vertex WHERE properties @> %s::ag_catalog.agtype',
+            (json.dumps({"namespace": namespace, "natural_key": key}),),
+        ).fetchone()
+        chunks = conn.execute(
+            f'SELECT count(*) FROM "{database.settings.chunks_table}" WHERE namespace = %s AND node_key = %s',
+            (namespace, key),
+        ).fetchone()
+        facts = conn.execute(
+            "SELECT count(*) FROM facts WHERE namespace = %s AND (subject_key = %s OR object_key = %s)",
+            (namespace, key, key),
+        ).fetchone()
+    assert registry and vertices and chunks and facts
+    return {"registry": registry[0], "vertices": vertices[0], "chunks": chunks[0], "facts": facts[0]}
+
+
+@pytest.fixture
+def loaded(ingest_channel: grpc.Channel, namespace: str) -> dict[str, str]:
+    """doc:target (article linked from doc:linker and linking to doc:other), facts with it as subject and
+    object (one closed by supersession), and an observation naming it."""
+    marker = "quokkatarget" + uuid.uuid4().hex[:6]
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="doc:other",
+            title="Other",
+            content="# Other\n\nUnrelated canteen menu.",
+        ),
+        timeout=120,
+    )
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="doc:target",
+            title=f"Target runbook {marker}",
+            content=f"# Target runbook {marker}\n\nRestart the {marker} daemon.\n\n## Later\n\nCheck {marker} logs.",
+            links=["doc:other"],
+        ),
+        timeout=120,
+    )
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="doc:linker",
+            title="Linker",
+            content="# Linker\n\nSee the target runbook.",
+            links=["doc:target"],
+        ),
+        timeout=120,
+    )
+    facts = fact_service_pb2_grpc.FactServiceStub(ingest_channel)
+    first = facts.AssertFacts(
+        fact_service_pb2.AssertFactsRequest(
+            namespace=namespace,
+            facts=[
+                _fact("person:alice", "MAINTAINS", "doc:target", "2024-01-01T00:00:00Z"),
+                _fact("doc:target", "PART_OF", "project:alpha", "2024-01-01T00:00:00Z"),
+                _fact("person:alice", "WORKS_ON", "project:alpha", "2024-01-01T00:00:00Z"),
+            ],
+        ),
+        timeout=60,
+    ).results
+    assert all(not r.error for r in first), [r.error for r in first]
+    superseding = facts.AssertFacts(
+        fact_service_pb2.AssertFactsRequest(
+            namespace=namespace,
+            facts=[
+                _fact(
+                    "person:alice",
+                    "MAINTAINS",
+                    "doc:other",
+                    "2024-06-01T00:00:00Z",
+                    supersedes=first[0].fact_id,
+                )
+            ],
+        ),
+        timeout=60,
+    ).results
+    assert not superseding[0].error
+    return {"marker": marker, "maintains_target": first[0].fact_id, "maintains_other": superseding[0].fact_id}
+
+
+def test_delete_node_removes_everything_and_is_audited(
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    database: Database,
+    namespace: str,
+    loaded: dict[str, str],
+) -> None:
+    marker = loaded["marker"]
+    search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
+    sources = source_service_pb2_grpc.SourceServiceStub(query_channel)
+    contexts = context_service_pb2_grpc.ContextServiceStub(query_channel)
+
+    def compile_pack() -> context_service_pb2.ContextPack:
+        request = context_service_pb2.CompileContextRequest(
+            namespace=namespace, query=marker, anchors=["doc:target", "person:alice"], token_budget=3000
+        )
+        return contexts.CompileContext(request, timeout=120).pack
+
+    # Before: every read path finds it.
+    hits = search.Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query=marker, top_k=20), timeout=60
+    )
+    assert "doc:target" in {hit.node_key for hit in hits.hits}
+    assert len(_list_facts(query_channel, namespace, subject="doc:target")) == 1
+    assert len(_list_facts(query_channel, namespace, object="doc:target")) == 1
+    assert "doc:target" in compile_pack().text
+    before = _row_counts(database, namespace, "doc:target")
+    assert before["registry"] == 1 and before["chunks"] >= 1 and before["facts"] == 2
+
+    trace_id = "del-" + uuid.uuid4().hex
+    response = document_service_pb2_grpc.DocumentServiceStub(ingest_channel).DeleteNode(
+        document_service_pb2.DeleteNodeRequest(
+            namespace=namespace, natural_key="doc:target", reason="GDPR request 42", trace_id=trace_id
+        ),
+        timeout=60,
+    )
+    assert response.natural_key == "doc:target" and response.type == "document"
+    assert response.chunks_deleted == before["chunks"] and response.facts_deleted == 2
+    assert response.edges_deleted == 2  # LINKS_TO from doc:linker and to doc:other
+    assert response.trace_id == trace_id and response.audit_event_id.startswith("aud-")
+
+    # After: nothing of it anywhere.
+    hits = search.Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query=marker, top_k=50), timeout=60
+    )
+    assert all(hit.node_key != "doc:target" and marker not in hit.text for hit in hits.hits)
+    failure = _failure(
+        functools.partial(
+            sources.GetSource,
+            source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:target"),
+            timeout=60,
+        )
+    )
+    assert failure.code == grpc.StatusCode.NOT_FOUND
+    assert _list_facts(query_channel, namespace, subject="doc:target") == []
+    assert _list_facts(query_channel, namespace, object="doc:target") == []
+    alice = _list_facts(query_channel, namespace, subject="person:alice")
+    assert {f.fact_id for f in alice} >= {loaded["maintains_other"]}
+    assert all("doc:target" not in (f.subject, f.object) for f in alice)
+    pack = compile_pack()
+    assert "doc:target" not in pack.text and marker not in pack.text
+    assert all(item.provenance.node_key != "doc:target" for item in pack.items)
+    assert _row_counts(database, namespace, "doc:target") == {
+        "registry": 0,
+        "vertices": 0,
+        "chunks": 0,
+        "facts": 0,
+    }
+    # The linking document and the link target survive; the supersession history of the survivor stays.
+    linker = sources.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:linker"), timeout=60
+    )
+    assert linker.source.content.startswith("# Linker")
+    sources.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:other"), timeout=60
+    )
+
+    # The audit event with its snapshot, in the same namespace, linked to the trace.
+    events = _events(_trace(query_channel, namespace, trace_id))
+    assert [(e.action, e.target_key, e.event_id) for e in events] == [
+        ("delete", "doc:target", response.audit_event_id)
+    ]
+    snapshot = _details(events[0])
+    assert snapshot["type"] == "document" and snapshot["title"] == f"Target runbook {marker}"
+    assert snapshot["chunk_count"] == before["chunks"] and snapshot["facts_removed"] == 2
+    assert snapshot["reason"] == "GDPR request 42" and events[0].principal == "development"
+    assert len(snapshot["facts"]) == 2 and loaded["maintains_target"] in {
+        f["fact_id"] for f in snapshot["facts"]
+    }
+    assert all("doc:target" in (f["subject"], f["object"]) for f in snapshot["facts"])
+    assert snapshot["edges_removed"]["LINKS_TO"] == 2
+
+    # Deleting it again: NOT_FOUND, no second event.
+    again = _failure(
+        lambda: document_service_pb2_grpc.DocumentServiceStub(ingest_channel).DeleteNode(
+            document_service_pb2.DeleteNodeRequest(
+                namespace=namespace, natural_key="doc:target", trace_id=trace_id
+            ),
+            timeout=60,
+        )
+    )
+    assert again.code == grpc.StatusCode.NOT_FOUND
+    assert len(_events(_trace(query_channel, namespace, trace_id))) == 1
+
+
+def test_audit_nodes_are_protected(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database, namespace: str
+) -> None:
+    trace_id = "prot-" + uuid.uuid4().hex
+    event = (
+        audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
+        .RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=namespace, action="export", trace_id=trace_id, details={"rows": 12}
+            ),
+            timeout=60,
+        )
+        .event
+    )
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    for key in (f"audit_event:{event.event_id}", f"pc_trace:{trace_id}"):
+        before = _row_counts(database, namespace, key)
+        failure = _failure(
+            functools.partial(
+                documents.DeleteNode,
+                document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key=key),
+                timeout=60,
+            )
+        )
+        assert failure.code == grpc.StatusCode.FAILED_PRECONDITION and failure.reason == "PROTECTED_NODE", key
+        assert (
+            _row_counts(database, namespace, key)
+            == before
+            == {
+                "registry": 1,
+                "vertices": 1,
+                "chunks": 0,
+                "facts": 0,
+            }
+        )
+        # Nor can a document write overwrite it.
+        overwrite = _failure(
+            functools.partial(
+                documents.Retain,
+                document_service_pb2.RetainRequest(
+                    namespace=namespace, natural_key=key, content="erase the trail"
+                ),
+                timeout=60,
+            )
+        )
+        assert overwrite.code == grpc.StatusCode.FAILED_PRECONDITION
+    events = _events(_trace(query_channel, namespace, trace_id))
+    assert [(e.event_id, _details(e)) for e in events] == [(event.event_id, {"rows": 12})]
+
+
+def test_delete_node_bad_input_and_unknown_key(ingest_channel: grpc.Channel, namespace: str) -> None:
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    failure = _failure(
+        functools.partial(
+            documents.DeleteNode,
+            document_service_pb2.DeleteNodeRequest(
+                namespace="bad namespace!", natural_key=" ", reason="x" * 5000
+            ),
+            timeout=60,
+        )
+    )
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert {v.field for v in failure.violations} == {"namespace", "natural_key", "reason"}
+    missing = _failure(
+        functools.partial(
+            documents.DeleteNode,
+            document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:never-written"),
+            timeout=60,
+        )
+    )
+    assert missing.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_record_audit_event_idempotent_and_request_id_trace(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
+) -> None:
+    stub = audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
+    trace_id = "exp-" + uuid.uuid4().hex
+    request = audit_service_pb2.RecordAuditEventRequest(
+        namespace=namespace,
+        action="export",
+        trace_id=trace_id,
+        target_key="report:q3",
+        details={"rows": 3, "format": "csv", "note": "квартальный отчёт $$ 'quoted' \\ back"},
+        scopes=["task:PROJ-7"],
+        client_event_id="job-7",
+    )
+    first = stub.RecordAuditEvent(request, timeout=60)
+    retry = stub.RecordAuditEvent(request, timeout=60)
+    assert first.created and not retry.created and retry.event.event_id == first.event.event_id
+    assert _details(retry.event)["note"] == "квартальный отчёт $$ 'quoted' \\ back"
+    events = _events(_trace(query_channel, namespace, trace_id))
+    assert [e.event_id for e in events] == [first.event.event_id]
+    assert list(events[0].scopes) == ["task:PROJ-7"] and events[0].client_event_id == "job-7"
+
+    # Without a trace id, the event belongs to the request's id (x-request-id).
+    request_id = "req-" + uuid.uuid4().hex
+    event = stub.RecordAuditEvent(
+        audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="review"),
+        metadata=(("x-request-id", request_id),),
+        timeout=60,
+    ).event
+    assert event.trace_id == request_id and event.request_id == request_id
+    assert [e.event_id for e in _events(_trace(query_channel, namespace, request_id))] == [event.event_id]
+
+
+def test_record_audit_event_bad_input_writes_nothing(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
+) -> None:
+    stub = audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
+    failure = _failure(
+        functools.partial(
+            stub.RecordAuditEvent,
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=namespace,
+                action="Not A Verb",
+                trace_id="t" * 300,
+                target_key="line\nbreak",
+                scopes=["noscope"],
+                client_event_id="c" * 200,
+            ),
+            timeout=60,
+        )
+    )
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert {v.field for v in failure.violations} == {
+        "action",
+        "trace_id",
+        "target_key",
+        "scopes[0]",
+        "client_event_id",
+    }
+    empty = _failure(
+        functools.partial(
+            stub.RecordAuditEvent, audit_service_pb2.RecordAuditEventRequest(namespace=namespace), timeout=60
+        )
+    )
+    assert [v.field for v in empty.violations] == ["action"]
+    trace_failure = _failure(lambda: _trace(query_channel, namespace, "t" * 300))
+    assert trace_failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in trace_failure.violations] == ["trace_id"]
+    assert (
+        _failure(lambda: _trace(query_channel, namespace, "no-such-trace")).code == grpc.StatusCode.NOT_FOUND
+    )
+
+
+def _observation(namespace: str, external_id: str, content: str) -> knowledge_pb2.Observation:
+    return json_format.ParseDict(
+        {
+            "namespace": namespace,
+            "source": {"system": "audit-test", "stream": "notes", "external_id": external_id},
+            "kind": "note",
+            "occurred_at": "2024-05-01T10:00:00Z",
+            "subject": {"type": "person", "id": "ivan"},
+            "content": content,
+            "assertions": [
+                {
+                    "fact": {
+                        "subject": "person:ivan",
+                        "predicate": "WORKS_ON",
+                        "object": "project:audit",
+                        "valid_from": "2024-05-01T10:00:00Z",
+                    }
+                },
+                {"text": {"text": f"Fragment: {content}", "title": "Fragment"}},
+            ],
+        },
+        knowledge_pb2.Observation(),
+    )
+
+
+def test_purge_and_redact_are_audited(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
+) -> None:
+    observations = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
+    recorded = observations.RecordObservations(
+        observation_service_pb2.RecordObservationsRequest(
+            observations=[
+                _observation(namespace, "p-1", "purge me"),
+                _observation(namespace, "r-1", "redact me"),
+            ]
+        ),
+        timeout=120,
+    ).results
+    purge_id, redact_id = recorded[0].observation_id, recorded[1].observation_id
+    trace_id = "rm-" + uuid.uuid4().hex
+    purged = observations.PurgeObservation(
+        observation_service_pb2.PurgeObservationRequest(
+            namespace=namespace, observation_id=purge_id, reason="wrong channel", trace_id=trace_id
+        ),
+        timeout=60,
+    )
+    observations.RedactObservation(
+        observation_service_pb2.RedactObservationRequest(
+            namespace=namespace, observation_id=redact_id, reason="contains a secret", trace_id=trace_id
+        ),
+        timeout=60,
+    )
+    # A repeated redaction removes nothing and writes no event.
+    observations.RedactObservation(
+        observation_service_pb2.RedactObservationRequest(
+            namespace=namespace, observation_id=redact_id, reason="again", trace_id=trace_id
+        ),
+        timeout=60,
+    )
+    events = _events(_trace(query_channel, namespace, trace_id))
+    assert [(e.action, e.target_key) for e in events] == [("delete", purge_id), ("delete", redact_id)]
+    purge, redact = (_details(e) for e in events)
+    assert purge["operation"] == "purge_observation" and purge["reason"] == "wrong channel"
+    assert purge["kind"] == "note" and purge["source"] == {
+        "system": "audit-test",
+        "stream": "notes",
+        "external_id": "p-1",
+    }
+    assert sorted(purge["nodes_removed"]) == sorted(purged.nodes_deleted)
+    assert f"episode:{purge_id}" in purge["nodes_removed"]
+    assert purge["chunk_count"] == purged.chunks_deleted >= 2 and purge["facts_affected"] == 1
+    assert redact["operation"] == "redact_observation" and redact["reason"] == "contains a secret"
+    assert redact["content_chars"] == len("redact me") and redact["previous_status"] == "processed"
+    assert redact["chunk_count"] >= 2 and redact["nodes_removed"] == [f"text:{redact_id}/1"]
+
+
+def test_get_trace_includes_context_compilations(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str, loaded: dict[str, str]
+) -> None:
+    trace_id = "ctx-trail-" + uuid.uuid4().hex
+    contexts = context_service_pb2_grpc.ContextServiceStub(query_channel)
+    contexts.CompileContext(
+        context_service_pb2.CompileContextRequest(
+            namespace=namespace, query=loaded["marker"], anchors=["doc:target"], trace_id=trace_id
+        ),
+        timeout=120,
+    )
+    audit_service_pb2_grpc.AuditServiceStub(ingest_channel).RecordAuditEvent(
+        audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="review", trace_id=trace_id),
+        timeout=60,
+    )
+    trace = _trace(query_channel, namespace, trace_id)
+    kinds = [entry.WhichOneof("entry") for entry in trace.entries]
+    assert kinds == ["context_compilation", "audit_event"]  # ordered by time
+    times = [entry.time.ToDatetime() for entry in trace.entries]
+    assert times == sorted(times)
+    compilation = trace.entries[0].context_compilation
+    request = json_format.MessageToDict(compilation.request)
+    assert request["query"] == loaded["marker"] and request["anchors"] == ["doc:target"]
+    decisions = [json_format.MessageToDict(d) for d in compilation.decisions]
+    assert any(d["key"].startswith("doc:target#") and d["decision"] == "kept" for d in decisions)
+    assert compilation.hidden_decision_count == 0
+
+    # After DeleteNode, decisions about the deleted node are left out of the trail (counted as hidden).
+    document_service_pb2_grpc.DocumentServiceStub(ingest_channel).DeleteNode(
+        document_service_pb2.DeleteNodeRequest(
+            namespace=namespace, natural_key="doc:target", trace_id=trace_id
+        ),
+        timeout=60,
+    )
+    trace = _trace(query_channel, namespace, trace_id)
+    assert [entry.WhichOneof("entry") for entry in trace.entries] == [
+        "context_compilation",
+        "audit_event",
+        "audit_event",
+    ]
+    compilation = trace.entries[0].context_compilation
+    kept = [json_format.MessageToDict(d)["key"] for d in compilation.decisions]
+    assert all(not key.startswith("doc:target") for key in kept)
+    assert loaded["maintains_target"] not in kept
+    assert compilation.hidden_decision_count >= 1
