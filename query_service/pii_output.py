@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # the output types import this module; only their shapes are 
     from query_service.hybrid_search import SearchHit
     from query_service.sources import SourceView
     from query_service.trace_reader import TraceView
+    from query_service.typed_context import ResolvedAnchor, TypedItem
 
 NO_MARKS = PiiMarks()
 # Cap on the keys and ids listed in one pii_access event (the audit details are bounded to 64 KiB).
@@ -360,6 +361,39 @@ def disclose_fact(disclosure: PiiDisclosure, row: FactRow) -> FactRow:
     )
 
 
+def disclose_typed_item(disclosure: PiiDisclosure, item: TypedItem) -> TypedItem:
+    """A CompileTypedContext item as ``disclosure``'s caller may see it: its rendered text, keys, path and
+    provenance by patterns (node summaries carry no marks, so nothing is withheld here)."""
+    if not disclosure.policy.protection:
+        return item
+    key = item.provenance.fact_id or item.natural_key
+    ids = item.provenance.observation_ids
+    return replace(
+        item,
+        text=disclosure.text(item.text, key=key, observation_ids=ids),
+        natural_key=disclosure.text(item.natural_key, key=key),
+        anchor=disclosure.text(item.anchor, key=key),
+        path=tuple(replace(step, node_key=disclosure.text(step.node_key, key=key)) for step in item.path),
+        provenance=replace(
+            item.provenance,
+            node_key=disclosure.text(item.provenance.node_key, key=key),
+            source_path=disclosure.text(item.provenance.source_path, key=key),
+            metadata=disclosure.value(item.provenance.metadata, key=key, observation_ids=ids),
+        ),
+    )
+
+
+def disclose_anchor(disclosure: PiiDisclosure, anchor: ResolvedAnchor) -> ResolvedAnchor:
+    """A resolved anchor of CompileTypedContext (the text given and its key) masked by patterns."""
+    if not disclosure.policy.protection:
+        return anchor
+    return replace(
+        anchor,
+        input=disclosure.text(anchor.input, key=anchor.natural_key),
+        natural_key=disclosure.text(anchor.natural_key, key=anchor.natural_key),
+    )
+
+
 def marks_of(props: Mapping[str, Any] | None) -> PiiMarks:
     """The marks stored in node props or chunk meta (`common.pii.PiiMarks.from_props`)."""
     return PiiMarks.from_props(props)
@@ -371,9 +405,11 @@ __all__ = [
     "PiiDisclosure",
     "PiiGuard",
     "PiiPolicy",
+    "disclose_anchor",
     "disclose_chunk",
     "disclose_fact",
     "disclose_hit",
+    "disclose_typed_item",
     "marks_of",
     "observation_ids_of",
     "withheld_text",

@@ -288,6 +288,9 @@ class ContextService(context_service_pb2_grpc.ContextServiceServicer):  # type: 
                 relations=tuple(request.relations),
                 trace_id=request.trace_id,
                 visibility=caller_visibility(),
+                pii=caller_pii_policy(
+                    self.typed.database.settings, "/memory.v1.ContextService/CompileTypedContext"
+                ),
             )
         )
         return context_service_pb2.CompileTypedContextResponse(

@@ -62,6 +62,7 @@ from query_service.context_compiler import (
     validate_context,
 )
 from query_service.context_fitting import FitCandidate, PackFitter
+from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy, disclose_anchor, disclose_typed_item
 
 DEFAULT_MAX_DEPTH = 2
 MAX_DEPTH = 4
@@ -108,6 +109,7 @@ class TypedContextRequest:
     relations: tuple[str, ...] = ()
     trace_id: str = ""
     visibility: Visibility = EVERYTHING
+    pii: PiiPolicy = NO_PII_POLICY  # the caller's: items are masked before fitting (query_service.pii_output)
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ class TypedContextCompiler:
             min_truncated_tokens=self.settings.min_truncated_tokens,
             max_item_share=self.settings.max_item_share,
         )
+        self.pii = PiiGuard(database)
 
     def compile(self, request: TypedContextRequest) -> TypedContextPack:
         """Compiles the typed pack for ``request`` and records the decisions under its trace id.
@@ -344,6 +347,12 @@ class TypedContextCompiler:
             )
             fit_candidates = self._candidates(reach, summaries, walk.steps, conflicts)
             fit_candidates.sort(key=lambda c: (-c.score, c.item.depth, 0 if c.kind == NODE else 1, c.key))
+            if request.pii.masks:  # personal data masked before fitting, so the budget holds (seed 000)
+                shown = self.pii.start(request.pii)
+                for candidate in fit_candidates:
+                    candidate.item = disclose_typed_item(shown, candidate.item)
+                    candidate.text = candidate.item.text
+                anchors = [disclose_anchor(shown, anchor) for anchor in anchors]
             fitted = self.fitter.fit(fit_candidates, base.token_budget)
             token_count = self.tokens.count(fitted.text)
             assert token_count <= base.token_budget, (token_count, base.token_budget)
@@ -371,6 +380,11 @@ class TypedContextCompiler:
             replace(cast(_Candidate, kept.candidate).item, text=kept.text, token_count=kept.token_count)
             for kept in fitted.kept
         ]
+        if request.pii.audits:  # a cleared caller: one pii_access event for the kept items' personal data
+            exposed = self.pii.start(request.pii)
+            for item in items:
+                disclose_typed_item(exposed, item)
+            self.pii.close(request.namespace, exposed, trace_id=base.trace_id)
         return TypedContextPack(
             items=items,
             text=fitted.text,

@@ -48,6 +48,8 @@ from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
+from tests.e2e.test_domain_packs import _observe, _register
+from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
 
@@ -88,21 +90,27 @@ class World:
     def __init__(self, tokens_file: Path) -> None:
         self.tokens_file = tokens_file
         self.namespace = "pii-" + uuid.uuid4().hex[:10]
-        ns = {self.namespace: [Right.WRITE]}
-        self.writer, _ = add_token(tokens_file, principal="pii-writer", namespaces=ns)
+        self.typed_namespace = "pii-typed-" + uuid.uuid4().hex[:10]  # with a domain pack enabled
+        both = (self.namespace, self.typed_namespace)
+        self.writer, _ = add_token(
+            tokens_file, principal="pii-writer", namespaces={ns: [Right.ADMIN] for ns in both}
+        )
         self.reader, _ = add_token(
-            tokens_file, principal="pii-reader", namespaces={self.namespace: [Right.READ]}
+            tokens_file, principal="pii-reader", namespaces={ns: [Right.READ] for ns in both}
         )
         self.cleared, _ = add_token(
             tokens_file,
             principal="pii-officer",
-            namespaces={self.namespace: [Right.READ]},
+            namespaces={ns: [Right.READ] for ns in both},
             pii_clearance=True,
         )
+        self.admin, _ = add_token(
+            tokens_file, principal="pii-admin", namespaces={"*": [Right.ADMIN]}
+        )  # packs
         self.ingest_addr = self.query_addr = ""
 
-    def ingest(self) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=self.writer))
+    def ingest(self, token: str = "") -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=token or self.writer))
 
     def query(self, token: str) -> grpc.Channel:
         return make_channel(self.query_addr, security=ClientSecurity(token=token))
@@ -124,6 +132,10 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
             assert wait_for_serving(address, timeout=120), f"{address} did not become SERVING"
         with world.ingest() as channel:
             _write_corpus(channel, world.namespace)
+        with world.ingest(world.admin) as channel:
+            _register(channel, delivery_pack(uuid.uuid4().hex), world.typed_namespace, strict=False)
+        with world.ingest() as channel:
+            _write_team(channel, world.typed_namespace)
         yield world
     finally:
         ingest.stop(5)
@@ -207,6 +219,33 @@ def _write_corpus(channel: grpc.Channel, namespace: str) -> None:
         timeout=120,
     )
     assert [r.status for r in response.results] == ["processed", "processed"], response
+
+
+def _write_team(channel: grpc.Channel, namespace: str) -> None:
+    """A team and a member whose entity attributes hold an e-mail and a phone, under the delivery pack."""
+    results = _observe(
+        channel,
+        [
+            {
+                "namespace": namespace,
+                "source": {"system": "hr", "stream": "org", "external_id": "org-1"},
+                "kind": "org.snapshot",
+                "occurred_at": "2026-11-01T00:00:00Z",
+                "assertions": [
+                    {"entity": {"key": "team:core", "title": "Core team"}},
+                    {
+                        "entity": {
+                            "key": "person:alice",
+                            "title": "Alice W.",
+                            "attributes": {"email": EN_EMAIL, "phone": EN_PHONE, "role": "on-call"},
+                        }
+                    },
+                    {"fact": {"subject": "person:alice", "predicate": "MEMBER_OF", "object": "team:core"}},
+                ],
+            }
+        ],
+    )
+    assert [r.status for r in results] == ["processed"], [r.error for r in results]
 
 
 def _observation_id(world: World, external_id: str) -> str:
@@ -382,6 +421,34 @@ def test_compile_context_is_masked_before_fitting(world: World) -> None:
     from common.tokenizer import TokenCounter
 
     assert TokenCounter(Settings().tokenizer_encoding).count(pack.text) == pack.token_count
+
+
+def test_compile_typed_context_is_masked_for_an_uncleared_token(world: World) -> None:
+    request = context_service_pb2.CompileTypedContextRequest(
+        namespace=world.typed_namespace, anchors=["team:core"], token_budget=400
+    )
+    with world.query(world.reader) as channel:
+        masked = (
+            context_service_pb2_grpc.ContextServiceStub(channel)
+            .CompileTypedContext(request, timeout=120)
+            .pack
+        )
+    with world.query(world.cleared) as channel:
+        shown = (
+            context_service_pb2_grpc.ContextServiceStub(channel)
+            .CompileTypedContext(request, timeout=120)
+            .pack
+        )
+        events = _trace_events(channel, world.typed_namespace, shown.trace_id)
+    alice = next(item for item in masked.items if item.kind == "node" and item.natural_key == "person:alice")
+    assert '"email":"[email]"' in alice.text and '"phone":"[phone]"' in alice.text and "on-call" in alice.text
+    _assert_no_secret(masked.text)
+    assert masked.token_count <= 400
+    assert EN_EMAIL in shown.text and EN_PHONE in shown.text
+    assert [event.action for event in events] == ["pii_access"]
+    details = json_format.MessageToDict(events[0].details)
+    assert details["method"] == "/memory.v1.ContextService/CompileTypedContext"
+    assert details["categories"] == ["email", "phone"] and "person:alice" in details["natural_keys"]
 
 
 # -- cleared reader: unmasked and audited ----------------------------------------------------------
