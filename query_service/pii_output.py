@@ -361,16 +361,21 @@ def disclose_fact(disclosure: PiiDisclosure, row: FactRow) -> FactRow:
     )
 
 
-def disclose_typed_item(disclosure: PiiDisclosure, item: TypedItem) -> TypedItem:
+def disclose_typed_item(disclosure: PiiDisclosure, item: TypedItem, marks: PiiMarks = NO_MARKS) -> TypedItem:
     """A CompileTypedContext item as ``disclosure``'s caller may see it: its rendered text, keys, path and
-    provenance by patterns (node summaries carry no marks, so nothing is withheld here)."""
+    provenance by patterns; a node item whose node ``marks`` withhold it (``fio``, ``address``) is
+    rendered as ``[type] key [withheld: ...]`` without title and attributes."""
     if not disclosure.policy.protection:
         return item
     key = item.provenance.fact_id or item.natural_key
     ids = item.provenance.observation_ids
+    if disclosure.withholds(marks):
+        text = f"[{item.node_type}] {disclosure.text(item.natural_key)} {withheld_text(marks)}"
+    else:
+        text = disclosure.text(item.text, marks=marks, key=key, observation_ids=ids)
     return replace(
         item,
-        text=disclosure.text(item.text, key=key, observation_ids=ids),
+        text=text,
         natural_key=disclosure.text(item.natural_key, key=key),
         anchor=disclosure.text(item.anchor, key=key),
         path=tuple(replace(step, node_key=disclosure.text(step.node_key, key=key)) for step in item.path),

@@ -45,6 +45,7 @@ from typing import cast
 from common.db import Database
 from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
 from common.identifiers import canonical_instant, canonical_json
+from common.pii import PiiMarks
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, type_of_key
@@ -350,7 +351,9 @@ class TypedContextCompiler:
             if request.pii.masks:  # personal data masked before fitting, so the budget holds (seed 000)
                 shown = self.pii.start(request.pii)
                 for candidate in fit_candidates:
-                    candidate.item = disclose_typed_item(shown, candidate.item)
+                    summary = summaries.get(candidate.item.natural_key) if candidate.kind == NODE else None
+                    marks = summary.pii if summary is not None else PiiMarks()
+                    candidate.item = disclose_typed_item(shown, candidate.item, marks)
                     candidate.text = candidate.item.text
                 anchors = [disclose_anchor(shown, anchor) for anchor in anchors]
             fitted = self.fitter.fit(fit_candidates, base.token_budget)
@@ -383,7 +386,8 @@ class TypedContextCompiler:
         if request.pii.audits:  # a cleared caller: one pii_access event for the kept items' personal data
             exposed = self.pii.start(request.pii)
             for item in items:
-                disclose_typed_item(exposed, item)
+                summary = summaries.get(item.natural_key) if item.kind == NODE else None
+                disclose_typed_item(exposed, item, summary.pii if summary is not None else PiiMarks())
             self.pii.close(request.namespace, exposed, trace_id=base.trace_id)
         return TypedContextPack(
             items=items,

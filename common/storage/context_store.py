@@ -18,6 +18,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from common.config import Settings
+from common.pii import PiiMarks
 from common.storage.graph_store import GraphStore, checked_label
 from common.storage.visibility import EVERYTHING, Visibility
 
@@ -36,6 +37,7 @@ class NodeSummary:
     source_path: str
     provenance: dict[str, Any] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)  # props.attributes of entity assertions
+    pii: PiiMarks = field(default_factory=PiiMarks)  # props.pii / props.pii_categories (personal data marks)
 
 
 def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) -> list[str]:
@@ -89,11 +91,12 @@ class ContextStore:
             found = self.graph.cypher(
                 conn,
                 f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
-                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes]",
+                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes,"
+                " n.props.pii, n.props.pii_categories]",
                 {"keys": label_keys, "namespace": namespace},
             )
             for item in found:
-                key, title, source_path, provenance, attributes = item
+                key, title, source_path, provenance, attributes, pii, pii_categories = item
                 out[str(key)] = NodeSummary(
                     natural_key=str(key),
                     node_type=types.get(str(key), ""),
@@ -101,6 +104,7 @@ class ContextStore:
                     source_path=str(source_path or ""),
                     provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
                     attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
+                    pii=PiiMarks.from_props({"pii": pii, "pii_categories": pii_categories}),
                 )
         return out
 

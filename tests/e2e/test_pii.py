@@ -222,7 +222,19 @@ def _write_corpus(channel: grpc.Channel, namespace: str) -> None:
 
 
 def _write_team(channel: grpc.Channel, namespace: str) -> None:
-    """A team and a member whose entity attributes hold an e-mail and a phone, under the delivery pack."""
+    """A team, a member whose entity attributes hold an e-mail and a phone, and a member whose node was
+    written with an explicit fio mark, under the delivery pack."""
+    document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key="person:p-2002",
+            type="person",
+            title=FIO,
+            content=f"{FIO}, инженер дежурной смены.",
+            pii_categories=["fio"],
+        ),
+        timeout=120,
+    )
     results = _observe(
         channel,
         [
@@ -241,6 +253,7 @@ def _write_team(channel: grpc.Channel, namespace: str) -> None:
                         }
                     },
                     {"fact": {"subject": "person:alice", "predicate": "MEMBER_OF", "object": "team:core"}},
+                    {"fact": {"subject": "person:p-2002", "predicate": "MEMBER_OF", "object": "team:core"}},
                 ],
             }
         ],
@@ -444,11 +457,15 @@ def test_compile_typed_context_is_masked_for_an_uncleared_token(world: World) ->
     assert '"email":"[email]"' in alice.text and '"phone":"[phone]"' in alice.text and "on-call" in alice.text
     _assert_no_secret(masked.text)
     assert masked.token_count <= 400
-    assert EN_EMAIL in shown.text and EN_PHONE in shown.text
+    # A node marked fio: its title (the name) is withheld, its key stays.
+    named = next(item for item in masked.items if item.kind == "node" and item.natural_key == "person:p-2002")
+    assert named.text == "[person] person:p-2002 [withheld: fio]" and FIO not in masked.text
+    assert EN_EMAIL in shown.text and EN_PHONE in shown.text and FIO in shown.text
     assert [event.action for event in events] == ["pii_access"]
     details = json_format.MessageToDict(events[0].details)
     assert details["method"] == "/memory.v1.ContextService/CompileTypedContext"
-    assert details["categories"] == ["email", "phone"] and "person:alice" in details["natural_keys"]
+    assert details["categories"] == ["email", "fio", "phone"]
+    assert {"person:alice", "person:p-2002"} <= set(details["natural_keys"])
 
 
 # -- cleared reader: unmasked and audited ----------------------------------------------------------
