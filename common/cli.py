@@ -59,6 +59,8 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
+    trace_service_pb2,
+    trace_service_pb2_grpc,
 )
 from rich.console import Console
 from rich.markup import escape
@@ -1380,6 +1382,75 @@ def typed_context(
     if pack.text and not pack.text.endswith("\n"):
         sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+@app.command("delete")
+def delete_node(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="natural key of the node to delete, e.g. doc:apt/README")],
+    namespace: NamespaceOption,
+    reason: Annotated[str, typer.Option("--reason", help="why; kept in the audit event")] = "",
+    trace_id: Annotated[str | None, typer.Option("--trace-id", help="trace of the audit event")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a node with its chunks, edges and facts (DocumentService.DeleteNode); the deletion is
+    audited (read it back with `cb trace`). Audit nodes are protected; a missing key is NOT_FOUND."""
+    request = document_service_pb2.DeleteNodeRequest(
+        namespace=namespace, natural_key=key, reason=reason, trace_id=trace_id or ""
+    )
+    with _reported_errors(), _state(ctx).channel(_state(ctx).ingest()) as channel:
+        response = document_service_pb2_grpc.DocumentServiceStub(channel).DeleteNode(
+            request, timeout=WRITE_TIMEOUT_SECONDS
+        )
+    if as_json:
+        _print_json(response)
+        return
+    err.print(
+        escape(
+            f"deleted {response.natural_key} ({response.type}): {response.chunks_deleted} chunks, "
+            f"{response.facts_deleted} facts, {response.edges_deleted} other edges"
+        )
+    )
+    err.print(escape(f"audit event {response.audit_event_id} in trace {response.trace_id}"))
+
+
+@app.command("trace")
+def trace(
+    ctx: typer.Context,
+    trace_id: Annotated[str, typer.Argument(help="the trace id (a CompileContext trace_id, a request id)")],
+    namespace: NamespaceOption,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the trail of a trace (TraceService.GetTrace): audit events and context compilations, by time."""
+    request = trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id)
+    with _reported_errors(), _state(ctx).channel(_state(ctx).query()) as channel:
+        response = trace_service_pb2_grpc.TraceServiceStub(channel).GetTrace(
+            request, timeout=READ_TIMEOUT_SECONDS
+        )
+    if as_json:
+        _print_json(response)
+        return
+    table = Table(title=f"trace {trace_id}: {len(response.trace.entries)} entries")
+    for name in ("time", "entry", "who / request", "what"):
+        table.add_column(name)
+    for entry in response.trace.entries:
+        when = _format_instant(entry.time)
+        if entry.HasField("audit_event"):
+            event = entry.audit_event
+            details = json.dumps(json_format.MessageToDict(event.details), ensure_ascii=False)
+            what = _excerpt(f"{event.target_key} {details}")
+            table.add_row(when, f"audit: {event.action}", escape(event.principal), escape(what))
+        else:
+            compilation = entry.context_compilation
+            asked = json_format.MessageToDict(compilation.request)
+            kept = sum(1 for d in compilation.decisions if d.fields["decision"].string_value == "kept")
+            table.add_row(
+                when,
+                "context compilation",
+                escape(_excerpt(str(asked.get("query", "")))),
+                f"{kept} kept of {len(compilation.decisions)} shown ({compilation.hidden_decision_count} hidden)",
+            )
+    err.print(table)
 
 
 if __name__ == "__main__":

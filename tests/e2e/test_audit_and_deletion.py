@@ -545,3 +545,57 @@ def test_get_trace_includes_context_compilations(
     assert all(not key.startswith("doc:target") for key in kept)
     assert loaded["maintains_target"] not in kept
     assert compilation.hidden_decision_count >= 1
+
+
+def test_cli_delete_and_trace(
+    ingest_host: Any, query_host: Any, ingest_channel: grpc.Channel, namespace: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from common.cli import app
+
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:cli", title="CLI doc", content="# CLI doc\n\nbody"
+        ),
+        timeout=120,
+    )
+    runner = CliRunner()
+    addresses = [
+        "--ingest-addr",
+        f"127.0.0.1:{ingest_host.port}",
+        "--query-addr",
+        f"127.0.0.1:{query_host.port}",
+    ]
+    trace_id = "cli-" + uuid.uuid4().hex
+
+    def run(*args: str, expect: int = 0) -> str:
+        result = runner.invoke(app, [*addresses, *args])
+        assert result.exit_code == expect, result.output
+        return result.output
+
+    deleted = json.loads(
+        run(
+            "delete",
+            "doc:cli",
+            "--namespace",
+            namespace,
+            "--reason",
+            "cli test",
+            "--trace-id",
+            trace_id,
+            "--json",
+        )
+    )
+    assert (
+        deleted["naturalKey"] == "doc:cli"
+        and deleted["chunksDeleted"] == 1
+        and deleted["traceId"] == trace_id
+    )
+    trace = json.loads(run("trace", trace_id, "--namespace", namespace, "--json"))["trace"]
+    [entry] = trace["entries"]
+    assert entry["auditEvent"]["action"] == "delete" and entry["auditEvent"]["details"]["title"] == "CLI doc"
+    table = run("trace", trace_id, "--namespace", namespace)
+    assert "audit: delete" in table and "doc:cli" in table
+    assert "NOT_FOUND" in run("delete", "doc:cli", "--namespace", namespace, expect=1)
