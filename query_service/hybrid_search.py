@@ -22,7 +22,7 @@ import psycopg
 
 from common.db import Database
 from common.errors import ViolationCollector
-from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk
+from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk, meta_observation_ids
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
@@ -211,17 +211,6 @@ def validate_search(query: SearchQuery) -> SearchQuery:
     return replace(query, top_k=top_k)
 
 
-def _observation_ids(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    value = meta.get("observation_id")
-    ids = meta.get("observation_ids")
-    out: list[str] = []
-    if isinstance(value, str) and value:
-        out.append(value)
-    if isinstance(ids, list):
-        out.extend(str(item) for item in ids if isinstance(item, str) and item not in out)
-    return tuple(out)
-
-
 class HybridSearcher:
     """Runs the three rankings concurrently, each on its own pooled connection, and fuses them.
 
@@ -330,7 +319,7 @@ class HybridSearcher:
                         node_key=chunk.node_key,
                         source_path=chunk.source_path or (summary.source_path if summary else ""),
                         chunk_order=chunk.chunk_order,
-                        observation_ids=_observation_ids(chunk.meta),
+                        observation_ids=meta_observation_ids(chunk.meta),
                         metadata=summary.provenance if summary else {},
                     ),
                 )

@@ -35,6 +35,7 @@ from common.auth import Principal
 from common.config import Settings
 from common.db import Database
 from common.pii import PiiMarks, detect, detect_value, mask, mask_value
+from common.storage.chunk_store import meta_observation_ids
 
 if TYPE_CHECKING:  # the output types import this module; only their shapes are needed here
     from common.observation_view import ObservationView
@@ -292,23 +293,12 @@ class PiiGuard:
         )
 
 
-def observation_ids_of(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    """The observation ids a chunk's meta names (``observation_id``, ``observation_ids``)."""
-    ids: list[str] = []
-    single, many = meta.get("observation_id"), meta.get("observation_ids")
-    if isinstance(single, str) and single:
-        ids.append(single)
-    if isinstance(many, list):
-        ids.extend(item for item in many if isinstance(item, str) and item and item not in ids)
-    return tuple(ids)
-
-
 def disclose_chunk(disclosure: PiiDisclosure, chunk: StoredChunk) -> StoredChunk:
     """A chunk as ``disclosure``'s caller may see it; its marks are in ``chunk.meta`` (written with it)."""
     if not disclosure.policy.protection:
         return chunk
     marks = marks_of(chunk.meta)
-    key, ids = chunk.node_key, observation_ids_of(chunk.meta)
+    key, ids = chunk.node_key, meta_observation_ids(chunk.meta)
     if disclosure.withholds(marks):
         hidden = withheld_text(marks)
         title, heading, text = hidden, hidden if chunk.heading else "", hidden
@@ -416,6 +406,5 @@ __all__ = [
     "disclose_hit",
     "disclose_typed_item",
     "marks_of",
-    "observation_ids_of",
     "withheld_text",
 ]

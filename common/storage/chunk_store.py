@@ -93,6 +93,18 @@ class NodeRef:
     source_path: str = ""
 
 
+def meta_observation_ids(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """The observation ids a chunk's meta names (``observation_id``, then ``observation_ids``), deduplicated."""
+    value = meta.get("observation_id")
+    ids = meta.get("observation_ids")
+    out: list[str] = []
+    if isinstance(value, str) and value:
+        out.append(value)
+    if isinstance(ids, list):
+        out.extend(str(item) for item in ids if isinstance(item, str) and item and item not in out)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class StoredChunk:
     """One chunk row as read back (no embedding)."""
