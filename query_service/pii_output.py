@@ -26,6 +26,7 @@ masking, no audit. Transport free.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # the output types import this module; only their shapes are 
 NO_MARKS = PiiMarks()
 # Cap on the keys and ids listed in one pii_access event (the audit details are bounded to 64 KiB).
 MAX_AUDITED_KEYS = 200
+MAX_AUDIT_DETAILS_BYTES = 48 * 1024
 
 
 def withheld_text(marks: PiiMarks) -> str:
@@ -263,7 +265,8 @@ class PiiGuard:
         """Records one ``pii_access`` event when a cleared caller was shown personal data in ``namespace``.
 
         Details: ``method``, ``categories`` (sorted), ``natural_keys`` and ``observation_ids`` (at most
-        `MAX_AUDITED_KEYS` each, with ``truncated`` true when more were exposed). ``target_key`` is the
+        `MAX_AUDITED_KEYS` each and `MAX_AUDIT_DETAILS_BYTES` together, with ``truncated`` true when more
+        were exposed). ``target_key`` is the
         single key or observation id when exactly one was exposed. ``trace_id`` empty: the request id.
 
         Raises:
@@ -279,7 +282,12 @@ class PiiGuard:
             "natural_keys": keys[:MAX_AUDITED_KEYS],
             "observation_ids": ids[:MAX_AUDITED_KEYS],
         }
-        if len(keys) > MAX_AUDITED_KEYS or len(ids) > MAX_AUDITED_KEYS:
+        limit = MAX_AUDITED_KEYS
+        # Keys may be long (up to 512 characters): shorten the lists until the details fit the audit limit.
+        while limit > 1 and len(json.dumps(details, ensure_ascii=False).encode()) > MAX_AUDIT_DETAILS_BYTES:
+            limit //= 2
+            details["natural_keys"], details["observation_ids"] = keys[:limit], ids[:limit]
+        if len(keys) > limit or len(ids) > limit:
             details["truncated"] = True
         self.audit.record(
             AuditEventInput(
