@@ -11,6 +11,9 @@ does not hold is left out; in a compilation, a decision about a chunk or node (k
 natural key) or a fact (key ``fact-...``) the caller cannot see — or that no longer exists, e.g. after
 DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
 A trace with nothing the caller may see is NOT_FOUND, like an unknown one.
+
+Limit: ``context_traces`` does not record who compiled, so a compilation's request (query text, as_of,
+budget; anchors minus hidden nodes) is shown to every reader of the namespace who knows the trace id.
 """
 
 from __future__ import annotations
