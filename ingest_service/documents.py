@@ -235,6 +235,9 @@ def _check_common(
 ) -> None:
     _check_namespace(check, namespace)
     _check_key(check, "natural_key", natural_key)
+    if natural_key.startswith(tuple(f"{protected}:" for protected in sorted(PROTECTED_TYPES))):
+        # Keys of audit nodes (audit_event:<id>, pc_trace:<trace_id>) are the audit trail's alone.
+        check.add("natural_key", "the prefixes audit_event: and pc_trace: are reserved for the audit trail")
     if node_type and not _TYPE_PATTERN.match(node_type):
         check.add("type", f"must match {_TYPE_PATTERN.pattern}")
     elif node_type in PROTECTED_TYPES:

@@ -323,7 +323,17 @@ def test_audit_nodes_are_protected(
                 timeout=60,
             )
         )
-        assert overwrite.code == grpc.StatusCode.FAILED_PRECONDITION
+        assert overwrite.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert [v.field for v in overwrite.violations] == ["natural_key"]
+    # A document cannot take the key of a trace anchor before the trace exists either.
+    reserved = _failure(
+        functools.partial(
+            documents.Retain,
+            document_service_pb2.RetainRequest(namespace=namespace, natural_key="pc_trace:future", content="x"),
+            timeout=60,
+        )
+    )
+    assert reserved.code == grpc.StatusCode.INVALID_ARGUMENT
     events = _events(_trace(query_channel, namespace, trace_id))
     assert [(e.event_id, _details(e)) for e in events] == [(event.event_id, {"rows": 12})]
 
