@@ -204,7 +204,8 @@ def relation_rules(kinds: NamespaceKinds, only: Sequence[str] = ()) -> list[Rela
         RelationRule(relation.relation, synonyms(relation.from_kinds), synonyms(relation.to_kinds))
         for relation in kinds.relations.values()
     ]
-    rules.append(RelationRule(MENTIONS))
+    if MENTIONS not in kinds.relations:  # a pack may define MENTIONS itself; its kinds then apply
+        rules.append(RelationRule(MENTIONS))
     if only:
         wanted = set(only)
         rules = [rule for rule in rules if rule.relation in wanted]
@@ -216,14 +217,14 @@ def resolve_anchors(
 ) -> list[tuple[str, str, str]]:
     """(input, canonical key, source) candidates, distinct by key, request anchors first (see step 2)."""
     out: dict[str, tuple[str, str, str]] = {}
+    pack_kinds = {kind.kind: kind for kind in kinds.kinds.values()}  # canonical kinds (no kindAliases)
     for anchor in anchors:
         keys = [kinds.resolve_key(anchor)]
         prefix = anchor.partition(":")[0] if ":" in anchor else ""
         if prefix not in kinds.kinds:
-            seen_kinds = {kind.kind: kind for kind in kinds.kinds.values()}
             keys += [
                 f"{name}:{kind.aliases[anchor]}"
-                for name, kind in seen_kinds.items()
+                for name, kind in pack_kinds.items()
                 if anchor in kind.aliases
             ]
             keys += [
