@@ -2,8 +2,11 @@
 
 Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
-  into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load;
-  then the same from 16 concurrent clients (ratio to 1 client, issue 3 §4);
+  into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
+  twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
+  (`common.cli.record_observation_batches` with its default concurrency), each into its own namespace,
+  reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
+  issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
 - Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
 - the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
@@ -13,7 +16,9 @@ Results are appended to bench/RESULTS.md (with the machine's description) and wr
 bench/results/service-<UTC time>.json. Targets (issue 2): debian ingest <= 60 s, Search p95 <= 100 ms,
 ListFacts p95 <= 10 ms.
 
-Usage: .venv/bin/python bench/run_bench.py  (the embedded database must be up: `make db`).
+Usage: .venv/bin/python bench/run_bench.py [--observations-only]  (the embedded database must be up:
+`make db`). ``--observations-only`` measures the two 1-client observation loads only and prints them
+(JSON written, bench/RESULTS.md not touched).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +47,7 @@ from google.protobuf import json_format, timestamp_pb2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.cli import find_documents, read_document  # noqa: E402
-from common.client import wait_for_serving  # noqa: E402
-from common.config import Settings  # noqa: E402
-from common.identifiers import fact_id, parse_instant  # noqa: E402
-from memory.v1 import (  # noqa: E402
+from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2_grpc,
@@ -58,6 +59,17 @@ from memory.v1 import (  # noqa: E402
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
+
+from common.cli import (
+    DEFAULT_OBSERVE_CONCURRENCY,
+    ParsedObservation,
+    find_documents,
+    read_document,
+    record_observation_batches,
+)
+from common.client import wait_for_serving
+from common.config import Settings
+from common.identifiers import fact_id, parse_instant
 
 CORPORA = ROOT.parent / "shared" / "corpora"
 UPLOADS = CORPORA / "debian-uploads"
@@ -76,7 +88,13 @@ def free_port() -> int:
 def services() -> Iterator[tuple[str, str]]:
     """Starts `cb serve ingest` and `cb serve query` as separate processes on free ports."""
     ingest, query = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    env = dict(os.environ, CB_INGEST_ADDR=ingest, CB_QUERY_ADDR=query, CB_INGEST_METRICS_PORT="0", CB_QUERY_METRICS_PORT="0")
+    env = dict(
+        os.environ,
+        CB_INGEST_ADDR=ingest,
+        CB_QUERY_ADDR=query,
+        CB_INGEST_METRICS_PORT="0",
+        CB_QUERY_METRICS_PORT="0",
+    )
     children = [
         subprocess.Popen([sys.executable, "-m", "common.cli", "serve", kind], cwd=ROOT, env=env)
         for kind in ("ingest", "query")
@@ -148,10 +166,18 @@ def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
 
 def machine() -> dict[str, Any]:
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
         platform.processor(),
     )
-    memory_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    memory_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -176,11 +202,45 @@ def distinctive_sentences(count: int) -> list[str]:
     return chosen
 
 
+def load_observations(
+    stub: observation_service_pb2_grpc.ObservationServiceStub,
+    observations: list[knowledge_pb2.Observation],
+    *,
+    concurrency: int,
+) -> dict[str, Any]:
+    """Sends ``observations`` in batches of 200 through `record_observation_batches` (what `cb observe`
+    runs) with ``concurrency`` calls in flight; wall time from the first call to the last answer."""
+    items: list[ParsedObservation] = [ParsedObservation(line, o) for line, o in enumerate(observations, 1)]
+    batches: list[list[Any]] = [items[offset : offset + 200] for offset in range(0, len(items), 200)]
+    start = time.perf_counter()
+    created = failed = 0
+    for outcome in record_observation_batches(stub, batches, concurrency=concurrency):
+        if outcome.error is not None or outcome.response is None:
+            raise RuntimeError(f"batch at line {outcome.parsed[0].line} failed: {outcome.error}")
+        created += sum(result.created for result in outcome.response.results)
+        failed += sum(result.status == "failed" for result in outcome.response.results)
+    seconds = time.perf_counter() - start
+    return {
+        "count": len(observations),
+        "created": created,
+        "failed": failed,
+        "concurrency": concurrency,
+        "seconds": round(seconds, 2),
+        "per_second": round(len(observations) / seconds, 1),
+        "target_seconds": 60,
+    }
+
+
 def main() -> int:
+    observations_only = "--observations-only" in sys.argv[1:]
     settings = Settings()
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     debian_ns, vault_ns = f"bench-debian-{stamp}", f"bench-vault-{stamp}"
-    results: dict[str, Any] = {"time": stamp, "machine": machine(), "embedding_provider": settings.embedding_provider}
+    results: dict[str, Any] = {
+        "time": stamp,
+        "machine": machine(),
+        "embedding_provider": settings.embedding_provider,
+    }
     observations = debian_observations(debian_ns)
     documents = [read_document(path, VAULT, namespace=vault_ns) for path in find_documents(VAULT)]
     searches = distinctive_sentences(QUERIES)
@@ -190,20 +250,25 @@ def main() -> int:
         ingest = grpc.insecure_channel(ingest_address, options=[("grpc.max_send_message_length", 64 << 20)])
         query = grpc.insecure_channel(query_address, options=[("grpc.max_receive_message_length", 64 << 20)])
         observe = observation_service_pb2_grpc.ObservationServiceStub(ingest)
-        start = time.perf_counter()
-        created = 0
-        for offset in range(0, len(observations), 200):
-            response = observe.RecordObservations(
-                observation_service_pb2.RecordObservationsRequest(observations=observations[offset : offset + 200]),
-                timeout=600,
-            )
-            created += sum(result.created for result in response.results)
-        seconds = time.perf_counter() - start
-        results["observations"] = {
-            "count": len(observations), "created": created, "seconds": round(seconds, 2),
-            "per_second": round(len(observations) / seconds, 1), "target_seconds": 60,
-        }
-        print(f"observations: {len(observations)} in {seconds:.1f} s ({len(observations) / seconds:.0f}/s)", flush=True)
+        # Strictly sequential first (the baseline), then as `cb observe` sends, each into a fresh namespace.
+        sequential = load_observations(observe, debian_observations(f"{debian_ns}-seq"), concurrency=1)
+        results["observations_sequential"] = sequential
+        print(
+            f"observations, sequential: {sequential['seconds']} s ({sequential['per_second']}/s)", flush=True
+        )
+        cli_load = load_observations(observe, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
+        cli_load["ratio_to_sequential"] = round(sequential["seconds"] / cli_load["seconds"], 2)
+        results["observations"] = cli_load
+        seconds = sequential["seconds"]
+        print(
+            f"observations, cb observe (concurrency {DEFAULT_OBSERVE_CONCURRENCY}): {cli_load['seconds']} s"
+            f" ({cli_load['per_second']}/s), {cli_load['ratio_to_sequential']}x sequential",
+            flush=True,
+        )
+        if observations_only:
+            write_json(results)
+            print(json.dumps(results, indent=2))
+            return 0
 
         # The same corpus in another namespace from 16 concurrent clients, each holding the uploads of
         # its own packages (so supersession chains stay within a client), in batches of 50.
@@ -216,7 +281,9 @@ def main() -> int:
             done = 0
             for offset in range(0, len(stream), 50):
                 response = stub.RecordObservations(
-                    observation_service_pb2.RecordObservationsRequest(observations=stream[offset : offset + 50]),
+                    observation_service_pb2.RecordObservationsRequest(
+                        observations=stream[offset : offset + 50]
+                    ),
                     timeout=600,
                 )
                 done += sum(result.created for result in response.results)
@@ -227,11 +294,15 @@ def main() -> int:
             created16 = sum(pool.map(client, streams))
         seconds16 = time.perf_counter() - start
         results["observations_16_clients"] = {
-            "count": len(observations), "created": created16, "seconds": round(seconds16, 2),
+            "count": len(observations),
+            "created": created16,
+            "seconds": round(seconds16, 2),
             "per_second": round(len(observations) / seconds16, 1),
-            "ratio_to_1_client": round(seconds / seconds16, 2),
+            "ratio_to_1_client": round(seconds / seconds16, 2),  # to the sequential client
         }
-        print(f"observations, 16 clients: {seconds16:.1f} s ({len(observations) / seconds16:.0f}/s)", flush=True)
+        print(
+            f"observations, 16 clients: {seconds16:.1f} s ({len(observations) / seconds16:.0f}/s)", flush=True
+        )
 
         documents_stub = document_service_pb2_grpc.DocumentServiceStub(ingest)
         start = time.perf_counter()
@@ -240,15 +311,24 @@ def main() -> int:
             chunks += documents_stub.Retain(request, timeout=600).chunk_count
         seconds = time.perf_counter() - start
         results["documents"] = {
-            "documents": len(documents), "chunks": chunks, "seconds": round(seconds, 2),
+            "documents": len(documents),
+            "chunks": chunks,
+            "seconds": round(seconds, 2),
             "chunks_per_second": round(chunks / seconds, 1),
         }
-        print(f"documents: {len(documents)} ({chunks} chunks) in {seconds:.1f} s ({chunks / seconds:.0f} chunks/s)", flush=True)
+        print(
+            f"documents: {len(documents)} ({chunks} chunks) in {seconds:.1f} s ({chunks / seconds:.0f} chunks/s)",
+            flush=True,
+        )
 
         search = retrieval_service_pb2_grpc.RetrievalServiceStub(query)
-        search_requests = [retrieval_service_pb2.SearchRequest(namespace=vault_ns, query=q, top_k=10) for q in searches]
+        search_requests = [
+            retrieval_service_pb2.SearchRequest(namespace=vault_ns, query=q, top_k=10) for q in searches
+        ]
         search.Search(search_requests[0], timeout=120)  # warm-up: the query model loads on first use
-        results["search_grpc"] = percentiles(timed([lambda r=r: search.Search(r, timeout=30) for r in search_requests]))
+        results["search_grpc"] = percentiles(
+            timed([lambda r=r: search.Search(r, timeout=30) for r in search_requests])
+        )
 
         facts = fact_query_service_pb2_grpc.FactQueryServiceStub(query)
         fact_requests = []
@@ -257,21 +337,29 @@ def main() -> int:
             as_of.FromJsonString(question["as_of"])
             fact_requests.append(
                 fact_query_service_pb2.ListFactsRequest(
-                    namespace=debian_ns, subject=question["subject"], predicate=question["predicate"], as_of=as_of
+                    namespace=debian_ns,
+                    subject=question["subject"],
+                    predicate=question["predicate"],
+                    as_of=as_of,
                 )
             )
-        results["list_facts_grpc"] = percentiles(timed([lambda r=r: facts.ListFacts(r, timeout=30) for r in fact_requests]))
+        results["list_facts_grpc"] = percentiles(
+            timed([lambda r=r: facts.ListFacts(r, timeout=30) for r in fact_requests])
+        )
 
         context = context_service_pb2_grpc.ContextServiceStub(query)
         context_requests = [
-            context_service_pb2.CompileContextRequest(namespace=vault_ns, query=q, token_budget=1500) for q in searches
+            context_service_pb2.CompileContextRequest(namespace=vault_ns, query=q, token_budget=1500)
+            for q in searches
         ]
         results["compile_context_grpc"] = percentiles(
             timed([lambda r=r: context.CompileContext(r, timeout=60) for r in context_requests])
         )
 
     results["search_raw_sql"] = raw_search(settings, vault_ns, searches)
-    results["search_grpc_vs_raw_p50"] = round(results["search_grpc"]["p50_ms"] / results["search_raw_sql"]["p50_ms"], 2)
+    results["search_grpc_vs_raw_p50"] = round(
+        results["search_grpc"]["p50_ms"] / results["search_raw_sql"]["p50_ms"], 2
+    )
     write_results(results)
     print(json.dumps(results, indent=2))
     return 0
@@ -287,28 +375,45 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     database = Database(settings, embedding_model=provider.model_id)
     engine = HybridSearcher(database, provider, search_preset("default"))
     engine.search(SearchQuery(namespace=namespace, query=searches[0], top_k=10))
-    samples = timed([lambda q=q: engine.search(SearchQuery(namespace=namespace, query=q, top_k=10)) for q in searches])
+    samples = timed(
+        [lambda q=q: engine.search(SearchQuery(namespace=namespace, query=q, top_k=10)) for q in searches]
+    )
     database.close()
     return percentiles(samples)
 
 
-def write_results(results: dict[str, Any]) -> None:
+def write_json(results: dict[str, Any]) -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"service-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def write_results(results: dict[str, Any]) -> None:
+    write_json(results)
     m = results["machine"]
     lines = [
         f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}",
         "",
         "| measure | figure | target |",
         "|---|---|---|",
-        f"| debian corpus ingest (5,415 observations, 1 client, batches of 200) | {results['observations']['seconds']} s"
-        f" ({results['observations']['per_second']}/s) | <= 60 s |",
-        f"| the same from 16 concurrent clients (batches of 50) | {results['observations_16_clients']['seconds']} s"
-        f" ({results['observations_16_clients']['per_second']}/s), {results['observations_16_clients']['ratio_to_1_client']}x"
-        " the 1-client rate | |",
-        f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
-        f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |",
+        (
+            f"| debian corpus ingest (5,415 observations, 1 client, batches of 200, sequential) |"
+            f" {results['observations_sequential']['seconds']} s ({results['observations_sequential']['per_second']}/s) | |"
+        ),
+        (
+            f"| the same as `cb observe` sends ({results['observations']['concurrency']} calls in flight) |"
+            f" {results['observations']['seconds']} s ({results['observations']['per_second']}/s),"
+            f" {results['observations']['ratio_to_sequential']}x the sequential rate | <= 60 s |"
+        ),
+        (
+            f"| the same from 16 concurrent clients (batches of 50) | {results['observations_16_clients']['seconds']} s"
+            f" ({results['observations_16_clients']['per_second']}/s), {results['observations_16_clients']['ratio_to_1_client']}x"
+            " the sequential rate | |"
+        ),
+        (
+            f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
+            f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |"
+        ),
     ]
     for key, label, target in (
         ("search_grpc", "Search over gRPC", "p95 <= 100 ms"),
@@ -317,11 +422,15 @@ def write_results(results: dict[str, Any]) -> None:
         ("compile_context_grpc", "CompileContext over gRPC (budget 1500)", ""),
     ):
         r = results[key]
-        lines.append(f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |")
+        lines.append(
+            f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |"
+        )
     lines.append(f"| Search gRPC / raw p50 ratio | {results['search_grpc_vs_raw_p50']} | |")
     path = ROOT / "bench" / "RESULTS.md"
     if not path.exists():
-        path.write_text("# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n")
+        path.write_text(
+            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
+        )
     with path.open("a") as handle:
         handle.write("\n".join(lines) + "\n")
 

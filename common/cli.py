@@ -23,6 +23,7 @@ Heavy modules (database, services, embedded database) are imported inside the co
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
@@ -33,6 +34,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -793,6 +795,103 @@ def _batches(
         yield batch
 
 
+DEFAULT_OBSERVE_CONCURRENCY = 4  # RecordObservations calls in flight; see record_observation_batches
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchOutcome:
+    """One batch of `record_observation_batches`: its file items, the observations sent, and either the
+    response or the RPC error (both None when the batch held only unparsable lines)."""
+
+    batch: list[ParsedObservation | LineError]
+    parsed: list[ParsedObservation]
+    response: observation_service_pb2.RecordObservationsResponse | None = None
+    error: grpc.RpcError | None = None
+
+
+def record_observation_batches(
+    stub: observation_service_pb2_grpc.ObservationServiceStub,
+    batches: Iterable[list[ParsedObservation | LineError]],
+    *,
+    concurrency: int = DEFAULT_OBSERVE_CONCURRENCY,
+    on_retry: Callable[[str], None] = lambda text: None,
+    stop: threading.Event | None = None,
+) -> Iterator[BatchOutcome]:
+    """Sends each batch's observations with RecordObservations, at most ``concurrency`` calls in flight,
+    and yields the outcomes in batch order (so reports and progress follow the file).
+
+    Each call is retried on UNAVAILABLE for up to ``RETRY_MAX_SECONDS`` (the RPC is idempotent: a batch
+    commits as one transaction and a repeated observation is a duplicate). Until the first call
+    succeeds only one is in flight, so an unreachable service costs one batch, not ``concurrency``.
+    Batches may commit in any order; the result does not depend on it (supersession is order
+    independent: tests/e2e/test_shuffled_corpus.py). The batches are read lazily, so a large file is
+    never held in memory; reading and parsing overlap the calls.
+
+    Args:
+        stub: the ObservationService stub (its channel is shared by the worker threads).
+        batches: file items in order, as `_batches` makes them.
+        concurrency: calls in flight, >= 1 (1: strictly sequential).
+        on_retry: receives a line per retry (``lines A-B: retrying ...``).
+        stop: when set, no further batch is sent; the calls in flight are still awaited and yielded.
+
+    Yields:
+        A `BatchOutcome` per batch read, in order (batches not sent after ``stop`` are not yielded).
+    """
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+
+    def send(
+        parsed: list[ParsedObservation],
+    ) -> observation_service_pb2.RecordObservationsResponse | grpc.RpcError:
+        request = observation_service_pb2.RecordObservationsRequest(
+            observations=[item.observation for item in parsed]
+        )
+        where = f"lines {parsed[0].line}-{parsed[-1].line}"
+        try:
+            response: observation_service_pb2.RecordObservationsResponse = _retrying(
+                functools.partial(stub.RecordObservations, request, timeout=WRITE_TIMEOUT_SECONDS),
+                on_retry=lambda text: on_retry(f"{where}: {text}"),
+            )
+        except grpc.RpcError as exc:
+            return exc
+        return response
+
+    succeeded = False
+    queue: collections.deque[tuple[list[ParsedObservation | LineError], list[ParsedObservation], Any]]
+    queue = collections.deque()
+    in_flight = 0
+    items = iter(batches)
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cb-observe") as pool:
+        try:
+            while True:
+                limit = concurrency if succeeded else 1
+                while in_flight < limit and not (stop is not None and stop.is_set()):
+                    batch = next(items, None)
+                    if batch is None:
+                        break
+                    parsed = [item for item in batch if isinstance(item, ParsedObservation)]
+                    future = pool.submit(send, parsed) if parsed else None
+                    in_flight += future is not None
+                    queue.append((batch, parsed, future))
+                if not queue:
+                    return
+                batch, parsed, future = queue.popleft()
+                if future is None:
+                    yield BatchOutcome(batch, parsed)
+                    continue
+                outcome = future.result()
+                in_flight -= 1
+                if isinstance(outcome, grpc.RpcError):
+                    yield BatchOutcome(batch, parsed, error=outcome)
+                else:
+                    succeeded = True
+                    yield BatchOutcome(batch, parsed, response=outcome)
+        finally:
+            for _, _, future in queue:  # the consumer stopped early: wait for the calls it will not see
+                if future is not None:
+                    future.result()
+
+
 @app.command()
 def observe(
     ctx: typer.Context,
@@ -804,11 +903,22 @@ def observe(
     ],
     batch_size: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="observations per RPC")] = 200,
     namespace: Annotated[str | None, typer.Option(help="override the namespace of every observation")] = None,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            "--workers",
+            min=1,
+            max=32,
+            help="RecordObservations calls in flight (1: sequential)",
+        ),
+    ] = DEFAULT_OBSERVE_CONCURRENCY,
 ) -> None:
     """Record observations from a JSONL file (one proto3 JSON Observation per line).
 
-    Sends RecordObservations in batches (retried on UNAVAILABLE: the RPC is idempotent), prints every
-    failed item with its line number, and exits 1 if any line or item failed.
+    Sends RecordObservations in batches, ``--concurrency`` of them in flight (each retried on
+    UNAVAILABLE: the RPC is idempotent), prints every failed item with its line number in file order,
+    and exits 1 if any line or item failed. Safe to re-run: recorded observations are duplicates.
     """
     address = _state(ctx).ingest()
     tally = _ObserveTally()
@@ -830,37 +940,30 @@ def observe(
             lines_done += len(new)
             progress.update(task, completed=lines_done)
 
+        give_up = threading.Event()
         with file.open("rb") as handle:
-            for batch in _batches(parse_observation_lines(handle, namespace=namespace), batch_size):
-                parsed = [item for item in batch if isinstance(item, ParsedObservation)]
+            batches = _batches(parse_observation_lines(handle, namespace=namespace), batch_size)
+            for outcome in record_observation_batches(
+                stub, batches, concurrency=concurrency, on_retry=report, stop=give_up
+            ):
+                batch, parsed = outcome.batch, outcome.parsed
                 for item in batch:
                     if isinstance(item, LineError):
                         tally.bad_lines += 1
                         report(f"line {item.line}: {item.error} (not sent)")
-                if not parsed:
-                    advance(batch)
-                    continue
-                request = observation_service_pb2.RecordObservationsRequest(
-                    observations=[item.observation for item in parsed]
-                )
-                try:
-                    response = _retrying(
-                        functools.partial(stub.RecordObservations, request, timeout=WRITE_TIMEOUT_SECONDS),
-                        on_retry=report,
-                    )
-                except grpc.RpcError as exc:
+                if outcome.error is not None:
                     where = f"lines {parsed[0].line}-{parsed[-1].line}"
-                    for text in rpc_failure(exc).lines():
+                    for text in rpc_failure(outcome.error).lines():
                         report(f"{where}: {text}")
                     tally.failed += len(parsed)
-                    advance(batch)
-                    if is_unavailable(exc):
-                        tally.not_sent = total_lines - lines_done
+                    if is_unavailable(outcome.error) and not give_up.is_set():
+                        give_up.set()
                         report(f"giving up: the service stayed unavailable for {RETRY_MAX_SECONDS:.0f} s")
-                        break
-                    continue
-                _tally_results(parsed, response, tally, report)
+                elif outcome.response is not None:
+                    _tally_results(parsed, outcome.response, tally, report)
                 advance(batch)
+        if give_up.is_set():
+            tally.not_sent = total_lines - lines_done
     summary = f"created {tally.created}, duplicate {tally.duplicate}, failed {tally.failed}"
     if tally.bad_lines:
         summary += f", unparsable lines {tally.bad_lines}"

@@ -24,6 +24,7 @@ from common.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import ObservationStore
 from common.write_access import WriteAccess
 from ingest_service.chunking import chunk_markdown
@@ -108,7 +109,12 @@ class ObservationRecorder:
         valid = [item for item, _ in validated if item is not None]
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
 
+        # Node keys this batch may write, locked in one order first, so concurrent batches sharing a
+        # node wait for each other instead of deadlocking (common.storage.key_locks).
+        node_keys = {(item.namespace, key) for item in valid for key in _node_keys(item)}
+
         def work(conn: Any) -> dict[str, RecordResult]:
+            lock_node_keys(conn, node_keys)
             now = datetime.now(UTC)
             return {item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now) for item in valid}
 
@@ -365,6 +371,16 @@ class ObservationRecorder:
             now=now,
         )
         return rejected
+
+
+def _node_keys(item: ObservationInput) -> set[str]:
+    """Natural keys of the shared nodes an observation writes as given (entities, fact ends, subject);
+    a key a domain pack canonicalises is written under its canonical form, which is not covered."""
+    keys = {entity.key for entity in item.entities}
+    keys.update(end for fact in item.facts for end in (fact.subject, fact.object))
+    if item.subject:
+        keys.add(f"{item.subject['type']}:{item.subject['id']}")
+    return keys
 
 
 def episode_text(item: ObservationInput) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -388,6 +389,64 @@ def test_observe_gives_up_when_unavailable_too_long(
     assert "giving up" in result.stderr
     assert "failed 2" in result.stdout and "lines not sent 3" in result.stdout
     assert fake.calls >= 2
+
+
+class SlowObservations(FakeObservations):
+    """Answers the first batches slowest (so later ones finish first) and records the calls in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def RecordObservations(
+        self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.RecordObservationsResponse:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            order = self.calls
+        time.sleep(max(0.0, 0.2 - 0.04 * order))
+        try:
+            return super().RecordObservations(request, context)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_observe_sends_concurrently_and_reports_in_file_order(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
+) -> None:
+    fake = SlowObservations()
+    address = _observation_server(serve, fake)
+    file = tmp_path / "obs.jsonl"
+    kinds = ["bad"] + ["package.uploaded"] * 9 + ["bad", "dup"]
+    file.write_text("\n".join(_line(kind=kind) for kind in kinds) + "\n", encoding="utf-8")
+    result = runner.invoke(
+        app,
+        ["--ingest-addr", address, "observe", "-f", str(file), "--batch-size", "2", "--concurrency", "3"],
+    )
+    assert result.exit_code == 1, result.output
+    assert "created 9, duplicate 1, failed 2" in result.stdout
+    # Later batches were answered first, yet the reports follow the file.
+    assert result.stderr.index("line 1: obs-") < result.stderr.index("line 11: obs-")
+    assert fake.calls == 6 and len(fake.received) == 12
+    assert fake.max_in_flight == 3  # one call until the first answer, then three
+
+
+def test_record_observation_batches_sequential_when_concurrency_is_one(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
+) -> None:
+    fake = SlowObservations()
+    address = _observation_server(serve, fake)
+    items = list(parse_observation_lines([_line()] * 6))
+    batches = [items[index : index + 2] for index in range(0, 6, 2)]
+    with grpc.insecure_channel(address) as channel:
+        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        outcomes = list(cli.record_observation_batches(stub, batches, concurrency=1))
+    assert [outcome.batch for outcome in outcomes] == batches
+    assert all(outcome.response is not None and outcome.error is None for outcome in outcomes)
+    assert fake.max_in_flight == 1
 
 
 class FakeDocuments(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
