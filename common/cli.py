@@ -1372,6 +1372,19 @@ def source(
     sys.stdout.flush()
 
 
+def _print_pack_text(pack: Any) -> None:
+    """The end of `context` and `typed-context`: dropped count and trace id on stderr, the pack text on
+    stdout."""
+    if pack.dropped_count:
+        err.print(f"{pack.dropped_count} candidates did not fit the budget")
+    if pack.trace_id:
+        err.print(f"trace: {escape(pack.trace_id)}")
+    sys.stdout.write(pack.text)
+    if pack.text and not pack.text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
 @app.command()
 def context(
     ctx: typer.Context,
@@ -1411,14 +1424,7 @@ def context(
             origin += " [conflict]"
         table.add_row(str(number), item.kind, f"{item.score:.4f}", str(item.token_count), escape(origin))
     err.print(table)
-    if pack.dropped_count:
-        err.print(f"{pack.dropped_count} candidates did not fit the budget")
-    if pack.trace_id:
-        err.print(f"trace: {escape(pack.trace_id)}")
-    sys.stdout.write(pack.text)
-    if pack.text and not pack.text.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+    _print_pack_text(pack)
 
 
 @app.command("typed-context")
@@ -1477,14 +1483,7 @@ def typed_context(
     err.print(table)
     if pack.truncated:
         err.print("the walk stopped at its row limit")
-    if pack.dropped_count:
-        err.print(f"{pack.dropped_count} candidates did not fit the budget")
-    if pack.trace_id:
-        err.print(f"trace: {escape(pack.trace_id)}")
-    sys.stdout.write(pack.text)
-    if pack.text and not pack.text.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+    _print_pack_text(pack)
 
 
 @app.command("delete")
