@@ -20,7 +20,9 @@ Steps:
    (the identifier links made at write time, any kinds), or the subset the request names. Depth
    ``max_depth`` (default 2, at most 4), ``fanout`` facts per node and step, ``row_limit`` steps in all.
 4. **Items.** Every anchor found (depth 0), every fact reached (the depth of the node it reaches), and
-   every node on a path (its smallest depth), each with the anchor and path that reached it and its
+   every node on a path (its smallest depth; a node with chunks, such as a document or an episode
+   reached through MENTIONS, shows its first visible chunk, which the fitter caps like a chunk of
+   CompileContext), each with the anchor and path that reached it and its
    provenance (facts: fact_id, observation_ids, source_path; nodes: key, source_path, the provenance map
    stored with the node). Conflicting facts are flagged, never resolved.
 5. **Rank.** ``score = distance_decay ** d x confidence x evidence rank / 3`` (seed 000: asserted 3,
@@ -46,6 +48,7 @@ from common.db import Database
 from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
 from common.identifiers import canonical_instant, canonical_json
 from common.pii import PiiMarks
+from common.storage.chunk_store import ChunkStore, StoredChunk
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, type_of_key
@@ -237,8 +240,11 @@ def resolve_anchors(
     return list(out.values())
 
 
-def render_node(key: str, node_type: str, summary: NodeSummary | None, reach: _NodeReach | None) -> str:
-    """``[type] key — title {attributes} (depth d from anchor: R1 > R2)``."""
+def render_node(
+    key: str, node_type: str, summary: NodeSummary | None, reach: _NodeReach | None, excerpt: str = ""
+) -> str:
+    """``[type] key — title {attributes} (depth d from anchor: R1 > R2)``, then on the next lines
+    ``excerpt`` (the node's first chunk: what a document or episode says) when there is one."""
     text = f"[{node_type}] {key}"
     if summary is not None and summary.title and summary.title != key:
         text += f" — {summary.title}"
@@ -248,7 +254,7 @@ def render_node(key: str, node_type: str, summary: NodeSummary | None, reach: _N
         text += (
             f" (depth {reach.depth} from {reach.anchor}: {' > '.join(step.relation for step in reach.path)})"
         )
-    return text
+    return f"{text}\n{excerpt}" if excerpt else text
 
 
 def _path(step: WalkStep, length: int) -> tuple[PathStep, ...]:
@@ -284,6 +290,7 @@ class TypedContextCompiler:
         self.facts = FactStore(graph)
         self.store = ContextStore(database.settings, graph)
         self.traversal = TraversalStore()
+        self.chunks = ChunkStore(database.settings)
         self.fitter = PackFitter(
             tokens,
             separator=self.settings.separator,
@@ -344,10 +351,13 @@ class TypedContextCompiler:
             )
             reach = self._reach(start, walk.steps)
             summaries = self.store.node_summaries(conn, request.namespace, list(reach))
+            excerpts = self.chunks.first_chunks(
+                conn, request.namespace, list(reach), visibility=request.visibility
+            )
             conflicts = self.facts.conflicting_ids(
                 conn, [step.fact for step in walk.steps], visibility=request.visibility
             )
-            fit_candidates = self._candidates(reach, summaries, walk.steps, conflicts)
+            fit_candidates = self._candidates(reach, summaries, excerpts, walk.steps, conflicts)
             fit_candidates.sort(key=lambda c: (-c.score, c.item.depth, 0 if c.kind == NODE else 1, c.key))
             if request.pii.masks:  # personal data masked before fitting, so the budget holds (seed 000)
                 shown = self.pii.start(request.pii)
@@ -462,6 +472,7 @@ class TypedContextCompiler:
         self,
         reach: dict[str, _NodeReach],
         summaries: dict[str, NodeSummary],
+        excerpts: dict[str, StoredChunk],
         steps: Sequence[WalkStep],
         conflicts: set[str],
     ) -> list[_Candidate]:
@@ -474,7 +485,9 @@ class TypedContextCompiler:
             item = TypedItem(
                 kind=NODE,
                 key=key,
-                text=render_node(key, node_type, summary, node),
+                text=render_node(
+                    key, node_type, summary, node, excerpts[key].text if key in excerpts else ""
+                ),
                 score=score,
                 provenance=ItemProvenance(
                     node_key=key,
@@ -499,6 +512,7 @@ class TypedContextCompiler:
                     key=key,
                     text=item.text,
                     score=score,
+                    truncatable=key in excerpts,  # a long excerpt is capped or cut like a chunk
                     item=item,
                     detail={"depth": node.depth, "anchor": node.anchor},
                 )

@@ -345,6 +345,32 @@ class ChunkStore:
             ).fetchall()
         return [StoredChunk(**record) for record in records]
 
+    def first_chunks(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        node_keys: list[str],
+        *,
+        visibility: Visibility = EVERYTHING,
+    ) -> dict[str, StoredChunk]:
+        """The first chunk (lowest ``chunk_order``) that ``visibility`` may see of each node among
+        ``node_keys`` that has one; one statement over the unique (namespace, node_key, chunk_order) index."""
+        if not node_keys:
+            return {}
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                sql.SQL(
+                    "SELECT DISTINCT ON (node_key) {columns} FROM {table} WHERE namespace = %(namespace)s"
+                    " AND node_key = ANY(%(node_keys)s) AND {visible} ORDER BY node_key, chunk_order"
+                ).format(
+                    columns=_CHUNK_COLUMNS,
+                    table=self.table,
+                    visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")),
+                ),
+                {"namespace": namespace, "node_keys": list(node_keys), **visibility.params},
+            ).fetchall()
+        return {record["node_key"]: StoredChunk(**record) for record in records}
+
     # -- rankings ----------------------------------------------------------------------------------
 
     def _filter_sql(self, where: ChunkFilter, params: dict[str, Any]) -> sql.Composable:

@@ -243,6 +243,8 @@ def test_identifiers_in_the_query_text_are_anchors(world: World, query_channel: 
     assert mentions and all(item.path[0].direction == "in" for item in mentions)
     assert all("extracted" in item.text for item in mentions)
     assert "Checkout times out" in pack.text and "issue:PROJ-123 ASSIGNED_TO person:alice" in pack.text
+    episode = next(item for item in pack.items if item.kind == "node" and item.natural_key == world.episode)
+    assert episode.text.endswith("\nCheckout outage traced to PROJ-123; the PROJ-999 ticket was never filed.")
     _assert_provenance(pack)
     asserted = next(item for item in pack.items if item.relation == "ASSIGNED_TO")
     mention = next(item for item in mentions if item.natural_key == world.episode)

@@ -72,7 +72,7 @@ def test_hidden_nodes_never_reach_the_typed_pack(
         "doc:open",
         "person:ann",
     }
-    assert "Zanzibar" in insider.text
+    assert "Zanzibar" in insider.text and "Blocked by PROJ-1." in insider.text  # title and first chunk
     outsider = compiler.compile(
         TypedContextRequest(
             namespace=namespace,
@@ -91,6 +91,7 @@ def test_hidden_nodes_never_reach_the_typed_pack(
         "person:ann",
     }
     assert "Zanzibar" not in outsider.text and "doc:secret" not in outsider.text
+    assert "Blocked by" not in outsider.text and "Public note on PROJ-1." in outsider.text
     assert all("doc:secret" not in (step.node_key for step in item.path) for item in outsider.items)
 
 
