@@ -10,15 +10,18 @@ Measures, in one run on one machine:
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
 - Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
 - the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
-  no gRPC, no service) in the same run, reported as the ratio gRPC / raw.
+  no gRPC, no service) in the same run, reported as the ratio gRPC / raw; and in-process with the three
+  rankings one after another (``SearchSettings.concurrent_rankings=False``, the baseline) alternating
+  with the concurrent ones, reported as the p95 ratio concurrent / sequential.
 
 Results are appended to bench/RESULTS.md (with the machine's description) and written as JSON to
 bench/results/service-<UTC time>.json. Targets (issue 2): debian ingest <= 60 s, Search p95 <= 100 ms,
 ListFacts p95 <= 10 ms.
 
-Usage: .venv/bin/python bench/run_bench.py [--observations-only]  (the embedded database must be up:
-`make db`). ``--observations-only`` measures the two 1-client observation loads only and prints them
-(JSON written, bench/RESULTS.md not touched).
+Usage: .venv/bin/python bench/run_bench.py [--observations-only] [--note TEXT]  (the embedded database
+must be up: `make db`). ``--observations-only`` measures the two 1-client observation loads only and
+prints them (JSON written, bench/RESULTS.md not touched). ``--note`` adds a line to the entry, e.g.
+"taken under load from other processes".
 """
 
 from __future__ import annotations
@@ -232,7 +235,9 @@ def load_observations(
 
 
 def main() -> int:
-    observations_only = "--observations-only" in sys.argv[1:]
+    arguments = sys.argv[1:]
+    observations_only = "--observations-only" in arguments
+    note = arguments[arguments.index("--note") + 1] if "--note" in arguments[:-1] else ""
     settings = Settings()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     debian_ns, vault_ns = f"bench-debian-{stamp}", f"bench-vault-{stamp}"
@@ -240,6 +245,7 @@ def main() -> int:
         "time": stamp,
         "machine": machine(),
         "embedding_provider": settings.embedding_provider,
+        "note": note,
     }
     observations = debian_observations(debian_ns)
     documents = [read_document(path, VAULT, namespace=vault_ns) for path in find_documents(VAULT)]
@@ -356,7 +362,12 @@ def main() -> int:
             timed([lambda r=r: context.CompileContext(r, timeout=60) for r in context_requests])
         )
 
-    results["search_raw_sql"] = raw_search(settings, vault_ns, searches)
+    raw = raw_search(settings, vault_ns, searches)
+    results["search_raw_sql"] = raw["concurrent"]
+    results["search_raw_sql_sequential"] = raw["sequential"]
+    results["search_concurrent_vs_sequential_p95"] = round(
+        raw["concurrent"]["p95_ms"] / raw["sequential"]["p95_ms"], 2
+    )
     results["search_grpc_vs_raw_p50"] = round(
         results["search_grpc"]["p50_ms"] / results["search_raw_sql"]["p50_ms"], 2
     )
@@ -365,8 +376,12 @@ def main() -> int:
     return 0
 
 
-def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[str, float]:
-    """The same searches in-process: query embedding + candidate SQL + fusion, without gRPC or the service."""
+def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[str, dict[str, float]]:
+    """The same searches in-process: query embedding + candidate SQL + fusion, without gRPC or the service,
+    as the service runs them (rankings concurrent) and with the rankings one after another (the
+    baseline), alternating per query so that both see the same load."""
+    from dataclasses import replace
+
     from common.db import Database
     from common.embeddings import build_embedding_provider
     from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
@@ -374,12 +389,19 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
     engine = HybridSearcher(database, provider, search_preset("default"))
+    variants = {
+        "concurrent": search_preset("default"),
+        "sequential": replace(search_preset("default"), concurrent_rankings=False),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in variants}
     engine.search(SearchQuery(namespace=namespace, query=searches[0], top_k=10))
-    samples = timed(
-        [lambda q=q: engine.search(SearchQuery(namespace=namespace, query=q, top_k=10)) for q in searches]
-    )
+    for index, query in enumerate(searches):
+        names = list(variants) if index % 2 == 0 else list(variants)[::-1]
+        for name in names:
+            request = SearchQuery(namespace=namespace, query=query, top_k=10)
+            samples[name].extend(timed([lambda r=request, n=name: engine.search(r, settings=variants[n])]))
     database.close()
-    return percentiles(samples)
+    return {name: percentiles(values) for name, values in samples.items()}
 
 
 def write_json(results: dict[str, Any]) -> None:
@@ -418,6 +440,7 @@ def write_results(results: dict[str, Any]) -> None:
     for key, label, target in (
         ("search_grpc", "Search over gRPC", "p95 <= 100 ms"),
         ("search_raw_sql", "Search in-process (raw SQL + fusion)", ""),
+        ("search_raw_sql_sequential", "the same with the rankings one after another (baseline)", ""),
         ("list_facts_grpc", "ListFacts over gRPC (as-of)", "p95 <= 10 ms"),
         ("compile_context_grpc", "CompileContext over gRPC (budget 1500)", ""),
     ):
@@ -426,6 +449,12 @@ def write_results(results: dict[str, Any]) -> None:
             f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |"
         )
     lines.append(f"| Search gRPC / raw p50 ratio | {results['search_grpc_vs_raw_p50']} | |")
+    lines.append(
+        f"| Search in-process p95, concurrent / sequential rankings"
+        f" | {results['search_concurrent_vs_sequential_p95']} | |"
+    )
+    if results.get("note"):
+        lines.append(f"| note | {results['note']} | |")
     path = ROOT / "bench" / "RESULTS.md"
     if not path.exists():
         path.write_text(

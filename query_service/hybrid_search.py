@@ -55,6 +55,9 @@ class SearchSettings:
             Matching a quoted sentence verbatim matters: hit@5 for a distinctive sentence of a vault
             document is 0.99 with the whole-query arm and 0.92 without it (200 probes, measured).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
+        concurrent_rankings: run the full-text and trigram rankings on worker threads while the query is
+            embedded and the vector ranking runs (False: one after another on the calling thread, the
+            baseline `bench/run_bench.py` measures in the same run).
     """
 
     rrf_k: int = 60
@@ -64,6 +67,7 @@ class SearchSettings:
     trigram_weight: float = 1.0
     trigram_max_query_chars: int = 1000
     node_provenance: bool = True
+    concurrent_rankings: bool = True
 
     @property
     def weights(self) -> dict[str, float]:
@@ -268,15 +272,14 @@ class HybridSearcher:
             visibility=query.visibility,
         )
         limit = max(config.candidates, query.top_k)
-        pending: dict[str, Future[list[Candidate]]] = {}
+        arms: dict[str, Callable[[psycopg.Connection[Any]], list[Candidate]]] = {}
         if config.text_weight:
-            pending[TEXT] = self.arms.submit(
-                self._ranking, lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
-            )
+            arms[TEXT] = lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
         if config.trigram_weight:
-            pending[TRIGRAM] = self.arms.submit(
-                self._ranking, lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
-            )
+            arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
+        pending: dict[str, Future[list[Candidate]]] = {}
+        if config.concurrent_rankings:
+            pending = {name: self.arms.submit(self._ranking, arm) for name, arm in arms.items()}
         rankings: dict[str, list[Candidate]] = {}
         try:
             if config.vector_weight:
@@ -287,8 +290,8 @@ class HybridSearcher:
         except BaseException:
             wait(pending.values())  # no arm outlives the request; the first error is the one raised
             raise
-        for name, future in pending.items():
-            rankings[name] = future.result()
+        for name, arm in arms.items():
+            rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = reciprocal_rank_fusion(
             {name: [c.key for c in ranking] for name, ranking in rankings.items()},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from common.storage.chunk_store import (
     embedding_input,
     identifier_tokens,
 )
+from query_service.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
 
@@ -243,6 +245,28 @@ def test_full_text_falls_back_to_any_term_after_all_terms(
     # No chunk has all three words; chunks with any of them are returned, best rank first.
     assert set(keys) >= {("doc:apt", 1), ("doc:upgrade-notes", 0), ("doc:other", 0)}
     assert [c.rank for c in found] == list(range(1, len(found) + 1))
+
+
+def test_concurrent_rankings_equal_sequential_ones_and_pass_errors_on(
+    database: Database, provider: EmbeddingProvider, corpus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    searcher = HybridSearcher(database, provider)
+    query = SearchQuery(namespace=corpus, query="upgrade libc6 to 2.36-9+deb12u4", top_k=5)
+    concurrent = searcher.search(query)
+    sequential = searcher.search(query, settings=replace(searcher.settings, concurrent_rankings=False))
+
+    def shape(hits: list[Any]) -> list[tuple[Any, ...]]:
+        return [(h.node_key, h.chunk_order, h.score, dict(h.ranks)) for h in hits]
+
+    assert concurrent and shape(concurrent) == shape(sequential)
+    assert {name for hit in concurrent for name in hit.ranks} == {"vector", "text", "trigram"}
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("trigram ranking failed")
+
+    monkeypatch.setattr(searcher.chunks, "trigram_candidates", broken)
+    with pytest.raises(RuntimeError, match="trigram ranking failed"):
+        searcher.search(query)
 
 
 def test_any_term_fill_leaves_out_common_lexemes(database: Database, settings: Settings, corpus: str) -> None:
