@@ -8,6 +8,8 @@ Commands:
 * ``cb up``: database, both services as child processes, wait for SERVING, stop all on Ctrl-C/SIGTERM.
 * ``cb observe --file F.jsonl``: send observations (proto3 JSON lines) with RecordObservations.
 * ``cb retain DIR --namespace NS``: send every Markdown file of a vault with DocumentService.Retain.
+* ``cb reconcile --file S.jsonl``: stream a snapshot (header line, then item lines) with
+  SnapshotService.ReconcileStream, with a progress bar.
 * ``cb search``, ``cb facts``, ``cb source``, ``cb context``: read-side queries; ``--json`` prints
   the proto3 JSON of the response.
 
@@ -999,6 +1001,66 @@ def _tally_results(
             tally.created += 1
         else:
             tally.duplicate += 1
+
+
+@app.command()
+def reconcile(
+    ctx: typer.Context,
+    file: Annotated[
+        Path,
+        typer.Option(
+            "--file",
+            "-f",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            help='JSONL: {"header": {...}} first, then {"items": {"entities": [...], "facts": [...]}} lines',
+        ),
+    ],
+    namespace: Annotated[str | None, typer.Option(help="override the header's namespace")] = None,
+    part_items: Annotated[int, typer.Option(min=1, max=10_000, help="entities + facts per message")] = 1000,
+    timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")] = False,
+) -> None:
+    """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`common.snapshot_file`).
+
+    The file is read and sent as it streams (never whole in memory), with a progress bar over its lines.
+    Atomic on the server: if the stream breaks, nothing is written and the same command can simply be
+    run again. Exits 1 on a bad line or a refused snapshot (field violations name each item's position).
+    """
+    from memory.v1 import snapshot_service_pb2_grpc
+
+    from common.snapshot_file import SnapshotFileError, stream_requests
+
+    address = _state(ctx).ingest()
+    bad_line: list[SnapshotFileError] = []
+    logging.getLogger("grpc._channel").setLevel(logging.CRITICAL)  # a bad line is reported below
+
+    def messages(lines: Iterable[bytes], advance: Callable[[int], None]) -> Iterator[Message]:
+        try:
+            yield from stream_requests(lines, namespace=namespace, part_items=part_items, on_line=advance)
+        except SnapshotFileError as error:
+            bad_line.append(error)
+            raise  # cancels the stream: the server rolls the run back
+
+    with _state(ctx).channel(address) as channel, _progress() as progress, file.open("rb") as handle:
+        task = progress.add_task("lines", total=_count_nonblank(file))
+        stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
+        try:
+            response = stub.ReconcileStream(
+                messages(handle, lambda line: progress.update(task, completed=line)), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            lines = [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else rpc_failure(exc).lines()
+            _fail(lines)
+    if as_json:
+        _print_json(response)
+        return
+    counts = json_format.MessageToDict(response.counts, preserving_proto_field_name=True)
+    summary = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in counts.items()) or "no changes"
+    state = "already reconciled (nothing changed)" if response.unchanged else "reconciled"
+    after = f" after {response.previous_snapshot_id}" if response.previous_snapshot_id else ""
+    out.print(escape(f"{response.snapshot_id}: {state}{after}: {summary}"))
 
 
 @app.command()

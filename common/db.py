@@ -35,6 +35,7 @@ _MIGRATIONS = (
     "0004_node_scopes.sql",
     "0005_fact_snapshots.sql",
     "0006_bulk_graph_writes.sql",
+    "0007_snapshot_fact_lookup.sql",
 )
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).

@@ -9,7 +9,7 @@ import grpc
 from google.protobuf import json_format
 from memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
-from common.errors import FieldViolation, InvalidArgument, Unavailable
+from common.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
 from common.proto_mapping import fact_assertion_to_dict, instant
 from ingest_service.snapshots import SnapshotHeader, SnapshotPart, SnapshotReconciler
 
@@ -49,7 +49,8 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
         context: grpc.ServicerContext,
     ) -> snapshot_service_pb2.ReconcileStreamResponse:
         """The header, then the parts as `SnapshotPart`s, consumed lazily by the reconciler (one message
-        in memory at a time). A broken stream surfaces as UNAVAILABLE inside the run, which rolls back."""
+        in memory at a time), then the end message; a broken stream surfaces inside the run (`_parts`),
+        which rolls it back."""
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidArgument(
@@ -64,7 +65,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
                 header.snapshot_id,
                 instant(header.snapshot_time) if header.HasField("snapshot_time") else None,
             ),
-            _parts(request_iterator, context),
+            _parts(request_iterator),
         )
         return snapshot_service_pb2.ReconcileStreamResponse(
             snapshot_id=result.snapshot_id,
@@ -74,25 +75,40 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
         )
 
 
-def _parts(
-    messages: Iterator[snapshot_service_pb2.ReconcileStreamRequest], context: grpc.ServicerContext
-) -> Iterator[SnapshotPart]:
-    """Messages 2.. of a ReconcileStream as parts.
+def _parts(messages: Iterator[snapshot_service_pb2.ReconcileStreamRequest]) -> Iterator[SnapshotPart]:
+    """Messages 2.. of a ReconcileStream as parts; returns normally only after the end message, with the
+    numbers of items that arrived, and the close of the stream (so the run commits only then).
+
+    The end message is what tells a complete snapshot from a broken stream: when a client cancels, the
+    server's request iterator may simply stop, like a normal close.
 
     Raises:
-        InvalidArgument: a later message carries a header, or neither header nor items.
-        Unavailable: the stream broke (cancelled, deadline exceeded, connection lost) before the client
-            closed it; the run is rolled back.
+        InvalidArgument: a later message carries a header, a message follows the end, the end message
+            is missing, or its numbers differ from what arrived.
+        Unavailable: the stream broke (cancelled, deadline exceeded, connection lost); the run is
+            rolled back.
     """
-    index = 1
+    index, entities, facts = 0, 0, 0
+    end: snapshot_service_pb2.ReconcileStreamEnd | None = None
     try:
         for index, message in enumerate(messages, start=1):
             which = message.WhichOneof("part")
+            if end is not None:
+                raise InvalidArgument(
+                    [FieldViolation("end", f"message {index} of the stream follows the end message")]
+                )
+            if which == "end":
+                end = message.end
+                continue
             if which != "items":
-                description = "only the first message carries the header" if which else "items required"
+                description = (
+                    "only the first message carries the header" if which else "items or end required"
+                )
                 raise InvalidArgument(
                     [FieldViolation("items", f"message {index} of the stream: {description}")]
                 )
+            entities += len(message.items.entities)
+            facts += len(message.items.facts)
             yield SnapshotPart(
                 [
                     json_format.MessageToDict(entity, preserving_proto_field_name=True)
@@ -105,5 +121,18 @@ def _parts(
             f"the stream broke after {index} messages, before the client closed it; nothing was written",
             reason="STREAM_BROKEN",
         ) from error
-    if not context.is_active():
-        raise Unavailable("the stream was cancelled; nothing was written", reason="STREAM_BROKEN")
+    if end is None:
+        raise InvalidArgument(
+            [
+                FieldViolation(
+                    "end",
+                    f"the stream closed after {index + 1} messages without the end message; nothing was written",
+                )
+            ]
+        )
+    check = ViolationCollector()
+    if end.entity_count != entities:
+        check.add("end.entity_count", f"{end.entity_count} entities announced, {entities} arrived")
+    if end.fact_count != facts:
+        check.add("end.fact_count", f"{end.fact_count} facts announced, {facts} arrived")
+    check.raise_if_any()

@@ -24,9 +24,10 @@ previous and the current journal (`SnapshotStore.dropped_open_facts`).
 
 Atomicity and the crash story: a run is one database transaction, opened when the header arrives and
 committed only after the last part, the checks and the closing step. A stream that breaks midway
-(cancelled, deadline, connection lost, an exception in the caller's iterator) or carries an invalid
-item rolls back: nothing is written, nothing is journaled, nothing is closed, and the same snapshot_id
-can be sent again from the start (there is nothing to resume). Runs of one (namespace, source, scope)
+(cancelled, deadline, connection lost, closed without its end message: the transport's iterator raises,
+see `ingest_service.snapshot_servicer`) or carries an invalid item rolls back: nothing is written,
+nothing is journaled, nothing is closed, and the same snapshot_id can be sent again from the start
+(there is nothing to resume; a resumable protocol would have to keep a half-applied snapshot visible). Runs of one (namespace, source, scope)
 are serialised by an advisory lock; a snapshot_id already reconciled returns the counts of its run with
 ``unchanged`` without reading the items (reconciling the same snapshot twice changes nothing). While a
 run is open, writers of the same graph keys wait for it (row locks), as for any transaction.
@@ -370,7 +371,9 @@ class _Run:
 
     def _write_entities(self, entities: list[_Entity]) -> None:
         # Write-side visibility scopes (issue 5 §3): a hidden node is NOT_FOUND.
-        self.access.require_writable(self.conn, self.owner.facts, self.header.namespace, [e.key for e in entities], [])
+        self.access.require_writable(
+            self.conn, self.owner.facts, self.header.namespace, [e.key for e in entities], []
+        )
         previous = (
             self.store.item_hashes(self.conn, self.previous.row_id, "entity", [e.key for e in entities])
             if self.previous
@@ -493,7 +496,11 @@ class _Run:
         existing = {
             fact_item_key(row.subject_key, row.predicate, row.object_key): row
             for row in self.store.open_facts(
-                self.conn, header.namespace, header.source, header.scope, sorted({f.subject for f in facts})
+                self.conn,
+                header.namespace,
+                header.source,
+                header.scope,
+                [(f.subject, f.predicate, f.object) for f in facts],
             )
         }
         changed: list[tuple[str, dict[str, Any] | None]] = []
@@ -545,10 +552,8 @@ class _Run:
                 adoptions.append((outcome.fact_id, fact.attributes))
                 rewritten.append(outcome.fact_id)
         self.store.adopt_facts(self.conn, header.source, header.scope, header.snapshot_id, adoptions)
-        for fact_id in rewritten:  # attributes are edge properties too
-            stored = self.owner.facts.get(self.conn, header.namespace, fact_id)
-            assert stored is not None
-            self.owner.facts.sync_edge(self.conn, stored)
+        # Attributes are edge properties too.
+        self.owner.facts.sync_edges(self.conn, self.owner.facts.get_many(self.conn, header.namespace, rewritten))
 
     # -- closing -----------------------------------------------------------------------------------
 

@@ -203,7 +203,7 @@ class FactStore:
                 elif name == "attributes":
                     value = json.dumps(value, ensure_ascii=False)
                 columns[name].append(value)
-        source = ", ".join(f"%({name})s::{kind}[]" for name, kind in _FACT_COLUMN_TYPES.items())
+        source = ", ".join(f"%({name})b::{kind}[]" for name, kind in _FACT_COLUMN_TYPES.items())
         values = ", ".join(
             f"ARRAY(SELECT jsonb_array_elements_text(x.{name}::jsonb))"
             if name in ("observation_ids", "scopes")
@@ -237,8 +237,7 @@ class FactStore:
                 new_edges.setdefault(age_label(row.predicate), []).append(
                     (row.subject_key, row.object_key, row.edge_properties())
                 )
-            else:
-                self.sync_edge(conn, row)
+        self.sync_edges(conn, [row for created, row in written.values() if not created])
         namespace = ordered[0].namespace
         for edge_label, edges in new_edges.items():
             self.graph.create_edges(conn, namespace=namespace, edge_label=edge_label, edges=edges)
@@ -270,16 +269,16 @@ class FactStore:
             return []
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
-                "WITH target AS (SELECT fact_id FROM facts WHERE namespace = %(namespace)s AND fact_id = ANY(%(ids)s)"
-                " ORDER BY fact_id FOR UPDATE)"
+                "WITH target AS (SELECT f.fact_id FROM unnest(%(ids)b::text[]) AS x(fact_id) CROSS JOIN LATERAL"
+                " (SELECT fact_id FROM facts WHERE fact_id = x.fact_id AND namespace = %(namespace)s OFFSET 0) AS f"
+                " ORDER BY f.fact_id)"
                 " UPDATE facts f SET valid_to = CASE WHEN f.valid_to IS NULL OR f.valid_to > %(valid_to)s"
                 " THEN greatest(%(valid_to)s, f.valid_from) ELSE f.valid_to END"
                 f" FROM target WHERE f.fact_id = target.fact_id RETURNING {_QUALIFIED_COLUMNS}",
                 {"namespace": namespace, "ids": sorted(set(fact_ids)), "valid_to": valid_to},
             ).fetchall()
         rows = sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
-        for row in rows:
-            self.sync_edge(conn, row)
+        self.sync_edges(conn, rows)
         return rows
 
     def strike_observation(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> list[FactRow]:
@@ -300,8 +299,7 @@ class FactStore:
                 {"namespace": namespace, "observation_id": observation_id},
             ).fetchall()
         rows = sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
-        for row in rows:
-            self.sync_edge(conn, row)
+        self.sync_edges(conn, rows)
         return rows
 
     def referenced_keys(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> set[str]:
@@ -368,13 +366,32 @@ class FactStore:
         return {str(row.supersedes): row for row in rows}
 
     def sync_edge(self, conn: psycopg.Connection[Any], row: FactRow) -> None:
-        """Writes the properties of ``row`` onto its AGE edge."""
-        self.graph.replace_edge_properties(
-            conn,
-            edge_label=age_label(row.predicate),
-            match={"namespace": row.namespace, "fact_id": row.fact_id},
-            properties=row.edge_properties(),
-        )
+        """Writes the properties of ``row`` onto its AGE edge (`sync_edges` of one row)."""
+        self.sync_edges(conn, [row])
+
+    def sync_edges(self, conn: psycopg.Connection[Any], rows: list[FactRow]) -> None:
+        """Writes the properties of each of ``rows`` onto its AGE edge: one statement per namespace and
+        predicate (`GraphStore.replace_fact_edge_properties`)."""
+        groups: dict[tuple[str, str], list[tuple[str, str, str, dict[str, Any]]]] = {}
+        for row in rows:
+            groups.setdefault((row.namespace, age_label(row.predicate)), []).append(
+                (row.subject_key, row.object_key, row.fact_id, row.edge_properties())
+            )
+        for (namespace, edge_label), edges in groups.items():
+            self.graph.replace_fact_edge_properties(conn, namespace=namespace, edge_label=edge_label, edges=edges)
+
+    def get_many(self, conn: psycopg.Connection[Any], namespace: str, fact_ids: list[str]) -> list[FactRow]:
+        """The fact rows of ``fact_ids`` in ``namespace`` (missing ones left out), ordered by fact_id."""
+        if not fact_ids:
+            return []
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"SELECT {_QUALIFIED_COLUMNS} FROM unnest(%(ids)b::text[]) AS x(fact_id) CROSS JOIN LATERAL"
+                " (SELECT * FROM facts WHERE fact_id = x.fact_id AND namespace = %(namespace)s OFFSET 0) AS f"
+                " ORDER BY f.fact_id",
+                {"namespace": namespace, "ids": list(fact_ids)},
+            ).fetchall()
+        return [FactRow(**record) for record in records]
 
     def list(self, conn: psycopg.Connection[Any], query: FactQuery, now: datetime) -> list[FactRow]:
         """Facts matching ``query`` ordered by (subject, predicate, valid_from, fact_id); page_size + 1 rows

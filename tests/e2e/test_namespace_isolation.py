@@ -781,6 +781,7 @@ def _reconcile_stream(world: World) -> None:
         return [
             json_format.ParseDict({"header": header}, request_class()),
             json_format.ParseDict({"items": {"facts": facts}}, request_class()),
+            json_format.ParseDict({"end": {"fact_count": len(facts)}}, request_class()),
         ]
 
     method = "/memory.v1.SnapshotService/ReconcileStream"

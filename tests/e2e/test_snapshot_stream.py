@@ -5,6 +5,7 @@ the item's position in the stream."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -79,6 +80,13 @@ def stream_messages(
     for start in range(0, max(len(entities), len(facts)), size):
         yield _part([], facts[start : start + size])
         yield _part(entities[start : start + size], [])
+    yield _end(len(entities), len(facts))
+
+
+def _end(entities: int, facts: int) -> snapshot_service_pb2.ReconcileStreamRequest:
+    return snapshot_service_pb2.ReconcileStreamRequest(
+        end=snapshot_service_pb2.ReconcileStreamEnd(entity_count=entities, fact_count=facts)
+    )
 
 
 def reconcile_stream(channel: grpc.Channel, messages: Iterator[Any]) -> Any:
@@ -223,13 +231,14 @@ def test_a_broken_stream_writes_and_closes_nothing(
     )
     before = all_facts(query_channel, namespace)
     # s2 drops half the packages and adds new ones; the client dies after sending every part but before
-    # closing the stream, so the server has processed all items when the stream breaks.
+    # the end message, so the server may have processed all items when the stream breaks.
     entities, facts = snapshot(range(PACKAGES // 2, PACKAGES + 20))
     sent_everything = threading.Event()
     never = threading.Event()
 
     def dying_client() -> Iterator[Any]:
-        yield from stream_messages(namespace, "s2", "2026-02-01T00:00:00Z", entities, facts)
+        *items, _end_message = stream_messages(namespace, "s2", "2026-02-01T00:00:00Z", entities, facts)
+        yield from items  # every item, but not the end message
         sent_everything.set()
         never.wait(60)  # the stream stays open until the call is cancelled
 
@@ -269,7 +278,9 @@ def test_a_broken_stream_writes_and_closes_nothing(
         )
     assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     _wait_until_unlocked(ingest_channel, namespace)
-    assert all_facts(query_channel, namespace) == before  # nothing created, changed or closed
+    after = all_facts(query_channel, namespace)
+    changed = {k: (before.get(k), v) for k, v in after.items() if before.get(k) != v}
+    assert not changed and after.keys() == before.keys()  # nothing created, changed or closed
     # The same snapshot_id sent again completely: a full run (the broken ones left no journal row).
     retried = reconcile_stream(
         ingest_channel, stream_messages(namespace, "s2", "2026-02-01T00:00:00Z", entities, facts)
@@ -330,7 +341,15 @@ def test_the_stream_must_start_with_one_header(ingest_channel: grpc.Channel) -> 
                 header=snapshot_service_pb2.ReconcileStreamHeader(
                     namespace=namespace, source=SOURCE, scope=SCOPE, snapshot_id="s1"
                 )
-            )
+            ),
+            _end(0, 0),
+        ],
+        # Closed without the end message: never taken for a complete snapshot.
+        "end": [_header(namespace, "s1", "2026-01-01T00:00:00Z"), _part(entities, facts)],
+        "end.fact_count": [
+            _header(namespace, "s1", "2026-01-01T00:00:00Z"),
+            _part(entities, facts),
+            _end(len(entities), len(facts) + 1),
         ],
     }
     for field, messages in cases.items():
@@ -339,6 +358,52 @@ def test_the_stream_must_start_with_one_header(ingest_channel: grpc.Channel) -> 
         failure = rpc_failure(raised.value)
         assert failure.code == grpc.StatusCode.INVALID_ARGUMENT, field
         assert field in {v.field for v in failure.violations}, (field, failure.violations)
-    # A header alone is an empty snapshot: valid (it closes everything of an earlier one).
-    empty = reconcile_stream(ingest_channel, iter([_header(namespace, "s0", "2026-01-01T00:00:00Z")]))
+    late = [_header(namespace, "s1", "2026-01-01T00:00:00Z"), _end(0, 0), _part(entities, facts)]
+    with pytest.raises(grpc.RpcError) as raised:
+        reconcile_stream(ingest_channel, iter(late))
+    assert "end" in {v.field for v in rpc_failure(raised.value).violations}
+    # A header and the end alone are an empty snapshot: valid (it closes everything of an earlier one).
+    empty = reconcile_stream(
+        ingest_channel, iter([_header(namespace, "s0", "2026-01-01T00:00:00Z"), _end(0, 0)])
+    )
     assert counts(empty) == {} and not empty.unchanged
+
+
+def test_cli_reconcile_streams_a_jsonl_file(
+    ingest_host: Any, query_channel: grpc.Channel, tmp_path: Any
+) -> None:
+    from typer.testing import CliRunner
+
+    from common.cli import app
+
+    namespace = "snap-cli-" + uuid.uuid4().hex[:8]
+    entities, facts = snapshot(range(PACKAGES))
+    path = tmp_path / "snapshot.jsonl"
+    header = {"namespace": "overridden", "source": SOURCE, "scope": SCOPE, "snapshot_id": "s1"}
+    lines = [json.dumps({"header": header | {"snapshot_time": "2026-01-01T00:00:00Z"}})]
+    lines += [json.dumps({"items": {"entities": [e]}}, ensure_ascii=False) for e in entities]
+    lines += ["", *(json.dumps({"items": {"facts": [f]}}) for f in facts)]
+    path.write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    address = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}"]
+    command = [*address, "reconcile", "--file", str(path), "--namespace", namespace, "--part-items", "25"]
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert f"s1: reconciled: entities created {PACKAGES}, facts created {PACKAGES}" in result.stdout
+    assert len(all_facts(query_channel, namespace)) == PACKAGES
+    again = runner.invoke(app, [*command, "--json"])
+    assert again.exit_code == 0 and json.loads(again.stdout)["unchanged"] is True
+    # A bad line cancels the stream: nothing of the second snapshot is written.
+    lines[0] = lines[0].replace('"s1"', '"s2"')
+    lines[30] = "{not json"
+    path.write_text("\n".join(lines[:-5]) + "\n")  # s2 would also drop 5 facts
+    broken = runner.invoke(app, command)
+    assert broken.exit_code == 1 and "line 31" in broken.output and "nothing was reconciled" in broken.output
+    assert all("valid_to" not in f for f in all_facts(query_channel, namespace).values())
+    # A refused snapshot prints each violation with the item's position.
+    lines[30] = json.dumps(
+        {"items": {"facts": [{"subject": "package:p1", "predicate": "", "object": "x:y"}]}}
+    )
+    path.write_text("\n".join(lines) + "\n")
+    refused = runner.invoke(app, command)
+    assert refused.exit_code == 1 and "facts[0]" in refused.output, refused.output

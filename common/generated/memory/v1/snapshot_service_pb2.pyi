@@ -137,20 +137,25 @@ Global___ReconcileResponse: _TypeAlias = ReconcileResponse  # noqa: Y015
 
 @_typing.final
 class ReconcileStreamRequest(_message.Message):
-    """One message of SnapshotService.ReconcileStream: the header first, then parts."""
+    """One message of SnapshotService.ReconcileStream: the header first, then parts, then the end."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     HEADER_FIELD_NUMBER: _builtins.int
     ITEMS_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def header(self) -> Global___ReconcileStreamHeader:
         """First message only: which snapshot the stream carries."""
 
     @_builtins.property
     def items(self) -> Global___ReconcileStreamItems:
-        """Every later message: the next items of the snapshot (any number per message, within the
-        message size limit).
+        """The next items of the snapshot (any number per message, within the message size limit)."""
+
+    @_builtins.property
+    def end(self) -> Global___ReconcileStreamEnd:
+        """Last message: the snapshot is complete. Without it nothing is committed, so a stream cut short
+        is never taken for a complete snapshot.
         """
 
     def __init__(
@@ -158,12 +163,13 @@ class ReconcileStreamRequest(_message.Message):
         *,
         header: Global___ReconcileStreamHeader | None = ...,
         items: Global___ReconcileStreamItems | None = ...,
+        end: Global___ReconcileStreamEnd | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "header", b"header", "items", b"items", "part", b"part"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "items"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "items", "end"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 
@@ -233,6 +239,32 @@ class ReconcileStreamItems(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReconcileStreamItems: _TypeAlias = ReconcileStreamItems  # noqa: Y015
+
+@_typing.final
+class ReconcileStreamEnd(_message.Message):
+    """The end of a streamed snapshot: how many items the client sent, checked against what arrived."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTITY_COUNT_FIELD_NUMBER: _builtins.int
+    FACT_COUNT_FIELD_NUMBER: _builtins.int
+    entity_count: _builtins.int
+    """Entities in all parts."""
+    fact_count: _builtins.int
+    """Facts in all parts."""
+    def __init__(
+        self,
+        *,
+        entity_count: _builtins.int = ...,
+        fact_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entity_count", b"entity_count", "fact_count", b"fact_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReconcileStreamEnd: _TypeAlias = ReconcileStreamEnd  # noqa: Y015
 
 @_typing.final
 class ReconcileStreamResponse(_message.Message):

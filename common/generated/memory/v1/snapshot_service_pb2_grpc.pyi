@@ -45,15 +45,18 @@ class SnapshotServiceStub:
     ReconcileStream: _grpc.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]
     """Reconcile for snapshots too large for one message (client streaming, in the manner of
     google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
-    scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
-    server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
-    snapshot; the result equals Reconcile of one request holding every part's items in stream order.
-    Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
-    Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
-    breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
-    nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
-    Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
-    as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+    scope, snapshot_id, snapshot_time), the next ones parts with entities and facts, the last one the
+    end (the numbers of entities and facts sent), then the client closes the stream. The server
+    consumes parts as they arrive, in bounded batches, so its memory does not grow with the snapshot;
+    the result equals Reconcile of one request holding every part's items in stream order. Item
+    positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+    Atomic: the reconciliation commits only after the end message, with matching numbers, and the
+    close of the stream. A stream that breaks (cancelled, deadline exceeded, connection lost, closed
+    without the end message) or fails validation writes nothing, journals nothing and closes nothing,
+    and the same snapshot_id may simply be sent again from the start.
+    Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
+    message that differ from what arrived, a message after the end, field violations such as
+    "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
     DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
     """
 
@@ -74,15 +77,18 @@ class SnapshotServiceAsyncStub(SnapshotServiceStub):
     ReconcileStream: _aio.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]  # type: ignore[assignment]
     """Reconcile for snapshots too large for one message (client streaming, in the manner of
     google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
-    scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
-    server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
-    snapshot; the result equals Reconcile of one request holding every part's items in stream order.
-    Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
-    Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
-    breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
-    nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
-    Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
-    as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+    scope, snapshot_id, snapshot_time), the next ones parts with entities and facts, the last one the
+    end (the numbers of entities and facts sent), then the client closes the stream. The server
+    consumes parts as they arrive, in bounded batches, so its memory does not grow with the snapshot;
+    the result equals Reconcile of one request holding every part's items in stream order. Item
+    positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+    Atomic: the reconciliation commits only after the end message, with matching numbers, and the
+    close of the stream. A stream that breaks (cancelled, deadline exceeded, connection lost, closed
+    without the end message) or fails validation writes nothing, journals nothing and closes nothing,
+    and the same snapshot_id may simply be sent again from the start.
+    Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
+    message that differ from what arrived, a message after the end, field violations such as
+    "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
     DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
     """
 
@@ -112,15 +118,18 @@ class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_snapshot_service_pb2.ReconcileStreamResponse, _abc.Awaitable[_snapshot_service_pb2.ReconcileStreamResponse]]:
         """Reconcile for snapshots too large for one message (client streaming, in the manner of
         google.cloud.speech StreamingRecognize): the first message carries the header (namespace, source,
-        scope, snapshot_id, snapshot_time), every later one a part with the next entities and facts. The
-        server consumes parts as they arrive, in bounded batches, so its memory does not grow with the
-        snapshot; the result equals Reconcile of one request holding every part's items in stream order.
-        Item positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
-        Atomic: the reconciliation commits only when the client closes the stream normally; a stream that
-        breaks (cancelled, deadline exceeded, connection lost) or fails validation writes nothing, journals
-        nothing and closes nothing, and the same snapshot_id may simply be sent again from the start.
-        Errors: INVALID_ARGUMENT (no header first, a second header, an empty stream, field violations such
-        as "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
+        scope, snapshot_id, snapshot_time), the next ones parts with entities and facts, the last one the
+        end (the numbers of entities and facts sent), then the client closes the stream. The server
+        consumes parts as they arrive, in bounded batches, so its memory does not grow with the snapshot;
+        the result equals Reconcile of one request holding every part's items in stream order. Item
+        positions count across the stream: "facts[120034].subject" is the 120,035th fact streamed.
+        Atomic: the reconciliation commits only after the end message, with matching numbers, and the
+        close of the stream. A stream that breaks (cancelled, deadline exceeded, connection lost, closed
+        without the end message) or fails validation writes nothing, journals nothing and closes nothing,
+        and the same snapshot_id may simply be sent again from the start.
+        Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
+        message that differ from what arrived, a message after the end, field violations such as
+        "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
         DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
         """
 
