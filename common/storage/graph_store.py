@@ -651,19 +651,47 @@ class GraphStore:
     ) -> None:
         """Creates the edges ``(source_key, target_key, properties)`` of ``edge_label`` with one statement.
 
-        The ends' vertex ids come from graph_nodes (primary-key joins, no GIN look-up of the vertices);
+        The ends' vertex ids come from graph_nodes (primary-key look-ups, no GIN look-up of the vertices);
         an edge whose end has no vertex is not created. Uniqueness of edges is the caller's: fact edges
         are created only by the writer whose facts row was inserted (one edge per fact_id).
         """
         if not edges:
             return
         self.ensure_label(edge_label, "edge")
-        self._registered(conn, namespace, sorted({key for source, target, _ in edges for key in (source, target)}))
-        conn.execute(
+        statement = sql.SQL(
+            "INSERT INTO {} (start_id, end_id, properties)"
+            f" SELECT e.start_id, e.end_id, e.properties FROM ({_EDGE_ENDS}) AS e"
+            " WHERE e.start_id IS NOT NULL AND e.end_id IS NOT NULL ORDER BY e.position RETURNING 1"
+        ).format(self._table(edge_label))
+        pending = edges
+        for attempt in range(2):
+            created = conn.execute(
+                statement,
+                {
+                    "namespace": namespace,
+                    "sources": [source for source, _, _ in pending],
+                    "targets": [target for _, target, _ in pending],
+                    "properties": [_agtype(properties) for _, _, properties in pending],
+                },
+            ).fetchall()
+            if len(created) == len(pending) or attempt:
+                return
+            # Some end has no recorded vertex id (a row written before migration 0006): record the ids
+            # of the ends, then create the edges that were left out.
+            labels = self._registered(conn, namespace, sorted({k for s, t, _ in pending for k in (s, t)}))
+            pending = [edge for edge in pending if edge[0] in labels and edge[1] in labels]
+            pending = self._without_edges(conn, namespace, edge_label, pending)
+            if not pending:
+                return
+
+    def _without_edges(
+        self, conn: psycopg.Connection[Any], namespace: str, edge_label: str, edges: list[tuple[str, str, dict[str, Any]]]
+    ) -> list[tuple[str, str, dict[str, Any]]]:
+        """The edges among ``edges`` that do not exist yet (same ends, same properties)."""
+        rows = conn.execute(
             sql.SQL(
-                "INSERT INTO {} (start_id, end_id, properties)"
-                f" SELECT e.start_id, e.end_id, e.properties FROM ({_EDGE_ENDS}) AS e"
-                " WHERE e.start_id IS NOT NULL AND e.end_id IS NOT NULL ORDER BY e.position"
+                f"SELECT e.position FROM ({_EDGE_ENDS}) AS e WHERE EXISTS (SELECT 1 FROM {{}} edge"
+                " WHERE edge.start_id = e.start_id AND edge.end_id = e.end_id AND edge.properties = e.properties)"
             ).format(self._table(edge_label)),
             {
                 "namespace": namespace,
@@ -671,7 +699,9 @@ class GraphStore:
                 "targets": [target for _, target, _ in edges],
                 "properties": [_agtype(properties) for _, _, properties in edges],
             },
-        )
+        ).fetchall()
+        present = {int(row[0]) for row in rows}
+        return [edge for position, edge in enumerate(edges, start=1) if position not in present]
 
     def replace_fact_edge_properties(
         self,
@@ -692,6 +722,7 @@ class GraphStore:
         if not edges:
             return
         self.ensure_label(edge_label, "edge")
+        # Legacy rows (before migration 0006) get their vertex ids first; one look-up per batch.
         self._registered(conn, namespace, sorted({key for source, target, _, _ in edges for key in (source, target)}))
         conn.execute(
             sql.SQL(

@@ -790,6 +790,8 @@ def _reconcile_stream(world: World) -> None:
     _call(world, method, messages(world.a.ns, "a-2", []), world.attacker)  # closes A's copy only
     smuggled = messages(world.a.ns, "a-3", [])[:1] + messages(b.ns, "a-3", [])  # a second header naming B
     assert _code(functools.partial(_call, world, method, smuggled, world.attacker)) == grpc.StatusCode.PERMISSION_DENIED
+    unknown_token = functools.partial(_call, world, method, messages(world.a.ns, "a-4", []), "cbt_not-a-token")
+    assert _code(unknown_token) == grpc.StatusCode.UNAUTHENTICATED
     with world.query(world.both) as channel:
         b_facts = _list_facts(channel, b.ns, subject=b.target_person, predicate="MEMBER_OF")
         a_facts = _list_facts(channel, world.a.ns, subject=b.target_person, predicate="MEMBER_OF")
