@@ -86,3 +86,75 @@ def test_lock_node_keys_blocks_a_second_transaction_until_commit(database: Datab
     with database.connection() as after:
         row = after.execute(try_lock, (node_key_lock_id(namespace, "person:b"),)).fetchone()
         assert row is not None and row[0] is True  # released at commit
+
+
+def test_contended_keys_leave_out_existing_fact_objects(database: Database, namespace: str) -> None:
+    from ingest_service.observation_validation import validate_observation
+
+    recorder = ObservationRecorder(database)
+    recorder.record_batch(_batch(namespace, ["existing"], "setup"))  # person:existing now exists
+    raw = _batch(namespace, ["someone"], "t")[0]
+    raw["assertions"].append(
+        {
+            "fact": {
+                "subject": {"type": "person", "id": "someone"},
+                "predicate": "KNOWS",
+                "object": "person:existing",
+                "valid_from": "2026-01-01T00:00:00Z",
+            }
+        }
+    )
+    item, violations = validate_observation(raw, "observations[0]")
+    assert item is not None and not violations
+    with database.connection() as conn:
+        keys = {key for _, key in recorder._contended_keys(conn, [item])}
+    # The entity/subject and the new object are locked; the existing object is only read.
+    assert keys == {"person:someone", "team:t"}
+
+
+def test_batches_creating_the_same_new_fact_objects_in_opposite_orders_do_not_deadlock(
+    database: Database, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = ObservationRecorder(database)
+    objects = [f"project:p{number:02d}" for number in range(20)]
+
+    def batch(tag: str, order: list[str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "namespace": namespace,
+                "source": {"system": "tracker", "stream": tag, "external_id": f"{tag}-{target}"},
+                "kind": "work.assigned",
+                "occurred_at": "2026-01-01T00:00:00Z",
+                "assertions": [
+                    {
+                        "fact": {
+                            "subject": {"type": "person", "id": f"{tag}-{target}"},
+                            "predicate": "WORKS_ON",
+                            "object": target,
+                            "valid_from": "2026-01-01T00:00:00Z",
+                        }
+                    }
+                ],
+            }
+            for target in order
+        ]
+
+    batches = [batch(f"w{index}", objects if index % 2 == 0 else objects[::-1]) for index in range(4)]
+    start = threading.Barrier(len(batches))
+    errors: list[BaseException] = []
+
+    def record(items: list[dict[str, Any]]) -> None:
+        start.wait()
+        try:
+            recorder.record_batch(items)
+        except BaseException as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    with caplog.at_level(logging.INFO, logger="common.db"):
+        threads = [threading.Thread(target=record, args=(items,)) for items in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert not errors, errors
+    assert not [r for r in caplog.records if "transaction retry" in r.getMessage()]
