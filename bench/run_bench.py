@@ -4,7 +4,7 @@ Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
   into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
   twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`common.cli.record_observation_batches` with its default concurrency), each into its own namespace,
+  (`common.cli.record_observations` with its default concurrency), each into its own namespace,
   reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
   issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
@@ -68,7 +68,7 @@ from common.cli import (
     ParsedObservation,
     find_documents,
     read_document,
-    record_observation_batches,
+    record_observations,
 )
 from common.client import wait_for_serving
 from common.config import Settings
@@ -211,15 +211,14 @@ def load_observations(
     *,
     concurrency: int,
 ) -> dict[str, Any]:
-    """Sends ``observations`` in batches of 200 through `record_observation_batches` (what `cb observe`
+    """Sends ``observations`` in batches of 200 through `record_observations` (what `cb observe`
     runs) with ``concurrency`` calls in flight; wall time from the first call to the last answer."""
-    items: list[ParsedObservation] = [ParsedObservation(line, o) for line, o in enumerate(observations, 1)]
-    batches: list[list[Any]] = [items[offset : offset + 200] for offset in range(0, len(items), 200)]
+    items = [ParsedObservation(line, observation) for line, observation in enumerate(observations, 1)]
     start = time.perf_counter()
     created = failed = 0
-    for outcome in record_observation_batches(stub, batches, concurrency=concurrency):
+    for outcome in record_observations(stub, items, batch_size=200, concurrency=concurrency):
         if outcome.error is not None or outcome.response is None:
-            raise RuntimeError(f"batch at line {outcome.parsed[0].line} failed: {outcome.error}")
+            raise RuntimeError(f"batch at line {outcome.batch[0].line} failed: {outcome.error}")
         created += sum(result.created for result in outcome.response.results)
         failed += sum(result.status == "failed" for result in outcome.response.results)
     seconds = time.perf_counter() - start

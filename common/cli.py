@@ -38,8 +38,9 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -781,29 +782,13 @@ def _count_nonblank(path: Path) -> int:
         return sum(1 for line in handle if line.strip())
 
 
-def _batches(
-    items: Iterable[ParsedObservation | LineError], size: int
-) -> Iterator[list[ParsedObservation | LineError]]:
-    batch: list[ParsedObservation | LineError] = []
-    observations = 0
-    for item in items:
-        batch.append(item)
-        if isinstance(item, ParsedObservation):
-            observations += 1
-        if observations >= size:
-            yield batch
-            batch, observations = [], 0
-    if batch:
-        yield batch
-
-
-DEFAULT_OBSERVE_CONCURRENCY = 4  # RecordObservations calls in flight; see record_observation_batches
+DEFAULT_OBSERVE_CONCURRENCY = 4  # RecordObservations calls in flight; see record_observations
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchOutcome:
-    """One batch of `record_observation_batches`: its file items, the observations sent, and either the
-    response or the RPC error (both None when the batch held only unparsable lines)."""
+    """One unit of `record_observations`: its file items, the observations sent, and either the response
+    or the RPC error (both None for an unparsable line, which is never sent)."""
 
     batch: list[ParsedObservation | LineError]
     parsed: list[ParsedObservation]
@@ -811,36 +796,52 @@ class BatchOutcome:
     error: grpc.RpcError | None = None
 
 
-def record_observation_batches(
+def observation_lane(observation: knowledge_pb2.Observation, lanes: int) -> int:
+    """The lane (0..lanes-1) of an observation: a hash of its namespace and subject (``type:id``), or of
+    its source stream when it has no subject, so one subject's observations stay in file order."""
+    if observation.subject.id:
+        key = f"{observation.namespace}\x1f{observation.subject.type}:{observation.subject.id}"
+    else:
+        key = f"{observation.namespace}\x1f{observation.source.system}\x1f{observation.source.stream}"
+    return zlib.crc32(key.encode()) % lanes
+
+
+def record_observations(
     stub: observation_service_pb2_grpc.ObservationServiceStub,
-    batches: Iterable[list[ParsedObservation | LineError]],
+    items: Iterable[ParsedObservation | LineError],
     *,
+    batch_size: int = 200,
     concurrency: int = DEFAULT_OBSERVE_CONCURRENCY,
     on_retry: Callable[[str], None] = lambda text: None,
     stop: threading.Event | None = None,
 ) -> Iterator[BatchOutcome]:
-    """Sends each batch's observations with RecordObservations, at most ``concurrency`` calls in flight,
-    and yields the outcomes in batch order (so reports and progress follow the file).
+    """Sends observations with RecordObservations in batches of ``batch_size``, up to ``concurrency``
+    calls in flight, and yields each outcome when it arrives.
 
-    Each call is retried on UNAVAILABLE for up to ``RETRY_MAX_SECONDS`` (the RPC is idempotent: a batch
-    commits as one transaction and a repeated observation is a duplicate). Until the first call
-    succeeds only one is in flight, so an unreachable service costs one batch, not ``concurrency``.
-    Batches may commit in any order; the result does not depend on it (supersession is order
-    independent: tests/e2e/test_shuffled_corpus.py). The batches are read lazily, so a large file is
-    never held in memory; reading and parsing overlap the calls.
+    Observations are split into ``concurrency`` lanes by subject (`observation_lane`); each lane sends
+    its batches one after another, in file order, and the lanes run side by side. Batches of different
+    lanes share no subject, so they rarely wait for each other on the server (a batch locks the nodes
+    it writes, `common.storage.key_locks`); contiguous batches of a file sorted by subject would share
+    a subject at every boundary and run one after another. Reordering across subjects changes no
+    result (supersession is order independent: tests/e2e/test_shuffled_corpus.py). Until the first
+    call succeeds only one is in flight, so an unreachable service costs one batch. Each call is
+    retried on UNAVAILABLE for up to ``RETRY_MAX_SECONDS`` (the RPC is idempotent). Items are read
+    lazily: at most about ``2 * concurrency`` batches are held in memory.
 
     Args:
         stub: the ObservationService stub (its channel is shared by the worker threads).
-        batches: file items in order, as `_batches` makes them.
-        concurrency: calls in flight, >= 1 (1: strictly sequential).
+        items: parsed file items in file order (`parse_observation_lines`).
+        batch_size: observations per call, >= 1.
+        concurrency: lanes and calls in flight, >= 1 (1: one call at a time, in file order).
         on_retry: receives a line per retry (``lines A-B: retrying ...``).
         stop: when set, no further batch is sent; the calls in flight are still awaited and yielded.
 
     Yields:
-        A `BatchOutcome` per batch read, in order (batches not sent after ``stop`` are not yielded).
+        A `BatchOutcome` per call as it completes, and one per unparsable line (``parsed`` empty) as it
+        is read. Batches not sent after ``stop`` are not yielded.
     """
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+    if concurrency < 1 or batch_size < 1:
+        raise ValueError("concurrency and batch_size must be >= 1")
 
     def send(
         parsed: list[ParsedObservation],
@@ -858,40 +859,65 @@ def record_observation_batches(
             return exc
         return response
 
-    succeeded = False
-    queue: collections.deque[tuple[list[ParsedObservation | LineError], list[ParsedObservation], Any]]
-    queue = collections.deque()
-    in_flight = 0
-    items = iter(batches)
+    filling: list[list[ParsedObservation]] = [[] for _ in range(concurrency)]
+    ready: list[collections.deque[list[ParsedObservation]]] = [
+        collections.deque() for _ in range(concurrency)
+    ]
+    running: dict[Future[Any], tuple[int, list[ParsedObservation]]] = {}
+    busy = [False] * concurrency
+    source = iter(items)
+    exhausted = succeeded = False
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cb-observe") as pool:
         try:
             while True:
-                limit = concurrency if succeeded else 1
-                while in_flight < limit and not (stop is not None and stop.is_set()):
-                    batch = next(items, None)
-                    if batch is None:
+                # Read until every lane has a batch waiting or the input ends (bounded look-ahead).
+                while not exhausted and not stopped() and sum(map(len, ready)) < 2 * concurrency:
+                    item = next(source, None)
+                    if item is None:
+                        exhausted = True
+                        for lane, batch in enumerate(filling):
+                            if batch:
+                                ready[lane].append(batch)
                         break
-                    parsed = [item for item in batch if isinstance(item, ParsedObservation)]
-                    future = pool.submit(send, parsed) if parsed else None
-                    in_flight += future is not None
-                    queue.append((batch, parsed, future))
-                if not queue:
-                    return
-                batch, parsed, future = queue.popleft()
-                if future is None:
-                    yield BatchOutcome(batch, parsed)
+                    if isinstance(item, LineError):
+                        yield BatchOutcome([item], [])
+                        continue
+                    lane = observation_lane(item.observation, concurrency)
+                    filling[lane].append(item)
+                    if len(filling[lane]) >= batch_size:
+                        ready[lane].append(filling[lane])
+                        filling[lane] = []
+                        if all(ready[other] or busy[other] for other in range(concurrency)):
+                            break
+                limit = concurrency if succeeded else 1
+                for lane in range(concurrency):
+                    if len(running) >= limit or stopped():
+                        break
+                    if ready[lane] and not busy[lane]:
+                        batch = ready[lane].popleft()
+                        busy[lane] = True
+                        running[pool.submit(send, batch)] = (lane, batch)
+                if not running:
+                    if exhausted or stopped():
+                        return
                     continue
-                outcome = future.result()
-                in_flight -= 1
-                if isinstance(outcome, grpc.RpcError):
-                    yield BatchOutcome(batch, parsed, error=outcome)
-                else:
-                    succeeded = True
-                    yield BatchOutcome(batch, parsed, response=outcome)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: running[f][1][0].line):
+                    lane, batch = running.pop(future)
+                    busy[lane] = False
+                    outcome = future.result()
+                    if isinstance(outcome, grpc.RpcError):
+                        yield BatchOutcome(list(batch), batch, error=outcome)
+                    else:
+                        succeeded = True
+                        yield BatchOutcome(list(batch), batch, response=outcome)
         finally:
-            for _, _, future in queue:  # the consumer stopped early: wait for the calls it will not see
-                if future is not None:
-                    future.result()
+            for future in running:  # the consumer stopped early: wait for the calls it will not see
+                future.result()
 
 
 @app.command()
@@ -918,15 +944,17 @@ def observe(
 ) -> None:
     """Record observations from a JSONL file (one proto3 JSON Observation per line).
 
-    Sends RecordObservations in batches, ``--concurrency`` of them in flight (each retried on
-    UNAVAILABLE: the RPC is idempotent), prints every failed item with its line number in file order,
-    and exits 1 if any line or item failed. Safe to re-run: recorded observations are duplicates.
+    Sends RecordObservations in batches, ``--concurrency`` of them in flight (lanes by subject, see
+    `record_observations`; each call retried on UNAVAILABLE: the RPC is idempotent), prints every
+    failed item with its line number, and exits 1 if any line or item failed. Safe to re-run: recorded
+    observations are duplicates.
     """
     address = _state(ctx).ingest()
     tally = _ObserveTally()
     total_lines = _count_nonblank(file)
     lines_done = 0
-    last_line = 0
+    # Observations read per line and not yet answered: a line is done when all of its are.
+    open_lines: collections.Counter[int] = collections.Counter()
     with _state(ctx).channel(address) as channel, _progress() as progress:
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
         task = progress.add_task("lines", total=total_lines)
@@ -934,19 +962,27 @@ def observe(
         def report(text: str) -> None:
             progress.console.print(escape(text), soft_wrap=True)
 
+        def counted(
+            items: Iterable[ParsedObservation | LineError],
+        ) -> Iterator[ParsedObservation | LineError]:
+            for item in items:
+                open_lines[item.line] += 1
+                yield item
+
         def advance(batch: list[ParsedObservation | LineError]) -> None:
-            # Progress counts lines; one line may hold several observations (request form).
-            nonlocal lines_done, last_line
-            new = {item.line for item in batch if item.line > last_line}
-            last_line = max(last_line, *new) if new else last_line
-            lines_done += len(new)
-            progress.update(task, completed=lines_done)
+            nonlocal lines_done
+            for item in batch:
+                open_lines[item.line] -= 1
+                if open_lines[item.line] <= 0:
+                    del open_lines[item.line]
+                    lines_done += 1
+            progress.update(task, completed=min(lines_done, total_lines))
 
         give_up = threading.Event()
         with file.open("rb") as handle:
-            batches = _batches(parse_observation_lines(handle, namespace=namespace), batch_size)
-            for outcome in record_observation_batches(
-                stub, batches, concurrency=concurrency, on_retry=report, stop=give_up
+            items = counted(parse_observation_lines(handle, namespace=namespace))
+            for outcome in record_observations(
+                stub, items, batch_size=batch_size, concurrency=concurrency, on_retry=report, stop=give_up
             ):
                 batch, parsed = outcome.batch, outcome.parsed
                 for item in batch:

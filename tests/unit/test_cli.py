@@ -414,38 +414,50 @@ class SlowObservations(FakeObservations):
                 self.in_flight -= 1
 
 
-def test_observe_sends_concurrently_and_reports_in_file_order(
+def test_observe_sends_lanes_concurrently_and_keeps_each_subject_in_order(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
 ) -> None:
     fake = SlowObservations()
     address = _observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
-    kinds = ["bad"] + ["package.uploaded"] * 9 + ["bad", "dup"]
-    file.write_text("\n".join(_line(kind=kind) for kind in kinds) + "\n", encoding="utf-8")
+    # Twelve subjects with two observations each; the first line of each subject is 'bad', the last 'dup'.
+    lines = []
+    for number in range(12):
+        subject = {"type": "package", "id": f"p{number}"}
+        lines.append(_line(subject=subject, kind="bad" if number == 0 else "package.uploaded"))
+        lines.append(_line(subject=subject, kind="dup" if number == 11 else "package.uploaded"))
+    file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     result = runner.invoke(
         app,
         ["--ingest-addr", address, "observe", "-f", str(file), "--batch-size", "2", "--concurrency", "3"],
     )
     assert result.exit_code == 1, result.output
-    assert "created 9, duplicate 1, failed 2" in result.stdout
-    # Later batches were answered first, yet the reports follow the file.
-    assert result.stderr.index("line 1: obs-") < result.stderr.index("line 11: obs-")
-    assert fake.calls == 6 and len(fake.received) == 12
-    assert fake.max_in_flight == 3  # one call until the first answer, then three
+    assert "created 22, duplicate 1, failed 1" in result.stdout
+    assert "line 1: obs-" in result.stderr and "kind: must not be 'bad'" in result.stderr
+    assert len(fake.received) == 24
+    assert fake.max_in_flight == 3  # one call until the first answer, then one per lane
+    # Within a subject the file order is kept.
+    order = [(o.subject.id, o.kind) for o in fake.received]
+    for number in range(12):
+        mine = [kind for subject, kind in order if subject == f"p{number}"]
+        assert mine[0] == ("bad" if number == 0 else "package.uploaded")
+        assert mine[1] == ("dup" if number == 11 else "package.uploaded")
 
 
-def test_record_observation_batches_sequential_when_concurrency_is_one(
+def test_record_observations_one_call_at_a_time_in_file_order_when_concurrency_is_one(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str],
 ) -> None:
     fake = SlowObservations()
     address = _observation_server(serve, fake)
-    items = list(parse_observation_lines([_line()] * 6))
-    batches = [items[index : index + 2] for index in range(0, 6, 2)]
+    lines = [_line(subject={"type": "package", "id": f"p{number}"}) for number in range(6)] + ["{broken"]
+    items = list(parse_observation_lines(lines))
     with grpc.insecure_channel(address) as channel:
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        outcomes = list(cli.record_observation_batches(stub, batches, concurrency=1))
-    assert [outcome.batch for outcome in outcomes] == batches
-    assert all(outcome.response is not None and outcome.error is None for outcome in outcomes)
+        outcomes = list(cli.record_observations(stub, items, batch_size=2, concurrency=1))
+    sent = [outcome for outcome in outcomes if outcome.parsed]
+    assert [[item.line for item in outcome.parsed] for outcome in sent] == [[1, 2], [3, 4], [5, 6]]
+    assert all(outcome.response is not None and outcome.error is None for outcome in sent)
+    assert [outcome.batch for outcome in outcomes if not outcome.parsed] == [[items[-1]]]
     assert fake.max_in_flight == 1
 
 
