@@ -65,7 +65,9 @@ def stream_requests(
             header_seen = True
             yield message
         elif which != "items":
-            raise SnapshotFileError(number, 'only the first line is a header; later lines are {"items": {...}}')
+            raise SnapshotFileError(
+                number, 'only the first line is a header; later lines are {"items": {...}}'
+            )
         else:
             part.entities.extend(message.items.entities)
             part.facts.extend(message.items.facts)

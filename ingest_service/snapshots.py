@@ -553,7 +553,9 @@ class _Run:
                 rewritten.append(outcome.fact_id)
         self.store.adopt_facts(self.conn, header.source, header.scope, header.snapshot_id, adoptions)
         # Attributes are edge properties too.
-        self.owner.facts.sync_edges(self.conn, self.owner.facts.get_many(self.conn, header.namespace, rewritten))
+        self.owner.facts.sync_edges(
+            self.conn, self.owner.facts.get_many(self.conn, header.namespace, rewritten)
+        )
 
     # -- closing -----------------------------------------------------------------------------------
 
