@@ -20,7 +20,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -37,12 +37,10 @@ BASE_EDGE_LABELS = ("LINKS_TO", "MENTIONS")
 _LABEL_LOCK_BASE = 0x6C61_0000  # advisory lock namespace for label creation
 
 
-# A new vertex's id, allocated with its graph_nodes row exactly as AGE's column default does (label id and
-# the label's sequence), so the vertices of a batch are inserted with their ids and nothing is joined back.
-_VERTEX_ID = (
-    "ag_catalog._graphid(ag_catalog._label_id(%(graph)s::name, x.label::name)::integer,"
-    " nextval(format('%%I.%%I', %(graph)s, x.label || '_id_seq')::regclass))"
-)
+# A new vertex's id, allocated with its graph_nodes row exactly as AGE's column default does (the label's
+# id and sequence, from ag_catalog.ag_label: `GraphStore._label_ids`), so the vertices of a batch are
+# inserted with their ids and nothing is joined back. Rows carry ``label_id`` and ``label_sequence``.
+_VERTEX_ID = "ag_catalog._graphid(x.label_id, nextval(x.label_sequence::regclass))"
 # The ends of edges ``(source_key, target_key, properties)`` with their vertex ids, one fenced primary-key
 # look-up each (see `GraphStore._registered` for why not a join), in input order.
 _EDGE_ENDS = (
@@ -117,6 +115,7 @@ class GraphStore:
     """Graph access for one database. Thread-safe; label existence is cached per process."""
 
     _known_labels: set[tuple[str, str, str]] = set()
+    _label_sequences: ClassVar[dict[tuple[str, str], tuple[int, str]]] = {}  # (graph, label) -> (id, sequence)
     _labels_lock = threading.Lock()
 
     def __init__(self, database: "Database") -> None:
@@ -211,6 +210,25 @@ class GraphStore:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
             self._known_labels.add(cache_key)
 
+    def _label_ids(self, conn: psycopg.Connection[Any], labels: set[str]) -> dict[str, tuple[int, str]]:
+        """Vertex labels -> (AGE label id, qualified name of the label's id sequence), creating missing
+        labels (`ensure_label`); cached per process (a label's id and sequence never change)."""
+        found: dict[str, tuple[int, str]] = {}
+        for label in sorted(labels):
+            self.ensure_label(label, "vertex")
+            cached = self._label_sequences.get((self.graph, label))
+            if cached is None:
+                row = conn.execute(
+                    "SELECT l.id, format('%%I.%%I', n.nspname, l.seq_name) FROM ag_catalog.ag_label l"
+                    " JOIN ag_catalog.ag_graph g ON l.graph = g.graphid JOIN pg_namespace n ON n.oid = g.namespace"
+                    " WHERE g.name = %s AND l.name = %s",
+                    (self.graph, label),
+                ).fetchone()
+                assert row is not None, f"label {label} exists after ensure_label"
+                cached = self._label_sequences[(self.graph, label)] = (int(row[0]), str(row[1]))
+            found[label] = cached
+        return found
+
     # -- vertices ----------------------------------------------------------------------------------
 
     def upsert_node(
@@ -248,8 +266,7 @@ class GraphStore:
             # For assertions (overwrite=False) the citation of the latest observation alone is no change.
             digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
             prepared.append((node, age_label(node.node_type), properties, digest))
-        for label in sorted({label for _, label, _, _ in prepared}):
-            self.ensure_label(label, "vertex")
+        label_ids = self._label_ids(conn, {label for _, label, _, _ in prepared})
         # One statement either inserts each row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit. A new row gets its vertex id here,
         # from the label's own sequence (`_VERTEX_ID`); an existing row keeps its id.
@@ -259,15 +276,18 @@ class GraphStore:
             " SELECT x.namespace, x.natural_key, x.node_type, x.label, false, x.origin, x.asserted_at, x.props_hash,"
             f" %(now)s, %(now)s, ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb)), {_VERTEX_ID}"
             " FROM unnest(%(namespaces)b::text[], %(keys)b::text[], %(types)b::text[], %(labels)b::text[],"
-            " %(origins)b::text[], %(asserted)b::timestamptz[], %(hashes)b::text[], %(scopes)b::text[])"
-            " AS x(namespace, natural_key, node_type, label, origin, asserted_at, props_hash, scopes)"
+            " %(origins)b::text[], %(asserted)b::timestamptz[], %(hashes)b::text[], %(scopes)b::text[],"
+            " %(label_ids)b::int4[], %(label_sequences)b::text[])"
+            " AS x(namespace, natural_key, node_type, label, origin, asserted_at, props_hash, scopes, label_id,"
+            " label_sequence)"
             " ORDER BY x.namespace, x.natural_key"
             " ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_seen, excluded.last_seen)"
             " RETURNING g.namespace, g.natural_key, (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash,"
             " vertex_id::text",
             {
-                "graph": self.graph,
                 "now": now,
+                "label_ids": [label_ids[label][0] for _, label, _, _ in prepared],
+                "label_sequences": [label_ids[label][1] for _, label, _, _ in prepared],
                 "namespaces": [n.namespace for n, *_ in prepared],
                 "keys": [n.natural_key for n, *_ in prepared],
                 "types": [n.node_type for n, *_ in prepared],
@@ -382,21 +402,22 @@ class GraphStore:
         missing = [key for key in keys if key not in labels]
         if missing:
             types = [type_of_key(key) for key in missing]
-            for label in sorted({age_label(node_type) for node_type in types}):
-                self.ensure_label(label, "vertex")
+            label_ids = self._label_ids(conn, {age_label(node_type) for node_type in types})
             inserted = conn.execute(
                 "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, created_at, last_seen,"
                 f" vertex_id) SELECT %(namespace)s, x.natural_key, x.node_type, x.label, true, %(now)s, %(now)s, {_VERTEX_ID}"
-                " FROM unnest(%(keys)b::text[], %(types)b::text[], %(labels)b::text[]) AS x(natural_key, node_type, label)"
+                " FROM unnest(%(keys)b::text[], %(types)b::text[], %(labels)b::text[], %(label_ids)b::int4[],"
+                " %(label_sequences)b::text[]) AS x(natural_key, node_type, label, label_id, label_sequence)"
                 " ORDER BY x.natural_key ON CONFLICT (namespace, natural_key) DO NOTHING"
                 " RETURNING natural_key, label, vertex_id::text",
                 {
-                    "graph": self.graph,
                     "namespace": namespace,
                     "now": now,
                     "keys": missing,
                     "types": types,
                     "labels": [age_label(node_type) for node_type in types],
+                    "label_ids": [label_ids[age_label(node_type)][0] for node_type in types],
+                    "label_sequences": [label_ids[age_label(node_type)][1] for node_type in types],
                 },
             ).fetchall()
             placeholders: dict[str, list[tuple[str, dict[str, Any]]]] = {}

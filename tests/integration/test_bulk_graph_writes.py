@@ -234,3 +234,23 @@ def test_rows_without_a_vertex_id_get_it_on_first_use(database: Database, namesp
     assert missing == (0,)
     vertices, edges = graph_counts(database, namespace)
     assert len(edges) == 1 and vertices == {"service:old": 1, "service:older": 1}
+
+
+def test_vertex_ids_come_from_each_labels_own_sequence(database: Database, namespace: str) -> None:
+    """Labels that need quoting (upper case) and several labels in one batch: every vertex gets the id
+    AGE's column default would give (its label's id), and edges join on them."""
+    graph = GraphStore(database)
+    engine = FactEngine(graph, FactStore(graph))
+    writes = [write(namespace, f"BulkMixedCase:m{i}", f"bulk_lower:l{i}") for i in range(5)]
+    database.run_transaction(lambda conn: engine.record_many(conn, namespace, writes, now=NOW))
+    with database.connection() as conn:
+        rows = conn.execute(
+            "SELECT g.label, ag_catalog._extract_label_id(g.vertex_id)::int = l.id FROM graph_nodes g"
+            " JOIN ag_catalog.ag_label l ON l.name = g.label"
+            " JOIN ag_catalog.ag_graph ag ON ag.graphid = l.graph AND ag.name = %s WHERE g.namespace = %s",
+            (database.settings.graph_name, namespace),
+        ).fetchall()
+    assert sorted({label for label, _ in rows}) == ["BulkMixedCase", "bulk_lower"]
+    assert len(rows) == 10 and all(same for _, same in rows)
+    vertices, edges = graph_counts(database, namespace)
+    assert len(vertices) == 10 and len(edges) == 5 and set(edges.values()) == {1}
