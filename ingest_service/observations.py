@@ -295,6 +295,7 @@ class ObservationRecorder:
                 ),
                 now=now,
                 overwrite=False,
+                merge_props=True,
             )
             known[natural_key] = node.label
             result.entities_upserted += 1

@@ -401,6 +401,7 @@ class _Run:
             ],
             now=self.now,
             overwrite=True,
+            merge_props=True,
         )
         for result in results:
             # A placeholder (a fact end streamed before its entity) completed here counts as created.

@@ -232,13 +232,25 @@ class GraphStore:
     # -- vertices ----------------------------------------------------------------------------------
 
     def upsert_node(
-        self, conn: psycopg.Connection[Any], node: NodeWrite, *, now: datetime, overwrite: bool = True
+        self,
+        conn: psycopg.Connection[Any],
+        node: NodeWrite,
+        *,
+        now: datetime,
+        overwrite: bool = True,
+        merge_props: bool = False,
     ) -> NodeResult:
         """Creates the vertex of (namespace, natural_key) or updates it (`upsert_nodes` of one node)."""
-        return self.upsert_nodes(conn, [node], now=now, overwrite=overwrite)[0]
+        return self.upsert_nodes(conn, [node], now=now, overwrite=overwrite, merge_props=merge_props)[0]
 
     def upsert_nodes(
-        self, conn: psycopg.Connection[Any], nodes: list[NodeWrite], *, now: datetime, overwrite: bool = True
+        self,
+        conn: psycopg.Connection[Any],
+        nodes: list[NodeWrite],
+        *,
+        now: datetime,
+        overwrite: bool = True,
+        merge_props: bool = False,
     ) -> list[NodeResult]:
         """Creates or updates the vertices of ``nodes`` (one namespace each, no key twice); results in the
         order of ``nodes``.
@@ -247,6 +259,13 @@ class GraphStore:
         ``overwrite=False`` (entity assertions) updates only when ``node.asserted_at`` is not older than
         the assertion the vertex holds, so the result does not depend on delivery order.
         A placeholder (created for a fact end) is always completed by the first real write.
+
+        ``merge_props=True`` (entity assertions of observations and snapshots) updates an existing vertex
+        with what the assertion states and keeps the rest: ``props`` is merged key by key (the
+        assertion's keys win, e.g. ``attributes``), and an empty title or source path keeps the stored
+        one. So an entity assertion whose key names a retained document never drops the document's
+        content, provenance, meta, PII marks or visibility scopes (a dropped ``workspace:`` scope would
+        publish a hidden node). The stored hash stays the assertion's, so repeating it is no change.
 
         Set-based: one statement inserts or locks every registry row (in key order, so concurrent bulk
         writers lock in one order), one multi-row INSERT per label creates the new vertices; changed
@@ -313,6 +332,11 @@ class GraphStore:
             if not (overwrite or was_placeholder or newer) or props_hash == digest:
                 results.append(NodeResult(node.natural_key, existing_label, created=False, updated=False))
                 continue
+            scopes = node.scopes()
+            if merge_props and not was_placeholder:
+                properties = self._merged_properties(conn, existing_label, vertex_id, properties)
+                raw_scopes = properties["props"].get("scopes")
+                scopes = [s for s in raw_scopes if isinstance(s, str)] if isinstance(raw_scopes, list) else []
             self._replace_vertex(conn, existing_label, properties)
             conn.execute(
                 "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
@@ -320,12 +344,12 @@ class GraphStore:
                 " ELSE greatest(asserted_at, %s::timestamptz) END, scopes = %s"
                 " WHERE namespace = %s AND natural_key = %s",
                 (
-                    node.node_type,
+                    properties["type"],
                     digest,
                     now,
                     node.asserted_at,
                     node.asserted_at,
-                    node.scopes(),
+                    scopes,
                     node.namespace,
                     node.natural_key,
                 ),
@@ -617,6 +641,38 @@ class GraphStore:
                 "properties": [_agtype(properties) for _, properties in batch],
             },
         )
+
+    def _merged_properties(
+        self, conn: psycopg.Connection[Any], label: str, vertex_id: str | None, properties: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``properties`` laid over the stored vertex's (see ``merge_props`` of `upsert_nodes`)."""
+        if vertex_id is not None:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT v.properties FROM {} v JOIN graph_nodes g ON v.id = g.vertex_id"
+                    " WHERE g.namespace = %s AND g.natural_key = %s"
+                ).format(self._table(label)),
+                (properties["namespace"], properties["natural_key"]),
+            ).fetchone()
+        else:  # a registry row written before vertex ids were recorded
+            key = {"namespace": properties["namespace"], "natural_key": properties["natural_key"]}
+            row = conn.execute(
+                sql.SQL("SELECT properties FROM {} WHERE properties @> %s::ag_catalog.agtype").format(
+                    self._table(label)
+                ),
+                (_agtype(key),),
+            ).fetchone()
+        stored = _decode_agtype(row[0]) if row is not None else {}
+        if not isinstance(stored, dict):
+            return properties
+        merged = dict(properties)
+        merged["type"] = stored.get("type") or merged["type"]  # the written kind stays (document, episode, ...)
+        for name in ("title", "source_path", "source_id"):
+            if not merged.get(name) or (name == "title" and merged[name] == merged["natural_key"]):
+                merged[name] = stored.get(name, merged.get(name, ""))
+        stored_props = stored.get("props") if isinstance(stored.get("props"), dict) else {}
+        merged["props"] = {**stored_props, **properties.get("props", {})}
+        return merged
 
     def _replace_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
         key = {"namespace": properties["namespace"], "natural_key": properties["natural_key"]}

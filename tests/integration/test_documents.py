@@ -425,3 +425,47 @@ def test_a_small_namespace_inside_a_large_table_still_gets_top_k(
             counts[mode] = len(store.vector_candidates(conn, ChunkFilter(namespace), vector, 10))
     assert counts["relaxed_order"] == 10
     assert counts["off"] < 10  # the starvation the iterative scan prevents (proves the plan was exercised)
+
+
+def test_an_entity_assertion_on_a_document_keeps_its_content_and_scopes(
+    writer: DocumentWriter, database: Database, namespace: str
+) -> None:
+    """An observation's entity assertion whose key names a retained document adds its attributes and
+    title; the content, provenance and workspace scope stay (dropping the scope would publish the node)."""
+    from ingest_service.observations import ObservationRecorder
+
+    writer.retain(
+        RetainInput(
+            namespace=namespace,
+            natural_key="doc:runbook",
+            title="Runbook",
+            content="# Runbook\n\nRestart the service.",
+            provenance={"uri": "git://runbook.md"},
+            scopes=("workspace:ops",),
+        )
+    )
+    recorded = ObservationRecorder(database).record_batch(
+        [
+            {
+                "namespace": namespace,
+                "source": {"system": "wiki", "stream": "pages", "external_id": "e-1"},
+                "kind": "page.tagged",
+                "occurred_at": "2026-01-01T00:00:00Z",
+                "assertions": [{"entity": {"key": "doc:runbook", "attributes": {"owner": "team:ops"}}}],
+            }
+        ]
+    )
+    assert [result.status for result in recorded] == ["processed"]
+    node = _vertex(database, namespace, "doc:runbook")
+    assert node["props"]["content"] == "# Runbook\n\nRestart the service."
+    assert node["props"]["provenance"] == {"uri": "git://runbook.md"}
+    assert node["props"]["scopes"] == ["workspace:ops"]
+    assert node["props"]["attributes"] == {"owner": "team:ops"}
+    assert node["title"] == "Runbook"
+    assert node["type"] == "document"
+    with database.connection() as conn:
+        row = conn.execute(
+            "SELECT scopes, node_type FROM graph_nodes WHERE namespace = %s AND natural_key = %s",
+            (namespace, "doc:runbook"),
+        ).fetchone()
+    assert row == (["workspace:ops"], "document")
