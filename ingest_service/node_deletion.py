@@ -7,6 +7,8 @@ What goes, in ONE transaction (retried as a whole on deadlock):
 * every fact whose subject or object is the node, history included: rows of ``facts`` and their edges;
 * the vertex in its AGE label table, every edge touching it (LINKS_TO in and out, IN_TRACE, domain
   relations) and its ``graph_nodes`` row (so GetSource is NOT_FOUND and no traversal reaches it);
+* the node's entity item and the fact items naming it in every snapshot journal of the namespace, so
+  a source that still states the node creates it again on its next Reconcile;
 * and one audit event (action ``"delete"``) with a snapshot of what was deleted, linked to the trace
   (`common.audit.AuditTrail.record_in`): the removal and its record commit or roll back together.
 
@@ -42,6 +44,7 @@ from common.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.storage.chunk_store import ChunkStore
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
+from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
 from common.write_access import WriteAccess
 from ingest_service.documents import MAX_TRACE_ID_LENGTH, PROTECTED_TYPES
@@ -102,6 +105,7 @@ class NodeDeleter:
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
         self.chunks = ChunkStore(database.settings)
+        self.snapshots = SnapshotStore(database.settings)
         self.audit = audit or AuditTrail(database)
 
     def delete(self, request: DeleteNodeInput, *, access: WriteAccess | None = None) -> DeleteNodeResult:
@@ -136,6 +140,7 @@ class NodeDeleter:
             chunk_count = self.chunks.delete_chunks(conn, namespace, key)
             facts = self.facts.delete_touching(conn, namespace, key)
             self.graph.delete_nodes(conn, namespace, [key])
+            journal_items = self.snapshots.forget_node(conn, namespace, key)
             fact_ids = {row.fact_id for row in facts}
             # An edge is a fact edge when its row was just removed; the rest are links and relations.
             edges_deleted = max(0, sum(edges.values()) - len(fact_ids))
@@ -160,6 +165,7 @@ class NodeDeleter:
                     for row in facts[:SNAPSHOT_FACT_LIMIT]
                 ],
                 "edges_removed": edges,
+                "snapshot_items_forgotten": journal_items,
                 "reason": request.reason,
             }
             event = self.audit.record_in(

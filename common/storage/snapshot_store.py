@@ -100,6 +100,23 @@ class SnapshotStore:
             (Jsonb(counts), row_id),
         )
 
+    def forget_node(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> int:
+        """Removes a deleted node from every snapshot journal of ``namespace``: its entity item and the
+        fact items with the node as subject or object. Returns how many items went.
+
+        DeleteNode calls it in its transaction, so the next Reconcile of a source that still states the
+        node finds it new and creates it again, instead of taking it (and its facts) as unchanged.
+        """
+        return conn.execute(
+            sql.SQL(
+                "DELETE FROM {snapshot_items} i USING {snapshots} s WHERE s.id = i.snapshot_row"
+                " AND s.namespace = %(namespace)s AND ((i.item_kind = 'entity' AND i.item_key = %(key)s)"
+                " OR (i.item_kind = 'fact' AND (split_part(i.item_key, %(separator)s, 1) = %(key)s"
+                " OR split_part(i.item_key, %(separator)s, 3) = %(key)s)))"
+            ).format(**self.t),
+            {"namespace": namespace, "key": natural_key, "separator": ITEM_SEPARATOR},
+        ).rowcount
+
     def lock_scope(self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str) -> None:
         """Serialises runs of one (namespace, source, scope) until the transaction ends, so two runs never
         compare themselves with the same previous snapshot concurrently."""

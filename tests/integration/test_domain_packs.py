@@ -323,6 +323,30 @@ def test_reconcile_creates_updates_closes_and_is_idempotent(
     )
 
 
+def test_reconcile_recreates_a_deleted_node_the_source_still_states(
+    registry: PackRegistry,
+    kinds: KindValidator,
+    reconciler: SnapshotReconciler,
+    database: Database,
+    namespace: str,
+) -> None:
+    """DeleteNode forgets the node in the snapshot journals: the next snapshot that still states it
+    creates it and its facts again instead of counting them as unchanged."""
+    from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
+
+    enable(registry, kinds, namespace, debian_pack(uuid.uuid4().hex), strict=True)
+    t1, t2 = datetime(2026, 2, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)
+    entities = [{"key": "package:time", "attributes": {"section": "utils"}}]
+    facts = [{"subject": "package:time", "predicate": "HAS_VERSION", "object": "version:time@1.9-3"}]
+    reconciler.reconcile(namespace, "archive", "suite:trixie", "s1", t1, entities, facts)
+    deleted = NodeDeleter(database).delete(DeleteNodeInput(namespace=namespace, natural_key="package:time"))
+    assert deleted.facts_deleted == 1
+    assert open_facts(database, namespace, "HAS_VERSION") == {}
+    second = reconciler.reconcile(namespace, "archive", "suite:trixie", "s2", t2, entities, facts)
+    assert (second.counts.entities_created, second.counts.facts_created, second.counts.facts_closed) == (1, 1, 0)
+    assert sorted(open_facts(database, namespace, "HAS_VERSION").values()) == [("package:time", "version:time@1.9-3")]
+
+
 def test_reconcile_strict_checks_relations_and_cardinality(
     registry: PackRegistry, kinds: KindValidator, reconciler: SnapshotReconciler, namespace: str
 ) -> None:
