@@ -48,14 +48,20 @@ import psycopg
 from common.auth import current_principal
 from common.db import Database
 from common.errors import ViolationCollector
-from common.identifiers import canonical_instant, parse_instant
+from common.identifiers import (
+    MAX_KEY_LENGTH,
+    MAX_SCOPES,
+    NAMESPACE_PATTERN,
+    SCOPE_PATTERN,
+    canonical_instant,
+    parse_instant,
+)
 from common.request_context import current_request_id
 from common.storage.audit_store import AuditStore, event_key
 from common.storage.graph_store import GraphStore
 from common.write_access import WriteAccess
 
 # The limits every write path shares (pure validation module; no transport, no storage).
-from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
 
 ACTION_PATTERN = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 MAX_TRACE_ID_LENGTH = 256

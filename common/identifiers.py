@@ -12,10 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
+
+# Shapes of the identifiers every request carries (seed 000 "Наблюдения": scopes ``type:id``, at most 20).
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
+MAX_SCOPES = 20
+MAX_KEY_LENGTH = 512  # characters of a natural key
 
 
 def canonical_instant(value: datetime) -> str:
@@ -26,7 +32,7 @@ def canonical_instant(value: datetime) -> str:
     """
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("instant has no UTC offset")
-    utc = value.astimezone(timezone.utc)
+    utc = value.astimezone(UTC)
     if utc.microsecond:
         return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -44,7 +50,7 @@ def parse_instant(text: str) -> datetime:
     parsed = datetime.fromisoformat(candidate)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"instant {text!r} has no UTC offset")
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
 def _sha256_hex(text: str) -> str:

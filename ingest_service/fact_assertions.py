@@ -27,11 +27,11 @@ from typing import Any
 from common.db import Database
 from common.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from common.identifiers import canonical_instant
+from common.kind_validation import KindValidator
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.write_access import WriteAccess
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
-from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import (
     FACT_ID_PATTERN,
     NAMESPACE_PATTERN,

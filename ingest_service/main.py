@@ -21,16 +21,16 @@ from memory.v1 import (
 from common.audit import AuditTrail
 from common.config import Settings
 from common.db import Database
+from common.domain_packs import PackRegistry
 from common.embeddings import build_embedding_provider
+from common.kind_validation import KindValidator
 from common.server import ServiceHost, build_server
 from ingest_service.audit_servicer import AuditServicer
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
 from ingest_service.domain_pack_servicer import DomainPackServicer
-from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.fact_servicer import FactServicer
-from ingest_service.kind_validation import KindValidator
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observation_servicer import ObservationServicer

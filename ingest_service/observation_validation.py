@@ -16,6 +16,10 @@ from typing import Any
 
 from common.errors import FieldViolation
 from common.identifiers import (
+    MAX_KEY_LENGTH,
+    MAX_SCOPES,
+    NAMESPACE_PATTERN,
+    SCOPE_PATTERN,
     canonical_instant,
     content_identity,
     entity_key,
@@ -24,14 +28,10 @@ from common.identifiers import (
 )
 from common.pii import check_pii_categories
 
-MAX_SCOPES = 20
 MAX_CONTENT_BYTES = 1024 * 1024
 MAX_DATA_BYTES = 1024 * 1024
 MAX_ASSERTIONS = 200
-MAX_KEY_LENGTH = 512
 KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 PREDICATE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")

@@ -20,6 +20,7 @@ import numpy as np
 from common.db import Database
 from common.errors import FieldViolation, InvalidArgument
 from common.identifiers import canonical_instant
+from common.kind_validation import KindValidator
 from common.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
@@ -31,7 +32,6 @@ from ingest_service.chunking import chunk_markdown
 from ingest_service.documents import bounded_chunks
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
-from ingest_service.kind_validation import KindValidator
 from ingest_service.observation_validation import ObservationInput, validate_observation
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from memory.v1 import (
 from common.config import Settings
 from common.db import Database
 from common.embeddings import build_embedding_provider
+from common.kind_validation import KindValidator
 from common.server import ServiceHost, build_server
 from common.tokenizer import TokenCounter
-from ingest_service.kind_validation import KindValidator
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset

@@ -46,7 +46,9 @@ from typing import cast
 
 from common.db import Database
 from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
+from common.identifier_patterns import MENTIONS, find_identifiers
 from common.identifiers import canonical_instant, canonical_json
+from common.kind_validation import KindValidator, NamespaceKinds
 from common.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, StoredChunk
 from common.storage.context_store import ContextStore, NodeSummary
@@ -55,8 +57,6 @@ from common.storage.graph_store import GraphStore, type_of_key
 from common.storage.traversal_store import RelationRule, TraversalStore, WalkQuery, WalkStep
 from common.storage.visibility import EVERYTHING, Visibility
 from common.tokenizer import TokenCounter
-from ingest_service.identifier_extraction import MENTIONS, find_identifiers
-from ingest_service.kind_validation import KindValidator, NamespaceKinds
 from query_service.context_compiler import (
     EVIDENCE_RANK,
     MAX_EVIDENCE_RANK,

@@ -400,7 +400,7 @@ def _compile_typed_context(world: World) -> None:
     """The same domain pack in A and B; from A, B's anchors, B's identifiers in the query text (idPatterns)
     and B's relations find nothing of B: the anchors are not found, the walk stays in A."""
     from common.db import Database
-    from ingest_service.domain_packs import PackRegistry
+    from common.domain_packs import PackRegistry
 
     a, b = world.a, world.b
     pack = {

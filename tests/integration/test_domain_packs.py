@@ -13,13 +13,13 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
+from common.domain_packs import PackRegistry
 from common.embeddings import EmbeddingProvider, build_embedding_provider
 from common.errors import AlreadyExists, InvalidArgument, NotFound
 from common.identifiers import fact_id
+from common.kind_validation import KindValidator
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
-from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
-from ingest_service.kind_validation import KindValidator
 from ingest_service.observations import ObservationRecorder
 from ingest_service.snapshots import SnapshotReconciler
 from tests.unit.test_domain_packs import delivery_pack

@@ -12,11 +12,11 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
+from common.domain_packs import PackRegistry
 from common.embeddings import EmbeddingProvider, build_embedding_provider
 from common.identifiers import fact_id
+from common.kind_validation import KindValidator
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
-from ingest_service.domain_packs import PackRegistry
-from ingest_service.kind_validation import KindValidator
 from ingest_service.observations import ObservationRecorder
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack

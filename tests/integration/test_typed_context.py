@@ -9,14 +9,14 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
+from common.domain_packs import PackRegistry
 from common.embeddings import EmbeddingProvider, build_embedding_provider
 from common.errors import FailedPrecondition
+from common.kind_validation import KindValidator
 from common.storage.visibility import Visibility
 from common.tokenizer import TokenCounter
 from ingest_service.documents import DocumentWriter, RetainInput
-from ingest_service.domain_packs import PackRegistry
 from ingest_service.fact_assertions import FactAsserter
-from ingest_service.kind_validation import KindValidator
 from query_service.typed_context import TypedContextCompiler, TypedContextRequest
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack

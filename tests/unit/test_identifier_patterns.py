@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ingest_service.domain_packs import fill_template, validate_pack
-from ingest_service.identifier_extraction import find_identifiers
-from ingest_service.kind_validation import NamespaceKinds
+from common.domain_packs import fill_template, validate_pack
+from common.identifier_patterns import find_identifiers
+from common.kind_validation import NamespaceKinds
 from tests.unit.test_domain_packs import delivery_pack
 
 

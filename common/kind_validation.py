@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.db import Database
-from common.errors import FieldViolation
-from common.storage.pack_store import PackStore
-from ingest_service.domain_packs import (
+from common.domain_packs import (
     BASE_KINDS,
     CompiledKind,
     CompiledPack,
@@ -37,6 +35,8 @@ from ingest_service.domain_packs import (
     compile_stored,
     json_path,
 )
+from common.errors import FieldViolation
+from common.storage.pack_store import PackStore
 
 SETTINGS_TTL_SECONDS = 2.0
 
