@@ -36,6 +36,7 @@ _MIGRATIONS = (
     "0005_fact_snapshots.sql",
     "0006_bulk_graph_writes.sql",
     "0007_snapshot_fact_lookup.sql",
+    "0008_context_trace_scopes.sql",
 )
 
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).

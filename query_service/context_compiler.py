@@ -344,6 +344,7 @@ class ContextCompiler:
                     "encoding": self.tokens.encoding_name,
                 },
                 decisions=decisions,
+                scopes=request.visibility.owner_scopes,
             )
         return ContextPack(
             items=items,

@@ -12,8 +12,10 @@ natural key) or a fact (key ``fact-...``) the caller cannot see — or that no l
 DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
 A trace with nothing the caller may see is NOT_FOUND, like an unknown one.
 
-Limit: ``context_traces`` does not record who compiled, so a compilation's request (query text, as_of,
-budget; anchors minus hidden nodes) is shown to every reader of the namespace who knows the trace id.
+A compilation is as visible as an item scoped to its compiler: ``context_traces.scopes`` holds the
+compiling token's own ``principal:<name>`` (`Visibility.owner`), so its request (query text, as_of,
+budget) is shown to that principal and to tokens granted that scope; compilations made in development
+mode (or recorded before migration 0008) carry no scope and are shown to every reader of the namespace.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ class TraceReader:
                 event_from_props(namespace, props)
                 for props in self.audit.events_of_trace(conn, namespace, trace_id, visibility=visibility)
             ]
-            rows = self.contexts.traces(conn, namespace, trace_id)
+            rows = self.contexts.traces(conn, namespace, trace_id, visibility=visibility)
             node_keys: list[str] = []
             fact_ids: list[str] = []
             for row in rows:

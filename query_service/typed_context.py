@@ -389,6 +389,7 @@ class TypedContextCompiler:
                     "encoding": self.tokens.encoding_name,
                 },
                 decisions=fitted.decisions,
+                scopes=request.visibility.owner_scopes,
             )
         items = [
             replace(cast(_Candidate, kept.candidate).item, text=kept.text, token_count=kept.token_count)

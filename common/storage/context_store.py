@@ -158,23 +158,30 @@ class ContextStore:
         trace_id: str,
         request: Mapping[str, Any],
         decisions: Sequence[Mapping[str, Any]],
+        scopes: Sequence[str] = (),
     ) -> int:
-        """Appends one context compilation to ``context_traces``; returns its row id."""
+        """Appends one context compilation to ``context_traces``; returns its row id. ``scopes`` restrict
+        who reads it back (`common.storage.visibility.Visibility.owner_scopes` of the compiler)."""
         row = conn.execute(
             sql.SQL(
-                "INSERT INTO {} (namespace, trace_id, request, decisions) VALUES (%s, %s, %s, %s) RETURNING id"
+                "INSERT INTO {} (namespace, trace_id, request, decisions, scopes) VALUES (%s, %s, %s, %s, %s)"
+                " RETURNING id"
             ).format(self.traces_table),
-            (namespace, trace_id, Jsonb(dict(request)), Jsonb([dict(d) for d in decisions])),
+            (namespace, trace_id, Jsonb(dict(request)), Jsonb([dict(d) for d in decisions]), list(scopes)),
         ).fetchone()
         assert row is not None
         return int(row[0])
 
-    def traces(self, conn: psycopg.Connection[Any], namespace: str, trace_id: str) -> list[dict[str, Any]]:
-        """The compilations recorded for a trace, oldest first: ``{id, created_at, request, decisions}``."""
+    def traces(
+        self, conn: psycopg.Connection[Any], namespace: str, trace_id: str, *, visibility: Visibility = EVERYTHING
+    ) -> list[dict[str, Any]]:
+        """The compilations recorded for a trace that ``visibility`` may see (their ``scopes``), oldest
+        first: ``{id, created_at, request, decisions}``."""
         rows = conn.execute(
             sql.SQL(
-                "SELECT id, created_at, request, decisions FROM {} WHERE namespace = %s AND trace_id = %s ORDER BY id"
-            ).format(self.traces_table),
-            (namespace, trace_id),
+                "SELECT id, created_at, request, decisions FROM {} WHERE namespace = %(namespace)s"
+                " AND trace_id = %(trace_id)s AND {visible} ORDER BY id"
+            ).format(self.traces_table, visible=visibility.array_predicate(sql.SQL("scopes"))),
+            {"namespace": namespace, "trace_id": trace_id, **visibility.params},
         ).fetchall()
         return [{"id": r[0], "created_at": r[1], "request": r[2], "decisions": r[3]} for r in rows]

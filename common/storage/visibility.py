@@ -52,10 +52,15 @@ class Visibility:
     Attributes:
         unrestricted: sees every item (development mode, in-process callers).
         scopes: restricting scopes the caller holds (``workspace:x``, ``principal:y``).
+        owner: the caller's own ``principal:<name>`` scope (empty for development mode and in-process
+            callers): what the caller records for itself alone carries it, e.g. its context
+            compilations (``context_traces.scopes``), so GetTrace shows a compilation's query only to
+            its compiler and to tokens granted that scope.
     """
 
     unrestricted: bool = False
     scopes: frozenset[str] = frozenset()
+    owner: str = ""
 
     @classmethod
     def everything(cls) -> Visibility:
@@ -63,9 +68,15 @@ class Visibility:
         return cls(unrestricted=True)
 
     @classmethod
-    def of_scopes(cls, scopes: Iterable[str]) -> Visibility:
-        """A restricted caller holding ``scopes`` (non-restricting entries are ignored)."""
-        return cls(unrestricted=False, scopes=frozenset(s for s in scopes if is_restricting(s)))
+    def of_scopes(cls, scopes: Iterable[str], *, owner: str = "") -> Visibility:
+        """A restricted caller holding ``scopes`` (non-restricting entries are ignored) and ``owner``."""
+        held = {s for s in scopes if is_restricting(s)}
+        return cls(unrestricted=False, scopes=frozenset(held | ({owner} if owner else set())), owner=owner)
+
+    @property
+    def owner_scopes(self) -> list[str]:
+        """The scopes of what the caller records for itself alone: ``[owner]``, or none."""
+        return [self.owner] if self.owner else []
 
     # -- Python mirror (for values already in memory) --------------------------------------------
 
@@ -131,7 +142,7 @@ def visibility_for(principal: Principal | None) -> Visibility:
     """
     if principal is None or not principal.authenticated:
         return EVERYTHING
-    return Visibility.of_scopes([*principal.allowed_scopes, f"principal:{principal.name}"])
+    return Visibility.of_scopes(principal.allowed_scopes, owner=f"principal:{principal.name}")
 
 
 __all__ = ["EVERYTHING", "RESTRICTING_PREFIXES", "Visibility", "is_restricting", "visibility_for"]

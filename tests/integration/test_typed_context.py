@@ -101,3 +101,31 @@ def test_a_namespace_without_packs_is_a_failed_precondition(
     with pytest.raises(FailedPrecondition) as raised:
         compiler.compile(TypedContextRequest(namespace=namespace, anchors=("issue:PROJ-1",)))
     assert raised.value.reason == "NO_DOMAIN_PACK" and "SetNamespaceKinds" in raised.value.message
+
+
+def test_a_compilation_is_read_back_only_by_its_compiler(
+    database: Database, kinds: KindValidator, compiler: TypedContextCompiler, namespace: str
+) -> None:
+    """GetTrace shows a compilation's query to the principal that compiled it (and to the unrestricted
+    local superuser), never to another reader of the namespace (context_traces.scopes, migration 0008)."""
+    from common.errors import NotFound
+    from query_service.trace_reader import TraceReader
+
+    enable(PackRegistry(database), kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)
+    FactAsserter(database, kinds=kinds).assert_facts(
+        namespace, [{"subject": "issue:PROJ-7", "predicate": "ASSIGNED_TO", "object": "person:ann"}]
+    )
+    alice = Visibility.of_scopes([], owner="principal:alice")
+    bob = Visibility.of_scopes(["workspace:ops"], owner="principal:bob")
+    compiler.compile(
+        TypedContextRequest(
+            namespace=namespace, query="salary review of PROJ-7", trace_id="t-owner", visibility=alice
+        )
+    )
+    reader = TraceReader(database)
+    with pytest.raises(NotFound):
+        reader.get_trace(namespace, "t-owner", visibility=bob)
+    for viewer in (alice, Visibility.everything()):
+        trail = reader.get_trace(namespace, "t-owner", visibility=viewer)
+        compilations = [entry.compilation for entry in trail.entries if entry.compilation is not None]
+        assert [c.request["query"] for c in compilations] == ["salary review of PROJ-7"]
