@@ -55,6 +55,8 @@ from memory.v1 import (
     context_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
+    domain_pack_service_pb2,
+    domain_pack_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     knowledge_pb2,
@@ -75,6 +77,7 @@ from rich.table import Table
 from common.client import ClientSecurity, health_status, is_unavailable, make_channel, rpc_failure
 from common.config import EMBEDDED_DATABASE_URL, Settings
 from common.errors import DomainError, InvalidArgument
+from common.proto_mapping import explain_parse_error
 
 __all__ = [
     "DocumentError",
@@ -105,6 +108,10 @@ token_app = typer.Typer(
     help="Bearer tokens: the tokens file holds their sha256 hashes only.", no_args_is_help=True
 )
 app.add_typer(token_app, name="token")
+pack_app = typer.Typer(
+    help="Domain packs: register a versioned pack, enable packs in a namespace.", no_args_is_help=True
+)
+app.add_typer(pack_app, name="pack")
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -356,7 +363,7 @@ def parse_observation_lines(
                 json_format.ParseDict(document, observation)
                 observations = [observation]
         except json_format.ParseError as exc:
-            yield LineError(number, "not a memory.v1.Observation: " + " ".join(str(exc).split()))
+            yield LineError(number, "not a memory.v1.Observation: " + explain_parse_error(exc))
             continue
         for observation in observations:
             if namespace:
@@ -1651,6 +1658,58 @@ def trace(
                 f"{kept} kept of {len(compilation.decisions)} shown ({compilation.hidden_decision_count} hidden)",
             )
     err.print(table)
+
+
+@pack_app.command("register")
+def pack_register(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="the pack as JSON {name, version, kinds, relations}")
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Register a domain pack (DomainPackService.RegisterPackage). A version is immutable: the same content
+    again is a no-op, other content under the same version is ALREADY_EXISTS."""
+    try:
+        package = json_format.Parse(file.read_text("utf-8"), domain_pack_service_pb2.DomainPackage())
+    except (json_format.ParseError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"{file}: not a domain pack in proto3 JSON: {exc}", param_hint="--file") from exc
+    with _reported_errors(), _state(ctx).channel(_state(ctx).ingest()) as channel:
+        response = domain_pack_service_pb2_grpc.DomainPackServiceStub(channel).RegisterPackage(
+            domain_pack_service_pb2.RegisterPackageRequest(package=package), timeout=WRITE_TIMEOUT_SECONDS
+        )
+    if as_json:
+        _print_json(response)
+        return
+    state = "registered" if response.created else "already registered with this content"
+    err.print(escape(f"{package.name}@{package.version}: {state}"))
+
+
+@pack_app.command("enable")
+def pack_enable(
+    ctx: typer.Context,
+    packages: Annotated[list[str], typer.Argument(help="packs as name@version, e.g. software-delivery@1.0.0")],
+    namespace: NamespaceOption,
+    strict: Annotated[bool, typer.Option("--strict/--no-strict", help="reject writes outside the packs")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Set the packs of a namespace (DomainPackService.SetNamespaceKinds); replaces the previous set."""
+    refs = []
+    for text in packages:
+        name, separator, version = text.partition("@")
+        if not separator or not name or not version:
+            raise typer.BadParameter(f"{text!r} is not name@version (e.g. software-delivery@1.0.0)", param_hint="PACKAGES")
+        refs.append(domain_pack_service_pb2.PackageRef(name=name, version=version))
+    request = domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=refs, strict=strict)
+    with _reported_errors(), _state(ctx).channel(_state(ctx).ingest()) as channel:
+        response = domain_pack_service_pb2_grpc.DomainPackServiceStub(channel).SetNamespaceKinds(
+            request, timeout=WRITE_TIMEOUT_SECONDS
+        )
+    if as_json:
+        _print_json(response)
+        return
+    mode = "strict" if strict else "non-strict"
+    err.print(escape(f"{namespace}: {', '.join(packages)} enabled ({mode})"))
 
 
 if __name__ == "__main__":

@@ -125,3 +125,17 @@ def audit_event_to_proto(event: AuditEvent) -> audit_service_pb2.AuditEvent:
         request_id=event.request_id,
         client_event_id=event.client_event_id,
     )
+
+
+def explain_parse_error(error: Exception) -> str:
+    """The one-line message of a proto3 JSON parse error (`json_format.ParseError`), with the fix added
+    for the two usual mistakes in hand-written files: an instant without a UTC offset (protobuf's
+    Timestamp is RFC 3339 and says only "time data ... does not match format") and an actor or subject
+    given as a ``"type:id"`` string (protobuf says a ``Participant`` "has no field named" its first letter).
+    """
+    text = " ".join(str(error).split())
+    if "time data" in text or "timezone offset" in text.lower():
+        text += " (instants are RFC 3339 with a UTC offset, e.g. 2026-01-01T00:00:00Z or 2026-01-01T03:00:00+03:00)"
+    if "memory.v1.Participant" in text and "has no field named" in text:
+        text += ' (actor and subject are objects {"type": "person", "id": "alice"}, not "person:alice")'
+    return text

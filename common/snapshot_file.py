@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from google.protobuf import json_format
 from memory.v1 import snapshot_service_pb2
 
+from common.proto_mapping import explain_parse_error
+
 
 class SnapshotFileError(ValueError):
     """A line of a snapshot file is not a valid message; ``line`` is its 1-based number."""
@@ -55,7 +57,9 @@ def stream_requests(
         try:
             message = json_format.ParseDict(json.loads(text), snapshot_service_pb2.ReconcileStreamRequest())
         except (ValueError, json_format.ParseError) as error:
-            raise SnapshotFileError(number, f"not a ReconcileStreamRequest in proto3 JSON: {error}") from None
+            raise SnapshotFileError(
+                number, f"not a ReconcileStreamRequest in proto3 JSON: {explain_parse_error(error)}"
+            ) from None
         which = message.WhichOneof("part")
         if not header_seen:
             if which != "header":

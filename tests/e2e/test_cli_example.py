@@ -69,3 +69,32 @@ def test_server_errors_are_reported_with_the_field(cli) -> None:  # type: ignore
     assert "INVALID_ARGUMENT" in output
     missing = cli("source", "doc:nope", "--namespace", "example", expect=1)
     assert "NOT_FOUND" in missing
+
+
+DELIVERY = Path(__file__).resolve().parents[1] / "data" / "delivery"
+
+
+def test_the_delivery_walkthrough_with_a_domain_pack(cli) -> None:  # type: ignore[no-untyped-def]
+    """README "Domain packs, typed context and identifier links": register the shipped pack, enable it,
+    load the delivery observations, then the three typed-context examples and the MENTIONS link."""
+    cli("pack", "register", "--file", str(DELIVERY / "pack.json"))
+    again = cli("pack", "register", "--file", str(DELIVERY / "pack.json"), "--json")
+    assert json.loads(again).get("created", False) is False  # same content: a no-op
+    cli("pack", "enable", "software-delivery@1.0.0", "--namespace", "delivery", "--strict")
+    cli("pack", "enable", "software-delivery", "--namespace", "delivery", expect=2)  # not name@version
+    cli("observe", "--file", str(DELIVERY / "observations.jsonl"))
+
+    def keys(*args: str) -> set[str]:
+        pack = json.loads(cli("typed-context", *args, "--namespace", "delivery", "--json"))["pack"]
+        return {item["naturalKey"] for item in pack["items"] if item.get("naturalKey")}
+
+    assert {"issue:PROJ-123", "person:ann"} <= keys("who is on PROJ-123?")
+    near = keys("--anchor", "svc:checkout", "--depth", "1")
+    assert {"service:checkout-svc", "service:payments", "service:fraud", "team:web"} <= near
+    assert "person:ann" not in near  # two steps away
+    before = keys("--anchor", "svc:checkout", "--relation", "DEPENDS_ON", "--as-of", "2025-06-01")
+    assert "service:payments" in before and "service:fraud" not in before
+    mentions = json.loads(
+        cli("facts", "--namespace", "delivery", "--object", "issue:PROJ-123", "--predicate", "MENTIONS", "--json")
+    )["facts"]
+    assert mentions and all(fact["evidence"] == "extracted" for fact in mentions)

@@ -118,6 +118,18 @@ def test_parse_observation_lines_reports_bad_lines_with_numbers() -> None:
     assert isinstance(last, ParsedObservation) and last.observation.content == "Привет, мир"
 
 
+def test_parse_errors_name_the_fix_for_naive_instants_and_string_participants() -> None:
+    naive, participant = (
+        item.error
+        for item in parse_observation_lines(
+            [_line(occurred_at="2026-01-01T00:00:00"), _line(subject="package:time")]
+        )
+        if isinstance(item, LineError)
+    )
+    assert "UTC offset, e.g. 2026-01-01T00:00:00Z" in naive
+    assert '{"type": "person", "id": "alice"}' in participant
+
+
 def test_parse_observation_lines_namespace_override() -> None:
     items = list(parse_observation_lines([_line(), _line(namespace="")], namespace="other"))
     assert [i.observation.namespace for i in items if isinstance(i, ParsedObservation)] == ["other", "other"]
