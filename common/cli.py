@@ -1036,7 +1036,8 @@ def _tally_results(
     for item, result in zip(parsed, results):
         if result.status == "failed" or result.error:
             tally.failed += 1
-            report(f"line {item.line}: {result.observation_id or '-'}: {result.error or result.status}")
+            where = f"line {item.line}: {result.observation_id}" if result.observation_id else f"line {item.line}"
+            report(f"{where}: {result.error or result.status}")
             for violation in result.field_violations:
                 if violation != result.error:
                     report(f"  - {violation}")
