@@ -77,6 +77,7 @@ from rich.table import Table
 from common.client import ClientSecurity, health_status, is_unavailable, make_channel, rpc_failure
 from common.config import EMBEDDED_DATABASE_URL, Settings
 from common.errors import DomainError, InvalidArgument
+from common.identifiers import integral_numbers
 from common.proto_mapping import explain_parse_error
 
 __all__ = [
@@ -1645,7 +1646,7 @@ def trace(
         when = _format_instant(entry.time)
         if entry.HasField("audit_event"):
             event = entry.audit_event
-            details = json.dumps(json_format.MessageToDict(event.details), ensure_ascii=False)
+            details = json.dumps(integral_numbers(json_format.MessageToDict(event.details)), ensure_ascii=False)
             what = _excerpt(f"{event.target_key} {details}")
             table.add_row(when, f"audit: {event.action}", escape(event.principal), escape(what))
         else:
