@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -46,3 +49,27 @@ def query_channel(query_host: ServiceHost) -> Iterator[grpc.Channel]:
     channel = grpc.insecure_channel(address)
     yield channel
     channel.close()
+
+
+@contextmanager
+def token_secured_services(
+    settings: Settings, tokens_file: Path, **overrides: Any
+) -> Iterator[tuple[str, str]]:
+    """Both services in-process with bearer tokens from ``tokens_file`` (and further settings
+    ``overrides``), started on free ports and SERVING; yields (ingest address, query address)."""
+    secured = settings.model_copy(
+        update={"tokens_file": str(tokens_file), "auth_mode": "tokens", **overrides}
+    )
+    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
+    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
+    ingest.start()
+    query.start()
+    try:
+        assert ingest.authenticator.enabled and query.authenticator.enabled
+        addresses = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
+        for address in addresses:
+            assert wait_for_serving(address, timeout=120), f"{address} did not become SERVING"
+        yield addresses
+    finally:
+        ingest.stop(5)
+        query.stop(5)

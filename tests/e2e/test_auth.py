@@ -34,11 +34,12 @@ from typer.testing import CliRunner
 
 from common.auth import Right, add_token
 from common.cli import app
-from common.client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
+from common.client import ClientSecurity, make_channel, rpc_failure
 from common.config import Settings
 from common.server import ServerSetupError
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
 
@@ -59,20 +60,8 @@ class World:
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     world = World(tmp_path_factory.mktemp("auth") / "tokens.yaml")
-    secured = settings.model_copy(update={"tokens_file": str(world.tokens_file), "auth_mode": "tokens"})
-    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
-    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
-    ingest.start()
-    query.start()
-    try:
-        assert ingest.authenticator.enabled and query.authenticator.enabled
-        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
-        for address in (world.ingest_addr, world.query_addr):
-            assert wait_for_serving(address, timeout=60), f"{address} did not become SERVING"
+    with token_secured_services(settings, world.tokens_file) as (world.ingest_addr, world.query_addr):
         yield world
-    finally:
-        ingest.stop(5)
-        query.stop(5)
 
 
 def _channel(address: str, token: str | None) -> grpc.Channel:

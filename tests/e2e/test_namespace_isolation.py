@@ -54,10 +54,9 @@ from memory.v1 import (
 )
 
 from common.auth import Right, add_token, is_open_method
-from common.client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
+from common.client import ClientSecurity, make_channel, rpc_failure
 from common.config import Settings
-from ingest_service.main import create_ingest_host
-from query_service.main import create_query_host
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
 
@@ -206,21 +205,10 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     world = World(tokens_file)
     world.database_url, world.graph = settings.database_url, settings.graph_name
     world.traces_table = settings.context_traces_table
-    secured = settings.model_copy(update={"tokens_file": str(tokens_file), "auth_mode": "tokens"})
-    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
-    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
-    ingest.start()
-    query.start()
-    try:
-        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
-        for address in (world.ingest_addr, world.query_addr):
-            assert wait_for_serving(address, timeout=60), f"{address} did not become SERVING"
+    with token_secured_services(settings, tokens_file) as (world.ingest_addr, world.query_addr):
         _load(world, world.a)
         _load(world, world.b)
         yield world
-    finally:
-        ingest.stop(5)
-        query.stop(5)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -288,7 +276,12 @@ def _call(world: World, full_method: str, request: Any, token: str) -> Any:
     query_methods = set(_served_methods(world.query_addr, world.both))
     address = world.query_addr if full_method in query_methods else world.ingest_addr
     service_name, method_name = full_method.strip("/").split("/")
-    streaming = descriptor_pool.Default().FindServiceByName(service_name).methods_by_name[method_name].client_streaming
+    streaming = (
+        descriptor_pool.Default()
+        .FindServiceByName(service_name)
+        .methods_by_name[method_name]
+        .client_streaming
+    )
     with make_channel(address, security=ClientSecurity(token=token)) as channel:
         if streaming:  # a client stream of ``request`` (one message, or a list of messages)
             stream = channel.stream_unary(
@@ -789,8 +782,13 @@ def _reconcile_stream(world: World) -> None:
     _call(world, method, messages(world.a.ns, "a-1", [fact]), world.attacker)
     _call(world, method, messages(world.a.ns, "a-2", []), world.attacker)  # closes A's copy only
     smuggled = messages(world.a.ns, "a-3", [])[:1] + messages(b.ns, "a-3", [])  # a second header naming B
-    assert _code(functools.partial(_call, world, method, smuggled, world.attacker)) == grpc.StatusCode.PERMISSION_DENIED
-    unknown_token = functools.partial(_call, world, method, messages(world.a.ns, "a-4", []), "cbt_not-a-token")
+    assert (
+        _code(functools.partial(_call, world, method, smuggled, world.attacker))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
+    unknown_token = functools.partial(
+        _call, world, method, messages(world.a.ns, "a-4", []), "cbt_not-a-token"
+    )
     assert _code(unknown_token) == grpc.StatusCode.UNAUTHENTICATED
     with world.query(world.both) as channel:
         b_facts = _list_facts(channel, b.ns, subject=b.target_person, predicate="MEMBER_OF")

@@ -41,13 +41,12 @@ from memory.v1 import (
 )
 
 from common.auth import Right, add_token
-from common.client import ClientSecurity, make_channel, wait_for_serving
+from common.client import ClientSecurity, make_channel
 from common.config import Settings
 from common.db import Database
 from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
-from ingest_service.main import create_ingest_host
-from query_service.main import create_query_host
+from tests.e2e.conftest import token_secured_services
 from tests.e2e.test_domain_packs import _observe, _register
 from tests.unit.test_domain_packs import delivery_pack
 
@@ -119,17 +118,10 @@ class World:
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     world = World(tmp_path_factory.mktemp("pii") / "tokens.yaml")
-    protected = settings.model_copy(
-        update={"tokens_file": str(world.tokens_file), "auth_mode": "tokens", "pii_protection": True}
-    )
-    ingest = create_ingest_host(protected, address="127.0.0.1:0", metrics_port=0)
-    query = create_query_host(protected, address="127.0.0.1:0", metrics_port=0)
-    ingest.start()
-    query.start()
-    try:
-        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
-        for address in (world.ingest_addr, world.query_addr):
-            assert wait_for_serving(address, timeout=120), f"{address} did not become SERVING"
+    with token_secured_services(settings, world.tokens_file, pii_protection=True) as (
+        world.ingest_addr,
+        world.query_addr,
+    ):
         with world.ingest() as channel:
             _write_corpus(channel, world.namespace)
         with world.ingest(world.admin) as channel:
@@ -137,9 +129,6 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         with world.ingest() as channel:
             _write_team(channel, world.typed_namespace)
         yield world
-    finally:
-        ingest.stop(5)
-        query.stop(5)
 
 
 def _observation(namespace: str, external_id: str, **fields: Any) -> knowledge_pb2.Observation:

@@ -38,10 +38,9 @@ from memory.v1 import (
 )
 
 from common.auth import Right, add_token
-from common.client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
+from common.client import ClientSecurity, make_channel, rpc_failure
 from common.config import Settings
-from ingest_service.main import create_ingest_host
-from query_service.main import create_query_host
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
 
@@ -195,20 +194,9 @@ def _load(world: World) -> None:
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tokens_file = tmp_path_factory.mktemp("visibility") / "tokens.yaml"
     world = World(tokens_file)
-    secured = settings.model_copy(update={"tokens_file": str(tokens_file), "auth_mode": "tokens"})
-    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
-    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
-    ingest.start()
-    query.start()
-    try:
-        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
-        for address in (world.ingest_addr, world.query_addr):
-            assert wait_for_serving(address, timeout=60), f"{address} did not become SERVING"
+    with token_secured_services(settings, tokens_file) as (world.ingest_addr, world.query_addr):
         _load(world)
         yield world
-    finally:
-        ingest.stop(5)
-        query.stop(5)
 
 
 def _search(channel: grpc.Channel, namespace: str, query: str, top_k: int = 10) -> list[Any]:

@@ -43,10 +43,9 @@ from memory.v1 import (
 )
 
 from common.auth import Right, add_token
-from common.client import ClientSecurity, RpcFailure, make_channel, rpc_failure, wait_for_serving
+from common.client import ClientSecurity, RpcFailure, make_channel, rpc_failure
 from common.config import Settings
-from ingest_service.main import create_ingest_host
-from query_service.main import create_query_host
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
 
@@ -116,15 +115,7 @@ def _fact(subject: str, predicate: str, obj: str, **extra: Any) -> knowledge_pb2
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tokens_file = tmp_path_factory.mktemp("write-scopes") / "tokens.yaml"
     world = World(tokens_file)
-    secured = settings.model_copy(update={"tokens_file": str(tokens_file), "auth_mode": "tokens"})
-    ingest = create_ingest_host(secured, address="127.0.0.1:0", metrics_port=0)
-    query = create_query_host(secured, address="127.0.0.1:0", metrics_port=0)
-    ingest.start()
-    query.start()
-    try:
-        world.ingest_addr, world.query_addr = f"127.0.0.1:{ingest.port}", f"127.0.0.1:{query.port}"
-        for address in (world.ingest_addr, world.query_addr):
-            assert wait_for_serving(address, timeout=60), f"{address} did not become SERVING"
+    with token_secured_services(settings, tokens_file) as (world.ingest_addr, world.query_addr):
         with world.ingest(world.alpha) as channel:
             document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
                 document_service_pb2.RetainRequest(
@@ -173,9 +164,6 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
             )
             world.secret_fact = facts[0].fact_id
         yield world
-    finally:
-        ingest.stop(5)
-        query.stop(5)
 
 
 def _secret_unchanged(world: World) -> None:
