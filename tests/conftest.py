@@ -10,6 +10,7 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
+from common.embeddings import EmbeddingProvider, build_embedding_provider
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 
@@ -25,6 +26,12 @@ def database(settings: Settings) -> Iterator[Database]:
     db.migrate()
     yield db
     db.close()
+
+
+@pytest.fixture(scope="session")
+def provider(settings: Settings) -> EmbeddingProvider:
+    """The configured embedding provider (the real model), loaded once for the whole run."""
+    return build_embedding_provider(settings)
 
 
 @pytest.fixture

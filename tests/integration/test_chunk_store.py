@@ -12,7 +12,7 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.storage.chunk_store import (
     ChunkFilter,
     ChunkStore,
@@ -24,11 +24,6 @@ from common.storage.chunk_store import (
 from query_service.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from common.config import Settings
 from common.db import Database
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
 from common.storage.graph_store import GraphStore, NodeWrite
@@ -44,11 +44,6 @@ Bookworm ships libc6 2.36-9+deb12u4. Run `apt full-upgrade` and reboot.
 
 Pin the previous version 2.36-9+deb12u3 with apt preferences.
 """
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from common.config import Settings
 from common.db import Database
 from common.domain_packs import PackRegistry
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.errors import AlreadyExists, InvalidArgument, NotFound
 from common.identifiers import fact_id
 from common.kind_validation import KindValidator
@@ -27,11 +27,6 @@ from tests.unit.test_domain_packs import delivery_pack
 pytestmark = pytest.mark.integration
 
 T0 = "2026-01-01T00:00:00Z"
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")

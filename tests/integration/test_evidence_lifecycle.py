@@ -14,7 +14,7 @@ import pytest
 
 from common.config import Settings
 from common.db import Database
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.errors import InvalidArgument, NotFound
 from common.identifiers import fact_id
 from common.observation_view import observation_view
@@ -30,11 +30,6 @@ pytestmark = pytest.mark.integration
 
 START = "2026-01-01T00:00:00Z"
 SECRET = "ZEBRA-4711"
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")

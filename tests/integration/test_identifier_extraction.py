@@ -13,7 +13,7 @@ import pytest
 from common.config import Settings
 from common.db import Database
 from common.domain_packs import PackRegistry
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.identifiers import fact_id
 from common.kind_validation import KindValidator
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
@@ -24,11 +24,6 @@ from tests.unit.test_domain_packs import delivery_pack
 pytestmark = pytest.mark.integration
 
 T0 = "2026-03-01T09:00:00Z"
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from common.config import Settings
 from common.db import Database
 from common.domain_packs import PackRegistry
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.embeddings import EmbeddingProvider
 from common.errors import FailedPrecondition
 from common.kind_validation import KindValidator
 from common.storage.visibility import Visibility
@@ -22,11 +22,6 @@ from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def provider(settings: Settings) -> EmbeddingProvider:
-    return build_embedding_provider(settings)
 
 
 @pytest.fixture(scope="module")
