@@ -37,8 +37,8 @@ if str(ROOT) not in sys.path:
 
 import numpy as np
 
-from common.config import Settings
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.kernel.config import Settings
+from common.text_models.embeddings import EmbeddingProvider, build_embedding_provider
 from ingest_service.chunking import chunk_markdown
 
 RESULTS = ROOT / "bench" / "results" / "embeddings.json"

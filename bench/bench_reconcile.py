@@ -44,8 +44,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.config import Settings
-from common.db import Database
+from common.kernel.config import Settings
+from common.storage.database import Database
 from ingest_service.snapshots import SnapshotHeader, SnapshotPart, SnapshotReconciler
 
 RESULTS = ROOT / "bench" / "results" / "reconcile.json"

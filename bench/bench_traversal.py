@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg
 
-from common.config import Settings
-from common.db import Database
+from common.kernel.config import Settings
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.traversal_store import RelationRule, TraversalStore, WalkQuery
 

@@ -69,16 +69,16 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from common.cli import (
+from common.tooling.cli import (
     DEFAULT_OBSERVE_CONCURRENCY,
     ParsedObservation,
     find_documents,
     read_document,
     record_observations,
 )
-from common.client import wait_for_serving
-from common.config import Settings
-from common.identifiers import fact_id, parse_instant
+from common.tooling.client import wait_for_serving
+from common.kernel.config import Settings
+from common.kernel.identifiers import fact_id, parse_instant
 
 CORPORA = ROOT.parent / "shared" / "corpora"
 UPLOADS = CORPORA / "debian-uploads"
@@ -105,7 +105,7 @@ def services() -> Iterator[tuple[str, str]]:
         CB_QUERY_METRICS_PORT="0",
     )
     children = [
-        subprocess.Popen([sys.executable, "-m", "common.cli", "serve", kind], cwd=ROOT, env=env)
+        subprocess.Popen([sys.executable, "-m", "common.tooling.cli", "serve", kind], cwd=ROOT, env=env)
         for kind in ("ingest", "query")
     ]
     try:
@@ -435,8 +435,8 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     baseline), alternating per query so that both see the same load."""
     from dataclasses import replace
 
-    from common.db import Database
-    from common.embeddings import build_embedding_provider
+    from common.storage.database import Database
+    from common.text_models.embeddings import build_embedding_provider
     from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
     provider = build_embedding_provider(settings)

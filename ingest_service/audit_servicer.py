@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 from memory.v1 import audit_service_pb2, audit_service_pb2_grpc
 
-from common.audit import AuditEventInput, AuditTrail
-from common.proto_mapping import audit_event_to_proto, struct_to_dict
+from common.domain.audit import AuditEventInput, AuditTrail
+from common.grpc.proto_mapping import audit_event_to_proto, struct_to_dict
 
 
 class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
-from common.proto_mapping import struct_to_dict
+from common.grpc.proto_mapping import struct_to_dict
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
 from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
 

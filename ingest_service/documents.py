@@ -27,14 +27,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from common.config import Settings
-from common.db import Database
-from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
-from common.kind_validation import KindValidator
-from common.pii import PiiMarks, check_pii_categories
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.kernel.errors import FailedPrecondition, InvalidArgument, ViolationCollector
+from common.packs.kind_validation import KindValidator
+from common.kernel.pii import PiiMarks, check_pii_categories
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.chunking import chunk_markdown
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN

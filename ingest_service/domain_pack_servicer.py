@@ -9,8 +9,8 @@ from google.protobuf import json_format
 from memory.v1 import domain_pack_service_pb2 as pb
 from memory.v1 import domain_pack_service_pb2_grpc
 
-from common.domain_packs import NamespaceKindsView, PackRegistry, PackView
-from common.kind_validation import KindValidator
+from common.packs.domain_packs import NamespaceKindsView, PackRegistry, PackView
+from common.packs.kind_validation import KindValidator
 
 
 def _package(view: PackView) -> pb.DomainPackage:

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from common.db import Database
-from common.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
-from common.identifiers import canonical_instant
-from common.kind_validation import KindValidator
+from common.storage.database import Database
+from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.kernel.identifiers import canonical_instant
+from common.packs.kind_validation import KindValidator
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
 from ingest_service.observation_validation import (
     FACT_ID_PATTERN,

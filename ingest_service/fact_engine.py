@@ -18,10 +18,10 @@ from typing import Any
 
 import psycopg
 
-from common.identifiers import fact_id as compute_fact_id
+from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 
 
 class AssertionRejected(Exception):

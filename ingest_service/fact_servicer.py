@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
-from common.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
+from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
 from ingest_service.fact_assertions import FactAsserter
 
 

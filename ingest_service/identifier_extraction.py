@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from common.identifier_patterns import MENTIONS, find_identifiers
-from common.kind_validation import NamespaceKinds
+from common.packs.identifier_patterns import MENTIONS, find_identifiers
+from common.packs.kind_validation import NamespaceKinds
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.fact_engine import FactEngine, FactWrite
 
 MENTION_EVIDENCE = "extracted"

@@ -18,13 +18,13 @@ from memory.v1 import (
     snapshot_service_pb2_grpc,
 )
 
-from common.audit import AuditTrail
-from common.config import Settings
-from common.db import Database
-from common.domain_packs import PackRegistry
-from common.embeddings import build_embedding_provider
-from common.kind_validation import KindValidator
-from common.server import ServiceHost, build_server
+from common.domain.audit import AuditTrail
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.packs.domain_packs import PackRegistry
+from common.text_models.embeddings import build_embedding_provider
+from common.packs.kind_validation import KindValidator
+from common.grpc.server import ServiceHost, build_server
 from ingest_service.audit_servicer import AuditServicer
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter

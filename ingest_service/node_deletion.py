@@ -38,15 +38,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from common.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
-from common.db import Database
-from common.errors import FailedPrecondition, NotFound, ViolationCollector
+from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
+from common.storage.database import Database
+from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.storage.chunk_store import ChunkStore
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.documents import MAX_TRACE_ID_LENGTH, PROTECTED_TYPES
 from ingest_service.observation_validation import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 

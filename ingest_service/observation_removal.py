@@ -41,17 +41,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
-from common.db import Database
-from common.errors import NotFound, ViolationCollector
-from common.identifiers import canonical_instant
-from common.observation_view import REDACTED, ObservationView, observation_view
+from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
+from common.storage.database import Database
+from common.kernel.errors import NotFound, ViolationCollector
+from common.kernel.identifiers import canonical_instant
+from common.domain.observation_view import REDACTED, ObservationView, observation_view
 from common.storage.chunk_store import ChunkStore
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import grpc
 from google.protobuf import json_format
 from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
-from common.proto_mapping import observation_to_proto
+from common.grpc.proto_mapping import observation_to_proto
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from common.errors import FieldViolation
-from common.identifiers import (
+from common.kernel.errors import FieldViolation
+from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     MAX_SCOPES,
     NAMESPACE_PATTERN,
@@ -26,7 +26,7 @@ from common.identifiers import (
     observation_id,
     parse_instant,
 )
-from common.pii import check_pii_categories
+from common.kernel.pii import check_pii_categories
 
 MAX_CONTENT_BYTES = 1024 * 1024
 MAX_DATA_BYTES = 1024 * 1024

@@ -17,17 +17,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from common.db import Database
-from common.errors import FieldViolation, InvalidArgument
-from common.identifiers import canonical_instant
-from common.kind_validation import KindValidator
-from common.pii import PiiMarks
+from common.storage.database import Database
+from common.kernel.errors import FieldViolation, InvalidArgument
+from common.kernel.identifiers import canonical_instant
+from common.packs.kind_validation import KindValidator
+from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import ObservationStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.chunking import chunk_markdown
 from ingest_service.documents import bounded_chunks
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite

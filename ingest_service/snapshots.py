@@ -50,14 +50,14 @@ from typing import Any
 
 import psycopg
 
-from common.db import Database
-from common.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
-from common.identifiers import canonical_instant, canonical_json
-from common.kind_validation import KindValidator, NamespaceKinds
+from common.storage.database import Database
+from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
+from common.kernel.identifiers import canonical_instant, canonical_json
+from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 from ingest_service.fact_engine import FactEngine, FactWrite
 from ingest_service.observation_validation import (
     NAMESPACE_PATTERN,

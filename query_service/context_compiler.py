@@ -50,15 +50,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from common.db import Database
-from common.errors import ViolationCollector
-from common.identifiers import canonical_instant
-from common.pii import PiiMarks
+from common.storage.database import Database
+from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import canonical_instant
+from common.kernel.pii import PiiMarks
 from common.storage.context_store import ContextStore, key_tokens
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
-from common.tokenizer import TokenCounter
+from common.text_models.tokenizer import TokenCounter
 from query_service.context_fitting import DROPPED, FitCandidate, PackFitter
 from query_service.hybrid_search import (
     SEARCH_PRESETS,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.tokenizer import TokenCounter
+from common.text_models.tokenizer import TokenCounter
 
 KEPT = "kept"
 DROPPED = "dropped"

@@ -9,8 +9,8 @@ import binascii
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from common.db import Database
-from common.errors import ViolationCollector
+from common.storage.database import Database
+from common.kernel.errors import ViolationCollector
 from common.storage.fact_store import FactQuery, FactRow, FactStore, decode_cursor, encode_cursor
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility

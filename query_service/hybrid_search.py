@@ -20,8 +20,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import psycopg
 
-from common.db import Database
-from common.errors import ViolationCollector
+from common.storage.database import Database
+from common.kernel.errors import ViolationCollector
 from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk, meta_observation_ids
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.graph_store import GraphStore

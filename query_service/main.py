@@ -19,12 +19,12 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.config import Settings
-from common.db import Database
-from common.embeddings import build_embedding_provider
-from common.kind_validation import KindValidator
-from common.server import ServiceHost, build_server
-from common.tokenizer import TokenCounter
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.text_models.embeddings import build_embedding_provider
+from common.packs.kind_validation import KindValidator
+from common.grpc.server import ServiceHost, build_server
+from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset

@@ -5,10 +5,10 @@ Transport free; `query_service.query_servicers.ObservationQueryService` maps it 
 
 from __future__ import annotations
 
-from common.db import Database
-from common.errors import NotFound, ViolationCollector
-from common.observation_view import ObservationView, observation_view
-from common.pii import PiiMarks
+from common.storage.database import Database
+from common.kernel.errors import NotFound, ViolationCollector
+from common.domain.observation_view import ObservationView, observation_view
+from common.kernel.pii import PiiMarks
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import EVERYTHING, Visibility

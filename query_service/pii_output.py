@@ -31,15 +31,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from common.audit import PII_ACCESS_ACTION, AuditEventInput, AuditTrail
-from common.auth import Principal
-from common.config import Settings
-from common.db import Database
-from common.pii import PiiMarks, detect, detect_value, mask, mask_value
+from common.domain.audit import PII_ACCESS_ACTION, AuditEventInput, AuditTrail
+from common.auth.principals import Principal
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.kernel.pii import PiiMarks, detect, detect_value, mask, mask_value
 from common.storage.chunk_store import meta_observation_ids
 
 if TYPE_CHECKING:  # the output types import this module; only their shapes are needed here
-    from common.observation_view import ObservationView
+    from common.domain.observation_view import ObservationView
     from common.storage.chunk_store import StoredChunk
     from common.storage.fact_store import FactRow
     from query_service.hybrid_search import SearchHit

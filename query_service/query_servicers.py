@@ -26,9 +26,9 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.auth import current_principal
-from common.config import Settings
-from common.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto, struct_to_dict
+from common.auth.principals import current_principal
+from common.kernel.config import Settings
+from common.grpc.proto_mapping import dict_to_struct, fact_to_proto, instant, observation_to_proto, struct_to_dict
 from common.storage.visibility import Visibility, visibility_for
 from query_service.context_compiler import ContextCompiler, ContextItem, ContextRequest
 from query_service.fact_reader import FactListRequest, FactReader

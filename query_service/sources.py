@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.db import Database
-from common.errors import NotFound, ViolationCollector
+from common.storage.database import Database
+from common.kernel.errors import NotFound, ViolationCollector
 from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility

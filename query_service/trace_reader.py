@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from common.audit import AuditEvent, event_from_props
-from common.db import Database
-from common.errors import NotFound, ViolationCollector
+from common.domain.audit import AuditEvent, event_from_props
+from common.storage.database import Database
+from common.kernel.errors import NotFound, ViolationCollector
 from common.storage.audit_store import AuditStore
 from common.storage.context_store import ContextStore
 from common.storage.graph_store import GraphStore

@@ -44,19 +44,19 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import cast
 
-from common.db import Database
-from common.errors import FailedPrecondition, InvalidArgument, ViolationCollector
-from common.identifier_patterns import MENTIONS, find_identifiers
-from common.identifiers import canonical_instant, canonical_json
-from common.kind_validation import KindValidator, NamespaceKinds
-from common.pii import PiiMarks
+from common.storage.database import Database
+from common.kernel.errors import FailedPrecondition, InvalidArgument, ViolationCollector
+from common.packs.identifier_patterns import MENTIONS, find_identifiers
+from common.kernel.identifiers import canonical_instant, canonical_json
+from common.packs.kind_validation import KindValidator, NamespaceKinds
+from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore, StoredChunk
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, type_of_key
 from common.storage.traversal_store import RelationRule, TraversalStore, WalkQuery, WalkStep
 from common.storage.visibility import EVERYTHING, Visibility
-from common.tokenizer import TokenCounter
+from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import (
     EVIDENCE_RANK,
     MAX_EVIDENCE_RANK,

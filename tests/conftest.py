@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from common.config import Settings
-from common.db import Database
-from common.embeddings import EmbeddingProvider, build_embedding_provider
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.text_models.embeddings import EmbeddingProvider, build_embedding_provider
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from common.errors import FailedPrecondition
+from common.kernel.errors import FailedPrecondition
 from common.storage.graph_store import GraphStore, NodeWrite, checked_label
 from common.storage.visibility import EVERYTHING, Visibility
 

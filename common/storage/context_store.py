@@ -17,8 +17,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from common.config import Settings
-from common.pii import PiiMarks
+from common.kernel.config import Settings
+from common.kernel.pii import PiiMarks
 from common.storage.graph_store import GraphStore, checked_label
 from common.storage.visibility import EVERYTHING, Visibility
 

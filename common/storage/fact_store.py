@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.identifiers import age_label, canonical_instant
+from common.kernel.identifiers import age_label, canonical_instant
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 
@@ -125,7 +125,7 @@ def encode_cursor(row: FactRow) -> str:
 
 def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
     """Inverse of `encode_cursor`. Raises ValueError on a malformed token."""
-    from common.identifiers import parse_instant
+    from common.kernel.identifiers import parse_instant
 
     subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
     return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)

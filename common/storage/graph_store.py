@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 from psycopg import sql
 
-from common.identifiers import age_label, canonical_instant, canonical_json
+from common.kernel.identifiers import age_label, canonical_instant, canonical_json
 from common.storage.visibility import EVERYTHING, Visibility
 
 if TYPE_CHECKING:
-    from common.db import Database
+    from common.storage.database import Database
 
 _SAFE_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 BASE_VERTEX_LABELS = ("episode", "entity", "document", "text")

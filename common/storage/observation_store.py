@@ -10,7 +10,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from common.config import Settings
+from common.kernel.config import Settings
 from common.storage.visibility import EVERYTHING, Visibility
 
 

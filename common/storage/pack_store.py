@@ -10,8 +10,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from common.config import Settings
-from common.db import table_identifiers
+from common.kernel.config import Settings
+from common.storage.tables import table_identifiers
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from common.config import Settings
-from common.db import table_identifiers
+from common.kernel.config import Settings
+from common.storage.tables import table_identifiers
 
 ITEM_SEPARATOR = "\x1f"  # between subject, predicate and object in a fact's item_key
 _SCOPE_LOCK_BASE = 0x736E_0000_0000  # advisory lock namespace of (namespace, source, scope)

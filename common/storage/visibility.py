@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from common.auth import Principal
+    from common.auth.principals import Principal
 
 RESTRICTING_PREFIXES: tuple[str, ...] = ("workspace:", "principal:")
 """Scope prefixes that restrict visibility; every other scope only states relevance."""

@@ -41,8 +41,8 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.client import RpcFailure, rpc_failure
-from common.db import Database
+from common.tooling.client import RpcFailure, rpc_failure
+from common.storage.database import Database
 
 pytestmark = pytest.mark.e2e
 
@@ -562,7 +562,7 @@ def test_cli_delete_and_trace(
 ) -> None:
     from typer.testing import CliRunner
 
-    from common.cli import app
+    from common.tooling.cli import app
 
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     documents.Retain(

@@ -32,11 +32,11 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
-from common.auth import Right, add_token
-from common.cli import app
-from common.client import ClientSecurity, make_channel, rpc_failure
-from common.config import Settings
-from common.server import ServerSetupError
+from common.auth.principals import Right, add_token
+from common.tooling.cli import app
+from common.tooling.client import ClientSecurity, make_channel, rpc_failure
+from common.kernel.config import Settings
+from common.grpc.server import ServerSetupError
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 from tests.e2e.conftest import token_secured_services

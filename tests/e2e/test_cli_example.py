@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from common.cli import app
-from common.server import ServiceHost
+from common.tooling.cli import app
+from common.grpc.server import ServiceHost
 
 pytestmark = pytest.mark.e2e
 

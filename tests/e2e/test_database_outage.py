@@ -17,10 +17,10 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from common.client import health_status
-from common.db import Database
-from common.embedded_db import database_down, database_status, database_up
-from common.identifiers import fact_id, parse_instant
+from common.tooling.client import health_status
+from common.storage.database import Database
+from common.tooling.embedded_db import database_down, database_status, database_up
+from common.kernel.identifiers import fact_id, parse_instant
 from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
 from tests.conftest import CORPORA
 from tests.integration.test_fact_engine import portable_snapshot

@@ -40,10 +40,10 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.auth import Right, add_token
-from common.client import ClientSecurity, make_channel
-from common.config import Settings
-from common.db import Database
+from common.auth.principals import Right, add_token
+from common.tooling.client import ClientSecurity, make_channel
+from common.kernel.config import Settings
+from common.storage.database import Database
 from common.storage.chunk_store import ChunkStore
 from common.storage.graph_store import GraphStore
 from tests.e2e.conftest import token_secured_services
@@ -251,7 +251,7 @@ def _write_team(channel: grpc.Channel, namespace: str) -> None:
 
 
 def _observation_id(world: World, external_id: str) -> str:
-    from common.identifiers import observation_id
+    from common.kernel.identifiers import observation_id
 
     return observation_id(world.namespace, "crm", "calls", external_id)
 
@@ -420,7 +420,7 @@ def test_compile_context_is_masked_before_fitting(world: World) -> None:
         assert item.text in pack.text
     assert "[phone]" in pack.text and "[email]" in pack.text
     # The budget counts the masked text: the returned count is the count of the returned text.
-    from common.tokenizer import TokenCounter
+    from common.text_models.tokenizer import TokenCounter
 
     assert TokenCounter(Settings().tokenizer_encoding).count(pack.text) == pack.token_count
 

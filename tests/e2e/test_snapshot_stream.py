@@ -22,7 +22,7 @@ from memory.v1 import (
     snapshot_service_pb2_grpc,
 )
 
-from common.client import rpc_failure
+from common.tooling.client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 
@@ -374,7 +374,7 @@ def test_cli_reconcile_streams_a_jsonl_file(
 ) -> None:
     from typer.testing import CliRunner
 
-    from common.cli import app
+    from common.tooling.cli import app
 
     namespace = "snap-cli-" + uuid.uuid4().hex[:8]
     entities, facts = snapshot(range(PACKAGES))

@@ -42,9 +42,9 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.auth import Right, add_token
-from common.client import ClientSecurity, RpcFailure, make_channel, rpc_failure
-from common.config import Settings
+from common.auth.principals import Right, add_token
+from common.tooling.client import ClientSecurity, RpcFailure, make_channel, rpc_failure
+from common.kernel.config import Settings
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e

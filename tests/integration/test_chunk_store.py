@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.config import Settings
-from common.db import Database
-from common.embeddings import EmbeddingProvider
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.text_models.embeddings import EmbeddingProvider
 from common.storage.chunk_store import (
     ChunkFilter,
     ChunkStore,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.db import Database
+from common.storage.database import Database
 from common.storage.key_locks import lock_node_keys, node_key_lock_id
 from ingest_service.observations import ObservationRecorder
 
@@ -60,7 +60,7 @@ def test_concurrent_batches_sharing_nodes_in_opposite_orders_do_not_deadlock(
         except BaseException as error:  # noqa: BLE001 - collected and asserted below
             errors.append(error)
 
-    with caplog.at_level(logging.INFO, logger="common.db"):
+    with caplog.at_level(logging.INFO, logger="common.storage.database"):
         threads = [threading.Thread(target=record, args=(batch,)) for batch in batches]
         for thread in threads:
             thread.start()
@@ -150,7 +150,7 @@ def test_batches_creating_the_same_new_fact_objects_in_opposite_orders_do_not_de
         except BaseException as error:  # noqa: BLE001 - asserted below
             errors.append(error)
 
-    with caplog.at_level(logging.INFO, logger="common.db"):
+    with caplog.at_level(logging.INFO, logger="common.storage.database"):
         threads = [threading.Thread(target=record, args=(items,)) for items in batches]
         for thread in threads:
             thread.start()

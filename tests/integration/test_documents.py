@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from psycopg import sql
 
-from common.config import Settings
-from common.db import Database
-from common.embeddings import EmbeddingProvider
-from common.errors import FailedPrecondition, InvalidArgument, NotFound
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.text_models.embeddings import EmbeddingProvider
+from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.documents import (

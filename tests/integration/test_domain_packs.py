@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from common.config import Settings
-from common.db import Database
-from common.domain_packs import PackRegistry
-from common.embeddings import EmbeddingProvider
-from common.errors import AlreadyExists, InvalidArgument, NotFound
-from common.identifiers import fact_id
-from common.kind_validation import KindValidator
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.packs.domain_packs import PackRegistry
+from common.text_models.embeddings import EmbeddingProvider
+from common.kernel.errors import AlreadyExists, InvalidArgument, NotFound
+from common.kernel.identifiers import fact_id
+from common.packs.kind_validation import KindValidator
 from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.observations import ObservationRecorder

@@ -12,8 +12,8 @@ import socket
 import psycopg
 import pytest
 
-from common import embedded_db
-from common.embedded_db import DSN, database_status, database_up
+from common.tooling import embedded_db
+from common.tooling.embedded_db import DSN, database_status, database_up
 
 pytestmark = [
     pytest.mark.integration,

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from common.config import Settings
-from common.db import Database
-from common.embeddings import EmbeddingProvider
-from common.errors import InvalidArgument, NotFound
-from common.identifiers import fact_id
-from common.observation_view import observation_view
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.text_models.embeddings import EmbeddingProvider
+from common.kernel.errors import InvalidArgument, NotFound
+from common.kernel.identifiers import fact_id
+from common.domain.observation_view import observation_view
 from common.storage.chunk_store import ChunkFilter, ChunkStore
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore

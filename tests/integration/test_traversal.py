@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from common.db import Database
+from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.traversal_store import RelationRule, TraversalStore, Walk, WalkQuery

@@ -7,14 +7,14 @@ import uuid
 
 import pytest
 
-from common.config import Settings
-from common.db import Database
-from common.domain_packs import PackRegistry
-from common.embeddings import EmbeddingProvider
-from common.errors import FailedPrecondition
-from common.kind_validation import KindValidator
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.packs.domain_packs import PackRegistry
+from common.text_models.embeddings import EmbeddingProvider
+from common.kernel.errors import FailedPrecondition
+from common.packs.kind_validation import KindValidator
 from common.storage.visibility import Visibility
-from common.tokenizer import TokenCounter
+from common.text_models.tokenizer import TokenCounter
 from ingest_service.documents import DocumentWriter, RetainInput
 from ingest_service.fact_assertions import FactAsserter
 from query_service.typed_context import TypedContextCompiler, TypedContextRequest
@@ -103,7 +103,7 @@ def test_a_compilation_is_read_back_only_by_its_compiler(
 ) -> None:
     """GetTrace shows a compilation's query to the principal that compiled it (and to the unrestricted
     local superuser), never to another reader of the namespace (context_traces.scopes, migration 0008)."""
-    from common.errors import NotFound
+    from common.kernel.errors import NotFound
     from query_service.trace_reader import TraceReader
 
     enable(PackRegistry(database), kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)

@@ -14,8 +14,8 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from common.auth import Principal, Right, development_principal
-from common.db import Database
+from common.auth.principals import Principal, Right, development_principal
+from common.storage.database import Database
 from common.storage.visibility import EVERYTHING, Visibility, visibility_for
 
 pytestmark = pytest.mark.integration

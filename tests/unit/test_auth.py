@@ -24,7 +24,7 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.auth import (
+from common.auth.principals import (
     GLOBAL_METHODS,
     METHOD_RIGHTS,
     Authenticator,
@@ -45,11 +45,11 @@ from common.auth import (
     read_tokens_file,
     request_namespaces,
 )
-from common.cli import parse_namespace_grant
-from common.client import ClientSecurity, make_channel
-from common.config import Settings
-from common.errors import PermissionDenied, Unauthenticated
-from common.server import ServerSetupError, ServiceHost, build_server
+from common.tooling.cli import parse_namespace_grant
+from common.tooling.client import ClientSecurity, make_channel
+from common.kernel.config import Settings
+from common.kernel.errors import PermissionDenied, Unauthenticated
+from common.grpc.server import ServerSetupError, ServiceHost, build_server
 from query_service.query_servicers import SERVICE_NAMES as QUERY_SERVICE_NAMES
 
 TOKEN_A = "cbt_alice-token"
@@ -507,7 +507,7 @@ def test_is_loopback_address(address: str, loopback: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The interceptor (in common.server) over a real channel
+# The interceptor (in common.grpc.server) over a real channel
 
 
 class _ReadinessOk:

@@ -27,8 +27,8 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
-from common import cli
-from common.cli import (
+from common.tooling import cli
+from common.tooling.cli import (
     DocumentError,
     LineError,
     ParsedObservation,
@@ -39,9 +39,9 @@ from common.cli import (
     parse_observation_lines,
     read_document,
 )
-from common.config import Settings
-from common.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.server import ServiceHost, build_server
+from common.kernel.config import Settings
+from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.grpc.server import ServiceHost, build_server
 
 OBSERVATION = {
     "namespace": "debian",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from common.config import Settings
+from common.kernel.config import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "kubernetes"

@@ -1,4 +1,4 @@
-"""Pack validation and compilation (common.domain_packs) and the strict checks (kind_validation)."""
+"""Pack validation and compilation (common.packs.domain_packs) and the strict checks (kind_validation)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from common.domain_packs import compile_template, validate_pack
-from common.errors import InvalidArgument
-from common.kind_validation import NamespaceKinds
+from common.packs.domain_packs import compile_template, validate_pack
+from common.kernel.errors import InvalidArgument
+from common.packs.kind_validation import NamespaceKinds
 
 
 def delivery_pack(version: str = "1.0.0") -> dict[str, Any]:

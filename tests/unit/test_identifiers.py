@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.identifiers import (
+from common.kernel.identifiers import (
     age_label,
     canonical_instant,
     content_identity,

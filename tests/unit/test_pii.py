@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from common import pii
+from common.kernel import pii
 
 INN_10 = "5403219877"  # organisation, valid check digit
 INN_10_BAD = "5403219870"

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from common.auth import Principal, development_principal
-from common.config import Settings
-from common.errors import InvalidArgument
-from common.pii import PiiMarks
+from common.auth.principals import Principal, development_principal
+from common.kernel.config import Settings
+from common.kernel.errors import InvalidArgument
+from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import StoredChunk
 from common.storage.fact_store import FactRow
 from ingest_service.documents import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import InvalidArgument
+from common.kernel.errors import InvalidArgument
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     SearchQuery,

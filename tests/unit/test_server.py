@@ -1,4 +1,4 @@
-"""common.server over a real channel: error mapping, request ids, health, reflection, metrics.
+"""common.grpc.server over a real channel: error mapping, request ids, health, reflection, metrics.
 
 The servicer is a tiny SourceService whose GetSource behaviour depends on the natural key; the
 "database" is only the readiness signal, switched by the test.
@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
-from common.client import (
+from common.tooling.client import (
     RemoteError,
     field_violations,
     format_rpc_error,
@@ -30,9 +30,9 @@ from common.client import (
     rpc_failure,
     wait_for_serving,
 )
-from common.config import Settings
-from common.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.server import ServiceHost, build_server, current_request_id
+from common.kernel.config import Settings
+from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.grpc.server import ServiceHost, build_server, current_request_id
 
 SERVICE = "memory.v1.SourceService"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from common.tokenizer import DEFAULT_ENCODING, TokenCounter
+from common.text_models.tokenizer import DEFAULT_ENCODING, TokenCounter
 
 RUSSIAN = "Как установить пакет из исходников? Запустите «make install» — и всё готово. Ёжик 🦔 в тумане."
 
@@ -103,7 +103,7 @@ def test_default_encoding_loads_without_network_or_cache(tmp_path: Path) -> None
         "socket.socket.connect = deny\n"
         "socket.create_connection = deny\n"
         "socket.getaddrinfo = deny\n"
-        "from common.tokenizer import TokenCounter\n"
+        "from common.text_models.tokenizer import TokenCounter\n"
         "print(TokenCounter().count('hello world'))\n"
     )
     root = Path(__file__).resolve().parents[2]

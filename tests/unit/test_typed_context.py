@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.domain_packs import validate_pack
-from common.kind_validation import NamespaceKinds
+from common.packs.domain_packs import validate_pack
+from common.packs.kind_validation import NamespaceKinds
 from query_service.typed_context import relation_rules, resolve_anchors
 from tests.unit.test_domain_packs import delivery_pack
 

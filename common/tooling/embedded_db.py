@@ -12,9 +12,9 @@ one-line ``sources.list`` entries), so no mirror is ever written into the reposi
 
 Command line::
 
-    python -m common.embedded_db up       # build (first time), initdb (first time), start; prints the DSN
-    python -m common.embedded_db down     # stops the server (pg_ctl stop -m fast)
-    python -m common.embedded_db status   # prints the state; exit code 0 when running, 1 otherwise
+    python -m common.tooling.embedded_db up       # build (first time), initdb (first time), start; prints the DSN
+    python -m common.tooling.embedded_db down     # stops the server (pg_ctl stop -m fast)
+    python -m common.tooling.embedded_db status   # prints the state; exit code 0 when running, 1 otherwise
 
 Only the standard library is used, so this module works before the project's dependencies are installed.
 """
@@ -754,7 +754,7 @@ def _format_status(status: DatabaseStatus) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point: ``python -m common.embedded_db up|down|status``.
+    """Command-line entry point: ``python -m common.tooling.embedded_db up|down|status``.
 
     Args:
         argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
@@ -763,7 +763,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code: 0 on success (for ``status``: running), 1 on failure (for ``status``: stopped).
     """
     parser = argparse.ArgumentParser(
-        prog="python -m common.embedded_db",
+        prog="python -m common.tooling.embedded_db",
         description="Embedded development PostgreSQL 17 + AGE + pgvector (Debian trixie chroot, needs root).",
     )
     parser.add_argument(

@@ -24,8 +24,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from common.auth import is_loopback_address
-from common.errors import (
+from common.auth.principals import is_loopback_address
+from common.kernel.errors import (
     AlreadyExists,
     DomainError,
     FailedPrecondition,
@@ -38,7 +38,7 @@ from common.errors import (
 )
 
 if TYPE_CHECKING:
-    from common.config import Settings
+    from common.kernel.config import Settings
 
 __all__ = [
     "CHANNEL_OPTIONS",

@@ -36,10 +36,10 @@ import numpy as np
 from numpy.typing import NDArray
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from common.errors import FailedPrecondition, Unavailable
+from common.kernel.errors import FailedPrecondition, Unavailable
 
 if TYPE_CHECKING:
-    from common.config import Settings
+    from common.kernel.config import Settings
 
 Vectors = NDArray[np.float32]
 T = TypeVar("T")

@@ -51,7 +51,7 @@ from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
-from common.auth import (
+from common.auth.principals import (
     Authenticator,
     TokensFileError,
     TokenStore,
@@ -61,8 +61,8 @@ from common.auth import (
     principal_context,
     request_namespaces,
 )
-from common.config import Settings
-from common.errors import (
+from common.kernel.config import Settings
+from common.kernel.errors import (
     AlreadyExists,
     DomainError,
     FailedPrecondition,
@@ -72,7 +72,7 @@ from common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from common.request_context import current_request_id, request_id_var
+from common.kernel.request_context import current_request_id, request_id_var
 
 __all__ = [
     "ERROR_DOMAIN",
@@ -103,7 +103,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 READINESS_INTERVAL_SECONDS = 2.0
 
-_request_id = request_id_var  # defined transport-free in common.request_context (read by domain code)
+_request_id = request_id_var  # defined transport-free in common.kernel.request_context (read by domain code)
 _QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 

@@ -45,10 +45,10 @@ from typing import Any
 
 import psycopg
 
-from common.auth import current_principal
-from common.db import Database
-from common.errors import ViolationCollector
-from common.identifiers import (
+from common.auth.principals import current_principal
+from common.storage.database import Database
+from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     MAX_SCOPES,
     NAMESPACE_PATTERN,
@@ -56,10 +56,10 @@ from common.identifiers import (
     canonical_instant,
     parse_instant,
 )
-from common.request_context import current_request_id
+from common.kernel.request_context import current_request_id
 from common.storage.audit_store import AuditStore, event_key
 from common.storage.graph_store import GraphStore
-from common.write_access import WriteAccess
+from common.domain.write_access import WriteAccess
 
 # The limits every write path shares (pure validation module; no transport, no storage).
 

@@ -32,8 +32,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from common.db import Database
-from common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.storage.database import Database
+from common.kernel.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from common.storage.pack_store import PackStore
 
 BASE_KINDS = ("document", "entity", "fact")

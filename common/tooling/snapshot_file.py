@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from google.protobuf import json_format
 from memory.v1 import snapshot_service_pb2
 
-from common.proto_mapping import explain_parse_error
+from common.grpc.proto_mapping import explain_parse_error
 
 
 class SnapshotFileError(ValueError):

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.db import Database
-from common.domain_packs import (
+from common.storage.database import Database
+from common.packs.domain_packs import (
     BASE_KINDS,
     CompiledKind,
     CompiledPack,
@@ -35,7 +35,7 @@ from common.domain_packs import (
     compile_stored,
     json_path,
 )
-from common.errors import FieldViolation
+from common.kernel.errors import FieldViolation
 from common.storage.pack_store import PackStore
 
 SETTINGS_TTL_SECONDS = 2.0

@@ -51,7 +51,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from common.errors import PermissionDenied, Unauthenticated
+from common.kernel.errors import PermissionDenied, Unauthenticated
 
 __all__ = [
     "ALL_NAMESPACES",
@@ -525,7 +525,7 @@ class TokenStore:
 
 
 # --------------------------------------------------------------------------------------------------
-# Authentication and authorisation (called by the interceptor in common.server)
+# Authentication and authorisation (called by the interceptor in common.grpc.server)
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:

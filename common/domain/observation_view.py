@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from common.identifiers import canonical_instant
+from common.kernel.identifiers import canonical_instant
 
 RECEIVED = "received"
 PROCESSED = "processed"

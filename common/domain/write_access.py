@@ -31,9 +31,9 @@ from typing import Any
 
 import psycopg
 
-from common.auth import current_principal
-from common.errors import FieldViolation, NotFound, PermissionDenied
-from common.identifiers import fact_id as compute_fact_id
+from common.auth.principals import current_principal
+from common.kernel.errors import FieldViolation, NotFound, PermissionDenied
+from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility, is_restricting, visibility_for

@@ -74,11 +74,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from common.client import ClientSecurity, health_status, is_unavailable, make_channel, rpc_failure
-from common.config import EMBEDDED_DATABASE_URL, Settings
-from common.errors import DomainError, InvalidArgument
-from common.identifiers import integral_numbers
-from common.proto_mapping import explain_parse_error
+from common.tooling.client import ClientSecurity, health_status, is_unavailable, make_channel, rpc_failure
+from common.kernel.config import EMBEDDED_DATABASE_URL, Settings
+from common.kernel.errors import DomainError, InvalidArgument
+from common.kernel.identifiers import integral_numbers
+from common.grpc.proto_mapping import explain_parse_error
 
 __all__ = [
     "DocumentError",
@@ -515,7 +515,7 @@ def read_document(path: Path, root: Path, *, namespace: str) -> document_service
 @db_app.command("up")
 def db_up() -> None:
     """Build (first time), initialise and start the embedded database; prints its DSN."""
-    from common.embedded_db import EmbeddedDatabaseError, database_up
+    from common.tooling.embedded_db import EmbeddedDatabaseError, database_up
 
     try:
         dsn = database_up()
@@ -527,7 +527,7 @@ def db_up() -> None:
 @db_app.command("down")
 def db_down() -> None:
     """Stop the embedded database (nothing to do when it is not running)."""
-    from common.embedded_db import EmbeddedDatabaseError, database_down
+    from common.tooling.embedded_db import EmbeddedDatabaseError, database_down
 
     try:
         database_down()
@@ -539,7 +539,7 @@ def db_down() -> None:
 @db_app.command("status")
 def db_status() -> None:
     """Show the embedded database's state and DSN; exit code 1 when it is not running."""
-    from common.embedded_db import EmbeddedDatabaseError, database_status
+    from common.tooling.embedded_db import EmbeddedDatabaseError, database_status
 
     try:
         status = database_status()
@@ -557,7 +557,7 @@ def db_status() -> None:
 @app.command("init-db")
 def init_db(ctx: typer.Context) -> None:
     """Create or upgrade the schema (extensions, graph, tables, indexes) of CB_DATABASE_URL now."""
-    from common.db import Database
+    from common.storage.database import Database
 
     database = Database(_state(ctx).settings())
     try:
@@ -579,7 +579,7 @@ class ServiceKind(str, Enum):
 
 
 def _configure_logging(level: str) -> None:
-    from common.server import RequestIdLogFilter
+    from common.grpc.server import RequestIdLogFilter
 
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdLogFilter())
@@ -600,7 +600,7 @@ def serve(
     Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
     unless its address is a loopback one; see README "Security".
     """
-    from common.server import ServerSetupError, build_authenticator, server_credentials
+    from common.grpc.server import ServerSetupError, build_authenticator, server_credentials
 
     state = _state(ctx)
     settings = state.settings()
@@ -677,7 +677,7 @@ def up(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if embedded:
-            from common.embedded_db import database_status, database_up
+            from common.tooling.embedded_db import database_status, database_up
 
             already_running = database_status().running
             err.print("starting the embedded database ..." if not already_running else "the embedded database is running")
@@ -688,7 +688,7 @@ def up(
             err.print(f"database: {dsn}")
         else:
             err.print("using CB_DATABASE_URL (the embedded database is not managed)")
-        base = [sys.executable, "-m", "common.cli", "--ingest-addr", ingest_addr, "--query-addr", query_addr]
+        base = [sys.executable, "-m", "common.tooling.cli", "--ingest-addr", ingest_addr, "--query-addr", query_addr]
         for name, kind in (("ingest_service", "ingest"), ("query_service", "query")):
             children[name] = subprocess.Popen(
                 [*base, "serve", kind],
@@ -722,7 +722,7 @@ def up(
         try:
             _stop_children(children)
             if database_started:
-                from common.embedded_db import database_down
+                from common.tooling.embedded_db import database_down
 
                 err.print("stopping the embedded database ...")
                 try:
@@ -1075,7 +1075,7 @@ def reconcile(
     """
     from memory.v1 import snapshot_service_pb2_grpc
 
-    from common.snapshot_file import SnapshotFileError, stream_requests
+    from common.tooling.snapshot_file import SnapshotFileError, stream_requests
 
     address = _state(ctx).ingest()
     bad_line: list[SnapshotFileError] = []
@@ -1205,7 +1205,7 @@ def parse_namespace_grant(text: str) -> tuple[str, list[str]]:
     Raises:
         ValueError: no ``:``, an empty namespace, no right, or an unknown right.
     """
-    from common.auth import Right
+    from common.auth.principals import Right
 
     namespace, sep, rights_text = text.rpartition(":")
     if not sep or not namespace.strip():
@@ -1249,7 +1249,7 @@ def token_create(
     The file is created with mode 0600 when missing. Running services pick the new token up within
     a second, without a restart.
     """
-    from common.auth import Right, TokensFileError, add_token
+    from common.auth.principals import Right, TokensFileError, add_token
 
     path = _tokens_path(ctx, tokens_file)
     grants: dict[str, list[Right]] = {}
@@ -1281,7 +1281,7 @@ def token_create(
 @token_app.command("list")
 def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None) -> None:
     """List the principals of the tokens file with their rights, scopes and PII clearance."""
-    from common.auth import TokensFileError, read_tokens_file
+    from common.auth.principals import TokensFileError, read_tokens_file
 
     path = _tokens_path(ctx, tokens_file)
     try:
@@ -1713,6 +1713,3 @@ def pack_enable(
     mode = "strict" if strict else "non-strict"
     err.print(escape(f"{namespace}: {', '.join(packages)} enabled ({mode})"))
 
-
-if __name__ == "__main__":
-    app()

@@ -14,69 +14,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from common.config import Settings
-from common.errors import FailedPrecondition, Unavailable
+from common.kernel.config import Settings
+from common.kernel.errors import FailedPrecondition, Unavailable
+from common.storage import migrations
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-MIGRATION_LOCK_KEY = 0x6D656D6F  # "memo": pg_advisory_lock key serialising migrations of every process
-_MIGRATIONS = (
-    "0001_initial.sql",
-    "0002_episode_chunks.sql",
-    "0003_fact_evidence.sql",
-    "0004_node_scopes.sql",
-    "0005_fact_snapshots.sql",
-    "0006_bulk_graph_writes.sql",
-    "0007_snapshot_fact_lookup.sql",
-    "0008_context_trace_scopes.sql",
-)
-
 # SQLSTATE classes that mean the server or connection went away (retryable as a whole).
 _UNAVAILABLE_SQLSTATES = {"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "53300"}
-
-
-def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
-    """Identifiers of the configurable tables and their index names, for `psycopg.sql.SQL.format`."""
-    names = {
-        "observations": settings.observations_table,
-        "graph_nodes": "graph_nodes",
-        "facts": "facts",
-        "chunks": settings.chunks_table,
-        "context_traces": settings.context_traces_table,
-        "domain_packs": settings.domain_packs_table,
-        "namespace_settings": settings.namespace_settings_table,
-        "snapshots": settings.snapshots_table,
-        "snapshot_items": settings.snapshots_table + "_items",
-    }
-    identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
-    index_suffixes = {
-        "observations_namespace_time_idx": ("observations", "namespace_time_idx"),
-        "graph_nodes_type_idx": ("graph_nodes", "type_idx"),
-        "facts_subject_idx": ("facts", "subject_idx"),
-        "facts_object_idx": ("facts", "object_idx"),
-        "facts_predicate_idx": ("facts", "predicate_idx"),
-        "facts_supersedes_idx": ("facts", "supersedes_idx"),
-        "facts_observation_ids_idx": ("facts", "observation_ids_idx"),
-        "chunks_embedding_idx": ("chunks", "embedding_idx"),
-        "chunks_search_idx": ("chunks", "search_idx"),
-        "chunks_meta_idx": ("chunks", "meta_idx"),
-        "chunks_namespace_idx": ("chunks", "namespace_idx"),
-        "chunks_trigram_idx": ("chunks", "trigram_idx"),
-        "context_traces_trace_idx": ("context_traces", "trace_idx"),
-        "facts_snapshot_idx": ("facts", "snapshot_idx"),
-        "snapshots_latest_idx": ("snapshots", "latest_idx"),
-    }
-    for key, (table, suffix) in index_suffixes.items():
-        identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")
-    return identifiers
 
 
 def is_unavailable_error(error: BaseException) -> bool:
@@ -221,7 +173,7 @@ class Database:
             return False
 
     def migrate(self) -> list[str]:
-        """Creates extensions, the graph and the tables, idempotently, under an advisory lock.
+        """Creates extensions, the graph and the tables, idempotently (`common.storage.migrations.apply`).
 
         Returns the names of migrations applied now (empty when the schema was current).
 
@@ -229,79 +181,7 @@ class Database:
             psycopg.Error: the database is unreachable or refuses a statement.
             FailedPrecondition: the chunks table was built for another embedding dimension or model.
         """
-        applied: list[str] = []
-        with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5) as conn:
-            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
-            try:
-                for extension in ("age", "vector", "pg_trgm"):
-                    conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
-                try:
-                    conn.execute("LOAD 'age'")
-                except psycopg.Error:
-                    pass
-                conn.execute("SET search_path = \"$user\", public, ag_catalog")
-                exists = conn.execute(
-                    "SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s", (self.settings.graph_name,)
-                ).fetchone()
-                if not exists:
-                    conn.execute("SELECT ag_catalog.create_graph(%s)", (self.settings.graph_name,))
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS memory_schema_migrations ("
-                    " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-                )
-                done = {row[0] for row in conn.execute("SELECT name FROM memory_schema_migrations").fetchall()}
-                identifiers = table_identifiers(self.settings)
-                literals = {
-                    "embedding_dim": sql.Literal(self.settings.embedding_dim),
-                    "text_search_config": sql.Literal(self.settings.text_search_config),
-                    "graph": sql.Identifier(self.settings.graph_name),
-                }
-                for name in _MIGRATIONS:
-                    if name in done:
-                        continue
-                    text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
-                    statement = sql.SQL(text).format(**identifiers, **literals)  # type: ignore[arg-type]
-                    with conn.transaction():
-                        conn.execute(statement)
-                        conn.execute("INSERT INTO memory_schema_migrations (name) VALUES (%s)", (name,))
-                    applied.append(name)
-                self._check_index_settings(conn)
-            finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
-        from common.storage.graph_store import GraphStore
-
-        GraphStore.ensure_base_labels(self)
-        return applied
-
-    def _check_index_settings(self, conn: psycopg.Connection[Any]) -> None:
-        chunks = self.settings.chunks_table
-        row = conn.execute(
-            "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
-            " WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding'",
-            (chunks,),
-        ).fetchone()
-        expected = f"vector({self.settings.embedding_dim})"
-        if row and row[0] != expected:
-            raise FailedPrecondition(
-                f"table {chunks}.embedding is {row[0]} but CB_EMBEDDING_DIM={self.settings.embedding_dim}: "
-                f"set CB_EMBEDDING_DIM to the table's dimension, or reindex into a new table (CB_CHUNKS_TABLE)"
-            )
-        if self.embedding_model is None:
-            return
-        conn.execute(
-            "INSERT INTO memory_index_settings (table_name, embedding_model, embedding_dim, text_search_config)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING",
-            (chunks, self.embedding_model, self.settings.embedding_dim, self.settings.text_search_config),
-        )
-        recorded = conn.execute(
-            "SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s", (chunks,)
-        ).fetchone()
-        assert recorded is not None
-        if recorded[0] != self.embedding_model:
-            raise FailedPrecondition(
-                f"table {chunks} holds embeddings of model {recorded[0]!r}, this service embeds with "
-                f"{self.embedding_model!r}: set CB_EMBEDDING_PROVIDER back, or reindex into a new table (CB_CHUNKS_TABLE)"
-            )
+        return migrations.apply(self)
 
     def close(self) -> None:
         """Closes the pool (idempotent)."""

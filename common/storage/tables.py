@@ -1,0 +1,47 @@
+"""Names of the configurable tables and of their indexes, as `psycopg.sql` identifiers.
+
+Every store and the migration runner format their SQL with these, so a deployment that renames a table
+(`CB_CHUNKS_TABLE`, ...) renames it everywhere at once.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from common.kernel.config import Settings
+
+
+def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
+    """Identifiers of the configurable tables and their index names, for `psycopg.sql.SQL.format`."""
+    names = {
+        "observations": settings.observations_table,
+        "graph_nodes": "graph_nodes",
+        "facts": "facts",
+        "chunks": settings.chunks_table,
+        "context_traces": settings.context_traces_table,
+        "domain_packs": settings.domain_packs_table,
+        "namespace_settings": settings.namespace_settings_table,
+        "snapshots": settings.snapshots_table,
+        "snapshot_items": settings.snapshots_table + "_items",
+    }
+    identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
+    index_suffixes = {
+        "observations_namespace_time_idx": ("observations", "namespace_time_idx"),
+        "graph_nodes_type_idx": ("graph_nodes", "type_idx"),
+        "facts_subject_idx": ("facts", "subject_idx"),
+        "facts_object_idx": ("facts", "object_idx"),
+        "facts_predicate_idx": ("facts", "predicate_idx"),
+        "facts_supersedes_idx": ("facts", "supersedes_idx"),
+        "facts_observation_ids_idx": ("facts", "observation_ids_idx"),
+        "chunks_embedding_idx": ("chunks", "embedding_idx"),
+        "chunks_search_idx": ("chunks", "search_idx"),
+        "chunks_meta_idx": ("chunks", "meta_idx"),
+        "chunks_namespace_idx": ("chunks", "namespace_idx"),
+        "chunks_trigram_idx": ("chunks", "trigram_idx"),
+        "context_traces_trace_idx": ("context_traces", "trace_idx"),
+        "facts_snapshot_idx": ("facts", "snapshot_idx"),
+        "snapshots_latest_idx": ("snapshots", "latest_idx"),
+    }
+    for key, (table, suffix) in index_suffixes.items():
+        identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")
+    return identifiers
