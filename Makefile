@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos bench clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports bench clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -46,10 +46,14 @@ lint-protos:
 	@test -x .tools/node_modules/.bin/buf || npm install --silent --prefix .tools @bufbuild/buf@1
 	.tools/node_modules/.bin/buf lint
 
+# The layers of ARCHITECTURE.md (import-linter contracts in pyproject.toml).
+lint-imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
 run: db
 	$(VENV)/bin/cb up
 
-test: db
+test: db lint-imports
 	$(PY) -m pytest
 
 bench: db
