@@ -29,11 +29,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import re2
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 
-from common.storage.database import Database
 from common.kernel.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.packs.pack_schemas import (
+    MAX_PACK_BYTES,
+    MAX_PATTERNS_PER_PACK,
+    PackRegexError,
+    compile_regex,
+    compile_schema,
+    count_schema_patterns,
+    json_path,
+)
+from common.storage.database import Database
 from common.storage.pack_store import PackStore
 
 BASE_KINDS = ("document", "entity", "fact")
@@ -98,19 +107,11 @@ _PACK_VALIDATOR = Draft202012Validator(PACK_SCHEMA)
 _PLACEHOLDER = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)>|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def json_path(base: str, path: Any) -> str:
-    """``base`` followed by a jsonschema error path: ``package.kinds[1].naturalKey``."""
-    text = base
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return text
-
-
-def compile_template(template: str) -> re.Pattern[str]:
-    """An anchored regex of a key template: placeholders match one or more characters, the rest literally.
+def compile_template(template: str) -> Any:
+    """An anchored RE2 regex of a key template: placeholders match one or more characters, the rest literally.
 
     Raises:
-        ValueError: a placeholder name is used twice.
+        ValueError: a placeholder name is used twice (`PackRegexError`, a ValueError: RE2 refuses it).
     """
     pattern, position, names = "", 0, set()
     for match in _PLACEHOLDER.finditer(template):
@@ -118,10 +119,10 @@ def compile_template(template: str) -> re.Pattern[str]:
         if name in names:
             raise ValueError(f"placeholder {name!r} appears twice")
         names.add(name)
-        pattern += re.escape(template[position : match.start()]) + f"(?P<{name}>.+?)"
+        pattern += re2.escape(template[position : match.start()]) + f"(?P<{name}>.+?)"
         position = match.end()
-    pattern += re.escape(template[position:])
-    return re.compile(f"^{pattern}$", re.DOTALL)
+    pattern += re2.escape(template[position:])
+    return compile_regex(f"(?s)^{pattern}$")
 
 
 def fill_template(template: str, values: dict[str, str]) -> str | None:
@@ -147,13 +148,13 @@ class CompiledKind:
 
     pack: str
     kind: str
-    key_schema: Draft202012Validator | None
-    key_template: re.Pattern[str] | None
+    key_schema: Any | None  # a `PackSchemaValidator` (JSON Schema with RE2 patterns, no retrieval)
+    key_template: Any | None  # an RE2 regex (`pack_schemas.compile_regex`)
     key_template_text: str
     aliases: dict[str, str]
     kind_aliases: tuple[str, ...]
-    id_patterns: tuple[re.Pattern[str], ...]
-    attributes_schema: Draft202012Validator | None
+    id_patterns: tuple[Any, ...]  # RE2 regexes
+    attributes_schema: Any | None
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,9 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
     Raises:
         InvalidArgument: every violation, with JSON paths under ``base`` (``package.kinds[0].attributes``).
     """
+    size = len(json.dumps(raw, ensure_ascii=False, default=str).encode())
+    if size > MAX_PACK_BYTES:
+        raise InvalidArgument.single(base, f"the pack is {size} bytes of JSON, at most {MAX_PACK_BYTES} are allowed")
     pack = normalise_pack(raw)
     violations = [
         FieldViolation(json_path(base, error.absolute_path), error.message)
@@ -219,6 +223,7 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
         check.add(f"{base}.name", f"the pack name {RESERVED_PACK!r} is reserved for the built-in base kinds")
     kinds: dict[str, CompiledKind] = {}
     names_seen: dict[str, str] = {}
+    pattern_count = 0
     for index, kind in enumerate(pack["kinds"]):
         path = f"{base}.kinds[{index}]"
         kind_name = kind["kind"]
@@ -242,19 +247,25 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
             try:
                 key_template = compile_template(natural_key)
                 template_text = natural_key
-            except (ValueError, re.error) as error:
+            except ValueError as error:
                 check.add(f"{path}.naturalKey", f"invalid template: {error}")
         elif natural_key is not None:
-            key_schema = _schema(check, natural_key, f"{path}.naturalKey")
+            key_schema = compile_schema(check, natural_key, f"{path}.naturalKey")
+            pattern_count += count_schema_patterns(natural_key)
         attributes_schema = None
         if kind.get("attributes") is not None:
-            attributes_schema = _schema(check, kind["attributes"], f"{path}.attributes")
+            attributes_schema = compile_schema(check, kind["attributes"], f"{path}.attributes")
+            pattern_count += count_schema_patterns(kind["attributes"])
         patterns = []
         for pattern_index, text in enumerate(kind.get("idPatterns", [])):
+            pattern_count += 1
             try:
-                patterns.append(re.compile(text))
-            except re.error as error:
-                check.add(f"{path}.idPatterns[{pattern_index}]", f"invalid regular expression: {error}")
+                patterns.append(compile_regex(text))
+            except PackRegexError as error:
+                check.add(
+                    f"{path}.idPatterns[{pattern_index}]",
+                    f"invalid or unsupported regular expression (RE2 syntax, linear time): {error}",
+                )
         kinds[kind_name] = CompiledKind(
             pack=name,
             kind=kind_name,
@@ -286,19 +297,14 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
             temporal=bool(relation["temporal"]),
             cardinality=relation["cardinality"],
         )
+    if pattern_count > MAX_PATTERNS_PER_PACK:
+        check.add(
+            f"{base}.kinds",
+            f"{pattern_count} regular expressions (idPatterns and schema patterns); a pack may hold at most "
+            f"{MAX_PATTERNS_PER_PACK}",
+        )
     check.raise_if_any()
     return pack, CompiledPack(name=name, version=pack["version"], kinds=kinds, relations=relations)
-
-
-def _schema(check: ViolationCollector, schema: Any, path: str) -> Draft202012Validator | None:
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as error:
-        check.add(
-            json_path(path, error.absolute_path), f"not a valid JSON Schema (Draft 2020-12): {error.message}"
-        )
-        return None
-    return Draft202012Validator(schema)
 
 
 def compile_stored(content: dict[str, Any]) -> CompiledPack:

@@ -26,16 +26,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.storage.database import Database
+from common.kernel.errors import FieldViolation
 from common.packs.domain_packs import (
     BASE_KINDS,
     CompiledKind,
     CompiledPack,
     CompiledRelation,
     compile_stored,
-    json_path,
 )
-from common.kernel.errors import FieldViolation
+from common.packs.pack_schemas import json_path
+from common.storage.database import Database
 from common.storage.pack_store import PackStore
 
 SETTINGS_TTL_SECONDS = 2.0
