@@ -17,8 +17,11 @@ Categories the detector finds (`DETECTABLE`), in Russian and international forma
   No. ММВ-7-6/435@ of 29.06.2012, `stdnum.ru.inn`): 12 digits (individuals) anywhere; 10 digits
   (organisations) only after a context word (``ИНН``, ``INN``, ``TIN``, ``taxpayer``...), because one in
   ten random 10-digit numbers (Unix timestamps, ids) passes that single check digit.
-* ``snils`` — Russian insurance number (СНИЛС) ``XXX-XXX-XXX YY`` with a valid checksum (`snils_is_valid`;
-  Pension Fund of Russia, Resolution No. 318p of 27.12.1999); 11 bare digits only after a context word.
+* ``snils`` — Russian insurance number (СНИЛС) with a valid checksum (`snils_is_valid`; Pension Fund of
+  Russia, Resolution No. 318p of 27.12.1999), written ``XXX-XXX-XXX YY`` (dashes or spaces),
+  ``XXXXXXXXX YY`` or as 11 bare digits (``20451873645``), anywhere (issue 10 §6): about one in a hundred
+  random 11-digit numbers passes the checksum and is masked too, the price of never showing an
+  unseparated SNILS.
 * ``passport_rf`` — Russian internal passport, series (4 digits) and number (6 digits): ``45 10 123456``
   anywhere; ``4510 123456``, ``4510123456`` and ``серия 4510 № 123456`` only after a context word
   (``паспорт``, ``passport``, ``серия``, ``series``). Passports have no check digit.
@@ -73,7 +76,7 @@ _CARD = re.compile(
     _BEFORE + r"(?:\d{13,19}|\d{4}([ \-])\d{4}\1\d{4}\1\d{1,7}|\d{4}([ \-])\d{6}\2\d{5})" + _AFTER
 )
 _SNILS_FORMATTED = re.compile(_BEFORE + r"\d{3}[\- ]\d{3}[\- ]\d{3}[ \-]\d{2}" + _AFTER)
-_ELEVEN_DIGITS = re.compile(_BEFORE + r"\d{11}" + _AFTER)
+_SNILS_UNSEPARATED = re.compile(_BEFORE + r"\d{9}[ \-]?\d{2}" + _AFTER)
 _INN = re.compile(_BEFORE + r"(?:\d{12}|\d{10})" + _AFTER)
 _PASSPORT_SPACED = re.compile(_BEFORE + r"\d{2} \d{2} \d{6}" + _AFTER)
 _PASSPORT_CONTEXT = re.compile(
@@ -81,7 +84,6 @@ _PASSPORT_CONTEXT = re.compile(
 )
 
 _INN_WORDS = ("инн", "inn", "tin", "taxpayer", "налогоплательщик", "tax id", "tax number")
-_SNILS_WORDS = ("снилс", "snils", "страхов", "insurance number", "pension")
 _PASSPORT_WORDS = ("паспорт", "passport", "серия", "series")
 _PHONE_WORDS = (
     "тел",
@@ -175,8 +177,8 @@ def _snils(text: str) -> Iterable[PiiMatch]:
     for m in _SNILS_FORMATTED.finditer(text):
         if snils_is_valid(m.group(0)):
             yield PiiMatch(SNILS, m.start(), m.end(), m.group(0))
-    for m in _ELEVEN_DIGITS.finditer(text):
-        if snils_is_valid(m.group(0)) and _context_before(text, m.start(), _SNILS_WORDS):
+    for m in _SNILS_UNSEPARATED.finditer(text):
+        if snils_is_valid(m.group(0)):
             yield PiiMatch(SNILS, m.start(), m.end(), m.group(0))
 
 
@@ -273,12 +275,22 @@ def mask(text: str) -> str:
 
 def mask_value(value: Any) -> Any:
     """A copy of a JSON-like value (dict/list/tuple/str/scalars, e.g. a Struct's dict) with every string
-    masked by `mask`. Mapping keys are kept as they are (they name fields, not people); other scalars are
-    returned unchanged."""
+    masked by `mask`, mapping keys included (a key can be an email: ``{"anna@example.org": 1}`` ->
+    ``{"[email]": 1}``; issue 10 §6). Keys that mask to the same text stay apart with a counter
+    (``[email]``, ``[email] #2``), so no value is lost. Other scalars are returned unchanged."""
     if isinstance(value, str):
         return mask(value)
     if isinstance(value, Mapping):
-        return {key: mask_value(item) for key, item in value.items()}
+        masked: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = mask(key) if isinstance(key, str) else key
+            if name in masked:
+                number = 2
+                while f"{name} #{number}" in masked:
+                    number += 1
+                name = f"{name} #{number}"
+            masked[name] = mask_value(item)
+        return masked
     if isinstance(value, (list, tuple)):
         return [mask_value(item) for item in value]
     return value
@@ -292,7 +304,8 @@ def detect_value(value: Any) -> list[str]:
         if isinstance(item, str):
             found.update(detect(item))
         elif isinstance(item, Mapping):
-            for nested in item.values():
+            for key, nested in item.items():
+                walk(key)
                 walk(nested)
         elif isinstance(item, (list, tuple)):
             for nested in item:

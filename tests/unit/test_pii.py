@@ -150,8 +150,16 @@ def test_snils_checksum_rule() -> None:
 def test_bare_numbers_need_context() -> None:
     # One in ten 10-digit numbers passes the INN check digit: without "ИНН"/"INN" it is not an INN.
     assert categories(f"request id {INN_10}") == []
-    assert categories("СНИЛС 20451873645") == ["snils"] and categories("id 20451873645") == []
     assert categories("ref 4510 123456") == [] and categories("паспорт 4510 123456") == ["passport_rf"]
+
+
+def test_unseparated_snils_is_found_anywhere() -> None:
+    # Issue 10 §6: a SNILS without separators is personal data wherever it stands; the checksum decides.
+    assert categories("СНИЛС 20451873645") == ["snils"] and categories("id 20451873645") == ["snils"]
+    assert categories("insured 204518736 45") == ["snils"]
+    assert pii.mask("client 20451873645, ok") == "client [snils], ok"
+    assert categories("id 20451873646") == []  # wrong check number
+    assert categories("id 204518736451") == [] and categories("v20451873645") == []  # 12 digits, glued
 
 
 # -- false positives -------------------------------------------------------------------------------
@@ -212,9 +220,12 @@ def test_mask_value_walks_json_like_values() -> None:
         "order": "ORD-2024-000123",
         "total": 1299.0,
         "paid": True,
-        "anna@example.org": None,  # keys name fields; they are kept
+        "[email]": None,  # keys are masked too (issue 10 §6)
     }
     assert pii.detect_value(value) == ["email", "phone"]
+    assert pii.detect_value({"anna@example.org": 1}) == ["email"]
+    colliding = pii.mask_value({"anna@example.org": 1, "bob@example.org": 2, "[email]": 3})
+    assert colliding == {"[email]": 1, "[email] #2": 2, "[email] #3": 3}  # no value is lost
     assert value["customer"]["email"] == "anna@example.org"  # the input is not changed
 
 
