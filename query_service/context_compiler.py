@@ -22,10 +22,10 @@ Steps:
    ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget. The fitting
    is `query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext.
 4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
-   ``context_traces`` under the pack's trace id (`query_service.context_pack.journal.PackJournal`).
+   ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler.PackCompiler`).
 
-What both compilers share (the request, provenance, evidence ranks, fact rendering, fitting, the
-journal) is in `query_service.context_pack`; this module holds what is CompileContext's own: its
+What both compilers share (the request, the pack, evidence ranks, fact rendering, fitting, the
+journal, the kept items' audit) is in `query_service.context_pack`; this module holds what is CompileContext's own: its
 candidates (chunks and facts), their ranks, and the chunk rendering.
 
 Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
@@ -54,14 +54,13 @@ from datetime import UTC, datetime
 from typing import cast
 
 from common.kernel.pii import PiiMarks
-from common.storage.context_store import ContextStore, key_tokens
+from common.storage.context_store import key_tokens
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactRow, FactStore
-from common.storage.graph_store import GraphStore
+from common.storage.fact_store import FactQuery, FactRow
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
-from query_service.context_pack.items import ContextItem, fact_score, render_fact
-from query_service.context_pack.journal import PackJournal
+from query_service.context_pack.compiler import PackCompiler
+from query_service.context_pack.fitting import FitCandidate, FitSettings
+from query_service.context_pack.items import ContextItem, ContextPack, fact_score, render_fact
 from query_service.context_pack.request import (
     ContextRequest,
     context_request_violations,
@@ -76,7 +75,7 @@ from query_service.hybrid_search import (
     SearchSettings,
     disclose_hit,
 )
-from query_service.pii_output import PiiDisclosure, PiiGuard
+from query_service.pii_output import PiiDisclosure
 from query_service.provenance import Provenance
 
 log = logging.getLogger(__name__)
@@ -121,19 +120,6 @@ def context_preset(name: str = "default") -> ContextSettings:
         raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
 
 
-@dataclass(frozen=True)
-class ContextPack:
-    """The compiled context. ``token_count`` counts ``text``; ``dropped_count`` candidates did not fit."""
-
-    items: list[ContextItem]
-    text: str
-    token_count: int
-    trace_id: str
-    token_budget: int
-    dropped_count: int
-    as_of: datetime
-
-
 @dataclass(kw_only=True)
 class _Candidate(FitCandidate):
     """A chunk or fact candidate; chunks may be cut to fit (`PackFitter`)."""
@@ -163,7 +149,7 @@ def render_chunk_header(hit: SearchHit) -> str:
     return f"[{label}] {chunk.node_key}#{chunk.chunk_order}"
 
 
-class ContextCompiler:
+class ContextCompiler(PackCompiler):
     """Compiles context packs (see the module doc).
 
     Args:
@@ -180,16 +166,9 @@ class ContextCompiler:
         tokens: TokenCounter,
         settings: ContextSettings | None = None,
     ) -> None:
-        self.database = database
-        self.searcher = searcher
-        self.tokens = tokens
         self.settings = settings or context_preset("default")
-        graph = GraphStore(database)
-        self.facts = FactStore(graph)
-        self.store = ContextStore(database.settings, graph)
-        self.fitter = PackFitter(tokens, self.settings.fitting)
-        self.journal = PackJournal(self.store, tokens)
-        self.pii = PiiGuard(database)
+        super().__init__(database, tokens, self.settings.fitting)
+        self.searcher = searcher
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -230,18 +209,9 @@ class ContextCompiler:
             )
             for candidate, piece in zip(kept, fitted.kept, strict=True)
         ]
-        if request.pii.audits:  # a cleared caller: audit the personal data of the kept items only
-            exposed = self.pii.start(request.pii)
-            for item, candidate in zip(items, kept, strict=True):
-                exposed.text(
-                    item.text,
-                    marks=candidate.pii_marks,
-                    key=item.provenance.fact_id or item.provenance.node_key,
-                    observation_ids=item.provenance.observation_ids,
-                )
-            self.pii.close(request.namespace, exposed, trace_id=request.trace_id)
+        self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
         with self.database.connection() as conn:
-            self.journal.record(conn, request, fitted)
+            self.record(conn, request, fitted)
         return ContextPack(
             items=items,
             text=fitted.text,
@@ -362,3 +332,15 @@ class ContextCompiler:
                 candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
             out.append(candidate)
         return out
+
+
+def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[_Candidate]) -> None:
+    """Passes the kept items' texts through a cleared caller's disclosure (with their chunks' marks), so
+    the audit names what the caller received."""
+    for item, candidate in zip(items, kept, strict=True):
+        exposed.text(
+            item.text,
+            marks=candidate.pii_marks,
+            key=item.provenance.fact_id or item.provenance.node_key,
+            observation_ids=item.provenance.observation_ids,
+        )

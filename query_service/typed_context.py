@@ -30,7 +30,7 @@ Steps:
    key.
 6. **Fit and trace.** `PackFitter` (shared with CompileContext) fits the rendered items into
    ``token_budget`` tokens of the configured tokenizer; every decision goes to ``context_traces``
-   (`PackJournal`).
+   (`query_service.context_pack.compiler.PackCompiler`).
 
 Personal data (`query_service.pii_output`): for a caller without clearance every item, path and resolved
 anchor is masked (a node item whose marks withhold it loses its title and attributes) before fitting, so
@@ -55,21 +55,20 @@ from common.kernel.identifiers import canonical_json
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator
 from common.storage.chunk_store import ChunkStore, StoredChunk
-from common.storage.context_store import ContextStore, NodeSummary
+from common.storage.context_store import NodeSummary
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore, type_of_key
+from common.storage.graph_store import type_of_key
 from common.storage.traversal_store import TraversalStore, WalkQuery, WalkStep
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
-from query_service.context_pack.items import ContextItem, fact_score, render_fact
-from query_service.context_pack.journal import PackJournal
+from query_service.context_pack.compiler import PackCompiler
+from query_service.context_pack.fitting import FitCandidate, FitSettings
+from query_service.context_pack.items import ContextItem, ContextPack, fact_score, render_fact
 from query_service.context_pack.request import (
     ContextRequest,
     context_request_violations,
     with_context_defaults,
 )
-from query_service.pii_output import PiiDisclosure, PiiGuard, withheld_text
+from query_service.pii_output import PiiDisclosure, withheld_text
 from query_service.provenance import Provenance
 from query_service.typed_traversal import (
     NodeReach,
@@ -136,17 +135,12 @@ class TypedItem(ContextItem):
     relation: str = ""
 
 
-@dataclass(frozen=True)
-class TypedContextPack:
-    """The compiled typed context; ``token_count`` counts ``text`` and never exceeds ``token_budget``."""
+@dataclass(frozen=True, kw_only=True)
+class TypedContextPack(ContextPack):
+    """A compiled typed pack (maps onto memory.v1.TypedContextPack): a `ContextPack` of `TypedItem` with the
+    anchors resolved, the depth and relations walked, and whether the walk hit its row limit."""
 
-    items: list[TypedItem]
-    text: str
-    token_count: int
-    trace_id: str
-    token_budget: int
-    dropped_count: int
-    as_of: datetime
+    items: Sequence[TypedItem]
     anchors: list[ResolvedAnchor]
     max_depth: int
     relations: list[str]
@@ -236,7 +230,7 @@ def disclose_typed_item(disclosure: PiiDisclosure, item: TypedItem, marks: PiiMa
     )
 
 
-class TypedContextCompiler:
+class TypedContextCompiler(PackCompiler):
     """Compiles typed context packs (see the module doc).
 
     Args:
@@ -253,19 +247,11 @@ class TypedContextCompiler:
         kinds: KindValidator,
         settings: TypedContextSettings | None = None,
     ) -> None:
-        self.database = database
-        self.tokens = tokens
-        self.kinds = kinds
         self.settings = settings or TYPED_CONTEXT_PRESETS["default"]
-        graph = GraphStore(database)
-        self.graph = graph
-        self.facts = FactStore(graph)
-        self.store = ContextStore(database.settings, graph)
+        super().__init__(database, tokens, self.settings.fitting)
+        self.kinds = kinds
         self.traversal = TraversalStore()
         self.chunks = ChunkStore(database.settings)
-        self.fitter = PackFitter(tokens, self.settings.fitting)
-        self.journal = PackJournal(self.store, tokens)
-        self.pii = PiiGuard(database)
 
     def compile(self, request: TypedContextRequest) -> TypedContextPack:
         """Compiles the typed pack for ``request`` and records the decisions under its trace id.
@@ -327,7 +313,7 @@ class TypedContextCompiler:
                     candidate.text = candidate.item.text
                 anchors = [disclose_anchor(shown, anchor) for anchor in anchors]
             fitted = self.fitter.fit(fit_candidates, request.token_budget)
-            self.journal.record(
+            self.record(
                 conn,
                 request,
                 fitted,
@@ -344,11 +330,10 @@ class TypedContextCompiler:
             replace(cast(_Candidate, kept.candidate).item, text=kept.text, token_count=kept.token_count)
             for kept in fitted.kept
         ]
-        if request.pii.audits:  # a cleared caller: one pii_access event for the kept items' personal data
-            exposed = self.pii.start(request.pii)
-            for item in items:
-                disclose_typed_item(exposed, item, _marks(item, summaries))
-            self.pii.close(request.namespace, exposed, trace_id=request.trace_id)
+        self.audit_kept(
+            request,
+            lambda exposed: [disclose_typed_item(exposed, item, _marks(item, summaries)) for item in items],
+        )
         return TypedContextPack(
             items=items,
             text=fitted.text,

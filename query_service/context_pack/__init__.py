@@ -3,9 +3,10 @@
 fitted into a token budget and journaled with every decision.
 
 * `query_service.context_pack.request`: the request both take (`ContextRequest`), its limits and checks;
-* `query_service.context_pack.items`: the pack item, evidence ranks and fact scores, fact rendering;
+* `query_service.context_pack.items`: the pack and its item, evidence ranks and fact scores, fact rendering;
 * `query_service.context_pack.fitting`: fitting rendered candidates into the budget (`PackFitter`);
-* `query_service.context_pack.journal`: recording a compilation in ``context_traces`` (`PackJournal`).
+* `query_service.context_pack.compiler`: the compilers' base (`PackCompiler`): stores, fitter, PII
+  guard, recording a compilation in ``context_traces``, auditing a cleared caller's kept items.
 
 Each compiler keeps what is its own: candidate gathering and ranking (CompileContext), typed traversal
 (CompileTypedContext).

@@ -1,11 +1,13 @@
-"""The item of a context pack (`ContextItem`), how facts are weighed by their evidence (`fact_score`; seed
+"""The compiled pack (`ContextPack`) and its item (`ContextItem`), how facts are weighed by their evidence (`fact_score`; seed
 000: asserted 3, extracted 2, inferred and derived 1) and how a fact is rendered in the pack text
 (`render_fact`). Shared by both compilers; transport free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from common.kernel.identifiers import canonical_instant
 from common.storage.fact_store import FactRow
@@ -37,6 +39,29 @@ class ContextItem:
     provenance: Provenance
     conflict: bool = False
     token_count: int = 0
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    """A compiled pack (maps onto memory.v1.ContextPack; typed packs extend it).
+
+    Attributes:
+        items: the kept items in pack order.
+        text: the items' texts joined by the fitting's separator.
+        token_count: the tokens of ``text``; never over ``token_budget``.
+        trace_id: the journal entry's id (GetTrace).
+        token_budget: the budget fitted into.
+        dropped_count: candidates that were not kept.
+        as_of: the instant facts were valid at.
+    """
+
+    items: Sequence[ContextItem]
+    text: str
+    token_count: int
+    trace_id: str
+    token_budget: int
+    dropped_count: int
+    as_of: datetime
 
 
 def fact_score(row: FactRow, base: float = 1.0) -> float:
