@@ -7,7 +7,8 @@ and is computed with every filter applied inside its query (`common.storage.chun
 never starve the result.
 
 Search is configured as data: `SearchSettings` with named presets in `SEARCH_PRESETS` (``"default"``),
-not flags threaded through calls. This module is transport free.
+not flags threaded through calls. Personal data: hits leave through the caller's disclosure
+(`disclose_hit`, `disclose_chunk`; `query_service.pii_output`). This module is transport free.
 """
 
 from __future__ import annotations
