@@ -18,11 +18,15 @@ Steps:
    ``node_key#chunk_order`` followed by the chunk text), then items are added greedily in rank order
    while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
    chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain, and no
-   chunk takes more than ``max_chunk_share`` of the budget (longer ones are cut to it).
+   chunk takes more than ``max_item_share`` of the budget (longer ones are cut to it; `FitSettings`).
    ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget. The fitting
-   is `query_service.context_fitting.PackFitter`, shared with CompileTypedContext.
+   is `query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext.
 4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
-   ``context_traces`` under the pack's trace id.
+   ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler.PackCompiler`).
+
+What both compilers share (the request, the pack, evidence ranks, fact rendering, fitting, the
+journal, the kept items' audit) is in `query_service.context_pack`; this module holds what is CompileContext's own: its
+candidates (chunks and facts), their ranks, and the chunk rendering.
 
 Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
 every query — chunk rankings, facts about anchors, the registry look-up of entities named in chunks and
@@ -44,47 +48,37 @@ Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (`
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import cast
 
-from common.storage.database import Database
-from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import canonical_instant
 from common.kernel.pii import PiiMarks
-from common.storage.context_store import ContextStore, key_tokens
-from common.storage.fact_store import FactQuery, FactRow, FactStore
-from common.storage.graph_store import GraphStore
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.context_store import key_tokens
+from common.storage.database import Database
+from common.storage.fact_store import FactQuery, FactRow
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_fitting import DROPPED, FitCandidate, PackFitter
+from query_service.context_pack.compiler import PackCompiler
+from query_service.context_pack.fitting import FitCandidate, FitSettings
+from query_service.context_pack.items import ContextItem, ContextPack, fact_score, render_fact
+from query_service.context_pack.request import (
+    ContextRequest,
+    context_request_violations,
+    with_context_defaults,
+)
+from query_service.fact_reader import disclose_fact
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     HybridSearcher,
     SearchHit,
     SearchQuery,
     SearchSettings,
-)
-from query_service.pii_output import (
-    NO_PII_POLICY,
-    PiiDisclosure,
-    PiiGuard,
-    PiiPolicy,
-    disclose_fact,
     disclose_hit,
-    marks_of,
 )
+from query_service.pii_output import PiiDisclosure
+from query_service.provenance import Provenance
 
 log = logging.getLogger(__name__)
-
-EVIDENCE_RANK: dict[str, int] = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
-MAX_EVIDENCE_RANK = 3
-DEFAULT_TOKEN_BUDGET = 2000
-MAX_TOKEN_BUDGET = 100_000
-MAX_ANCHORS = 100
-MAX_QUERY_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -100,10 +94,8 @@ class ContextSettings:
         mentioned_fact_limit: facts read per such entity (as subject).
         anchor_weight: base score of a fact about an anchor.
         mention_weight: base score of a fact about a named entity, times the naming chunk's score.
-        separator: between rendered items in the pack text.
-        min_truncated_tokens: a chunk is cut to fit only when at least this many tokens remain.
-        max_chunk_share: one chunk item takes at most this share of the budget (longer ones are cut),
-            so a single huge chunk (a long observation, an oversized code block) cannot fill the pack.
+        fitting: budget fitting (`FitSettings`); chunks are the truncatable items, capped at
+            ``fitting.max_item_share`` of the budget.
     """
 
     search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
@@ -114,9 +106,7 @@ class ContextSettings:
     mentioned_fact_limit: int = 20
     anchor_weight: float = 1.0
     mention_weight: float = 0.7
-    separator: str = "\n\n"
-    min_truncated_tokens: int = 48
-    max_chunk_share: float = 0.35
+    fitting: FitSettings = field(default_factory=FitSettings)
 
 
 CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
@@ -130,63 +120,11 @@ def context_preset(name: str = "default") -> ContextSettings:
         raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
 
 
-@dataclass(frozen=True)
-class ContextRequest:
-    """A CompileContextRequest in domain form; ``token_budget`` 0 means 2000, ``as_of`` None means now."""
-
-    namespace: str
-    query: str = ""
-    anchors: tuple[str, ...] = ()
-    as_of: datetime | None = None
-    token_budget: int = 0
-    trace_id: str = ""
-    visibility: Visibility = EVERYTHING
-    pii: PiiPolicy = NO_PII_POLICY  # the caller's: candidates are masked before fitting
-
-
-@dataclass(frozen=True)
-class ItemProvenance:
-    """Where an item came from (maps onto memory.v1.Provenance)."""
-
-    node_key: str
-    source_path: str = ""
-    observation_ids: tuple[str, ...] = ()
-    fact_id: str = ""
-    chunk_order: int = 0
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ContextItem:
-    """One item of the pack: ``kind`` is ``"chunk"`` or ``"fact"``; ``text`` as it appears in the pack."""
-
-    kind: str
-    key: str
-    text: str
-    score: float
-    provenance: ItemProvenance
-    conflict: bool = False
-    token_count: int = 0
-
-
-@dataclass(frozen=True)
-class ContextPack:
-    """The compiled context. ``token_count`` counts ``text``; ``dropped_count`` candidates did not fit."""
-
-    items: list[ContextItem]
-    text: str
-    token_count: int
-    trace_id: str
-    token_budget: int
-    dropped_count: int
-    as_of: datetime
-
-
 @dataclass(kw_only=True)
 class _Candidate(FitCandidate):
     """A chunk or fact candidate; chunks may be cut to fit (`PackFitter`)."""
 
-    provenance: ItemProvenance
+    provenance: Provenance
     conflict: bool = False
     pii_marks: PiiMarks = field(default_factory=PiiMarks)  # of the chunk, for the pii_access audit
 
@@ -195,55 +133,13 @@ class _Candidate(FitCandidate):
 
 
 def validate_context(request: ContextRequest) -> ContextRequest:
-    """Checks a request and fills defaults (budget 0 -> 2000, as_of None -> now, trace id generated).
+    """Checks a request and fills defaults (budget 0 -> 2000, as_of None -> now, trace id ``ctx-...``).
 
     Raises:
         InvalidArgument: field violations named like the CompileContextRequest fields.
     """
-    check = ViolationCollector()
-    if not request.namespace.strip():
-        check.add("namespace", "required")
-    if not request.query.strip() and not request.anchors:
-        check.add("query", "a query or at least one anchor is required")
-    if len(request.query) > MAX_QUERY_CHARS or "\x00" in request.query:
-        check.add("query", f"at most {MAX_QUERY_CHARS} characters, no NUL")
-    if len(request.anchors) > MAX_ANCHORS:
-        check.add("anchors", f"at most {MAX_ANCHORS} anchors")
-    else:
-        for index, anchor in enumerate(request.anchors):
-            if not anchor.strip() or "\x00" in anchor:
-                check.add(f"anchors[{index}]", "must be a non-empty natural key")
-    budget = request.token_budget or DEFAULT_TOKEN_BUDGET
-    if not 1 <= budget <= MAX_TOKEN_BUDGET:
-        check.add(
-            "token_budget",
-            f"must be in 1..{MAX_TOKEN_BUDGET} (0 means {DEFAULT_TOKEN_BUDGET}), got {request.token_budget}",
-        )
-    if len(request.trace_id) > 256:
-        check.add("trace_id", "at most 256 characters")
-    check.raise_if_any()
-    return ContextRequest(
-        namespace=request.namespace,
-        query=request.query,
-        anchors=tuple(dict.fromkeys(request.anchors)),
-        as_of=request.as_of or datetime.now(UTC),
-        token_budget=budget,
-        trace_id=request.trace_id or "ctx-" + uuid.uuid4().hex,
-        visibility=request.visibility,
-        pii=request.pii,
-    )
-
-
-def render_fact(row: FactRow, *, conflict: bool = False) -> str:
-    """``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)[ [conflict]]``."""
-    interval = f"valid from {canonical_instant(row.valid_from)}"
-    if row.valid_to is not None:
-        interval += f", to {canonical_instant(row.valid_to)}"
-    text = (
-        f"{row.subject_key} {row.predicate} {row.object_key} "
-        f"({interval}; {row.evidence}, confidence {row.confidence:.2f}; {row.fact_id})"
-    )
-    return text + " [conflict: overlaps another version]" if conflict else text
+    context_request_violations(request).raise_if_any()
+    return with_context_defaults(request, trace_prefix="ctx-")
 
 
 def render_chunk_header(hit: SearchHit) -> str:
@@ -253,13 +149,7 @@ def render_chunk_header(hit: SearchHit) -> str:
     return f"[{label}] {chunk.node_key}#{chunk.chunk_order}"
 
 
-def fact_score(row: FactRow, base: float) -> float:
-    """``base x confidence x evidence rank / 3`` (unknown evidence classes rank 1)."""
-    rank = EVIDENCE_RANK.get(row.evidence, 1)
-    return base * max(0.0, min(1.0, row.confidence)) * rank / MAX_EVIDENCE_RANK
-
-
-class ContextCompiler:
+class ContextCompiler(PackCompiler):
     """Compiles context packs (see the module doc).
 
     Args:
@@ -276,20 +166,9 @@ class ContextCompiler:
         tokens: TokenCounter,
         settings: ContextSettings | None = None,
     ) -> None:
-        self.database = database
-        self.searcher = searcher
-        self.tokens = tokens
         self.settings = settings or context_preset("default")
-        graph = GraphStore(database)
-        self.facts = FactStore(graph)
-        self.store = ContextStore(database.settings, graph)
-        self.fitter = PackFitter(
-            tokens,
-            separator=self.settings.separator,
-            min_truncated_tokens=self.settings.min_truncated_tokens,
-            max_item_share=self.settings.max_chunk_share,
-        )
-        self.pii = PiiGuard(database)
+        super().__init__(database, tokens, self.settings.fitting)
+        self.searcher = searcher
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -316,43 +195,30 @@ class ContextCompiler:
         candidates = self._chunk_candidates(hits, config, shown)
         candidates += self._fact_candidates(request, as_of, hits, candidates, config, shown)
         candidates.sort(key=lambda c: (-c.score, c.kind, c.key))
-        items, decisions, text, kept = self._fit(candidates, request.token_budget)
-        if request.pii.audits:  # a cleared caller: audit the personal data of the kept items only
-            exposed = self.pii.start(request.pii)
-            for item, candidate in zip(items, kept, strict=True):
-                exposed.text(
-                    item.text,
-                    marks=candidate.pii_marks,
-                    key=item.provenance.fact_id or item.provenance.node_key,
-                    observation_ids=item.provenance.observation_ids,
-                )
-            self.pii.close(request.namespace, exposed, trace_id=request.trace_id)
-        token_count = self.tokens.count(text)
-        assert token_count <= request.token_budget, (token_count, request.token_budget)
-        dropped = sum(1 for decision in decisions if decision["decision"] == DROPPED)
-        with self.database.connection() as conn:
-            self.store.record_trace(
-                conn,
-                namespace=request.namespace,
-                trace_id=request.trace_id,
-                request={
-                    "query": request.query,
-                    "anchors": list(request.anchors),
-                    "as_of": canonical_instant(as_of),
-                    "token_budget": request.token_budget,
-                    "token_count": token_count,
-                    "encoding": self.tokens.encoding_name,
-                },
-                decisions=decisions,
-                scopes=request.visibility.owner_scopes,
+        fitted = self.fitter.fit(candidates, request.token_budget)
+        kept = [cast(_Candidate, piece.candidate) for piece in fitted.kept]
+        items = [
+            ContextItem(
+                kind=candidate.kind,
+                key=candidate.key,
+                text=piece.text,
+                score=candidate.score,
+                provenance=candidate.provenance,
+                conflict=candidate.conflict,
+                token_count=piece.token_count,
             )
+            for candidate, piece in zip(kept, fitted.kept, strict=True)
+        ]
+        self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
+        with self.database.connection() as conn:
+            self.record(conn, request, fitted)
         return ContextPack(
             items=items,
-            text=text,
-            token_count=token_count,
+            text=fitted.text,
+            token_count=fitted.token_count,
             trace_id=request.trace_id,
             token_budget=request.token_budget,
-            dropped_count=dropped,
+            dropped_count=fitted.dropped_count,
             as_of=as_of,
         )
 
@@ -372,15 +238,9 @@ class ContextCompiler:
                 key=key,
                 text=render_chunk_header(visible) + "\n" + visible.chunk.text,
                 score=min(1.0, hit.score / best),
-                provenance=ItemProvenance(
-                    node_key=visible.node_key,
-                    source_path=visible.provenance.source_path,
-                    observation_ids=hit.provenance.observation_ids,
-                    chunk_order=hit.chunk_order,
-                    metadata=dict(visible.provenance.metadata),
-                ),
+                provenance=visible.provenance,
                 detail={"retrieval_score": hit.score, "ranks": dict(hit.ranks)},
-                pii_marks=marks_of(hit.chunk.meta),
+                pii_marks=PiiMarks.from_props(hit.chunk.meta),
             )
             if hit.chunk.text in seen_texts:
                 candidate.drop_reason = "duplicate text of a better chunk"
@@ -459,7 +319,7 @@ class ContextCompiler:
                 key=row.fact_id,
                 text=render_fact(visible, conflict=conflict),
                 score=score,
-                provenance=ItemProvenance(
+                provenance=Provenance(
                     node_key=visible.subject_key,
                     source_path=visible.source_path,
                     observation_ids=tuple(row.observation_ids),
@@ -473,29 +333,14 @@ class ContextCompiler:
             out.append(candidate)
         return out
 
-    # -- fitting -----------------------------------------------------------------------------------
 
-    def _fit(
-        self, candidates: Sequence[_Candidate], budget: int
-    ) -> tuple[list[ContextItem], list[dict[str, Any]], str, list[_Candidate]]:
-        """Greedy in rank order; the exact count of the whole pack text decides (`PackFitter`).
-        Returns the items, the decisions, the pack text and the kept candidates (in item order)."""
-        result = self.fitter.fit(candidates, budget)
-        kept = [cast(_Candidate, fitted.candidate) for fitted in result.kept]
-        items = [
-            self._item(candidate, fitted.text, fitted.token_count)
-            for candidate, fitted in zip(kept, result.kept)
-        ]
-        return items, result.decisions, result.text, kept
-
-    @staticmethod
-    def _item(candidate: _Candidate, text: str, tokens: int) -> ContextItem:
-        return ContextItem(
-            kind=candidate.kind,
-            key=candidate.key,
-            text=text,
-            score=candidate.score,
-            provenance=candidate.provenance,
-            conflict=candidate.conflict,
-            token_count=tokens,
+def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[_Candidate]) -> None:
+    """Passes the kept items' texts through a cleared caller's disclosure (with their chunks' marks), so
+    the audit names what the caller received."""
+    for item, candidate in zip(items, kept, strict=True):
+        exposed.text(
+            item.text,
+            marks=candidate.pii_marks,
+            key=item.provenance.fact_id or item.provenance.node_key,
+            observation_ids=item.provenance.observation_ids,
         )

@@ -1,41 +1,23 @@
-"""ListFacts in domain form: validation, keyset pages and conflict flags over `FactStore` (seed 000 "Факты").
+"""ListFacts in domain form (seed 000 "Факты"): validation of a `common.storage.fact_store.FactQuery`,
+keyset pages, conflict flags, and the disclosure of facts' personal data (`disclose_fact`).
 
-Transport free; `query_service.query_servicers.FactQueryService` maps it onto memory.v1.
+Transport free; `query_service.fact_query_servicer.FactQueryServicer` maps it onto memory.v1.
 """
 
 from __future__ import annotations
 
 import binascii
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from common.storage.database import Database
 from common.kernel.errors import ViolationCollector
+from common.storage.database import Database
 from common.storage.fact_store import FactQuery, FactRow, FactStore, decode_cursor, encode_cursor
 from common.storage.graph_store import GraphStore
-from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
-
-
-@dataclass(frozen=True)
-class FactListRequest:
-    """A ListFactsRequest in domain form; ``page_size`` 0 means 100; ``include_lost`` also returns facts
-    whose evidence was lost (every observation behind them redacted or purged), for audit."""
-
-    namespace: str
-    subject: str = ""
-    predicate: str = ""
-    object: str = ""
-    as_of: datetime | None = None
-    include_history: bool = False
-    include_lost: bool = False
-    page_size: int = 0
-    page_token: str = ""
-    visibility: Visibility = EVERYTHING  # the caller's: hidden facts are left out inside the query
-    pii: PiiPolicy = NO_PII_POLICY  # the caller's: keys and attributes are masked (or audited) on the way out
 
 
 @dataclass(frozen=True)
@@ -47,42 +29,45 @@ class FactPage:
     next_page_token: str = ""
 
 
-def validate_fact_list(request: FactListRequest) -> FactQuery:
-    """Turns a request into a `FactQuery`.
+def validate_fact_query(query: FactQuery) -> FactQuery:
+    """Checks a ListFacts query and fills its defaults (``page_size`` 0 -> 100).
 
     Raises:
         InvalidArgument: ``namespace`` empty, none of ``subject``/``predicate``/``object``, ``page_size``
             outside 0..1000, or a ``page_token`` this service did not issue.
     """
     check = ViolationCollector()
-    if not request.namespace.strip():
+    if not query.namespace.strip():
         check.add("namespace", "required")
-    if not (request.subject or request.predicate or request.object):
+    if not (query.subject or query.predicate or query.object):
         for name in ("subject", "predicate", "object"):
             check.add(name, "at least one of subject, predicate and object is required")
-    if not 0 <= request.page_size <= MAX_PAGE_SIZE:
+    if not 0 <= query.page_size <= MAX_PAGE_SIZE:
         check.add(
             "page_size",
-            f"must be in 0..{MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE}), got {request.page_size}",
+            f"must be in 0..{MAX_PAGE_SIZE} (0 means {DEFAULT_PAGE_SIZE}), got {query.page_size}",
         )
-    after = None
-    if request.page_token:
+    if query.page_token:
         try:
-            after = decode_cursor(request.page_token)
+            decode_cursor(query.page_token)
         except (ValueError, TypeError, binascii.Error, UnicodeError):
             check.add("page_token", "malformed: pass the next_page_token of a previous response unchanged")
     check.raise_if_any()
-    return FactQuery(
-        namespace=request.namespace,
-        subject=request.subject,
-        predicate=request.predicate,
-        object=request.object,
-        as_of=request.as_of,
-        include_history=request.include_history,
-        include_lost=request.include_lost,
-        page_size=request.page_size or DEFAULT_PAGE_SIZE,
-        after=after,
-        visibility=request.visibility,
+    return replace(query, page_size=query.page_size or DEFAULT_PAGE_SIZE)
+
+
+def disclose_fact(disclosure: PiiDisclosure, row: FactRow) -> FactRow:
+    """A fact as ``disclosure``'s caller may see it (`query_service.pii_output`): subject and object keys,
+    attributes and source path masked by patterns (facts carry no marks); audited under the fact id."""
+    if not disclosure.policy.protection:
+        return row
+    ids = tuple(row.observation_ids)
+    return replace(
+        row,
+        subject_key=disclosure.text(row.subject_key, key=row.fact_id, observation_ids=ids),
+        object_key=disclosure.text(row.object_key, key=row.fact_id, observation_ids=ids),
+        attributes=disclosure.value(row.attributes, key=row.fact_id, observation_ids=ids),
+        source_path=disclosure.text(row.source_path, key=row.fact_id, observation_ids=ids),
     )
 
 
@@ -94,18 +79,28 @@ class FactReader:
         self.facts = FactStore(GraphStore(database))
         self.pii = PiiGuard(database)
 
-    def list_facts(self, request: FactListRequest, *, now: datetime | None = None) -> FactPage:
-        """One page of the facts matching ``request`` (see the ListFacts comment in the proto).
+    def list_facts(
+        self, query: FactQuery, *, pii: PiiPolicy = NO_PII_POLICY, now: datetime | None = None
+    ) -> FactPage:
+        """One page of the facts matching ``query`` (see the ListFacts comment in the proto).
+
+        Args:
+            query: the filters, page size (0 means 100) and page token; ``query.visibility`` is the
+                caller's (hidden facts are left out inside the query).
+            pii: the caller's personal data policy: keys and attributes are masked (or audited).
+            now: the instant "now" (default: the current time).
 
         Raises:
-            InvalidArgument: see `validate_fact_list`.
+            InvalidArgument: see `validate_fact_query`.
             Unavailable: the database cannot be reached.
         """
-        query = validate_fact_list(request)
+        query = validate_fact_query(query)
         with self.database.connection() as conn:
             rows = self.facts.list(conn, query, now or datetime.now(UTC))
             page = rows[: query.page_size]
             conflicts = self.facts.conflicting_ids(conn, page, visibility=query.visibility)
         token = encode_cursor(page[-1]) if len(rows) > query.page_size and page else ""
-        shown = self.pii.facts(request.namespace, page, request.pii)
+        shown = self.pii.disclose(
+            query.namespace, pii, lambda disclosure: [disclose_fact(disclosure, row) for row in page]
+        )
         return FactPage(facts=shown, conflicts=conflicts, next_page_token=token)

@@ -7,7 +7,8 @@ and is computed with every filter applied inside its query (`common.storage.chun
 never starve the result.
 
 Search is configured as data: `SearchSettings` with named presets in `SEARCH_PRESETS` (``"default"``),
-not flags threaded through calls. This module is transport free.
+not flags threaded through calls. Personal data: hits leave through the caller's disclosure
+(`disclose_hit`, `disclose_chunk`; `query_service.pii_output`). This module is transport free.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import psycopg
 
-from common.storage.database import Database
 from common.kernel.errors import ViolationCollector
+from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import Candidate, ChunkFilter, ChunkStore, StoredChunk, meta_observation_ids
 from common.storage.context_store import ContextStore, NodeSummary
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
+from query_service.provenance import Provenance
 
 K = TypeVar("K", bound=Hashable)
 
@@ -153,17 +156,6 @@ class SearchQuery:
 
 
 @dataclass(frozen=True)
-class HitProvenance:
-    """Where a hit came from (maps onto memory.v1.Provenance)."""
-
-    node_key: str
-    source_path: str
-    chunk_order: int
-    observation_ids: tuple[str, ...] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class SearchHit:
     """One fused chunk. ``vector_score`` is the cosine similarity (1 - distance), 0 when the chunk was
     not a vector candidate; ``text_score`` the ts_rank_cd (ts_rank when the chunk matched only some of the
@@ -175,7 +167,7 @@ class SearchHit:
     text_score: float
     trigram_score: float
     ranks: Mapping[str, int]
-    provenance: HitProvenance
+    provenance: Provenance
 
     @property
     def node_key(self) -> str:
@@ -318,7 +310,7 @@ class HybridSearcher:
                     text_score=found[TEXT].score if TEXT in found else 0.0,
                     trigram_score=found[TRIGRAM].score if TRIGRAM in found else 0.0,
                     ranks={name: candidate.rank for name, candidate in found.items()},
-                    provenance=HitProvenance(
+                    provenance=Provenance(
                         node_key=chunk.node_key,
                         source_path=chunk.source_path or (summary.source_path if summary else ""),
                         chunk_order=chunk.chunk_order,
@@ -327,16 +319,64 @@ class HybridSearcher:
                     ),
                 )
             )
-        return self.pii.search_hits(query.namespace, hits, query.pii)
+        return self.pii.disclose(
+            query.namespace, query.pii, lambda shown: [disclose_hit(shown, hit) for hit in hits]
+        )
+
+
+def disclose_chunk(disclosure: PiiDisclosure, chunk: StoredChunk) -> StoredChunk:
+    """A chunk as ``disclosure``'s caller may see it (`query_service.pii_output`): text, title and heading
+    masked, or withheld by the marks in ``chunk.meta`` (written with it); keys, path and meta masked."""
+    if not disclosure.policy.protection:
+        return chunk
+    marks = PiiMarks.from_props(chunk.meta)
+    key, ids = chunk.node_key, meta_observation_ids(chunk.meta)
+    if disclosure.withholds(marks):
+        hidden = withheld_text(marks)
+        title, heading, text = hidden, hidden if chunk.heading else "", hidden
+    else:
+        title = disclosure.text(chunk.title, marks=marks, key=key, observation_ids=ids)
+        heading = disclosure.text(chunk.heading, marks=marks, key=key, observation_ids=ids)
+        text = disclosure.text(chunk.text, marks=marks, key=key, observation_ids=ids)
+    return replace(
+        chunk,
+        node_key=disclosure.text(chunk.node_key, key=key),
+        source_path=disclosure.text(chunk.source_path, key=key),
+        title=title,
+        heading=heading,
+        text=text,
+        meta=disclosure.value(chunk.meta, key=key, observation_ids=ids),
+    )
+
+
+def disclose_hit(disclosure: PiiDisclosure, hit: SearchHit) -> SearchHit:
+    """A search hit (chunk and provenance) as ``disclosure``'s caller may see it; scores and ranks stay."""
+    if not disclosure.policy.protection:
+        return hit
+    chunk = disclose_chunk(disclosure, hit.chunk)
+    provenance = hit.provenance
+    return replace(
+        hit,
+        chunk=chunk,
+        provenance=replace(
+            provenance,
+            node_key=chunk.node_key,
+            source_path=disclosure.text(provenance.source_path, key=hit.chunk.node_key),
+            metadata=disclosure.value(
+                provenance.metadata, key=hit.chunk.node_key, observation_ids=provenance.observation_ids
+            ),
+        ),
+    )
 
 
 __all__ = [
     "SEARCH_PRESETS",
-    "HitProvenance",
     "HybridSearcher",
     "SearchHit",
     "SearchQuery",
     "SearchSettings",
+    "disclose_chunk",
+    "disclose_hit",
     "reciprocal_rank_fusion",
     "search_preset",
     "validate_search",

@@ -1,4 +1,5 @@
-"""query_service process: wiring of the read side (DESIGN §1-2, §7).
+"""query_service process: wiring of the read side (DESIGN §1-2, §7): one servicer per service
+(``*_servicer.py``, transport only) over its domain reader or compiler, and `SERVICE_NAMES`.
 
 `create_query_host` builds the server (used by `cb serve query` and by tests on port 0); `serve` runs it
 in the foreground until SIGTERM/SIGINT, then stops gracefully (health NOT_SERVING first, in-flight calls
@@ -19,28 +20,34 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
+from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
+from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.text_models.embeddings import build_embedding_provider
-from common.packs.kind_validation import KindValidator
-from common.grpc.server import ServiceHost, build_server
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
+from query_service.context_servicer import ContextServicer
+from query_service.fact_query_servicer import FactQueryServicer
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
+from query_service.observation_query_servicer import ObservationQueryServicer
 from query_service.observation_reader import ObservationReader
-from query_service.query_servicers import (
-    SERVICE_NAMES,
-    ContextService,
-    FactQueryService,
-    ObservationQueryService,
-    RetrievalService,
-    SourceService,
-)
-from query_service.sources import SourceReader
+from query_service.retrieval_servicer import RetrievalServicer
+from query_service.source_reader import SourceReader
+from query_service.source_servicer import SourceServicer
 from query_service.trace_reader import TraceReader
 from query_service.trace_servicer import TraceServicer
 from query_service.typed_context import TypedContextCompiler
+
+SERVICE_NAMES = (
+    "memory.v1.RetrievalService",
+    "memory.v1.FactQueryService",
+    "memory.v1.SourceService",
+    "memory.v1.ContextService",
+    "memory.v1.ObservationQueryService",
+    "memory.v1.TraceService",
+)
 
 
 def create_query_host(
@@ -67,18 +74,22 @@ def create_query_host(
     typed = TypedContextCompiler(database, tokens, KindValidator(database))
 
     def register(server: grpc.Server) -> list[str]:
-        retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalService(searcher), server)
+        retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalServicer(searcher), server)
         fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(
-            FactQueryService(FactReader(database)), server
+            FactQueryServicer(FactReader(database)), server
         )
         source_service_pb2_grpc.add_SourceServiceServicer_to_server(
-            SourceService(SourceReader(database)), server
+            SourceServicer(SourceReader(database)), server
         )
-        context_service_pb2_grpc.add_ContextServiceServicer_to_server(ContextService(compiler, typed), server)
+        context_service_pb2_grpc.add_ContextServiceServicer_to_server(
+            ContextServicer(compiler, typed), server
+        )
         observation_query_service_pb2_grpc.add_ObservationQueryServiceServicer_to_server(
-            ObservationQueryService(ObservationReader(database)), server
+            ObservationQueryServicer(ObservationReader(database)), server
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceServicer(TraceReader(database)), server)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+            TraceServicer(TraceReader(database)), server
+        )
         return list(SERVICE_NAMES)
 
     return build_server(

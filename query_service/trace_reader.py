@@ -16,24 +16,26 @@ A compilation is as visible as an item scoped to its compiler: ``context_traces.
 compiling token's own ``principal:<name>`` (`Visibility.owner`), so its request (query text, as_of,
 budget) is shown to that principal and to tokens granted that scope; compilations made in development
 mode (or recorded before migration 0008) carry no scope and are shown to every reader of the namespace.
+
+Personal data: `disclose_trace` passes a trail through the caller's disclosure (`query_service.pii_output`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from common.domain.audit import AuditEvent, event_from_props
-from common.storage.database import Database
 from common.kernel.errors import NotFound, ViolationCollector
 from common.storage.audit_store import AuditStore
 from common.storage.context_store import ContextStore
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.trace_store import TraceStore
 from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 
 MAX_TRACE_ID_LENGTH = 256
 _FACT_PREFIX = "fact-"
@@ -97,7 +99,7 @@ class TraceReader:
         pii: PiiPolicy = NO_PII_POLICY,
     ) -> TraceView:
         """The trail of ``trace_id`` in ``namespace`` as ``visibility`` may see it, masked for ``pii``'s
-        caller (`query_service.pii_output.PiiGuard.trace`).
+        caller (`disclose_trace`).
 
         Raises:
             InvalidArgument: empty namespace or trace_id, or a trace_id over 256 characters.
@@ -166,7 +168,10 @@ class TraceReader:
                 else str(e.compilation.compilation_id if e.compilation else 0),
             )
         )
-        return self.pii.trace(TraceView(namespace=namespace, trace_id=trace_id, entries=entries), pii)
+        view = TraceView(namespace=namespace, trace_id=trace_id, entries=entries)
+        return self.pii.disclose(
+            namespace, pii, lambda disclosure: disclose_trace(disclosure, view), trace_id=trace_id
+        )
 
     def _missing(self, conn: Any, namespace: str, keys: list[str]) -> set[str]:
         """Keys among ``keys`` that name no node at all (an anchor may name nothing: not hidden)."""
@@ -174,4 +179,34 @@ class TraceReader:
         return set(keys) - existing
 
 
-__all__ = ["ContextCompilation", "TraceEntry", "TraceReader", "TraceView"]
+def disclose_trace(disclosure: PiiDisclosure, view: TraceView) -> TraceView:
+    """A trail as ``disclosure``'s caller may see it (`query_service.pii_output`): audit events' target
+    keys, principals and details, and compilations' requests (query, anchors) and decisions are masked by
+    patterns."""
+    if not disclosure.policy.protection:
+        return view
+    entries = []
+    for entry in view.entries:
+        event, compilation = entry.audit_event, entry.compilation
+        if event is not None:
+            key = event.target_key
+            event = replace(
+                event,
+                target_key=disclosure.text(event.target_key, key=key),
+                principal=disclosure.text(event.principal, key=key),
+                details=disclosure.value(dict(event.details), key=key),
+            )
+        if compilation is not None:
+            compilation = replace(
+                compilation,
+                request=disclosure.value(dict(compilation.request), key=view.trace_id),
+                decisions=[
+                    disclosure.value(dict(decision), key=str(decision.get("key", "")))
+                    for decision in compilation.decisions
+                ],
+            )
+        entries.append(replace(entry, audit_event=event, compilation=compilation))
+    return replace(view, entries=entries)
+
+
+__all__ = ["ContextCompilation", "TraceEntry", "TraceReader", "TraceView", "disclose_trace"]

@@ -1,4 +1,5 @@
-"""TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур")."""
+"""TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур"); the
+reading is `query_service.trace_reader`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import grpc
 from memory.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from common.grpc.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
-from query_service.query_servicers import caller_pii_policy, caller_visibility
+from query_service.read_transport import caller_pii_policy, caller_visibility
 from query_service.trace_reader import TraceEntry, TraceReader
 
 
@@ -29,7 +30,8 @@ def _entry_to_proto(entry: TraceEntry) -> trace_service_pb2.TraceEntry:
 
 
 class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
-    """memory.v1.TraceService over a `TraceReader`; the caller's visibility scopes filter the trail."""
+    """memory.v1.TraceService over a `TraceReader`; the caller's visibility scopes filter the trail; domain
+    errors are mapped to status codes by the server's interceptor."""
 
     def __init__(self, reader: TraceReader) -> None:
         self.reader = reader

@@ -101,7 +101,9 @@ class FactRow:
 
 @dataclass(frozen=True)
 class FactQuery:
-    """Filters of ListFacts. ``as_of`` None with ``include_history`` False means "now"."""
+    """A ListFacts query: filters, page size and position (the one fact query shape of the read side).
+    ``as_of`` None with ``include_history`` False means "now"; ``include_lost`` also returns facts whose
+    evidence was lost (every observation behind them redacted or purged), for audit."""
 
     namespace: str
     subject: str = ""
@@ -111,7 +113,7 @@ class FactQuery:
     include_history: bool = False
     include_lost: bool = False
     page_size: int = 100
-    after: tuple[str, str, datetime, str] | None = None  # keyset cursor (subject, predicate, valid_from, fact_id)
+    page_token: str = ""  # `encode_cursor` of the last row of the previous page ("" from the start)
     # The caller's visibility: facts whose scopes hide them, or whose subject or object node is hidden
     # (no hidden node's key leaks through a fact), are left out inside the query.
     visibility: Visibility = EVERYTHING
@@ -412,8 +414,8 @@ class FactStore:
             # history as of t: every version that had begun by t (superseded ones included)
             params["as_of"] = query.as_of
             conditions.append("valid_from <= %(as_of)s")
-        if query.after:
-            params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = query.after
+        if query.page_token:
+            params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = decode_cursor(query.page_token)
             conditions.append(
                 "(subject_key, predicate, valid_from, fact_id) >"
                 " (%(after_subject)s, %(after_predicate)s, %(after_from)s, %(after_id)s)"

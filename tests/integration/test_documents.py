@@ -28,7 +28,7 @@ from ingest_service.documents import (
     strip_front_matter,
 )
 from query_service.hybrid_search import HybridSearcher, SearchQuery
-from query_service.sources import SourceReader
+from query_service.source_reader import SourceReader
 
 pytestmark = pytest.mark.integration
 

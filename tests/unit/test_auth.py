@@ -50,7 +50,7 @@ from common.tooling.client import ClientSecurity, make_channel
 from common.kernel.config import Settings
 from common.kernel.errors import PermissionDenied, Unauthenticated
 from common.grpc.server import ServerSetupError, ServiceHost, build_server
-from query_service.query_servicers import SERVICE_NAMES as QUERY_SERVICE_NAMES
+from query_service.main import SERVICE_NAMES as QUERY_SERVICE_NAMES
 
 TOKEN_A = "cbt_alice-token"
 TOKEN_B = "cbt_bob-token"

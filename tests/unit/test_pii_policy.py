@@ -23,16 +23,10 @@ from ingest_service.documents import (
     validate_retain,
 )
 from ingest_service.observation_validation import validate_observation
-from query_service.hybrid_search import HitProvenance, SearchHit
-from query_service.pii_output import (
-    NO_PII_POLICY,
-    PiiDisclosure,
-    PiiPolicy,
-    disclose_chunk,
-    disclose_fact,
-    disclose_hit,
-    withheld_text,
-)
+from query_service.fact_reader import disclose_fact
+from query_service.hybrid_search import SearchHit, disclose_chunk, disclose_hit
+from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiPolicy, withheld_text
+from query_service.provenance import Provenance
 
 PHONE = "+7 916 123-45-67"
 EMAIL = "anna.k@example.org"
@@ -186,7 +180,7 @@ def test_hits_and_facts_are_masked_everywhere_they_carry_text() -> None:
         text_score=0.1,
         trigram_score=0.0,
         ranks={"vector": 1},
-        provenance=HitProvenance(
+        provenance=Provenance(
             node_key="doc:card", source_path="crm", chunk_order=0, metadata={"author": f"Anna <{EMAIL}>"}
         ),
     )

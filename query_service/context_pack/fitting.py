@@ -1,6 +1,6 @@
 """Fitting ranked candidates into a token budget, shared by CompileContext and CompileTypedContext
 (DESIGN §7: "fits a token budget counted with a real tokenizer, renders text, and records why each
-candidate was kept or dropped").
+candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
 
 Candidates arrive rendered and ranked. `PackFitter.fit` adds them greedily in rank order while the
 *whole* pack text (items joined by ``separator``), counted with the configured tokenizer, stays within
@@ -21,6 +21,23 @@ from common.text_models.tokenizer import TokenCounter
 
 KEPT = "kept"
 DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """How candidates are fitted into the budget.
+
+    Attributes:
+        separator: between items in the pack text.
+        min_truncated_tokens: a truncatable candidate is cut to fit only when at least this many tokens
+            remain.
+        max_item_share: a truncatable candidate takes at most this share of the budget (longer ones are
+            cut), so a single huge chunk (a long observation, an oversized code block) cannot fill the pack.
+    """
+
+    separator: str = "\n\n"
+    min_truncated_tokens: int = 48
+    max_item_share: float = 0.35
 
 
 @dataclass
@@ -57,11 +74,13 @@ class Fitted:
 
 @dataclass(frozen=True)
 class FitResult:
-    """``kept`` in pack order; ``decisions`` one per candidate; ``text`` the pack text (never over budget)."""
+    """``kept`` in pack order; ``decisions`` one per candidate (in the form recorded in ``context_traces``);
+    ``text`` the pack text and ``token_count`` its exact token count (never over the budget)."""
 
     kept: list[Fitted]
     decisions: list[dict[str, Any]]
     text: str
+    token_count: int
 
     @property
     def dropped_count(self) -> int:
@@ -73,26 +92,21 @@ class PackFitter:
 
     Args:
         tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
-        separator: between items in the pack text.
-        min_truncated_tokens: a truncatable candidate is cut to fit only when at least this many remain.
-        max_item_share: a truncatable candidate takes at most this share of the budget.
+        settings: separator, truncation floor and per-item cap (`FitSettings`).
     """
 
-    def __init__(
-        self,
-        tokens: TokenCounter,
-        *,
-        separator: str = "\n\n",
-        min_truncated_tokens: int = 48,
-        max_item_share: float = 0.35,
-    ) -> None:
+    def __init__(self, tokens: TokenCounter, settings: FitSettings) -> None:
         self.tokens = tokens
-        self.separator = separator
-        self.min_truncated_tokens = min_truncated_tokens
-        self.max_item_share = max_item_share
+        self.separator = settings.separator
+        self.min_truncated_tokens = settings.min_truncated_tokens
+        self.max_item_share = settings.max_item_share
 
     def fit(self, candidates: Sequence[FitCandidate], budget: int) -> FitResult:
-        """Fits ``candidates`` (in the given order) into ``budget`` tokens."""
+        """Fits ``candidates`` (in the given order) into ``budget`` tokens.
+
+        Raises:
+            AssertionError: the pack text came out over the budget (a bug in the fitting, never input).
+        """
         separator = self.separator
         kept: list[Fitted] = []
         decisions: list[dict[str, Any]] = []
@@ -154,7 +168,9 @@ class PackFitter:
                 f"over budget ({item_tokens} tokens, {max(remaining, 0)} left)",
                 item_tokens,
             )
-        return FitResult(kept, decisions, text)
+        token_count = self.tokens.count(text)
+        assert token_count <= budget, (token_count, budget)
+        return FitResult(kept, decisions, text, token_count)
 
     def _cut(self, item_text: str, max_tokens: int) -> str:
         """The longest token prefix of ``item_text`` that, followed by `` …``, has at most ``max_tokens``."""

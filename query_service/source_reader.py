@@ -1,21 +1,23 @@
 """Source views (seed 000 "Оригинал статьи хранится в узле"): the original text of a node, byte for byte,
 or — when the node holds no original (PutChunks, entities, episodes) — its chunks joined in order.
 
-Transport free; `query_service.query_servicers.SourceService` maps it onto memory.v1.
+`disclose_source` passes a view's personal data through the caller's disclosure. Transport free;
+`query_service.source_servicer.SourceServicer` maps it onto memory.v1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from common.storage.database import Database
 from common.kernel.errors import NotFound, ViolationCollector
+from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiGuard, PiiPolicy, marks_of
+from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 
 ORIGINAL = "original"
 CHUNKS = "chunks"
@@ -59,7 +61,7 @@ class SourceReader:
 
         A node ``visibility`` may not see is reported exactly like an absent one (NotFound). ``pii`` is
         the caller's personal data policy: the view is masked, withheld (by the node's marks) or audited
-        (`query_service.pii_output.PiiGuard.source`).
+        (`disclose_source`).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``natural_key`` (fields named as in GetSourceRequest).
@@ -102,4 +104,21 @@ class SourceReader:
             provenance=provenance,
             observation_ids=tuple(observation_ids),
         )
-        return self.pii.source(namespace, view, marks_of(props), pii)
+        marks = PiiMarks.from_props(props)
+        return self.pii.disclose(namespace, pii, lambda disclosure: disclose_source(disclosure, view, marks))
+
+
+def disclose_source(disclosure: PiiDisclosure, view: SourceView, marks: PiiMarks) -> SourceView:
+    """A source view as ``disclosure``'s caller may see it (`query_service.pii_output`): title and content
+    masked, or withheld by the node's ``marks``; natural key, source path and provenance masked."""
+    if not disclosure.policy.protection:
+        return view
+    key, ids = view.natural_key, view.observation_ids
+    return replace(
+        view,
+        natural_key=disclosure.text(view.natural_key, key=key),
+        title=disclosure.text(view.title, marks=marks, key=key, observation_ids=ids),
+        content=disclosure.text(view.content, marks=marks, key=key, observation_ids=ids),
+        source_path=disclosure.text(view.source_path, key=key),
+        provenance=disclosure.value(view.provenance, key=key, observation_ids=ids),
+    )

@@ -1,0 +1,13 @@
+"""What CompileContext (`query_service.context_compiler`) and CompileTypedContext
+(`query_service.typed_context`) share (DESIGN §7): a context pack is ranked candidates, rendered as text,
+fitted into a token budget and journaled with every decision.
+
+* `query_service.context_pack.request`: the request both take (`ContextRequest`), its limits and checks;
+* `query_service.context_pack.items`: the pack and its item, evidence ranks and fact scores, fact rendering;
+* `query_service.context_pack.fitting`: fitting rendered candidates into the budget (`PackFitter`);
+* `query_service.context_pack.compiler`: the compilers' base (`PackCompiler`): stores, fitter, PII
+  guard, recording a compilation in ``context_traces``, auditing a cleared caller's kept items.
+
+Each compiler keeps what is its own: candidate gathering and ranking (CompileContext), typed traversal
+(CompileTypedContext).
+"""

@@ -1,0 +1,129 @@
+"""ContextService transport: proto <-> domain mapping only (DESIGN §1-2); CompileContext is
+`query_service.context_compiler`, CompileTypedContext `query_service.typed_context`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from memory.v1 import context_service_pb2, context_service_pb2_grpc
+
+from common.grpc.proto_mapping import instant
+from common.kernel.config import Settings
+from query_service.context_compiler import ContextCompiler
+from query_service.context_pack.items import ContextItem, ContextPack
+from query_service.context_pack.request import ContextRequest
+from query_service.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
+
+
+def _item_fields(item: ContextItem) -> dict[str, Any]:
+    """The fields memory.v1.ContextItem and memory.v1.TypedContextItem share."""
+    return {
+        "kind": item.kind,
+        "text": item.text,
+        "score": item.score,
+        "conflict": item.conflict,
+        "token_count": item.token_count,
+        "provenance": provenance_to_proto(item.provenance),
+    }
+
+
+def _pack_fields(pack: ContextPack) -> dict[str, Any]:
+    """The fields memory.v1.ContextPack and memory.v1.TypedContextPack share, items aside."""
+    return {
+        "text": pack.text,
+        "token_count": pack.token_count,
+        "trace_id": pack.trace_id,
+        "token_budget": pack.token_budget,
+        "dropped_count": pack.dropped_count,
+    }
+
+
+def _request_fields(
+    request: context_service_pb2.CompileContextRequest | context_service_pb2.CompileTypedContextRequest,
+    settings: Settings,
+    method: str,
+) -> dict[str, Any]:
+    """The `ContextRequest` fields of either request message, with the caller's visibility and PII policy
+    (``method`` names the RPC in the ``pii_access`` audit event)."""
+    return {
+        "namespace": request.namespace,
+        "query": request.query,
+        "anchors": tuple(request.anchors),
+        "as_of": instant(request.as_of) if request.HasField("as_of") else None,
+        "token_budget": request.token_budget,
+        "trace_id": request.trace_id,
+        "visibility": caller_visibility(),
+        "pii": caller_pii_policy(settings, method),
+    }
+
+
+def _typed_item_to_proto(item: TypedItem) -> context_service_pb2.TypedContextItem:
+    return context_service_pb2.TypedContextItem(
+        **_item_fields(item),
+        natural_key=item.natural_key,
+        node_type=item.node_type,
+        depth=item.depth,
+        anchor=item.anchor,
+        relation=item.relation,
+        path=[
+            context_service_pb2.TypedPathStep(
+                fact_id=step.fact_id, relation=step.relation, direction=step.direction, node_key=step.node_key
+            )
+            for step in item.path
+        ],
+    )
+
+
+class ContextServicer(context_service_pb2_grpc.ContextServiceServicer):  # type: ignore[misc]
+    """memory.v1.ContextService over a `ContextCompiler` and a `TypedContextCompiler`; domain errors are
+    mapped to status codes by the server's interceptor."""
+
+    def __init__(self, compiler: ContextCompiler, typed: TypedContextCompiler) -> None:
+        self.compiler = compiler
+        self.typed = typed
+
+    def CompileContext(
+        self, request: context_service_pb2.CompileContextRequest, context: grpc.ServicerContext
+    ) -> context_service_pb2.CompileContextResponse:
+        settings = self.compiler.database.settings
+        pack = self.compiler.compile(
+            ContextRequest(**_request_fields(request, settings, "/memory.v1.ContextService/CompileContext"))
+        )
+        return context_service_pb2.CompileContextResponse(
+            pack=context_service_pb2.ContextPack(
+                items=[context_service_pb2.ContextItem(**_item_fields(item)) for item in pack.items],
+                **_pack_fields(pack),
+            )
+        )
+
+    def CompileTypedContext(
+        self, request: context_service_pb2.CompileTypedContextRequest, context: grpc.ServicerContext
+    ) -> context_service_pb2.CompileTypedContextResponse:
+        settings = self.typed.database.settings
+        pack = self.typed.compile(
+            TypedContextRequest(
+                **_request_fields(request, settings, "/memory.v1.ContextService/CompileTypedContext"),
+                max_depth=request.max_depth,
+                relations=tuple(request.relations),
+            )
+        )
+        return context_service_pb2.CompileTypedContextResponse(
+            pack=context_service_pb2.TypedContextPack(
+                items=[_typed_item_to_proto(item) for item in pack.items],
+                **_pack_fields(pack),
+                anchors=[
+                    context_service_pb2.ResolvedAnchor(
+                        input=anchor.input,
+                        natural_key=anchor.natural_key,
+                        source=anchor.source,
+                        found=anchor.found,
+                    )
+                    for anchor in pack.anchors
+                ],
+                max_depth=pack.max_depth,
+                relations=pack.relations,
+                truncated=pack.truncated,
+            )
+        )

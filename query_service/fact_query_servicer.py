@@ -1,0 +1,43 @@
+"""FactQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+`query_service.fact_reader`."""
+
+from __future__ import annotations
+
+import grpc
+from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+
+from common.grpc.proto_mapping import fact_to_proto, instant
+from common.storage.fact_store import FactQuery
+from query_service.fact_reader import FactReader
+from query_service.read_transport import caller_pii_policy, caller_visibility
+
+
+class FactQueryServicer(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
+    """memory.v1.FactQueryService over a `FactReader`; domain errors are mapped to status codes by the
+    server's interceptor."""
+
+    def __init__(self, reader: FactReader) -> None:
+        self.reader = reader
+
+    def ListFacts(
+        self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
+    ) -> fact_query_service_pb2.ListFactsResponse:
+        page = self.reader.list_facts(
+            FactQuery(
+                namespace=request.namespace,
+                subject=request.subject,
+                predicate=request.predicate,
+                object=request.object,
+                as_of=instant(request.as_of) if request.HasField("as_of") else None,
+                include_history=request.include_history,
+                include_lost=request.include_lost,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                visibility=caller_visibility(),
+            ),
+            pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.FactQueryService/ListFacts"),
+        )
+        return fact_query_service_pb2.ListFactsResponse(
+            facts=[fact_to_proto(row, conflict=row.fact_id in page.conflicts) for row in page.facts],
+            next_page_token=page.next_page_token,
+        )

@@ -1,0 +1,31 @@
+"""Where a read-side output came from: `Provenance`, the domain form of memory.v1.Provenance, carried by
+search hits (`query_service.hybrid_search.SearchHit`) and context pack items (`query_service.context_pack`).
+Transport free; `query_service.read_transport.provenance_to_proto` maps it onto the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an item came from.
+
+    Attributes:
+        node_key: the node it belongs to (a fact's: its subject).
+        source_path: the source file or path recorded on write ("" when none).
+        observation_ids: the observations behind it.
+        fact_id: the fact's id, for a fact item ("" otherwise).
+        chunk_order: the chunk's position in its node, for a chunk (0 otherwise).
+        metadata: the provenance map stored with the node (repository, commit, author, ...).
+    """
+
+    node_key: str
+    source_path: str = ""
+    observation_ids: tuple[str, ...] = ()
+    fact_id: str = ""
+    chunk_order: int = 0
+    metadata: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,46 @@
+"""SourceService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+`query_service.source_reader`."""
+
+from __future__ import annotations
+
+import grpc
+from memory.v1 import source_service_pb2, source_service_pb2_grpc
+
+from query_service.provenance import Provenance
+from query_service.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.source_reader import SourceReader
+
+
+class SourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]
+    """memory.v1.SourceService over a `SourceReader`; domain errors are mapped to status codes by the
+    server's interceptor."""
+
+    def __init__(self, reader: SourceReader) -> None:
+        self.reader = reader
+
+    def GetSource(
+        self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
+    ) -> source_service_pb2.GetSourceResponse:
+        view = self.reader.get_source(
+            request.namespace,
+            request.natural_key,
+            visibility=caller_visibility(),
+            pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.SourceService/GetSource"),
+        )
+        provenance = Provenance(
+            node_key=view.natural_key,
+            source_path=view.source_path,
+            observation_ids=view.observation_ids,
+            metadata=view.provenance,
+        )
+        return source_service_pb2.GetSourceResponse(
+            source=source_service_pb2.Source(
+                natural_key=view.natural_key,
+                title=view.title,
+                content=view.content,
+                content_source=view.content_source,
+                type=view.node_type,
+                chunk_count=view.chunk_count,
+                provenance=provenance_to_proto(provenance),
+            )
+        )
