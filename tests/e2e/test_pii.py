@@ -183,14 +183,14 @@ def _write_corpus(channel: grpc.Channel, namespace: str) -> None:
                     namespace,
                     "call-1",
                     content=f"Клиентка перезвонила с номера {PHONE}, просит чек на {EMAIL}.",
-                    data={"callback": PHONE, "order": "ORD-2024-000123"},
+                    data={"callback": PHONE, "order": "ORD-2024-000123", EMAIL: "receipt address"},
                     assertions=[
                         {
                             "fact": {
                                 "subject": "customer:c-1001",
                                 "predicate": "HAS_CONTACT",
                                 "object": f"email:{EMAIL}",
-                                "attributes": {"phone": PHONE, "order": "ORD-2024-000123"},
+                                "attributes": {"phone": PHONE, "order": "ORD-2024-000123", EN_EMAIL: "cc"},
                             }
                         },
                         {"text": {"text": f"Запасной телефон {EN_PHONE}", "title": "Контакты"}},
@@ -372,7 +372,7 @@ def test_list_facts_is_masked_for_an_uncleared_token(world: World) -> None:
     fact = facts[0]
     assert fact.object == "email:[email]"
     attributes = json_format.MessageToDict(fact.attributes)
-    assert attributes == {"phone": "[phone]", "order": "ORD-2024-000123"}
+    assert attributes == {"phone": "[phone]", "order": "ORD-2024-000123", "[email]": "cc"}
 
 
 def test_get_observation_is_masked_or_withheld_for_an_uncleared_token(world: World) -> None:
@@ -393,7 +393,12 @@ def test_get_observation_is_masked_or_withheld_for_an_uncleared_token(world: Wor
     assert call_1.content == "Клиентка перезвонила с номера [phone], просит чек на [email]."
     as_json = json_format.MessageToJson(call_1)
     _assert_no_secret(as_json)
-    assert json_format.MessageToDict(call_1.data) == {"callback": "[phone]", "order": "ORD-2024-000123"}
+    # Keys are masked like values (issue 10 §6): an email used as a Struct key does not leak.
+    assert json_format.MessageToDict(call_1.data) == {
+        "callback": "[phone]",
+        "order": "ORD-2024-000123",
+        "[email]": "receipt address",
+    }
     assert call_1.assertions[1].text.text == "Запасной телефон [phone]"
     # Marked fio: the name is not detectable, so content, data and assertions are withheld.
     assert call_2.content == "[withheld: fio]" and FIO not in json_format.MessageToJson(call_2)
