@@ -150,7 +150,6 @@ class DocumentWriter:
         """
         validate_retain(request)
         title = request.title or request.natural_key
-        node_type = request.type or DEFAULT_TYPE
         # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
         # what the detector finds; mirrored into every chunk's meta for the output masking.
         marks = PiiMarks.of(
@@ -175,16 +174,7 @@ class DocumentWriter:
             **marks.as_props(),
             "trace_id": request.trace_id,
         }
-        node = NodeWrite(
-            namespace=request.namespace,
-            natural_key=request.natural_key,
-            node_type=node_type,
-            title=title,
-            source_path=request.source_path,
-            origin="agent",
-            props=props,
-        )
-        return self._write(node, prepared, list(request.links), delete_beyond=True)
+        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=True)
 
     # -- PutChunks ---------------------------------------------------------------------------------
 
@@ -204,7 +194,6 @@ class DocumentWriter:
         """
         validate_put_chunks(request)
         title = request.title or request.natural_key
-        node_type = request.type or DEFAULT_TYPE
         base_meta = dict(request.meta)
         # Marks add up over calls (a document may come in several PutChunks calls): this call's explicit
         # and detected marks joined with those the node holds.
@@ -237,16 +226,7 @@ class DocumentWriter:
         }
         if marks.marked:
             props.update(marks.as_props())
-        node = NodeWrite(
-            namespace=request.namespace,
-            natural_key=request.natural_key,
-            node_type=node_type,
-            title=title,
-            source_path=request.source_path,
-            origin="agent",
-            props=props,
-        )
-        return self._write(node, prepared, list(request.links), delete_beyond=False)
+        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=False)
 
     # -- shared ------------------------------------------------------------------------------------
 
@@ -359,6 +339,20 @@ class DocumentWriter:
             linked=tuple(linked),
             missing_links=tuple(missing),
         )
+
+
+def _document_node(request: RetainInput | PutChunksInput, props: dict[str, Any]) -> NodeWrite:
+    """The document node of a Retain or PutChunks request (type ``document`` and the key as title by
+    default), holding ``props``."""
+    return NodeWrite(
+        namespace=request.namespace,
+        natural_key=request.natural_key,
+        node_type=request.type or DEFAULT_TYPE,
+        title=request.title or request.natural_key,
+        source_path=request.source_path,
+        origin="agent",
+        props=props,
+    )
 
 
 def _chunk_meta(

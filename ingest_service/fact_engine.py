@@ -125,7 +125,12 @@ class FactEngine:
     # -- create, strengthen, supersede -------------------------------------------------------------
 
     def record(
-        self, conn: psycopg.Connection[Any], fact: FactInput, *, now: datetime, known: dict[str, str] | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        fact: FactInput,
+        *,
+        now: datetime,
+        known: dict[str, str] | None = None,
     ) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
 
@@ -297,7 +302,9 @@ class FactEngine:
 
     # -- removal -----------------------------------------------------------------------------------
 
-    def delete_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> list[FactRow]:
+    def delete_touching(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_key: str
+    ) -> list[FactRow]:
         """Deletes the rows of every fact whose subject or object is ``natural_key``, history and lost
         facts included, and returns them ordered by fact_id: DeleteNode only, which forgets the entity
         itself (`ingest_service.node_deletion`); the caller deletes the node's vertex, and with it the

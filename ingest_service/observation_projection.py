@@ -4,13 +4,13 @@
 `ingest_service.observations.ObservationRecorder`, in this order:
 
 1. the **episode**: a node ``episode:<observation_id>`` with provenance to the observation, and its
-   searchable text (content and scalar data) as chunks (`ObservationProjector.project_episode`);
-2. the **entities** the observation asserts, merged into existing nodes (`project_entities`);
-3. its **facts**, through the fact engine (`project_facts`);
+   searchable text (content and scalar data) as chunks (`ObservationProjector._episode`);
+2. the **entities** the observation asserts, merged into existing nodes (`_entities`);
+3. its **facts**, through the fact engine (`_facts`);
 4. its **text fragments**: a ``text:<observation_id>/<index>`` node with one embedded chunk each
-   (`project_text_fragments`);
+   (`_text_fragments`);
 5. the **identifier links**: MENTIONS facts from the episode to the existing nodes its text names
-   (`project_identifier_links`).
+   (`_identifier_links`).
 
 Personal data marks (seed 000 "Персональные данные"): the episode and its chunks carry the explicit
 marks plus, with CB_PII_PROTECTION, what the detector finds in everything the episode stands for; each
@@ -54,20 +54,27 @@ class Projection:
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Episode:
-    """What every part of one observation's projection refers to."""
+@dataclass
+class _Context:
+    """What every part of one observation's projection refers to, and what it has written so far."""
 
+    conn: Any
     item: ObservationInput
-    key: str  # episode:<observation_id>
+    kinds: NamespaceKinds
+    now: datetime
+    key: str  # the episode's natural key, episode:<observation_id>
     title: str  # "<kind> <subject key>"
     source_path: str  # the provenance uri, the citation target
+    projection: Projection
+    known: dict[str, str] = field(default_factory=dict)  # labels of the nodes written, by natural key
 
     @classmethod
-    def of(cls, item: ObservationInput) -> _Episode:
+    def of(cls, conn: Any, item: ObservationInput, kinds: NamespaceKinds, now: datetime) -> _Context:
         source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
         subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
-        return cls(item, f"episode:{item.observation_id}", f"{item.kind} {subject_key}".strip(), source_path)
+        key = f"episode:{item.observation_id}"
+        title = f"{item.kind} {subject_key}".strip()
+        return cls(conn, item, kinds, now, key, title, source_path, Projection(episode_key=key))
 
 
 class ObservationProjector:
@@ -82,7 +89,12 @@ class ObservationProjector:
     """
 
     def __init__(
-        self, graph: GraphStore, engine: FactEngine, chunks: ChunkStore, kinds: KindValidator, settings: Settings
+        self,
+        graph: GraphStore,
+        engine: FactEngine,
+        chunks: ChunkStore,
+        kinds: KindValidator,
+        settings: Settings,
     ) -> None:
         self.graph = graph
         self.engine = engine
@@ -104,22 +116,19 @@ class ObservationProjector:
             embeddings: one vector per text assertion (``item.texts``), shape (len(texts), dimension);
                 None when there are none.
         """
-        episode = _Episode.of(item)
-        self.project_episode(conn, episode, now)
-        projection = Projection(episode_key=episode.key)
-        known: dict[str, str] = {}
-        kinds = self.kinds.for_namespace(item.namespace, conn)
-        self.project_entities(conn, episode, kinds, known, projection, now)
-        self.project_facts(conn, episode, kinds, known, projection, now)
-        self.project_text_fragments(conn, episode, embeddings, projection, now)
-        self.project_identifier_links(conn, episode, kinds, now)
-        return projection
+        context = _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now)
+        self._episode(context)
+        self._entities(context)
+        self._facts(context)
+        self._text_fragments(context, embeddings)
+        self._identifier_links(context)
+        return context.projection
 
-    def project_episode(self, conn: Any, episode: _Episode, now: datetime) -> None:
+    def _episode(self, context: _Context) -> None:
         """The episode node (provenance, participants, time, personal data marks) and its searchable text
         (`episode_text`) as chunks. Long content (changelog entries reach 85 KB) is cut like a document,
         so one episode chunk cannot dominate full-text ranking or a context budget."""
-        item = episode.item
+        conn, item, now = context.conn, context.item, context.now
         marks = PiiMarks.of(
             pii=item.pii,
             categories=item.pii_categories,
@@ -130,10 +139,10 @@ class ObservationProjector:
             conn,
             NodeWrite(
                 namespace=item.namespace,
-                natural_key=episode.key,
+                natural_key=context.key,
                 node_type="episode",
-                title=episode.title,
-                source_path=episode.source_path,
+                title=context.title,
+                source_path=context.source_path,
                 source_id=item.observation_id,
                 props={
                     "observation_id": item.observation_id,
@@ -154,31 +163,24 @@ class ObservationProjector:
             return
         limit = self.settings.chunk_max_chars
         pieces = bounded_chunks(
-            [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)], 2 * limit
+            [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)],
+            2 * limit,
         ) or [(item.kind, searchable)]
         meta = {"observation_id": item.observation_id, "scopes": item.scopes}
         if marks.marked:
             meta.update(marks.as_props())
         self.chunks.replace_chunks(
             conn,
-            NodeRef(item.namespace, episode.key, "episode", episode.title, episode.source_path),
+            NodeRef(item.namespace, context.key, "episode", context.title, context.source_path),
             [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
         )
 
-    def project_entities(
-        self,
-        conn: Any,
-        episode: _Episode,
-        kinds: NamespaceKinds,
-        known: dict[str, str],
-        projection: Projection,
-        now: datetime,
-    ) -> None:
+    def _entities(self, context: _Context) -> None:
         """Upserts the asserted entities (properties merged, an existing title kept); records their labels
-        in ``known``. An entity whose node is hidden from the caller is not overwritten (issue 5 §3; it
+        in ``context.known``. An entity whose node is hidden from the caller is not overwritten (issue 5 §3; it
         reads "not found"); one a domain pack refuses is skipped."""
-        item = episode.item
-        rejected = projection.rejected
+        conn, item, now = context.conn, context.item, context.now
+        rejected = context.projection.rejected
         hidden = WriteAccess.of_caller().hidden_nodes(
             conn, self.graph, item.namespace, [entity.key for entity in item.entities]
         )
@@ -187,8 +189,8 @@ class ObservationProjector:
             if natural_key in hidden:
                 rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
                 continue
-            if kinds.active:
-                natural_key, node_type, violations = kinds.check_entity(
+            if context.kinds.active:
+                natural_key, node_type, violations = context.kinds.check_entity(
                     entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
                 )
                 if violations:
@@ -201,7 +203,7 @@ class ObservationProjector:
                     natural_key=natural_key,
                     node_type=node_type,
                     title=entity.title,
-                    source_path=episode.source_path,
+                    source_path=context.source_path,
                     source_id=item.observation_id,
                     props={"attributes": entity.attributes},
                     asserted_at=item.occurred_at,
@@ -210,24 +212,16 @@ class ObservationProjector:
                 overwrite=False,
                 merge_props=True,
             )
-            known[natural_key] = node.label
-            projection.entities_upserted += 1
+            context.known[natural_key] = node.label
+            context.projection.entities_upserted += 1
 
-    def project_facts(
-        self,
-        conn: Any,
-        episode: _Episode,
-        kinds: NamespaceKinds,
-        known: dict[str, str],
-        projection: Projection,
-        now: datetime,
-    ) -> None:
+    def _facts(self, context: _Context) -> None:
         """Writes the asserted facts through the fact engine, proven by the observation; a fact without
         scopes of its own carries the observation's. Pack violations and engine rejections skip the fact."""
-        item = episode.item
-        rejected = projection.rejected
+        conn, item, now = context.conn, context.item, context.now
+        rejected = context.projection.rejected
         for fact in item.facts:
-            fact, violations = resolve_fact_kinds(kinds, fact)
+            fact, violations = resolve_fact_kinds(context.kinds, fact)
             if violations:
                 rejected.extend((violation.field, violation.description) for violation in violations)
                 continue
@@ -236,27 +230,25 @@ class ObservationProjector:
                 namespace=item.namespace,
                 scopes=fact.scopes or item.scopes,
                 observation_id=item.observation_id,
-                source_path=episode.source_path,
+                source_path=context.source_path,
             )
             try:
-                outcome = self.engine.record(conn, write, now=now, known=known)
+                outcome = self.engine.record(conn, write, now=now, known=context.known)
             except AssertionRejected as rejection:
                 rejected.append((rejection.field, rejection.reason))
                 continue
             if outcome.created:
-                projection.facts_created += 1
+                context.projection.facts_created += 1
             else:
-                projection.facts_strengthened += 1
+                context.projection.facts_strengthened += 1
 
-    def project_text_fragments(
-        self, conn: Any, episode: _Episode, embeddings: np.ndarray | None, projection: Projection, now: datetime
-    ) -> None:
+    def _text_fragments(self, context: _Context, embeddings: np.ndarray | None) -> None:
         """One ``text:<observation_id>/<assertion index>`` node per text assertion, with one chunk holding
         the text and its vector (``embeddings[i]`` for the i-th text assertion)."""
-        item = episode.item
+        conn, item, now = context.conn, context.item, context.now
         for position, text in enumerate(item.texts):
             node_key = f"text:{item.observation_id}/{text.index}"
-            title = text.title or episode.title
+            title = text.title or context.title
             fragment_marks = PiiMarks.of(
                 pii=item.pii,
                 categories=item.pii_categories,
@@ -273,7 +265,7 @@ class ObservationProjector:
                     natural_key=node_key,
                     node_type="text",
                     title=title,
-                    source_path=episode.source_path,
+                    source_path=context.source_path,
                     source_id=item.observation_id,
                     props=dict(fragment_meta),
                 ),
@@ -282,29 +274,27 @@ class ObservationProjector:
             assert embeddings is not None
             self.chunks.replace_chunks(
                 conn,
-                NodeRef(item.namespace, node_key, "text", title, episode.source_path),
+                NodeRef(item.namespace, node_key, "text", title, context.source_path),
                 [ChunkWrite(0, text.heading, text.text, embeddings[position], fragment_meta)],
             )
-            projection.text_fragments += 1
+            context.projection.text_fragments += 1
 
-    def project_identifier_links(
-        self, conn: Any, episode: _Episode, kinds: NamespaceKinds, now: datetime
-    ) -> None:
+    def _identifier_links(self, context: _Context) -> None:
         """Identifiers of pack kinds in the content and text fragments link the episode to existing nodes
         (MENTIONS facts valid from the observation's occurred_at; issue 4 §4,
         `ingest_service.identifier_extraction`)."""
-        item = episode.item
+        conn, item, now = context.conn, context.item, context.now
         self.mentions.link(
             conn,
-            kinds,
+            context.kinds,
             MentionSource(
                 namespace=item.namespace,
-                natural_key=episode.key,
+                natural_key=context.key,
                 texts=[item.content, *(text.text for text in item.texts)],
                 valid_from=item.occurred_at,
                 observation_id=item.observation_id,
                 scopes=item.scopes,
-                source_path=episode.source_path,
+                source_path=context.source_path,
             ),
             now=now,
         )
@@ -314,6 +304,10 @@ def episode_text(item: ObservationInput) -> str:
     """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
     (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
     """
-    scalars = [f"{key}: {value}" for key, value in sorted(item.data.items()) if isinstance(value, (str, int, float, bool))]
+    scalars = [
+        f"{key}: {value}"
+        for key, value in sorted(item.data.items())
+        if isinstance(value, (str, int, float, bool))
+    ]
     parts = [item.content.strip(), "; ".join(scalars)]
     return "\n\n".join(part for part in parts if part)

@@ -112,7 +112,9 @@ class FieldChecker:
         try:
             return parse_instant(value)
         except ValueError:
-            self.add(path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)")
+            self.add(
+                path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)"
+            )
             return None
 
     def entity_key(self, value: Any, path: str) -> str | None:
@@ -209,7 +211,11 @@ def validate_fact_assertion(
     if evidence not in EVIDENCE_CLASSES:
         checker.add(join_path(path, "evidence"), f"one of {sorted(EVIDENCE_CLASSES)}")
     confidence = raw.get("confidence", 1.0)
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not 0.0 <= float(confidence) <= 1.0
+    ):
         checker.add(join_path(path, "confidence"), "a number in [0, 1]")
         confidence = 1.0
     supersedes = raw.get("supersedes") or None
@@ -259,7 +265,9 @@ def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, An
     return result
 
 
-def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationInput | None, list[FieldViolation]]:
+def validate_observation(
+    raw: dict[str, Any], prefix: str
+) -> tuple[ObservationInput | None, list[FieldViolation]]:
     """Checks one observation; returns (normalised input, []) or (None, violations)."""
     checker = FieldChecker(prefix)
     namespace = raw.get("namespace", "")
@@ -285,7 +293,10 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
     if len(content.encode("utf-8")) > MAX_OBSERVATION_CONTENT_BYTES:
         checker.add("content", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
     data = raw.get("data") or {}
-    if len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) > MAX_OBSERVATION_DATA_BYTES:
+    if (
+        len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        > MAX_OBSERVATION_DATA_BYTES
+    ):
         checker.add("data", f"larger than {MAX_OBSERVATION_DATA_BYTES} bytes (1 MiB) as JSON")
     provenance = raw.get("provenance") or {}
     pii = raw.get("pii", False)
@@ -341,7 +352,12 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
                 checker.add(f"{path}.text.text", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
             else:
                 texts.append(
-                    TextInput(index=index, text=body, title=str(text.get("title") or ""), heading=str(text.get("heading") or ""))
+                    TextInput(
+                        index=index,
+                        text=body,
+                        title=str(text.get("title") or ""),
+                        heading=str(text.get("heading") or ""),
+                    )
                 )
         else:
             checker.add(path, "must hold exactly one of entity, fact, text")

@@ -114,7 +114,10 @@ class ObservationRecorder:
             # wait for each other instead of deadlocking (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
             now = datetime.now(UTC)
-            return {item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now) for item in valid}
+            return {
+                item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now)
+                for item in valid
+            }
 
         recorded = self.database.run_transaction(work)
         results: list[RecordResult] = []
@@ -148,7 +151,9 @@ class ObservationRecorder:
             keys.update((namespace, key) for key in unlocked if key not in existing)
         return keys
 
-    def _record_one(self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime) -> RecordResult:
+    def _record_one(
+        self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime
+    ) -> RecordResult:
         """Stores and projects one valid observation inside the batch transaction.
 
         Idempotent by observation_id: an observation that exists (or appeared earlier in the same batch)
@@ -176,7 +181,9 @@ class ObservationRecorder:
             },
         )
         if not inserted:
-            result.status = self.observations.statuses(conn, [item.observation_id]).get(item.observation_id, "")
+            result.status = self.observations.statuses(conn, [item.observation_id]).get(
+                item.observation_id, ""
+            )
             return result
         result.created = True
         projection = self.projector.project(conn, item, embeddings, now)

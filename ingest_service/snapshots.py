@@ -44,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,8 +59,12 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
 from ingest_service.fact_engine import AGENT_ORIGIN, FactEngine, FactInput
-from ingest_service.snapshot_items import (
+from ingest_service.snapshot_model import (
+    ReconcileCounts,
+    ReconcileResult,
     SnapshotEntity,
+    SnapshotHeader,
+    SnapshotPart,
     fact_digest,
     fact_item_key,
     validate_entities,
@@ -77,44 +81,6 @@ from ingest_service.write_limits import (
 log = logging.getLogger(__name__)
 
 SNAPSHOT_ORIGIN = AGENT_ORIGIN  # source_path names the snapshot
-
-
-@dataclass
-class ReconcileCounts:
-    entities_created: int = 0
-    entities_updated: int = 0
-    entities_unchanged: int = 0
-    facts_created: int = 0
-    facts_updated: int = 0
-    facts_unchanged: int = 0
-    facts_closed: int = 0
-
-
-@dataclass(frozen=True)
-class ReconcileResult:
-    snapshot_id: str
-    counts: ReconcileCounts
-    unchanged: bool
-    previous_snapshot_id: str
-
-
-@dataclass(frozen=True)
-class SnapshotHeader:
-    """Which snapshot a run carries: ReconcileRequest's (and ReconcileStreamHeader's) scalar fields."""
-
-    namespace: str
-    source: str
-    scope: str
-    snapshot_id: str
-    snapshot_time: datetime | None
-
-
-@dataclass(frozen=True)
-class SnapshotPart:
-    """The next items of a snapshot: entity and fact assertions in proto3-JSON form (proto field names)."""
-
-    entities: Sequence[Any] = ()
-    facts: Sequence[Any] = ()
 
 
 class SnapshotReconciler:
@@ -150,7 +116,8 @@ class SnapshotReconciler:
         check = self._header_violations(header)
         if len(raw_entities) + len(raw_facts) > MAX_SNAPSHOT_ITEMS:
             check.add(
-                "entities", f"at most {MAX_SNAPSHOT_ITEMS} entities and facts per request (stream larger snapshots)"
+                "entities",
+                f"at most {MAX_SNAPSHOT_ITEMS} entities and facts per request (stream larger snapshots)",
             )
         check.raise_if_any()
         part = SnapshotPart(raw_entities, raw_facts)

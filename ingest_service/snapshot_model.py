@@ -1,5 +1,6 @@
-"""The items of a snapshot: their validation, and the keys and hashes the snapshot journal keeps of them
-(seed 000 "Загрузка знаний"; DESIGN §6; `ingest_service.snapshots` reconciles them).
+"""What a snapshot is made of (seed 000 "Загрузка знаний"; DESIGN §6; `ingest_service.snapshots`
+reconciles it): its header and parts, the validation of its items, the keys and hashes the snapshot
+journal keeps of them, and the counts a run reports.
 
 An entity item is identified by its natural key, a fact item by (subject, predicate, object)
 (`fact_item_key`); the hash of an item (`SnapshotEntity.digest`, `fact_digest`) tells whether it changed
@@ -10,6 +11,7 @@ the whole snapshot (``entities[i]``, ``facts[j]``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +23,48 @@ from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.fact_engine import FactInput
 from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
 from ingest_service.write_limits import TYPE_PATTERN
+
+
+@dataclass
+class ReconcileCounts:
+    """What a run changed (mirrors memory.v1.ReconcileCounts)."""
+
+    entities_created: int = 0
+    entities_updated: int = 0
+    entities_unchanged: int = 0
+    facts_created: int = 0
+    facts_updated: int = 0
+    facts_unchanged: int = 0
+    facts_closed: int = 0
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """Outcome of a run; ``unchanged``: the snapshot_id was reconciled before and nothing was read."""
+
+    snapshot_id: str
+    counts: ReconcileCounts
+    unchanged: bool
+    previous_snapshot_id: str
+
+
+@dataclass(frozen=True)
+class SnapshotHeader:
+    """Which snapshot a run carries: ReconcileRequest's (and ReconcileStreamHeader's) scalar fields."""
+
+    namespace: str
+    source: str
+    scope: str
+    snapshot_id: str
+    snapshot_time: datetime | None
+
+
+@dataclass(frozen=True)
+class SnapshotPart:
+    """The next items of a snapshot: entity and fact assertions in proto3-JSON form (proto field names)."""
+
+    entities: Sequence[Any] = ()
+    facts: Sequence[Any] = ()
 
 
 @dataclass(frozen=True)
