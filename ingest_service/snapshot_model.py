@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from common.kernel.errors import FieldViolation
-from common.kernel.identifiers import canonical_instant, canonical_json
+from common.kernel.errors import FieldViolation, ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant, canonical_json
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.fact_engine import FactInput
 from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
-from ingest_service.write_limits import TYPE_PATTERN
+from ingest_service.write_limits import MAX_NAME_CHARS, TYPE_PATTERN
 
 
 @dataclass
@@ -65,6 +65,20 @@ class SnapshotPart:
 
     entities: Sequence[Any] = ()
     facts: Sequence[Any] = ()
+
+
+def header_violations(header: SnapshotHeader) -> ViolationCollector:
+    """The field violations of a snapshot's header (not raised: the unary call adds its size check)."""
+    check = ViolationCollector()
+    if not NAMESPACE_PATTERN.match(header.namespace):
+        check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+    for name in ("source", "scope", "snapshot_id"):
+        value = getattr(header, name)
+        if not value or len(value) > MAX_NAME_CHARS or "\x00" in value:
+            check.add(name, f"required, 1..{MAX_NAME_CHARS} characters, no NUL")
+    if header.snapshot_time is None:
+        check.add("snapshot_time", "required")
+    return check
 
 
 @dataclass(frozen=True)

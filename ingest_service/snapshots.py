@@ -15,9 +15,10 @@ Compared with what earlier snapshots of that ``(source, scope)`` left:
   touched. A fact's ``snapshot_id`` names the snapshot that last created or changed it.
 
 Streaming (bounded memory): one implementation, `SnapshotReconciler.reconcile_stream`, consumes the
-items part by part (the unary `reconcile` is a stream of one part). Items are validated, journaled in
-source_snapshots_items (key, hash, position) and written in batches of `SNAPSHOT_BATCH`, so the process holds at
-most a batch and one part, whatever the snapshot's size. Everything that needs the whole snapshot runs
+items part by part (the unary `reconcile` is a stream of one part). Items are validated
+(`ingest_service.snapshot_model`), journaled in source_snapshots_items (key, hash, position) and written
+in batches of `SNAPSHOT_BATCH`, so the process holds at most a batch and one part, whatever the
+snapshot's size. Facts are written, adopted and closed through `ingest_service.fact_engine.FactEngine`. Everything that needs the whole snapshot runs
 in SQL at the end: duplicate keys are found by the journal's primary key as they arrive, the
 cardinality-one check groups the journal, and the facts to close are the set difference of the
 previous and the current journal (`SnapshotStore.dropped_open_facts`).
@@ -51,8 +52,8 @@ from typing import Any
 import psycopg
 
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
+from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
+from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
@@ -67,11 +68,11 @@ from ingest_service.snapshot_model import (
     SnapshotPart,
     fact_digest,
     fact_item_key,
+    header_violations,
     validate_entities,
     validate_facts,
 )
 from ingest_service.write_limits import (
-    MAX_NAME_CHARS,
     MAX_SNAPSHOT_ITEMS,
     MAX_SNAPSHOT_VIOLATIONS,
     MAX_STREAM_ITEMS,
@@ -113,7 +114,7 @@ class SnapshotReconciler:
             Unavailable: the database cannot be reached; nothing was written, retrying is safe.
         """
         header = SnapshotHeader(namespace, source, scope, snapshot_id, snapshot_time)
-        check = self._header_violations(header)
+        check = header_violations(header)
         if len(raw_entities) + len(raw_facts) > MAX_SNAPSHOT_ITEMS:
             check.add(
                 "entities",
@@ -136,24 +137,11 @@ class SnapshotReconciler:
             Unavailable: the database cannot be reached, or a deadlock with a concurrent writer
                 (a stream cannot be replayed: send it again); nothing was written.
         """
-        self._header_violations(header).raise_if_any()
+        header_violations(header).raise_if_any()
         consumed = iter(parts)
         return self._run(header, lambda: consumed, replayable=False)
 
     # -- the run -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _header_violations(header: SnapshotHeader) -> ViolationCollector:
-        check = ViolationCollector()
-        if not NAMESPACE_PATTERN.match(header.namespace):
-            check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-        for name in ("source", "scope", "snapshot_id"):
-            value = getattr(header, name)
-            if not value or len(value) > MAX_NAME_CHARS or "\x00" in value:
-                check.add(name, f"required, 1..{MAX_NAME_CHARS} characters, no NUL")
-        if header.snapshot_time is None:
-            check.add("snapshot_time", "required")
-        return check
 
     def _run(
         self, header: SnapshotHeader, parts: Callable[[], Iterator[SnapshotPart]], *, replayable: bool
@@ -189,7 +177,8 @@ class SnapshotReconciler:
 
 
 class _Run:
-    """One reconciliation inside its transaction: buffers at most `SNAPSHOT_BATCH` entities and `SNAPSHOT_BATCH` facts."""
+    """One reconciliation inside its transaction: buffers at most `SNAPSHOT_BATCH` entities and as many
+    facts."""
 
     def __init__(
         self,
