@@ -176,9 +176,9 @@ class ObservationProjector:
         )
 
     def _entities(self, context: _Context) -> None:
-        """Upserts the asserted entities (properties merged, an existing title kept); records their labels
-        in ``context.known``. An entity whose node is hidden from the caller is not overwritten (issue 5 §3; it
-        reads "not found"); one a domain pack refuses is skipped."""
+        """Upserts the asserted entities (properties merged, an existing title kept); records their
+        labels in ``context.known``. An entity whose node is hidden from the caller is not overwritten
+        (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped."""
         conn, item, now = context.conn, context.item, context.now
         rejected = context.projection.rejected
         hidden = WriteAccess.of_caller().hidden_nodes(

@@ -18,10 +18,10 @@ Streaming (bounded memory): one implementation, `SnapshotReconciler.reconcile_st
 items part by part (the unary `reconcile` is a stream of one part). Items are validated
 (`ingest_service.snapshot_model`), journaled in source_snapshots_items (key, hash, position) and written
 in batches of `SNAPSHOT_BATCH`, so the process holds at most a batch and one part, whatever the
-snapshot's size. Facts are written, adopted and closed through `ingest_service.fact_engine.FactEngine`. Everything that needs the whole snapshot runs
-in SQL at the end: duplicate keys are found by the journal's primary key as they arrive, the
-cardinality-one check groups the journal, and the facts to close are the set difference of the
-previous and the current journal (`SnapshotStore.dropped_open_facts`).
+snapshot's size; facts are written, adopted and closed through `ingest_service.fact_engine.FactEngine`.
+Everything that needs the whole snapshot runs in SQL at the end: duplicate keys are found by the
+journal's primary key as they arrive, the cardinality-one check groups the journal, and the facts to
+close are the set difference of the previous and the current journal (`SnapshotStore.dropped_open_facts`).
 
 Atomicity and the crash story: a run is one database transaction, opened when the header arrives and
 committed only after the last part, the checks and the closing step. A stream that breaks midway
