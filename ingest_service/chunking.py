@@ -24,6 +24,9 @@ section is then packed, block by block, into chunks of at most ``max_chars`` cha
 
 Together: the chunk texts, in order, hold every non-blank line of the input exactly once.
 
+`bounded_chunks` then gives the soft bound a hard one: it cuts pieces longer than ``hard_chars`` (one
+huge code block, a file without line breaks) at line boundaries where possible.
+
 The caller strips a leading YAML front matter block (``---`` ... ``---``) before chunking; anything that
 remains, including a second ``---`` block, is treated as Markdown (a thematic break followed by a setext
 heading, typically).
@@ -40,6 +43,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 HEADING_SEPARATOR = " / "
+# A chunk longer than this (one huge code block, a file without line breaks) is cut further, at line
+# boundaries where possible: full-text vectors are limited to 1 MB and embedders read a few hundred tokens.
+HARD_CHUNK_CHARS = 16000
 _NEWLINES = re.compile(r"\r\n?")
 
 
@@ -193,3 +199,32 @@ def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
         else:
             ranges.append((sections[-1].heading, carried_from, len(lines)))
     return [Chunk(order, heading, span(start, end)) for order, (heading, start, end) in enumerate(ranges)]
+
+
+def bounded_chunks(
+    pieces: Sequence[tuple[str, str]], hard_chars: int = HARD_CHUNK_CHARS
+) -> list[tuple[str, str]]:
+    """Cuts (heading, text) pieces longer than ``hard_chars`` at line boundaries (or hard, inside a line).
+
+    Returns the pieces in order, each at most ``hard_chars`` characters, none blank.
+    """
+    out: list[tuple[str, str]] = []
+    for heading, text in pieces:
+        if len(text) <= hard_chars:
+            out.append((heading, text))
+            continue
+        current = ""
+        for line in text.splitlines(keepends=True):
+            while len(line) > hard_chars:
+                if current.strip():
+                    out.append((heading, current.rstrip()))
+                current = ""
+                out.append((heading, line[:hard_chars]))
+                line = line[hard_chars:]
+            if len(current) + len(line) > hard_chars and current.strip():
+                out.append((heading, current.rstrip()))
+                current = ""
+            current += line
+        if current.strip():
+            out.append((heading, current.rstrip()))
+    return [(heading, text) for heading, text in out if text.strip()]

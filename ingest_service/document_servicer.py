@@ -10,7 +10,8 @@ import grpc
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
-from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
+from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents import DocumentWriter
 from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
 
 

@@ -13,7 +13,8 @@ vertex properties are compared by hash (`GraphStore.upsert_node`), equal chunk r
 (`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten only when the node itself changed
 (the resolved link targets are part of its properties, ``props.links``).
 
-This module is transport free: errors are `common.errors` exceptions, the servicer maps them.
+The requests and their validation are in `ingest_service.document_validation`. This module is transport
+free: errors are `common.kernel.errors` exceptions, which the transport maps to status codes.
 """
 
 from __future__ import annotations
@@ -21,44 +22,33 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
-from common.kernel.config import Settings
-from common.storage.database import Database
-from common.kernel.errors import FailedPrecondition, InvalidArgument, ViolationCollector
-from common.packs.kind_validation import KindValidator
-from common.kernel.pii import PiiMarks, check_pii_categories
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
-from common.storage.graph_store import GraphStore, NodeWrite
 from common.domain.write_access import WriteAccess
-from ingest_service.chunking import chunk_markdown
+from common.kernel.config import Settings
+from common.kernel.errors import FailedPrecondition, InvalidArgument
+from common.kernel.pii import PiiMarks
+from common.packs.kind_validation import KindValidator
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.database import Database
+from common.storage.graph_store import GraphStore, NodeWrite
+from ingest_service.chunking import bounded_chunks, chunk_markdown
+from ingest_service.document_validation import (
+    PutChunksInput,
+    RetainInput,
+    validate_put_chunks,
+    validate_retain,
+)
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
-from ingest_service.observation_validation import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
+from ingest_service.write_limits import PROTECTED_TYPES
 
 log = logging.getLogger(__name__)
 
-MAX_CONTENT_BYTES = 8 * 1024 * 1024
-MAX_TITLE_LENGTH = 1024
-MAX_SOURCE_PATH_LENGTH = 4096
-MAX_LINKS = 1000
-MAX_CHUNKS = 10000
-# PutChunks keeps the client's cut, so an oversized chunk is refused rather than split (full-text vectors
-# are limited to 1 MB; embedders read a few hundred tokens anyway).
-MAX_CHUNK_TEXT_BYTES = 256 * 1024
-MAX_TRACE_ID_LENGTH = 256
-# A chunk longer than this (one huge code block, a file without line breaks) is cut further, at line
-# boundaries where possible: full-text vectors are limited to 1 MB and embedders read a few hundred tokens.
-HARD_CHUNK_CHARS = 16000
 DEFAULT_TYPE = "document"
-# Audit trail nodes (seed 000 "Аудит-контур"): a document write must neither create nor overwrite them.
-PROTECTED_TYPES = frozenset({"audit_event", "pc_trace"})
-_TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-# Chunk meta keys holding the personal data marks (common.pii.PiiMarks); requests pass them in fields.
-_PII_META_KEYS = ("pii", "pii_categories")
 # A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
 # exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
 # block belongs to the body (the docs vault has 101 files with one, see the corpora README).
@@ -72,53 +62,6 @@ class PassageEncoder(Protocol):
     dimension: int
 
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class RetainInput:
-    """A RetainRequest in domain form (see protos/memory/v1/document_service.proto)."""
-
-    namespace: str
-    natural_key: str
-    content: str
-    type: str = ""
-    title: str = ""
-    links: tuple[str, ...] = ()
-    source_path: str = ""
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-    scopes: tuple[str, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    pii: bool = False
-    pii_categories: tuple[str, ...] = ()
-    trace_id: str = ""
-
-
-@dataclass(frozen=True)
-class ChunkInput:
-    """One pre-cut fragment of a PutChunks request."""
-
-    chunk_order: int
-    heading: str
-    text: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PutChunksInput:
-    """A PutChunksRequest in domain form."""
-
-    namespace: str
-    natural_key: str
-    chunks: tuple[ChunkInput, ...]
-    type: str = ""
-    title: str = ""
-    source_path: str = ""
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-    scopes: tuple[str, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    links: tuple[str, ...] = ()
-    pii: bool = False
-    pii_categories: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,211 +98,6 @@ def strip_front_matter(content: str) -> str:
     """
     match = _FRONT_MATTER.match(content)
     return content[match.end() :] if match else content
-
-
-def bounded_chunks(
-    pieces: Sequence[tuple[str, str]], hard_chars: int = HARD_CHUNK_CHARS
-) -> list[tuple[str, str]]:
-    """Cuts (heading, text) pieces longer than ``hard_chars`` at line boundaries (or hard, inside a line).
-
-    Returns the pieces in order, each at most ``hard_chars`` characters, none blank.
-    """
-    out: list[tuple[str, str]] = []
-    for heading, text in pieces:
-        if len(text) <= hard_chars:
-            out.append((heading, text))
-            continue
-        current = ""
-        for line in text.splitlines(keepends=True):
-            while len(line) > hard_chars:
-                if current.strip():
-                    out.append((heading, current.rstrip()))
-                current = ""
-                out.append((heading, line[:hard_chars]))
-                line = line[hard_chars:]
-            if len(current) + len(line) > hard_chars and current.strip():
-                out.append((heading, current.rstrip()))
-                current = ""
-            current += line
-        if current.strip():
-            out.append((heading, current.rstrip()))
-    return [(heading, text) for heading, text in out if text.strip()]
-
-
-# -- validation ----------------------------------------------------------------------------------------
-
-
-def _has_nul(value: str) -> bool:
-    return "\x00" in value
-
-
-def _check_text(check: ViolationCollector, path: str, value: str, limit: int, *, required: bool) -> None:
-    if required and not value.strip():
-        check.add(path, "required")
-    elif len(value) > limit:
-        check.add(path, f"at most {limit} characters, got {len(value)}")
-    elif _has_nul(value):
-        check.add(path, "must not contain NUL characters")
-
-
-def _check_key(check: ViolationCollector, path: str, value: str) -> None:
-    if not value.strip():
-        check.add(path, "required: a natural key such as doc:apt/README or a URL")
-    elif value != value.strip():
-        check.add(path, "must not start or end with whitespace")
-    elif len(value) > MAX_KEY_LENGTH:
-        check.add(path, f"at most {MAX_KEY_LENGTH} characters, got {len(value)}")
-    elif _has_nul(value) or any(ch in value for ch in "\r\n\t"):
-        check.add(path, "must not contain NUL, tab or line break characters")
-
-
-def _check_namespace(check: ViolationCollector, namespace: str) -> None:
-    if not namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
-
-
-def _check_common(
-    check: ViolationCollector,
-    *,
-    namespace: str,
-    natural_key: str,
-    node_type: str,
-    title: str,
-    source_path: str,
-    links: Sequence[str],
-    scopes: Sequence[str],
-    meta: Mapping[str, Any],
-    provenance: Mapping[str, Any],
-) -> None:
-    _check_namespace(check, namespace)
-    _check_key(check, "natural_key", natural_key)
-    if natural_key.startswith(tuple(f"{protected}:" for protected in sorted(PROTECTED_TYPES))):
-        # Keys of audit nodes (audit_event:<id>, pc_trace:<trace_id>) are the audit trail's alone.
-        check.add("natural_key", "the prefixes audit_event: and pc_trace: are reserved for the audit trail")
-    if node_type and not _TYPE_PATTERN.match(node_type):
-        check.add("type", f"must match {_TYPE_PATTERN.pattern}")
-    elif node_type in PROTECTED_TYPES:
-        check.add("type", f"{node_type!r} is a protected type written only by the audit trail")
-    _check_text(check, "title", title, MAX_TITLE_LENGTH, required=False)
-    _check_text(check, "source_path", source_path, MAX_SOURCE_PATH_LENGTH, required=False)
-    if len(links) > MAX_LINKS:
-        check.add("links", f"at most {MAX_LINKS} links, got {len(links)}")
-    else:
-        seen: set[str] = set()
-        for index, link in enumerate(links):
-            before = len(check.violations)
-            _check_key(check, f"links[{index}]", link)
-            if len(check.violations) > before:
-                continue
-            if link == natural_key:
-                check.add(f"links[{index}]", "a document cannot link to itself")
-            elif link in seen:
-                check.add(f"links[{index}]", f"duplicate link {link!r}")
-            seen.add(link)
-    if len(scopes) > MAX_SCOPES:
-        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(scopes)}")
-    else:
-        for index, scope in enumerate(scopes):
-            if not SCOPE_PATTERN.match(scope):
-                check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha, task:PROJ-1)")
-    for name, value in (("meta", meta), ("provenance", provenance)):
-        if _contains_nul(value):
-            check.add(name, "must not contain NUL characters")
-    if "scopes" in meta:
-        check.add("meta.scopes", "reserved: pass scopes in the scopes field")
-    for reserved in _PII_META_KEYS:
-        if reserved in meta:
-            check.add(f"meta.{reserved}", "reserved: pass personal data marks in pii and pii_categories")
-
-
-def _contains_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return _has_nul(value)
-    if isinstance(value, Mapping):
-        return any(_has_nul(str(k)) or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_contains_nul(v) for v in value)
-    return False
-
-
-def validate_retain(request: RetainInput) -> None:
-    """Raises `InvalidArgument` with every field violation of a Retain request (proto field names)."""
-    check = ViolationCollector()
-    _check_common(
-        check,
-        namespace=request.namespace,
-        natural_key=request.natural_key,
-        node_type=request.type,
-        title=request.title,
-        source_path=request.source_path,
-        links=request.links,
-        scopes=request.scopes,
-        meta=request.meta,
-        provenance=request.provenance,
-    )
-    size = len(request.content.encode("utf-8", errors="surrogatepass"))
-    if size > MAX_CONTENT_BYTES:
-        check.add("content", f"at most {MAX_CONTENT_BYTES} bytes (8 MiB) of UTF-8, got {size}")
-    elif _has_nul(request.content):
-        check.add("content", "must not contain NUL characters")
-    if len(request.trace_id) > MAX_TRACE_ID_LENGTH or _has_nul(request.trace_id):
-        check.add("trace_id", f"at most {MAX_TRACE_ID_LENGTH} characters, no NUL")
-    check_pii_categories(check, "pii_categories", request.pii_categories)
-    check.raise_if_any()
-
-
-def validate_put_chunks(request: PutChunksInput) -> None:
-    """Raises `InvalidArgument` with every field violation of a PutChunks request."""
-    check = ViolationCollector()
-    _check_common(
-        check,
-        namespace=request.namespace,
-        natural_key=request.natural_key,
-        node_type=request.type,
-        title=request.title,
-        source_path=request.source_path,
-        links=request.links,
-        scopes=request.scopes,
-        meta=request.meta,
-        provenance=request.provenance,
-    )
-    if not request.chunks:
-        check.add("chunks", "at least one chunk is required")
-    elif len(request.chunks) > MAX_CHUNKS:
-        check.add("chunks", f"at most {MAX_CHUNKS} chunks per call, got {len(request.chunks)}")
-    else:
-        orders: dict[int, int] = {}
-        for index, chunk in enumerate(request.chunks):
-            path = f"chunks[{index}]"
-            if chunk.chunk_order < 0:
-                check.add(f"{path}.chunk_order", "must be >= 0")
-            elif chunk.chunk_order in orders:
-                check.add(
-                    f"{path}.chunk_order", f"duplicate of chunks[{orders[chunk.chunk_order]}].chunk_order"
-                )
-            else:
-                orders[chunk.chunk_order] = index
-            if not chunk.text.strip():
-                check.add(f"{path}.text", "required: non-blank text")
-            elif len(chunk.text.encode("utf-8", errors="surrogatepass")) > MAX_CHUNK_TEXT_BYTES:
-                check.add(f"{path}.text", f"at most {MAX_CHUNK_TEXT_BYTES} bytes of UTF-8")
-            elif _has_nul(chunk.text):
-                check.add(f"{path}.text", "must not contain NUL characters")
-            _check_text(check, f"{path}.heading", chunk.heading, MAX_TITLE_LENGTH, required=False)
-            if _contains_nul(chunk.meta):
-                check.add(f"{path}.meta", "must not contain NUL characters")
-            if "scopes" in chunk.meta:
-                check.add(f"{path}.meta.scopes", "reserved: pass scopes in the scopes field")
-            for reserved in _PII_META_KEYS:
-                if reserved in chunk.meta:
-                    check.add(
-                        f"{path}.meta.{reserved}",
-                        "reserved: pass personal data marks in pii and pii_categories",
-                    )
-    check_pii_categories(check, "pii_categories", request.pii_categories)
-    check.raise_if_any()
 
 
 # -- the writer ----------------------------------------------------------------------------------------
@@ -412,7 +150,6 @@ class DocumentWriter:
         """
         validate_retain(request)
         title = request.title or request.natural_key
-        node_type = request.type or DEFAULT_TYPE
         # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
         # what the detector finds; mirrored into every chunk's meta for the output masking.
         marks = PiiMarks.of(
@@ -437,16 +174,7 @@ class DocumentWriter:
             **marks.as_props(),
             "trace_id": request.trace_id,
         }
-        node = NodeWrite(
-            namespace=request.namespace,
-            natural_key=request.natural_key,
-            node_type=node_type,
-            title=title,
-            source_path=request.source_path,
-            origin="agent",
-            props=props,
-        )
-        return self._write(node, prepared, list(request.links), delete_beyond=True)
+        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=True)
 
     # -- PutChunks ---------------------------------------------------------------------------------
 
@@ -466,7 +194,6 @@ class DocumentWriter:
         """
         validate_put_chunks(request)
         title = request.title or request.natural_key
-        node_type = request.type or DEFAULT_TYPE
         base_meta = dict(request.meta)
         # Marks add up over calls (a document may come in several PutChunks calls): this call's explicit
         # and detected marks joined with those the node holds.
@@ -499,16 +226,7 @@ class DocumentWriter:
         }
         if marks.marked:
             props.update(marks.as_props())
-        node = NodeWrite(
-            namespace=request.namespace,
-            natural_key=request.natural_key,
-            node_type=node_type,
-            title=title,
-            source_path=request.source_path,
-            origin="agent",
-            props=props,
-        )
-        return self._write(node, prepared, list(request.links), delete_beyond=False)
+        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=False)
 
     # -- shared ------------------------------------------------------------------------------------
 
@@ -623,6 +341,20 @@ class DocumentWriter:
         )
 
 
+def _document_node(request: RetainInput | PutChunksInput, props: dict[str, Any]) -> NodeWrite:
+    """The document node of a Retain or PutChunks request (type ``document`` and the key as title by
+    default), holding ``props``."""
+    return NodeWrite(
+        namespace=request.namespace,
+        natural_key=request.natural_key,
+        node_type=request.type or DEFAULT_TYPE,
+        title=request.title or request.natural_key,
+        source_path=request.source_path,
+        origin="agent",
+        props=props,
+    )
+
+
 def _chunk_meta(
     meta: Mapping[str, Any], scopes: Sequence[str], marks: PiiMarks | None = None
 ) -> dict[str, Any]:
@@ -636,14 +368,4 @@ def _chunk_meta(
     return out
 
 
-__all__ = [
-    "ChunkInput",
-    "DocumentResult",
-    "DocumentWriter",
-    "PutChunksInput",
-    "RetainInput",
-    "bounded_chunks",
-    "strip_front_matter",
-    "validate_put_chunks",
-    "validate_retain",
-]
+__all__ = ["DocumentResult", "DocumentWriter", "strip_front_matter"]

@@ -19,33 +19,29 @@ record it once AuditService exists).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from common.storage.database import Database
+from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
-from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
 from common.packs.kind_validation import KindValidator
+from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
-from common.domain.write_access import WriteAccess
-from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
-from ingest_service.observation_validation import (
+from ingest_service.fact_engine import AssertionRejected, FactEngine, FactInput
+from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
+from ingest_service.write_limits import (
     FACT_ID_PATTERN,
-    NAMESPACE_PATTERN,
-    FactInput,
-    FieldChecker,
-    validate_fact_assertion,
+    MAX_FACT_SOURCE_PATH_CHARS,
+    MAX_FACTS_PER_CALL,
+    check_reason,
 )
 
 log = logging.getLogger(__name__)
-
-MAX_FACTS = 200
-MAX_SOURCE_PATH_CHARS = 1024
-MAX_REASON_CHARS = 4096
-AGENT_ORIGIN = "agent"
 
 
 @dataclass
@@ -100,10 +96,10 @@ class FactAsserter:
             request.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
         if not raw_facts:
             request.add("facts", "at least one fact is required")
-        elif len(raw_facts) > MAX_FACTS:
-            request.add("facts", f"at most {MAX_FACTS} facts per call, got {len(raw_facts)}")
-        if len(source_path) > MAX_SOURCE_PATH_CHARS or "\x00" in source_path:
-            request.add("source_path", f"at most {MAX_SOURCE_PATH_CHARS} characters, no NUL")
+        elif len(raw_facts) > MAX_FACTS_PER_CALL:
+            request.add("facts", f"at most {MAX_FACTS_PER_CALL} facts per call, got {len(raw_facts)}")
+        if len(source_path) > MAX_FACT_SOURCE_PATH_CHARS or "\x00" in source_path:
+            request.add("source_path", f"at most {MAX_FACT_SOURCE_PATH_CHARS} characters, no NUL")
         request.raise_if_any()
 
         checked: list[tuple[FactInput | None, list[FieldViolation]]] = []
@@ -126,33 +122,13 @@ class FactAsserter:
                     results.append(_failed(violations))
                     rejections.extend(violations)
                     continue
-                subject, object_ = fact.subject, fact.object
-                if kinds.active:
-                    subject, object_, kind_violations = kinds.check_fact(
-                        fact.subject, fact.predicate, fact.object, f"facts[{fact.index}]"
-                    )
-                    if kind_violations:
-                        results.append(_failed(kind_violations))
-                        rejections.extend(kind_violations)
-                        continue
-                write = FactWrite(
-                    field=f"facts[{fact.index}]",
-                    namespace=namespace,
-                    subject=subject,
-                    predicate=fact.predicate,
-                    object=object_,
-                    valid_from=fact.valid_from,
-                    valid_to=fact.valid_to,
-                    evidence=fact.evidence,
-                    confidence=fact.confidence,
-                    supersedes=fact.supersedes,
-                    scopes=fact.scopes,
-                    attributes=fact.attributes,
-                    observation_id=None,
-                    observed_at=now,
-                    origin=AGENT_ORIGIN,
-                    source_path=source_path,
-                    agent_asserted=True,
+                fact, kind_violations = resolve_fact_kinds(kinds, fact)
+                if kind_violations:
+                    results.append(_failed(kind_violations))
+                    rejections.extend(kind_violations)
+                    continue
+                write = dataclasses.replace(
+                    fact, namespace=namespace, source_path=source_path, agent_asserted=True
                 )
                 try:
                     outcome = self.engine.record(conn, write, now=now, known=known)
@@ -190,8 +166,7 @@ class FactAsserter:
             check.add("namespace", "required")
         if not FACT_ID_PATTERN.match(fact_id):
             check.add("fact_id", "required: a fact_id (fact-<24 hex>)")
-        if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
-            check.add("reason", f"at most {MAX_REASON_CHARS} characters, no NUL")
+        check_reason(check, reason)
         check.raise_if_any()
         end = valid_to or now or datetime.now(UTC)
         access = WriteAccess.of_caller()
@@ -216,7 +191,7 @@ class FactAsserter:
                     f"{canonical_instant(end)} is before the fact's valid_from {canonical_instant(row.valid_from)}",
                 )
             if row.valid_to is None or end < row.valid_to:
-                closed = self.facts.close(conn, namespace, fact_id, end, None)
+                closed = self.engine.close(conn, namespace, fact_id, end)
                 assert closed is not None
                 row = closed
             return ClosedFact(row, row.fact_id in self.facts.conflicting_ids(conn, [row]))

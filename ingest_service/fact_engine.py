@@ -1,31 +1,49 @@
-"""The fact engine: temporal facts with idempotent strengthening and supersession (seed 000, "Факты").
+"""The fact engine: the one way facts are written (seed 000 "Факты", "Потеря свидетельства").
 
-Rules:
-- ``fact_id`` is deterministic (DESIGN §3), so a repeated assertion from a new observation strengthens
-  the existing fact (observation_ids union, confidence max) instead of creating an edge.
-- ``supersedes``: the superseded fact's valid_to becomes the new fact's valid_from and its
-  superseded_by is set; history is never deleted. When the superseded fact has not arrived yet, the
-  closure is applied when it arrives (delivery order does not matter).
-- A supersession naming a fact of another subject or predicate is rejected (`AssertionRejected`), and
-  the assertion writes nothing.
+Every write path (observations, AssertFacts and CloseFact, Reconcile, identifier links, redaction and
+purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writing methods of
+`common.storage.fact_store.FactStore` (or `SnapshotStore.adopt_facts`) itself. The engine:
+
+- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic (DESIGN §3), so a
+  repeated assertion from a new observation strengthens the existing fact (observation_ids union,
+  confidence max) instead of creating an edge;
+- **supersedes** (`record` with ``supersedes``): the superseded fact's valid_to becomes the new fact's
+  valid_from and its superseded_by is set; history is never deleted. When the superseded fact has not
+  arrived yet, the closure is applied when it arrives (delivery order does not matter). A supersession
+  naming a fact of another subject or predicate is rejected (`AssertionRejected`), and the assertion
+  writes nothing;
+- **closes** (`close`, `close_many`): CloseFact, mentions no longer named, facts a snapshot dropped;
+  an interval is never widened;
+- **strikes** an observation from the facts it proved (`strike_observation`); a fact left without
+  evidence becomes evidence_lost;
+- **adopts** facts for a snapshot's (source, scope) (`adopt_for_snapshot`);
+- **removes** the rows of a deleted node's facts (`delete_touching`, DeleteNode only).
+
+The input of every write is one type, `FactInput`: a validated assertion
+(`ingest_service.observation_validation.validate_fact_assertion`) with the provenance its write path
+adds; `FactEngine.row_of` is the one mapping from it to the stored row.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from common.domain.write_access import WriteAccess
 from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
-from common.domain.write_access import WriteAccess
+from common.storage.snapshot_store import SnapshotStore
+
+AGENT_ORIGIN = "agent"  # the documented origins are "agent" and "vault"
 
 
 class AssertionRejected(Exception):
-    """One assertion cannot be applied; ``field`` names it relative to the observation."""
+    """One assertion cannot be applied; ``field`` names it relative to the request."""
 
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
@@ -35,41 +53,84 @@ class AssertionRejected(Exception):
 
 @dataclass(frozen=True)
 class FactOutcome:
+    """The fact_id an assertion was written under, and whether it was created (False: strengthened)."""
+
     fact_id: str
     created: bool
 
 
-@dataclass(frozen=True)
-class FactWrite:
-    """A fact assertion after validation; ``field`` is its path for error messages."""
+@dataclass(frozen=True, kw_only=True)
+class FactInput:
+    """One fact assertion, validated, with the provenance its write path adds: what the engine writes.
+
+    Attributes:
+        field: the assertion's path for error messages (``assertions[2].fact``, ``facts[1]``).
+        subject: natural key of the subject (``type:id``).
+        predicate: the relation, ``[A-Za-z_][A-Za-z0-9_]{0,127}``.
+        object: natural key of the object.
+        valid_from: start of validity (aware UTC).
+        valid_to: end of validity, None for open.
+        evidence: evidence class (`ingest_service.write_limits.EVIDENCE_CLASSES`).
+        confidence: in [0, 1].
+        supersedes: fact_id this fact supersedes, or None.
+        scopes: visibility and relevance scopes (``type:id``).
+        attributes: free-form attributes (JSON object).
+        index: the assertion's position in its request (``assertions[i]``, ``facts[i]``).
+        namespace: set by the write path.
+        observation_id: the observation proving the fact, None for agent facts and snapshots.
+        observed_at: when the fact was written; None means the engine's ``now``.
+        origin: ``"agent"`` or ``"vault"``.
+        source_path: the citation target.
+        agent_asserted: direct evidence (AssertFacts, snapshots) that no redaction or purge can take away.
+    """
 
     field: str
-    namespace: str
     subject: str
     predicate: str
     object: str
     valid_from: datetime
-    valid_to: datetime | None
-    evidence: str
-    confidence: float
-    supersedes: str | None
-    scopes: list[str]
-    attributes: dict[str, Any]
-    observation_id: str | None
-    observed_at: datetime
-    origin: str = "agent"
+    valid_to: datetime | None = None
+    evidence: str = "asserted"
+    confidence: float = 1.0
+    supersedes: str | None = None
+    scopes: list[str] = dataclasses.field(default_factory=list)
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    index: int = 0
+    namespace: str = ""
+    observation_id: str | None = None
+    observed_at: datetime | None = None
+    origin: str = AGENT_ORIGIN
     source_path: str = ""
-    # True for FactService.AssertFacts: direct evidence that no redaction or purge can take away.
     agent_asserted: bool = False
+
+    @property
+    def fact_id(self) -> str:
+        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from) (DESIGN §3)."""
+        return compute_fact_id(self.namespace, self.subject, self.predicate, self.object, self.valid_from)
 
 
 class FactEngine:
+    """Writes facts inside the caller's transaction (see the module doc).
+
+    Args:
+        graph: the graph store (fact end nodes and edges).
+        facts: the fact store over ``graph``; its read methods are free for callers to use.
+    """
+
     def __init__(self, graph: GraphStore, facts: FactStore) -> None:
         self.graph = graph
         self.facts = facts
+        self.snapshot_journal = SnapshotStore(graph.database.settings)
+
+    # -- create, strengthen, supersede -------------------------------------------------------------
 
     def record(
-        self, conn: psycopg.Connection[Any], write: FactWrite, *, now: datetime, known: dict[str, str] | None = None
+        self,
+        conn: psycopg.Connection[Any],
+        fact: FactInput,
+        *,
+        now: datetime,
+        known: dict[str, str] | None = None,
     ) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
 
@@ -79,72 +140,76 @@ class FactEngine:
 
         Raises:
             AssertionRejected: the supersession names a fact of another subject/predicate, or itself; or
-                the caller may not write it (`common.write_access.WriteAccess.fact_violations`).
+                the caller may not write it (`common.domain.write_access.WriteAccess.fact_violations`).
         """
-        new_id = compute_fact_id(write.namespace, write.subject, write.predicate, write.object, write.valid_from)
+        new_id = fact.fact_id
         # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
         refused = WriteAccess.of_caller().fact_violations(
             conn,
             self.facts,
-            namespace=write.namespace,
-            path=write.field,
+            namespace=fact.namespace,
+            path=fact.field,
             fact_id=new_id,
-            subject=write.subject,
-            object_=write.object,
-            scopes=write.scopes,
-            supersedes=write.supersedes,
+            subject=fact.subject,
+            object_=fact.object,
+            scopes=fact.scopes,
+            supersedes=fact.supersedes,
         )
         if refused:
             raise AssertionRejected(refused[0].field, refused[0].description)
         superseded: FactRow | None = None
-        if write.supersedes:
-            if write.supersedes == new_id:
-                raise AssertionRejected(f"{write.field}.supersedes", "a fact cannot supersede itself")
-            superseded = self.facts.get(conn, write.namespace, write.supersedes, lock=True)
+        if fact.supersedes:
+            if fact.supersedes == new_id:
+                raise AssertionRejected(f"{fact.field}.supersedes", "a fact cannot supersede itself")
+            superseded = self.facts.get(conn, fact.namespace, fact.supersedes, lock=True)
             if superseded is not None and (
-                superseded.subject_key != write.subject or superseded.predicate != write.predicate
+                superseded.subject_key != fact.subject or superseded.predicate != fact.predicate
             ):
                 raise AssertionRejected(
-                    f"{write.field}.supersedes",
-                    f"{write.supersedes} is a fact of ({superseded.subject_key}, {superseded.predicate}), "
-                    f"not of ({write.subject}, {write.predicate})",
+                    f"{fact.field}.supersedes",
+                    f"{fact.supersedes} is a fact of ({superseded.subject_key}, {superseded.predicate}), "
+                    f"not of ({fact.subject}, {fact.predicate})",
                 )
             if superseded is not None and superseded.supersedes == new_id:
-                raise AssertionRejected(f"{write.field}.supersedes", "supersession cycle")
+                raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
         known = {} if known is None else known
-        subject_label = known[write.subject] = self.graph.ensure_node(conn, write.namespace, write.subject, now=now, known=known)
-        object_label = known[write.object] = self.graph.ensure_node(conn, write.namespace, write.object, now=now, known=known)
-        row = self._row(write)
+        subject_label = known[fact.subject] = self.graph.ensure_node(
+            conn, fact.namespace, fact.subject, now=now, known=known
+        )
+        object_label = known[fact.object] = self.graph.ensure_node(
+            conn, fact.namespace, fact.object, now=now, known=known
+        )
+        row = self.row_of(fact, now=now)
         assert row.fact_id == new_id
         created, row = self.facts.insert_or_strengthen(
             conn, row, subject_label=subject_label, object_label=object_label
         )
         if superseded is not None:
-            self.facts.close(conn, write.namespace, superseded.fact_id, row.valid_from, row.fact_id)
+            self.facts.close(conn, fact.namespace, superseded.fact_id, row.valid_from, row.fact_id)
         if created:
-            successors = self.facts.superseding(conn, write.namespace, row.fact_id)
+            successors = self.facts.superseding(conn, fact.namespace, row.fact_id)
             if successors:
                 first = successors[0]
-                self.facts.close(conn, write.namespace, row.fact_id, first.valid_from, first.fact_id)
+                self.facts.close(conn, fact.namespace, row.fact_id, first.valid_from, first.fact_id)
         return FactOutcome(fact_id=row.fact_id, created=created)
 
     def record_many(
-        self, conn: psycopg.Connection[Any], namespace: str, writes: list[FactWrite], *, now: datetime
+        self, conn: psycopg.Connection[Any], namespace: str, facts: list[FactInput], *, now: datetime
     ) -> list[FactOutcome]:
         """`record` for many facts of ``namespace`` without ``supersedes``, set-based: one look-up and
         one insert of the missing end nodes, one multi-row insert of the facts (`FactStore.
         insert_or_strengthen_many`), one look-up of earlier facts superseding the new ones. Outcomes in
-        the order of ``writes``; a fact_id written twice in ``writes`` is created once and strengthened.
+        the order of ``facts``; a fact_id written twice in ``facts`` is created once and strengthened.
 
         Raises:
-            ValueError: a write names ``supersedes`` (use `record`) or another namespace.
+            ValueError: a fact names ``supersedes`` (use `record`) or another namespace.
         """
-        if any(write.supersedes for write in writes) or any(write.namespace != namespace for write in writes):
+        if any(fact.supersedes for fact in facts) or any(fact.namespace != namespace for fact in facts):
             raise ValueError("record_many takes facts of one namespace without supersedes")
         self.graph.ensure_nodes(
-            conn, namespace, [key for write in writes for key in (write.subject, write.object)], now=now
+            conn, namespace, [key for fact in facts for key in (fact.subject, fact.object)], now=now
         )
-        rows = [self._row(write) for write in writes]
+        rows = [self.row_of(fact, now=now) for fact in facts]
         outcomes: dict[int, FactOutcome] = {}
         pending = list(enumerate(rows))
         while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
@@ -164,25 +229,84 @@ class FactEngine:
         return [outcomes[index] for index in range(len(rows))]
 
     @staticmethod
-    def _row(write: FactWrite) -> FactRow:
+    def row_of(fact: FactInput, *, now: datetime) -> FactRow:
+        """The row ``fact`` is stored as (before strengthening): the one mapping from input to storage.
+        ``observed_at`` defaults to ``now``."""
         return FactRow(
-            fact_id=compute_fact_id(write.namespace, write.subject, write.predicate, write.object, write.valid_from),
-            namespace=write.namespace,
-            subject_key=write.subject,
-            predicate=write.predicate,
-            object_key=write.object,
-            valid_from=write.valid_from,
-            valid_to=write.valid_to,
-            observed_at=write.observed_at,
-            evidence=write.evidence,
-            confidence=write.confidence,
-            observation_ids=[write.observation_id] if write.observation_id else [],
-            supersedes=write.supersedes,
+            fact_id=fact.fact_id,
+            namespace=fact.namespace,
+            subject_key=fact.subject,
+            predicate=fact.predicate,
+            object_key=fact.object,
+            valid_from=fact.valid_from,
+            valid_to=fact.valid_to,
+            observed_at=fact.observed_at or now,
+            evidence=fact.evidence,
+            confidence=fact.confidence,
+            observation_ids=[fact.observation_id] if fact.observation_id else [],
+            supersedes=fact.supersedes,
             superseded_by=None,
-            origin=write.origin,
-            scopes=write.scopes,
-            attributes=write.attributes,
-            source_path=write.source_path,
+            origin=fact.origin,
+            scopes=fact.scopes,
+            attributes=fact.attributes,
+            source_path=fact.source_path,
             evidence_lost=False,
-            agent_asserted=write.agent_asserted,
+            agent_asserted=fact.agent_asserted,
         )
+
+    # -- close -------------------------------------------------------------------------------------
+
+    def close(
+        self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, valid_to: datetime
+    ) -> FactRow | None:
+        """Closes the fact ``fact_id`` at ``valid_to`` (never widening its interval, never before its
+        valid_from) without a successor. Returns the row after the write, None when there is no such fact."""
+        return self.facts.close(conn, namespace, fact_id, valid_to, None)
+
+    def close_many(
+        self, conn: psycopg.Connection[Any], namespace: str, fact_ids: list[str], valid_to: datetime
+    ) -> list[FactRow]:
+        """`close` of many facts in one statement (rows locked in fact_id order); the rows after the
+        write, ordered by fact_id (missing ones left out)."""
+        return self.facts.close_many(conn, namespace, fact_ids, valid_to)
+
+    # -- evidence ----------------------------------------------------------------------------------
+
+    def strike_observation(
+        self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
+    ) -> list[FactRow]:
+        """Removes ``observation_id`` from the evidence of every fact of ``namespace`` it proved; a fact
+        left with none and not ``agent_asserted`` becomes evidence_lost (seed 000 "Потеря
+        свидетельства"). Supersession closures stay. Returns the facts changed, ordered by fact_id;
+        repeating the call changes nothing."""
+        return self.facts.strike_observation(conn, namespace, observation_id)
+
+    # -- snapshots ---------------------------------------------------------------------------------
+
+    def adopt_for_snapshot(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        *,
+        source: str,
+        scope: str,
+        snapshot_id: str,
+        adoptions: list[tuple[str, dict[str, Any] | None]],
+    ) -> None:
+        """Marks the facts ``(fact_id, attributes)`` as owned by the snapshots of (``source``, ``scope``)
+        and last written by ``snapshot_id``; sets the attributes when given (None keeps them) and
+        rewrites the edges of those facts (attributes are edge properties too)."""
+        self.snapshot_journal.adopt_facts(conn, source, scope, snapshot_id, adoptions)
+        rewritten = [fact_id for fact_id, attributes in adoptions if attributes is not None]
+        self.facts.sync_edges(conn, self.facts.get_many(conn, namespace, rewritten))
+
+    # -- removal -----------------------------------------------------------------------------------
+
+    def delete_touching(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_key: str
+    ) -> list[FactRow]:
+        """Deletes the rows of every fact whose subject or object is ``natural_key``, history and lost
+        facts included, and returns them ordered by fact_id: DeleteNode only, which forgets the entity
+        itself (`ingest_service.node_deletion`); the caller deletes the node's vertex, and with it the
+        facts' edges, in the same transaction. Knowledge that merely stops holding is closed instead."""
+        return self.facts.delete_touching(conn, namespace, natural_key)

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from common.domain.write_access import WriteAccess
 from common.packs.identifier_patterns import MENTIONS, find_identifiers
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
-from common.domain.write_access import WriteAccess
-from ingest_service.fact_engine import FactEngine, FactWrite
+from ingest_service.fact_engine import FactEngine, FactInput
 
 MENTION_EVIDENCE = "extracted"
 MENTION_CONFIDENCE = 1.0
@@ -83,8 +83,7 @@ class MentionLinker:
 
     def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
-        self.facts = FactStore(graph)
-        self.engine = FactEngine(graph, self.facts)
+        self.engine = FactEngine(graph, FactStore(graph))
 
     def link(
         self, conn: Any, kinds: NamespaceKinds, source: MentionSource, *, now: datetime
@@ -106,7 +105,7 @@ class MentionLinker:
             return MentionResult(missing=missing)
         open_facts = {
             row.object_key: row
-            for row in self.facts.open_facts(conn, source.namespace, source.natural_key, MENTIONS)
+            for row in self.engine.facts.open_facts(conn, source.namespace, source.natural_key, MENTIONS)
         }
         linked = []
         known = dict(existing)
@@ -115,22 +114,17 @@ class MentionLinker:
                 continue
             self.engine.record(
                 conn,
-                FactWrite(
+                FactInput(
                     field="mentions",
                     namespace=source.namespace,
                     subject=source.natural_key,
                     predicate=MENTIONS,
                     object=target,
                     valid_from=source.valid_from or now,
-                    valid_to=None,
                     evidence=MENTION_EVIDENCE,
                     confidence=MENTION_CONFIDENCE,
-                    supersedes=None,
                     scopes=list(source.scopes),
-                    attributes={},
                     observation_id=source.observation_id,
-                    observed_at=now,
-                    origin="agent",
                     source_path=source.source_path,
                 ),
                 now=now,
@@ -141,7 +135,7 @@ class MentionLinker:
         if source.complete:
             for target, row in open_facts.items():
                 if target not in targets:
-                    self.facts.close(conn, source.namespace, row.fact_id, now, None)
+                    self.engine.close(conn, source.namespace, row.fact_id, now)
                     closed.append(target)
         unchanged = tuple(target for target in targets if target in open_facts)
         return MentionResult(tuple(linked), unchanged, missing, tuple(closed))

@@ -19,12 +19,12 @@ from memory.v1 import (
 )
 
 from common.domain.audit import AuditTrail
-from common.kernel.config import Settings
-from common.storage.database import Database
-from common.packs.domain_packs import PackRegistry
-from common.text_models.embeddings import build_embedding_provider
-from common.packs.kind_validation import KindValidator
 from common.grpc.server import ServiceHost, build_server
+from common.kernel.config import Settings
+from common.packs.domain_packs import PackRegistry
+from common.packs.kind_validation import KindValidator
+from common.storage.database import Database
+from common.text_models.embeddings import build_embedding_provider
 from ingest_service.audit_servicer import AuditServicer
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
@@ -39,7 +39,9 @@ from ingest_service.snapshot_servicer import SnapshotServicer
 from ingest_service.snapshots import SnapshotReconciler
 
 
-def create_ingest_host(settings: Settings, *, address: str | None = None, metrics_port: int | None = None) -> ServiceHost:
+def create_ingest_host(
+    settings: Settings, *, address: str | None = None, metrics_port: int | None = None
+) -> ServiceHost:
     """Builds (does not start) the ingest server: ObservationService, FactService, DocumentService,
     DomainPackService, SnapshotService and AuditService.
 
@@ -69,7 +71,9 @@ def create_ingest_host(settings: Settings, *, address: str | None = None, metric
             DocumentServiceServicer(writer, deleter), server
         )
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(audit), server)
-        domain_pack_service_pb2_grpc.add_DomainPackServiceServicer_to_server(DomainPackServicer(registry, kinds), server)
+        domain_pack_service_pb2_grpc.add_DomainPackServiceServicer_to_server(
+            DomainPackServicer(registry, kinds), server
+        )
         snapshot_service_pb2_grpc.add_SnapshotServiceServicer_to_server(SnapshotServicer(reconciler), server)
         return [
             "memory.v1.ObservationService",

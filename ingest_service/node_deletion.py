@@ -4,7 +4,8 @@ DESIGN §2, §8; issue 5 §5). Transport free.
 What goes, in ONE transaction (retried as a whole on deadlock):
 
 * the node's chunks (so Search and CompileContext's chunk candidates no longer find it);
-* every fact whose subject or object is the node, history included: rows of ``facts`` and their edges;
+* every fact whose subject or object is the node, history included: rows of ``facts`` and their edges
+  (`FactEngine.delete_touching`);
 * the vertex in its AGE label table, every edge touching it (LINKS_TO in and out, IN_TRACE, domain
   relations) and its ``graph_nodes`` row (so GetSource is NOT_FOUND and no traversal reaches it);
 * the node's entity item and the fact items naming it in every snapshot journal of the namespace, so
@@ -39,21 +40,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
-from common.storage.database import Database
+from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
+from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
-from common.domain.write_access import WriteAccess
-from ingest_service.documents import MAX_TRACE_ID_LENGTH, PROTECTED_TYPES
-from ingest_service.observation_validation import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from ingest_service.fact_engine import FactEngine
+from ingest_service.write_limits import PROTECTED_TYPES, check_reason, check_trace_id
 
 log = logging.getLogger(__name__)
 
-MAX_REASON_CHARS = 4096
-SNAPSHOT_FACT_LIMIT = 200
+SNAPSHOT_FACT_LIMIT = 200  # facts listed by id in the audit snapshot
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,8 @@ def validate_delete(request: DeleteNodeInput) -> None:
         check.add("natural_key", "required")
     elif len(request.natural_key) > MAX_KEY_LENGTH or "\x00" in request.natural_key:
         check.add("natural_key", f"at most {MAX_KEY_LENGTH} characters, no NUL")
-    if len(request.reason) > MAX_REASON_CHARS or "\x00" in request.reason:
-        check.add("reason", f"at most {MAX_REASON_CHARS} characters, no NUL")
-    if len(request.trace_id) > MAX_TRACE_ID_LENGTH or any(ch in request.trace_id for ch in "\x00\r\n\t"):
-        check.add("trace_id", f"at most {MAX_TRACE_ID_LENGTH} characters, no NUL, tab or line break")
+    check_reason(check, request.reason)
+    check_trace_id(check, request.trace_id)
     check.raise_if_any()
 
 
@@ -103,7 +102,7 @@ class NodeDeleter:
     def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.graph = GraphStore(database)
-        self.facts = FactStore(self.graph)
+        self.engine = FactEngine(self.graph, FactStore(self.graph))
         self.chunks = ChunkStore(database.settings)
         self.snapshots = SnapshotStore(database.settings)
         self.audit = audit or AuditTrail(database)
@@ -138,7 +137,7 @@ class NodeDeleter:
             vertex = self.graph.get_node(conn, namespace, key) or {}
             edges = self.graph.edge_counts(conn, namespace, key, str(node["label"]))
             chunk_count = self.chunks.delete_chunks(conn, namespace, key)
-            facts = self.facts.delete_touching(conn, namespace, key)
+            facts = self.engine.delete_touching(conn, namespace, key)  # removed, not closed: see above
             self.graph.delete_nodes(conn, namespace, [key])
             journal_items = self.snapshots.forget_node(conn, namespace, key)
             fact_ids = {row.fact_id for row in facts}

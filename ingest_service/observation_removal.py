@@ -42,22 +42,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
-from common.storage.database import Database
+from common.domain.observation_view import REDACTED, ObservationView, observation_view
+from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
 from common.kernel.identifiers import canonical_instant
-from common.domain.observation_view import REDACTED, ObservationView, observation_view
 from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
-from common.domain.write_access import WriteAccess
+from ingest_service.fact_engine import FactEngine
+from ingest_service.write_limits import check_reason, check_trace_id
 
 log = logging.getLogger(__name__)
 
 REDACTED_CONTENT = ""
-MAX_REASON_CHARS = 4096
-MAX_TRACE_ID_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,12 @@ def text_fragment_keys(observation_id: str, assertions: list[Any]) -> list[str]:
 
 def _validate(namespace: str, observation_id: str, reason: str, trace_id: str = "") -> None:
     check = ViolationCollector()
-    if len(trace_id) > MAX_TRACE_ID_CHARS or any(ch in trace_id for ch in "\x00\r\n\t"):
-        check.add("trace_id", f"at most {MAX_TRACE_ID_CHARS} characters, no NUL, tab or line break")
+    check_trace_id(check, trace_id)
     if not namespace.strip():
         check.add("namespace", "required")
     if not observation_id.strip():
         check.add("observation_id", "required")
-    if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
-        check.add("reason", f"at most {MAX_REASON_CHARS} characters, no NUL")
+    check_reason(check, reason)
     check.raise_if_any()
 
 
@@ -118,6 +116,7 @@ class ObservationRemover:
         self.audit = audit or AuditTrail(database)
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
+        self.engine = FactEngine(self.graph, self.facts)
         self.observations = ObservationStore(database.settings)
         self.chunks = ChunkStore(database.settings)
 
@@ -140,18 +139,10 @@ class ObservationRemover:
             NotFound: no such observation in ``namespace`` (or hidden from the caller).
             Unavailable: the database cannot be reached (nothing was changed).
         """
-        _validate(namespace, observation_id, reason, trace_id)
-        access = access or WriteAccess.of_caller()
-        trace_id = trace_id or default_trace_id()
-        self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
+        access, trace_id = self._prepare(namespace, observation_id, reason, trace_id, access)
 
         def work(conn: Any) -> RedactOutcome:
-            row = self.observations.get(
-                conn, namespace, observation_id, lock=True, visibility=access.visibility
-            )
-            if row is None:
-                raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
-            struck = self.facts.strike_observation(conn, namespace, observation_id)
+            row, struck = self._strike(conn, namespace, observation_id, access)
             texts = text_fragment_keys(observation_id, row["assertions"])
             _, episode_chunks = self._remove_content(
                 conn, namespace, [episode_key(observation_id)], delete_nodes=False
@@ -202,18 +193,10 @@ class ObservationRemover:
                 from the caller).
             Unavailable: the database cannot be reached (nothing was changed).
         """
-        _validate(namespace, observation_id, reason, trace_id)
-        access = access or WriteAccess.of_caller()
-        trace_id = trace_id or default_trace_id()
-        self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
+        access, trace_id = self._prepare(namespace, observation_id, reason, trace_id, access)
 
         def work(conn: Any) -> PurgeOutcome:
-            row = self.observations.get(
-                conn, namespace, observation_id, lock=True, visibility=access.visibility
-            )
-            if row is None:
-                raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
-            struck = self.facts.strike_observation(conn, namespace, observation_id)
+            row, struck = self._strike(conn, namespace, observation_id, access)
             keys = [episode_key(observation_id), *text_fragment_keys(observation_id, row["assertions"])]
             nodes, chunks = self._remove_content(conn, namespace, keys, delete_nodes=True)
             self.observations.delete(conn, namespace, observation_id)
@@ -234,6 +217,35 @@ class ObservationRemover:
             outcome.facts_evidence_lost,
         )
         return outcome
+
+    def _prepare(
+        self, namespace: str, observation_id: str, reason: str, trace_id: str, access: WriteAccess | None
+    ) -> tuple[WriteAccess, str]:
+        """Checks the request and prepares the audit labels (graph DDL must not wait behind the
+        transaction); returns the caller's access and the trace id (default: the request id).
+
+        Raises:
+            InvalidArgument: see `redact` and `purge`.
+        """
+        _validate(namespace, observation_id, reason, trace_id)
+        access = access or WriteAccess.of_caller()
+        trace_id = trace_id or default_trace_id()
+        self.audit.prepare()
+        return access, trace_id
+
+    def _strike(
+        self, conn: Any, namespace: str, observation_id: str, access: WriteAccess
+    ) -> tuple[dict[str, Any], list[FactRow]]:
+        """Locks the observation's row and strikes it from the evidence of its facts (`FactEngine.
+        strike_observation`); returns the row as it was and the facts changed.
+
+        Raises:
+            NotFound: no such observation in ``namespace``, or it is hidden from the caller.
+        """
+        row = self.observations.get(conn, namespace, observation_id, lock=True, visibility=access.visibility)
+        if row is None:
+            raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
+        return row, self.engine.strike_observation(conn, namespace, observation_id)
 
     def _audit(self, conn: Any, row: dict[str, Any], trace_id: str, snapshot: dict[str, Any]) -> str:
         """Writes the deletion's audit event in the caller's transaction; returns its event id."""

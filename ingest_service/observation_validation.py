@@ -8,8 +8,8 @@ normalised `ObservationInput` or the list of field violations, with paths relati
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,15 +27,20 @@ from common.kernel.identifiers import (
     parse_instant,
 )
 from common.kernel.pii import check_pii_categories
-
-MAX_CONTENT_BYTES = 1024 * 1024
-MAX_DATA_BYTES = 1024 * 1024
-MAX_ASSERTIONS = 200
-KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-PREDICATE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
-EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
+from common.packs.kind_validation import NamespaceKinds
+from ingest_service.fact_engine import FactInput
+from ingest_service.write_limits import (
+    EVIDENCE_CLASSES,
+    FACT_ID_PATTERN,
+    KIND_PATTERN,
+    MAX_ASSERTIONS,
+    MAX_EXTERNAL_ID_CHARS,
+    MAX_NAME_CHARS,
+    MAX_OBSERVATION_CONTENT_BYTES,
+    MAX_OBSERVATION_DATA_BYTES,
+    PREDICATE_PATTERN,
+    TYPE_PATTERN,
+)
 
 
 @dataclass
@@ -44,21 +49,6 @@ class EntityInput:
     key: str
     node_type: str
     title: str
-    attributes: dict[str, Any]
-
-
-@dataclass
-class FactInput:
-    index: int
-    subject: str
-    predicate: str
-    object: str
-    valid_from: datetime
-    valid_to: datetime | None
-    evidence: str
-    confidence: float
-    supersedes: str | None
-    scopes: list[str]
     attributes: dict[str, Any]
 
 
@@ -122,7 +112,9 @@ class FieldChecker:
         try:
             return parse_instant(value)
         except ValueError:
-            self.add(path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)")
+            self.add(
+                path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)"
+            )
             return None
 
     def entity_key(self, value: Any, path: str) -> str | None:
@@ -190,12 +182,14 @@ def validate_fact_assertion(
     checker: FieldChecker, raw: Any, path: str, *, index: int, default_valid_from: datetime | None
 ) -> FactInput | None:
     """Checks one fact assertion (memory.v1.FactAssertion in proto3-JSON form) wherever it comes from: an
-    observation's ``assertions[i].fact`` or a ``FactService.AssertFacts`` item ``facts[i]``.
+    observation's ``assertions[i].fact``, a ``FactService.AssertFacts`` item ``facts[i]`` or a snapshot's
+    ``facts[i]``.
 
     Violations go to ``checker`` under ``path`` (``assertions[2].fact.valid_from``, ``facts[1].valid_from``).
     ``valid_from`` defaults to ``default_valid_from`` (the observation's occurred_at, or the request time
-    for AssertFacts); ``valid_to`` must not be before it. Returns the normalised fact, or None when any
-    of its fields is invalid.
+    for AssertFacts, or the snapshot time); ``valid_to`` must not be before it. Returns the normalised
+    fact (``field`` is ``path``; the write path sets its provenance: namespace, observation, origin), or
+    None when any of its fields is invalid.
     """
     if raw is None:
         raw = {}
@@ -217,7 +211,11 @@ def validate_fact_assertion(
     if evidence not in EVIDENCE_CLASSES:
         checker.add(join_path(path, "evidence"), f"one of {sorted(EVIDENCE_CLASSES)}")
     confidence = raw.get("confidence", 1.0)
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not 0.0 <= float(confidence) <= 1.0
+    ):
         checker.add(join_path(path, "confidence"), "a number in [0, 1]")
         confidence = 1.0
     supersedes = raw.get("supersedes") or None
@@ -230,6 +228,7 @@ def validate_fact_assertion(
     if len(checker.violations) > before or not (subject_key and object_key and start):
         return None
     return FactInput(
+        field=path,
         index=index,
         subject=subject_key,
         predicate=str(predicate),
@@ -242,6 +241,14 @@ def validate_fact_assertion(
         scopes=scopes,
         attributes=dict(attributes),
     )
+
+
+def resolve_fact_kinds(kinds: NamespaceKinds, fact: FactInput) -> tuple[FactInput, list[FieldViolation]]:
+    """``fact`` with its subject and object resolved by the namespace's domain packs (canonical keys), and
+    the pack violations under ``fact.field`` (strict mode: unknown relation, kinds outside the relation's
+    fromKinds/toKinds). Without packs the fact is returned unchanged with no violations."""
+    subject, object_, violations = kinds.check_fact(fact.subject, fact.predicate, fact.object, fact.field)
+    return dataclasses.replace(fact, subject=subject, object=object_), violations
 
 
 def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -258,7 +265,9 @@ def _canonical_assertions(assertions: list[dict[str, Any]]) -> list[dict[str, An
     return result
 
 
-def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationInput | None, list[FieldViolation]]:
+def validate_observation(
+    raw: dict[str, Any], prefix: str
+) -> tuple[ObservationInput | None, list[FieldViolation]]:
     """Checks one observation; returns (normalised input, []) or (None, violations)."""
     checker = FieldChecker(prefix)
     namespace = raw.get("namespace", "")
@@ -269,10 +278,10 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
     stream = source.get("stream", "") if isinstance(source, dict) else ""
     external_id = source.get("external_id", "") if isinstance(source, dict) else ""
     for name, value in (("system", system), ("stream", stream)):
-        if not isinstance(value, str) or not value or len(value) > 256:
-            checker.add(f"source.{name}", "required, 1..256 characters")
-    if not isinstance(external_id, str) or len(external_id) > 1024:
-        checker.add("source.external_id", "at most 1024 characters")
+        if not isinstance(value, str) or not value or len(value) > MAX_NAME_CHARS:
+            checker.add(f"source.{name}", f"required, 1..{MAX_NAME_CHARS} characters")
+    if not isinstance(external_id, str) or len(external_id) > MAX_EXTERNAL_ID_CHARS:
+        checker.add("source.external_id", f"at most {MAX_EXTERNAL_ID_CHARS} characters")
     kind = raw.get("kind", "")
     if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
         checker.add("kind", "required, pattern [a-z0-9][a-z0-9._-]{0,127}")
@@ -281,11 +290,14 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
     subject = _participant(checker, raw.get("subject"), "subject")
     scopes = validate_scopes(checker, raw.get("scopes"), "scopes")
     content = raw.get("content", "") or ""
-    if len(content.encode("utf-8")) > MAX_CONTENT_BYTES:
-        checker.add("content", f"larger than {MAX_CONTENT_BYTES} bytes (1 MiB)")
+    if len(content.encode("utf-8")) > MAX_OBSERVATION_CONTENT_BYTES:
+        checker.add("content", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
     data = raw.get("data") or {}
-    if len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8")) > MAX_DATA_BYTES:
-        checker.add("data", f"larger than {MAX_DATA_BYTES} bytes (1 MiB) as JSON")
+    if (
+        len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        > MAX_OBSERVATION_DATA_BYTES
+    ):
+        checker.add("data", f"larger than {MAX_OBSERVATION_DATA_BYTES} bytes (1 MiB) as JSON")
     provenance = raw.get("provenance") or {}
     pii = raw.get("pii", False)
     if not isinstance(pii, bool):
@@ -336,11 +348,16 @@ def validate_observation(raw: dict[str, Any], prefix: str) -> tuple[ObservationI
             body = text.get("text", "")
             if not isinstance(body, str) or not body.strip():
                 checker.add(f"{path}.text.text", "required, non-empty")
-            elif len(body.encode("utf-8")) > MAX_CONTENT_BYTES:
-                checker.add(f"{path}.text.text", f"larger than {MAX_CONTENT_BYTES} bytes (1 MiB)")
+            elif len(body.encode("utf-8")) > MAX_OBSERVATION_CONTENT_BYTES:
+                checker.add(f"{path}.text.text", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
             else:
                 texts.append(
-                    TextInput(index=index, text=body, title=str(text.get("title") or ""), heading=str(text.get("heading") or ""))
+                    TextInput(
+                        index=index,
+                        text=body,
+                        title=str(text.get("title") or ""),
+                        heading=str(text.get("heading") or ""),
+                    )
                 )
         else:
             checker.add(path, "must hold exactly one of entity, fact, text")

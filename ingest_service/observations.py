@@ -1,9 +1,9 @@
 """Recording observations and projecting them into the graph (seed 000 "Наблюдения", "Эпизоды и сущности").
 
 A batch is stored and projected in ONE transaction (one commit, one WAL flush, retried as a whole on
-deadlock); for each observation: the immutable row, an episode node with
-provenance to it, entity upserts, facts (fact engine) and text fragments (a text node + one embedded
-chunk). A repeated observation_id is a duplicate: nothing is written. An assertion the fact engine
+deadlock); for each observation: the immutable row, then its projection
+(`ingest_service.observation_projection`: an episode node with provenance to it, entity upserts, facts
+through the fact engine, text fragments, identifier links). A repeated observation_id is a duplicate: nothing is written. An assertion the fact engine
 rejects (it checks before writing) is skipped and reported; the observation is then
 ``partially_processed``.
 """
@@ -17,26 +17,21 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from common.storage.database import Database
+from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument
-from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator
-from common.kernel.pii import PiiMarks
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.graph_store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import ObservationStore
-from common.domain.write_access import WriteAccess
-from ingest_service.chunking import chunk_markdown
-from ingest_service.documents import bounded_chunks
-from ingest_service.fact_engine import AssertionRejected, FactEngine, FactWrite
-from ingest_service.identifier_extraction import MentionLinker, MentionSource
+from ingest_service.fact_engine import FactEngine
+from ingest_service.observation_projection import ObservationProjector
 from ingest_service.observation_validation import ObservationInput, validate_observation
+from ingest_service.write_limits import MAX_OBSERVATIONS_PER_CALL
 
 log = logging.getLogger(__name__)
-
-MAX_BATCH = 1000
 
 
 class PassageEncoder(Protocol):
@@ -72,12 +67,15 @@ class ObservationRecorder:
         self.database = database
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
-        self.facts = FactStore(self.graph)
-        self.engine = FactEngine(self.graph, self.facts)
-        self.mentions = MentionLinker(self.graph)
         self.observations = ObservationStore(database.settings)
         self.encoder = encoder
-        self.chunks = ChunkStore(database.settings)
+        self.projector = ObservationProjector(
+            self.graph,
+            FactEngine(self.graph, FactStore(self.graph)),
+            ChunkStore(database.settings),
+            self.kinds,
+            database.settings,
+        )
 
     def record_batch(self, raw_observations: list[dict[str, Any]]) -> list[RecordResult]:
         """Records observations given in proto3-JSON dict form (snake_case names), in order.
@@ -86,14 +84,16 @@ class ObservationRecorder:
         are stored. When EVERY item is invalid the call raises `InvalidArgument` with all violations.
 
         Raises:
-            InvalidArgument: empty batch, more than MAX_BATCH items, or no valid item.
+            InvalidArgument: empty batch, more than `MAX_OBSERVATIONS_PER_CALL` items, or no valid item.
             Unavailable: the database cannot be reached; the batch commits as one transaction, so
                 nothing of it was written and retrying it is safe (duplicates change nothing).
         """
         if not raw_observations:
             raise InvalidArgument.single("observations", "at least one observation is required")
-        if len(raw_observations) > MAX_BATCH:
-            raise InvalidArgument.single("observations", f"at most {MAX_BATCH} observations per call")
+        if len(raw_observations) > MAX_OBSERVATIONS_PER_CALL:
+            raise InvalidArgument.single(
+                "observations", f"at most {MAX_OBSERVATIONS_PER_CALL} observations per call"
+            )
         validated: list[tuple[ObservationInput | None, list[FieldViolation]]] = [
             validate_observation(raw, f"observations[{index}]") for index, raw in enumerate(raw_observations)
         ]
@@ -114,7 +114,10 @@ class ObservationRecorder:
             # wait for each other instead of deadlocking (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
             now = datetime.now(UTC)
-            return {item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now) for item in valid}
+            return {
+                item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now)
+                for item in valid
+            }
 
         recorded = self.database.run_transaction(work)
         results: list[RecordResult] = []
@@ -148,7 +151,9 @@ class ObservationRecorder:
             keys.update((namespace, key) for key in unlocked if key not in existing)
         return keys
 
-    def _record_one(self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime) -> RecordResult:
+    def _record_one(
+        self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime
+    ) -> RecordResult:
         """Stores and projects one valid observation inside the batch transaction.
 
         Idempotent by observation_id: an observation that exists (or appeared earlier in the same batch)
@@ -176,10 +181,18 @@ class ObservationRecorder:
             },
         )
         if not inserted:
-            result.status = self.observations.statuses(conn, [item.observation_id]).get(item.observation_id, "")
+            result.status = self.observations.statuses(conn, [item.observation_id]).get(
+                item.observation_id, ""
+            )
             return result
         result.created = True
-        rejected = self._project(conn, item, result, embeddings, now)
+        projection = self.projector.project(conn, item, embeddings, now)
+        result.episode_key = projection.episode_key
+        result.entities_upserted = projection.entities_upserted
+        result.facts_created = projection.facts_created
+        result.facts_strengthened = projection.facts_strengthened
+        result.text_fragments = projection.text_fragments
+        rejected = projection.rejected
         result.status = "partially_processed" if rejected else "processed"
         if rejected:
             result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
@@ -200,204 +213,3 @@ class ObservationRecorder:
         return self.encoder.encode_passages(
             [f"{text.title or item.kind} — {text.heading}\n{text.text}" for text in item.texts]
         )
-
-    def _project(
-        self,
-        conn: Any,
-        item: ObservationInput,
-        result: RecordResult,
-        embeddings: np.ndarray | None,
-        now: datetime,
-    ) -> list[tuple[str, str]]:
-        """Writes the episode, entities, facts and text fragments; returns rejected (field, reason)."""
-        source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
-        episode_key = f"episode:{item.observation_id}"
-        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
-        # Personal data marks of the observation (seed 000 "Персональные данные"): explicit ones plus,
-        # with CB_PII_PROTECTION, what the detector finds in everything the episode stands for.
-        protection = self.database.settings.pii_protection
-        marks = PiiMarks.of(
-            pii=item.pii,
-            categories=item.pii_categories,
-            values=(item.content, item.data, item.assertions, item.provenance, item.actor, item.subject),
-            protection=protection,
-        )
-        self.graph.upsert_node(
-            conn,
-            NodeWrite(
-                namespace=item.namespace,
-                natural_key=episode_key,
-                node_type="episode",
-                title=f"{item.kind} {subject_key}".strip(),
-                source_path=source_path,
-                source_id=item.observation_id,
-                props={
-                    "observation_id": item.observation_id,
-                    "kind": item.kind,
-                    "occurred_at": canonical_instant(item.occurred_at),
-                    "actor": item.actor,
-                    "subject": item.subject,
-                    "scopes": item.scopes,
-                    "provenance": {"observation_id": item.observation_id, **item.provenance},
-                    **(marks.as_props() if marks.marked else {}),
-                },
-                asserted_at=item.occurred_at,
-            ),
-            now=now,
-        )
-        result.episode_key = episode_key
-        searchable = episode_text(item)
-        if searchable:
-            # Long content (changelog entries reach 85 KB) is cut like a document, so one episode
-            # chunk cannot dominate full-text ranking or a context budget.
-            limit = self.database.settings.chunk_max_chars
-            pieces = bounded_chunks(
-                [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)], 2 * limit
-            ) or [(item.kind, searchable)]
-            meta = {"observation_id": item.observation_id, "scopes": item.scopes}
-            if marks.marked:
-                meta.update(marks.as_props())
-            self.chunks.replace_chunks(
-                conn,
-                NodeRef(item.namespace, episode_key, "episode", f"{item.kind} {subject_key}".strip(), source_path),
-                [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
-            )
-        known: dict[str, str] = {}
-        rejected: list[tuple[str, str]] = []
-        kinds = self.kinds.for_namespace(item.namespace, conn)
-        # Entities whose node is hidden from the caller are not overwritten (issue 5 §3; read "not found").
-        hidden = WriteAccess.of_caller().hidden_nodes(
-            conn, self.graph, item.namespace, [entity.key for entity in item.entities]
-        )
-        for entity in item.entities:
-            natural_key, node_type = entity.key, entity.node_type
-            if natural_key in hidden:
-                rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
-                continue
-            if kinds.active:
-                natural_key, node_type, violations = kinds.check_entity(
-                    entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
-                )
-                if violations:
-                    rejected.extend((violation.field, violation.description) for violation in violations)
-                    continue
-            node = self.graph.upsert_node(
-                conn,
-                NodeWrite(
-                    namespace=item.namespace,
-                    natural_key=natural_key,
-                    node_type=node_type,
-                    title=entity.title,
-                    source_path=source_path,
-                    source_id=item.observation_id,
-                    props={"attributes": entity.attributes},
-                    asserted_at=item.occurred_at,
-                ),
-                now=now,
-                overwrite=False,
-                merge_props=True,
-            )
-            known[natural_key] = node.label
-            result.entities_upserted += 1
-        prefix = "assertions"
-        for fact in item.facts:
-            subject, object_ = fact.subject, fact.object
-            if kinds.active:
-                subject, object_, violations = kinds.check_fact(
-                    fact.subject, fact.predicate, fact.object, f"{prefix}[{fact.index}].fact"
-                )
-                if violations:
-                    rejected.extend((violation.field, violation.description) for violation in violations)
-                    continue
-            write = FactWrite(
-                field=f"{prefix}[{fact.index}].fact",
-                namespace=item.namespace,
-                subject=subject,
-                predicate=fact.predicate,
-                object=object_,
-                valid_from=fact.valid_from,
-                valid_to=fact.valid_to,
-                evidence=fact.evidence,
-                confidence=fact.confidence,
-                supersedes=fact.supersedes,
-                scopes=fact.scopes or item.scopes,
-                attributes=fact.attributes,
-                observation_id=item.observation_id,
-                observed_at=now,
-                origin="agent",
-                source_path=source_path,
-            )
-            try:
-                outcome = self.engine.record(conn, write, now=now, known=known)
-            except AssertionRejected as rejection:
-                rejected.append((rejection.field, rejection.reason))
-                continue
-            if outcome.created:
-                result.facts_created += 1
-            else:
-                result.facts_strengthened += 1
-        for position, text in enumerate(item.texts):
-            node_key = f"text:{item.observation_id}/{text.index}"
-            title = text.title or f"{item.kind} {subject_key}".strip()
-            fragment_marks = PiiMarks.of(
-                pii=item.pii,
-                categories=item.pii_categories,
-                values=(text.text, title, text.heading),
-                protection=protection,
-            )
-            fragment_meta: dict[str, Any] = {"observation_id": item.observation_id, "scopes": item.scopes}
-            if fragment_marks.marked:
-                fragment_meta.update(fragment_marks.as_props())
-            self.graph.upsert_node(
-                conn,
-                NodeWrite(
-                    namespace=item.namespace,
-                    natural_key=node_key,
-                    node_type="text",
-                    title=title,
-                    source_path=source_path,
-                    source_id=item.observation_id,
-                    props=dict(fragment_meta),
-                ),
-                now=now,
-            )
-            assert embeddings is not None
-            self.chunks.replace_chunks(
-                conn,
-                NodeRef(item.namespace, node_key, "text", title, source_path),
-                [
-                    ChunkWrite(
-                        0,
-                        text.heading,
-                        text.text,
-                        embeddings[position],
-                        fragment_meta,
-                    )
-                ],
-            )
-            result.text_fragments += 1
-        # Identifiers of pack kinds in the content link the episode to existing nodes (issue 4 §4).
-        self.mentions.link(
-            conn,
-            kinds,
-            MentionSource(
-                namespace=item.namespace,
-                natural_key=episode_key,
-                texts=[item.content, *(text.text for text in item.texts)],
-                valid_from=item.occurred_at,
-                observation_id=item.observation_id,
-                scopes=item.scopes,
-                source_path=source_path,
-            ),
-            now=now,
-        )
-        return rejected
-
-
-def episode_text(item: ObservationInput) -> str:
-    """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
-    (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
-    """
-    scalars = [f"{key}: {value}" for key, value in sorted(item.data.items()) if isinstance(value, (str, int, float, bool))]
-    parts = [item.content.strip(), "; ".join(scalars)]
-    return "\n\n".join(part for part in parts if part)

@@ -9,9 +9,10 @@ import grpc
 from google.protobuf import json_format
 from memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
 from common.grpc.proto_mapping import fact_assertion_to_dict, instant
-from ingest_service.snapshots import SnapshotHeader, SnapshotPart, SnapshotReconciler
+from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
+from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots import SnapshotReconciler
 
 
 class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # type: ignore[misc]

@@ -15,12 +15,13 @@ Compared with what earlier snapshots of that ``(source, scope)`` left:
   touched. A fact's ``snapshot_id`` names the snapshot that last created or changed it.
 
 Streaming (bounded memory): one implementation, `SnapshotReconciler.reconcile_stream`, consumes the
-items part by part (the unary `reconcile` is a stream of one part). Items are validated, journaled in
-source_snapshots_items (key, hash, position) and written in batches of `BATCH`, so the process holds at
-most a batch and one part, whatever the snapshot's size. Everything that needs the whole snapshot runs
-in SQL at the end: duplicate keys are found by the journal's primary key as they arrive, the
-cardinality-one check groups the journal, and the facts to close are the set difference of the
-previous and the current journal (`SnapshotStore.dropped_open_facts`).
+items part by part (the unary `reconcile` is a stream of one part). Items are validated
+(`ingest_service.snapshot_model`), journaled in source_snapshots_items (key, hash, position) and written
+in batches of `SNAPSHOT_BATCH`, so the process holds at most a batch and one part, whatever the
+snapshot's size; facts are written, adopted and closed through `ingest_service.fact_engine.FactEngine`.
+Everything that needs the whole snapshot runs in SQL at the end: duplicate keys are found by the
+journal's primary key as they arrive, the cardinality-one check groups the journal, and the facts to
+close are the set difference of the previous and the current journal (`SnapshotStore.dropped_open_facts`).
 
 Atomicity and the crash story: a run is one database transaction, opened when the header arrives and
 committed only after the last part, the checks and the closing step. A stream that breaks midway
@@ -36,101 +37,51 @@ Validation errors carry field paths with the item's position in the whole snapsh
 are counted separately across every part, so ``facts[120034].subject`` is the subject of the 120,035th
 fact streamed, and a unary request gets exactly the paths it always had. After the first invalid item
 nothing more is written; the rest of the stream is still validated and journaled (duplicates and
-cardinality are found across it), and the run fails with up to `MAX_VIOLATIONS` violations.
+cardinality are found across it), and the run fails with up to `MAX_SNAPSHOT_VIOLATIONS` violations.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from common.storage.database import Database
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
-from common.kernel.identifiers import canonical_instant, canonical_json
+from common.domain.write_access import WriteAccess
+from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
+from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator, NamespaceKinds
+from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
-from common.domain.write_access import WriteAccess
-from ingest_service.fact_engine import FactEngine, FactWrite
-from ingest_service.observation_validation import (
-    NAMESPACE_PATTERN,
-    TYPE_PATTERN,
-    FactInput,
-    FieldChecker,
-    validate_fact_assertion,
+from ingest_service.fact_engine import AGENT_ORIGIN, FactEngine, FactInput
+from ingest_service.snapshot_model import (
+    ReconcileCounts,
+    ReconcileResult,
+    SnapshotEntity,
+    SnapshotHeader,
+    SnapshotPart,
+    fact_digest,
+    fact_item_key,
+    header_violations,
+    validate_entities,
+    validate_facts,
+)
+from ingest_service.write_limits import (
+    MAX_SNAPSHOT_ITEMS,
+    MAX_SNAPSHOT_VIOLATIONS,
+    MAX_STREAM_ITEMS,
+    SNAPSHOT_BATCH,
 )
 
 log = logging.getLogger(__name__)
 
-BATCH = 1000  # items validated, journaled and written per statement group
-MAX_ITEMS = 200_000  # entities + facts of one unary ReconcileRequest
-MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one transaction)
-MAX_VIOLATIONS = 100  # field violations reported before a run stops reading
-SNAPSHOT_ORIGIN = "agent"  # the documented origins are "agent" and "vault"; source_path names the snapshot
-
-
-@dataclass
-class ReconcileCounts:
-    entities_created: int = 0
-    entities_updated: int = 0
-    entities_unchanged: int = 0
-    facts_created: int = 0
-    facts_updated: int = 0
-    facts_unchanged: int = 0
-    facts_closed: int = 0
-
-
-@dataclass(frozen=True)
-class ReconcileResult:
-    snapshot_id: str
-    counts: ReconcileCounts
-    unchanged: bool
-    previous_snapshot_id: str
-
-
-@dataclass(frozen=True)
-class SnapshotHeader:
-    """Which snapshot a run carries: ReconcileRequest's (and ReconcileStreamHeader's) scalar fields."""
-
-    namespace: str
-    source: str
-    scope: str
-    snapshot_id: str
-    snapshot_time: datetime | None
-
-
-@dataclass(frozen=True)
-class SnapshotPart:
-    """The next items of a snapshot: entity and fact assertions in proto3-JSON form (proto field names)."""
-
-    entities: Sequence[Any] = ()
-    facts: Sequence[Any] = ()
-
-
-@dataclass(frozen=True)
-class _Entity:
-    position: int
-    key: str
-    node_type: str
-    title: str
-    attributes: dict[str, Any]
-    digest: str
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
-
-
-def fact_item_key(subject: str, predicate: str, object_: str) -> str:
-    """The journal key of a fact: its (subject, predicate, object)."""
-    return ITEM_SEPARATOR.join((subject, predicate, object_))
+SNAPSHOT_ORIGIN = AGENT_ORIGIN  # source_path names the snapshot
 
 
 class SnapshotReconciler:
@@ -140,7 +91,7 @@ class SnapshotReconciler:
         self.database = database
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
-        self.facts = FactStore(self.graph)
+        self.facts = FactStore(self.graph)  # reads only: facts are written by the engine
         self.engine = FactEngine(self.graph, self.facts)
         self.store = SnapshotStore(database.settings)
 
@@ -158,15 +109,16 @@ class SnapshotReconciler:
         part. Retried as a whole on a deadlock with a concurrent writer.
 
         Raises:
-            InvalidArgument: bad request fields, more than `MAX_ITEMS` items, invalid items (paths
+            InvalidArgument: bad request fields, more than `MAX_SNAPSHOT_ITEMS` items, invalid items (paths
                 ``entities[i].key``, ``facts[j].valid_from``), duplicate items, or strict-mode violations.
             Unavailable: the database cannot be reached; nothing was written, retrying is safe.
         """
         header = SnapshotHeader(namespace, source, scope, snapshot_id, snapshot_time)
-        check = self._header_violations(header)
-        if len(raw_entities) + len(raw_facts) > MAX_ITEMS:
+        check = header_violations(header)
+        if len(raw_entities) + len(raw_facts) > MAX_SNAPSHOT_ITEMS:
             check.add(
-                "entities", f"at most {MAX_ITEMS} entities and facts per request (stream larger snapshots)"
+                "entities",
+                f"at most {MAX_SNAPSHOT_ITEMS} entities and facts per request (stream larger snapshots)",
             )
         check.raise_if_any()
         part = SnapshotPart(raw_entities, raw_facts)
@@ -185,24 +137,11 @@ class SnapshotReconciler:
             Unavailable: the database cannot be reached, or a deadlock with a concurrent writer
                 (a stream cannot be replayed: send it again); nothing was written.
         """
-        self._header_violations(header).raise_if_any()
+        header_violations(header).raise_if_any()
         consumed = iter(parts)
         return self._run(header, lambda: consumed, replayable=False)
 
     # -- the run -----------------------------------------------------------------------------------
-
-    @staticmethod
-    def _header_violations(header: SnapshotHeader) -> ViolationCollector:
-        check = ViolationCollector()
-        if not NAMESPACE_PATTERN.match(header.namespace):
-            check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-        for name in ("source", "scope", "snapshot_id"):
-            value = getattr(header, name)
-            if not value or len(value) > 256 or "\x00" in value:
-                check.add(name, "required, 1..256 characters, no NUL")
-        if header.snapshot_time is None:
-            check.add("snapshot_time", "required")
-        return check
 
     def _run(
         self, header: SnapshotHeader, parts: Callable[[], Iterator[SnapshotPart]], *, replayable: bool
@@ -238,7 +177,8 @@ class SnapshotReconciler:
 
 
 class _Run:
-    """One reconciliation inside its transaction: buffers at most `BATCH` entities and `BATCH` facts."""
+    """One reconciliation inside its transaction: buffers at most `SNAPSHOT_BATCH` entities and as many
+    facts."""
 
     def __init__(
         self,
@@ -292,23 +232,23 @@ class _Run:
             for raw in part.entities:
                 self.entities.append((self.entity_position, raw))
                 self.entity_position += 1
-                if len(self.entities) >= BATCH:
+                if len(self.entities) >= SNAPSHOT_BATCH:
                     self._flush_entities()
             for raw in part.facts:
                 self.facts.append((self.fact_position, raw))
                 self.fact_position += 1
-                if len(self.facts) >= BATCH:
+                if len(self.facts) >= SNAPSHOT_BATCH:
                     self._flush_facts()
             if self.entity_position + self.fact_position > MAX_STREAM_ITEMS:
                 self._violation("entities", f"at most {MAX_STREAM_ITEMS} entities and facts per snapshot")
                 break
-            if len(self.violations) >= MAX_VIOLATIONS:
+            if len(self.violations) >= MAX_SNAPSHOT_VIOLATIONS:
                 break
         self._flush_facts()  # flushes the entities first
-        if self.cardinality_checked and len(self.violations) < MAX_VIOLATIONS:
+        if self.cardinality_checked and len(self.violations) < MAX_SNAPSHOT_VIOLATIONS:
             self._check_cardinality()
         if self.violations:
-            raise InvalidArgument(self.violations[:MAX_VIOLATIONS])
+            raise InvalidArgument(self.violations[:MAX_SNAPSHOT_VIOLATIONS])
         if self.previous is not None:
             self._close_dropped(self.previous)
         self.store.set_counts(self.conn, row_id, asdict(self.counts))
@@ -330,7 +270,8 @@ class _Run:
         batch, self.entities = self.entities, []
         if not batch:
             return
-        entities = self._validate_entities(batch)
+        entities, violations = validate_entities(batch, self.kinds)
+        self.violations.extend(violations)
         duplicates = self.store.add_items(
             self.conn, self.row_id, "entity", [(e.key, e.digest, e.position, None) for e in entities]
         )
@@ -341,35 +282,7 @@ class _Run:
         if self.writing:
             self._write_entities(entities)
 
-    def _validate_entities(self, batch: list[tuple[int, Any]]) -> list[_Entity]:
-        checker = FieldChecker()
-        entities: list[_Entity] = []
-        for position, raw in batch:
-            path = f"entities[{position}]"
-            if not isinstance(raw, dict):
-                checker.add(path, "must be an entity assertion object")
-                continue
-            key = checker.entity_key(raw.get("key"), f"{path}.key")
-            node_type = raw.get("type") or ""
-            if node_type and not TYPE_PATTERN.match(str(node_type)):
-                checker.add(f"{path}.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
-                continue
-            attributes = raw.get("attributes") or {}
-            if not isinstance(attributes, dict):
-                checker.add(f"{path}.attributes", "must be an object")
-                continue
-            if key is None:
-                continue
-            implied = str(node_type) or (key.partition(":")[0] if ":" in key else "entity")
-            key, implied, violations = self.kinds.check_entity(key, implied, attributes, path)
-            checker.violations.extend(violations)
-            title = str(raw.get("title") or key)
-            digest = _digest({"type": implied, "title": title, "attributes": attributes})
-            entities.append(_Entity(position, key, implied, title, dict(attributes), digest))
-        self.violations.extend(checker.violations)
-        return entities
-
-    def _write_entities(self, entities: list[_Entity]) -> None:
+    def _write_entities(self, entities: list[SnapshotEntity]) -> None:
         # Write-side visibility scopes (issue 5 §3): a hidden node is NOT_FOUND.
         self.access.require_writable(
             self.conn, self.owner.facts, self.header.namespace, [e.key for e in entities], []
@@ -419,7 +332,8 @@ class _Run:
         batch, self.facts = self.facts, []
         if not batch:
             return
-        facts, cardinality = self._validate_facts(batch)
+        facts, cardinality, violations = validate_facts(batch, self.kinds, self.snapshot_time)
+        self.violations.extend(violations)
         duplicates = self.store.add_items(
             self.conn,
             self.row_id,
@@ -427,7 +341,7 @@ class _Run:
             [
                 (
                     fact_item_key(f.subject, f.predicate, f.object),
-                    _fact_digest(f),
+                    fact_digest(f),
                     f.index,
                     cardinality.get(f.index),
                 )
@@ -444,38 +358,8 @@ class _Run:
         if self.writing:
             self._write_facts(facts)
 
-    def _validate_facts(self, batch: list[tuple[int, Any]]) -> tuple[list[FactInput], dict[int, str]]:
-        checker = FieldChecker()
-        facts: list[FactInput] = []
-        cardinality: dict[int, str] = {}
-        for position, raw in batch:
-            path = f"facts[{position}]"
-            fact = validate_fact_assertion(
-                checker, raw, path, index=position, default_valid_from=self.snapshot_time
-            )
-            if fact is None:
-                continue
-            if fact.supersedes:
-                checker.add(f"{path}.supersedes", "not used in snapshots: absent facts are closed instead")
-                continue
-            fact.subject, fact.object, violations = self.kinds.check_fact(
-                fact.subject, fact.predicate, fact.object, path
-            )
-            checker.violations.extend(violations)
-            relation = self.kinds.relations.get(fact.predicate)
-            if (
-                self.kinds.strict
-                and relation is not None
-                and relation.cardinality == "one"
-                and fact.valid_to is None
-            ):
-                cardinality[position] = ITEM_SEPARATOR.join((fact.subject, fact.predicate))
-            facts.append(fact)
-        self.violations.extend(checker.violations)
-        return facts, cardinality
-
     def _check_cardinality(self) -> None:
-        for key, positions in self.store.cardinality_repeats(self.conn, self.row_id, MAX_VIOLATIONS):
+        for key, positions in self.store.cardinality_repeats(self.conn, self.row_id, MAX_SNAPSHOT_VIOLATIONS):
             subject, _, predicate = key.partition(ITEM_SEPARATOR)
             relation = self.kinds.relations[predicate]
             for position in positions[1:]:
@@ -518,21 +402,9 @@ class _Run:
             self.conn,
             header.namespace,
             [
-                FactWrite(
-                    field=f"facts[{fact.index}]",
+                dataclasses.replace(
+                    fact,
                     namespace=header.namespace,
-                    subject=fact.subject,
-                    predicate=fact.predicate,
-                    object=fact.object,
-                    valid_from=fact.valid_from,
-                    valid_to=fact.valid_to,
-                    evidence=fact.evidence,
-                    confidence=fact.confidence,
-                    supersedes=None,
-                    scopes=fact.scopes,
-                    attributes=fact.attributes,
-                    observation_id=None,
-                    observed_at=self.now,
                     origin=SNAPSHOT_ORIGIN,
                     source_path=f"snapshot:{header.source}/{header.scope}/{header.snapshot_id}",
                     agent_asserted=True,
@@ -543,7 +415,6 @@ class _Run:
         )
         self.counts.facts_updated += len(changed)
         adoptions: list[tuple[str, dict[str, Any] | None]] = list(changed)
-        rewritten = [fact_id for fact_id, _ in changed]
         for fact, outcome in zip(new, outcomes, strict=True):
             if outcome.created:
                 self.counts.facts_created += 1
@@ -551,11 +422,13 @@ class _Run:
             else:  # a fact of the same fact_id from another path (or closed before): adopted
                 self.counts.facts_updated += 1
                 adoptions.append((outcome.fact_id, fact.attributes))
-                rewritten.append(outcome.fact_id)
-        self.store.adopt_facts(self.conn, header.source, header.scope, header.snapshot_id, adoptions)
-        # Attributes are edge properties too.
-        self.owner.facts.sync_edges(
-            self.conn, self.owner.facts.get_many(self.conn, header.namespace, rewritten)
+        self.owner.engine.adopt_for_snapshot(
+            self.conn,
+            header.namespace,
+            source=header.source,
+            scope=header.scope,
+            snapshot_id=header.snapshot_id,
+            adoptions=adoptions,
         )
 
     # -- closing -----------------------------------------------------------------------------------
@@ -573,20 +446,7 @@ class _Run:
                 self.row_id,
                 self.snapshot_time,
                 after,
-                BATCH,
+                SNAPSHOT_BATCH,
             )
-            closed = self.owner.facts.close_many(self.conn, header.namespace, fact_ids, self.snapshot_time)
+            closed = self.owner.engine.close_many(self.conn, header.namespace, fact_ids, self.snapshot_time)
             self.counts.facts_closed += len(closed)
-
-
-def _fact_digest(fact: FactInput) -> str:
-    return _digest(
-        {
-            "valid_from": canonical_instant(fact.valid_from),
-            "valid_to": canonical_instant(fact.valid_to) if fact.valid_to else None,
-            "evidence": fact.evidence,
-            "confidence": fact.confidence,
-            "scopes": fact.scopes,
-            "attributes": fact.attributes,
-        }
-    )

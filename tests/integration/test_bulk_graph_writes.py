@@ -18,7 +18,7 @@ from common.storage.database import Database
 from common.kernel.identifiers import fact_id
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.fact_engine import FactEngine, FactWrite
+from ingest_service.fact_engine import FactEngine, FactInput
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 
 
-def write(namespace: str, subject: str, object_: str, **extra: Any) -> FactWrite:
+def write(namespace: str, subject: str, object_: str, **extra: Any) -> FactInput:
     values: dict[str, Any] = {
         "field": "facts[0]",
         "namespace": namespace,
@@ -44,7 +44,7 @@ def write(namespace: str, subject: str, object_: str, **extra: Any) -> FactWrite
         "observed_at": NOW,
     }
     values.update(extra)
-    return FactWrite(**values)
+    return FactInput(**values)
 
 
 def graph_counts(database: Database, namespace: str) -> tuple[dict[str, int], dict[str, int]]:
@@ -81,7 +81,7 @@ def test_two_bulk_writers_with_overlapping_facts_leave_one_edge_per_fact(
     outcomes: dict[str, list[Any]] = {}
     errors: list[BaseException] = []
 
-    def writer(name: str, writes: list[FactWrite]) -> None:
+    def writer(name: str, writes: list[FactInput]) -> None:
         def work(conn: psycopg.Connection[Any]) -> list[Any]:
             barrier.wait(timeout=30)
             return engine.record_many(conn, namespace, writes, now=NOW)
@@ -181,7 +181,7 @@ def test_bulk_writes_equal_one_by_one_writes(database: Database) -> None:
         def work(
             conn: psycopg.Connection[Any],
             mode: str = mode,
-            writes: list[FactWrite] = writes,
+            writes: list[FactInput] = writes,
             entity: NodeWrite = entity,
         ) -> list[Any]:
             if mode == "bulk":

@@ -18,15 +18,10 @@ from common.text_models.embeddings import EmbeddingProvider
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
 from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.documents import (
-    MAX_CONTENT_BYTES,
-    ChunkInput,
-    DocumentWriter,
-    PutChunksInput,
-    RetainInput,
-    bounded_chunks,
-    strip_front_matter,
-)
+from ingest_service.chunking import bounded_chunks
+from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents import DocumentWriter, strip_front_matter
+from ingest_service.write_limits import MAX_DOCUMENT_CONTENT_BYTES
 from query_service.hybrid_search import HybridSearcher, SearchQuery
 from query_service.source_reader import SourceReader
 
@@ -268,7 +263,7 @@ def test_validation_names_the_proto_fields(writer: DocumentWriter, namespace: st
             RetainInput(
                 namespace="",
                 natural_key=" ",
-                content="x" * (MAX_CONTENT_BYTES + 1),
+                content="x" * (MAX_DOCUMENT_CONTENT_BYTES + 1),
                 links=("doc:ok", "", "doc:ok", "bad\nkey"),
                 scopes=tuple(f"task:{i}" for i in range(21)),
             )

@@ -18,7 +18,8 @@ from common.text_models.embeddings import EmbeddingProvider
 from common.kernel.errors import AlreadyExists, InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id
 from common.packs.kind_validation import KindValidator
-from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
+from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents import DocumentWriter
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.observations import ObservationRecorder
 from ingest_service.snapshots import SnapshotReconciler

@@ -16,7 +16,8 @@ from common.packs.domain_packs import PackRegistry
 from common.text_models.embeddings import EmbeddingProvider
 from common.kernel.identifiers import fact_id
 from common.packs.kind_validation import KindValidator
-from ingest_service.documents import ChunkInput, DocumentWriter, PutChunksInput, RetainInput
+from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents import DocumentWriter
 from ingest_service.observations import ObservationRecorder
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack

@@ -14,7 +14,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.traversal_store import RelationRule, TraversalStore, Walk, WalkQuery
 from common.storage.visibility import EVERYTHING, Visibility
-from ingest_service.fact_engine import FactEngine, FactWrite
+from ingest_service.fact_engine import FactEngine, FactInput
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def _facts(
         return [
             engine.record(
                 conn,  # type: ignore[arg-type]
-                FactWrite(
+                FactInput(
                     field="test",
                     namespace=namespace,
                     subject=subject,

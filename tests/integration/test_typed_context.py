@@ -15,7 +15,8 @@ from common.kernel.errors import FailedPrecondition
 from common.packs.kind_validation import KindValidator
 from common.storage.visibility import Visibility
 from common.text_models.tokenizer import TokenCounter
-from ingest_service.documents import DocumentWriter, RetainInput
+from ingest_service.document_validation import RetainInput
+from ingest_service.documents import DocumentWriter
 from ingest_service.fact_assertions import FactAsserter
 from query_service.typed_context import TypedContextCompiler, TypedContextRequest
 from tests.integration.test_domain_packs import enable

@@ -15,7 +15,7 @@ from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import StoredChunk
 from common.storage.fact_store import FactRow
-from ingest_service.documents import (
+from ingest_service.document_validation import (
     ChunkInput,
     PutChunksInput,
     RetainInput,

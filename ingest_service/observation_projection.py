@@ -1,0 +1,313 @@
+"""Projecting one stored observation into the graph (seed 000 "Эпизоды и сущности", "Факты").
+
+`ObservationProjector.project` writes, inside the batch transaction of
+`ingest_service.observations.ObservationRecorder`, in this order:
+
+1. the **episode**: a node ``episode:<observation_id>`` with provenance to the observation, and its
+   searchable text (content and scalar data) as chunks (`ObservationProjector._episode`);
+2. the **entities** the observation asserts, merged into existing nodes (`_entities`);
+3. its **facts**, through the fact engine (`_facts`);
+4. its **text fragments**: a ``text:<observation_id>/<index>`` node with one embedded chunk each
+   (`_text_fragments`);
+5. the **identifier links**: MENTIONS facts from the episode to the existing nodes its text names
+   (`_identifier_links`).
+
+Personal data marks (seed 000 "Персональные данные"): the episode and its chunks carry the explicit
+marks plus, with CB_PII_PROTECTION, what the detector finds in everything the episode stands for; each
+text fragment carries the explicit marks and what is found in the fragment itself.
+
+An assertion that cannot be applied (hidden entity, pack violation, fact the engine rejects) is skipped
+and listed in `Projection.rejected` as ``(field, reason)``; the rest of the observation is still written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from common.domain.write_access import WriteAccess
+from common.kernel.config import Settings
+from common.kernel.identifiers import canonical_instant
+from common.kernel.pii import PiiMarks
+from common.packs.kind_validation import KindValidator, NamespaceKinds
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.graph_store import GraphStore, NodeWrite
+from ingest_service.chunking import bounded_chunks, chunk_markdown
+from ingest_service.fact_engine import AssertionRejected, FactEngine
+from ingest_service.identifier_extraction import MentionLinker, MentionSource
+from ingest_service.observation_validation import ObservationInput, resolve_fact_kinds
+
+
+@dataclass
+class Projection:
+    """What the projection of one observation wrote, and the assertions it skipped as (field, reason)."""
+
+    episode_key: str = ""
+    entities_upserted: int = 0
+    facts_created: int = 0
+    facts_strengthened: int = 0
+    text_fragments: int = 0
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Context:
+    """What every part of one observation's projection refers to, and what it has written so far."""
+
+    conn: Any
+    item: ObservationInput
+    kinds: NamespaceKinds
+    now: datetime
+    key: str  # the episode's natural key, episode:<observation_id>
+    title: str  # "<kind> <subject key>"
+    source_path: str  # the provenance uri, the citation target
+    projection: Projection
+    known: dict[str, str] = field(default_factory=dict)  # labels of the nodes written, by natural key
+
+    @classmethod
+    def of(cls, conn: Any, item: ObservationInput, kinds: NamespaceKinds, now: datetime) -> _Context:
+        source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
+        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
+        key = f"episode:{item.observation_id}"
+        title = f"{item.kind} {subject_key}".strip()
+        return cls(conn, item, kinds, now, key, title, source_path, Projection(episode_key=key))
+
+
+class ObservationProjector:
+    """Writes the projection of one observation (see the module doc).
+
+    Args:
+        graph: graph store (nodes).
+        engine: the fact engine (facts and MENTIONS links).
+        chunks: chunk store (episode text and text fragments).
+        kinds: the domain packs of each namespace.
+        settings: reads ``pii_protection`` (CB_PII_PROTECTION) and ``chunk_max_chars``.
+    """
+
+    def __init__(
+        self,
+        graph: GraphStore,
+        engine: FactEngine,
+        chunks: ChunkStore,
+        kinds: KindValidator,
+        settings: Settings,
+    ) -> None:
+        self.graph = graph
+        self.engine = engine
+        self.chunks = chunks
+        self.kinds = kinds
+        self.settings = settings
+        self.mentions = MentionLinker(graph)
+
+    def project(
+        self,
+        conn: Any,
+        item: ObservationInput,
+        embeddings: np.ndarray | None,
+        now: datetime,
+    ) -> Projection:
+        """Writes the episode, entities, facts, text fragments and identifier links of ``item``.
+
+        Args:
+            embeddings: one vector per text assertion (``item.texts``), shape (len(texts), dimension);
+                None when there are none.
+        """
+        context = _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now)
+        self._episode(context)
+        self._entities(context)
+        self._facts(context)
+        self._text_fragments(context, embeddings)
+        self._identifier_links(context)
+        return context.projection
+
+    def _episode(self, context: _Context) -> None:
+        """The episode node (provenance, participants, time, personal data marks) and its searchable text
+        (`episode_text`) as chunks. Long content (changelog entries reach 85 KB) is cut like a document,
+        so one episode chunk cannot dominate full-text ranking or a context budget."""
+        conn, item, now = context.conn, context.item, context.now
+        marks = PiiMarks.of(
+            pii=item.pii,
+            categories=item.pii_categories,
+            values=(item.content, item.data, item.assertions, item.provenance, item.actor, item.subject),
+            protection=self.settings.pii_protection,
+        )
+        self.graph.upsert_node(
+            conn,
+            NodeWrite(
+                namespace=item.namespace,
+                natural_key=context.key,
+                node_type="episode",
+                title=context.title,
+                source_path=context.source_path,
+                source_id=item.observation_id,
+                props={
+                    "observation_id": item.observation_id,
+                    "kind": item.kind,
+                    "occurred_at": canonical_instant(item.occurred_at),
+                    "actor": item.actor,
+                    "subject": item.subject,
+                    "scopes": item.scopes,
+                    "provenance": {"observation_id": item.observation_id, **item.provenance},
+                    **(marks.as_props() if marks.marked else {}),
+                },
+                asserted_at=item.occurred_at,
+            ),
+            now=now,
+        )
+        searchable = episode_text(item)
+        if not searchable:
+            return
+        limit = self.settings.chunk_max_chars
+        pieces = bounded_chunks(
+            [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)],
+            2 * limit,
+        ) or [(item.kind, searchable)]
+        meta = {"observation_id": item.observation_id, "scopes": item.scopes}
+        if marks.marked:
+            meta.update(marks.as_props())
+        self.chunks.replace_chunks(
+            conn,
+            NodeRef(item.namespace, context.key, "episode", context.title, context.source_path),
+            [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
+        )
+
+    def _entities(self, context: _Context) -> None:
+        """Upserts the asserted entities (properties merged, an existing title kept); records their
+        labels in ``context.known``. An entity whose node is hidden from the caller is not overwritten
+        (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped."""
+        conn, item, now = context.conn, context.item, context.now
+        rejected = context.projection.rejected
+        hidden = WriteAccess.of_caller().hidden_nodes(
+            conn, self.graph, item.namespace, [entity.key for entity in item.entities]
+        )
+        for entity in item.entities:
+            natural_key, node_type = entity.key, entity.node_type
+            if natural_key in hidden:
+                rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
+                continue
+            if context.kinds.active:
+                natural_key, node_type, violations = context.kinds.check_entity(
+                    entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
+                )
+                if violations:
+                    rejected.extend((violation.field, violation.description) for violation in violations)
+                    continue
+            node = self.graph.upsert_node(
+                conn,
+                NodeWrite(
+                    namespace=item.namespace,
+                    natural_key=natural_key,
+                    node_type=node_type,
+                    title=entity.title,
+                    source_path=context.source_path,
+                    source_id=item.observation_id,
+                    props={"attributes": entity.attributes},
+                    asserted_at=item.occurred_at,
+                ),
+                now=now,
+                overwrite=False,
+                merge_props=True,
+            )
+            context.known[natural_key] = node.label
+            context.projection.entities_upserted += 1
+
+    def _facts(self, context: _Context) -> None:
+        """Writes the asserted facts through the fact engine, proven by the observation; a fact without
+        scopes of its own carries the observation's. Pack violations and engine rejections skip the fact."""
+        conn, item, now = context.conn, context.item, context.now
+        rejected = context.projection.rejected
+        for fact in item.facts:
+            fact, violations = resolve_fact_kinds(context.kinds, fact)
+            if violations:
+                rejected.extend((violation.field, violation.description) for violation in violations)
+                continue
+            write = dataclasses.replace(
+                fact,
+                namespace=item.namespace,
+                scopes=fact.scopes or item.scopes,
+                observation_id=item.observation_id,
+                source_path=context.source_path,
+            )
+            try:
+                outcome = self.engine.record(conn, write, now=now, known=context.known)
+            except AssertionRejected as rejection:
+                rejected.append((rejection.field, rejection.reason))
+                continue
+            if outcome.created:
+                context.projection.facts_created += 1
+            else:
+                context.projection.facts_strengthened += 1
+
+    def _text_fragments(self, context: _Context, embeddings: np.ndarray | None) -> None:
+        """One ``text:<observation_id>/<assertion index>`` node per text assertion, with one chunk holding
+        the text and its vector (``embeddings[i]`` for the i-th text assertion)."""
+        conn, item, now = context.conn, context.item, context.now
+        for position, text in enumerate(item.texts):
+            node_key = f"text:{item.observation_id}/{text.index}"
+            title = text.title or context.title
+            fragment_marks = PiiMarks.of(
+                pii=item.pii,
+                categories=item.pii_categories,
+                values=(text.text, title, text.heading),
+                protection=self.settings.pii_protection,
+            )
+            fragment_meta: dict[str, Any] = {"observation_id": item.observation_id, "scopes": item.scopes}
+            if fragment_marks.marked:
+                fragment_meta.update(fragment_marks.as_props())
+            self.graph.upsert_node(
+                conn,
+                NodeWrite(
+                    namespace=item.namespace,
+                    natural_key=node_key,
+                    node_type="text",
+                    title=title,
+                    source_path=context.source_path,
+                    source_id=item.observation_id,
+                    props=dict(fragment_meta),
+                ),
+                now=now,
+            )
+            assert embeddings is not None
+            self.chunks.replace_chunks(
+                conn,
+                NodeRef(item.namespace, node_key, "text", title, context.source_path),
+                [ChunkWrite(0, text.heading, text.text, embeddings[position], fragment_meta)],
+            )
+            context.projection.text_fragments += 1
+
+    def _identifier_links(self, context: _Context) -> None:
+        """Identifiers of pack kinds in the content and text fragments link the episode to existing nodes
+        (MENTIONS facts valid from the observation's occurred_at; issue 4 §4,
+        `ingest_service.identifier_extraction`)."""
+        conn, item, now = context.conn, context.item, context.now
+        self.mentions.link(
+            conn,
+            context.kinds,
+            MentionSource(
+                namespace=item.namespace,
+                natural_key=context.key,
+                texts=[item.content, *(text.text for text in item.texts)],
+                valid_from=item.occurred_at,
+                observation_id=item.observation_id,
+                scopes=item.scopes,
+                source_path=context.source_path,
+            ),
+            now=now,
+        )
+
+
+def episode_text(item: ObservationInput) -> str:
+    """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
+    (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
+    """
+    scalars = [
+        f"{key}: {value}"
+        for key, value in sorted(item.data.items())
+        if isinstance(value, (str, int, float, bool))
+    ]
+    parts = [item.content.strip(), "; ".join(scalars)]
+    return "\n\n".join(part for part in parts if part)

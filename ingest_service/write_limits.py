@@ -1,0 +1,79 @@
+"""Limits and field shapes of the write side, in one place (seed 000 "Наблюдения", "Чанки и документы").
+
+Every request limit of the ingest service (sizes, counts, batch sizes) and the patterns several write
+paths check (node types, predicates, fact ids) live here, with the two field checks that observation
+removal, node deletion and CloseFact share (`check_reason`, `check_trace_id`). Limits of the identifiers
+themselves (`MAX_KEY_LENGTH`, `MAX_SCOPES`, `NAMESPACE_PATTERN`, `SCOPE_PATTERN`) are in
+`common.kernel.identifiers`, as the query side checks them too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+# -- shapes --------------------------------------------------------------------------------------------
+
+KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")  # observation kinds
+PREDICATE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # node (entity, document) types
+FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
+# Evidence classes of a fact and their rank (seed 000 "Факты").
+EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
+# Audit trail nodes (seed 000 "Аудит-контур"): no document write creates or overwrites them and
+# DeleteNode refuses them.
+PROTECTED_TYPES = frozenset({"audit_event", "pc_trace"})
+
+# -- shared by several write paths ---------------------------------------------------------------------
+
+MAX_REASON_CHARS = 4096  # the reason of a redaction, purge, DeleteNode or CloseFact
+MAX_TRACE_ID_CHARS = 256  # a trace id given by the caller (Retain, redaction, purge, DeleteNode)
+MAX_NAME_CHARS = 256  # an observation's source system and stream; a snapshot's source, scope and id
+
+# -- observations (RecordObservations) -----------------------------------------------------------------
+
+MAX_OBSERVATIONS_PER_CALL = 1000
+MAX_OBSERVATION_CONTENT_BYTES = 1024 * 1024  # an observation's content, and each text assertion
+MAX_OBSERVATION_DATA_BYTES = 1024 * 1024  # an observation's data as compact JSON
+MAX_EXTERNAL_ID_CHARS = 1024
+MAX_ASSERTIONS = 200  # assertions of one observation
+
+# -- agent facts (AssertFacts) -------------------------------------------------------------------------
+
+MAX_FACTS_PER_CALL = 200
+MAX_FACT_SOURCE_PATH_CHARS = 1024
+
+# -- documents (Retain, PutChunks) ---------------------------------------------------------------------
+
+MAX_DOCUMENT_CONTENT_BYTES = 8 * 1024 * 1024
+MAX_TITLE_CHARS = 1024  # a document's title and a chunk's heading
+MAX_DOCUMENT_SOURCE_PATH_CHARS = 4096
+MAX_LINKS = 1000
+MAX_CHUNKS_PER_CALL = 10000
+# PutChunks keeps the client's cut, so an oversized chunk is refused rather than split (full-text vectors
+# are limited to 1 MB; embedders read a few hundred tokens anyway).
+MAX_CHUNK_TEXT_BYTES = 256 * 1024
+
+# -- snapshots (Reconcile, ReconcileStream) ------------------------------------------------------------
+
+SNAPSHOT_BATCH = 1000  # items validated, journaled and written per statement group
+MAX_SNAPSHOT_ITEMS = 200_000  # entities + facts of one unary ReconcileRequest
+MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one transaction)
+MAX_SNAPSHOT_VIOLATIONS = 100  # field violations reported before a run stops reading
+
+
+class _Violations(Protocol):
+    def add(self, field_path: str, description: str) -> None: ...
+
+
+def check_reason(check: _Violations, reason: str, path: str = "reason") -> None:
+    """Adds a violation to ``check`` when ``reason`` is longer than `MAX_REASON_CHARS` or holds a NUL."""
+    if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
+        check.add(path, f"at most {MAX_REASON_CHARS} characters, no NUL")
+
+
+def check_trace_id(check: _Violations, trace_id: str, path: str = "trace_id") -> None:
+    """Adds a violation to ``check`` when ``trace_id`` is longer than `MAX_TRACE_ID_CHARS` or holds a NUL,
+    tab or line break (it is printed in log lines and audit trails)."""
+    if len(trace_id) > MAX_TRACE_ID_CHARS or any(ch in trace_id for ch in "\x00\r\n\t"):
+        check.add(path, f"at most {MAX_TRACE_ID_CHARS} characters, no NUL, tab or line break")
