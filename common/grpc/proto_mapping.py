@@ -14,8 +14,8 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from memory.v1 import audit_service_pb2, knowledge_pb2
 
 from common.domain.audit import AuditEvent
-from common.kernel.identifiers import integral_numbers
 from common.domain.observation_view import ObservationView
+from common.kernel.identifiers import integral_numbers
 from common.storage.fact_store import FactRow
 
 

@@ -24,32 +24,33 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
+from common.auth.authentication import Authenticator, bearer_token, is_loopback_address
 from common.auth.principals import (
     GLOBAL_METHODS,
     METHOD_RIGHTS,
-    Authenticator,
     Principal,
     Right,
-    TokensFileError,
-    TokenStore,
-    add_token,
     authorize,
-    bearer_token,
     current_principal,
     development_principal,
-    hash_token,
-    is_loopback_address,
-    load_tokens_file,
     names_namespaces,
-    new_token,
-    read_tokens_file,
     request_namespaces,
 )
-from common.tooling.cli import parse_namespace_grant
-from common.tooling.client import ClientSecurity, make_channel
+from common.auth.tokens_file import (
+    TokensFileError,
+    TokenStore,
+    hash_token,
+    load_tokens_file,
+    new_token,
+    read_tokens_file,
+)
+from common.grpc.security import ServerSetupError
+from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import PermissionDenied, Unauthenticated
-from common.grpc.server import ServerSetupError, ServiceHost, build_server
+from common.tooling.cli import parse_namespace_grant
+from common.tooling.client import ClientSecurity, make_channel
+from common.tooling.token_writer import add_token
 from query_service.query_servicers import SERVICE_NAMES as QUERY_SERVICE_NAMES
 
 TOKEN_A = "cbt_alice-token"
