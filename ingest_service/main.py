@@ -22,7 +22,7 @@ from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.packs.domain_packs import PackRegistry
-from common.text_models.embeddings import build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
 from common.packs.kind_validation import KindValidator
 from common.grpc.server import ServiceHost, build_server
 from ingest_service.audit_servicer import AuditServicer

@@ -21,7 +21,7 @@ from memory.v1 import (
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.text_models.embeddings import build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
 from common.packs.kind_validation import KindValidator
 from common.grpc.server import ServiceHost, build_server
 from common.text_models.tokenizer import TokenCounter
