@@ -93,6 +93,21 @@ def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
     return "UNKNOWN" if failed else "OK"
 
 
+def _observed_call(
+    behavior: _Behavior, request: Any, context: grpc.ServicerContext, observe: Callable[[float, str], None]
+) -> Any:
+    """Runs ``behavior``, then calls ``observe(seconds, code name)`` whether it returned or raised."""
+    started = time.perf_counter()
+    failed = False
+    try:
+        return behavior(request, context)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        observe(time.perf_counter() - started, _code_name(context, failed))
+
+
 class _UnaryInterceptor(grpc.ServerInterceptor):
     """Base: wraps the behaviour of unary-unary and stream-unary handlers (a stream-unary behaviour takes
     the request iterator where a unary one takes the request); other handlers pass through."""
@@ -138,30 +153,28 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
                 incoming = value
                 break
 
+        service_name = self._service_name
+
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
             token = request_id_var.set(request_id)
-            started = time.perf_counter()
-            failed = False
-            try:
-                return behavior(request, context)
-            except BaseException:
-                failed = True
-                raise
-            finally:
-                latency_ms = (time.perf_counter() - started) * 1000.0
+
+            def log_call(seconds: float, code: str) -> None:
                 trailing = tuple(context.trailing_metadata() or ())
                 context.set_trailing_metadata(trailing + ((REQUEST_ID_METADATA_KEY, request_id),))
-                code = _code_name(context, failed)
                 rpc_log.log(
                     level_ok if code == "OK" else logging.WARNING,
                     "%s %s code=%s latency_ms=%.1f request_id=%s",
-                    self._service_name,
+                    service_name,
                     method,
                     code,
-                    latency_ms,
+                    seconds * 1000.0,
                     request_id,
                 )
+
+            try:
+                return _observed_call(behavior, request, context, log_call)
+            finally:
                 request_id_var.reset(token)
 
         return wrapped
@@ -175,20 +188,14 @@ class _MetricsInterceptor(_UnaryInterceptor):
         service, method = _split_method(details.method)
         metrics = self._metrics
 
+        def record(seconds: float, code: str) -> None:
+            metrics.latency.labels(service, method).observe(seconds)
+            metrics.requests.labels(service, method, code).inc()
+            if code != "OK":
+                metrics.errors.labels(service, method, code).inc()
+
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            started = time.perf_counter()
-            failed = False
-            try:
-                return behavior(request, context)
-            except BaseException:
-                failed = True
-                raise
-            finally:
-                metrics.latency.labels(service, method).observe(time.perf_counter() - started)
-                code = _code_name(context, failed)
-                metrics.requests.labels(service, method, code).inc()
-                if code != "OK":
-                    metrics.errors.labels(service, method, code).inc()
+            return _observed_call(behavior, request, context, record)
 
         return wrapped
 

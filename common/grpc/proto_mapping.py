@@ -112,7 +112,7 @@ def observation_to_proto(view: ObservationView) -> knowledge_pb2.Observation:
 
 
 def audit_event_to_proto(event: AuditEvent) -> audit_service_pb2.AuditEvent:
-    """A stored `common.audit.AuditEvent` as `memory.v1.AuditEvent`."""
+    """A stored `common.domain.audit.AuditEvent` as `memory.v1.AuditEvent`."""
     return audit_service_pb2.AuditEvent(
         event_id=event.event_id,
         action=event.action,
