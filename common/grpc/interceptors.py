@@ -235,7 +235,7 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
 
 
 class _AuthInterceptor(grpc.ServerInterceptor):
-    """Authenticates and authorises every RPC except health and reflection (see `common.auth`).
+    """Authenticates and authorises every RPC except health and reflection (see `common.auth.principals`).
 
     Unary-unary and stream-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the
     error-mapping interceptor; other protected streaming methods (memory.v1 has none) are refused outright.

@@ -1,4 +1,5 @@
-"""common.grpc.server over a real channel: error mapping, request ids, health, reflection, metrics.
+"""`build_server` over a real channel: error mapping (common.grpc.status_mapping), request ids and
+metrics (common.grpc.interceptors, common.grpc.metrics), health (common.grpc.readiness), reflection.
 
 The servicer is a tiny SourceService whose GetSource behaviour depends on the natural key; the
 "database" is only the readiness signal, switched by the test.
