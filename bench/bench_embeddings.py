@@ -38,7 +38,8 @@ if str(ROOT) not in sys.path:
 import numpy as np
 
 from common.kernel.config import Settings
-from common.text_models.embeddings import EmbeddingProvider, build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
+from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.chunking import chunk_markdown
 
 RESULTS = ROOT / "bench" / "results" / "embeddings.json"

@@ -436,7 +436,7 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     from dataclasses import replace
 
     from common.storage.database import Database
-    from common.text_models.embeddings import build_embedding_provider
+    from common.text_models.embeddings.factory import build_embedding_provider
     from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
     provider = build_embedding_provider(settings)

@@ -56,7 +56,7 @@ _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[
 
 
 class PassageEncoder(Protocol):
-    """What the writer needs from `common.embeddings.EmbeddingProvider`."""
+    """What the writer needs from `common.text_models.embeddings.provider.EmbeddingProvider`."""
 
     model_id: str
     dimension: int

@@ -24,7 +24,7 @@ from common.kernel.config import Settings
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.text_models.embeddings import build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.audit_servicer import AuditServicer
 from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter

@@ -135,7 +135,7 @@ def reciprocal_rank_fusion(
 
 
 class QueryEncoder(Protocol):
-    """What search needs from `common.embeddings.EmbeddingProvider`."""
+    """What search needs from `common.text_models.embeddings.provider.EmbeddingProvider`."""
 
     def encode_query(self, text: str) -> np.ndarray: ...
 

@@ -24,7 +24,7 @@ from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.text_models.embeddings import build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.context_servicer import ContextServicer

@@ -10,7 +10,8 @@ import pytest
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.text_models.embeddings import EmbeddingProvider, build_embedding_provider
+from common.text_models.embeddings.factory import build_embedding_provider
+from common.text_models.embeddings.provider import EmbeddingProvider
 
 CORPORA = Path(__file__).resolve().parents[1].parent / "shared" / "corpora"
 

@@ -20,7 +20,7 @@ Rules filled in when the input leaves a field empty:
   sent, or the one the server generated and echoed in the trailing metadata,
   `common.request_context`), so the event of a call is found by that call's id; outside an RPC a fresh
   ``audit-<uuid>``.
-* ``principal`` empty: the authenticated caller (`common.auth.current_principal`; ``"development"`` in
+* ``principal`` empty: the authenticated caller (`common.auth.principals.current_principal`; ``"development"`` in
   development mode); outside an RPC ``"in-process"``.
 * ``client_event_id`` given: the event id is ``aud-`` + sha256(``namespace|client_event_id``)[:24], so a
   retried call finds the stored event (``created`` False) instead of writing a second one; otherwise a

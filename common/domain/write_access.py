@@ -53,7 +53,7 @@ class WriteAccess:
 
     @classmethod
     def of_caller(cls) -> WriteAccess:
-        """The access of the RPC's caller (`common.auth.current_principal`); unrestricted outside an RPC
+        """The access of the RPC's caller (`common.auth.principals.current_principal`); unrestricted outside an RPC
         and in development mode."""
         return cls(visibility_for(current_principal()))
 

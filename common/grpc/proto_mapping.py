@@ -14,8 +14,8 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from memory.v1 import audit_service_pb2, knowledge_pb2
 
 from common.domain.audit import AuditEvent
-from common.kernel.identifiers import integral_numbers
 from common.domain.observation_view import ObservationView
+from common.kernel.identifiers import integral_numbers
 from common.storage.fact_store import FactRow
 
 
@@ -112,7 +112,7 @@ def observation_to_proto(view: ObservationView) -> knowledge_pb2.Observation:
 
 
 def audit_event_to_proto(event: AuditEvent) -> audit_service_pb2.AuditEvent:
-    """A stored `common.audit.AuditEvent` as `memory.v1.AuditEvent`."""
+    """A stored `common.domain.audit.AuditEvent` as `memory.v1.AuditEvent`."""
     return audit_service_pb2.AuditEvent(
         event_id=event.event_id,
         action=event.action,

@@ -24,7 +24,7 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from common.auth.principals import is_loopback_address
+from common.auth.authentication import is_loopback_address
 from common.kernel.errors import (
     AlreadyExists,
     DomainError,

@@ -1,7 +1,7 @@
 """Bearer tokens on the real services over real channels (DESIGN §8, issue 5 section 1).
 
 Both services run in-process on 127.0.0.1:0 with a tokens file (auth on), the real database and the
-real embedder. Tokens are made with `common.auth.add_token` (what ``cb token create`` calls), and
+real embedder. Tokens are made with `common.tooling.token_writer.add_token` (what ``cb token create`` calls), and
 each test module run uses namespaces of its own.
 """
 
@@ -32,11 +32,12 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
-from common.auth.principals import Right, add_token
+from common.auth.principals import Right
+from common.grpc.security import ServerSetupError
+from common.kernel.config import Settings
 from common.tooling.cli import app
 from common.tooling.client import ClientSecurity, make_channel, rpc_failure
-from common.kernel.config import Settings
-from common.grpc.server import ServerSetupError
+from common.tooling.token_writer import add_token
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 from tests.e2e.conftest import token_secured_services

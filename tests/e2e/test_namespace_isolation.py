@@ -53,9 +53,10 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.auth.principals import Right, add_token, is_open_method
-from common.tooling.client import ClientSecurity, make_channel, rpc_failure
+from common.auth.principals import Right, is_open_method
 from common.kernel.config import Settings
+from common.tooling.client import ClientSecurity, make_channel, rpc_failure
+from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
@@ -392,8 +393,8 @@ def _compile_context(world: World) -> None:
 def _compile_typed_context(world: World) -> None:
     """The same domain pack in A and B; from A, B's anchors, B's identifiers in the query text (idPatterns)
     and B's relations find nothing of B: the anchors are not found, the walk stays in A."""
-    from common.storage.database import Database
     from common.packs.domain_packs import PackRegistry
+    from common.storage.database import Database
 
     a, b = world.a, world.b
     pack = {

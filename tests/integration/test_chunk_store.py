@@ -12,7 +12,7 @@ import pytest
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.text_models.embeddings import EmbeddingProvider
+from common.text_models.embeddings.provider import EmbeddingProvider
 from common.storage.chunk_store import (
     ChunkFilter,
     ChunkStore,

@@ -14,7 +14,7 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.text_models.embeddings import EmbeddingProvider
+from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
 from common.storage.graph_store import GraphStore, NodeWrite

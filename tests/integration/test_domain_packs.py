@@ -14,7 +14,7 @@ import pytest
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.packs.domain_packs import PackRegistry
-from common.text_models.embeddings import EmbeddingProvider
+from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import AlreadyExists, InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id
 from common.packs.kind_validation import KindValidator

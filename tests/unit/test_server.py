@@ -1,4 +1,5 @@
-"""common.grpc.server over a real channel: error mapping, request ids, health, reflection, metrics.
+"""`build_server` over a real channel: error mapping (common.grpc.status_mapping), request ids and
+metrics (common.grpc.interceptors, common.grpc.metrics), health (common.grpc.readiness), reflection.
 
 The servicer is a tiny SourceService whose GetSource behaviour depends on the natural key; the
 "database" is only the readiness signal, switched by the test.
@@ -21,6 +22,10 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
+from common.grpc.server import ServiceHost, build_server
+from common.kernel.config import Settings
+from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.kernel.request_context import current_request_id
 from common.tooling.client import (
     RemoteError,
     field_violations,
@@ -30,9 +35,6 @@ from common.tooling.client import (
     rpc_failure,
     wait_for_serving,
 )
-from common.kernel.config import Settings
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.grpc.server import ServiceHost, build_server, current_request_id
 
 SERVICE = "memory.v1.SourceService"
 

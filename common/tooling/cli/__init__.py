@@ -579,7 +579,7 @@ class ServiceKind(str, Enum):
 
 
 def _configure_logging(level: str) -> None:
-    from common.grpc.server import RequestIdLogFilter
+    from common.grpc.interceptors import RequestIdLogFilter
 
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdLogFilter())
@@ -600,7 +600,7 @@ def serve(
     Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
     unless its address is a loopback one; see README "Security".
     """
-    from common.grpc.server import ServerSetupError, build_authenticator, server_credentials
+    from common.grpc.security import ServerSetupError, build_authenticator, server_credentials
 
     state = _state(ctx)
     settings = state.settings()
@@ -1249,7 +1249,9 @@ def token_create(
     The file is created with mode 0600 when missing. Running services pick the new token up within
     a second, without a restart.
     """
-    from common.auth.principals import Right, TokensFileError, add_token
+    from common.auth.principals import Right
+    from common.auth.tokens_file import TokensFileError
+    from common.tooling.token_writer import add_token
 
     path = _tokens_path(ctx, tokens_file)
     grants: dict[str, list[Right]] = {}
@@ -1281,7 +1283,7 @@ def token_create(
 @token_app.command("list")
 def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None) -> None:
     """List the principals of the tokens file with their rights, scopes and PII clearance."""
-    from common.auth.principals import TokensFileError, read_tokens_file
+    from common.auth.tokens_file import TokensFileError, read_tokens_file
 
     path = _tokens_path(ctx, tokens_file)
     try:

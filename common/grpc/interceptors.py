@@ -1,0 +1,318 @@
+"""The four server interceptors every RPC passes through, and the log filter that shows its request id.
+
+`server_interceptors` returns them in the order gRPC runs them (the first one sees the call first):
+
+1. request id + logging: the request id comes from metadata ``x-request-id`` (or is generated), is kept
+   in `common.kernel.request_context.request_id_var` for the duration of the call, echoed in the
+   trailing metadata and logged (logger ``memory.rpc``) with method, code and latency;
+2. metrics: ``memory_rpc_*`` (`common.grpc.metrics`);
+3. error mapping: a domain error raised by the handler becomes its `google.rpc.Status`
+   (`common.grpc.status_mapping`); anything else becomes INTERNAL and its traceback is logged with the
+   request id (logger ``memory.server``);
+4. auth, the first one to look at a request, before any servicer code: bearer token -> `Principal`
+   (UNAUTHENTICATED otherwise), the right `METHOD_RIGHTS` names on the request's namespace(s)
+   (PERMISSION_DENIED otherwise; methods absent from the table are denied), then the principal is
+   `current_principal()` for the handler. It sits inside the three above so that refusals are logged
+   with their request id, counted, and mapped like every other domain error. Health and reflection
+   stay open.
+
+The interceptors wrap unary-unary and client-streaming (stream-unary, e.g.
+SnapshotService.ReconcileStream) handlers; the auth interceptor authorises a client stream message by
+message (`_authorized_stream`). Other streaming handlers (health Watch, reflection) pass through
+untouched, except that the auth interceptor refuses protected ones (memory.v1 has none).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from common.auth.authentication import Authenticator
+from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
+from common.grpc.metrics import RpcMetrics
+from common.grpc.status_mapping import grpc_code_for, status_for_exception
+from common.kernel.errors import PermissionDenied
+from common.kernel.request_context import request_id_var
+
+__all__ = ["REQUEST_ID_METADATA_KEY", "RequestIdLogFilter", "server_interceptors"]
+
+log = logging.getLogger("memory.server")
+rpc_log = logging.getLogger("memory.rpc")
+
+REQUEST_ID_METADATA_KEY = "x-request-id"
+_QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+_VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
+
+_Behavior = Callable[[Any, grpc.ServicerContext], Any]
+
+
+def server_interceptors(
+    service_name: str, metrics: RpcMetrics, authenticator: Authenticator
+) -> tuple[grpc.ServerInterceptor, ...]:
+    """The interceptors of a server, outermost first (the order of the module docstring).
+
+    Args:
+        service_name: ``"ingest_service"`` or ``"query_service"``; used in log lines.
+        metrics: where the metrics interceptor records.
+        authenticator: tokens or development mode (`common.grpc.security.build_authenticator`).
+    """
+    return (
+        _RequestIdLoggingInterceptor(service_name),
+        _MetricsInterceptor(metrics),
+        _ErrorMappingInterceptor(service_name),
+        _AuthInterceptor(authenticator),
+    )
+
+
+class RequestIdLogFilter(logging.Filter):
+    """Adds ``record.request_id`` (``"-"`` outside an RPC) so formats may use ``%(request_id)s``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = request_id_var.get() or "-"
+        return True
+
+
+def _split_method(full_method: str) -> tuple[str, str]:
+    """``"/memory.v1.SourceService/GetSource"`` -> ``("memory.v1.SourceService", "GetSource")``."""
+    service, _, method = full_method.lstrip("/").rpartition("/")
+    return service or "unknown", method or full_method
+
+
+def _code_name(context: grpc.ServicerContext, failed: bool) -> str:
+    """Status code name the RPC ended with: set code, else OK on return / UNKNOWN on exception."""
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return str(code.name)
+    return "UNKNOWN" if failed else "OK"
+
+
+def _observed_call(
+    behavior: _Behavior, request: Any, context: grpc.ServicerContext, observe: Callable[[float, str], None]
+) -> Any:
+    """Runs ``behavior``, then calls ``observe(seconds, code name)`` whether it returned or raised."""
+    started = time.perf_counter()
+    failed = False
+    try:
+        return behavior(request, context)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        observe(time.perf_counter() - started, _code_name(context, failed))
+
+
+class _UnaryInterceptor(grpc.ServerInterceptor):
+    """Base: wraps the behaviour of unary-unary and stream-unary handlers (a stream-unary behaviour takes
+    the request iterator where a unary one takes the request); other handlers pass through."""
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.response_streaming:
+            return handler
+        if handler.request_streaming and handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._wrap(handler.stream_unary, handler_call_details),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.request_streaming or handler.unary_unary is None:
+            return handler
+        behavior = self._wrap(handler.unary_unary, handler_call_details)
+        return grpc.unary_unary_rpc_method_handler(
+            behavior,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        raise NotImplementedError
+
+
+class _RequestIdLoggingInterceptor(_UnaryInterceptor):
+    def __init__(self, service_name: str) -> None:
+        self._service_name = service_name
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        method = details.method
+        # Probes (health checks every few seconds) and reflection would drown the log at INFO.
+        level_ok = logging.DEBUG if method.startswith(_QUIET_METHOD_PREFIXES) else logging.INFO
+        incoming = ""
+        for key, value in details.invocation_metadata or ():
+            if key == REQUEST_ID_METADATA_KEY and isinstance(value, str):
+                incoming = value
+                break
+
+        service_name = self._service_name
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+            token = request_id_var.set(request_id)
+
+            def log_call(seconds: float, code: str) -> None:
+                trailing = tuple(context.trailing_metadata() or ())
+                context.set_trailing_metadata(trailing + ((REQUEST_ID_METADATA_KEY, request_id),))
+                rpc_log.log(
+                    level_ok if code == "OK" else logging.WARNING,
+                    "%s %s code=%s latency_ms=%.1f request_id=%s",
+                    service_name,
+                    method,
+                    code,
+                    seconds * 1000.0,
+                    request_id,
+                )
+
+            try:
+                return _observed_call(behavior, request, context, log_call)
+            finally:
+                request_id_var.reset(token)
+
+        return wrapped
+
+
+class _MetricsInterceptor(_UnaryInterceptor):
+    def __init__(self, metrics: RpcMetrics) -> None:
+        self._metrics = metrics
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        service, method = _split_method(details.method)
+        metrics = self._metrics
+
+        def record(seconds: float, code: str) -> None:
+            metrics.latency.labels(service, method).observe(seconds)
+            metrics.requests.labels(service, method, code).inc()
+            if code != "OK":
+                metrics.errors.labels(service, method, code).inc()
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            return _observed_call(behavior, request, context, record)
+
+        return wrapped
+
+
+def _is_context_abort(exc: BaseException, context: grpc.ServicerContext) -> bool:
+    """True for the bare ``Exception()`` that ``context.abort()`` raises after setting the status."""
+    code = context.code()
+    return type(exc) is Exception and not exc.args and code is not None and code != grpc.StatusCode.OK
+
+
+class _ErrorMappingInterceptor(_UnaryInterceptor):
+    def __init__(self, service_name: str) -> None:
+        self._service_name = service_name
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        method = details.method
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            try:
+                return behavior(request, context)
+            except Exception as exc:
+                if _is_context_abort(exc, context):
+                    raise  # the handler aborted with a status of its own
+                request_id = request_id_var.get()
+                if grpc_code_for(exc) is None:
+                    log.error(
+                        "%s %s failed (request id %s):\n%s",
+                        self._service_name,
+                        method,
+                        request_id,
+                        "".join(traceback.format_exception(exc)),
+                    )
+                context.abort_with_status(status_for_exception(exc, request_id))
+                raise  # not reached: abort_with_status raises
+
+        return wrapped
+
+
+class _AuthInterceptor(grpc.ServerInterceptor):
+    """Authenticates and authorises every RPC except health and reflection (see `common.auth.principals`).
+
+    Unary-unary and stream-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the
+    error-mapping interceptor; other protected streaming methods (memory.v1 has none) are refused outright.
+    """
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        handler = continuation(handler_call_details)
+        if handler is None or is_open_method(method):
+            return handler
+        metadata = tuple(handler_call_details.invocation_metadata or ())
+        authenticator = self._authenticator
+        if handler.request_streaming and not handler.response_streaming and handler.stream_unary is not None:
+            stream_behavior = handler.stream_unary
+
+            def wrapped_stream(request_iterator: Any, context: grpc.ServicerContext) -> Any:
+                principal = authenticator.authenticate(metadata)
+                with principal_context(principal):
+                    return stream_behavior(_authorized_stream(principal, method, request_iterator), context)
+
+            return grpc.stream_unary_rpc_method_handler(
+                wrapped_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_unary is None or handler.request_streaming or handler.response_streaming:
+            return _refused_streaming_handler(handler, method)
+        behavior = handler.unary_unary
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            principal = authenticator.authenticate(metadata)
+            authorize(principal, method, request)
+            with principal_context(principal):
+                return behavior(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            wrapped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _authorized_stream(principal: Principal, method: str, requests: Any) -> Iterator[Any]:
+    """The messages of a client stream, each authorised before the handler sees it: the first one always
+    (it must name the namespace, e.g. ReconcileStreamRequest.header; a first message naming none needs a
+    ``"*"`` grant), a later one when it names namespaces of its own; later messages naming none (the
+    parts) are covered by the first one's namespace.
+
+    Raises:
+        PermissionDenied: from `authorize`, when the message is reached.
+    """
+    for index, request in enumerate(requests):
+        if index == 0 or request_namespaces(request) is not None:
+            authorize(principal, method, request)
+        yield request
+
+
+def _refused_streaming_handler(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+    """Same kind of handler as ``handler``, answering PERMISSION_DENIED (streams are not authorised)."""
+
+    def refuse(_request: Any, context: grpc.ServicerContext) -> Any:
+        exc = PermissionDenied(f"method {method} is not open to any token", reason="METHOD_NOT_ALLOWED")
+        context.abort_with_status(status_for_exception(exc, request_id_var.get()))
+
+    kwargs = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse, **kwargs)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
+    return grpc.unary_stream_rpc_method_handler(refuse, **kwargs)
