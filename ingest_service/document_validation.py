@@ -21,7 +21,9 @@ from ingest_service.write_limits import (
     MAX_LINKS,
     MAX_TITLE_CHARS,
     MAX_TRACE_ID_CHARS,
+    PROTECTED_KEY_PREFIXES,
     PROTECTED_TYPES,
+    RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
 )
 
@@ -113,9 +115,8 @@ def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInp
     natural_key, node_type = request.natural_key, request.type
     _check_namespace(check, request.namespace)
     _check_key(check, "natural_key", natural_key)
-    if natural_key.startswith(tuple(f"{protected}:" for protected in sorted(PROTECTED_TYPES))):
-        # Keys of audit nodes (audit_event:<id>, pc_trace:<trace_id>) are the audit trail's alone.
-        check.add("natural_key", "the prefixes audit_event: and pc_trace: are reserved for the audit trail")
+    if natural_key.startswith(PROTECTED_KEY_PREFIXES):
+        check.add("natural_key", RESERVED_KEY_MESSAGE)
     if node_type and not TYPE_PATTERN.match(node_type):
         check.add("type", f"must match {TYPE_PATTERN.pattern}")
     elif node_type in PROTECTED_TYPES:

@@ -39,6 +39,10 @@ from ingest_service.write_limits import (
     MAX_OBSERVATION_CONTENT_BYTES,
     MAX_OBSERVATION_DATA_BYTES,
     PREDICATE_PATTERN,
+    PROTECTED_KEY_PREFIXES,
+    PROTECTED_PREDICATES,
+    PROTECTED_TYPES,
+    RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
 )
 
@@ -117,8 +121,28 @@ class FieldChecker:
             )
             return None
 
+    def node_type(self, value: Any, path: str) -> str:
+        """An optional node type (``""`` when absent): the type pattern, and never a type of the audit
+        trail (`PROTECTED_TYPES`); a violation leaves ``""``."""
+        if not value:
+            return ""
+        if not isinstance(value, str) or not TYPE_PATTERN.match(value):
+            self.add(path, "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+            return ""
+        if value in PROTECTED_TYPES:
+            self.add(path, f"{value!r} is a protected type written only by the audit trail")
+            return ""
+        return value
+
+    def _unreserved(self, key: str, path: str) -> str | None:
+        if key.startswith(PROTECTED_KEY_PREFIXES):
+            self.add(path, RESERVED_KEY_MESSAGE)
+            return None
+        return key
+
     def entity_key(self, value: Any, path: str) -> str | None:
-        """A key is a non-empty string or {type, id}; returns the natural key."""
+        """A key is a non-empty string or {type, id}; returns the natural key. Keys of the audit trail
+        (``audit_event:``, ``pc_trace:``) are refused on every write path (issue 10 §4)."""
         if isinstance(value, str):
             key = value.strip()
             if not key:
@@ -130,7 +154,7 @@ class FieldChecker:
             if key != value:
                 self.add(path, "must not start or end with whitespace")
                 return None
-            return key
+            return self._unreserved(key, path)
         if isinstance(value, dict):
             type_, id_ = value.get("type"), value.get("id")
             extra = set(value) - {"type", "id"}
@@ -144,7 +168,7 @@ class FieldChecker:
             if not isinstance(id_, str) or not id_.strip() or len(id_) > MAX_KEY_LENGTH:
                 self.add(f"{path}.id", f"required, 1..{MAX_KEY_LENGTH} characters")
                 ok = False
-            return entity_key(type_, id_) if ok else None  # type: ignore[arg-type]
+            return self._unreserved(entity_key(type_, id_), path) if ok else None  # type: ignore[arg-type]
         if value is None:
             self.add(path, "required: a string key or {type, id}")
         else:
@@ -202,6 +226,8 @@ def validate_fact_assertion(
     predicate = raw.get("predicate", "")
     if not isinstance(predicate, str) or not PREDICATE_PATTERN.match(predicate):
         checker.add(join_path(path, "predicate"), "required, pattern [A-Za-z_][A-Za-z0-9_]{0,127}")
+    elif predicate in PROTECTED_PREDICATES:
+        checker.add(join_path(path, "predicate"), f"{predicate} is reserved for the audit trail")
     valid_from = checker.instant(raw.get("valid_from"), join_path(path, "valid_from"), required=False)
     valid_to = checker.instant(raw.get("valid_to"), join_path(path, "valid_to"), required=False)
     start = valid_from or default_valid_from
@@ -323,10 +349,8 @@ def validate_observation(
         if "entity" in assertion:
             entity = assertion["entity"] or {}
             key = checker.entity_key(entity.get("key"), f"{path}.entity.key")
-            node_type = entity.get("type") or ""
-            if node_type and not TYPE_PATTERN.match(node_type):
-                checker.add(f"{path}.entity.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
-            if key is not None:
+            node_type = checker.node_type(entity.get("type"), f"{path}.entity.type")
+            if key is not None and (node_type or not entity.get("type")):
                 implied = key.partition(":")[0] if ":" in key else "entity"
                 entities.append(
                     EntityInput(

@@ -22,7 +22,7 @@ from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.fact_engine import FactInput
 from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
-from ingest_service.write_limits import MAX_NAME_CHARS, TYPE_PATTERN
+from ingest_service.write_limits import MAX_NAME_CHARS
 
 
 @dataclass
@@ -129,9 +129,8 @@ def validate_entities(
             checker.add(path, "must be an entity assertion object")
             continue
         key = checker.entity_key(raw.get("key"), f"{path}.key")
-        node_type = raw.get("type") or ""
-        if node_type and not TYPE_PATTERN.match(str(node_type)):
-            checker.add(f"{path}.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+        node_type = checker.node_type(raw.get("type"), f"{path}.type")
+        if raw.get("type") and not node_type:
             continue
         attributes = raw.get("attributes") or {}
         if not isinstance(attributes, dict):

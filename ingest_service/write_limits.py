@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
+
 # -- shapes --------------------------------------------------------------------------------------------
 
 KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")  # observation kinds
@@ -22,7 +24,12 @@ FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
 EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
 # Audit trail nodes (seed 000 "Аудит-контур"): no document write creates or overwrites them and
 # DeleteNode refuses them.
-PROTECTED_TYPES = frozenset({"audit_event", "pc_trace"})
+PROTECTED_TYPES = frozenset({AUDIT_EVENT_TYPE, TRACE_TYPE})
+# Their keys (audit_event:<id>, pc_trace:<trace_id>) and the edge between them are the audit trail's
+# alone on every write path: observations, AssertFacts, Reconcile, Retain and PutChunks (issue 10 §4).
+PROTECTED_KEY_PREFIXES = tuple(f"{protected}:" for protected in sorted(PROTECTED_TYPES))
+PROTECTED_PREDICATES = frozenset({TRACE_EDGE})
+RESERVED_KEY_MESSAGE = "the prefixes audit_event: and pc_trace: are reserved for the audit trail"
 
 # -- shared by several write paths ---------------------------------------------------------------------
 
