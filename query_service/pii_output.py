@@ -40,7 +40,7 @@ from common.storage.chunk_store import meta_observation_ids
 
 if TYPE_CHECKING:  # the output types import this module; only their shapes are needed here
     from common.domain.observation_view import ObservationView
-    from common.storage.chunk_store import StoredChunk
+    from common.storage.chunk_rankings import StoredChunk
     from common.storage.fact_store import FactRow
     from query_service.hybrid_search import SearchHit
     from query_service.sources import SourceView

@@ -50,7 +50,8 @@ from common.packs.identifier_patterns import MENTIONS, find_identifiers
 from common.kernel.identifiers import canonical_instant, canonical_json
 from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.kernel.pii import PiiMarks
-from common.storage.chunk_store import ChunkStore, StoredChunk
+from common.storage.chunk_rankings import StoredChunk
+from common.storage.chunk_store import ChunkStore
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, type_of_key

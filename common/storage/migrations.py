@@ -14,8 +14,8 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.graph_store import GraphStore
-from common.storage.tables import table_identifiers
+from common.storage.age_graph import AgeGraph
+from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:
     from common.storage.database import Database
@@ -52,7 +52,7 @@ def apply(database: Database) -> list[str]:
                 conn.execute("LOAD 'age'")
             except psycopg.Error:
                 pass
-            conn.execute("SET search_path = \"$user\", public, ag_catalog")
+            conn.execute('SET search_path = "$user", public, ag_catalog')
             exists = conn.execute(
                 "SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s", (database.settings.graph_name,)
             ).fetchone()
@@ -63,17 +63,16 @@ def apply(database: Database) -> list[str]:
                 " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             done = {row[0] for row in conn.execute("SELECT name FROM memory_schema_migrations").fetchall()}
-            identifiers = table_identifiers(database.settings)
-            literals = {
+            placeholders = {
+                **query_placeholders(database.settings),
                 "embedding_dim": sql.Literal(database.settings.embedding_dim),
                 "text_search_config": sql.Literal(database.settings.text_search_config),
-                "graph": sql.Identifier(database.settings.graph_name),
             }
             for name in MIGRATIONS:
                 if name in done:
                     continue
                 text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
-                statement = sql.SQL(text).format(**identifiers, **literals)  # type: ignore[arg-type]
+                statement = sql.SQL(text).format(**placeholders)  # type: ignore[arg-type]
                 with conn.transaction():
                     conn.execute(statement)
                     conn.execute("INSERT INTO memory_schema_migrations (name) VALUES (%s)", (name,))
@@ -81,10 +80,9 @@ def apply(database: Database) -> list[str]:
             _check_index_settings(database, conn)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
-    from common.storage.graph_store import GraphStore
-
-    GraphStore.ensure_base_labels(database)
+    AgeGraph.ensure_base_labels(database)
     return applied
+
 
 def _check_index_settings(database: Database, conn: psycopg.Connection[Any]) -> None:
     chunks = database.settings.chunks_table
@@ -104,10 +102,16 @@ def _check_index_settings(database: Database, conn: psycopg.Connection[Any]) -> 
     conn.execute(
         "INSERT INTO memory_index_settings (table_name, embedding_model, embedding_dim, text_search_config)"
         " VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING",
-        (chunks, database.embedding_model, database.settings.embedding_dim, database.settings.text_search_config),
+        (
+            chunks,
+            database.embedding_model,
+            database.settings.embedding_dim,
+            database.settings.text_search_config,
+        ),
     )
     recorded = conn.execute(
-        "SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s", (chunks,)
+        "SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s",
+        (chunks,),
     ).fetchone()
     assert recorded is not None
     if recorded[0] != database.embedding_model:
@@ -115,4 +119,3 @@ def _check_index_settings(database: Database, conn: psycopg.Connection[Any]) -> 
             f"table {chunks} holds embeddings of model {recorded[0]!r}, this service embeds with "
             f"{database.embedding_model!r}: set CB_EMBEDDING_PROVIDER back, or reindex into a new table (CB_CHUNKS_TABLE)"
         )
-

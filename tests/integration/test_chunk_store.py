@@ -13,14 +13,8 @@ import pytest
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings import EmbeddingProvider
-from common.storage.chunk_store import (
-    ChunkFilter,
-    ChunkStore,
-    ChunkWrite,
-    NodeRef,
-    embedding_input,
-    identifier_tokens,
-)
+from common.storage.chunk_rankings import ChunkFilter, identifier_tokens
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from query_service.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration

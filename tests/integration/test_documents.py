@@ -16,7 +16,8 @@ from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings import EmbeddingProvider
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
-from common.storage.chunk_store import ChunkFilter, ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.documents import (
     MAX_CONTENT_BYTES,
