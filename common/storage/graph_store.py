@@ -57,6 +57,7 @@ class NodeWrite:
         return [s for s in raw if isinstance(s, str)] if isinstance(raw, (list, tuple)) else []
 
     def vertex_properties(self, last_seen: str, placeholder: bool) -> dict[str, Any]:
+        """The vertex's property map (seed 000 list), ``last_seen`` a canonical instant."""
         return {
             "namespace": self.namespace,
             "natural_key": self.natural_key,
@@ -74,6 +75,8 @@ class NodeWrite:
 
 @dataclass(frozen=True)
 class NodeResult:
+    """What `GraphStore.upsert_nodes` did to one node: created, updated, or neither (unchanged)."""
+
     natural_key: str
     label: str
     created: bool
