@@ -1,5 +1,6 @@
 """One AGE graph: its labels (created once, with their indexes), label tables and ids, running Cypher,
-and the agtype codec. The base of `common.storage.graph_store.GraphStore`.
+and the agtype codec. The base of `common.storage.graph_store.GraphStore`. Also the session set-up of
+every connection (`prepare_age_session`: load AGE, ``search_path``).
 
 Where Cypher lives: only in ``common/storage``. `AgeGraph.cypher` runs Cypher text that a store composed
 with sanitised labels (`checked_label`): `GraphStore.get_node` and `ContextStore.node_summaries` (a label
@@ -35,6 +36,17 @@ BASE_EDGE_LABELS = ("LINKS_TO", "MENTIONS")
 _LABEL_LOCK_BASE = 0x6C61_0000  # advisory lock namespace for label creation
 _AGTYPE_SUFFIX = re.compile(r"::(vertex|edge|path|numeric)$")
 GRAPH_QUERIES = "graph.sql"
+_SESSION_QUERIES = Queries("session.sql", {})
+
+
+def prepare_age_session(conn: psycopg.Connection[Any]) -> None:
+    """Loads AGE into the session of ``conn`` (when the role may) and sets its ``search_path``
+    (``"$user", public, ag_catalog``); run on every new connection (pool, migrations, label creation)."""
+    try:
+        conn.execute(_SESSION_QUERIES["load_age"])
+    except psycopg.Error:
+        pass  # non-superusers cannot LOAD; the server then must have age in shared_preload_libraries
+    conn.execute(_SESSION_QUERIES["set_age_search_path"])
 
 
 def checked_label(label: str) -> str:
@@ -130,11 +142,7 @@ class AgeGraph:
             with psycopg.connect(
                 self.database.settings.database_url, autocommit=True, connect_timeout=5
             ) as conn:
-                try:
-                    conn.execute(self.queries["load_age"])
-                except psycopg.Error:
-                    pass
-                conn.execute(self.queries["set_age_search_path"])
+                prepare_age_session(conn)
                 lock_key = _LABEL_LOCK_BASE + (int(hashlib.sha256(label.encode()).hexdigest()[:6], 16))
                 conn.execute(self.queries["lock_label_creation"], (lock_key,))
                 try:
@@ -198,4 +206,5 @@ __all__ = [
     "agtype_text",
     "checked_label",
     "decode_agtype",
+    "prepare_age_session",
 ]

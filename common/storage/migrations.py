@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.age_graph import AgeGraph
+from common.storage.age_graph import AgeGraph, prepare_age_session
 from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:
@@ -48,11 +48,7 @@ def apply(database: Database) -> list[str]:
         try:
             for extension in ("age", "vector", "pg_trgm"):
                 conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
-            try:
-                conn.execute("LOAD 'age'")
-            except psycopg.Error:
-                pass
-            conn.execute('SET search_path = "$user", public, ag_catalog')
+            prepare_age_session(conn)
             exists = conn.execute(
                 "SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s", (database.settings.graph_name,)
             ).fetchone()

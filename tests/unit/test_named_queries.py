@@ -36,6 +36,7 @@ FILE_USERS = {
     "key_locks.sql": ["key_locks"],
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],
+    "session.sql": ["age_graph"],
     "snapshots.sql": ["snapshot_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)
@@ -114,8 +115,11 @@ def test_every_named_query_is_used_and_every_lookup_exists() -> None:
     names = {file_name: set(load_query_file(file_name)) for file_name in query_file_names()}
     for file_name, modules in FILE_USERS.items():
         used = set().union(*(_lookups(module) for module in modules))
-        assert used - names[file_name] == set(), f"lookups without a query in {file_name}"
         assert names[file_name] - used == set(), f"queries of {file_name} no module uses"
+    modules = {module for users in FILE_USERS.values() for module in users}
+    for module in modules:
+        defined = set().union(*(names[f] for f, users in FILE_USERS.items() if module in users))
+        assert _lookups(module) - defined == set(), f"lookups of {module}.py without a query in its files"
 
 
 def test_only_the_listed_modules_load_query_files() -> None:

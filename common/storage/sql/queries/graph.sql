@@ -3,15 +3,6 @@
 -- for the placeholders ({graph_nodes}, ...) and parameters. Statements naming a label table are composed
 -- in Python.
 
--- name: load_age
--- Loads the AGE library into a session that is not a pool connection (fails for non-superusers; the
--- server then has age in shared_preload_libraries).
-LOAD 'age'
-
--- name: set_age_search_path
--- Our tables in the first writable schema, ag_catalog last so agtype operators resolve.
-SET search_path = "$user", public, ag_catalog
-
 -- name: lock_label_creation
 -- Session advisory lock serialising the creation of one label (its key derived from the label name).
 SELECT pg_advisory_lock(%s)
