@@ -217,12 +217,9 @@ class ChunkRankings:
         """
         params: dict[str, Any] = {"config": self.text_search_config, "query": query, "limit": limit}
         condition = self._filter_sql(where, params)
-        statement = sql.SQL(
-            "SELECT {columns}, ts_rank_cd(search_document, q.tsq) AS score"
-            " FROM {table}, (SELECT websearch_to_tsquery(%(config)s::regconfig, %(query)s) AS tsq) AS q"
-            " WHERE {condition} AND search_document @@ q.tsq"
-            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
-        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        statement = self._text_ranking(
+            "ts_rank_cd", "websearch_to_tsquery(%(config)s::regconfig, %(query)s)", condition
+        )
         candidates = self._candidates(conn, statement, params)
         if len(candidates) >= limit:
             return candidates
@@ -239,12 +236,7 @@ class ChunkRankings:
             "limit": limit,
         }
         condition_any = self._filter_sql(where, params_any)
-        statement_any = sql.SQL(
-            "SELECT {columns}, ts_rank(search_document, q.tsq) AS score"
-            " FROM {table}, (SELECT %(any_query)s::tsquery AS tsq) AS q"
-            " WHERE {condition} AND search_document @@ q.tsq"
-            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
-        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition_any)
+        statement_any = self._text_ranking("ts_rank", "%(any_query)s::tsquery", condition_any)
         found = {candidate.key for candidate in candidates}
         extra = [c for c in self._candidates(conn, statement_any, params_any) if c.key not in found]
         extra = extra[: limit - len(candidates)]
@@ -252,6 +244,23 @@ class ChunkRankings:
         return candidates + [
             Candidate(c.chunk, c.score, offset + rank) for rank, c in enumerate(extra, start=1)
         ]
+
+    def _text_ranking(self, rank: str, tsquery: str, condition: sql.Composable) -> sql.Composed:
+        """A full-text ranking: chunks matching ``condition`` whose ``search_document`` matches the query
+        ``tsquery`` (SQL text of a tsquery), ordered by ``rank`` (``ts_rank_cd`` or ``ts_rank``), at most
+        ``%(limit)s``."""
+        return sql.SQL(
+            "SELECT {columns}, {rank}(search_document, q.tsq) AS score"
+            " FROM {table}, (SELECT {tsquery} AS tsq) AS q"
+            " WHERE {condition} AND search_document @@ q.tsq"
+            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(
+            columns=CHUNK_COLUMNS,
+            rank=sql.Identifier(rank),
+            table=self.table,
+            tsquery=sql.SQL(tsquery),  # type: ignore[arg-type]
+            condition=condition,
+        )
 
     def _rare_lexemes(self, conn: psycopg.Connection[Any], lexemes: list[str]) -> list[str]:
         """The lexemes the OR fill searches: those in at most `OR_MAX_LEXEME_FREQUENCY` of the chunks,

@@ -166,14 +166,14 @@ class ChunkStore(ChunkRankings):
         visibility: Visibility = EVERYTHING,
     ) -> int:
         """Number of chunks of a node (those ``visibility`` may see)."""
-        row = conn.execute(
-            sql.SQL(
-                "SELECT count(*) FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
-                " AND {visible}"
-            ).format(table=self.table, visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')"))),
-            {"namespace": namespace, "node_key": node_key, **visibility.params},
-        ).fetchone()
-        return int(row[0]) if row else 0
+        rows = self._visible_rows(
+            conn,
+            "SELECT count(*) AS count FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
+            " AND {visible}",
+            {"namespace": namespace, "node_key": node_key},
+            visibility,
+        )
+        return int(rows[0]["count"]) if rows else 0
 
     def list_chunks(
         self,
@@ -184,18 +184,13 @@ class ChunkStore(ChunkRankings):
         visibility: Visibility = EVERYTHING,
     ) -> list[StoredChunk]:
         """The chunks of a node that ``visibility`` may see, in ``chunk_order``."""
-        with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(
-                sql.SQL(
-                    "SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
-                    " AND {visible} ORDER BY chunk_order"
-                ).format(
-                    columns=CHUNK_COLUMNS,
-                    table=self.table,
-                    visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")),
-                ),
-                {"namespace": namespace, "node_key": node_key, **visibility.params},
-            ).fetchall()
+        records = self._visible_rows(
+            conn,
+            "SELECT {columns} FROM {table} WHERE namespace = %(namespace)s AND node_key = %(node_key)s"
+            " AND {visible} ORDER BY chunk_order",
+            {"namespace": namespace, "node_key": node_key},
+            visibility,
+        )
         return [StoredChunk(**record) for record in records]
 
     def first_chunks(
@@ -210,16 +205,25 @@ class ChunkStore(ChunkRankings):
         ``node_keys`` that has one; one statement over the unique (namespace, node_key, chunk_order) index."""
         if not node_keys:
             return {}
-        with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(
-                sql.SQL(
-                    "SELECT DISTINCT ON (node_key) {columns} FROM {table} WHERE namespace = %(namespace)s"
-                    " AND node_key = ANY(%(node_keys)s) AND {visible} ORDER BY node_key, chunk_order"
-                ).format(
-                    columns=CHUNK_COLUMNS,
-                    table=self.table,
-                    visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")),
-                ),
-                {"namespace": namespace, "node_keys": list(node_keys), **visibility.params},
-            ).fetchall()
+        records = self._visible_rows(
+            conn,
+            "SELECT DISTINCT ON (node_key) {columns} FROM {table} WHERE namespace = %(namespace)s"
+            " AND node_key = ANY(%(node_keys)s) AND {visible} ORDER BY node_key, chunk_order",
+            {"namespace": namespace, "node_keys": list(node_keys)},
+            visibility,
+        )
         return {record["node_key"]: StoredChunk(**record) for record in records}
+
+    def _visible_rows(
+        self, conn: psycopg.Connection[Any], template: str, params: dict[str, Any], visibility: Visibility
+    ) -> list[dict[str, Any]]:
+        """Rows (dicts) of a read of the chunks table: ``template`` names ``{table}``, ``{columns}``
+        (`CHUNK_COLUMNS`) and ``{visible}``, the predicate "``visibility`` may see the chunk" over
+        ``meta.scopes``, composed per call."""
+        statement = sql.SQL(template).format(  # type: ignore[arg-type]
+            table=self.table,
+            columns=CHUNK_COLUMNS,
+            visible=visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")),
+        )
+        with conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(statement, {**params, **visibility.params}).fetchall()

@@ -76,13 +76,13 @@ class NodeRegistry(AgeGraph):
         hidden keys are absent)."""
         if not natural_keys:
             return {}
-        statement = sql.SQL(
+        rows = _visible_registry_rows(
+            conn,
             "SELECT natural_key, label FROM graph_nodes WHERE namespace = %(namespace)s"
-            " AND natural_key = ANY(%(keys)s) AND {visible}"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        rows = conn.execute(
-            statement, {"namespace": namespace, "keys": natural_keys, **visibility.params}
-        ).fetchall()
+            " AND natural_key = ANY(%(keys)s) AND {visible}",
+            {"namespace": namespace, "keys": natural_keys},
+            visibility,
+        )
         return {str(key): str(label) for key, label in rows}
 
     def hidden_keys(
@@ -97,13 +97,13 @@ class NodeRegistry(AgeGraph):
         checks: such a node must be neither overwritten nor extended, `common.write_access`)."""
         if visibility.unrestricted or not natural_keys:
             return set()
-        statement = sql.SQL(
+        rows = _visible_registry_rows(
+            conn,
             "SELECT natural_key FROM graph_nodes WHERE namespace = %(namespace)s"
-            " AND natural_key = ANY(%(keys)s) AND NOT {visible}"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        rows = conn.execute(
-            statement, {"namespace": namespace, "keys": sorted(set(natural_keys)), **visibility.params}
-        ).fetchall()
+            " AND natural_key = ANY(%(keys)s) AND NOT {visible}",
+            {"namespace": namespace, "keys": sorted(set(natural_keys))},
+            visibility,
+        )
         return {str(row[0]) for row in rows}
 
     def lock_node(
@@ -116,17 +116,26 @@ class NodeRegistry(AgeGraph):
     ) -> dict[str, Any] | None:
         """The registry row of a key locked FOR UPDATE until the transaction ends, as ``{natural_key,
         node_type, label, placeholder, origin, scopes}``; None when missing or hidden from ``visibility``."""
-        statement = sql.SQL(
+        rows = _visible_registry_rows(
+            conn,
             "SELECT natural_key, node_type, label, placeholder, origin, scopes FROM graph_nodes"
-            " WHERE namespace = %(namespace)s AND natural_key = %(key)s AND {visible} FOR UPDATE"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        row = conn.execute(
-            statement, {"namespace": namespace, "key": natural_key, **visibility.params}
-        ).fetchone()
-        if row is None:
+            " WHERE namespace = %(namespace)s AND natural_key = %(key)s AND {visible} FOR UPDATE",
+            {"namespace": namespace, "key": natural_key},
+            visibility,
+        )
+        if not rows:
             return None
         names = ("natural_key", "node_type", "label", "placeholder", "origin", "scopes")
-        return dict(zip(names, row, strict=True))
+        return dict(zip(names, rows[0], strict=True))
+
+
+def _visible_registry_rows(
+    conn: psycopg.Connection[Any], template: str, params: dict[str, Any], visibility: Visibility
+) -> list[tuple[Any, ...]]:
+    """Rows of a read of ``graph_nodes`` whose ``template`` names ``{visible}``: the predicate
+    "``visibility`` may see the node" over its ``scopes``, composed per call."""
+    statement = sql.SQL(template).format(visible=visibility.array_predicate(sql.SQL("scopes")))  # type: ignore[arg-type]
+    return conn.execute(statement, {**params, **visibility.params}).fetchall()
 
 
 __all__ = ["NodeRegistry"]
