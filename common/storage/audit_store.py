@@ -1,4 +1,4 @@
-"""Audit events in the graph (seed 000 "Аудит-контур"; DESIGN §8; issue 5 §5). All Cypher/SQL of it.
+"""Audit events in the graph (seed 000 "Аудит-контур"; DESIGN §8; issue 5 §5).
 
 An audit event is a vertex of type ``audit_event`` (key ``audit_event:<event_id>``) linked by an
 ``IN_TRACE`` edge to the anchor vertex of its trace, type ``pc_trace`` (key ``pc_trace:<trace_id>``, one
@@ -9,6 +9,9 @@ scopes) plus a vertex in the AGE label table, written through `GraphStore`.
 Events are immutable: `AuditStore.insert_event` creates the vertex only when its key is new
 (`GraphStore.insert_node_once`), so a retried event with the same key (a client event id) changes
 nothing and returns the stored one.
+
+Its SQL and Cypher are static named queries (``sql/queries/audit.sql``: the anchor's node type, the events
+of a trace); the vertices and the edge are written through `GraphStore`.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from typing import Any
 import psycopg
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.graph_store import GraphStore, NodeWrite, checked_label
+from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
+# These three labels are also spelled out in the Cypher of ``audit_events_of_trace`` (sql/queries/audit.sql).
 AUDIT_EVENT_TYPE = "audit_event"
 TRACE_TYPE = "pc_trace"
 TRACE_EDGE = "IN_TRACE"
@@ -42,6 +47,7 @@ class AuditStore:
 
     def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
+        self.queries = Queries.for_settings("audit.sql", graph.database.settings)
 
     def insert_event(
         self,
@@ -89,8 +95,7 @@ class AuditStore:
             return False, dict(props) if isinstance(props, dict) else {}
         if not self.graph.insert_node_once(conn, anchor, now=now):
             existing = conn.execute(
-                "SELECT node_type FROM graph_nodes WHERE namespace = %s AND natural_key = %s",
-                (namespace, anchor.natural_key),
+                self.queries["node_type_of_key"], (namespace, anchor.natural_key)
             ).fetchone()
             if existing is None or existing[0] != TRACE_TYPE:
                 # Another write path took the anchor's key: refuse rather than lose the event silently.
@@ -121,12 +126,8 @@ class AuditStore:
         anchor = trace_key(trace_id)
         if not self.graph.node_labels(conn, namespace, [anchor]):
             return []
-        rows = self.graph.cypher(
-            conn,
-            f"MATCH (e:{checked_label(AUDIT_EVENT_TYPE)})-[:{checked_label(TRACE_EDGE)}]->"
-            f"(t:{checked_label(TRACE_TYPE)} {{namespace: $namespace, natural_key: $anchor}})"
-            " WHERE e.namespace = $namespace RETURN [e.natural_key, e.props]",
-            {"namespace": namespace, "anchor": anchor},
+        rows = self.graph.cypher_rows(
+            conn, self.queries["audit_events_of_trace"], {"namespace": namespace, "anchor": anchor}
         )
         found = {str(key): props for key, props in rows if isinstance(props, dict)}
         visible = self.graph.node_labels(conn, namespace, list(found), visibility=visibility)

@@ -1,8 +1,10 @@
 """Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
 entities named in text, and the ``context_traces`` journal (DESIGN §7).
 
-Cypher goes through `GraphStore.cypher` (parameters only, sanitised labels); table names come from the
-settings through `psycopg.sql.Identifier`.
+Static SQL (registry rows of keys, keys with facts, recording a compilation) is in
+``sql/queries/context.sql``. Composed here: the Cypher of `ContextStore.node_summaries` (one query per
+label found, through `GraphStore.cypher`: parameters only, sanitised labels) and the reads that take the
+caller's visibility predicate (the first step of `keys_with_facts`, `traces`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
-from common.storage.graph_store import GraphStore, checked_label
+from common.storage.age_graph import checked_label
+from common.storage.graph_store import GraphStore
+from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
 # Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
@@ -64,6 +68,7 @@ class ContextStore:
     def __init__(self, settings: Settings, graph: GraphStore) -> None:
         self.graph = graph
         self.traces_table = sql.Identifier(settings.context_traces_table)
+        self.queries = Queries.for_settings("context.sql", settings)
 
     def node_summaries(
         self, conn: psycopg.Connection[Any], namespace: str, natural_keys: Sequence[str]
@@ -77,10 +82,7 @@ class ContextStore:
         keys = list(dict.fromkeys(natural_keys))
         if not keys:
             return {}
-        rows = conn.execute(
-            "SELECT natural_key, label, node_type FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)",
-            (namespace, keys),
-        ).fetchall()
+        rows = conn.execute(self.queries["registered_nodes_of_keys"], (namespace, keys)).fetchall()
         by_label: dict[str, list[str]] = defaultdict(list)
         types: dict[str, str] = {}
         for key, label, node_type in rows:
@@ -142,10 +144,7 @@ class ContextStore:
         if not named:
             return []
         rows = conn.execute(
-            "SELECT k.key FROM unnest(%(keys)s::text[]) AS k(key)"
-            " WHERE EXISTS (SELECT 1 FROM facts f WHERE f.namespace = %(namespace)s AND f.subject_key = k.key)"
-            " OR EXISTS (SELECT 1 FROM facts f WHERE f.namespace = %(namespace)s AND f.object_key = k.key)"
-            " ORDER BY k.key LIMIT %(limit)s",
+            self.queries["keys_with_facts"],
             {"keys": [str(row[0]) for row in named], "namespace": namespace, "limit": limit},
         ).fetchall()
         return [str(row[0]) for row in rows]
@@ -163,17 +162,19 @@ class ContextStore:
         """Appends one context compilation to ``context_traces``; returns its row id. ``scopes`` restrict
         who reads it back (`common.storage.visibility.Visibility.owner_scopes` of the compiler)."""
         row = conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (namespace, trace_id, request, decisions, scopes) VALUES (%s, %s, %s, %s, %s)"
-                " RETURNING id"
-            ).format(self.traces_table),
+            self.queries["record_context_trace"],
             (namespace, trace_id, Jsonb(dict(request)), Jsonb([dict(d) for d in decisions]), list(scopes)),
         ).fetchone()
         assert row is not None
         return int(row[0])
 
     def traces(
-        self, conn: psycopg.Connection[Any], namespace: str, trace_id: str, *, visibility: Visibility = EVERYTHING
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        trace_id: str,
+        *,
+        visibility: Visibility = EVERYTHING,
     ) -> list[dict[str, Any]]:
         """The compilations recorded for a trace that ``visibility`` may see (their ``scopes``), oldest
         first: ``{id, created_at, request, decisions}``."""

@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
 from common.storage import migrations
+from common.storage.age_graph import prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,19 +70,18 @@ class Database:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.autocommit = True
-        try:
-            conn.execute("LOAD 'age'")
-        except psycopg.Error:
-            # Non-superusers cannot LOAD; the server then must have age in shared_preload_libraries.
-            pass
-        conn.execute("SET search_path = \"$user\", public, ag_catalog")
+        prepare_age_session(conn)
         if self.settings.statement_timeout_ms:
-            conn.execute(sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.settings.statement_timeout_ms)))
+            conn.execute(
+                sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.settings.statement_timeout_ms))
+            )
         conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(self.settings.hnsw_ef_search)))
         try:
             conn.execute("SET hnsw.iterative_scan = relaxed_order")
             conn.execute(
-                sql.SQL("SET hnsw.max_scan_tuples = {}").format(sql.Literal(self.settings.hnsw_max_scan_tuples))
+                sql.SQL("SET hnsw.max_scan_tuples = {}").format(
+                    sql.Literal(self.settings.hnsw_max_scan_tuples)
+                )
             )
         except psycopg.Error:
             pass  # pgvector < 0.8 (or vector not created yet); retrieval then over-fetches instead
@@ -112,9 +112,8 @@ class Database:
         """
         self._ensure_schema()
         try:
-            with self._pool.connection() as conn:
-                with conn.transaction():
-                    yield conn
+            with self._pool.connection() as conn, conn.transaction():
+                yield conn
         except BaseException as error:
             if is_unavailable_error(error):
                 self._ready = False

@@ -2,6 +2,9 @@
 
 Every change of a fact row is mirrored onto its edge (`sync_edge`) in the same transaction. As-of
 queries run on the table with B-tree indexes: ``valid_from <= t AND (valid_to IS NULL OR t < valid_to)``.
+
+The static reads are named queries (``sql/queries/facts.sql``); `FactStore.list` and `conflicting_ids`
+(optional filters, the caller's visibility) are composed here, and so are the write statements for now.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from psycopg.rows import dict_row
 
 from common.kernel.identifiers import age_label, canonical_instant
 from common.storage.graph_store import GraphStore
+from common.storage.named_queries import Queries
+from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
 
 _COLUMNS = (
@@ -152,10 +157,18 @@ class FactStore:
 
     def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
+        self.queries = Queries(
+            "facts.sql",
+            {
+                **query_placeholders(graph.database.settings),
+                "fact_columns": sql.SQL(_COLUMNS),
+                "qualified_fact_columns": sql.SQL(_QUALIFIED_COLUMNS),
+            },
+        )
 
     def get(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, *, lock: bool = False) -> FactRow | None:
         """The fact row, optionally locked FOR UPDATE."""
-        query = f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND fact_id = %s" + (" FOR UPDATE" if lock else "")
+        query = self.queries["fact_by_id_for_update"] if lock else self.queries["fact_by_id"]
         with conn.cursor(row_factory=dict_row) as cursor:
             record = cursor.execute(query, (namespace, fact_id)).fetchone()
         return FactRow(**record) if record else None
@@ -309,9 +322,7 @@ class FactStore:
         if not natural_keys:
             return set()
         records = conn.execute(
-            "SELECT subject_key FROM facts WHERE namespace = %(namespace)s AND subject_key = ANY(%(keys)s)"
-            " UNION SELECT object_key FROM facts WHERE namespace = %(namespace)s AND object_key = ANY(%(keys)s)",
-            {"namespace": namespace, "keys": natural_keys},
+            self.queries["keys_of_facts"], {"namespace": namespace, "keys": natural_keys}
         ).fetchall()
         return {str(record[0]) for record in records}
 
@@ -332,10 +343,7 @@ class FactStore:
     def superseding(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str) -> list[FactRow]:
         """Facts whose ``supersedes`` names ``fact_id`` (they may have arrived before it)."""
         with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(
-                f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND supersedes = %s ORDER BY valid_from, fact_id",
-                (namespace, fact_id),
-            ).fetchall()
+            records = cursor.execute(self.queries["facts_superseding"], (namespace, fact_id)).fetchall()
         return [FactRow(**record) for record in records]
 
     def open_facts(
@@ -345,9 +353,7 @@ class FactStore:
         ones included, ordered by object and fact_id (index ``facts_subject_idx``)."""
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
-                f"SELECT {_COLUMNS} FROM facts WHERE namespace = %s AND subject_key = %s AND predicate = %s"
-                " AND valid_to IS NULL ORDER BY object_key, fact_id",
-                (namespace, subject_key, predicate),
+                self.queries["open_facts_of_subject_predicate"], (namespace, subject_key, predicate)
             ).fetchall()
         return [FactRow(**record) for record in records]
 
@@ -360,9 +366,7 @@ class FactStore:
             return {}
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
-                f"SELECT DISTINCT ON (supersedes) {_COLUMNS} FROM facts WHERE namespace = %s AND supersedes = ANY(%s)"
-                " ORDER BY supersedes, valid_from, fact_id",
-                (namespace, fact_ids),
+                self.queries["first_facts_superseding"], (namespace, fact_ids)
             ).fetchall()
         rows = [FactRow(**record) for record in records]
         return {str(row.supersedes): row for row in rows}
@@ -388,10 +392,7 @@ class FactStore:
             return []
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
-                f"SELECT {_QUALIFIED_COLUMNS} FROM unnest(%(ids)b::text[]) AS x(fact_id) CROSS JOIN LATERAL"
-                " (SELECT * FROM facts WHERE fact_id = x.fact_id AND namespace = %(namespace)s OFFSET 0) AS f"
-                " ORDER BY f.fact_id",
-                {"namespace": namespace, "ids": list(fact_ids)},
+                self.queries["facts_by_ids"], {"namespace": namespace, "ids": list(fact_ids)}
             ).fetchall()
         return [FactRow(**record) for record in records]
 

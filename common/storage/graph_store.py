@@ -1,62 +1,33 @@
-"""The AGE graph: labels, vertices keyed by (namespace, natural_key), edges. All Cypher lives here.
+"""Vertices of the AGE graph keyed by (namespace, natural_key): `GraphStore`, the graph access of the stores
+and the domain.
 
-Uniqueness (DESIGN §11): AGE has no unique property constraint and MERGE does not serialise across
-sessions, so every vertex has a row in ``graph_nodes`` (primary key namespace + natural_key). A writer
-inserts that row first (``ON CONFLICT DO NOTHING`` waits for a concurrent inserter of the same key) or
-locks it (``FOR UPDATE``), and only then touches the vertex: one vertex per key, even under concurrency.
-The row also records the vertex's AGE id (``vertex_id``, migration 0006), so edges are created by
-set-based joins on the registry's primary key instead of a GIN look-up of each end (`create_edges`);
-rows written before 0006 get theirs on first use.
+`GraphStore` is the last of a chain, one module per concern: `common.storage.age_graph.AgeGraph` (labels,
+label tables, Cypher, agtype), `common.storage.node_registry.NodeRegistry` (the ``graph_nodes`` registry
+that makes a key's vertex unique, DESIGN §11), `common.storage.graph_edges.GraphEdges` (edges), and this
+module (vertex writes, reads and deletes). The registry row of a key is written or locked before its
+vertex is touched; it records the vertex's AGE id (``vertex_id``, migration 0006), so edges are created by
+set-based joins on the registry's primary key instead of a GIN look-up of each end.
 
-Parameters reach Cypher only through the third argument of ``ag_catalog.cypher`` (an agtype map,
-referenced as ``$name``); labels are sanitised by `common.identifiers.age_label` and checked again here.
+Static SQL (the registry statements) is in ``sql/queries/graph.sql``; statements on a label table
+(``{graph}.<label>``, the label known at run time) are composed here with `psycopg.sql`. Where Cypher
+lives: see `common.storage.age_graph`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from common.kernel.identifiers import age_label, canonical_instant, canonical_json
+from common.storage.age_graph import agtype_text, checked_label, decode_agtype
+from common.storage.graph_edges import GraphEdges
 from common.storage.visibility import EVERYTHING, Visibility
-
-if TYPE_CHECKING:
-    from common.storage.database import Database
-
-_SAFE_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-BASE_VERTEX_LABELS = ("episode", "entity", "document", "text")
-BASE_EDGE_LABELS = ("LINKS_TO", "MENTIONS")
-_LABEL_LOCK_BASE = 0x6C61_0000  # advisory lock namespace for label creation
-
-
-# A new vertex's id, allocated with its graph_nodes row exactly as AGE's column default does (the label's
-# id and sequence, from ag_catalog.ag_label: `GraphStore._label_ids`), so the vertices of a batch are
-# inserted with their ids and nothing is joined back. Rows carry ``label_id`` and ``label_sequence``.
-_VERTEX_ID = "ag_catalog._graphid(x.label_id, nextval(x.label_sequence::regclass))"
-# The ends of edges ``(source_key, target_key, properties)`` with their vertex ids, one fenced primary-key
-# look-up each (see `GraphStore._registered` for why not a join), in input order.
-_EDGE_ENDS = (
-    "SELECT (SELECT vertex_id FROM graph_nodes WHERE namespace = %(namespace)s AND natural_key = x.source_key) AS start_id,"
-    " (SELECT vertex_id FROM graph_nodes WHERE namespace = %(namespace)s AND natural_key = x.target_key) AS end_id,"
-    " x.properties::ag_catalog.agtype AS properties, x.position"
-    " FROM unnest(%(sources)b::text[], %(targets)b::text[], %(properties)b::text[])"
-    " WITH ORDINALITY AS x(source_key, target_key, properties, position) OFFSET 0"
-)
-
-
-def checked_label(label: str) -> str:
-    """Returns ``label`` when it is a plain identifier; raises ValueError otherwise (defence in depth)."""
-    if not _SAFE_LABEL.match(label):
-        raise ValueError(f"unsafe graph label {label!r}")
-    return label
 
 
 def type_of_key(natural_key: str) -> str:
@@ -86,6 +57,7 @@ class NodeWrite:
         return [s for s in raw if isinstance(s, str)] if isinstance(raw, (list, tuple)) else []
 
     def vertex_properties(self, last_seen: str, placeholder: bool) -> dict[str, Any]:
+        """The vertex's property map (seed 000 list), ``last_seen`` a canonical instant."""
         return {
             "namespace": self.namespace,
             "natural_key": self.natural_key,
@@ -103,6 +75,8 @@ class NodeWrite:
 
 @dataclass(frozen=True)
 class NodeResult:
+    """What `GraphStore.upsert_nodes` did to one node: created, updated, or neither (unchanged)."""
+
     natural_key: str
     label: str
     created: bool
@@ -111,125 +85,9 @@ class NodeResult:
     completed_placeholder: bool = False
 
 
-class GraphStore:
-    """Graph access for one database. Thread-safe; label existence is cached per process."""
-
-    _known_labels: set[tuple[str, str, str]] = set()
-    _label_sequences: ClassVar[dict[tuple[str, str], tuple[int, str]]] = {}  # (graph, label) -> (id, sequence)
-    _labels_lock = threading.Lock()
-
-    def __init__(self, database: "Database") -> None:
-        self.database = database
-        self.graph = database.settings.graph_name
-
-    # -- Cypher ------------------------------------------------------------------------------------
-
-    def cypher(self, conn: psycopg.Connection[Any], query: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """Runs one Cypher statement; returns the decoded single ``v`` column of each row.
-
-        ``query`` is a constant of this module with sanitised labels; values go in ``params``.
-        """
-        if "$$" in query:
-            raise ValueError("Cypher text must not contain $$")
-        statement = sql.SQL("SELECT * FROM ag_catalog.cypher({graph}, $$ {query} $$, %s) AS (v ag_catalog.agtype)").format(
-            graph=sql.Literal(self.graph), query=sql.SQL(query)  # type: ignore[arg-type]
-        )
-        rows = conn.execute(statement, (json.dumps(params or {}, ensure_ascii=False),)).fetchall()
-        return [_decode_agtype(row[0]) for row in rows]
-
-    # -- labels ------------------------------------------------------------------------------------
-
-    @classmethod
-    def ensure_base_labels(cls, database: "Database") -> None:
-        """Creates the labels every namespace uses (called after migrations)."""
-        store = cls(database)
-        for label in BASE_VERTEX_LABELS:
-            store.ensure_label(label, "vertex")
-        for label in BASE_EDGE_LABELS:
-            store.ensure_label(label, "edge")
-
-    def ensure_label(self, label: str, kind: str) -> None:
-        """Creates a vertex or edge label with its indexes, once, before first use (DESIGN §11).
-
-        Runs in its own autocommit connection under an advisory lock, so concurrent writers never race
-        on the implicit label creation of CREATE (error 42P07).
-        """
-        checked_label(label)
-        cache_key = (self.graph, kind, label)
-        if cache_key in self._known_labels:
-            return
-        with self._labels_lock:
-            if cache_key in self._known_labels:
-                return
-            with psycopg.connect(self.database.settings.database_url, autocommit=True, connect_timeout=5) as conn:
-                try:
-                    conn.execute("LOAD 'age'")
-                except psycopg.Error:
-                    pass
-                conn.execute("SET search_path = \"$user\", public, ag_catalog")
-                lock_key = _LABEL_LOCK_BASE + (int(hashlib.sha256(label.encode()).hexdigest()[:6], 16))
-                conn.execute("SELECT pg_advisory_lock(%s)", (lock_key,))
-                try:
-                    row = conn.execute(
-                        "SELECT l.kind FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid"
-                        " WHERE g.name = %s AND l.name = %s",
-                        (self.graph, label),
-                    ).fetchone()
-                    if row is None:
-                        function = "create_vlabel" if kind == "vertex" else "create_elabel"
-                        conn.execute(
-                            sql.SQL("SELECT ag_catalog.{}(%s, %s)").format(sql.Identifier(function)), (self.graph, label)
-                        )
-                    elif (row[0] == "v") != (kind == "vertex"):
-                        raise ValueError(f"label {label!r} already exists as the other kind (vertex vs edge)")
-                    table = sql.Identifier(self.graph, label)
-                    wanted = [(f"{label}_properties_gin", sql.SQL("USING gin (properties)"))]
-                    if kind == "edge":
-                        wanted += [
-                            (f"{label}_{column}_idx", sql.SQL("({})").format(sql.Identifier(column)))
-                            for column in ("start_id", "end_id")
-                        ]
-                    else:
-                        wanted.append((f"{label}_id_idx", sql.SQL("(id)")))
-                    for index_name, definition in wanted:
-                        # Only a missing index is created: CREATE INDEX takes a SHARE lock on the label table
-                        # even when the index exists (IF NOT EXISTS is checked after the lock), which waits
-                        # behind every open transaction that wrote the label, e.g. the caller's own.
-                        exists = conn.execute(
-                            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-                            " WHERE n.nspname = %s AND c.relname = %s",
-                            (self.graph, index_name),
-                        ).fetchone()
-                        if exists is None:
-                            conn.execute(
-                                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} {}").format(
-                                    sql.Identifier(index_name), table, definition
-                                )
-                            )
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (lock_key,))
-            self._known_labels.add(cache_key)
-
-    def _label_ids(self, conn: psycopg.Connection[Any], labels: set[str]) -> dict[str, tuple[int, str]]:
-        """Vertex labels -> (AGE label id, qualified name of the label's id sequence), creating missing
-        labels (`ensure_label`); cached per process (a label's id and sequence never change)."""
-        found: dict[str, tuple[int, str]] = {}
-        for label in sorted(labels):
-            self.ensure_label(label, "vertex")
-            cached = self._label_sequences.get((self.graph, label))
-            if cached is None:
-                row = conn.execute(
-                    "SELECT l.id, format('%%I.%%I', n.nspname, l.seq_name) FROM ag_catalog.ag_label l"
-                    " JOIN ag_catalog.ag_graph g ON l.graph = g.graphid JOIN pg_namespace n ON n.oid = g.namespace"
-                    " WHERE g.name = %s AND l.name = %s",
-                    (self.graph, label),
-                ).fetchone()
-                assert row is not None, f"label {label} exists after ensure_label"
-                cached = self._label_sequences[(self.graph, label)] = (int(row[0]), str(row[1]))
-            found[label] = cached
-        return found
-
-    # -- vertices ----------------------------------------------------------------------------------
+class GraphStore(GraphEdges):
+    """Graph access for one database (vertices here; labels, registry and edges in its bases). Thread-safe;
+    label existence is cached per process."""
 
     def upsert_node(
         self,
@@ -288,21 +146,9 @@ class GraphStore:
         label_ids = self._label_ids(conn, {label for _, label, _, _ in prepared})
         # One statement either inserts each row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit. A new row gets its vertex id here,
-        # from the label's own sequence (`_VERTEX_ID`); an existing row keeps its id.
+        # from the label's own sequence (`_label_ids`); an existing row keeps its id.
         rows = conn.execute(
-            "INSERT INTO graph_nodes AS g (namespace, natural_key, node_type, label, placeholder, origin, asserted_at,"
-            " props_hash, created_at, last_seen, scopes, vertex_id)"
-            " SELECT x.namespace, x.natural_key, x.node_type, x.label, false, x.origin, x.asserted_at, x.props_hash,"
-            f" %(now)s, %(now)s, ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb)), {_VERTEX_ID}"
-            " FROM unnest(%(namespaces)b::text[], %(keys)b::text[], %(types)b::text[], %(labels)b::text[],"
-            " %(origins)b::text[], %(asserted)b::timestamptz[], %(hashes)b::text[], %(scopes)b::text[],"
-            " %(label_ids)b::int4[], %(label_sequences)b::text[])"
-            " AS x(namespace, natural_key, node_type, label, origin, asserted_at, props_hash, scopes, label_id,"
-            " label_sequence)"
-            " ORDER BY x.namespace, x.natural_key"
-            " ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_seen, excluded.last_seen)"
-            " RETURNING g.namespace, g.natural_key, (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash,"
-            " vertex_id::text",
+            self.queries["upsert_registry_rows"],
             {
                 "now": now,
                 "label_ids": [label_ids[label][0] for _, label, _, _ in prepared],
@@ -339,10 +185,7 @@ class GraphStore:
                 scopes = [s for s in raw_scopes if isinstance(s, str)] if isinstance(raw_scopes, list) else []
             self._replace_vertex(conn, existing_label, properties)
             conn.execute(
-                "UPDATE graph_nodes SET node_type = %s, placeholder = false, props_hash = %s, last_seen = %s,"
-                " asserted_at = CASE WHEN %s::timestamptz IS NULL THEN asserted_at"
-                " ELSE greatest(asserted_at, %s::timestamptz) END, scopes = %s"
-                " WHERE namespace = %s AND natural_key = %s",
+                self.queries["update_registry_row"],
                 (
                     properties["type"],
                     digest,
@@ -356,7 +199,11 @@ class GraphStore:
             )
             results.append(
                 NodeResult(
-                    node.natural_key, existing_label, created=False, updated=True, completed_placeholder=bool(was_placeholder)
+                    node.natural_key,
+                    existing_label,
+                    created=False,
+                    updated=True,
+                    completed_placeholder=bool(was_placeholder),
                 )
             )
         for label, batch in new_vertices.items():
@@ -372,9 +219,7 @@ class GraphStore:
         label = age_label(node.node_type)
         properties = node.vertex_properties(canonical_instant(now), placeholder=False)
         row = conn.execute(
-            "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, origin, props_hash,"
-            " created_at, last_seen, scopes) VALUES (%s, %s, %s, %s, false, %s, %s, %s, %s, %s)"
-            " ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label",
+            self.queries["insert_registry_row_once"],
             (
                 node.namespace,
                 node.natural_key,
@@ -428,12 +273,7 @@ class GraphStore:
             types = [type_of_key(key) for key in missing]
             label_ids = self._label_ids(conn, {age_label(node_type) for node_type in types})
             inserted = conn.execute(
-                "INSERT INTO graph_nodes (namespace, natural_key, node_type, label, placeholder, created_at, last_seen,"
-                f" vertex_id) SELECT %(namespace)s, x.natural_key, x.node_type, x.label, true, %(now)s, %(now)s, {_VERTEX_ID}"
-                " FROM unnest(%(keys)b::text[], %(types)b::text[], %(labels)b::text[], %(label_ids)b::int4[],"
-                " %(label_sequences)b::text[]) AS x(natural_key, node_type, label, label_id, label_sequence)"
-                " ORDER BY x.natural_key ON CONFLICT (namespace, natural_key) DO NOTHING"
-                " RETURNING natural_key, label, vertex_id::text",
+                self.queries["insert_placeholder_registry_rows"],
                 {
                     "namespace": namespace,
                     "now": now,
@@ -447,7 +287,9 @@ class GraphStore:
             placeholders: dict[str, list[tuple[str, dict[str, Any]]]] = {}
             for natural_key, label, vertex_id in inserted:
                 labels[str(natural_key)] = str(label)
-                node = NodeWrite(namespace=namespace, natural_key=str(natural_key), node_type=type_of_key(str(natural_key)))
+                node = NodeWrite(
+                    namespace=namespace, natural_key=str(natural_key), node_type=type_of_key(str(natural_key))
+                )
                 placeholders.setdefault(str(label), []).append(
                     (str(vertex_id), node.vertex_properties(canonical_instant(now), True))
                 )
@@ -457,112 +299,6 @@ class GraphStore:
             if raced:
                 labels.update(self._registered(conn, namespace, raced))
         return labels
-
-    def _registered(self, conn: psycopg.Connection[Any], namespace: str, keys: list[str]) -> dict[str, str]:
-        """Labels of the registered keys among ``keys``; rows without a ``vertex_id`` (written before
-        migration 0006) get it now, from a GIN look-up of their vertex.
-
-        Set-based look-ups of graph_nodes go through a fenced lateral subquery (``CROSS JOIN LATERAL
-        (... OFFSET 0)``), one primary-key look-up per key. As a plain join, the planner, whose statistics
-        cannot see the rows the current transaction wrote, believes a namespace being filled is nearly
-        empty and scans all of it for every batch: a hash join over 100,000 rows (232 ms per 1,000 keys,
-        EXPLAIN ANALYZE), or, with the namespace taken from the rows, a nested loop re-scanning the
-        namespace per key (28 s per 1,000 edges, auto_explain), against 14 ms for 1,000 key look-ups.
-        Arrays are sent in binary (``%b``): psycopg's text form escapes every element with a regular
-        expression, which was 40 % of the time of a bulk write.
-
-        The rows found are locked ``FOR KEY SHARE`` until the transaction ends: writers do not block each
-        other (key share conflicts with neither key share nor the ``last_seen`` update of an upsert), but
-        DeleteNode's ``FOR UPDATE`` (`lock_node`) waits for every transaction that is about to hang a fact
-        on the node, and then deletes those facts too; a writer that comes after the delete finds the key
-        gone and makes a placeholder. Without the lock a fact committed next to a concurrent delete kept
-        its row but lost its edge.
-        """
-        rows = conn.execute(
-            "SELECT g.natural_key, g.label, g.vertex_id IS NULL FROM unnest(%(keys)b::text[]) AS x(natural_key)"
-            " CROSS JOIN LATERAL (SELECT natural_key, label, vertex_id FROM graph_nodes"
-            " WHERE namespace = %(namespace)s AND natural_key = x.natural_key OFFSET 0 FOR KEY SHARE) AS g",
-            {"namespace": namespace, "keys": keys},
-        ).fetchall()
-        for natural_key, label, unrecorded in rows:
-            if unrecorded:
-                conn.execute(
-                    sql.SQL(
-                        "UPDATE graph_nodes SET vertex_id = (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype"
-                        " LIMIT 1) WHERE namespace = %s AND natural_key = %s"
-                    ).format(self._table(str(label))),
-                    (_agtype({"namespace": namespace, "natural_key": natural_key}), namespace, natural_key),
-                )
-        return {str(natural_key): str(label) for natural_key, label, _ in rows}
-
-    def node_labels(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        natural_keys: list[str],
-        *,
-        visibility: Visibility = EVERYTHING,
-    ) -> dict[str, str]:
-        """Labels of the existing vertices among ``natural_keys`` that ``visibility`` may see (missing and
-        hidden keys are absent)."""
-        if not natural_keys:
-            return {}
-        statement = sql.SQL(
-            "SELECT natural_key, label FROM graph_nodes WHERE namespace = %(namespace)s"
-            " AND natural_key = ANY(%(keys)s) AND {visible}"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        rows = conn.execute(statement, {"namespace": namespace, "keys": natural_keys, **visibility.params}).fetchall()
-        return {str(key): str(label) for key, label in rows}
-
-    def hidden_keys(
-        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str], *, visibility: Visibility
-    ) -> set[str]:
-        """The keys among ``natural_keys`` whose node exists but ``visibility`` may not see (write-side
-        checks: such a node must be neither overwritten nor extended, `common.write_access`)."""
-        if visibility.unrestricted or not natural_keys:
-            return set()
-        statement = sql.SQL(
-            "SELECT natural_key FROM graph_nodes WHERE namespace = %(namespace)s"
-            " AND natural_key = ANY(%(keys)s) AND NOT {visible}"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        rows = conn.execute(
-            statement, {"namespace": namespace, "keys": sorted(set(natural_keys)), **visibility.params}
-        ).fetchall()
-        return {str(row[0]) for row in rows}
-
-    def lock_node(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        natural_key: str,
-        *,
-        visibility: Visibility = EVERYTHING,
-    ) -> dict[str, Any] | None:
-        """The registry row of a key locked FOR UPDATE until the transaction ends, as ``{natural_key,
-        node_type, label, placeholder, origin, scopes}``; None when missing or hidden from ``visibility``."""
-        statement = sql.SQL(
-            "SELECT natural_key, node_type, label, placeholder, origin, scopes FROM graph_nodes"
-            " WHERE namespace = %(namespace)s AND natural_key = %(key)s AND {visible} FOR UPDATE"
-        ).format(visible=visibility.array_predicate(sql.SQL("scopes")))
-        row = conn.execute(statement, {"namespace": namespace, "key": natural_key, **visibility.params}).fetchone()
-        if row is None:
-            return None
-        names = ("natural_key", "node_type", "label", "placeholder", "origin", "scopes")
-        return dict(zip(names, row, strict=True))
-
-    def edge_counts(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, label: str) -> dict[str, int]:
-        """Edge label -> number of edges touching the vertex of ``natural_key`` (either direction; a loop
-        counts once). Plain SQL over AGE's parent edge table: each edge label has B-tree indexes on
-        ``start_id`` and ``end_id`` (a Cypher match with an anonymous end plans across every label)."""
-        rows = conn.execute(
-            sql.SQL(
-                "WITH v AS (SELECT id FROM {vertices} WHERE properties @> %s::ag_catalog.agtype)"
-                " SELECT c.relname, count(*) FROM {edges} e JOIN pg_class c ON c.oid = e.tableoid, v"
-                " WHERE e.start_id = v.id OR e.end_id = v.id GROUP BY c.relname"
-            ).format(vertices=self._table(label), edges=self._table("_ag_label_edge")),
-            (_agtype({"namespace": namespace, "natural_key": natural_key}),),
-        ).fetchall()
-        return {str(name): int(count) for name, count in rows}
 
     def get_node(
         self,
@@ -584,7 +320,9 @@ class GraphStore:
         )
         return rows[0] if rows else None
 
-    def delete_nodes(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> list[str]:
+    def delete_nodes(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]
+    ) -> list[str]:
         """Deletes the vertices of ``natural_keys`` (those that exist), every edge touching them and their
         ``graph_nodes`` rows. Returns the keys deleted, sorted.
 
@@ -595,9 +333,7 @@ class GraphStore:
         if not natural_keys:
             return []
         rows = conn.execute(
-            "SELECT natural_key, label FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)"
-            " ORDER BY natural_key FOR UPDATE",
-            (namespace, sorted(set(natural_keys))),
+            self.queries["lock_registry_rows_to_delete"], (namespace, sorted(set(natural_keys)))
         ).fetchall()
         deleted: list[str] = []
         for natural_key, label in rows:
@@ -606,24 +342,14 @@ class GraphStore:
                     "WITH gone AS (DELETE FROM {vertices} WHERE properties @> %s::ag_catalog.agtype RETURNING id)"
                     " DELETE FROM {edges} e USING gone WHERE e.start_id = gone.id OR e.end_id = gone.id"
                 ).format(vertices=self._table(str(label)), edges=self._table("_ag_label_edge")),
-                (_agtype({"namespace": namespace, "natural_key": natural_key}),),
+                (agtype_text({"namespace": namespace, "natural_key": natural_key}),),
             )
             deleted.append(str(natural_key))
         if deleted:
-            conn.execute(
-                "DELETE FROM graph_nodes WHERE namespace = %s AND natural_key = ANY(%s)", (namespace, deleted)
-            )
+            conn.execute(self.queries["delete_registry_rows"], (namespace, deleted))
         return deleted
 
-    # -- label tables (writes) -----------------------------------------------------------------------
-    #
-    # Writes go to AGE's label tables with plain SQL (an agtype map as a bound parameter; the GIN index on
-    # ``properties`` serves the ``@>`` look-ups). This is what AGE itself stores for CREATE/SET, without
-    # Cypher's planning of anonymous end nodes across every vertex label, which made a SET on one fact
-    # edge cost milliseconds.
-
-    def _table(self, label: str) -> sql.Composable:
-        return sql.Identifier(self.graph, checked_label(label))
+    # -- label tables (vertex writes) ----------------------------------------------------------------
 
     def _insert_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
         """Inserts one vertex whose graph_nodes row the caller's transaction holds, and records its id."""
@@ -632,12 +358,14 @@ class GraphStore:
                 "WITH v AS (INSERT INTO {} (properties) VALUES (%s::ag_catalog.agtype) RETURNING id)"
                 " UPDATE graph_nodes SET vertex_id = (SELECT id FROM v) WHERE namespace = %s AND natural_key = %s"
             ).format(self._table(label)),
-            (_agtype(properties), properties["namespace"], properties["natural_key"]),
+            (agtype_text(properties), properties["namespace"], properties["natural_key"]),
         )
 
-    def _insert_vertices(self, conn: psycopg.Connection[Any], label: str, batch: list[tuple[str, dict[str, Any]]]) -> None:
+    def _insert_vertices(
+        self, conn: psycopg.Connection[Any], label: str, batch: list[tuple[str, dict[str, Any]]]
+    ) -> None:
         """Inserts the vertices ``(vertex_id, properties)`` of ``batch`` into ``label`` with one statement;
-        the ids were allocated with the graph_nodes rows (`_VERTEX_ID`)."""
+        the ids were allocated with the graph_nodes rows (`_label_ids`)."""
         conn.execute(
             sql.SQL(
                 "INSERT INTO {} (id, properties) SELECT x.id::ag_catalog.graphid, x.properties::ag_catalog.agtype"
@@ -645,7 +373,7 @@ class GraphStore:
             ).format(self._table(label)),
             {
                 "ids": [vertex_id for vertex_id, _ in batch],
-                "properties": [_agtype(properties) for _, properties in batch],
+                "properties": [agtype_text(properties) for _, properties in batch],
             },
         )
 
@@ -667,13 +395,15 @@ class GraphStore:
                 sql.SQL("SELECT properties FROM {} WHERE properties @> %s::ag_catalog.agtype").format(
                     self._table(label)
                 ),
-                (_agtype(key),),
+                (agtype_text(key),),
             ).fetchone()
-        stored = _decode_agtype(row[0]) if row is not None else {}
+        stored = decode_agtype(row[0]) if row is not None else {}
         if not isinstance(stored, dict):
             return properties
         merged = dict(properties)
-        merged["type"] = stored.get("type") or merged["type"]  # the written kind stays (document, episode, ...)
+        merged["type"] = (
+            stored.get("type") or merged["type"]
+        )  # the written kind stays (document, episode, ...)
         for name in ("title", "source_path", "source_id"):
             if not merged.get(name) or (name == "title" and merged[name] == merged["natural_key"]):
                 merged[name] = stored.get(name, merged.get(name, ""))
@@ -684,148 +414,11 @@ class GraphStore:
     def _replace_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
         key = {"namespace": properties["namespace"], "natural_key": properties["natural_key"]}
         conn.execute(
-            sql.SQL("UPDATE {} SET properties = %s::ag_catalog.agtype WHERE properties @> %s::ag_catalog.agtype").format(
-                self._table(label)
-            ),
-            (_agtype(properties), _agtype(key)),
-        )
-
-    # -- edges -------------------------------------------------------------------------------------
-
-    def replace_links(
-        self, conn: psycopg.Connection[Any], namespace: str, source_key: str, source_label: str, targets: dict[str, str]
-    ) -> None:
-        """Makes the LINKS_TO edges of ``source_key`` exactly ``targets`` (natural key -> label)."""
-        self.ensure_label("LINKS_TO", "edge")
-        conn.execute(
             sql.SQL(
-                "DELETE FROM {} WHERE start_id IN (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype)"
-            ).format(self._table("LINKS_TO"), self._table(source_label)),
-            (_agtype({"namespace": namespace, "natural_key": source_key}),),
+                "UPDATE {} SET properties = %s::ag_catalog.agtype WHERE properties @> %s::ag_catalog.agtype"
+            ).format(self._table(label)),
+            (agtype_text(properties), agtype_text(key)),
         )
-        self.create_edges(
-            conn,
-            namespace=namespace,
-            edge_label="LINKS_TO",
-            edges=[(source_key, target_key, {"namespace": namespace}) for target_key in targets],
-        )
-
-    def create_edge(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        namespace: str,
-        edge_label: str,
-        source: tuple[str, str],
-        target: tuple[str, str],
-        properties: dict[str, Any],
-    ) -> None:
-        """Creates one edge ``source -[edge_label properties]-> target``; ends are (natural_key, label)."""
-        self.create_edges(
-            conn, namespace=namespace, edge_label=edge_label, edges=[(source[0], target[0], properties)]
-        )
-
-    def create_edges(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        namespace: str,
-        edge_label: str,
-        edges: list[tuple[str, str, dict[str, Any]]],
-    ) -> None:
-        """Creates the edges ``(source_key, target_key, properties)`` of ``edge_label`` with one statement.
-
-        The ends' vertex ids come from graph_nodes (primary-key look-ups, no GIN look-up of the vertices);
-        an edge whose end has no vertex is not created. Uniqueness of edges is the caller's: fact edges
-        are created only by the writer whose facts row was inserted (one edge per fact_id).
-        """
-        if not edges:
-            return
-        self.ensure_label(edge_label, "edge")
-        statement = sql.SQL(
-            "INSERT INTO {} (start_id, end_id, properties)"
-            f" SELECT e.start_id, e.end_id, e.properties FROM ({_EDGE_ENDS}) AS e"
-            " WHERE e.start_id IS NOT NULL AND e.end_id IS NOT NULL ORDER BY e.position RETURNING 1"
-        ).format(self._table(edge_label))
-        pending = edges
-        for attempt in range(2):
-            created = conn.execute(
-                statement,
-                {
-                    "namespace": namespace,
-                    "sources": [source for source, _, _ in pending],
-                    "targets": [target for _, target, _ in pending],
-                    "properties": [_agtype(properties) for _, _, properties in pending],
-                },
-            ).fetchall()
-            if len(created) == len(pending) or attempt:
-                return
-            # Some end has no recorded vertex id (a row written before migration 0006): record the ids
-            # of the ends, then create the edges that were left out.
-            labels = self._registered(conn, namespace, sorted({k for s, t, _ in pending for k in (s, t)}))
-            pending = [edge for edge in pending if edge[0] in labels and edge[1] in labels]
-            pending = self._without_edges(conn, namespace, edge_label, pending)
-            if not pending:
-                return
-
-    def _without_edges(
-        self, conn: psycopg.Connection[Any], namespace: str, edge_label: str, edges: list[tuple[str, str, dict[str, Any]]]
-    ) -> list[tuple[str, str, dict[str, Any]]]:
-        """The edges among ``edges`` that do not exist yet (same ends, same properties)."""
-        rows = conn.execute(
-            sql.SQL(
-                f"SELECT e.position FROM ({_EDGE_ENDS}) AS e WHERE EXISTS (SELECT 1 FROM {{}} edge"
-                " WHERE edge.start_id = e.start_id AND edge.end_id = e.end_id AND edge.properties = e.properties)"
-            ).format(self._table(edge_label)),
-            {
-                "namespace": namespace,
-                "sources": [source for source, _, _ in edges],
-                "targets": [target for _, target, _ in edges],
-                "properties": [_agtype(properties) for _, _, properties in edges],
-            },
-        ).fetchall()
-        present = {int(row[0]) for row in rows}
-        return [edge for position, edge in enumerate(edges, start=1) if position not in present]
-
-    def replace_fact_edge_properties(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        namespace: str,
-        edge_label: str,
-        edges: list[tuple[str, str, str, dict[str, Any]]],
-    ) -> None:
-        """Replaces the property maps of fact edges ``(source_key, target_key, fact_id, properties)`` of
-        ``edge_label`` in one statement (``properties`` holds the same ``fact_id``).
-
-        Each edge is found from its ends' vertex ids (graph_nodes primary key, then the label's B-tree
-        index on ``start_id``) and its ``fact_id`` property, instead of a GIN look-up of
-        ``{namespace, fact_id}`` per edge, whose cost grows with the namespace (5 ms per edge at 50,000
-        facts).
-        """
-        if not edges:
-            return
-        self.ensure_label(edge_label, "edge")
-        # Legacy rows (before migration 0006) get their vertex ids first; one look-up per batch.
-        self._registered(conn, namespace, sorted({key for source, target, _, _ in edges for key in (source, target)}))
-        conn.execute(
-            sql.SQL(
-                "UPDATE {} edge SET properties = e.properties FROM ({}) AS e"
-                " WHERE edge.start_id = e.start_id AND edge.end_id = e.end_id"
-                " AND edge.properties ->> '\"fact_id\"'::ag_catalog.agtype = e.properties ->> '\"fact_id\"'::ag_catalog.agtype"
-            ).format(self._table(edge_label), sql.SQL(_EDGE_ENDS)),
-            {
-                "namespace": namespace,
-                "sources": [source for source, _, _, _ in edges],
-                "targets": [target for _, target, _, _ in edges],
-                "properties": [_agtype(properties) for _, _, _, properties in edges],
-            },
-        )
-
-
-def _agtype(value: dict[str, Any]) -> str:
-    """JSON text of a property map, read by PostgreSQL as agtype."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 def _properties_hash(properties: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:
@@ -833,16 +426,4 @@ def _properties_hash(properties: dict[str, Any], ignore: tuple[str, ...] = ()) -
     return hashlib.sha256(canonical_json(stable).encode("utf-8")).hexdigest()
 
 
-_AGTYPE_SUFFIX = re.compile(r"::(vertex|edge|path|numeric)$")
-
-
-def _decode_agtype(value: Any) -> Any:
-    """agtype text -> Python (maps, lists, scalars). ``::vertex`` style suffixes are stripped."""
-    if value is None:
-        return None
-    text = str(value)
-    text = _AGTYPE_SUFFIX.sub("", text)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+__all__ = ["GraphStore", "NodeResult", "NodeWrite", "type_of_key"]

@@ -2,7 +2,7 @@
 
 Two write transactions that upsert the same graph nodes in different orders deadlock: each waits for the
 other's uncommitted index tuple of ``(namespace, natural_key)`` in ``graph_nodes``. PostgreSQL detects it
-after ``deadlock_timeout`` and aborts one, which `common.db.Database.run_transaction` then re-runs from the
+after ``deadlock_timeout`` and aborts one, which `common.storage.database.Database.run_transaction` then re-runs from the
 start; with several RecordObservations batches in flight (``cb observe --concurrency``) that happened
 dozens of times per debian load and exhausted the retries of a batch (measured: 28 retries and one
 INTERNAL failure in one load of the 5,415 debian observations with 4 calls in flight).
@@ -22,9 +22,12 @@ from typing import Any
 
 import psycopg
 
+from common.storage.named_queries import Queries
+
 # Distinguishes these locks from the other advisory locks of the schema (migrations, labels, snapshots),
 # which use small keys or keys derived from other text.
 _DOMAIN = b"memory-service/node-key\x1f"
+_QUERIES = Queries("key_locks.sql", {})
 
 
 def node_key_lock_id(namespace: str, key: str) -> int:
@@ -42,6 +45,5 @@ def lock_node_keys(conn: psycopg.Connection[Any], keys: Iterable[tuple[str, str]
     """
     ids = sorted({node_key_lock_id(namespace, key) for namespace, key in keys})
     if ids:
-        # unnest keeps the array order, and each call takes its lock before the next row is produced.
-        conn.execute("SELECT count(pg_advisory_xact_lock(id)) FROM unnest(%s::bigint[]) AS id", (ids,))
+        conn.execute(_QUERIES["lock_node_key_ids"], (ids,))
     return len(ids)

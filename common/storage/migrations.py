@@ -3,6 +3,10 @@
 `apply` runs every migration not yet recorded in ``memory_schema_migrations``, each in its own
 transaction, under one advisory lock shared by every process (DESIGN §4: idempotent, at start-up or on
 first use), then checks that the chunks table fits the configured embedding dimension and model.
+
+The runner's own statements (lock, graph, journal, index settings) are named queries
+(``sql/queries/migrations.sql``); each migration is one script formatted with `query_placeholders` and the
+validated literals ``{embedding_dim}`` and ``{text_search_config}``.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.graph_store import GraphStore
-from common.storage.tables import table_identifiers
+from common.storage.age_graph import AgeGraph, prepare_age_session
+from common.storage.named_queries import Queries
+from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:
     from common.storage.database import Database
@@ -43,56 +48,41 @@ def apply(database: Database) -> list[str]:
         FailedPrecondition: the chunks table was built for another embedding dimension or model.
     """
     applied: list[str] = []
+    queries = Queries.for_settings("migrations.sql", database.settings)
     with psycopg.connect(database.settings.database_url, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        conn.execute(queries["lock_migrations"], (MIGRATION_LOCK_KEY,))
         try:
             for extension in ("age", "vector", "pg_trgm"):
                 conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
-            try:
-                conn.execute("LOAD 'age'")
-            except psycopg.Error:
-                pass
-            conn.execute("SET search_path = \"$user\", public, ag_catalog")
-            exists = conn.execute(
-                "SELECT 1 FROM ag_catalog.ag_graph WHERE name = %s", (database.settings.graph_name,)
-            ).fetchone()
-            if not exists:
-                conn.execute("SELECT ag_catalog.create_graph(%s)", (database.settings.graph_name,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS memory_schema_migrations ("
-                " name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {row[0] for row in conn.execute("SELECT name FROM memory_schema_migrations").fetchall()}
-            identifiers = table_identifiers(database.settings)
-            literals = {
+            prepare_age_session(conn)
+            if not conn.execute(queries["graph_exists"], (database.settings.graph_name,)).fetchone():
+                conn.execute(queries["create_graph"], (database.settings.graph_name,))
+            conn.execute(queries["create_migrations_journal"])
+            done = {row[0] for row in conn.execute(queries["applied_migrations"]).fetchall()}
+            placeholders = {
+                **query_placeholders(database.settings),
                 "embedding_dim": sql.Literal(database.settings.embedding_dim),
                 "text_search_config": sql.Literal(database.settings.text_search_config),
-                "graph": sql.Identifier(database.settings.graph_name),
             }
             for name in MIGRATIONS:
                 if name in done:
                     continue
                 text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
-                statement = sql.SQL(text).format(**identifiers, **literals)  # type: ignore[arg-type]
+                statement = sql.SQL(text).format(**placeholders)  # type: ignore[arg-type]
                 with conn.transaction():
                     conn.execute(statement)
-                    conn.execute("INSERT INTO memory_schema_migrations (name) VALUES (%s)", (name,))
+                    conn.execute(queries["record_migration"], (name,))
                 applied.append(name)
-            _check_index_settings(database, conn)
+            _check_index_settings(database, conn, queries)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
-    from common.storage.graph_store import GraphStore
-
-    GraphStore.ensure_base_labels(database)
+            conn.execute(queries["unlock_migrations"], (MIGRATION_LOCK_KEY,))
+    AgeGraph.ensure_base_labels(database)
     return applied
 
-def _check_index_settings(database: Database, conn: psycopg.Connection[Any]) -> None:
+
+def _check_index_settings(database: Database, conn: psycopg.Connection[Any], queries: Queries) -> None:
     chunks = database.settings.chunks_table
-    row = conn.execute(
-        "SELECT format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
-        " WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding'",
-        (chunks,),
-    ).fetchone()
+    row = conn.execute(queries["embedding_column_type"], (chunks,)).fetchone()
     expected = f"vector({database.settings.embedding_dim})"
     if row and row[0] != expected:
         raise FailedPrecondition(
@@ -102,17 +92,18 @@ def _check_index_settings(database: Database, conn: psycopg.Connection[Any]) -> 
     if database.embedding_model is None:
         return
     conn.execute(
-        "INSERT INTO memory_index_settings (table_name, embedding_model, embedding_dim, text_search_config)"
-        " VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING",
-        (chunks, database.embedding_model, database.settings.embedding_dim, database.settings.text_search_config),
+        queries["record_index_settings"],
+        (
+            chunks,
+            database.embedding_model,
+            database.settings.embedding_dim,
+            database.settings.text_search_config,
+        ),
     )
-    recorded = conn.execute(
-        "SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s", (chunks,)
-    ).fetchone()
+    recorded = conn.execute(queries["index_settings"], (chunks,)).fetchone()
     assert recorded is not None
     if recorded[0] != database.embedding_model:
         raise FailedPrecondition(
             f"table {chunks} holds embeddings of model {recorded[0]!r}, this service embeds with "
             f"{database.embedding_model!r}: set CB_EMBEDDING_PROVIDER back, or reindex into a new table (CB_CHUNKS_TABLE)"
         )
-

@@ -1,4 +1,8 @@
-"""The observations table: immutable evidence records; only status (and content on redaction) change."""
+"""The observations table: immutable evidence records; only status (and content on redaction) change.
+
+Static SQL is in ``sql/queries/observations.sql``; `ObservationStore.get` (the caller's visibility
+predicate, an optional ``FOR UPDATE``) is composed here with `psycopg.sql`.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,16 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
+from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
 
 class ObservationStore:
+    """SQL of the observations table; every call runs on the caller's connection."""
+
     def __init__(self, settings: Settings) -> None:
         self.table = sql.Identifier(settings.observations_table)
+        self.queries = Queries.for_settings("observations.sql", settings)
 
     def insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> bool:
         """Inserts a new observation; False when ``observation_id`` exists (a duplicate, nothing written).
@@ -27,34 +35,18 @@ class ObservationStore:
         values = dict(record)
         for name in ("actor", "subject", "data", "assertions", "provenance"):
             values[name] = Jsonb(values[name]) if values[name] is not None else None
-        row = conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (observation_id, namespace, source_system, source_stream, source_external_id, kind,"
-                " occurred_at, actor, subject, scopes, content, data, assertions, provenance, status)"
-                " VALUES (%(observation_id)s, %(namespace)s, %(source_system)s, %(source_stream)s,"
-                " %(source_external_id)s, %(kind)s, %(occurred_at)s, %(actor)s, %(subject)s, %(scopes)s, %(content)s,"
-                " %(data)s, %(assertions)s, %(provenance)s, %(status)s)"
-                " ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id"
-            ).format(self.table),
-            values,
-        ).fetchone()
+        row = conn.execute(self.queries["insert_observation"], values).fetchone()
         return row is not None
 
     def set_status(
         self, conn: psycopg.Connection[Any], observation_id: str, status: str, detail: dict[str, Any]
     ) -> None:
         """Records the processing status and its detail (e.g. rejected assertions with reasons)."""
-        conn.execute(
-            sql.SQL("UPDATE {} SET status = %s, status_detail = %s WHERE observation_id = %s").format(self.table),
-            (status, Jsonb(detail), observation_id),
-        )
+        conn.execute(self.queries["set_observation_status"], (status, Jsonb(detail), observation_id))
 
     def statuses(self, conn: psycopg.Connection[Any], observation_ids: list[str]) -> dict[str, str]:
         """Stored status of each existing observation among ``observation_ids``."""
-        rows = conn.execute(
-            sql.SQL("SELECT observation_id, status FROM {} WHERE observation_id = ANY(%s)").format(self.table),
-            (observation_ids,),
-        ).fetchall()
+        rows = conn.execute(self.queries["observation_statuses"], (observation_ids,)).fetchall()
         return {str(a): str(b) for a, b in rows}
 
     def get(
@@ -91,25 +83,14 @@ class ObservationStore:
         provenance are kept. Returns the row after the update, or None when it does not exist."""
         with conn.cursor(row_factory=dict_row) as cursor:
             return cursor.execute(
-                sql.SQL(
-                    "UPDATE {} SET content = %s, data = jsonb_build_object(), assertions = jsonb_build_array(),"
-                    " status = 'redacted', status_detail = %s WHERE namespace = %s AND observation_id = %s RETURNING *"
-                ).format(self.table),
-                (content, Jsonb(detail), namespace, observation_id),
+                self.queries["redact_observation"], (content, Jsonb(detail), namespace, observation_id)
             ).fetchone()
 
     def delete(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> bool:
         """Deletes the row; False when it did not exist."""
-        return (
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE namespace = %s AND observation_id = %s").format(self.table),
-                (namespace, observation_id),
-            ).rowcount
-            > 0
-        )
+        return conn.execute(self.queries["delete_observation"], (namespace, observation_id)).rowcount > 0
 
     def received_at(self, conn: psycopg.Connection[Any], observation_id: str) -> datetime | None:
-        row = conn.execute(
-            sql.SQL("SELECT received_at FROM {} WHERE observation_id = %s").format(self.table), (observation_id,)
-        ).fetchone()
+        """When the observation was received (None when it does not exist)."""
+        row = conn.execute(self.queries["observation_received_at"], (observation_id,)).fetchone()
         return row[0] if row else None

@@ -1,4 +1,7 @@
-"""SQL of domain packs and namespace settings (tables domain_packs and namespace_settings, 0001_initial.sql)."""
+"""SQL of domain packs and namespace settings (tables domain_packs and namespace_settings, 0001_initial.sql).
+
+Every query is static: the named queries of ``sql/queries/packs.sql``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +10,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
-from common.storage.tables import table_identifiers
+from common.storage.named_queries import Queries
 
 
 @dataclass(frozen=True)
@@ -35,32 +37,19 @@ class PackStore:
     """Named, parameterised queries over the pack tables; every call runs on the caller's connection."""
 
     def __init__(self, settings: Settings) -> None:
-        self.t = table_identifiers(settings)
+        self.queries = Queries.for_settings("packs.sql", settings)
 
     def insert(self, conn: psycopg.Connection[Any], name: str, version: str, content: dict[str, Any]) -> bool:
         """Inserts a pack version; False when (name, version) already exists (nothing written)."""
-        row = conn.execute(
-            sql.SQL(
-                "INSERT INTO {domain_packs} (name, version, content) VALUES (%s, %s, %s)"
-                " ON CONFLICT (name, version) DO NOTHING RETURNING name"
-            ).format(**self.t),
-            (name, version, Jsonb(content)),
-        ).fetchone()
+        row = conn.execute(self.queries["insert_pack_version"], (name, version, Jsonb(content))).fetchone()
         return row is not None
 
     def get(self, conn: psycopg.Connection[Any], name: str, version: str = "") -> StoredPack | None:
         """The version ``version`` of ``name``, or its latest registered version when ``version`` is empty."""
         if version:
-            query = sql.SQL(
-                "SELECT name, version, content, created_at FROM {domain_packs} WHERE name = %s AND version = %s"
-            ).format(**self.t)
-            row = conn.execute(query, (name, version)).fetchone()
+            row = conn.execute(self.queries["pack_version"], (name, version)).fetchone()
         else:
-            query = sql.SQL(
-                "SELECT name, version, content, created_at FROM {domain_packs} WHERE name = %s"
-                " ORDER BY created_at DESC, version DESC LIMIT 1"
-            ).format(**self.t)
-            row = conn.execute(query, (name,)).fetchone()
+            row = conn.execute(self.queries["latest_pack_version"], (name,)).fetchone()
         return StoredPack(*row) if row else None
 
     def list_packs(
@@ -68,34 +57,18 @@ class PackStore:
     ) -> list[StoredPack]:
         """Packs ordered by (name, version), strictly after ``after``."""
         name, version = after or ("", "")
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT name, version, content, created_at FROM {domain_packs}"
-                " WHERE (name, version) > (%s, %s) ORDER BY name, version LIMIT %s"
-            ).format(**self.t),
-            (name, version, limit),
-        ).fetchall()
+        rows = conn.execute(self.queries["pack_versions_after"], (name, version, limit)).fetchall()
         return [StoredPack(*row) for row in rows]
 
     def namespace_settings(
         self, conn: psycopg.Connection[Any], namespace: str
     ) -> NamespaceSettingsRow | None:
-        row = conn.execute(
-            sql.SQL(
-                "SELECT namespace, packages, strict FROM {namespace_settings} WHERE namespace = %s"
-            ).format(**self.t),
-            (namespace,),
-        ).fetchone()
+        """The pack settings of ``namespace``, or None when it has none."""
+        row = conn.execute(self.queries["namespace_settings"], (namespace,)).fetchone()
         return NamespaceSettingsRow(row[0], list(row[1]), bool(row[2])) if row else None
 
     def set_namespace_settings(
         self, conn: psycopg.Connection[Any], namespace: str, packages: list[dict[str, str]], strict: bool
     ) -> None:
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {namespace_settings} (namespace, packages, strict) VALUES (%s, %s, %s)"
-                " ON CONFLICT (namespace) DO UPDATE SET packages = EXCLUDED.packages, strict = EXCLUDED.strict,"
-                " updated_at = now()"
-            ).format(**self.t),
-            (namespace, Jsonb(packages), strict),
-        )
+        """Stores the pack settings of ``namespace``, replacing earlier ones."""
+        conn.execute(self.queries["set_namespace_settings"], (namespace, Jsonb(packages), strict))

@@ -3,7 +3,9 @@ columns of facts (migrations 0005, 0006). Every call runs on the caller's connec
 
 A run's items are journaled batch by batch as they arrive (`add_items`); duplicates, the cardinality
 check and the facts a run drops (`dropped_open_facts`: the previous run's journal minus this run's) are
-computed in SQL, so no caller holds a whole snapshot in memory."""
+computed in SQL, so no caller holds a whole snapshot in memory.
+
+Every query is static: the named queries of ``sql/queries/snapshots.sql``."""
 
 from __future__ import annotations
 
@@ -14,11 +16,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
-from common.storage.tables import table_identifiers
+from common.storage.named_queries import Queries
 
 ITEM_SEPARATOR = "\x1f"  # between subject, predicate and object in a fact's item_key
 _SCOPE_LOCK_BASE = 0x736E_0000_0000  # advisory lock namespace of (namespace, source, scope)
@@ -46,7 +47,7 @@ class SnapshotStore:
     """Named, parameterised queries of the snapshot journal."""
 
     def __init__(self, settings: Settings) -> None:
-        self.t = table_identifiers(settings)
+        self.queries = Queries.for_settings("snapshots.sql", settings)
 
     def create(
         self,
@@ -59,11 +60,7 @@ class SnapshotStore:
     ) -> int | None:
         """Journals a new run; None when (namespace, source, scope, snapshot_id) was reconciled before."""
         row = conn.execute(
-            sql.SQL(
-                "INSERT INTO {snapshots} (namespace, source, scope, snapshot_id, snapshot_time)"
-                " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, source, scope, snapshot_id) DO NOTHING"
-                " RETURNING id"
-            ).format(**self.t),
+            self.queries["create_snapshot_run"],
             (namespace, source, scope, snapshot_id, snapshot_time),
         ).fetchone()
         return int(row[0]) if row else None
@@ -72,10 +69,7 @@ class SnapshotStore:
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, snapshot_id: str
     ) -> SnapshotRow | None:
         row = conn.execute(
-            sql.SQL(
-                "SELECT id, snapshot_id, snapshot_time, counts FROM {snapshots}"
-                " WHERE namespace = %s AND source = %s AND scope = %s AND snapshot_id = %s"
-            ).format(**self.t),
+            self.queries["snapshot_run"],
             (namespace, source, scope, snapshot_id),
         ).fetchone()
         return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
@@ -85,18 +79,14 @@ class SnapshotStore:
     ) -> SnapshotRow | None:
         """The last snapshot of (namespace, source, scope) journaled before the run ``before_row``."""
         row = conn.execute(
-            sql.SQL(
-                "SELECT id, snapshot_id, snapshot_time, counts FROM {snapshots}"
-                " WHERE namespace = %s AND source = %s AND scope = %s AND id <> %s"
-                " ORDER BY snapshot_time DESC, id DESC LIMIT 1"
-            ).format(**self.t),
+            self.queries["previous_snapshot_run"],
             (namespace, source, scope, before_row),
         ).fetchone()
         return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
 
     def set_counts(self, conn: psycopg.Connection[Any], row_id: int, counts: dict[str, int]) -> None:
         conn.execute(
-            sql.SQL("UPDATE {snapshots} SET counts = %s WHERE id = %s").format(**self.t),
+            self.queries["set_snapshot_counts"],
             (Jsonb(counts), row_id),
         )
 
@@ -108,12 +98,7 @@ class SnapshotStore:
         node finds it new and creates it again, instead of taking it (and its facts) as unchanged.
         """
         return conn.execute(
-            sql.SQL(
-                "DELETE FROM {snapshot_items} i USING {snapshots} s WHERE s.id = i.snapshot_row"
-                " AND s.namespace = %(namespace)s AND ((i.item_kind = 'entity' AND i.item_key = %(key)s)"
-                " OR (i.item_kind = 'fact' AND (split_part(i.item_key, %(separator)s, 1) = %(key)s"
-                " OR split_part(i.item_key, %(separator)s, 3) = %(key)s)))"
-            ).format(**self.t),
+            self.queries["forget_node_in_journals"],
             {"namespace": namespace, "key": natural_key, "separator": ITEM_SEPARATOR},
         ).rowcount
 
@@ -121,11 +106,11 @@ class SnapshotStore:
         """Serialises runs of one (namespace, source, scope) until the transaction ends, so two runs never
         compare themselves with the same previous snapshot concurrently."""
         digest = hashlib.sha256(ITEM_SEPARATOR.join((namespace, source, scope)).encode("utf-8")).hexdigest()
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCOPE_LOCK_BASE + int(digest[:10], 16),))
+        conn.execute(self.queries["lock_snapshot_scope"], (_SCOPE_LOCK_BASE + int(digest[:10], 16),))
         # The run repeats each statement per batch, so psycopg prepares them; a generic plan cannot see
         # that a namespace filled in this very transaction is large (its statistics say empty) and picks
         # scans that grow with the snapshot. Plans are made per execution for this transaction only.
-        conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        conn.execute(self.queries["plan_per_execution"])
 
     def add_items(
         self,
@@ -142,13 +127,7 @@ class SnapshotStore:
         if not items:
             return {}
         rows = conn.execute(
-            sql.SQL(
-                "INSERT INTO {snapshot_items} (snapshot_row, item_kind, item_key, item_hash, item_position, cardinality_key)"
-                " SELECT %(row)s, %(kind)s, x.item_key, x.item_hash, x.item_position, x.cardinality_key"
-                " FROM unnest(%(keys)b::text[], %(hashes)b::text[], %(positions)b::int[], %(cardinality)b::text[])"
-                " AS x(item_key, item_hash, item_position, cardinality_key) ORDER BY x.item_position"
-                " ON CONFLICT (snapshot_row, item_kind, item_key) DO NOTHING RETURNING item_position"
-            ).format(**self.t),
+            self.queries["journal_items"],
             {
                 "row": row_id,
                 "kind": kind,
@@ -164,10 +143,7 @@ class SnapshotStore:
         repeated = [item for item in items if item[2] not in journaled]
         first = dict(
             conn.execute(
-                sql.SQL(
-                    "SELECT item_key, item_position FROM {snapshot_items}"
-                    " WHERE snapshot_row = %s AND item_kind = %s AND item_key = ANY(%s)"
-                ).format(**self.t),
+                self.queries["journaled_item_positions"],
                 (row_id, kind, sorted({item[0] for item in repeated})),
             ).fetchall()
         )
@@ -179,11 +155,7 @@ class SnapshotStore:
         """Cardinality keys (``subject<US>predicate``) journaled more than once in the run, each with the
         positions of its facts in stream order; at most ``limit`` keys."""
         rows = conn.execute(
-            sql.SQL(
-                "SELECT cardinality_key, array_agg(item_position ORDER BY item_position) FROM {snapshot_items}"
-                " WHERE snapshot_row = %s AND item_kind = 'fact' AND cardinality_key IS NOT NULL"
-                " GROUP BY cardinality_key HAVING count(*) > 1 ORDER BY min(item_position) LIMIT %s"
-            ).format(**self.t),
+            self.queries["cardinality_repeats"],
             (row_id, limit),
         ).fetchall()
         return [(str(key), [int(p) for p in positions]) for key, positions in rows]
@@ -207,20 +179,7 @@ class SnapshotStore:
         Returns (fact_ids to close, item_key to continue after, or None when this was the last page).
         """
         rows = conn.execute(
-            sql.SQL(
-                "WITH dropped AS (SELECT p.item_key FROM {snapshot_items} p"
-                " WHERE p.snapshot_row = %(previous)s AND p.item_kind = 'fact' AND p.item_key > %(after)s"
-                " AND NOT EXISTS (SELECT 1 FROM {snapshot_items} c WHERE c.snapshot_row = %(current)s"
-                " AND c.item_kind = 'fact' AND c.item_key = p.item_key)"
-                " ORDER BY p.item_key LIMIT %(limit)s)"
-                " SELECT d.item_key, f.fact_id FROM dropped d LEFT JOIN LATERAL (SELECT fact_id FROM {facts}"
-                " WHERE namespace = %(namespace)s AND snapshot_source = %(source)s AND snapshot_scope = %(scope)s"
-                " AND subject_key = split_part(d.item_key, %(separator)s, 1)"
-                " AND predicate = split_part(d.item_key, %(separator)s, 2)"
-                " AND object_key = split_part(d.item_key, %(separator)s, 3)"
-                " AND valid_to IS NULL AND valid_from <= %(snapshot_time)s OFFSET 0) AS f ON true"
-                " ORDER BY d.item_key, f.fact_id"
-            ).format(**self.t),
+            self.queries["dropped_open_facts"],
             {
                 "previous": previous_row,
                 "current": current_row,
@@ -241,10 +200,7 @@ class SnapshotStore:
         self, conn: psycopg.Connection[Any], row_id: int, kind: str, keys: list[str]
     ) -> dict[str, str]:
         rows = conn.execute(
-            sql.SQL(
-                "SELECT item_key, item_hash FROM {snapshot_items}"
-                " WHERE snapshot_row = %s AND item_kind = %s AND item_key = ANY(%s)"
-            ).format(**self.t),
+            self.queries["journaled_item_hashes"],
             (row_id, kind, keys),
         ).fetchall()
         return {str(key): str(digest) for key, digest in rows}
@@ -268,14 +224,7 @@ class SnapshotStore:
         if not triples:
             return []
         rows = conn.execute(
-            sql.SQL(
-                "SELECT f.fact_id, f.subject_key, f.predicate, f.object_key, f.attributes, f.snapshot_id"
-                " FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[])"
-                " AS x(subject_key, predicate, object_key) CROSS JOIN LATERAL"
-                " (SELECT * FROM {facts} WHERE namespace = %(namespace)s AND subject_key = x.subject_key"
-                " AND predicate = x.predicate AND object_key = x.object_key AND snapshot_source = %(source)s"
-                " AND snapshot_scope = %(scope)s AND valid_to IS NULL OFFSET 0) AS f ORDER BY f.fact_id"
-            ).format(**self.t),
+            self.queries["open_snapshot_facts"],
             {
                 "namespace": namespace,
                 "subjects": [s for s, _, _ in triples],
@@ -301,12 +250,7 @@ class SnapshotStore:
             return
         ordered = sorted(adoptions, key=lambda adoption: adoption[0])
         conn.execute(
-            sql.SQL(
-                "UPDATE {facts} f SET snapshot_source = %(source)s, snapshot_scope = %(scope)s,"
-                " snapshot_id = %(snapshot_id)s, attributes = coalesce(x.attributes::jsonb, f.attributes)"
-                " FROM unnest(%(fact_ids)b::text[], %(attributes)b::text[]) AS x(fact_id, attributes)"
-                " WHERE f.fact_id = x.fact_id"
-            ).format(**self.t),
+            self.queries["adopt_snapshot_facts"],
             {
                 "source": source,
                 "scope": scope,

@@ -1,7 +1,7 @@
-"""Names of the configurable tables and of their indexes, as `psycopg.sql` identifiers.
+"""Names of the configurable tables, of their indexes and of the graph, as `psycopg.sql` identifiers.
 
-Every store and the migration runner format their SQL with these, so a deployment that renames a table
-(`CB_CHUNKS_TABLE`, ...) renames it everywhere at once.
+Every store, its named queries (`common.storage.named_queries`) and the migration runner format their SQL
+with these, so a deployment that renames a table (`CB_CHUNKS_TABLE`, ...) renames it everywhere at once.
 """
 
 from __future__ import annotations
@@ -45,3 +45,14 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")
     return identifiers
+
+
+def query_placeholders(settings: Settings) -> dict[str, sql.Composable]:
+    """What the SQL templates of the stores and migrations may name: `table_identifiers`, plus ``{graph}``
+    (the AGE graph's schema, an identifier, for label tables ``{graph}.label``) and ``{graph_name}`` (the
+    graph's name as a literal: ``ag_catalog.cypher`` takes it as a constant, never as a parameter)."""
+    return {
+        **table_identifiers(settings),
+        "graph": sql.Identifier(settings.graph_name),
+        "graph_name": sql.Literal(settings.graph_name),
+    }

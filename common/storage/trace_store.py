@@ -1,6 +1,9 @@
 """Reads of a trace (seed 000 "Аудит-контур"; TraceService.GetTrace): which items named by the context
 compilations of a trace a caller may still see. The compilations themselves are read by
 `ContextStore.traces`, the audit events by `AuditStore.events_of_trace`.
+
+Both look-ups take the caller's visibility predicate, so they are composed with `psycopg.sql` (no named
+query of this store).
 """
 
 from __future__ import annotations

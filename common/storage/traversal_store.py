@@ -17,6 +17,9 @@ the walk stops after ``row_limit`` steps. The recursive CTE runs breadth first a
 before anything sorts, so PostgreSQL stops the recursion as soon as the limit is reached and the rows
 kept are those of the smallest depths. Each fact is returned once, with the shortest path that reached
 it. All request values are bound parameters.
+
+The walk has no named query (``sql/queries``): its statement is composed with `psycopg.sql` per call,
+because the visibility predicate of the caller (`fact_visibility`) is part of both recursive arms.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ predicate with the methods below, so the rule lives in one place and is applied 
 statement (a ranking's LIMIT is filled with visible rows; nothing is filtered afterwards).
 
 The predicates reference one named parameter, ``%(visibility_scopes)s``; add `Visibility.params` to the
-statement's parameters.
+statement's parameters. A statement that embeds a predicate is composed at run time (``TRUE`` for an
+unrestricted caller), so it is never one of the static named queries of ``sql/queries``.
 """
 
 from __future__ import annotations

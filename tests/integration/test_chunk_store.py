@@ -11,16 +11,10 @@ import numpy as np
 import pytest
 
 from common.kernel.config import Settings
+from common.storage.chunk_rankings import ChunkFilter, identifier_tokens
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from common.storage.chunk_store import (
-    ChunkFilter,
-    ChunkStore,
-    ChunkWrite,
-    NodeRef,
-    embedding_input,
-    identifier_tokens,
-)
 from query_service.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,8 @@ from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id
 from common.domain.observation_view import observation_view
-from common.storage.chunk_store import ChunkFilter, ChunkStore
+from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_store import ChunkStore
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore

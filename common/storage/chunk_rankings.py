@@ -1,0 +1,336 @@
+"""The three retrieval rankings over the chunks table (seed 000 "Чанки и документы"): `ChunkRankings`, the
+base of `common.storage.chunk_store.ChunkStore`, with the filter and candidate types.
+
+Every query carries the namespace predicate; the optional filters (node types, meta containment
+``meta @> {...}``, node keys, the caller's visibility) are applied *inside* each ranking query, so a small
+namespace inside a large table still fills its candidate list. Because of those optional filters the
+ranking queries are composed here with `psycopg.sql`; the static helpers they use (the query's lexemes,
+the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
+
+* **vector**: ``ORDER BY embedding <=> q LIMIT n`` over the HNSW cosine index. The pool sets
+  ``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8), so when the filters discard the first
+  ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
+  returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
+  re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
+  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway.
+* **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
+  stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
+  default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
+  upgrade openssl on bookworm" rarely has all its words in one chunk), so when the AND query yields
+  fewer than ``limit`` rows, the rest is filled with chunks matching *any* lexeme of the query (an OR
+  query built from the same lexemes), ranked after the AND matches. The OR matches are ordered by
+  ``ts_rank`` (term frequency; rewards chunks with more of the query's lexemes), not ``ts_rank_cd``: cover
+  density over an OR query only counts single-term covers, and ``ts_rank_cd`` over the 1,000-4,000 OR
+  matches of a sentence in the 9.6k-chunk docs vault cost 2-3x ``ts_rank`` (25-66 ms against 13-24 ms,
+  EXPLAIN ANALYZE) and was the p95 of Search. AND matches are removed from the OR rows in Python rather
+  than by a ``NOT @@`` filter, which detoasted every row once more.
+
+  About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
+  words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
+  ``2.36``, ``-9``) through ``simple`` — identically for the stored vector and for the query — so English
+  words and identifiers match under ``russian`` (``installing`` and ``installation`` both become
+  ``instal``). A ``simple``-config *query* against the stemmed stored vector can only match lexemes the
+  stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
+  ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
+  ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
+* **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
+  trigram index serves: rows containing an *identifier-like token* of the query verbatim
+  (``text ILIKE '%token%'``) or, for a query of at most ``trigram_max_query_chars``, the whole query.
+  Identifier-like tokens are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least
+  3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm similarity alone ignores
+  punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Matches are ordered by the number
+  of tokens found, then by ``word_similarity(query, text)``; the fuzzy ``<%`` filter is not used (0.3-0.9 s
+  per sentence-long query on the 10k-chunk docs vault).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from common.kernel.config import Settings
+from common.storage.named_queries import Queries
+from common.storage.visibility import EVERYTHING, Visibility
+
+CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
+"""The columns of a chunk row as read back (`StoredChunk`), in its field order."""
+_IDENTIFIER_TOKEN = re.compile(r"[0-9]")
+# OR fill of the full-text ranking (see ChunkRankings._rare_lexemes).
+OR_MAX_LEXEME_FREQUENCY = 0.05
+OR_MAX_LEXEMES = 8
+LEXEME_STATISTICS_TTL_SECONDS = 600.0
+_TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One chunk row as read back (no embedding)."""
+
+    node_key: str
+    chunk_order: int
+    node_type: str
+    source_path: str
+    title: str
+    heading: str
+    text: str
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChunkFilter:
+    """Predicates shared by the three rankings.
+
+    Attributes:
+        namespace: required.
+        node_types: keep only chunks of these node types (empty: all).
+        meta: jsonb containment filter, ``meta @> {...}`` (empty: none).
+        node_keys: keep only chunks of these nodes (empty: all).
+        visibility: the caller's visibility; chunks whose ``meta.scopes`` hide them are left out
+            (`common.storage.visibility`).
+    """
+
+    namespace: str
+    node_types: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    node_keys: tuple[str, ...] = ()
+    visibility: Visibility = EVERYTHING
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk returned by one ranking, with that ranking's raw score.
+
+    ``score`` is the cosine *distance* for the vector ranking (smaller is better), ``ts_rank_cd`` for full
+    text (``ts_rank`` for a chunk matching only some of the query's lexemes) and the trigram similarity
+    (1.0 for an exact identifier hit) for trigram; ``rank`` is 1-based.
+    """
+
+    chunk: StoredChunk
+    score: float
+    rank: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.chunk.node_key, self.chunk.chunk_order)
+
+
+def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
+    """Identifier-like tokens of ``query`` (``PROJ-1234``, ``1:2.3-4``, ``2.36-9+deb12u4``), deduplicated.
+
+    A token is a whitespace-separated piece, stripped of surrounding quotes and sentence punctuation,
+    of at least 3 characters containing a digit. Pieces with only punctuation (``https://github``,
+    ``description:``, ``top-level``) matched 50-1,656 chunks of the docs vault each, every one then
+    scored with ``word_similarity``: that was the p95 of Search (bench/RESULTS.md).
+    """
+    tokens: list[str] = []
+    for piece in query.split():
+        token = _TRIM_TOKEN.sub("", piece)
+        if len(token) >= 3 and _IDENTIFIER_TOKEN.search(token) and token.lower() not in tokens:
+            tokens.append(token.lower())
+        if len(tokens) >= limit:
+            break
+    return tokens
+
+
+def _like_pattern(token: str) -> str:
+    escaped = token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _tsquery_literal(lexeme: str) -> str:
+    """A lexeme quoted for tsquery input (single quotes doubled, backslashes escaped)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+class ChunkRankings:
+    """The rankings of the chunks table; stateless apart from the table's names and a cache of lexeme
+    statistics; safe to share."""
+
+    def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
+        self.settings = settings
+        self.table = sql.Identifier(settings.chunks_table)
+        self.queries = Queries.for_settings("chunks.sql", settings)
+        self.text_search_config = settings.text_search_config
+        self.trigram_max_query_chars = trigram_max_query_chars
+        self._lexeme_frequencies: tuple[float, dict[str, float]] = (-LEXEME_STATISTICS_TTL_SECONDS, {})
+
+    def _filter_sql(self, where: ChunkFilter, params: dict[str, Any]) -> sql.Composable:
+        conditions: list[sql.Composable] = [sql.SQL("namespace = %(namespace)s")]
+        params["namespace"] = where.namespace
+        if where.node_types:
+            conditions.append(sql.SQL("node_type = ANY(%(node_types)s)"))
+            params["node_types"] = list(where.node_types)
+        if where.meta:
+            conditions.append(sql.SQL("meta @> %(meta)s"))
+            params["meta"] = Jsonb(dict(where.meta))
+        if where.node_keys:
+            conditions.append(sql.SQL("node_key = ANY(%(node_keys)s)"))
+            params["node_keys"] = list(where.node_keys)
+        if not where.visibility.unrestricted:
+            conditions.append(where.visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")))
+            params.update(where.visibility.params)
+        return sql.SQL(" AND ").join(conditions)
+
+    def _candidates(
+        self, conn: psycopg.Connection[Any], statement: sql.Composed, params: dict[str, Any]
+    ) -> list[Candidate]:
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params).fetchall()
+        candidates = []
+        for rank, record in enumerate(records, start=1):
+            score = float(record.pop("score"))
+            candidates.append(Candidate(chunk=StoredChunk(**record), score=score, rank=rank))
+        return candidates
+
+    def vector_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending)."""
+        params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
+        condition = self._filter_sql(where, params)
+        statement = sql.SQL(
+            "WITH nearest AS MATERIALIZED ("
+            " SELECT {columns}, embedding <=> %(embedding)s AS score FROM {table}"
+            " WHERE {condition} AND embedding IS NOT NULL"
+            " ORDER BY embedding <=> %(embedding)s LIMIT %(limit)s)"
+            " SELECT * FROM nearest ORDER BY score, node_key, chunk_order"
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        return self._candidates(conn, statement, params)
+
+    def text_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` full-text matches (``score`` = ts_rank_cd, descending).
+
+        Chunks matching every term (websearch syntax: quotes, ``or``, ``-``) come first; when they are
+        fewer than ``limit``, chunks matching any lexeme of the query follow, by ``ts_rank`` (``score``
+        = ts_rank for them; see the module doc).
+        """
+        params: dict[str, Any] = {"config": self.text_search_config, "query": query, "limit": limit}
+        condition = self._filter_sql(where, params)
+        statement = self._text_ranking(
+            "ts_rank_cd", "websearch_to_tsquery(%(config)s::regconfig, %(query)s)", condition
+        )
+        candidates = self._candidates(conn, statement, params)
+        if len(candidates) >= limit:
+            return candidates
+        lexemes = [
+            str(row[0])
+            for row in conn.execute(
+                self.queries["lexemes_of_query"], (self.text_search_config, query)
+            ).fetchall()
+        ]
+        if len(lexemes) < 2:
+            return candidates  # the AND query already was the OR query
+        params_any: dict[str, Any] = {
+            "any_query": " | ".join(_tsquery_literal(lexeme) for lexeme in self._rare_lexemes(conn, lexemes)),
+            "limit": limit,
+        }
+        condition_any = self._filter_sql(where, params_any)
+        statement_any = self._text_ranking("ts_rank", "%(any_query)s::tsquery", condition_any)
+        found = {candidate.key for candidate in candidates}
+        extra = [c for c in self._candidates(conn, statement_any, params_any) if c.key not in found]
+        extra = extra[: limit - len(candidates)]
+        offset = len(candidates)
+        return candidates + [
+            Candidate(c.chunk, c.score, offset + rank) for rank, c in enumerate(extra, start=1)
+        ]
+
+    def _text_ranking(self, rank: str, tsquery: str, condition: sql.Composable) -> sql.Composed:
+        """A full-text ranking: chunks matching ``condition`` whose ``search_document`` matches the query
+        ``tsquery`` (SQL text of a tsquery), ordered by ``rank`` (``ts_rank_cd`` or ``ts_rank``), at most
+        ``%(limit)s``."""
+        return sql.SQL(
+            "SELECT {columns}, {rank}(search_document, q.tsq) AS score"
+            " FROM {table}, (SELECT {tsquery} AS tsq) AS q"
+            " WHERE {condition} AND search_document @@ q.tsq"
+            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(
+            columns=CHUNK_COLUMNS,
+            rank=sql.Identifier(rank),
+            table=self.table,
+            tsquery=sql.SQL(tsquery),  # type: ignore[arg-type]
+            condition=condition,
+        )
+
+    def _rare_lexemes(self, conn: psycopg.Connection[Any], lexemes: list[str]) -> list[str]:
+        """The lexemes the OR fill searches: those in at most `OR_MAX_LEXEME_FREQUENCY` of the chunks,
+        at most `OR_MAX_LEXEMES` of them, rarest first (the single rarest when every one is common).
+
+        Frequencies are the planner's statistics of ``search_document`` (``pg_stats.most_common_elems``,
+        the 1,000 most common lexemes of the sampled rows, refreshed by (auto)ANALYZE); a lexeme not
+        among them counts as rare. Every matched row is read and ranked, so each common lexeme costs
+        thousands of rows: on the bench database, dropping lexemes above 5 % halves the OR rows of the
+        200 vault sentences (median 2,553 -> 1,336, p95 5,276 -> 3,166). ``ts_rank`` weighs every lexeme
+        alike (no IDF), so common ones mostly add noise to the fill's order.
+        """
+        frequencies = self._frequencies(conn)
+        ordered = sorted(lexemes, key=lambda lexeme: (frequencies.get(lexeme, 0.0), lexeme))
+        rare = [lexeme for lexeme in ordered if frequencies.get(lexeme, 0.0) <= OR_MAX_LEXEME_FREQUENCY]
+        return (rare or ordered[:1])[:OR_MAX_LEXEMES]
+
+    def _frequencies(self, conn: psycopg.Connection[Any]) -> dict[str, float]:
+        loaded_at, frequencies = self._lexeme_frequencies
+        if time.monotonic() - loaded_at < LEXEME_STATISTICS_TTL_SECONDS:
+            return frequencies
+        rows = conn.execute(self.queries["lexeme_frequencies"], (self.settings.chunks_table,)).fetchall()
+        frequencies = {str(lexeme): float(frequency) for lexeme, frequency in rows}
+        self._lexeme_frequencies = (time.monotonic(), frequencies)
+        return frequencies
+
+    def trigram_candidates(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
+    ) -> list[Candidate]:
+        """Up to ``limit`` trigram matches (``score`` = similarity in [0, 1], 1.0 for an exact token hit).
+
+        Rows qualify when they contain an identifier-like token of the query verbatim (``PROJ-1234``,
+        ``2.36-9+deb12u4``) or, for a query of at most ``trigram_max_query_chars``, the whole query as a
+        case-insensitive substring; both are ``ILIKE`` served by the trigram GIN index. Qualified rows are
+        ordered by the number of tokens found, then by ``word_similarity(query, text)``. The fuzzy
+        ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
+        query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``.
+        """
+        tokens = identifier_tokens(query)
+        whole = len(query.strip()) >= 3 and len(query) <= self.trigram_max_query_chars
+        if not tokens and not whole:
+            return []
+        params: dict[str, Any] = {
+            "query": query,
+            "whole": _like_pattern(query.strip()),
+            "patterns": [_like_pattern(token) for token in tokens],
+            "limit": limit,
+        }
+        condition = self._filter_sql(where, params)
+        arms: list[sql.Composable] = []
+        if whole:
+            arms.append(sql.SQL("text ILIKE %(whole)s"))
+        if tokens:
+            arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
+        statement = sql.SQL(
+            "SELECT * FROM ("
+            " SELECT {columns}, word_similarity(%(query)s, text) AS similarity,"
+            " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
+            " FROM {table} WHERE {condition} AND ({arms})) AS matched"
+            " ORDER BY hits DESC, similarity DESC, node_key, chunk_order LIMIT %(limit)s"
+        ).format(
+            columns=CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
+        )
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params).fetchall()
+        candidates = []
+        for rank, record in enumerate(records, start=1):
+            similarity = float(record.pop("similarity"))
+            hits = int(record.pop("hits"))
+            candidates.append(
+                Candidate(chunk=StoredChunk(**record), score=1.0 if hits else similarity, rank=rank)
+            )
+        return candidates

@@ -1,0 +1,16 @@
+-- Static SQL and Cypher of audit events (common/storage/audit_store.py). Loaded by
+-- common/storage/named_queries.py; see there for the placeholders ({graph_nodes}, {graph_name}, ...) and
+-- parameters. The event and anchor vertices themselves are written through GraphStore.
+
+-- name: node_type_of_key
+-- The node type of a registered key (parameters: namespace, natural key); no row when unregistered.
+SELECT node_type FROM {graph_nodes} WHERE namespace = %s AND natural_key = %s
+
+-- name: audit_events_of_trace
+-- Cypher: [natural_key, props] of every audit event vertex of a namespace linked by IN_TRACE to the trace
+-- anchor $anchor (parameter: the agtype map {namespace, anchor}).
+SELECT * FROM ag_catalog.cypher({graph_name}, $$
+    MATCH (e:audit_event)-[:IN_TRACE]->(t:pc_trace {{namespace: $namespace, natural_key: $anchor}})
+    WHERE e.namespace = $namespace
+    RETURN [e.natural_key, e.props]
+$$, %s) AS (v ag_catalog.agtype)

@@ -1,0 +1,39 @@
+-- Static SQL of the observations table (common/storage/observation_store.py). Loaded by
+-- common/storage/named_queries.py; see there for the placeholders ({observations}, ...) and parameters.
+-- Reading one observation (the caller's visibility predicate, an optional lock) is composed in Python.
+
+-- name: insert_observation
+-- Inserts a new observation; no row returned when its observation_id exists (a duplicate).
+INSERT INTO {observations} (
+    observation_id, namespace, source_system, source_stream, source_external_id, kind, occurred_at, actor,
+    subject, scopes, content, data, assertions, provenance, status
+) VALUES (
+    %(observation_id)s, %(namespace)s, %(source_system)s, %(source_stream)s, %(source_external_id)s, %(kind)s,
+    %(occurred_at)s, %(actor)s, %(subject)s, %(scopes)s, %(content)s, %(data)s, %(assertions)s,
+    %(provenance)s, %(status)s
+)
+ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id
+
+-- name: set_observation_status
+-- Records the processing status and its detail (parameters: status, detail, observation id).
+UPDATE {observations} SET status = %s, status_detail = %s WHERE observation_id = %s
+
+-- name: observation_statuses
+-- observation_id and status of the existing observations among a list (parameter: the ids).
+SELECT observation_id, status FROM {observations} WHERE observation_id = ANY(%s)
+
+-- name: redact_observation
+-- Replaces content (parameter 1), empties data and assertions, sets status 'redacted' with a detail
+-- (parameter 2) of the observation (parameters 3, 4: namespace, observation id); returns the row after
+-- the update.
+UPDATE {observations} SET content = %s, data = jsonb_build_object(), assertions = jsonb_build_array(),
+    status = 'redacted', status_detail = %s
+WHERE namespace = %s AND observation_id = %s RETURNING *
+
+-- name: delete_observation
+-- Deletes one observation (parameters: namespace, observation id).
+DELETE FROM {observations} WHERE namespace = %s AND observation_id = %s
+
+-- name: observation_received_at
+-- When an observation was received (parameter: observation id).
+SELECT received_at FROM {observations} WHERE observation_id = %s

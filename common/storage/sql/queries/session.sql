@@ -1,0 +1,12 @@
+-- Session set-up of every connection (common/storage/age_graph.py: prepare_age_session), used by the
+-- pool (database.py), the migration runner and label creation. Loaded by common/storage/named_queries.py.
+
+-- name: load_age
+-- Loads the AGE library into the session (fails for non-superusers: the server then must have age in
+-- shared_preload_libraries).
+LOAD 'age'
+
+-- name: set_age_search_path
+-- Our tables in the first writable schema, never in AGE's own; ag_catalog last so agtype operators
+-- resolve.
+SET search_path = "$user", public, ag_catalog
