@@ -1,7 +1,10 @@
-"""Readiness: grpc.health.v1 statuses that follow the database.
+"""Readiness and liveness: grpc.health.v1 statuses.
 
-`add_health_service` registers the standard health service on a server with every status NOT_SERVING
-(``""`` and each registered service). `ReadinessMonitor` then asks the database (`ReadinessProbe`)
+`add_health_service` registers the standard health service on a server with every readiness status
+NOT_SERVING (``""`` and each registered service), and the liveness status `LIVENESS_SERVICE`
+(``"liveness"``) SERVING: it says the process is up and answering, whatever the database does, so a
+Kubernetes liveness or startup probe on it never restarts pods because of a database outage (issue 10
+§7), while the readiness probe (``""``) takes them out of the Service. `ReadinessMonitor` then asks the database (`ReadinessProbe`)
 every ``interval`` seconds from a daemon thread and sets every status to SERVING once
 ``ensure_ready()`` returns True, back to NOT_SERVING when it returns False again. On shutdown
 (`begin_shutdown`) every status becomes NOT_SERVING for good, before the server stops taking calls.
@@ -17,11 +20,20 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-__all__ = ["READINESS_INTERVAL_SECONDS", "ReadinessMonitor", "ReadinessProbe", "add_health_service"]
+__all__ = [
+    "LIVENESS_SERVICE",
+    "READINESS_INTERVAL_SECONDS",
+    "ReadinessMonitor",
+    "ReadinessProbe",
+    "add_health_service",
+]
 
 log = logging.getLogger("memory.server")
 
 READINESS_INTERVAL_SECONDS = 2.0
+# The health service name of liveness: SERVING from start until graceful shutdown, never following the
+# database (the probes of deploy/kubernetes use it for livenessProbe and startupProbe).
+LIVENESS_SERVICE = "liveness"
 
 
 class ReadinessProbe(Protocol):
@@ -42,15 +54,17 @@ class ReadinessProbe(Protocol):
 def add_health_service(
     server: grpc.Server, service_names: Sequence[str]
 ) -> tuple[health.HealthServicer, tuple[str, ...]]:
-    """Adds grpc.health.v1 to ``server``, NOT_SERVING for ``""`` and every name of ``service_names``.
+    """Adds grpc.health.v1 to ``server``, NOT_SERVING for ``""`` and every name of ``service_names``,
+    SERVING for `LIVENESS_SERVICE`.
 
     Returns:
-        The health servicer and the names it reports on (``""`` first).
+        The health servicer and the readiness names it reports on (``""`` first; liveness is not one).
     """
     servicer = health.HealthServicer(experimental_non_blocking=True)
     names = ("", *service_names)
     for name in names:
         servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     return servicer, names
 

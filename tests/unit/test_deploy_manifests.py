@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from common.grpc.readiness import LIVENESS_SERVICE
 from common.kernel.config import Settings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -80,7 +81,7 @@ def _config_map() -> Doc:
     return _one("ConfigMap")
 
 
-def _cpu(quantity: str | int | float) -> float:
+def _cpu(quantity: str | float) -> float:
     text = str(quantity)
     return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
 
@@ -160,10 +161,11 @@ def test_deployment_probes_ports_resources_and_image(component: str) -> None:
         probe = container[probe_name]
         assert set(probe) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe_name
         assert probe["grpc"]["port"] == grpc_port, probe_name
-        assert probe.get("grpc", {}).get("service", "") == "", "overall health (empty service name)"
-    assert (
-        container["livenessProbe"]["failureThreshold"] * container["livenessProbe"]["periodSeconds"] >= 60
-    ), "liveness must tolerate a short database outage (health follows the database)"
+    # Readiness follows the database (overall health, empty service name); liveness and startup ask the
+    # process only, so a database outage takes pods out of the Service but never restarts them.
+    assert container["readinessProbe"]["grpc"].get("service", "") == ""
+    for probe_name in ("livenessProbe", "startupProbe"):
+        assert container[probe_name]["grpc"].get("service") == LIVENESS_SERVICE, probe_name
 
     resources = container["resources"]
     for kind in ("cpu", "memory"):
@@ -322,8 +324,8 @@ def test_compose_wires_db_ingest_and_query() -> None:
 
 def test_dockerfiles_follow_the_recipe() -> None:
     db = (DEPLOY / "memory-db" / "Dockerfile").read_text(encoding="utf-8")
-    assert re.search(r"^FROM debian:trixie-slim$", db, re.M)
-    assert re.search(r"^ARG PG_MAJOR=17$", db, re.M)
+    assert re.search(r"^FROM debian:trixie-slim$", db, re.MULTILINE)
+    assert re.search(r"^ARG PG_MAJOR=17$", db, re.MULTILINE)
     for package in (
         '"postgresql-${PG_MAJOR}"',
         '"postgresql-${PG_MAJOR}-age"',
@@ -336,11 +338,11 @@ def test_dockerfiles_follow_the_recipe() -> None:
     assert "COPY --chmod=0755 docker-entrypoint.sh" in db
 
     service = (DEPLOY / "service" / "Dockerfile").read_text(encoding="utf-8")
-    assert re.findall(r"^FROM (\S+)", service, re.M) == ["python:3.11-slim", "python:3.11-slim"]
-    assert re.search(r"^EXPOSE 50051 50052 9101 9102$", service, re.M)
-    assert re.search(r'^ENTRYPOINT \["cb", "serve"\]$', service, re.M)
-    assert re.search(r'^CMD \["ingest"\]$', service, re.M)
-    assert re.search(r"^USER \d+", service, re.M), "the services run as a non-root user"
+    assert re.findall(r"^FROM (\S+)", service, re.MULTILINE) == ["python:3.11-slim", "python:3.11-slim"]
+    assert re.search(r"^EXPOSE 50051 50052 9101 9102$", service, re.MULTILINE)
+    assert re.search(r'^ENTRYPOINT \["cb", "serve"\]$', service, re.MULTILINE)
+    assert re.search(r'^CMD \["ingest"\]$', service, re.MULTILINE)
+    assert re.search(r"^USER \d+", service, re.MULTILINE), "the services run as a non-root user"
 
 
 def test_image_names_are_plain_without_a_registry_host() -> None:

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
+from common.grpc.readiness import LIVENESS_SERVICE
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
@@ -248,6 +249,9 @@ def test_health_not_serving_until_database_ready_then_serving() -> None:
             for name in ("", SERVICE):
                 got = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
                 assert got.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            # Liveness says the process answers, whatever the database does (issue 10 §7).
+            alive = health.Check(health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE), timeout=5)
+            assert alive.status == health_pb2.HealthCheckResponse.SERVING
             # RPCs themselves are still served (they fail on their own when the DB is down).
             assert not wait_for_serving(f"127.0.0.1:{host.port}", timeout=0.3, interval=0.1)
 
@@ -261,6 +265,9 @@ def test_health_not_serving_until_database_ready_then_serving() -> None:
                     health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
                     == health_pb2.HealthCheckResponse.NOT_SERVING
                 )
+            )
+            assert wait_for_serving(
+                f"127.0.0.1:{host.port}", service=LIVENESS_SERVICE, timeout=1, interval=0.05
             )
             database.ready = True
             assert wait_for_serving(f"127.0.0.1:{host.port}", timeout=5, interval=0.05)
