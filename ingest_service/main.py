@@ -25,17 +25,17 @@ from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
-from ingest_service.audit_servicer import AuditServicer
-from ingest_service.document_servicer import DocumentServiceServicer
 from ingest_service.documents import DocumentWriter
-from ingest_service.domain_pack_servicer import DomainPackServicer
 from ingest_service.fact_assertions import FactAsserter
-from ingest_service.fact_servicer import FactServicer
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observation_servicer import ObservationServicer
 from ingest_service.observations import ObservationRecorder
-from ingest_service.snapshot_servicer import SnapshotServicer
+from ingest_service.servicers.audit_servicer import AuditServicer
+from ingest_service.servicers.document_servicer import DocumentServiceServicer
+from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
+from ingest_service.servicers.fact_servicer import FactServicer
+from ingest_service.servicers.observation_servicer import ObservationServicer
+from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.snapshots import SnapshotReconciler
 
 

@@ -26,7 +26,7 @@ close are the set difference of the previous and the current journal (`SnapshotS
 Atomicity and the crash story: a run is one database transaction, opened when the header arrives and
 committed only after the last part, the checks and the closing step. A stream that breaks midway
 (cancelled, deadline, connection lost, closed without its end message: the transport's iterator raises,
-see `ingest_service.snapshot_servicer`) or carries an invalid item rolls back: nothing is written,
+see `ingest_service.servicers.snapshot_servicer`) or carries an invalid item rolls back: nothing is written,
 nothing is journaled, nothing is closed, and the same snapshot_id can be sent again from the start
 (there is nothing to resume; a resumable protocol would have to keep a half-applied snapshot visible). Runs of one (namespace, source, scope)
 are serialised by an advisory lock; a snapshot_id already reconciled returns the counts of its run with

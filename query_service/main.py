@@ -27,17 +27,17 @@ from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
-from query_service.context_servicer import ContextServicer
-from query_service.fact_query_servicer import FactQueryServicer
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
-from query_service.observation_query_servicer import ObservationQueryServicer
 from query_service.observation_reader import ObservationReader
-from query_service.retrieval_servicer import RetrievalServicer
+from query_service.servicers.context_servicer import ContextServicer
+from query_service.servicers.fact_query_servicer import FactQueryServicer
+from query_service.servicers.observation_query_servicer import ObservationQueryServicer
+from query_service.servicers.retrieval_servicer import RetrievalServicer
+from query_service.servicers.source_servicer import SourceServicer
+from query_service.servicers.trace_servicer import TraceServicer
 from query_service.source_reader import SourceReader
-from query_service.source_servicer import SourceServicer
 from query_service.trace_reader import TraceReader
-from query_service.trace_servicer import TraceServicer
 from query_service.typed_context import TypedContextCompiler
 
 SERVICE_NAMES = (

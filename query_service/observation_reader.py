@@ -1,7 +1,7 @@
 """GetObservation in domain form (seed 000 "Наблюдения"): one stored observation with its status, and
 the disclosure of its personal data (`disclose_observation`).
 
-Transport free; `query_service.observation_query_servicer.ObservationQueryServicer` maps it onto memory.v1.
+Transport free; `query_service.servicers.observation_query_servicer.ObservationQueryServicer` maps it onto memory.v1.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 or — when the node holds no original (PutChunks, entities, episodes) — its chunks joined in order.
 
 `disclose_source` passes a view's personal data through the caller's disclosure. Transport free;
-`query_service.source_servicer.SourceServicer` maps it onto memory.v1.
+`query_service.servicers.source_servicer.SourceServicer` maps it onto memory.v1.
 """
 
 from __future__ import annotations

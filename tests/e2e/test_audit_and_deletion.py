@@ -41,8 +41,8 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.tooling.client import RpcFailure, rpc_failure
 from common.storage.database import Database
+from common.tooling.client import RpcFailure, rpc_failure
 
 pytestmark = pytest.mark.e2e
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from common.tooling.cli import app
 from common.grpc.server import ServiceHost
+from common.tooling.cli import app
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,8 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from common.tooling.client import rpc_failure
 from common.kernel.identifiers import fact_id
+from common.tooling.client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

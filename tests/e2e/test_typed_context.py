@@ -21,11 +21,11 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
+from common.grpc.server import ServiceHost
+from common.kernel.config import Settings
+from common.text_models.tokenizer import TokenCounter
 from common.tooling.cli import app
 from common.tooling.client import rpc_failure
-from common.kernel.config import Settings
-from common.grpc.server import ServiceHost
-from common.text_models.tokenizer import TokenCounter
 from tests.e2e.test_domain_packs import _observe, _register, _ts
 from tests.unit.test_domain_packs import delivery_pack
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from common.domain.audit import AuditEventInput, AuditTrail
-from common.storage.database import Database
 from common.kernel.errors import InvalidArgument
 from common.storage.audit_store import AuditStore, trace_key
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import Visibility
 

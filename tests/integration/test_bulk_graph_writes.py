@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from common.storage.database import Database
 from common.kernel.identifiers import fact_id
+from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.fact_engine import FactEngine, FactInput

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from common.kernel.identifiers import fact_id
 from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
-from common.kernel.identifiers import fact_id
 from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
 
 pytestmark = pytest.mark.integration

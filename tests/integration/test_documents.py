@@ -13,12 +13,12 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.database import Database
-from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
+from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.chunking import bounded_chunks
 from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents import DocumentWriter, strip_front_matter

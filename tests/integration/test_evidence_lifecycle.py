@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
+from common.domain.observation_view import observation_view
 from common.kernel.config import Settings
-from common.storage.database import Database
-from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id
-from common.domain.observation_view import observation_view
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
 from common.storage.fact_store import FactQuery, FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
+from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from common.storage.database import Database
 from common.kernel.errors import InvalidArgument
 from common.kernel.identifiers import fact_id
+from common.storage.database import Database
 from common.storage.fact_store import FactQuery, FactStore
 from common.storage.graph_store import GraphStore
 from ingest_service.observations import ObservationRecorder

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from common.kernel.config import Settings
-from common.storage.database import Database
-from common.packs.domain_packs import PackRegistry
-from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.identifiers import fact_id
+from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
+from common.storage.database import Database
+from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents import DocumentWriter
 from ingest_service.observations import ObservationRecorder

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.storage.database import Database
 from common.kernel.identifiers import canonical_instant, fact_id
+from common.storage.database import Database
 from ingest_service.observations import ObservationRecorder
 from tests.integration.test_fact_engine import portable_snapshot
 

@@ -8,12 +8,12 @@ import uuid
 import pytest
 
 from common.kernel.config import Settings
-from common.storage.database import Database
-from common.packs.domain_packs import PackRegistry
-from common.text_models.embeddings.provider import EmbeddingProvider
 from common.kernel.errors import FailedPrecondition
+from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
+from common.storage.database import Database
 from common.storage.visibility import Visibility
+from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
 from ingest_service.document_validation import RetainInput
 from ingest_service.documents import DocumentWriter

@@ -27,6 +27,9 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
+from common.grpc.server import ServiceHost, build_server
+from common.kernel.config import Settings
+from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from common.tooling import cli
 from common.tooling.cli import (
     DocumentError,
@@ -39,9 +42,6 @@ from common.tooling.cli import (
     parse_observation_lines,
     read_document,
 )
-from common.kernel.config import Settings
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.grpc.server import ServiceHost, build_server
 
 OBSERVATION = {
     "namespace": "debian",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from common.tooling import embedded_db
 from common.kernel.config import EMBEDDED_DATABASE_URL
+from common.tooling import embedded_db
 from common.tooling.embedded_db import (
     AptSource,
     EmbeddedDatabaseError,

@@ -13,7 +13,7 @@ from common.kernel.config import Settings
 from query_service.context_compiler import ContextCompiler
 from query_service.context_pack.items import ContextItem, ContextPack
 from query_service.context_pack.request import ContextRequest
-from query_service.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 from query_service.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
 
 

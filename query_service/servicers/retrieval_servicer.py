@@ -8,7 +8,7 @@ from memory.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
-from query_service.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 
 
 def hit_to_proto(hit: SearchHit) -> retrieval_service_pb2.SearchHit:

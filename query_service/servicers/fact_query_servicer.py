@@ -9,7 +9,7 @@ from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 from common.grpc.proto_mapping import fact_to_proto, instant
 from common.storage.fact_store import FactQuery
 from query_service.fact_reader import FactReader
-from query_service.read_transport import caller_pii_policy, caller_visibility
+from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
 
 
 class FactQueryServicer(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]

@@ -8,7 +8,7 @@ from memory.v1 import observation_query_service_pb2, observation_query_service_p
 
 from common.grpc.proto_mapping import observation_to_proto
 from query_service.observation_reader import ObservationReader
-from query_service.read_transport import caller_pii_policy, caller_visibility
+from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
 
 
 class ObservationQueryServicer(observation_query_service_pb2_grpc.ObservationQueryServiceServicer):  # type: ignore[misc]
