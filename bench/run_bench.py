@@ -4,7 +4,7 @@ Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
   into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
   twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`common.cli.record_observations` with its default concurrency), each into its own namespace,
+  (`common.tooling.observation_loader.record_observations` with its default concurrency), each into its own namespace,
   reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
   issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
@@ -69,16 +69,12 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from common.tooling.cli import (
-    DEFAULT_OBSERVE_CONCURRENCY,
-    ParsedObservation,
-    find_documents,
-    read_document,
-    record_observations,
-)
-from common.tooling.client import wait_for_serving
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id, parse_instant
+from common.tooling.client import wait_for_serving
+from common.tooling.markdown_vault import find_documents, read_document
+from common.tooling.observation_file import ParsedObservation
+from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
 
 CORPORA = ROOT.parent / "shared" / "corpora"
 UPLOADS = CORPORA / "debian-uploads"

@@ -22,7 +22,7 @@ import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
 
-from common.tooling.cli import find_documents, read_document
+from common.tooling.markdown_vault import find_documents, read_document
 from memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,

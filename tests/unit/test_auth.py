@@ -45,7 +45,7 @@ from common.auth.principals import (
     read_tokens_file,
     request_namespaces,
 )
-from common.tooling.cli import parse_namespace_grant
+from common.tooling.cli.token_commands import parse_namespace_grant
 from common.tooling.client import ClientSecurity, make_channel
 from common.kernel.config import Settings
 from common.kernel.errors import PermissionDenied, Unauthenticated

@@ -1,4 +1,4 @@
-"""The pure parts of `common.cli` (JSONL parsing, frontmatter, natural keys, instants) and its error
+"""The pure parts of the CLI (JSONL parsing, frontmatter, natural keys, instants) and its error
 reporting, the latter over real gRPC channels to small in-process servicers built with `build_server`.
 """
 
@@ -27,21 +27,15 @@ from memory.v1 import (
 )
 from typer.testing import CliRunner
 
-from common.tooling import cli
-from common.tooling.cli import (
-    DocumentError,
-    LineError,
-    ParsedObservation,
-    app,
-    default_natural_key,
-    find_documents,
-    parse_instant,
-    parse_observation_lines,
-    read_document,
-)
+from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.grpc.server import ServiceHost, build_server
+from common.tooling import call_policy
+from common.tooling.cli import app
+from common.tooling.cli.option_types import parse_instant
+from common.tooling.markdown_vault import DocumentError, default_natural_key, find_documents, read_document
+from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
+from common.tooling.observation_loader import record_observations
 
 OBSERVATION = {
     "namespace": "debian",
@@ -372,7 +366,7 @@ def test_observe_retries_unavailable(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
+    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
     fake = FakeObservations(outages=2)
     address = _observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
@@ -389,8 +383,8 @@ def test_observe_gives_up_when_unavailable_too_long(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
-    monkeypatch.setattr(cli, "RETRY_MAX_SECONDS", 0.3)
+    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
+    monkeypatch.setattr(call_policy, "RETRY_MAX_SECONDS", 0.3)
     fake = FakeObservations(outages=10_000)
     address = _observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
@@ -465,7 +459,7 @@ def test_record_observations_one_call_at_a_time_in_file_order_when_concurrency_i
     items = list(parse_observation_lines(lines))
     with grpc.insecure_channel(address) as channel:
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        outcomes = list(cli.record_observations(stub, items, batch_size=2, concurrency=1))
+        outcomes = list(record_observations(stub, items, batch_size=2, concurrency=1))
     sent = [outcome for outcome in outcomes if outcome.parsed]
     assert [[item.line for item in outcome.parsed] for outcome in sent] == [[1, 2], [3, 4], [5, 6]]
     assert all(outcome.response is not None and outcome.error is None for outcome in sent)
