@@ -5,6 +5,7 @@ Each command lives in the module of its group; this module only names them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -55,23 +56,28 @@ def _global_options(
     ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token)
 
 
-# Database and services
-app.command("init-db")(init_db)
-app.command("serve")(serve)
-app.command("up")(up)
-# Writes (ingest_service)
-app.command("observe")(observe)
-app.command("reconcile")(reconcile)
-app.command("retain")(retain)
-# Reads (query_service)
-app.command("search")(search)
-app.command("facts")(facts)
-app.command("source")(source)
-app.command("context")(context)
-app.command("typed-context")(typed_context)
-app.command("delete")(delete_node)
-app.command("trace")(trace)
-# Command groups
-app.add_typer(db_app, name="db")
-app.add_typer(token_app, name="token")
-app.add_typer(pack_app, name="pack")
+COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("init-db", init_db),  # database and services
+    ("serve", serve),
+    ("up", up),
+    ("observe", observe),  # writes (ingest_service)
+    ("reconcile", reconcile),
+    ("retain", retain),
+    ("search", search),  # reads (query_service)
+    ("facts", facts),
+    ("source", source),
+    ("context", context),
+    ("typed-context", typed_context),
+    ("delete", delete_node),
+    ("trace", trace),
+)
+COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
+    ("db", db_app),
+    ("token", token_app),
+    ("pack", pack_app),
+)
+
+for name, command in COMMANDS:
+    app.command(name)(command)
+for name, group in COMMAND_GROUPS:
+    app.add_typer(group, name=name)

@@ -8,22 +8,47 @@ pack text on stdout; only the table's columns differ.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from memory.v1 import context_service_pb2, context_service_pb2_grpc
 from rich.markup import escape
 from rich.table import Table
 
-from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
-from common.tooling.cli.rpc_output import call_and_print
-from common.tooling.cli.terminal import err
+from common.tooling.cli.rpc_output import call_and_print, query_stub
+from common.tooling.cli.terminal import err, print_text
 
 BudgetOption = Annotated[int, typer.Option("--budget", min=1, max=100000, help="token budget")]
 TraceIdOption = Annotated[str | None, typer.Option("--trace-id")]
+RequestT = TypeVar(
+    "RequestT", context_service_pb2.CompileContextRequest, context_service_pb2.CompileTypedContextRequest
+)
+
+
+def _compile_request(
+    request_type: type[RequestT],
+    namespace: str,
+    query: str,
+    anchors: list[str] | None,
+    budget: int,
+    as_of: str | None,
+    trace_id: str | None,
+) -> RequestT:
+    """A CompileContext or CompileTypedContext request with the fields both have, from the options.
+
+    Raises:
+        typer.BadParameter: ``--as-of`` is not an ISO 8601 instant.
+    """
+    return request_type(
+        namespace=namespace,
+        query=query,
+        anchors=anchors or [],
+        token_budget=budget,
+        trace_id=trace_id or "",
+        as_of=as_of_timestamp(as_of),
+    )
 
 
 def _print_pack(
@@ -50,10 +75,7 @@ def _print_pack(
         err.print(f"{pack.dropped_count} candidates did not fit the budget")
     if pack.trace_id:
         err.print(f"trace: {escape(pack.trace_id)}")
-    sys.stdout.write(pack.text)
-    if pack.text and not pack.text.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+    print_text(pack.text)
 
 
 def context(
@@ -69,13 +91,8 @@ def context(
     as_json: JsonOption = False,
 ) -> None:
     """Compile a context pack for a task: ranked chunks and facts fitted to a token budget."""
-    request = context_service_pb2.CompileContextRequest(
-        namespace=namespace,
-        query=query,
-        anchors=anchors or [],
-        token_budget=budget,
-        trace_id=trace_id or "",
-        as_of=as_of_timestamp(as_of),
+    request = _compile_request(
+        context_service_pb2.CompileContextRequest, namespace, query, anchors, budget, as_of, trace_id
     )
 
     def render(response: context_service_pb2.CompileContextResponse) -> None:
@@ -95,15 +112,8 @@ def context(
             rows=rows,
         )
 
-    state = cli_state(ctx)
-    call_and_print(
-        state,
-        state.query(),
-        lambda channel: context_service_pb2_grpc.ContextServiceStub(channel).CompileContext,
-        request,
-        as_json=as_json,
-        render=render,
-    )
+    stub = query_stub(ctx, context_service_pb2_grpc.ContextServiceStub)
+    call_and_print(stub.CompileContext, request, as_json=as_json, render=render)
 
 
 def typed_context(
@@ -126,16 +136,11 @@ def typed_context(
     as_json: JsonOption = False,
 ) -> None:
     """Compile a typed context pack: traversal from anchors along the namespace's domain-pack relations."""
-    request = context_service_pb2.CompileTypedContextRequest(
-        namespace=namespace,
-        query=query,
-        anchors=anchors or [],
-        max_depth=depth,
-        relations=relations or [],
-        token_budget=budget,
-        trace_id=trace_id or "",
-        as_of=as_of_timestamp(as_of),
+    request = _compile_request(
+        context_service_pb2.CompileTypedContextRequest, namespace, query, anchors, budget, as_of, trace_id
     )
+    request.max_depth = depth
+    request.relations.extend(relations or [])
 
     def render(response: context_service_pb2.CompileTypedContextResponse) -> None:
         pack = response.pack
@@ -160,12 +165,5 @@ def typed_context(
             note="the walk stopped at its row limit" if pack.truncated else "",
         )
 
-    state = cli_state(ctx)
-    call_and_print(
-        state,
-        state.query(),
-        lambda channel: context_service_pb2_grpc.ContextServiceStub(channel).CompileTypedContext,
-        request,
-        as_json=as_json,
-        render=render,
-    )
+    stub = query_stub(ctx, context_service_pb2_grpc.ContextServiceStub)
+    call_and_print(stub.CompileTypedContext, request, as_json=as_json, render=render)

@@ -6,7 +6,7 @@ files and over gRPC; the parsing itself is the kernel's (`common.kernel.identifi
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from google.protobuf import timestamp_pb2
@@ -17,6 +17,11 @@ from common.kernel import identifiers
 NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="namespace to read")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")]
 AsOfOption = Annotated[str | None, typer.Option("--as-of", help="ISO 8601 instant; default now")]
+
+
+def input_file_option(help_text: str) -> Any:
+    """``--file`` / ``-f``: an existing, readable file (not a folder) the command reads; for `Annotated`."""
+    return typer.Option("--file", "-f", exists=True, dir_okay=False, readable=True, help=help_text)
 
 
 def parse_instant(text: str) -> timestamp_pb2.Timestamp:

@@ -11,9 +11,8 @@ from memory.v1 import domain_pack_service_pb2, domain_pack_service_pb2_grpc
 from rich.markup import escape
 
 from common.tooling.call_policy import WRITE_TIMEOUT_SECONDS
-from common.tooling.cli.cli_state import cli_state
-from common.tooling.cli.option_types import JsonOption, NamespaceOption
-from common.tooling.cli.rpc_output import call_and_print
+from common.tooling.cli.option_types import JsonOption, NamespaceOption, input_file_option
+from common.tooling.cli.rpc_output import call_and_print, ingest_stub
 from common.tooling.cli.terminal import err
 
 pack_app = typer.Typer(
@@ -24,16 +23,7 @@ pack_app = typer.Typer(
 @pack_app.command("register")
 def pack_register(
     ctx: typer.Context,
-    file: Annotated[
-        Path,
-        typer.Option(
-            "--file",
-            "-f",
-            exists=True,
-            dir_okay=False,
-            help="the pack as JSON {name, version, kinds, relations}",
-        ),
-    ],
+    file: Annotated[Path, input_file_option("the pack as JSON {name, version, kinds, relations}")],
     as_json: JsonOption = False,
 ) -> None:
     """Register a domain pack (DomainPackService.RegisterPackage). A version is immutable: the same content
@@ -49,15 +39,10 @@ def pack_register(
         state = "registered" if response.created else "already registered with this content"
         err.print(escape(f"{package.name}@{package.version}: {state}"))
 
-    state = cli_state(ctx)
+    request = domain_pack_service_pb2.RegisterPackageRequest(package=package)
+    stub = ingest_stub(ctx, domain_pack_service_pb2_grpc.DomainPackServiceStub)
     call_and_print(
-        state,
-        state.ingest(),
-        lambda channel: domain_pack_service_pb2_grpc.DomainPackServiceStub(channel).RegisterPackage,
-        domain_pack_service_pb2.RegisterPackageRequest(package=package),
-        as_json=as_json,
-        render=render,
-        timeout=WRITE_TIMEOUT_SECONDS,
+        stub.RegisterPackage, request, as_json=as_json, render=render, timeout=WRITE_TIMEOUT_SECONDS
     )
 
 
@@ -87,13 +72,10 @@ def pack_enable(
         mode = "strict" if strict else "non-strict"
         err.print(escape(f"{namespace}: {', '.join(packages)} enabled ({mode})"))
 
-    state = cli_state(ctx)
+    request = domain_pack_service_pb2.SetNamespaceKindsRequest(
+        namespace=namespace, packages=refs, strict=strict
+    )
+    stub = ingest_stub(ctx, domain_pack_service_pb2_grpc.DomainPackServiceStub)
     call_and_print(
-        state,
-        state.ingest(),
-        lambda channel: domain_pack_service_pb2_grpc.DomainPackServiceStub(channel).SetNamespaceKinds,
-        domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=refs, strict=strict),
-        as_json=as_json,
-        render=render,
-        timeout=WRITE_TIMEOUT_SECONDS,
+        stub.SetNamespaceKinds, request, as_json=as_json, render=render, timeout=WRITE_TIMEOUT_SECONDS
     )

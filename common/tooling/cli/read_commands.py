@@ -8,11 +8,9 @@ JSON) and renders the response for humans: results on stdout, details on stderr.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Annotated
 
-import grpc
 import typer
 from google.protobuf import json_format, timestamp_pb2
 from memory.v1 import (
@@ -30,10 +28,9 @@ from rich.table import Table
 
 from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
-from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
-from common.tooling.cli.rpc_output import call_and_print
-from common.tooling.cli.terminal import err, out
+from common.tooling.cli.rpc_output import call_and_print, query_stub
+from common.tooling.cli.terminal import err, out, print_text
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -73,15 +70,8 @@ def search(
     filters = _meta_filters(meta)
     if filters:
         request.meta.CopyFrom(dict_to_struct(filters))
-    state = cli_state(ctx)
-    call_and_print(
-        state,
-        state.query(),
-        lambda channel: retrieval_service_pb2_grpc.RetrievalServiceStub(channel).Search,
-        request,
-        as_json=as_json,
-        render=_print_hits,
-    )
+    stub = query_stub(ctx, retrieval_service_pb2_grpc.RetrievalServiceStub)
+    call_and_print(stub.Search, request, as_json=as_json, render=_print_hits)
 
 
 def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
@@ -129,15 +119,14 @@ def facts(
         page_size=page_size,
         as_of=as_of_timestamp(as_of),
     )
-    state = cli_state(ctx)
-    call_and_print(state, state.query(), _every_page, request, as_json=as_json, render=_print_facts)
+    stub = query_stub(ctx, fact_query_service_pb2_grpc.FactQueryServiceStub)
+    call_and_print(_every_page(stub), request, as_json=as_json, render=_print_facts)
 
 
 def _every_page(
-    channel: grpc.Channel,
+    stub: fact_query_service_pb2_grpc.FactQueryServiceStub,
 ) -> Callable[..., fact_query_service_pb2.ListFactsResponse]:
     """ListFacts following ``next_page_token`` to the last page: every page's facts in one response."""
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
 
     def list_every_fact(
         request: fact_query_service_pb2.ListFactsRequest, *, timeout: float
@@ -191,15 +180,9 @@ def source(
     as_json: JsonOption = False,
 ) -> None:
     """Print the original text of a node (or its chunks re-assembled) with its provenance."""
-    state = cli_state(ctx)
-    call_and_print(
-        state,
-        state.query(),
-        lambda channel: source_service_pb2_grpc.SourceServiceStub(channel).GetSource,
-        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key),
-        as_json=as_json,
-        render=_print_source,
-    )
+    request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
+    stub = query_stub(ctx, source_service_pb2_grpc.SourceServiceStub)
+    call_and_print(stub.GetSource, request, as_json=as_json, render=_print_source)
 
 
 def _print_source(response: source_service_pb2.GetSourceResponse) -> None:
@@ -215,10 +198,7 @@ def _print_source(response: source_service_pb2.GetSourceResponse) -> None:
     err.print(escape("; ".join(details)))
     if found.provenance.HasField("metadata") and found.provenance.metadata.fields:
         err.print(escape("provenance: " + json.dumps(json_format.MessageToDict(found.provenance.metadata))))
-    sys.stdout.write(found.content)
-    if found.content and not found.content.endswith("\n"):
-        sys.stdout.write("\n")
-    sys.stdout.flush()
+    print_text(found.content)
 
 
 def trace(
@@ -228,14 +208,10 @@ def trace(
     as_json: JsonOption = False,
 ) -> None:
     """Print the trail of a trace (TraceService.GetTrace): audit events and context compilations, by time."""
-    state = cli_state(ctx)
+    request = trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id)
+    stub = query_stub(ctx, trace_service_pb2_grpc.TraceServiceStub)
     call_and_print(
-        state,
-        state.query(),
-        lambda channel: trace_service_pb2_grpc.TraceServiceStub(channel).GetTrace,
-        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id),
-        as_json=as_json,
-        render=lambda response: _print_trace(trace_id, response),
+        stub.GetTrace, request, as_json=as_json, render=lambda response: _print_trace(trace_id, response)
     )
 
 

@@ -1,8 +1,9 @@
 """The one way a CLI command calls a unary RPC and prints its response.
 
-`call_and_print` opens a channel (`CliState.channel`), makes the call, turns a failure into
-``error: CODE: message`` lines and exit code 1, and prints the response either as proto3 JSON
-(``--json``) or with the command's own renderer.
+A command takes a stub on a channel that closes when the command ends (`query_stub`, `ingest_stub`: the
+channels of `CliState.channel`) and hands the stub method, its request, the ``--json`` flag and a
+renderer to `call_and_print`: a failure becomes ``error: CODE: message`` lines and exit code 1, the
+response is printed either as proto3 JSON or by the renderer.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from common.tooling.call_policy import READ_TIMEOUT_SECONDS
-from common.tooling.cli.cli_state import CliState
+from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.terminal import reported_errors
 
 ResponseT = TypeVar("ResponseT", bound=Message)
+StubT = TypeVar("StubT")
 
 
 def print_json(message: Message) -> None:
@@ -27,24 +29,36 @@ def print_json(message: Message) -> None:
     typer.echo(json_format.MessageToJson(message, indent=2, ensure_ascii=False))
 
 
+def _stub(ctx: typer.Context, address: str, stub_class: Callable[[grpc.Channel], StubT]) -> StubT:
+    channel = cli_state(ctx).channel(address)
+    ctx.call_on_close(channel.close)
+    return stub_class(channel)
+
+
+def query_stub(ctx: typer.Context, stub_class: Callable[[grpc.Channel], StubT]) -> StubT:
+    """A ``stub_class`` stub of query_service (``--query-addr``), its channel closed when the command ends."""
+    return _stub(ctx, cli_state(ctx).query(), stub_class)
+
+
+def ingest_stub(ctx: typer.Context, stub_class: Callable[[grpc.Channel], StubT]) -> StubT:
+    """A ``stub_class`` stub of ingest_service (``--ingest-addr``), its channel closed when the command
+    ends."""
+    return _stub(ctx, cli_state(ctx).ingest(), stub_class)
+
+
 def call_and_print(
-    state: CliState,
-    address: str,
-    method: Callable[[grpc.Channel], Callable[..., ResponseT]],
+    method: Callable[..., ResponseT],
     request: Message,
     *,
     as_json: bool,
     render: Callable[[ResponseT], None],
     timeout: float = READ_TIMEOUT_SECONDS,
 ) -> None:
-    """Calls ``method(channel)(request, timeout=timeout)`` on a channel to ``address`` and prints the result.
+    """Calls ``method(request, timeout=timeout)`` and prints the response.
 
     Args:
-        state: the run's global options (token, TLS files).
-        address: ``host:port`` of the service (``state.query()`` or ``state.ingest()``).
-        method: gives the stub method on a channel, e.g.
-            ``lambda channel: SourceServiceStub(channel).GetSource``.
-        request: the request message.
+        method: a stub method, e.g. ``query_stub(ctx, SourceServiceStub).GetSource``.
+        request: its request message.
         as_json: print the response as proto3 JSON instead of calling ``render``.
         render: prints the response for humans.
         timeout: deadline of the call in seconds.
@@ -52,8 +66,8 @@ def call_and_print(
     Raises:
         typer.Exit: exit code 1 after printing the error lines of a failed call.
     """
-    with reported_errors(), state.channel(address) as channel:
-        response = method(channel)(request, timeout=timeout)
+    with reported_errors():
+        response = method(request, timeout=timeout)
     if as_json:
         print_json(response)
         return

@@ -17,6 +17,7 @@ from common.kernel.config import EMBEDDED_DATABASE_URL
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.terminal import err, out
 from common.tooling.client import ClientSecurity, health_status, make_channel
+from common.tooling.embedded_db import database_down, database_status, database_up
 
 
 class _Shutdown(Exception):
@@ -75,8 +76,6 @@ def run_until_stopped(state: CliState, timeout: float) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if embedded:
-            from common.tooling.embedded_db import database_status, database_up
-
             already_running = database_status().running
             err.print(
                 "starting the embedded database ..."
@@ -132,8 +131,6 @@ def run_until_stopped(state: CliState, timeout: float) -> int:
         try:
             _stop_children(children)
             if database_started:
-                from common.tooling.embedded_db import database_down
-
                 err.print("stopping the embedded database ...")
                 try:
                     database_down()

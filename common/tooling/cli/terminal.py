@@ -8,6 +8,7 @@ violation, and the command exits 1 (`fail`, `reported_errors`).
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
@@ -53,6 +54,14 @@ def reported_errors() -> Iterator[None]:
         yield
     except (grpc.RpcError, DomainError) as exc:
         fail(error_lines(exc))
+
+
+def print_text(text: str) -> None:
+    """Writes ``text`` as it is to stdout (no markup), ending it with a newline when it has none."""
+    sys.stdout.write(text)
+    if text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
 
 
 def progress_bar() -> Progress:

@@ -30,8 +30,8 @@ from rich.markup import escape
 
 from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
-from common.tooling.cli.option_types import JsonOption, NamespaceOption
-from common.tooling.cli.rpc_output import call_and_print, print_json
+from common.tooling.cli.option_types import JsonOption, NamespaceOption, input_file_option
+from common.tooling.cli.rpc_output import call_and_print, ingest_stub, print_json
 from common.tooling.cli.terminal import err, fail, out, progress_bar
 from common.tooling.client import is_unavailable, rpc_failure
 from common.tooling.markdown_vault import DocumentError, find_documents, read_document
@@ -57,12 +57,7 @@ class _ObserveTally:
 
 def observe(
     ctx: typer.Context,
-    file: Annotated[
-        Path,
-        typer.Option(
-            "--file", "-f", exists=True, dir_okay=False, readable=True, help="JSONL of Observations"
-        ),
-    ],
+    file: Annotated[Path, input_file_option("JSONL of Observations")],
     batch_size: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="observations per RPC")] = 200,
     namespace: Annotated[str | None, typer.Option(help="override the namespace of every observation")] = None,
     concurrency: Annotated[
@@ -183,13 +178,8 @@ def reconcile(
     ctx: typer.Context,
     file: Annotated[
         Path,
-        typer.Option(
-            "--file",
-            "-f",
-            exists=True,
-            dir_okay=False,
-            readable=True,
-            help='JSONL: {"header": {...}} first, then {"items": {"entities": [...], "facts": [...]}} lines',
+        input_file_option(
+            'JSONL: {"header": {...}} first, then {"items": {"entities": [...], "facts": [...]}} lines'
         ),
     ],
     namespace: Annotated[str | None, typer.Option(help="override the header's namespace")] = None,
@@ -337,15 +327,10 @@ def delete_node(
         )
         err.print(escape(f"audit event {response.audit_event_id} in trace {response.trace_id}"))
 
-    state = cli_state(ctx)
+    request = document_service_pb2.DeleteNodeRequest(
+        namespace=namespace, natural_key=key, reason=reason, trace_id=trace_id or ""
+    )
+    stub = ingest_stub(ctx, document_service_pb2_grpc.DocumentServiceStub)
     call_and_print(
-        state,
-        state.ingest(),
-        lambda channel: document_service_pb2_grpc.DocumentServiceStub(channel).DeleteNode,
-        document_service_pb2.DeleteNodeRequest(
-            namespace=namespace, natural_key=key, reason=reason, trace_id=trace_id or ""
-        ),
-        as_json=as_json,
-        render=render,
-        timeout=call_policy.WRITE_TIMEOUT_SECONDS,
+        stub.DeleteNode, request, as_json=as_json, render=render, timeout=call_policy.WRITE_TIMEOUT_SECONDS
     )
