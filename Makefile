@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 
 deps: system-deps $(STAMP)
 
-# Embedded PostgreSQL 17 + AGE + pgvector (common/tooling/embedded_db.py, stdlib only): builds its rootfs once
+# Embedded PostgreSQL 17 + AGE + pgvector (common/tooling/embedded_db/, stdlib only): builds its rootfs once
 # (debootstrap, ~45 s, ~700 MB under ~/.cache/memory-service), then starts it; idempotent.
 db: deps
 	$(PY) -m common.tooling.embedded_db up

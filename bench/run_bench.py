@@ -4,7 +4,7 @@ Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
   into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
   twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`common.cli.record_observations` with its default concurrency), each into its own namespace,
+  (`common.tooling.observation_loader.record_observations` with its default concurrency), each into its own namespace,
   reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
   issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import socket
@@ -69,16 +68,13 @@ from memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from common.tooling.cli import (
-    DEFAULT_OBSERVE_CONCURRENCY,
-    ParsedObservation,
-    find_documents,
-    read_document,
-    record_observations,
-)
-from common.tooling.client import wait_for_serving
+from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id, parse_instant
+from common.tooling.client import wait_for_serving
+from common.tooling.markdown_vault import find_documents, read_document
+from common.tooling.observation_file import ParsedObservation
+from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
 
 CORPORA = ROOT.parent / "shared" / "corpora"
 UPLOADS = CORPORA / "debian-uploads"
@@ -171,29 +167,6 @@ def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
             if fact and "supersedes" in fact:
                 fact["supersedes"] = remap[fact["supersedes"]]
     return [json_format.ParseDict(record, knowledge_pb2.Observation()) for record in records]
-
-
-def machine() -> dict[str, Any]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    memory_kib = next(
-        int(line.split()[1])
-        for line in Path("/proc/meminfo").read_text().splitlines()
-        if line.startswith("MemTotal")
-    )
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(memory_kib / 1024 / 1024, 1),
-        "python": platform.python_version(),
-        "kernel": platform.release(),
-    }
 
 
 def distinctive_sentences(count: int) -> list[str]:
@@ -455,67 +428,6 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
             samples[name].extend(timed([lambda r=request, n=name: engine.search(r, settings=variants[n])]))
     database.close()
     return {name: percentiles(values) for name, values in samples.items()}
-
-
-def write_json(results: dict[str, Any]) -> None:
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"service-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
-
-
-def write_results(results: dict[str, Any]) -> None:
-    write_json(results)
-    m = results["machine"]
-    lines = [
-        f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}",
-        "",
-        "| measure | figure | target |",
-        "|---|---|---|",
-        (
-            f"| debian corpus ingest (5,415 observations, 1 client, batches of 200, sequential) |"
-            f" {results['observations_sequential']['seconds']} s ({results['observations_sequential']['per_second']}/s) | |"
-        ),
-        (
-            f"| the same as `cb observe` sends ({results['observations']['concurrency']} calls in flight) |"
-            f" {results['observations']['seconds']} s ({results['observations']['per_second']}/s),"
-            f" {results['observations']['ratio_to_sequential']}x the sequential rate | <= 60 s |"
-        ),
-        (
-            f"| the same from 16 concurrent clients (batches of 50) | {results['observations_16_clients']['seconds']} s"
-            f" ({results['observations_16_clients']['per_second']}/s), {results['observations_16_clients']['ratio_to_1_client']}x"
-            " the sequential rate | |"
-        ),
-        (
-            f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
-            f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |"
-        ),
-    ]
-    for key, label, target in (
-        ("search_grpc", "Search over gRPC", "p95 <= 100 ms"),
-        ("search_raw_sql", "Search in-process (raw SQL + fusion)", ""),
-        ("search_raw_sql_sequential", "the same with the rankings one after another (baseline)", ""),
-        ("list_facts_grpc", "ListFacts over gRPC (as-of)", "p95 <= 10 ms"),
-        ("compile_context_grpc", "CompileContext over gRPC (budget 1500)", ""),
-    ):
-        r = results[key]
-        lines.append(
-            f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |"
-        )
-    lines.append(f"| Search gRPC / raw p50 ratio | {results['search_grpc_vs_raw_p50']} | |")
-    lines.append(
-        f"| Search in-process p95, concurrent / sequential rankings"
-        f" | {results['search_concurrent_vs_sequential_p95']} | |"
-    )
-    lines.append(f"| database | {results['database']} | |")
-    if results.get("note"):
-        lines.append(f"| note | {results['note']} | |")
-    path = ROOT / "bench" / "RESULTS.md"
-    if not path.exists():
-        path.write_text(
-            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
-        )
-    with path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

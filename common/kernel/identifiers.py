@@ -38,18 +38,25 @@ def canonical_instant(value: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def parse_instant(text: str) -> datetime:
+def parse_instant(text: str, *, assume_utc: bool = False) -> datetime:
     """Parses an ISO-8601 instant that carries an offset (``Z`` or ``+hh:mm``) into an aware UTC datetime.
 
+    Args:
+        text: the instant, e.g. ``2024-05-01T10:00:00Z`` or ``2024-05-01T13:00:00+03:00``.
+        assume_utc: read a value without an offset (``2024-05-01``, ``2024-05-01T10:00``) as UTC
+            instead of refusing it (the command line's ``--as-of``).
+
     Raises:
-        ValueError: malformed text or no offset.
+        ValueError: malformed text, or no offset (unless ``assume_utc``).
     """
     candidate = text.strip()
     if candidate.endswith(("Z", "z")):
         candidate = candidate[:-1] + "+00:00"
     parsed = datetime.fromisoformat(candidate)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise ValueError(f"instant {text!r} has no UTC offset")
+        if not assume_utc:
+            raise ValueError(f"instant {text!r} has no UTC offset")
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
 
 

@@ -8,7 +8,7 @@ the ``authorization: Bearer <token>`` metadata, both from a `ClientSecurity` (bu
 Errors arrive as `grpc.RpcError` whose trailing metadata carries a `google.rpc.Status` (AIP-193):
 `rpc_failure` decodes it into an `RpcFailure` (code, message, ErrorInfo reason, field violations),
 `format_rpc_error` renders it for humans, and `raise_for_status` turns it back into the domain error
-of `common.errors` so callers can ``except InvalidArgument``.
+of `common.kernel.errors` so callers can ``except InvalidArgument``.
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ _DOMAIN_CLASSES: dict[grpc.StatusCode, Callable[[RpcFailure], DomainError]] = {
 
 
 def raise_for_status(error: grpc.RpcError) -> NoReturn:
-    """Re-raises a failed call as the matching `common.errors` class (chained to ``error``).
+    """Re-raises a failed call as the matching `common.kernel.errors` class (chained to ``error``).
 
     INVALID_ARGUMENT -> `InvalidArgument` with its field violations, NOT_FOUND -> `NotFound`, ...,
     UNAVAILABLE -> `Unavailable`; any other code -> `RemoteError` carrying the code.

@@ -21,6 +21,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
+
+from common.tooling.markdown_vault import find_documents, read_document
 from memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -34,7 +36,6 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.tooling.cli import find_documents, read_document
 from tests.conftest import CORPORA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC

@@ -1,4 +1,4 @@
-"""The pure parts of `common.cli` (JSONL parsing, frontmatter, natural keys, instants) and its error
+"""The pure parts of the CLI (JSONL parsing, frontmatter, natural keys, instants) and its error
 reporting, the latter over real gRPC channels to small in-process servicers built with `build_server`.
 """
 
@@ -30,18 +30,12 @@ from typer.testing import CliRunner
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.tooling import cli
-from common.tooling.cli import (
-    DocumentError,
-    LineError,
-    ParsedObservation,
-    app,
-    default_natural_key,
-    find_documents,
-    parse_instant,
-    parse_observation_lines,
-    read_document,
-)
+from common.tooling import call_policy
+from common.tooling.cli import app
+from common.tooling.cli.option_types import parse_instant
+from common.tooling.markdown_vault import DocumentError, default_natural_key, find_documents, read_document
+from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
+from common.tooling.observation_loader import record_observations
 
 OBSERVATION = {
     "namespace": "debian",
@@ -372,7 +366,7 @@ def test_observe_retries_unavailable(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
+    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
     fake = FakeObservations(outages=2)
     address = _observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
@@ -389,8 +383,8 @@ def test_observe_gives_up_when_unavailable_too_long(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "RETRY_INITIAL_WAIT", 0.01)
-    monkeypatch.setattr(cli, "RETRY_MAX_SECONDS", 0.3)
+    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
+    monkeypatch.setattr(call_policy, "RETRY_MAX_SECONDS", 0.3)
     fake = FakeObservations(outages=10_000)
     address = _observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
@@ -465,7 +459,7 @@ def test_record_observations_one_call_at_a_time_in_file_order_when_concurrency_i
     items = list(parse_observation_lines(lines))
     with grpc.insecure_channel(address) as channel:
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        outcomes = list(cli.record_observations(stub, items, batch_size=2, concurrency=1))
+        outcomes = list(record_observations(stub, items, batch_size=2, concurrency=1))
     sent = [outcome for outcome in outcomes if outcome.parsed]
     assert [[item.line for item in outcome.parsed] for outcome in sent] == [[1, 2], [3, 4], [5, 6]]
     assert all(outcome.response is not None and outcome.error is None for outcome in sent)
@@ -644,3 +638,34 @@ def test_facts_follows_page_tokens(serve: Callable[[Callable[[grpc.Server], list
 
     bad = runner.invoke(app, ["--query-addr", address, "facts", "-n", "ns", "--as-of", "someday"])
     assert bad.exit_code == 2 and "ISO 8601" in bad.output
+
+
+def test_token_create_then_list_round_trips_through_the_tokens_file(tmp_path: Path) -> None:
+    """cb token create / list end to end (the commands import the tokens file and its writer lazily)."""
+    from common.auth.tokens_file import hash_token, load_tokens_file
+
+    path = tmp_path / "tokens.yaml"
+    created = runner.invoke(
+        app,
+        [
+            "token",
+            "create",
+            "--principal",
+            "ci-loader",
+            "--namespace",
+            "sales:write",
+            "--scope",
+            "workspace:x",
+            "--tokens-file",
+            str(path),
+        ],
+    )
+    assert created.exit_code == 0, created.output
+    token = created.stdout.strip()
+    assert token.startswith("cbt_") and token not in path.read_text("utf-8")
+    assert hash_token(token) in path.read_text("utf-8")
+    principal = load_tokens_file(path)[hash_token(token)]
+    assert principal.name == "ci-loader"
+    listed = runner.invoke(app, ["token", "list", "--tokens-file", str(path)])
+    assert listed.exit_code == 0, listed.output
+    assert "ci-loader" in listed.stdout and "sales" in listed.stdout and token not in listed.stdout

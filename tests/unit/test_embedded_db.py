@@ -9,15 +9,16 @@ import pytest
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
 from common.tooling import embedded_db
-from common.tooling.embedded_db import (
+from common.tooling.embedded_db import EmbeddedDatabaseError, chroot_commands, cluster, layout, rootfs
+from common.tooling.embedded_db.apt_sources import (
     AptSource,
-    EmbeddedDatabaseError,
     find_debian_mirror,
     is_debian_archive,
     parse_deb822_sources,
     parse_one_line_sources,
     read_apt_sources,
 )
+from common.tooling.embedded_db.command_line import main
 
 MIRROR = "http://mirror.example.org/debian"
 SECURITY = "http://mirror.example.org/debian-security"
@@ -172,25 +173,25 @@ def test_cache_dir_follows_xdg_and_ignores_relative_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert embedded_db.cache_dir() == tmp_path / "memory-service"
+    assert layout.cache_dir() == tmp_path / "memory-service"
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")
-    assert embedded_db.cache_dir() == Path.home() / ".cache" / "memory-service"
+    assert layout.cache_dir() == Path.home() / ".cache" / "memory-service"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert embedded_db.cache_dir() == Path.home() / ".cache" / "memory-service"
+    assert layout.cache_dir() == Path.home() / ".cache" / "memory-service"
 
 
 def test_postmaster_pid_parsing(tmp_path: Path) -> None:
-    assert embedded_db._read_postmaster_pid(tmp_path) is None
+    assert cluster.read_postmaster_pid(tmp_path) is None
     (tmp_path / "postmaster.pid").write_text("4242\n/var/lib/postgresql/data\n1\n55432\n", encoding="ascii")
-    assert embedded_db._read_postmaster_pid(tmp_path) == 4242
+    assert cluster.read_postmaster_pid(tmp_path) == 4242
     (tmp_path / "postmaster.pid").write_text("garbage\n", encoding="ascii")
-    assert embedded_db._read_postmaster_pid(tmp_path) is None
+    assert cluster.read_postmaster_pid(tmp_path) is None
 
 
 def test_a_live_pid_that_is_not_a_chrooted_postgres_is_stale(tmp_path: Path) -> None:
     # After a machine restart the pid in postmaster.pid may belong to any process, e.g. this one.
-    assert not embedded_db._is_our_postmaster(os.getpid(), tmp_path)
-    assert not embedded_db._is_our_postmaster(2**22 + 12345, tmp_path)
+    assert not cluster.is_our_postmaster(os.getpid(), tmp_path)
+    assert not cluster.is_our_postmaster(2**22 + 12345, tmp_path)
 
 
 def test_status_of_an_unbuilt_cache(
@@ -203,7 +204,7 @@ def test_status_of_an_unbuilt_cache(
     assert not status.rootfs_ready
     assert status.rootfs == tmp_path / "memory-service" / "pg17-trixie"
     assert status.data_dir == status.rootfs / "var/lib/postgresql/data"
-    assert embedded_db.main(["status"]) == 1
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     assert "stopped" in out and "not built yet" in out and embedded_db.DSN in out
 
@@ -212,29 +213,29 @@ def test_up_and_down_refuse_clearly_without_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(embedded_db.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(chroot_commands.os, "geteuid", lambda: 1000)
     with pytest.raises(EmbeddedDatabaseError, match="only root"):
         embedded_db.database_up()
     with pytest.raises(EmbeddedDatabaseError, match="only root"):
         embedded_db.database_down()
-    assert embedded_db.main(["up"]) == 1
+    assert main(["up"]) == 1
     assert "CB_DATABASE_URL" in capsys.readouterr().err
     assert not (tmp_path / "memory-service" / "pg17-trixie").exists()
 
 
 def test_missing_debootstrap_names_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedded_db, "_which", lambda program: None)
+    monkeypatch.setattr(rootfs, "which", lambda program: None)
     with pytest.raises(EmbeddedDatabaseError, match=r"Debian package `debootstrap`"):
-        embedded_db._ensure_rootfs(embedded_db._Layout(tmp_path))
+        rootfs.ensure_rootfs(layout.Layout(tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_an_incomplete_rootfs_is_not_used(tmp_path: Path) -> None:
     (tmp_path / "pg17-trixie" / "usr").mkdir(parents=True)
     with pytest.raises(EmbeddedDatabaseError, match="incomplete"):
-        embedded_db._ensure_rootfs(embedded_db._Layout(tmp_path))
+        rootfs.ensure_rootfs(layout.Layout(tmp_path))
 
 
 def test_main_rejects_unknown_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    assert embedded_db.main(["sideways"]) == 1
+    assert main(["sideways"]) == 1
     assert "invalid choice" in capsys.readouterr().err

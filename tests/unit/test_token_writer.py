@@ -10,7 +10,7 @@ import pytest
 
 from common.auth.principals import Right
 from common.auth.tokens_file import TokensFileError, hash_token, load_tokens_file
-from common.tooling.cli import parse_namespace_grant
+from common.tooling.cli.token_commands import parse_namespace_grant
 from common.tooling.token_writer import add_token
 from tests.unit.tokens_file_samples import write_tokens_file
 

@@ -1,0 +1,100 @@
+"""Recording a result of bench/run_bench.py: the machine's description, the JSON file
+(bench/results/service-<UTC time>.json) and the entry appended to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, memory (GiB), Python and kernel versions of this machine (Linux /proc)."""
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+def write_json(results: dict[str, Any]) -> None:
+    """Writes ``results`` to bench/results/service-<results['time']>.json."""
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"service-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def write_results(results: dict[str, Any]) -> None:
+    """Writes the JSON file and appends a table of the figures and their targets to bench/RESULTS.md."""
+    write_json(results)
+    m = results["machine"]
+    lines = [
+        f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}",
+        "",
+        "| measure | figure | target |",
+        "|---|---|---|",
+        (
+            f"| debian corpus ingest (5,415 observations, 1 client, batches of 200, sequential) |"
+            f" {results['observations_sequential']['seconds']} s ({results['observations_sequential']['per_second']}/s) | |"
+        ),
+        (
+            f"| the same as `cb observe` sends ({results['observations']['concurrency']} calls in flight) |"
+            f" {results['observations']['seconds']} s ({results['observations']['per_second']}/s),"
+            f" {results['observations']['ratio_to_sequential']}x the sequential rate | <= 60 s |"
+        ),
+        (
+            f"| the same from 16 concurrent clients (batches of 50) | {results['observations_16_clients']['seconds']} s"
+            f" ({results['observations_16_clients']['per_second']}/s), {results['observations_16_clients']['ratio_to_1_client']}x"
+            " the sequential rate | |"
+        ),
+        (
+            f"| docs vault retain ({results['documents']['documents']} documents, {results['documents']['chunks']} chunks)"
+            f" | {results['documents']['seconds']} s ({results['documents']['chunks_per_second']} chunks/s) | |"
+        ),
+    ]
+    for key, label, target in (
+        ("search_grpc", "Search over gRPC", "p95 <= 100 ms"),
+        ("search_raw_sql", "Search in-process (raw SQL + fusion)", ""),
+        ("search_raw_sql_sequential", "the same with the rankings one after another (baseline)", ""),
+        ("list_facts_grpc", "ListFacts over gRPC (as-of)", "p95 <= 10 ms"),
+        ("compile_context_grpc", "CompileContext over gRPC (budget 1500)", ""),
+    ):
+        r = results[key]
+        lines.append(
+            f"| {label}, {r['n']} queries | p50 {r['p50_ms']} / p95 {r['p95_ms']} / p99 {r['p99_ms']} ms | {target} |"
+        )
+    lines.append(f"| Search gRPC / raw p50 ratio | {results['search_grpc_vs_raw_p50']} | |")
+    lines.append(
+        f"| Search in-process p95, concurrent / sequential rankings"
+        f" | {results['search_concurrent_vs_sequential_p95']} | |"
+    )
+    lines.append(f"| database | {results['database']} | |")
+    if results.get("note"):
+        lines.append(f"| note | {results['note']} | |")
+    path = ROOT / "bench" / "RESULTS.md"
+    if not path.exists():
+        path.write_text(
+            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
+        )
+    with path.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")

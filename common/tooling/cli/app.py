@@ -1,0 +1,83 @@
+"""The ``cb`` typer application: the global options and every command, registered in help order.
+
+Each command lives in the module of its group; this module only names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from common.tooling.cli.cli_state import CliState
+from common.tooling.cli.context_commands import context, typed_context
+from common.tooling.cli.database_commands import db_app, init_db
+from common.tooling.cli.pack_commands import pack_app
+from common.tooling.cli.read_commands import facts, search, source, trace
+from common.tooling.cli.service_commands import serve, up
+from common.tooling.cli.token_commands import token_app
+from common.tooling.cli.write_commands import delete_node, observe, reconcile, retain
+
+app = typer.Typer(
+    name="cb",
+    help="memory-service: run the services and talk to them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    ingest_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--ingest-addr", help="ingest_service host:port (default: CB_INGEST_ADDR or 127.0.0.1:50051)"
+        ),
+    ] = None,
+    query_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--query-addr", help="query_service host:port (default: CB_QUERY_ADDR or 127.0.0.1:50052)"
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="bearer token sent with every call (default: CB_TOKEN)",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token)
+
+
+COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("init-db", init_db),  # database and services
+    ("serve", serve),
+    ("up", up),
+    ("observe", observe),  # writes (ingest_service)
+    ("reconcile", reconcile),
+    ("retain", retain),
+    ("search", search),  # reads (query_service)
+    ("facts", facts),
+    ("source", source),
+    ("context", context),
+    ("typed-context", typed_context),
+    ("delete", delete_node),
+    ("trace", trace),
+)
+COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
+    ("db", db_app),
+    ("token", token_app),
+    ("pack", pack_app),
+)
+
+for name, command in COMMANDS:
+    app.command(name)(command)
+for name, group in COMMAND_GROUPS:
+    app.add_typer(group, name=name)

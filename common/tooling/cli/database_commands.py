@@ -1,0 +1,77 @@
+"""``cb db up|down|status`` (the embedded development database, `common.tooling.embedded_db`) and
+``cb init-db`` (the schema of ``CB_DATABASE_URL``, `common.storage.database.Database.migrate`).
+
+The embedded database is standard library only (cheap to import); the storage layer is imported inside
+``init-db``, so ``cb --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import typer
+
+from common.kernel.errors import DomainError
+from common.tooling.cli.cli_state import cli_state
+from common.tooling.cli.terminal import error_lines, fail
+from common.tooling.embedded_db import EmbeddedDatabaseError, database_down, database_status, database_up
+
+db_app = typer.Typer(
+    help="The embedded development database (PostgreSQL 17 + AGE + pgvector).", no_args_is_help=True
+)
+
+
+@contextlib.contextmanager
+def _reported_database_errors() -> Iterator[None]:
+    """Turns a failure of the embedded database into ``error: ...`` on stderr and exit code 1."""
+    try:
+        yield
+    except (EmbeddedDatabaseError, OSError) as exc:
+        fail([f"error: {exc}"])
+
+
+@db_app.command("up")
+def db_up() -> None:
+    """Build (first time), initialise and start the embedded database; prints its DSN."""
+    with _reported_database_errors():
+        dsn = database_up()
+    typer.echo(dsn)
+
+
+@db_app.command("down")
+def db_down() -> None:
+    """Stop the embedded database (nothing to do when it is not running)."""
+    with _reported_database_errors():
+        database_down()
+    typer.echo("embedded database stopped")
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """Show the embedded database's state and DSN; exit code 1 when it is not running."""
+    with _reported_database_errors():
+        status = database_status()
+    for key, value in dataclasses.asdict(status).items():
+        typer.echo(f"{key + ':':<14}{value}")
+    if not status.running:
+        raise typer.Exit(1)
+
+
+def init_db(ctx: typer.Context) -> None:
+    """Create or upgrade the schema (extensions, graph, tables, indexes) of CB_DATABASE_URL now."""
+    from common.storage.database import Database
+
+    database = Database(cli_state(ctx).settings())
+    try:
+        applied = database.migrate()
+    except (DomainError, OSError) as exc:
+        fail(error_lines(exc))
+    finally:
+        database.close()
+    if applied:
+        for name in applied:
+            typer.echo(f"applied {name}")
+    else:
+        typer.echo("schema up to date: no migration applied")

@@ -1,0 +1,81 @@
+"""``cb serve ingest|query`` (one service in the foreground) and ``cb up`` (database and both services,
+supervised by `common.tooling.cli.supervisor`).
+
+The services are imported inside ``serve``: they sit below the tooling, and ``cb --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from common.tooling.cli.cli_state import cli_state
+from common.tooling.cli.supervisor import run_until_stopped
+from common.tooling.cli.terminal import fail
+
+
+class ServiceKind(str, Enum):
+    """The service ``cb serve`` runs."""
+
+    ingest = "ingest"
+    query = "query"
+
+
+def _configure_logging(level: str) -> None:
+    from common.grpc.interceptors import RequestIdLogFilter
+
+    handler = logging.StreamHandler()
+    handler.addFilter(RequestIdLogFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def serve(
+    ctx: typer.Context,
+    service: Annotated[ServiceKind, typer.Argument(help="which service to run")],
+    log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+) -> None:
+    """Run ingest_service or query_service in the foreground until SIGTERM/Ctrl-C.
+
+    Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
+    unless its address is a loopback one; see README "Security".
+    """
+    from common.grpc.security import ServerSetupError, build_authenticator, server_credentials
+
+    state = cli_state(ctx)
+    settings = state.settings()
+    _configure_logging(log_level)
+    address = state.ingest() if service is ServiceKind.ingest else state.query()
+    try:  # refuse an insecure or broken configuration before loading the embedding model
+        build_authenticator(settings, address=address, service_name=f"{service.value}_service")
+        server_credentials(settings)
+        if service is ServiceKind.ingest:
+            from ingest_service.main import serve as serve_ingest
+
+            serve_ingest(settings)
+        else:
+            from query_service.main import serve as serve_query
+
+            serve_query(settings)
+    except (ServerSetupError, ValueError) as exc:  # ValueError: embedding provider/dimension, tokenizer
+        fail([f"error: {exc}"])
+
+
+def up(
+    ctx: typer.Context,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for both services to be SERVING")] = 120.0,
+) -> None:
+    """Start the embedded database and both services; stop them on Ctrl-C or SIGTERM.
+
+    The database is stopped on exit only when this command started it.
+
+    The services run as child processes (``cb serve ingest`` / ``cb serve query``). When
+    CB_DATABASE_URL points to another database, the embedded one is neither started nor stopped.
+    If a service exits, everything is stopped and the exit code is 1.
+    """
+    raise typer.Exit(run_until_stopped(cli_state(ctx), timeout))

@@ -1,0 +1,75 @@
+"""What the CLI writes to the terminal: the stdout and stderr consoles, progress bars, and error lines.
+
+Results go to stdout (`out`), everything about the run (progress, tables of context packs, errors) to
+stderr (`err`). Errors print as ``error: CODE: message`` plus one ``  - violation`` line per field
+violation, and the command exits 1 (`fail`, `reported_errors`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from typing import NoReturn
+
+import grpc
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from common.kernel.errors import DomainError, InvalidArgument
+from common.tooling.client import rpc_failure
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+
+def fail(lines: Sequence[str], code: int = 1) -> NoReturn:
+    """Prints ``lines`` on stderr (markup escaped) and exits with ``code``.
+
+    Raises:
+        typer.Exit: always.
+    """
+    for line in lines:
+        err.print(escape(line), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """``error: CODE: message`` and the field violations of a failed call or a local domain error."""
+    if isinstance(exc, grpc.RpcError):
+        return rpc_failure(exc).lines()
+    if isinstance(exc, InvalidArgument):
+        return [f"error: {exc.reason}: {exc.message}", *(f"  - {v}" for v in exc.violations)]
+    if isinstance(exc, DomainError):
+        return [f"error: {exc.reason}: {exc.message}"]
+    return [f"error: {exc}"]
+
+
+@contextlib.contextmanager
+def reported_errors() -> Iterator[None]:
+    """Turns server and domain errors into ``error: ...`` lines on stderr and exit code 1."""
+    try:
+        yield
+    except (grpc.RpcError, DomainError) as exc:
+        fail(error_lines(exc))
+
+
+def print_text(text: str) -> None:
+    """Writes ``text`` as it is to stdout (no markup), ending it with a newline when it has none."""
+    sys.stdout.write(text)
+    if text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def progress_bar() -> Progress:
+    """A progress bar on stderr: description, bar, ``done/total``, elapsed time."""
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )

@@ -1,0 +1,67 @@
+"""``python -m common.tooling.embedded_db up|down|status``: the embedded database's command line
+(the Makefile's ``make db`` and CI call it before the project's dependencies are installed; stdlib only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from common.tooling.embedded_db.cluster import DatabaseStatus, database_down, database_status, database_up
+from common.tooling.embedded_db.layout import EmbeddedDatabaseError
+
+
+def _format_status(status: DatabaseStatus) -> str:
+    state = "running" if status.running else "stopped"
+    if status.running and status.pid is not None:
+        state += f" (pid {status.pid})"
+    lines = [
+        f"state:    {state}",
+        f"dsn:      {status.dsn}",
+        f"rootfs:   {status.rootfs}" + ("" if status.rootfs_ready else " (not built yet)"),
+        f"data dir: {status.data_dir}",
+    ]
+    if status.log_file is not None:
+        lines.append(f"log:      {status.log_file}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: ``python -m common.tooling.embedded_db up|down|status``.
+
+    Args:
+        argv: Arguments without the program name; defaults to ``sys.argv[1:]``.
+
+    Returns:
+        The exit code: 0 on success (for ``status``: running), 1 on failure (for ``status``: stopped).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m common.tooling.embedded_db",
+        description="Embedded development PostgreSQL 17 + AGE + pgvector (Debian trixie chroot, needs root).",
+    )
+    parser.add_argument(
+        "command",
+        choices=("up", "down", "status"),
+        help="up: build/init/start, print the DSN; down: stop; status: print the state (exit 1 if stopped)",
+    )
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+    except SystemExit as exit_request:  # usage errors exit 1 (not argparse's 2); --help exits 0
+        return 0 if exit_request.code in (0, None) else 1
+    try:
+        if args.command == "up":
+            print(database_up(), flush=True)
+            return 0
+        if args.command == "down":
+            database_down()
+            return 0
+        status = database_status()
+        print(_format_status(status), flush=True)
+        return 0 if status.running else 1
+    except EmbeddedDatabaseError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return 1
