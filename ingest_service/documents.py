@@ -145,7 +145,7 @@ class DocumentWriter:
             InvalidArgument: field violations named like the RetainRequest fields.
             FailedPrecondition: the key belongs to a protected audit node.
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
-            NotFound: the key's node exists but is hidden from the caller's scopes (`common.write_access`).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_retain(request)
@@ -189,7 +189,7 @@ class DocumentWriter:
             InvalidArgument: field violations named like the PutChunksRequest fields (``chunks[0].text``).
             FailedPrecondition: the key belongs to a protected audit node.
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
-            NotFound: the key's node exists but is hidden from the caller's scopes (`common.write_access`).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_put_chunks(request)

@@ -1,7 +1,7 @@
 """Identifiers of domain-pack kinds found in text, and the MENTIONS links they make at write time
 (seed 000 "Доменные пакеты и строгий режим": ``kinds[].idPatterns``; issue 4 §4).
 
-Identifiers are found by `common.identifier_patterns.find_identifiers` (also used by CompileTypedContext
+Identifiers are found by `common.packs.identifier_patterns.find_identifiers` (also used by CompileTypedContext
 to find anchors in the query text).
 
 **Linking at write time** (`MentionLinker`). When a namespace has packs enabled, the identifiers in an
@@ -96,7 +96,7 @@ class MentionLinker:
             for match in find_identifiers(kinds, source.texts)
             if match.natural_key != source.natural_key
         ]
-        # Nodes hidden from the writer's scopes count as missing (issue 5 §3, `common.write_access`).
+        # Nodes hidden from the writer's scopes count as missing (issue 5 §3, `common.domain.write_access`).
         visible = WriteAccess.of_caller().visibility
         existing = self.graph.node_labels(conn, source.namespace, keys, visibility=visible) if keys else {}
         targets = [key for key in keys if key in existing]

@@ -11,7 +11,7 @@ What goes, in ONE transaction (retried as a whole on deadlock):
 * the node's entity item and the fact items naming it in every snapshot journal of the namespace, so
   a source that still states the node creates it again on its next Reconcile;
 * and one audit event (action ``"delete"``) with a snapshot of what was deleted, linked to the trace
-  (`common.audit.AuditTrail.record_in`): the removal and its record commit or roll back together.
+  (`common.domain.audit.AuditTrail.record_in`): the removal and its record commit or roll back together.
 
 Facts: removed, not closed. Seed 000 says history is never deleted *while the knowledge stands*
 ("больше не работает над X" closes an interval) and that a fact whose evidence was lost stays in the
@@ -28,7 +28,7 @@ not the node's — purge or redact them to remove it), other nodes' own text, an
 
 Refusals: ``audit_event`` and ``pc_trace`` nodes are protected (FAILED_PRECONDITION, reason
 ``PROTECTED_NODE``), so the trail of a deletion cannot be erased by the same mechanism; a key that does
-not exist, or whose node is hidden from the caller's scopes (`common.write_access`), is NOT_FOUND.
+not exist, or whose node is hidden from the caller's scopes (`common.domain.write_access`), is NOT_FOUND.
 Deleting an already deleted key is NOT_FOUND: a retry after a lost response finds the first call's
 audit event with GetTrace under the same trace id.
 """

@@ -196,7 +196,7 @@ class _Run:
         self.kinds = kinds
         self.counts = ReconcileCounts()
         self.now = datetime.now(UTC)
-        self.access = WriteAccess.of_caller()  # the caller's write-side scopes (`common.write_access`)
+        self.access = WriteAccess.of_caller()  # the caller's write-side scopes (`common.domain.write_access`)
         self.row_id = 0
         self.previous: SnapshotRow | None = None
         self.entities: list[tuple[int, Any]] = []

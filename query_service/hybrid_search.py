@@ -3,7 +3,7 @@
 Reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR 2009): a chunk's score is
 ``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks and ``k = 60``; a chunk absent from
 a ranking contributes nothing for it. Each ranking holds at most ``SearchSettings.candidates`` chunks
-and is computed with every filter applied inside its query (`common.storage.chunk_store`), so filters
+and is computed with every filter applied inside its query (`common.storage.chunk_rankings`), so filters
 never starve the result.
 
 Search is configured as data: `SearchSettings` with named presets in `SEARCH_PRESETS` (``"default"``),

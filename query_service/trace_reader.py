@@ -2,7 +2,7 @@
 
 A trace's trail is, in one namespace and ordered by time (ties: audit events first, then by id):
 
-* its audit events (`common.audit`): explicit ones, deletions with their snapshots, pii_access;
+* its audit events (`common.domain.audit`): explicit ones, deletions with their snapshots, pii_access;
 * the context compilations recorded under the trace id by CompileContext (``context_traces``): the
   request (query, anchors, as_of, budget, token count, encoding) and one decision per candidate.
 

@@ -18,7 +18,7 @@ Rules filled in when the input leaves a field empty:
 
 * ``trace_id`` empty: the request id of the RPC in progress (the ``x-request-id`` metadata the caller
   sent, or the one the server generated and echoed in the trailing metadata,
-  `common.request_context`), so the event of a call is found by that call's id; outside an RPC a fresh
+  `common.kernel.request_context`), so the event of a call is found by that call's id; outside an RPC a fresh
   ``audit-<uuid>``.
 * ``principal`` empty: the authenticated caller (`common.auth.principals.current_principal`; ``"development"`` in
   development mode); outside an RPC ``"in-process"``.
@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 
 from common.auth.principals import current_principal
-from common.storage.database import Database
+from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
@@ -58,8 +58,8 @@ from common.kernel.identifiers import (
 )
 from common.kernel.request_context import current_request_id
 from common.storage.audit_store import AuditStore, event_key
+from common.storage.database import Database
 from common.storage.graph_store import GraphStore
-from common.domain.write_access import WriteAccess
 
 # The limits every write path shares (pure validation module; no transport, no storage).
 
@@ -247,7 +247,7 @@ class AuditTrail:
 
         Beyond `record`: the principal is always the caller (a client cannot name someone else), the
         event's restricting scopes must be the caller's, and a ``target_key`` naming a node hidden from
-        the caller is refused as not found (`common.write_access`).
+        the caller is refused as not found (`common.domain.write_access`).
 
         Args:
             access: the caller's write access (default: the RPC's caller).

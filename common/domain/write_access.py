@@ -16,7 +16,7 @@ side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`i
 `ingest_service.node_deletion`), RecordObservations (`ingest_service.observations`), Redact/Purge
 (`ingest_service.observation_removal`), AssertFacts/CloseFact and the facts of every path
 (`ingest_service.fact_engine`, `ingest_service.fact_assertions`), Reconcile (`ingest_service.snapshots`)
-and RecordAuditEvent (`common.audit`).
+and RecordAuditEvent (`common.domain.audit`).
 
 Status of a refusal: a single-target RPC gets PERMISSION_DENIED (reason ``SCOPE_NOT_ALLOWED``) for rule 1
 and NOT_FOUND for rule 2; an item of a batch fails with the same text as a field violation.

@@ -31,8 +31,12 @@ class Settings(BaseSettings):
     snapshots_table: str = "source_snapshots"
     text_search_config: str = Field("russian", description="PostgreSQL text search configuration for chunks")
 
-    embedding_provider: str = Field("use-multilingual", description="use-multilingual | e5-small | minilm | openai-compatible")
-    embedding_dim: int = Field(512, ge=8, le=4096, description="vector(N) of the chunks table; must match the model")
+    embedding_provider: str = Field(
+        "use-multilingual", description="use-multilingual | e5-small | minilm | openai-compatible"
+    )
+    embedding_dim: int = Field(
+        512, ge=8, le=4096, description="vector(N) of the chunks table; must match the model"
+    )
     embedding_threads: int = Field(0, ge=0, description="threads for local models; 0 = number of cores")
     embedding_batch_size: int = Field(64, ge=1, le=4096)
     embedding_url: str = Field("", description="base URL of an OpenAI-compatible /v1/embeddings server")
@@ -72,7 +76,9 @@ class Settings(BaseSettings):
     # Personal data (seed 000 "Персональные данные"; DESIGN §8): detection marks pii/pii_categories on
     # write, every query_service output is masked for callers without PII clearance, and unmasked output to
     # a cleared token is audited (action "pii_access"). Off: explicit marks are stored, nothing is masked.
-    pii_protection: bool = Field(False, description="detect and mark personal data on write, mask it on output")
+    pii_protection: bool = Field(
+        False, description="detect and mark personal data on write, mask it on output"
+    )
 
     @field_validator(
         "graph_name",

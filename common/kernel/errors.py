@@ -1,7 +1,7 @@
 """Domain error hierarchy, free of any transport.
 
 Servicers raise these (or let them propagate from domain and storage code); the error interceptor in
-`common.server` maps each class to a gRPC status with a `google.rpc.Status` carrying one `ErrorInfo`
+`common.grpc.interceptors` maps each class to a gRPC status with a `google.rpc.Status` carrying one `ErrorInfo`
 (reason in UPPER_SNAKE, domain ``memory.v1``) and, for `InvalidArgument`, a `BadRequest` with field
 violations (AIP-193). Unknown exceptions become INTERNAL with a generic message.
 """
@@ -45,7 +45,7 @@ class InvalidArgument(DomainError):
         super().__init__(text)
 
     @classmethod
-    def single(cls, field_path: str, description: str) -> "InvalidArgument":
+    def single(cls, field_path: str, description: str) -> InvalidArgument:
         return cls([FieldViolation(field_path, description)])
 
 

@@ -328,7 +328,7 @@ class _Violations(Protocol):
 
 
 def check_pii_categories(check: _Violations, path: str, categories: Sequence[str]) -> None:
-    """Adds to ``check`` (a `common.errors.ViolationCollector` or alike) a violation per malformed explicit category (lower-case names such as ``fio``, ``address``,
+    """Adds to ``check`` (a `common.kernel.errors.ViolationCollector` or alike) a violation per malformed explicit category (lower-case names such as ``fio``, ``address``,
     ``phone``; at most `MAX_PII_CATEGORIES`). ``path`` is the request field (``pii_categories``)."""
     if len(categories) > MAX_PII_CATEGORIES:
         check.add(path, f"at most {MAX_PII_CATEGORIES} categories, got {len(categories)}")

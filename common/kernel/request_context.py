@@ -1,8 +1,8 @@
 """The request id of the RPC being handled, free of any transport.
 
-The request-id interceptor of `common.server` sets it for the duration of each call (from the
+The request-id interceptor of `common.grpc.interceptors` sets it for the duration of each call (from the
 ``x-request-id`` metadata, or generated) and echoes it in the trailing metadata. Domain code reads it
-without importing grpc, e.g. `common.audit` uses it as the trace id of an audit event recorded without
+without importing grpc, e.g. `common.domain.audit` uses it as the trace id of an audit event recorded without
 one.
 """
 

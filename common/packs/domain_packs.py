@@ -209,7 +209,9 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
     """
     size = len(json.dumps(raw, ensure_ascii=False, default=str).encode())
     if size > MAX_PACK_BYTES:
-        raise InvalidArgument.single(base, f"the pack is {size} bytes of JSON, at most {MAX_PACK_BYTES} are allowed")
+        raise InvalidArgument.single(
+            base, f"the pack is {size} bytes of JSON, at most {MAX_PACK_BYTES} are allowed"
+        )
     pack = normalise_pack(raw)
     violations = [
         FieldViolation(json_path(base, error.absolute_path), error.message)

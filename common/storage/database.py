@@ -3,7 +3,7 @@
 The pool's configure hook loads AGE, sets ``search_path`` (``"$user", public, ag_catalog``: our tables
 live in the first writable schema, never in AGE's own; ag_catalog last so agtype operators resolve) and
 registers pgvector types (STYLE.md convention 5). psycopg errors that mean "the database is not reachable" become
-`common.errors.Unavailable` at this boundary, so no psycopg type leaks into servicers.
+`common.kernel.errors.Unavailable` at this boundary, so no psycopg type leaks into servicers.
 """
 
 from __future__ import annotations

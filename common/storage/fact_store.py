@@ -166,7 +166,9 @@ class FactStore:
             },
         )
 
-    def get(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, *, lock: bool = False) -> FactRow | None:
+    def get(
+        self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, *, lock: bool = False
+    ) -> FactRow | None:
         """The fact row, optionally locked FOR UPDATE."""
         query = self.queries["fact_by_id_for_update"] if lock else self.queries["fact_by_id"]
         with conn.cursor(row_factory=dict_row) as cursor:
@@ -259,7 +261,12 @@ class FactStore:
         return [written[fact.fact_id] for fact in facts]
 
     def close(
-        self, conn: psycopg.Connection[Any], namespace: str, fact_id: str, valid_to: datetime, superseded_by: str | None
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        fact_id: str,
+        valid_to: datetime,
+        superseded_by: str | None,
     ) -> FactRow | None:
         """Closes a fact's interval at ``valid_to`` (never widening it) and records ``superseded_by``."""
         with conn.cursor(row_factory=dict_row) as cursor:
@@ -296,7 +303,9 @@ class FactStore:
         self.sync_edges(conn, rows)
         return rows
 
-    def strike_observation(self, conn: psycopg.Connection[Any], namespace: str, observation_id: str) -> list[FactRow]:
+    def strike_observation(
+        self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
+    ) -> list[FactRow]:
         """Removes ``observation_id`` from the observation_ids of every fact of ``namespace`` it proved and
         marks the facts left with none and not ``agent_asserted`` as evidence_lost (seed 000 "Потеря
         свидетельства"); their edges are rewritten. Returns the facts changed, ordered by fact_id (rows are
@@ -317,7 +326,9 @@ class FactStore:
         self.sync_edges(conn, rows)
         return rows
 
-    def referenced_keys(self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]) -> set[str]:
+    def referenced_keys(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]
+    ) -> set[str]:
         """The keys among ``natural_keys`` that are the subject or object of some fact (lost ones included)."""
         if not natural_keys:
             return set()
@@ -326,7 +337,9 @@ class FactStore:
         ).fetchall()
         return {str(record[0]) for record in records}
 
-    def delete_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> list[FactRow]:
+    def delete_touching(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_key: str
+    ) -> list[FactRow]:
         """Deletes the rows of every fact whose subject or object is ``natural_key`` (lost ones included) and
         returns them ordered by fact_id. Their edges go with the node's vertex (`GraphStore.delete_nodes`),
         which the caller deletes in the same transaction (DocumentService.DeleteNode)."""
@@ -384,7 +397,9 @@ class FactStore:
                 (row.subject_key, row.object_key, row.fact_id, row.edge_properties())
             )
         for (namespace, edge_label), edges in groups.items():
-            self.graph.replace_fact_edge_properties(conn, namespace=namespace, edge_label=edge_label, edges=edges)
+            self.graph.replace_fact_edge_properties(
+                conn, namespace=namespace, edge_label=edge_label, edges=edges
+            )
 
     def get_many(self, conn: psycopg.Connection[Any], namespace: str, fact_ids: list[str]) -> list[FactRow]:
         """The fact rows of ``fact_ids`` in ``namespace`` (missing ones left out), ordered by fact_id."""
@@ -401,7 +416,11 @@ class FactStore:
         at most, so the caller can tell whether another page exists."""
         conditions = ["namespace = %(namespace)s"]
         params: dict[str, Any] = {"namespace": query.namespace, "limit": query.page_size + 1}
-        for name, column in (("subject", "subject_key"), ("predicate", "predicate"), ("object", "object_key")):
+        for name, column in (
+            ("subject", "subject_key"),
+            ("predicate", "predicate"),
+            ("object", "object_key"),
+        ):
             value = getattr(query, name)
             if value:
                 conditions.append(f"{column} = %({name})s")
@@ -416,7 +435,9 @@ class FactStore:
             params["as_of"] = query.as_of
             conditions.append("valid_from <= %(as_of)s")
         if query.page_token:
-            params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = decode_cursor(query.page_token)
+            params["after_subject"], params["after_predicate"], params["after_from"], params["after_id"] = (
+                decode_cursor(query.page_token)
+            )
             conditions.append(
                 "(subject_key, predicate, valid_from, fact_id) >"
                 " (%(after_subject)s, %(after_predicate)s, %(after_from)s, %(after_id)s)"

@@ -94,7 +94,7 @@ class NodeRegistry(AgeGraph):
         visibility: Visibility,
     ) -> set[str]:
         """The keys among ``natural_keys`` whose node exists but ``visibility`` may not see (write-side
-        checks: such a node must be neither overwritten nor extended, `common.write_access`)."""
+        checks: such a node must be neither overwritten nor extended, `common.domain.write_access`)."""
         if visibility.unrestricted or not natural_keys:
             return set()
         rows = _visible_registry_rows(

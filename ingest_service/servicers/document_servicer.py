@@ -1,7 +1,7 @@
 """DocumentService transport: proto <-> domain mapping only (DESIGN §1).
 
 Validation, chunking, embedding and storage live in `ingest_service.documents`; domain errors raised there
-become gRPC statuses in the server's error interceptor (`common.server`).
+become gRPC statuses in the server's error interceptor (`common.grpc.interceptors`).
 """
 
 from __future__ import annotations

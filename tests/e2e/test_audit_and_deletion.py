@@ -329,7 +329,9 @@ def test_audit_nodes_are_protected(
     reserved = _failure(
         functools.partial(
             documents.Retain,
-            document_service_pb2.RetainRequest(namespace=namespace, natural_key="pc_trace:future", content="x"),
+            document_service_pb2.RetainRequest(
+                namespace=namespace, natural_key="pc_trace:future", content="x"
+            ),
             timeout=60,
         )
     )

@@ -19,7 +19,12 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example"
 @pytest.fixture(scope="module")
 def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost, query_host: ServiceHost):  # type: ignore[no-untyped-def]
     runner = CliRunner()
-    addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+    addresses = [
+        "--ingest-addr",
+        f"127.0.0.1:{ingest_host.port}",
+        "--query-addr",
+        f"127.0.0.1:{query_host.port}",
+    ]
 
     def run(*args: str, expect: int = 0) -> str:
         result = runner.invoke(app, [*addresses, *args])
@@ -32,11 +37,24 @@ def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost,
 
 
 def test_facts_history_and_as_of(cli) -> None:  # type: ignore[no-untyped-def]
-    history = json.loads(cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json"))
+    history = json.loads(
+        cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json")
+    )
     facts = history["facts"]
     assert [f["object"] for f in facts] == ["project:alpha", "project:beta"]
     assert facts[0]["validTo"] == "2026-10-15T12:00:00Z" and facts[0]["supersededBy"] == facts[1]["factId"]
-    then = json.loads(cli("facts", "--namespace", "example", "--subject", "person:alice", "--as-of", "2026-09-01T00:00:00Z", "--json"))
+    then = json.loads(
+        cli(
+            "facts",
+            "--namespace",
+            "example",
+            "--subject",
+            "person:alice",
+            "--as-of",
+            "2026-09-01T00:00:00Z",
+            "--json",
+        )
+    )
     assert [f["object"] for f in then["facts"]] == ["project:alpha"]
 
 
@@ -45,7 +63,9 @@ def test_rerunning_the_loads_is_safe(cli) -> None:  # type: ignore[no-untyped-de
     assert "3 duplicate" in output.replace(",", "") or "duplicate" in output
     before = cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json")
     cli("retain", str(EXAMPLE / "docs"), "--namespace", "example")
-    assert cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json") == before
+    assert (
+        cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json") == before
+    )
 
 
 def test_search_source_and_context(cli) -> None:  # type: ignore[no-untyped-def]
@@ -57,7 +77,17 @@ def test_search_source_and_context(cli) -> None:  # type: ignore[no-untyped-def]
     assert source["content"] == (EXAMPLE / "docs" / "ledger.md").read_text("utf-8")
     assert source["contentSource"] == "original"
     pack = json.loads(
-        cli("context", "who works on billing?", "--namespace", "example", "--anchor", "person:alice", "--budget", "800", "--json")
+        cli(
+            "context",
+            "who works on billing?",
+            "--namespace",
+            "example",
+            "--anchor",
+            "person:alice",
+            "--budget",
+            "800",
+            "--json",
+        )
     )["pack"]
     assert 0 < pack["tokenCount"] <= 800
     assert any(item["kind"] == "fact" and "project:beta" in item["text"] for item in pack["items"])
@@ -95,6 +125,15 @@ def test_the_delivery_walkthrough_with_a_domain_pack(cli) -> None:  # type: igno
     before = keys("--anchor", "svc:checkout", "--relation", "DEPENDS_ON", "--as-of", "2025-06-01")
     assert "service:payments" in before and "service:fraud" not in before
     mentions = json.loads(
-        cli("facts", "--namespace", "delivery", "--object", "issue:PROJ-123", "--predicate", "MENTIONS", "--json")
+        cli(
+            "facts",
+            "--namespace",
+            "delivery",
+            "--object",
+            "issue:PROJ-123",
+            "--predicate",
+            "MENTIONS",
+            "--json",
+        )
     )["facts"]
     assert mentions and all(fact["evidence"] == "extracted" for fact in mentions)

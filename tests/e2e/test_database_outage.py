@@ -32,7 +32,12 @@ BATCH = 1000  # the largest batch RecordObservations takes
 
 def corpus_in(namespace: str, count: int) -> list[knowledge_pb2.Observation]:
     """The first ``count`` debian uploads moved to ``namespace`` (supersedes recomputed, DESIGN §3)."""
-    records = [json.loads(line) for line in (CORPORA / "debian-uploads" / "observations.jsonl").read_text("utf-8").splitlines()[:count]]
+    records = [
+        json.loads(line)
+        for line in (CORPORA / "debian-uploads" / "observations.jsonl")
+        .read_text("utf-8")
+        .splitlines()[:count]
+    ]
     latest: dict[str, str] = {}
     for record in records:
         record["namespace"] = namespace
@@ -44,13 +49,19 @@ def corpus_in(namespace: str, count: int) -> list[knowledge_pb2.Observation]:
             if "supersedes" in fact:
                 fact["supersedes"] = latest[subject]
             latest[subject] = fact_id(
-                namespace, subject, "HAS_VERSION", f"{fact['object']['type']}:{fact['object']['id']}", parse_instant(fact["valid_from"])
+                namespace,
+                subject,
+                "HAS_VERSION",
+                f"{fact['object']['type']}:{fact['object']['id']}",
+                parse_instant(fact["valid_from"]),
             )
     return [json_format.ParseDict(record, knowledge_pb2.Observation()) for record in records]
 
 
 def record(stub: Any, observations: list[knowledge_pb2.Observation]) -> Any:
-    return stub.RecordObservations(observation_service_pb2.RecordObservationsRequest(observations=observations), timeout=600)
+    return stub.RecordObservations(
+        observation_service_pb2.RecordObservationsRequest(observations=observations), timeout=600
+    )
 
 
 def test_outage_mid_batch_loses_nothing_and_doubles_nothing(
@@ -100,5 +111,7 @@ def test_outage_mid_batch_loses_nothing_and_doubles_nothing(
     assert len(retried) == BATCH and all(r.status == "processed" for r in retried)
     assert portable_snapshot(database, faulty_ns) == portable_snapshot(database, reference_ns)
     with database.connection() as conn:
-        count = conn.execute("SELECT count(*) FROM observations WHERE namespace = %s", (faulty_ns,)).fetchone()
+        count = conn.execute(
+            "SELECT count(*) FROM observations WHERE namespace = %s", (faulty_ns,)
+        ).fetchone()
     assert count == (BATCH,)

@@ -14,15 +14,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-
-from common.tooling.markdown_vault import find_documents, read_document
 from memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -36,6 +33,7 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
+from common.tooling.markdown_vault import find_documents, read_document
 from tests.conftest import CORPORA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC
@@ -73,13 +71,23 @@ def _fact_state(channel: grpc.Channel) -> list[tuple[Any, ...]]:
         while True:
             page = stub.ListFacts(
                 fact_query_service_pb2.ListFactsRequest(
-                    namespace="debian", predicate=predicate, include_history=True, page_size=1000, page_token=token
+                    namespace="debian",
+                    predicate=predicate,
+                    include_history=True,
+                    page_size=1000,
+                    page_token=token,
                 ),
                 timeout=60,
             )
             state.extend(
-                (f.fact_id, f.valid_from.ToJsonString(), f.valid_to.ToJsonString() if f.HasField("valid_to") else "",
-                 tuple(f.observation_ids), f.superseded_by, f.confidence)
+                (
+                    f.fact_id,
+                    f.valid_from.ToJsonString(),
+                    f.valid_to.ToJsonString() if f.HasField("valid_to") else "",
+                    tuple(f.observation_ids),
+                    f.superseded_by,
+                    f.confidence,
+                )
                 for f in page.facts
             )
             token = page.next_page_token
@@ -91,7 +99,9 @@ def _fact_state(channel: grpc.Channel) -> list[tuple[Any, ...]]:
 @pytest.fixture(scope="module")
 def debian_loaded(ingest_channel: grpc.Channel) -> list[Any]:
     results = _record_all(ingest_channel, _observations())
-    assert all(r.status in ("processed",) for r in results), [r.error for r in results if r.status != "processed"][:5]
+    assert all(r.status in ("processed",) for r in results), [
+        r.error for r in results if r.status != "processed"
+    ][:5]
     return results
 
 
@@ -112,7 +122,9 @@ def vault_loaded(ingest_channel: grpc.Channel) -> dict[str, Path]:
     return keys
 
 
-def test_every_as_of_question_is_answered_exactly(debian_loaded: list[Any], query_channel: grpc.Channel) -> None:
+def test_every_as_of_question_is_answered_exactly(
+    debian_loaded: list[Any], query_channel: grpc.Channel
+) -> None:
     stub = fact_query_service_pb2_grpc.FactQueryServiceStub(query_channel)
     questions = [json.loads(line) for line in (UPLOADS / "asof-dev.jsonl").read_text("utf-8").splitlines()]
     assert len(questions) == 180
@@ -122,14 +134,21 @@ def test_every_as_of_question_is_answered_exactly(debian_loaded: list[Any], quer
         as_of.FromJsonString(question["as_of"])
         current = stub.ListFacts(
             fact_query_service_pb2.ListFactsRequest(
-                namespace=question["namespace"], subject=question["subject"], predicate=question["predicate"], as_of=as_of
+                namespace=question["namespace"],
+                subject=question["subject"],
+                predicate=question["predicate"],
+                as_of=as_of,
             ),
             timeout=10,
         ).facts
         history = stub.ListFacts(
             fact_query_service_pb2.ListFactsRequest(
-                namespace=question["namespace"], subject=question["subject"], predicate=question["predicate"],
-                as_of=as_of, include_history=True, page_size=1000,
+                namespace=question["namespace"],
+                subject=question["subject"],
+                predicate=question["predicate"],
+                as_of=as_of,
+                include_history=True,
+                page_size=1000,
             ),
             timeout=10,
         ).facts
@@ -143,7 +162,9 @@ def test_every_as_of_question_is_answered_exactly(debian_loaded: list[Any], quer
     assert wrong == []
 
 
-def test_corpus_supersedes_ids_are_the_service_fact_ids(debian_loaded: list[Any], query_channel: grpc.Channel) -> None:
+def test_corpus_supersedes_ids_are_the_service_fact_ids(
+    debian_loaded: list[Any], query_channel: grpc.Channel
+) -> None:
     stub = fact_query_service_pb2_grpc.FactQueryServiceStub(query_channel)
     expected_links = 0
     for observation in _observations():
@@ -155,7 +176,11 @@ def test_corpus_supersedes_ids_are_the_service_fact_ids(debian_loaded: list[Any]
     while True:
         page = stub.ListFacts(
             fact_query_service_pb2.ListFactsRequest(
-                namespace="debian", predicate="HAS_VERSION", include_history=True, page_size=1000, page_token=token
+                namespace="debian",
+                predicate="HAS_VERSION",
+                include_history=True,
+                page_size=1000,
+                page_token=token,
             ),
             timeout=60,
         )
@@ -224,7 +249,8 @@ def test_search_finds_a_document_from_a_distinctive_sentence(
     hits = 0
     for key, sentence in probes:
         response = stub.Search(
-            retrieval_service_pb2.SearchRequest(namespace=VAULT_NAMESPACE, query=sentence, top_k=5), timeout=30
+            retrieval_service_pb2.SearchRequest(namespace=VAULT_NAMESPACE, query=sentence, top_k=5),
+            timeout=30,
         )
         hits += key in [hit.node_key for hit in response.hits]
         for hit in response.hits:
@@ -232,7 +258,9 @@ def test_search_finds_a_document_from_a_distinctive_sentence(
     assert hits / len(probes) >= 0.95, f"hit@5 = {hits / len(probes):.3f}"
 
 
-def test_search_finds_an_exact_debian_version_string(debian_loaded: list[Any], query_channel: grpc.Channel) -> None:
+def test_search_finds_an_exact_debian_version_string(
+    debian_loaded: list[Any], query_channel: grpc.Channel
+) -> None:
     stub = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
     response = stub.Search(
         retrieval_service_pb2.SearchRequest(namespace="debian", query="2.36-9+deb12u4", top_k=5), timeout=30

@@ -54,7 +54,7 @@ class World:
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "vis-" + uuid.uuid4().hex[:12]
         grant = {self.ns: [Right.READ]}
-        # A writer may write only the restricting scopes it holds (write-side scopes, `common.write_access`).
+        # A writer may write only the restricting scopes it holds (write-side scopes, `common.domain.write_access`).
         self.writer, _ = add_token(
             tokens_file,
             principal="vis-writer",

@@ -1,5 +1,5 @@
 """Write-side visibility scopes on the real services (seed 000 "Видимость внутри namespace"; issue 5 §3;
-`common.write_access`).
+`common.domain.write_access`).
 
 Both services run with a tokens file. ``alpha`` writes with ``workspace:alpha``; ``plain`` writes with no
 scopes; readers ``reader-alpha`` (``workspace:alpha``) and ``reader-plain`` (none). For every write path:

@@ -36,18 +36,24 @@ def _fact(namespace: str) -> FactRow:
     )
 
 
-def test_a_delete_waits_for_a_writer_of_the_node_and_then_removes_its_fact(database: Database, namespace: str) -> None:
+def test_a_delete_waits_for_a_writer_of_the_node_and_then_removes_its_fact(
+    database: Database, namespace: str
+) -> None:
     graph = GraphStore(database)
     facts = FactStore(graph)
     with database.connection() as conn, conn.transaction():
-        graph.upsert_node(conn, NodeWrite(namespace=namespace, natural_key="team:ops", node_type="team"), now=NOW)
+        graph.upsert_node(
+            conn, NodeWrite(namespace=namespace, natural_key="team:ops", node_type="team"), now=NOW
+        )
 
     deleted: list[object] = []
     errors: list[BaseException] = []
 
     def delete() -> None:
         try:
-            deleted.append(NodeDeleter(database).delete(DeleteNodeInput(namespace=namespace, natural_key="team:ops")))
+            deleted.append(
+                NodeDeleter(database).delete(DeleteNodeInput(namespace=namespace, natural_key="team:ops"))
+            )
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -73,7 +79,9 @@ def test_a_writer_after_a_delete_makes_a_placeholder(database: Database, namespa
     facts = FactStore(graph)
     with database.connection() as conn, conn.transaction():
         graph.upsert_node(
-            conn, NodeWrite(namespace=namespace, natural_key="team:ops", node_type="team", title="Ops"), now=NOW
+            conn,
+            NodeWrite(namespace=namespace, natural_key="team:ops", node_type="team", title="Ops"),
+            now=NOW,
         )
     NodeDeleter(database).delete(DeleteNodeInput(namespace=namespace, natural_key="team:ops"))
     with database.connection() as conn, conn.transaction():

@@ -339,8 +339,14 @@ def test_reconcile_recreates_a_deleted_node_the_source_still_states(
     assert deleted.facts_deleted == 1
     assert open_facts(database, namespace, "HAS_VERSION") == {}
     second = reconciler.reconcile(namespace, "archive", "suite:trixie", "s2", t2, entities, facts)
-    assert (second.counts.entities_created, second.counts.facts_created, second.counts.facts_closed) == (1, 1, 0)
-    assert sorted(open_facts(database, namespace, "HAS_VERSION").values()) == [("package:time", "version:time@1.9-3")]
+    assert (second.counts.entities_created, second.counts.facts_created, second.counts.facts_closed) == (
+        1,
+        1,
+        0,
+    )
+    assert sorted(open_facts(database, namespace, "HAS_VERSION").values()) == [
+        ("package:time", "version:time@1.9-3")
+    ]
 
 
 def test_reconcile_strict_checks_relations_and_cardinality(

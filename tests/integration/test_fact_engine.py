@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,7 +19,9 @@ from ingest_service.observations import ObservationRecorder
 pytestmark = pytest.mark.integration
 
 
-def observation(namespace: str, external_id: str, occurred_at: str, assertions: list[dict[str, Any]]) -> dict[str, Any]:
+def observation(
+    namespace: str, external_id: str, occurred_at: str, assertions: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "namespace": namespace,
         "source": {"system": "tracker", "stream": "people", "external_id": external_id},
@@ -30,7 +32,9 @@ def observation(namespace: str, external_id: str, occurred_at: str, assertions: 
     }
 
 
-def works_on(project: str, valid_from: str, supersedes: str | None = None, confidence: float = 0.9) -> dict[str, Any]:
+def works_on(
+    project: str, valid_from: str, supersedes: str | None = None, confidence: float = 0.9
+) -> dict[str, Any]:
     fact: dict[str, Any] = {
         "subject": {"type": "person", "id": "alice"},
         "predicate": "WORKS_ON",
@@ -55,7 +59,8 @@ def snapshot(database: Database, namespace: str) -> list[tuple[Any, ...]]:
             (namespace,),
         ).fetchall()
         nodes = conn.execute(
-            "SELECT natural_key, node_type, placeholder FROM graph_nodes WHERE namespace = %s ORDER BY 1", (namespace,)
+            "SELECT natural_key, node_type, placeholder FROM graph_nodes WHERE namespace = %s ORDER BY 1",
+            (namespace,),
         ).fetchall()
     return [*facts, *nodes]
 
@@ -65,26 +70,48 @@ def portable_snapshot(database: Database, namespace: str) -> list[tuple[Any, ...
     with database.connection() as conn:
         external = dict(
             conn.execute(
-                "SELECT observation_id, source_external_id FROM observations WHERE namespace = %s", (namespace,)
+                "SELECT observation_id, source_external_id FROM observations WHERE namespace = %s",
+                (namespace,),
             ).fetchall()
         )
     rows = snapshot(database, namespace)
-    meaning = {row[0]: f"{row[1]}|{row[2]}|{row[3]}|{row[4]}" for row in rows if str(row[0]).startswith("fact-")}
+    meaning = {
+        row[0]: f"{row[1]}|{row[2]}|{row[3]}|{row[4]}" for row in rows if str(row[0]).startswith("fact-")
+    }
     portable = []
     for row in rows:
         if str(row[0]).startswith("fact-"):
-            fid, subject, predicate, obj, valid_from, valid_to, observation_ids, supersedes, superseded_by, confidence = row
-            portable.append((
-                meaning[fid], valid_to, sorted(external[o] for o in observation_ids),
-                meaning.get(supersedes, supersedes), meaning.get(superseded_by, superseded_by), confidence,
-            ))
+            (
+                fid,
+                subject,
+                predicate,
+                obj,
+                valid_from,
+                valid_to,
+                observation_ids,
+                supersedes,
+                superseded_by,
+                confidence,
+            ) = row
+            portable.append(
+                (
+                    meaning[fid],
+                    valid_to,
+                    sorted(external[o] for o in observation_ids),
+                    meaning.get(supersedes, supersedes),
+                    meaning.get(superseded_by, superseded_by),
+                    confidence,
+                )
+            )
         elif str(row[0]).startswith("episode:obs-"):
-            portable.append(("episode:" + external[str(row[0])[len("episode:"):]], *row[1:]))
+            portable.append(("episode:" + external[str(row[0])[len("episode:") :]], *row[1:]))
         else:
             with database.connection() as conn:
                 vertex = GraphStore(database).get_node(conn, namespace, str(row[0])) or {}
             props = vertex.get("props") or {}
-            portable.append((*row, vertex.get("title"), repr(sorted((props.get("attributes") or {}).items()))))
+            portable.append(
+                (*row, vertex.get("title"), repr(sorted((props.get("attributes") or {}).items())))
+            )
     return sorted(portable, key=repr)
 
 
@@ -92,19 +119,38 @@ def history(namespace: str) -> list[dict[str, Any]]:
     alpha = fact_id(namespace, "person:alice", "WORKS_ON", "project:alpha", at("2026-01-01T00:00:00Z"))
     beta = fact_id(namespace, "person:alice", "WORKS_ON", "project:beta", at("2026-03-01T00:00:00Z"))
     return [
-        observation(namespace, "1", "2026-01-01T00:00:00Z", [
-            {"entity": {"key": {"type": "person", "id": "alice"}, "title": "Alice"}},
-            works_on("alpha", "2026-01-01T00:00:00Z"),
-        ]),
-        observation(namespace, "2", "2026-03-01T00:00:00Z", [works_on("beta", "2026-03-01T00:00:00Z", alpha)]),
-        observation(namespace, "3", "2026-05-01T00:00:00Z", [works_on("gamma", "2026-05-01T00:00:00Z", beta)]),
+        observation(
+            namespace,
+            "1",
+            "2026-01-01T00:00:00Z",
+            [
+                {"entity": {"key": {"type": "person", "id": "alice"}, "title": "Alice"}},
+                works_on("alpha", "2026-01-01T00:00:00Z"),
+            ],
+        ),
+        observation(
+            namespace, "2", "2026-03-01T00:00:00Z", [works_on("beta", "2026-03-01T00:00:00Z", alpha)]
+        ),
+        observation(
+            namespace, "3", "2026-05-01T00:00:00Z", [works_on("gamma", "2026-05-01T00:00:00Z", beta)]
+        ),
         # the same assertion as observation 2 from another source: strengthens, does not duplicate
-        observation(namespace, "4", "2026-03-02T00:00:00Z", [
-            works_on("beta", "2026-03-01T00:00:00Z", alpha, confidence=0.95),
-        ]),
-        observation(namespace, "5", "2026-01-02T00:00:00Z", [
-            {"entity": {"key": "project:alpha", "title": "Project Alpha", "attributes": {"budget": 10}}},
-        ]),
+        observation(
+            namespace,
+            "4",
+            "2026-03-02T00:00:00Z",
+            [
+                works_on("beta", "2026-03-01T00:00:00Z", alpha, confidence=0.95),
+            ],
+        ),
+        observation(
+            namespace,
+            "5",
+            "2026-01-02T00:00:00Z",
+            [
+                {"entity": {"key": "project:alpha", "title": "Project Alpha", "attributes": {"budget": 10}}},
+            ],
+        ),
     ]
 
 
@@ -115,14 +161,24 @@ def test_supersession_strengthening_and_as_of(database: Database, namespace: str
     assert results[3].facts_strengthened == 1 and results[3].facts_created == 0
     store = FactStore(GraphStore(database))
     with database.connection() as conn:
-        current = store.list(conn, FactQuery(namespace=namespace, subject="person:alice"), now=at("2026-06-01T00:00:00Z"))
+        current = store.list(
+            conn, FactQuery(namespace=namespace, subject="person:alice"), now=at("2026-06-01T00:00:00Z")
+        )
         in_april = store.list(
-            conn, FactQuery(namespace=namespace, subject="person:alice", as_of=at("2026-04-01T00:00:00Z")), now=at("2026-06-01T00:00:00Z")
+            conn,
+            FactQuery(namespace=namespace, subject="person:alice", as_of=at("2026-04-01T00:00:00Z")),
+            now=at("2026-06-01T00:00:00Z"),
         )
         on_boundary = store.list(
-            conn, FactQuery(namespace=namespace, subject="person:alice", as_of=at("2026-03-01T00:00:00Z")), now=at("2026-06-01T00:00:00Z")
+            conn,
+            FactQuery(namespace=namespace, subject="person:alice", as_of=at("2026-03-01T00:00:00Z")),
+            now=at("2026-06-01T00:00:00Z"),
         )
-        everything = store.list(conn, FactQuery(namespace=namespace, subject="person:alice", include_history=True), now=at("2026-06-01T00:00:00Z"))
+        everything = store.list(
+            conn,
+            FactQuery(namespace=namespace, subject="person:alice", include_history=True),
+            now=at("2026-06-01T00:00:00Z"),
+        )
     assert [f.object_key for f in current] == ["project:gamma"]
     assert [f.object_key for f in in_april] == ["project:beta"]
     assert [f.object_key for f in on_boundary] == ["project:beta"]  # valid_from <= t < valid_to
@@ -137,7 +193,7 @@ def test_delivery_order_does_not_change_the_result(database: Database) -> None:
     recorder = ObservationRecorder(database)
     states = []
     for order in list(itertools.permutations(range(5)))[::17]:
-        namespace = "perm-" + "".join(map(str, order)) + "-" + datetime.now(timezone.utc).strftime("%H%M%S%f")
+        namespace = "perm-" + "".join(map(str, order)) + "-" + datetime.now(UTC).strftime("%H%M%S%f")
         items = history(namespace)
         recorder.record_batch([items[i] for i in order])
         states.append(portable_snapshot(database, namespace))
@@ -158,19 +214,35 @@ def test_supersession_of_another_subjects_fact_is_rejected(database: Database, n
     recorder = ObservationRecorder(database)
     recorder.record_batch(history(namespace)[:1])
     alpha = fact_id(namespace, "person:alice", "WORKS_ON", "project:alpha", at("2026-01-01T00:00:00Z"))
-    bad = observation(namespace, "x", "2026-02-01T00:00:00Z", [
-        {"fact": {"subject": "person:bob", "predicate": "WORKS_ON", "object": "project:beta",
-                  "valid_from": "2026-02-01T00:00:00Z", "supersedes": alpha}},
-    ])
+    bad = observation(
+        namespace,
+        "x",
+        "2026-02-01T00:00:00Z",
+        [
+            {
+                "fact": {
+                    "subject": "person:bob",
+                    "predicate": "WORKS_ON",
+                    "object": "project:beta",
+                    "valid_from": "2026-02-01T00:00:00Z",
+                    "supersedes": alpha,
+                }
+            },
+        ],
+    )
     before = snapshot(database, namespace)
     [result] = recorder.record_batch([bad])
     assert result.status == "partially_processed"
     assert result.field_violations[0].startswith("assertions[0].fact.supersedes")
     after = snapshot(database, namespace)
-    assert [row for row in after if row[0].startswith("fact-")] == [row for row in before if row[0].startswith("fact-")]
+    assert [row for row in after if row[0].startswith("fact-")] == [
+        row for row in before if row[0].startswith("fact-")
+    ]
 
 
-def test_invalid_items_fail_alone_and_an_all_invalid_batch_is_rejected(database: Database, namespace: str) -> None:
+def test_invalid_items_fail_alone_and_an_all_invalid_batch_is_rejected(
+    database: Database, namespace: str
+) -> None:
     recorder = ObservationRecorder(database)
     good = history(namespace)[0]
     bad = dict(good, kind="Bad Kind", source={"system": "tracker", "stream": "people", "external_id": "bad"})
@@ -184,7 +256,9 @@ def test_invalid_items_fail_alone_and_an_all_invalid_batch_is_rejected(database:
     assert [v.field for v in caught.value.violations] == ["observations[0].kind"]
 
 
-def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(database: Database, namespace: str) -> None:
+def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(
+    database: Database, namespace: str
+) -> None:
     """16 threads record overlapping observations (same entities, same facts) at once."""
     recorder = ObservationRecorder(database)
     errors: list[BaseException] = []
@@ -192,12 +266,25 @@ def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(databas
     def writer(worker: int) -> None:
         items = []
         for n in range(6):
-            items.append(observation(namespace, f"w{worker}-{n}", "2026-01-01T00:00:00Z", [
-                {"entity": {"key": {"type": "person", "id": "alice"}, "title": "Alice"}},
-                works_on(f"p{n % 3}", "2026-01-01T00:00:00Z"),
-                {"fact": {"subject": "project:p0", "predicate": "OWNED_BY", "object": f"team:t{n % 2}",
-                          "valid_from": "2026-01-01T00:00:00Z"}},
-            ]))
+            items.append(
+                observation(
+                    namespace,
+                    f"w{worker}-{n}",
+                    "2026-01-01T00:00:00Z",
+                    [
+                        {"entity": {"key": {"type": "person", "id": "alice"}, "title": "Alice"}},
+                        works_on(f"p{n % 3}", "2026-01-01T00:00:00Z"),
+                        {
+                            "fact": {
+                                "subject": "project:p0",
+                                "predicate": "OWNED_BY",
+                                "object": f"team:t{n % 2}",
+                                "valid_from": "2026-01-01T00:00:00Z",
+                            }
+                        },
+                    ],
+                )
+            )
         try:
             recorder.record_batch(items)
         except BaseException as error:  # noqa: BLE001 - collected and asserted below
@@ -218,9 +305,15 @@ def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(databas
         ).fetchall()
         graph = GraphStore(database)
         vertices = graph.cypher(
-            conn, "MATCH (n:person {namespace: $namespace, natural_key: 'person:alice'}) RETURN count(n)", {"namespace": namespace}
+            conn,
+            "MATCH (n:person {namespace: $namespace, natural_key: 'person:alice'}) RETURN count(n)",
+            {"namespace": namespace},
         )
-        edges = graph.cypher(conn, "MATCH ()-[e:WORKS_ON {namespace: $namespace}]->() RETURN count(e)", {"namespace": namespace})
+        edges = graph.cypher(
+            conn,
+            "MATCH ()-[e:WORKS_ON {namespace: $namespace}]->() RETURN count(e)",
+            {"namespace": namespace},
+        )
     assert vertices == [1]
     assert edges == [3]
     assert len(facts) == 5  # WORKS_ON p0..p2, OWNED_BY t0, t1

@@ -4,7 +4,7 @@ intervals and observation_ids (property-based, on generated histories)."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +18,7 @@ from tests.integration.test_fact_engine import portable_snapshot
 
 pytestmark = pytest.mark.integration
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 PEOPLE = ["alice", "bob", "чебурашка"]
 PROJECTS = ["alpha", "beta", "gamma", "delta"]
 
@@ -44,21 +44,36 @@ def histories(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int]]:
                 fact["supersedes"] = ("PREVIOUS", person, previous[0], previous[1])
             copies = draw(st.integers(1, 2))  # the same assertion from one or two sources
             for copy in range(copies):
-                observations.append({
-                    "source": {"system": "tracker", "stream": person, "external_id": f"{person}-{step}-{copy}"},
-                    "kind": "work.assigned",
-                    "occurred_at": canonical_instant(when + timedelta(hours=copy)),
-                    "assertions": [{"fact": dict(fact)}],
-                })
+                observations.append(
+                    {
+                        "source": {
+                            "system": "tracker",
+                            "stream": person,
+                            "external_id": f"{person}-{step}-{copy}",
+                        },
+                        "kind": "work.assigned",
+                        "occurred_at": canonical_instant(when + timedelta(hours=copy)),
+                        "assertions": [{"fact": dict(fact)}],
+                    }
+                )
             previous = (f"project:{project}", when)
         if draw(st.booleans()):
-            observations.append({
-                "source": {"system": "hr", "stream": "people", "external_id": person},
-                "kind": "person.updated",
-                "occurred_at": canonical_instant(START + timedelta(days=draw(st.integers(0, 200)))),
-                "assertions": [{"entity": {"key": {"type": "person", "id": person}, "title": person.title(),
-                                           "attributes": {"team": draw(st.sampled_from(["core", "infra"]))}}}],
-            })
+            observations.append(
+                {
+                    "source": {"system": "hr", "stream": "people", "external_id": person},
+                    "kind": "person.updated",
+                    "occurred_at": canonical_instant(START + timedelta(days=draw(st.integers(0, 200)))),
+                    "assertions": [
+                        {
+                            "entity": {
+                                "key": {"type": "person", "id": person},
+                                "title": person.title(),
+                                "attributes": {"team": draw(st.sampled_from(["core", "infra"]))},
+                            }
+                        }
+                    ],
+                }
+            )
     order = draw(st.permutations(list(range(len(observations)))))
     return observations, list(order)
 
@@ -81,9 +96,15 @@ def materialise(template: list[dict[str, Any]], namespace: str) -> list[dict[str
     return result
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(histories())
-def test_any_delivery_order_gives_the_same_graph(database: Database, history: tuple[list[dict[str, Any]], list[int]]) -> None:
+def test_any_delivery_order_gives_the_same_graph(
+    database: Database, history: tuple[list[dict[str, Any]], list[int]]
+) -> None:
     template, order = history
     recorder = ObservationRecorder(database)
     in_order_ns, shuffled_ns = "ord-" + uuid.uuid4().hex[:10], "shf-" + uuid.uuid4().hex[:10]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -17,13 +17,19 @@ from common.kernel.identifiers import (
     parse_instant,
 )
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"
+CORPUS = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "corpora"
+    / "debian-uploads"
+    / "observations.jsonl"
+)
 
 
 def test_canonical_instant_drops_zero_microseconds_and_converts_to_utc() -> None:
     moscow = timezone(timedelta(hours=3))
     assert canonical_instant(datetime(2026, 8, 1, 3, 0, tzinfo=moscow)) == "2026-08-01T00:00:00Z"
-    assert canonical_instant(datetime(2026, 8, 1, 0, 0, 0, 120, tzinfo=timezone.utc)) == "2026-08-01T00:00:00.000120Z"
+    assert canonical_instant(datetime(2026, 8, 1, 0, 0, 0, 120, tzinfo=UTC)) == "2026-08-01T00:00:00.000120Z"
 
 
 def test_naive_instants_are_refused() -> None:
@@ -68,7 +74,7 @@ def test_fact_ids_equal_the_corpus_supersedes_ids() -> None:
 def test_observation_id_formula() -> None:
     import hashlib
 
-    expected = "obs-" + hashlib.sha256("debian|debian|changelog/time|time/1.7-5".encode()).hexdigest()[:24]
+    expected = "obs-" + hashlib.sha256(b"debian|debian|changelog/time|time/1.7-5").hexdigest()[:24]
     assert observation_id("debian", "debian", "changelog/time", "time/1.7-5") == expected
 
 

@@ -40,21 +40,54 @@ def test_a_corpus_line_is_valid_and_gets_the_documented_id() -> None:
         (lambda o: o.update(scopes=["no-colon"]), "observations[0].scopes[0]"),
         (lambda o: o.update(content="x" * (1024 * 1024 + 1)), "observations[0].content"),
         (lambda o: o.update(data={"blob": "y" * (1024 * 1024)}), "observations[0].data"),
-        (lambda o: o.update(assertions=[{"entity": {"key": f"k:{i}"}} for i in range(201)]), "observations[0].assertions"),
+        (
+            lambda o: o.update(assertions=[{"entity": {"key": f"k:{i}"}} for i in range(201)]),
+            "observations[0].assertions",
+        ),
         (lambda o: o.update(occurred_at="2026-01-01T00:00:00"), "observations[0].occurred_at"),
         (lambda o: o.update(occurred_at="not a time"), "observations[0].occurred_at"),
-        (lambda o: o["assertions"][2]["fact"].update(valid_from="2026-13-01T00:00:00Z"), "observations[0].assertions[2].fact.valid_from"),
-        (lambda o: o["assertions"][2]["fact"].update(valid_to="1990-01-01T00:00:00Z"), "observations[0].assertions[2].fact.valid_to"),
-        (lambda o: o["assertions"][2]["fact"].update(predicate="HAS VERSION"), "observations[0].assertions[2].fact.predicate"),
-        (lambda o: o["assertions"][2]["fact"].update(confidence=1.5), "observations[0].assertions[2].fact.confidence"),
-        (lambda o: o["assertions"][2]["fact"].update(evidence="rumour"), "observations[0].assertions[2].fact.evidence"),
-        (lambda o: o["assertions"][3]["fact"].update(supersedes="fact-xyz"), "observations[0].assertions[3].fact.supersedes"),
-        (lambda o: o["assertions"][0]["entity"].update(key={"type": "package"}), "observations[0].assertions[0].entity.key.id"),
+        (
+            lambda o: o["assertions"][2]["fact"].update(valid_from="2026-13-01T00:00:00Z"),
+            "observations[0].assertions[2].fact.valid_from",
+        ),
+        (
+            lambda o: o["assertions"][2]["fact"].update(valid_to="1990-01-01T00:00:00Z"),
+            "observations[0].assertions[2].fact.valid_to",
+        ),
+        (
+            lambda o: o["assertions"][2]["fact"].update(predicate="HAS VERSION"),
+            "observations[0].assertions[2].fact.predicate",
+        ),
+        (
+            lambda o: o["assertions"][2]["fact"].update(confidence=1.5),
+            "observations[0].assertions[2].fact.confidence",
+        ),
+        (
+            lambda o: o["assertions"][2]["fact"].update(evidence="rumour"),
+            "observations[0].assertions[2].fact.evidence",
+        ),
+        (
+            lambda o: o["assertions"][3]["fact"].update(supersedes="fact-xyz"),
+            "observations[0].assertions[3].fact.supersedes",
+        ),
+        (
+            lambda o: o["assertions"][0]["entity"].update(key={"type": "package"}),
+            "observations[0].assertions[0].entity.key.id",
+        ),
         (lambda o: o["assertions"][0]["entity"].update(key=""), "observations[0].assertions[0].entity.key"),
-        (lambda o: o["assertions"][0]["entity"].update(key=" padded"), "observations[0].assertions[0].entity.key"),
-        (lambda o: o["assertions"][1]["entity"].update(key={"type": "9 bad", "id": "x"}), "observations[0].assertions[1].entity.key.type"),
+        (
+            lambda o: o["assertions"][0]["entity"].update(key=" padded"),
+            "observations[0].assertions[0].entity.key",
+        ),
+        (
+            lambda o: o["assertions"][1]["entity"].update(key={"type": "9 bad", "id": "x"}),
+            "observations[0].assertions[1].entity.key.type",
+        ),
         (lambda o: o["assertions"].append({"fact": {}, "entity": {}}), "observations[0].assertions[4]"),
-        (lambda o: o["assertions"].append({"text": {"text": "  "}}), "observations[0].assertions[4].text.text"),
+        (
+            lambda o: o["assertions"].append({"text": {"text": "  "}}),
+            "observations[0].assertions[4].text.text",
+        ),
     ],
 )
 def test_each_limit_names_its_field(change: Any, field: str) -> None:

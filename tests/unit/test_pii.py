@@ -1,4 +1,4 @@
-"""Detection and masking of personal data (`common.pii`; seed 000 "Персональные данные", issue 5 §4).
+"""Detection and masking of personal data (`common.kernel.pii`; seed 000 "Персональные данные", issue 5 §4).
 
 Every number below is synthetic: INN, SNILS and card numbers were made with their check digits (the
 invalid twins differ in the last digit), phones use unassigned or fictional subscriber numbers.

@@ -1,4 +1,4 @@
-"""Personal data marks on write and the output policy (`common.pii.PiiMarks`, `query_service.pii_output`).
+"""Personal data marks on write and the output policy (`common.kernel.pii.PiiMarks`, `query_service.pii_output`).
 
 Pure: no database. The end-to-end behaviour over gRPC is in ``tests/e2e/test_pii.py``.
 """

@@ -72,7 +72,9 @@ def test_every_rpc_of_every_service_is_in_the_method_table() -> None:
     rpcs = _all_rpcs()
     assert len(rpcs) >= 12  # the descriptors were found (12 RPCs when this test was written)
     missing = [name for name, _ in rpcs if name not in METHOD_RIGHTS]
-    assert not missing, f"add these RPCs to common.auth.METHOD_RIGHTS (they are denied until then): {missing}"
+    assert not missing, (
+        f"add these RPCs to common.auth.principals.METHOD_RIGHTS (they are denied until then): {missing}"
+    )
 
 
 def test_every_request_names_its_namespaces_or_is_global() -> None:

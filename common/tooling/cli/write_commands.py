@@ -187,7 +187,7 @@ def reconcile(
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")] = False,
 ) -> None:
-    """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`common.snapshot_file`).
+    """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`common.tooling.snapshot_file`).
 
     The file is read and sent as it streams (never whole in memory), with a progress bar over its lines.
     Atomic on the server: if the stream breaks, nothing is written and the same command can simply be
