@@ -669,3 +669,29 @@ def test_token_create_then_list_round_trips_through_the_tokens_file(tmp_path: Pa
     listed = runner.invoke(app, ["token", "list", "--tokens-file", str(path)])
     assert listed.exit_code == 0, listed.output
     assert "ci-loader" in listed.stdout and "sales" in listed.stdout and token not in listed.stdout
+
+
+def test_observe_reads_a_pipe(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
+) -> None:
+    """``cb observe --file /dev/stdin`` and other pipes: the input is read once and every line is sent."""
+    import os
+    import threading
+
+    fake = FakeObservations()
+    address = _observation_server(serve, fake)
+    pipe = tmp_path / "observations.pipe"
+    os.mkfifo(pipe)
+    lines = "".join(_line() + "\n" for _ in range(3))
+
+    def write() -> None:
+        with pipe.open("w", encoding="utf-8") as writer:
+            writer.write(lines)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    result = runner.invoke(app, ["--ingest-addr", address, "observe", "--file", str(pipe)])
+    writer.join(10)
+    assert result.exit_code == 0, result.output
+    assert "created 3, duplicate 0, failed 0" in result.stdout
+    assert len(fake.received) == 3

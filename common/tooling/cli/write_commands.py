@@ -8,8 +8,11 @@ a snapshot file; ``delete`` is one call printed with `call_and_print`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -39,6 +42,21 @@ from common.tooling.observation_file import LineError, ParsedObservation, parse_
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
 
 MAX_BATCH = 1000  # the largest --batch-size of `cb observe` (the largest batch RecordObservations takes)
+
+
+@contextlib.contextmanager
+def _regular_file(path: Path) -> Iterator[Path]:
+    """``path`` itself when it is a regular file; otherwise (a pipe such as ``--file /dev/stdin``) its
+    content spooled once to a temporary file, because the commands read their input twice (to count
+    lines for the progress bar, then to send them) and a pipe can be read only once."""
+    if path.is_file():
+        yield path
+        return
+    with tempfile.NamedTemporaryFile(prefix="cb-input-", suffix=".jsonl") as spooled:
+        with path.open("rb") as source:
+            shutil.copyfileobj(source, spooled)
+        spooled.flush()
+        yield Path(spooled.name)
 
 
 def _count_nonblank(path: Path) -> int:
@@ -76,8 +94,15 @@ def observe(
     Sends RecordObservations in batches, ``--concurrency`` of them in flight (lanes by subject, see
     `record_observations`; each call retried on UNAVAILABLE: the RPC is idempotent), prints every
     failed item with its line number, and exits 1 if any line or item failed. Safe to re-run: recorded
-    observations are duplicates.
+    observations are duplicates. ``--file /dev/stdin`` reads a pipe.
     """
+    with _regular_file(file) as path:
+        _observe(ctx, path, batch_size, namespace, concurrency)
+
+
+def _observe(
+    ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int
+) -> None:
     address = cli_state(ctx).ingest()
     tally = _ObserveTally()
     total_lines = _count_nonblank(file)
@@ -208,8 +233,13 @@ def reconcile(
             bad_line.append(error)
             raise  # cancels the stream: the server rolls the run back
 
-    with cli_state(ctx).channel(address) as channel, progress_bar() as progress, file.open("rb") as handle:
-        task = progress.add_task("lines", total=_count_nonblank(file))
+    with (
+        _regular_file(file) as path,
+        cli_state(ctx).channel(address) as channel,
+        progress_bar() as progress,
+        path.open("rb") as handle,
+    ):
+        task = progress.add_task("lines", total=_count_nonblank(path))
         stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
         try:
             response = stub.ReconcileStream(
