@@ -671,6 +671,7 @@ def test_token_create_then_list_round_trips_through_the_tokens_file(tmp_path: Pa
     assert "ci-loader" in listed.stdout and "sales" in listed.stdout and token not in listed.stdout
 
 
+@pytest.mark.timeout(30)  # without the spooling the second open of the pipe waits for a writer forever
 def test_observe_reads_a_pipe(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
 ) -> None:
