@@ -15,6 +15,7 @@ from common.grpc.proto_mapping import timestamp
 from common.kernel import identifiers
 
 NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="namespace to read")]
+WriteNamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="namespace to change")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")]
 AsOfOption = Annotated[str | None, typer.Option("--as-of", help="ISO 8601 instant; default now")]
 

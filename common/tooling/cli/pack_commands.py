@@ -11,7 +11,7 @@ from memory.v1 import domain_pack_service_pb2, domain_pack_service_pb2_grpc
 from rich.markup import escape
 
 from common.tooling.call_policy import WRITE_TIMEOUT_SECONDS
-from common.tooling.cli.option_types import JsonOption, NamespaceOption, input_file_option
+from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
 from common.tooling.cli.rpc_output import call_and_print, ingest_stub
 from common.tooling.cli.terminal import err
 
@@ -52,7 +52,7 @@ def pack_enable(
     packages: Annotated[
         list[str], typer.Argument(help="packs as name@version, e.g. software-delivery@1.0.0")
     ],
-    namespace: NamespaceOption,
+    namespace: WriteNamespaceOption,
     strict: Annotated[
         bool, typer.Option("--strict/--no-strict", help="reject writes outside the packs")
     ] = False,

@@ -33,7 +33,7 @@ from rich.markup import escape
 
 from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
-from common.tooling.cli.option_types import JsonOption, NamespaceOption, input_file_option
+from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
 from common.tooling.cli.rpc_output import call_and_print, ingest_stub, print_json
 from common.tooling.cli.terminal import err, fail, out, progress_bar
 from common.tooling.client import is_unavailable, rpc_failure
@@ -340,7 +340,7 @@ def retain(
 def delete_node(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="natural key of the node to delete, e.g. doc:apt/README")],
-    namespace: NamespaceOption,
+    namespace: WriteNamespaceOption,
     reason: Annotated[str, typer.Option("--reason", help="why; kept in the audit event")] = "",
     trace_id: Annotated[str | None, typer.Option("--trace-id", help="trace of the audit event")] = None,
     as_json: JsonOption = False,
