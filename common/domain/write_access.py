@@ -91,10 +91,15 @@ class WriteAccess:
     def hidden_nodes(
         self, conn: psycopg.Connection[Any], graph: GraphStore, namespace: str, natural_keys: Sequence[str]
     ) -> set[str]:
-        """The keys among ``natural_keys`` whose node exists but is hidden from the caller."""
+        """The keys among ``natural_keys`` whose node exists but is hidden from the caller. A placeholder
+        (a fact end nothing has asserted) is never hidden for a write: it holds nothing but its key, and
+        refusing it would tell the caller that hidden facts name the key; the write that names it
+        decides its visibility (`common.domain.scope_inheritance` rule 3; issue 10 §2)."""
         if self.unrestricted:
             return set()
-        return graph.hidden_keys(conn, namespace, list(natural_keys), visibility=self.visibility)
+        return graph.hidden_keys(
+            conn, namespace, list(natural_keys), visibility=self.visibility, placeholders=False
+        )
 
     def require_visible_nodes(
         self,
