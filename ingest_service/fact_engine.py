@@ -163,7 +163,7 @@ class FactEngine:
         if refused:
             raise AssertionRejected(refused[0].field, refused[0].description)
         # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
-        same = self.facts.get(conn, fact.namespace, new_id)
+        same = self.facts.get(conn, fact.namespace, new_id) if restricting_scopes(fact.scopes) else None
         if same is not None and reaches_beyond(same.scopes, fact.scopes):
             return FactOutcome(fact_id=new_id, created=False, withheld=True)
         superseded: FactRow | None = None
@@ -223,10 +223,8 @@ class FactEngine:
         if any(fact.supersedes for fact in facts) or any(fact.namespace != namespace for fact in facts):
             raise ValueError("record_many takes facts of one namespace without supersedes")
         # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
-        stored = {
-            row.fact_id: row
-            for row in self.facts.get_many(conn, namespace, sorted({f.fact_id for f in facts}))
-        }
+        restricted = sorted({f.fact_id for f in facts if restricting_scopes(f.scopes)})
+        stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, restricted)}
         outcomes: dict[int, FactOutcome] = {}
         for index, fact in enumerate(facts):
             same = stored.get(fact.fact_id)

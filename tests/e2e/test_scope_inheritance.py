@@ -2,7 +2,8 @@
 `common.domain.scope_inheritance`).
 
 Every write path (RecordObservations with entity, fact, text and placeholder assertions, AssertFacts,
-Reconcile, Retain, PutChunks) writes data scoped ``workspace:x`` as a writer holding that scope; then
+Reconcile, Retain, PutChunks; `tests.e2e.scoped_writes`) writes data scoped ``workspace:x`` as a writer
+holding that scope; then
 every read RPC (Search, GetSource, ListFacts with and without history, CompileContext,
 CompileTypedContext with a pack, GetObservation, GetTrace) is called by three readers: ``outsider`` (no
 scope), ``other`` (``workspace:y``) and ``insider`` (``workspace:x``), over the real services with tokens.
@@ -19,8 +20,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -29,398 +28,51 @@ from google.protobuf import json_format
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     fact_service_pb2,
     fact_service_pb2_grpc,
-    knowledge_pb2,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
 
-from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.kernel.identifiers import fact_id, parse_instant
 from common.tooling.client import ClientSecurity, make_channel, rpc_failure
-from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.scoped_writes import (
+    COMMON_WORD,
+    READERS,
+    RPCS,
+    SCOPE,
+    WRITE_PATHS,
+    World,
+    Written,
+    fact,
+    fid,
+    observation,
+    pack,
+    record,
+)
 from tests.e2e.test_domain_packs import _register
 
 pytestmark = pytest.mark.e2e
 
-SCOPE = "workspace:x"
-WHEN = "2024-05-01T10:00:00Z"
-READERS = ("outsider", "other", "insider")
-RPCS = (
-    "Search",
-    "GetSource",
-    "ListFacts",
-    "ListFacts(history)",
-    "CompileContext",
-    "CompileTypedContext",
-    "GetObservation",
-    "GetTrace",
-)
-COMMON_WORD = "nebula"  # in every hidden text: the dev-mode compilation of GetTrace finds them by it
-
-
-def _pack(version: str) -> dict[str, Any]:
-    """A small pack: typed traversal follows DEPENDS_ON and OWNS (non-strict: other types are free)."""
-    return {
-        "name": "scope-inheritance",
-        "version": version,
-        "kinds": [{"kind": "service"}, {"kind": "team"}],
-        "relations": [
-            {"relation": "DEPENDS_ON", "fromKinds": ["service"], "toKinds": ["service"]},
-            {"relation": "OWNS", "fromKinds": ["team"], "toKinds": ["service"]},
-        ],
-    }
-
-
-@dataclass
-class Written:
-    """What one write path wrote hidden: the strings no outsider may get back, and where to look."""
-
-    path: str
-    marker: str
-    keys: list[str] = field(default_factory=list)  # hidden node keys (GetSource: NOT_FOUND outside)
-    fact_ids: list[str] = field(default_factory=list)
-    observation_ids: list[str] = field(default_factory=list)
-    anchors: list[str] = field(default_factory=list)  # public keys the hidden data hangs on
-    # Read RPCs in which the insider must see this path's data.
-    shown_in: tuple[str, ...] = ()
-
-    @property
-    def secrets(self) -> list[str]:
-        return [self.marker, *self.keys, *self.fact_ids, *self.observation_ids]
-
-
-class World:
-    """Secured hosts, tokens, the namespace and what each write path wrote."""
-
-    def __init__(self, tokens_file: Path) -> None:
-        self.ns = "inh-" + uuid.uuid4().hex[:12]
-        self.tag = uuid.uuid4().hex[:8]
-        read = {self.ns: [Right.READ]}
-        self.writer, _ = add_token(
-            tokens_file, principal="inh-writer", namespaces={self.ns: [Right.WRITE]}, scopes=[SCOPE]
-        )
-        self.public_writer, _ = add_token(
-            tokens_file, principal="inh-public-writer", namespaces={self.ns: [Right.WRITE]}
-        )
-        self.tokens = {
-            "outsider": add_token(tokens_file, principal="inh-outsider", namespaces=read)[0],
-            "other": add_token(tokens_file, principal="inh-other", namespaces=read, scopes=["workspace:y"])[
-                0
-            ],
-            "insider": add_token(tokens_file, principal="inh-insider", namespaces=read, scopes=[SCOPE])[0],
-        }
-        self.ingest_addr = self.query_addr = ""
-        self.public_a = f"service:pub-a-{self.tag}"
-        self.public_b = f"service:pub-b-{self.tag}"
-        self.written: list[Written] = []
-        self.trace_id = f"inh-trace-{self.tag}"
-
-    def marker(self, path: str) -> str:
-        return f"zq{path.replace('.', '')}{self.tag}"
-
-
-def _observation(ns: str, external_id: str, scopes: list[str], content: str, assertions: list[Any]) -> Any:
-    return json_format.ParseDict(
-        {
-            "namespace": ns,
-            "source": {"system": "inh-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": WHEN,
-            "scopes": scopes,
-            "content": content,
-            "assertions": assertions,
-        },
-        knowledge_pb2.Observation(),
-    )
-
-
-def _fact(subject: str, predicate: str, obj: str, **extra: Any) -> dict[str, Any]:
-    return {"subject": subject, "predicate": predicate, "object": obj, "valid_from": WHEN, **extra}
-
-
-def _record(channel: grpc.Channel, observation: Any) -> str:
-    stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-    request = observation_service_pb2.RecordObservationsRequest(observations=[observation])
-    result = stub.RecordObservations(request, timeout=300).results[0]
-    assert result.status == "processed" and not result.error, result
-    return str(result.observation_id)
-
-
-def _fid(world: World, subject: str, predicate: str, obj: str) -> str:
-    return fact_id(world.ns, subject, predicate, obj, parse_instant(WHEN))
-
-
-# -- the write paths -------------------------------------------------------------------------------
-
-
-def _obs_entity(world: World, channel: grpc.Channel) -> Written:
-    """An entity assertion (new node) and one on an existing public node, with hidden titles and
-    attributes; a fact between them."""
-    m = world.marker("obs.entity")
-    key = f"service:{m}-ent"
-    observation_id = _record(
-        channel,
-        _observation(
-            world.ns,
-            f"entity-{world.tag}",
-            [SCOPE],
-            f"{COMMON_WORD} entity note {m}",
-            [
-                {"entity": {"key": key, "title": f"Title {m}", "attributes": {"note": f"attr {m}"}}},
-                {"entity": {"key": world.public_a, "title": f"Hijack {m}", "attributes": {"note": m}}},
-                {"fact": _fact(world.public_a, "DEPENDS_ON", key)},
-            ],
-        ),
-    )
-    return Written(
-        "obs.entity",
-        m,
-        keys=[key, f"episode:{observation_id}"],
-        fact_ids=[_fid(world, world.public_a, "DEPENDS_ON", key)],
-        observation_ids=[observation_id],
-        anchors=[world.public_a],
-        shown_in=RPCS,
-    )
-
-
-def _obs_fact(world: World, channel: grpc.Channel) -> Written:
-    """A fact between two public nodes carrying its own relevance scope (``task:t1``) and attributes."""
-    m = world.marker("obs.fact")
-    observation_id = _record(
-        channel,
-        _observation(
-            world.ns,
-            f"fact-{world.tag}",
-            [SCOPE],
-            f"{COMMON_WORD} fact note {m}",
-            [
-                {
-                    "fact": _fact(
-                        world.public_a, "OWNS_CODE", world.public_b, scopes=["task:t1"], attributes={"why": m}
-                    )
-                }
-            ],
-        ),
-    )
-    return Written(
-        "obs.fact",
-        m,
-        keys=[f"episode:{observation_id}"],
-        fact_ids=[_fid(world, world.public_a, "OWNS_CODE", world.public_b)],
-        observation_ids=[observation_id],
-        anchors=[world.public_a, world.public_b],
-        shown_in=RPCS,
-    )
-
-
-def _obs_placeholder(world: World, channel: grpc.Channel) -> Written:
-    """Facts whose ends nothing asserts: placeholders, one behind a relevance-scoped fact."""
-    m = world.marker("obs.placeholder")
-    first, second = f"service:{m}-ph1", f"service:{m}-ph2"
-    observation_id = _record(
-        channel,
-        _observation(
-            world.ns,
-            f"placeholder-{world.tag}",
-            [SCOPE],
-            f"{COMMON_WORD} placeholder note {m}",
-            [
-                {"fact": _fact(world.public_b, "DEPENDS_ON", first)},
-                {"fact": _fact(first, "DEPENDS_ON", second, scopes=["task:t1"])},
-            ],
-        ),
-    )
-    return Written(
-        "obs.placeholder",
-        m,
-        keys=[first, second, f"episode:{observation_id}"],
-        fact_ids=[
-            _fid(world, world.public_b, "DEPENDS_ON", first),
-            _fid(world, first, "DEPENDS_ON", second),
-        ],
-        observation_ids=[observation_id],
-        anchors=[world.public_b],
-        shown_in=RPCS,
-    )
-
-
-def _obs_text(world: World, channel: grpc.Channel) -> Written:
-    """A text assertion (text fragment node and chunk)."""
-    m = world.marker("obs.text")
-    observation_id = _record(
-        channel,
-        _observation(
-            world.ns,
-            f"text-{world.tag}",
-            [SCOPE, "task:t1"],
-            f"{COMMON_WORD} text note {m}",
-            [{"text": {"text": f"{COMMON_WORD} fragment about {m}", "title": f"Fragment {m}"}}],
-        ),
-    )
-    return Written(
-        "obs.text",
-        m,
-        keys=[f"text:{observation_id}/0", f"episode:{observation_id}"],
-        observation_ids=[observation_id],
-        shown_in=("Search", "GetSource", "CompileContext", "GetObservation", "GetTrace"),
-    )
-
-
-def _assert_facts(world: World, channel: grpc.Channel) -> Written:
-    """AssertFacts: a restricted fact to a placeholder, and one with a relevance scope added."""
-    m = world.marker("assert")
-    target = f"service:{m}-af"
-    stub = fact_service_pb2_grpc.FactServiceStub(channel)
-    request = json_format.ParseDict(
-        {
-            "namespace": world.ns,
-            "facts": [
-                _fact(world.public_a, "DEPENDS_ON", target, scopes=[SCOPE], attributes={"why": m}),
-                _fact(target, "OWNS_DATA", world.public_b, scopes=[SCOPE, "task:t1"]),
-            ],
-        },
-        fact_service_pb2.AssertFactsRequest(),
-    )
-    results = stub.AssertFacts(request, timeout=120).results
-    assert all(not r.error for r in results), results
-    return Written(
-        "AssertFacts",
-        m,
-        keys=[target],
-        fact_ids=[r.fact_id for r in results],
-        anchors=[world.public_a, world.public_b],
-        shown_in=(
-            "GetSource",
-            "ListFacts",
-            "ListFacts(history)",
-            "CompileContext",
-            "CompileTypedContext",
-            "GetTrace",
-        ),
-    )
-
-
-def _reconcile(world: World, channel: grpc.Channel) -> Written:
-    """Reconcile: restricted facts of a snapshot to a placeholder (twice, the second drops one)."""
-    m = world.marker("reconcile")
-    target, gone = f"service:{m}-rc", f"service:{m}-gone"
-    stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
-
-    def run(snapshot_id: str, facts: list[dict[str, Any]]) -> None:
-        request = json_format.ParseDict(
-            {
-                "namespace": world.ns,
-                "source": "inh-cmdb",
-                "scope": "suite:x",
-                "snapshot_id": snapshot_id,
-                "snapshot_time": WHEN,
-                "facts": facts,
-            },
-            snapshot_service_pb2.ReconcileRequest(),
-        )
-        stub.Reconcile(request, timeout=120)
-
-    kept = _fact(world.public_b, "DEPENDS_ON", target, scopes=[SCOPE], attributes={"why": m})
-    dropped = _fact(world.public_b, "DEPENDS_ON", gone, scopes=[SCOPE, "task:t1"])
-    run(f"s1-{world.tag}", [kept, dropped])
-    run(f"s2-{world.tag}", [kept])
-    return Written(
-        "Reconcile",
-        m,
-        keys=[target, gone],
-        fact_ids=[
-            _fid(world, world.public_b, "DEPENDS_ON", target),
-            _fid(world, world.public_b, "DEPENDS_ON", gone),
-        ],
-        anchors=[world.public_b],
-        shown_in=(
-            "GetSource",
-            "ListFacts",
-            "ListFacts(history)",
-            "CompileContext",
-            "CompileTypedContext",
-            "GetTrace",
-        ),
-    )
-
-
-def _retain(world: World, channel: grpc.Channel) -> Written:
-    m = world.marker("retain")
-    key = f"doc:{m}"
-    document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
-        document_service_pb2.RetainRequest(
-            namespace=world.ns,
-            natural_key=key,
-            title=f"Doc {m}",
-            content=f"# {m}\n\n{COMMON_WORD} retained secret {m}.",
-            links=[world.public_a],
-            scopes=[SCOPE, "task:t1"],
-        ),
-        timeout=120,
-    )
-    return Written("Retain", m, keys=[key], shown_in=("Search", "GetSource", "CompileContext", "GetTrace"))
-
-
-def _put_chunks(world: World, channel: grpc.Channel) -> Written:
-    m = world.marker("chunks")
-    key = f"doc:{m}"
-    document_service_pb2_grpc.DocumentServiceStub(channel).PutChunks(
-        document_service_pb2.PutChunksRequest(
-            namespace=world.ns,
-            natural_key=key,
-            title=f"Chunks {m}",
-            scopes=[SCOPE],
-            chunks=[
-                document_service_pb2.ChunkInput(
-                    chunk_order=i, heading=f"h {m}", text=f"{COMMON_WORD} chunk {i} {m}"
-                )
-                for i in range(2)
-            ],
-        ),
-        timeout=120,
-    )
-    return Written("PutChunks", m, keys=[key], shown_in=("Search", "GetSource", "CompileContext", "GetTrace"))
-
-
-WRITE_PATHS: tuple[Callable[[World, grpc.Channel], Written], ...] = (
-    _obs_entity,
-    _obs_fact,
-    _obs_placeholder,
-    _obs_text,
-    _assert_facts,
-    _reconcile,
-    _retain,
-    _put_chunks,
-)
-
 
 def _load(world: World, dev_ingest: grpc.Channel, dev_query: grpc.Channel) -> None:
-    _register(dev_ingest, _pack(uuid.uuid4().hex), world.ns, strict=False)
+    _register(dev_ingest, pack(uuid.uuid4().hex), world.ns, strict=False)
     with make_channel(world.ingest_addr, security=ClientSecurity(token=world.writer)) as channel:
         public = [
             {"entity": {"key": world.public_a, "title": "Public A", "attributes": {"tier": "public"}}},
             {"entity": {"key": world.public_b, "title": "Public B"}},
-            {"fact": _fact(world.public_a, "DEPENDS_ON", world.public_b)},
+            {"fact": fact(world.public_a, "DEPENDS_ON", world.public_b)},
         ]
-        _record(channel, _observation(world.ns, f"public-{world.tag}", [], "public note", public))
+        record(channel, observation(world.ns, f"public-{world.tag}", [], "public note", public))
         world.written = [write(world, channel) for write in WRITE_PATHS]
     # A compilation in development mode (no scope: every reader of the namespace reads its trace) that
     # saw everything; GetTrace must show each reader only the decisions about what it may see.
@@ -622,7 +274,7 @@ def test_a_hidden_placeholder_becomes_visible_once_a_visible_write_names_it(worl
     def assert_fact(token: str, subject: str, scopes: list[str]) -> str:
         with make_channel(world.ingest_addr, security=ClientSecurity(token=token)) as channel:
             request = json_format.ParseDict(
-                {"namespace": world.ns, "facts": [_fact(subject, "DEPENDS_ON", target, scopes=scopes)]},
+                {"namespace": world.ns, "facts": [fact(subject, "DEPENDS_ON", target, scopes=scopes)]},
                 fact_service_pb2.AssertFactsRequest(),
             )
             result = (
@@ -655,3 +307,36 @@ def test_a_hidden_placeholder_becomes_visible_once_a_visible_write_names_it(worl
             fact_query_service_pb2.ListFactsRequest(namespace=world.ns, object=target), timeout=60
         ).facts
         assert sorted(f.fact_id for f in listed) == sorted([hidden_fact, public_fact])
+
+
+def test_a_scoped_fact_cannot_supersede_a_fact_more_readers_see(world: World) -> None:
+    """Superseding closes the public fact for everyone and names the hidden successor: refused."""
+    public_fact = fid(world, world.public_a, "DEPENDS_ON", world.public_b)
+    successor = fact(
+        world.public_a,
+        "DEPENDS_ON",
+        f"service:{world.marker('successor')}",
+        scopes=[SCOPE],
+        supersedes=public_fact,
+    )
+    successor["valid_from"] = "2024-06-01T00:00:00Z"
+    request = json_format.ParseDict(
+        {"namespace": world.ns, "facts": [successor]}, fact_service_pb2.AssertFactsRequest()
+    )
+    writer = make_channel(world.ingest_addr, security=ClientSecurity(token=world.writer))
+    with writer, pytest.raises(grpc.RpcError) as raised:
+        fact_service_pb2_grpc.FactServiceStub(writer).AssertFacts(request, timeout=60)
+    failure = rpc_failure(raised.value)
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "facts[0].supersedes" in {v.field for v in failure.violations}, failure
+    with make_channel(world.query_addr, security=ClientSecurity(token=world.tokens["outsider"])) as channel:
+        listed = (
+            fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+            .ListFacts(
+                fact_query_service_pb2.ListFactsRequest(namespace=world.ns, subject=world.public_a),
+                timeout=60,
+            )
+            .facts
+        )
+    public = next(f for f in listed if f.fact_id == public_fact)
+    assert not public.HasField("valid_to") and not public.superseded_by

@@ -76,11 +76,16 @@ WHERE namespace = %s AND natural_key = %s
 
 -- name: follow_placeholder_scopes
 -- Placeholders among %(keys)s that carry scopes follow the facts naming them (issue 10 §2): the union
--- with the key's scopes (a JSON array per key), or none when it is empty (a visible fact names it).
-UPDATE {graph_nodes} AS g SET scopes = CASE WHEN x.scopes = '[]' THEN '{{}}'::text[]
-    ELSE ARRAY(SELECT DISTINCT s FROM unnest(g.scopes || ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb))) AS u(s) ORDER BY 1) END
-FROM unnest(%(keys)b::text[], %(scopes)b::text[]) AS x(natural_key, scopes)
-WHERE g.namespace = %(namespace)s AND g.natural_key = x.natural_key AND g.placeholder
+-- with the key's scopes (%(scopes)s: a JSON array per key, in the order of the keys), or none when it is
+-- empty (a visible fact names it). A primary-key look-up per key (= ANY), not a join the planner could
+-- turn into a scan of the namespace (NodeRegistry._registered says why).
+UPDATE {graph_nodes} AS g SET scopes = (
+    SELECT CASE WHEN x.scopes = '[]' THEN '{{}}'::text[]
+        ELSE ARRAY(SELECT DISTINCT s FROM unnest(g.scopes || ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb))) AS u(s) ORDER BY 1) END
+    FROM unnest(%(keys)b::text[], %(scopes)b::text[]) AS x(natural_key, scopes)
+    WHERE x.natural_key = g.natural_key LIMIT 1
+)
+WHERE g.namespace = %(namespace)s AND g.natural_key = ANY(%(keys)b::text[]) AND g.placeholder
     AND g.scopes <> '{{}}'::text[]
 
 -- name: insert_registry_row_once
