@@ -18,6 +18,9 @@ side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`i
 (`ingest_service.fact_engine`, `ingest_service.fact_assertions`), Reconcile (`ingest_service.snapshots`)
 and RecordAuditEvent (`common.domain.audit`).
 
+What a scoped write derives (entities, facts, placeholders, fragments) carries its scopes, and a
+narrower write changes nothing wider: `common.domain.scope_inheritance` (issue 10 §2).
+
 Status of a refusal: a single-target RPC gets PERMISSION_DENIED (reason ``SCOPE_NOT_ALLOWED``) for rule 1
 and NOT_FOUND for rule 2; an item of a batch fails with the same text as a field violation.
 """
