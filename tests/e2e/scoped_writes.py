@@ -318,8 +318,11 @@ def reconcile(world: World, channel: grpc.Channel) -> Written:
     dropped = fact(world.public_b, "DEPENDS_ON", gone, scopes=[SCOPE, "task:t1"])
     # the public fact again: the snapshot must neither adopt it nor give it its attributes
     public = fact(world.public_a, "DEPENDS_ON", world.public_b, scopes=[SCOPE], attributes={"why": m})
-    run(f"s1-{world.tag}", [kept, dropped, public])
-    run(f"s2-{world.tag}", [kept, public])
+    # a public fact of this snapshot source, then listed with the scope and new attributes: unchanged
+    owned = fact(world.public_a, "FEEDS", world.public_b, attributes={"v": "public"})
+    rescoped = fact(world.public_a, "FEEDS", world.public_b, scopes=[SCOPE], attributes={"v": m})
+    run(f"s1-{world.tag}", [kept, dropped, public, owned])
+    run(f"s2-{world.tag}", [kept, public, rescoped])
     return Written(
         "Reconcile",
         m,

@@ -152,7 +152,7 @@ def _read(rpc: str, channel: grpc.Channel, world: World, written: Written) -> tu
         history = rpc.endswith("(history)")
         texts = []
         keys = written.keys + written.anchors
-        predicates = ("DEPENDS_ON", "OWNS_CODE", "OWNS_DATA", "MENTIONS")
+        predicates = ("DEPENDS_ON", "OWNS_CODE", "OWNS_DATA", "FEEDS", "MENTIONS")
         filters = [
             *({"predicate": p} for p in predicates),
             *({"subject": k} for k in keys),
@@ -264,7 +264,12 @@ def test_public_nodes_touched_by_hidden_writes_stay_public_and_unchanged(world: 
             )
             .facts
         )
-        assert [(f.predicate, f.object) for f in facts] == [("DEPENDS_ON", world.public_b)]
+        assert sorted((f.predicate, f.object) for f in facts) == [
+            ("DEPENDS_ON", world.public_b),
+            ("FEEDS", world.public_b),
+        ]
+        feeds = next(f for f in facts if f.predicate == "FEEDS")
+        assert json_format.MessageToDict(feeds.attributes) == {"v": "public"} and not feeds.scopes
 
 
 def test_a_hidden_placeholder_becomes_visible_once_a_visible_write_names_it(world: World) -> None:
