@@ -188,13 +188,16 @@ class FactEngine:
             if superseded is not None and superseded.supersedes == new_id:
                 raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
         known = {} if known is None else known
-        end_scopes = restricting_scopes(fact.scopes)  # placeholder ends follow the fact (issue 10 §2)
-        subject_label = known[fact.subject] = self.graph.ensure_node(
-            conn, fact.namespace, fact.subject, now=now, known=known, scopes=end_scopes
-        )
-        object_label = known[fact.object] = self.graph.ensure_node(
-            conn, fact.namespace, fact.object, now=now, known=known, scopes=end_scopes
-        )
+        # The ends, placeholders created for the missing ones; placeholder ends follow the fact's
+        # restricting scopes, also those written earlier in this transaction (issue 10 §2).
+        end_scopes = {key: restricting_scopes(fact.scopes) for key in (fact.subject, fact.object)}
+        written = {key: scopes for key, scopes in end_scopes.items() if key in known}
+        if written:
+            self.graph.follow_placeholder_scopes(conn, fact.namespace, written)
+        missing = [key for key in end_scopes if key not in known]
+        if missing:
+            known.update(self.graph.ensure_nodes(conn, fact.namespace, missing, now=now, scopes=end_scopes))
+        subject_label, object_label = known[fact.subject], known[fact.object]
         row = self.row_of(fact, now=now)
         assert row.fact_id == new_id
         created, row = self.facts.insert_or_strengthen(

@@ -246,18 +246,12 @@ class GraphStore(GraphEdges):
         *,
         now: datetime,
         known: dict[str, str] | None = None,
-        scopes: list[str] | None = None,
     ) -> str:
         """Returns the label of the vertex of ``natural_key``, creating a placeholder when it is missing
-        (`ensure_nodes` of one key; ``scopes``: the restricting scopes of the fact naming it). A key in
-        ``known`` (written in this transaction) is not looked up again, but its placeholder scopes still
-        follow ``scopes``."""
+        (`ensure_nodes` of one key)."""
         if known is not None and natural_key in known:
-            if scopes is not None:
-                self._follow_placeholder_scopes(conn, namespace, {natural_key: scopes})
             return known[natural_key]
-        by_key = None if scopes is None else {natural_key: scopes}
-        return self.ensure_nodes(conn, namespace, [natural_key], now=now, scopes=by_key)[natural_key]
+        return self.ensure_nodes(conn, namespace, [natural_key], now=now)[natural_key]
 
     def ensure_nodes(
         self,
@@ -288,7 +282,7 @@ class GraphStore(GraphEdges):
         missing = [key for key in keys if key not in labels]
         scopes = scopes or {}
         if labels:
-            self._follow_placeholder_scopes(conn, namespace, {key: scopes.get(key, []) for key in labels})
+            self.follow_placeholder_scopes(conn, namespace, {key: scopes.get(key, []) for key in labels})
         if missing:
             types = [type_of_key(key) for key in missing]
             label_ids = self._label_ids(conn, {age_label(node_type) for node_type in types})
@@ -321,11 +315,12 @@ class GraphStore(GraphEdges):
                 labels.update(self._registered(conn, namespace, raced))
         return labels
 
-    def _follow_placeholder_scopes(
+    def follow_placeholder_scopes(
         self, conn: psycopg.Connection[Any], namespace: str, scopes: dict[str, list[str]]
     ) -> None:
         """Placeholders among ``scopes``' keys that carry scopes take the union with the key's scopes, or
-        none for ``[]`` (see ``scopes`` of `ensure_nodes`); nothing else is changed."""
+        none for ``[]`` (see ``scopes`` of `ensure_nodes`; for keys already ensured in this transaction);
+        nothing else is changed."""
         conn.execute(
             self.queries["follow_placeholder_scopes"],
             {
