@@ -345,3 +345,31 @@ def test_a_scoped_fact_cannot_supersede_a_fact_more_readers_see(world: World) ->
         )
     public = next(f for f in listed if f.fact_id == public_fact)
     assert not public.HasField("valid_to") and not public.superseded_by
+
+
+def test_a_placeholder_named_hidden_then_visible_in_one_request_is_visible(world: World) -> None:
+    target = f"service:{world.marker('batch')}"
+    request = json_format.ParseDict(
+        {
+            "namespace": world.ns,
+            "facts": [
+                fact(world.public_a, "DEPENDS_ON", target, scopes=[SCOPE]),
+                fact(world.public_b, "DEPENDS_ON", target),
+            ],
+        },
+        fact_service_pb2.AssertFactsRequest(),
+    )
+    with make_channel(world.ingest_addr, security=ClientSecurity(token=world.writer)) as channel:
+        results = fact_service_pb2_grpc.FactServiceStub(channel).AssertFacts(request, timeout=60).results
+    assert all(not r.error for r in results), results
+    with make_channel(world.query_addr, security=ClientSecurity(token=world.tokens["outsider"])) as outsider:
+        got = source_service_pb2_grpc.SourceServiceStub(outsider).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=world.ns, natural_key=target), timeout=60
+        )
+        assert got.source.natural_key == target
+        listed = (
+            fact_query_service_pb2_grpc.FactQueryServiceStub(outsider)
+            .ListFacts(fact_query_service_pb2.ListFactsRequest(namespace=world.ns, object=target), timeout=60)
+            .facts
+        )
+    assert [f.fact_id for f in listed] == [results[1].fact_id]
