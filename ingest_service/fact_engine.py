@@ -139,7 +139,8 @@ class FactEngine:
     ) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
 
-        ``known`` maps natural keys already written in this transaction to their labels; it is updated.
+        ``known`` maps natural keys already written in this transaction to their labels, and must hold no
+        placeholder with restricting scopes (their scopes follow each fact naming them); it is updated.
 
         Every check happens before the first write, so a rejected assertion writes nothing.
 
@@ -189,15 +190,18 @@ class FactEngine:
                 raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
         known = {} if known is None else known
         # The ends, placeholders created for the missing ones; placeholder ends follow the fact's
-        # restricting scopes, also those written earlier in this transaction (issue 10 §2).
-        end_scopes = {key: restricting_scopes(fact.scopes) for key in (fact.subject, fact.object)}
-        written = {key: scopes for key, scopes in end_scopes.items() if key in known}
-        if written:
-            self.graph.follow_placeholder_scopes(conn, fact.namespace, written)
-        missing = [key for key in end_scopes if key not in known]
-        if missing:
-            known.update(self.graph.ensure_nodes(conn, fact.namespace, missing, now=now, scopes=end_scopes))
-        subject_label, object_label = known[fact.subject], known[fact.object]
+        # restricting scopes (issue 10 §2). ``known`` keeps only ends whose visibility no later fact can
+        # change (a public fact's ends: completed nodes or public placeholders), so a scoped placeholder
+        # is looked up again by the next fact naming it.
+        scopes = restricting_scopes(fact.scopes)
+        missing = [key for key in dict.fromkeys((fact.subject, fact.object)) if key not in known]
+        ensured = self.graph.ensure_nodes(
+            conn, fact.namespace, missing, now=now, scopes={key: scopes for key in missing}
+        )
+        if not scopes:
+            known.update(ensured)
+        subject_label = known.get(fact.subject) or ensured[fact.subject]
+        object_label = known.get(fact.object) or ensured[fact.object]
         row = self.row_of(fact, now=now)
         assert row.fact_id == new_id
         created, row = self.facts.insert_or_strengthen(

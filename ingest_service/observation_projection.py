@@ -187,8 +187,9 @@ class ObservationProjector:
         hidden = WriteAccess.of_caller().hidden_nodes(
             conn, self.graph, item.namespace, [entity.key for entity in item.entities]
         )
-        restricted = restricting_scopes(item.scopes)
-        stored = self.graph.registry_scopes(conn, item.namespace, [entity.key for entity in item.entities])
+        restricted = restricting_scopes(item.scopes)  # a public write needs no node state (issue 10 §2)
+        keys = [entity.key for entity in item.entities] if restricted else []
+        stored = self.graph.registry_scopes(conn, item.namespace, keys)
         for entity in item.entities:
             natural_key, node_type = entity.key, entity.node_type
             if natural_key in hidden:
