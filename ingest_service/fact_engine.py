@@ -27,12 +27,14 @@ adds; `FactEngine.row_of` is the one mapping from it to the stored row.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from common.domain.scope_inheritance import reaches_beyond, restricting_scopes
 from common.domain.write_access import WriteAccess
 from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactRow, FactStore
@@ -53,10 +55,13 @@ class AssertionRejected(Exception):
 
 @dataclass(frozen=True)
 class FactOutcome:
-    """The fact_id an assertion was written under, and whether it was created (False: strengthened)."""
+    """The fact_id an assertion was written under, and whether it was created (False: strengthened).
+    ``withheld``: a fact of that id exists that more readers see than the assertion's scopes allow, so
+    it was left unchanged (`common.domain.scope_inheritance` rule 2)."""
 
     fact_id: str
     created: bool
+    withheld: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,7 +139,8 @@ class FactEngine:
     ) -> FactOutcome:
         """Creates or strengthens one fact and applies supersession both ways.
 
-        ``known`` maps natural keys already written in this transaction to their labels; it is updated.
+        ``known`` maps natural keys already written in this transaction to their labels, and must hold no
+        placeholder with restricting scopes (their scopes follow each fact naming them); it is updated.
 
         Every check happens before the first write, so a rejected assertion writes nothing.
 
@@ -157,11 +163,21 @@ class FactEngine:
         )
         if refused:
             raise AssertionRejected(refused[0].field, refused[0].description)
+        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
+        same = self.facts.get(conn, fact.namespace, new_id) if restricting_scopes(fact.scopes) else None
+        if same is not None and reaches_beyond(same.scopes, fact.scopes):
+            return FactOutcome(fact_id=new_id, created=False, withheld=True)
         superseded: FactRow | None = None
         if fact.supersedes:
             if fact.supersedes == new_id:
                 raise AssertionRejected(f"{fact.field}.supersedes", "a fact cannot supersede itself")
             superseded = self.facts.get(conn, fact.namespace, fact.supersedes, lock=True)
+            if superseded is not None and reaches_beyond(superseded.scopes, fact.scopes):
+                raise AssertionRejected(
+                    f"{fact.field}.supersedes",
+                    f"{fact.supersedes} is seen by readers outside this fact's scopes; a fact with"
+                    " narrower scopes cannot supersede it",
+                )
             if superseded is not None and (
                 superseded.subject_key != fact.subject or superseded.predicate != fact.predicate
             ):
@@ -173,12 +189,19 @@ class FactEngine:
             if superseded is not None and superseded.supersedes == new_id:
                 raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
         known = {} if known is None else known
-        subject_label = known[fact.subject] = self.graph.ensure_node(
-            conn, fact.namespace, fact.subject, now=now, known=known
+        # The ends, placeholders created for the missing ones; placeholder ends follow the fact's
+        # restricting scopes (issue 10 §2). ``known`` keeps only ends whose visibility no later fact can
+        # change (a public fact's ends: completed nodes or public placeholders), so a scoped placeholder
+        # is looked up again by the next fact naming it.
+        scopes = restricting_scopes(fact.scopes)
+        missing = [key for key in dict.fromkeys((fact.subject, fact.object)) if key not in known]
+        ensured = self.graph.ensure_nodes(
+            conn, fact.namespace, missing, now=now, scopes={key: scopes for key in missing}
         )
-        object_label = known[fact.object] = self.graph.ensure_node(
-            conn, fact.namespace, fact.object, now=now, known=known
-        )
+        if not scopes:
+            known.update(ensured)
+        subject_label = known.get(fact.subject) or ensured[fact.subject]
+        object_label = known.get(fact.object) or ensured[fact.object]
         row = self.row_of(fact, now=now)
         assert row.fact_id == new_id
         created, row = self.facts.insert_or_strengthen(
@@ -206,12 +229,23 @@ class FactEngine:
         """
         if any(fact.supersedes for fact in facts) or any(fact.namespace != namespace for fact in facts):
             raise ValueError("record_many takes facts of one namespace without supersedes")
-        self.graph.ensure_nodes(
-            conn, namespace, [key for fact in facts for key in (fact.subject, fact.object)], now=now
-        )
-        rows = [self.row_of(fact, now=now) for fact in facts]
+        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
+        restricted = sorted({f.fact_id for f in facts if restricting_scopes(f.scopes)})
+        stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, restricted)}
         outcomes: dict[int, FactOutcome] = {}
-        pending = list(enumerate(rows))
+        for index, fact in enumerate(facts):
+            same = stored.get(fact.fact_id)
+            if same is not None and reaches_beyond(same.scopes, fact.scopes):
+                outcomes[index] = FactOutcome(fact_id=fact.fact_id, created=False, withheld=True)
+        written_facts = [(index, fact) for index, fact in enumerate(facts) if index not in outcomes]
+        self.graph.ensure_nodes(
+            conn,
+            namespace,
+            [key for _, fact in written_facts for key in (fact.subject, fact.object)],
+            now=now,
+            scopes=_end_scopes(fact for _, fact in written_facts),
+        )
+        pending = [(index, self.row_of(fact, now=now)) for index, fact in written_facts]
         while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
             round_: list[tuple[int, FactRow]] = []
             later: list[tuple[int, FactRow]] = []
@@ -226,7 +260,7 @@ class FactEngine:
         created_ids = sorted({o.fact_id for o in outcomes.values() if o.created})
         for fact_id, first in self.facts.first_superseding(conn, namespace, created_ids).items():
             self.facts.close(conn, namespace, fact_id, first.valid_from, first.fact_id)
-        return [outcomes[index] for index in range(len(rows))]
+        return [outcomes[index] for index in range(len(facts))]
 
     @staticmethod
     def row_of(fact: FactInput, *, now: datetime) -> FactRow:
@@ -310,3 +344,17 @@ class FactEngine:
         itself (`ingest_service.node_deletion`); the caller deletes the node's vertex, and with it the
         facts' edges, in the same transaction. Knowledge that merely stops holding is closed instead."""
         return self.facts.delete_touching(conn, namespace, natural_key)
+
+
+def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
+    """Placeholder scopes of the ends of ``facts`` (``ensure_nodes``' ``scopes``): per key, the union of
+    the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it (issue 10 §2)."""
+    out: dict[str, list[str]] = {}
+    for fact in facts:
+        scopes = restricting_scopes(fact.scopes)
+        for key in (fact.subject, fact.object):
+            if key in out and (not out[key] or not scopes):
+                out[key] = []
+            else:
+                out[key] = sorted({*out.get(key, []), *scopes})
+    return out

@@ -108,7 +108,7 @@ class MentionLinker:
             for row in self.engine.facts.open_facts(conn, source.namespace, source.natural_key, MENTIONS)
         }
         linked = []
-        known = dict(existing)
+        known: dict[str, str] = {}  # not ``existing``: a target may be a scoped placeholder (issue 10 §2)
         for target in targets:
             if target in open_facts:
                 continue

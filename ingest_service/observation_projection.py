@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from common.domain.scope_inheritance import inherited_scopes, reaches_beyond, restricting_scopes
 from common.domain.write_access import WriteAccess
 from common.kernel.config import Settings
 from common.kernel.identifiers import canonical_instant
@@ -178,12 +179,17 @@ class ObservationProjector:
     def _entities(self, context: _Context) -> None:
         """Upserts the asserted entities (properties merged, an existing title kept); records their
         labels in ``context.known``. An entity whose node is hidden from the caller is not overwritten
-        (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped."""
+        (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped. A new node (or a
+        placeholder) carries the observation's restricting scopes; a node more readers see than the
+        observation is left unchanged (`entity_props`, issue 10 §2)."""
         conn, item, now = context.conn, context.item, context.now
         rejected = context.projection.rejected
         hidden = WriteAccess.of_caller().hidden_nodes(
             conn, self.graph, item.namespace, [entity.key for entity in item.entities]
         )
+        restricted = restricting_scopes(item.scopes)  # a public write needs no node state (issue 10 §2)
+        keys = [entity.key for entity in item.entities] if restricted else []
+        stored = self.graph.registry_scopes(conn, item.namespace, keys)
         for entity in item.entities:
             natural_key, node_type = entity.key, entity.node_type
             if natural_key in hidden:
@@ -196,6 +202,9 @@ class ObservationProjector:
                 if violations:
                     rejected.extend((violation.field, violation.description) for violation in violations)
                     continue
+            props = entity_props(entity.attributes, restricted, stored.get(natural_key))
+            if props is None:  # more readers see the node than the observation (issue 10 §2)
+                continue
             node = self.graph.upsert_node(
                 conn,
                 NodeWrite(
@@ -205,7 +214,7 @@ class ObservationProjector:
                     title=entity.title,
                     source_path=context.source_path,
                     source_id=item.observation_id,
-                    props={"attributes": entity.attributes},
+                    props=props,
                     asserted_at=item.occurred_at,
                 ),
                 now=now,
@@ -217,7 +226,8 @@ class ObservationProjector:
 
     def _facts(self, context: _Context) -> None:
         """Writes the asserted facts through the fact engine, proven by the observation; a fact without
-        scopes of its own carries the observation's. Pack violations and engine rejections skip the fact."""
+        scopes of its own carries the observation's, one with scopes adds the observation's restricting
+        scopes to them (issue 10 §2). Pack violations and engine rejections skip the fact."""
         conn, item, now = context.conn, context.item, context.now
         rejected = context.projection.rejected
         for fact in item.facts:
@@ -228,7 +238,7 @@ class ObservationProjector:
             write = dataclasses.replace(
                 fact,
                 namespace=item.namespace,
-                scopes=fact.scopes or item.scopes,
+                scopes=inherited_scopes(fact.scopes, item.scopes),
                 observation_id=item.observation_id,
                 source_path=context.source_path,
             )
@@ -311,3 +321,20 @@ def episode_text(item: ObservationInput) -> str:
     ]
     parts = [item.content.strip(), "; ".join(scalars)]
     return "\n\n".join(part for part in parts if part)
+
+
+def entity_props(
+    attributes: dict[str, Any], scopes: list[str], stored: tuple[bool, list[str]] | None
+) -> dict[str, Any] | None:
+    """The ``props`` of an entity upsert by a write with restricting ``scopes`` (issue 10 §2,
+    `common.domain.scope_inheritance`), given the node's registry state ``(placeholder, scopes)`` or None
+    when it does not exist. None: leave the node unchanged (more readers see it than the write).
+
+    A new node or a placeholder (its properties are replaced) carries ``scopes``; an existing node keeps
+    its own (the upsert merges ``props``, so ``scopes`` is left out)."""
+    if stored is not None and reaches_beyond(stored[1], scopes):
+        return None
+    props: dict[str, Any] = {"attributes": attributes}
+    if scopes and (stored is None or stored[0]):
+        props["scopes"] = list(scopes)
+    return props

@@ -51,6 +51,7 @@ from typing import Any
 
 import psycopg
 
+from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
 from common.kernel.identifiers import canonical_instant
@@ -394,7 +395,8 @@ class _Run:
             row = existing.get(fact_item_key(fact.subject, fact.predicate, fact.object))
             if row is None:
                 new.append(fact)
-            elif row.attributes == fact.attributes:
+            elif row.attributes == fact.attributes or reaches_beyond(row.scopes, fact.scopes):
+                # unchanged, or seen by more readers than this fact's scopes allow (issue 10 §2)
                 self.counts.facts_unchanged += 1
             else:
                 changed.append((row.fact_id, fact.attributes))
@@ -416,7 +418,9 @@ class _Run:
         self.counts.facts_updated += len(changed)
         adoptions: list[tuple[str, dict[str, Any] | None]] = list(changed)
         for fact, outcome in zip(new, outcomes, strict=True):
-            if outcome.created:
+            if outcome.withheld:  # a fact more readers see than this one's scopes: left alone (issue 10 §2)
+                self.counts.facts_unchanged += 1
+            elif outcome.created:
                 self.counts.facts_created += 1
                 adoptions.append((outcome.fact_id, None))
             else:  # a fact of the same fact_id from another path (or closed before): adopted

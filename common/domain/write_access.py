@@ -18,6 +18,9 @@ side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`i
 (`ingest_service.fact_engine`, `ingest_service.fact_assertions`), Reconcile (`ingest_service.snapshots`)
 and RecordAuditEvent (`common.domain.audit`).
 
+What a scoped write derives (entities, facts, placeholders, fragments) carries its scopes, and a
+narrower write changes nothing wider: `common.domain.scope_inheritance` (issue 10 §2).
+
 Status of a refusal: a single-target RPC gets PERMISSION_DENIED (reason ``SCOPE_NOT_ALLOWED``) for rule 1
 and NOT_FOUND for rule 2; an item of a batch fails with the same text as a field violation.
 """
@@ -91,10 +94,15 @@ class WriteAccess:
     def hidden_nodes(
         self, conn: psycopg.Connection[Any], graph: GraphStore, namespace: str, natural_keys: Sequence[str]
     ) -> set[str]:
-        """The keys among ``natural_keys`` whose node exists but is hidden from the caller."""
+        """The keys among ``natural_keys`` whose node exists but is hidden from the caller. A placeholder
+        (a fact end nothing has asserted) is never hidden for a write: it holds nothing but its key, and
+        refusing it would tell the caller that hidden facts name the key; the write that names it
+        decides its visibility (`common.domain.scope_inheritance` rule 3; issue 10 §2)."""
         if self.unrestricted:
             return set()
-        return graph.hidden_keys(conn, namespace, list(natural_keys), visibility=self.visibility)
+        return graph.hidden_keys(
+            conn, namespace, list(natural_keys), visibility=self.visibility, placeholders=False
+        )
 
     def require_visible_nodes(
         self,

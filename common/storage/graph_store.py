@@ -254,11 +254,22 @@ class GraphStore(GraphEdges):
         return self.ensure_nodes(conn, namespace, [natural_key], now=now)[natural_key]
 
     def ensure_nodes(
-        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str], *, now: datetime
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_keys: list[str],
+        *,
+        now: datetime,
+        scopes: dict[str, list[str]] | None = None,
     ) -> dict[str, str]:
         """Labels of the vertices of ``natural_keys`` (natural key -> label), creating placeholders for
         the missing ones: a placeholder's type is the key's ``type:`` prefix; a later entity assertion
         completes it. Every returned vertex has its ``vertex_id`` recorded, so `create_edges` can join it.
+
+        ``scopes`` (issue 10 §2, `common.domain.scope_inheritance` rule 3) maps a key to the restricting
+        scopes of the facts naming it here (``[]``: a visible fact): a new placeholder gets them; an
+        existing placeholder with scopes gets their union, or none when a visible fact names it. None
+        (and a key absent from the map) is a visible reference. Completed nodes are not changed.
 
         Set-based: one look-up, one INSERT of the missing registry rows (``ON CONFLICT DO NOTHING`` waits
         for a concurrent inserter of the same key, whose row is then read), one multi-row INSERT of
@@ -269,6 +280,9 @@ class GraphStore(GraphEdges):
             return {}
         labels = self._registered(conn, namespace, keys)
         missing = [key for key in keys if key not in labels]
+        scopes = scopes or {}
+        if labels:
+            self.follow_placeholder_scopes(conn, namespace, {key: scopes.get(key, []) for key in labels})
         if missing:
             types = [type_of_key(key) for key in missing]
             label_ids = self._label_ids(conn, {age_label(node_type) for node_type in types})
@@ -282,6 +296,7 @@ class GraphStore(GraphEdges):
                     "labels": [age_label(node_type) for node_type in types],
                     "label_ids": [label_ids[age_label(node_type)][0] for node_type in types],
                     "label_sequences": [label_ids[age_label(node_type)][1] for node_type in types],
+                    "scopes": [json.dumps(sorted(set(scopes.get(key, [])))) for key in missing],
                 },
             ).fetchall()
             placeholders: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -299,6 +314,21 @@ class GraphStore(GraphEdges):
             if raced:
                 labels.update(self._registered(conn, namespace, raced))
         return labels
+
+    def follow_placeholder_scopes(
+        self, conn: psycopg.Connection[Any], namespace: str, scopes: dict[str, list[str]]
+    ) -> None:
+        """Placeholders among ``scopes``' keys that carry scopes take the union with the key's scopes, or
+        none for ``[]`` (see ``scopes`` of `ensure_nodes`; for keys already ensured in this transaction);
+        nothing else is changed."""
+        conn.execute(
+            self.queries["follow_placeholder_scopes"],
+            {
+                "namespace": namespace,
+                "keys": list(scopes),
+                "scopes": [json.dumps(sorted(set(value))) for value in scopes.values()],
+            },
+        )
 
     def get_node(
         self,

@@ -92,19 +92,40 @@ class NodeRegistry(AgeGraph):
         natural_keys: list[str],
         *,
         visibility: Visibility,
+        placeholders: bool = True,
     ) -> set[str]:
         """The keys among ``natural_keys`` whose node exists but ``visibility`` may not see (write-side
-        checks: such a node must be neither overwritten nor extended, `common.domain.write_access`)."""
+        checks: such a node must be neither overwritten nor extended, `common.domain.write_access`);
+        ``placeholders=False`` leaves out placeholders (they hold nothing but the key; issue 10 §2)."""
         if visibility.unrestricted or not natural_keys:
             return set()
         rows = _visible_registry_rows(
             conn,
             "SELECT natural_key FROM graph_nodes WHERE namespace = %(namespace)s"
-            " AND natural_key = ANY(%(keys)s) AND NOT {visible}",
+            " AND natural_key = ANY(%(keys)s) AND NOT {visible}"
+            + ("" if placeholders else " AND NOT placeholder"),
             {"namespace": namespace, "keys": sorted(set(natural_keys))},
             visibility,
         )
         return {str(row[0]) for row in rows}
+
+    def registry_scopes(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]
+    ) -> dict[str, tuple[bool, list[str]]]:
+        """``natural_key -> (placeholder, scopes)`` of the registered keys among ``natural_keys`` (what
+        `common.domain.scope_inheritance` compares a write with; issue 10 §2)."""
+        if not natural_keys:
+            return {}
+        rows = _visible_registry_rows(
+            conn,
+            "SELECT natural_key, placeholder, scopes FROM graph_nodes WHERE namespace = %(namespace)s"
+            " AND natural_key = ANY(%(keys)s) AND {visible}",
+            {"namespace": namespace, "keys": sorted(set(natural_keys))},
+            EVERYTHING,
+        )
+        return {
+            str(key): (bool(placeholder), [str(s) for s in scopes or []]) for key, placeholder, scopes in rows
+        }
 
     def lock_node(
         self,

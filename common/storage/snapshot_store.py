@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,7 @@ class OpenSnapshotFact:
     object_key: str
     attributes: dict[str, Any]
     snapshot_id: str | None
+    scopes: list[str] = field(default_factory=list)  # the fact's visibility scopes (issue 10 §2)
 
 
 class SnapshotStore:
@@ -234,7 +235,7 @@ class SnapshotStore:
                 "scope": scope,
             },
         ).fetchall()
-        return [OpenSnapshotFact(r[0], r[1], r[2], r[3], dict(r[4]), r[5]) for r in rows]
+        return [OpenSnapshotFact(r[0], r[1], r[2], r[3], dict(r[4]), r[5], list(r[6] or [])) for r in rows]
 
     def adopt_facts(
         self,

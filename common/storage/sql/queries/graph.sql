@@ -74,6 +74,20 @@ UPDATE {graph_nodes} SET node_type = %s, placeholder = false, props_hash = %s, l
     scopes = %s
 WHERE namespace = %s AND natural_key = %s
 
+-- name: follow_placeholder_scopes
+-- Placeholders among %(keys)s that carry scopes follow the facts naming them (issue 10 §2): the union
+-- with the key's scopes (%(scopes)s: a JSON array per key, in the order of the keys), or none when it is
+-- empty (a visible fact names it). A primary-key look-up per key (= ANY), not a join the planner could
+-- turn into a scan of the namespace (NodeRegistry._registered says why).
+UPDATE {graph_nodes} AS g SET scopes = (
+    SELECT CASE WHEN x.scopes = '[]' THEN '{{}}'::text[]
+        ELSE ARRAY(SELECT DISTINCT s FROM unnest(g.scopes || ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb))) AS u(s) ORDER BY 1) END
+    FROM unnest(%(keys)b::text[], %(scopes)b::text[]) AS x(natural_key, scopes)
+    WHERE x.natural_key = g.natural_key LIMIT 1
+)
+WHERE g.namespace = %(namespace)s AND g.natural_key = ANY(%(keys)b::text[]) AND g.placeholder
+    AND g.scopes <> '{{}}'::text[]
+
 -- name: insert_registry_row_once
 -- Inserts the registry row of an immutable node; no row returned when the key exists (a concurrent
 -- inserter of the same key is waited for).
@@ -84,15 +98,18 @@ ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label
 
 -- name: insert_placeholder_registry_rows
 -- Inserts placeholder registry rows for the missing keys %(keys)s (key order), each with a vertex id
--- from its label's sequence; keys a concurrent writer inserted meanwhile are left out of the result.
+-- from its label's sequence and the scopes of the facts naming it (a JSON array per key; issue 10 §2);
+-- keys a concurrent writer inserted meanwhile are left out of the result.
 INSERT INTO {graph_nodes} (
-    namespace, natural_key, node_type, label, placeholder, created_at, last_seen, vertex_id
+    namespace, natural_key, node_type, label, placeholder, created_at, last_seen, vertex_id, scopes
 )
 SELECT %(namespace)s, x.natural_key, x.node_type, x.label, true, %(now)s, %(now)s,
-    ag_catalog._graphid(x.label_id, nextval(x.label_sequence::regclass))
+    ag_catalog._graphid(x.label_id, nextval(x.label_sequence::regclass)),
+    ARRAY(SELECT jsonb_array_elements_text(x.scopes::jsonb))
 FROM unnest(
-    %(keys)b::text[], %(types)b::text[], %(labels)b::text[], %(label_ids)b::int4[], %(label_sequences)b::text[]
-) AS x(natural_key, node_type, label, label_id, label_sequence)
+    %(keys)b::text[], %(types)b::text[], %(labels)b::text[], %(label_ids)b::int4[], %(label_sequences)b::text[],
+    %(scopes)b::text[]
+) AS x(natural_key, node_type, label, label_id, label_sequence, scopes)
 ORDER BY x.natural_key
 ON CONFLICT (namespace, natural_key) DO NOTHING
 RETURNING natural_key, label, vertex_id::text

@@ -97,7 +97,7 @@ WHERE snapshot_row = %s AND item_kind = %s AND item_key = ANY(%s)
 -- name: open_snapshot_facts
 -- Open facts owned by (%(source)s, %(scope)s) with one of the (subject, predicate, object) triples, by
 -- fact_id: one fenced look-up per triple (facts_subject_idx).
-SELECT f.fact_id, f.subject_key, f.predicate, f.object_key, f.attributes, f.snapshot_id
+SELECT f.fact_id, f.subject_key, f.predicate, f.object_key, f.attributes, f.snapshot_id, f.scopes
 FROM unnest(%(subjects)b::text[], %(predicates)b::text[], %(objects)b::text[])
     AS x(subject_key, predicate, object_key)
 CROSS JOIN LATERAL (
