@@ -114,6 +114,10 @@ INTERNAL_EDGES = frozenset({"LINKS_TO", "IN_TRACE"})
 MAX_LABEL_LENGTH = 48
 _READABLE_LENGTH = 24
 _LABEL_HASH_LENGTH = 20  # hex digits of sha256 (80 bits)
+# Every label `graph_label` can return (and no other).
+GRAPH_LABEL_PATTERN = re.compile(
+    r"^(?:[np]_[A-Za-z0-9_]{1,46}|[np]x_[A-Za-z0-9_]{0,24}_[0-9a-f]{20}|i_(?:LINKS_TO|IN_TRACE))$"
+)
 
 
 def graph_label(kind: LabelKind, name: str) -> str:

@@ -14,7 +14,7 @@ migration advisory lock) moves the graph to the new mapping:
 4. each edge goes to ``graph_label("predicate", <the predicate of its facts row>)`` (fact edges), or to
    the internal label of ``LINKS_TO`` / ``IN_TRACE`` (edges without a fact): nothing references edge
    ids, so a moved edge gets a new id;
-5. legacy labels left empty and not produced by the mapping are dropped.
+5. legacy labels left empty that the mapping cannot produce (`GRAPH_LABEL_PATTERN`) are dropped.
 
 It is idempotent: on a graph already under the new mapping nothing moves and nothing is dropped (the
 journal runs it once anyway). Types, predicates, natural keys, properties and fact rows are unchanged.
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.identifiers import INTERNAL_EDGES, graph_label
+from common.kernel.identifiers import GRAPH_LABEL_PATTERN, INTERNAL_EDGES, graph_label
 from common.storage.age_graph import AgeGraph
 from common.storage.named_queries import Queries
 
@@ -91,7 +91,7 @@ def migrate_labels(database: Database, conn: psycopg.Connection[Any]) -> None:
         for target, ids in _moving(label, rows).items():
             _move_edges(conn, graph, label, target, ids)
     for name in _labels(conn, queries, graph.graph):  # step 5
-        if name not in wanted and _is_empty(conn, graph, name):
+        if name not in wanted and not GRAPH_LABEL_PATTERN.match(name) and _is_empty(conn, graph, name):
             conn.execute(queries["drop_label"], (graph.graph, name))
 
 
@@ -136,8 +136,10 @@ def _edge_targets(
     conn: psycopg.Connection[Any], graph: AgeGraph, labels: list[str]
 ) -> dict[str, dict[str, str]]:
     """Edge label -> {edge id: new label}: the predicate of the edge's facts row (by namespace and
-    fact_id); an edge without a fact is an internal edge named by its legacy label (``LINKS_TO``,
-    ``IN_TRACE``), or else read as a fact edge of the label's name."""
+    fact_id); an edge without a fact in a label of an internal edge (``LINKS_TO``, ``IN_TRACE``, old or
+    new label) goes to that edge's label; any other edge without a fact stays where it is."""
+    internal = {name: name for name in INTERNAL_EDGES}
+    internal.update({graph_label("internal_edge", name): name for name in INTERNAL_EDGES})
     found: dict[str, dict[str, str]] = {}
     for label in labels:
         properties = sql.SQL(_AGTYPE_JSON.format("e"))
@@ -151,10 +153,10 @@ def _edge_targets(
         for edge_id, predicate in rows:
             if predicate is not None:
                 targets[str(edge_id)] = graph_label("predicate", str(predicate))
-            elif label in INTERNAL_EDGES:
-                targets[str(edge_id)] = graph_label("internal_edge", label)
-            else:
-                targets[str(edge_id)] = graph_label("predicate", label)
+            elif label in internal:
+                targets[str(edge_id)] = graph_label("internal_edge", internal[label])
+            else:  # a fact edge without its row: nothing tells its predicate, it stays
+                targets[str(edge_id)] = label
         found[label] = targets
     return found
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from common.kernel.identifiers import (
+    GRAPH_LABEL_PATTERN,
     MAX_LABEL_LENGTH,
     LabelKind,
     canonical_instant,
@@ -115,6 +116,7 @@ def test_graph_label_hashes_names_that_sanitising_or_length_would_change() -> No
         for kind in ("node_type", "predicate"):
             label = graph_label(kind, name)  # type: ignore[arg-type]
             assert len(label) <= MAX_LABEL_LENGTH and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", label)
+            assert GRAPH_LABEL_PATTERN.match(label)
             assert graph_label(kind, name) == label  # deterministic  # type: ignore[arg-type]
 
 
