@@ -2,8 +2,8 @@
 shared by every kind) moves to `graph_label`, and every node, fact, source, link and audit event reads
 exactly as before.
 
-The old graph is built in a fresh database of the same server (created here, dropped at the end; the
-shared database is untouched) by the real write paths, with the label derivation of the stores set back
+The old graph is built in a fresh database of the same server (`fresh_settings` of tests/conftest.py;
+the shared database is untouched) by the real write paths, with the label derivation of the stores set back
 to the old rule and migrations stopped before 0009.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,20 +47,6 @@ def old_age_label(name: str) -> str:
     if not label:
         return "entity"
     return "_" + label if label[0].isdigit() else label
-
-
-@pytest.fixture
-def fresh_settings(settings: Settings) -> Iterator[Settings]:
-    """Settings of a new empty database on the shared server (dropped at the end)."""
-    name = "labels_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(settings.database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        url = psycopg.conninfo.make_conninfo(settings.database_url, dbname=name)
-        yield settings.model_copy(update={"database_url": url})
-    finally:
-        with psycopg.connect(settings.database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _use_old_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
