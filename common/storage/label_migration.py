@@ -31,11 +31,19 @@ from psycopg import sql
 from common.kernel.identifiers import GRAPH_LABEL_PATTERN, INTERNAL_EDGES, graph_label
 from common.storage.age_graph import AgeGraph
 from common.storage.named_queries import Queries
+from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:
     from common.storage.database import Database
 
 MIGRATION_NAME = "0009_namespace_safe_labels"
+# Step 3: edge ends and registry rows follow the moved vertices (``relabel_moved_ids``, a temporary table
+# of the migration's transaction, so these are not named queries: those must prepare without it).
+_FOLLOW_MOVED_VERTICES = (
+    "UPDATE {graph}._ag_label_edge e SET start_id = m.new_id FROM relabel_moved_ids m WHERE e.start_id = m.old_id",
+    "UPDATE {graph}._ag_label_edge e SET end_id = m.new_id FROM relabel_moved_ids m WHERE e.end_id = m.old_id",
+    "UPDATE {graph_nodes} g SET vertex_id = m.new_id, label = m.label FROM relabel_moved_ids m WHERE g.vertex_id = m.old_id",
+)
 _AGTYPE_JSON = "(ag_catalog.agtype_out({}.properties)::text)::jsonb"
 
 
@@ -84,9 +92,9 @@ def migrate_labels(database: Database, conn: psycopg.Connection[Any]) -> None:
     for label, rows in vertex_targets.items():  # step 2
         for target, ids in _moving(label, rows).items():
             _move_vertices(conn, graph, label, (target, *label_ids[target]), ids)
-    conn.execute(queries["follow_moved_starts"])  # step 3
-    conn.execute(queries["follow_moved_ends"])
-    conn.execute(queries["follow_moved_registry_rows"])
+    placeholders = query_placeholders(database.settings)
+    for statement in _FOLLOW_MOVED_VERTICES:  # step 3
+        conn.execute(sql.SQL(statement).format(**placeholders))  # type: ignore[arg-type]
     for label, rows in edge_targets.items():  # step 4
         for target, ids in _moving(label, rows).items():
             _move_edges(conn, graph, label, target, ids)

@@ -1,5 +1,5 @@
--- Static SQL of migration 0009 (common/storage/label_migration.py): the graph's labels, the id map of
--- moved vertices, the registry update. Statements naming a label table are composed in Python.
+-- Static SQL of migration 0009 (common/storage/label_migration.py): the graph's labels, their renaming
+-- and dropping, the id map of moved vertices. Statements naming a label table are composed in Python.
 -- Loaded by common/storage/named_queries.py; see there for the placeholders and parameters.
 
 -- name: graph_labels
@@ -35,7 +35,8 @@ SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s
 SELECT ag_catalog.drop_label(%s, %s)
 
 -- name: create_moved_ids
--- The old -> new vertex ids of this run, with the new label (dropped at commit).
+-- The old -> new vertex ids of this run, with the new label (dropped at commit). The statements that
+-- read it are in label_migration.py: a named query must prepare without it.
 CREATE TEMPORARY TABLE relabel_moved_ids (
     old_id ag_catalog.graphid PRIMARY KEY, new_id ag_catalog.graphid NOT NULL, label text NOT NULL
 ) ON COMMIT DROP
@@ -46,16 +47,3 @@ UPDATE {graph_nodes} g SET vertex_id = v.id FROM {graph}._ag_label_vertex v
 WHERE g.vertex_id IS NULL
 AND (ag_catalog.agtype_out(v.properties)::text)::jsonb ->> 'namespace' = g.namespace
 AND (ag_catalog.agtype_out(v.properties)::text)::jsonb ->> 'natural_key' = g.natural_key
-
--- name: follow_moved_starts
--- Edges whose start vertex moved point to its new id.
-UPDATE {graph}._ag_label_edge e SET start_id = m.new_id FROM relabel_moved_ids m WHERE e.start_id = m.old_id
-
--- name: follow_moved_ends
--- Edges whose end vertex moved point to its new id.
-UPDATE {graph}._ag_label_edge e SET end_id = m.new_id FROM relabel_moved_ids m WHERE e.end_id = m.old_id
-
--- name: follow_moved_registry_rows
--- Registry rows of moved vertices get the new id and label.
-UPDATE {graph_nodes} g SET vertex_id = m.new_id, label = m.label FROM relabel_moved_ids m
-WHERE g.vertex_id = m.old_id
