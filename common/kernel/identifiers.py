@@ -154,11 +154,6 @@ def graph_label(kind: LabelKind, name: str) -> str:
     return f"{prefix}x_{readable}_{_sha256_hex(name)[:_LABEL_HASH_LENGTH]}"
 
 
-def label_is_vertex(kind: LabelKind) -> bool:
-    """True when labels of ``kind`` are vertex labels (node types), False for edge labels."""
-    return kind == "node_type"
-
-
 def entity_key(type_: str, id_: str) -> str:
     """Natural key of an entity given as ``{type, id}``."""
     return f"{type_}:{id_}"

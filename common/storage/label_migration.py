@@ -45,6 +45,8 @@ _FOLLOW_MOVED_VERTICES = (
     "UPDATE {graph_nodes} g SET vertex_id = m.new_id, label = m.label FROM relabel_moved_ids m WHERE g.vertex_id = m.old_id",
 )
 _AGTYPE_JSON = "(ag_catalog.agtype_out({}.properties)::text)::jsonb"
+# Ids are matched as text against an unnest (a hashed semi-join), not with ``= ANY(array)``, which is
+# quadratic on a large label.
 
 
 def migrate_labels(database: Database, conn: psycopg.Connection[Any]) -> None:
@@ -192,13 +194,18 @@ def _move_vertices(
         sql.SQL(
             "WITH moved AS MATERIALIZED (SELECT v.id AS old_id,"
             " ag_catalog._graphid(%(label_id)s, nextval(%(sequence)s::regclass)) AS new_id, v.properties"
-            " FROM ONLY {source} v WHERE v.id::text = ANY(%(ids)s)),"
+            " FROM ONLY {source} v WHERE v.id::text IN (SELECT unnest(%(ids)s::text[]))),"
             " copied AS (INSERT INTO {target} (id, properties) SELECT new_id, properties FROM moved)"
             " INSERT INTO relabel_moved_ids (old_id, new_id, label) SELECT old_id, new_id, %(label)s FROM moved"
         ).format(source=graph._table(label), target=graph._table(target)),
         {"label_id": label_id, "sequence": sequence, "ids": ids, "label": target},
     )
-    conn.execute(sql.SQL("DELETE FROM ONLY {} WHERE id::text = ANY(%s)").format(graph._table(label)), (ids,))
+    conn.execute(
+        sql.SQL("DELETE FROM ONLY {} WHERE id::text IN (SELECT unnest(%s::text[]))").format(
+            graph._table(label)
+        ),
+        (ids,),
+    )
 
 
 def _move_edges(
@@ -207,7 +214,8 @@ def _move_edges(
     """Moves the edges ``ids`` of ``label`` into ``target`` (new ids: nothing references edge ids)."""
     conn.execute(
         sql.SQL(
-            "WITH gone AS (DELETE FROM ONLY {source} WHERE id::text = ANY(%s) RETURNING start_id, end_id, properties)"
+            "WITH gone AS (DELETE FROM ONLY {source} WHERE id::text IN (SELECT unnest(%s::text[]))"
+            " RETURNING start_id, end_id, properties)"
             " INSERT INTO {target} (start_id, end_id, properties) SELECT start_id, end_id, properties FROM gone"
         ).format(source=graph._table(label), target=graph._table(target)),
         (ids,),
