@@ -125,3 +125,18 @@ def test_graph_label_refuses_unknown_kinds_and_internal_names() -> None:
         graph_label("internal_edge", "MENTIONS")
     with pytest.raises(ValueError, match="unknown label kind"):
         graph_label("vertex", "person")  # type: ignore[arg-type]
+
+
+def test_the_audit_cypher_names_the_labels_of_the_audit_types() -> None:
+    from common.storage.audit_store import AUDIT_EVENT_LABEL, TRACE_EDGE_LABEL, TRACE_LABEL
+    from common.storage.named_queries import load_query_file
+
+    cypher = load_query_file("audit.sql")["audit_events_of_trace"].text
+    assert f"(e:{AUDIT_EVENT_LABEL})-[:{TRACE_EDGE_LABEL}]->(t:{TRACE_LABEL} " in cypher
+    assert (AUDIT_EVENT_LABEL, TRACE_LABEL) == (
+        graph_label("node_type", "audit_event"),
+        graph_label("node_type", "pc_trace"),
+    )
+    assert (
+        TRACE_EDGE_LABEL == graph_label("internal_edge", "IN_TRACE") != graph_label("predicate", "IN_TRACE")
+    )
