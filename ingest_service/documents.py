@@ -280,10 +280,10 @@ class DocumentWriter:
         now = datetime.now(UTC)
         with self.database.connection() as conn:
             access.require_visible_nodes(conn, self.graph, node.namespace, [node.natural_key])
-            existing = self.graph.node_labels(conn, node.namespace, [node.natural_key]).get(node.natural_key)
-            if existing in PROTECTED_TYPES:
+            existing = self.graph.lock_node(conn, node.namespace, node.natural_key)  # its type, not its label
+            if existing is not None and existing["node_type"] in PROTECTED_TYPES:
                 raise FailedPrecondition(
-                    f"{node.natural_key!r} is a protected {existing} node and cannot be overwritten",
+                    f"{node.natural_key!r} is a protected {existing['node_type']} node and cannot be overwritten",
                     reason="PROTECTED_NODE",
                 )
             targets = self.graph.node_labels(conn, node.namespace, links, visibility=access.visibility)

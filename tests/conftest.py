@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
@@ -39,3 +42,26 @@ def provider(settings: Settings) -> EmbeddingProvider:
 def namespace() -> str:
     """A namespace of its own for each test, so tests never see each other's data."""
     return "test-" + uuid.uuid4().hex[:12]
+
+
+@contextmanager
+def fresh_database(settings: Settings) -> Iterator[Settings]:
+    """Settings of a new, empty database on the server of ``settings`` (``CREATE DATABASE``, like
+    bench/run_bench.py), dropped at the end: for tests that need a whole database of their own
+    (migrations from an old state, labels on a fresh graph) and must leave the shared one untouched."""
+    name = "test_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(settings.database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        url = psycopg.conninfo.make_conninfo(settings.database_url, dbname=name)
+        yield settings.model_copy(update={"database_url": url})
+    finally:
+        with psycopg.connect(settings.database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def fresh_settings(settings: Settings) -> Iterator[Settings]:
+    """`fresh_database` for one test."""
+    with fresh_database(settings) as fresh:
+        yield fresh

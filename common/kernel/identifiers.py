@@ -3,8 +3,8 @@
 - Canonical instant: UTC, ``%Y-%m-%dT%H:%M:%SZ``, with ``.%f`` before ``Z`` only when microseconds != 0.
 - ``fact_id = "fact-" + sha256(f"{namespace}|{subject_key}|{predicate}|{object_key}|{valid_from}")[:24]``.
 - ``observation_id = "obs-" + sha256(f"{namespace}|{system}|{stream}|{identity}")[:24]``.
-- AGE label of a type: characters outside ``[A-Za-z0-9_]`` become ``_``, a leading digit gets a ``_``
-  prefix, empty becomes ``entity``.
+- AGE label of a node type, a predicate or an internal edge: `graph_label` (issue 10 §1; it replaces the
+  label rule of DESIGN §3, which let namespaces collide on one label).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
+_LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
 
 # Shapes of the identifiers every request carries (seed 000 "Наблюдения": scopes ``type:id``, at most 20).
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -101,14 +102,56 @@ def observation_id(namespace: str, system: str, stream: str, identity: str) -> s
     return "obs-" + _sha256_hex(f"{namespace}|{system}|{stream}|{identity}")[:24]
 
 
-def age_label(node_type: str) -> str:
-    """AGE label for a node type or edge predicate (DESIGN §3)."""
-    label = _LABEL_INVALID.sub("_", node_type)
-    if not label:
-        return "entity"
-    if label[0].isdigit():
-        return "_" + label
-    return label
+LabelKind = Literal["node_type", "predicate", "internal_edge"]
+# The first letter of a label says its kind; the second says whether the name is spelled out ("_") or
+# sanitised and hashed ("x"). AGE's own labels start with "_", the labels of the old mapping (before
+# migration 0009) mostly with neither, so no name of one kind can ever produce a label of another.
+_LABEL_PREFIXES: dict[str, str] = {"node_type": "n", "predicate": "p", "internal_edge": "i"}
+# The edges the project writes itself that are not facts (document links, audit trail membership).
+INTERNAL_EDGES = frozenset({"LINKS_TO", "IN_TRACE"})
+# Longest label: the label's index names (``<label>_properties_gin``, ``<label>_start_id_idx``) and id
+# sequence (``<label>_id_seq``) must fit PostgreSQL's 63 bytes as well.
+MAX_LABEL_LENGTH = 48
+_READABLE_LENGTH = 24
+_LABEL_HASH_LENGTH = 20  # hex digits of sha256 (80 bits)
+# Every label `graph_label` can return (and no other).
+GRAPH_LABEL_PATTERN = re.compile(
+    r"^(?:[np]_[A-Za-z0-9_]{1,46}|[np]x_[A-Za-z0-9_]{0,24}_[0-9a-f]{20}|i_(?:LINKS_TO|IN_TRACE))$"
+)
+
+
+def graph_label(kind: LabelKind, name: str) -> str:
+    """The AGE label of a node type, a fact predicate or an internal edge (issue 10 §1).
+
+    Every label that stores data is derived here, and the mapping is injective across kinds and names:
+
+    - ``n_<name>`` (node types, vertex labels), ``p_<name>`` (fact predicates, edge labels),
+      ``i_<name>`` (the internal edges `INTERNAL_EDGES`) when ``name`` is made only of
+      ``[A-Za-z0-9_]`` and fits (at most ``MAX_LABEL_LENGTH - 2`` characters);
+    - otherwise ``nx_`` / ``px_`` + the first 24 characters of the name with every other character
+      replaced by ``_`` + ``_`` + 20 hex digits of sha256 of the exact name (UTF-8), so names that
+      sanitise alike (``a-b``, ``a.b``, ``a_b``) or share a long prefix get different labels.
+
+    A label therefore starts with ``n`` (vertex) or ``p``/``i`` (edge): a vertex and an edge label never
+    meet, a name can never produce AGE's ``_ag_label_vertex``/``_ag_label_edge`` nor an internal edge
+    label, and every label is a valid identifier of at most ``MAX_LABEL_LENGTH`` characters. Clients
+    never see labels: types and predicates are read from properties and columns.
+
+    Example: ``graph_label("node_type", "person") == "n_person"``;
+    ``graph_label("predicate", "depends-on")`` is ``"px_depends_on_"`` + 20 hex digits.
+
+    Raises:
+        ValueError: an unknown kind, or an internal edge name outside `INTERNAL_EDGES`.
+    """
+    prefix = _LABEL_PREFIXES.get(kind)
+    if prefix is None:
+        raise ValueError(f"unknown label kind {kind!r}")
+    if kind == "internal_edge" and name not in INTERNAL_EDGES:
+        raise ValueError(f"{name!r} is not an internal edge")
+    if _LABEL_PLAIN.match(name) and len(name) <= MAX_LABEL_LENGTH - 2:
+        return f"{prefix}_{name}"
+    readable = _LABEL_INVALID.sub("_", name[:_READABLE_LENGTH])
+    return f"{prefix}x_{readable}_{_sha256_hex(name)[:_LABEL_HASH_LENGTH]}"
 
 
 def entity_key(type_: str, id_: str) -> str:

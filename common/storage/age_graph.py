@@ -25,14 +25,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 from psycopg import sql
 
+from common.kernel.identifiers import graph_label
 from common.storage.named_queries import Queries
 
 if TYPE_CHECKING:
     from common.storage.database import Database
 
 _SAFE_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-BASE_VERTEX_LABELS = ("episode", "entity", "document", "text")
-BASE_EDGE_LABELS = ("LINKS_TO", "MENTIONS")
+# Labels every namespace uses, all derived by `graph_label` (issue 10 §1): the project's own node types,
+# the MENTIONS predicate of identifier links, the document links.
+BASE_VERTEX_LABELS = tuple(graph_label("node_type", t) for t in ("episode", "entity", "document", "text"))
+BASE_EDGE_LABELS = (graph_label("internal_edge", "LINKS_TO"), graph_label("predicate", "MENTIONS"))
 _LABEL_LOCK_BASE = 0x6C61_0000  # advisory lock namespace for label creation
 _AGTYPE_SUFFIX = re.compile(r"::(vertex|edge|path|numeric)$")
 GRAPH_QUERIES = "graph.sql"
@@ -76,10 +79,11 @@ class AgeGraph:
     """The graph of one database: labels, label tables, Cypher. Thread-safe; label existence and label
     ids are cached per process."""
 
-    _known_labels: ClassVar[set[tuple[str, str, str]]] = set()
+    # Keyed by (database URL, graph, ...): one process may talk to several databases (tests, tools).
+    _known_labels: ClassVar[set[tuple[str, str, str, str]]] = set()
     _label_sequences: ClassVar[
-        dict[tuple[str, str], tuple[int, str]]
-    ] = {}  # (graph, label) -> (id, sequence)
+        dict[tuple[str, str, str], tuple[int, str]]
+    ] = {}  # (database URL, graph, label) -> (id, sequence)
     _labels_lock = threading.Lock()
 
     def __init__(self, database: Database) -> None:
@@ -133,7 +137,7 @@ class AgeGraph:
         on the implicit label creation of CREATE (error 42P07).
         """
         checked_label(label)
-        cache_key = (self.graph, kind, label)
+        cache_key = (self.database.settings.database_url, self.graph, kind, label)
         if cache_key in self._known_labels:
             return
         with self._labels_lock:
@@ -146,13 +150,18 @@ class AgeGraph:
                 lock_key = _LABEL_LOCK_BASE + (int(hashlib.sha256(label.encode()).hexdigest()[:6], 16))
                 conn.execute(self.queries["lock_label_creation"], (lock_key,))
                 try:
-                    self._create_label(conn, label, kind)
+                    self.create_label_in(conn, label, kind)
                 finally:
                     conn.execute(self.queries["unlock_label_creation"], (lock_key,))
             self._known_labels.add(cache_key)
 
-    def _create_label(self, conn: psycopg.Connection[Any], label: str, kind: str) -> None:
-        """Creates the label and its missing indexes (caller holds the label's advisory lock)."""
+    def create_label_in(self, conn: psycopg.Connection[Any], label: str, kind: str) -> None:
+        """Creates the label and its missing indexes on ``conn`` (the caller holds the label's advisory
+        lock or the migration lock).
+
+        Raises:
+            ValueError: the label exists as the other kind (vertex vs edge).
+        """
         row = conn.execute(self.queries["label_kind"], (self.graph, label)).fetchone()
         if row is None:
             create = (
@@ -186,11 +195,12 @@ class AgeGraph:
         found: dict[str, tuple[int, str]] = {}
         for label in sorted(labels):
             self.ensure_label(label, "vertex")
-            cached = self._label_sequences.get((self.graph, label))
+            cache_key = (self.database.settings.database_url, self.graph, label)
+            cached = self._label_sequences.get(cache_key)
             if cached is None:
                 row = conn.execute(self.queries["label_id_and_sequence"], (self.graph, label)).fetchone()
                 assert row is not None, f"label {label} exists after ensure_label"
-                cached = self._label_sequences[(self.graph, label)] = (int(row[0]), str(row[1]))
+                cached = self._label_sequences[cache_key] = (int(row[0]), str(row[1]))
             found[label] = cached
         return found
 

@@ -22,14 +22,20 @@ from typing import Any
 import psycopg
 
 from common.kernel.errors import FailedPrecondition
+from common.kernel.identifiers import graph_label
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
-# These three labels are also spelled out in the Cypher of ``audit_events_of_trace`` (sql/queries/audit.sql).
 AUDIT_EVENT_TYPE = "audit_event"
 TRACE_TYPE = "pc_trace"
 TRACE_EDGE = "IN_TRACE"
+# Their labels (`graph_label`), also spelled out in the Cypher of ``audit_events_of_trace``
+# (sql/queries/audit.sql; a unit test checks they agree). IN_TRACE is an internal edge: no fact
+# predicate can produce its label.
+AUDIT_EVENT_LABEL = graph_label("node_type", AUDIT_EVENT_TYPE)
+TRACE_LABEL = graph_label("node_type", TRACE_TYPE)
+TRACE_EDGE_LABEL = graph_label("internal_edge", TRACE_EDGE)
 
 
 def event_key(event_id: str) -> str:
@@ -106,9 +112,9 @@ class AuditStore:
         self.graph.create_edge(
             conn,
             namespace=namespace,
-            edge_label=TRACE_EDGE,
-            source=(node.natural_key, AUDIT_EVENT_TYPE),
-            target=(anchor.natural_key, TRACE_TYPE),
+            edge_label=TRACE_EDGE_LABEL,
+            source=(node.natural_key, AUDIT_EVENT_LABEL),
+            target=(anchor.natural_key, TRACE_LABEL),
             properties={"namespace": namespace, "trace_id": trace_id},
         )
         return True, properties
@@ -135,9 +141,19 @@ class AuditStore:
 
     def ensure_labels(self) -> None:
         """Creates the audit labels before first use (outside any transaction; DESIGN §11)."""
-        self.graph.ensure_label(AUDIT_EVENT_TYPE, "vertex")
-        self.graph.ensure_label(TRACE_TYPE, "vertex")
-        self.graph.ensure_label(TRACE_EDGE, "edge")
+        self.graph.ensure_label(AUDIT_EVENT_LABEL, "vertex")
+        self.graph.ensure_label(TRACE_LABEL, "vertex")
+        self.graph.ensure_label(TRACE_EDGE_LABEL, "edge")
 
 
-__all__ = ["AUDIT_EVENT_TYPE", "TRACE_EDGE", "TRACE_TYPE", "AuditStore", "event_key", "trace_key"]
+__all__ = [
+    "AUDIT_EVENT_LABEL",
+    "AUDIT_EVENT_TYPE",
+    "TRACE_EDGE",
+    "TRACE_EDGE_LABEL",
+    "TRACE_LABEL",
+    "TRACE_TYPE",
+    "AuditStore",
+    "event_key",
+    "trace_key",
+]

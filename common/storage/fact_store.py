@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.identifiers import age_label, canonical_instant
+from common.kernel.identifiers import canonical_instant, graph_label
 from common.storage.graph_store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
@@ -251,7 +251,7 @@ class FactStore:
         new_edges: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
         for created, row in written.values():
             if created:
-                new_edges.setdefault(age_label(row.predicate), []).append(
+                new_edges.setdefault(graph_label("predicate", row.predicate), []).append(
                     (row.subject_key, row.object_key, row.edge_properties())
                 )
         self.sync_edges(conn, [row for created, row in written.values() if not created])
@@ -393,7 +393,7 @@ class FactStore:
         predicate (`GraphStore.replace_fact_edge_properties`)."""
         groups: dict[tuple[str, str], list[tuple[str, str, str, dict[str, Any]]]] = {}
         for row in rows:
-            groups.setdefault((row.namespace, age_label(row.predicate)), []).append(
+            groups.setdefault((row.namespace, graph_label("predicate", row.predicate)), []).append(
                 (row.subject_key, row.object_key, row.fact_id, row.edge_properties())
             )
         for (namespace, edge_label), edges in groups.items():

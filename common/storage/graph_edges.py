@@ -14,8 +14,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from common.kernel.identifiers import INTERNAL_EDGES, graph_label
 from common.storage.age_graph import agtype_text
 from common.storage.node_registry import NodeRegistry
+
+LINKS_TO_LABEL = graph_label("internal_edge", "LINKS_TO")
 
 # The ends of edges ``(source_key, target_key, properties)`` with their vertex ids, one fenced primary-key
 # look-up each (see `NodeRegistry._registered` for why not a join), in input order.
@@ -44,18 +47,28 @@ class GraphEdges(NodeRegistry):
     def edge_counts(
         self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, label: str
     ) -> dict[str, int]:
-        """Edge label -> number of edges touching the vertex of ``natural_key`` (either direction; a loop
-        counts once). Plain SQL over AGE's parent edge table: each edge label has B-tree indexes on
-        ``start_id`` and ``end_id`` (a Cypher match with an anonymous end plans across every label)."""
+        """Edge name -> number of edges touching the vertex of ``natural_key`` (either direction; a loop
+        counts once). The name is the fact's predicate (its ``facts`` row) for a fact edge, else the
+        internal edge's name (``LINKS_TO``, ``IN_TRACE``), never a label (issue 10 §1). Plain SQL over
+        AGE's parent edge table: each edge label has B-tree indexes on ``start_id`` and ``end_id`` (a
+        Cypher match with an anonymous end plans across every label)."""
         rows = conn.execute(
             sql.SQL(
                 "WITH v AS (SELECT id FROM {vertices} WHERE properties @> %s::ag_catalog.agtype)"
-                " SELECT c.relname, count(*) FROM {edges} e JOIN pg_class c ON c.oid = e.tableoid, v"
-                " WHERE e.start_id = v.id OR e.end_id = v.id GROUP BY c.relname"
+                " SELECT f.predicate, c.relname, count(*) FROM {edges} e JOIN pg_class c ON c.oid = e.tableoid"
+                " JOIN v ON e.start_id = v.id OR e.end_id = v.id"
+                " LEFT JOIN facts f ON f.namespace = %s"
+                " AND f.fact_id = (ag_catalog.agtype_out(e.properties)::text)::jsonb ->> 'fact_id'"
+                " GROUP BY f.predicate, c.relname"
             ).format(vertices=self._table(label), edges=self._table("_ag_label_edge")),
-            (agtype_text({"namespace": namespace, "natural_key": natural_key}),),
+            (agtype_text({"namespace": namespace, "natural_key": natural_key}), namespace),
         ).fetchall()
-        return {str(name): int(count) for name, count in rows}
+        internal = {graph_label("internal_edge", name): name for name in INTERNAL_EDGES}
+        counts: dict[str, int] = {}
+        for predicate, relname, count in rows:
+            name = str(predicate) if predicate is not None else internal.get(str(relname), str(relname))
+            counts[name] = counts.get(name, 0) + int(count)
+        return counts
 
     def replace_links(
         self,
@@ -66,17 +79,17 @@ class GraphEdges(NodeRegistry):
         targets: dict[str, str],
     ) -> None:
         """Makes the LINKS_TO edges of ``source_key`` exactly ``targets`` (natural key -> label)."""
-        self.ensure_label("LINKS_TO", "edge")
+        self.ensure_label(LINKS_TO_LABEL, "edge")
         conn.execute(
             sql.SQL(
                 "DELETE FROM {} WHERE start_id IN (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype)"
-            ).format(self._table("LINKS_TO"), self._table(source_label)),
+            ).format(self._table(LINKS_TO_LABEL), self._table(source_label)),
             (agtype_text({"namespace": namespace, "natural_key": source_key}),),
         )
         self.create_edges(
             conn,
             namespace=namespace,
-            edge_label="LINKS_TO",
+            edge_label=LINKS_TO_LABEL,
             edges=[(source_key, target_key, {"namespace": namespace}) for target_key in targets],
         )
 
@@ -183,4 +196,4 @@ class GraphEdges(NodeRegistry):
         )
 
 
-__all__ = ["GraphEdges"]
+__all__ = ["LINKS_TO_LABEL", "GraphEdges"]

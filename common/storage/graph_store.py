@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.identifiers import age_label, canonical_instant, canonical_json
+from common.kernel.identifiers import canonical_instant, canonical_json, graph_label
 from common.storage.age_graph import agtype_text, checked_label, decode_agtype
 from common.storage.graph_edges import GraphEdges
 from common.storage.visibility import EVERYTHING, Visibility
@@ -142,7 +142,7 @@ class GraphStore(GraphEdges):
             properties = node.vertex_properties(last_seen, placeholder=False)
             # For assertions (overwrite=False) the citation of the latest observation alone is no change.
             digest = _properties_hash(properties, ignore=() if overwrite else ("source_path", "source_id"))
-            prepared.append((node, age_label(node.node_type), properties, digest))
+            prepared.append((node, graph_label("node_type", node.node_type), properties, digest))
         label_ids = self._label_ids(conn, {label for _, label, _, _ in prepared})
         # One statement either inserts each row (xmax = 0) or locks the existing one (DO UPDATE), so
         # concurrent writers of one key are serialised until commit. A new row gets its vertex id here,
@@ -216,7 +216,7 @@ class GraphStore(GraphEdges):
         For immutable nodes (audit events): returns True when created, False when the key existed (the
         existing vertex is left exactly as it was; a concurrent inserter of the same key is waited for).
         """
-        label = age_label(node.node_type)
+        label = graph_label("node_type", node.node_type)
         properties = node.vertex_properties(canonical_instant(now), placeholder=False)
         row = conn.execute(
             self.queries["insert_registry_row_once"],
@@ -285,7 +285,8 @@ class GraphStore(GraphEdges):
             self.follow_placeholder_scopes(conn, namespace, {key: scopes.get(key, []) for key in labels})
         if missing:
             types = [type_of_key(key) for key in missing]
-            label_ids = self._label_ids(conn, {age_label(node_type) for node_type in types})
+            type_labels = [graph_label("node_type", node_type) for node_type in types]
+            label_ids = self._label_ids(conn, set(type_labels))
             inserted = conn.execute(
                 self.queries["insert_placeholder_registry_rows"],
                 {
@@ -293,9 +294,9 @@ class GraphStore(GraphEdges):
                     "now": now,
                     "keys": missing,
                     "types": types,
-                    "labels": [age_label(node_type) for node_type in types],
-                    "label_ids": [label_ids[age_label(node_type)][0] for node_type in types],
-                    "label_sequences": [label_ids[age_label(node_type)][1] for node_type in types],
+                    "labels": type_labels,
+                    "label_ids": [label_ids[label][0] for label in type_labels],
+                    "label_sequences": [label_ids[label][1] for label in type_labels],
                     "scopes": [json.dumps(sorted(set(scopes.get(key, [])))) for key in missing],
                 },
             ).fetchall()

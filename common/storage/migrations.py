@@ -1,5 +1,9 @@
 """Versioned schema migrations: extensions, the AGE graph, the tables (``sql/NNNN_*.sql``), base labels.
 
+Most migrations are SQL scripts; ``0009_namespace_safe_labels`` is a Python step
+(`common.storage.label_migration.migrate_labels`: it derives labels with `graph_label`, which SQL alone
+would have to duplicate), run and recorded the same way.
+
 `apply` runs every migration not yet recorded in ``memory_schema_migrations``, each in its own
 transaction, under one advisory lock shared by every process (DESIGN §4: idempotent, at start-up or on
 first use), then checks that the chunks table fits the configured embedding dimension and model.
@@ -19,6 +23,8 @@ from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
 from common.storage.age_graph import AgeGraph, prepare_age_session
+from common.storage.label_migration import MIGRATION_NAME as LABEL_MIGRATION
+from common.storage.label_migration import migrate_labels
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
 
@@ -35,6 +41,7 @@ MIGRATIONS = (
     "0006_bulk_graph_writes.sql",
     "0007_snapshot_fact_lookup.sql",
     "0008_context_trace_scopes.sql",
+    LABEL_MIGRATION,
 )
 
 
@@ -67,10 +74,12 @@ def apply(database: Database) -> list[str]:
             for name in MIGRATIONS:
                 if name in done:
                     continue
-                text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
-                statement = sql.SQL(text).format(**placeholders)  # type: ignore[arg-type]
                 with conn.transaction():
-                    conn.execute(statement)
+                    if name == LABEL_MIGRATION:
+                        migrate_labels(database, conn)
+                    else:
+                        text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
+                        conn.execute(sql.SQL(text).format(**placeholders))  # type: ignore[arg-type]
                     conn.execute(queries["record_migration"], (name,))
                 applied.append(name)
             _check_index_settings(database, conn, queries)

@@ -6,7 +6,13 @@ import pytest
 
 from common.domain.audit import AuditEventInput, AuditTrail
 from common.kernel.errors import InvalidArgument
-from common.storage.audit_store import AuditStore, trace_key
+from common.storage.audit_store import (
+    AUDIT_EVENT_LABEL,
+    TRACE_EDGE_LABEL,
+    TRACE_LABEL,
+    AuditStore,
+    trace_key,
+)
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import Visibility
@@ -29,7 +35,8 @@ def test_record_links_event_to_trace_anchor(database: Database, namespace: str) 
         events = AuditStore(graph).events_of_trace(conn, namespace, "run-1")
         edges = graph.cypher(
             conn,
-            "MATCH (e:audit_event)-[r:IN_TRACE]->(t:pc_trace {namespace: $ns}) RETURN [e.natural_key, t.natural_key]",
+            f"MATCH (e:{AUDIT_EVENT_LABEL})-[r:{TRACE_EDGE_LABEL}]->(t:{TRACE_LABEL} {{namespace: $ns}})"
+            " RETURN [e.natural_key, t.natural_key]",
             {"ns": namespace},
         )
     assert [node_type for _, node_type in rows] == ["audit_event", "audit_event", "pc_trace"]

@@ -250,7 +250,7 @@ def test_vertex_ids_come_from_each_labels_own_sequence(database: Database, names
             " JOIN ag_catalog.ag_graph ag ON ag.graphid = l.graph AND ag.name = %s WHERE g.namespace = %s",
             (database.settings.graph_name, namespace),
         ).fetchall()
-    assert sorted({label for label, _ in rows}) == ["BulkMixedCase", "bulk_lower"]
+    assert sorted({label for label, _ in rows}) == ["n_BulkMixedCase", "n_bulk_lower"]  # issue 10 §1
     assert len(rows) == 10 and all(same for _, same in rows)
     vertices, edges = graph_counts(database, namespace)
     assert len(vertices) == 10 and len(edges) == 5 and set(edges.values()) == {1}

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import fact_id, graph_label
 from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore, NodeWrite
@@ -92,7 +92,9 @@ def test_a_writer_after_a_delete_makes_a_placeholder(database: Database, namespa
         assert node is not None and node["placeholder"] is True and node["title"] == "team:ops"
         edges = graph.cypher(
             conn,
-            "MATCH (:person {namespace: $namespace})-[r:MEMBER_OF]->(:team {namespace: $namespace}) RETURN r.fact_id",
+            f"MATCH (:{graph_label('node_type', 'person')} {{namespace: $namespace}})"
+            f"-[r:{graph_label('predicate', 'MEMBER_OF')}]->(:{graph_label('node_type', 'team')} {{namespace: $namespace}})"
+            " RETURN r.fact_id",
             {"namespace": namespace},
         )
         assert edges == [_fact(namespace).fact_id]

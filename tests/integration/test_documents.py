@@ -14,9 +14,11 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
+from common.kernel.identifiers import graph_label
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
+from common.storage.graph_edges import LINKS_TO_LABEL
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.chunking import bounded_chunks
@@ -73,12 +75,15 @@ def _registry(database: Database, namespace: str, key: str) -> tuple[Any, ...]:
     return tuple(row)
 
 
-def _links(database: Database, namespace: str, key: str, label: str = "document") -> list[tuple[Any, str]]:
+def _links(
+    database: Database, namespace: str, key: str, node_type: str = "document"
+) -> list[tuple[Any, str]]:
     graph = GraphStore(database)
+    label = graph_label("node_type", node_type)
     with database.connection() as conn:
         rows = graph.cypher(
             conn,
-            f"MATCH (a:{label} {{namespace: $namespace, natural_key: $key}})-[r:LINKS_TO]->(b)"
+            f"MATCH (a:{label} {{namespace: $namespace, natural_key: $key}})-[r:{LINKS_TO_LABEL}]->(b)"
             " RETURN [id(r), b.natural_key]",
             {"namespace": namespace, "key": key},
         )

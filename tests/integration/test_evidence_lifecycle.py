@@ -15,7 +15,7 @@ import pytest
 from common.domain.observation_view import observation_view
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument, NotFound
-from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import fact_id, graph_label
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
@@ -110,7 +110,8 @@ def edge(database: Database, namespace: str, predicate: str, fid: str) -> dict[s
     with database.connection() as conn:
         rows = graph.cypher(
             conn,
-            f"MATCH ()-[e:{predicate} {{namespace: $namespace, fact_id: $fact_id}}]->() RETURN properties(e)",
+            f"MATCH ()-[e:{graph_label('predicate', predicate)} {{namespace: $namespace, fact_id: $fact_id}}]->()"
+            " RETURN properties(e)",
             {"namespace": namespace, "fact_id": fid},
         )
     assert len(rows) == 1, rows
@@ -125,12 +126,13 @@ def node_keys(database: Database, namespace: str) -> set[str]:
     return {str(row[0]) for row in rows}
 
 
-def vertex_count(database: Database, namespace: str, label: str, natural_key: str) -> int:
+def vertex_count(database: Database, namespace: str, node_type: str, natural_key: str) -> int:
     graph = GraphStore(database)
     with database.connection() as conn:
         rows = graph.cypher(
             conn,
-            f"MATCH (n:{label} {{namespace: $namespace, natural_key: $key}}) RETURN count(n)",
+            f"MATCH (n:{graph_label('node_type', node_type)} {{namespace: $namespace, natural_key: $key}})"
+            " RETURN count(n)",
             {"namespace": namespace, "key": natural_key},
         )
     return int(rows[0])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import fact_id, graph_label
 from common.storage.database import Database
 from common.storage.fact_store import FactQuery, FactStore
 from common.storage.graph_store import GraphStore
@@ -306,12 +306,13 @@ def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(
         graph = GraphStore(database)
         vertices = graph.cypher(
             conn,
-            "MATCH (n:person {namespace: $namespace, natural_key: 'person:alice'}) RETURN count(n)",
+            f"MATCH (n:{graph_label('node_type', 'person')} {{namespace: $namespace, natural_key: 'person:alice'}})"
+            " RETURN count(n)",
             {"namespace": namespace},
         )
         edges = graph.cypher(
             conn,
-            "MATCH ()-[e:WORKS_ON {namespace: $namespace}]->() RETURN count(e)",
+            f"MATCH ()-[e:{graph_label('predicate', 'WORKS_ON')} {{namespace: $namespace}}]->() RETURN count(e)",
             {"namespace": namespace},
         )
     assert vertices == [1]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from common.kernel.config import Settings
-from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import fact_id, graph_label
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
@@ -86,7 +86,7 @@ def _node_exists(database: Database, namespace: str, key: str) -> bool:
 def _edge_count(database: Database, settings: Settings, namespace: str, fact: str) -> int:
     with database.connection() as conn:
         row = conn.execute(
-            f'SELECT count(*) FROM "{settings.graph_name}"."MENTIONS"'
+            f'SELECT count(*) FROM "{settings.graph_name}"."{graph_label("predicate", "MENTIONS")}"'
             " WHERE properties @> %s::ag_catalog.agtype",
             (f'{{"namespace": "{namespace}", "fact_id": "{fact}"}}',),
         ).fetchone()

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from common.kernel.identifiers import (
-    age_label,
+    GRAPH_LABEL_PATTERN,
+    MAX_LABEL_LENGTH,
+    LabelKind,
     canonical_instant,
     content_identity,
     fact_id,
+    graph_label,
     observation_id,
     parse_instant,
 )
@@ -86,8 +91,52 @@ def test_content_identity_is_canonical_json_with_integral_numbers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("node_type", "label"),
-    [("person", "person"), ("доку-мент", "_" * 9), ("9lives", "_9lives"), ("", "entity"), ("a.b-c", "a_b_c")],
+    ("kind", "name", "label"),
+    [
+        ("node_type", "person", "n_person"),
+        ("predicate", "depends_on", "p_depends_on"),
+        ("predicate", "9lives", "p_9lives"),
+        ("internal_edge", "LINKS_TO", "i_LINKS_TO"),
+        ("node_type", "_ag_label_edge", "n__ag_label_edge"),
+    ],
 )
-def test_age_label(node_type: str, label: str) -> None:
-    assert age_label(node_type) == label
+def test_graph_label_spells_out_plain_names(kind: LabelKind, name: str, label: str) -> None:
+    assert graph_label(kind, name) == label
+
+
+def test_graph_label_hashes_names_that_sanitising_or_length_would_change() -> None:
+    alike = ["a-b", "a.b", "a_b", "a\u00b7b", "доку-мент", "", "x" * 46, "x" * 47, "x" * 128, "x" * 129]
+    labels = {graph_label(kind, name) for kind in ("node_type", "predicate") for name in alike}
+    assert len(labels) == 2 * len(alike)  # never two names, nor two kinds, on one label
+    hashed = graph_label("node_type", "доку-мент")
+    assert re.fullmatch(r"nx_[A-Za-z0-9_]{1,24}_[0-9a-f]{20}", hashed) and hashed.startswith("nx_____")
+    assert graph_label("predicate", "depends-on").startswith("px_depends_on_")
+    assert graph_label("node_type", "") == "nx__" + hashlib.sha256(b"").hexdigest()[:20]
+    for name in alike:
+        for kind in ("node_type", "predicate"):
+            label = graph_label(kind, name)  # type: ignore[arg-type]
+            assert len(label) <= MAX_LABEL_LENGTH and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", label)
+            assert GRAPH_LABEL_PATTERN.match(label)
+            assert graph_label(kind, name) == label  # deterministic  # type: ignore[arg-type]
+
+
+def test_graph_label_refuses_unknown_kinds_and_internal_names() -> None:
+    with pytest.raises(ValueError, match="not an internal edge"):
+        graph_label("internal_edge", "MENTIONS")
+    with pytest.raises(ValueError, match="unknown label kind"):
+        graph_label("vertex", "person")  # type: ignore[arg-type]
+
+
+def test_the_audit_cypher_names_the_labels_of_the_audit_types() -> None:
+    from common.storage.audit_store import AUDIT_EVENT_LABEL, TRACE_EDGE_LABEL, TRACE_LABEL
+    from common.storage.named_queries import load_query_file
+
+    cypher = load_query_file("audit.sql")["audit_events_of_trace"].text
+    assert f"(e:{AUDIT_EVENT_LABEL})-[:{TRACE_EDGE_LABEL}]->(t:{TRACE_LABEL} " in cypher
+    assert (AUDIT_EVENT_LABEL, TRACE_LABEL) == (
+        graph_label("node_type", "audit_event"),
+        graph_label("node_type", "pc_trace"),
+    )
+    assert (
+        TRACE_EDGE_LABEL == graph_label("internal_edge", "IN_TRACE") != graph_label("predicate", "IN_TRACE")
+    )

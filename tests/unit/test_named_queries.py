@@ -34,6 +34,7 @@ FILE_USERS = {
     "facts.sql": ["fact_store"],
     "graph.sql": ["age_graph", "node_registry", "graph_edges", "graph_store"],
     "key_locks.sql": ["key_locks"],
+    "label_migration.sql": ["label_migration"],
     "migrations.sql": ["migrations"],
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],

@@ -8,9 +8,10 @@ SELECT node_type FROM {graph_nodes} WHERE namespace = %s AND natural_key = %s
 
 -- name: audit_events_of_trace
 -- Cypher: [natural_key, props] of every audit event vertex of a namespace linked by IN_TRACE to the trace
--- anchor $anchor (parameter: the agtype map {namespace, anchor}).
+-- anchor $anchor (parameter: the agtype map {namespace, anchor}). The labels are those of
+-- common/storage/audit_store.py (AUDIT_EVENT_LABEL, TRACE_EDGE_LABEL, TRACE_LABEL).
 SELECT * FROM ag_catalog.cypher({graph_name}, $$
-    MATCH (e:audit_event)-[:IN_TRACE]->(t:pc_trace {{namespace: $namespace, natural_key: $anchor}})
+    MATCH (e:n_audit_event)-[:i_IN_TRACE]->(t:n_pc_trace {{namespace: $namespace, natural_key: $anchor}})
     WHERE e.namespace = $namespace
     RETURN [e.natural_key, e.props]
 $$, %s) AS (v ag_catalog.agtype)
