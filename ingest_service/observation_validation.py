@@ -27,6 +27,7 @@ from common.kernel.identifiers import (
     parse_instant,
 )
 from common.kernel.pii import check_pii_categories
+from common.kernel.storable_values import unstorable_paths
 from common.packs.kind_validation import NamespaceKinds
 from ingest_service.fact_engine import FactInput
 from ingest_service.write_limits import (
@@ -34,16 +35,20 @@ from ingest_service.write_limits import (
     FACT_ID_PATTERN,
     KIND_PATTERN,
     MAX_ASSERTIONS,
+    MAX_ATTRIBUTES_BYTES,
     MAX_EXTERNAL_ID_CHARS,
     MAX_NAME_CHARS,
     MAX_OBSERVATION_CONTENT_BYTES,
     MAX_OBSERVATION_DATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    MAX_TITLE_CHARS,
     PREDICATE_PATTERN,
     PROTECTED_KEY_PREFIXES,
     PROTECTED_PREDICATES,
     PROTECTED_TYPES,
     RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
+    json_bytes,
 )
 
 
@@ -104,6 +109,22 @@ class FieldChecker:
 
     def add(self, path: str, description: str) -> None:
         self.violations.append(FieldViolation(join_path(self.prefix, path), description))
+
+    def storable(self, value: Any, path: str) -> None:
+        """A violation for each string, key or number of ``value`` the database cannot store (U+0000,
+        non-finite numbers: `common.kernel.storable_values.unstorable_paths`), under ``path``."""
+        for where, description in unstorable_paths(value, path):
+            self.add(where, description)
+
+    def json_size(self, value: Any, path: str, limit: int) -> None:
+        """A violation when ``value`` is larger than ``limit`` bytes as compact JSON (`json_bytes`)."""
+        if json_bytes(value) > limit:
+            self.add(path, f"larger than {limit} bytes as JSON")
+
+    def text(self, value: Any, path: str, limit: int) -> None:
+        """A violation when ``value`` is not a string of at most ``limit`` characters."""
+        if value is not None and (not isinstance(value, str) or len(value) > limit):
+            self.add(path, f"a string of at most {limit} characters")
 
     def instant(self, value: Any, path: str, *, required: bool) -> datetime | None:
         if value in (None, ""):
@@ -221,6 +242,7 @@ def validate_fact_assertion(
         checker.add(path, "must be a fact assertion object")
         return None
     before = len(checker.violations)
+    checker.storable(raw, path)
     subject_key = checker.entity_key(raw.get("subject"), join_path(path, "subject"))
     object_key = checker.entity_key(raw.get("object"), join_path(path, "object"))
     predicate = raw.get("predicate", "")
@@ -251,6 +273,7 @@ def validate_fact_assertion(
     attributes = raw.get("attributes") or {}
     if not isinstance(attributes, dict):
         checker.add(join_path(path, "attributes"), "must be an object")
+    checker.json_size(attributes, join_path(path, "attributes"), MAX_ATTRIBUTES_BYTES)
     if len(checker.violations) > before or not (subject_key and object_key and start):
         return None
     return FactInput(
@@ -296,6 +319,8 @@ def validate_observation(
 ) -> tuple[ObservationInput | None, list[FieldViolation]]:
     """Checks one observation; returns (normalised input, []) or (None, violations)."""
     checker = FieldChecker(prefix)
+    # Facts check their own values (validate_fact_assertion); entity and text assertions are checked below.
+    checker.storable({name: value for name, value in raw.items() if name != "assertions"}, "")
     namespace = raw.get("namespace", "")
     if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
         checker.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -319,12 +344,10 @@ def validate_observation(
     if len(content.encode("utf-8")) > MAX_OBSERVATION_CONTENT_BYTES:
         checker.add("content", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
     data = raw.get("data") or {}
-    if (
-        len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        > MAX_OBSERVATION_DATA_BYTES
-    ):
+    if json_bytes(data) > MAX_OBSERVATION_DATA_BYTES:
         checker.add("data", f"larger than {MAX_OBSERVATION_DATA_BYTES} bytes (1 MiB) as JSON")
     provenance = raw.get("provenance") or {}
+    checker.json_size(provenance, "provenance", MAX_PROVENANCE_BYTES)
     pii = raw.get("pii", False)
     if not isinstance(pii, bool):
         checker.add("pii", "must be true or false")
@@ -348,6 +371,11 @@ def validate_observation(
             continue
         if "entity" in assertion:
             entity = assertion["entity"] or {}
+            checker.storable(entity, f"{path}.entity")
+            checker.text(entity.get("title"), f"{path}.entity.title", MAX_TITLE_CHARS)
+            checker.json_size(
+                entity.get("attributes") or {}, f"{path}.entity.attributes", MAX_ATTRIBUTES_BYTES
+            )
             key = checker.entity_key(entity.get("key"), f"{path}.entity.key")
             node_type = checker.node_type(entity.get("type"), f"{path}.entity.type")
             if key is not None and (node_type or not entity.get("type")):
@@ -369,6 +397,9 @@ def validate_observation(
                 facts.append(fact_input)
         elif "text" in assertion:
             text = assertion["text"] or {}
+            checker.storable(text, f"{path}.text")
+            checker.text(text.get("title"), f"{path}.text.title", MAX_TITLE_CHARS)
+            checker.text(text.get("heading"), f"{path}.text.heading", MAX_TITLE_CHARS)
             body = text.get("text", "")
             if not isinstance(body, str) or not body.strip():
                 checker.add(f"{path}.text.text", "required, non-empty")

@@ -6,7 +6,10 @@
    in `common.kernel.request_context.request_id_var` for the duration of the call, echoed in the
    trailing metadata and logged (logger ``memory.rpc``) with method, code and latency;
 2. metrics: ``memory_rpc_*`` (`common.grpc.metrics`);
-3. error mapping: a domain error raised by the handler becomes its `google.rpc.Status`
+3. error mapping and request checks (`common.grpc.request_checks`): a request protobuf cannot parse
+   (invalid UTF-8, nesting too deep), out-of-range Timestamps and values the database cannot store
+   (U+0000) are INVALID_ARGUMENT before any handler runs (batch items are left to their validators);
+   a domain error raised by the handler becomes its `google.rpc.Status`
    (`common.grpc.status_mapping`); anything else becomes INTERNAL and its traceback is logged with the
    request id (logger ``memory.server``);
 4. auth, the first one to look at a request, before any servicer code: bearer token -> `Principal`
@@ -37,6 +40,7 @@ import grpc
 from common.auth.authentication import Authenticator
 from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
 from common.grpc.metrics import RpcMetrics
+from common.grpc.request_checks import checked_stream, raise_if_invalid, tolerant_deserializer
 from common.grpc.status_mapping import grpc_code_for, status_for_exception
 from common.kernel.errors import PermissionDenied
 from common.kernel.request_context import request_id_var
@@ -123,7 +127,7 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         if handler.request_streaming and handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
                 self._wrap(handler.stream_unary, handler_call_details),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=self._deserializer(handler),
                 response_serializer=handler.response_serializer,
             )
         if handler.request_streaming or handler.unary_unary is None:
@@ -131,12 +135,15 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         behavior = self._wrap(handler.unary_unary, handler_call_details)
         return grpc.unary_unary_rpc_method_handler(
             behavior,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=self._deserializer(handler),
             response_serializer=handler.response_serializer,
         )
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         raise NotImplementedError
+
+    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
+        return handler.request_deserializer
 
 
 class _RequestIdLoggingInterceptor(_UnaryInterceptor):
@@ -207,14 +214,23 @@ def _is_context_abort(exc: BaseException, context: grpc.ServicerContext) -> bool
 
 
 class _ErrorMappingInterceptor(_UnaryInterceptor):
+    """Maps errors, and refuses what no handler should see (`common.grpc.request_checks`): a request
+    protobuf cannot parse, out-of-range Timestamps and values the database cannot store."""
+
     def __init__(self, service_name: str) -> None:
         self._service_name = service_name
+
+    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
+        return tolerant_deserializer(handler.request_deserializer)
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         method = details.method
 
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             try:
+                if isinstance(request, Iterator):
+                    return behavior(checked_stream(request), context)
+                raise_if_invalid(request)
                 return behavior(request, context)
             except Exception as exc:
                 if _is_context_abort(exc, context):
