@@ -19,12 +19,15 @@ from ingest_service.write_limits import (
     MAX_DOCUMENT_CONTENT_BYTES,
     MAX_DOCUMENT_SOURCE_PATH_CHARS,
     MAX_LINKS,
+    MAX_META_BYTES,
+    MAX_PROVENANCE_BYTES,
     MAX_TITLE_CHARS,
     MAX_TRACE_ID_CHARS,
     PROTECTED_KEY_PREFIXES,
     PROTECTED_TYPES,
     RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
+    json_bytes,
 )
 
 # Chunk meta keys holding the personal data marks (common.kernel.pii.PiiMarks); requests pass them in fields.
@@ -144,9 +147,14 @@ def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInp
         for index, scope in enumerate(request.scopes):
             if not SCOPE_PATTERN.match(scope):
                 check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha, task:PROJ-1)")
-    for name, value in (("meta", request.meta), ("provenance", request.provenance)):
+    for name, value, limit in (
+        ("meta", request.meta, MAX_META_BYTES),
+        ("provenance", request.provenance, MAX_PROVENANCE_BYTES),
+    ):
         if _contains_nul(value):
             check.add(name, "must not contain NUL characters")
+        if json_bytes(value) > limit:
+            check.add(name, f"larger than {limit} bytes as JSON")
     _check_reserved_meta(check, "meta", request.meta)
 
 
@@ -213,6 +221,8 @@ def validate_put_chunks(request: PutChunksInput) -> None:
             _check_text(check, f"{path}.heading", chunk.heading, MAX_TITLE_CHARS, required=False)
             if _contains_nul(chunk.meta):
                 check.add(f"{path}.meta", "must not contain NUL characters")
+            if json_bytes(chunk.meta) > MAX_META_BYTES:
+                check.add(f"{path}.meta", f"larger than {MAX_META_BYTES} bytes as JSON")
             _check_reserved_meta(check, f"{path}.meta", chunk.meta)
     check_pii_categories(check, "pii_categories", request.pii_categories)
     check.raise_if_any()

@@ -44,7 +44,6 @@ MAX_TITLE_CHARS = (
 MAX_ATTRIBUTES_BYTES = 256 * 1024  # an entity's or a fact's attributes, as compact JSON
 MAX_PROVENANCE_BYTES = 64 * 1024  # an observation's or a document's provenance, as compact JSON
 MAX_META_BYTES = 64 * 1024  # a document's meta, as compact JSON
-MAX_DETAILS_BYTES = 64 * 1024  # an audit event's details, as compact JSON
 
 # -- observations (RecordObservations) -----------------------------------------------------------------
 

@@ -51,13 +51,12 @@ class UnparsedRequest:
         text = str(self.error)
         if "MaxDepth" in text or "recursion" in text.lower():
             problem = f"nested deeper than {PROTOBUF_MAX_DEPTH} messages (a Struct level counts as three)"
+        elif "UTF-8" in text:
+            problem = "a string field holds invalid UTF-8 (e.g. an unpaired surrogate or a stray byte)"
         else:
-            problem = (
-                "not a valid protobuf message: a string field holds invalid UTF-8 (for example a lone "
-                "surrogate), or the wire data is malformed"
-            )
+            problem = "malformed protobuf wire data"
         return InvalidArgument(
-            [FieldViolation("", f"{self.message_name} is {problem}")],
+            [FieldViolation("", f"{self.message_name} could not be parsed: {problem}")],
             message=f"request could not be parsed: {problem}",
         )
 

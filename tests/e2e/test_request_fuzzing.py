@@ -138,8 +138,14 @@ def _check(
     offence = None
     try:
         _call(channel, method, request, raw)
+        if raw:
+            offence = "a request with invalid UTF-8 was accepted"
     except grpc.RpcError as error:
         offence = _offence(error)
+        if offence is None and raw:
+            named = "UTF-8" in (error.details() or "") or "nested deeper" in (error.details() or "")
+            if error.code() != grpc.StatusCode.INVALID_ARGUMENT or not named:
+                offence = f"{error.code().name} without naming the parse problem: {error.details()}"
         after = _row_counts(database, namespace)
         if offence is None and after != before:
             offence = f"{error.code().name} but rows changed: {before} -> {after}"

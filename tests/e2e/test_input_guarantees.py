@@ -1,0 +1,111 @@
+"""Input guarantees of issue 10 §5 over real channels: a bad batch item fails alone, limits name their
+field, error details stay small, unparsable bytes are INVALID_ARGUMENT naming the problem."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.protobuf import struct_pb2, timestamp_pb2
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from memory.v1 import (
+    document_service_pb2,
+    document_service_pb2_grpc,
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def _observation(namespace: str, index: int, content: str) -> knowledge_pb2.Observation:
+    observation = knowledge_pb2.Observation(
+        namespace=namespace, kind="note", content=content, scopes=["task:t1"]
+    )
+    observation.source.system = "fuzz"
+    observation.source.stream = "s"
+    observation.source.external_id = f"e{index}"
+    observation.occurred_at.FromJsonString("2026-01-01T00:00:00Z")
+    return observation
+
+
+def _violations(error: grpc.RpcError) -> list[error_details_pb2.BadRequest.FieldViolation]:
+    status = rpc_status.from_call(error)
+    assert status is not None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            return list(bad.field_violations)
+    return []
+
+
+def test_one_bad_item_fails_alone(ingest_channel: grpc.Channel, namespace: str) -> None:
+    """A NUL in one observation, an out-of-range Timestamp in another: those two fail, four are stored."""
+    stub = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
+    batch = [_observation(namespace, index, f"text {index}") for index in range(6)]
+    batch[2].content = "bad\x00content"
+    batch[4].assertions.add().fact.CopyFrom(
+        knowledge_pb2.FactAssertion(
+            subject=struct_pb2.Value(string_value="person:a"),
+            predicate="knows",
+            object=struct_pb2.Value(string_value="person:b"),
+        )
+    )
+    batch[4].assertions[0].fact.valid_to.CopyFrom(timestamp_pb2.Timestamp(seconds=10**13))
+    batch[5].data.update({"k\x00": "v"})
+    response = stub.RecordObservations(observation_service_pb2.RecordObservationsRequest(observations=batch))
+    statuses = [result.status for result in response.results]
+    assert statuses[2] == statuses[4] == statuses[5] == "failed"
+    assert [statuses[i] for i in (0, 1, 3)] == ["created"] * 3 or all(
+        statuses[i] != "failed" for i in (0, 1, 3)
+    )
+    assert any("observations[2].content" in v for v in response.results[2].field_violations)
+    assert any("assertions[0].fact.valid_to" in v for v in response.results[4].field_violations)
+    assert any("observations[5].data" in v for v in response.results[5].field_violations)
+
+
+def test_limits_and_small_details(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
+) -> None:
+    """A 500 KB entity title is refused with its field; a 1 MB key answers small details."""
+    stub = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
+    observation = _observation(namespace, 0, "x")
+    observation.assertions.add().entity.CopyFrom(
+        knowledge_pb2.EntityAssertion(key=struct_pb2.Value(string_value="person:a"), title="t" * 500_000)
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.RecordObservations(observation_service_pb2.RecordObservationsRequest(observations=[observation]))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert any(v.field == "observations[0].assertions[0].entity.title" for v in _violations(refused.value))
+
+    source = source_service_pb2_grpc.SourceServiceStub(query_channel)
+    with pytest.raises(grpc.RpcError) as huge:
+        source.GetSource(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="k" * 2**20))
+    assert huge.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
+    trailing = dict(huge.value.trailing_metadata())
+    assert len(trailing["grpc-status-details-bin"]) + len(huge.value.details() or "") < 8 * 1024
+
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    request = document_service_pb2.RetainRequest(namespace=namespace, natural_key="doc:a", content="x")
+    request.provenance.update({"blob": "p" * 100_000})
+    with pytest.raises(grpc.RpcError) as provenance:
+        documents.Retain(request)
+    assert provenance.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert any(v.field == "provenance" for v in _violations(provenance.value))
+
+
+def test_invalid_utf8_names_the_problem(ingest_channel: grpc.Channel, namespace: str) -> None:
+    """Bytes with a lone surrogate in a string field: INVALID_ARGUMENT saying so, not INTERNAL."""
+    payload = document_service_pb2.DeleteNodeRequest(namespace=namespace).SerializeToString()
+    payload += bytes([2 << 3 | 2, 3]) + b"\xed\xa0\x80"
+    call = ingest_channel.unary_unary(
+        "/memory.v1.DocumentService/DeleteNode", request_serializer=None, response_deserializer=None
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        call(payload, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "UTF-8" in (refused.value.details() or "")
