@@ -9,6 +9,8 @@ from google.protobuf import struct_pb2, timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from memory.v1 import (
+    context_service_pb2,
+    context_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
     knowledge_pb2,
@@ -109,3 +111,13 @@ def test_invalid_utf8_names_the_problem(ingest_channel: grpc.Channel, namespace:
         call(payload, timeout=30)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "UTF-8" in (refused.value.details() or "")
+
+
+def test_compile_context_refuses_an_oversized_namespace(query_channel: grpc.Channel) -> None:
+    """A namespace past its pattern (here 12 KB) is INVALID_ARGUMENT, not an index-row error (INTERNAL)."""
+    stub = context_service_pb2_grpc.ContextServiceStub(query_channel)
+    request = context_service_pb2.CompileContextRequest(namespace="n" * 12_000, query="alice")
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.CompileContext(request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert any(v.field == "namespace" for v in _violations(refused.value))
