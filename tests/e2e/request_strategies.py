@@ -8,7 +8,8 @@ Structs with NUL keys, non-finite numbers and nesting deeper than protobuf parse
 ``namespace`` mostly get the example's namespace, so what a refused write would leave is countable.
 
 `raw_request_strategy` adds what a Python client cannot send: the serialized request with an invalid
-UTF-8 string (a lone surrogate, a bare continuation byte) appended to one of its string fields.
+UTF-8 string (a lone surrogate, a bare continuation byte) appended to one of its string fields, at the
+top level or nested.
 """
 
 from __future__ import annotations
@@ -268,19 +269,37 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+def _string_paths(descriptor: Descriptor, depth: int = 0) -> list[list[FieldDescriptor]]:
+    """Paths of message fields ending in a string field, at most three levels down."""
+    paths: list[list[FieldDescriptor]] = []
+    for field in descriptor.fields:
+        if field.type == FieldDescriptor.TYPE_STRING:
+            paths.append([field])
+        elif (
+            field.type == FieldDescriptor.TYPE_MESSAGE
+            and depth < 2
+            and not field.message_type.GetOptions().map_entry
+        ):
+            paths.extend([field, *rest] for rest in _string_paths(field.message_type, depth + 1))
+    return paths
+
+
 def raw_request_strategy(descriptor: Descriptor, namespace: str) -> st.SearchStrategy[bytes]:
-    """A serialized request of ``descriptor`` with an invalid UTF-8 value appended to one of its top-level
-    string fields (for a singular field the last value wins, so the server sees the invalid one)."""
-    strings = [f for f in descriptor.fields if f.type == FieldDescriptor.TYPE_STRING]
+    """A serialized request of ``descriptor`` with an invalid UTF-8 value appended to one of its string
+    fields, at the top level or nested in message fields (protobuf merges the appended field into the
+    message: for a singular string the last value wins, so the server always sees the invalid one)."""
+    paths = _string_paths(descriptor)
 
     @st.composite
     def build(draw: st.DrawFn) -> bytes:
         message = draw(message_strategy(descriptor, namespace))
         payload = message.SerializeToString()
-        if not strings:
+        if not paths:
             return payload
-        field = draw(st.sampled_from(strings))
-        bad = draw(st.sampled_from(INVALID_UTF8))
-        return payload + _varint(field.number << 3 | 2) + _varint(len(bad)) + bad
+        path = draw(st.sampled_from(paths))
+        value = draw(st.sampled_from(INVALID_UTF8))
+        for field in reversed(path):
+            value = _varint(field.number << 3 | 2) + _varint(len(value)) + value
+        return payload + value
 
     return build()
