@@ -13,6 +13,8 @@ from memory.v1 import (
     context_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
+    fact_service_pb2,
+    fact_service_pb2_grpc,
     knowledge_pb2,
     observation_service_pb2,
     observation_service_pb2_grpc,
@@ -89,7 +91,7 @@ def test_limits_and_small_details(
         source.GetSource(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="k" * 2**20))
     assert huge.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND)
     trailing = dict(huge.value.trailing_metadata())
-    assert len(trailing["grpc-status-details-bin"]) + len(huge.value.details() or "") < 8 * 1024
+    assert len(trailing["grpc-status-details-bin"]) + len(huge.value.details() or "") < 6 * 1024
 
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     request = document_service_pb2.RetainRequest(namespace=namespace, natural_key="doc:a", content="x")
@@ -121,3 +123,17 @@ def test_compile_context_refuses_an_oversized_namespace(query_channel: grpc.Chan
         stub.CompileContext(request)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert any(v.field == "namespace" for v in _violations(refused.value))
+
+
+def test_many_violations_are_cut_with_a_count(ingest_channel: grpc.Channel, namespace: str) -> None:
+    """200 facts, each with three bad fields of 2 KB: the answer stays small and says how many were cut."""
+    stub = fact_service_pb2_grpc.FactServiceStub(ingest_channel)
+    bad = struct_pb2.Value(string_value="x" * 2000 + "\x00")
+    facts = [knowledge_pb2.FactAssertion(subject=bad, predicate="p" * 2000, object=bad) for _ in range(200)]
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.AssertFacts(fact_service_pb2.AssertFactsRequest(namespace=namespace, facts=facts))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    violations = _violations(refused.value)
+    assert violations[-1].description.endswith("more violations left out")
+    trailing = dict(refused.value.trailing_metadata())
+    assert len(trailing["grpc-status-details-bin"]) + len(refused.value.details() or "") < 6 * 1024
