@@ -13,6 +13,7 @@ from typing import Any
 from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
 from common.kernel.pii import check_pii_categories
+from common.kernel.storable_values import unstorable_paths
 from ingest_service.write_limits import (
     MAX_CHUNK_TEXT_BYTES,
     MAX_CHUNKS_PER_CALL,
@@ -151,8 +152,7 @@ def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInp
         ("meta", request.meta, MAX_META_BYTES),
         ("provenance", request.provenance, MAX_PROVENANCE_BYTES),
     ):
-        if _contains_nul(value):
-            check.add(name, "must not contain NUL characters")
+        _check_storable(check, name, value)
         if json_bytes(value) > limit:
             check.add(name, f"larger than {limit} bytes as JSON")
     _check_reserved_meta(check, "meta", request.meta)
@@ -167,14 +167,11 @@ def _check_reserved_meta(check: ViolationCollector, path: str, meta: Mapping[str
             check.add(f"{path}.{reserved}", "reserved: pass personal data marks in pii and pii_categories")
 
 
-def _contains_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return _has_nul(value)
-    if isinstance(value, Mapping):
-        return any(_has_nul(str(k)) or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_contains_nul(v) for v in value)
-    return False
+def _check_storable(check: ViolationCollector, path: str, value: Any) -> None:
+    """A violation per key or value of ``value`` the database cannot store (U+0000, non-finite numbers:
+    `common.kernel.storable_values.unstorable_paths`), under its own path (``meta.k``)."""
+    for where, description in unstorable_paths(value, path):
+        check.add(where, description)
 
 
 def validate_retain(request: RetainInput) -> None:
@@ -219,8 +216,7 @@ def validate_put_chunks(request: PutChunksInput) -> None:
             elif _has_nul(chunk.text):
                 check.add(f"{path}.text", "must not contain NUL characters")
             _check_text(check, f"{path}.heading", chunk.heading, MAX_TITLE_CHARS, required=False)
-            if _contains_nul(chunk.meta):
-                check.add(f"{path}.meta", "must not contain NUL characters")
+            _check_storable(check, f"{path}.meta", chunk.meta)
             if json_bytes(chunk.meta) > MAX_META_BYTES:
                 check.add(f"{path}.meta", f"larger than {MAX_META_BYTES} bytes as JSON")
             _check_reserved_meta(check, f"{path}.meta", chunk.meta)

@@ -206,6 +206,9 @@ def _participant(checker: FieldChecker, value: Any, path: str) -> dict[str, str]
     if not TYPE_PATTERN.match(str(value["type"])):
         checker.add(f"{path}.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
         return None
+    if len(str(value["id"])) > MAX_KEY_LENGTH:
+        checker.add(f"{path}.id", f"at most {MAX_KEY_LENGTH} characters")
+        return None
     return {"type": str(value["type"]), "id": str(value["id"])}
 
 
