@@ -1,4 +1,4 @@
-"""The four server interceptors every RPC passes through, and the log filter that shows its request id.
+"""The five server interceptors every RPC passes through, and the log filter that shows its request id.
 
 `server_interceptors` returns them in the order gRPC runs them (the first one sees the call first):
 
@@ -6,10 +6,7 @@
    in `common.kernel.request_context.request_id_var` for the duration of the call, echoed in the
    trailing metadata and logged (logger ``memory.rpc``) with method, code and latency;
 2. metrics: ``memory_rpc_*`` (`common.grpc.metrics`);
-3. error mapping and request checks (`common.grpc.request_checks`): a request protobuf cannot parse
-   (invalid UTF-8, nesting too deep), out-of-range Timestamps and values the database cannot store
-   (U+0000) are INVALID_ARGUMENT before any handler runs (batch items are left to their validators);
-   a domain error raised by the handler becomes its `google.rpc.Status`
+3. error mapping: a domain error raised by the handler becomes its `google.rpc.Status`
    (`common.grpc.status_mapping`); anything else becomes INTERNAL and its traceback is logged with the
    request id (logger ``memory.server``);
 4. auth, the first one to look at a request, before any servicer code: bearer token -> `Principal`
@@ -17,7 +14,12 @@
    (PERMISSION_DENIED otherwise; methods absent from the table are denied), then the principal is
    `current_principal()` for the handler. It sits inside the three above so that refusals are logged
    with their request id, counted, and mapped like every other domain error. Health and reflection
-   stay open.
+   stay open. A request protobuf could not parse (invalid UTF-8, nesting deeper than 100) is
+   INVALID_ARGUMENT naming the problem right after authentication (`common.grpc.request_checks`);
+5. request checks (`common.grpc.request_checks`), innermost, once the caller is authorised:
+   out-of-range Timestamps and values the database cannot store (U+0000, non-finite numbers) are
+   INVALID_ARGUMENT naming their field before any handler runs (batch items are left to their
+   validators, so a bad item fails alone).
 
 The interceptors wrap unary-unary and client-streaming (stream-unary, e.g.
 SnapshotService.ReconcileStream) handlers; the auth interceptor authorises a client stream message by
@@ -40,7 +42,12 @@ import grpc
 from common.auth.authentication import Authenticator
 from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
 from common.grpc.metrics import RpcMetrics
-from common.grpc.request_checks import checked_stream, raise_if_invalid, tolerant_deserializer
+from common.grpc.request_checks import (
+    checked_stream,
+    raise_if_invalid,
+    raise_if_unparsed,
+    tolerant_deserializer,
+)
 from common.grpc.status_mapping import grpc_code_for, status_for_exception
 from common.kernel.errors import PermissionDenied
 from common.kernel.request_context import request_id_var
@@ -72,6 +79,7 @@ def server_interceptors(
         _MetricsInterceptor(metrics),
         _ErrorMappingInterceptor(service_name),
         _AuthInterceptor(authenticator),
+        _RequestCheckInterceptor(),
     )
 
 
@@ -214,23 +222,14 @@ def _is_context_abort(exc: BaseException, context: grpc.ServicerContext) -> bool
 
 
 class _ErrorMappingInterceptor(_UnaryInterceptor):
-    """Maps errors, and refuses what no handler should see (`common.grpc.request_checks`): a request
-    protobuf cannot parse, out-of-range Timestamps and values the database cannot store."""
-
     def __init__(self, service_name: str) -> None:
         self._service_name = service_name
-
-    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
-        return tolerant_deserializer(handler.request_deserializer)
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         method = details.method
 
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             try:
-                if isinstance(request, Iterator):
-                    return behavior(checked_stream(request), context)
-                raise_if_invalid(request)
                 return behavior(request, context)
             except Exception as exc:
                 if _is_context_abort(exc, context):
@@ -246,6 +245,25 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
                     )
                 context.abort_with_status(status_for_exception(exc, request_id))
                 raise  # not reached: abort_with_status raises
+
+        return wrapped
+
+
+class _RequestCheckInterceptor(_UnaryInterceptor):
+    """Refuses what no handler should see (`common.grpc.request_checks`), innermost, once the caller is
+    authorised: out-of-range Timestamps and values the database cannot store (for a client stream
+    message by message). Its deserializer turns bytes protobuf cannot parse into an `UnparsedRequest`,
+    which the auth interceptor refuses right after authentication (it cannot be authorised)."""
+
+    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
+        return tolerant_deserializer(handler.request_deserializer)
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, Iterator):
+                return behavior(checked_stream(request), context)
+            raise_if_invalid(request)
+            return behavior(request, context)
 
         return wrapped
 
@@ -290,6 +308,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
 
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             principal = authenticator.authenticate(metadata)
+            raise_if_unparsed(request)
             authorize(principal, method, request)
             with principal_context(principal):
                 return behavior(request, context)
@@ -311,6 +330,7 @@ def _authorized_stream(principal: Principal, method: str, requests: Any) -> Iter
         PermissionDenied: from `authorize`, when the message is reached.
     """
     for index, request in enumerate(requests):
+        raise_if_unparsed(request)
         if index == 0 or request_namespaces(request) is not None:
             authorize(principal, method, request)
         yield request

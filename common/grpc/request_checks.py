@@ -7,10 +7,13 @@
   values the database cannot store (`common.kernel.storable_values.unstorable_paths`: U+0000,
   non-finite numbers), each as a field violation with its path.
 
+The request-check interceptor (`common.grpc.interceptors`, innermost, after auth) installs the
+deserializer and runs `raise_if_invalid` (for a client stream `checked_stream`, message by message); the
+auth interceptor refuses an `UnparsedRequest` right after authentication (`raise_if_unparsed`).
+
 The items of a batch (`BATCH_ITEM_FIELDS`: RecordObservationsRequest.observations,
 AssertFactsRequest.facts) are not checked here: their validators run the same checks per item, so a
-bad item fails alone (seed 000 "Наблюдения": per-item results). The error-mapping interceptor
-(`common.grpc.interceptors`) runs both checks, for a client stream message by message.
+bad item fails alone (seed 000 "Наблюдения": per-item results).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "UnparsedRequest",
     "checked_stream",
     "raise_if_invalid",
+    "raise_if_unparsed",
     "request_violations",
     "tolerant_deserializer",
 ]
@@ -96,14 +100,19 @@ def request_violations(message: Message, prefix: str = "") -> list[FieldViolatio
     return [FieldViolation(join(path), description) for path, description in found]
 
 
+def raise_if_unparsed(request: Any) -> None:
+    """Raises `InvalidArgument` naming the parse problem when ``request`` is an `UnparsedRequest`."""
+    if isinstance(request, UnparsedRequest):
+        raise request.violation()
+
+
 def raise_if_invalid(request: Any, prefix: str = "") -> None:
     """Raises `InvalidArgument` for an `UnparsedRequest` or a request with `request_violations`.
 
     Raises:
         InvalidArgument: naming each offending field (or the parse problem).
     """
-    if isinstance(request, UnparsedRequest):
-        raise request.violation()
+    raise_if_unparsed(request)
     if isinstance(request, Message):
         violations = request_violations(request, prefix)
         if violations:

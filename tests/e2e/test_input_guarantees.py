@@ -3,6 +3,9 @@ field, error details stay small, unparsable bytes are INVALID_ARGUMENT naming th
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
+
 import grpc
 import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
@@ -21,6 +24,12 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+
+from common.auth.principals import Right
+from common.kernel.config import Settings
+from common.tooling.client import ClientSecurity, make_channel
+from common.tooling.token_writer import add_token
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -137,3 +146,32 @@ def test_many_violations_are_cut_with_a_count(ingest_channel: grpc.Channel, name
     assert violations[-1].description.endswith("more violations left out")
     trailing = dict(refused.value.trailing_metadata())
     assert len(trailing["grpc-status-details-bin"]) + len(refused.value.details() or "") < 6 * 1024
+
+
+def test_bad_input_is_refused_after_authentication(settings: Settings, tmp_path: Path) -> None:
+    """With tokens: a bad request without a token is UNAUTHENTICATED (nothing about the input is said);
+    with a token of another namespace a parsable one is PERMISSION_DENIED (bytes that do not parse name
+    no namespace to authorise: INVALID_ARGUMENT); with the right token INVALID_ARGUMENT."""
+    tokens_file = tmp_path / "tokens.yaml"
+    namespace = "inp-" + uuid.uuid4().hex[:10]
+    writer, _ = add_token(tokens_file, principal="writer", namespaces={namespace: [Right.WRITE]})
+    other, _ = add_token(tokens_file, principal="other", namespaces={"elsewhere": [Right.WRITE]})
+    payload = document_service_pb2.DeleteNodeRequest(namespace=namespace).SerializeToString()
+    unparsable = payload + bytes([2 << 3 | 2, 3]) + b"\xed\xa0\x80"
+    with_nul = document_service_pb2.DeleteNodeRequest(
+        namespace=namespace, natural_key="a\x00"
+    ).SerializeToString()
+    with token_secured_services(settings, tokens_file) as (ingest_address, _query_address):
+        expected = {None: grpc.StatusCode.UNAUTHENTICATED, other: grpc.StatusCode.PERMISSION_DENIED}
+        expected[writer] = grpc.StatusCode.INVALID_ARGUMENT
+        for token, code in expected.items():
+            channel = make_channel(ingest_address, security=ClientSecurity(token=token or ""))
+            call = channel.unary_unary(
+                "/memory.v1.DocumentService/DeleteNode", request_serializer=None, response_deserializer=None
+            )
+            for body in (unparsable, with_nul):
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(body, timeout=30)
+                want = grpc.StatusCode.INVALID_ARGUMENT if token == other and body == unparsable else code
+                assert refused.value.code() == want, (token is None, token == other, body == unparsable)
+            channel.close()
