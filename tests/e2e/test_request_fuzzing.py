@@ -64,7 +64,7 @@ QUERY_MODULES = (
 )
 NAMESPACED_TABLES = ("observations", "graph_nodes", "facts", "chunks", "context_traces", "snapshots")
 MAX_DETAILS_BYTES = 6 * 1024  # a client refuses trailing metadata past 8 KiB in all
-EXAMPLES = int(os.environ.get("CB_FUZZ_EXAMPLES", "100"))  # per RPC: about 45 s for all of them
+EXAMPLES = int(os.environ.get("CB_FUZZ_EXAMPLES", "60"))  # per RPC: about a minute for all of them
 
 
 def _methods(modules: tuple[Any, ...], side: str) -> list[tuple[str, MethodDescriptor]]:
