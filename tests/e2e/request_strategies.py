@@ -8,8 +8,8 @@ Structs with NUL keys, non-finite numbers and nesting deeper than protobuf parse
 ``namespace`` mostly get the example's namespace, so what a refused write would leave is countable.
 
 `raw_request_strategy` adds what a Python client cannot send: the serialized request with an invalid
-UTF-8 string (a lone surrogate, a bare continuation byte) appended to one of its string fields, at the
-top level or nested.
+UTF-8 string (a lone surrogate, a bare continuation byte) or a Struct nested deeper than protobuf parses
+appended to one of its fields, at the top level or nested.
 """
 
 from __future__ import annotations
@@ -202,12 +202,12 @@ def message_strategy(descriptor: Descriptor, namespace: str, depth: int = 0) -> 
     if descriptor.full_name == "google.protobuf.Value":
         return struct_strategy().map(lambda s: struct_pb2.Value(struct_value=s))
     cls = GetMessageClass(descriptor)
+    if depth > 4 or not descriptor.fields:
+        return st.builds(cls)
 
     @st.composite
     def build(draw: st.DrawFn) -> Message:
         message = cls()
-        if depth > 4:
-            return message
         for field in descriptor.fields:
             if field.name == "namespace" and field.type == FieldDescriptor.TYPE_STRING:
                 value = draw(
@@ -269,37 +269,65 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _string_paths(descriptor: Descriptor, depth: int = 0) -> list[list[FieldDescriptor]]:
-    """Paths of message fields ending in a string field, at most three levels down."""
+def _field_paths(descriptor: Descriptor, leaf: Any, depth: int = 0) -> list[list[FieldDescriptor]]:
+    """Paths of message fields ending in a field for which ``leaf(field)`` holds, three levels at most."""
     paths: list[list[FieldDescriptor]] = []
     for field in descriptor.fields:
-        if field.type == FieldDescriptor.TYPE_STRING:
+        if leaf(field):
             paths.append([field])
         elif (
             field.type == FieldDescriptor.TYPE_MESSAGE
             and depth < 2
             and not field.message_type.GetOptions().map_entry
+            and field.message_type.full_name not in ("google.protobuf.Struct", "google.protobuf.Value")
         ):
-            paths.extend([field, *rest] for rest in _string_paths(field.message_type, depth + 1))
+            paths.extend([field, *rest] for rest in _field_paths(field.message_type, leaf, depth + 1))
     return paths
 
 
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _deep_struct(levels: int) -> bytes:
+    """A Struct ``{"n": {"n": ...}}`` ``levels`` deep, as bytes (three messages a level: Struct, its map
+    entry, Value), which no Python message can hold past protobuf's depth limit."""
+    inner = b""
+    for _ in range(levels):
+        entry = _length_delimited(1, b"n") + _length_delimited(2, _length_delimited(5, inner))
+        inner = _length_delimited(1, entry)
+    return inner
+
+
+def _is_string(field: FieldDescriptor) -> bool:
+    return field.type == FieldDescriptor.TYPE_STRING
+
+
+def _is_struct(field: FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.full_name == "google.protobuf.Struct"
+
+
 def raw_request_strategy(descriptor: Descriptor, namespace: str) -> st.SearchStrategy[bytes]:
-    """A serialized request of ``descriptor`` with an invalid UTF-8 value appended to one of its string
-    fields, at the top level or nested in message fields (protobuf merges the appended field into the
-    message: for a singular string the last value wins, so the server always sees the invalid one)."""
-    paths = _string_paths(descriptor)
+    """A serialized request of ``descriptor`` with, appended, an invalid UTF-8 value in one of its string
+    fields or a Struct nested deeper than protobuf parses, at the top level or nested in message fields
+    (protobuf merges what is appended into the message, so the server always sees the bad value)."""
+    strings = _field_paths(descriptor, _is_string)
+    structs = _field_paths(descriptor, _is_struct)
 
     @st.composite
     def build(draw: st.DrawFn) -> bytes:
         message = draw(message_strategy(descriptor, namespace))
         payload = message.SerializeToString()
-        if not paths:
+        if structs and (not strings or draw(st.booleans())):
+            path = draw(st.sampled_from(structs))
+            value = _deep_struct(draw(st.sampled_from([40, 200])))
+        elif strings:
+            path = draw(st.sampled_from(strings))
+            value = draw(st.sampled_from(INVALID_UTF8))
+        else:
             return payload
-        path = draw(st.sampled_from(paths))
-        value = draw(st.sampled_from(INVALID_UTF8))
         for field in reversed(path):
-            value = _varint(field.number << 3 | 2) + _varint(len(value)) + value
+            value = _length_delimited(field.number, value)
         return payload + value
 
     return build()
