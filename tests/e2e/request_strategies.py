@@ -285,17 +285,17 @@ def _field_paths(descriptor: Descriptor, leaf: Any, depth: int = 0) -> list[list
     return paths
 
 
-def _length_delimited(number: int, payload: bytes) -> bytes:
+def length_delimited(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _deep_struct(levels: int) -> bytes:
+def deep_struct_bytes(levels: int) -> bytes:
     """A Struct ``{"n": {"n": ...}}`` ``levels`` deep, as bytes (three messages a level: Struct, its map
     entry, Value), which no Python message can hold past protobuf's depth limit."""
     inner = b""
     for _ in range(levels):
-        entry = _length_delimited(1, b"n") + _length_delimited(2, _length_delimited(5, inner))
-        inner = _length_delimited(1, entry)
+        entry = length_delimited(1, b"n") + length_delimited(2, length_delimited(5, inner))
+        inner = length_delimited(1, entry)
     return inner
 
 
@@ -320,14 +320,14 @@ def raw_request_strategy(descriptor: Descriptor, namespace: str) -> st.SearchStr
         payload = message.SerializeToString()
         if structs and (not strings or draw(st.booleans())):
             path = draw(st.sampled_from(structs))
-            value = _deep_struct(draw(st.sampled_from([40, 200])))
+            value = deep_struct_bytes(draw(st.sampled_from([40, 200])))
         elif strings:
             path = draw(st.sampled_from(strings))
             value = draw(st.sampled_from(INVALID_UTF8))
         else:
             return payload
         for field in reversed(path):
-            value = _length_delimited(field.number, value)
+            value = length_delimited(field.number, value)
         return payload + value
 
     return build()

@@ -30,6 +30,7 @@ from common.kernel.config import Settings
 from common.tooling.client import ClientSecurity, make_channel
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.request_strategies import deep_struct_bytes, length_delimited
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -109,6 +110,23 @@ def test_limits_and_small_details(
         documents.Retain(request)
     assert provenance.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert any(v.field == "provenance" for v in _violations(provenance.value))
+
+
+def test_nesting_too_deep_names_the_problem(ingest_channel: grpc.Channel, namespace: str) -> None:
+    """An observation whose data nests 200 levels (past protobuf's 100): INVALID_ARGUMENT saying so."""
+    observation = length_delimited(1, namespace.encode()) + length_delimited(
+        knowledge_pb2.Observation.DESCRIPTOR.fields_by_name["data"].number, deep_struct_bytes(200)
+    )
+    payload = length_delimited(1, observation)
+    call = ingest_channel.unary_unary(
+        "/memory.v1.ObservationService/RecordObservations",
+        request_serializer=None,
+        response_deserializer=None,
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        call(payload, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "nested deeper than 100" in (refused.value.details() or "")
 
 
 def test_invalid_utf8_names_the_problem(ingest_channel: grpc.Channel, namespace: str) -> None:
