@@ -13,18 +13,22 @@ from typing import Any
 from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
 from common.kernel.pii import check_pii_categories
+from common.kernel.storable_values import unstorable_paths
 from ingest_service.write_limits import (
     MAX_CHUNK_TEXT_BYTES,
     MAX_CHUNKS_PER_CALL,
     MAX_DOCUMENT_CONTENT_BYTES,
     MAX_DOCUMENT_SOURCE_PATH_CHARS,
     MAX_LINKS,
+    MAX_META_BYTES,
+    MAX_PROVENANCE_BYTES,
     MAX_TITLE_CHARS,
     MAX_TRACE_ID_CHARS,
     PROTECTED_KEY_PREFIXES,
     PROTECTED_TYPES,
     RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
+    json_bytes,
 )
 
 # Chunk meta keys holding the personal data marks (common.kernel.pii.PiiMarks); requests pass them in fields.
@@ -144,9 +148,13 @@ def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInp
         for index, scope in enumerate(request.scopes):
             if not SCOPE_PATTERN.match(scope):
                 check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha, task:PROJ-1)")
-    for name, value in (("meta", request.meta), ("provenance", request.provenance)):
-        if _contains_nul(value):
-            check.add(name, "must not contain NUL characters")
+    for name, value, limit in (
+        ("meta", request.meta, MAX_META_BYTES),
+        ("provenance", request.provenance, MAX_PROVENANCE_BYTES),
+    ):
+        _check_storable(check, name, value)
+        if json_bytes(value) > limit:
+            check.add(name, f"larger than {limit} bytes as JSON")
     _check_reserved_meta(check, "meta", request.meta)
 
 
@@ -159,14 +167,11 @@ def _check_reserved_meta(check: ViolationCollector, path: str, meta: Mapping[str
             check.add(f"{path}.{reserved}", "reserved: pass personal data marks in pii and pii_categories")
 
 
-def _contains_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return _has_nul(value)
-    if isinstance(value, Mapping):
-        return any(_has_nul(str(k)) or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return any(_contains_nul(v) for v in value)
-    return False
+def _check_storable(check: ViolationCollector, path: str, value: Any) -> None:
+    """A violation per key or value of ``value`` the database cannot store (U+0000, non-finite numbers:
+    `common.kernel.storable_values.unstorable_paths`), under its own path (``meta.k``)."""
+    for where, description in unstorable_paths(value, path):
+        check.add(where, description)
 
 
 def validate_retain(request: RetainInput) -> None:
@@ -211,8 +216,9 @@ def validate_put_chunks(request: PutChunksInput) -> None:
             elif _has_nul(chunk.text):
                 check.add(f"{path}.text", "must not contain NUL characters")
             _check_text(check, f"{path}.heading", chunk.heading, MAX_TITLE_CHARS, required=False)
-            if _contains_nul(chunk.meta):
-                check.add(f"{path}.meta", "must not contain NUL characters")
+            _check_storable(check, f"{path}.meta", chunk.meta)
+            if json_bytes(chunk.meta) > MAX_META_BYTES:
+                check.add(f"{path}.meta", f"larger than {MAX_META_BYTES} bytes as JSON")
             _check_reserved_meta(check, f"{path}.meta", chunk.meta)
     check_pii_categories(check, "pii_categories", request.pii_categories)
     check.raise_if_any()

@@ -33,7 +33,8 @@ from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from ingest_service.fact_engine import AssertionRejected, FactEngine, FactInput
-from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
+from ingest_service.field_checker import FieldChecker
+from ingest_service.observation_validation import resolve_fact_kinds, validate_fact_assertion
 from ingest_service.write_limits import (
     FACT_ID_PATTERN,
     MAX_FACT_SOURCE_PATH_CHARS,

@@ -22,28 +22,29 @@ from common.kernel.identifiers import (
     SCOPE_PATTERN,
     canonical_instant,
     content_identity,
-    entity_key,
     observation_id,
     parse_instant,
 )
 from common.kernel.pii import check_pii_categories
 from common.packs.kind_validation import NamespaceKinds
 from ingest_service.fact_engine import FactInput
+from ingest_service.field_checker import FieldChecker, join_path
 from ingest_service.write_limits import (
     EVIDENCE_CLASSES,
     FACT_ID_PATTERN,
     KIND_PATTERN,
     MAX_ASSERTIONS,
+    MAX_ATTRIBUTES_BYTES,
     MAX_EXTERNAL_ID_CHARS,
     MAX_NAME_CHARS,
     MAX_OBSERVATION_CONTENT_BYTES,
     MAX_OBSERVATION_DATA_BYTES,
+    MAX_PROVENANCE_BYTES,
+    MAX_TITLE_CHARS,
     PREDICATE_PATTERN,
-    PROTECTED_KEY_PREFIXES,
     PROTECTED_PREDICATES,
-    PROTECTED_TYPES,
-    RESERVED_KEY_MESSAGE,
     TYPE_PATTERN,
+    json_bytes,
 )
 
 
@@ -90,92 +91,6 @@ class ObservationInput:
     pii_categories: list[str] = field(default_factory=list)
 
 
-def join_path(base: str, name: str) -> str:
-    """``base.name``, or whichever of the two is not empty."""
-    return f"{base}.{name}" if base and name else base or name
-
-
-class FieldChecker:
-    """Collects field violations with paths relative to ``prefix`` (``observations[3]``, ``facts[1]``, "")."""
-
-    def __init__(self, prefix: str = "") -> None:
-        self.prefix = prefix
-        self.violations: list[FieldViolation] = []
-
-    def add(self, path: str, description: str) -> None:
-        self.violations.append(FieldViolation(join_path(self.prefix, path), description))
-
-    def instant(self, value: Any, path: str, *, required: bool) -> datetime | None:
-        if value in (None, ""):
-            if required:
-                self.add(path, "required: an ISO-8601 instant with a UTC offset")
-            return None
-        if not isinstance(value, str):
-            self.add(path, "must be an ISO-8601 string")
-            return None
-        try:
-            return parse_instant(value)
-        except ValueError:
-            self.add(
-                path, f"{value!r} is not an ISO-8601 instant with a UTC offset (e.g. 2026-08-01T00:00:00Z)"
-            )
-            return None
-
-    def node_type(self, value: Any, path: str) -> str:
-        """An optional node type (``""`` when absent): the type pattern, and never a type of the audit
-        trail (`PROTECTED_TYPES`); a violation leaves ``""``."""
-        if not value:
-            return ""
-        if not isinstance(value, str) or not TYPE_PATTERN.match(value):
-            self.add(path, "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
-            return ""
-        if value in PROTECTED_TYPES:
-            self.add(path, f"{value!r} is a protected type written only by the audit trail")
-            return ""
-        return value
-
-    def _unreserved(self, key: str, path: str) -> str | None:
-        if key.startswith(PROTECTED_KEY_PREFIXES):
-            self.add(path, RESERVED_KEY_MESSAGE)
-            return None
-        return key
-
-    def entity_key(self, value: Any, path: str) -> str | None:
-        """A key is a non-empty string or {type, id}; returns the natural key. Keys of the audit trail
-        (``audit_event:``, ``pc_trace:``) are refused on every write path (issue 10 §4)."""
-        if isinstance(value, str):
-            key = value.strip()
-            if not key:
-                self.add(path, "must not be empty")
-                return None
-            if len(key) > MAX_KEY_LENGTH:
-                self.add(path, f"longer than {MAX_KEY_LENGTH} characters")
-                return None
-            if key != value:
-                self.add(path, "must not start or end with whitespace")
-                return None
-            return self._unreserved(key, path)
-        if isinstance(value, dict):
-            type_, id_ = value.get("type"), value.get("id")
-            extra = set(value) - {"type", "id"}
-            if extra:
-                self.add(path, f"unknown fields {sorted(extra)}: a key is a string or {{type, id}}")
-                return None
-            ok = True
-            if not isinstance(type_, str) or not TYPE_PATTERN.match(type_):
-                self.add(f"{path}.type", "required, pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
-                ok = False
-            if not isinstance(id_, str) or not id_.strip() or len(id_) > MAX_KEY_LENGTH:
-                self.add(f"{path}.id", f"required, 1..{MAX_KEY_LENGTH} characters")
-                ok = False
-            return self._unreserved(entity_key(type_, id_), path) if ok else None  # type: ignore[arg-type]
-        if value is None:
-            self.add(path, "required: a string key or {type, id}")
-        else:
-            self.add(path, "must be a string key or {type, id}")
-        return None
-
-
 def _participant(checker: FieldChecker, value: Any, path: str) -> dict[str, str] | None:
     if value in (None, {}):
         return None
@@ -184,6 +99,9 @@ def _participant(checker: FieldChecker, value: Any, path: str) -> dict[str, str]
         return None
     if not TYPE_PATTERN.match(str(value["type"])):
         checker.add(f"{path}.type", "pattern [A-Za-z_][A-Za-z0-9_.-]{0,63}")
+        return None
+    if len(str(value["id"])) > MAX_KEY_LENGTH:
+        checker.add(f"{path}.id", f"at most {MAX_KEY_LENGTH} characters")
         return None
     return {"type": str(value["type"]), "id": str(value["id"])}
 
@@ -221,6 +139,7 @@ def validate_fact_assertion(
         checker.add(path, "must be a fact assertion object")
         return None
     before = len(checker.violations)
+    checker.storable(raw, path)
     subject_key = checker.entity_key(raw.get("subject"), join_path(path, "subject"))
     object_key = checker.entity_key(raw.get("object"), join_path(path, "object"))
     predicate = raw.get("predicate", "")
@@ -251,6 +170,7 @@ def validate_fact_assertion(
     attributes = raw.get("attributes") or {}
     if not isinstance(attributes, dict):
         checker.add(join_path(path, "attributes"), "must be an object")
+    checker.json_size(attributes, join_path(path, "attributes"), MAX_ATTRIBUTES_BYTES)
     if len(checker.violations) > before or not (subject_key and object_key and start):
         return None
     return FactInput(
@@ -296,6 +216,8 @@ def validate_observation(
 ) -> tuple[ObservationInput | None, list[FieldViolation]]:
     """Checks one observation; returns (normalised input, []) or (None, violations)."""
     checker = FieldChecker(prefix)
+    # Facts check their own values (validate_fact_assertion); entity and text assertions are checked below.
+    checker.storable({name: value for name, value in raw.items() if name != "assertions"}, "")
     namespace = raw.get("namespace", "")
     if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
         checker.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
@@ -319,12 +241,10 @@ def validate_observation(
     if len(content.encode("utf-8")) > MAX_OBSERVATION_CONTENT_BYTES:
         checker.add("content", f"larger than {MAX_OBSERVATION_CONTENT_BYTES} bytes (1 MiB)")
     data = raw.get("data") or {}
-    if (
-        len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-        > MAX_OBSERVATION_DATA_BYTES
-    ):
+    if json_bytes(data) > MAX_OBSERVATION_DATA_BYTES:
         checker.add("data", f"larger than {MAX_OBSERVATION_DATA_BYTES} bytes (1 MiB) as JSON")
     provenance = raw.get("provenance") or {}
+    checker.json_size(provenance, "provenance", MAX_PROVENANCE_BYTES)
     pii = raw.get("pii", False)
     if not isinstance(pii, bool):
         checker.add("pii", "must be true or false")
@@ -348,6 +268,11 @@ def validate_observation(
             continue
         if "entity" in assertion:
             entity = assertion["entity"] or {}
+            checker.storable(entity, f"{path}.entity")
+            checker.text(entity.get("title"), f"{path}.entity.title", MAX_TITLE_CHARS)
+            checker.json_size(
+                entity.get("attributes") or {}, f"{path}.entity.attributes", MAX_ATTRIBUTES_BYTES
+            )
             key = checker.entity_key(entity.get("key"), f"{path}.entity.key")
             node_type = checker.node_type(entity.get("type"), f"{path}.entity.type")
             if key is not None and (node_type or not entity.get("type")):
@@ -369,6 +294,9 @@ def validate_observation(
                 facts.append(fact_input)
         elif "text" in assertion:
             text = assertion["text"] or {}
+            checker.storable(text, f"{path}.text")
+            checker.text(text.get("title"), f"{path}.text.title", MAX_TITLE_CHARS)
+            checker.text(text.get("heading"), f"{path}.text.heading", MAX_TITLE_CHARS)
             body = text.get("text", "")
             if not isinstance(body, str) or not body.strip():
                 checker.add(f"{path}.text.text", "required, non-empty")

@@ -21,8 +21,9 @@ from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant, cano
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.fact_engine import FactInput
-from ingest_service.observation_validation import FieldChecker, resolve_fact_kinds, validate_fact_assertion
-from ingest_service.write_limits import MAX_NAME_CHARS
+from ingest_service.field_checker import FieldChecker
+from ingest_service.observation_validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.write_limits import MAX_ATTRIBUTES_BYTES, MAX_NAME_CHARS, MAX_TITLE_CHARS
 
 
 @dataclass
@@ -125,6 +126,7 @@ def validate_entities(
     entities: list[SnapshotEntity] = []
     for position, raw in batch:
         path = f"entities[{position}]"
+        before = len(checker.violations)
         if not isinstance(raw, dict):
             checker.add(path, "must be an entity assertion object")
             continue
@@ -136,7 +138,9 @@ def validate_entities(
         if not isinstance(attributes, dict):
             checker.add(f"{path}.attributes", "must be an object")
             continue
-        if key is None:
+        checker.text(raw.get("title"), f"{path}.title", MAX_TITLE_CHARS)
+        checker.json_size(attributes, f"{path}.attributes", MAX_ATTRIBUTES_BYTES)
+        if key is None or len(checker.violations) > before:
             continue
         implied = str(node_type) or (key.partition(":")[0] if ":" in key else "entity")
         key, implied, violations = kinds.check_entity(key, implied, attributes, path)

@@ -9,6 +9,7 @@ themselves (`MAX_KEY_LENGTH`, `MAX_SCOPES`, `NAMESPACE_PATTERN`, `SCOPE_PATTERN`
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Protocol
 
@@ -36,6 +37,13 @@ RESERVED_KEY_MESSAGE = "the prefixes audit_event: and pc_trace: are reserved for
 MAX_REASON_CHARS = 4096  # the reason of a redaction, purge, DeleteNode or CloseFact
 MAX_TRACE_ID_CHARS = 256  # a trace id given by the caller (Retain, redaction, purge, DeleteNode)
 MAX_NAME_CHARS = 256  # an observation's source system and stream; a snapshot's source, scope and id
+# Free-form maps and titles on every write path (issue 10 §5), in line with the 1 MiB of content:
+MAX_TITLE_CHARS = (
+    1024  # an entity's or document's title, a text assertion's title and heading, a chunk's heading
+)
+MAX_ATTRIBUTES_BYTES = 256 * 1024  # an entity's or a fact's attributes, as compact JSON
+MAX_PROVENANCE_BYTES = 64 * 1024  # an observation's or a document's provenance, as compact JSON
+MAX_META_BYTES = 64 * 1024  # a document's meta, as compact JSON
 
 # -- observations (RecordObservations) -----------------------------------------------------------------
 
@@ -53,7 +61,6 @@ MAX_FACT_SOURCE_PATH_CHARS = 1024
 # -- documents (Retain, PutChunks) ---------------------------------------------------------------------
 
 MAX_DOCUMENT_CONTENT_BYTES = 8 * 1024 * 1024
-MAX_TITLE_CHARS = 1024  # a document's title and a chunk's heading
 MAX_DOCUMENT_SOURCE_PATH_CHARS = 4096
 MAX_LINKS = 1000
 MAX_CHUNKS_PER_CALL = 10000
@@ -67,6 +74,11 @@ SNAPSHOT_BATCH = 1000  # items validated, journaled and written per statement gr
 MAX_SNAPSHOT_ITEMS = 200_000  # entities + facts of one unary ReconcileRequest
 MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one transaction)
 MAX_SNAPSHOT_VIOLATIONS = 100  # field violations reported before a run stops reading
+
+
+def json_bytes(value: object) -> int:
+    """The size of ``value`` as compact JSON in UTF-8 (non-ASCII kept), as the size limits count it."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
 
 
 class _Violations(Protocol):

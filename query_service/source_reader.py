@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.kernel.errors import NotFound, ViolationCollector
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
@@ -64,7 +65,8 @@ class SourceReader:
         (`disclose_source`).
 
         Raises:
-            InvalidArgument: empty ``namespace`` or ``natural_key`` (fields named as in GetSourceRequest).
+            InvalidArgument: empty ``namespace`` or ``natural_key``, a key longer than `MAX_KEY_LENGTH`
+                (fields named as in GetSourceRequest).
             NotFound: no such node in the namespace.
             Unavailable: the database cannot be reached.
         """
@@ -73,6 +75,8 @@ class SourceReader:
             check.add("namespace", "required")
         if not natural_key.strip():
             check.add("natural_key", "required")
+        elif len(natural_key) > MAX_KEY_LENGTH:
+            check.add("natural_key", f"at most {MAX_KEY_LENGTH} characters")
         check.raise_if_any()
         with self.database.connection() as conn:
             node = self.graph.get_node(conn, namespace, natural_key, visibility=visibility)

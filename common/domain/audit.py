@@ -57,6 +57,7 @@ from common.kernel.identifiers import (
     parse_instant,
 )
 from common.kernel.request_context import current_request_id
+from common.kernel.storable_values import unstorable_paths
 from common.storage.audit_store import AuditStore, event_key
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
@@ -162,8 +163,9 @@ def validate_event(event: AuditEventInput) -> None:
     else:
         if size > MAX_DETAILS_BYTES:
             check.add("details", f"at most {MAX_DETAILS_BYTES} bytes as JSON, got {size}")
-        elif "\\u0000" in json.dumps(dict(event.details)):
-            check.add("details", "must not contain NUL characters")
+        else:
+            for where, description in unstorable_paths(dict(event.details), "details"):
+                check.add(where, description)
     check.raise_if_any()
 
 

@@ -1,4 +1,4 @@
-"""The four server interceptors every RPC passes through, and the log filter that shows its request id.
+"""The five server interceptors every RPC passes through, and the log filter that shows its request id.
 
 `server_interceptors` returns them in the order gRPC runs them (the first one sees the call first):
 
@@ -14,7 +14,12 @@
    (PERMISSION_DENIED otherwise; methods absent from the table are denied), then the principal is
    `current_principal()` for the handler. It sits inside the three above so that refusals are logged
    with their request id, counted, and mapped like every other domain error. Health and reflection
-   stay open.
+   stay open. A request protobuf could not parse (invalid UTF-8, nesting deeper than 100) is
+   INVALID_ARGUMENT naming the problem right after authentication (`common.grpc.request_checks`);
+5. request checks (`common.grpc.request_checks`), innermost, once the caller is authorised:
+   out-of-range Timestamps and values the database cannot store (U+0000, non-finite numbers) are
+   INVALID_ARGUMENT naming their field before any handler runs (batch items are left to their
+   validators, so a bad item fails alone).
 
 The interceptors wrap unary-unary and client-streaming (stream-unary, e.g.
 SnapshotService.ReconcileStream) handlers; the auth interceptor authorises a client stream message by
@@ -37,6 +42,12 @@ import grpc
 from common.auth.authentication import Authenticator
 from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
 from common.grpc.metrics import RpcMetrics
+from common.grpc.request_checks import (
+    checked_stream,
+    raise_if_invalid,
+    raise_if_unparsed,
+    tolerant_deserializer,
+)
 from common.grpc.status_mapping import grpc_code_for, status_for_exception
 from common.kernel.errors import PermissionDenied
 from common.kernel.request_context import request_id_var
@@ -68,6 +79,7 @@ def server_interceptors(
         _MetricsInterceptor(metrics),
         _ErrorMappingInterceptor(service_name),
         _AuthInterceptor(authenticator),
+        _RequestCheckInterceptor(),
     )
 
 
@@ -123,7 +135,7 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         if handler.request_streaming and handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(
                 self._wrap(handler.stream_unary, handler_call_details),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=self._deserializer(handler),
                 response_serializer=handler.response_serializer,
             )
         if handler.request_streaming or handler.unary_unary is None:
@@ -131,12 +143,15 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         behavior = self._wrap(handler.unary_unary, handler_call_details)
         return grpc.unary_unary_rpc_method_handler(
             behavior,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=self._deserializer(handler),
             response_serializer=handler.response_serializer,
         )
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         raise NotImplementedError
+
+    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
+        return handler.request_deserializer
 
 
 class _RequestIdLoggingInterceptor(_UnaryInterceptor):
@@ -234,6 +249,25 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
         return wrapped
 
 
+class _RequestCheckInterceptor(_UnaryInterceptor):
+    """Refuses what no handler should see (`common.grpc.request_checks`), innermost, once the caller is
+    authorised: out-of-range Timestamps and values the database cannot store (for a client stream
+    message by message). Its deserializer turns bytes protobuf cannot parse into an `UnparsedRequest`,
+    which the auth interceptor refuses right after authentication (it cannot be authorised)."""
+
+    def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
+        return tolerant_deserializer(handler.request_deserializer)
+
+    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, Iterator):
+                return behavior(checked_stream(request), context)
+            raise_if_invalid(request)
+            return behavior(request, context)
+
+        return wrapped
+
+
 class _AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates and authorises every RPC except health and reflection (see `common.auth.principals`).
 
@@ -274,6 +308,7 @@ class _AuthInterceptor(grpc.ServerInterceptor):
 
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             principal = authenticator.authenticate(metadata)
+            raise_if_unparsed(request)
             authorize(principal, method, request)
             with principal_context(principal):
                 return behavior(request, context)
@@ -295,6 +330,7 @@ def _authorized_stream(principal: Principal, method: str, requests: Any) -> Iter
         PermissionDenied: from `authorize`, when the message is reached.
     """
     for index, request in enumerate(requests):
+        raise_if_unparsed(request)
         if index == 0 or request_namespaces(request) is not None:
             authorize(principal, method, request)
         yield request

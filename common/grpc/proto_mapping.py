@@ -6,11 +6,13 @@ fact row and `memory.v1.Observation` from a stored observation view.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf.message import Message
 from memory.v1 import audit_service_pb2, knowledge_pb2
 
 from common.domain.audit import AuditEvent
@@ -46,30 +48,109 @@ def dict_to_struct(mapping: Mapping[str, Any]) -> struct_pb2.Struct:
 
 _MIN_TIMESTAMP_SECONDS = -62135596800  # 0001-01-01T00:00:00Z
 _MAX_TIMESTAMP_SECONDS = 253402300799  # 9999-12-31T23:59:59Z
+_TIMESTAMP = "google.protobuf.Timestamp"
+_JSON_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
+TIMESTAMP_RANGE = (
+    "out of range: a Timestamp lies in 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z, 0 <= nanos < 1e9"
+)
+
+_Found = tuple[list[int | str], Any, str, str]  # (path in the JSON form, value there, path text, description)
+
+
+def _valid_timestamp(value: timestamp_pb2.Timestamp) -> bool:
+    return _MIN_TIMESTAMP_SECONDS <= value.seconds <= _MAX_TIMESTAMP_SECONDS and 0 <= value.nanos < 10**9
+
+
+def _path_text(steps: list[int | str]) -> str:
+    text = ""
+    for step in steps:
+        if isinstance(step, int):
+            text += f"[{step}]"
+        else:
+            text = f"{text}.{step}" if text else step
+    return text
+
+
+def _json_value_fix(value: struct_pb2.Value, steps: list[int | str], found: list[_Found]) -> None:
+    kind = value.WhichOneof("kind")
+    if kind == "number_value" and not math.isfinite(value.number_value):
+        found.append((steps, value.number_value, _path_text(steps), "must be a finite number"))
+        value.null_value = struct_pb2.NULL_VALUE
+    elif kind == "struct_value":
+        for key, child in value.struct_value.fields.items():
+            _json_value_fix(child, [*steps, key], found)
+    elif kind == "list_value":
+        for index, child in enumerate(value.list_value.values):
+            _json_value_fix(child, [*steps, index], found)
+
+
+def _fix_unrepresentable(message: Message, steps: list[int | str], found: list[_Found]) -> None:
+    """Clears, in place, what proto3 JSON cannot represent (out-of-range Timestamps, non-finite numbers
+    in Structs), recording each with its path in the JSON form."""
+    name = message.DESCRIPTOR.full_name
+    if name == "google.protobuf.Struct":
+        for key, child in message.fields.items():
+            _json_value_fix(child, [*steps, key], found)
+        return
+    if name == "google.protobuf.ListValue":
+        for index, child in enumerate(message.values):
+            _json_value_fix(child, [*steps, index], found)
+        return
+    if name == "google.protobuf.Value":
+        _json_value_fix(message, steps, found)
+        return
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            if field.message_type.fields_by_name["value"].message_type is None:
+                continue
+            items: list[tuple[int | str | None, Any]] = [(str(k), v) for k, v in value.items()]
+        else:
+            items = list(enumerate(value)) if field.is_repeated else [(None, value)]
+        for index, item in items:
+            step: list[int | str] = [*steps, field.name] if index is None else [*steps, field.name, index]
+            if field.message_type.full_name == _TIMESTAMP:
+                if not _valid_timestamp(item):
+                    text = f"Timestamp(seconds={item.seconds}, nanos={item.nanos})"
+                    found.append((step, text, _path_text(step), TIMESTAMP_RANGE))
+                    if index is None:
+                        message.ClearField(field.name)
+                    else:
+                        item.Clear()
+            else:
+                _fix_unrepresentable(item, step, found)
+
+
+def json_form(message: Message) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """``message`` in proto3-JSON form with proto field names, for the domain's validation, whatever it
+    holds (issue 10 §5); ``json_format`` alone raises on what proto3 JSON cannot represent.
+
+    An out-of-range Timestamp (seconds 1e13, negative nanos) is passed on as the string
+    ``"Timestamp(seconds=S, nanos=N)"``, which every instant check of the domain rejects under the
+    field's own path (``assertions[0].fact.valid_to``); a non-finite number in a Struct is passed on as
+    the float itself, which `common.kernel.storable_values.unstorable_paths` reports. Each is also
+    returned as ``(path, description)``, so a whole-request check refuses it directly.
+    """
+    copy = type(message)()
+    copy.CopyFrom(message)
+    found: list[_Found] = []
+    _fix_unrepresentable(copy, [], found)
+    form = json_format.MessageToDict(copy if found else message, preserving_proto_field_name=True)
+    for steps, value, _text, _description in found:
+        target: Any = form
+        for step in steps[:-1]:
+            target = target[step]
+        last = steps[-1]
+        if isinstance(target, dict) or isinstance(last, int) and last < len(target):
+            target[last] = value
+    return form, [(text, description) for _steps, _value, text, description in found]
 
 
 def fact_assertion_to_dict(message: knowledge_pb2.FactAssertion) -> dict[str, Any]:
-    """A FactAssertion in proto3-JSON form with proto field names, for the domain's validation.
-
-    An out-of-range Timestamp (which proto3 JSON cannot represent) is passed on as a descriptive string
-    the validation rejects, so the caller gets a field violation (``facts[1].valid_from``) instead of an
-    internal error.
-    """
-    invalid: dict[str, str] = {}
-    for name in ("valid_from", "valid_to"):
-        if message.HasField(name):
-            value = getattr(message, name)
-            if not (
-                _MIN_TIMESTAMP_SECONDS <= value.seconds <= _MAX_TIMESTAMP_SECONDS and 0 <= value.nanos < 10**9
-            ):
-                invalid[name] = f"Timestamp(seconds={value.seconds}, nanos={value.nanos})"
-    if not invalid:
-        return json_format.MessageToDict(message, preserving_proto_field_name=True)
-    copy = knowledge_pb2.FactAssertion()
-    copy.CopyFrom(message)
-    for name in invalid:
-        copy.ClearField(name)
-    return {**json_format.MessageToDict(copy, preserving_proto_field_name=True), **invalid}
+    """A FactAssertion in proto3-JSON form with proto field names (`json_form`): an out-of-range
+    Timestamp becomes a descriptive string the validation rejects (``facts[1].valid_from``)."""
+    return json_form(message)[0]
 
 
 def fact_to_proto(row: FactRow, *, conflict: bool = False) -> knowledge_pb2.Fact:

@@ -22,6 +22,7 @@ from common.kernel.errors import (
     AlreadyExists,
     DomainError,
     FailedPrecondition,
+    FieldViolation,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -29,9 +30,17 @@ from common.kernel.errors import (
     Unavailable,
 )
 
-__all__ = ["ERROR_DOMAIN", "grpc_code_for", "status_for_exception"]
+__all__ = ["ERROR_DOMAIN", "bounded_bad_request", "grpc_code_for", "shorten", "status_for_exception"]
 
 ERROR_DOMAIN = "memory.v1"
+# Error details stay small whatever the input (issue 10 §5): gRPC clients refuse trailing metadata past
+# 8 KiB in all (a soft limit, refused at random between it and 16 KiB: RESOURCE_EXHAUSTED), and the
+# details travel there beside the message, so the violations get 4 KiB and the message 512 characters.
+MAX_VIOLATIONS = 100
+MAX_VIOLATION_BYTES = 4 * 1024
+MAX_FIELD_CHARS = 256
+MAX_DESCRIPTION_CHARS = 512
+MAX_MESSAGE_CHARS = 512
 
 # Checked in order: the first matching class wins (subclasses of one another would need care).
 _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
@@ -70,7 +79,8 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
     Returns:
         A `grpc.Status` whose trailing metadata holds ``grpc-status-details-bin``: a `google.rpc.Status`
         with one `ErrorInfo` (reason = ``exc.reason``, domain ``memory.v1``) and, for `InvalidArgument`,
-        a `BadRequest` with one field violation per ``exc.violations`` item. Unmapped exceptions (and a
+        a `BadRequest` with one field violation per ``exc.violations`` item (bounded:
+        `bounded_bad_request`; the message is at most `MAX_MESSAGE_CHARS`). Unmapped exceptions (and a
         bare `DomainError`) become INTERNAL with the message ``"internal error (request id X)"``.
     """
     metadata = {"request_id": request_id} if request_id else {}
@@ -84,12 +94,43 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
         return rpc_status.to_status(proto)
     details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata))]
     if isinstance(exc, InvalidArgument):
-        bad_request = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                for v in exc.violations
-            ]
-        )
-        details.append(_pack(bad_request))
-    proto = status_pb2.Status(code=code.value[0], message=exc.message, details=details)
+        details.append(_pack(bounded_bad_request(exc.violations)))
+    proto = status_pb2.Status(
+        code=code.value[0], message=shorten(exc.message, MAX_MESSAGE_CHARS), details=details
+    )
     return rpc_status.to_status(proto)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    note = f"... ({len(text) - limit} more characters)"
+    return text[: max(limit - len(note), 0)] + note
+
+
+def bounded_bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadRequest:
+    """A `BadRequest` of ``violations`` that a client always accepts (issue 10 §5): at most
+    `MAX_VIOLATIONS` violations and `MAX_VIOLATION_BYTES` in all, each field path and description
+    shortened (`MAX_FIELD_CHARS`, `MAX_DESCRIPTION_CHARS`); when some are left out, one last violation
+    (field ``""``) says how many."""
+    kept: list[error_details_pb2.BadRequest.FieldViolation] = []
+    total = 0
+    for violation in violations:
+        entry = error_details_pb2.BadRequest.FieldViolation(
+            field=shorten(violation.field, MAX_FIELD_CHARS),
+            description=shorten(violation.description, MAX_DESCRIPTION_CHARS),
+        )
+        size = entry.ByteSize()
+        if len(kept) >= MAX_VIOLATIONS or total + size > MAX_VIOLATION_BYTES:
+            break
+        kept.append(entry)
+        total += size
+    left_out = len(violations) - len(kept)
+    if left_out:
+        kept.append(
+            error_details_pb2.BadRequest.FieldViolation(
+                field="", description=f"{left_out} more violations left out"
+            )
+        )
+    return error_details_pb2.BadRequest(field_violations=kept)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import grpc
-from google.protobuf import json_format
 from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
-from common.grpc.proto_mapping import observation_to_proto
+from common.grpc.proto_mapping import json_form, observation_to_proto
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
 
@@ -21,10 +20,8 @@ class ObservationServicer(observation_service_pb2_grpc.ObservationServiceService
     def RecordObservations(
         self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
     ) -> observation_service_pb2.RecordObservationsResponse:
-        raw = [
-            json_format.MessageToDict(observation, preserving_proto_field_name=True)
-            for observation in request.observations
-        ]
+        # json_form: an out-of-range Timestamp fails its item (a field violation), not the batch.
+        raw = [json_form(observation)[0] for observation in request.observations]
         results = self.recorder.record_batch(raw)
         return observation_service_pb2.RecordObservationsResponse(
             results=[

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 from common.storage.visibility import EVERYTHING, Visibility
 from query_service.pii_output import NO_PII_POLICY, PiiPolicy
 
@@ -55,6 +56,8 @@ def context_request_violations(request: ContextRequest) -> ViolationCollector:
     check = ViolationCollector()
     if not request.namespace.strip():
         check.add("namespace", "required")
+    elif not NAMESPACE_PATTERN.match(request.namespace):
+        check.add("namespace", "pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
     if not request.query.strip() and not request.anchors:
         check.add("query", "a query or at least one anchor is required")
     if len(request.query) > MAX_QUERY_CHARS or "\x00" in request.query:
@@ -63,8 +66,11 @@ def context_request_violations(request: ContextRequest) -> ViolationCollector:
         check.add("anchors", f"at most {MAX_ANCHORS} anchors")
     else:
         for index, anchor in enumerate(request.anchors):
-            if not anchor.strip() or "\x00" in anchor:
-                check.add(f"anchors[{index}]", "must be a non-empty natural key")
+            if not anchor.strip() or "\x00" in anchor or len(anchor) > MAX_KEY_LENGTH:
+                check.add(
+                    f"anchors[{index}]",
+                    f"must be a non-empty natural key of at most {MAX_KEY_LENGTH} characters",
+                )
     budget = request.token_budget or DEFAULT_TOKEN_BUDGET
     if not 1 <= budget <= MAX_TOKEN_BUDGET:
         check.add(

@@ -1,0 +1,42 @@
+"""Unit tests of issue 10 §5's mechanisms: unstorable values, the JSON form of any message, bounded
+error details."""
+
+from __future__ import annotations
+
+from memory.v1 import observation_service_pb2
+
+from common.grpc.proto_mapping import json_form
+from common.grpc.request_checks import request_violations
+from common.grpc.status_mapping import MAX_VIOLATION_BYTES, bounded_bad_request
+from common.kernel.errors import FieldViolation
+from common.kernel.storable_values import unstorable_paths
+
+
+def test_unstorable_paths_name_strings_keys_and_numbers() -> None:
+    value = {"a": "ok", "b": ["x", "y\x00"], "c\x00": 1, "d": {"e": float("nan")}}
+    paths = [path for path, _ in unstorable_paths(value, "data")]
+    assert sorted(paths) == ["data.b[1]", "data.c\\u0000", "data.d.e"]
+    assert unstorable_paths({"k": "v", "n": [1, 2.5]}) == []
+    assert len(unstorable_paths(["\x00"] * 1000, limit=100)) == 100
+
+
+def test_json_form_marks_out_of_range_timestamps_per_path() -> None:
+    request = observation_service_pb2.RecordObservationsRequest()
+    observation = request.observations.add()
+    observation.occurred_at.seconds = 10**13
+    observation.assertions.add().fact.valid_to.nanos = -1
+    form, found = json_form(observation)
+    assert form["occurred_at"].startswith("Timestamp(")
+    assert form["assertions"][0]["fact"]["valid_to"].startswith("Timestamp(")
+    assert [path for path, _ in found] == ["occurred_at", "assertions[0].fact.valid_to"]
+    # The batch items are left to their validators; the rest of the request is checked.
+    assert request_violations(request) == []
+
+
+def test_bad_request_is_bounded_with_a_count() -> None:
+    huge = FieldViolation("k" * 10**6, "d" * 10**6)
+    violations = [huge] * 10_000
+    bad = bounded_bad_request(violations)
+    assert bad.ByteSize() <= MAX_VIOLATION_BYTES + 200
+    assert bad.field_violations[-1].description.endswith("more violations left out")
+    assert all(len(v.field) <= 256 for v in bad.field_violations)
