@@ -193,8 +193,9 @@ class PiiGuard:
 
         Details: ``method``, ``categories`` (sorted), ``natural_keys`` and ``observation_ids`` (at most
         `MAX_AUDITED_KEYS` each and `MAX_AUDIT_DETAILS_BYTES` together, with ``truncated`` true when more
-        were exposed). ``target_key`` is the
-        single key or observation id when exactly one was exposed. ``trace_id`` empty: the request id.
+        were exposed). ``target_key`` is the single key or observation id when exactly one was exposed.
+        ``trace_id`` empty: the request id. The event is scoped ``principal:<caller>``: GetTrace shows it
+        to that caller and to tokens granted that scope, never to other readers of the namespace.
 
         Raises:
             Unavailable: the audit event could not be written (the response must not be returned).
@@ -224,6 +225,10 @@ class PiiGuard:
                 principal=disclosure.policy.principal,
                 target_key=exposed[0] if len(exposed) == 1 else "",
                 details=details,
+                # The event names keys and ids of what the caller was shown, possibly scoped data: it is
+                # as visible as an item scoped to that caller (its principal and tokens granted
+                # ``principal:<name>``), like the caller's context compilations (issue 10 §2).
+                scopes=(f"principal:{disclosure.policy.principal}",) if disclosure.policy.principal else (),
             )
         )
 

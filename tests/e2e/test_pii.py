@@ -504,6 +504,14 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
     context_details = json_format.MessageToDict(context_events[0].details)
     assert context_details["method"] == "/memory.v1.ContextService/CompileContext"
     assert "ticket:SUP-4821" in context_details["natural_keys"] and "phone" in context_details["categories"]
+    # The events name what the cleared caller was shown: other readers of the namespace (the uncleared
+    # reader holds no principal:pii-officer scope) do not see them (issue 10 §2, hostile-tenant finding).
+    assert events[0].scopes == ["principal:pii-officer"]
+    with world.query(world.reader) as channel:
+        for trace_id in (request_id, pack.trace_id):
+            with pytest.raises(grpc.RpcError) as hidden:
+                _trace_events(channel, world.namespace, trace_id)
+            assert hidden.value.code() == grpc.StatusCode.NOT_FOUND, trace_id
 
 
 def test_cleared_token_without_personal_data_writes_no_audit_event(world: World) -> None:
