@@ -42,10 +42,15 @@ from common.packs.pack_schemas import (
     count_schema_patterns,
     json_path,
 )
+from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
 from common.storage.database import Database
 from common.storage.pack_store import PackStore
 
 BASE_KINDS = ("document", "entity", "fact")
+# Names of the audit trail (seed 000 "Аудит-контур"): a pack can neither define these kinds (nor use them
+# as kind aliases, which would let writes resolve to audit_event:/pc_trace: keys) nor a relation IN_TRACE.
+RESERVED_KINDS = (AUDIT_EVENT_TYPE, TRACE_TYPE)
+RESERVED_RELATIONS = (TRACE_EDGE,)
 RESERVED_PACK = "default"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 KIND_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
@@ -236,6 +241,11 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
             continue
         for alias_index, synonym in enumerate([kind_name, *kind.get("kindAliases", [])]):
             where = f"{path}.kind" if alias_index == 0 else f"{path}.kindAliases[{alias_index - 1}]"
+            if synonym in RESERVED_KINDS:
+                check.add(
+                    where, f"{synonym!r} is reserved for the audit trail; packs cannot define or alias it"
+                )
+                continue
             if synonym in names_seen or synonym in BASE_KINDS:
                 check.add(
                     where,
@@ -283,6 +293,8 @@ def validate_pack(raw: dict[str, Any], base: str = "package") -> tuple[dict[str,
     known_kinds = set(kinds) | set(BASE_KINDS)
     for index, relation in enumerate(pack["relations"]):
         path = f"{base}.relations[{index}]"
+        if relation["relation"] in RESERVED_RELATIONS:
+            check.add(f"{path}.relation", f"{relation['relation']!r} is reserved for the audit trail")
         if relation["relation"] in relations:
             check.add(f"{path}.relation", f"relation {relation['relation']!r} is defined twice")
         for side in ("fromKinds", "toKinds"):

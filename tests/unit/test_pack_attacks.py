@@ -157,3 +157,21 @@ def test_pack_and_schema_sizes_and_the_number_of_patterns_are_bounded() -> None:
     too_many = {"name": "attack", "version": "1.0.0", "kinds": kinds}
     assert len(json.dumps(too_many)) < MAX_PACK_BYTES
     assert f"at most {MAX_PATTERNS_PER_PACK}" in _violations(too_many)["package.kinds"]
+
+
+def test_a_pack_cannot_define_or_alias_the_audit_trail() -> None:
+    """Kind aliases resolve before the write paths' reserved-key checks: a pack kind ``audit_event`` with
+    alias ``y`` would turn ``y:<event id>`` into ``audit_event:<event id>`` (hostile-tenant finding)."""
+    raw = {
+        "name": "attack",
+        "version": "1.0.0",
+        "kinds": [
+            {"kind": "audit_event", "kindAliases": ["y"]},
+            {"kind": "thing", "kindAliases": ["pc_trace"]},
+        ],
+        "relations": [{"relation": "IN_TRACE"}],
+    }
+    violations = _violations(raw)
+    assert "reserved for the audit trail" in violations["package.kinds[0].kind"]
+    assert "reserved for the audit trail" in violations["package.kinds[1].kindAliases[0]"]
+    assert "reserved for the audit trail" in violations["package.relations[0].relation"]
