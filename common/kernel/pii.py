@@ -76,7 +76,10 @@ _CARD = re.compile(
     _BEFORE + r"(?:\d{13,19}|\d{4}([ \-])\d{4}\1\d{4}\1\d{1,7}|\d{4}([ \-])\d{6}\2\d{5})" + _AFTER
 )
 _SNILS_FORMATTED = re.compile(_BEFORE + r"\d{3}[\- ]\d{3}[\- ]\d{3}[ \-]\d{2}" + _AFTER)
-_SNILS_UNSEPARATED = re.compile(_BEFORE + r"\d{9}[ \-]?\d{2}" + _AFTER)
+# A SNILS may also stand inside a natural key or a path (``snils:20451873645``, ``doc:pii-20451873645``,
+# ``/home/u/20451873645.md``): its run may follow ``:``, ``/`` or ``-``; its checksum keeps ids apart.
+_SNILS_BEFORE = r"(?<![\w.,+])"
+_SNILS_UNSEPARATED = re.compile(_SNILS_BEFORE + r"\d{9}[ \-]?\d{2}" + _AFTER)
 _INN = re.compile(_BEFORE + r"(?:\d{12}|\d{10})" + _AFTER)
 _PASSPORT_SPACED = re.compile(_BEFORE + r"\d{2} \d{2} \d{6}" + _AFTER)
 _PASSPORT_CONTEXT = re.compile(

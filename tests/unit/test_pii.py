@@ -160,6 +160,10 @@ def test_unseparated_snils_is_found_anywhere() -> None:
     assert pii.mask("client 20451873645, ok") == "client [snils], ok"
     assert categories("id 20451873646") == []  # wrong check number
     assert categories("id 204518736451") == [] and categories("v20451873645") == []  # 12 digits, glued
+    # Inside natural keys and paths (hostile-tenant finding): the key form type:id, a dash, a path.
+    assert pii.mask("snils:20451873645") == "snils:[snils]"
+    assert pii.mask("doc:pii-20451873645") == "doc:pii-[snils]"
+    assert pii.mask("/home/u/20451873645.md") == "/home/u/[snils].md"
 
 
 # -- false positives -------------------------------------------------------------------------------
