@@ -107,7 +107,9 @@ class Database:
         Creates the schema on first contact.
 
         Raises:
-            Unavailable: the database cannot be reached (nothing was committed).
+            Unavailable: the database cannot be reached (reason ``DATABASE_UNAVAILABLE``), or a statement
+                ran into ``statement_timeout``/``lock_timeout`` (reason ``DATABASE_TIMEOUT``); nothing was
+                committed and the call may be retried (issue 15: a timeout answers a retryable status).
             FailedPrecondition: the schema does not fit this service's settings.
         """
         self._ensure_schema()
@@ -118,6 +120,15 @@ class Database:
             if is_unavailable_error(error):
                 self._ready = False
                 raise Unavailable("database unavailable; retry later") from error
+            if isinstance(error, (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable)):
+                # statement_timeout (57014) or lock_timeout (55P03), e.g. a wait for another batch's key
+                # locks: the transaction was rolled back as a whole, so the call may be retried as is.
+                # The database itself is fine: readiness is not touched.
+                raise Unavailable(
+                    f"the database gave up on a statement ({error.sqlstate}: timeout); nothing was written, "
+                    "retry the call",
+                    reason="DATABASE_TIMEOUT",
+                ) from error
             raise
 
     def run_transaction(self, work: Callable[[psycopg.Connection[Any]], T], *, attempts: int = 8) -> T:
@@ -127,15 +138,20 @@ class Database:
         ``work`` must be safe to re-run from the start (it sees nothing of a rolled-back attempt).
 
         Raises:
-            Unavailable: the database cannot be reached.
+            Unavailable: the database cannot be reached, a statement timed out (see `connection`), or the
+                last attempt still deadlocked (reason ``TRANSACTION_CONFLICT``); nothing was committed.
         """
         for attempt in range(1, attempts + 1):
             try:
                 with self.connection() as conn:
                     return work(conn)
-            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure) as error:
                 if attempt == attempts:
-                    raise
+                    raise Unavailable(
+                        f"the transaction kept conflicting with concurrent writers ({attempts} attempts); "
+                        "nothing was written, retry the call",
+                        reason="TRANSACTION_CONFLICT",
+                    ) from error
                 log.info("transaction retry %d after a deadlock/serialization failure", attempt)
                 time.sleep(random.uniform(0.01, 0.05) * attempt)
         raise AssertionError("unreachable")
