@@ -1,5 +1,6 @@
-"""Recording a result of bench/run_bench.py: the machine's description, the JSON file
-(bench/results/service-<UTC time>.json) and the entry appended to bench/RESULTS.md.
+"""Recording a result of bench/run_bench.py (and bench/bench_context_quality.py): the machine's
+description, the JSON file (bench/results/<prefix>-<UTC time>.json) and the entry appended to
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -37,19 +38,35 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_json(results: dict[str, Any]) -> None:
-    """Writes ``results`` to bench/results/service-<results['time']>.json."""
+def write_json(results: dict[str, Any], prefix: str = "service") -> None:
+    """Writes ``results`` to bench/results/<prefix>-<results['time']>.json."""
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"service-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"{prefix}-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def heading(results: dict[str, Any]) -> str:
+    """The entry's heading: the run's time and the machine."""
+    m = results["machine"]
+    return f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}"
+
+
+def append_entry(lines: list[str]) -> None:
+    """Appends ``lines`` to bench/RESULTS.md (created with its header when missing)."""
+    path = ROOT / "bench" / "RESULTS.md"
+    if not path.exists():
+        path.write_text(
+            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
+        )
+    with path.open("a") as handle:
+        handle.write("\n".join(lines) + "\n")
 
 
 def write_results(results: dict[str, Any]) -> None:
     """Writes the JSON file and appends a table of the figures and their targets to bench/RESULTS.md."""
     write_json(results)
-    m = results["machine"]
     lines = [
-        f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}",
+        heading(results),
         "",
         "| measure | figure | target |",
         "|---|---|---|",
@@ -91,10 +108,4 @@ def write_results(results: dict[str, Any]) -> None:
     lines.append(f"| database | {results['database']} | |")
     if results.get("note"):
         lines.append(f"| note | {results['note']} | |")
-    path = ROOT / "bench" / "RESULTS.md"
-    if not path.exists():
-        path.write_text(
-            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
-        )
-    with path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")
+    append_entry(lines)
