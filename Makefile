@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports bench clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports bench bench-context clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -58,6 +58,9 @@ test: db lint-imports
 
 bench: db
 	$(PY) bench/run_bench.py
+
+bench-context: db
+	$(PY) bench/bench_context_quality.py
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache
