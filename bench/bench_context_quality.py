@@ -30,7 +30,8 @@ bench/results/context-quality-<UTC time>.json. Evidence ids are normalised as th
 Usage: .venv/bin/python bench/bench_context_quality.py [--note TEXT] [--shared-database]  (or
 `make bench-context`; the embedded database must be up: `make db`). By default the run creates a fresh
 database on the server of ``CB_DATABASE_URL`` and drops it afterwards (as bench/run_bench.py does);
-``--shared-database`` loads into ``CB_DATABASE_URL`` itself. A run takes a few minutes.
+``--shared-database`` loads into ``CB_DATABASE_URL`` itself; ``--no-captions`` records the turn
+text alone (to see what the captions change). A run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ WORD = re.compile(r"\w+")
 SYSTEM = "locomo"
 
 
-def turns_of(conversation: dict[str, Any]) -> list[dict[str, Any]]:
-    """The turns of a conversation in order, each with its session's time (UTC) and the content recorded."""
+def turns_of(conversation: dict[str, Any], *, captions: bool = True) -> list[dict[str, Any]]:
+    """The turns of a conversation in order, each with its session's time (UTC) and the content recorded
+    (the text, plus the image caption when ``captions``)."""
     sessions = sorted(
         (int(key.split("_")[1]), value)
         for key, value in conversation.items()
@@ -92,7 +94,7 @@ def turns_of(conversation: dict[str, Any]) -> list[dict[str, Any]]:
         when = datetime.strptime(conversation[f"session_{number}_date_time"], "%I:%M %p on %d %B, %Y")
         for turn in session:
             content = turn["text"]
-            if turn.get("blip_caption"):
+            if captions and turn.get("blip_caption"):
                 content += f" [shared image: {turn['blip_caption']}]"
             turns.append({**turn, "occurred_at": when.replace(tzinfo=UTC), "content": content})
     return turns
@@ -168,6 +170,9 @@ def timed_call(samples: list[float], call: Callable[[], Any]) -> Any:
 
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Context quality on locomo-dev (see the module doc).")
+    parser.add_argument(
+        "--no-captions", action="store_true", help="record the turn text only, without the image captions"
+    )
     parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
     parser.add_argument(
         "--shared-database",
@@ -208,7 +213,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         for conversation in conversations:
             sample_id = conversation["sample_id"]
             namespace = f"locomo-{sample_id}-{stamp}".lower()
-            turns = turns_of(conversation["conversation"])
+            turns = turns_of(conversation["conversation"], captions=not arguments.no_captions)
             by_episode = {
                 f"episode:{observation_id(namespace, SYSTEM, sample_id, turn['dia_id'])}": turn["dia_id"]
                 for turn in turns
@@ -280,6 +285,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "machine": machine(),
         "embedding_provider": settings.embedding_provider,
         "tokenizer": settings.tokenizer_encoding,
+        "captions": not arguments.no_captions,
         "note": arguments.note,
         "database": "shared (CB_DATABASE_URL as is)"
         if arguments.shared_database
@@ -316,6 +322,7 @@ def entry(results: dict[str, Any]) -> list[str]:
             f"{results['questions']} questions of categories 1-4 over {len(results['conversations'])} conversations"
             f" ({results['load']['turns']} turns, one observation each, loaded in {results['load']['seconds']} s);"
             f" embedding provider {results['embedding_provider']}, tokenizer {results['tokenizer']};"
+            f" image captions {'appended to the turn text' if results['captions'] else 'left out'};"
             " `all` in percent, `any` / `frac` in brackets for the overall column."
         ),
         "",
