@@ -14,8 +14,9 @@ per category and over all of them, with ``all`` (every evidence turn found), ``a
 ``frac`` (mean share of the evidence turns found):
 - Search (top_k 20) over gRPC: the turns among the top 5/10/20 hits (hit ``episode:<observation_id>`` ->
   dia_id, the observation id computed with ``common.kernel.identifiers.observation_id``);
-- CompileContext over gRPC at token_budget 1000 and 2000: the turns whose text the pack's text contains;
-  the mean tokens the packs use;
+- CompileContext over gRPC at token_budget 1000 and 2000: the turns whose text the pack contains (an
+  item whose provenance is the turn's episode and whose text holds the whole turn text, so a short turn
+  is not matched inside another one); the mean tokens the packs use;
 - BM25 (``rank_bm25.BM25Okapi`` over lower-cased ``\\w+`` tokens of "Speaker: content") and dense cosine
   (the configured embedding provider, questions with ``encode_query``, turns with ``encode_passages``),
   each as top-5/10/20 lists and as packs: "Speaker: content" lines in rank order, a line that does not
@@ -31,7 +32,8 @@ Usage: .venv/bin/python bench/bench_context_quality.py [--note TEXT] [--shared-d
 `make bench-context`; the embedded database must be up: `make db`). By default the run creates a fresh
 database on the server of ``CB_DATABASE_URL`` and drops it afterwards (as bench/run_bench.py does);
 ``--shared-database`` loads into ``CB_DATABASE_URL`` itself; ``--no-captions`` records the turn
-text alone (to see what the captions change). A run takes a few minutes.
+text alone (to see what the captions change); ``--speaker-in-data`` also records data {speaker: <name>},
+so the episode's searchable text names the speaker as the baselines' "Speaker: text" lines do. A run takes a few minutes.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ if str(ROOT) not in sys.path:
 
 import grpc
 import numpy as np
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
@@ -111,9 +113,16 @@ def evidence_ids(raw: list[str], known: set[str]) -> list[str]:
     return found
 
 
-def observation(namespace: str, sample_id: str, turn: dict[str, Any]) -> knowledge_pb2.Observation:
+def observation(
+    namespace: str, sample_id: str, turn: dict[str, Any], *, speaker_in_data: bool = False
+) -> knowledge_pb2.Observation:
+    """One turn as an agent records it (module doc); ``speaker_in_data`` adds data {speaker: <name>}, which
+    the episode's searchable text then carries as "speaker: <name>"."""
     occurred = timestamp_pb2.Timestamp()
     occurred.FromDatetime(turn["occurred_at"])
+    data = struct_pb2.Struct()
+    if speaker_in_data:
+        data.update({"speaker": turn["speaker"]})
     return knowledge_pb2.Observation(
         namespace=namespace,
         source=knowledge_pb2.ObservationSource(system=SYSTEM, stream=sample_id, external_id=turn["dia_id"]),
@@ -121,6 +130,7 @@ def observation(namespace: str, sample_id: str, turn: dict[str, Any]) -> knowled
         occurred_at=occurred,
         actor=knowledge_pb2.Participant(type="person", id=turn["speaker"].lower()),
         content=turn["content"],
+        data=data,
     )
 
 
@@ -136,6 +146,19 @@ def fill_pack(
             packed.append(dia_id)
             used += cost
     return packed, used
+
+
+def packed_turns(
+    pack: context_service_pb2.ContextPack, by_episode: dict[str, str], texts: dict[str, str]
+) -> set[str]:
+    """The turns a service pack holds: an item from a turn's episode (its provenance's node key) whose
+    text contains the whole turn text (a turn cut by the budget does not count)."""
+    inside = set()
+    for item in pack.items:
+        dia_id = by_episode.get(item.provenance.node_key)
+        if dia_id is not None and texts[dia_id] in item.text:
+            inside.add(dia_id)
+    return inside
 
 
 def scores(found: set[str], evidence: list[str]) -> dict[str, float]:
@@ -172,6 +195,11 @@ def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Context quality on locomo-dev (see the module doc).")
     parser.add_argument(
         "--no-captions", action="store_true", help="record the turn text only, without the image captions"
+    )
+    parser.add_argument(
+        "--speaker-in-data",
+        action="store_true",
+        help="also record data {speaker: <name>} (the episode's searchable text then names the speaker)",
     )
     parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
     parser.add_argument(
@@ -220,7 +248,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             }
             load = load_observations(
                 observe,
-                [observation(namespace, sample_id, turn) for turn in turns],
+                [
+                    observation(namespace, sample_id, turn, speaker_in_data=arguments.speaker_in_data)
+                    for turn in turns
+                ],
                 concurrency=DEFAULT_OBSERVE_CONCURRENCY,
             )
             loaded["turns"] += load["count"]
@@ -269,7 +300,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                             timeout=120,
                         ),
                     ).pack
-                    inside = {dia_id for dia_id in order if texts[dia_id] in pack.text}
+                    inside = packed_turns(pack, by_episode, texts)
                     row[f"service_pack@{budget}"] = scores(inside, evidence)
                     pack_tokens[f"service_pack@{budget}"].append(pack.token_count)
                     for name, ranked in (("bm25", bm25_ranked), ("dense", dense_ranked)):
@@ -286,6 +317,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "embedding_provider": settings.embedding_provider,
         "tokenizer": settings.tokenizer_encoding,
         "captions": not arguments.no_captions,
+        "speaker_in_data": arguments.speaker_in_data,
         "note": arguments.note,
         "database": "shared (CB_DATABASE_URL as is)"
         if arguments.shared_database
@@ -323,6 +355,7 @@ def entry(results: dict[str, Any]) -> list[str]:
             f" ({results['load']['turns']} turns, one observation each, loaded in {results['load']['seconds']} s);"
             f" embedding provider {results['embedding_provider']}, tokenizer {results['tokenizer']};"
             f" image captions {'appended to the turn text' if results['captions'] else 'left out'};"
+            f" speaker {'also in data' if results['speaker_in_data'] else 'as actor only'};"
             " `all` in percent, `any` / `frac` in brackets for the overall column."
         ),
         "",
