@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -66,7 +65,7 @@ from memory.v1 import (
 )
 from rank_bm25 import BM25Okapi
 
-from bench.run_bench import fresh_database, load_observations, percentiles, services
+from bench.run_bench import load_observations, percentiles, run_in_database, services
 from bench.service_results import append_entry, heading, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
@@ -211,13 +210,7 @@ def parse_arguments() -> argparse.Namespace:
 
 
 def main() -> int:
-    arguments = parse_arguments()
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    if arguments.shared_database:
-        return run(arguments, stamp)
-    with fresh_database(Settings().database_url, f"memory_bench_ctx_{stamp.lower()}") as url:
-        os.environ["CB_DATABASE_URL"] = url  # the service processes use it
-        return run(arguments, stamp)
+    return run_in_database(run, parse_arguments(), "memory_bench_ctx")
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:

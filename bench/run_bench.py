@@ -248,14 +248,22 @@ def parse_arguments() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def main() -> int:
-    arguments = parse_arguments()
+def run_in_database(
+    run: Callable[[argparse.Namespace, str], int], arguments: argparse.Namespace, prefix: str
+) -> int:
+    """Runs ``run(arguments, stamp)`` in a fresh database named ``<prefix>_<stamp>`` on the server of
+    ``CB_DATABASE_URL`` (dropped afterwards), or in ``CB_DATABASE_URL`` itself with ``--shared-database``;
+    the service processes and the in-process parts read the URL from the environment."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     if arguments.shared_database:
         return run(arguments, stamp)
-    with fresh_database(Settings().database_url, f"memory_bench_{stamp.lower()}") as url:
-        os.environ["CB_DATABASE_URL"] = url  # the service processes and the in-process parts use it
+    with fresh_database(Settings().database_url, f"{prefix}_{stamp.lower()}") as url:
+        os.environ["CB_DATABASE_URL"] = url
         return run(arguments, stamp)
+
+
+def main() -> int:
+    return run_in_database(run, parse_arguments(), "memory_bench")
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
