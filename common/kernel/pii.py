@@ -43,6 +43,7 @@ Pure functions, no I/O; safe to call from any thread.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -240,13 +241,43 @@ def _phones(text: str) -> Iterable[PiiMatch]:
 _DETECTORS = (_emails, _cards, _snils, _passports, _inns, _phones)
 
 
+def _without_invisible(text: str) -> tuple[str, list[int]]:
+    """``text`` without its invisible format characters (Unicode category Cf: zero-width space U+200B,
+    zero-width (non-)joiner, word joiner U+2060, soft hyphen U+00AD, BOM U+FEFF, bidi marks...), and for
+    each kept character its index in ``text``.
+
+    Such characters render as nothing, so ``204\u200b518 736 45`` reads as a SNILS to a person; the
+    detectors run on the visible text and a match is mapped back onto the original span (issue 10 §6).
+    """
+    kept: list[str] = []
+    positions: list[int] = []
+    for index, character in enumerate(text):
+        if unicodedata.category(character) != "Cf":
+            kept.append(character)
+            positions.append(index)
+    return "".join(kept), positions
+
+
 def find(text: str) -> list[PiiMatch]:
     """Every piece of personal data in ``text``, non-overlapping, in text order.
 
     Overlaps are resolved by category priority (email, card, snils, passport_rf, inn, phone), then length.
+    Invisible format characters inside a value do not hide it (`_without_invisible`): the match covers
+    the original span including them, so masking removes them too.
     """
     if not text or not any(ch.isdigit() or ch == "@" for ch in text):
         return []
+    visible, positions = _without_invisible(text)
+    if len(visible) != len(text):
+        return [
+            PiiMatch(
+                m.category,
+                positions[m.start],
+                positions[m.end - 1] + 1,
+                text[positions[m.start] : positions[m.end - 1] + 1],
+            )
+            for m in find(visible)
+        ]
     found = [match for detector in _DETECTORS for match in detector(text)]
     found.sort(key=lambda m: (_PRIORITY[m.category], -(m.end - m.start), m.start))
     kept: list[PiiMatch] = []

@@ -238,3 +238,27 @@ def test_empty_and_digitless_text() -> None:
         pii.find("") == []
         and pii.mask("Иванов Иван Иванович, ул. Ленина") == "Иванов Иван Иванович, ул. Ленина"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "category", "masked"),
+    [
+        ("СНИЛС 204\u200b518\u200b736 45 в анкете", "snils", "СНИЛС [snils] в анкете"),
+        ("snils 2045187\u200b3645", "snils", "snils [snils]"),
+        ("тел. +7 916\u2060123-45-67", "phone", "тел. [phone]"),
+        ("write to a\u00adnna@example.com", "email", "write to [email]"),
+        ("card 4111 11\ufeff11 1111 1111", "card", "card [card]"),
+    ],
+)
+def test_invisible_characters_inside_a_value_do_not_hide_it(text: str, category: str, masked: str) -> None:
+    """Zero-width and other invisible format characters (Unicode Cf) render as nothing, so a value split
+    by them is still found, and masking removes the whole original span, invisible characters included."""
+    assert pii.detect(text) == [category]
+    assert pii.mask(text) == masked
+    assert pii.mask(pii.mask(text)) == masked
+
+
+def test_invisible_characters_alone_change_nothing() -> None:
+    text = "build 2.36-9+deb12u4\u200b of 2024-05-01"
+    assert pii.find(text) == []
+    assert pii.mask(text) == text
