@@ -19,23 +19,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated
 
-import grpc
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
+from memory.v1 import document_service_pb2, observation_service_pb2, observation_service_pb2_grpc
 from rich.markup import escape
 
+from common.kernel.errors import DomainError
 from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
-from common.tooling.cli.rpc_output import call_and_print, ingest_stub, print_json
-from common.tooling.cli.terminal import err, fail, out, progress_bar
+from common.tooling.cli.rpc_output import call_and_print, memory_client, print_json
+from common.tooling.cli.terminal import err, error_lines, fail, out, progress_bar
 from common.tooling.client import is_unavailable, rpc_failure
 from common.tooling.markdown_vault import DocumentError, find_documents, read_document
 from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
@@ -103,14 +98,14 @@ def observe(
 def _observe(
     ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int
 ) -> None:
-    address = cli_state(ctx).ingest()
     tally = _ObserveTally()
     total_lines = _count_nonblank(file)
     lines_done = 0
     # Observations read per line and not yet answered: a line is done when all of its are.
     open_lines: collections.Counter[int] = collections.Counter()
-    with cli_state(ctx).channel(address) as channel, progress_bar() as progress:
-        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+    with cli_state(ctx).client() as client, progress_bar() as progress:
+        # The concurrent loader sends batches on the client's channel (its own retries and lanes).
+        stub = observation_service_pb2_grpc.ObservationServiceStub(client.ingest_channel)
         task = progress.add_task("lines", total=total_lines)
 
         def report(text: str) -> None:
@@ -218,11 +213,8 @@ def reconcile(
     Atomic on the server: if the stream breaks, nothing is written and the same command can simply be
     run again. Exits 1 on a bad line or a refused snapshot (field violations name each item's position).
     """
-    from memory.v1 import snapshot_service_pb2_grpc
-
     from common.tooling.snapshot_file import SnapshotFileError, stream_requests
 
-    address = cli_state(ctx).ingest()
     bad_line: list[SnapshotFileError] = []
     logging.getLogger("grpc._channel").setLevel(logging.CRITICAL)  # a bad line is reported below
 
@@ -235,20 +227,17 @@ def reconcile(
 
     with (
         _regular_file(file) as path,
-        cli_state(ctx).channel(address) as channel,
+        cli_state(ctx).client() as client,
         progress_bar() as progress,
         path.open("rb") as handle,
     ):
         task = progress.add_task("lines", total=_count_nonblank(path))
-        stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
         try:
-            response = stub.ReconcileStream(
+            response = client.reconcile_stream(
                 messages(handle, lambda line: progress.update(task, completed=line)), timeout=timeout
             )
-        except grpc.RpcError as exc:
-            lines = (
-                [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else rpc_failure(exc).lines()
-            )
+        except DomainError as exc:
+            lines = [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else error_lines(exc)
             fail(lines)
     if as_json:
         print_json(response)
@@ -271,7 +260,6 @@ def retain(
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
     Links to documents not yet stored are skipped by the server and counted at the end.
     """
-    address = cli_state(ctx).ingest()
     paths = find_documents(directory)
     if not paths:
         fail([f"error: no *.md files under {directory}"])
@@ -279,19 +267,15 @@ def retain(
     created = updated = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
-    with cli_state(ctx).channel(address) as channel, progress_bar() as progress:
-        stub = document_service_pb2_grpc.DocumentServiceStub(channel)
+    with cli_state(ctx).client() as client, progress_bar() as progress:
         task = progress.add_task("documents", total=len(paths))
 
         def report(text: str) -> None:
             progress.console.print(escape(text), soft_wrap=True)
 
         def send(request: document_service_pb2.RetainRequest) -> document_service_pb2.RetainResponse:
-            response: document_service_pb2.RetainResponse = call_policy.retry_while_unavailable(
-                lambda: stub.Retain(request, timeout=call_policy.WRITE_TIMEOUT_SECONDS),
-                on_retry=lambda text: report(f"{request.source_path}: {text}"),
-            )
-            return response
+            # Retain is an upsert: the client retries it on UNAVAILABLE.
+            return client.retain(request, on_retry=lambda text: report(f"{request.source_path}: {text}"))
 
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cb-retain") as pool:
             futures = {}
@@ -314,9 +298,9 @@ def retain(
                 relative = futures[future]
                 try:
                     response = future.result()
-                except grpc.RpcError as exc:
+                except DomainError as exc:
                     failures += 1
-                    for text in rpc_failure(exc).lines():
+                    for text in error_lines(exc):
                         report(f"{relative}: {text}")
                 else:
                     created += int(response.created)
@@ -360,7 +344,4 @@ def delete_node(
     request = document_service_pb2.DeleteNodeRequest(
         namespace=namespace, natural_key=key, reason=reason, trace_id=trace_id or ""
     )
-    stub = ingest_stub(ctx, document_service_pb2_grpc.DocumentServiceStub)
-    call_and_print(
-        stub.DeleteNode, request, as_json=as_json, render=render, timeout=call_policy.WRITE_TIMEOUT_SECONDS
-    )
+    call_and_print(memory_client(ctx).delete_node, request, as_json=as_json, render=render)
