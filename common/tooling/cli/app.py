@@ -13,6 +13,7 @@ import typer
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, init_db
+from common.tooling.cli.mcp_commands import mcp
 from common.tooling.cli.pack_commands import pack_app
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
@@ -70,6 +71,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("db", db_app),

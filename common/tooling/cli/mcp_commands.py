@@ -1,0 +1,44 @@
+"""``cb mcp``: the MCP server for agents (`common.tooling.mcp_server`), over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Literal
+
+import typer
+
+from common.tooling.cli.cli_state import cli_state
+
+
+def mcp(
+    ctx: typer.Context,
+    transport: Annotated[
+        str,
+        typer.Option(
+            "--transport",
+            help="stdio (a local agent starts cb mcp; calls carry --token / CB_TOKEN) or http "
+            "(streamable HTTP on http://HOST:PORT/mcp; calls carry each request's bearer token)",
+        ),
+    ] = "stdio",
+    host: Annotated[str, typer.Option("--host", help="address the HTTP transport binds")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="port of the HTTP transport")] = 8765,
+) -> None:
+    """Serve the memory to agents as MCP tools: record_observation, search, compile_context, list_facts,
+    read_source. A client of the gRPC services (``--ingest-addr``, ``--query-addr``); their access rules
+    hold for every call."""
+    from common.tooling.mcp_server import run_mcp_server
+
+    if transport not in ("stdio", "http"):
+        raise typer.BadParameter(f"{transport!r}: expected stdio or http", param_hint="--transport")
+    chosen: Literal["stdio", "http"] = "stdio" if transport == "stdio" else "http"
+    state = cli_state(ctx)
+    client = state.client(retry_reads=True)
+    if chosen == "http":
+        # A shared server acts for many callers: only each request's own token is passed on.
+        client.close()
+        from common.tooling.memory_client import MemoryClient
+
+        security = dataclasses.replace(state.security(), token="")
+        client = MemoryClient(state.ingest(), state.query(), security=security, retry_seconds=10.0)
+    with client:
+        run_mcp_server(client, transport=chosen, host=host, port=port)
