@@ -26,12 +26,14 @@ def mcp(
     """Serve the memory to agents as MCP tools: record_observation, search, compile_context, list_facts,
     read_source. A client of the gRPC services (``--ingest-addr``, ``--query-addr``); their access rules
     hold for every call."""
+    from common.grpc.telemetry import configure_tracing
     from common.tooling.mcp_server import run_mcp_server
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r}: expected stdio or http", param_hint="--transport")
     chosen: Literal["stdio", "http"] = "stdio" if transport == "stdio" else "http"
     state = cli_state(ctx)
+    configure_tracing(state.settings(), "mcp_server")  # with CB_OTLP_ENDPOINT: calls carry traceparent
     client = state.client(retry_reads=True)
     if chosen == "http":
         # A shared server acts for many callers: only each request's own token is passed on.
