@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import json
 import logging
 import shutil
 import tempfile
@@ -72,7 +73,9 @@ def observe(
     ctx: typer.Context,
     file: Annotated[Path, input_file_option("JSONL of Observations")],
     batch_size: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="observations per RPC")] = 200,
-    namespace: Annotated[str | None, typer.Option(help="override the namespace of every observation")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="override the namespace of every observation")
+    ] = None,
     concurrency: Annotated[
         int,
         typer.Option(
@@ -80,23 +83,25 @@ def observe(
             "--workers",
             min=1,
             max=32,
-            help="RecordObservations calls in flight (1: sequential)",
+            help="RecordObservations calls in flight (1: sequential; --workers is the old spelling)",
         ),
     ] = DEFAULT_OBSERVE_CONCURRENCY,
+    as_json: JsonOption = False,
 ) -> None:
     """Record observations from a JSONL file (one proto3 JSON Observation per line).
 
     Sends RecordObservations in batches, ``--concurrency`` of them in flight (lanes by subject, see
     `record_observations`; each call retried on UNAVAILABLE: the RPC is idempotent), prints every
     failed item with its line number, and exits 1 if any line or item failed. Safe to re-run: recorded
-    observations are duplicates. ``--file /dev/stdin`` reads a pipe.
+    observations are duplicates. ``--file /dev/stdin`` reads a pipe. ``--json`` prints the summary as
+    one JSON object (``created``, ``duplicate``, ``failed``, ``unparsable_lines``, ``lines_not_sent``).
     """
     with _regular_file(file) as path:
-        _observe(ctx, path, batch_size, namespace, concurrency)
+        _observe(ctx, path, batch_size, namespace, concurrency, as_json)
 
 
 def _observe(
-    ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int
+    ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int, as_json: bool
 ) -> None:
     tally = _ObserveTally()
     total_lines = _count_nonblank(file)
@@ -154,14 +159,28 @@ def _observe(
                 advance(batch)
         if give_up.is_set():
             tally.not_sent = total_lines - lines_done
-    summary = f"created {tally.created}, duplicate {tally.duplicate}, failed {tally.failed}"
-    if tally.bad_lines:
-        summary += f", unparsable lines {tally.bad_lines}"
-    if tally.not_sent:
-        summary += f", lines not sent {tally.not_sent}"
-    out.print(summary)
+    if as_json:
+        _print_summary(
+            created=tally.created,
+            duplicate=tally.duplicate,
+            failed=tally.failed,
+            unparsable_lines=tally.bad_lines,
+            lines_not_sent=tally.not_sent,
+        )
+    else:
+        summary = f"created {tally.created}, duplicate {tally.duplicate}, failed {tally.failed}"
+        if tally.bad_lines:
+            summary += f", unparsable lines {tally.bad_lines}"
+        if tally.not_sent:
+            summary += f", lines not sent {tally.not_sent}"
+        out.print(summary)
     if tally.failed or tally.bad_lines or tally.not_sent:
         raise typer.Exit(1)
+
+
+def _print_summary(**fields: object) -> None:
+    """The summary of a bulk command as one JSON object on stdout (``--json``)."""
+    typer.echo(json.dumps(fields, ensure_ascii=False))
 
 
 def _tally_results(
@@ -202,10 +221,12 @@ def reconcile(
             'JSONL: {"header": {...}} first, then {"items": {"entities": [...], "facts": [...]}} lines'
         ),
     ],
-    namespace: Annotated[str | None, typer.Option(help="override the header's namespace")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="override the header's namespace")
+    ] = None,
     part_items: Annotated[int, typer.Option(min=1, max=10_000, help="entities + facts per message")] = 1000,
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
-    as_json: Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`common.tooling.snapshot_file`).
 
@@ -252,13 +273,25 @@ def reconcile(
 def retain(
     ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files")],
-    namespace: Annotated[str, typer.Option(help="namespace to write into")],
-    workers: Annotated[int, typer.Option(min=1, max=16, help="concurrent Retain calls")] = 2,
+    namespace: WriteNamespaceOption,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            "--workers",
+            min=1,
+            max=16,
+            help="Retain calls in flight (--workers is the old spelling)",
+        ),
+    ] = 2,
+    as_json: JsonOption = False,
 ) -> None:
     """Retain every ``*.md`` file under DIRECTORY (sorted) as a document; safe to re-run (upsert).
 
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
-    Links to documents not yet stored are skipped by the server and counted at the end.
+    Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
+    prints the summary as one JSON object (``created``, ``updated``, ``failed``, ``chunks``,
+    ``missing_links``: ``[{"from": key, "to": key}]``).
     """
     paths = find_documents(directory)
     if not paths:
@@ -277,7 +310,7 @@ def retain(
             # Retain is an upsert: the client retries it on UNAVAILABLE.
             return client.retain(request, on_retry=lambda text: report(f"{request.source_path}: {text}"))
 
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cb-retain") as pool:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cb-retain") as pool:
             futures = {}
             for path in paths:  # submitted in order: a link to an earlier document finds it
                 relative = path.relative_to(directory).as_posix()
@@ -308,12 +341,21 @@ def retain(
                     chunks += response.chunk_count
                     missing.extend((response.natural_key, link) for link in response.missing_links)
                 progress.advance(task)
-    out.print(
-        f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
-        f"{len(missing)} missing links"
-    )
     later = sum(1 for _, target in missing if target in keys)
-    if later:
+    if as_json:
+        _print_summary(
+            created=created,
+            updated=updated,
+            failed=failures,
+            chunks=chunks,
+            missing_links=[{"from": source, "to": target} for source, target in missing],
+        )
+    else:
+        out.print(
+            f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
+            f"{len(missing)} missing links"
+        )
+    if later and not as_json:
         out.print(
             f"{later} of the missing links point to documents of this folder: run `cb retain` again to link them"
         )
