@@ -1,10 +1,12 @@
-"""The generated TypeScript client (clients/typescript, `make ts-client`) against the real services.
+"""The generated TypeScript (clients/typescript, `make ts-client`) and Go (clients/go, `make go-client`)
+clients against the real services.
 
 A Node script compiled from clients/typescript/src/e2e/check_services.ts records an observation,
 retains a document, searches, lists facts, reads the source, compiles a context pack and decodes a
 NOT_FOUND, with a bearer token, over real channels; this test then reads what the script wrote with the
-Python client. A contract change that breaks the TypeScript client fails here (or in `make ts-client`,
-which CI runs before the tests).
+Python client, and the Go command clients/go/cmd/check searches for it. A contract change that breaks
+a generated client fails here (or in `make ts-client` / `make go-client`, which CI runs before the
+tests).
 """
 
 from __future__ import annotations
@@ -30,18 +32,22 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "clients" / "typescript" / "dist" / "e2e" / "check_services.js"
+GO_CHECK = ROOT / "clients" / "go" / "bin" / "check"
 
 
-def _built_script() -> Path:
-    """The compiled script, built with `make ts-client` when it is missing (needs node and npm)."""
-    if not SCRIPT.exists():
-        assert shutil.which("npm") and shutil.which("node"), "the TypeScript client needs node and npm"
-        subprocess.run(["make", "ts-client"], cwd=ROOT, check=True, timeout=600)
-    return SCRIPT
+def _built(path: Path, target: str) -> Path:
+    """``path``, built with ``make target`` when it is missing (node and npm; Go from Debian packages)."""
+    if not path.exists():
+        assert shutil.which("npm"), f"make {target} needs npm"
+        subprocess.run(["make", target], cwd=ROOT, check=True, timeout=900)
+    return path
 
 
-def test_the_generated_typescript_client_calls_both_services(settings: Settings, tmp_path: Path) -> None:
-    script = _built_script()
+def test_the_generated_typescript_and_go_clients_call_the_services(
+    settings: Settings, tmp_path: Path
+) -> None:
+    script = _built(SCRIPT, "ts-client")
+    go_check = _built(GO_CHECK, "go-client")
     namespace = "ts-" + uuid.uuid4().hex[:10]
     tokens_file = tmp_path / "tokens.yaml"
     token, _ = add_token(tokens_file, principal="node-client", namespaces={namespace: [Right.WRITE]})
@@ -67,3 +73,21 @@ def test_the_generated_typescript_client_calls_both_services(settings: Settings,
             ).facts
         assert [fact.fact_id for fact in facts] == seen["facts"]
         assert [fact.object for fact in facts] == ["service:quokkapay"]
+        # The Go client finds the document the TypeScript client retained; without a token it is refused.
+        found = subprocess.run(
+            [str(go_check), query_addr, namespace, "Quokkapay adapter", token],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert found.returncode == 0, found.stderr
+        assert json.loads(found.stdout)["first"] == "doc:ts-runbook"
+        refused = subprocess.run(
+            [str(go_check), query_addr, namespace, "Quokkapay adapter"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert refused.returncode == 1 and json.loads(refused.stdout) == {"code": "Unauthenticated"}
