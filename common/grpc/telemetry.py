@@ -10,7 +10,7 @@ built afterwards (`common.grpc.server.build_server`) gets the OpenTelemetry gRPC
 id. Clients (`common.tooling.client.make_channel`) add the client interceptor, which sends the current
 trace as ``traceparent``.
 
-**Logs** (`configure_logging`): one JSON object per line (``python-json-logger``) with ``time``,
+**Logs** (`configure_logging`): one JSON object per line (``python-json-logger``) with ``time`` (ISO 8601, UTC),
 ``level``, ``logger``, ``message``, ``request_id`` (the RPC's ``x-request-id``, ``-`` outside one),
 ``trace_id`` and ``span_id`` (``-`` when tracing is off); ``CB_LOG_FORMAT=text`` prints the same
 fields as plain text. The level is ``CB_LOG_LEVEL`` (``cb serve --log-level`` overrides it).
@@ -125,7 +125,7 @@ class TraceContextLogFilter(logging.Filter):
         return True
 
 
-_FIELDS = ("asctime", "levelname", "name", "message", "request_id", "trace_id", "span_id")
+_FIELDS = ("levelname", "name", "message", "request_id", "trace_id", "span_id")
 
 
 def configure_logging(level: str, log_format: str = "json") -> None:
@@ -146,7 +146,8 @@ def configure_logging(level: str, log_format: str = "json") -> None:
     if log_format == "json":
         formatter = JsonFormatter(
             " ".join(f"%({name})s" for name in _FIELDS),
-            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp="time",  # ISO 8601, UTC
             json_ensure_ascii=False,
         )
     else:

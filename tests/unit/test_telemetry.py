@@ -150,7 +150,7 @@ def test_json_log_lines_carry_the_request_id_and_the_trace_id() -> None:
     assert first["logger"] == "memory.rpc" and first["request_id"] == "req-42"
     assert first["trace_id"] == trace.format_trace_id(span.get_span_context().trace_id)
     assert first["span_id"] == trace.format_span_id(span.get_span_context().span_id)
-    assert "time" in first
+    assert first["time"].endswith("+00:00") and first["time"][:4].isdigit()  # ISO 8601, UTC
     assert second["message"] == "outside" and second["request_id"] == "-" and second["trace_id"] == "-"
 
 
