@@ -65,18 +65,18 @@ class CliState:
         except ValueError as exc:
             fail([f"error: {exc}"])
 
-    def client(self, *, retry_reads: bool = False) -> MemoryClient:
+    def client(self) -> MemoryClient:
         """A `MemoryClient` of both services with the CLI's addresses, token and TLS settings.
 
-        Reads are sent once by default (an unreachable service is reported at once); idempotent writes
-        are retried on UNAVAILABLE (`common.tooling.call_policy`). Exits 1 on bad TLS files.
+        Reads are sent once (an unreachable service is reported at once); idempotent writes are retried
+        on UNAVAILABLE (`common.tooling.call_policy`). Exits 1 on bad TLS files.
         """
         security = self.security()
         try:
             security.channel_credentials()
         except ValueError as exc:
             fail([f"error: {exc}"])
-        return MemoryClient(self.ingest(), self.query(), security=security, retry_reads=retry_reads)
+        return MemoryClient(self.ingest(), self.query(), security=security, retry_reads=False)
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -8,6 +8,10 @@ from typing import Annotated, Literal
 import typer
 
 from common.tooling.cli.cli_state import cli_state
+from common.tooling.cli.terminal import fail
+from common.tooling.memory_client import MemoryClient
+
+MCP_RETRY_SECONDS = 10.0  # how long a tool call retries a service that answers UNAVAILABLE
 
 
 def mcp(
@@ -34,13 +38,15 @@ def mcp(
     chosen: Literal["stdio", "http"] = "stdio" if transport == "stdio" else "http"
     state = cli_state(ctx)
     configure_tracing(state.settings(), "mcp_server")  # with CB_OTLP_ENDPOINT: calls carry traceparent
-    client = state.client(retry_reads=True)
+    security = state.security()
     if chosen == "http":
         # A shared server acts for many callers: only each request's own token is passed on.
-        client.close()
-        from common.tooling.memory_client import MemoryClient
-
-        security = dataclasses.replace(state.security(), token="")
-        client = MemoryClient(state.ingest(), state.query(), security=security, retry_seconds=10.0)
+        security = dataclasses.replace(security, token="")
+    try:
+        security.channel_credentials()
+    except ValueError as exc:
+        fail([f"error: {exc}"])
+    # An agent waits for its tool call: retry an unavailable service for seconds, not minutes.
+    client = MemoryClient(state.ingest(), state.query(), security=security, retry_seconds=MCP_RETRY_SECONDS)
     with client:
         run_mcp_server(client, transport=chosen, host=host, port=port)
