@@ -86,4 +86,4 @@ bench-context: db
 	$(PY) bench/bench_context_quality.py
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen
+	rm -rf $(VENV) .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin
