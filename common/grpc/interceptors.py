@@ -1,11 +1,14 @@
-"""The five server interceptors every RPC passes through, and the log filter that shows its request id.
+"""The server interceptors every RPC passes through.
 
 `server_interceptors` returns them in the order gRPC runs them (the first one sees the call first):
 
+0. tracing, only when tracing is on (`common.grpc.telemetry`): the OpenTelemetry server span, continuing
+   the caller's W3C ``traceparent``, so everything below (logs, SQL spans) belongs to the call's trace;
 1. request id + logging: the request id comes from metadata ``x-request-id`` (or is generated), is kept
    in `common.kernel.request_context.request_id_var` for the duration of the call, echoed in the
-   trailing metadata and logged (logger ``memory.rpc``) with method, code and latency;
-2. metrics: ``memory_rpc_*`` (`common.grpc.metrics`);
+   trailing metadata and logged (logger ``memory.rpc``) with method, code and latency (the log filter
+   of `common.grpc.telemetry` adds the request id and trace id to every record);
+2. metrics: the standard ``grpc_server_*`` metrics of py-grpc-prometheus (`common.grpc.metrics`);
 3. error mapping: a domain error raised by the handler becomes its `google.rpc.Status`
    (`common.grpc.status_mapping`); anything else becomes INTERNAL and its traceback is logged with the
    request id (logger ``memory.server``);
@@ -41,7 +44,6 @@ import grpc
 
 from common.auth.authentication import Authenticator
 from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
-from common.grpc.metrics import RpcMetrics
 from common.grpc.request_checks import (
     checked_stream,
     raise_if_invalid,
@@ -52,7 +54,7 @@ from common.grpc.status_mapping import grpc_code_for, status_for_exception
 from common.kernel.errors import PermissionDenied
 from common.kernel.request_context import request_id_var
 
-__all__ = ["REQUEST_ID_METADATA_KEY", "RequestIdLogFilter", "server_interceptors"]
+__all__ = ["REQUEST_ID_METADATA_KEY", "server_interceptors"]
 
 log = logging.getLogger("memory.server")
 rpc_log = logging.getLogger("memory.rpc")
@@ -65,30 +67,27 @@ _Behavior = Callable[[Any, grpc.ServicerContext], Any]
 
 
 def server_interceptors(
-    service_name: str, metrics: RpcMetrics, authenticator: Authenticator
+    service_name: str,
+    metrics: grpc.ServerInterceptor,
+    authenticator: Authenticator,
+    tracing: grpc.ServerInterceptor | None = None,
 ) -> tuple[grpc.ServerInterceptor, ...]:
     """The interceptors of a server, outermost first (the order of the module docstring).
 
     Args:
         service_name: ``"ingest_service"`` or ``"query_service"``; used in log lines.
-        metrics: where the metrics interceptor records.
+        metrics: the metrics interceptor (`common.grpc.metrics.grpc_metrics_interceptor`).
         authenticator: tokens or development mode (`common.grpc.security.build_authenticator`).
+        tracing: the OpenTelemetry server interceptor (`common.grpc.telemetry`), None when tracing is off.
     """
-    return (
+    chain = (
         _RequestIdLoggingInterceptor(service_name),
-        _MetricsInterceptor(metrics),
+        metrics,
         _ErrorMappingInterceptor(service_name),
         _AuthInterceptor(authenticator),
         _RequestCheckInterceptor(),
     )
-
-
-class RequestIdLogFilter(logging.Filter):
-    """Adds ``record.request_id`` (``"-"`` outside an RPC) so formats may use ``%(request_id)s``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.request_id = request_id_var.get() or "-"
-        return True
+    return chain if tracing is None else (tracing, *chain)
 
 
 def _split_method(full_method: str) -> tuple[str, str]:
@@ -191,26 +190,6 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
                 return _observed_call(behavior, request, context, log_call)
             finally:
                 request_id_var.reset(token)
-
-        return wrapped
-
-
-class _MetricsInterceptor(_UnaryInterceptor):
-    def __init__(self, metrics: RpcMetrics) -> None:
-        self._metrics = metrics
-
-    def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
-        service, method = _split_method(details.method)
-        metrics = self._metrics
-
-        def record(seconds: float, code: str) -> None:
-            metrics.latency.labels(service, method).observe(seconds)
-            metrics.requests.labels(service, method, code).inc()
-            if code != "OK":
-                metrics.errors.labels(service, method, code).inc()
-
-        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            return _observed_call(behavior, request, context, record)
 
         return wrapped
 

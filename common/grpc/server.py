@@ -2,13 +2,14 @@
 
 `build_server` assembles, from the settings, a sync `grpc.Server` (ThreadPoolExecutor) with
 
-* the interceptors, outermost first: request id + logging, metrics, error mapping, auth
-  (`common.grpc.interceptors`; the error mapping itself is `common.grpc.status_mapping`);
+* the interceptors, outermost first: tracing (when on, `common.grpc.telemetry`), request id + logging,
+  metrics, error mapping, auth, request checks (`common.grpc.interceptors`; the error mapping itself is
+  `common.grpc.status_mapping`);
 * the authentication mode and TLS credentials (`common.grpc.security`; development mode without a
   tokens file is allowed on loopback addresses only);
 * grpc.health.v1, NOT_SERVING until the database is ready (`common.grpc.readiness`, re-checked every 2 s);
 * server reflection;
-* the Prometheus HTTP endpoint (`common.grpc.metrics`).
+* the Prometheus HTTP endpoint (`common.grpc.metrics`), with the database pool's gauges.
 
 `ServiceHost` starts and stops all of it: ``start()``/``wait()``/``stop()``, or ``run()`` with SIGTERM and
 SIGINT handled.
@@ -21,7 +22,7 @@ import signal
 import threading
 from collections.abc import Callable
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health
@@ -30,7 +31,12 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from common.auth.authentication import Authenticator, is_loopback_address
 from common.grpc.interceptors import server_interceptors
-from common.grpc.metrics import rpc_metrics, start_metrics_endpoint, stop_metrics_endpoint
+from common.grpc.metrics import (
+    grpc_metrics_interceptor,
+    start_metrics_endpoint,
+    stop_metrics_endpoint,
+    watch_pool,
+)
 from common.grpc.readiness import (
     READINESS_INTERVAL_SECONDS,
     ReadinessMonitor,
@@ -38,7 +44,11 @@ from common.grpc.readiness import (
     add_health_service,
 )
 from common.grpc.security import build_authenticator, server_credentials
+from common.grpc.telemetry import configured_tracer_provider, tracing_server_interceptor
 from common.kernel.config import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 __all__ = ["MAX_MESSAGE_BYTES", "ServiceHost", "build_server"]
 
@@ -172,6 +182,7 @@ def build_server(
     max_workers: int = 16,
     readiness_interval: float = READINESS_INTERVAL_SECONDS,
     metrics_registry: CollectorRegistry = REGISTRY,
+    tracer_provider: TracerProvider | None = None,
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -187,7 +198,10 @@ def build_server(
             (e.g. ``["memory.v1.SourceService"]``) for health and reflection.
         max_workers: threads handling RPCs concurrently.
         readiness_interval: seconds between readiness checks.
-        metrics_registry: registry of the RPC metrics (the endpoint always serves the default registry).
+        metrics_registry: registry of the RPC and pool metrics (the endpoint always serves the default
+            registry).
+        tracer_provider: traces the calls with this provider; None: the one of
+            `common.grpc.telemetry.configure_tracing`, if tracing is on.
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -201,9 +215,16 @@ def build_server(
     credentials = server_credentials(settings)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
-        interceptors=server_interceptors(service_name, rpc_metrics(metrics_registry), authenticator),
+        interceptors=server_interceptors(
+            service_name,
+            grpc_metrics_interceptor(metrics_registry),
+            authenticator,
+            tracing_server_interceptor(tracer_provider or configured_tracer_provider()),
+        ),
         options=SERVER_OPTIONS,
     )
+    if hasattr(database, "pool_stats"):
+        watch_pool(service_name, database, metrics_registry)
     service_names = list(register(server))
     health_servicer, health_services = add_health_service(server, service_names)
     reflection.enable_server_reflection(

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     pii_protection: bool = Field(
         False, description="detect and mark personal data on write, mask it on output"
     )
+    # Telemetry (common/grpc/telemetry.py): traces are exported by OTLP/gRPC only when an endpoint is set.
+    otlp_endpoint: str = Field(
+        "", description="OTLP/gRPC collector, e.g. http://127.0.0.1:4317; empty: no traces"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="services' log level")
+    log_format: Literal["json", "text"] = Field(
+        "json", description="services' log lines: JSON objects or text"
+    )
 
     @field_validator(
         "graph_name",
@@ -95,6 +103,11 @@ class Settings(BaseSettings):
         if not _IDENTIFIER.match(value):
             raise ValueError(f"{value!r} is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_case_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("graph_name")
     @classmethod

@@ -66,6 +66,11 @@ class Database:
         )
         self._pool_opened = False
 
+    def pool_stats(self) -> dict[str, int]:
+        """psycopg_pool's statistics of the pool (``pool_size``, ``pool_available``, ``requests_waiting``,
+        ...), for the pool gauges of `common.grpc.metrics`."""
+        return dict(self._pool.get_stats())
+
     # -- connections -------------------------------------------------------------------------------
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:

@@ -24,12 +24,18 @@ READ_TIMEOUT_SECONDS = 120.0
 T = TypeVar("T")
 
 
-def retry_while_unavailable(call: Callable[[], T], *, on_retry: Callable[[str], None] | None = None) -> T:
+def retry_while_unavailable(
+    call: Callable[[], T],
+    *,
+    on_retry: Callable[[str], None] | None = None,
+    max_seconds: float | None = None,
+) -> T:
     """Runs ``call``, retrying on UNAVAILABLE with exponential backoff for up to ``RETRY_MAX_SECONDS``.
 
     Args:
         call: the whole call, safe to repeat (an idempotent RPC with its request and deadline).
         on_retry: receives ``service unavailable, retrying in <s> s`` before each wait.
+        max_seconds: give up after this many seconds instead of ``RETRY_MAX_SECONDS``; 0 tries once.
 
     Returns:
         What ``call`` returned.
@@ -45,7 +51,7 @@ def retry_while_unavailable(call: Callable[[], T], *, on_retry: Callable[[str], 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(is_unavailable),
         wait=tenacity.wait_exponential(multiplier=RETRY_INITIAL_WAIT, max=RETRY_MAX_WAIT),
-        stop=tenacity.stop_after_delay(RETRY_MAX_SECONDS),
+        stop=tenacity.stop_after_delay(RETRY_MAX_SECONDS if max_seconds is None else max_seconds),
         before_sleep=before_sleep,
         reraise=True,
     )

@@ -3,7 +3,8 @@
 `make_channel` is the one place where calls get their security: TLS / mTLS channel credentials and
 the ``authorization: Bearer <token>`` metadata, both from a `ClientSecurity` (built from settings:
 ``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``, ``CB_TLS_CLIENT_KEY_FILE``,
-``CB_TLS_SERVER_NAME``).
+``CB_TLS_SERVER_NAME``), and, when tracing is on in the process (`common.grpc.telemetry`), the W3C
+``traceparent`` of each call.
 
 Errors arrive as `grpc.RpcError` whose trailing metadata carries a `google.rpc.Status` (AIP-193):
 `rpc_failure` decodes it into an `RpcFailure` (code, message, ErrorInfo reason, field violations),
@@ -203,7 +204,10 @@ def make_channel(
         channel = grpc.secure_channel(address, credentials, options=channel_options)
     if security.token:
         channel = grpc.intercept_channel(channel, _BearerTokenInterceptor(security.token))
-    return channel
+    from common.grpc.telemetry import configured_tracer_provider, traced_channel
+
+    # Tracing on in this process: each call sends its trace as `traceparent`.
+    return traced_channel(channel, configured_tracer_provider())
 
 
 @dataclass(frozen=True)

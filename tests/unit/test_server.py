@@ -305,29 +305,46 @@ def test_reflection_lists_services(host: ServiceHost) -> None:
     assert {SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= names
 
 
+def _samples(body: str) -> dict[str, float]:
+    """``{"name{labels}": value}`` of a Prometheus text exposition."""
+    samples = {}
+    for line in body.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def _scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return _samples(response.read().decode())
+
+
 def test_metrics_endpoint_shows_counters() -> None:
     port = _free_port()
     host, _ = _start(ready=True, metrics_port=port)
+    # Other servers of this process share the metrics: compare with a scrape before the calls.
+    before = _scrape(port)
     try:
         with make_channel(f"127.0.0.1:{host.port}") as channel:
             stub = source_service_pb2_grpc.SourceServiceStub(channel)
             stub.GetSource(source_service_pb2.GetSourceRequest(natural_key="doc:m"), timeout=5)
             with pytest.raises(grpc.RpcError):
                 stub.GetSource(source_service_pb2.GetSourceRequest(natural_key="missing"), timeout=5)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            body = response.read().decode()
+        after = _scrape(port)
     finally:
         host.stop(0)
-    assert 'memory_rpc_requests_total{code="OK",method="GetSource",service="memory.v1.SourceService"}' in body
-    assert (
-        'memory_rpc_requests_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}'
-        in body
-    )
-    assert (
-        'memory_rpc_errors_total{code="NOT_FOUND",method="GetSource",service="memory.v1.SourceService"}'
-        in body
-    )
-    assert 'memory_rpc_latency_seconds_count{method="GetSource",service="memory.v1.SourceService"}' in body
+    # The standard gRPC server metrics (py-grpc-prometheus), by code.
+    labels = 'grpc_method="GetSource",grpc_service="memory.v1.SourceService",grpc_type="UNARY"'
+
+    def added(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    assert added(f'grpc_server_handled_total{{grpc_code="OK",{labels}}}') == 1
+    assert added(f'grpc_server_handled_total{{grpc_code="NOT_FOUND",{labels}}}') == 1
+    assert added(f"grpc_server_started_total{{{labels}}}") == 2
+    assert added(f"grpc_server_handling_seconds_count{{{labels}}}") == 2
+    assert added(f'grpc_server_handling_seconds_bucket{{{labels},le="+Inf"}}') == 2
     # The endpoint was shut down with the host.
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.kernel.errors import FailedPrecondition
+from common.text_models.embeddings.batch_metrics import timed_batch
 
 __all__ = [
     "EmbeddingProvider",
@@ -138,7 +139,9 @@ class EmbeddingProvider(ABC):
         out = np.empty((len(items), self.dimension), dtype=np.float32)
         for start in range(0, len(items), self.batch_size):
             batch = items[start : start + self.batch_size]
-            out[start : start + len(batch)] = self._normalised(self._encode(batch, query=False), len(batch))
+            with timed_batch(self.model_id, query=False):
+                raw = self._encode(batch, query=False)
+            out[start : start + len(batch)] = self._normalised(raw, len(batch))
         return out
 
     def encode_query(self, text: str) -> Vectors:
@@ -152,7 +155,9 @@ class EmbeddingProvider(ABC):
         """
         if not isinstance(text, str):
             raise TypeError(f"text is {type(text).__name__}, not str")
-        return self._normalised(self._encode([text], query=True), 1).reshape(self.dimension)
+        with timed_batch(self.model_id, query=True):
+            raw = self._encode([text], query=True)
+        return self._normalised(raw, 1).reshape(self.dimension)
 
     @abstractmethod
     def _encode(self, texts: list[str], *, query: bool) -> Any:

@@ -14,12 +14,15 @@ Commands, one module per group:
   (`rpc_output.call_and_print`, the one way a command calls an RPC and prints it).
 * `pack_commands`: ``cb pack register|enable``; `token_commands`: ``cb token create|list`` (bearer tokens
   of the tokens file: hashes only, the token is printed once).
+* `health_commands`: ``cb health`` (both services and the database; exit code by state);
+  `mcp_commands`: ``cb mcp`` (the MCP server for agents, `common.tooling.mcp_server`).
 
 Global options (`app`) ``--ingest-addr`` / ``--query-addr`` default to ``CB_INGEST_ADDR`` /
 ``CB_QUERY_ADDR``; ``--token`` (default ``CB_TOKEN``) is sent as ``authorization: Bearer <token>`` on
 every call, and TLS files come from ``CB_TLS_CA_FILE`` / ``CB_TLS_CLIENT_CERT_FILE`` /
-``CB_TLS_CLIENT_KEY_FILE`` (every command opens its channels through `cli_state.CliState.channel`, i.e.
-`common.tooling.client.make_channel`). Server errors print as ``error: CODE: message`` plus one line per
+``CB_TLS_CLIENT_KEY_FILE`` (every command calls the services through `cli_state.CliState.client`, a
+`common.tooling.memory_client.MemoryClient` whose channels come from `common.tooling.client.make_channel`).
+``cb --version`` prints the version. Server errors print as ``error: CODE: message`` plus one line per
 field violation, exit code 1 (`terminal`). Heavy modules (database, services, embedded database) are
 imported inside the commands that use them.
 """

@@ -13,6 +13,8 @@ import typer
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, init_db
+from common.tooling.cli.health_commands import health
+from common.tooling.cli.mcp_commands import mcp
 from common.tooling.cli.pack_commands import pack_app
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
@@ -27,6 +29,18 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("memory-service")
+        except PackageNotFoundError:
+            installed = "unknown (not installed)"
+        typer.echo(f"cb (memory-service) {installed}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -52,6 +66,10 @@ def _global_options(
             show_default=False,
         ),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
+    ] = False,
 ) -> None:
     ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token)
 
@@ -60,6 +78,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("init-db", init_db),  # database and services
     ("serve", serve),
     ("up", up),
+    ("health", health),
     ("observe", observe),  # writes (ingest_service)
     ("reconcile", reconcile),
     ("retain", retain),
@@ -70,6 +89,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("db", db_app),

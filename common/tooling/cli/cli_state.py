@@ -1,8 +1,9 @@
 """What the global options (``--ingest-addr``, ``--query-addr``, ``--token``) set up for every command.
 
 `CliState` is stored on the root typer context by the app's callback (`common.tooling.cli.app`); a
-command reaches it with `cli_state`. Every channel of the CLI is opened by `CliState.channel`, i.e.
-`common.tooling.client.make_channel` with the token and the TLS files of the settings.
+command reaches it with `cli_state`. Every command calls the services through `CliState.client`, a
+`common.tooling.memory_client.MemoryClient` with the addresses, the token and the TLS files of the
+settings (its channels come from `common.tooling.client.make_channel`, like `CliState.channel`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from common.kernel.config import Settings
 from common.tooling.cli.terminal import fail
 from common.tooling.client import ClientSecurity, make_channel
+from common.tooling.memory_client import MemoryClient
 
 
 @dataclasses.dataclass
@@ -62,6 +64,19 @@ class CliState:
             return make_channel(address, security=self.security())
         except ValueError as exc:
             fail([f"error: {exc}"])
+
+    def client(self) -> MemoryClient:
+        """A `MemoryClient` of both services with the CLI's addresses, token and TLS settings.
+
+        Reads are sent once (an unreachable service is reported at once); idempotent writes are retried
+        on UNAVAILABLE (`common.tooling.call_policy`). Exits 1 on bad TLS files.
+        """
+        security = self.security()
+        try:
+            security.channel_credentials()
+        except ValueError as exc:
+            fail([f"error: {exc}"])
+        return MemoryClient(self.ingest(), self.query(), security=security, retry_reads=False)
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, TypeVar
 
 import typer
-from memory.v1 import context_service_pb2, context_service_pb2_grpc
+from memory.v1 import context_service_pb2
 from rich.markup import escape
 from rich.table import Table
 
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
-from common.tooling.cli.rpc_output import call_and_print, query_stub
+from common.tooling.cli.rpc_output import call_and_print, memory_client
 from common.tooling.cli.terminal import err, print_text
 
 BudgetOption = Annotated[int, typer.Option("--budget", min=1, max=100000, help="token budget")]
@@ -112,8 +112,7 @@ def context(
             rows=rows,
         )
 
-    stub = query_stub(ctx, context_service_pb2_grpc.ContextServiceStub)
-    call_and_print(stub.CompileContext, request, as_json=as_json, render=render)
+    call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
 
 
 def typed_context(
@@ -165,5 +164,4 @@ def typed_context(
             note="the walk stopped at its row limit" if pack.truncated else "",
         )
 
-    stub = query_stub(ctx, context_service_pb2_grpc.ContextServiceStub)
-    call_and_print(stub.CompileTypedContext, request, as_json=as_json, render=render)
+    call_and_print(memory_client(ctx).compile_typed_context, request, as_json=as_json, render=render)

@@ -7,12 +7,11 @@ from typing import Annotated
 
 import typer
 from google.protobuf import json_format
-from memory.v1 import domain_pack_service_pb2, domain_pack_service_pb2_grpc
+from memory.v1 import domain_pack_service_pb2
 from rich.markup import escape
 
-from common.tooling.call_policy import WRITE_TIMEOUT_SECONDS
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
-from common.tooling.cli.rpc_output import call_and_print, ingest_stub
+from common.tooling.cli.rpc_output import call_and_print, memory_client
 from common.tooling.cli.terminal import err
 
 pack_app = typer.Typer(
@@ -40,10 +39,7 @@ def pack_register(
         err.print(escape(f"{package.name}@{package.version}: {state}"))
 
     request = domain_pack_service_pb2.RegisterPackageRequest(package=package)
-    stub = ingest_stub(ctx, domain_pack_service_pb2_grpc.DomainPackServiceStub)
-    call_and_print(
-        stub.RegisterPackage, request, as_json=as_json, render=render, timeout=WRITE_TIMEOUT_SECONDS
-    )
+    call_and_print(memory_client(ctx).register_package, request, as_json=as_json, render=render)
 
 
 @pack_app.command("enable")
@@ -75,7 +71,4 @@ def pack_enable(
     request = domain_pack_service_pb2.SetNamespaceKindsRequest(
         namespace=namespace, packages=refs, strict=strict
     )
-    stub = ingest_stub(ctx, domain_pack_service_pb2_grpc.DomainPackServiceStub)
-    call_and_print(
-        stub.SetNamespaceKinds, request, as_json=as_json, render=render, timeout=WRITE_TIMEOUT_SECONDS
-    )
+    call_and_print(memory_client(ctx).set_namespace_kinds, request, as_json=as_json, render=render)

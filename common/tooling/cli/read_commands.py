@@ -8,20 +8,15 @@ JSON) and renders the response for humans: results on stdout, details on stderr.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
 from google.protobuf import json_format, timestamp_pb2
 from memory.v1 import (
     fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
     retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
     source_service_pb2,
-    source_service_pb2_grpc,
     trace_service_pb2,
-    trace_service_pb2_grpc,
 )
 from rich.markup import escape
 from rich.table import Table
@@ -29,7 +24,7 @@ from rich.table import Table
 from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
-from common.tooling.cli.rpc_output import call_and_print, query_stub
+from common.tooling.cli.rpc_output import call_and_print, memory_client
 from common.tooling.cli.terminal import err, out, print_text
 
 
@@ -70,8 +65,7 @@ def search(
     filters = _meta_filters(meta)
     if filters:
         request.meta.CopyFrom(dict_to_struct(filters))
-    stub = query_stub(ctx, retrieval_service_pb2_grpc.RetrievalServiceStub)
-    call_and_print(stub.Search, request, as_json=as_json, render=_print_hits)
+    call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
 
 
 def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
@@ -119,27 +113,8 @@ def facts(
         page_size=page_size,
         as_of=as_of_timestamp(as_of),
     )
-    stub = query_stub(ctx, fact_query_service_pb2_grpc.FactQueryServiceStub)
-    call_and_print(_every_page(stub), request, as_json=as_json, render=_print_facts)
-
-
-def _every_page(
-    stub: fact_query_service_pb2_grpc.FactQueryServiceStub,
-) -> Callable[..., fact_query_service_pb2.ListFactsResponse]:
-    """ListFacts following ``next_page_token`` to the last page: every page's facts in one response."""
-
-    def list_every_fact(
-        request: fact_query_service_pb2.ListFactsRequest, *, timeout: float
-    ) -> fact_query_service_pb2.ListFactsResponse:
-        collected = fact_query_service_pb2.ListFactsResponse()
-        while True:
-            page = stub.ListFacts(request, timeout=timeout)
-            collected.facts.extend(page.facts)
-            if not page.next_page_token or page.next_page_token == request.page_token:
-                return collected
-            request.page_token = page.next_page_token
-
-    return list_every_fact
+    # Every page, following next_page_token, in one response.
+    call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
 
 
 def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
@@ -181,8 +156,7 @@ def source(
 ) -> None:
     """Print the original text of a node (or its chunks re-assembled) with its provenance."""
     request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
-    stub = query_stub(ctx, source_service_pb2_grpc.SourceServiceStub)
-    call_and_print(stub.GetSource, request, as_json=as_json, render=_print_source)
+    call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
 
 
 def _print_source(response: source_service_pb2.GetSourceResponse) -> None:
@@ -209,9 +183,11 @@ def trace(
 ) -> None:
     """Print the trail of a trace (TraceService.GetTrace): audit events and context compilations, by time."""
     request = trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id)
-    stub = query_stub(ctx, trace_service_pb2_grpc.TraceServiceStub)
     call_and_print(
-        stub.GetTrace, request, as_json=as_json, render=lambda response: _print_trace(trace_id, response)
+        memory_client(ctx).get_trace,
+        request,
+        as_json=as_json,
+        render=lambda response: _print_trace(trace_id, response),
     )
 
 

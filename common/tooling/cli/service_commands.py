@@ -6,7 +6,6 @@ The services are imported inside ``serve``: they sit below the tooling, and ``cb
 
 from __future__ import annotations
 
-import logging
 from enum import Enum
 from typing import Annotated
 
@@ -24,32 +23,29 @@ class ServiceKind(str, Enum):
     query = "query"
 
 
-def _configure_logging(level: str) -> None:
-    from common.grpc.interceptors import RequestIdLogFilter
-
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdLogFilter())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 def serve(
     ctx: typer.Context,
     service: Annotated[ServiceKind, typer.Argument(help="which service to run")],
-    log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR")] = "INFO",
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR (default: CB_LOG_LEVEL)")
+    ] = None,
 ) -> None:
     """Run ingest_service or query_service in the foreground until SIGTERM/Ctrl-C.
 
     Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
-    unless its address is a loopback one; see README "Security".
+    unless its address is a loopback one; see README "Security". Logs are JSON lines on stderr
+    (``CB_LOG_FORMAT=text`` for text); with ``CB_OTLP_ENDPOINT`` set, traces are exported by OTLP.
     """
     from common.grpc.security import ServerSetupError, build_authenticator, server_credentials
+    from common.grpc.telemetry import configure_logging, configure_tracing
 
     state = cli_state(ctx)
     settings = state.settings()
-    _configure_logging(log_level)
+    try:
+        configure_logging(log_level or settings.log_level, settings.log_format)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--log-level") from exc
+    configure_tracing(settings, f"{service.value}_service")
     address = state.ingest() if service is ServiceKind.ingest else state.query()
     try:  # refuse an insecure or broken configuration before loading the embedding model
         build_authenticator(settings, address=address, service_name=f"{service.value}_service")

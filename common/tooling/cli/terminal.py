@@ -37,9 +37,12 @@ def fail(lines: Sequence[str], code: int = 1) -> NoReturn:
 
 
 def error_lines(exc: BaseException) -> list[str]:
-    """``error: CODE: message`` and the field violations of a failed call or a local domain error."""
+    """``error: CODE: message`` and the field violations of a failed call (also when `MemoryClient` raised
+    it as a domain error, chained to the call) or of a local domain error."""
     if isinstance(exc, grpc.RpcError):
         return rpc_failure(exc).lines()
+    if isinstance(exc, DomainError) and isinstance(exc.__cause__, grpc.RpcError):
+        return rpc_failure(exc.__cause__).lines()
     if isinstance(exc, InvalidArgument):
         return [f"error: {exc.reason}: {exc.message}", *(f"  - {v}" for v in exc.violations)]
     if isinstance(exc, DomainError):

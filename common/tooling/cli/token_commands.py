@@ -5,6 +5,7 @@ The file is ``--tokens-file`` or ``CB_TOKENS_FILE``; a new token is printed once
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from common.tooling.cli.cli_state import cli_state
+from common.tooling.cli.option_types import JsonOption
 from common.tooling.cli.terminal import err, fail, out
 
 token_app = typer.Typer(
@@ -110,8 +112,12 @@ def token_create(
 
 
 @token_app.command("list")
-def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None) -> None:
-    """List the principals of the tokens file with their rights, scopes and PII clearance."""
+def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json: JsonOption = False) -> None:
+    """List the principals of the tokens file with their rights, scopes and PII clearance.
+
+    ``--json`` prints ``{"tokens_file": path, "tokens": [{principal, namespaces, scopes, pii_clearance,
+    created, note}]}`` (never the hashes).
+    """
     from common.auth.tokens_file import TokensFileError, read_tokens_file
 
     path = _tokens_path(ctx, tokens_file)
@@ -119,6 +125,20 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None) -> None
         parsed = read_tokens_file(path)
     except TokensFileError as exc:
         fail([f"error: {exc}"])
+    if as_json:
+        entries = [
+            {
+                "principal": entry.principal,
+                "namespaces": entry.namespaces,
+                "scopes": entry.scopes,
+                "pii_clearance": entry.pii_clearance,
+                "created": entry.created,
+                "note": entry.note,
+            }
+            for entry in parsed.tokens
+        ]
+        typer.echo(json.dumps({"tokens_file": str(path), "tokens": entries}, ensure_ascii=False, indent=2))
+        return
     if not parsed.tokens:
         out.print(f"no tokens in {escape(str(path))}")
         return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import json
 import logging
 import shutil
 import tempfile
@@ -19,23 +20,18 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated
 
-import grpc
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
+from memory.v1 import document_service_pb2, observation_service_pb2, observation_service_pb2_grpc
 from rich.markup import escape
 
+from common.kernel.errors import DomainError
 from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
-from common.tooling.cli.rpc_output import call_and_print, ingest_stub, print_json
-from common.tooling.cli.terminal import err, fail, out, progress_bar
+from common.tooling.cli.rpc_output import call_and_print, memory_client, print_json
+from common.tooling.cli.terminal import err, error_lines, fail, out, progress_bar
 from common.tooling.client import is_unavailable, rpc_failure
 from common.tooling.markdown_vault import DocumentError, find_documents, read_document
 from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
@@ -77,7 +73,9 @@ def observe(
     ctx: typer.Context,
     file: Annotated[Path, input_file_option("JSONL of Observations")],
     batch_size: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="observations per RPC")] = 200,
-    namespace: Annotated[str | None, typer.Option(help="override the namespace of every observation")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="override the namespace of every observation")
+    ] = None,
     concurrency: Annotated[
         int,
         typer.Option(
@@ -85,32 +83,34 @@ def observe(
             "--workers",
             min=1,
             max=32,
-            help="RecordObservations calls in flight (1: sequential)",
+            help="RecordObservations calls in flight (1: sequential; --workers is the old spelling)",
         ),
     ] = DEFAULT_OBSERVE_CONCURRENCY,
+    as_json: JsonOption = False,
 ) -> None:
     """Record observations from a JSONL file (one proto3 JSON Observation per line).
 
     Sends RecordObservations in batches, ``--concurrency`` of them in flight (lanes by subject, see
     `record_observations`; each call retried on UNAVAILABLE: the RPC is idempotent), prints every
     failed item with its line number, and exits 1 if any line or item failed. Safe to re-run: recorded
-    observations are duplicates. ``--file /dev/stdin`` reads a pipe.
+    observations are duplicates. ``--file /dev/stdin`` reads a pipe. ``--json`` prints the summary as
+    one JSON object (``created``, ``duplicate``, ``failed``, ``unparsable_lines``, ``lines_not_sent``).
     """
     with _regular_file(file) as path:
-        _observe(ctx, path, batch_size, namespace, concurrency)
+        _observe(ctx, path, batch_size, namespace, concurrency, as_json)
 
 
 def _observe(
-    ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int
+    ctx: typer.Context, file: Path, batch_size: int, namespace: str | None, concurrency: int, as_json: bool
 ) -> None:
-    address = cli_state(ctx).ingest()
     tally = _ObserveTally()
     total_lines = _count_nonblank(file)
     lines_done = 0
     # Observations read per line and not yet answered: a line is done when all of its are.
     open_lines: collections.Counter[int] = collections.Counter()
-    with cli_state(ctx).channel(address) as channel, progress_bar() as progress:
-        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+    with cli_state(ctx).client() as client, progress_bar() as progress:
+        # The concurrent loader sends batches on the client's channel (its own retries and lanes).
+        stub = observation_service_pb2_grpc.ObservationServiceStub(client.ingest_channel)
         task = progress.add_task("lines", total=total_lines)
 
         def report(text: str) -> None:
@@ -159,14 +159,28 @@ def _observe(
                 advance(batch)
         if give_up.is_set():
             tally.not_sent = total_lines - lines_done
-    summary = f"created {tally.created}, duplicate {tally.duplicate}, failed {tally.failed}"
-    if tally.bad_lines:
-        summary += f", unparsable lines {tally.bad_lines}"
-    if tally.not_sent:
-        summary += f", lines not sent {tally.not_sent}"
-    out.print(summary)
+    if as_json:
+        _print_summary(
+            created=tally.created,
+            duplicate=tally.duplicate,
+            failed=tally.failed,
+            unparsable_lines=tally.bad_lines,
+            lines_not_sent=tally.not_sent,
+        )
+    else:
+        summary = f"created {tally.created}, duplicate {tally.duplicate}, failed {tally.failed}"
+        if tally.bad_lines:
+            summary += f", unparsable lines {tally.bad_lines}"
+        if tally.not_sent:
+            summary += f", lines not sent {tally.not_sent}"
+        out.print(summary)
     if tally.failed or tally.bad_lines or tally.not_sent:
         raise typer.Exit(1)
+
+
+def _print_summary(**fields: object) -> None:
+    """The summary of a bulk command as one JSON object on stdout (``--json``)."""
+    typer.echo(json.dumps(fields, ensure_ascii=False))
 
 
 def _tally_results(
@@ -207,10 +221,12 @@ def reconcile(
             'JSONL: {"header": {...}} first, then {"items": {"entities": [...], "facts": [...]}} lines'
         ),
     ],
-    namespace: Annotated[str | None, typer.Option(help="override the header's namespace")] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="override the header's namespace")
+    ] = None,
     part_items: Annotated[int, typer.Option(min=1, max=10_000, help="entities + facts per message")] = 1000,
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
-    as_json: Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`common.tooling.snapshot_file`).
 
@@ -218,11 +234,8 @@ def reconcile(
     Atomic on the server: if the stream breaks, nothing is written and the same command can simply be
     run again. Exits 1 on a bad line or a refused snapshot (field violations name each item's position).
     """
-    from memory.v1 import snapshot_service_pb2_grpc
-
     from common.tooling.snapshot_file import SnapshotFileError, stream_requests
 
-    address = cli_state(ctx).ingest()
     bad_line: list[SnapshotFileError] = []
     logging.getLogger("grpc._channel").setLevel(logging.CRITICAL)  # a bad line is reported below
 
@@ -235,20 +248,17 @@ def reconcile(
 
     with (
         _regular_file(file) as path,
-        cli_state(ctx).channel(address) as channel,
+        cli_state(ctx).client() as client,
         progress_bar() as progress,
         path.open("rb") as handle,
     ):
         task = progress.add_task("lines", total=_count_nonblank(path))
-        stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
         try:
-            response = stub.ReconcileStream(
+            response = client.reconcile_stream(
                 messages(handle, lambda line: progress.update(task, completed=line)), timeout=timeout
             )
-        except grpc.RpcError as exc:
-            lines = (
-                [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else rpc_failure(exc).lines()
-            )
+        except DomainError as exc:
+            lines = [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else error_lines(exc)
             fail(lines)
     if as_json:
         print_json(response)
@@ -263,15 +273,26 @@ def reconcile(
 def retain(
     ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files")],
-    namespace: Annotated[str, typer.Option(help="namespace to write into")],
-    workers: Annotated[int, typer.Option(min=1, max=16, help="concurrent Retain calls")] = 2,
+    namespace: WriteNamespaceOption,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            "--workers",
+            min=1,
+            max=16,
+            help="Retain calls in flight (--workers is the old spelling)",
+        ),
+    ] = 2,
+    as_json: JsonOption = False,
 ) -> None:
     """Retain every ``*.md`` file under DIRECTORY (sorted) as a document; safe to re-run (upsert).
 
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
-    Links to documents not yet stored are skipped by the server and counted at the end.
+    Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
+    prints the summary as one JSON object (``created``, ``updated``, ``failed``, ``chunks``,
+    ``missing_links``: ``[{"from": key, "to": key}]``).
     """
-    address = cli_state(ctx).ingest()
     paths = find_documents(directory)
     if not paths:
         fail([f"error: no *.md files under {directory}"])
@@ -279,21 +300,17 @@ def retain(
     created = updated = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
-    with cli_state(ctx).channel(address) as channel, progress_bar() as progress:
-        stub = document_service_pb2_grpc.DocumentServiceStub(channel)
+    with cli_state(ctx).client() as client, progress_bar() as progress:
         task = progress.add_task("documents", total=len(paths))
 
         def report(text: str) -> None:
             progress.console.print(escape(text), soft_wrap=True)
 
         def send(request: document_service_pb2.RetainRequest) -> document_service_pb2.RetainResponse:
-            response: document_service_pb2.RetainResponse = call_policy.retry_while_unavailable(
-                lambda: stub.Retain(request, timeout=call_policy.WRITE_TIMEOUT_SECONDS),
-                on_retry=lambda text: report(f"{request.source_path}: {text}"),
-            )
-            return response
+            # Retain is an upsert: the client retries it on UNAVAILABLE.
+            return client.retain(request, on_retry=lambda text: report(f"{request.source_path}: {text}"))
 
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cb-retain") as pool:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cb-retain") as pool:
             futures = {}
             for path in paths:  # submitted in order: a link to an earlier document finds it
                 relative = path.relative_to(directory).as_posix()
@@ -314,9 +331,9 @@ def retain(
                 relative = futures[future]
                 try:
                     response = future.result()
-                except grpc.RpcError as exc:
+                except DomainError as exc:
                     failures += 1
-                    for text in rpc_failure(exc).lines():
+                    for text in error_lines(exc):
                         report(f"{relative}: {text}")
                 else:
                     created += int(response.created)
@@ -324,12 +341,21 @@ def retain(
                     chunks += response.chunk_count
                     missing.extend((response.natural_key, link) for link in response.missing_links)
                 progress.advance(task)
-    out.print(
-        f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
-        f"{len(missing)} missing links"
-    )
     later = sum(1 for _, target in missing if target in keys)
-    if later:
+    if as_json:
+        _print_summary(
+            created=created,
+            updated=updated,
+            failed=failures,
+            chunks=chunks,
+            missing_links=[{"from": source, "to": target} for source, target in missing],
+        )
+    else:
+        out.print(
+            f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
+            f"{len(missing)} missing links"
+        )
+    if later and not as_json:
         out.print(
             f"{later} of the missing links point to documents of this folder: run `cb retain` again to link them"
         )
@@ -360,7 +386,4 @@ def delete_node(
     request = document_service_pb2.DeleteNodeRequest(
         namespace=namespace, natural_key=key, reason=reason, trace_id=trace_id or ""
     )
-    stub = ingest_stub(ctx, document_service_pb2_grpc.DocumentServiceStub)
-    call_and_print(
-        stub.DeleteNode, request, as_json=as_json, render=render, timeout=call_policy.WRITE_TIMEOUT_SECONDS
-    )
+    call_and_print(memory_client(ctx).delete_node, request, as_json=as_json, render=render)

@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class RecordAuditEventRequest(_message.Message):
+    """Request of AuditService.RecordAuditEvent."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -32,6 +34,9 @@ class RecordAuditEventRequest(_message.Message):
     SCOPES_FIELD_NUMBER: _builtins.int
     CLIENT_EVENT_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     action: _builtins.str
     """Lower-case verb, pattern [a-z][a-z0-9_.-]{0,63}: "export", "review", "delete", ... Required."""
     trace_id: _builtins.str
@@ -69,6 +74,8 @@ Global___RecordAuditEventRequest: _TypeAlias = RecordAuditEventRequest  # noqa: 
 
 @_typing.final
 class RecordAuditEventResponse(_message.Message):
+    """Response of AuditService.RecordAuditEvent."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENT_FIELD_NUMBER: _builtins.int
@@ -76,7 +83,9 @@ class RecordAuditEventResponse(_message.Message):
     created: _builtins.bool
     """False when client_event_id named an event recorded before (nothing was written)."""
     @_builtins.property
-    def event(self) -> Global___AuditEvent: ...
+    def event(self) -> Global___AuditEvent:
+        """The event as stored (or as stored before, for a retry with the same client_event_id)."""
+
     def __init__(
         self,
         *,
@@ -110,21 +119,29 @@ class AuditEvent(_message.Message):
     event_id: _builtins.str
     """"aud-" + 24 hex characters; the node's natural key is "audit_event:<event_id>"."""
     action: _builtins.str
+    """Lower-case verb: "delete", "pii_access", or the action of an explicit event."""
     trace_id: _builtins.str
+    """Trace the event belongs to; its anchor node is "pc_trace:<trace_id>"."""
     principal: _builtins.str
     """Who acted: the token's principal ("development" without auth)."""
     target_key: _builtins.str
+    """What the event is about (natural key, observation id, fact id); empty when none."""
     request_id: _builtins.str
     """Request id of the call that recorded it."""
     client_event_id: _builtins.str
+    """The client's idempotency key, when one was given."""
     @_builtins.property
     def details(self) -> _struct_pb2.Struct:
         """For action "delete": the snapshot of what was deleted (type, title, chunk_count, fact_ids, ...)."""
 
     @_builtins.property
-    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Visibility scopes of the event."""
+
     @_builtins.property
-    def record_time(self) -> _timestamp_pb2.Timestamp: ...
+    def record_time(self) -> _timestamp_pb2.Timestamp:
+        """When the event was recorded."""
+
     def __init__(
         self,
         *,

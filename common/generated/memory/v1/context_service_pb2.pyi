@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class CompileContextRequest(_message.Message):
+    """Request of ContextService.CompileContext."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -31,11 +33,17 @@ class CompileContextRequest(_message.Message):
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     query: _builtins.str
     """The task or question."""
     token_budget: _builtins.int
     """Default 2000."""
     trace_id: _builtins.str
+    """Caller's id of this compilation (at most 256 characters): it is journaled under it in context_traces and
+    returned in the pack; default: the request id.
+    """
     @_builtins.property
     def anchors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys the task is about, e.g. "package:openssl"."""
@@ -64,6 +72,8 @@ Global___CompileContextRequest: _TypeAlias = CompileContextRequest  # noqa: Y015
 
 @_typing.final
 class ContextItem(_message.Message):
+    """One item of a ContextPack: a chunk or a fact, as rendered into the pack text."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int
@@ -77,10 +87,17 @@ class ContextItem(_message.Message):
     text: _builtins.str
     """The rendered text of the item as it appears in the pack."""
     score: _builtins.float
+    """Ranking score of the item (higher first): retrieval score, evidence rank, confidence, recency and graph
+    distance combined.
+    """
     conflict: _builtins.bool
+    """True for a fact that overlaps another live version of the same subject and predicate."""
     token_count: _builtins.int
+    """Tokens of `text` under the configured encoding."""
     @_builtins.property
-    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    def provenance(self) -> _knowledge_pb2.Provenance:
+        """Where the item came from: node key, source path, fact id or chunk order, observations."""
+
     def __init__(
         self,
         *,
@@ -101,6 +118,8 @@ Global___ContextItem: _TypeAlias = ContextItem  # noqa: Y015
 
 @_typing.final
 class ContextPack(_message.Message):
+    """What CompileContext returns: the items kept, their text, and the budget they fit."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
@@ -114,11 +133,15 @@ class ContextPack(_message.Message):
     token_count: _builtins.int
     """Tokens of `text` under the configured encoding."""
     trace_id: _builtins.str
+    """The trace the compilation is journaled under (the request's trace_id or the request id)."""
     token_budget: _builtins.int
+    """The budget the pack was fitted to."""
     dropped_count: _builtins.int
     """Candidates that did not fit the budget."""
     @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]: ...
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]:
+        """The kept items, in rank order."""
+
     def __init__(
         self,
         *,
@@ -139,11 +162,15 @@ Global___ContextPack: _TypeAlias = ContextPack  # noqa: Y015
 
 @_typing.final
 class CompileContextResponse(_message.Message):
+    """Response of ContextService.CompileContext."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACK_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def pack(self) -> Global___ContextPack: ...
+    def pack(self) -> Global___ContextPack:
+        """The compiled pack."""
+
     def __init__(
         self,
         *,
@@ -159,6 +186,8 @@ Global___CompileContextResponse: _TypeAlias = CompileContextResponse  # noqa: Y0
 
 @_typing.final
 class CompileTypedContextRequest(_message.Message):
+    """Request of ContextService.CompileTypedContext."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -170,6 +199,9 @@ class CompileTypedContextRequest(_message.Message):
     RELATIONS_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     query: _builtins.str
     """The task or question; identifiers in it (the packs' idPatterns) become anchors."""
     token_budget: _builtins.int
@@ -177,6 +209,9 @@ class CompileTypedContextRequest(_message.Message):
     max_depth: _builtins.int
     """Steps from an anchor, 0..4; 0 means the default 2."""
     trace_id: _builtins.str
+    """Caller's id of this compilation (at most 256 characters), journaled in context_traces; default: the
+    request id.
+    """
     @_builtins.property
     def anchors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys to start from, e.g. "service:checkout"; kind and id aliases are resolved."""
@@ -245,6 +280,8 @@ Global___TypedPathStep: _TypeAlias = TypedPathStep  # noqa: Y015
 
 @_typing.final
 class TypedContextItem(_message.Message):
+    """One item of a TypedContextPack: a node or a fact reached by the walk."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     KIND_FIELD_NUMBER: _builtins.int
@@ -264,9 +301,13 @@ class TypedContextItem(_message.Message):
     text: _builtins.str
     """The rendered text of the item as it appears in the pack."""
     score: _builtins.float
+    """0.5^depth x confidence x evidence rank / 3 (asserted 3, extracted 2, inferred and derived 1); higher
+    first.
+    """
     conflict: _builtins.bool
     """Set on facts that overlap another live version of the same subject and predicate."""
     token_count: _builtins.int
+    """Tokens of `text` under the configured encoding."""
     natural_key: _builtins.str
     """Nodes: the node's natural key; facts: the far end reached by the fact."""
     node_type: _builtins.str
@@ -278,7 +319,9 @@ class TypedContextItem(_message.Message):
     relation: _builtins.str
     """The relation of the last step (facts: their predicate)."""
     @_builtins.property
-    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    def provenance(self) -> _knowledge_pb2.Provenance:
+        """Where the item came from: node key, source path, fact id, observations."""
+
     @_builtins.property
     def path(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypedPathStep]:
         """The path from the anchor (empty for anchors)."""
@@ -343,6 +386,8 @@ Global___ResolvedAnchor: _TypeAlias = ResolvedAnchor  # noqa: Y015
 
 @_typing.final
 class TypedContextPack(_message.Message):
+    """What CompileTypedContext returns: the items of the walk fitted to the budget, and how the walk went."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
@@ -360,7 +405,9 @@ class TypedContextPack(_message.Message):
     token_count: _builtins.int
     """Tokens of `text` under the configured encoding."""
     trace_id: _builtins.str
+    """The trace the compilation is journaled under (the request's trace_id or the request id)."""
     token_budget: _builtins.int
+    """The budget the pack was fitted to."""
     dropped_count: _builtins.int
     """Candidates that did not fit the budget."""
     max_depth: _builtins.int
@@ -368,9 +415,13 @@ class TypedContextPack(_message.Message):
     truncated: _builtins.bool
     """True when the walk stopped at its row limit (deeper or wider paths were not explored)."""
     @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypedContextItem]: ...
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___TypedContextItem]:
+        """The kept items, in rank order."""
+
     @_builtins.property
-    def anchors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedAnchor]: ...
+    def anchors(self) -> _containers.RepeatedCompositeFieldContainer[Global___ResolvedAnchor]:
+        """Every anchor considered: explicit ones and identifiers found in the query, found or not."""
+
     @_builtins.property
     def relations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The relations followed."""
@@ -399,11 +450,15 @@ Global___TypedContextPack: _TypeAlias = TypedContextPack  # noqa: Y015
 
 @_typing.final
 class CompileTypedContextResponse(_message.Message):
+    """Response of ContextService.CompileTypedContext."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACK_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def pack(self) -> Global___TypedContextPack: ...
+    def pack(self) -> Global___TypedContextPack:
+        """The compiled pack."""
+
     def __init__(
         self,
         *,

@@ -21,6 +21,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class RetainRequest(_message.Message):
+    """Request of DocumentService.Retain: one document with its full text."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -37,6 +39,9 @@ class RetainRequest(_message.Message):
     PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     natural_key: _builtins.str
     """Stable key of the document, e.g. "doc:apt/README" or a URL. Required."""
     type: _builtins.str
@@ -55,6 +60,7 @@ class RetainRequest(_message.Message):
     a category, withholds the document's text from callers without PII clearance.
     """
     trace_id: _builtins.str
+    """Caller's trace id of this write (at most 256 characters), stored with the document (props.trace_id)."""
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys of nodes this document links to."""
@@ -64,13 +70,17 @@ class RetainRequest(_message.Message):
         """Stored whole in props.provenance and returned by GetSource as provenance.metadata."""
 
     @_builtins.property
-    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Visibility scopes "type:id" of the document and its chunks (at most 20)."""
+
     @_builtins.property
     def meta(self) -> _struct_pb2.Struct:
         """Consumer tags, e.g. {"collection": "faq"}; filterable in Search."""
 
     @_builtins.property
-    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Categories of personal data (see pii)."""
+
     def __init__(
         self,
         *,
@@ -98,6 +108,8 @@ Global___RetainRequest: _TypeAlias = RetainRequest  # noqa: Y015
 
 @_typing.final
 class RetainResponse(_message.Message):
+    """Response of DocumentService.Retain."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
@@ -106,9 +118,11 @@ class RetainResponse(_message.Message):
     LINKED_FIELD_NUMBER: _builtins.int
     MISSING_LINKS_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
+    """The document's natural key, as stored."""
     created: _builtins.bool
     """True when the node did not exist before."""
     chunk_count: _builtins.int
+    """Chunks the text was split into (they replaced the previous ones)."""
     @_builtins.property
     def linked(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Links whose target node exists (LINKS_TO edges written)."""
@@ -147,9 +161,13 @@ class ChunkInput(_message.Message):
     chunk_order: _builtins.int
     """Position in the document, 0-based; unique per document."""
     heading: _builtins.str
+    """Heading of the chunk (at most 1024 characters), shown with search hits."""
     text: _builtins.str
+    """The chunk's text (at most 256 KiB); embedded and indexed. Required."""
     @_builtins.property
-    def meta(self) -> _struct_pb2.Struct: ...
+    def meta(self) -> _struct_pb2.Struct:
+        """Consumer tags of this chunk (at most 64 KiB as JSON); filterable in Search."""
+
     def __init__(
         self,
         *,
@@ -168,6 +186,8 @@ Global___ChunkInput: _TypeAlias = ChunkInput  # noqa: Y015
 
 @_typing.final
 class PutChunksRequest(_message.Message):
+    """Request of DocumentService.PutChunks: a document as pre-cut chunks."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -183,26 +203,45 @@ class PutChunksRequest(_message.Message):
     PII_FIELD_NUMBER: _builtins.int
     PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     natural_key: _builtins.str
+    """Stable key of the document, e.g. "doc:faq/apt". Required."""
     type: _builtins.str
+    """Node type; default "document"."""
     title: _builtins.str
+    """Default: the natural key."""
     source_path: _builtins.str
+    """Citation target: file path, URI, agent:run/<id>."""
     pii: _builtins.bool
     """Personal data marks (seed 000 "Персональные данные"), as in RetainRequest. Marks add up over calls
     for the same natural_key (a document may be sent in several calls).
     """
     @_builtins.property
-    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkInput]: ...
+    def chunks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChunkInput]:
+        """The chunks to write (at most 10000 per call); each replaces the chunk of the same chunk_order."""
+
     @_builtins.property
-    def provenance(self) -> _struct_pb2.Struct: ...
+    def provenance(self) -> _struct_pb2.Struct:
+        """Stored whole in props.provenance and returned by GetSource as provenance.metadata."""
+
     @_builtins.property
-    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Visibility scopes "type:id" of the document and its chunks (at most 20)."""
+
     @_builtins.property
-    def meta(self) -> _struct_pb2.Struct: ...
+    def meta(self) -> _struct_pb2.Struct:
+        """Consumer tags of the document, e.g. {"collection": "faq"}; filterable in Search."""
+
     @_builtins.property
-    def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Natural keys of nodes this document links to (LINKS_TO edges; missing targets are skipped)."""
+
     @_builtins.property
-    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Categories of personal data (see pii)."""
+
     def __init__(
         self,
         *,
@@ -229,14 +268,19 @@ Global___PutChunksRequest: _TypeAlias = PutChunksRequest  # noqa: Y015
 
 @_typing.final
 class PutChunksResponse(_message.Message):
+    """Response of DocumentService.PutChunks."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
+    """The document's natural key, as stored."""
     created: _builtins.bool
+    """True when the node did not exist before."""
     chunk_count: _builtins.int
+    """Chunks the document holds after the call."""
     def __init__(
         self,
         *,
@@ -254,6 +298,8 @@ Global___PutChunksResponse: _TypeAlias = PutChunksResponse  # noqa: Y015
 
 @_typing.final
 class DeleteNodeRequest(_message.Message):
+    """Request of DocumentService.DeleteNode."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -261,6 +307,9 @@ class DeleteNodeRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     natural_key: _builtins.str
     """Natural key of the node to delete. Required."""
     reason: _builtins.str
@@ -285,6 +334,8 @@ Global___DeleteNodeRequest: _TypeAlias = DeleteNodeRequest  # noqa: Y015
 
 @_typing.final
 class DeleteNodeResponse(_message.Message):
+    """Response of DocumentService.DeleteNode: what was removed, and the audit event that records it."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
@@ -295,9 +346,11 @@ class DeleteNodeResponse(_message.Message):
     AUDIT_EVENT_ID_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
+    """The deleted node's natural key."""
     type: _builtins.str
     """Type of the deleted node."""
     chunks_deleted: _builtins.int
+    """Chunks removed."""
     facts_deleted: _builtins.int
     """Facts removed (the node was their subject or object), history included."""
     edges_deleted: _builtins.int
@@ -305,6 +358,7 @@ class DeleteNodeResponse(_message.Message):
     audit_event_id: _builtins.str
     """The audit event written with the deletion, and its trace."""
     trace_id: _builtins.str
+    """Trace of the audit event (the request's trace_id or the request id)."""
     def __init__(
         self,
         *,

@@ -136,9 +136,13 @@ class DomainPackage(_message.Message):
     version: _builtins.str
     """Non-empty, at most 64 characters; immutable once registered."""
     @_builtins.property
-    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___KindDefinition]: ...
+    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___KindDefinition]:
+        """Entity kinds the pack defines."""
+
     @_builtins.property
-    def relations(self) -> _containers.RepeatedCompositeFieldContainer[Global___RelationDefinition]: ...
+    def relations(self) -> _containers.RepeatedCompositeFieldContainer[Global___RelationDefinition]:
+        """Relations (fact predicates) the pack defines."""
+
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Output only: when the version was registered."""
@@ -169,7 +173,9 @@ class PackageRef(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """Name of a registered pack."""
     version: _builtins.str
+    """Its version."""
     def __init__(
         self,
         *,
@@ -186,11 +192,15 @@ Global___PackageRef: _TypeAlias = PackageRef  # noqa: Y015
 
 @_typing.final
 class RegisterPackageRequest(_message.Message):
+    """Request of DomainPackService.RegisterPackage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACKAGE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def package(self) -> Global___DomainPackage: ...
+    def package(self) -> Global___DomainPackage:
+        """The pack to register (create_time is ignored). Required."""
+
     def __init__(
         self,
         *,
@@ -206,6 +216,8 @@ Global___RegisterPackageRequest: _TypeAlias = RegisterPackageRequest  # noqa: Y0
 
 @_typing.final
 class RegisterPackageResponse(_message.Message):
+    """Response of DomainPackService.RegisterPackage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACKAGE_FIELD_NUMBER: _builtins.int
@@ -213,7 +225,9 @@ class RegisterPackageResponse(_message.Message):
     created: _builtins.bool
     """False when the identical version was already registered."""
     @_builtins.property
-    def package(self) -> Global___DomainPackage: ...
+    def package(self) -> Global___DomainPackage:
+        """The pack as registered, with create_time."""
+
     def __init__(
         self,
         *,
@@ -230,11 +244,14 @@ Global___RegisterPackageResponse: _TypeAlias = RegisterPackageResponse  # noqa: 
 
 @_typing.final
 class GetPackageRequest(_message.Message):
+    """Request of DomainPackService.GetPackage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """Name of the pack. Required."""
     version: _builtins.str
     """Empty: the most recently registered version."""
     def __init__(
@@ -253,11 +270,15 @@ Global___GetPackageRequest: _TypeAlias = GetPackageRequest  # noqa: Y015
 
 @_typing.final
 class GetPackageResponse(_message.Message):
+    """Response of DomainPackService.GetPackage."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACKAGE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def package(self) -> Global___DomainPackage: ...
+    def package(self) -> Global___DomainPackage:
+        """The registered pack."""
+
     def __init__(
         self,
         *,
@@ -273,6 +294,8 @@ Global___GetPackageResponse: _TypeAlias = GetPackageResponse  # noqa: Y015
 
 @_typing.final
 class ListPackagesRequest(_message.Message):
+    """Request of DomainPackService.ListPackages."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
@@ -280,6 +303,7 @@ class ListPackagesRequest(_message.Message):
     page_size: _builtins.int
     """Default 100, at most 1000."""
     page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
     def __init__(
         self,
         *,
@@ -296,13 +320,18 @@ Global___ListPackagesRequest: _TypeAlias = ListPackagesRequest  # noqa: Y015
 
 @_typing.final
 class ListPackagesResponse(_message.Message):
+    """Response of DomainPackService.ListPackages."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PACKAGES_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
     @_builtins.property
-    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___DomainPackage]: ...
+    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___DomainPackage]:
+        """Packs of this page, ordered by name and version."""
+
     def __init__(
         self,
         *,
@@ -319,15 +348,21 @@ Global___ListPackagesResponse: _TypeAlias = ListPackagesResponse  # noqa: Y015
 
 @_typing.final
 class SetNamespaceKindsRequest(_message.Message):
+    """Request of DomainPackService.SetNamespaceKinds."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     PACKAGES_FIELD_NUMBER: _builtins.int
     STRICT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to configure; a token needs the admin right on it."""
     strict: _builtins.bool
+    """Strict mode: reject writes outside the packs' kinds and relations."""
     @_builtins.property
-    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]: ...
+    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]:
+        """Registered pack versions to enable; they replace the previous list (empty: none)."""
+
     def __init__(
         self,
         *,
@@ -345,15 +380,21 @@ Global___SetNamespaceKindsRequest: _TypeAlias = SetNamespaceKindsRequest  # noqa
 
 @_typing.final
 class SetNamespaceKindsResponse(_message.Message):
+    """Response of DomainPackService.SetNamespaceKinds: the namespace's settings now."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     PACKAGES_FIELD_NUMBER: _builtins.int
     STRICT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """The namespace configured."""
     strict: _builtins.bool
+    """Strict mode now."""
     @_builtins.property
-    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]: ...
+    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]:
+        """The packs now enabled."""
+
     def __init__(
         self,
         *,
@@ -371,10 +412,15 @@ Global___SetNamespaceKindsResponse: _TypeAlias = SetNamespaceKindsResponse  # no
 
 @_typing.final
 class GetNamespaceKindsRequest(_message.Message):
+    """Request of DomainPackService.GetNamespaceKinds."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     def __init__(
         self,
         *,
@@ -390,6 +436,8 @@ Global___GetNamespaceKindsRequest: _TypeAlias = GetNamespaceKindsRequest  # noqa
 
 @_typing.final
 class GetNamespaceKindsResponse(_message.Message):
+    """Response of DomainPackService.GetNamespaceKinds."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -398,9 +446,13 @@ class GetNamespaceKindsResponse(_message.Message):
     KINDS_FIELD_NUMBER: _builtins.int
     RELATIONS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """The namespace asked for."""
     strict: _builtins.bool
+    """Strict mode (false when never set)."""
     @_builtins.property
-    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]: ...
+    def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]:
+        """The packs enabled (empty when never set)."""
+
     @_builtins.property
     def kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Kinds available in the namespace (base kinds and those of the enabled packs)."""

@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ListFactsRequest(_message.Message):
+    """Request of FactQueryService.ListFacts: at least one of subject, predicate, object."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -34,18 +36,27 @@ class ListFactsRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     INCLUDE_LOST_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     subject: _builtins.str
     """Natural key of the subject, e.g. "package:openssl"."""
     predicate: _builtins.str
+    """Edge type, e.g. "HAS_VERSION"."""
     object: _builtins.str
+    """Natural key of the object."""
     include_history: _builtins.bool
+    """Every version matching the filters, superseded and closed ones included."""
     page_size: _builtins.int
     """1..1000; default 100."""
     page_token: _builtins.str
+    """next_page_token of the previous page; empty for the first page."""
     include_lost: _builtins.bool
     """Also return facts whose evidence was lost (redacted or purged observations), for audit."""
     @_builtins.property
-    def as_of(self) -> _timestamp_pb2.Timestamp: ...
+    def as_of(self) -> _timestamp_pb2.Timestamp:
+        """The instant the facts are valid at (without include_history) or had begun by (with it); default now."""
+
     def __init__(
         self,
         *,
@@ -69,13 +80,18 @@ Global___ListFactsRequest: _TypeAlias = ListFactsRequest  # noqa: Y015
 
 @_typing.final
 class ListFactsResponse(_message.Message):
+    """Response of FactQueryService.ListFacts."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FACTS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
     @_builtins.property
-    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.Fact]: ...
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.Fact]:
+        """Facts of this page, ordered by subject, predicate, valid_from, fact_id."""
+
     def __init__(
         self,
         *,

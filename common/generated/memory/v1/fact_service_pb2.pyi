@@ -22,12 +22,17 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class AssertFactsRequest(_message.Message):
+    """Request of FactService.AssertFacts."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     source_path: _builtins.str
     """Citation target of these facts, e.g. "agent:run/42"."""
     @_builtins.property
@@ -51,6 +56,8 @@ Global___AssertFactsRequest: _TypeAlias = AssertFactsRequest  # noqa: Y015
 
 @_typing.final
 class AssertFactResult(_message.Message):
+    """Outcome for one fact of AssertFacts, in request order."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FACT_ID_FIELD_NUMBER: _builtins.int
@@ -58,12 +65,15 @@ class AssertFactResult(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     FIELD_VIOLATIONS_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
+    """The fact's id (also when an existing fact was strengthened rather than created)."""
     created: _builtins.bool
     """True when the fact did not exist; false when it was strengthened or failed."""
     error: _builtins.str
     """Empty on success; "<field path>: <reason>" otherwise."""
     @_builtins.property
-    def field_violations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def field_violations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every violation of a failed fact, as "<field path>: <reason>"."""
+
     def __init__(
         self,
         *,
@@ -82,11 +92,15 @@ Global___AssertFactResult: _TypeAlias = AssertFactResult  # noqa: Y015
 
 @_typing.final
 class AssertFactsResponse(_message.Message):
+    """Response of FactService.AssertFacts."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssertFactResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssertFactResult]:
+        """One result per fact of the request, in order."""
+
     def __init__(
         self,
         *,
@@ -102,6 +116,8 @@ Global___AssertFactsResponse: _TypeAlias = AssertFactsResponse  # noqa: Y015
 
 @_typing.final
 class CloseFactRequest(_message.Message):
+    """Request of FactService.CloseFact."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -109,8 +125,13 @@ class CloseFactRequest(_message.Message):
     VALID_TO_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     fact_id: _builtins.str
+    """The fact to close. Required."""
     reason: _builtins.str
+    """Why (at most 4096 characters); kept with the fact."""
     @_builtins.property
     def valid_to(self) -> _timestamp_pb2.Timestamp:
         """Default: now."""
@@ -133,11 +154,15 @@ Global___CloseFactRequest: _TypeAlias = CloseFactRequest  # noqa: Y015
 
 @_typing.final
 class CloseFactResponse(_message.Message):
+    """Response of FactService.CloseFact."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     FACT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def fact(self) -> _knowledge_pb2.Fact: ...
+    def fact(self) -> _knowledge_pb2.Fact:
+        """The fact after closing."""
+
     def __init__(
         self,
         *,

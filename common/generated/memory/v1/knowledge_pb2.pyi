@@ -66,7 +66,9 @@ class Participant(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
     type: _builtins.str
+    """Kind of participant, e.g. "person", "agent", "package"; with id it forms the natural key "type:id"."""
     id: _builtins.str
+    """Identifier within the type, e.g. "alice"; at most 512 characters."""
     def __init__(
         self,
         *,
@@ -144,9 +146,13 @@ class FactAssertion(_message.Message):
     supersedes: _builtins.str
     """fact_id of the fact this one replaces: its valid_to becomes this fact's valid_from."""
     @_builtins.property
-    def subject(self) -> _struct_pb2.Value: ...
+    def subject(self) -> _struct_pb2.Value:
+        """The subject entity: a string natural key or {type, id} (see the note at the top of this file). Required."""
+
     @_builtins.property
-    def object(self) -> _struct_pb2.Value: ...
+    def object(self) -> _struct_pb2.Value:
+        """The object entity, in the same forms as subject. Required."""
+
     @_builtins.property
     def valid_from(self) -> _timestamp_pb2.Timestamp:
         """Start of validity; defaults to the observation's occurred_at (or the request time for AssertFacts)."""
@@ -160,7 +166,9 @@ class FactAssertion(_message.Message):
         """Visibility and relevance scopes "type:id"."""
 
     @_builtins.property
-    def attributes(self) -> _struct_pb2.Struct: ...
+    def attributes(self) -> _struct_pb2.Struct:
+        """Free attributes of the fact (at most 256 KiB as JSON), stored with it and returned in Fact.attributes."""
+
     def __init__(
         self,
         *,
@@ -195,8 +203,11 @@ class TextAssertion(_message.Message):
     TITLE_FIELD_NUMBER: _builtins.int
     HEADING_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """The fragment's text (at most 1 MiB, UTF-8); searchable as one chunk. Required."""
     title: _builtins.str
+    """Title of the text node (at most 1024 characters); default: derived from the observation."""
     heading: _builtins.str
+    """Heading of the chunk (at most 1024 characters), shown with search hits."""
     def __init__(
         self,
         *,
@@ -222,11 +233,17 @@ class Assertion(_message.Message):
     FACT_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def entity(self) -> Global___EntityAssertion: ...
+    def entity(self) -> Global___EntityAssertion:
+        """An entity upsert."""
+
     @_builtins.property
-    def fact(self) -> Global___FactAssertion: ...
+    def fact(self) -> Global___FactAssertion:
+        """A temporal fact."""
+
     @_builtins.property
-    def text(self) -> Global___TextAssertion: ...
+    def text(self) -> Global___TextAssertion:
+        """A free text fragment."""
+
     def __init__(
         self,
         *,
@@ -268,6 +285,7 @@ class Observation(_message.Message):
     PII_FIELD_NUMBER: _builtins.int
     PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace the observation belongs to; required."""
     kind: _builtins.str
     """Pattern [a-z0-9][a-z0-9._-]{0,127}."""
     content: _builtins.str
@@ -284,13 +302,21 @@ class Observation(_message.Message):
     Input only: GetObservation does not return them (the episode node's props hold them).
     """
     @_builtins.property
-    def source(self) -> Global___ObservationSource: ...
+    def source(self) -> Global___ObservationSource:
+        """Where it came from; with the identity it determines observation_id. Required."""
+
     @_builtins.property
-    def occurred_at(self) -> _timestamp_pb2.Timestamp: ...
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When the event happened (with an offset in proto3 JSON); the default valid_from of its facts. Required."""
+
     @_builtins.property
-    def actor(self) -> Global___Participant: ...
+    def actor(self) -> Global___Participant:
+        """Who or what reported or did it, e.g. {type: "person", id: "alice"}."""
+
     @_builtins.property
-    def subject(self) -> Global___Participant: ...
+    def subject(self) -> Global___Participant:
+        """What it is about, e.g. {type: "package", id: "openssl"}."""
+
     @_builtins.property
     def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """At most 20 scopes of form type:id."""
@@ -318,7 +344,9 @@ class Observation(_message.Message):
         """
 
     @_builtins.property
-    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def pii_categories(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Categories of personal data (lower-case names, at most 20): "fio", "address", "phone", ..."""
+
     def __init__(
         self,
         *,
@@ -374,15 +402,21 @@ class Fact(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
+    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24] (DESIGN §3)."""
     subject: _builtins.str
     """Natural key "type:id" of the subject node."""
     predicate: _builtins.str
+    """Edge type, e.g. "WORKS_ON"."""
     object: _builtins.str
     """Natural key of the object node."""
     evidence: _builtins.str
+    """Evidence class: "asserted", "extracted", "inferred" or "derived" (seed 000)."""
     confidence: _builtins.float
+    """In [0, 1]; the highest of its assertions."""
     supersedes: _builtins.str
+    """fact_id of the fact this one replaced (closed at this one's valid_from); empty when none."""
     superseded_by: _builtins.str
+    """fact_id of the fact that replaced this one; empty while none did."""
     conflict: _builtins.bool
     """True when another fact of the same (subject, predicate) overlaps this one's interval."""
     evidence_lost: _builtins.bool
@@ -390,9 +424,13 @@ class Fact(_message.Message):
     origin: _builtins.str
     """"agent" or "vault"."""
     namespace: _builtins.str
+    """Namespace of the fact."""
     source_path: _builtins.str
+    """Citation target of the fact (AssertFactsRequest.source_path, e.g. "agent:run/42"); empty when none."""
     @_builtins.property
-    def valid_from(self) -> _timestamp_pb2.Timestamp: ...
+    def valid_from(self) -> _timestamp_pb2.Timestamp:
+        """Start of validity (inclusive)."""
+
     @_builtins.property
     def valid_to(self) -> _timestamp_pb2.Timestamp:
         """Absent while the fact is current."""
@@ -402,11 +440,17 @@ class Fact(_message.Message):
         """When the memory learned the fact (first evidence)."""
 
     @_builtins.property
-    def observation_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def observation_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Observations that prove the fact (empty for facts asserted through FactService only)."""
+
     @_builtins.property
-    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def scopes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Visibility and relevance scopes "type:id"."""
+
     @_builtins.property
-    def attributes(self) -> _struct_pb2.Struct: ...
+    def attributes(self) -> _struct_pb2.Struct:
+        """Free attributes given with the assertions."""
+
     def __init__(
         self,
         *,

@@ -19,12 +19,18 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetObservationRequest(_message.Message):
+    """Request of ObservationQueryService.GetObservation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     OBSERVATION_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     observation_id: _builtins.str
+    """The observation's id, "obs-" + 24 hex characters. Required."""
     def __init__(
         self,
         *,
@@ -41,11 +47,15 @@ Global___GetObservationRequest: _TypeAlias = GetObservationRequest  # noqa: Y015
 
 @_typing.final
 class GetObservationResponse(_message.Message):
+    """Response of ObservationQueryService.GetObservation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OBSERVATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def observation(self) -> _knowledge_pb2.Observation: ...
+    def observation(self) -> _knowledge_pb2.Observation:
+        """The observation with its status and output-only fields."""
+
     def __init__(
         self,
         *,

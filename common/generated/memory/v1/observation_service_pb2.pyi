@@ -21,6 +21,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class RedactObservationRequest(_message.Message):
+    """Request of ObservationService.RedactObservation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -28,7 +30,11 @@ class RedactObservationRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     observation_id: _builtins.str
+    """The observation to redact. Required."""
     reason: _builtins.str
     """Why, kept with the observation."""
     trace_id: _builtins.str
@@ -51,6 +57,8 @@ Global___RedactObservationRequest: _TypeAlias = RedactObservationRequest  # noqa
 
 @_typing.final
 class RedactObservationResponse(_message.Message):
+    """Response of ObservationService.RedactObservation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OBSERVATION_FIELD_NUMBER: _builtins.int
@@ -61,7 +69,9 @@ class RedactObservationResponse(_message.Message):
     facts_evidence_lost: _builtins.int
     """Of those, facts left with no evidence."""
     @_builtins.property
-    def observation(self) -> _knowledge_pb2.Observation: ...
+    def observation(self) -> _knowledge_pb2.Observation:
+        """The observation after redaction (status "redacted")."""
+
     def __init__(
         self,
         *,
@@ -79,6 +89,8 @@ Global___RedactObservationResponse: _TypeAlias = RedactObservationResponse  # no
 
 @_typing.final
 class PurgeObservationRequest(_message.Message):
+    """Request of ObservationService.PurgeObservation."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -86,8 +98,13 @@ class PurgeObservationRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     observation_id: _builtins.str
+    """The observation to purge. Required."""
     reason: _builtins.str
+    """Why (at most 4096 characters); kept in the audit event."""
     trace_id: _builtins.str
     """Trace the audit event is linked to (at most 256 characters); default: the request id."""
     def __init__(
@@ -108,6 +125,8 @@ Global___PurgeObservationRequest: _TypeAlias = PurgeObservationRequest  # noqa: 
 
 @_typing.final
 class PurgeObservationResponse(_message.Message):
+    """Response of ObservationService.PurgeObservation: what was removed."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OBSERVATION_ID_FIELD_NUMBER: _builtins.int
@@ -116,9 +135,13 @@ class PurgeObservationResponse(_message.Message):
     NODES_DELETED_FIELD_NUMBER: _builtins.int
     CHUNKS_DELETED_FIELD_NUMBER: _builtins.int
     observation_id: _builtins.str
+    """The purged observation's id."""
     facts_affected: _builtins.int
+    """Facts whose observation_ids lost this observation."""
     facts_evidence_lost: _builtins.int
+    """Of those, facts left with no evidence."""
     chunks_deleted: _builtins.int
+    """Chunks removed with those nodes."""
     @_builtins.property
     def nodes_deleted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys of the nodes removed (episode, text fragments)."""
@@ -142,6 +165,8 @@ Global___PurgeObservationResponse: _TypeAlias = PurgeObservationResponse  # noqa
 
 @_typing.final
 class RecordObservationsRequest(_message.Message):
+    """Request of ObservationService.RecordObservations."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     OBSERVATIONS_FIELD_NUMBER: _builtins.int
@@ -179,6 +204,7 @@ class ObservationResult(_message.Message):
     TEXT_FRAGMENTS_FIELD_NUMBER: _builtins.int
     EPISODE_KEY_FIELD_NUMBER: _builtins.int
     observation_id: _builtins.str
+    """The observation's id (also for a duplicate); for a failed item, its id when it could be computed."""
     created: _builtins.bool
     """True when stored now; false for a duplicate or a failed item."""
     status: _builtins.str
@@ -188,8 +214,11 @@ class ObservationResult(_message.Message):
     entities_upserted: _builtins.int
     """What the projection wrote: counts of entities, facts (created), facts strengthened, text fragments."""
     facts_created: _builtins.int
+    """Facts this observation created."""
     facts_strengthened: _builtins.int
+    """Existing facts it added evidence to."""
     text_fragments: _builtins.int
+    """Text fragment nodes written."""
     episode_key: _builtins.str
     """Natural key of the episode node."""
     @_builtins.property
@@ -220,11 +249,15 @@ Global___ObservationResult: _TypeAlias = ObservationResult  # noqa: Y015
 
 @_typing.final
 class RecordObservationsResponse(_message.Message):
+    """Response of ObservationService.RecordObservations."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObservationResult]: ...
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObservationResult]:
+        """One result per observation of the request, in order."""
+
     def __init__(
         self,
         *,

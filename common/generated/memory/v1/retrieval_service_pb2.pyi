@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class SearchRequest(_message.Message):
+    """Request of RetrievalService.Search."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -31,7 +33,11 @@ class SearchRequest(_message.Message):
     META_FIELD_NUMBER: _builtins.int
     NODE_KEYS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     query: _builtins.str
+    """Words, a question, or an exact identifier such as "PROJ-1234". Required."""
     top_k: _builtins.int
     """1..100; default 10."""
     @_builtins.property
@@ -83,11 +89,17 @@ class SearchHit(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     NODE_TYPE_FIELD_NUMBER: _builtins.int
     node_key: _builtins.str
+    """Natural key of the node the chunk belongs to (use it with GetSource)."""
     chunk_order: _builtins.int
+    """Position of the chunk in its node, 0-based."""
     title: _builtins.str
+    """Title of the node."""
     heading: _builtins.str
+    """Heading of the chunk; empty when none."""
     text: _builtins.str
+    """The chunk's text."""
     source_path: _builtins.str
+    """Citation target of the node: file path, URI, agent:run/<id>."""
     score: _builtins.float
     """Fused reciprocal-rank score."""
     vector_score: _builtins.float
@@ -97,8 +109,11 @@ class SearchHit(_message.Message):
     trigram_score: _builtins.float
     """pg_trgm word_similarity(query, text) in [0, 1]; 0 when below threshold."""
     node_type: _builtins.str
+    """Type of the node, e.g. "document", "episode"."""
     @_builtins.property
-    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    def provenance(self) -> _knowledge_pb2.Provenance:
+        """Where the chunk came from: node key, source path, chunk order, provenance metadata."""
+
     def __init__(
         self,
         *,
@@ -125,11 +140,15 @@ Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
 
 @_typing.final
 class SearchResponse(_message.Message):
+    """Response of RetrievalService.Search."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     HITS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]:
+        """At most top_k hits, best first."""
+
     def __init__(
         self,
         *,

@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ReconcileRequest(_message.Message):
+    """Request of SnapshotService.Reconcile: the complete state of one (source, scope)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -32,6 +34,9 @@ class ReconcileRequest(_message.Message):
     ENTITIES_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     source: _builtins.str
     """Source system, e.g. "debian-archive"; 1..256 characters."""
     scope: _builtins.str
@@ -43,9 +48,13 @@ class ReconcileRequest(_message.Message):
         """When the state was taken; valid_from of new facts without one and valid_to of closed facts."""
 
     @_builtins.property
-    def entities(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.EntityAssertion]: ...
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.EntityAssertion]:
+        """Every entity of the scope now (shape of an observation's entity assertion)."""
+
     @_builtins.property
-    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.FactAssertion]: ...
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.FactAssertion]:
+        """Every fact of the scope now (shape of an observation's fact assertion)."""
+
     def __init__(
         self,
         *,
@@ -79,12 +88,19 @@ class ReconcileCounts(_message.Message):
     FACTS_UNCHANGED_FIELD_NUMBER: _builtins.int
     FACTS_CLOSED_FIELD_NUMBER: _builtins.int
     entities_created: _builtins.int
+    """Entities the snapshot created."""
     entities_updated: _builtins.int
+    """Entities that existed and that the snapshot changed."""
     entities_unchanged: _builtins.int
+    """Entities already as in the snapshot."""
     facts_created: _builtins.int
+    """Facts the snapshot created."""
     facts_updated: _builtins.int
+    """Facts that existed and that the snapshot changed."""
     facts_unchanged: _builtins.int
+    """Facts already as in the snapshot."""
     facts_closed: _builtins.int
+    """Facts of the previous snapshot absent from this one, closed at snapshot_time."""
     def __init__(
         self,
         *,
@@ -106,6 +122,8 @@ Global___ReconcileCounts: _TypeAlias = ReconcileCounts  # noqa: Y015
 
 @_typing.final
 class ReconcileResponse(_message.Message):
+    """Response of SnapshotService.Reconcile."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
@@ -113,12 +131,15 @@ class ReconcileResponse(_message.Message):
     UNCHANGED_FIELD_NUMBER: _builtins.int
     PREVIOUS_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     snapshot_id: _builtins.str
+    """The snapshot reconciled."""
     unchanged: _builtins.bool
     """True when this snapshot_id had already been reconciled (nothing was changed)."""
     previous_snapshot_id: _builtins.str
     """Snapshot reconciled before this one for the (source, scope); empty for the first."""
     @_builtins.property
-    def counts(self) -> Global___ReconcileCounts: ...
+    def counts(self) -> Global___ReconcileCounts:
+        """What the reconciliation changed."""
+
     def __init__(
         self,
         *,
@@ -187,6 +208,9 @@ class ReconcileStreamHeader(_message.Message):
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     SNAPSHOT_TIME_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
+    it.
+    """
     source: _builtins.str
     """Source system; 1..256 characters."""
     scope: _builtins.str
@@ -223,9 +247,13 @@ class ReconcileStreamItems(_message.Message):
     ENTITIES_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def entities(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.EntityAssertion]: ...
+    def entities(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.EntityAssertion]:
+        """Entities of this part."""
+
     @_builtins.property
-    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.FactAssertion]: ...
+    def facts(self) -> _containers.RepeatedCompositeFieldContainer[_knowledge_pb2.FactAssertion]:
+        """Facts of this part."""
+
     def __init__(
         self,
         *,
@@ -277,12 +305,15 @@ class ReconcileStreamResponse(_message.Message):
     UNCHANGED_FIELD_NUMBER: _builtins.int
     PREVIOUS_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     snapshot_id: _builtins.str
+    """The snapshot reconciled."""
     unchanged: _builtins.bool
     """True when this snapshot_id had already been reconciled (nothing was changed)."""
     previous_snapshot_id: _builtins.str
     """Snapshot reconciled before this one for the (source, scope); empty for the first."""
     @_builtins.property
-    def counts(self) -> Global___ReconcileCounts: ...
+    def counts(self) -> Global___ReconcileCounts:
+        """What the reconciliation changed."""
+
     def __init__(
         self,
         *,

@@ -19,12 +19,18 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetSourceRequest(_message.Message):
+    """Request of SourceService.GetSource."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     natural_key: _builtins.str
+    """Natural key of the node, e.g. "doc:apt/README" (at most 512 characters). Required."""
     def __init__(
         self,
         *,
@@ -41,6 +47,8 @@ Global___GetSourceRequest: _TypeAlias = GetSourceRequest  # noqa: Y015
 
 @_typing.final
 class Source(_message.Message):
+    """A node's text and where it came from."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
@@ -51,14 +59,21 @@ class Source(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
+    """The node's natural key."""
     title: _builtins.str
+    """The node's title."""
     content: _builtins.str
+    """The original text byte for byte, or the chunks joined in chunk_order."""
     content_source: _builtins.str
     """"original" or "chunks"."""
     type: _builtins.str
+    """Type of the node, e.g. "document"."""
     chunk_count: _builtins.int
+    """Chunks the node has."""
     @_builtins.property
-    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    def provenance(self) -> _knowledge_pb2.Provenance:
+        """Where the text came from: source path and the provenance map given at write time."""
+
     def __init__(
         self,
         *,
@@ -80,11 +95,15 @@ Global___Source: _TypeAlias = Source  # noqa: Y015
 
 @_typing.final
 class GetSourceResponse(_message.Message):
+    """Response of SourceService.GetSource."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SOURCE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def source(self) -> Global___Source: ...
+    def source(self) -> Global___Source:
+        """The node's text."""
+
     def __init__(
         self,
         *,

@@ -23,11 +23,16 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetTraceRequest(_message.Message):
+    """Request of TraceService.GetTrace."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
+    it.
+    """
     trace_id: _builtins.str
     """Required, at most 256 characters."""
     def __init__(
@@ -46,11 +51,15 @@ Global___GetTraceRequest: _TypeAlias = GetTraceRequest  # noqa: Y015
 
 @_typing.final
 class GetTraceResponse(_message.Message):
+    """Response of TraceService.GetTrace."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TRACE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def trace(self) -> Global___Trace: ...
+    def trace(self) -> Global___Trace:
+        """The trail of the trace."""
+
     def __init__(
         self,
         *,
@@ -74,7 +83,9 @@ class Trace(_message.Message):
     TRACE_ID_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """Namespace of the trace."""
     trace_id: _builtins.str
+    """The trace id asked for."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___TraceEntry]:
         """Audit events and context compilations, oldest first."""
@@ -104,11 +115,17 @@ class TraceEntry(_message.Message):
     AUDIT_EVENT_FIELD_NUMBER: _builtins.int
     CONTEXT_COMPILATION_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def time(self) -> _timestamp_pb2.Timestamp:
+        """When it happened (record time of an event, time of a compilation)."""
+
     @_builtins.property
-    def audit_event(self) -> _audit_service_pb2.AuditEvent: ...
+    def audit_event(self) -> _audit_service_pb2.AuditEvent:
+        """An audit event of the trace."""
+
     @_builtins.property
-    def context_compilation(self) -> Global___ContextCompilation: ...
+    def context_compilation(self) -> Global___ContextCompilation:
+        """A context compilation recorded under the trace id."""
+
     def __init__(
         self,
         *,

@@ -1,0 +1,264 @@
+"""The MCP server (`cb mcp`) driven by the MCP SDK's own client against the real services with tokens.
+
+Streamable HTTP: the server runs in-process (uvicorn on a free port) and passes each HTTP request's
+bearer token through to the services, so a call without a token or with another namespace's token is
+refused by the services themselves. Stdio: ``cb mcp`` runs as a subprocess, as a desktop agent starts
+it, with ``CB_TOKEN`` in its environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+import uvicorn
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from memory.v1 import document_service_pb2
+
+from common.auth.principals import Right
+from common.kernel.config import Settings
+from common.tooling.client import ClientSecurity
+from common.tooling.mcp_server import TOOL_NAMES, build_mcp_server
+from common.tooling.memory_client import MemoryClient
+from common.tooling.token_writer import add_token
+from tests.e2e.conftest import token_secured_services
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class World:
+    namespace: str
+    other_namespace: str
+    writer: str
+    other: str
+    ingest_addr: str
+    query_addr: str
+    mcp_url: str
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tokens_file = tmp_path_factory.mktemp("mcp") / "tokens.yaml"
+    namespace = "mcp-" + uuid.uuid4().hex[:10]
+    other_namespace = "mcp-other-" + uuid.uuid4().hex[:10]
+    writer, _ = add_token(tokens_file, principal="agent", namespaces={namespace: [Right.WRITE]})
+    other, _ = add_token(tokens_file, principal="stranger", namespaces={other_namespace: [Right.WRITE]})
+    with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
+        # The HTTP server's client has no token of its own: only the callers' tokens reach the services.
+        client = MemoryClient(ingest_addr, query_addr, security=ClientSecurity(), retry_seconds=5.0)
+        port = _free_port()
+        app = build_mcp_server(client, token_from_request=True).streamable_http_app()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started, "the MCP HTTP server did not start"
+        try:
+            yield World(
+                namespace,
+                other_namespace,
+                writer,
+                other,
+                ingest_addr,
+                query_addr,
+                f"http://127.0.0.1:{port}/mcp",
+            )
+        finally:
+            server.should_exit = True
+            thread.join(10)
+            client.close()
+
+
+def _http_calls(world: World, token: str | None, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    """Runs the tool calls in order over one MCP session to the HTTP server; returns their results."""
+
+    async def run() -> list[Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            Client(streamable_http_client(world.mcp_url, http_client=http)) as client,
+        ):
+            return [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    return anyio.run(run)
+
+
+def _text(result: Any) -> str:
+    return "\n".join(getattr(part, "text", "") for part in result.content)
+
+
+def test_tools_record_search_compile_list_and_read_with_the_callers_token(world: World) -> None:
+    with MemoryClient(
+        world.ingest_addr, world.query_addr, security=ClientSecurity(token=world.writer)
+    ) as client:
+        client.retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.namespace,
+                natural_key="doc:mcp-runbook",
+                title="Billing runbook",
+                content="# Billing\n\nThe billing month closes on the third working day.\n",
+            )
+        )
+    record, search, context, facts, source = _http_calls(
+        world,
+        world.writer,
+        [
+            (
+                "record_observation",
+                {
+                    "namespace": world.namespace,
+                    "content": "Alice moved from project Alpha to project Zephyrine-billing today.",
+                    "kind": "note",
+                    "subject": "person:alice",
+                    "occurred_at": "2026-10-15T09:00:00Z",
+                    "external_id": "mcp-e2e-1",
+                    "facts": [
+                        {"subject": "person:alice", "predicate": "WORKS_ON", "object": "project:zephyrine"}
+                    ],
+                },
+            ),
+            ("search", {"namespace": world.namespace, "query": "Zephyrine-billing", "top_k": 5}),
+            (
+                "compile_context",
+                {
+                    "namespace": world.namespace,
+                    "task": "what does alice work on?",
+                    "anchors": ["person:alice"],
+                    "token_budget": 500,
+                },
+            ),
+            ("list_facts", {"namespace": world.namespace, "subject": "person:alice"}),
+            ("read_source", {"namespace": world.namespace, "natural_key": "doc:mcp-runbook"}),
+        ],
+    )
+    for result in (record, search, context, facts, source):
+        assert not result.is_error, _text(result)
+    recorded = record.structured_content
+    assert recorded["created"] is True and recorded["observation_id"].startswith("obs-")
+    assert recorded["facts_created"] == 1
+    assert any("Zephyrine-billing" in hit["text"] for hit in search.structured_content["hits"])
+    pack = context.structured_content["pack"]
+    assert "project:zephyrine" in pack["text"] and pack["token_count"] <= 500
+    listed = facts.structured_content
+    assert [(f["predicate"], f["object"]) for f in listed["facts"]] == [("WORKS_ON", "project:zephyrine")]
+    assert listed["facts"][0]["valid_from"] == "2026-10-15T09:00:00Z" and listed["truncated"] is False
+    assert source.structured_content["source"]["content"].startswith("# Billing\n\nThe billing month")
+    # The same observation again is a duplicate.
+    (again,) = _http_calls(
+        world,
+        world.writer,
+        [
+            (
+                "record_observation",
+                {
+                    "namespace": world.namespace,
+                    "content": "Alice moved from project Alpha to project Zephyrine-billing today.",
+                    "subject": "person:alice",
+                    "occurred_at": "2026-10-15T09:00:00Z",
+                    "external_id": "mcp-e2e-1",
+                },
+            )
+        ],
+    )
+    assert not again.is_error and again.structured_content["created"] is False
+
+
+def test_a_call_without_a_token_is_refused_by_the_services_and_writes_nothing(world: World) -> None:
+    search, record = _http_calls(
+        world,
+        None,
+        [
+            ("search", {"namespace": world.namespace, "query": "billing"}),
+            (
+                "record_observation",
+                {"namespace": world.namespace, "content": "no token", "external_id": "x-1"},
+            ),
+        ],
+    )
+    assert search.is_error and "UNAUTHENTICATED" in _text(search)
+    assert record.is_error and "UNAUTHENTICATED" in _text(record)
+    (listed,) = _http_calls(
+        world, world.writer, [("search", {"namespace": world.namespace, "query": "no token"})]
+    )
+    assert all(hit["text"] != "no token" for hit in listed.structured_content.get("hits", []))
+
+
+def test_another_namespaces_token_is_denied(world: World) -> None:
+    (search,) = _http_calls(
+        world, world.other, [("search", {"namespace": world.namespace, "query": "billing"})]
+    )
+    assert search.is_error and "PERMISSION_DENIED" in _text(search)
+
+
+def test_field_violations_reach_the_agent(world: World) -> None:
+    (record,) = _http_calls(
+        world,
+        world.writer,
+        [("record_observation", {"namespace": world.namespace, "content": "x", "occurred_at": "yesterday"})],
+    )
+    assert record.is_error and "occurred_at: 'yesterday' is not an ISO 8601 instant" in _text(record)
+    (record,) = _http_calls(
+        world,
+        world.writer,
+        [("record_observation", {"namespace": world.namespace, "content": "x", "kind": " " * 3})],
+    )
+    text = _text(record)
+    assert record.is_error and "error: INVALID_ARGUMENT: observations[0].kind: " in text, text
+    assert "  - observations[0].kind: " in text
+
+
+def _stdio_session(
+    world: World, token: str, calls: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[str], list[Any]]:
+    environment = {
+        **os.environ,
+        "CB_TOKEN": token,
+        "CB_INGEST_ADDR": world.ingest_addr,
+        "CB_QUERY_ADDR": world.query_addr,
+    }
+    cb = str(Path(sys.executable).with_name("cb"))
+
+    async def run() -> tuple[list[str], list[Any]]:
+        params = StdioServerParameters(command=cb, args=["mcp"], env=environment)
+        async with Client(params, read_timeout_seconds=120) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            return tools, [await client.call_tool(name, arguments) for name, arguments in calls]
+
+    return anyio.run(run)
+
+
+def test_stdio_server_carries_the_process_token(world: World) -> None:
+    tools, (facts,) = _stdio_session(
+        world, world.writer, [("list_facts", {"namespace": world.namespace, "subject": "person:alice"})]
+    )
+    assert sorted(tools) == sorted(TOOL_NAMES)
+    assert not facts.is_error, _text(facts)
+    assert json.loads(_text(facts))["facts"][0]["object"] == "project:zephyrine"
+    _tools, (refused,) = _stdio_session(
+        world, "not-a-token", [("list_facts", {"namespace": world.namespace, "subject": "person:alice"})]
+    )
+    assert refused.is_error and "UNAUTHENTICATED" in _text(refused)

@@ -1,0 +1,168 @@
+"""``cb --version``, ``cb health`` (exit code by state) and ``--json`` on ``observe``, ``retain`` and
+``token list``, against small in-process servicers behind the real server host."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
+from typer.testing import CliRunner
+
+from common.auth.principals import Right
+from common.grpc.server import ServiceHost, build_server
+from common.kernel.config import Settings
+from common.tooling.cli import app
+from common.tooling.client import wait_for_serving
+from common.tooling.token_writer import add_token
+from tests.unit.test_cli import FakeDocuments, FakeObservations, _line, _observation_server
+
+runner = CliRunner()
+
+
+class Readiness:
+    def __init__(self, ready: bool) -> None:
+        self.ready = ready
+
+    def ensure_ready(self) -> bool:
+        return self.ready
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., str]]:
+    hosts: list[ServiceHost] = []
+
+    def start(register: Callable[[grpc.Server], list[str]], ready: bool = True) -> str:
+        host = build_server(
+            Settings(),
+            service_name="cli_test",
+            address="127.0.0.1:0",
+            metrics_port=0,
+            database=Readiness(ready),
+            register=register,
+            readiness_interval=0.05,
+        )
+        host.start()
+        hosts.append(host)
+        return f"127.0.0.1:{host.port}"
+
+    yield start
+    for host in hosts:
+        host.stop(0)
+
+
+def _sources(server: grpc.Server) -> list[str]:
+    source_service_pb2_grpc.add_SourceServiceServicer_to_server(
+        source_service_pb2_grpc.SourceServiceServicer(), server
+    )
+    return ["memory.v1.SourceService"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"cb (memory-service) {version('memory-service')}"
+
+
+def _health(ingest: str, query: str, *extra: str) -> tuple[int, dict[str, object]]:
+    result = runner.invoke(
+        app, ["--ingest-addr", ingest, "--query-addr", query, "health", "--json", "--no-database", *extra]
+    )
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_health_exit_code_follows_the_state(serve: Callable[..., str]) -> None:
+    serving, not_serving = serve(_sources), serve(_sources, ready=False)
+    assert wait_for_serving(serving, timeout=30)  # a server is NOT_SERVING until readiness first passes
+    code, report = _health(serving, serving)
+    assert code == 0 and report["state"] == "healthy"
+    assert [c["state"] for c in report["components"]] == ["SERVING", "SERVING"]  # type: ignore[index]
+    code, report = _health(serving, not_serving)
+    assert code == 1 and report["state"] == "degraded"
+    code, report = _health(f"127.0.0.1:{_closed_port()}", serving)
+    assert code == 3 and report["state"] == "down"
+    assert report["components"][0]["state"] == "UNREACHABLE"  # type: ignore[index]
+
+
+def test_health_reports_an_unreachable_database(
+    serve: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serving = serve(_sources)
+    assert wait_for_serving(serving, timeout=30)
+    monkeypatch.setenv("CB_DATABASE_URL", f"postgresql://nobody:secret@127.0.0.1:{_closed_port()}/x")
+    result = runner.invoke(app, ["--ingest-addr", serving, "--query-addr", serving, "health", "--json"])
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output
+    database = report["components"][2]
+    assert database["component"] == "database" and database["state"] == "unreachable"
+    assert "secret" not in result.stdout and "password=***" in database["address"]
+
+
+def test_observe_json_prints_the_summary_object(serve: Callable[..., str], tmp_path: Path) -> None:
+    fake = FakeObservations()
+    address = _observation_server(serve, fake)
+    file = tmp_path / "obs.jsonl"
+    file.write_text("\n".join([_line(), _line(kind="dup"), _line(kind="bad"), "{broken"]) + "\n")
+    result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file), "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout) == {
+        "created": 1,
+        "duplicate": 1,
+        "failed": 1,
+        "unparsable_lines": 1,
+        "lines_not_sent": 0,
+    }
+    assert "line 3: obs-" in result.stderr  # per-item errors still on stderr
+
+
+def test_retain_json_prints_the_summary_object(serve: Callable[..., str], tmp_path: Path) -> None:
+    fake = FakeDocuments()
+
+    def register(server: grpc.Server) -> list[str]:
+        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
+        return ["memory.v1.DocumentService"]
+
+    address = serve(register)
+    vault = tmp_path / "vault"
+    vault.mkdir()
+    (vault / "a.md").write_bytes(b"---\nlinks: [doc:nowhere]\n---\n# A\n")
+    result = runner.invoke(
+        app, ["--ingest-addr", address, "retain", str(vault), "-n", "docs", "--concurrency", "1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "created": 1,
+        "updated": 0,
+        "failed": 0,
+        "chunks": 2,
+        "missing_links": [{"from": "doc:a", "to": "doc:nowhere"}],
+    }
+
+
+def test_token_list_json_lists_principals_without_hashes(tmp_path: Path) -> None:
+    tokens_file = tmp_path / "tokens.yaml"
+    token, _ = add_token(tokens_file, principal="loader", namespaces={"debian": [Right.WRITE]}, note="ci")
+    result = runner.invoke(app, ["token", "list", "--tokens-file", str(tokens_file), "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["tokens_file"] == str(tokens_file)
+    (entry,) = listed["tokens"]
+    assert entry["principal"] == "loader" and entry["namespaces"] == {"debian": ["write"]}
+    assert entry["note"] == "ci" and entry["pii_clearance"] is False
+    assert token not in result.stdout and "sha256" not in result.stdout
