@@ -11,7 +11,9 @@
 * the Prometheus HTTP endpoint (`common.grpc.metrics`).
 
 `ServiceHost` starts and stops all of it: ``start()``/``wait()``/``stop()``, or ``run()`` with SIGTERM and
-SIGINT handled.
+SIGINT handled. A stop drops no call (rolling updates, deploy/kubernetes): every health status turns
+NOT_SERVING, the server keeps serving for ``shutdown_drain_seconds`` (clients and balancers that watch
+health move away meanwhile), then it refuses new calls and in-flight ones get ``shutdown_grace_seconds``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from typing import Any
@@ -67,6 +70,8 @@ class ServiceHost:
         tls: True when the port serves TLS.
         metrics_port: Prometheus HTTP port (0: none).
         metrics_host: address the metrics endpoint binds.
+        drain_seconds: default of `stop`: seconds of NOT_SERVING while still serving.
+        grace_seconds: default of `stop`: seconds in-flight calls get once new ones are refused.
     """
 
     def __init__(
@@ -80,6 +85,8 @@ class ServiceHost:
         authenticator: Authenticator | None = None,
         tls: bool = False,
         metrics_host: str = "127.0.0.1",
+        drain_seconds: float = 0.0,
+        grace_seconds: float = 10.0,
     ) -> None:
         self.service_name = service_name
         self.server = server
@@ -89,6 +96,8 @@ class ServiceHost:
         self.tls = tls
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
+        self.drain_seconds = drain_seconds
+        self.grace_seconds = grace_seconds
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self._metrics_server: Any = None
@@ -122,17 +131,28 @@ class ServiceHost:
             pass
         return True
 
-    def stop(self, grace_seconds: float = 10.0) -> None:
-        """Graceful stop: NOT_SERVING first, then in-flight RPCs get ``grace_seconds`` to finish.
+    def stop(self, grace_seconds: float | None = None, *, drain_seconds: float | None = None) -> None:
+        """Graceful stop: NOT_SERVING, still serving for the drain, then in-flight RPCs get the grace.
+
+        Args:
+            grace_seconds: how long in-flight RPCs may run once new ones are refused (None: the
+                host's ``grace_seconds``).
+            drain_seconds: how long the server keeps taking calls after turning NOT_SERVING (None:
+                the host's ``drain_seconds``).
 
         Safe to call more than once and from any thread; returns when the server has stopped.
         """
+        grace = self.grace_seconds if grace_seconds is None else grace_seconds
+        drain = self.drain_seconds if drain_seconds is None else drain_seconds
         with self._stop_lock:
             if self._stopped.is_set():
                 return
             self.readiness.begin_shutdown()
-            log.info("%s: stopping (grace %.1f s)", self.service_name, grace_seconds)
-            self.server.stop(grace_seconds).wait()
+            if drain > 0:
+                log.info("%s: NOT_SERVING, draining for %.1f s", self.service_name, drain)
+                time.sleep(drain)
+            log.info("%s: stopping (grace %.1f s)", self.service_name, grace)
+            self.server.stop(grace).wait()
             self.readiness.join()
             if self._metrics_server is not None:
                 stop_metrics_endpoint(self._metrics_server)
@@ -144,8 +164,9 @@ class ServiceHost:
             self._stopped.set()
             log.info("%s: stopped", self.service_name)
 
-    def run(self, grace_seconds: float = 10.0) -> None:
-        """Starts, then blocks until SIGTERM/SIGINT (main thread only) or ``stop()``; stops gracefully."""
+    def run(self, grace_seconds: float | None = None) -> None:
+        """Starts, then blocks until SIGTERM/SIGINT (main thread only) or ``stop()``; stops gracefully
+        (drain, then grace: see `stop`)."""
         self.start()
         if threading.current_thread() is threading.main_thread():
 
@@ -244,4 +265,6 @@ def build_server(
         tls=credentials is not None,
         # Metrics follow the gRPC bind: a loopback service exposes them on loopback only.
         metrics_host="127.0.0.1" if is_loopback_address(address) else "0.0.0.0",
+        drain_seconds=settings.shutdown_drain_seconds,
+        grace_seconds=settings.shutdown_grace_seconds,
     )
