@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -193,6 +193,7 @@ def build_server(
     max_workers: int = 16,
     readiness_interval: float = READINESS_INTERVAL_SECONDS,
     metrics_registry: CollectorRegistry = REGISTRY,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -209,6 +210,8 @@ def build_server(
         max_workers: threads handling RPCs concurrently.
         readiness_interval: seconds between readiness checks.
         metrics_registry: registry of the RPC metrics (the endpoint always serves the default registry).
+        interceptors: the service's own, innermost (after the request checks), e.g. the consistency
+            token interceptors of `common.grpc.consistency`.
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -222,7 +225,10 @@ def build_server(
     credentials = server_credentials(settings)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
-        interceptors=server_interceptors(service_name, rpc_metrics(metrics_registry), authenticator),
+        interceptors=(
+            *server_interceptors(service_name, rpc_metrics(metrics_registry), authenticator),
+            *interceptors,
+        ),
         options=SERVER_OPTIONS,
     )
     service_names = list(register(server))

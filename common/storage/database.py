@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -131,6 +131,11 @@ class Database:
                 ) from error
             raise
 
+    def primary_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """`connection` on the primary: what writes of the read side use (`read_routing.RoutedDatabase`
+        sends its `connection` to replicas; here both are the one database)."""
+        return self.connection()
+
     def run_transaction(self, work: Callable[[psycopg.Connection[Any]], T], *, attempts: int = 8) -> T:
         """Runs ``work(conn)`` in one transaction, retrying the whole transaction on deadlock (40P01) or
         serialization failure (40001), which concurrent writers of overlapping keys can cause.
@@ -197,6 +202,10 @@ class Database:
             FailedPrecondition: the chunks table was built for another embedding dimension or model.
         """
         return migrations.apply(self)
+
+    def pool_stats(self) -> dict[str, int]:
+        """``psycopg_pool`` statistics of the pool (``pool_size``, ``pool_available``, ``requests_waiting``, ...)."""
+        return dict(self._pool.get_stats())
 
     def close(self) -> None:
         """Closes the pool (idempotent)."""
