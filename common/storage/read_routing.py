@@ -15,8 +15,7 @@ or a JSON list of DSNs: one pool each). The policy, per read:
   position), ``unavailable`` raises `Unavailable` (reason ``REPLICA_BEHIND`` or ``REPLICA_UNAVAILABLE``),
   retryable.
 
-A replica that fails is skipped for `REPLICA_RETRY_SECONDS` (and until a readiness check reaches it
-again). Each outcome is counted (`memory_consistent_reads_total`, `memory_replica_reads_total`).
+A replica that fails is skipped until a readiness check (every 2 s) reaches it again. Each outcome is counted (`memory_consistent_reads_total`, `memory_replica_reads_total`).
 Readiness stays the primary's: without it nothing migrates and nothing can be written.
 """
 
@@ -43,12 +42,11 @@ from common.kernel.errors import Unavailable
 from common.storage.database import Database, is_unavailable_error
 from common.storage.named_queries import Queries
 
-__all__ = ["REPLICA_RETRY_SECONDS", "ReplicaState", "RoutedDatabase", "read_database_urls"]
+__all__ = ["ReplicaState", "RoutedDatabase", "read_database_urls"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-REPLICA_RETRY_SECONDS = 5.0
 _POLL_FIRST_SECONDS = 0.001
 _POLL_MAX_SECONDS = 0.02
 _QUERIES = Queries("replication.sql", {})
@@ -94,7 +92,7 @@ class ReplicaState:
         replayed: highest WAL position seen replayed (integer ``pg_lsn``; 0 before the first look).
         lag_seconds: seconds the replay is behind the primary (0 when caught up; None: unknown).
         lag_bytes: bytes of WAL the replay is behind the primary's current position (None: unknown).
-        usable: False after a failure, until `REPLICA_RETRY_SECONDS` passed or a check reached it.
+        usable: False after a failure, until a readiness check (every 2 s) reaches it again.
         in_recovery: True for a standby; False when the DSN reaches a primary (e.g. after a promotion).
     """
 
@@ -104,7 +102,6 @@ class ReplicaState:
     lag_bytes: int | None = None
     usable: bool = True
     in_recovery: bool = True
-    retry_at: float = 0.0
 
 
 class _Replica:
@@ -131,14 +128,15 @@ class _Replica:
                 self.pool.open(wait=False)
                 self.opened = True
 
-    def usable(self, now: float) -> bool:
-        return self.state.usable or now >= self.state.retry_at
+    def usable(self) -> bool:
+        return self.state.usable
 
     def failed(self, error: BaseException) -> None:
         if self.state.usable:
-            log.warning("read replica %s unusable: %s", self.state.name, error)
+            log.warning(
+                "read replica %s unusable until a readiness check reaches it: %s", self.state.name, error
+            )
         self.state.usable = False
-        self.state.retry_at = time.monotonic() + REPLICA_RETRY_SECONDS
 
     def saw(self, position: int) -> None:
         with self.lock:
@@ -233,8 +231,7 @@ class RoutedDatabase(Database):
             yield conn
 
     def _candidates(self, required: int | None) -> list[_Replica]:
-        now = time.monotonic()
-        usable = [replica for replica in self._replicas if replica.usable(now)]
+        usable = [replica for replica in self._replicas if replica.usable()]
         if not usable:
             return []
         start = next(self._turn) % len(usable)
@@ -288,7 +285,7 @@ class RoutedDatabase(Database):
             CONSISTENT_READS.labels("primary_fallback").inc()
             return
         CONSISTENT_READS.labels("unavailable").inc()
-        any_usable = any(replica.usable(time.monotonic()) for replica in self._replicas)
+        any_usable = any(replica.usable() for replica in self._replicas)
         if any_usable:
             raise Unavailable(
                 f"no read replica replayed the write of this consistency token ({format_lsn(required)}) "

@@ -2,7 +2,8 @@
 
 `CliState` is stored on the root typer context by the app's callback (`common.tooling.cli.app`); a
 command reaches it with `cli_state`. Every channel of the CLI is opened by `CliState.channel`, i.e.
-`common.tooling.client.make_channel` with the token and the TLS files of the settings.
+`common.tooling.client.make_channel` with the token and the TLS files of the settings, through the
+`common.tooling.consistency_tokens.ConsistencyTokens` of the run (``--consistent``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import typer
 from common.kernel.config import Settings
 from common.tooling.cli.terminal import fail
 from common.tooling.client import ClientSecurity, make_channel
+from common.tooling.consistency_tokens import ConsistencyTokens, default_token_file
 
 
 @dataclasses.dataclass
@@ -24,7 +26,9 @@ class CliState:
     ingest_addr: str | None = None
     query_addr: str | None = None
     token: str | None = None
+    consistent: bool = False
     _settings: Settings | None = None
+    _tokens: ConsistencyTokens | None = None
 
     def settings(self) -> Settings:
         """Settings from the environment, with the addresses given on the command line applied.
@@ -59,9 +63,16 @@ class CliState:
     def channel(self, address: str) -> grpc.Channel:
         """A channel to ``address`` with the CLI's token and TLS settings (exits 1 on bad TLS files)."""
         try:
-            return make_channel(address, security=self.security())
+            channel = make_channel(address, security=self.security())
         except ValueError as exc:
             fail([f"error: {exc}"])
+        return grpc.intercept_channel(channel, self.consistency_tokens())
+
+    def consistency_tokens(self) -> ConsistencyTokens:
+        """Every write's token is kept (`default_token_file`); with ``--consistent`` reads send it."""
+        if self._tokens is None:
+            self._tokens = ConsistencyTokens(attach=self.consistent, path=default_token_file())
+        return self._tokens
 
 
 def cli_state(ctx: typer.Context) -> CliState:
