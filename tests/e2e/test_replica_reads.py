@@ -9,6 +9,7 @@ replica (measured, not asserted); with the replica stopped each fallback policy 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -27,9 +28,11 @@ from memory.v1 import (
     knowledge_pb2,
 )
 from prometheus_client import REGISTRY
+from typer.testing import CliRunner
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
+from common.tooling.cli import app
 from common.tooling.client import rpc_failure, wait_for_serving
 from common.tooling.consistency_tokens import ConsistencyTokens
 from common.tooling.embedded_db.replica import REPLICA_PORT, replica_down, replica_up
@@ -58,8 +61,8 @@ def replica_url(settings: Settings) -> str:
 
 
 @contextmanager
-def replica_query(settings: Settings, replica_url: str, **overrides: Any) -> Iterator[grpc.Channel]:
-    """A query_service reading from the replica (settings ``overrides`` applied), SERVING."""
+def replica_query_address(settings: Settings, replica_url: str, **overrides: Any) -> Iterator[str]:
+    """A query_service reading from the replica (settings ``overrides`` applied), SERVING at the address."""
     host = create_query_host(
         settings.model_copy(update={"read_database_url": replica_url, **overrides}),
         address="127.0.0.1:0",
@@ -69,18 +72,33 @@ def replica_query(settings: Settings, replica_url: str, **overrides: Any) -> Ite
     try:
         address = f"127.0.0.1:{host.port}"
         assert wait_for_serving(address, timeout=120), "query_service did not become SERVING"
-        with grpc.insecure_channel(address) as channel:
-            yield channel
+        yield address
     finally:
         host.stop(5)
 
 
+@contextmanager
+def replica_query(settings: Settings, replica_url: str, **overrides: Any) -> Iterator[grpc.Channel]:
+    """A channel to a query_service reading from the replica (see `replica_query_address`)."""
+    with (
+        replica_query_address(settings, replica_url, **overrides) as address,
+        grpc.insecure_channel(address) as channel,
+    ):
+        yield channel
+
+
 @pytest.fixture(scope="module")
-def strict_query(settings: Settings, replica_url: str) -> Iterator[grpc.Channel]:
+def strict_query_address(settings: Settings, replica_url: str) -> Iterator[str]:
     """Token reads wait up to 5 s for the replica, then answer UNAVAILABLE (never the primary)."""
-    with replica_query(
+    with replica_query_address(
         settings, replica_url, consistency_fallback="unavailable", consistency_wait_ms=5000
-    ) as channel:
+    ) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def strict_query(strict_query_address: str) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(strict_query_address) as channel:
         yield channel
 
 
@@ -226,3 +244,47 @@ def test_with_the_replica_stopped_each_policy_holds(
             time.sleep(0.5)  # until a readiness check (every 2 s) found the replica again
     else:
         pytest.fail("the replica did not come back into use")
+
+
+def test_cb_consistent_reads_the_write_of_the_previous_cb_command(
+    ingest_host: Any,
+    strict_query_address: str,
+    namespace: str,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CB_CONSISTENCY_TOKEN_FILE", str(tmp_path / "token"))
+    runner = CliRunner()
+    addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", strict_query_address]
+    for index in range(30):
+        subject = {"type": "person", "id": f"cli{index}"}
+        observation = {
+            "namespace": namespace,
+            "source": {"system": "tests", "stream": "replica", "external_id": f"cli-{index}"},
+            "kind": "membership",
+            "occurred_at": "2026-08-01T09:00:00Z",
+            "subject": subject,
+            "content": f"cli{index} joins the replicas team.",
+            "assertions": [
+                {"fact": {"subject": subject, "predicate": "MEMBER_OF", "object": "team:replicas"}}
+            ],
+        }
+        path = tmp_path / "observation.jsonl"
+        path.write_text(json.dumps(observation) + "\n", encoding="utf-8")
+        written = runner.invoke(app, [*addresses, "observe", "--file", str(path)])
+        assert written.exit_code == 0, written.output
+        read = runner.invoke(
+            app,
+            [
+                *addresses,
+                "--consistent",
+                "facts",
+                "--namespace",
+                namespace,
+                "--subject",
+                f"person:cli{index}",
+                "--json",
+            ],
+        )
+        assert read.exit_code == 0, read.output
+        assert [fact["predicate"] for fact in json.loads(read.output)["facts"]] == ["MEMBER_OF"], index
