@@ -256,6 +256,8 @@ def test_cb_consistent_reads_the_write_of_the_previous_cb_command(
     monkeypatch.setenv("CB_CONSISTENCY_TOKEN_FILE", str(tmp_path / "token"))
     runner = CliRunner()
     addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", strict_query_address]
+    outcomes = ("replica", "replica_waited", "primary_fallback")
+    token_reads_before = sum(_count("memory_consistent_reads_total", outcome=o) for o in outcomes)
     for index in range(30):
         subject = {"type": "person", "id": f"cli{index}"}
         observation = {
@@ -288,3 +290,8 @@ def test_cb_consistent_reads_the_write_of_the_previous_cb_command(
         )
         assert read.exit_code == 0, read.output
         assert [fact["predicate"] for fact in json.loads(read.output)["facts"]] == ["MEMBER_OF"], index
+    # Each --consistent read sent the token of the observe before it (the replica is often fast enough
+    # that the write would be seen anyway, so the fresh answers alone prove nothing).
+    token_reads = sum(_count("memory_consistent_reads_total", outcome=o) for o in outcomes) - token_reads_before
+    assert token_reads >= 30
+    assert (tmp_path / "token").read_text(encoding="ascii").startswith("ct1-")
