@@ -220,6 +220,12 @@ class RoutedDatabase(Database):
                 if is_unavailable_error(error):
                     replica.failed(error)
                     raise Unavailable("read replica unavailable; retry later") from error
+                if isinstance(error, psycopg.errors.SerializationFailure):
+                    # A standby cancels a query whose rows WAL replay must remove (conflict with recovery).
+                    raise Unavailable(
+                        "the read replica cancelled the read (conflict with recovery); retry the call",
+                        reason="REPLICA_CONFLICT",
+                    ) from error
                 raise
             finally:
                 replica.pool.putconn(conn)
@@ -349,6 +355,10 @@ class RoutedDatabase(Database):
                     replica.pool.close()
                     replica.opened = False
         super().close()
+
+    def replica_health(self) -> dict[str, bool]:
+        """``{"read-replica-<n>": usable}`` for the health service (set after each readiness check)."""
+        return {f"read-{replica.state.name}": replica.state.usable for replica in self._replicas}
 
     def replica_pool_stats(self) -> dict[str, dict[str, int]]:
         """``psycopg_pool`` statistics of each opened replica pool, by replica name."""

@@ -20,6 +20,7 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
@@ -160,6 +161,22 @@ def test_a_read_with_the_token_of_its_write_sees_it_every_time(
     assert _count("memory_consistent_reads_total", outcome="primary_fallback") == fallbacks_before
 
 
+def test_replica_lag_is_exported_and_its_health_reported(strict_query: grpc.Channel) -> None:
+    health = health_pb2_grpc.HealthStub(strict_query)
+    status = health.Check(health_pb2.HealthCheckRequest(service="read-replica-0"), timeout=10).status
+    assert status == health_pb2.HealthCheckResponse.SERVING
+    assert (
+        REGISTRY.get_sample_value(
+            "memory_read_replica_up", {"service": "query_service", "replica": "replica-0"}
+        )
+        == 1.0
+    )
+    lag = REGISTRY.get_sample_value(
+        "memory_read_replica_lag_bytes", {"service": "query_service", "replica": "replica-0"}
+    )
+    assert lag is not None and lag >= 0
+
+
 def test_without_a_token_reads_are_as_fresh_as_the_replica(
     ingest_channel: grpc.Channel, strict_query: grpc.Channel, namespace: str
 ) -> None:
@@ -292,6 +309,8 @@ def test_cb_consistent_reads_the_write_of_the_previous_cb_command(
         assert [fact["predicate"] for fact in json.loads(read.output)["facts"]] == ["MEMBER_OF"], index
     # Each --consistent read sent the token of the observe before it (the replica is often fast enough
     # that the write would be seen anyway, so the fresh answers alone prove nothing).
-    token_reads = sum(_count("memory_consistent_reads_total", outcome=o) for o in outcomes) - token_reads_before
+    token_reads = (
+        sum(_count("memory_consistent_reads_total", outcome=o) for o in outcomes) - token_reads_before
+    )
     assert token_reads >= 30
     assert (tmp_path / "token").read_text(encoding="ascii").startswith("ct1-")
