@@ -109,6 +109,6 @@ def register_database_metrics(
         collector = _collectors.get(id(registry))
         if collector is None:
             collector = _DatabaseCollector()
-            registry.register(collector)  # type: ignore[arg-type]
+            registry.register(collector)
             _collectors[id(registry)] = collector
     collector.add(service, database)

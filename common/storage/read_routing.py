@@ -209,13 +209,13 @@ class RoutedDatabase(Database):
         self._ensure_schema()
         required = required_position()
         for replica in self._candidates(required):
-            conn = self._checkout(replica, required)
-            if conn is None:
+            checked_out = self._checkout(replica, required)
+            if checked_out is None:
                 continue
             REPLICA_READS.labels("replica").inc()
             try:
-                with conn.transaction():
-                    yield conn
+                with checked_out.transaction():
+                    yield checked_out
             except BaseException as error:
                 if is_unavailable_error(error):
                     replica.failed(error)
@@ -228,7 +228,7 @@ class RoutedDatabase(Database):
                     ) from error
                 raise
             finally:
-                replica.pool.putconn(conn)
+                replica.pool.putconn(checked_out)
             return
         REPLICA_READS.labels("primary").inc()
         if required is not None:
