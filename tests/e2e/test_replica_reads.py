@@ -45,11 +45,30 @@ PAIRS_WITH_TOKEN = 1000
 PAIRS_WITHOUT_TOKEN = 300
 
 
+def _streaming(url: str) -> bool:
+    """Whether the standby at ``url`` receives WAL from its primary right now."""
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            row = conn.execute("SELECT status FROM pg_stat_wal_receiver").fetchone()
+    except psycopg.OperationalError:
+        return False
+    return row is not None and row[0] == "streaming"
+
+
 @pytest.fixture(scope="module")
 def replica_url(settings: Settings) -> str:
-    url = os.environ.get("CB_TEST_READ_DATABASE_URL") or psycopg.conninfo.make_conninfo(
-        settings.database_url, port=str(REPLICA_PORT)
-    )
+    """The streaming replica's DSN. The embedded one is started if it is down and copied again if it no
+    longer streams (e.g. the primary recycled WAL it missed while the primary was restarted)."""
+    explicit = os.environ.get("CB_TEST_READ_DATABASE_URL")
+    url = explicit or psycopg.conninfo.make_conninfo(settings.database_url, port=str(REPLICA_PORT))
+    if not explicit and os.geteuid() == 0:
+        replica_up()
+        for _attempt in range(30):
+            if _streaming(url):
+                break
+            time.sleep(1)
+        else:
+            replica_up(rebuild=True)
     try:
         with psycopg.connect(url, connect_timeout=5) as conn:
             row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
