@@ -15,7 +15,9 @@ In a fresh database (`run_bench.run_in_database`; the embedded replica replays i
    ``--seconds`` per RPC: Search (top_k 10) and CompileContext (budget 1000) on sentences of the corpus.
 
 Reports calls/s in total, per process and per core (this machine's cores, which also run the database,
-its replica and the clients), with p50/p95 latency and the load average; appends to bench/RESULTS.md and
+its replica and the clients), with p50/p95 latency, the CPU time per call of the query processes and of
+the replica's PostgreSQL processes (from /proc: what a call costs, whatever else runs), and the load
+average; appends to bench/RESULTS.md and
 writes bench/results/capacity-<UTC time>.json.
 
 Usage: .venv/bin/python bench/bench_capacity.py [--chunks N] [--clients N] [--seconds S] [--note TEXT]
@@ -61,7 +63,7 @@ from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.tooling.client import wait_for_serving
-from common.tooling.embedded_db.replica import REPLICA_PORT
+from common.tooling.embedded_db.replica import REPLICA_PORT, replica_status
 from ingest_service.document_validation import ChunkInput, PutChunksInput
 from ingest_service.documents import DocumentWriter
 
@@ -137,7 +139,7 @@ def wait_for_replay(primary_url: str, replica_url: str) -> None:
 
 
 @contextmanager
-def query_processes(count: int, replica_url: str) -> Iterator[list[str]]:
+def query_processes(count: int, replica_url: str) -> Iterator[tuple[list[str], list[int]]]:
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(count)]
     children = [
         subprocess.Popen(
@@ -154,7 +156,7 @@ def query_processes(count: int, replica_url: str) -> Iterator[list[str]]:
         for address in addresses:
             if not wait_for_serving(address, timeout=180):
                 raise RuntimeError(f"query_service at {address} did not become SERVING")
-        yield addresses
+        yield addresses, [child.pid for child in children]
     finally:
         for child in children:
             child.terminate()
@@ -203,6 +205,36 @@ def drive(
     return {"calls_per_s": round(len(samples) / elapsed, 2), "errors": errors[0], **percentiles(samples)}
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by the processes ``pids`` (Linux /proc)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _TICKS
+    return total
+
+
+def replica_backends() -> list[int]:
+    """The processes of the replica's postmaster and its children (backends, startup, walreceiver)."""
+    postmaster = replica_status().pid
+    if postmaster is None:
+        return []
+    pids = [postmaster]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                pids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
 def search(channel: grpc.Channel, query: str) -> Any:
     return retrieval_service_pb2_grpc.RetrievalServiceStub(channel).Search(
         retrieval_service_pb2.SearchRequest(namespace=NAMESPACE, query=query, top_k=10), timeout=60
@@ -233,7 +265,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     print(f"loading {arguments.chunks} chunks ({len(sentences)} distinct sentences)", flush=True)
     load_seconds = load(settings, sentences, arguments.chunks)
     wait_for_replay(settings.database_url, replica_url)
-    queries = [sentence.split(",")[0][:120] for sentence in random.Random(3).sample(sentences, min(400, len(sentences)))]
+    queries = [
+        sentence.split(",")[0][:120]
+        for sentence in random.Random(3).sample(sentences, min(400, len(sentences)))
+    ]
     results: dict[str, Any] = {
         "time": stamp,
         "benchmark": "capacity",
@@ -246,10 +281,22 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     }
     cores = os.cpu_count() or 1
     for processes in (1, 2):
-        with query_processes(processes, replica_url) as addresses:
+        with query_processes(processes, replica_url) as (addresses, pids):
             for name, call in (("Search", search), ("CompileContext", compile_context)):
                 load_before = os.getloadavg()
+                database = replica_backends()
+                service_before, database_before = cpu_seconds(pids), cpu_seconds(database)
                 measured = drive(addresses, call, queries, arguments.clients, arguments.seconds)
+                calls = measured["n"]
+                # CPU per call (ms) of the query processes and of the replica (backends started during
+                # the run are missed by the "before" list only if they ended: pools keep them).
+                measured["service_cpu_ms_per_call"] = round(
+                    1000 * (cpu_seconds(pids) - service_before) / calls, 2
+                )
+                database_after = cpu_seconds(sorted(set(database) | set(replica_backends())))
+                measured["replica_cpu_ms_per_call"] = round(
+                    1000 * (database_after - database_before) / calls, 2
+                )
                 measured["per_process"] = round(measured["calls_per_s"] / processes, 2)
                 measured["per_core"] = round(measured["calls_per_s"] / cores, 2)
                 measured["load_average"] = [round(x, 2) for x in load_before]
@@ -268,14 +315,15 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f"the primary, the replica and the clients. Load: {load_seconds:.0f} s for {arguments.chunks:,} chunks."
         ),
         "",
-        "| RPC | processes | calls/s | per process | per core | p50 ms | p95 ms | errors | load average before |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| RPC | processes | calls/s | per process | per core | p50 ms | p95 ms | errors | service CPU ms/call | replica CPU ms/call | load average before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, row in results["runs"].items():
         name, processes = key.split(" x")
         lines.append(
             f"| {name} | {processes} | {row['calls_per_s']} | {row['per_process']} | {row['per_core']} | "
-            f"{row['p50_ms']} | {row['p95_ms']} | {row['errors']} | {', '.join(map(str, row['load_average']))} |"
+            f"{row['p50_ms']} | {row['p95_ms']} | {row['errors']} | {row['service_cpu_ms_per_call']} | "
+            f"{row['replica_cpu_ms_per_call']} | {', '.join(map(str, row['load_average']))} |"
         )
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]
