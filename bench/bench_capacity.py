@@ -304,6 +304,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 print(f"{name} with {processes} process(es): {measured}", flush=True)
     write_json(results, prefix="capacity")
     lines = [
+        "",
         (
             f"## {stamp} — read-side capacity at {arguments.chunks:,} chunks (`bench/bench_capacity.py`), "
             f"{cores} cores, {results['machine'].get('cpu', '')}"
