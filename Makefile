@@ -28,8 +28,10 @@ deps: system-deps $(STAMP)
 
 # Embedded PostgreSQL 17 + AGE + pgvector (common/tooling/embedded_db/, stdlib only): builds its rootfs once
 # (debootstrap, ~45 s, ~700 MB under ~/.cache/memory-service), then starts it; idempotent.
+# Then a streaming replica of it on 127.0.0.1:55433 (pg_basebackup -R; the read-replica tests use it).
 db: deps
 	$(PY) -m common.tooling.embedded_db up
+	$(PY) -m common.tooling.embedded_db up --replica
 
 # Regenerates the checked-in stubs under common/generated from protos/ (grpcio-tools + mypy-protobuf).
 protos: $(STAMP)

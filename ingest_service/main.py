@@ -19,11 +19,14 @@ from memory.v1 import (
 )
 
 from common.domain.audit import AuditTrail
+from common.grpc.consistency import WriteTokenInterceptor
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
+from common.storage.pool_metrics import register_database_metrics
+from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents import DocumentWriter
 from ingest_service.fact_assertions import FactAsserter
@@ -52,6 +55,7 @@ def create_ingest_host(
     """
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
+    register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
     recorder = ObservationRecorder(database, encoder=provider, kinds=kinds)
@@ -91,6 +95,8 @@ def create_ingest_host(
         metrics_port=settings.ingest_metrics_port if metrics_port is None else metrics_port,
         database=database,
         register=register,
+        # Every write response carries the WAL position of its commit (read-after-write on replicas).
+        interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
     )
 
 

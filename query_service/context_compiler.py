@@ -210,7 +210,7 @@ class ContextCompiler(PackCompiler):
             for candidate, piece in zip(kept, fitted.kept, strict=True)
         ]
         self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
-        with self.database.connection() as conn:
+        with self.database.primary_connection() as conn:  # the journal is a write: never on a replica
             self.record(conn, request, fitted)
         return ContextPack(
             items=items,

@@ -13,6 +13,7 @@ not flags threaded through calls. Personal data: hits leave through the caller's
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -272,7 +273,11 @@ class HybridSearcher:
             arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
         pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:
-            pending = {name: self.arms.submit(self._ranking, arm) for name, arm in arms.items()}
+            # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
+            pending = {
+                name: self.arms.submit(contextvars.copy_context().run, self._ranking, arm)
+                for name, arm in arms.items()
+            }
         rankings: dict[str, list[Candidate]] = {}
         try:
             if config.vector_weight:

@@ -20,10 +20,12 @@ from memory.v1 import (
     trace_service_pb2_grpc,
 )
 
+from common.grpc.consistency import ReadTokenInterceptor
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
-from common.storage.database import Database
+from common.storage.pool_metrics import register_database_metrics
+from common.storage.read_routing import RoutedDatabase
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
@@ -68,7 +70,9 @@ def create_query_host(
     """
     provider = build_embedding_provider(settings)
     tokens = TokenCounter(settings.tokenizer_encoding)
-    database = Database(settings, embedding_model=provider.model_id)
+    # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
+    database = RoutedDatabase(settings, embedding_model=provider.model_id)
+    register_database_metrics("query_service", database)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))
     typed = TypedContextCompiler(database, tokens, KindValidator(database))
@@ -99,6 +103,7 @@ def create_query_host(
         metrics_port=settings.query_metrics_port if metrics_port is None else metrics_port,
         database=database,
         register=register,
+        interceptors=(ReadTokenInterceptor(),),
     )
 
 

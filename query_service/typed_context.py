@@ -314,6 +314,7 @@ class TypedContextCompiler(PackCompiler):
                     candidate.text = candidate.item.text
                 anchors = [disclose_anchor(shown, anchor) for anchor in anchors]
             fitted = self.fitter.fit(fit_candidates, request.token_budget)
+        with self.database.primary_connection() as conn:  # the journal is a write: never on a replica
             self.record(
                 conn,
                 request,

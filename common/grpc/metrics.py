@@ -12,9 +12,8 @@ recorded by ``py-grpc-prometheus``'s server interceptor (`grpc_metrics_intercept
 
 Ours, by ``service`` (the process's service name):
 
-* ``memory_db_pool_connections`` / ``memory_db_pool_connections_in_use`` /
-  ``memory_db_pool_requests_waiting``: the connection pool right now (`watch_pool`, read from
-  psycopg_pool's statistics at each scrape);
+* the connection pools and read replicas: `common.storage.pool_metrics` (``memory_db_pool_*``,
+  ``memory_read_replica_*``), registered by each service's ``main``;
 * ``memory_embedding_batch_seconds{model, input}``: time to embed one batch
   (`common.text_models.embeddings.batch_metrics`).
 
@@ -26,28 +25,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 from py_grpc_prometheus.prometheus_server_interceptor import PromServerInterceptor
 
 __all__ = [
-    "PoolStatistics",
     "grpc_metrics_interceptor",
     "start_metrics_endpoint",
     "stop_metrics_endpoint",
-    "watch_pool",
 ]
 
 log = logging.getLogger("memory.server")
 
 _lock = threading.Lock()
 _interceptors: dict[int, grpc.ServerInterceptor] = {}
-_pool_collectors: dict[int, _PoolCollector] = {}
 
 
 def grpc_metrics_interceptor(registry: CollectorRegistry = REGISTRY) -> grpc.ServerInterceptor:
@@ -59,58 +52,6 @@ def grpc_metrics_interceptor(registry: CollectorRegistry = REGISTRY) -> grpc.Ser
             interceptor = PromServerInterceptor(enable_handling_time_histogram=True, registry=registry)
             _interceptors[id(registry)] = interceptor
         return interceptor
-
-
-class PoolStatistics(Protocol):
-    """What `watch_pool` reads: `common.storage.database.Database.pool_stats`."""
-
-    def pool_stats(self) -> dict[str, int]: ...
-
-
-class _PoolCollector(Collector):
-    """The pool gauges of every watched database, read at scrape time."""
-
-    def __init__(self) -> None:
-        self._pools: dict[str, PoolStatistics] = {}
-        self._lock = threading.Lock()
-
-    def watch(self, service: str, database: PoolStatistics) -> None:
-        with self._lock:
-            self._pools[service] = database
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        size = GaugeMetricFamily(
-            "memory_db_pool_connections", "Connections the database pool holds.", labels=["service"]
-        )
-        in_use = GaugeMetricFamily(
-            "memory_db_pool_connections_in_use", "Pool connections lent out right now.", labels=["service"]
-        )
-        waiting = GaugeMetricFamily(
-            "memory_db_pool_requests_waiting", "Callers waiting for a pool connection.", labels=["service"]
-        )
-        with self._lock:
-            pools = list(self._pools.items())
-        for service, database in pools:
-            stats = database.pool_stats()  # counters only: no connection is taken
-            pool_size = stats.get("pool_size", 0)
-            size.add_metric([service], pool_size)
-            in_use.add_metric([service], pool_size - stats.get("pool_available", 0))
-            waiting.add_metric([service], stats.get("requests_waiting", 0))
-        yield size
-        yield in_use
-        yield waiting
-
-
-def watch_pool(service: str, database: PoolStatistics, registry: CollectorRegistry = REGISTRY) -> None:
-    """Publishes the pool gauges of ``database`` under ``service`` (a later database of the same service
-    replaces the earlier one)."""
-    with _lock:
-        collector = _pool_collectors.get(id(registry))
-        if collector is None:
-            collector = _PoolCollector()
-            registry.register(collector)
-            _pool_collectors[id(registry)] = collector
-    collector.watch(service, database)
 
 
 def start_metrics_endpoint(port: int, host: str, service_name: str) -> Any | None:

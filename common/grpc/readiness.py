@@ -116,7 +116,27 @@ class ReadinessMonitor:
             log.exception("%s: database.ensure_ready() raised", self.service_name)
             ready = False
         self._set_serving(ready)
+        self._set_details()
         return ready
+
+    def _set_details(self) -> None:
+        """Health of the parts a database reports on its own (`RoutedDatabase.replica_health`: one
+        ``read-replica-<n>`` status per read replica), unless shutting down."""
+        details = getattr(self.database, "replica_health", None)
+        if details is None or self._stopping.is_set():
+            return
+        try:
+            statuses = dict(details())
+        except Exception:  # a bug there must not kill the thread
+            log.exception("%s: database.replica_health() raised", self.service_name)
+            return
+        for name, serving in statuses.items():
+            self.health.set(
+                name,
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING,
+            )
 
     def begin_shutdown(self) -> None:
         """Every status NOT_SERVING from now on; the thread stops after its current check."""

@@ -9,10 +9,13 @@
   tokens file is allowed on loopback addresses only);
 * grpc.health.v1, NOT_SERVING until the database is ready (`common.grpc.readiness`, re-checked every 2 s);
 * server reflection;
-* the Prometheus HTTP endpoint (`common.grpc.metrics`), with the database pool's gauges.
+* the Prometheus HTTP endpoint (`common.grpc.metrics`; the services' `main` adds the database pool and
+  replica gauges of `common.storage.pool_metrics`).
 
 `ServiceHost` starts and stops all of it: ``start()``/``wait()``/``stop()``, or ``run()`` with SIGTERM and
-SIGINT handled.
+SIGINT handled. A stop drops no call (rolling updates, deploy/kubernetes): every health status turns
+NOT_SERVING, the server keeps serving for ``shutdown_drain_seconds`` (clients and balancers that watch
+health move away meanwhile), then it refuses new calls and in-flight ones get ``shutdown_grace_seconds``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +39,6 @@ from common.grpc.metrics import (
     grpc_metrics_interceptor,
     start_metrics_endpoint,
     stop_metrics_endpoint,
-    watch_pool,
 )
 from common.grpc.readiness import (
     READINESS_INTERVAL_SECONDS,
@@ -77,6 +80,8 @@ class ServiceHost:
         tls: True when the port serves TLS.
         metrics_port: Prometheus HTTP port (0: none).
         metrics_host: address the metrics endpoint binds.
+        drain_seconds: default of `stop`: seconds of NOT_SERVING while still serving.
+        grace_seconds: default of `stop`: seconds in-flight calls get once new ones are refused.
     """
 
     def __init__(
@@ -90,6 +95,8 @@ class ServiceHost:
         authenticator: Authenticator | None = None,
         tls: bool = False,
         metrics_host: str = "127.0.0.1",
+        drain_seconds: float = 0.0,
+        grace_seconds: float = 10.0,
     ) -> None:
         self.service_name = service_name
         self.server = server
@@ -99,6 +106,8 @@ class ServiceHost:
         self.tls = tls
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
+        self.drain_seconds = drain_seconds
+        self.grace_seconds = grace_seconds
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
         self._metrics_server: Any = None
@@ -132,17 +141,28 @@ class ServiceHost:
             pass
         return True
 
-    def stop(self, grace_seconds: float = 10.0) -> None:
-        """Graceful stop: NOT_SERVING first, then in-flight RPCs get ``grace_seconds`` to finish.
+    def stop(self, grace_seconds: float | None = None, *, drain_seconds: float | None = None) -> None:
+        """Graceful stop: NOT_SERVING, still serving for the drain, then in-flight RPCs get the grace.
+
+        Args:
+            grace_seconds: how long in-flight RPCs may run once new ones are refused (None: the
+                host's ``grace_seconds``).
+            drain_seconds: how long the server keeps taking calls after turning NOT_SERVING (None:
+                the host's ``drain_seconds``).
 
         Safe to call more than once and from any thread; returns when the server has stopped.
         """
+        grace = self.grace_seconds if grace_seconds is None else grace_seconds
+        drain = self.drain_seconds if drain_seconds is None else drain_seconds
         with self._stop_lock:
             if self._stopped.is_set():
                 return
             self.readiness.begin_shutdown()
-            log.info("%s: stopping (grace %.1f s)", self.service_name, grace_seconds)
-            self.server.stop(grace_seconds).wait()
+            if drain > 0:
+                log.info("%s: NOT_SERVING, draining for %.1f s", self.service_name, drain)
+                time.sleep(drain)
+            log.info("%s: stopping (grace %.1f s)", self.service_name, grace)
+            self.server.stop(grace).wait()
             self.readiness.join()
             if self._metrics_server is not None:
                 stop_metrics_endpoint(self._metrics_server)
@@ -154,8 +174,9 @@ class ServiceHost:
             self._stopped.set()
             log.info("%s: stopped", self.service_name)
 
-    def run(self, grace_seconds: float = 10.0) -> None:
-        """Starts, then blocks until SIGTERM/SIGINT (main thread only) or ``stop()``; stops gracefully."""
+    def run(self, grace_seconds: float | None = None) -> None:
+        """Starts, then blocks until SIGTERM/SIGINT (main thread only) or ``stop()``; stops gracefully
+        (drain, then grace: see `stop`)."""
         self.start()
         if threading.current_thread() is threading.main_thread():
 
@@ -183,6 +204,7 @@ def build_server(
     readiness_interval: float = READINESS_INTERVAL_SECONDS,
     metrics_registry: CollectorRegistry = REGISTRY,
     tracer_provider: TracerProvider | None = None,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -202,6 +224,8 @@ def build_server(
             registry).
         tracer_provider: traces the calls with this provider; None: the one of
             `common.grpc.telemetry.configure_tracing`, if tracing is on.
+        interceptors: the service's own, innermost (after the request checks), e.g. the consistency
+            token interceptors of `common.grpc.consistency`.
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -215,16 +239,17 @@ def build_server(
     credentials = server_credentials(settings)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=service_name),
-        interceptors=server_interceptors(
-            service_name,
-            grpc_metrics_interceptor(metrics_registry),
-            authenticator,
-            tracing_server_interceptor(tracer_provider or configured_tracer_provider()),
+        interceptors=(
+            *server_interceptors(
+                service_name,
+                grpc_metrics_interceptor(metrics_registry),
+                authenticator,
+                tracing_server_interceptor(tracer_provider or configured_tracer_provider()),
+            ),
+            *interceptors,
         ),
         options=SERVER_OPTIONS,
     )
-    if hasattr(database, "pool_stats"):
-        watch_pool(service_name, database, metrics_registry)
     service_names = list(register(server))
     health_servicer, health_services = add_health_service(server, service_names)
     reflection.enable_server_reflection(
@@ -265,4 +290,6 @@ def build_server(
         tls=credentials is not None,
         # Metrics follow the gRPC bind: a loopback service exposes them on loopback only.
         metrics_host="127.0.0.1" if is_loopback_address(address) else "0.0.0.0",
+        drain_seconds=settings.shutdown_drain_seconds,
+        grace_seconds=settings.shutdown_grace_seconds,
     )

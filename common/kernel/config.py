@@ -50,6 +50,19 @@ class Settings(BaseSettings):
     ingest_metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus HTTP port, 0 = disabled")
     query_metrics_port: int = Field(9102, ge=0, le=65535)
 
+    # Read replicas (README "Read replicas"): reads of query_service go to these DSNs (one DSN, or a JSON
+    # list of DSNs: one pool each, a call takes the least lagging one), writes and migrations to database_url.
+    read_database_url: str = Field("", description="read replica DSN or JSON list of DSNs; empty = primary")
+    consistency_wait_ms: int = Field(
+        2000, ge=0, le=60000, description="how long a read with a consistency token waits for a replica"
+    )
+    consistency_fallback: Literal["primary", "unavailable"] = Field(
+        "primary", description="after the wait: read the primary, or answer UNAVAILABLE"
+    )
+    # Graceful stop (SIGTERM): NOT_SERVING and still serving for the drain, then in-flight calls get the grace.
+    shutdown_drain_seconds: float = Field(0.0, ge=0, le=300)
+    shutdown_grace_seconds: float = Field(10.0, ge=0, le=300)
+
     pool_min_size: int = Field(1, ge=0)
     pool_max_size: int = Field(10, ge=1)
     statement_timeout_ms: int = Field(30000, ge=0)

@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -68,7 +68,7 @@ class Database:
 
     def pool_stats(self) -> dict[str, int]:
         """psycopg_pool's statistics of the pool (``pool_size``, ``pool_available``, ``requests_waiting``,
-        ...), for the pool gauges of `common.grpc.metrics`."""
+        ...), for the pool gauges of `common.storage.pool_metrics`."""
         return dict(self._pool.get_stats())
 
     # -- connections -------------------------------------------------------------------------------
@@ -135,6 +135,11 @@ class Database:
                     reason="DATABASE_TIMEOUT",
                 ) from error
             raise
+
+    def primary_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """`connection` on the primary: what writes of the read side use (`read_routing.RoutedDatabase`
+        sends its `connection` to replicas; here both are the one database)."""
+        return self.connection()
 
     def run_transaction(self, work: Callable[[psycopg.Connection[Any]], T], *, attempts: int = 8) -> T:
         """Runs ``work(conn)`` in one transaction, retrying the whole transaction on deadlock (40P01) or

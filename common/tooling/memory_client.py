@@ -18,15 +18,16 @@ the bearer token) and adds, around every call:
 Pagination: `iter_facts` follows ``next_page_token`` page by page; `list_every_fact` collects every page
 into one response.
 
-Consistency tokens (read-after-write across replicas, DESIGN §10) are not part of the contract yet: when
-a write returns one, `_call_metadata` is where a read will attach the token it demands.
+Consistency tokens (read-after-write across replicas, DESIGN §10; README "Read replicas"): pass a
+`common.tooling.consistency_tokens.ConsistencyTokens` in ``interceptors`` and every read after a write of
+this client carries that write's token (the CLI's ``--consistent`` does exactly this).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
-from typing import Self, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Self, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -75,17 +76,22 @@ class _Channels:
     ingest_addr: str
     query_addr: str
     security: ClientSecurity
+    interceptors: tuple[Any, ...] = ()
     ingest: grpc.Channel | None = None
     query: grpc.Channel | None = None
 
+    def _open(self, address: str) -> grpc.Channel:
+        channel = make_channel(address, security=self.security)
+        return grpc.intercept_channel(channel, *self.interceptors) if self.interceptors else channel
+
     def ingest_channel(self) -> grpc.Channel:
         if self.ingest is None:
-            self.ingest = make_channel(self.ingest_addr, security=self.security)
+            self.ingest = self._open(self.ingest_addr)
         return self.ingest
 
     def query_channel(self) -> grpc.Channel:
         if self.query is None:
-            self.query = make_channel(self.query_addr, security=self.security)
+            self.query = self._open(self.query_addr)
         return self.query
 
     def close(self) -> None:
@@ -109,6 +115,8 @@ class MemoryClient:
             ``call_policy.RETRY_MAX_SECONDS`` (read at call time).
         retry_reads: False sends reads once (a command line reports an unreachable service at once);
             idempotent writes are retried either way.
+        interceptors: gRPC client interceptors put on both channels, e.g. one
+            `common.tooling.consistency_tokens.ConsistencyTokens` for read-after-write.
 
     Raises (every call method):
         InvalidArgument: INVALID_ARGUMENT, with the field violations of the `BadRequest`.
@@ -125,8 +133,9 @@ class MemoryClient:
         security: ClientSecurity | None = None,
         retry_seconds: float | None = None,
         retry_reads: bool = True,
+        interceptors: Sequence[Any] = (),
     ) -> None:
-        self._channels = _Channels(ingest_addr, query_addr, security or ClientSecurity())
+        self._channels = _Channels(ingest_addr, query_addr, security or ClientSecurity(), tuple(interceptors))
         self._retry_seconds = retry_seconds
         self._retry_reads = retry_reads
         self._token: str | None = None
@@ -165,8 +174,8 @@ class MemoryClient:
         return self._channels.query_channel()
 
     def _call_metadata(self) -> Metadata:
-        """Metadata of every call: the per-call token of a `with_token` view. A later consistency token
-        (DESIGN §10) is added here."""
+        """Metadata of every call: the per-call token of a `with_token` view (consistency tokens travel
+        through the channels' interceptors, see the module doc)."""
         if not self._token:
             return ()
         return (("authorization", f"Bearer {self._token}"),)

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from common.grpc.metrics import watch_pool
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.pool_metrics import register_database_metrics
 from common.text_models.embeddings.provider import EmbeddingProvider
 
 pytestmark = pytest.mark.integration
@@ -53,17 +53,19 @@ def test_pool_gauges_count_connections_in_use(settings: Settings) -> None:
     registry = CollectorRegistry()
     database = Database(settings)
     try:
-        watch_pool("gauge_test", database, registry)
-        labels = {"service": "gauge_test"}
+        register_database_metrics("gauge_test", database, registry)
+        labels = {"service": "gauge_test", "pool": "primary"}
 
         def in_use() -> float | None:
-            return registry.get_sample_value("memory_db_pool_connections_in_use", labels)
+            size = registry.get_sample_value("memory_db_pool_size", labels)
+            available = registry.get_sample_value("memory_db_pool_available", labels)
+            return None if size is None or available is None else size - available
 
         with database.connection():
             one = in_use()
             with database.connection():
                 two = in_use()
-                size = registry.get_sample_value("memory_db_pool_connections", labels)
+                size = registry.get_sample_value("memory_db_pool_size", labels)
         # The first use may also hold a connection for the schema check: count what one more adds.
         assert one is not None and one >= 1 and two == one + 1
         assert size is not None and size >= two

@@ -16,6 +16,7 @@ import yaml
 
 from common.grpc.readiness import LIVENESS_SERVICE
 from common.kernel.config import Settings
+from tests.unit.kubernetes_render import render
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S = DEPLOY / "kubernetes"
@@ -41,9 +42,8 @@ def _load(path: Path) -> list[Doc]:
 
 
 def _k8s_docs() -> list[Doc]:
-    return [
-        doc for path in sorted(K8S.glob("*.yaml")) for doc in _load(path) if doc["kind"] != "Kustomization"
-    ]
+    """The objects of the production overlay, as `kubectl kustomize` renders them."""
+    return list(render("overlays/production"))
 
 
 def _of_kind(kind: str) -> list[Doc]:
@@ -78,7 +78,10 @@ def _compose() -> Doc:
 
 
 def _config_map() -> Doc:
-    return _one("ConfigMap")
+    (config_map,) = [
+        doc for doc in _of_kind("ConfigMap") if doc["metadata"]["name"] == "memory-service-config"
+    ]
+    return config_map
 
 
 def _cpu(quantity: str | float) -> float:
@@ -115,11 +118,13 @@ def test_every_yaml_document_parses() -> None:
     files = _yaml_files()
     assert {p.relative_to(DEPLOY).as_posix() for p in files} >= {
         "compose.yaml",
-        "kubernetes/kustomization.yaml",
-        "kubernetes/configmap.yaml",
-        "kubernetes/ingest.yaml",
-        "kubernetes/query.yaml",
-        "kubernetes/memory-db.yaml",
+        "kubernetes/base/kustomization.yaml",
+        "kubernetes/base/configmap.yaml",
+        "kubernetes/base/ingest.yaml",
+        "kubernetes/base/query.yaml",
+        "kubernetes/base/memory-db.yaml",
+        "kubernetes/overlays/development/kustomization.yaml",
+        "kubernetes/overlays/production/kustomization.yaml",
     }
     for path in files:
         assert _load(path), f"{path} has no YAML document"
@@ -131,11 +136,15 @@ def test_every_yaml_document_parses() -> None:
 
 
 def test_kustomization_lists_every_manifest() -> None:
-    (kustomization,) = _load(K8S / "kustomization.yaml")
-    assert kustomization["namespace"] == NAMESPACE
-    listed = set(kustomization["resources"])
-    present = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
-    assert listed == present
+    for folder in ("base", "components/monitoring", "components/backup", "restore"):
+        (kustomization,) = _load(K8S / folder / "kustomization.yaml")
+        listed = set(kustomization.get("resources", [])) | {
+            p["path"] for p in kustomization.get("patches", [])
+        }
+        present = {p.name for p in (K8S / folder).glob("*.yaml")} - {"kustomization.yaml"}
+        assert listed == present, folder
+    (base,) = _load(K8S / "base" / "kustomization.yaml")
+    assert base["namespace"] == NAMESPACE
 
 
 def test_resource_names_are_unique_per_kind() -> None:

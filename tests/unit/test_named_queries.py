@@ -39,6 +39,7 @@ FILE_USERS = {
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],
     "session.sql": ["age_graph"],
+    "replication.sql": ["wal_position", "read_routing"],
     "snapshots.sql": ["snapshot_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)

@@ -70,8 +70,16 @@ def _global_options(
         bool,
         typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
     ] = False,
+    consistent: Annotated[
+        bool,
+        typer.Option(
+            "--consistent",
+            help="reads see the last write made by cb (its consistency token, kept in "
+            "CB_CONSISTENCY_TOKEN_FILE or ~/.local/state/memory-service/consistency-token)",
+        ),
+    ] = False,
 ) -> None:
-    ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token)
+    ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token, consistent=consistent)
 
 
 COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (

@@ -3,7 +3,8 @@
 `CliState` is stored on the root typer context by the app's callback (`common.tooling.cli.app`); a
 command reaches it with `cli_state`. Every command calls the services through `CliState.client`, a
 `common.tooling.memory_client.MemoryClient` with the addresses, the token and the TLS files of the
-settings (its channels come from `common.tooling.client.make_channel`, like `CliState.channel`).
+settings and the `common.tooling.consistency_tokens.ConsistencyTokens` of the run (``--consistent``)
+on its channels; `CliState.channel` opens a channel the same way.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import typer
 from common.kernel.config import Settings
 from common.tooling.cli.terminal import fail
 from common.tooling.client import ClientSecurity, make_channel
+from common.tooling.consistency_tokens import ConsistencyTokens, default_token_file
 from common.tooling.memory_client import MemoryClient
 
 
@@ -26,7 +28,9 @@ class CliState:
     ingest_addr: str | None = None
     query_addr: str | None = None
     token: str | None = None
+    consistent: bool = False
     _settings: Settings | None = None
+    _tokens: ConsistencyTokens | None = None
 
     def settings(self) -> Settings:
         """Settings from the environment, with the addresses given on the command line applied.
@@ -61,9 +65,16 @@ class CliState:
     def channel(self, address: str) -> grpc.Channel:
         """A channel to ``address`` with the CLI's token and TLS settings (exits 1 on bad TLS files)."""
         try:
-            return make_channel(address, security=self.security())
+            channel = make_channel(address, security=self.security())
         except ValueError as exc:
             fail([f"error: {exc}"])
+        return grpc.intercept_channel(channel, self.consistency_tokens())
+
+    def consistency_tokens(self) -> ConsistencyTokens:
+        """Every write's token is kept (`default_token_file`); with ``--consistent`` reads send it."""
+        if self._tokens is None:
+            self._tokens = ConsistencyTokens(attach=self.consistent, path=default_token_file())
+        return self._tokens
 
     def client(self) -> MemoryClient:
         """A `MemoryClient` of both services with the CLI's addresses, token and TLS settings.
@@ -76,7 +87,13 @@ class CliState:
             security.channel_credentials()
         except ValueError as exc:
             fail([f"error: {exc}"])
-        return MemoryClient(self.ingest(), self.query(), security=security, retry_reads=False)
+        return MemoryClient(
+            self.ingest(),
+            self.query(),
+            security=security,
+            retry_reads=False,
+            interceptors=(self.consistency_tokens(),),
+        )
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -17,6 +17,9 @@ from common.kernel.errors import DomainError
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.terminal import error_lines, fail
 from common.tooling.embedded_db import EmbeddedDatabaseError, database_down, database_status, database_up
+from common.tooling.embedded_db.replica import replica_down, replica_status, replica_up
+
+_REPLICA_HELP = "the streaming replica of the embedded database (127.0.0.1:55433) instead of the database"
 
 db_app = typer.Typer(
     help="The embedded development database (PostgreSQL 17 + AGE + pgvector).", no_args_is_help=True
@@ -33,26 +36,32 @@ def _reported_database_errors() -> Iterator[None]:
 
 
 @db_app.command("up")
-def db_up() -> None:
+def db_up(
+    replica: bool = typer.Option(False, "--replica", help=_REPLICA_HELP),
+    rebuild: bool = typer.Option(False, "--rebuild", help="with --replica: copy the primary again"),
+) -> None:
     """Build (first time), initialise and start the embedded database; prints its DSN."""
     with _reported_database_errors():
-        dsn = database_up()
+        dsn = replica_up(rebuild=rebuild) if replica else database_up()
     typer.echo(dsn)
 
 
 @db_app.command("down")
-def db_down() -> None:
+def db_down(replica: bool = typer.Option(False, "--replica", help=_REPLICA_HELP)) -> None:
     """Stop the embedded database (nothing to do when it is not running)."""
     with _reported_database_errors():
-        database_down()
-    typer.echo("embedded database stopped")
+        if replica:
+            replica_down()
+        else:
+            database_down()
+    typer.echo("embedded replica stopped" if replica else "embedded database stopped")
 
 
 @db_app.command("status")
-def db_status() -> None:
+def db_status(replica: bool = typer.Option(False, "--replica", help=_REPLICA_HELP)) -> None:
     """Show the embedded database's state and DSN; exit code 1 when it is not running."""
     with _reported_database_errors():
-        status = database_status()
+        status = replica_status() if replica else database_status()
     for key, value in dataclasses.asdict(status).items():
         typer.echo(f"{key + ':':<14}{value}")
     if not status.running:

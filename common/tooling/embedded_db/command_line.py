@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from common.tooling.embedded_db.cluster import DatabaseStatus, database_down, database_status, database_up
 from common.tooling.embedded_db.layout import EmbeddedDatabaseError
+from common.tooling.embedded_db.replica import replica_down, replica_status, replica_up
 
 
 def _format_status(status: DatabaseStatus) -> str:
@@ -25,6 +26,19 @@ def _format_status(status: DatabaseStatus) -> str:
     if status.log_file is not None:
         lines.append(f"log:      {status.log_file}")
     return "\n".join(lines)
+
+
+def _replica_command(command: str, *, rebuild: bool) -> int:
+    if command == "up":
+        print(replica_up(rebuild=rebuild), flush=True)
+        return 0
+    if command == "down":
+        replica_down()
+        return 0
+    status = replica_status()
+    state = f"running (pid {status.pid})" if status.running else "stopped"
+    print(f"state:    {state}\ndsn:      {status.dsn}", flush=True)
+    return 0 if status.running else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,11 +59,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("up", "down", "status"),
         help="up: build/init/start, print the DSN; down: stop; status: print the state (exit 1 if stopped)",
     )
+    parser.add_argument(
+        "--replica",
+        action="store_true",
+        help="the streaming replica of the running database (127.0.0.1:55433) instead of the database",
+    )
+    parser.add_argument("--rebuild", action="store_true", help="with up --replica: copy the primary again")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exit_request:  # usage errors exit 1 (not argparse's 2); --help exits 0
         return 0 if exit_request.code in (0, None) else 1
     try:
+        if args.replica:
+            return _replica_command(args.command, rebuild=args.rebuild)
         if args.command == "up":
             print(database_up(), flush=True)
             return 0

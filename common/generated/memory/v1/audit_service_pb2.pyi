@@ -80,8 +80,14 @@ class RecordAuditEventResponse(_message.Message):
 
     EVENT_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """False when client_event_id named an event recorded before (nothing was written)."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def event(self) -> Global___AuditEvent:
         """The event as stored (or as stored before, for a retry with the same client_event_id)."""
@@ -91,10 +97,11 @@ class RecordAuditEventResponse(_message.Message):
         *,
         event: Global___AuditEvent | None = ...,
         created: _builtins.bool = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "event", b"event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "created", b"created", "event", b"event"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

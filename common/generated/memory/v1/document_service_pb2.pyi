@@ -117,12 +117,18 @@ class RetainResponse(_message.Message):
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     LINKED_FIELD_NUMBER: _builtins.int
     MISSING_LINKS_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The document's natural key, as stored."""
     created: _builtins.bool
     """True when the node did not exist before."""
     chunk_count: _builtins.int
     """Chunks the text was split into (they replaced the previous ones)."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def linked(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Links whose target node exists (LINKS_TO edges written)."""
@@ -139,10 +145,11 @@ class RetainResponse(_message.Message):
         chunk_count: _builtins.int = ...,
         linked: _abc.Iterable[_builtins.str] | None = ...,
         missing_links: _abc.Iterable[_builtins.str] | None = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -275,22 +282,29 @@ class PutChunksResponse(_message.Message):
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The document's natural key, as stored."""
     created: _builtins.bool
     """True when the node did not exist before."""
     chunk_count: _builtins.int
     """Chunks the document holds after the call."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     def __init__(
         self,
         *,
         natural_key: _builtins.str = ...,
         created: _builtins.bool = ...,
         chunk_count: _builtins.int = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "created", b"created", "natural_key", b"natural_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "created", b"created", "natural_key", b"natural_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -345,6 +359,7 @@ class DeleteNodeResponse(_message.Message):
     EDGES_DELETED_FIELD_NUMBER: _builtins.int
     AUDIT_EVENT_ID_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The deleted node's natural key."""
     type: _builtins.str
@@ -359,6 +374,11 @@ class DeleteNodeResponse(_message.Message):
     """The audit event written with the deletion, and its trace."""
     trace_id: _builtins.str
     """Trace of the audit event (the request's trace_id or the request id)."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     def __init__(
         self,
         *,
@@ -369,10 +389,11 @@ class DeleteNodeResponse(_message.Message):
         edges_deleted: _builtins.int = ...,
         audit_event_id: _builtins.str = ...,
         trace_id: _builtins.str = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_id", b"audit_event_id", "chunks_deleted", b"chunks_deleted", "edges_deleted", b"edges_deleted", "facts_deleted", b"facts_deleted", "natural_key", b"natural_key", "trace_id", b"trace_id", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_id", b"audit_event_id", "chunks_deleted", b"chunks_deleted", "consistency_token", b"consistency_token", "edges_deleted", b"edges_deleted", "facts_deleted", b"facts_deleted", "natural_key", b"natural_key", "trace_id", b"trace_id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#memory/v1/domain_pack_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n\x0eKindDefinition\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12+\n\x0bnatural_key\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\'\n\x07\x61liases\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x14\n\x0ckind_aliases\x18\x04 \x03(\t\x12\x13\n\x0bid_patterns\x18\x05 \x03(\t\x12+\n\nattributes\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"\x85\x01\n\x12RelationDefinition\x12\x10\n\x08relation\x18\x01 \x01(\t\x12\x12\n\nfrom_kinds\x18\x02 \x03(\t\x12\x10\n\x08to_kinds\x18\x03 \x03(\t\x12\x15\n\x08temporal\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0b\x63\x61rdinality\x18\x05 \x01(\tB\x0b\n\t_temporal\"\xbb\x01\n\rDomainPackage\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05kinds\x18\x03 \x03(\x0b\x32\x19.memory.v1.KindDefinition\x12\x30\n\trelations\x18\x04 \x03(\x0b\x32\x1d.memory.v1.RelationDefinition\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"+\n\nPackageRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"C\n\x16RegisterPackageRequest\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\"U\n\x17RegisterPackageResponse\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"2\n\x11GetPackageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"?\n\x12GetPackageResponse\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\"<\n\x13ListPackagesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x14ListPackagesResponse\x12*\n\x08packages\x18\x01 \x03(\x0b\x32\x18.memory.v1.DomainPackage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"f\n\x18SetNamespaceKindsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\"g\n\x19SetNamespaceKindsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\"-\n\x18GetNamespaceKindsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x89\x01\n\x19GetNamespaceKindsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\x12\r\n\x05kinds\x18\x04 \x03(\t\x12\x11\n\trelations\x18\x05 \x03(\t2\xc9\x03\n\x11\x44omainPackService\x12X\n\x0fRegisterPackage\x12!.memory.v1.RegisterPackageRequest\x1a\".memory.v1.RegisterPackageResponse\x12I\n\nGetPackage\x12\x1c.memory.v1.GetPackageRequest\x1a\x1d.memory.v1.GetPackageResponse\x12O\n\x0cListPackages\x12\x1e.memory.v1.ListPackagesRequest\x1a\x1f.memory.v1.ListPackagesResponse\x12^\n\x11SetNamespaceKinds\x12#.memory.v1.SetNamespaceKindsRequest\x1a$.memory.v1.SetNamespaceKindsResponse\x12^\n\x11GetNamespaceKinds\x12#.memory.v1.GetNamespaceKindsRequest\x1a$.memory.v1.GetNamespaceKindsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#memory/v1/domain_pack_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcc\x01\n\x0eKindDefinition\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12+\n\x0bnatural_key\x18\x02 \x01(\x0b\x32\x16.google.protobuf.Value\x12\'\n\x07\x61liases\x18\x03 \x01(\x0b\x32\x16.google.protobuf.Value\x12\x14\n\x0ckind_aliases\x18\x04 \x03(\t\x12\x13\n\x0bid_patterns\x18\x05 \x03(\t\x12+\n\nattributes\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\"\x85\x01\n\x12RelationDefinition\x12\x10\n\x08relation\x18\x01 \x01(\t\x12\x12\n\nfrom_kinds\x18\x02 \x03(\t\x12\x10\n\x08to_kinds\x18\x03 \x03(\t\x12\x15\n\x08temporal\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x13\n\x0b\x63\x61rdinality\x18\x05 \x01(\tB\x0b\n\t_temporal\"\xbb\x01\n\rDomainPackage\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12(\n\x05kinds\x18\x03 \x03(\x0b\x32\x19.memory.v1.KindDefinition\x12\x30\n\trelations\x18\x04 \x03(\x0b\x32\x1d.memory.v1.RelationDefinition\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"+\n\nPackageRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"C\n\x16RegisterPackageRequest\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\"p\n\x17RegisterPackageResponse\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"2\n\x11GetPackageRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"?\n\x12GetPackageResponse\x12)\n\x07package\x18\x01 \x01(\x0b\x32\x18.memory.v1.DomainPackage\"<\n\x13ListPackagesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x14ListPackagesResponse\x12*\n\x08packages\x18\x01 \x03(\x0b\x32\x18.memory.v1.DomainPackage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"f\n\x18SetNamespaceKindsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\"\x82\x01\n\x19SetNamespaceKindsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x04 \x01(\t\"-\n\x18GetNamespaceKindsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x89\x01\n\x19GetNamespaceKindsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x08packages\x18\x02 \x03(\x0b\x32\x15.memory.v1.PackageRef\x12\x0e\n\x06strict\x18\x03 \x01(\x08\x12\r\n\x05kinds\x18\x04 \x03(\t\x12\x11\n\trelations\x18\x05 \x03(\t2\xc9\x03\n\x11\x44omainPackService\x12X\n\x0fRegisterPackage\x12!.memory.v1.RegisterPackageRequest\x1a\".memory.v1.RegisterPackageResponse\x12I\n\nGetPackage\x12\x1c.memory.v1.GetPackageRequest\x1a\x1d.memory.v1.GetPackageResponse\x12O\n\x0cListPackages\x12\x1e.memory.v1.ListPackagesRequest\x1a\x1f.memory.v1.ListPackagesResponse\x12^\n\x11SetNamespaceKinds\x12#.memory.v1.SetNamespaceKindsRequest\x1a$.memory.v1.SetNamespaceKindsResponse\x12^\n\x11GetNamespaceKinds\x12#.memory.v1.GetNamespaceKindsRequest\x1a$.memory.v1.GetNamespaceKindsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -44,23 +44,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERPACKAGEREQUEST']._serialized_start=691
   _globals['_REGISTERPACKAGEREQUEST']._serialized_end=758
   _globals['_REGISTERPACKAGERESPONSE']._serialized_start=760
-  _globals['_REGISTERPACKAGERESPONSE']._serialized_end=845
-  _globals['_GETPACKAGEREQUEST']._serialized_start=847
-  _globals['_GETPACKAGEREQUEST']._serialized_end=897
-  _globals['_GETPACKAGERESPONSE']._serialized_start=899
-  _globals['_GETPACKAGERESPONSE']._serialized_end=962
-  _globals['_LISTPACKAGESREQUEST']._serialized_start=964
-  _globals['_LISTPACKAGESREQUEST']._serialized_end=1024
-  _globals['_LISTPACKAGESRESPONSE']._serialized_start=1026
-  _globals['_LISTPACKAGESRESPONSE']._serialized_end=1117
-  _globals['_SETNAMESPACEKINDSREQUEST']._serialized_start=1119
-  _globals['_SETNAMESPACEKINDSREQUEST']._serialized_end=1221
-  _globals['_SETNAMESPACEKINDSRESPONSE']._serialized_start=1223
-  _globals['_SETNAMESPACEKINDSRESPONSE']._serialized_end=1326
-  _globals['_GETNAMESPACEKINDSREQUEST']._serialized_start=1328
-  _globals['_GETNAMESPACEKINDSREQUEST']._serialized_end=1373
-  _globals['_GETNAMESPACEKINDSRESPONSE']._serialized_start=1376
-  _globals['_GETNAMESPACEKINDSRESPONSE']._serialized_end=1513
-  _globals['_DOMAINPACKSERVICE']._serialized_start=1516
-  _globals['_DOMAINPACKSERVICE']._serialized_end=1973
+  _globals['_REGISTERPACKAGERESPONSE']._serialized_end=872
+  _globals['_GETPACKAGEREQUEST']._serialized_start=874
+  _globals['_GETPACKAGEREQUEST']._serialized_end=924
+  _globals['_GETPACKAGERESPONSE']._serialized_start=926
+  _globals['_GETPACKAGERESPONSE']._serialized_end=989
+  _globals['_LISTPACKAGESREQUEST']._serialized_start=991
+  _globals['_LISTPACKAGESREQUEST']._serialized_end=1051
+  _globals['_LISTPACKAGESRESPONSE']._serialized_start=1053
+  _globals['_LISTPACKAGESRESPONSE']._serialized_end=1144
+  _globals['_SETNAMESPACEKINDSREQUEST']._serialized_start=1146
+  _globals['_SETNAMESPACEKINDSREQUEST']._serialized_end=1248
+  _globals['_SETNAMESPACEKINDSRESPONSE']._serialized_start=1251
+  _globals['_SETNAMESPACEKINDSRESPONSE']._serialized_end=1381
+  _globals['_GETNAMESPACEKINDSREQUEST']._serialized_start=1383
+  _globals['_GETNAMESPACEKINDSREQUEST']._serialized_end=1428
+  _globals['_GETNAMESPACEKINDSRESPONSE']._serialized_start=1431
+  _globals['_GETNAMESPACEKINDSRESPONSE']._serialized_end=1568
+  _globals['_DOMAINPACKSERVICE']._serialized_start=1571
+  _globals['_DOMAINPACKSERVICE']._serialized_end=2028
 # @@protoc_insertion_point(module_scope)

@@ -222,8 +222,14 @@ class RegisterPackageResponse(_message.Message):
 
     PACKAGE_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """False when the identical version was already registered."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def package(self) -> Global___DomainPackage:
         """The pack as registered, with create_time."""
@@ -233,10 +239,11 @@ class RegisterPackageResponse(_message.Message):
         *,
         package: Global___DomainPackage | None = ...,
         created: _builtins.bool = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["package", b"package"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "package", b"package"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "created", b"created", "package", b"package"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -387,10 +394,16 @@ class SetNamespaceKindsResponse(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     PACKAGES_FIELD_NUMBER: _builtins.int
     STRICT_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """The namespace configured."""
     strict: _builtins.bool
     """Strict mode now."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def packages(self) -> _containers.RepeatedCompositeFieldContainer[Global___PackageRef]:
         """The packs now enabled."""
@@ -401,10 +414,11 @@ class SetNamespaceKindsResponse(_message.Message):
         namespace: _builtins.str = ...,
         packages: _abc.Iterable[Global___PackageRef] | None = ...,
         strict: _builtins.bool = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "packages", b"packages", "strict", b"strict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "namespace", b"namespace", "packages", b"packages", "strict", b"strict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmemory/v1/fact_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"e\n\x12\x41ssertFactsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x05\x66\x61\x63ts\x18\x02 \x03(\x0b\x32\x18.memory.v1.FactAssertion\x12\x13\n\x0bsource_path\x18\x03 \x01(\t\"]\n\x10\x41ssertFactResult\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x04 \x03(\t\"C\n\x13\x41ssertFactsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.memory.v1.AssertFactResult\"t\n\x10\x43loseFactRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07\x66\x61\x63t_id\x18\x02 \x01(\t\x12,\n\x08valid_to\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\"2\n\x11\x43loseFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.memory.v1.Fact2\xa3\x01\n\x0b\x46\x61\x63tService\x12L\n\x0b\x41ssertFacts\x12\x1d.memory.v1.AssertFactsRequest\x1a\x1e.memory.v1.AssertFactsResponse\x12\x46\n\tCloseFact\x12\x1b.memory.v1.CloseFactRequest\x1a\x1c.memory.v1.CloseFactResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cmemory/v1/fact_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"e\n\x12\x41ssertFactsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\'\n\x05\x66\x61\x63ts\x18\x02 \x03(\x0b\x32\x18.memory.v1.FactAssertion\x12\x13\n\x0bsource_path\x18\x03 \x01(\t\"]\n\x10\x41ssertFactResult\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\r\n\x05\x65rror\x18\x03 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x04 \x03(\t\"^\n\x13\x41ssertFactsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.memory.v1.AssertFactResult\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"t\n\x10\x43loseFactRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07\x66\x61\x63t_id\x18\x02 \x01(\t\x12,\n\x08valid_to\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x04 \x01(\t\"M\n\x11\x43loseFactResponse\x12\x1d\n\x04\x66\x61\x63t\x18\x01 \x01(\x0b\x32\x0f.memory.v1.Fact\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t2\xa3\x01\n\x0b\x46\x61\x63tService\x12L\n\x0b\x41ssertFacts\x12\x1d.memory.v1.AssertFactsRequest\x1a\x1e.memory.v1.AssertFactsResponse\x12\x46\n\tCloseFact\x12\x1b.memory.v1.CloseFactRequest\x1a\x1c.memory.v1.CloseFactResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,11 +38,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ASSERTFACTRESULT']._serialized_start=206
   _globals['_ASSERTFACTRESULT']._serialized_end=299
   _globals['_ASSERTFACTSRESPONSE']._serialized_start=301
-  _globals['_ASSERTFACTSRESPONSE']._serialized_end=368
-  _globals['_CLOSEFACTREQUEST']._serialized_start=370
-  _globals['_CLOSEFACTREQUEST']._serialized_end=486
-  _globals['_CLOSEFACTRESPONSE']._serialized_start=488
-  _globals['_CLOSEFACTRESPONSE']._serialized_end=538
-  _globals['_FACTSERVICE']._serialized_start=541
-  _globals['_FACTSERVICE']._serialized_end=704
+  _globals['_ASSERTFACTSRESPONSE']._serialized_end=395
+  _globals['_CLOSEFACTREQUEST']._serialized_start=397
+  _globals['_CLOSEFACTREQUEST']._serialized_end=513
+  _globals['_CLOSEFACTRESPONSE']._serialized_start=515
+  _globals['_CLOSEFACTRESPONSE']._serialized_end=592
+  _globals['_FACTSERVICE']._serialized_start=595
+  _globals['_FACTSERVICE']._serialized_end=758
 # @@protoc_insertion_point(module_scope)

@@ -97,6 +97,12 @@ class AssertFactsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssertFactResult]:
         """One result per fact of the request, in order."""
@@ -105,10 +111,11 @@ class AssertFactsResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___AssertFactResult] | None = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -159,6 +166,12 @@ class CloseFactResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     FACT_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def fact(self) -> _knowledge_pb2.Fact:
         """The fact after closing."""
@@ -167,10 +180,11 @@ class CloseFactResponse(_message.Message):
         self,
         *,
         fact: _knowledge_pb2.Fact | None = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fact", b"fact"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "fact", b"fact"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

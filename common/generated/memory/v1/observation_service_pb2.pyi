@@ -64,10 +64,16 @@ class RedactObservationResponse(_message.Message):
     OBSERVATION_FIELD_NUMBER: _builtins.int
     FACTS_AFFECTED_FIELD_NUMBER: _builtins.int
     FACTS_EVIDENCE_LOST_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     facts_affected: _builtins.int
     """Facts whose observation_ids lost this observation."""
     facts_evidence_lost: _builtins.int
     """Of those, facts left with no evidence."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def observation(self) -> _knowledge_pb2.Observation:
         """The observation after redaction (status "redacted")."""
@@ -78,10 +84,11 @@ class RedactObservationResponse(_message.Message):
         observation: _knowledge_pb2.Observation | None = ...,
         facts_affected: _builtins.int = ...,
         facts_evidence_lost: _builtins.int = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["observation", b"observation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "observation", b"observation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "observation", b"observation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -134,6 +141,7 @@ class PurgeObservationResponse(_message.Message):
     FACTS_EVIDENCE_LOST_FIELD_NUMBER: _builtins.int
     NODES_DELETED_FIELD_NUMBER: _builtins.int
     CHUNKS_DELETED_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     observation_id: _builtins.str
     """The purged observation's id."""
     facts_affected: _builtins.int
@@ -142,6 +150,11 @@ class PurgeObservationResponse(_message.Message):
     """Of those, facts left with no evidence."""
     chunks_deleted: _builtins.int
     """Chunks removed with those nodes."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def nodes_deleted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys of the nodes removed (episode, text fragments)."""
@@ -154,10 +167,11 @@ class PurgeObservationResponse(_message.Message):
         facts_evidence_lost: _builtins.int = ...,
         nodes_deleted: _abc.Iterable[_builtins.str] | None = ...,
         chunks_deleted: _builtins.int = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_deleted", b"chunks_deleted", "facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "nodes_deleted", b"nodes_deleted", "observation_id", b"observation_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunks_deleted", b"chunks_deleted", "consistency_token", b"consistency_token", "facts_affected", b"facts_affected", "facts_evidence_lost", b"facts_evidence_lost", "nodes_deleted", b"nodes_deleted", "observation_id", b"observation_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -254,6 +268,12 @@ class RecordObservationsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObservationResult]:
         """One result per observation of the request, in order."""
@@ -262,10 +282,11 @@ class RecordObservationsResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___ObservationResult] | None = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

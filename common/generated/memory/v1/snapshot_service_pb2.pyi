@@ -130,12 +130,18 @@ class ReconcileResponse(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     UNCHANGED_FIELD_NUMBER: _builtins.int
     PREVIOUS_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     snapshot_id: _builtins.str
     """The snapshot reconciled."""
     unchanged: _builtins.bool
     """True when this snapshot_id had already been reconciled (nothing was changed)."""
     previous_snapshot_id: _builtins.str
     """Snapshot reconciled before this one for the (source, scope); empty for the first."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def counts(self) -> Global___ReconcileCounts:
         """What the reconciliation changed."""
@@ -147,10 +153,11 @@ class ReconcileResponse(_message.Message):
         counts: Global___ReconcileCounts | None = ...,
         unchanged: _builtins.bool = ...,
         previous_snapshot_id: _builtins.str = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "previous_snapshot_id", b"previous_snapshot_id", "snapshot_id", b"snapshot_id", "unchanged", b"unchanged"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "counts", b"counts", "previous_snapshot_id", b"previous_snapshot_id", "snapshot_id", b"snapshot_id", "unchanged", b"unchanged"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -304,12 +311,18 @@ class ReconcileStreamResponse(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     UNCHANGED_FIELD_NUMBER: _builtins.int
     PREVIOUS_SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     snapshot_id: _builtins.str
     """The snapshot reconciled."""
     unchanged: _builtins.bool
     """True when this snapshot_id had already been reconciled (nothing was changed)."""
     previous_snapshot_id: _builtins.str
     """Snapshot reconciled before this one for the (source, scope); empty for the first."""
+    consistency_token: _builtins.str
+    """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
+    `x-consistency-token` metadata of a read (query_service) to read from a database that has
+    this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
     @_builtins.property
     def counts(self) -> Global___ReconcileCounts:
         """What the reconciliation changed."""
@@ -321,10 +334,11 @@ class ReconcileStreamResponse(_message.Message):
         counts: Global___ReconcileCounts | None = ...,
         unchanged: _builtins.bool = ...,
         previous_snapshot_id: _builtins.str = ...,
+        consistency_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts", "previous_snapshot_id", b"previous_snapshot_id", "snapshot_id", b"snapshot_id", "unchanged", b"unchanged"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "counts", b"counts", "previous_snapshot_id", b"previous_snapshot_id", "snapshot_id", b"snapshot_id", "unchanged", b"unchanged"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

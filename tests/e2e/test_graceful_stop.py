@@ -1,0 +1,113 @@
+"""A stopping server drops no call: SIGTERM to a real `cb serve query` process (what Kubernetes sends in
+a rolling update) turns health NOT_SERVING while the server still answers for the drain, and the process
+then exits cleanly.
+
+A client whose view of health lags (a balancer between two health checks) keeps sending after
+NOT_SERVING; every such call must still be answered.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+
+from common.kernel.config import Settings
+from common.tooling.client import wait_for_serving
+
+pytestmark = pytest.mark.e2e
+
+DRAIN_SECONDS = 5
+CALLS_AFTER_NOT_SERVING = 20
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def query_process(settings: Settings) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    address = f"127.0.0.1:{_free_port()}"
+    environment = {
+        **os.environ,
+        "CB_DATABASE_URL": settings.database_url,
+        "CB_QUERY_ADDR": address,
+        "CB_QUERY_METRICS_PORT": "0",
+        "CB_SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS),
+        "CB_SHUTDOWN_GRACE_SECONDS": "5",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "common.tooling.cli", "serve", "query"],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert wait_for_serving(address, timeout=180), "query_service did not become SERVING"
+        yield process, address
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
+
+
+def test_sigterm_turns_not_serving_and_keeps_answering_for_the_drain(
+    query_process: tuple[subprocess.Popen[bytes], str], namespace: str
+) -> None:
+    process, address = query_process
+    with grpc.insecure_channel(address) as channel:
+        facts = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+        request = fact_query_service_pb2.ListFactsRequest(namespace=namespace, subject="person:nobody")
+        assert list(facts.ListFacts(request, timeout=30).facts) == []
+
+        statuses: list[int] = []
+        watching = threading.Event()
+        not_serving = threading.Event()
+
+        def watch() -> None:
+            stream = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(service=""))
+            try:
+                for response in stream:
+                    statuses.append(response.status)
+                    watching.set()
+                    if response.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                        not_serving.set()
+                        return
+            except grpc.RpcError:
+                return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert watching.wait(timeout=30)
+        process.send_signal(signal.SIGTERM)
+        assert not_serving.wait(timeout=30), f"health never turned NOT_SERVING: {statuses}"
+        assert statuses[0] == health_pb2.HealthCheckResponse.SERVING
+
+        # A client that has not noticed yet: every call is still answered during the drain.
+        codes = []
+        for _ in range(CALLS_AFTER_NOT_SERVING):
+            try:
+                facts.ListFacts(request, timeout=10)
+                codes.append(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                codes.append(error.code())
+        assert codes == [grpc.StatusCode.OK] * CALLS_AFTER_NOT_SERVING
+
+    assert process.wait(timeout=60) == 0
+    assert process.stderr is not None
+    log = process.stderr.read().decode("utf-8", "replace")
+    assert "draining" in log and "query_service: stopped" in log, log[-2000:]
