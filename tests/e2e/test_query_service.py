@@ -7,7 +7,6 @@ own channel. Every test uses a namespace of its own.
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,15 +195,12 @@ def test_search_fuses_three_rankings_with_provenance_and_filters(
     )
     stub = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
 
-    started = time.perf_counter()
     response = stub.Search(
         retrieval_service_pb2.SearchRequest(
             namespace=namespace, query="security updates for openssl", top_k=5
         ),
         timeout=30,
     )
-    elapsed = time.perf_counter() - started
-    assert elapsed < 5
     top = response.hits[0]
     assert (top.node_key, top.chunk_order, top.heading) == ("doc:openssl/bookworm", 0, "OpenSSL on bookworm")
     assert top.vector_score > 0 and top.text_score > 0 and top.score > 0
