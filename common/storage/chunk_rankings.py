@@ -194,15 +194,23 @@ class ChunkRankings:
     def vector_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
     ) -> list[Candidate]:
-        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending)."""
+        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending).
+
+        Two steps in one statement: the nearest row ids with their distances (only ``id`` and
+        ``embedding`` are read, so for one namespace among many the planner can take them from the
+        covering index of migration 0012 in an index-only scan, exactly, instead of fetching every heap
+        row and detoasting its 2 KB embedding; for a namespace that is most of the table it takes the
+        HNSW index), then the chunk columns of those ids by primary key.
+        """
         params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
         condition = self._filter_sql(where, params)
         statement = sql.SQL(
             "WITH nearest AS MATERIALIZED ("
-            " SELECT {columns}, embedding <=> %(embedding)s AS score FROM {table}"
+            " SELECT id, embedding <=> %(embedding)s AS score FROM {table}"
             " WHERE {condition} AND embedding IS NOT NULL"
             " ORDER BY embedding <=> %(embedding)s LIMIT %(limit)s)"
-            " SELECT * FROM nearest ORDER BY score, node_key, chunk_order"
+            " SELECT {columns}, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
+            " ORDER BY nearest.score, chunk.node_key, chunk.chunk_order"
         ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
         return self._candidates(conn, statement, params)
 
