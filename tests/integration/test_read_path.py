@@ -51,6 +51,7 @@ def test_read_connection_runs_without_a_transaction_and_leaves_the_pool_transact
         pid = conn.info.backend_pid
     with small_pool.connection() as conn:
         assert conn.info.backend_pid == pid  # the same pooled connection ...
+        assert not conn.autocommit
         conn.execute("SELECT 1").fetchone()
         assert conn.info.transaction_status == TransactionStatus.INTRANS  # ... transactional again
 
@@ -139,7 +140,11 @@ def test_migration_0012_adds_the_covering_namespace_index(fresh_settings: Settin
 
 
 def test_node_summaries_by_sql_and_for_keys_without_a_recorded_vertex_id(
-    database: Database, provider: EmbeddingProvider, settings: Settings, namespace: str
+    database: Database,
+    provider: EmbeddingProvider,
+    settings: Settings,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     writer = DocumentWriter(database, provider, settings)
     provenance = {"note": TRICKY, "nested": {"list": [TRICKY, 1, 2.5, True, None]}}
@@ -161,6 +166,9 @@ def test_node_summaries_by_sql_and_for_keys_without_a_recorded_vertex_id(
             (namespace, "doc:b"),
         )
     store = ContextStore(settings, GraphStore(database))
+    with database.read_connection() as conn, monkeypatch.context() as no_cypher:
+        no_cypher.setattr(store.graph, "cypher", lambda *_: pytest.fail("Cypher on the read path"))
+        assert store.node_summaries(conn, namespace, ["doc:a"])["doc:a"].provenance == provenance
     with database.read_connection() as conn:
         summaries = store.node_summaries(conn, namespace, ["doc:a", "doc:b", "doc:missing", "doc:a"])
         assert store.node_summaries(conn, namespace + "-elsewhere", ["doc:a"]) == {}
