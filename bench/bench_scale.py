@@ -203,9 +203,9 @@ def add_copies(
             " embedding, meta)"
             " SELECT {target}, {key}, s.chunk_order, s.node_type, s.source_path, s.title, s.heading, s.text,"
             " l2_normalize(s.embedding + s.embedding + s.embedding + o.embedding), s.meta"
-            " FROM scale_base s CROSS JOIN generate_series(%(first)s, %(last)s) AS c(copy)"
+            " FROM scale_base s CROSS JOIN generate_series(%(first)s::int, %(last)s::int) AS c(copy)"
             " JOIN scale_base o ON o.rn = (s.rn * 7919 + c.copy * 104729) %% (SELECT count(*) FROM scale_base) + 1"
-            " WHERE c.copy < %(last)s OR s.rn <= %(rows_last)s"
+            " WHERE c.copy < %(last)s::int OR s.rn <= %(rows_last)s::int"
         ).format(table=sql.Identifier(table), target=target, key=key),
         {"first": first, "last": last, "rows_last": rows_last},
     )
