@@ -232,13 +232,16 @@ def move_copies(conn: psycopg.Connection[Any], table: str, q: str, layout: str) 
 
 @contextmanager
 def statement_settings(conn: psycopg.Connection[Any], **settings: str) -> Iterator[None]:
+    """Session settings for the block, restored to their values before it (not to the defaults: the
+    session's ``hnsw.ef_search`` is the service's)."""
+    before = {name: conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] for name in settings}  # type: ignore[index]
     for name, value in settings.items():
-        conn.execute(sql.SQL("SET {} = {}").format(sql.SQL(name), sql.Literal(value)))
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
     try:
         yield
     finally:
-        for name in settings:
-            conn.execute(sql.SQL("RESET {}").format(sql.SQL(name)))
+        for name, value in before.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 FORCE_HNSW = {
