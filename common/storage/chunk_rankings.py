@@ -12,7 +12,9 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
   returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
   re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
-  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway.
+  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
+  the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
+  of migration 0012 (vectors inline, no heap fetch or detoasting); the chunk columns are joined after.
 * **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
   stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
   default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
