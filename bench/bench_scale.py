@@ -64,31 +64,24 @@ sys.path.insert(0, str(ROOT))
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    observation_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
 
 from bench.run_bench import (
-    CORPORA,
-    VAULT,
-    debian_observations,
     distinctive_sentences,
-    load_observations,
     percentiles,
     run_in_database,
     services,
 )
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.scale_report import draw, entry
+from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
+from bench.service_results import append_entry, machine, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore
-from common.tooling.markdown_vault import find_documents, read_document
 
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
-FAQ = CORPORA / "retrieval-eval"
 EF_SEARCH = (40, 100, 200)
 TOP_K = 10
 # The baseline's vector statement (before issue 15), for the A/B of the arm.
@@ -109,122 +102,6 @@ def load() -> dict[str, float]:
 
 def measured(samples: list[float]) -> dict[str, Any]:
     return {**percentiles(samples), **load()}
-
-
-# -- building the tables ---------------------------------------------------------------------------
-
-
-def ingest_base(namespace: str, *, debian: bool) -> dict[str, Any]:
-    """The vault and the FAQ into ``namespace`` (or, with ``debian``, the upload stream into
-    ``<namespace>-debian``) through a real ingest service."""
-    started = time.perf_counter()
-    with services(extra_env={"CB_EMBEDDING_THREADS": "1"}, kinds=("ingest",)) as (ingest, _):
-        channel = grpc.insecure_channel(ingest, options=[("grpc.max_send_message_length", 64 << 20)])
-        if debian:
-            stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-            outcome = load_observations(stub, debian_observations(f"{namespace}-debian"), concurrency=2)
-            return {
-                "debian_observations": outcome["count"],
-                "seconds": round(time.perf_counter() - started, 1),
-            }
-        documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-        chunks = 0
-        for path in find_documents(VAULT):
-            chunks += documents.Retain(
-                read_document(path, VAULT, namespace=namespace), timeout=600
-            ).chunk_count
-        for line in (FAQ / "debian-faq-docs.jsonl").read_text("utf-8").splitlines():
-            doc = json.loads(line)
-            request = document_service_pb2.RetainRequest(
-                namespace=namespace,
-                natural_key=doc["doc_id"],
-                type="faq",
-                title=doc["title"] or doc["doc_id"],
-                content=doc["text"],
-            )
-            chunks += documents.Retain(request, timeout=600).chunk_count
-    return {"chunks": chunks, "seconds": round(time.perf_counter() - started, 1)}
-
-
-def droppable_indexes(conn: psycopg.Connection[Any], table: str) -> list[tuple[str, str]]:
-    """(name, definition) of the table's indexes that back no constraint."""
-    return conn.execute(
-        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = %s AND NOT EXISTS"
-        " (SELECT 1 FROM pg_constraint c WHERE c.conindid = (quote_ident(i.schemaname) || '.' ||"
-        " quote_ident(i.indexname))::regclass)",
-        (table,),
-    ).fetchall()
-
-
-@contextmanager
-def indexes_rebuilt(
-    conn: psycopg.Connection[Any], table: str, rows: int, timings: dict[str, float]
-) -> Iterator[None]:
-    """Drops the table's non-constraint indexes, yields (the bulk change), rebuilds them (each timed into
-    ``timings``, seconds), then VACUUM ANALYZE."""
-    indexes = droppable_indexes(conn, table)
-    for name, _ in indexes:
-        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
-    yield
-    memory_mb = max(256, min(4096, int(rows * 2.6 * 1.3 / 1024)))  # HNSW graph: ~2.6 KB per 512-d row
-    conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(f"{memory_mb}MB")))
-    conn.execute(
-        sql.SQL("SET max_parallel_maintenance_workers = {}").format(
-            sql.Literal(max(0, (os.cpu_count() or 2) - 1))
-        )
-    )
-    timings["maintenance_work_mem_mb"] = memory_mb
-    for name, definition in indexes:
-        started = time.perf_counter()
-        conn.execute(definition)  # type: ignore[arg-type]  # from pg_indexes, as PostgreSQL wrote it
-        timings[name] = round(time.perf_counter() - started, 1)
-    started = time.perf_counter()
-    conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
-    timings["vacuum_analyze"] = round(time.perf_counter() - started, 1)
-
-
-# The tenant namespace of a copy (written inside statements that take parameters: ``%%`` is a ``%``).
-TENANT = sql.SQL("{q} || '-tenant-' || lpad(({copy} * 10 + abs(hashtext({key})) %% 10)::text, 5, '0')")
-
-
-def add_copies(
-    conn: psycopg.Connection[Any], table: str, q: str, first: int, last: int, rows_last: int, layout: str
-) -> None:
-    """Copies ``first..last`` of Q's base rows (the last one only its first ``rows_last`` rows)."""
-    key = sql.SQL("(s.node_key || '~copy' || c.copy)")
-    target = (
-        sql.Literal(q)
-        if layout == "single"
-        else TENANT.format(q=sql.Literal(q), copy=sql.SQL("c.copy"), key=key)
-    )
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO {table} (namespace, node_key, chunk_order, node_type, source_path, title, heading, text,"
-            " embedding, meta)"
-            " SELECT {target}, {key}, s.chunk_order, s.node_type, s.source_path, s.title, s.heading, s.text,"
-            " l2_normalize(s.embedding + s.embedding + s.embedding + o.embedding), s.meta"
-            " FROM scale_base s CROSS JOIN generate_series(%(first)s::int, %(last)s::int) AS c(copy)"
-            " JOIN scale_base o ON o.rn = (s.rn * 7919 + c.copy * 104729) %% (SELECT count(*) FROM scale_base) + 1"
-            " WHERE c.copy < %(last)s::int OR s.rn <= %(rows_last)s::int"
-        ).format(table=sql.Identifier(table), target=target, key=key),
-        {"first": first, "last": last, "rows_last": rows_last},
-    )
-
-
-def move_copies(conn: psycopg.Connection[Any], table: str, q: str, layout: str) -> None:
-    """Moves every copy into Q (single) or into its tenant namespace (multi)."""
-    copy = sql.SQL("split_part(node_key, '~copy', 2)::int")
-    target = (
-        sql.Literal(q)
-        if layout == "single"
-        else TENANT.format(q=sql.Literal(q), copy=copy, key=sql.SQL("node_key"))
-    )
-    conn.execute(
-        sql.SQL("UPDATE {table} SET namespace = {target} WHERE node_key LIKE '%%~copy%%'").format(
-            table=sql.Identifier(table), target=target
-        ),
-        {},
-    )
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -633,124 +510,6 @@ def measure_state(
                     print(name, outcome, flush=True)
     state["seconds"] = time.perf_counter() - started
     return state
-
-
-def draw(results: dict[str, Any]) -> str:
-    """The scale curve: Search p50/p95 and the floor against the table's rows, per layout; file name."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(8, 5))
-    for layout, marker in (("single", "o"), ("multi", "s")):
-        states = [s for s in results["states"] if s["layout"] == layout or (s["size"] == "10k")]
-        if not any(s["layout"] == layout for s in results["states"]):
-            continue
-        rows = [s["rows"] for s in states]
-        for name in states[0]["search"]:
-            for key, style in (("p50_ms", "-"), ("p95_ms", "--")):
-                axes.plot(
-                    rows,
-                    [s["search"][name][key] for s in states],
-                    style,
-                    marker=marker,
-                    label=f"Search {key[:3]}, {name}, {layout}",
-                )
-        axes.plot(
-            rows,
-            [s["floor"]["sum"]["p50_ms"] for s in states],
-            ":",
-            marker=marker,
-            label=f"floor p50 (HNSW + GIN), {layout}",
-        )
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlabel("chunks in the table")
-    axes.set_ylabel("latency (ms)")
-    axes.set_title(
-        f"Search over gRPC against table size ({results['machine']['cores']} cores, {results['time']})"
-    )
-    axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize=7)
-    name = f"scale-{results['time']}.png"
-    figure.tight_layout()
-    figure.savefig(ROOT / "bench" / "results" / name, dpi=110)
-    return name
-
-
-def entry(results: dict[str, Any], picture: str) -> list[str]:
-    """The RESULTS.md entry: one table per measure, every figure with its load average."""
-
-    def figure(r: dict[str, Any]) -> str:
-        return f"{r['p50_ms']} / {r['p95_ms']} (load {r['load_1m']})"
-
-    names = list(results["states"][0]["search"]) if results["states"] else []
-    lines = [
-        heading(results) + " — read-side scale (`bench/bench_scale.py`)",
-        "",
-        f"Base: {results['build']['base']['chunks']} real chunks (docs vault + Debian FAQ) retained in"
-        f" {results['build']['base']['seconds']} s; larger sizes by copying them (perturbed keys and vectors,"
-        " see the module doc); pgvector "
-        + results["pgvector"]
-        + ". Query embedding alone (p50 / p95 ms):"
-        + "; ".join(f" {k} {figure(v)}" for k, v in results["query_embedding"].items())
-        + ". Database fresh, dropped afterwards."
-        + (f" Note: {results['note']}" if results["note"] else ""),
-        "",
-        f"![scale curve](results/{picture})",
-        "",
-        "| size | layout | rows (Q) | "
-        + " | ".join(f"Search {n} p50 / p95 ms" for n in names)
-        + " | "
-        + " | ".join(f"CompileContext {n}" for n in names)
-        + " | floor HNSW + GIN p50 / p95 | index builds (s) |",
-        "|---|---|---|" + "---|" * (2 * len(names)) + "---|---|",
-    ]
-    for s in results["states"]:
-        builds = ", ".join(f"{k.removeprefix('chunks_')} {v}" for k, v in s["build"]["indexes"].items())
-        lines.append(
-            f"| {s['size']} | {s['layout']} | {s['rows']} ({s['q_rows']}) | "
-            + " | ".join(figure(s["search"][n]) for n in names)
-            + " | "
-            + " | ".join(figure(s["compile_context"][n]) for n in names)
-            + f" | {figure(s['floor']['sum'])} | {builds or '-'} |"
-        )
-    lines += ["", "Vector arm (in-process, top-50, p50 / p95 ms, overlap@10 with the exact top-10):", ""]
-    variants = list(dict.fromkeys(v for s in results["states"] for v in s["vector_arm"]))
-    lines.append("| size | layout | " + " | ".join(variants) + " |")
-    lines.append("|---|---|" + "---|" * len(variants))
-    for s in results["states"]:
-        cells = []
-        for v in variants:
-            r = s["vector_arm"].get(v)
-            cells.append(
-                ""
-                if r is None
-                else f"{figure(r)}, {r['overlap_at_10']}"
-                + (f", built in {r['build_seconds']} s" if "build_seconds" in r else "")
-            )
-        lines.append(f"| {s['size']} | {s['layout']} | " + " | ".join(cells) + " |")
-    for s in results["states"]:
-        if "concurrency" not in s:
-            continue
-        lines += [
-            "",
-            f"Search throughput at {s['size']} {s['layout']} (each client its own queries, rotating):",
-            "",
-        ]
-        lines.append(
-            "| clients | " + " | ".join(f"{n}: per s, p50 / p95 ms" for n in s["concurrency"]) + " |"
-        )
-        lines.append("|---|" + "---|" * len(s["concurrency"]))
-        for index, outcome in enumerate(next(iter(s["concurrency"].values()))):
-            cells = [
-                f"{runs[index]['per_second']}, {figure(runs[index])}"
-                + (f", {runs[index]['errors']} errors" if runs[index]["errors"] else "")
-                for runs in s["concurrency"].values()
-            ]
-            lines.append(f"| {outcome['clients']} | " + " | ".join(cells) + " |")
-    return lines
 
 
 if __name__ == "__main__":
