@@ -90,25 +90,33 @@ def free_port() -> int:
 
 
 @contextmanager
-def services() -> Iterator[tuple[str, str]]:
-    """Starts `cb serve ingest` and `cb serve query` as separate processes on free ports."""
-    ingest, query = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+def services(
+    *,
+    root: Path = ROOT,
+    extra_env: dict[str, str] | None = None,
+    kinds: tuple[str, ...] = ("ingest", "query"),
+) -> Iterator[tuple[str, str]]:
+    """Starts `cb serve ingest` and `cb serve query` (or only ``kinds``) as separate processes on free
+    ports, from the code tree ``root`` (another checkout measures its code against the same database),
+    with ``extra_env`` added to the environment; yields the two addresses ("" for a kind not started)."""
+    addresses = {kind: f"127.0.0.1:{free_port()}" for kind in ("ingest", "query")}
     env = dict(
         os.environ,
-        CB_INGEST_ADDR=ingest,
-        CB_QUERY_ADDR=query,
+        CB_INGEST_ADDR=addresses["ingest"],
+        CB_QUERY_ADDR=addresses["query"],
         CB_INGEST_METRICS_PORT="0",
         CB_QUERY_METRICS_PORT="0",
+        **(extra_env or {}),
     )
     children = [
-        subprocess.Popen([sys.executable, "-m", "common.tooling.cli", "serve", kind], cwd=ROOT, env=env)
-        for kind in ("ingest", "query")
+        subprocess.Popen([sys.executable, "-m", "common.tooling.cli", "serve", kind], cwd=root, env=env)
+        for kind in kinds
     ]
     try:
-        for address in (ingest, query):
-            if not wait_for_serving(address, timeout=180):
-                raise RuntimeError(f"service at {address} did not become SERVING")
-        yield ingest, query
+        for kind in kinds:
+            if not wait_for_serving(addresses[kind], timeout=180):
+                raise RuntimeError(f"service at {addresses[kind]} did not become SERVING")
+        yield tuple(addresses[kind] if kind in kinds else "" for kind in ("ingest", "query"))  # type: ignore[misc]
     finally:
         for child in children:
             child.terminate()

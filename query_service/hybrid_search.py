@@ -246,7 +246,8 @@ class HybridSearcher:
         self.arms = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search-arm")
 
     def _ranking(self, arm: Callable[[psycopg.Connection[Any]], list[Candidate]]) -> list[Candidate]:
-        with self.database.connection() as conn:
+        # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips.
+        with self.database.read_connection() as conn:
             return arm(conn)
 
     def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
@@ -301,7 +302,7 @@ class HybridSearcher:
         }
         summaries: dict[str, NodeSummary] = {}
         if config.node_provenance and fused:
-            with self.database.connection() as conn:
+            with self.database.read_connection() as conn:
                 summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:

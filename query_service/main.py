@@ -68,7 +68,10 @@ def create_query_host(
         ValueError: unknown embedding provider or tokenizer encoding, or a dimension mismatch.
         RuntimeError: the address cannot be bound.
     """
-    provider = build_embedding_provider(settings)
+    # The read side encodes one query per call: its own (small) BLAS thread count, see the setting.
+    provider = build_embedding_provider(
+        settings.model_copy(update={"embedding_threads": settings.query_embedding_threads})
+    )
     tokens = TokenCounter(settings.tokenizer_encoding)
     # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
     database = RoutedDatabase(settings, embedding_model=provider.model_id)

@@ -12,7 +12,9 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
   returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
   re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
-  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway.
+  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
+  the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
+  of migration 0012 (vectors inline, no heap fetch or detoasting); the chunk columns are joined after.
 * **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
   stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
   default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
@@ -194,15 +196,23 @@ class ChunkRankings:
     def vector_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
     ) -> list[Candidate]:
-        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending)."""
+        """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending).
+
+        Two steps in one statement: the nearest row ids with their distances (only ``id`` and
+        ``embedding`` are read, so for one namespace among many the planner can take them from the
+        covering index of migration 0012 in an index-only scan, exactly, instead of fetching every heap
+        row and detoasting its 2 KB embedding; for a namespace that is most of the table it takes the
+        HNSW index), then the chunk columns of those ids by primary key.
+        """
         params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
         condition = self._filter_sql(where, params)
         statement = sql.SQL(
             "WITH nearest AS MATERIALIZED ("
-            " SELECT {columns}, embedding <=> %(embedding)s AS score FROM {table}"
+            " SELECT id, embedding <=> %(embedding)s AS score FROM {table}"
             " WHERE {condition} AND embedding IS NOT NULL"
             " ORDER BY embedding <=> %(embedding)s LIMIT %(limit)s)"
-            " SELECT * FROM nearest ORDER BY score, node_key, chunk_order"
+            " SELECT {columns}, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
+            " ORDER BY nearest.score, chunk.node_key, chunk.chunk_order"
         ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
         return self._candidates(conn, statement, params)
 

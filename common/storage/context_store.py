@@ -2,9 +2,10 @@
 entities named in text, and the ``context_traces`` journal (DESIGN §7).
 
 Static SQL (registry rows of keys, keys with facts, recording a compilation) is in
-``sql/queries/context.sql``. Composed here: the Cypher of `ContextStore.node_summaries` (one query per
-label found, through `GraphStore.cypher`: parameters only, sanitised labels) and the reads that take the
-caller's visibility predicate (the first step of `keys_with_facts`, `traces`).
+``sql/queries/context.sql``. Composed here: the vertex read of `ContextStore.node_summaries` (one SQL
+statement over the label tables found, sanitised labels; Cypher only for keys without a recorded vertex
+id) and the reads that take the caller's visibility predicate (the first step of `keys_with_facts`,
+`traces`).
 """
 
 from __future__ import annotations
@@ -76,39 +77,75 @@ class ContextStore:
         """Type, title, source path, ``props.provenance`` and ``props.attributes`` of the existing nodes among
         ``natural_keys``.
 
-        One Cypher query per label (``UNWIND`` over the keys, served by the label's GIN index); the node's
-        ``props.content`` is never read.
+        Plain SQL, no Cypher (issue 15: Search called this on every request): the registry rows of the
+        keys, then one statement reading each vertex by its recorded AGE id from its label's table (the
+        label's id index). Only a key whose vertex id is not recorded yet (rows older than migration 0006)
+        is looked up by Cypher, one query per label. The node's ``props.content`` is never returned.
         """
         keys = list(dict.fromkeys(natural_keys))
         if not keys:
             return {}
-        rows = conn.execute(self.queries["registered_nodes_of_keys"], (namespace, keys)).fetchall()
-        by_label: dict[str, list[str]] = defaultdict(list)
+        rows = conn.execute(self.queries["registered_vertices_of_keys"], (namespace, keys)).fetchall()
+        vertex_ids: dict[str, list[str]] = defaultdict(list)
+        legacy: dict[str, list[str]] = defaultdict(list)  # no vertex_id recorded yet: found by Cypher
         types: dict[str, str] = {}
-        for key, label, node_type in rows:
-            by_label[str(label)].append(str(key))
+        for key, label, node_type, vertex_id in rows:
+            if vertex_id:
+                vertex_ids[str(label)].append(str(vertex_id))
+            else:
+                legacy[str(label)].append(str(key))
             types[str(key)] = str(node_type)
-        out: dict[str, NodeSummary] = {}
-        for label, label_keys in by_label.items():
-            found = self.graph.cypher(
-                conn,
-                f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
-                " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes,"
-                " n.props.pii, n.props.pii_categories]",
-                {"keys": label_keys, "namespace": namespace},
+        found: list[Sequence[Any]] = []
+        if vertex_ids:
+            found.extend(
+                conn.execute(
+                    self._vertex_summaries(list(vertex_ids)), self._vertex_params(vertex_ids, namespace)
+                ).fetchall()
             )
-            for item in found:
-                key, title, source_path, provenance, attributes, pii, pii_categories = item
-                out[str(key)] = NodeSummary(
-                    natural_key=str(key),
-                    node_type=types.get(str(key), ""),
-                    title=str(title or ""),
-                    source_path=str(source_path or ""),
-                    provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
-                    attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
-                    pii=PiiMarks.from_props({"pii": pii, "pii_categories": pii_categories}),
+        for label, label_keys in legacy.items():
+            found.extend(
+                self.graph.cypher(
+                    conn,
+                    f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
+                    " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes,"
+                    " n.props.pii, n.props.pii_categories]",
+                    {"keys": label_keys, "namespace": namespace},
                 )
+            )
+        out: dict[str, NodeSummary] = {}
+        for item in found:
+            key, title, source_path, provenance, attributes, pii, pii_categories = item
+            out[str(key)] = NodeSummary(
+                natural_key=str(key),
+                node_type=types.get(str(key), ""),
+                title=str(title or ""),
+                source_path=str(source_path or ""),
+                provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
+                attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
+                pii=PiiMarks.from_props({"pii": pii, "pii_categories": pii_categories}),
+            )
         return out
+
+    def _vertex_summaries(self, labels: Sequence[str]) -> sql.Composed:
+        """One SQL statement over the label tables of ``labels``: each vertex by its AGE id (the label's
+        id index), its properties as jsonb, the summary fields picked out (no Cypher on the read path)."""
+        parts = [
+            sql.SQL(
+                "SELECT (ag_catalog.agtype_out(properties)::text)::jsonb AS doc FROM {} WHERE id = ANY({}::text[]::ag_catalog.graphid[])"
+            ).format(sql.Identifier(self.graph.graph, checked_label(label)), sql.Placeholder(f"ids_{index}"))
+            for index, label in enumerate(labels)
+        ]
+        return sql.SQL(
+            "SELECT doc ->> 'natural_key', doc ->> 'title', doc ->> 'source_path', doc -> 'props' -> 'provenance',"
+            " doc -> 'props' -> 'attributes', doc -> 'props' -> 'pii', doc -> 'props' -> 'pii_categories'"
+            " FROM ({}) AS vertex WHERE doc ->> 'namespace' = %(namespace)s"
+        ).format(sql.SQL(" UNION ALL ").join(parts))
+
+    @staticmethod
+    def _vertex_params(vertex_ids: Mapping[str, list[str]], namespace: str) -> dict[str, Any]:
+        params: dict[str, Any] = {f"ids_{index}": ids for index, ids in enumerate(vertex_ids.values())}
+        params["namespace"] = namespace
+        return params
 
     def keys_with_facts(
         self,

@@ -2,7 +2,7 @@
 
 `RoutedDatabase` is the query service's `Database`: migrations, writes (`run_transaction`: audit events)
 and `primary_connection` (the context-trace journal) use the primary, ``CB_DATABASE_URL``, as the base
-class does; `connection` (every read) goes to one of the replicas of ``CB_READ_DATABASE_URL`` (one DSN,
+class does; `connection` and `read_connection` (every read, the rankings of a search included) go to one of the replicas of ``CB_READ_DATABASE_URL`` (one DSN,
 or a JSON list of DSNs: one pool each). The policy, per read:
 
 * no replica configured: the primary (as without this module);
@@ -202,8 +202,25 @@ class RoutedDatabase(Database):
                 (reason ``REPLICA_UNAVAILABLE``).
             FailedPrecondition: the schema does not fit this service's settings.
         """
+        with self._routed(in_transaction=True) as conn:
+            yield conn
+
+    @contextmanager
+    def read_connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """`Database.read_connection` (autocommit, no BEGIN/COMMIT) on the database the policy picks, so
+        the rankings of a search read the replica and honour the consistency token like every read.
+
+        Raises:
+            Unavailable, FailedPrecondition: as `connection`.
+        """
+        with self._routed(in_transaction=False) as conn:
+            yield conn
+
+    @contextmanager
+    def _routed(self, *, in_transaction: bool) -> Iterator[psycopg.Connection[Any]]:
+        primary = super().connection if in_transaction else super().read_connection
         if _primary_only.get() or not self._replicas:
-            with super().connection() as conn:
+            with primary() as conn:
                 yield conn
             return
         self._ensure_schema()
@@ -214,8 +231,18 @@ class RoutedDatabase(Database):
                 continue
             REPLICA_READS.labels("replica").inc()
             try:
-                with checked_out.transaction():
-                    yield checked_out
+                if in_transaction:
+                    with checked_out.transaction():
+                        yield checked_out
+                else:
+                    checked_out.autocommit = True
+                    try:
+                        yield checked_out
+                    finally:
+                        try:
+                            checked_out.autocommit = False
+                        except psycopg.Error:
+                            pass  # a broken connection: the pool discards it
             except BaseException as error:
                 if is_unavailable_error(error):
                     replica.failed(error)
@@ -233,7 +260,7 @@ class RoutedDatabase(Database):
         REPLICA_READS.labels("primary").inc()
         if required is not None:
             self._fall_back(required)
-        with super().connection() as conn:
+        with primary() as conn:
             yield conn
 
     def _candidates(self, required: int | None) -> list[_Replica]:

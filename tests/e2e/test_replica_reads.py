@@ -22,11 +22,15 @@ import pytest
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memory.v1 import (
+    document_service_pb2,
+    document_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     fact_service_pb2,
     fact_service_pb2_grpc,
     knowledge_pb2,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
 )
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
@@ -333,3 +337,35 @@ def test_cb_consistent_reads_the_write_of_the_previous_cb_command(
     )
     assert token_reads >= 30
     assert (tmp_path / "token").read_text(encoding="ascii").startswith("ct1-")
+
+
+def test_search_rankings_read_the_replica_and_honour_the_token(
+    ingest_channel: grpc.Channel, strict_query: grpc.Channel, namespace: str
+) -> None:
+    """Search reads through autocommit connections (`Database.read_connection`): they too go to the
+    replica and wait for the token's position, so a document is found right after its Retain."""
+    searches = 20
+    replica_reads_before = _count("memory_replica_reads_total", target="replica")
+    primary_reads_before = _count("memory_replica_reads_total", target="primary")
+    missed = []
+    for index in range(searches):
+        word = f"zqreplica{index}x"
+        retained = document_service_pb2_grpc.DocumentServiceStub(ingest_channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=namespace,
+                natural_key=f"doc:replica-{index}",
+                type="document",
+                content=f"# Replica {index}\n\nThe marker {word} is written once.",
+            ),
+            timeout=60,
+        )
+        hits = retrieval_service_pb2_grpc.RetrievalServiceStub(strict_query).Search(
+            retrieval_service_pb2.SearchRequest(namespace=namespace, query=word, top_k=3),
+            metadata=((CONSISTENCY_TOKEN_METADATA, retained.consistency_token),),
+            timeout=60,
+        )
+        if not any(hit.node_key == f"doc:replica-{index}" for hit in hits.hits):
+            missed.append(index)
+    assert missed == []
+    assert _count("memory_replica_reads_total", target="replica") - replica_reads_before >= searches
+    assert _count("memory_replica_reads_total", target="primary") == primary_reads_before

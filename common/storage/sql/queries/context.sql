@@ -1,11 +1,12 @@
 -- Static SQL of the read side's provenance and context journal (common/storage/context_store.py). Loaded
 -- by common/storage/named_queries.py; see there for the placeholders ({context_traces}, ...) and
--- parameters. The Cypher of node summaries (a label per query) and the reads that take a caller's
+-- parameters. The vertex read of node summaries (over the label tables found) and the reads that take a caller's
 -- visibility predicate are composed in Python.
 
--- name: registered_nodes_of_keys
--- Key, label and node type of the registered keys among a list (parameters: namespace, keys).
-SELECT natural_key, label, node_type FROM {graph_nodes} WHERE namespace = %s AND natural_key = ANY(%s)
+-- name: registered_vertices_of_keys
+-- Key, label, node type and AGE vertex id (NULL before its first use after migration 0006) of the
+-- registered keys among a list (parameters: namespace, keys).
+SELECT natural_key, label, node_type, vertex_id::text FROM {graph_nodes} WHERE namespace = %s AND natural_key = ANY(%s)
 
 -- name: keys_with_facts
 -- The keys among %(keys)s that are the subject or object of at least one fact of %(namespace)s, sorted,
