@@ -1,46 +1,56 @@
-"""CompileContext, first version (DESIGN §7; protos/memory/v1/context_service.proto).
+"""CompileContext (DESIGN §7; issue 16 §3-4; protos/memory/v1/context_service.proto).
 
 Steps:
 
-1. **Candidates.** The best chunks for the query (`HybridSearcher`, ``chunk_candidates`` of them); the
-   facts valid at ``as_of`` whose subject or object is an anchor; and the facts valid at ``as_of`` about
-   entities *named* in the best chunks: registry nodes (``graph_nodes``) whose key's id part
-   (``openssl`` of ``package:openssl``) equals a word or identifier of a chunk's text, limited to nodes
-   that take part in facts and to ``mentioned_entity_limit`` of them. Facts whose evidence was lost
-   are candidates only to be dropped with that reason.
-2. **Rank.** Chunks: the fused retrieval score relative to the best possible one (0..1]. Facts: a base
-   weight (``anchor_weight`` for facts about anchors; ``mention_weight`` times the score of the best
-   chunk naming the entity otherwise) x confidence x evidence rank / 3 (asserted 3, extracted 2,
+1. **Candidates**, each with the rule that brought it (`query_service.context_pack.items.Selection`):
+   - ``hit``: the best chunks for the query (`HybridSearcher`), as many as the budget could hold
+     (``token_budget / search_tokens_per_hit``, within ``min_search_hits..max_search_hits``);
+   - ``neighbour``: the turns next to the best ``neighbour_origins`` hits that are turns (episodes of
+     observations) in the same source system and stream, up to ``neighbour_window`` on each side and
+     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.stream_neighbours`):
+     the question and its answer are often in consecutive turns;
+   - ``recent``: the ``recent_limit`` most recent turns that occurred by ``as_of``;
+   - ``anchor_fact``: the facts valid at ``as_of`` whose subject or object is an anchor;
+     ``graph_neighbour``: the facts of the nodes one such fact away from an anchor;
+     ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
+     key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
+     most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
+   Summaries (DESIGN §7) are not candidates yet: nothing stores them.
+2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
+   origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
+   ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
+   (``anchor_weight``; ``anchor_weight`` x ``graph_neighbour_weight`` one fact further;
+   ``mention_weight`` x the naming hit's score) x confidence x evidence rank / 3 (asserted 3, extracted 2,
    inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
    predicate with a different object overlaps) are kept and flagged, never resolved.
-3. **Render and fit.** Each item is rendered as text (facts as ``subject PREDICATE object (valid from X[,
-   to Y]; evidence, confidence C; fact_id)``, chunks as a header line with title, heading and
-   ``node_key#chunk_order`` followed by the chunk text), then items are added greedily in rank order
-   while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
-   chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain, and no
-   chunk takes more than ``max_item_share`` of the budget (longer ones are cut to it; `FitSettings`).
-   ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget. The fitting
-   is `query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext.
-4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
-   ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler.PackCompiler`).
-
-What both compilers share (the request, the pack, evidence ranks, fact rendering, fitting, the
-journal, the kept items' audit) is in `query_service.context_pack`; this module holds what is CompileContext's own: its
-candidates (chunks and facts), their ranks, and the chunk rendering.
+3. **Redundancy.** A chunk found by two rules is one candidate (its best score; the other rules are
+   listed in ``Selection.also``); chunks whose words equal, or nearly equal, a better chunk's are dropped
+   (`query_service.context_pack.conversation.RedundancyFilter`).
+4. **Render.** A turn is one line ``HH:MM speaker: text`` under a header ``[YYYY-MM-DD system/stream]``
+   shared by the turns of its stream on that day (`query_service.context_pack.conversation`); other
+   chunks keep a header line with title, heading and ``node_key#chunk_order``; facts are
+   ``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)``.
+5. **Fit** by value per token (`query_service.context_pack.fitting.PackFitter`, shared with
+   CompileTypedContext): score / tokens added, greedy, with incremental token counts and one exact
+   count of the pack text. A chunk that does not fit whole may be cut; no chunk takes more than
+   ``max_item_share`` of the budget. ``pack.token_count`` is the exact count and never exceeds the budget.
+6. **Explain and trace.** Every item carries its `Selection`; with ``ContextRequest.dropped_limit`` the
+   pack lists the best dropped candidates with why they were dropped. Every candidate's decision is
+   appended to ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler`).
 
 Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
-every query — chunk rankings, facts about anchors, the registry look-up of entities named in chunks and
-their facts — and a fact whose subject or object node is hidden is never a candidate, so no hidden
-node's key or title reaches the pack through a fact.
+every query — chunk rankings, neighbouring and recent turns (observation, episode chunk and episode node
+must all be visible), facts about anchors and their neighbours, the registry look-up of entities named
+in chunks and their facts — and a fact whose subject or object node is hidden is never a candidate, so
+no hidden node's key, title or text reaches the pack, an item's selection or the dropped list.
 
 Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
-and a caller without clearance (``ContextRequest.pii``), every candidate is masked (or withheld, by its
-chunk's marks) when it is rendered — before fitting, so the budget holds for the text actually returned
-and ``token_count`` counts it. For a cleared caller the pack is unmasked and, when the kept items hold
-personal data, one ``pii_access`` audit event is recorded under the pack's trace id. The trace journal
-(``context_traces``) stores keys and decisions unmasked; GetTrace masks them on the way out.
-
-Not yet: graph neighbourhood, recent observations and episodes as candidates, recency.
+and a caller without clearance (``ContextRequest.pii``), every candidate (its text, a turn's speaker and
+stream) is masked (or withheld, by its chunk's marks) when it is rendered — before fitting, so the
+budget holds for the text actually returned and dropped candidates are listed masked. For a cleared
+caller the pack is unmasked and, when the kept items hold personal data, one ``pii_access`` audit event
+is recorded under the pack's trace id. The trace journal (``context_traces``) stores keys and decisions
+unmasked; GetTrace masks them on the way out.
 
 Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
 """
@@ -49,18 +59,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import cast
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
-from common.kernel.pii import PiiMarks
 from common.storage.context_store import key_tokens
 from common.storage.database import Database
+from common.storage.episode_store import EpisodeStore, EpisodeTurn
 from common.storage.fact_store import FactQuery, FactRow
 from common.text_models.tokenizer import TokenCounter
+from query_service.context_pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
 from query_service.context_pack.compiler import PackCompiler
-from query_service.context_pack.fitting import FitCandidate, FitSettings
-from query_service.context_pack.items import ContextItem, ContextPack, fact_score, render_fact
+from query_service.context_pack.conversation import RedundancyFilter, normalised_words
+from query_service.context_pack.fitting import DROPPED, FitResult, FitSettings
+from query_service.context_pack.items import (
+    ANCHOR_FACT,
+    EVIDENCE_RANK,
+    GRAPH_NEIGHBOUR,
+    HIT,
+    MENTION,
+    NEIGHBOUR,
+    RECENT,
+    ContextItem,
+    ContextPack,
+    DroppedCandidate,
+    Selection,
+    fact_score,
+    render_fact,
+)
 from query_service.context_pack.request import (
     ContextRequest,
     context_request_violations,
@@ -73,7 +99,6 @@ from query_service.hybrid_search import (
     SearchHit,
     SearchQuery,
     SearchSettings,
-    disclose_hit,
 )
 from query_service.pii_output import PiiDisclosure
 from query_service.provenance import Provenance
@@ -83,30 +108,65 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """How a context pack is compiled.
+    """How a context pack is compiled (the module doc names where each is used).
 
     Attributes:
-        search: the retrieval settings for the chunk candidates.
-        chunk_candidates: chunks taken from hybrid search.
+        search: the retrieval settings for the hits.
+        search_tokens_per_hit: tokens a hit is expected to take; the search asks for
+            ``token_budget / search_tokens_per_hit`` hits, within ``min_search_hits..max_search_hits``.
+        min_search_hits, max_search_hits: bounds of that depth.
+        hit_half_rank: 0 scores a hit by its fused score relative to the best possible one; n > 0 by its
+            place r in the fused list, ``1 / (1 + (r - 1) / n)`` (1 for the first hit, 1/2 at place n + 1).
+        neighbour_origins: the best hits whose neighbouring turns become candidates.
+        neighbour_window: turns on each side of such a hit.
+        neighbour_max_gap: the farthest a neighbouring turn may be in time.
+        neighbour_weight: a neighbour's score relative to its origin hit's, at distance 1.
+        neighbour_decay: the factor per further turn (also per place among the recent turns).
+        participant_weight: a turn whose actor or subject the query names (its id's words are words of
+            the query: "caroline" in "When did Caroline ...") scores ``1 + participant_weight`` times more.
+        recent_limit: the most recent turns taken as candidates (0: none).
+        recent_weight: the score of the most recent turn.
         anchor_fact_limit: facts read per anchor and direction (as subject, as object).
-        mention_scan_chunks: best chunks whose text is scanned for entity ids.
-        mentioned_entity_limit: entities named in chunks whose facts become candidates.
-        mentioned_fact_limit: facts read per such entity (as subject).
+        graph_neighbour_limit: nodes one fact away from an anchor whose facts become candidates.
+        graph_neighbour_weight: their facts' base weight relative to ``anchor_weight``.
+        mention_scan_chunks: best hits whose text is scanned for entity ids.
+        mentioned_entity_limit: entities named in hits whose facts become candidates.
+        mentioned_fact_limit: facts read per such entity (as subject) and per graph neighbour.
         anchor_weight: base score of a fact about an anchor.
-        mention_weight: base score of a fact about a named entity, times the naming chunk's score.
-        fitting: budget fitting (`FitSettings`); chunks are the truncatable items, capped at
-            ``fitting.max_item_share`` of the budget.
+        mention_weight: base score of a fact about a named entity, times the naming hit's score.
+        near_duplicate_threshold: word-set Jaccard similarity from which a chunk repeats a better one.
+        fitting: budget fitting (`FitSettings`, by value per token); chunks are the truncatable items,
+            capped at ``fitting.max_item_share`` of the budget.
     """
 
     search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
-    chunk_candidates: int = 20
+    search_tokens_per_hit: int = 25
+    min_search_hits: int = 20
+    max_search_hits: int = 200
+    hit_half_rank: int = 0
+    neighbour_origins: int = 20
+    neighbour_window: int = 2
+    neighbour_max_gap: timedelta = timedelta(hours=6)
+    neighbour_weight: float = 0.5
+    neighbour_decay: float = 0.6
+    participant_weight: float = 0.0
+    recent_limit: int = 5
+    recent_weight: float = 0.1
     anchor_fact_limit: int = 100
+    graph_neighbour_limit: int = 10
+    graph_neighbour_weight: float = 0.5
     mention_scan_chunks: int = 10
     mentioned_entity_limit: int = 20
     mentioned_fact_limit: int = 20
     anchor_weight: float = 1.0
     mention_weight: float = 0.7
-    fitting: FitSettings = field(default_factory=FitSettings)
+    near_duplicate_threshold: float = 0.85
+    fitting: FitSettings = field(default_factory=lambda: FitSettings(selection="value_per_token"))
+
+    def search_depth(self, token_budget: int) -> int:
+        """Hits asked of the search for ``token_budget``."""
+        wanted = token_budget // max(1, self.search_tokens_per_hit)
+        return max(self.min_search_hits, min(self.max_search_hits, wanted))
 
 
 CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
@@ -120,18 +180,6 @@ def context_preset(name: str = "default") -> ContextSettings:
         raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
 
 
-@dataclass(kw_only=True)
-class _Candidate(FitCandidate):
-    """A chunk or fact candidate; chunks may be cut to fit (`PackFitter`)."""
-
-    provenance: Provenance
-    conflict: bool = False
-    pii_marks: PiiMarks = field(default_factory=PiiMarks)  # of the chunk, for the pii_access audit
-
-    def __post_init__(self) -> None:
-        self.truncatable = self.kind == "chunk"
-
-
 def validate_context(request: ContextRequest) -> ContextRequest:
     """Checks a request and fills defaults (budget 0 -> 2000, as_of None -> now, trace id ``ctx-...``).
 
@@ -142,11 +190,19 @@ def validate_context(request: ContextRequest) -> ContextRequest:
     return with_context_defaults(request, trace_prefix="ctx-")
 
 
-def render_chunk_header(hit: SearchHit) -> str:
-    """``[title — heading] node_key#chunk_order`` (the heading part only when there is one)."""
-    chunk = hit.chunk
-    label = f"{chunk.title} — {chunk.heading}" if chunk.heading else chunk.title or chunk.node_key
-    return f"[{label}] {chunk.node_key}#{chunk.chunk_order}"
+def hit_components(hit: SearchHit, best: float, place: int) -> dict[str, float]:
+    """The parts of a hit's score: its place in the fused list (1-based), fused retrieval score, its share
+    of the best possible one, each ranking's score and rank (1-based)."""
+    components = {
+        "fused_rank": float(place),
+        "retrieval_score": hit.score,
+        "relative_score": min(1.0, hit.score / best),
+        "vector_score": hit.vector_score,
+        "text_score": hit.text_score,
+        "trigram_score": hit.trigram_score,
+    }
+    components.update({f"rank_{name}": float(rank) for name, rank in hit.ranks.items()})
+    return components
 
 
 class ContextCompiler(PackCompiler):
@@ -154,7 +210,7 @@ class ContextCompiler(PackCompiler):
 
     Args:
         database: the process's database.
-        searcher: the hybrid searcher for chunk candidates.
+        searcher: the hybrid searcher for the hits.
         tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
         settings: a `ContextSettings` (default preset when None).
     """
@@ -169,6 +225,7 @@ class ContextCompiler(PackCompiler):
         self.settings = settings or context_preset("default")
         super().__init__(database, tokens, self.settings.fitting)
         self.searcher = searcher
+        self.episodes = EpisodeStore(database.settings)
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -180,23 +237,28 @@ class ContextCompiler(PackCompiler):
         request = validate_context(request)
         as_of = request.as_of or datetime.now(UTC)
         config = self.settings
+        depth = config.search_depth(request.token_budget)
         hits: list[SearchHit] = []
         if request.query.strip():
             hits = self.searcher.search(
                 SearchQuery(
                     namespace=request.namespace,
                     query=request.query,
-                    top_k=config.chunk_candidates,
+                    top_k=depth,
                     visibility=request.visibility,
                 ),
                 settings=config.search,
             )
         shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
-        candidates = self._chunk_candidates(hits, config, shown)
-        candidates += self._fact_candidates(request, as_of, hits, candidates, config, shown)
-        candidates.sort(key=lambda c: (-c.score, c.kind, c.key))
+        pool = CandidatePool()
+        scores = self._chunk_candidates(request, as_of, hits, pool, shown)
+        for candidate in self._fact_candidates(request, as_of, hits, scores, shown):
+            pool.add(candidate)
+        _weigh_participants(pool, request.query, config.participant_weight)
+        candidates = pool.ranked()
+        _mark_redundant(candidates, config.near_duplicate_threshold)
         fitted = self.fitter.fit(candidates, request.token_budget)
-        kept = [cast(_Candidate, piece.candidate) for piece in fitted.kept]
+        kept = [cast(PackCandidate, piece.candidate) for piece in fitted.kept]
         items = [
             ContextItem(
                 kind=candidate.kind,
@@ -206,12 +268,14 @@ class ContextCompiler(PackCompiler):
                 provenance=candidate.provenance,
                 conflict=candidate.conflict,
                 token_count=piece.token_count,
+                selection=candidate.selection,
+                group=candidate.group,
             )
             for candidate, piece in zip(kept, fitted.kept, strict=True)
         ]
         self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
         with self.database.connection() as conn:
-            self.record(conn, request, fitted)
+            self.record(conn, request, fitted, {"search_depth": depth})
         return ContextPack(
             items=items,
             text=fitted.text,
@@ -220,71 +284,177 @@ class ContextCompiler(PackCompiler):
             token_budget=request.token_budget,
             dropped_count=fitted.dropped_count,
             as_of=as_of,
+            dropped=_best_dropped(candidates, fitted, request.dropped_limit),
         )
 
-    # -- candidates --------------------------------------------------------------------------------
+    # -- chunk candidates: hits, their neighbouring turns, recent turns ------------------------------
 
     def _chunk_candidates(
-        self, hits: Sequence[SearchHit], config: ContextSettings, shown: PiiDisclosure
-    ) -> list[_Candidate]:
+        self,
+        request: ContextRequest,
+        as_of: datetime,
+        hits: Sequence[SearchHit],
+        pool: CandidatePool,
+        shown: PiiDisclosure,
+    ) -> dict[str, float]:
+        """Adds the hits, their neighbours and the recent turns to ``pool``; returns the hits' scores by
+        chunk key."""
+        config = self.settings
         best = config.search.max_score() or 1.0
-        out: list[_Candidate] = []
-        seen_texts: set[str] = set()
-        for hit in hits:
-            key = f"{hit.node_key}#{hit.chunk_order}"
-            visible = disclose_hit(shown, hit)  # masked or withheld for an uncleared caller
-            candidate = _Candidate(
-                kind="chunk",
-                key=key,
-                text=render_chunk_header(visible) + "\n" + visible.chunk.text,
-                score=min(1.0, hit.score / best),
-                provenance=visible.provenance,
-                detail={"retrieval_score": hit.score, "ranks": dict(hit.ranks)},
-                pii_marks=PiiMarks.from_props(hit.chunk.meta),
+        origin_ids = [
+            ids[0]
+            for hit in hits
+            if hit.chunk.node_type == "episode" and (ids := hit.provenance.observation_ids)
+        ]
+        with self.database.connection() as conn:
+            turns = self.episodes.turns(conn, request.namespace, origin_ids, visibility=request.visibility)
+            scores: dict[str, float] = {}
+            origin_score: dict[str, float] = {}
+            for place, hit in enumerate(hits):
+                score = min(1.0, hit.score / best)
+                if config.hit_half_rank > 0:
+                    score = 1.0 / (1.0 + place / config.hit_half_rank)
+                key = chunk_key(hit.chunk)
+                scores[key] = score
+                turn = _turn_of(hit.chunk.node_key, turns)
+                if turn is not None and len(origin_score) < config.neighbour_origins:
+                    origin_score.setdefault(turn.observation_id, score)
+                pool.add(
+                    chunk_candidate(
+                        hit.chunk,
+                        turn,
+                        shown,
+                        score=score,
+                        selection=Selection(
+                            HIT, "found by hybrid search", hit_components(hit, best, place + 1)
+                        ),
+                        metadata=hit.provenance.metadata,
+                        source_path=hit.provenance.source_path,
+                    )
+                )
+            neighbours = self.episodes.stream_neighbours(
+                conn,
+                request.namespace,
+                list(origin_score),
+                window=config.neighbour_window,
+                max_gap=config.neighbour_max_gap,
+                visibility=request.visibility,
             )
-            if hit.chunk.text in seen_texts:
-                candidate.drop_reason = "duplicate text of a better chunk"
-            seen_texts.add(hit.chunk.text)
-            out.append(candidate)
-        return out
+            recent = self.episodes.recent(
+                conn, request.namespace, as_of=as_of, limit=config.recent_limit, visibility=request.visibility
+            )
+        for near in neighbours:
+            decay = config.neighbour_decay ** (abs(near.distance) - 1)
+            base = origin_score[near.origin_id]
+            side = "before" if near.distance < 0 else "after"
+            count = abs(near.distance)
+            reason = f"{count} turn{'s' if count > 1 else ''} {side} episode:{near.origin_id} (a hit)"
+            for chunk in near.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        near.turn,
+                        shown,
+                        score=base * config.neighbour_weight * decay,
+                        selection=Selection(
+                            NEIGHBOUR,
+                            reason,
+                            {
+                                "origin_score": base,
+                                "neighbour_weight": config.neighbour_weight,
+                                "decay": decay,
+                                "distance": float(near.distance),
+                            },
+                        ),
+                    )
+                )
+        for place, latest in enumerate(recent):
+            decay = config.neighbour_decay**place
+            for chunk in latest.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        latest.turn,
+                        shown,
+                        score=config.recent_weight * decay,
+                        selection=Selection(
+                            RECENT,
+                            f"the {_ordinal(place + 1)} most recent observation",
+                            {"recent_weight": config.recent_weight, "decay": decay},
+                        ),
+                    )
+                )
+        return scores
+
+    # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
 
     def _fact_candidates(
         self,
         request: ContextRequest,
         as_of: datetime,
         hits: Sequence[SearchHit],
-        chunks: Sequence[_Candidate],
-        config: ContextSettings,
+        chunk_scores: dict[str, float],
         shown: PiiDisclosure,
-    ) -> list[_Candidate]:
-        chunk_scores = {c.key: c.score for c in chunks}
-        scored: dict[str, tuple[FactRow, float, str]] = {}  # fact_id -> (row, score, why)
+    ) -> list[PackCandidate]:
+        config = self.settings
+        scored: dict[str, tuple[FactRow, float, Selection]] = {}  # fact_id -> (row, score, why)
 
-        def offer(row: FactRow, score: float, why: str) -> None:
+        def offer(row: FactRow, base: float, rule: str, reason: str) -> None:
+            score = fact_score(row, base)
             current = scored.get(row.fact_id)
             if current is None or score > current[1]:
-                scored[row.fact_id] = (row, score, why)
+                components = {
+                    "base_weight": base,
+                    "confidence": row.confidence,
+                    "evidence_rank": float(EVIDENCE_RANK.get(row.evidence, 1)),
+                }
+                also = (current[2].rule,) if current is not None and current[2].rule != rule else ()
+                scored[row.fact_id] = (row, score, Selection(rule, reason, components, also))
+
+        def facts_of(conn: Any, subject: str = "", object_key: str = "", limit: int = 0) -> list[FactRow]:
+            query = FactQuery(
+                namespace=request.namespace,
+                subject=subject,
+                object=object_key,
+                as_of=as_of,
+                include_lost=True,
+                page_size=limit,
+                visibility=request.visibility,
+            )
+            return self.facts.list(conn, query, now)[:limit]
 
         now = datetime.now(UTC)
         with self.database.connection() as conn:
+            far_ends: dict[str, str] = {}  # node one fact away from an anchor -> that anchor
             for anchor in request.anchors:
                 for direction in ("subject", "object"):
-                    query = FactQuery(
-                        namespace=request.namespace,
+                    rows = facts_of(
+                        conn,
                         subject=anchor if direction == "subject" else "",
-                        object=anchor if direction == "object" else "",
-                        as_of=as_of,
-                        include_lost=True,
-                        page_size=config.anchor_fact_limit,
-                        visibility=request.visibility,
+                        object_key=anchor if direction == "object" else "",
+                        limit=config.anchor_fact_limit,
                     )
-                    for row in self.facts.list(conn, query, now)[: config.anchor_fact_limit]:
-                        offer(
-                            row, fact_score(row, config.anchor_weight), f"about anchor {anchor} ({direction})"
-                        )
+                    for row in rows:
+                        offer(row, config.anchor_weight, ANCHOR_FACT, f"about anchor {anchor} ({direction})")
+                        far = row.object_key if direction == "subject" else row.subject_key
+                        if (
+                            not row.evidence_lost
+                            and far not in request.anchors
+                            and not far.startswith("episode:")
+                        ):
+                            far_ends.setdefault(far, anchor)
+            neighbour_base = config.anchor_weight * config.graph_neighbour_weight
+            for far, anchor in list(far_ends.items())[: config.graph_neighbour_limit]:
+                for row in facts_of(conn, subject=far, limit=config.mentioned_fact_limit):
+                    offer(
+                        row,
+                        neighbour_base,
+                        GRAPH_NEIGHBOUR,
+                        f"about {far}, one fact away from anchor {anchor}",
+                    )
             token_score: dict[str, float] = {}
             for hit in hits[: config.mention_scan_chunks]:
-                score = chunk_scores.get(f"{hit.node_key}#{hit.chunk_order}", 0.0)
+                score = chunk_scores.get(chunk_key(hit.chunk), 0.0)
                 for token in key_tokens([hit.chunk.text]):
                     token_score[token] = max(token_score.get(token, 0.0), score)
             mentioned = self.store.keys_with_facts(
@@ -298,23 +468,15 @@ class ContextCompiler(PackCompiler):
             for key in mentioned:
                 id_part = key.split(":", 1)[1].lower() if ":" in key else key.lower()
                 base = config.mention_weight * token_score.get(id_part, 0.0)
-                query = FactQuery(
-                    namespace=request.namespace,
-                    subject=key,
-                    as_of=as_of,
-                    include_lost=True,
-                    page_size=config.mentioned_fact_limit,
-                    visibility=request.visibility,
-                )
-                for row in self.facts.list(conn, query, now)[: config.mentioned_fact_limit]:
-                    offer(row, fact_score(row, base), f"about {key}, named in a retrieved chunk")
+                for row in facts_of(conn, subject=key, limit=config.mentioned_fact_limit):
+                    offer(row, base, MENTION, f"about {key}, named in a retrieved chunk")
             live = [row for row, _, _ in scored.values() if not row.evidence_lost]
             conflicts = self.facts.conflicting_ids(conn, live, visibility=request.visibility)
-        out: list[_Candidate] = []
-        for row, score, why in scored.values():
+        out: list[PackCandidate] = []
+        for row, score, selection in scored.values():
             conflict = row.fact_id in conflicts
             visible = disclose_fact(shown, row)  # keys and attributes masked for an uncleared caller
-            candidate = _Candidate(
+            candidate = PackCandidate(
                 kind="fact",
                 key=row.fact_id,
                 text=render_fact(visible, conflict=conflict),
@@ -325,8 +487,9 @@ class ContextCompiler(PackCompiler):
                     observation_ids=tuple(row.observation_ids),
                     fact_id=row.fact_id,
                 ),
+                selection=replace(selection, reason=shown.text(selection.reason)),
                 conflict=conflict,
-                detail={"why": why, "evidence": row.evidence, "confidence": row.confidence},
+                detail={"why": selection.reason, "evidence": row.evidence, "confidence": row.confidence},
             )
             if row.evidence_lost:
                 candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
@@ -334,7 +497,72 @@ class ContextCompiler(PackCompiler):
         return out
 
 
-def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[_Candidate]) -> None:
+def _turn_of(node_key: str, turns: dict[str, EpisodeTurn]) -> EpisodeTurn | None:
+    """The turn of an episode node key (``episode:<observation_id>``), when it was read."""
+    return turns.get(node_key.removeprefix("episode:")) if node_key.startswith("episode:") else None
+
+
+def _weigh_participants(pool: CandidatePool, query: str, weight: float) -> None:
+    """Scales the turns whose actor or subject the query names by ``1 + weight`` (the module doc)."""
+    if weight <= 0:
+        return
+    words = set(normalised_words(query))
+    for candidate in pool.by_key.values():
+        named = [p for p in candidate.participants if (parts := normalised_words(p)) and set(parts) <= words]
+        if named:
+            candidate.score *= 1 + weight
+            candidate.selection = replace(
+                candidate.selection,
+                components={**candidate.selection.components, "participant_boost": 1 + weight},
+            )
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _mark_redundant(candidates: Sequence[PackCandidate], threshold: float) -> None:
+    """Sets the drop reason of chunks that repeat a better chunk (``candidates`` best first)."""
+    check = RedundancyFilter(threshold)
+    for candidate in candidates:
+        if candidate.kind != "chunk" or candidate.drop_reason:
+            continue
+        reason = check.offer(candidate.key, candidate.words_text or candidate.text)
+        if reason:
+            candidate.drop_reason = reason
+    for candidate in candidates:  # the trace records the rule of every candidate
+        candidate.detail.setdefault("rule", candidate.selection.rule)
+        if candidate.kind == "chunk":
+            candidate.detail.setdefault("why", candidate.selection.reason)
+            candidate.detail.setdefault("components", dict(candidate.selection.components))
+
+
+def _best_dropped(
+    candidates: Sequence[PackCandidate], fitted: FitResult, limit: int
+) -> list[DroppedCandidate]:
+    """The ``limit`` best-scored dropped candidates with why they were dropped (decisions are in
+    candidate order)."""
+    if limit <= 0:
+        return []
+    dropped = [
+        DroppedCandidate(
+            kind=candidate.kind,
+            text=candidate.text,
+            score=candidate.score,
+            provenance=candidate.provenance,
+            selection=candidate.selection,
+            drop_reason=decision["reason"],
+            token_count=int(decision["tokens"]),
+        )
+        for candidate, decision in zip(candidates, fitted.decisions, strict=True)
+        if decision["decision"] == DROPPED
+    ]
+    dropped.sort(key=lambda d: -d.score)
+    return dropped[:limit]
+
+
+def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[PackCandidate]) -> None:
     """Passes the kept items' texts through a cleared caller's disclosure (with their chunks' marks), so
     the audit names what the caller received."""
     for item, candidate in zip(items, kept, strict=True):
