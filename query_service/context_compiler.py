@@ -59,125 +59,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import cast
 
-from common.storage.context_store import key_tokens
 from common.storage.database import Database
 from common.storage.episode_store import EpisodeStore, EpisodeTurn
-from common.storage.fact_store import FactQuery, FactRow
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
 from query_service.context_pack.compiler import PackCompiler
 from query_service.context_pack.conversation import RedundancyFilter, normalised_words
-from query_service.context_pack.fitting import DROPPED, FitResult, FitSettings
+from query_service.context_pack.fact_candidates import fact_candidates
+from query_service.context_pack.fitting import DROPPED, FitResult
 from query_service.context_pack.items import (
-    ANCHOR_FACT,
-    EVIDENCE_RANK,
-    GRAPH_NEIGHBOUR,
     HIT,
-    MENTION,
     NEIGHBOUR,
     RECENT,
     ContextItem,
     ContextPack,
     DroppedCandidate,
     Selection,
-    fact_score,
-    render_fact,
 )
 from query_service.context_pack.request import (
     ContextRequest,
     context_request_violations,
     with_context_defaults,
 )
-from query_service.fact_reader import disclose_fact
-from query_service.hybrid_search import (
-    SEARCH_PRESETS,
-    HybridSearcher,
-    SearchHit,
-    SearchQuery,
-    SearchSettings,
-)
+from query_service.context_pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.pii_output import PiiDisclosure
-from query_service.provenance import Provenance
+
+__all__ = ["CONTEXT_PRESETS", "ContextCompiler", "ContextSettings", "context_preset", "validate_context"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ContextSettings:
-    """How a context pack is compiled (the module doc names where each is used).
-
-    Attributes:
-        search: the retrieval settings for the hits.
-        search_tokens_per_hit: tokens a hit is expected to take; the search asks for
-            ``token_budget / search_tokens_per_hit`` hits, within ``min_search_hits..max_search_hits``.
-        min_search_hits, max_search_hits: bounds of that depth.
-        hit_half_rank: 0 scores a hit by its fused score relative to the best possible one; n > 0 by its
-            place r in the fused list, ``1 / (1 + (r - 1) / n)`` (1 for the first hit, 1/2 at place n + 1).
-        neighbour_origins: the best hits whose neighbouring turns become candidates.
-        neighbour_window: turns on each side of such a hit.
-        neighbour_max_gap: the farthest a neighbouring turn may be in time.
-        neighbour_weight: a neighbour's score relative to its origin hit's, at distance 1.
-        neighbour_decay: the factor per further turn (also per place among the recent turns).
-        participant_weight: a turn whose actor or subject the query names (its id's words are words of
-            the query: "caroline" in "When did Caroline ...") scores ``1 + participant_weight`` times more.
-        recent_limit: the most recent turns taken as candidates (0: none).
-        recent_weight: the score of the most recent turn.
-        anchor_fact_limit: facts read per anchor and direction (as subject, as object).
-        graph_neighbour_limit: nodes one fact away from an anchor whose facts become candidates.
-        graph_neighbour_weight: their facts' base weight relative to ``anchor_weight``.
-        mention_scan_chunks: best hits whose text is scanned for entity ids.
-        mentioned_entity_limit: entities named in hits whose facts become candidates.
-        mentioned_fact_limit: facts read per such entity (as subject) and per graph neighbour.
-        anchor_weight: base score of a fact about an anchor.
-        mention_weight: base score of a fact about a named entity, times the naming hit's score.
-        near_duplicate_threshold: word-set Jaccard similarity from which a chunk repeats a better one.
-        fitting: budget fitting (`FitSettings`, by value per token); chunks are the truncatable items,
-            capped at ``fitting.max_item_share`` of the budget.
-    """
-
-    search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
-    search_tokens_per_hit: int = 25
-    min_search_hits: int = 20
-    max_search_hits: int = 200
-    hit_half_rank: int = 0
-    neighbour_origins: int = 20
-    neighbour_window: int = 2
-    neighbour_max_gap: timedelta = timedelta(hours=6)
-    neighbour_weight: float = 0.5
-    neighbour_decay: float = 0.6
-    participant_weight: float = 0.0
-    recent_limit: int = 5
-    recent_weight: float = 0.1
-    anchor_fact_limit: int = 100
-    graph_neighbour_limit: int = 10
-    graph_neighbour_weight: float = 0.5
-    mention_scan_chunks: int = 10
-    mentioned_entity_limit: int = 20
-    mentioned_fact_limit: int = 20
-    anchor_weight: float = 1.0
-    mention_weight: float = 0.7
-    near_duplicate_threshold: float = 0.85
-    fitting: FitSettings = field(default_factory=lambda: FitSettings(selection="value_per_token"))
-
-    def search_depth(self, token_budget: int) -> int:
-        """Hits asked of the search for ``token_budget``."""
-        wanted = token_budget // max(1, self.search_tokens_per_hit)
-        return max(self.min_search_hits, min(self.max_search_hits, wanted))
-
-
-CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
-
-
-def context_preset(name: str = "default") -> ContextSettings:
-    """The named preset. Raises KeyError naming the known presets."""
-    try:
-        return CONTEXT_PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
 
 
 def validate_context(request: ContextRequest) -> ContextRequest:
@@ -252,7 +166,7 @@ class ContextCompiler(PackCompiler):
         shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
         pool = CandidatePool()
         scores = self._chunk_candidates(request, as_of, hits, pool, shown)
-        for candidate in self._fact_candidates(request, as_of, hits, scores, shown):
+        for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
             pool.add(candidate)
         _weigh_participants(pool, request.query, config.participant_weight)
         candidates = pool.ranked()
@@ -387,114 +301,6 @@ class ContextCompiler(PackCompiler):
         return scores
 
     # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
-
-    def _fact_candidates(
-        self,
-        request: ContextRequest,
-        as_of: datetime,
-        hits: Sequence[SearchHit],
-        chunk_scores: dict[str, float],
-        shown: PiiDisclosure,
-    ) -> list[PackCandidate]:
-        config = self.settings
-        scored: dict[str, tuple[FactRow, float, Selection]] = {}  # fact_id -> (row, score, why)
-
-        def offer(row: FactRow, base: float, rule: str, reason: str) -> None:
-            score = fact_score(row, base)
-            current = scored.get(row.fact_id)
-            if current is None or score > current[1]:
-                components = {
-                    "base_weight": base,
-                    "confidence": row.confidence,
-                    "evidence_rank": float(EVIDENCE_RANK.get(row.evidence, 1)),
-                }
-                also = (current[2].rule,) if current is not None and current[2].rule != rule else ()
-                scored[row.fact_id] = (row, score, Selection(rule, reason, components, also))
-
-        def facts_of(conn: Any, subject: str = "", object_key: str = "", limit: int = 0) -> list[FactRow]:
-            query = FactQuery(
-                namespace=request.namespace,
-                subject=subject,
-                object=object_key,
-                as_of=as_of,
-                include_lost=True,
-                page_size=limit,
-                visibility=request.visibility,
-            )
-            return self.facts.list(conn, query, now)[:limit]
-
-        now = datetime.now(UTC)
-        with self.database.connection() as conn:
-            far_ends: dict[str, str] = {}  # node one fact away from an anchor -> that anchor
-            for anchor in request.anchors:
-                for direction in ("subject", "object"):
-                    rows = facts_of(
-                        conn,
-                        subject=anchor if direction == "subject" else "",
-                        object_key=anchor if direction == "object" else "",
-                        limit=config.anchor_fact_limit,
-                    )
-                    for row in rows:
-                        offer(row, config.anchor_weight, ANCHOR_FACT, f"about anchor {anchor} ({direction})")
-                        far = row.object_key if direction == "subject" else row.subject_key
-                        if (
-                            not row.evidence_lost
-                            and far not in request.anchors
-                            and not far.startswith("episode:")
-                        ):
-                            far_ends.setdefault(far, anchor)
-            neighbour_base = config.anchor_weight * config.graph_neighbour_weight
-            for far, anchor in list(far_ends.items())[: config.graph_neighbour_limit]:
-                for row in facts_of(conn, subject=far, limit=config.mentioned_fact_limit):
-                    offer(
-                        row,
-                        neighbour_base,
-                        GRAPH_NEIGHBOUR,
-                        f"about {far}, one fact away from anchor {anchor}",
-                    )
-            token_score: dict[str, float] = {}
-            for hit in hits[: config.mention_scan_chunks]:
-                score = chunk_scores.get(chunk_key(hit.chunk), 0.0)
-                for token in key_tokens([hit.chunk.text]):
-                    token_score[token] = max(token_score.get(token, 0.0), score)
-            mentioned = self.store.keys_with_facts(
-                conn,
-                request.namespace,
-                list(token_score),
-                exclude=list(request.anchors),
-                limit=config.mentioned_entity_limit,
-                visibility=request.visibility,
-            )
-            for key in mentioned:
-                id_part = key.split(":", 1)[1].lower() if ":" in key else key.lower()
-                base = config.mention_weight * token_score.get(id_part, 0.0)
-                for row in facts_of(conn, subject=key, limit=config.mentioned_fact_limit):
-                    offer(row, base, MENTION, f"about {key}, named in a retrieved chunk")
-            live = [row for row, _, _ in scored.values() if not row.evidence_lost]
-            conflicts = self.facts.conflicting_ids(conn, live, visibility=request.visibility)
-        out: list[PackCandidate] = []
-        for row, score, selection in scored.values():
-            conflict = row.fact_id in conflicts
-            visible = disclose_fact(shown, row)  # keys and attributes masked for an uncleared caller
-            candidate = PackCandidate(
-                kind="fact",
-                key=row.fact_id,
-                text=render_fact(visible, conflict=conflict),
-                score=score,
-                provenance=Provenance(
-                    node_key=visible.subject_key,
-                    source_path=visible.source_path,
-                    observation_ids=tuple(row.observation_ids),
-                    fact_id=row.fact_id,
-                ),
-                selection=replace(selection, reason=shown.text(selection.reason)),
-                conflict=conflict,
-                detail={"why": selection.reason, "evidence": row.evidence, "confidence": row.confidence},
-            )
-            if row.evidence_lost:
-                candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
-            out.append(candidate)
-        return out
 
 
 def _turn_of(node_key: str, turns: dict[str, EpisodeTurn]) -> EpisodeTurn | None:
