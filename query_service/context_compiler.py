@@ -30,8 +30,9 @@ Steps:
    shared by the turns of its stream on that day (`query_service.context_pack.conversation`); other
    chunks keep a header line with title, heading and ``node_key#chunk_order``; facts are
    ``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)``.
-5. **Fit** by value per token (`query_service.context_pack.fitting.PackFitter`, shared with
-   CompileTypedContext): score / tokens added, greedy, with incremental token counts and one exact
+5. **Fit** (`query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext) in score
+   order (preset ``default``; a candidate that does not fit is skipped and the next one tried) or by
+   score per token added (preset ``value_per_token``), with incremental token counts and one exact
    count of the pack text. A chunk that does not fit whole may be cut; no chunk takes more than
    ``max_item_share`` of the budget. ``pack.token_count`` is the exact count and never exceeds the budget.
 6. **Explain and trace.** Every item carries its `Selection`; with ``ContextRequest.dropped_limit`` the
@@ -52,7 +53,8 @@ caller the pack is unmasked and, when the kept items hold personal data, one ``p
 is recorded under the pack's trace id. The trace journal (``context_traces``) stores keys and decisions
 unmasked; GetTrace masks them on the way out.
 
-Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
+Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``,
+``"value_per_token"``; `query_service.context_pack.settings`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ class ContextSettings:
         anchor_weight: base score of a fact about an anchor.
         mention_weight: base score of a fact about a named entity, times the naming hit's score.
         near_duplicate_threshold: word-set Jaccard similarity from which a chunk repeats a better one.
-        fitting: budget fitting (`FitSettings`, by value per token); chunks are the truncatable items,
+        fitting: budget fitting (`FitSettings`: score order or value per token); chunks are the truncatable items,
             capped at ``fitting.max_item_share`` of the budget.
     """
 
