@@ -101,6 +101,13 @@ def test_a_hit_brings_its_neighbouring_turns_in_one_compact_block(
     )
     # Each turn is its own item with its own provenance.
     assert len({item.provenance.node_key for item in pack.items}) == len(pack.items)
+    # A turn whose speaker the query names scores higher (and says so); the same query without the name does not.
+    named = compiler.compile(ContextRequest(namespace=namespace, query="what did bob say about herons"))
+    boosted = {item.provenance.node_key: item for item in named.items if item.selection is not None}
+    bobs = boosted[chat["Herons are so patient when they fish."]].selection
+    anns = boosted[chat["I saw a blue heron nesting by the old mill yesterday."]].selection
+    assert bobs is not None and bobs.components.get("participant_boost") == 1.5
+    assert anns is not None and "participant_boost" not in anns.components
     neighbour_reasons = [
         item.selection.reason
         for item in pack.items
