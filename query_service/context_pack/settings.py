@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from query_service.context_pack.fitting import FitSettings
-from query_service.hybrid_search import SEARCH_PRESETS, SearchSettings
+from query_service.hybrid_search import MAX_TOP_K, SEARCH_PRESETS, SearchSettings
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class ContextSettings:
         search: the retrieval settings for the hits.
         search_tokens_per_hit: tokens a hit is expected to take; the search asks for
             ``token_budget / search_tokens_per_hit`` hits, within ``min_search_hits..max_search_hits``.
-        min_search_hits, max_search_hits: bounds of that depth.
+        min_search_hits, max_search_hits: bounds of that depth (at most Search's ``top_k`` limit, 100).
         hit_half_rank: 0 scores a hit by its fused score relative to the best possible one; n > 0 by its
             place r in the fused list, ``1 / (1 + (r - 1) / n)`` (1 for the first hit, 1/2 at place n + 1).
         neighbour_origins: the best hits whose neighbouring turns become candidates.
@@ -46,7 +46,7 @@ class ContextSettings:
     search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
     search_tokens_per_hit: int = 25
     min_search_hits: int = 20
-    max_search_hits: int = 200
+    max_search_hits: int = MAX_TOP_K
     hit_half_rank: int = 0
     neighbour_origins: int = 20
     neighbour_window: int = 2
@@ -70,7 +70,7 @@ class ContextSettings:
     def search_depth(self, token_budget: int) -> int:
         """Hits asked of the search for ``token_budget``."""
         wanted = token_budget // max(1, self.search_tokens_per_hit)
-        return max(self.min_search_hits, min(self.max_search_hits, wanted))
+        return max(self.min_search_hits, min(self.max_search_hits, MAX_TOP_K, wanted))
 
 
 CONTEXT_PRESETS: dict[str, ContextSettings] = {

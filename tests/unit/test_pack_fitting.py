@@ -135,3 +135,11 @@ def test_redundancy_finds_duplicates_and_near_duplicates_only() -> None:
     assert near.startswith("near duplicate of a")
     assert check.offer("d", "I love hiking mountains in the winter with friends") == ""
     assert check.offer("e", "ok") == "" and check.offer("f", "OK!") == "duplicate of e"
+
+
+def test_the_search_depth_follows_the_budget_within_searchs_limit() -> None:
+    from query_service.context_pack.settings import ContextSettings
+
+    settings = ContextSettings()
+    assert settings.search_depth(1000) == 40 and settings.search_depth(2000) == 80
+    assert settings.search_depth(60) == 20 and settings.search_depth(100_000) == 100
