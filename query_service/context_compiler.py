@@ -339,10 +339,10 @@ def _mark_redundant(candidates: Sequence[PackCandidate], threshold: float) -> No
         reason = check.offer(candidate.key, candidate.words_text or candidate.text)
         if reason:
             candidate.drop_reason = reason
-    for candidate in candidates:  # the trace records the rule of every candidate
+    for candidate in candidates:  # the trace records the rule of every candidate (no other item's key:
+        # another reader of the trace may not see the hit a neighbour was found next to)
         candidate.detail.setdefault("rule", candidate.selection.rule)
         if candidate.kind == "chunk":
-            candidate.detail.setdefault("why", candidate.selection.reason)
             candidate.detail.setdefault("components", dict(candidate.selection.components))
 
 

@@ -59,16 +59,19 @@ class RedundancyFilter:
     threshold: float = 0.85
     _exact: dict[tuple[str, ...], str] = field(default_factory=dict)
     _sets: list[tuple[frozenset[str], str]] = field(default_factory=list)
+    redundant_with: str = ""  # the key of the better candidate the last redundant text repeats
 
     def offer(self, key: str, text: str) -> str:
-        """``""`` when ``text`` is new (then remembered under ``key``), otherwise why it is redundant
-        (naming the better candidate's key)."""
+        """``""`` when ``text`` is new (then remembered under ``key``), otherwise why it is redundant.
+        The reason names no key: it is journaled in ``context_traces``, where another reader may not
+        see the better candidate (`redundant_with` names it)."""
         words = normalised_words(text)
         if not words:
             return ""
         earlier = self._exact.get(words)
         if earlier is not None:
-            return f"duplicate of {earlier}"
+            self.redundant_with = earlier
+            return "duplicate of a better chunk"
         self._exact[words] = key
         if len(words) < NEAR_DUPLICATE_MIN_WORDS:
             return ""
@@ -79,7 +82,8 @@ class RedundancyFilter:
                 continue
             similarity = len(bag & other) / len(bag | other)
             if similarity >= self.threshold:
-                return f"near duplicate of {other_key} (word overlap {similarity:.2f})"
+                self.redundant_with = other_key
+                return f"near duplicate of a better chunk (word overlap {similarity:.2f})"
         self._sets.append((bag, key))
         return ""
 

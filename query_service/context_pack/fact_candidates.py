@@ -137,7 +137,14 @@ def fact_candidates(
             ),
             selection=replace(selection, reason=shown.text(selection.reason)),
             conflict=conflict,
-            detail={"why": selection.reason, "evidence": row.evidence, "confidence": row.confidence},
+            # The journal's reason names no anchor: a reader of the trace may not see it (the fact's
+            # own ends it may, or the decision is left out of GetTrace).
+            detail={
+                "why": selection.reason.split(", one fact away from anchor")[0]
+                + (", one fact away from an anchor" if selection.rule == GRAPH_NEIGHBOUR else ""),
+                "evidence": row.evidence,
+                "confidence": row.confidence,
+            },
         )
         if row.evidence_lost:
             candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"

@@ -58,7 +58,7 @@ class ContextSettings:
     recent_weight: float = 0.1
     anchor_fact_limit: int = 100
     graph_neighbour_limit: int = 10
-    graph_neighbour_weight: float = 0.5
+    graph_neighbour_weight: float = 0.25
     mention_scan_chunks: int = 10
     mentioned_entity_limit: int = 20
     mentioned_fact_limit: int = 20

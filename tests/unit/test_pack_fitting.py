@@ -130,11 +130,15 @@ def test_a_turn_is_one_line_under_a_dated_stream_header() -> None:
 def test_redundancy_finds_duplicates_and_near_duplicates_only() -> None:
     check = RedundancyFilter(threshold=0.85)
     assert check.offer("a", "I love painting sunsets by the lake every summer") == ""
-    assert check.offer("b", "i love PAINTING sunsets, by the lake every summer!") == "duplicate of a"
+    assert (
+        check.offer("b", "i love PAINTING sunsets, by the lake every summer!")
+        == "duplicate of a better chunk"
+    )
+    assert check.redundant_with == "a"
     near = check.offer("c", "I love painting sunsets by the lake every summer evening")
-    assert near.startswith("near duplicate of a")
+    assert near.startswith("near duplicate of a better chunk") and check.redundant_with == "a"
     assert check.offer("d", "I love hiking mountains in the winter with friends") == ""
-    assert check.offer("e", "ok") == "" and check.offer("f", "OK!") == "duplicate of e"
+    assert check.offer("e", "ok") == "" and check.offer("f", "OK!") == "duplicate of a better chunk"
 
 
 def test_the_search_depth_follows_the_budget_within_searchs_limit() -> None:
