@@ -1,135 +1,99 @@
-"""CompileContext, first version (DESIGN §7; protos/memory/v1/context_service.proto).
+"""CompileContext (DESIGN §7; issue 16 §3-4; protos/memory/v1/context_service.proto).
 
 Steps:
 
-1. **Candidates.** The best chunks for the query (`HybridSearcher`, ``chunk_candidates`` of them); the
-   facts valid at ``as_of`` whose subject or object is an anchor; and the facts valid at ``as_of`` about
-   entities *named* in the best chunks: registry nodes (``graph_nodes``) whose key's id part
-   (``openssl`` of ``package:openssl``) equals a word or identifier of a chunk's text, limited to nodes
-   that take part in facts and to ``mentioned_entity_limit`` of them. Facts whose evidence was lost
-   are candidates only to be dropped with that reason.
-2. **Rank.** Chunks: the fused retrieval score relative to the best possible one (0..1]. Facts: a base
-   weight (``anchor_weight`` for facts about anchors; ``mention_weight`` times the score of the best
-   chunk naming the entity otherwise) x confidence x evidence rank / 3 (asserted 3, extracted 2,
+1. **Candidates**, each with the rule that brought it (`query_service.context_pack.items.Selection`):
+   - ``hit``: the best chunks for the query (`HybridSearcher`), as many as the budget could hold
+     (``token_budget / search_tokens_per_hit``, within ``min_search_hits..max_search_hits``);
+   - ``neighbour``: the turns next to the best ``neighbour_origins`` hits that are turns (episodes of
+     observations) in the same source system and stream, up to ``neighbour_window`` on each side and
+     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.stream_neighbours`):
+     the question and its answer are often in consecutive turns;
+   - ``recent``: the ``recent_limit`` most recent turns that occurred by ``as_of``;
+   - ``anchor_fact``: the facts valid at ``as_of`` whose subject or object is an anchor;
+     ``graph_neighbour``: the facts of the nodes one such fact away from an anchor;
+     ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
+     key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
+     most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
+   Summaries (DESIGN §7) are not candidates yet: nothing stores them.
+2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
+   origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
+   ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
+   (``anchor_weight``; ``anchor_weight`` x ``graph_neighbour_weight`` one fact further;
+   ``mention_weight`` x the naming hit's score) x confidence x evidence rank / 3 (asserted 3, extracted 2,
    inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
    predicate with a different object overlaps) are kept and flagged, never resolved.
-3. **Render and fit.** Each item is rendered as text (facts as ``subject PREDICATE object (valid from X[,
-   to Y]; evidence, confidence C; fact_id)``, chunks as a header line with title, heading and
-   ``node_key#chunk_order`` followed by the chunk text), then items are added greedily in rank order
-   while the *whole* pack text, counted with the configured tokenizer, stays within ``token_budget``. A
-   chunk that does not fit whole may be cut to fit when at least ``min_truncated_tokens`` remain, and no
-   chunk takes more than ``max_item_share`` of the budget (longer ones are cut to it; `FitSettings`).
-   ``pack.token_count`` is the token count of ``pack.text`` and never exceeds the budget. The fitting
-   is `query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext.
-4. **Trace.** Every candidate's decision (kept or dropped, with a reason) is appended to
-   ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler.PackCompiler`).
-
-What both compilers share (the request, the pack, evidence ranks, fact rendering, fitting, the
-journal, the kept items' audit) is in `query_service.context_pack`; this module holds what is CompileContext's own: its
-candidates (chunks and facts), their ranks, and the chunk rendering.
+3. **Redundancy.** A chunk found by two rules is one candidate (its best score; the other rules are
+   listed in ``Selection.also``); chunks whose words equal, or nearly equal, a better chunk's are dropped
+   (`query_service.context_pack.conversation.RedundancyFilter`).
+4. **Render.** A turn is one line ``HH:MM speaker: text`` under a header ``[YYYY-MM-DD system/stream]``
+   shared by the turns of its stream on that day (`query_service.context_pack.conversation`); other
+   chunks keep a header line with title, heading and ``node_key#chunk_order``; facts are
+   ``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)``.
+5. **Fit** (`query_service.context_pack.fitting.PackFitter`, shared with CompileTypedContext) in score
+   order (preset ``default``; a candidate that does not fit is skipped and the next one tried) or by
+   score per token added (preset ``value_per_token``), with incremental token counts and one exact
+   count of the pack text. A chunk that does not fit whole may be cut; no chunk takes more than
+   ``max_item_share`` of the budget. ``pack.token_count`` is the exact count and never exceeds the budget.
+6. **Explain and trace.** Every item carries its `Selection`; with ``ContextRequest.dropped_limit`` the
+   pack lists the best dropped candidates with why they were dropped. Every candidate's decision is
+   appended to ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler`).
 
 Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
-every query — chunk rankings, facts about anchors, the registry look-up of entities named in chunks and
-their facts — and a fact whose subject or object node is hidden is never a candidate, so no hidden
-node's key or title reaches the pack through a fact.
+every query — chunk rankings, neighbouring and recent turns (observation, episode chunk and episode node
+must all be visible), facts about anchors and their neighbours, the registry look-up of entities named
+in chunks and their facts — and a fact whose subject or object node is hidden is never a candidate, so
+no hidden node's key, title or text reaches the pack, an item's selection or the dropped list.
 
 Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
-and a caller without clearance (``ContextRequest.pii``), every candidate is masked (or withheld, by its
-chunk's marks) when it is rendered — before fitting, so the budget holds for the text actually returned
-and ``token_count`` counts it. For a cleared caller the pack is unmasked and, when the kept items hold
-personal data, one ``pii_access`` audit event is recorded under the pack's trace id. The trace journal
-(``context_traces``) stores keys and decisions unmasked; GetTrace masks them on the way out.
+and a caller without clearance (``ContextRequest.pii``), every candidate (its text, a turn's speaker and
+stream) is masked (or withheld, by its chunk's marks) when it is rendered — before fitting, so the
+budget holds for the text actually returned and dropped candidates are listed masked. For a cleared
+caller the pack is unmasked and, when the kept items hold personal data, one ``pii_access`` audit event
+is recorded under the pack's trace id. The trace journal (``context_traces``) stores keys and decisions
+unmasked; GetTrace masks them on the way out.
 
-Not yet: graph neighbourhood, recent observations and episodes as candidates, recency.
-
-Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``).
+Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``,
+``"value_per_token"``; `query_service.context_pack.settings`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import cast
 
-from common.kernel.pii import PiiMarks
-from common.storage.context_store import key_tokens
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactRow
+from common.storage.episode_store import EpisodeStore, EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
+from query_service.context_pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
 from query_service.context_pack.compiler import PackCompiler
-from query_service.context_pack.fitting import FitCandidate, FitSettings
-from query_service.context_pack.items import ContextItem, ContextPack, fact_score, render_fact
+from query_service.context_pack.conversation import RedundancyFilter, normalised_words
+from query_service.context_pack.fact_candidates import fact_candidates
+from query_service.context_pack.fitting import DROPPED, FitResult
+from query_service.context_pack.items import (
+    HIT,
+    NEIGHBOUR,
+    RECENT,
+    ContextItem,
+    ContextPack,
+    DroppedCandidate,
+    Selection,
+)
 from query_service.context_pack.request import (
     ContextRequest,
     context_request_violations,
     with_context_defaults,
 )
-from query_service.fact_reader import disclose_fact
-from query_service.hybrid_search import (
-    SEARCH_PRESETS,
-    HybridSearcher,
-    SearchHit,
-    SearchQuery,
-    SearchSettings,
-    disclose_hit,
-)
+from query_service.context_pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.pii_output import PiiDisclosure
-from query_service.provenance import Provenance
+
+__all__ = ["CONTEXT_PRESETS", "ContextCompiler", "ContextSettings", "context_preset", "validate_context"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ContextSettings:
-    """How a context pack is compiled.
-
-    Attributes:
-        search: the retrieval settings for the chunk candidates.
-        chunk_candidates: chunks taken from hybrid search.
-        anchor_fact_limit: facts read per anchor and direction (as subject, as object).
-        mention_scan_chunks: best chunks whose text is scanned for entity ids.
-        mentioned_entity_limit: entities named in chunks whose facts become candidates.
-        mentioned_fact_limit: facts read per such entity (as subject).
-        anchor_weight: base score of a fact about an anchor.
-        mention_weight: base score of a fact about a named entity, times the naming chunk's score.
-        fitting: budget fitting (`FitSettings`); chunks are the truncatable items, capped at
-            ``fitting.max_item_share`` of the budget.
-    """
-
-    search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
-    chunk_candidates: int = 20
-    anchor_fact_limit: int = 100
-    mention_scan_chunks: int = 10
-    mentioned_entity_limit: int = 20
-    mentioned_fact_limit: int = 20
-    anchor_weight: float = 1.0
-    mention_weight: float = 0.7
-    fitting: FitSettings = field(default_factory=FitSettings)
-
-
-CONTEXT_PRESETS: dict[str, ContextSettings] = {"default": ContextSettings()}
-
-
-def context_preset(name: str = "default") -> ContextSettings:
-    """The named preset. Raises KeyError naming the known presets."""
-    try:
-        return CONTEXT_PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown context preset {name!r}; known: {', '.join(CONTEXT_PRESETS)}") from None
-
-
-@dataclass(kw_only=True)
-class _Candidate(FitCandidate):
-    """A chunk or fact candidate; chunks may be cut to fit (`PackFitter`)."""
-
-    provenance: Provenance
-    conflict: bool = False
-    pii_marks: PiiMarks = field(default_factory=PiiMarks)  # of the chunk, for the pii_access audit
-
-    def __post_init__(self) -> None:
-        self.truncatable = self.kind == "chunk"
 
 
 def validate_context(request: ContextRequest) -> ContextRequest:
@@ -142,11 +106,19 @@ def validate_context(request: ContextRequest) -> ContextRequest:
     return with_context_defaults(request, trace_prefix="ctx-")
 
 
-def render_chunk_header(hit: SearchHit) -> str:
-    """``[title — heading] node_key#chunk_order`` (the heading part only when there is one)."""
-    chunk = hit.chunk
-    label = f"{chunk.title} — {chunk.heading}" if chunk.heading else chunk.title or chunk.node_key
-    return f"[{label}] {chunk.node_key}#{chunk.chunk_order}"
+def hit_components(hit: SearchHit, best: float, place: int) -> dict[str, float]:
+    """The parts of a hit's score: its place in the fused list (1-based), fused retrieval score, its share
+    of the best possible one, each ranking's score and rank (1-based)."""
+    components = {
+        "fused_rank": float(place),
+        "retrieval_score": hit.score,
+        "relative_score": min(1.0, hit.score / best),
+        "vector_score": hit.vector_score,
+        "text_score": hit.text_score,
+        "trigram_score": hit.trigram_score,
+    }
+    components.update({f"rank_{name}": float(rank) for name, rank in hit.ranks.items()})
+    return components
 
 
 class ContextCompiler(PackCompiler):
@@ -154,7 +126,7 @@ class ContextCompiler(PackCompiler):
 
     Args:
         database: the process's database.
-        searcher: the hybrid searcher for chunk candidates.
+        searcher: the hybrid searcher for the hits.
         tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
         settings: a `ContextSettings` (default preset when None).
     """
@@ -169,6 +141,7 @@ class ContextCompiler(PackCompiler):
         self.settings = settings or context_preset("default")
         super().__init__(database, tokens, self.settings.fitting)
         self.searcher = searcher
+        self.episodes = EpisodeStore(database.settings)
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -180,23 +153,28 @@ class ContextCompiler(PackCompiler):
         request = validate_context(request)
         as_of = request.as_of or datetime.now(UTC)
         config = self.settings
+        depth = config.search_depth(request.token_budget)
         hits: list[SearchHit] = []
         if request.query.strip():
             hits = self.searcher.search(
                 SearchQuery(
                     namespace=request.namespace,
                     query=request.query,
-                    top_k=config.chunk_candidates,
+                    top_k=depth,
                     visibility=request.visibility,
                 ),
                 settings=config.search,
             )
         shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
-        candidates = self._chunk_candidates(hits, config, shown)
-        candidates += self._fact_candidates(request, as_of, hits, candidates, config, shown)
-        candidates.sort(key=lambda c: (-c.score, c.kind, c.key))
+        pool = CandidatePool()
+        scores = self._chunk_candidates(request, as_of, hits, pool, shown)
+        for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
+            pool.add(candidate)
+        _weigh_participants(pool, request.query, config.participant_weight)
+        candidates = pool.ranked()
+        _mark_redundant(candidates, config.near_duplicate_threshold)
         fitted = self.fitter.fit(candidates, request.token_budget)
-        kept = [cast(_Candidate, piece.candidate) for piece in fitted.kept]
+        kept = [cast(PackCandidate, piece.candidate) for piece in fitted.kept]
         items = [
             ContextItem(
                 kind=candidate.kind,
@@ -206,12 +184,14 @@ class ContextCompiler(PackCompiler):
                 provenance=candidate.provenance,
                 conflict=candidate.conflict,
                 token_count=piece.token_count,
+                selection=candidate.selection,
+                group=candidate.group,
             )
             for candidate, piece in zip(kept, fitted.kept, strict=True)
         ]
         self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
         with self.database.primary_connection() as conn:  # the journal is a write: never on a replica
-            self.record(conn, request, fitted)
+            self.record(conn, request, fitted, {"search_depth": depth})
         return ContextPack(
             items=items,
             text=fitted.text,
@@ -220,121 +200,177 @@ class ContextCompiler(PackCompiler):
             token_budget=request.token_budget,
             dropped_count=fitted.dropped_count,
             as_of=as_of,
+            dropped=_best_dropped(candidates, fitted, request.dropped_limit),
         )
 
-    # -- candidates --------------------------------------------------------------------------------
+    # -- chunk candidates: hits, their neighbouring turns, recent turns ------------------------------
 
     def _chunk_candidates(
-        self, hits: Sequence[SearchHit], config: ContextSettings, shown: PiiDisclosure
-    ) -> list[_Candidate]:
-        best = config.search.max_score() or 1.0
-        out: list[_Candidate] = []
-        seen_texts: set[str] = set()
-        for hit in hits:
-            key = f"{hit.node_key}#{hit.chunk_order}"
-            visible = disclose_hit(shown, hit)  # masked or withheld for an uncleared caller
-            candidate = _Candidate(
-                kind="chunk",
-                key=key,
-                text=render_chunk_header(visible) + "\n" + visible.chunk.text,
-                score=min(1.0, hit.score / best),
-                provenance=visible.provenance,
-                detail={"retrieval_score": hit.score, "ranks": dict(hit.ranks)},
-                pii_marks=PiiMarks.from_props(hit.chunk.meta),
-            )
-            if hit.chunk.text in seen_texts:
-                candidate.drop_reason = "duplicate text of a better chunk"
-            seen_texts.add(hit.chunk.text)
-            out.append(candidate)
-        return out
-
-    def _fact_candidates(
         self,
         request: ContextRequest,
         as_of: datetime,
         hits: Sequence[SearchHit],
-        chunks: Sequence[_Candidate],
-        config: ContextSettings,
+        pool: CandidatePool,
         shown: PiiDisclosure,
-    ) -> list[_Candidate]:
-        chunk_scores = {c.key: c.score for c in chunks}
-        scored: dict[str, tuple[FactRow, float, str]] = {}  # fact_id -> (row, score, why)
-
-        def offer(row: FactRow, score: float, why: str) -> None:
-            current = scored.get(row.fact_id)
-            if current is None or score > current[1]:
-                scored[row.fact_id] = (row, score, why)
-
-        now = datetime.now(UTC)
+    ) -> dict[str, float]:
+        """Adds the hits, their neighbours and the recent turns to ``pool``; returns the hits' scores by
+        chunk key."""
+        config = self.settings
+        best = config.search.max_score() or 1.0
+        origin_ids = [
+            ids[0]
+            for hit in hits
+            if hit.chunk.node_type == "episode" and (ids := hit.provenance.observation_ids)
+        ]
         with self.database.connection() as conn:
-            for anchor in request.anchors:
-                for direction in ("subject", "object"):
-                    query = FactQuery(
-                        namespace=request.namespace,
-                        subject=anchor if direction == "subject" else "",
-                        object=anchor if direction == "object" else "",
-                        as_of=as_of,
-                        include_lost=True,
-                        page_size=config.anchor_fact_limit,
-                        visibility=request.visibility,
+            turns = self.episodes.turns(conn, request.namespace, origin_ids, visibility=request.visibility)
+            scores: dict[str, float] = {}
+            origin_score: dict[str, float] = {}
+            for place, hit in enumerate(hits):
+                score = min(1.0, hit.score / best)
+                if config.hit_half_rank > 0:
+                    score = 1.0 / (1.0 + place / config.hit_half_rank)
+                key = chunk_key(hit.chunk)
+                scores[key] = score
+                turn = _turn_of(hit.chunk.node_key, turns)
+                if turn is not None and len(origin_score) < config.neighbour_origins:
+                    origin_score.setdefault(turn.observation_id, score)
+                pool.add(
+                    chunk_candidate(
+                        hit.chunk,
+                        turn,
+                        shown,
+                        score=score,
+                        selection=Selection(
+                            HIT, "found by hybrid search", hit_components(hit, best, place + 1)
+                        ),
+                        metadata=hit.provenance.metadata,
+                        source_path=hit.provenance.source_path,
                     )
-                    for row in self.facts.list(conn, query, now)[: config.anchor_fact_limit]:
-                        offer(
-                            row, fact_score(row, config.anchor_weight), f"about anchor {anchor} ({direction})"
-                        )
-            token_score: dict[str, float] = {}
-            for hit in hits[: config.mention_scan_chunks]:
-                score = chunk_scores.get(f"{hit.node_key}#{hit.chunk_order}", 0.0)
-                for token in key_tokens([hit.chunk.text]):
-                    token_score[token] = max(token_score.get(token, 0.0), score)
-            mentioned = self.store.keys_with_facts(
+                )
+            neighbours = self.episodes.stream_neighbours(
                 conn,
                 request.namespace,
-                list(token_score),
-                exclude=list(request.anchors),
-                limit=config.mentioned_entity_limit,
+                list(origin_score),
+                window=config.neighbour_window,
+                max_gap=config.neighbour_max_gap,
                 visibility=request.visibility,
             )
-            for key in mentioned:
-                id_part = key.split(":", 1)[1].lower() if ":" in key else key.lower()
-                base = config.mention_weight * token_score.get(id_part, 0.0)
-                query = FactQuery(
-                    namespace=request.namespace,
-                    subject=key,
-                    as_of=as_of,
-                    include_lost=True,
-                    page_size=config.mentioned_fact_limit,
-                    visibility=request.visibility,
-                )
-                for row in self.facts.list(conn, query, now)[: config.mentioned_fact_limit]:
-                    offer(row, fact_score(row, base), f"about {key}, named in a retrieved chunk")
-            live = [row for row, _, _ in scored.values() if not row.evidence_lost]
-            conflicts = self.facts.conflicting_ids(conn, live, visibility=request.visibility)
-        out: list[_Candidate] = []
-        for row, score, why in scored.values():
-            conflict = row.fact_id in conflicts
-            visible = disclose_fact(shown, row)  # keys and attributes masked for an uncleared caller
-            candidate = _Candidate(
-                kind="fact",
-                key=row.fact_id,
-                text=render_fact(visible, conflict=conflict),
-                score=score,
-                provenance=Provenance(
-                    node_key=visible.subject_key,
-                    source_path=visible.source_path,
-                    observation_ids=tuple(row.observation_ids),
-                    fact_id=row.fact_id,
-                ),
-                conflict=conflict,
-                detail={"why": why, "evidence": row.evidence, "confidence": row.confidence},
+            recent = self.episodes.recent(
+                conn, request.namespace, as_of=as_of, limit=config.recent_limit, visibility=request.visibility
             )
-            if row.evidence_lost:
-                candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
-            out.append(candidate)
-        return out
+        for near in neighbours:
+            decay = config.neighbour_decay ** (abs(near.distance) - 1)
+            base = origin_score[near.origin_id]
+            side = "before" if near.distance < 0 else "after"
+            count = abs(near.distance)
+            reason = f"{count} turn{'s' if count > 1 else ''} {side} episode:{near.origin_id} (a hit)"
+            for chunk in near.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        near.turn,
+                        shown,
+                        score=base * config.neighbour_weight * decay,
+                        selection=Selection(
+                            NEIGHBOUR,
+                            reason,
+                            {
+                                "origin_score": base,
+                                "neighbour_weight": config.neighbour_weight,
+                                "decay": decay,
+                                "distance": float(near.distance),
+                            },
+                        ),
+                    )
+                )
+        for place, latest in enumerate(recent):
+            decay = config.neighbour_decay**place
+            for chunk in latest.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        latest.turn,
+                        shown,
+                        score=config.recent_weight * decay,
+                        selection=Selection(
+                            RECENT,
+                            f"the {_ordinal(place + 1)} most recent observation",
+                            {"recent_weight": config.recent_weight, "decay": decay},
+                        ),
+                    )
+                )
+        return scores
+
+    # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
 
 
-def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[_Candidate]) -> None:
+def _turn_of(node_key: str, turns: dict[str, EpisodeTurn]) -> EpisodeTurn | None:
+    """The turn of an episode node key (``episode:<observation_id>``), when it was read."""
+    return turns.get(node_key.removeprefix("episode:")) if node_key.startswith("episode:") else None
+
+
+def _weigh_participants(pool: CandidatePool, query: str, weight: float) -> None:
+    """Scales the turns whose actor or subject the query names by ``1 + weight`` (the module doc)."""
+    if weight <= 0:
+        return
+    words = set(normalised_words(query))
+    for candidate in pool.by_key.values():
+        named = [p for p in candidate.participants if (parts := normalised_words(p)) and set(parts) <= words]
+        if named:
+            candidate.score *= 1 + weight
+            candidate.selection = replace(
+                candidate.selection,
+                components={**candidate.selection.components, "participant_boost": 1 + weight},
+            )
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _mark_redundant(candidates: Sequence[PackCandidate], threshold: float) -> None:
+    """Sets the drop reason of chunks that repeat a better chunk (``candidates`` best first)."""
+    check = RedundancyFilter(threshold)
+    for candidate in candidates:
+        if candidate.kind != "chunk" or candidate.drop_reason:
+            continue
+        reason = check.offer(candidate.key, candidate.words_text or candidate.text)
+        if reason:
+            candidate.drop_reason = reason
+    for candidate in candidates:  # the trace records the rule of every candidate (no other item's key:
+        # another reader of the trace may not see the hit a neighbour was found next to)
+        candidate.detail.setdefault("rule", candidate.selection.rule)
+        if candidate.kind == "chunk":
+            candidate.detail.setdefault("components", dict(candidate.selection.components))
+
+
+def _best_dropped(
+    candidates: Sequence[PackCandidate], fitted: FitResult, limit: int
+) -> list[DroppedCandidate]:
+    """The ``limit`` best-scored dropped candidates with why they were dropped (decisions are in
+    candidate order)."""
+    if limit <= 0:
+        return []
+    dropped = [
+        DroppedCandidate(
+            kind=candidate.kind,
+            text=candidate.text,
+            score=candidate.score,
+            provenance=candidate.provenance,
+            selection=candidate.selection,
+            drop_reason=decision["reason"],
+            token_count=int(decision["tokens"]),
+        )
+        for candidate, decision in zip(candidates, fitted.decisions, strict=True)
+        if decision["decision"] == DROPPED
+    ]
+    dropped.sort(key=lambda d: -d.score)
+    return dropped[:limit]
+
+
+def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[PackCandidate]) -> None:
     """Passes the kept items' texts through a cleared caller's disclosure (with their chunks' marks), so
     the audit names what the caller received."""
     for item, candidate in zip(items, kept, strict=True):

@@ -27,6 +27,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
     index_suffixes = {
         "observations_namespace_time_idx": ("observations", "namespace_time_idx"),
+        "observations_stream_order_idx": ("observations", "stream_order_idx"),
         "graph_nodes_type_idx": ("graph_nodes", "type_idx"),
         "facts_subject_idx": ("facts", "subject_idx"),
         "facts_object_idx": ("facts", "object_idx"),

@@ -8,6 +8,8 @@ fitted into a token budget and journaled with every decision.
 * `query_service.context_pack.compiler`: the compilers' base (`PackCompiler`): stores, fitter, PII
   guard, recording a compilation in ``context_traces``, auditing a cleared caller's kept items.
 
-Each compiler keeps what is its own: candidate gathering and ranking (CompileContext), typed traversal
-(CompileTypedContext).
+CompileContext's own parts live here too (`query_service.context_compiler` orchestrates them):
+`settings` (`ContextSettings`, presets), `candidates` (rendering and merging chunk candidates),
+`conversation` (turn lines, headers, redundancy), `fact_candidates`. CompileTypedContext keeps its typed
+traversal in `query_service.typed_context`.
 """

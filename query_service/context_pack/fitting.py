@@ -2,25 +2,41 @@
 (DESIGN §7: "fits a token budget counted with a real tokenizer, renders text, and records why each
 candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
 
-Candidates arrive rendered and ranked. `PackFitter.fit` adds them greedily in rank order while the
-*whole* pack text (items joined by ``separator``), counted with the configured tokenizer, stays within
-the budget. A *truncatable* candidate (a chunk) that does not fit whole may be cut to fit when at least
-``min_truncated_tokens`` remain, and no truncatable candidate takes more than ``max_item_share`` of the
-budget (longer ones are cut to it, so one huge chunk cannot fill the pack). A candidate with a
-``drop_reason`` is dropped with that reason. Every decision (kept or dropped, with the reason and the
-token count) is returned in the form recorded in ``context_traces``.
+Candidates arrive rendered and scored. The *priority* in which they are offered to the budget is either
+the order given (``FitSettings.selection = "rank"``: CompileTypedContext) or value per token
+(``"value_per_token"``: score divided by the tokens the item adds, at least ``min_cost_tokens``; the
+greedy approximation of the knapsack problem, Dantzig 1957), ties in the order given. A candidate is kept
+when the tokens it adds fit what is left; a *truncatable* candidate (a chunk) that does not fit whole may
+be cut to fit when at least ``min_truncated_tokens`` remain, and no truncatable candidate takes more than
+``max_item_share`` of the budget (longer ones are cut to it). A candidate with a ``drop_reason`` is
+dropped with that reason.
+
+Layout: candidates with a ``group`` (a header line, e.g. one conversation's session) are laid out
+together under that header, one line each, ordered by their ``position``; every other candidate is a
+block of its own. Blocks are joined by ``separator``, in the order of their best-scored kept member
+(``"value_per_token"``) or of their first kept member (``"rank"``).
+
+Token counting is incremental: each item, header and joint is counted once, when it is first offered,
+and the pack's cost is the sum of its pieces (no re-tokenising of the whole pack per candidate; issue 15).
+Tokens can merge across a joint, so the sum is checked once against the exact count of the laid-out pack
+text; while that exact count exceeds the budget (rare: a merge only ever *saves* tokens in BPE
+encodings in practice, but nothing is assumed), the kept candidate of lowest priority is dropped again.
+``FitResult.token_count`` is the exact count of ``FitResult.text`` and never exceeds the budget. Every
+decision (kept or dropped, with the reason and the token count) is returned in the form recorded in
+``context_traces``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from common.text_models.tokenizer import TokenCounter
 
 KEPT = "kept"
 DROPPED = "dropped"
+LINE_BREAK = "\n"
 
 
 @dataclass(frozen=True)
@@ -28,16 +44,22 @@ class FitSettings:
     """How candidates are fitted into the budget.
 
     Attributes:
-        separator: between items in the pack text.
+        separator: between blocks in the pack text (a group's lines are joined by a line break).
         min_truncated_tokens: a truncatable candidate is cut to fit only when at least this many tokens
             remain.
         max_item_share: a truncatable candidate takes at most this share of the budget (longer ones are
             cut), so a single huge chunk (a long observation, an oversized code block) cannot fill the pack.
+        selection: ``"rank"`` (offer candidates in the order given) or ``"value_per_token"`` (by score
+            per token added).
+        min_cost_tokens: the least cost a candidate counts with for ``"value_per_token"``, so a
+            two-token line does not outrank everything by its size alone.
     """
 
     separator: str = "\n\n"
     min_truncated_tokens: int = 48
     max_item_share: float = 0.35
+    selection: Literal["rank", "value_per_token"] = "rank"
+    min_cost_tokens: int = 16
 
 
 @dataclass
@@ -47,11 +69,14 @@ class FitCandidate:
     Attributes:
         kind: the item kind (``"chunk"``, ``"fact"``, ``"node"``), recorded in the trace.
         key: its identity in the trace (``node_key#chunk_order``, a fact_id, a natural key).
-        text: the rendered text as it would appear in the pack.
+        text: the rendered text as it would appear in the pack (one line when ``group`` is set).
         score: the rank score; callers sort by it before fitting.
         truncatable: may be cut (with a trailing `` …``) to fit or to the per-item cap.
         drop_reason: when set, the candidate is dropped with this reason before fitting.
         detail: extra fields recorded with the decision (scores, why it was a candidate).
+        group: the header of the block the candidate is laid out in with the others of that header
+            (``""``: a block of its own).
+        position: its order inside its group (e.g. (occurred_at, recorded_order) of a turn).
     """
 
     kind: str
@@ -61,6 +86,8 @@ class FitCandidate:
     truncatable: bool = False
     drop_reason: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
+    group: str = ""
+    position: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,12 +102,14 @@ class Fitted:
 @dataclass(frozen=True)
 class FitResult:
     """``kept`` in pack order; ``decisions`` one per candidate (in the form recorded in ``context_traces``);
-    ``text`` the pack text and ``token_count`` its exact token count (never over the budget)."""
+    ``text`` the pack text and ``token_count`` its exact token count (never over the budget);
+    ``tokenised`` how many texts were tokenised to fit (the cost of fitting, for measurements)."""
 
     kept: list[Fitted]
     decisions: list[dict[str, Any]]
     text: str
     token_count: int
+    tokenised: int = 0
 
     @property
     def dropped_count(self) -> int:
@@ -88,89 +117,138 @@ class FitResult:
 
 
 class PackFitter:
-    """Greedy budget fitting with an exact token count of the whole pack text (see the module doc).
+    """Greedy budget fitting with incremental token counts and an exact final count (see the module doc).
 
     Args:
         tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
-        settings: separator, truncation floor and per-item cap (`FitSettings`).
+        settings: separator, truncation floor, per-item cap and selection order (`FitSettings`).
     """
 
     def __init__(self, tokens: TokenCounter, settings: FitSettings) -> None:
         self.tokens = tokens
+        self.settings = settings
         self.separator = settings.separator
-        self.min_truncated_tokens = settings.min_truncated_tokens
-        self.max_item_share = settings.max_item_share
 
     def fit(self, candidates: Sequence[FitCandidate], budget: int) -> FitResult:
-        """Fits ``candidates`` (in the given order) into ``budget`` tokens.
+        """Fits ``candidates`` into ``budget`` tokens (priority and layout: see the module doc).
 
         Raises:
             AssertionError: the pack text came out over the budget (a bug in the fitting, never input).
         """
-        separator = self.separator
-        kept: list[Fitted] = []
-        decisions: list[dict[str, Any]] = []
-        text = ""
-        used = 0  # exact token count of `text`
+        settings = self.settings
+        counted = 0
 
-        def decide(candidate: FitCandidate, decision: str, reason: str, tokens: int) -> None:
-            decisions.append(
-                {
-                    "kind": candidate.kind,
-                    "key": candidate.key,
-                    "score": round(candidate.score, 6),
-                    "decision": decision,
-                    "reason": reason,
-                    "tokens": tokens,
-                    **candidate.detail,
-                }
-            )
+        def count(text: str) -> int:
+            nonlocal counted
+            counted += 1
+            return self.tokens.count(text)
 
-        item_cap = max(self.min_truncated_tokens, int(budget * self.max_item_share))
-        for candidate in candidates:
-            item_tokens = self.tokens.count(candidate.text)
+        separator_tokens = count(self.separator)
+        line_tokens = count(LINE_BREAK)
+        header_tokens: dict[str, int] = {}
+        item_cap = max(settings.min_truncated_tokens, int(budget * settings.max_item_share))
+        decisions: dict[int, dict[str, Any]] = {}
+        sized: list[tuple[int, FitCandidate, int]] = []  # (given index, candidate, tokens)
+        for index, candidate in enumerate(candidates):
+            item_tokens = count(candidate.text)
             if candidate.drop_reason:
-                decide(candidate, DROPPED, candidate.drop_reason, item_tokens)
+                decisions[index] = _decision(candidate, DROPPED, candidate.drop_reason, item_tokens)
                 continue
             if candidate.truncatable and item_tokens > item_cap:
                 capped = self._cut(candidate.text, item_cap)
-                capped_tokens = self.tokens.count(capped)
+                capped_tokens = count(capped)
                 candidate.detail["capped_from_tokens"] = item_tokens
                 candidate.text, item_tokens = capped, capped_tokens
-            joined = candidate.text if not text else text + separator + candidate.text
-            # Cheap pre-check: tokens rarely merge across the separator, so a sum far above the budget
-            # cannot fit; anything near it is decided by the exact count of the whole text.
-            estimate = used + item_tokens + (self.tokens.count(separator) if text else 0)
-            total = self.tokens.count(joined) if estimate <= budget + 16 else estimate
-            if total <= budget:
-                text, used = joined, total
-                kept.append(Fitted(candidate, candidate.text, item_tokens))
-                decide(candidate, KEPT, "fits the budget", item_tokens)
+            if candidate.group and candidate.group not in header_tokens:
+                header_tokens[candidate.group] = count(candidate.group)
+            sized.append((index, candidate, item_tokens))
+        if settings.selection == "value_per_token":
+            sized.sort(key=lambda entry: -entry[1].score / max(entry[2], settings.min_cost_tokens, 1))
+
+        kept: list[tuple[int, Fitted]] = []  # in priority order
+        open_groups: set[str] = set()
+        used = 0
+
+        def added_cost(candidate: FitCandidate, item_tokens: int) -> int:
+            joint = separator_tokens if kept else 0
+            if not candidate.group:
+                return joint + item_tokens
+            if candidate.group in open_groups:
+                return line_tokens + item_tokens
+            return joint + header_tokens[candidate.group] + line_tokens + item_tokens
+
+        for index, candidate, item_tokens in sized:
+            cost = added_cost(candidate, item_tokens)
+            if used + cost <= budget:
+                used += cost
+                kept.append((index, Fitted(candidate, candidate.text, item_tokens)))
+                decisions[index] = _decision(candidate, KEPT, "fits the budget", item_tokens)
+                if candidate.group:
+                    open_groups.add(candidate.group)
                 continue
-            remaining = budget - used - (self.tokens.count(separator) if text else 0)
-            if candidate.truncatable and remaining >= self.min_truncated_tokens:
-                cut = self._truncate_to_fit(text, candidate.text, budget)
-                if cut:
-                    text = cut[0]
-                    used = self.tokens.count(text)
-                    cut_tokens = self.tokens.count(cut[1])
-                    kept.append(Fitted(candidate, cut[1], cut_tokens))
-                    decide(
+            remaining = budget - used - (cost - item_tokens)
+            if candidate.truncatable and remaining >= settings.min_truncated_tokens:
+                cut = self._cut(candidate.text, remaining)
+                cut_tokens = count(cut) if cut else 0
+                if cut and cut_tokens <= remaining:
+                    used += cost - item_tokens + cut_tokens
+                    kept.append((index, Fitted(candidate, cut, cut_tokens)))
+                    decisions[index] = _decision(
                         candidate,
                         KEPT,
                         f"cut to {cut_tokens} of {item_tokens} tokens to fit the budget",
                         cut_tokens,
                     )
+                    if candidate.group:
+                        open_groups.add(candidate.group)
                     continue
-            decide(
+            decisions[index] = _decision(
                 candidate,
                 DROPPED,
                 f"over budget ({item_tokens} tokens, {max(remaining, 0)} left)",
                 item_tokens,
             )
-        token_count = self.tokens.count(text)
+
+        layout, text = self._layout([fitted for _, fitted in kept])
+        token_count = count(text)
+        while token_count > budget and kept:  # a joint tokenised differently than its pieces: undo the last
+            index, fitted = kept.pop()
+            decisions[index] = _decision(
+                fitted.candidate,
+                DROPPED,
+                f"over budget ({fitted.token_count} tokens) once the pack text was counted whole",
+                fitted.token_count,
+            )
+            layout, text = self._layout([fitted for _, fitted in kept])
+            token_count = count(text)
         assert token_count <= budget, (token_count, budget)
-        return FitResult(kept, decisions, text, token_count)
+        return FitResult(layout, [decisions[i] for i in sorted(decisions)], text, token_count, counted)
+
+    def _layout(self, kept: Sequence[Fitted]) -> tuple[list[Fitted], str]:
+        """The kept candidates in pack order and the pack text (see the module doc)."""
+        blocks: dict[str, list[Fitted]] = {}
+        rank: dict[str, tuple[float, int]] = {}
+        for order, fitted in enumerate(kept):
+            candidate = fitted.candidate
+            name = candidate.group or f"\x00{order}"  # an ungrouped candidate is a block of its own
+            blocks.setdefault(name, []).append(fitted)
+            first = rank.get(name, (0.0, order))
+            if self.settings.selection == "value_per_token":
+                rank[name] = (min(first[0], -candidate.score), first[1])
+            else:
+                rank.setdefault(name, (0.0, order))
+        ordered: list[Fitted] = []
+        texts: list[str] = []
+        for name in sorted(blocks, key=lambda n: rank[n]):
+            members = blocks[name]
+            if name.startswith("\x00"):
+                ordered.extend(members)
+                texts.append(members[0].text)
+                continue
+            members.sort(key=lambda fitted: fitted.candidate.position)
+            ordered.extend(members)
+            texts.append(LINE_BREAK.join([name, *(fitted.text for fitted in members)]))
+        return ordered, self.separator.join(texts)
 
     def _cut(self, item_text: str, max_tokens: int) -> str:
         """The longest token prefix of ``item_text`` that, followed by `` …``, has at most ``max_tokens``."""
@@ -183,17 +261,15 @@ class PackFitter:
             room -= excess
         return ""
 
-    def _truncate_to_fit(self, text: str, item_text: str, budget: int) -> tuple[str, str] | None:
-        """(new pack text, cut item text) for the longest token prefix of ``item_text`` that fits, or None."""
-        separator = self.separator
-        prefix = text + separator if text else ""
-        room = budget - self.tokens.count(prefix)
-        while room >= self.min_truncated_tokens:
-            cut = self.tokens.truncate(item_text, room).rstrip()
-            if not cut:
-                return None
-            cut += " …"
-            if self.tokens.count(prefix + cut) <= budget:
-                return prefix + cut, cut
-            room -= max(1, self.tokens.count(prefix + cut) - budget)
-        return None
+
+def _decision(candidate: FitCandidate, decision: str, reason: str, tokens: int) -> dict[str, Any]:
+    """One decision in the form recorded in ``context_traces``."""
+    return {
+        "kind": candidate.kind,
+        "key": candidate.key,
+        "score": round(candidate.score, 6),
+        "decision": decision,
+        "reason": reason,
+        "tokens": tokens,
+        **candidate.detail,
+    }

@@ -20,6 +20,7 @@ MAX_TOKEN_BUDGET = 100_000
 MAX_ANCHORS = 100
 MAX_QUERY_CHARS = 4000
 MAX_TRACE_ID_CHARS = 256
+MAX_DROPPED_LIMIT = 100
 
 Request = TypeVar("Request", bound="ContextRequest")
 
@@ -38,6 +39,7 @@ class ContextRequest:
         trace_id: the journal entry's id in ``context_traces`` (at most 256 characters).
         visibility: the caller's (`common.storage.visibility`): hidden items are never candidates.
         pii: the caller's personal data policy: candidates are masked before fitting.
+        dropped_limit: list this many of the best dropped candidates with the pack (0..100; CompileContext).
     """
 
     namespace: str
@@ -48,6 +50,7 @@ class ContextRequest:
     trace_id: str = ""
     visibility: Visibility = EVERYTHING
     pii: PiiPolicy = NO_PII_POLICY
+    dropped_limit: int = 0
 
 
 def context_request_violations(request: ContextRequest) -> ViolationCollector:
@@ -79,6 +82,8 @@ def context_request_violations(request: ContextRequest) -> ViolationCollector:
         )
     if len(request.trace_id) > MAX_TRACE_ID_CHARS:
         check.add("trace_id", f"at most {MAX_TRACE_ID_CHARS} characters")
+    if not 0 <= request.dropped_limit <= MAX_DROPPED_LIMIT:
+        check.add("dropped_limit", f"must be in 0..{MAX_DROPPED_LIMIT}, got {request.dropped_limit}")
     return check
 
 

@@ -11,7 +11,7 @@ from memory.v1 import context_service_pb2, context_service_pb2_grpc
 from common.grpc.proto_mapping import instant
 from common.kernel.config import Settings
 from query_service.context_compiler import ContextCompiler
-from query_service.context_pack.items import ContextItem, ContextPack
+from query_service.context_pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
 from query_service.context_pack.request import ContextRequest
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 from query_service.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
@@ -27,6 +27,35 @@ def _item_fields(item: ContextItem) -> dict[str, Any]:
         "token_count": item.token_count,
         "provenance": provenance_to_proto(item.provenance),
     }
+
+
+def _selection_to_proto(selection: Selection | None) -> context_service_pb2.ItemSelection | None:
+    if selection is None:
+        return None
+    return context_service_pb2.ItemSelection(
+        rule=selection.rule,
+        reason=selection.reason,
+        score_components=dict(selection.components),
+        also=list(selection.also),
+    )
+
+
+def _item_to_proto(item: ContextItem) -> context_service_pb2.ContextItem:
+    return context_service_pb2.ContextItem(
+        **_item_fields(item), selection=_selection_to_proto(item.selection), group=item.group
+    )
+
+
+def _dropped_to_proto(dropped: DroppedCandidate) -> context_service_pb2.DroppedCandidate:
+    return context_service_pb2.DroppedCandidate(
+        kind=dropped.kind,
+        text=dropped.text,
+        score=dropped.score,
+        provenance=provenance_to_proto(dropped.provenance),
+        selection=_selection_to_proto(dropped.selection),
+        drop_reason=dropped.drop_reason,
+        token_count=dropped.token_count,
+    )
 
 
 def _pack_fields(pack: ContextPack) -> dict[str, Any]:
@@ -89,12 +118,16 @@ class ContextServicer(context_service_pb2_grpc.ContextServiceServicer):  # type:
     ) -> context_service_pb2.CompileContextResponse:
         settings = self.compiler.database.settings
         pack = self.compiler.compile(
-            ContextRequest(**_request_fields(request, settings, "/memory.v1.ContextService/CompileContext"))
+            ContextRequest(
+                **_request_fields(request, settings, "/memory.v1.ContextService/CompileContext"),
+                dropped_limit=request.dropped_limit,
+            )
         )
         return context_service_pb2.CompileContextResponse(
             pack=context_service_pb2.ContextPack(
-                items=[context_service_pb2.ContextItem(**_item_fields(item)) for item in pack.items],
+                items=[_item_to_proto(item) for item in pack.items],
                 **_pack_fields(pack),
+                dropped=[_dropped_to_proto(dropped) for dropped in pack.dropped],
             )
         )
 

@@ -397,6 +397,18 @@ def test_list_facts_rejects_bad_input_with_field_violations(query_channel: grpc.
 # -- CompileContext --------------------------------------------------------------------------------
 
 
+def _laid_out(items: Any) -> str:
+    """The pack text rebuilt from its items: blocks joined by a blank line; the items of one group (turns
+    of one stream's day) one line each under the group's header."""
+    blocks: list[tuple[str, list[str]]] = []
+    for item in items:
+        if item.group and blocks and blocks[-1][0] == item.group:
+            blocks[-1][1].append(item.text)
+        else:
+            blocks.append((item.group, [item.text]))
+    return "\n\n".join("\n".join([header, *lines]) if header else lines[0] for header, lines in blocks)
+
+
 def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
     ingest_channel: grpc.Channel,
     query_channel: grpc.Channel,
@@ -427,7 +439,7 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
     ).pack
     assert pack.trace_id == "trace-ctx-1" and pack.token_budget == 2000
     assert pack.token_count == tokens.count(pack.text) <= 2000
-    assert pack.text == "\n\n".join(item.text for item in pack.items)
+    assert pack.text == _laid_out(pack.items)
     kinds = {item.kind for item in pack.items}
     assert kinds == {"chunk", "fact"}
     fact_items = {item.provenance.fact_id: item for item in pack.items if item.kind == "fact"}
@@ -467,11 +479,20 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
             query="openssl security updates",
             anchors=["package:openssl"],
             token_budget=60,
+            dropped_limit=3,
         ),
         timeout=60,
     ).pack
     assert 0 < small.token_count == tokens.count(small.text) <= 60
     assert small.dropped_count > 0 and small.trace_id.startswith("ctx-")
+    # Every item says why it was selected; the best dropped candidates say why they were dropped.
+    assert all(item.selection.rule in ("hit", "neighbour", "anchor_fact", "mention") for item in small.items)
+    assert all(item.selection.reason and item.selection.score_components for item in small.items)
+    assert 0 < len(small.dropped) <= 3 and [d.score for d in small.dropped] == sorted(
+        (d.score for d in small.dropped), reverse=True
+    )
+    assert all(d.drop_reason.startswith("over budget") and d.selection.rule and d.text for d in small.dropped)
+    assert not pack.dropped  # not asked for
     with database.connection() as conn:
         small_trace = ContextStore(settings, GraphStore(database)).traces(conn, namespace, small.trace_id)
     reasons = [d["reason"] for d in small_trace[0]["decisions"] if d["decision"] == "dropped"]
@@ -486,7 +507,9 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
     ).pack
     past_ids = {item.provenance.fact_id for item in past.items}
     assert first in past_ids and second not in past_ids
-    assert {item.kind for item in past.items} == {"fact"}
+    # Without a query: the facts, and (below them, to fill the budget) the most recent observations by then.
+    assert {item.kind for item in past.items if item.selection.rule != "recent"} == {"fact"}
+    assert all(item.kind == "chunk" for item in past.items if item.selection.rule == "recent")
 
 
 def test_compile_context_rejects_bad_input_with_field_violations(query_channel: grpc.Channel) -> None:
@@ -506,6 +529,10 @@ def test_compile_context_rejects_bad_input_with_field_violations(query_channel: 
     assert _failure(call(namespace="ns", query="q", token_budget=-1)) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         ["token_budget"],
+    )
+    assert _failure(call(namespace="ns", query="q", dropped_limit=101)) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["dropped_limit"],
     )
 
 

@@ -26,33 +26,41 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmemory/v1/context_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\x9d\x01\n\x15\x43ompileContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x03(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x10\n\x08trace_id\x18\x06 \x01(\t\"\x8a\x01\n\x0b\x43ontextItem\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12)\n\nprovenance\x18\x04 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x10\n\x08\x63onflict\x18\x05 \x01(\x08\x12\x13\n\x0btoken_count\x18\x06 \x01(\x05\"\x96\x01\n\x0b\x43ontextPack\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.memory.v1.ContextItem\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x15\n\rdropped_count\x18\x06 \x01(\x05\">\n\x16\x43ompileContextResponse\x12$\n\x04pack\x18\x01 \x01(\x0b\x32\x16.memory.v1.ContextPack\"\xc8\x01\n\x1a\x43ompileTypedContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x03(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x11\n\tmax_depth\x18\x06 \x01(\x05\x12\x11\n\trelations\x18\x07 \x03(\t\x12\x10\n\x08trace_id\x18\x08 \x01(\t\"W\n\rTypedPathStep\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x11\n\tdirection\x18\x03 \x01(\t\x12\x10\n\x08node_key\x18\x04 \x01(\t\"\x90\x02\n\x10TypedContextItem\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12)\n\nprovenance\x18\x04 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x10\n\x08\x63onflict\x18\x05 \x01(\x08\x12\x13\n\x0btoken_count\x18\x06 \x01(\x05\x12\x13\n\x0bnatural_key\x18\x07 \x01(\t\x12\x11\n\tnode_type\x18\x08 \x01(\t\x12\r\n\x05\x64\x65pth\x18\t \x01(\x05\x12\x0e\n\x06\x61nchor\x18\n \x01(\t\x12&\n\x04path\x18\x0b \x03(\x0b\x32\x18.memory.v1.TypedPathStep\x12\x10\n\x08relation\x18\x0c \x01(\t\"S\n\x0eResolvedAnchor\x12\r\n\x05input\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\r\n\x05\x66ound\x18\x04 \x01(\x08\"\x85\x02\n\x10TypedContextPack\x12*\n\x05items\x18\x01 \x03(\x0b\x32\x1b.memory.v1.TypedContextItem\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x15\n\rdropped_count\x18\x06 \x01(\x05\x12*\n\x07\x61nchors\x18\x07 \x03(\x0b\x32\x19.memory.v1.ResolvedAnchor\x12\x11\n\tmax_depth\x18\x08 \x01(\x05\x12\x11\n\trelations\x18\t \x03(\t\x12\x11\n\ttruncated\x18\n \x01(\x08\"H\n\x1b\x43ompileTypedContextResponse\x12)\n\x04pack\x18\x01 \x01(\x0b\x32\x1b.memory.v1.TypedContextPack2\xcd\x01\n\x0e\x43ontextService\x12U\n\x0e\x43ompileContext\x12 .memory.v1.CompileContextRequest\x1a!.memory.v1.CompileContextResponse\x12\x64\n\x13\x43ompileTypedContext\x12%.memory.v1.CompileTypedContextRequest\x1a&.memory.v1.CompileTypedContextResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fmemory/v1/context_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\xb4\x01\n\x15\x43ompileContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x03(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12\x15\n\rdropped_limit\x18\x07 \x01(\x05\"\xbc\x01\n\rItemSelection\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12G\n\x10score_components\x18\x03 \x03(\x0b\x32-.memory.v1.ItemSelection.ScoreComponentsEntry\x12\x0c\n\x04\x61lso\x18\x04 \x03(\t\x1a\x36\n\x14ScoreComponentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xbf\x01\n\x10\x44roppedCandidate\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12)\n\nprovenance\x18\x04 \x01(\x0b\x32\x15.memory.v1.Provenance\x12+\n\tselection\x18\x05 \x01(\x0b\x32\x18.memory.v1.ItemSelection\x12\x13\n\x0b\x64rop_reason\x18\x06 \x01(\t\x12\x13\n\x0btoken_count\x18\x07 \x01(\x05\"\xc6\x01\n\x0b\x43ontextItem\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12)\n\nprovenance\x18\x04 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x10\n\x08\x63onflict\x18\x05 \x01(\x08\x12\x13\n\x0btoken_count\x18\x06 \x01(\x05\x12+\n\tselection\x18\x07 \x01(\x0b\x32\x18.memory.v1.ItemSelection\x12\r\n\x05group\x18\x08 \x01(\t\"\xc4\x01\n\x0b\x43ontextPack\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.memory.v1.ContextItem\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x15\n\rdropped_count\x18\x06 \x01(\x05\x12,\n\x07\x64ropped\x18\x07 \x03(\x0b\x32\x1b.memory.v1.DroppedCandidate\">\n\x16\x43ompileContextResponse\x12$\n\x04pack\x18\x01 \x01(\x0b\x32\x16.memory.v1.ContextPack\"\xc8\x01\n\x1a\x43ompileTypedContextRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x03(\t\x12)\n\x05\x61s_of\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x11\n\tmax_depth\x18\x06 \x01(\x05\x12\x11\n\trelations\x18\x07 \x03(\t\x12\x10\n\x08trace_id\x18\x08 \x01(\t\"W\n\rTypedPathStep\x12\x0f\n\x07\x66\x61\x63t_id\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x11\n\tdirection\x18\x03 \x01(\t\x12\x10\n\x08node_key\x18\x04 \x01(\t\"\x90\x02\n\x10TypedContextItem\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12)\n\nprovenance\x18\x04 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x10\n\x08\x63onflict\x18\x05 \x01(\x08\x12\x13\n\x0btoken_count\x18\x06 \x01(\x05\x12\x13\n\x0bnatural_key\x18\x07 \x01(\t\x12\x11\n\tnode_type\x18\x08 \x01(\t\x12\r\n\x05\x64\x65pth\x18\t \x01(\x05\x12\x0e\n\x06\x61nchor\x18\n \x01(\t\x12&\n\x04path\x18\x0b \x03(\x0b\x32\x18.memory.v1.TypedPathStep\x12\x10\n\x08relation\x18\x0c \x01(\t\"S\n\x0eResolvedAnchor\x12\r\n\x05input\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\r\n\x05\x66ound\x18\x04 \x01(\x08\"\x85\x02\n\x10TypedContextPack\x12*\n\x05items\x18\x01 \x03(\x0b\x32\x1b.memory.v1.TypedContextItem\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0btoken_count\x18\x03 \x01(\x05\x12\x10\n\x08trace_id\x18\x04 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x05 \x01(\x05\x12\x15\n\rdropped_count\x18\x06 \x01(\x05\x12*\n\x07\x61nchors\x18\x07 \x03(\x0b\x32\x19.memory.v1.ResolvedAnchor\x12\x11\n\tmax_depth\x18\x08 \x01(\x05\x12\x11\n\trelations\x18\t \x03(\t\x12\x11\n\ttruncated\x18\n \x01(\x08\"H\n\x1b\x43ompileTypedContextResponse\x12)\n\x04pack\x18\x01 \x01(\x0b\x32\x1b.memory.v1.TypedContextPack2\xcd\x01\n\x0e\x43ontextService\x12U\n\x0e\x43ompileContext\x12 .memory.v1.CompileContextRequest\x1a!.memory.v1.CompileContextResponse\x12\x64\n\x13\x43ompileTypedContext\x12%.memory.v1.CompileTypedContextRequest\x1a&.memory.v1.CompileTypedContextResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory.v1.context_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ITEMSELECTION_SCORECOMPONENTSENTRY']._loaded_options = None
+  _globals['_ITEMSELECTION_SCORECOMPONENTSENTRY']._serialized_options = b'8\001'
   _globals['_COMPILECONTEXTREQUEST']._serialized_start=107
-  _globals['_COMPILECONTEXTREQUEST']._serialized_end=264
-  _globals['_CONTEXTITEM']._serialized_start=267
-  _globals['_CONTEXTITEM']._serialized_end=405
-  _globals['_CONTEXTPACK']._serialized_start=408
-  _globals['_CONTEXTPACK']._serialized_end=558
-  _globals['_COMPILECONTEXTRESPONSE']._serialized_start=560
-  _globals['_COMPILECONTEXTRESPONSE']._serialized_end=622
-  _globals['_COMPILETYPEDCONTEXTREQUEST']._serialized_start=625
-  _globals['_COMPILETYPEDCONTEXTREQUEST']._serialized_end=825
-  _globals['_TYPEDPATHSTEP']._serialized_start=827
-  _globals['_TYPEDPATHSTEP']._serialized_end=914
-  _globals['_TYPEDCONTEXTITEM']._serialized_start=917
-  _globals['_TYPEDCONTEXTITEM']._serialized_end=1189
-  _globals['_RESOLVEDANCHOR']._serialized_start=1191
-  _globals['_RESOLVEDANCHOR']._serialized_end=1274
-  _globals['_TYPEDCONTEXTPACK']._serialized_start=1277
-  _globals['_TYPEDCONTEXTPACK']._serialized_end=1538
-  _globals['_COMPILETYPEDCONTEXTRESPONSE']._serialized_start=1540
-  _globals['_COMPILETYPEDCONTEXTRESPONSE']._serialized_end=1612
-  _globals['_CONTEXTSERVICE']._serialized_start=1615
-  _globals['_CONTEXTSERVICE']._serialized_end=1820
+  _globals['_COMPILECONTEXTREQUEST']._serialized_end=287
+  _globals['_ITEMSELECTION']._serialized_start=290
+  _globals['_ITEMSELECTION']._serialized_end=478
+  _globals['_ITEMSELECTION_SCORECOMPONENTSENTRY']._serialized_start=424
+  _globals['_ITEMSELECTION_SCORECOMPONENTSENTRY']._serialized_end=478
+  _globals['_DROPPEDCANDIDATE']._serialized_start=481
+  _globals['_DROPPEDCANDIDATE']._serialized_end=672
+  _globals['_CONTEXTITEM']._serialized_start=675
+  _globals['_CONTEXTITEM']._serialized_end=873
+  _globals['_CONTEXTPACK']._serialized_start=876
+  _globals['_CONTEXTPACK']._serialized_end=1072
+  _globals['_COMPILECONTEXTRESPONSE']._serialized_start=1074
+  _globals['_COMPILECONTEXTRESPONSE']._serialized_end=1136
+  _globals['_COMPILETYPEDCONTEXTREQUEST']._serialized_start=1139
+  _globals['_COMPILETYPEDCONTEXTREQUEST']._serialized_end=1339
+  _globals['_TYPEDPATHSTEP']._serialized_start=1341
+  _globals['_TYPEDPATHSTEP']._serialized_end=1428
+  _globals['_TYPEDCONTEXTITEM']._serialized_start=1431
+  _globals['_TYPEDCONTEXTITEM']._serialized_end=1703
+  _globals['_RESOLVEDANCHOR']._serialized_start=1705
+  _globals['_RESOLVEDANCHOR']._serialized_end=1788
+  _globals['_TYPEDCONTEXTPACK']._serialized_start=1791
+  _globals['_TYPEDCONTEXTPACK']._serialized_end=2052
+  _globals['_COMPILETYPEDCONTEXTRESPONSE']._serialized_start=2054
+  _globals['_COMPILETYPEDCONTEXTRESPONSE']._serialized_end=2126
+  _globals['_CONTEXTSERVICE']._serialized_start=2129
+  _globals['_CONTEXTSERVICE']._serialized_end=2334
 # @@protoc_insertion_point(module_scope)

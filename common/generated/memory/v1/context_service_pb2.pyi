@@ -32,6 +32,7 @@ class CompileContextRequest(_message.Message):
     AS_OF_FIELD_NUMBER: _builtins.int
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    DROPPED_LIMIT_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
     it.
@@ -44,6 +45,8 @@ class CompileContextRequest(_message.Message):
     """Caller's id of this compilation (at most 256 characters): it is journaled under it in context_traces and
     returned in the pack; default: the request id.
     """
+    dropped_limit: _builtins.int
+    """List this many of the best dropped candidates in ContextPack.dropped (0..100; default 0: none)."""
     @_builtins.property
     def anchors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys the task is about, e.g. "package:openssl"."""
@@ -61,14 +64,124 @@ class CompileContextRequest(_message.Message):
         as_of: _timestamp_pb2.Timestamp | None = ...,
         token_budget: _builtins.int = ...,
         trace_id: _builtins.str = ...,
+        dropped_limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["as_of", b"as_of"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchors", b"anchors", "as_of", b"as_of", "namespace", b"namespace", "query", b"query", "token_budget", b"token_budget", "trace_id", b"trace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["anchors", b"anchors", "as_of", b"as_of", "dropped_limit", b"dropped_limit", "namespace", b"namespace", "query", b"query", "token_budget", b"token_budget", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompileContextRequest: _TypeAlias = CompileContextRequest  # noqa: Y015
+
+@_typing.final
+class ItemSelection(_message.Message):
+    """Why a candidate was selected: the rule that brought it and the parts of its score."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ScoreComponentsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RULE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SCORE_COMPONENTS_FIELD_NUMBER: _builtins.int
+    ALSO_FIELD_NUMBER: _builtins.int
+    rule: _builtins.str
+    """"hit" (hybrid search), "neighbour" (a turn next to a hit's turn in its stream), "recent" (a recent
+    observation), "anchor_fact" (a fact about an anchor), "graph_neighbour" (a fact about a node one fact
+    away from an anchor), "mention" (a fact about an entity named in a hit).
+    """
+    reason: _builtins.str
+    """The rule in words, e.g. "2 turns after episode:obs-... (a hit)"."""
+    @_builtins.property
+    def score_components(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The parts of the score by name, e.g. retrieval_score, relative_score, text_score, rank_text,
+        origin_score, neighbour_weight, decay, distance, base_weight, confidence, evidence_rank.
+        """
+
+    @_builtins.property
+    def also(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Other rules that brought the same item (a turn that is a hit and a neighbour)."""
+
+    def __init__(
+        self,
+        *,
+        rule: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        score_components: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        also: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["also", b"also", "reason", b"reason", "rule", b"rule", "score_components", b"score_components"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ItemSelection: _TypeAlias = ItemSelection  # noqa: Y015
+
+@_typing.final
+class DroppedCandidate(_message.Message):
+    """A candidate that is not in the pack. Only what the caller may see is ever a candidate; the text is
+    masked like the items'.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    PROVENANCE_FIELD_NUMBER: _builtins.int
+    SELECTION_FIELD_NUMBER: _builtins.int
+    DROP_REASON_FIELD_NUMBER: _builtins.int
+    TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"chunk" or "fact"."""
+    text: _builtins.str
+    """Its rendered text."""
+    score: _builtins.float
+    drop_reason: _builtins.str
+    """Why it was dropped, e.g. "over budget (40 tokens, 12 left)", "duplicate of doc:a#0", "evidence lost ..."."""
+    token_count: _builtins.int
+    @_builtins.property
+    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    @_builtins.property
+    def selection(self) -> Global___ItemSelection: ...
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        text: _builtins.str = ...,
+        score: _builtins.float = ...,
+        provenance: _knowledge_pb2.Provenance | None = ...,
+        selection: Global___ItemSelection | None = ...,
+        drop_reason: _builtins.str = ...,
+        token_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "selection", b"selection"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop_reason", b"drop_reason", "kind", b"kind", "provenance", b"provenance", "score", b"score", "selection", b"selection", "text", b"text", "token_count", b"token_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DroppedCandidate: _TypeAlias = DroppedCandidate  # noqa: Y015
 
 @_typing.final
 class ContextItem(_message.Message):
@@ -82,6 +195,8 @@ class ContextItem(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     CONFLICT_FIELD_NUMBER: _builtins.int
     TOKEN_COUNT_FIELD_NUMBER: _builtins.int
+    SELECTION_FIELD_NUMBER: _builtins.int
+    GROUP_FIELD_NUMBER: _builtins.int
     kind: _builtins.str
     """"chunk" or "fact"."""
     text: _builtins.str
@@ -94,9 +209,17 @@ class ContextItem(_message.Message):
     """True for a fact that overlaps another live version of the same subject and predicate."""
     token_count: _builtins.int
     """Tokens of `text` under the configured encoding."""
+    group: _builtins.str
+    """The header line of the block the item is laid out under in the pack text (a turn's
+    "[YYYY-MM-DD system/stream]"); empty when the item is a block of its own.
+    """
     @_builtins.property
     def provenance(self) -> _knowledge_pb2.Provenance:
         """Where the item came from: node key, source path, fact id or chunk order, observations."""
+
+    @_builtins.property
+    def selection(self) -> Global___ItemSelection:
+        """Why it was selected."""
 
     def __init__(
         self,
@@ -107,10 +230,12 @@ class ContextItem(_message.Message):
         provenance: _knowledge_pb2.Provenance | None = ...,
         conflict: _builtins.bool = ...,
         token_count: _builtins.int = ...,
+        selection: Global___ItemSelection | None = ...,
+        group: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance", "selection", b"selection"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict", b"conflict", "kind", b"kind", "provenance", b"provenance", "score", b"score", "text", b"text", "token_count", b"token_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict", b"conflict", "group", b"group", "kind", b"kind", "provenance", b"provenance", "score", b"score", "selection", b"selection", "text", b"text", "token_count", b"token_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -128,8 +253,11 @@ class ContextPack(_message.Message):
     TRACE_ID_FIELD_NUMBER: _builtins.int
     TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
     DROPPED_COUNT_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
     text: _builtins.str
-    """The items rendered as one text, in item order."""
+    """The items rendered as one text, in item order: blocks joined by a blank line; the items of one group
+    are one line each under their group's header.
+    """
     token_count: _builtins.int
     """Tokens of `text` under the configured encoding."""
     trace_id: _builtins.str
@@ -142,6 +270,10 @@ class ContextPack(_message.Message):
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]:
         """The kept items, in rank order."""
 
+    @_builtins.property
+    def dropped(self) -> _containers.RepeatedCompositeFieldContainer[Global___DroppedCandidate]:
+        """The best dropped candidates, best first, when the request's dropped_limit asked for them."""
+
     def __init__(
         self,
         *,
@@ -151,10 +283,11 @@ class ContextPack(_message.Message):
         trace_id: _builtins.str = ...,
         token_budget: _builtins.int = ...,
         dropped_count: _builtins.int = ...,
+        dropped: _abc.Iterable[Global___DroppedCandidate] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_count", b"dropped_count", "items", b"items", "text", b"text", "token_budget", b"token_budget", "token_count", b"token_count", "trace_id", b"trace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "dropped_count", b"dropped_count", "items", b"items", "text", b"text", "token_budget", b"token_budget", "token_count", b"token_count", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -52,11 +52,16 @@ class ContextServiceServicer:
     """
 
     def CompileContext(self, request, context):
-        """Compiles a ContextPack: the best chunks for the query (hybrid search), the current facts (as of
-        as_of) about the anchors and about entities named in those chunks, ranked and fitted to
-        token_budget tokens counted with the configured tokenizer; each item carries provenance.
-        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
-        UNAVAILABLE.
+        """Compiles a ContextPack: the best chunks for the query (hybrid search, as deep as the budget could
+        hold), the neighbouring turns of hits that are conversation turns (same source system and stream),
+        the most recent observations, the current facts (as of as_of) about the anchors, about nodes one fact
+        away from them and about entities named in the hits; duplicates removed, filled into token_budget
+        tokens (counted with the configured tokenizer) by value per token. A turn is one line "HH:MM speaker:
+        text" under a header "[YYYY-MM-DD system/stream]" shared by its stream's turns of that day. Each item
+        carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
+        dropped candidates with why they were dropped.
+        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+        dropped_limit out of 0..100); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

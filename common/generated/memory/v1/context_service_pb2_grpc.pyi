@@ -34,11 +34,16 @@ class ContextServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ContextServiceAsyncStub: ...
     CompileContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompileContextRequest, _context_service_pb2.CompileContextResponse]
-    """Compiles a ContextPack: the best chunks for the query (hybrid search), the current facts (as of
-    as_of) about the anchors and about entities named in those chunks, ranked and fitted to
-    token_budget tokens counted with the configured tokenizer; each item carries provenance.
-    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
-    UNAVAILABLE.
+    """Compiles a ContextPack: the best chunks for the query (hybrid search, as deep as the budget could
+    hold), the neighbouring turns of hits that are conversation turns (same source system and stream),
+    the most recent observations, the current facts (as of as_of) about the anchors, about nodes one fact
+    away from them and about entities named in the hits; duplicates removed, filled into token_budget
+    tokens (counted with the configured tokenizer) by value per token. A turn is one line "HH:MM speaker:
+    text" under a header "[YYYY-MM-DD system/stream]" shared by its stream's turns of that day. Each item
+    carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
+    dropped candidates with why they were dropped.
+    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+    dropped_limit out of 0..100); UNAVAILABLE.
     """
     CompileTypedContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
@@ -62,11 +67,16 @@ class ContextServiceAsyncStub(ContextServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CompileContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileContextRequest, _context_service_pb2.CompileContextResponse]  # type: ignore[assignment]
-    """Compiles a ContextPack: the best chunks for the query (hybrid search), the current facts (as of
-    as_of) about the anchors and about entities named in those chunks, ranked and fitted to
-    token_budget tokens counted with the configured tokenizer; each item carries provenance.
-    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
-    UNAVAILABLE.
+    """Compiles a ContextPack: the best chunks for the query (hybrid search, as deep as the budget could
+    hold), the neighbouring turns of hits that are conversation turns (same source system and stream),
+    the most recent observations, the current facts (as of as_of) about the anchors, about nodes one fact
+    away from them and about entities named in the hits; duplicates removed, filled into token_budget
+    tokens (counted with the configured tokenizer) by value per token. A turn is one line "HH:MM speaker:
+    text" under a header "[YYYY-MM-DD system/stream]" shared by its stream's turns of that day. Each item
+    carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
+    dropped candidates with why they were dropped.
+    Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+    dropped_limit out of 0..100); UNAVAILABLE.
     """
     CompileTypedContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]  # type: ignore[assignment]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
@@ -93,11 +103,16 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.CompileContextRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.CompileContextResponse, _abc.Awaitable[_context_service_pb2.CompileContextResponse]]:
-        """Compiles a ContextPack: the best chunks for the query (hybrid search), the current facts (as of
-        as_of) about the anchors and about entities named in those chunks, ranked and fitted to
-        token_budget tokens counted with the configured tokenizer; each item carries provenance.
-        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000);
-        UNAVAILABLE.
+        """Compiles a ContextPack: the best chunks for the query (hybrid search, as deep as the budget could
+        hold), the neighbouring turns of hits that are conversation turns (same source system and stream),
+        the most recent observations, the current facts (as of as_of) about the anchors, about nodes one fact
+        away from them and about entities named in the hits; duplicates removed, filled into token_budget
+        tokens (counted with the configured tokenizer) by value per token. A turn is one line "HH:MM speaker:
+        text" under a header "[YYYY-MM-DD system/stream]" shared by its stream's turns of that day. Each item
+        carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
+        dropped candidates with why they were dropped.
+        Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
+        dropped_limit out of 0..100); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

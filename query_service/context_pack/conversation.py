@@ -1,0 +1,99 @@
+"""Compact rendering of conversation turns and redundancy checks for CompileContext (issue 16 §3).
+Transport free.
+
+A turn (an observation's episode chunk, `common.storage.episode_store.EpisodeTurn`) is one line,
+``"HH:MM speaker: text"`` (the text verbatim), under the header of its block, ``"[YYYY-MM-DD system/stream]"``: the turns of
+one stream on one day (a chat session) share one header, so the date and the stream are written once
+instead of a ``[title — heading] node_key#chunk_order`` header per turn. The speaker is the observation's
+actor id (its subject's when it has no actor, else its kind).
+
+Redundancy: two candidates are duplicates when their `normalised_words` are equal (case, punctuation and
+spacing aside), near duplicates when both have at least `NEAR_DUPLICATE_MIN_WORDS` words and the Jaccard
+similarity of their word sets is at least ``threshold`` (Broder 1997, resemblance of documents).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC
+
+from common.storage.episode_store import EpisodeTurn
+
+_WORD = re.compile(r"\w+")
+NEAR_DUPLICATE_MIN_WORDS = 6
+
+
+def speaker_of(turn: EpisodeTurn) -> str:
+    """Who spoke: the actor's id, else the subject's id, else the observation kind."""
+    for participant in (turn.actor, turn.subject):
+        if isinstance(participant, dict) and participant.get("id"):
+            return str(participant["id"])
+    return turn.kind
+
+
+def turn_header(turn: EpisodeTurn, stream: str) -> str:
+    """``[YYYY-MM-DD stream]``: the header of the turns of ``stream`` (as shown) on the turn's day (UTC)."""
+    return f"[{turn.occurred_at.astimezone(UTC):%Y-%m-%d} {stream}]"
+
+
+def turn_line(turn: EpisodeTurn, speaker: str, text: str) -> str:
+    """``HH:MM speaker: text`` (UTC); ``text`` verbatim (a message written on several lines keeps them)."""
+    return f"{turn.occurred_at.astimezone(UTC):%H:%M} {speaker}: {text}"
+
+
+def normalised_words(text: str) -> tuple[str, ...]:
+    """The lower-cased words of ``text`` (``\\w+``), in order."""
+    return tuple(_WORD.findall(text.lower()))
+
+
+@dataclass
+class RedundancyFilter:
+    """Finds duplicates and near duplicates among texts offered best first (see the module doc).
+
+    Args:
+        threshold: the word-set Jaccard similarity from which two texts are near duplicates.
+    """
+
+    threshold: float = 0.85
+    _exact: dict[tuple[str, ...], str] = field(default_factory=dict)
+    _sets: list[tuple[frozenset[str], str]] = field(default_factory=list)
+    redundant_with: str = ""  # the key of the better candidate the last redundant text repeats
+
+    def offer(self, key: str, text: str) -> str:
+        """``""`` when ``text`` is new (then remembered under ``key``), otherwise why it is redundant.
+        The reason names no key: it is journaled in ``context_traces``, where another reader may not
+        see the better candidate (`redundant_with` names it)."""
+        words = normalised_words(text)
+        if not words:
+            return ""
+        earlier = self._exact.get(words)
+        if earlier is not None:
+            self.redundant_with = earlier
+            return "duplicate of a better chunk"
+        self._exact[words] = key
+        if len(words) < NEAR_DUPLICATE_MIN_WORDS:
+            return ""
+        bag = frozenset(words)
+        for other, other_key in self._sets:
+            smaller, larger = sorted((len(bag), len(other)))
+            if smaller < self.threshold * larger:  # Jaccard <= smaller / larger: cannot reach it
+                continue
+            similarity = len(bag & other) / len(bag | other)
+            if similarity >= self.threshold:
+                self.redundant_with = other_key
+                return f"near duplicate of a better chunk (word overlap {similarity:.2f})"
+        self._sets.append((bag, key))
+        return ""
+
+
+def redundant(texts: Sequence[tuple[str, str]], threshold: float = 0.85) -> dict[str, str]:
+    """For ``(key, text)`` pairs best first: the keys of the redundant ones, with why."""
+    check = RedundancyFilter(threshold)
+    out: dict[str, str] = {}
+    for key, text in texts:
+        reason = check.offer(key, text)
+        if reason:
+            out[key] = reason
+    return out
