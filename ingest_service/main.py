@@ -26,6 +26,7 @@ from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents import DocumentWriter
+from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
@@ -54,9 +55,12 @@ def create_ingest_host(
     database = Database(settings, embedding_model=provider.model_id)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
-    recorder = ObservationRecorder(database, encoder=provider, kinds=kinds)
+    embedder = EpisodeEmbedder(database, provider, batch_size=settings.episode_embedding_batch)
+    recorder = ObservationRecorder(
+        database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake
+    )
     audit = AuditTrail(database)
-    remover = ObservationRemover(database, audit)
+    remover = ObservationRemover(database, audit, kinds=kinds)
     deleter = NodeDeleter(database, audit)
     asserter = FactAsserter(database, kinds=kinds)
     registry = PackRegistry(database)
@@ -64,7 +68,7 @@ def create_ingest_host(
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
-            ObservationServicer(recorder, remover), server
+            ObservationServicer(recorder, remover, embedder), server
         )
         fact_service_pb2_grpc.add_FactServiceServicer_to_server(FactServicer(asserter), server)
         document_service_pb2_grpc.add_DocumentServiceServicer_to_server(
@@ -91,6 +95,7 @@ def create_ingest_host(
         metrics_port=settings.ingest_metrics_port if metrics_port is None else metrics_port,
         database=database,
         register=register,
+        background=[embedder],
     )
 
 

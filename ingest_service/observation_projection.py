@@ -4,7 +4,11 @@
 `ingest_service.observations.ObservationRecorder`, in this order:
 
 1. the **episode**: a node ``episode:<observation_id>`` with provenance to the observation, and its
-   searchable text (content and scalar data) as chunks (`ObservationProjector._episode`);
+   searchable text (a header line with occurred_at, actor and subject, then content and scalar data:
+   `ingest_service.episode_text`) as chunks written with their embedding pending (the background
+   embedder, `ingest_service.episode_embedder`, fills it) or, when the recorder embedded them inline,
+   with it (`ObservationProjector._episode`); then its **participants**: ACTOR and SUBJECT facts to the
+   actor's and the subject's nodes (`_participants`);
 2. the **entities** the observation asserts, merged into existing nodes (`_entities`);
 3. its **facts**, through the fact engine (`_facts`);
 4. its **text fragments**: a ``text:<observation_id>/<index>`` node with one embedded chunk each
@@ -35,9 +39,9 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import canonical_instant
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator, NamespaceKinds
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.chunking import bounded_chunks, chunk_markdown
+from ingest_service.episode_text import episode_pieces, participant_facts
 from ingest_service.fact_engine import AssertionRejected, FactEngine
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.observation_validation import ObservationInput, resolve_fact_kinds
@@ -72,10 +76,14 @@ class _Context:
     @classmethod
     def of(cls, conn: Any, item: ObservationInput, kinds: NamespaceKinds, now: datetime) -> _Context:
         source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
-        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
         key = f"episode:{item.observation_id}"
-        title = f"{item.kind} {subject_key}".strip()
-        return cls(conn, item, kinds, now, key, title, source_path, Projection(episode_key=key))
+        return cls(conn, item, kinds, now, key, cls.title_of(item), source_path, Projection(episode_key=key))
+
+    @staticmethod
+    def title_of(item: ObservationInput) -> str:
+        """The episode's title: ``"<kind> <subject key>"``."""
+        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
+        return f"{item.kind} {subject_key}".strip()
 
 
 class ObservationProjector:
@@ -110,25 +118,28 @@ class ObservationProjector:
         item: ObservationInput,
         embeddings: np.ndarray | None,
         now: datetime,
+        episode_vectors: np.ndarray | None = None,
     ) -> Projection:
         """Writes the episode, entities, facts, text fragments and identifier links of ``item``.
 
         Args:
             embeddings: one vector per text assertion (``item.texts``), shape (len(texts), dimension);
                 None when there are none.
+            episode_vectors: one vector per episode chunk (`episode_chunks`) when embedded inline; None
+                leaves them pending for the background embedder.
         """
         context = _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now)
-        self._episode(context)
+        self._episode(context, episode_vectors)
+        self._participants(context)
         self._entities(context)
         self._facts(context)
         self._text_fragments(context, embeddings)
         self._identifier_links(context)
         return context.projection
 
-    def _episode(self, context: _Context) -> None:
-        """The episode node (provenance, participants, time, personal data marks) and its searchable text
-        (`episode_text`) as chunks. Long content (changelog entries reach 85 KB) is cut like a document,
-        so one episode chunk cannot dominate full-text ranking or a context budget."""
+    def _episode(self, context: _Context, vectors: np.ndarray | None) -> None:
+        """The episode node (provenance, participants, time, personal data marks) and its chunks
+        (`episode_chunks`): with ``vectors`` (one per chunk) embedded, else pending."""
         conn, item, now = context.conn, context.item, context.now
         marks = PiiMarks.of(
             pii=item.pii,
@@ -159,22 +170,65 @@ class ObservationProjector:
             ),
             now=now,
         )
-        searchable = episode_text(item)
-        if not searchable:
+        pieces = self.episode_chunks(item)
+        if not pieces:
             return
-        limit = self.settings.chunk_max_chars
-        pieces = bounded_chunks(
-            [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)],
-            2 * limit,
-        ) or [(item.kind, searchable)]
         meta = {"observation_id": item.observation_id, "scopes": item.scopes}
         if marks.marked:
             meta.update(marks.as_props())
         self.chunks.replace_chunks(
             conn,
             NodeRef(item.namespace, context.key, "episode", context.title, context.source_path),
-            [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
+            [
+                ChunkWrite(
+                    order,
+                    heading,
+                    text,
+                    None if vectors is None else vectors[order],
+                    meta,
+                    embedding_pending=vectors is None,
+                )
+                for order, (heading, text) in enumerate(pieces)
+            ],
         )
+
+    def episode_chunks(self, item: ObservationInput) -> list[tuple[str, str]]:
+        """The episode's chunks as ``(heading, text)`` (`ingest_service.episode_text.episode_pieces`)."""
+        return episode_pieces(
+            kind=item.kind,
+            occurred_at=item.occurred_at,
+            actor=item.actor,
+            subject=item.subject,
+            content=item.content,
+            data=item.data,
+            limit=self.settings.chunk_max_chars,
+        )
+
+    def episode_inputs(self, item: ObservationInput) -> list[str]:
+        """The texts embedded for the episode's chunks (`embedding_input` of each)."""
+        title = _Context.title_of(item)
+        return [embedding_input(title, heading, text) for heading, text in self.episode_chunks(item)]
+
+    def _participants(self, context: _Context) -> None:
+        """The ACTOR and SUBJECT facts from the episode to its participants' nodes
+        (`ingest_service.episode_text.participant_facts`), through the fact engine."""
+        item = context.item
+        for fact in participant_facts(
+            namespace=item.namespace,
+            episode_key=context.key,
+            observation_id=item.observation_id,
+            occurred_at=item.occurred_at,
+            actor=item.actor,
+            subject=item.subject,
+            scopes=item.scopes,
+            source_path=context.source_path,
+            kinds=context.kinds,
+            pii_protection=self.settings.pii_protection,
+        ):
+            try:
+                self.engine.record(context.conn, fact, now=context.now, known=context.known)
+            except AssertionRejected:  # the caller may not write the episode's scopes: never for a valid item
+                continue
 
     def _entities(self, context: _Context) -> None:
         """Upserts the asserted entities (properties merged, an existing title kept); records their
@@ -308,19 +362,6 @@ class ObservationProjector:
             ),
             now=now,
         )
-
-
-def episode_text(item: ObservationInput) -> str:
-    """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
-    (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
-    """
-    scalars = [
-        f"{key}: {value}"
-        for key, value in sorted(item.data.items())
-        if isinstance(value, (str, int, float, bool))
-    ]
-    parts = [item.content.strip(), "; ".join(scalars)]
-    return "\n\n".join(part for part in parts if part)
 
 
 def entity_props(

@@ -11,6 +11,7 @@ rejects (it checks before writing) is skipped and reported; the observation is t
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -63,8 +64,14 @@ class ObservationRecorder:
         *,
         encoder: PassageEncoder | None = None,
         kinds: KindValidator | None = None,
+        on_pending_embeddings: Callable[[], None] | None = None,
     ) -> None:
+        """Args:
+        on_pending_embeddings: called after a batch committed episode chunks with their embedding
+            pending (the background embedder's `wake`).
+        """
         self.database = database
+        self.on_pending_embeddings = on_pending_embeddings
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.observations = ObservationStore(database.settings)
@@ -108,6 +115,7 @@ class ObservationRecorder:
             raise InvalidArgument([violation for _, violations in validated for violation in violations])
         valid = [item for item, _ in validated if item is not None]
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
+        episode_vectors = self._embed_episodes(valid)
 
         def work(conn: Any) -> dict[str, RecordResult]:
             # Nodes this batch writes, locked in one order first, so concurrent batches sharing a node
@@ -115,11 +123,19 @@ class ObservationRecorder:
             lock_node_keys(conn, self._contended_keys(conn, valid))
             now = datetime.now(UTC)
             return {
-                item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now)
+                item.observation_id: self._record_one(
+                    conn,
+                    item,
+                    embeddings.get(item.observation_id),
+                    now,
+                    episode_vectors.get(item.observation_id) if episode_vectors is not None else None,
+                )
                 for item in valid
             }
 
         recorded = self.database.run_transaction(work)
+        if self.on_pending_embeddings is not None and episode_vectors is None:
+            self.on_pending_embeddings()
         results: list[RecordResult] = []
         for item, violations in validated:
             if item is None:
@@ -152,7 +168,12 @@ class ObservationRecorder:
         return keys
 
     def _record_one(
-        self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime
+        self,
+        conn: Any,
+        item: ObservationInput,
+        embeddings: np.ndarray | None,
+        now: datetime,
+        episode_vectors: np.ndarray | None,
     ) -> RecordResult:
         """Stores and projects one valid observation inside the batch transaction.
 
@@ -186,7 +207,7 @@ class ObservationRecorder:
             )
             return result
         result.created = True
-        projection = self.projector.project(conn, item, embeddings, now)
+        projection = self.projector.project(conn, item, embeddings, now, episode_vectors)
         result.episode_key = projection.episode_key
         result.entities_upserted = projection.entities_upserted
         result.facts_created = projection.facts_created
@@ -204,6 +225,21 @@ class ObservationRecorder:
                 {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
             )
         return result
+
+    def _embed_episodes(self, valid: list[ObservationInput]) -> dict[str, np.ndarray] | None:
+        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch, embedded in
+        one call (observation_id -> one row per chunk); None in background mode (chunks stay pending)."""
+        if self.database.settings.episode_embedding != "inline" or self.encoder is None:
+            return None
+        inputs = {item.observation_id: self.projector.episode_inputs(item) for item in valid}
+        texts = [text for chunk_texts in inputs.values() for text in chunk_texts]
+        vectors = self.encoder.encode_passages(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+        out: dict[str, np.ndarray] = {}
+        offset = 0
+        for observation_id, chunk_texts in inputs.items():
+            out[observation_id] = vectors[offset : offset + len(chunk_texts)]
+            offset += len(chunk_texts)
+        return out
 
     def _embed_texts(self, item: ObservationInput) -> np.ndarray | None:
         if not item.texts:

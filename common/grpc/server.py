@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health
@@ -53,6 +53,14 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
+class BackgroundWorker(Protocol):
+    """A daemon a service runs beside its RPCs (`ServiceHost` starts it after the server, stops it after)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class ServiceHost:
     """A built, not yet started server: gRPC server, readiness monitor, metrics endpoint.
 
@@ -80,8 +88,10 @@ class ServiceHost:
         authenticator: Authenticator | None = None,
         tls: bool = False,
         metrics_host: str = "127.0.0.1",
+        background: Sequence[BackgroundWorker] = (),
     ) -> None:
         self.service_name = service_name
+        self.background = tuple(background)
         self.server = server
         self._port = port
         self.readiness = readiness
@@ -110,6 +120,8 @@ class ServiceHost:
         self._metrics_server = start_metrics_endpoint(self.metrics_port, self.metrics_host, self.service_name)
         self.server.start()
         self.readiness.start()
+        for worker in self.background:
+            worker.start()
         log.info("%s listening on port %d", self.service_name, self._port)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -133,6 +145,8 @@ class ServiceHost:
             self.readiness.begin_shutdown()
             log.info("%s: stopping (grace %.1f s)", self.service_name, grace_seconds)
             self.server.stop(grace_seconds).wait()
+            for worker in self.background:
+                worker.stop()
             self.readiness.join()
             if self._metrics_server is not None:
                 stop_metrics_endpoint(self._metrics_server)
@@ -172,6 +186,7 @@ def build_server(
     max_workers: int = 16,
     readiness_interval: float = READINESS_INTERVAL_SECONDS,
     metrics_registry: CollectorRegistry = REGISTRY,
+    background: Sequence[BackgroundWorker] = (),
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -188,6 +203,7 @@ def build_server(
         max_workers: threads handling RPCs concurrently.
         readiness_interval: seconds between readiness checks.
         metrics_registry: registry of the RPC metrics (the endpoint always serves the default registry).
+        background: workers started with the server and stopped after it (the episode embedder).
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -244,4 +260,5 @@ def build_server(
         tls=credentials is not None,
         # Metrics follow the gRPC bind: a loopback service exposes them on loopback only.
         metrics_host="127.0.0.1" if is_loopback_address(address) else "0.0.0.0",
+        background=background,
     )

@@ -337,6 +337,17 @@ class FactStore:
         ).fetchall()
         return {str(record[0]) for record in records}
 
+    def touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> list[FactRow]:
+        """The facts whose subject or object is ``natural_key`` (lost ones included), ordered by fact_id."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(
+                f"SELECT {_COLUMNS} FROM facts WHERE namespace = %(namespace)s AND fact_id IN ("
+                " SELECT fact_id FROM facts WHERE namespace = %(namespace)s AND subject_key = %(key)s"
+                " UNION SELECT fact_id FROM facts WHERE namespace = %(namespace)s AND object_key = %(key)s)",
+                {"namespace": namespace, "key": natural_key},
+            ).fetchall()
+        return sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
+
     def delete_touching(
         self, conn: psycopg.Connection[Any], namespace: str, natural_key: str
     ) -> list[FactRow]:
