@@ -32,6 +32,7 @@ everywhere; the episode and its chunks carry the marks instead.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,8 @@ SUBJECT = "SUBJECT"
 PARTICIPANT_EVIDENCE = "asserted"
 PARTICIPANT_CONFIDENCE = 1.0
 HEADER_SEPARATOR = " · "
+# A line that may start a Markdown section (ATX heading, setext underline): such a body is cut by sections.
+_SECTION_MARK = re.compile(r"^ {0,3}(#{1,6}(\s|$)|=+\s*$|-+\s*$)", re.MULTILINE)
 
 
 def participant_key(participant: Mapping[str, Any] | None) -> str:
@@ -93,9 +96,12 @@ def episode_pieces(
     body = episode_body(content, data)
     if not body:
         return []
-    pieces = bounded_chunks(
-        [(chunk.heading or kind, chunk.text) for chunk in chunk_markdown(body, limit)], 2 * limit
-    ) or [(kind, body)]
+    if len(body) <= limit and not _SECTION_MARK.search(body):
+        pieces = [(kind, body)]  # what the Markdown cut gives for it, without parsing (most episodes)
+    else:
+        pieces = bounded_chunks(
+            [(chunk.heading or kind, chunk.text) for chunk in chunk_markdown(body, limit)], 2 * limit
+        ) or [(kind, body)]
     header = episode_header(occurred_at, actor, subject)
     return [(heading, f"{header}\n{text}") for heading, text in pieces]
 

@@ -11,6 +11,7 @@ rejects (it checks before writing) is skipped and reported; the observation is t
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import ObservationStore
+from ingest_service.episode_text import participant_key
 from ingest_service.fact_engine import FactEngine
 from ingest_service.observation_projection import ObservationProjector
 from ingest_service.observation_validation import ObservationInput, validate_observation
@@ -121,17 +123,7 @@ class ObservationRecorder:
             # Nodes this batch writes, locked in one order first, so concurrent batches sharing a node
             # wait for each other instead of deadlocking (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
-            now = datetime.now(UTC)
-            return {
-                item.observation_id: self._record_one(
-                    conn,
-                    item,
-                    embeddings.get(item.observation_id),
-                    now,
-                    episode_vectors.get(item.observation_id) if episode_vectors is not None else None,
-                )
-                for item in valid
-            }
+            return self._record_all(conn, valid, embeddings, episode_vectors, datetime.now(UTC))
 
         recorded = self.database.run_transaction(work)
         if self.on_pending_embeddings is not None and episode_vectors is None:
@@ -161,70 +153,71 @@ class ObservationRecorder:
             if item.subject:
                 keys.add((item.namespace, f"{item.subject['type']}:{item.subject['id']}"))
             objects.setdefault(item.namespace, set()).update(fact.object for fact in item.facts)
+            # the objects of its ACTOR/SUBJECT facts (`ingest_service.episode_text`)
+            objects[item.namespace].update(
+                key for key in (participant_key(item.actor), participant_key(item.subject)) if key
+            )
         for namespace, candidates in objects.items():
             unlocked = sorted(key for key in candidates if (namespace, key) not in keys)
             existing = self.graph.node_labels(conn, namespace, unlocked) if unlocked else {}
             keys.update((namespace, key) for key in unlocked if key not in existing)
         return keys
 
-    def _record_one(
+    def _record_all(
         self,
         conn: Any,
-        item: ObservationInput,
-        embeddings: np.ndarray | None,
+        valid: list[ObservationInput],
+        embeddings: dict[str, np.ndarray],
+        episode_vectors: dict[str, np.ndarray] | None,
         now: datetime,
-        episode_vectors: np.ndarray | None,
-    ) -> RecordResult:
-        """Stores and projects one valid observation inside the batch transaction.
+    ) -> dict[str, RecordResult]:
+        """Stores the immutable rows of ``valid`` (one pipelined insert) and projects the new ones
+        together (`ObservationProjector.project`), inside the batch transaction; results by
+        observation_id.
 
-        Idempotent by observation_id: an observation that exists (or appeared earlier in the same batch)
-        is a duplicate and writes nothing.
+        Idempotent by observation_id: an observation that exists (or appears twice in the batch) is a
+        duplicate and writes nothing; its result carries the stored status.
         """
-        result = RecordResult(observation_id=item.observation_id)
-        inserted = self.observations.insert(
-            conn,
-            {
-                "observation_id": item.observation_id,
-                "namespace": item.namespace,
-                "source_system": item.system,
-                "source_stream": item.stream,
-                "source_external_id": item.external_id or None,
-                "kind": item.kind,
-                "occurred_at": item.occurred_at,
-                "actor": item.actor,
-                "subject": item.subject,
-                "scopes": item.scopes,
-                "content": item.content,
-                "data": item.data,
-                "assertions": item.assertions,
-                "provenance": item.provenance,
-                "status": "processed",
-            },
-        )
-        if not inserted:
-            result.status = self.observations.statuses(conn, [item.observation_id]).get(
-                item.observation_id, ""
+        inserted = self.observations.insert_many(conn, [_row_of(item) for item in valid])
+        new: dict[str, ObservationInput] = {}
+        for item in valid:
+            if item.observation_id in inserted:
+                new.setdefault(item.observation_id, item)
+        projections = self.projector.project(conn, list(new.values()), embeddings, now, episode_vectors)
+        results: dict[str, RecordResult] = {}
+        for item, projection in zip(new.values(), projections, strict=True):
+            result = RecordResult(
+                observation_id=item.observation_id,
+                created=True,
+                episode_key=projection.episode_key,
+                entities_upserted=projection.entities_upserted,
+                facts_created=projection.facts_created,
+                facts_strengthened=projection.facts_strengthened,
+                text_fragments=projection.text_fragments,
             )
-            return result
-        result.created = True
-        projection = self.projector.project(conn, item, embeddings, now, episode_vectors)
-        result.episode_key = projection.episode_key
-        result.entities_upserted = projection.entities_upserted
-        result.facts_created = projection.facts_created
-        result.facts_strengthened = projection.facts_strengthened
-        result.text_fragments = projection.text_fragments
-        rejected = projection.rejected
-        result.status = "partially_processed" if rejected else "processed"
-        if rejected:
-            result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
-            result.error = result.field_violations[0]
-            self.observations.set_status(
-                conn,
-                item.observation_id,
-                result.status,
-                {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
+            rejected = projection.rejected
+            result.status = "partially_processed" if rejected else "processed"
+            if rejected:
+                result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
+                result.error = result.field_violations[0]
+                self.observations.set_status(
+                    conn,
+                    item.observation_id,
+                    result.status,
+                    {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
+                )
+            results[item.observation_id] = result
+        # Duplicates, also the second of an id sent twice (its result replaces the first's, as before).
+        repeated = [item.observation_id for item in valid if item.observation_id not in new]
+        repeated += [
+            i for i, n in Counter(item.observation_id for item in valid).items() if n > 1 and i in new
+        ]
+        statuses = self.observations.statuses(conn, sorted(set(repeated))) if repeated else {}
+        for observation_id in set(repeated):
+            results[observation_id] = RecordResult(
+                observation_id=observation_id, status=statuses.get(observation_id, "")
             )
-        return result
+        return results
 
     def _embed_episodes(self, valid: list[ObservationInput]) -> dict[str, np.ndarray] | None:
         """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch, embedded in
@@ -249,3 +242,24 @@ class ObservationRecorder:
         return self.encoder.encode_passages(
             [f"{text.title or item.kind} — {text.heading}\n{text.text}" for text in item.texts]
         )
+
+
+def _row_of(item: ObservationInput) -> dict[str, Any]:
+    """The immutable row of a valid observation (`ObservationStore.insert`), status ``processed``."""
+    return {
+        "observation_id": item.observation_id,
+        "namespace": item.namespace,
+        "source_system": item.system,
+        "source_stream": item.stream,
+        "source_external_id": item.external_id or None,
+        "kind": item.kind,
+        "occurred_at": item.occurred_at,
+        "actor": item.actor,
+        "subject": item.subject,
+        "scopes": item.scopes,
+        "content": item.content,
+        "data": item.data,
+        "assertions": item.assertions,
+        "provenance": item.provenance,
+        "status": "processed",
+    }

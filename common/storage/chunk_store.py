@@ -199,6 +199,42 @@ class ChunkStore(ChunkRankings):
         the backlog; returns how many."""
         return max(conn.execute(self.queries["queue_unembedded_episodes"], (namespace,)).rowcount, 0)
 
+    def replace_chunks_of_nodes(
+        self, conn: psycopg.Connection[Any], writes: Sequence[tuple[NodeRef, Sequence[ChunkWrite]]]
+    ) -> None:
+        """`replace_chunks` (with ``delete_beyond``) of many nodes at once: one pipelined upsert of every
+        row, one delete of the chunks beyond each node's new count (orders 0..len-1 per node)."""
+        rows = [
+            (
+                node.namespace,
+                node.node_key,
+                chunk.chunk_order,
+                node.node_type,
+                node.source_path,
+                node.title,
+                chunk.heading,
+                chunk.text,
+                None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
+                Jsonb(dict(chunk.meta)),
+                None,
+                chunk.embedding is None and chunk.embedding_pending,
+            )
+            for node, chunks in writes
+            for chunk in chunks
+        ]
+        if not rows:
+            return
+        with conn.cursor() as cursor:
+            cursor.executemany(self.queries["upsert_chunk"], rows)
+        conn.execute(
+            self.queries["delete_chunks_beyond_counts"],
+            (
+                [node.namespace for node, _ in writes],
+                [node.node_key for node, _ in writes],
+                [len(chunks) for _, chunks in writes],
+            ),
+        )
+
     def delete_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
         """Deletes every chunk of a node; returns how many there were."""
         return conn.execute(self.queries["delete_chunks_of_node"], (namespace, node_key)).rowcount

@@ -2,12 +2,15 @@
 episode text, the embedding backlog and the background embedder, the ACTOR and SUBJECT facts with their
 scopes, personal data, redaction and purge.
 
-Every test works in a namespace of its own, and its embedder only embeds that namespace's backlog.
+Every test works in a namespace of its own, and its embedder only embeds that namespace's backlog. The
+tests of the backlog itself run in a database of their own (`fresh_database`), where no ingest service of
+another test embeds behind their back.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +26,7 @@ from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.episode_text import episode_header
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
+from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -80,24 +84,39 @@ def recorder(database: Database, provider: EmbeddingProvider) -> ObservationReco
     return ObservationRecorder(database, encoder=provider)
 
 
+@pytest.fixture(scope="module")
+def own_database(settings: Settings) -> Iterator[Database]:
+    """A database of its own for the backlog tests (dropped at the end)."""
+    with fresh_database(settings) as fresh:
+        database = Database(fresh)
+        database.migrate()
+        yield database
+        database.close()
+
+
+@pytest.fixture(scope="module")
+def own_recorder(own_database: Database, provider: EmbeddingProvider) -> ObservationRecorder:
+    return ObservationRecorder(own_database, encoder=provider)
+
+
 def test_episode_text_carries_date_actor_and_subject_and_waits_for_its_embedding(
-    database: Database, recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
+    own_database: Database, own_recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    results = recorder.record_batch([turn(namespace, 1), turn(namespace, 2, speaker="Melanie")])
+    results = own_recorder.record_batch([turn(namespace, 1), turn(namespace, 2, speaker="Melanie")])
     assert [result.status for result in results] == ["processed", "processed"]
-    rows = chunk_rows(database, namespace)
+    rows = chunk_rows(own_database, namespace)
     assert sorted(row[1].split("\n")[0] for row in rows) == [
         "2023-05-08 13:56 · Caroline · conversation:conv-1",
         "2023-05-08 13:56 · Melanie · conversation:conv-1",
     ]
     assert all(row[1].split("\n")[1].startswith("turn ") for row in rows)
     assert all(row[2] and row[3] is None for row in rows)  # written with the embedding pending
-    embedder = EpisodeEmbedder(database, provider, batch_size=1, namespace=namespace)
+    embedder = EpisodeEmbedder(own_database, provider, batch_size=1, namespace=namespace)
     assert embedder.backlog(namespace).pending == 2
     assert embedder.backlog(namespace).oldest_written_at is not None
 
     assert embedder.drain() == 2  # one chunk per round
-    rows = chunk_rows(database, namespace)
+    rows = chunk_rows(own_database, namespace)
     assert all(not row[2] and row[3] is not None for row in rows)
     expected = provider.encode_passages(
         [embedding_input("chat.message conversation:conv-1", "chat.message", rows[0][1])]
@@ -116,21 +135,21 @@ class FailingEncoder:
 
 
 def test_a_round_that_fails_loses_nothing(
-    database: Database, recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
+    own_database: Database, own_recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    recorder.record_batch([turn(namespace, index) for index in range(3)])
+    own_recorder.record_batch([turn(namespace, index) for index in range(3)])
     with pytest.raises(RuntimeError):
-        EpisodeEmbedder(database, FailingEncoder(), namespace=namespace).embed_once()
-    assert [row[2] for row in chunk_rows(database, namespace)] == [True, True, True]
-    assert EpisodeEmbedder(database, provider, namespace=namespace).drain() == 3
-    assert [row[2] for row in chunk_rows(database, namespace)] == [False, False, False]
+        EpisodeEmbedder(own_database, FailingEncoder(), namespace=namespace).embed_once()
+    assert [row[2] for row in chunk_rows(own_database, namespace)] == [True, True, True]
+    assert EpisodeEmbedder(own_database, provider, namespace=namespace).drain() == 3
+    assert [row[2] for row in chunk_rows(own_database, namespace)] == [False, False, False]
 
 
 def test_concurrent_embedders_share_the_backlog(
-    database: Database, recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
+    own_database: Database, own_recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    recorder.record_batch([turn(namespace, index) for index in range(12)])
-    embedders = [EpisodeEmbedder(database, provider, batch_size=2, namespace=namespace) for _ in range(3)]
+    own_recorder.record_batch([turn(namespace, index) for index in range(12)])
+    embedders = [EpisodeEmbedder(own_database, provider, batch_size=2, namespace=namespace) for _ in range(3)]
     filled = [0, 0, 0]
 
     def run(position: int) -> None:
@@ -142,14 +161,14 @@ def test_concurrent_embedders_share_the_backlog(
     for thread in threads:
         thread.join()
     assert sum(filled) == 12
-    assert all(not row[2] and row[3] is not None for row in chunk_rows(database, namespace))
+    assert all(not row[2] and row[3] is not None for row in chunk_rows(own_database, namespace))
 
 
 def test_the_background_thread_fills_the_backlog_when_woken(
-    database: Database, provider: EmbeddingProvider, namespace: str
+    own_database: Database, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    embedder = EpisodeEmbedder(database, provider, idle_seconds=3600, namespace=namespace)
-    woken = ObservationRecorder(database, encoder=provider, on_pending_embeddings=embedder.wake)
+    embedder = EpisodeEmbedder(own_database, provider, idle_seconds=3600, namespace=namespace)
+    woken = ObservationRecorder(own_database, encoder=provider, on_pending_embeddings=embedder.wake)
     embedder.start()
     try:
         woken.record_batch([turn(namespace, 1)])
@@ -159,7 +178,7 @@ def test_the_background_thread_fills_the_backlog_when_woken(
                 done.set()
     finally:
         embedder.stop()
-    assert all(row[3] is not None for row in chunk_rows(database, namespace))
+    assert all(row[3] is not None for row in chunk_rows(own_database, namespace))
 
 
 def test_inline_mode_embeds_in_the_write(
@@ -247,3 +266,35 @@ def test_episode_header_leaves_out_missing_parts() -> None:
     at = datetime(2023, 5, 8, 13, 56, 10, tzinfo=UTC)
     assert episode_header(at, None, None) == "2023-05-08 13:56"
     assert episode_header(at, {"type": "person", "id": "Caroline"}, None) == "2023-05-08 13:56 · Caroline"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "a short turn",
+        "  * debian/rules: adapted\n  * debian/control: policy 3.0.1",
+        "# Title\n\nbody text",
+        "Title\n=====\n\nbody",
+        "line\n---\nmore",
+        "word " * 400,
+    ],
+)
+def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -> None:
+    from ingest_service.chunking import bounded_chunks, chunk_markdown
+    from ingest_service.episode_text import episode_body, episode_pieces
+
+    at = datetime(2023, 5, 8, 13, 56, 10, tzinfo=UTC)
+    body = episode_body(content, {"version": "1.0"})
+    cut = bounded_chunks(
+        [(chunk.heading or "k", chunk.text) for chunk in chunk_markdown(body, 1500)], 3000
+    ) or [("k", body)]
+    pieces = episode_pieces(
+        kind="k",
+        occurred_at=at,
+        actor=None,
+        subject=None,
+        content=content,
+        data={"version": "1.0"},
+        limit=1500,
+    )
+    assert pieces == [(heading, f"2023-05-08 13:56\n{text}") for heading, text in cut]

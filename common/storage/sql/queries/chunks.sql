@@ -55,6 +55,12 @@ WHERE namespace = %s AND node_type = 'episode' AND embedding IS NULL AND NOT emb
 -- first order to delete).
 DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND chunk_order >= %s
 
+-- name: delete_chunks_beyond_counts
+-- Deletes, for each (namespace, node key, count), the chunks of that node whose order is at least the
+-- count (parameters: namespaces, node keys, counts: arrays of one length).
+DELETE FROM {chunks} AS c USING unnest(%s::text[], %s::text[], %s::int[]) AS x(namespace, node_key, count)
+WHERE c.namespace = x.namespace AND c.node_key = x.node_key AND c.chunk_order >= x.count
+
 -- name: delete_chunks_of_node
 -- Deletes every chunk of a node (parameters: namespace, node key).
 DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s
