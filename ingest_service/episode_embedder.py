@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 128  # texts per model call: the model's throughput is flat from about 64 texts up
 DEFAULT_IDLE_SECONDS = 1.0  # how long an idle embedder sleeps before looking at the backlog again
+DEFAULT_MAX_DEFERRAL_SECONDS = 2.0  # longest wait for a round while writes are in flight
+DEFERRAL_POLL_SECONDS = 0.05
 
 
 class PassageEncoder(Protocol):
@@ -93,6 +97,10 @@ class EpisodeEmbedder:
         batch_size: chunks per round (one model call, one transaction).
         idle_seconds: sleep of the thread when the backlog is empty; `wake` cuts it short.
         namespace: embed the backlog of this namespace only (None: of every namespace, the service's).
+        busy: True while the service is writing (RecordObservations batches in flight): the thread then
+            defers its next round, for at most ``max_deferral_seconds`` since its last one, so that on a
+            small machine the model does not take the cores from the writes (they are acknowledged
+            sooner, and the backlog is embedded in the gaps and after the load).
     """
 
     def __init__(
@@ -103,9 +111,13 @@ class EpisodeEmbedder:
         batch_size: int = DEFAULT_BATCH_SIZE,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         namespace: str | None = None,
+        busy: Callable[[], bool] | None = None,
+        max_deferral_seconds: float = DEFAULT_MAX_DEFERRAL_SECONDS,
     ) -> None:
         self.database = database
         self.namespace = namespace
+        self.busy = busy
+        self.max_deferral_seconds = max_deferral_seconds
         self.encoder = encoder
         self.chunks = ChunkStore(database.settings)
         self.batch_size = batch_size
@@ -173,7 +185,16 @@ class EpisodeEmbedder:
             self._thread = None
 
     def _run(self) -> None:
+        last_round = time.monotonic()
         while not self._stop.is_set():
+            if (
+                self.busy is not None
+                and self.busy()
+                and time.monotonic() - last_round < self.max_deferral_seconds
+            ):
+                self._stop.wait(DEFERRAL_POLL_SECONDS)
+                continue
+            last_round = time.monotonic()
             try:
                 filled = self.embed_once()
                 self.backlog(self.namespace)  # the gauge

@@ -59,6 +59,7 @@ def create_ingest_host(
     recorder = ObservationRecorder(
         database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake
     )
+    embedder.busy = recorder.busy  # rounds give way to writes in flight (for at most 2 s)
     audit = AuditTrail(database)
     remover = ObservationRemover(database, audit, kinds=kinds)
     deleter = NodeDeleter(database, audit)

@@ -11,6 +11,7 @@ rejects (it checks before writing) is skipped and reported; the observation is t
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,6 +75,8 @@ class ObservationRecorder:
         """
         self.database = database
         self.on_pending_embeddings = on_pending_embeddings
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.observations = ObservationStore(database.settings)
@@ -125,7 +128,13 @@ class ObservationRecorder:
             lock_node_keys(conn, self._contended_keys(conn, valid))
             return self._record_all(conn, valid, embeddings, episode_vectors, datetime.now(UTC))
 
-        recorded = self.database.run_transaction(work)
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            recorded = self.database.run_transaction(work)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
         if self.on_pending_embeddings is not None and episode_vectors is None:
             self.on_pending_embeddings()
         results: list[RecordResult] = []
@@ -136,6 +145,10 @@ class ObservationRecorder:
             else:
                 results.append(recorded[item.observation_id])
         return results
+
+    def busy(self) -> bool:
+        """True while a batch is being written (the background embedder defers its rounds meanwhile)."""
+        return self._in_flight > 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:
         """(namespace, natural_key) of the nodes the batch may lock rows of: entities (upserted, which
