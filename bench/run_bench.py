@@ -215,23 +215,24 @@ def load_observations(
 
 
 def wait_for_embeddings(
-    stub: observation_service_pb2_grpc.ObservationServiceStub, namespace: str
+    stub: observation_service_pb2_grpc.ObservationServiceStub, namespace: str, *, limit_seconds: float = 600
 ) -> dict[str, Any]:
-    """Polls ``GetEmbeddingBacklog`` every 0.2 s until the namespace has no chunk waiting for its
-    embedding; the wait in seconds and the backlog when it began."""
+    """Polls ``GetEmbeddingBacklog`` every 0.2 s until the namespace ("": all) has no chunk waiting for
+    its embedding, or ``limit_seconds`` passed; the wait in seconds, the backlog when it began and what
+    was left (0 unless the limit was reached)."""
     request = observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace)
     start = time.perf_counter()
     first = pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
-    while pending:
+    while pending and time.perf_counter() - start < limit_seconds:
         time.sleep(0.2)
         pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
-    return {"backlog_at_end_of_load": first, "seconds_until_embedded": round(time.perf_counter() - start, 2)}
-
-
-_CHUNK_COLUMNS = (
-    "id, namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta,"
-    " seen_run, created_at, embedding_pending"
-)
+    seconds = time.perf_counter() - start
+    return {
+        "backlog_at_end_of_load": first,
+        "seconds_until_embedded": round(seconds, 2),
+        "left_pending": pending,
+        "embedded_per_second": round((first - pending) / seconds, 1) if seconds else 0.0,
+    }
 
 
 def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
@@ -258,6 +259,16 @@ def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
             graph_label("predicate", str(row[0]))
             for row in conn.execute("SELECT DISTINCT predicate FROM facts WHERE namespace = %s", (namespace,))
         ]
+        chunk_columns = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+                " AND table_name = %s AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                (settings.chunks_table,),
+            )
+        ]
+        written = ", ".join(chunk_columns)
+        selected = ", ".join("NULL::vector" if name == "embedding" else name for name in chunk_columns)
         # (table, columns written, what is selected, which rows)
         plain = ("namespace = %(namespace)s",)
         statements = [
@@ -266,8 +277,8 @@ def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
             (sql.Identifier("facts"), "*", "*", plain[0]),
             (
                 sql.Identifier(settings.chunks_table),
-                f"({_CHUNK_COLUMNS})",
-                _CHUNK_COLUMNS.replace("embedding,", "NULL::vector,", 1),
+                f"({written})",
+                selected,
                 plain[0],
             ),
             *(

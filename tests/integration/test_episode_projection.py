@@ -10,6 +10,7 @@ another test embeds behind their back.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -298,3 +299,28 @@ def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -
         limit=1500,
     )
     assert pieces == [(heading, f"2023-05-08 13:56\n{text}") for heading, text in cut]
+
+
+def test_a_key_asserted_twice_in_one_batch_ends_as_its_newest_assertion(
+    database: Database, recorder: ObservationRecorder, settings: Settings
+) -> None:
+    from common.storage.graph_store import GraphStore
+
+    def upload(namespace: str, index: int, occurred_at: str, urgency: str) -> dict[str, Any]:
+        return {
+            **turn(namespace, index),
+            "occurred_at": occurred_at,
+            "assertions": [
+                {"entity": {"key": {"type": "package", "id": "time"}, "attributes": {"urgency": urgency}}}
+            ],
+        }
+
+    older, newer = ("2023-01-01T00:00:00Z", "low"), ("2023-02-01T00:00:00Z", "high")
+    graph = GraphStore(database)
+    for order in ((older, newer), (newer, older)):
+        namespace = f"test-twice-{uuid.uuid4().hex[:10]}"
+        results = recorder.record_batch([upload(namespace, i, *pair) for i, pair in enumerate(order)])
+        assert [result.entities_upserted for result in results] == [1, 1]
+        with database.connection() as conn:
+            node = graph.get_node(conn, namespace, "package:time")
+        assert node is not None and node["props"]["attributes"] == {"urgency": "high"}, order
