@@ -238,7 +238,10 @@ def _compile(channel: grpc.Channel, namespace: str, query: str, anchors: list[st
         context_service_pb2.CompileContextRequest(
             # 6000: the insider's pack holds the FLOOD hidden facts, the episodes' SUBJECT facts to the
             # anchor (issue 16 §1) and the secret chunk
-            namespace=namespace, query=query, anchors=anchors, token_budget=6000
+            namespace=namespace,
+            query=query,
+            anchors=anchors,
+            token_budget=6000,
         ),
         timeout=120,
     ).pack
