@@ -70,7 +70,7 @@ from memory.v1 import (
 
 from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings
-from common.kernel.identifiers import fact_id, parse_instant
+from common.kernel.identifiers import fact_id, graph_label, parse_instant
 from common.tooling.client import wait_for_serving
 from common.tooling.markdown_vault import find_documents, read_document
 from common.tooling.observation_file import ParsedObservation
@@ -220,6 +220,104 @@ def load_observations(
     }
 
 
+def wait_for_embeddings(
+    stub: observation_service_pb2_grpc.ObservationServiceStub, namespace: str, *, limit_seconds: float = 600
+) -> dict[str, Any]:
+    """Polls ``GetEmbeddingBacklog`` every 0.2 s until the namespace ("": all) has no chunk waiting for
+    its embedding, or ``limit_seconds`` passed; the wait in seconds, the backlog when it began and what
+    was left (0 unless the limit was reached)."""
+    request = observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace)
+    start = time.perf_counter()
+    first = pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
+    while pending and time.perf_counter() - start < limit_seconds:
+        time.sleep(0.2)
+        pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
+    seconds = time.perf_counter() - start
+    return {
+        "backlog_at_end_of_load": first,
+        "seconds_until_embedded": round(seconds, 2),
+        "left_pending": pending,
+        "embedded_per_second": round((first - pending) / seconds, 1) if seconds else 0.0,
+    }
+
+
+def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
+    """The floor of an observation load (issue 15): the rows the service stored for ``namespace`` written
+    again set-based, one ``INSERT ... SELECT`` per table, into empty copies of the tables (same columns,
+    defaults and indexes: ``LIKE ... INCLUDING ALL``) in a scratch schema, in one transaction: the
+    observations, ``graph_nodes``, ``facts``, the chunks (embedding NULL, as the write stores episode
+    chunks) and the AGE label tables of its vertices and fact edges. Returns the seconds and the rows."""
+    from common.storage.age_graph import prepare_age_session
+
+    sql = psycopg.sql
+    settings = Settings(database_url=url)
+    scratch = f"floor_{zlib.crc32(namespace.encode()):08x}"
+    vertices = "SELECT vertex_id FROM graph_nodes WHERE namespace = %(namespace)s"
+    with psycopg.connect(url) as conn:
+        prepare_age_session(conn)
+        vertex_labels = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT DISTINCT label FROM graph_nodes WHERE namespace = %s", (namespace,)
+            )
+        ]
+        edge_labels = [
+            graph_label("predicate", str(row[0]))
+            for row in conn.execute("SELECT DISTINCT predicate FROM facts WHERE namespace = %s", (namespace,))
+        ]
+        chunk_columns = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+                " AND table_name = %s AND is_generated = 'NEVER' ORDER BY ordinal_position",
+                (settings.chunks_table,),
+            )
+        ]
+        written = ", ".join(chunk_columns)
+        selected = ", ".join("NULL::vector" if name == "embedding" else name for name in chunk_columns)
+        # (table, columns written, what is selected, which rows)
+        plain = ("namespace = %(namespace)s",)
+        statements = [
+            (sql.Identifier(settings.observations_table), "*", "*", plain[0]),
+            (sql.Identifier("graph_nodes"), "*", "*", plain[0]),
+            (sql.Identifier("facts"), "*", "*", plain[0]),
+            (
+                sql.Identifier(settings.chunks_table),
+                f"({written})",
+                selected,
+                plain[0],
+            ),
+            *(
+                (sql.Identifier(settings.graph_name, label), "*", "*", f"id IN ({vertices})")
+                for label in vertex_labels
+            ),
+            *(
+                (sql.Identifier(settings.graph_name, label), "*", "*", f"start_id IN ({vertices})")
+                for label in edge_labels
+            ),
+        ]
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(scratch)))
+        copies = [sql.Identifier(scratch, f"t{position}") for position in range(len(statements))]
+        for copy, (table, *_) in zip(copies, statements, strict=True):
+            conn.execute(sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(copy, table))
+        conn.commit()
+        start = time.perf_counter()
+        rows = 0
+        for copy, (table, columns, selected, where) in zip(copies, statements, strict=True):
+            target = copy if columns == "*" else sql.SQL("{} {}").format(copy, sql.SQL(columns))
+            rows += conn.execute(
+                sql.SQL("INSERT INTO {} SELECT {} FROM {} WHERE {}").format(
+                    target, sql.SQL(selected), table, sql.SQL(where)
+                ),
+                {"namespace": namespace},
+            ).rowcount
+        conn.commit()
+        seconds = time.perf_counter() - start
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(scratch)))
+        conn.commit()
+    return {"seconds": round(seconds, 3), "rows": rows, "tables": len(statements)}
+
+
 @contextmanager
 def fresh_database(base_url: str, name: str) -> Iterator[str]:
     """Creates the empty database ``name`` on the server of ``base_url`` and yields its URL; drops it at
@@ -306,13 +404,27 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         )
         cli_load = load_observations(observe, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
         cli_load["ratio_to_sequential"] = round(sequential["seconds"] / cli_load["seconds"], 2)
+        floor = set_based_floor(settings.database_url, debian_ns)
+        floor["per_second"] = round(len(observations) / floor["seconds"], 1)
+        cli_load["set_based_floor"] = floor
+        cli_load["ratio_to_floor"] = round(cli_load["seconds"] / floor["seconds"], 2)
         results["observations"] = cli_load
+        print(
+            f"observations, set-based floor: {floor['seconds']} s ({floor['per_second']}/s, {floor['rows']} rows);"
+            f" cb observe is {cli_load['ratio_to_floor']}x the floor",
+            flush=True,
+        )
         seconds = sequential["seconds"]
         print(
             f"observations, cb observe (concurrency {DEFAULT_OBSERVE_CONCURRENCY}): {cli_load['seconds']} s"
             f" ({cli_load['per_second']}/s), {cli_load['ratio_to_sequential']}x sequential",
             flush=True,
         )
+        # The episode chunks of both loads are embedded in the background: how long after the loads
+        # until the service reports no backlog (all namespaces).
+        results["observations"]["embedding"] = wait_for_embeddings(observe, "")
+        print(f"episode embeddings: {results['observations']['embedding']}", flush=True)
+        results["load_average"] = os.getloadavg()
         if observations_only:
             write_json(results)
             print(json.dumps(results, indent=2))

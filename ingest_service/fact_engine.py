@@ -262,6 +262,138 @@ class FactEngine:
             self.facts.close(conn, namespace, fact_id, first.valid_from, first.fact_id)
         return [outcomes[index] for index in range(len(facts))]
 
+    def record_batch(
+        self, conn: psycopg.Connection[Any], facts: list[FactInput], *, now: datetime
+    ) -> list[FactOutcome | AssertionRejected]:
+        """`record` of many facts (any namespaces, ``supersedes`` allowed), set-based: per namespace one
+        read of the superseded and of the narrower-scoped facts, one `ensure_nodes`, one multi-row insert
+        per round of distinct fact_ids, one look-up of earlier successors, then one closing statement per
+        supersession. Each fact is checked as `record` checks it (write access, supersession rules, a
+        superseded fact earlier in ``facts`` counts as stored) before anything is written, and a rejected
+        fact writes nothing. The end state is that of recording the facts one by one (supersession is
+        applied both ways, so the order does not matter); results in the order of ``facts``.
+        """
+        results: dict[int, FactOutcome | AssertionRejected] = {}
+        namespaces: dict[str, list[int]] = {}
+        for index, fact in enumerate(facts):
+            namespaces.setdefault(fact.namespace, []).append(index)
+        for namespace, indices in namespaces.items():
+            results.update(self._record_namespace(conn, namespace, [(i, facts[i]) for i in indices], now))
+        return [results[index] for index in range(len(facts))]
+
+    def _record_namespace(
+        self, conn: psycopg.Connection[Any], namespace: str, facts: list[tuple[int, FactInput]], now: datetime
+    ) -> dict[int, FactOutcome | AssertionRejected]:
+        """`record_batch` of the facts ``(index, fact)`` of one namespace."""
+        access = WriteAccess.of_caller()
+        results: dict[int, FactOutcome | AssertionRejected] = {}
+        wanted = sorted(
+            {f.supersedes for _, f in facts if f.supersedes}
+            | {f.fact_id for _, f in facts if restricting_scopes(f.scopes)}
+        )
+        stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, wanted)}
+        earlier: dict[str, FactInput] = {}  # accepted facts of this batch, by fact_id, as `record` sees them
+        accepted: list[tuple[int, FactInput]] = []
+        for index, fact in facts:
+            new_id = fact.fact_id
+            refused = access.fact_violations(
+                conn,
+                self.facts,
+                namespace=namespace,
+                path=fact.field,
+                fact_id=new_id,
+                subject=fact.subject,
+                object_=fact.object,
+                scopes=fact.scopes,
+                supersedes=fact.supersedes,
+            )
+            if refused:
+                results[index] = AssertionRejected(refused[0].field, refused[0].description)
+                continue
+            same = stored.get(new_id) if restricting_scopes(fact.scopes) else None
+            if same is not None and reaches_beyond(same.scopes, fact.scopes):
+                results[index] = FactOutcome(fact_id=new_id, created=False, withheld=True)
+                continue
+            rejection = self._supersession_rejection(fact, stored.get(fact.supersedes or ""), earlier)
+            if rejection is not None:
+                results[index] = rejection
+                continue
+            earlier.setdefault(new_id, fact)
+            accepted.append((index, fact))
+        if not accepted:
+            return results
+        self.graph.ensure_nodes(
+            conn,
+            namespace,
+            [key for _, fact in accepted for key in (fact.subject, fact.object)],
+            now=now,
+            scopes=_end_scopes(fact for _, fact in accepted),
+        )
+        pending = [(index, self.row_of(fact, now=now)) for index, fact in accepted]
+        written: dict[str, FactRow] = {}
+        while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
+            round_: list[tuple[int, FactRow]] = []
+            later: list[tuple[int, FactRow]] = []
+            seen: set[str] = set()
+            for index, row in pending:
+                (later if row.fact_id in seen else round_).append((index, row))
+                seen.add(row.fact_id)
+            for (index, _), (created, row) in zip(
+                round_, self.facts.insert_or_strengthen_many(conn, [row for _, row in round_]), strict=True
+            ):
+                results[index] = FactOutcome(fact_id=row.fact_id, created=created)
+                written[row.fact_id] = row
+            pending = later
+        created_ids = sorted(
+            {o.fact_id for o in results.values() if isinstance(o, FactOutcome) and o.created}
+        )
+        closes = [
+            (fact_id, first.valid_from, first.fact_id)
+            for fact_id, first in self.facts.first_superseding(conn, namespace, created_ids).items()
+        ]
+        closes += [
+            (fact.supersedes, fact.valid_from, fact.fact_id)
+            for _, fact in accepted
+            if fact.supersedes and (fact.supersedes in stored or fact.supersedes in written)
+        ]
+        self.facts.close_superseded_many(conn, namespace, closes)
+        return results
+
+    @staticmethod
+    def _supersession_rejection(
+        fact: FactInput, stored: FactRow | None, earlier: dict[str, FactInput]
+    ) -> AssertionRejected | None:
+        """Why `record` would reject the supersession of ``fact`` (None: it would not), given the stored
+        superseded row (None when not stored) and the facts accepted earlier in the batch."""
+        if not fact.supersedes:
+            return None
+        path = f"{fact.field}.supersedes"
+        if fact.supersedes == fact.fact_id:
+            return AssertionRejected(path, "a fact cannot supersede itself")
+        previous = earlier.get(fact.supersedes)
+        if stored is None and previous is None:
+            return None  # not arrived yet: closed when it arrives
+        subject, predicate, scopes, supersedes = (
+            (stored.subject_key, stored.predicate, stored.scopes, stored.supersedes)
+            if stored is not None
+            else (previous.subject, previous.predicate, previous.scopes, previous.supersedes)  # type: ignore[union-attr]
+        )
+        if reaches_beyond(scopes, fact.scopes):
+            return AssertionRejected(
+                path,
+                f"{fact.supersedes} is seen by readers outside this fact's scopes; a fact with"
+                " narrower scopes cannot supersede it",
+            )
+        if subject != fact.subject or predicate != fact.predicate:
+            return AssertionRejected(
+                path,
+                f"{fact.supersedes} is a fact of ({subject}, {predicate}), "
+                f"not of ({fact.subject}, {fact.predicate})",
+            )
+        if supersedes == fact.fact_id:
+            return AssertionRejected(path, "supersession cycle")
+        return None
+
     @staticmethod
     def row_of(fact: FactInput, *, now: datetime) -> FactRow:
         """The row ``fact`` is stored as (before strengthening): the one mapping from input to storage.

@@ -29,6 +29,7 @@ from common.storage.pool_metrics import register_database_metrics
 from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents import DocumentWriter
+from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
@@ -58,9 +59,13 @@ def create_ingest_host(
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
-    recorder = ObservationRecorder(database, encoder=provider, kinds=kinds)
+    embedder = EpisodeEmbedder(database, provider, batch_size=settings.episode_embedding_batch)
+    recorder = ObservationRecorder(
+        database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake
+    )
+    embedder.busy = recorder.busy  # rounds give way to writes in flight (for at most 2 s)
     audit = AuditTrail(database)
-    remover = ObservationRemover(database, audit)
+    remover = ObservationRemover(database, audit, kinds=kinds)
     deleter = NodeDeleter(database, audit)
     asserter = FactAsserter(database, kinds=kinds)
     registry = PackRegistry(database)
@@ -68,7 +73,7 @@ def create_ingest_host(
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
-            ObservationServicer(recorder, remover), server
+            ObservationServicer(recorder, remover, embedder), server
         )
         fact_service_pb2_grpc.add_FactServiceServicer_to_server(FactServicer(asserter), server)
         document_service_pb2_grpc.add_DocumentServiceServicer_to_server(
@@ -97,6 +102,7 @@ def create_ingest_host(
         register=register,
         # Every write response carries the WAL position of its commit (read-after-write on replicas).
         interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
+        background=[embedder],
     )
 
 

@@ -1,14 +1,18 @@
 """Projecting one stored observation into the graph (seed 000 "Эпизоды и сущности", "Факты").
 
-`ObservationProjector.project` writes, inside the batch transaction of
-`ingest_service.observations.ObservationRecorder`, in this order:
+`ObservationProjector.project` writes the projections of a batch of new observations, inside the batch
+transaction of `ingest_service.observations.ObservationRecorder`, in this order:
 
-1. the **episode**: a node ``episode:<observation_id>`` with provenance to the observation, and its
-   searchable text (content and scalar data) as chunks (`ObservationProjector._episode`);
-2. the **entities** the observation asserts, merged into existing nodes (`_entities`);
-3. its **facts**, through the fact engine (`_facts`);
-4. its **text fragments**: a ``text:<observation_id>/<index>`` node with one embedded chunk each
-   (`_text_fragments`);
+1. the **episodes**: a node ``episode:<observation_id>`` per observation with provenance to it, and its
+   searchable text (a header line with occurred_at, actor and subject, then content and scalar data:
+   `ingest_service.episode_text`) as chunks written with their embedding pending (the background
+   embedder, `ingest_service.episode_embedder`, fills it) or, when the recorder embedded them inline,
+   with it; one node upsert and one chunk write for the whole batch (`ObservationProjector._episodes`);
+2. the **entities** each observation asserts, merged into existing nodes (`_entities`);
+3. the **facts**: the ACTOR and SUBJECT facts from each episode to its participants' nodes and the
+   asserted facts, in one call of the fact engine (`_facts`, `FactEngine.record_batch`);
+4. the **text fragments** of each observation: a ``text:<observation_id>/<index>`` node with one
+   embedded chunk each (`_text_fragments`);
 5. the **identifier links**: MENTIONS facts from the episode to the existing nodes its text names
    (`_identifier_links`).
 
@@ -35,10 +39,10 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import canonical_instant
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator, NamespaceKinds
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.chunking import bounded_chunks, chunk_markdown
-from ingest_service.fact_engine import AssertionRejected, FactEngine
+from ingest_service.episode_text import episode_pieces, participant_facts
+from ingest_service.fact_engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.observation_validation import ObservationInput, resolve_fact_kinds
 
@@ -72,10 +76,14 @@ class _Context:
     @classmethod
     def of(cls, conn: Any, item: ObservationInput, kinds: NamespaceKinds, now: datetime) -> _Context:
         source_path = str(item.provenance.get("uri", "")) if isinstance(item.provenance, dict) else ""
-        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
         key = f"episode:{item.observation_id}"
-        title = f"{item.kind} {subject_key}".strip()
-        return cls(conn, item, kinds, now, key, title, source_path, Projection(episode_key=key))
+        return cls(conn, item, kinds, now, key, cls.title_of(item), source_path, Projection(episode_key=key))
+
+    @staticmethod
+    def title_of(item: ObservationInput) -> str:
+        """The episode's title: ``"<kind> <subject key>"``."""
+        subject_key = f"{item.subject['type']}:{item.subject['id']}" if item.subject else ""
+        return f"{item.kind} {subject_key}".strip()
 
 
 class ObservationProjector:
@@ -107,147 +115,233 @@ class ObservationProjector:
     def project(
         self,
         conn: Any,
-        item: ObservationInput,
-        embeddings: np.ndarray | None,
+        items: list[ObservationInput],
+        embeddings: dict[str, np.ndarray],
         now: datetime,
-    ) -> Projection:
-        """Writes the episode, entities, facts, text fragments and identifier links of ``item``.
+        episode_vectors: dict[str, np.ndarray] | None = None,
+    ) -> list[Projection]:
+        """Writes the episodes, entities, facts, text fragments and identifier links of ``items`` (new
+        observations, no observation_id twice), set-based where it can be: one node upsert and one chunk
+        write for every episode of the batch, one fact engine call (`FactEngine.record_batch`) for the
+        ACTOR/SUBJECT facts and the asserted facts of every item. Projections in the order of ``items``.
 
         Args:
-            embeddings: one vector per text assertion (``item.texts``), shape (len(texts), dimension);
-                None when there are none.
+            embeddings: observation_id -> one vector per text assertion (``item.texts``), shape
+                (len(texts), dimension); absent for an item without text assertions.
+            episode_vectors: observation_id -> one vector per episode chunk (`episode_chunks`) when
+                embedded inline; None leaves the chunks pending for the background embedder.
         """
-        context = _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now)
-        self._episode(context)
-        self._entities(context)
-        self._facts(context)
-        self._text_fragments(context, embeddings)
-        self._identifier_links(context)
-        return context.projection
+        contexts = [
+            _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now) for item in items
+        ]
+        self._episodes(conn, contexts, episode_vectors, now)
+        self._entities(conn, contexts, now)
+        self._facts(conn, contexts, now)
+        for context in contexts:
+            self._text_fragments(context, embeddings.get(context.item.observation_id))
+            self._identifier_links(context)
+        return [context.projection for context in contexts]
 
-    def _episode(self, context: _Context) -> None:
-        """The episode node (provenance, participants, time, personal data marks) and its searchable text
-        (`episode_text`) as chunks. Long content (changelog entries reach 85 KB) is cut like a document,
-        so one episode chunk cannot dominate full-text ranking or a context budget."""
-        conn, item, now = context.conn, context.item, context.now
-        marks = PiiMarks.of(
-            pii=item.pii,
-            categories=item.pii_categories,
-            values=(item.content, item.data, item.assertions, item.provenance, item.actor, item.subject),
-            protection=self.settings.pii_protection,
-        )
-        self.graph.upsert_node(
-            conn,
-            NodeWrite(
-                namespace=item.namespace,
-                natural_key=context.key,
-                node_type="episode",
-                title=context.title,
-                source_path=context.source_path,
-                source_id=item.observation_id,
-                props={
-                    "observation_id": item.observation_id,
-                    "kind": item.kind,
-                    "occurred_at": canonical_instant(item.occurred_at),
-                    "actor": item.actor,
-                    "subject": item.subject,
-                    "scopes": item.scopes,
-                    "provenance": {"observation_id": item.observation_id, **item.provenance},
-                    **(marks.as_props() if marks.marked else {}),
-                },
-                asserted_at=item.occurred_at,
-            ),
-            now=now,
-        )
-        searchable = episode_text(item)
-        if not searchable:
-            return
-        limit = self.settings.chunk_max_chars
-        pieces = bounded_chunks(
-            [(chunk.heading or item.kind, chunk.text) for chunk in chunk_markdown(searchable, limit)],
-            2 * limit,
-        ) or [(item.kind, searchable)]
-        meta = {"observation_id": item.observation_id, "scopes": item.scopes}
-        if marks.marked:
-            meta.update(marks.as_props())
-        self.chunks.replace_chunks(
-            conn,
-            NodeRef(item.namespace, context.key, "episode", context.title, context.source_path),
-            [ChunkWrite(order, heading, text, None, meta) for order, (heading, text) in enumerate(pieces)],
-        )
-
-    def _entities(self, context: _Context) -> None:
-        """Upserts the asserted entities (properties merged, an existing title kept); records their
-        labels in ``context.known``. An entity whose node is hidden from the caller is not overwritten
-        (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped. A new node (or a
-        placeholder) carries the observation's restricting scopes; a node more readers see than the
-        observation is left unchanged (`entity_props`, issue 10 §2)."""
-        conn, item, now = context.conn, context.item, context.now
-        rejected = context.projection.rejected
-        hidden = WriteAccess.of_caller().hidden_nodes(
-            conn, self.graph, item.namespace, [entity.key for entity in item.entities]
-        )
-        restricted = restricting_scopes(item.scopes)  # a public write needs no node state (issue 10 §2)
-        keys = [entity.key for entity in item.entities] if restricted else []
-        stored = self.graph.registry_scopes(conn, item.namespace, keys)
-        for entity in item.entities:
-            natural_key, node_type = entity.key, entity.node_type
-            if natural_key in hidden:
-                rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
-                continue
-            if context.kinds.active:
-                natural_key, node_type, violations = context.kinds.check_entity(
-                    entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
-                )
-                if violations:
-                    rejected.extend((violation.field, violation.description) for violation in violations)
-                    continue
-            props = entity_props(entity.attributes, restricted, stored.get(natural_key))
-            if props is None:  # more readers see the node than the observation (issue 10 §2)
-                continue
-            node = self.graph.upsert_node(
-                conn,
+    def _episodes(
+        self,
+        conn: Any,
+        contexts: list[_Context],
+        vectors: dict[str, np.ndarray] | None,
+        now: datetime,
+    ) -> None:
+        """The episode nodes (provenance, participants, time, personal data marks) and their chunks
+        (`episode_chunks`): with ``vectors`` embedded, else pending. One node upsert, one chunk write."""
+        nodes: list[NodeWrite] = []
+        chunk_writes: list[tuple[NodeRef, list[ChunkWrite]]] = []
+        for context in contexts:
+            item = context.item
+            marks = PiiMarks.of(
+                pii=item.pii,
+                categories=item.pii_categories,
+                values=(item.content, item.data, item.assertions, item.provenance, item.actor, item.subject),
+                protection=self.settings.pii_protection,
+            )
+            nodes.append(
                 NodeWrite(
                     namespace=item.namespace,
-                    natural_key=natural_key,
-                    node_type=node_type,
-                    title=entity.title,
+                    natural_key=context.key,
+                    node_type="episode",
+                    title=context.title,
                     source_path=context.source_path,
                     source_id=item.observation_id,
-                    props=props,
+                    props={
+                        "observation_id": item.observation_id,
+                        "kind": item.kind,
+                        "occurred_at": canonical_instant(item.occurred_at),
+                        "actor": item.actor,
+                        "subject": item.subject,
+                        "scopes": item.scopes,
+                        "provenance": {"observation_id": item.observation_id, **item.provenance},
+                        **(marks.as_props() if marks.marked else {}),
+                    },
                     asserted_at=item.occurred_at,
-                ),
-                now=now,
-                overwrite=False,
-                merge_props=True,
+                )
             )
-            context.known[natural_key] = node.label
-            context.projection.entities_upserted += 1
+            pieces = self.episode_chunks(item)
+            if not pieces:
+                continue
+            meta = {"observation_id": item.observation_id, "scopes": item.scopes}
+            if marks.marked:
+                meta.update(marks.as_props())
+            own = None if vectors is None else vectors[item.observation_id]
+            chunk_writes.append(
+                (
+                    NodeRef(item.namespace, context.key, "episode", context.title, context.source_path),
+                    [
+                        ChunkWrite(
+                            order,
+                            heading,
+                            text,
+                            None if own is None else own[order],
+                            meta,
+                            embedding_pending=own is None,
+                        )
+                        for order, (heading, text) in enumerate(pieces)
+                    ],
+                )
+            )
+        self.graph.upsert_nodes(conn, nodes, now=now)
+        self.chunks.replace_chunks_of_nodes(conn, chunk_writes)
 
-    def _facts(self, context: _Context) -> None:
-        """Writes the asserted facts through the fact engine, proven by the observation; a fact without
-        scopes of its own carries the observation's, one with scopes adds the observation's restricting
-        scopes to them (issue 10 §2). Pack violations and engine rejections skip the fact."""
-        conn, item, now = context.conn, context.item, context.now
-        rejected = context.projection.rejected
-        for fact in item.facts:
-            fact, violations = resolve_fact_kinds(context.kinds, fact)
-            if violations:
-                rejected.extend((violation.field, violation.description) for violation in violations)
-                continue
-            write = dataclasses.replace(
-                fact,
-                namespace=item.namespace,
-                scopes=inherited_scopes(fact.scopes, item.scopes),
-                observation_id=item.observation_id,
-                source_path=context.source_path,
+    def episode_chunks(self, item: ObservationInput) -> list[tuple[str, str]]:
+        """The episode's chunks as ``(heading, text)`` (`ingest_service.episode_text.episode_pieces`)."""
+        return episode_pieces(
+            kind=item.kind,
+            occurred_at=item.occurred_at,
+            actor=item.actor,
+            subject=item.subject,
+            content=item.content,
+            data=item.data,
+            limit=self.settings.chunk_max_chars,
+        )
+
+    def episode_inputs(self, item: ObservationInput) -> list[str]:
+        """The texts embedded for the episode's chunks (`embedding_input` of each)."""
+        title = _Context.title_of(item)
+        return [embedding_input(title, heading, text) for heading, text in self.episode_chunks(item)]
+
+    def _entities(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
+        """Upserts the asserted entities of every item (properties merged, an existing title kept);
+        records their labels in ``context.known``. An entity whose node is hidden from the caller is not
+        overwritten (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped. A new node
+        (or a placeholder) carries the observation's restricting scopes; a node more readers see than
+        the observation is left unchanged (`entity_props`, issue 10 §2).
+
+        Set-based in rounds: round r upserts the r-th assertion of each key in the batch (so one key's
+        assertions still apply in item order) with one `GraphStore.upsert_nodes` call."""
+        access = WriteAccess.of_caller()
+        rounds: list[list[tuple[_Context, Any, str, str]]] = []
+        seen: dict[tuple[str, str], int] = {}
+        for context in contexts:
+            item, rejected = context.item, context.projection.rejected
+            hidden = access.hidden_nodes(conn, self.graph, item.namespace, [e.key for e in item.entities])
+            for entity in item.entities:
+                natural_key, node_type = entity.key, entity.node_type
+                if natural_key in hidden:
+                    rejected.append((f"assertions[{entity.index}].entity", f"node {natural_key!r} not found"))
+                    continue
+                if context.kinds.active:
+                    natural_key, node_type, violations = context.kinds.check_entity(
+                        entity.key, entity.node_type, entity.attributes, f"assertions[{entity.index}].entity"
+                    )
+                    if violations:
+                        rejected.extend((violation.field, violation.description) for violation in violations)
+                        continue
+                position = seen.get((item.namespace, natural_key), 0)
+                seen[(item.namespace, natural_key)] = position + 1
+                if position == len(rounds):
+                    rounds.append([])
+                rounds[position].append((context, entity, natural_key, node_type))
+        for round_ in rounds:
+            # a public write needs no node state (issue 10 §2)
+            restricted_keys: dict[str, list[str]] = {}
+            for context, _, natural_key, _ in round_:
+                if restricting_scopes(context.item.scopes):
+                    restricted_keys.setdefault(context.item.namespace, []).append(natural_key)
+            stored = {
+                (namespace, key): state
+                for namespace, keys in restricted_keys.items()
+                for key, state in self.graph.registry_scopes(conn, namespace, keys).items()
+            }
+            writes: list[tuple[_Context, NodeWrite]] = []
+            for context, entity, natural_key, node_type in round_:
+                item = context.item
+                props = entity_props(
+                    entity.attributes,
+                    restricting_scopes(item.scopes),
+                    stored.get((item.namespace, natural_key)),
+                )
+                if props is None:  # more readers see the node than the observation (issue 10 §2)
+                    continue
+                writes.append(
+                    (
+                        context,
+                        NodeWrite(
+                            namespace=item.namespace,
+                            natural_key=natural_key,
+                            node_type=node_type,
+                            title=entity.title,
+                            source_path=context.source_path,
+                            source_id=item.observation_id,
+                            props=props,
+                            asserted_at=item.occurred_at,
+                        ),
+                    )
+                )
+            results = self.graph.upsert_nodes(
+                conn, [node for _, node in writes], now=now, overwrite=False, merge_props=True
             )
-            try:
-                outcome = self.engine.record(conn, write, now=now, known=context.known)
-            except AssertionRejected as rejection:
-                rejected.append((rejection.field, rejection.reason))
+            for (context, node), result in zip(writes, results, strict=True):
+                context.known[node.natural_key] = result.label
+                context.projection.entities_upserted += 1
+
+    def _facts(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
+        """The ACTOR and SUBJECT facts of every episode (`ingest_service.episode_text.participant_facts`)
+        and the asserted facts of every item, in one fact engine call, each proven by its observation; an
+        asserted fact without scopes of its own carries the observation's, one with scopes adds the
+        observation's restricting scopes to them (issue 10 §2). Pack violations and engine rejections
+        skip the fact (a participant fact is never rejected for a valid item)."""
+        writes: list[tuple[_Context, bool, FactInput]] = []  # (context, asserted by the item, fact)
+        for context in contexts:
+            item = context.item
+            for fact in participant_facts(
+                namespace=item.namespace,
+                episode_key=context.key,
+                observation_id=item.observation_id,
+                occurred_at=item.occurred_at,
+                actor=item.actor,
+                subject=item.subject,
+                scopes=item.scopes,
+                source_path=context.source_path,
+                kinds=context.kinds,
+                pii_protection=self.settings.pii_protection,
+            ):
+                writes.append((context, False, fact))
+            for fact in item.facts:
+                fact, violations = resolve_fact_kinds(context.kinds, fact)
+                if violations:
+                    context.projection.rejected.extend((v.field, v.description) for v in violations)
+                    continue
+                write = dataclasses.replace(
+                    fact,
+                    namespace=item.namespace,
+                    scopes=inherited_scopes(fact.scopes, item.scopes),
+                    observation_id=item.observation_id,
+                    source_path=context.source_path,
+                )
+                writes.append((context, True, write))
+        outcomes = self.engine.record_batch(conn, [fact for _, _, fact in writes], now=now)
+        for (context, asserted, _), outcome in zip(writes, outcomes, strict=True):
+            if not asserted:
                 continue
-            if outcome.created:
+            if isinstance(outcome, AssertionRejected):
+                context.projection.rejected.append((outcome.field, outcome.reason))
+            elif outcome.created:
                 context.projection.facts_created += 1
             else:
                 context.projection.facts_strengthened += 1
@@ -308,19 +402,6 @@ class ObservationProjector:
             ),
             now=now,
         )
-
-
-def episode_text(item: ObservationInput) -> str:
-    """The searchable text of an observation's episode: its content, then the scalar fields of ``data``
-    (``version: 2.36-9+deb12u4``), so identifiers in the payload are found by full text and trigram search.
-    """
-    scalars = [
-        f"{key}: {value}"
-        for key, value in sorted(item.data.items())
-        if isinstance(value, (str, int, float, bool))
-    ]
-    parts = [item.content.strip(), "; ".join(scalars)]
-    return "\n\n".join(part for part in parts if part)
 
 
 def entity_props(

@@ -14,14 +14,19 @@ fragments), sets status ``redacted`` and keeps the reason (``status_detail.reaso
 ``status_details``). Identity (observation_id, source), times, actor, subject, scopes and provenance stay.
 Every searchable copy of the removed content goes too: the episode's chunk and the text fragment nodes
 with their chunks. The episode vertex stays (it holds no content: kind, participants, time, provenance),
-so the graph still records that something happened. In other words the projection left behind is the
+so the graph still records that something happened, and so do its participant facts (ACTOR, SUBJECT:
+`ingest_service.episode_text`), which the redacted observation still proves (they are struck with the
+rest, then recorded again, so they count in neither ``facts_affected`` nor ``facts_evidence_lost``). In other words the projection left behind is the
 one the redacted observation itself would produce. Redacting a redacted observation changes nothing
 (the first reason is kept).
 
 **Purge** removes the observation row and what its projection alone created: the episode vertex, the
 text fragment vertices (label tables, their edges and ``graph_nodes`` rows) and their chunks. Entities
 and placeholders stay (other observations may rely on them). A node that is the end of some fact is
-not "the projection's alone": its chunks go, its vertex stays. Purging an unknown (or purged)
+not "the projection's alone": its chunks go, its vertex stays. The facts of the episode (its ACTOR and
+SUBJECT facts, the MENTIONS from it) are its projection's alone when the purge left every one of them
+without evidence: they are deleted with the episode (and, like its nodes, not counted in
+``facts_affected``); otherwise they stay, lost, and so does the episode vertex. Purging an unknown (or purged)
 observation is NOT_FOUND; recording the same observation again after a purge stores it anew.
 
 **Audit** (seed 000 "Аудит-контур": every deletion is audited; a redaction deletes content). A purge and
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
@@ -46,12 +52,14 @@ from common.domain.observation_view import REDACTED, ObservationView, observatio
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
 from common.kernel.identifiers import canonical_instant
+from common.packs.kind_validation import KindValidator
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
 from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
+from ingest_service.episode_text import participant_facts
 from ingest_service.fact_engine import FactEngine
 from ingest_service.write_limits import check_reason, check_trace_id
 
@@ -111,8 +119,11 @@ def _validate(namespace: str, observation_id: str, reason: str, trace_id: str = 
 class ObservationRemover:
     """Redacts and purges observations (see the module doc)."""
 
-    def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
+    def __init__(
+        self, database: Database, audit: AuditTrail | None = None, *, kinds: KindValidator | None = None
+    ) -> None:
         self.database = database
+        self.kinds = kinds or KindValidator(database)
         self.audit = audit or AuditTrail(database)
         self.graph = GraphStore(database)
         self.facts = FactStore(self.graph)
@@ -143,6 +154,8 @@ class ObservationRemover:
 
         def work(conn: Any) -> RedactOutcome:
             row, struck = self._strike(conn, namespace, observation_id, access)
+            reproven = self._reprove_participants(conn, row)
+            struck = [fact for fact in struck if fact.fact_id not in reproven]
             texts = text_fragment_keys(observation_id, row["assertions"])
             _, episode_chunks = self._remove_content(
                 conn, namespace, [episode_key(observation_id)], delete_nodes=False
@@ -198,6 +211,10 @@ class ObservationRemover:
         def work(conn: Any) -> PurgeOutcome:
             row, struck = self._strike(conn, namespace, observation_id, access)
             keys = [episode_key(observation_id), *text_fragment_keys(observation_id, row["assertions"])]
+            episode_facts = self.facts.touching(conn, namespace, episode_key(observation_id))
+            if episode_facts and all(fact.evidence_lost for fact in episode_facts):
+                deleted = {fact.fact_id for fact in self.engine.delete_touching(conn, namespace, keys[0])}
+                struck = [fact for fact in struck if fact.fact_id not in deleted]
             nodes, chunks = self._remove_content(conn, namespace, keys, delete_nodes=True)
             self.observations.delete(conn, namespace, observation_id)
             snapshot = _snapshot(row, "purge_observation", reason, nodes, chunks, struck)
@@ -246,6 +263,26 @@ class ObservationRemover:
         if row is None:
             raise NotFound(f"observation {observation_id} not found in namespace {namespace}")
         return row, self.engine.strike_observation(conn, namespace, observation_id)
+
+    def _reprove_participants(self, conn: Any, row: dict[str, Any]) -> set[str]:
+        """Records the episode's ACTOR and SUBJECT facts again from the (kept) participants of the
+        observation ``row``, so redaction leaves them proven; returns their fact_ids."""
+        namespace, observation_id = str(row["namespace"]), str(row["observation_id"])
+        provenance = row.get("provenance") if isinstance(row.get("provenance"), dict) else {}
+        facts = participant_facts(
+            namespace=namespace,
+            episode_key=episode_key(observation_id),
+            observation_id=observation_id,
+            occurred_at=row["occurred_at"],
+            actor=row.get("actor"),
+            subject=row.get("subject"),
+            scopes=[s for s in row.get("scopes") or [] if isinstance(s, str)],
+            source_path=str(provenance.get("uri", "")),
+            kinds=self.kinds.for_namespace(namespace, conn),
+            pii_protection=self.database.settings.pii_protection,
+        )
+        now = datetime.now(UTC)
+        return {self.engine.record(conn, fact, now=now).fact_id for fact in facts}
 
     def _audit(self, conn: Any, row: dict[str, Any], trace_id: str, snapshot: dict[str, Any]) -> str:
         """Writes the deletion's audit event in the caller's transaction; returns its event id."""

@@ -11,12 +11,16 @@ rejects (it checks before writing) is skipped and reported; the observation is t
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
 
+from common.domain.episode_header import participant_key
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument
 from common.packs.kind_validation import KindValidator
@@ -63,8 +67,16 @@ class ObservationRecorder:
         *,
         encoder: PassageEncoder | None = None,
         kinds: KindValidator | None = None,
+        on_pending_embeddings: Callable[[], None] | None = None,
     ) -> None:
+        """Args:
+        on_pending_embeddings: called after a batch committed episode chunks with their embedding
+            pending (the background embedder's `wake`).
+        """
         self.database = database
+        self.on_pending_embeddings = on_pending_embeddings
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
         self.observations = ObservationStore(database.settings)
@@ -108,18 +120,23 @@ class ObservationRecorder:
             raise InvalidArgument([violation for _, violations in validated for violation in violations])
         valid = [item for item, _ in validated if item is not None]
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
+        episode_vectors = self._embed_episodes(valid)
 
         def work(conn: Any) -> dict[str, RecordResult]:
             # Nodes this batch writes, locked in one order first, so concurrent batches sharing a node
             # wait for each other instead of deadlocking (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
-            now = datetime.now(UTC)
-            return {
-                item.observation_id: self._record_one(conn, item, embeddings.get(item.observation_id), now)
-                for item in valid
-            }
+            return self._record_all(conn, valid, embeddings, episode_vectors, datetime.now(UTC))
 
-        recorded = self.database.run_transaction(work)
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            recorded = self.database.run_transaction(work)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+        if self.on_pending_embeddings is not None and episode_vectors is None:
+            self.on_pending_embeddings()
         results: list[RecordResult] = []
         for item, violations in validated:
             if item is None:
@@ -128,6 +145,10 @@ class ObservationRecorder:
             else:
                 results.append(recorded[item.observation_id])
         return results
+
+    def busy(self) -> bool:
+        """True while a batch is being written (the background embedder defers its rounds meanwhile)."""
+        return self._in_flight > 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:
         """(namespace, natural_key) of the nodes the batch may lock rows of: entities (upserted, which
@@ -145,65 +166,86 @@ class ObservationRecorder:
             if item.subject:
                 keys.add((item.namespace, f"{item.subject['type']}:{item.subject['id']}"))
             objects.setdefault(item.namespace, set()).update(fact.object for fact in item.facts)
+            # the objects of its ACTOR/SUBJECT facts (`ingest_service.episode_text`)
+            objects[item.namespace].update(
+                key for key in (participant_key(item.actor), participant_key(item.subject)) if key
+            )
         for namespace, candidates in objects.items():
             unlocked = sorted(key for key in candidates if (namespace, key) not in keys)
             existing = self.graph.node_labels(conn, namespace, unlocked) if unlocked else {}
             keys.update((namespace, key) for key in unlocked if key not in existing)
         return keys
 
-    def _record_one(
-        self, conn: Any, item: ObservationInput, embeddings: np.ndarray | None, now: datetime
-    ) -> RecordResult:
-        """Stores and projects one valid observation inside the batch transaction.
+    def _record_all(
+        self,
+        conn: Any,
+        valid: list[ObservationInput],
+        embeddings: dict[str, np.ndarray],
+        episode_vectors: dict[str, np.ndarray] | None,
+        now: datetime,
+    ) -> dict[str, RecordResult]:
+        """Stores the immutable rows of ``valid`` (one pipelined insert) and projects the new ones
+        together (`ObservationProjector.project`), inside the batch transaction; results by
+        observation_id.
 
-        Idempotent by observation_id: an observation that exists (or appeared earlier in the same batch)
-        is a duplicate and writes nothing.
+        Idempotent by observation_id: an observation that exists (or appears twice in the batch) is a
+        duplicate and writes nothing; its result carries the stored status.
         """
-        result = RecordResult(observation_id=item.observation_id)
-        inserted = self.observations.insert(
-            conn,
-            {
-                "observation_id": item.observation_id,
-                "namespace": item.namespace,
-                "source_system": item.system,
-                "source_stream": item.stream,
-                "source_external_id": item.external_id or None,
-                "kind": item.kind,
-                "occurred_at": item.occurred_at,
-                "actor": item.actor,
-                "subject": item.subject,
-                "scopes": item.scopes,
-                "content": item.content,
-                "data": item.data,
-                "assertions": item.assertions,
-                "provenance": item.provenance,
-                "status": "processed",
-            },
-        )
-        if not inserted:
-            result.status = self.observations.statuses(conn, [item.observation_id]).get(
-                item.observation_id, ""
+        inserted = self.observations.insert_many(conn, [_row_of(item) for item in valid])
+        new: dict[str, ObservationInput] = {}
+        for item in valid:
+            if item.observation_id in inserted:
+                new.setdefault(item.observation_id, item)
+        projections = self.projector.project(conn, list(new.values()), embeddings, now, episode_vectors)
+        results: dict[str, RecordResult] = {}
+        for item, projection in zip(new.values(), projections, strict=True):
+            result = RecordResult(
+                observation_id=item.observation_id,
+                created=True,
+                episode_key=projection.episode_key,
+                entities_upserted=projection.entities_upserted,
+                facts_created=projection.facts_created,
+                facts_strengthened=projection.facts_strengthened,
+                text_fragments=projection.text_fragments,
             )
-            return result
-        result.created = True
-        projection = self.projector.project(conn, item, embeddings, now)
-        result.episode_key = projection.episode_key
-        result.entities_upserted = projection.entities_upserted
-        result.facts_created = projection.facts_created
-        result.facts_strengthened = projection.facts_strengthened
-        result.text_fragments = projection.text_fragments
-        rejected = projection.rejected
-        result.status = "partially_processed" if rejected else "processed"
-        if rejected:
-            result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
-            result.error = result.field_violations[0]
-            self.observations.set_status(
-                conn,
-                item.observation_id,
-                result.status,
-                {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
+            rejected = projection.rejected
+            result.status = "partially_processed" if rejected else "processed"
+            if rejected:
+                result.field_violations = [f"{field_path}: {reason}" for field_path, reason in rejected]
+                result.error = result.field_violations[0]
+                self.observations.set_status(
+                    conn,
+                    item.observation_id,
+                    result.status,
+                    {"rejected": [{"field": f, "reason": r} for f, r in rejected]},
+                )
+            results[item.observation_id] = result
+        # Duplicates, also the second of an id sent twice (its result replaces the first's, as before).
+        repeated = [item.observation_id for item in valid if item.observation_id not in new]
+        repeated += [
+            i for i, n in Counter(item.observation_id for item in valid).items() if n > 1 and i in new
+        ]
+        statuses = self.observations.statuses(conn, sorted(set(repeated))) if repeated else {}
+        for observation_id in set(repeated):
+            results[observation_id] = RecordResult(
+                observation_id=observation_id, status=statuses.get(observation_id, "")
             )
-        return result
+        return results
+
+    def _embed_episodes(self, valid: list[ObservationInput]) -> dict[str, np.ndarray] | None:
+        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch, embedded in
+        one call (observation_id -> one row per chunk); None in background mode (chunks stay pending)."""
+        if self.database.settings.episode_embedding != "inline" or self.encoder is None:
+            return None
+        inputs = {item.observation_id: self.projector.episode_inputs(item) for item in valid}
+        texts = [text for chunk_texts in inputs.values() for text in chunk_texts]
+        vectors = self.encoder.encode_passages(texts) if texts else np.zeros((0, 0), dtype=np.float32)
+        out: dict[str, np.ndarray] = {}
+        offset = 0
+        for observation_id, chunk_texts in inputs.items():
+            out[observation_id] = vectors[offset : offset + len(chunk_texts)]
+            offset += len(chunk_texts)
+        return out
 
     def _embed_texts(self, item: ObservationInput) -> np.ndarray | None:
         if not item.texts:
@@ -213,3 +255,24 @@ class ObservationRecorder:
         return self.encoder.encode_passages(
             [f"{text.title or item.kind} — {text.heading}\n{text.text}" for text in item.texts]
         )
+
+
+def _row_of(item: ObservationInput) -> dict[str, Any]:
+    """The immutable row of a valid observation (`ObservationStore.insert`), status ``processed``."""
+    return {
+        "observation_id": item.observation_id,
+        "namespace": item.namespace,
+        "source_system": item.system,
+        "source_stream": item.stream,
+        "source_external_id": item.external_id or None,
+        "kind": item.kind,
+        "occurred_at": item.occurred_at,
+        "actor": item.actor,
+        "subject": item.subject,
+        "scopes": item.scopes,
+        "content": item.content,
+        "data": item.data,
+        "assertions": item.assertions,
+        "provenance": item.provenance,
+        "status": "processed",
+    }

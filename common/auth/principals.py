@@ -81,6 +81,7 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.ObservationService/RecordObservations": _WRITE,
         "/memory.v1.ObservationService/RedactObservation": _WRITE,
         "/memory.v1.ObservationService/PurgeObservation": _WRITE,
+        "/memory.v1.ObservationService/GetEmbeddingBacklog": _READ,
         "/memory.v1.FactService/AssertFacts": _WRITE,
         "/memory.v1.FactService/CloseFact": _WRITE,
         "/memory.v1.DocumentService/Retain": _WRITE,

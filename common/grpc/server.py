@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from grpc_health.v1 import health
@@ -66,6 +66,14 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 
 
+class BackgroundWorker(Protocol):
+    """A daemon a service runs beside its RPCs (`ServiceHost` starts it after the server, stops it after)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class ServiceHost:
     """A built, not yet started server: gRPC server, readiness monitor, metrics endpoint.
 
@@ -97,8 +105,10 @@ class ServiceHost:
         metrics_host: str = "127.0.0.1",
         drain_seconds: float = 0.0,
         grace_seconds: float = 10.0,
+        background: Sequence[BackgroundWorker] = (),
     ) -> None:
         self.service_name = service_name
+        self.background = tuple(background)
         self.server = server
         self._port = port
         self.readiness = readiness
@@ -129,6 +139,8 @@ class ServiceHost:
         self._metrics_server = start_metrics_endpoint(self.metrics_port, self.metrics_host, self.service_name)
         self.server.start()
         self.readiness.start()
+        for worker in self.background:
+            worker.start()
         log.info("%s listening on port %d", self.service_name, self._port)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -163,6 +175,8 @@ class ServiceHost:
                 time.sleep(drain)
             log.info("%s: stopping (grace %.1f s)", self.service_name, grace)
             self.server.stop(grace).wait()
+            for worker in self.background:
+                worker.stop()
             self.readiness.join()
             if self._metrics_server is not None:
                 stop_metrics_endpoint(self._metrics_server)
@@ -205,6 +219,7 @@ def build_server(
     metrics_registry: CollectorRegistry = REGISTRY,
     tracer_provider: TracerProvider | None = None,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
+    background: Sequence[BackgroundWorker] = (),
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -226,6 +241,7 @@ def build_server(
             `common.grpc.telemetry.configure_tracing`, if tracing is on.
         interceptors: the service's own, innermost (after the request checks), e.g. the consistency
             token interceptors of `common.grpc.consistency`.
+        background: workers started with the server and stopped after it (the episode embedder).
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -292,4 +308,5 @@ def build_server(
         metrics_host="127.0.0.1" if is_loopback_address(address) else "0.0.0.0",
         drain_seconds=settings.shutdown_drain_seconds,
         grace_seconds=settings.shutdown_grace_seconds,
+        background=background,
     )

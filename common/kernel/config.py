@@ -77,6 +77,13 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(20000, ge=1)
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
+    # Episode chunks of observations (issue 16 §1): "background" stores them with the embedding pending
+    # and the ingest service's embedder fills it in batches (RecordObservations does not wait for the
+    # model); "inline" embeds them in the write, batched across the request's observations.
+    episode_embedding: Literal["background", "inline"] = Field(
+        "background", description="background | inline: when episode chunks of observations are embedded"
+    )
+    episode_embedding_batch: int = Field(128, ge=1, le=4096, description="chunks per background round")
 
     # Security (DESIGN §8). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
     # in development mode, which binds loopback addresses only; "tokens" / "none" force either.

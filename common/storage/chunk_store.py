@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ class ChunkWrite:
         embedding: vector of ``Settings.embedding_dim`` float32 values of ``"<title> — <heading>\\n<text>"``,
             or None for a chunk searched by full text and trigram only (vector search skips it).
         meta: chunk meta (consumer tags, ``scopes``, ``observation_id``); stored as jsonb.
+        embedding_pending: with ``embedding`` None, the chunk waits on the backlog for the background
+            embedder (`ChunkStore.claim_pending_embeddings`); episode chunks of observations.
     """
 
     chunk_order: int
@@ -41,6 +44,7 @@ class ChunkWrite:
     text: str
     embedding: np.ndarray | None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    embedding_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class ChunkStore(ChunkRankings):
                     None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
                     Jsonb(dict(chunk.meta)),
                     seen_run,
+                    chunk.embedding is None and chunk.embedding_pending,
                 )
                 for chunk in chunks
             ]
@@ -150,6 +155,85 @@ class ChunkStore(ChunkRankings):
             ).rowcount
         count = self.count_chunks(conn, node.namespace, node.node_key)
         return WriteResult(written=written, deleted=max(deleted, 0), chunk_count=count)
+
+    # -- the embedding backlog (episode chunks written without their vector) -------------------------
+
+    def claim_pending_embeddings(
+        self, conn: psycopg.Connection[Any], limit: int, namespace: str | None = None
+    ) -> list[tuple[int, str]]:
+        """Locks up to ``limit`` chunks of the backlog (of ``namespace``, or of all when None), oldest
+        first, skipping those another transaction holds (``FOR UPDATE SKIP LOCKED``), and returns
+        ``(id, embedding_input)`` of each. The locks last until the caller's transaction ends: a crash
+        before `fill_embeddings` leaves them pending."""
+        rows = conn.execute(
+            self.queries["claim_pending_embeddings"], (namespace, namespace, limit)
+        ).fetchall()
+        return [(int(row[0]), embedding_input(row[1], row[2], row[3])) for row in rows]
+
+    def fill_embeddings(self, conn: psycopg.Connection[Any], ids: Sequence[int], vectors: np.ndarray) -> int:
+        """Stores ``vectors[i]`` (float32, ``Settings.embedding_dim``) as the embedding of chunk
+        ``ids[i]`` and takes it off the backlog; returns how many rows changed (a row no longer pending,
+        or deleted, is skipped)."""
+        if not ids:
+            return 0
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                self.queries["fill_embedding"],
+                [
+                    (np.asarray(vector, dtype=np.float32), chunk_id)
+                    for chunk_id, vector in zip(ids, vectors, strict=True)
+                ],
+            )
+            return max(cursor.rowcount, 0)
+
+    def embedding_backlog(
+        self, conn: psycopg.Connection[Any], namespace: str | None = None
+    ) -> tuple[int, datetime | None]:
+        """Chunks waiting for their embedding (of ``namespace``, or of all when None) and when the oldest
+        of them was written (None when there is none)."""
+        row = conn.execute(self.queries["embedding_backlog"], (namespace, namespace)).fetchone()
+        return (int(row[0]), row[1]) if row else (0, None)
+
+    def queue_unembedded_episodes(self, conn: psycopg.Connection[Any], namespace: str) -> int:
+        """Puts the episode chunks of ``namespace`` stored without an embedding (before migration 0010) on
+        the backlog; returns how many."""
+        return max(conn.execute(self.queries["queue_unembedded_episodes"], (namespace,)).rowcount, 0)
+
+    def replace_chunks_of_nodes(
+        self, conn: psycopg.Connection[Any], writes: Sequence[tuple[NodeRef, Sequence[ChunkWrite]]]
+    ) -> None:
+        """`replace_chunks` (with ``delete_beyond``) of many nodes at once: one pipelined upsert of every
+        row, one delete of the chunks beyond each node's new count (orders 0..len-1 per node)."""
+        rows = [
+            (
+                node.namespace,
+                node.node_key,
+                chunk.chunk_order,
+                node.node_type,
+                node.source_path,
+                node.title,
+                chunk.heading,
+                chunk.text,
+                None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
+                Jsonb(dict(chunk.meta)),
+                None,
+                chunk.embedding is None and chunk.embedding_pending,
+            )
+            for node, chunks in writes
+            for chunk in chunks
+        ]
+        if not rows:
+            return
+        with conn.cursor() as cursor:
+            cursor.executemany(self.queries["upsert_chunk"], rows)
+        conn.execute(
+            self.queries["delete_chunks_beyond_counts"],
+            (
+                [node.namespace for node, _ in writes],
+                [node.node_key for node, _ in writes],
+                [len(chunks) for _, chunks in writes],
+            ),
+        )
 
     def delete_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
         """Deletes every chunk of a node; returns how many there were."""

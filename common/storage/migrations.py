@@ -42,6 +42,7 @@ MIGRATIONS = (
     "0007_snapshot_fact_lookup.sql",
     "0008_context_trace_scopes.sql",
     LABEL_MIGRATION,
+    "0010_episode_embeddings.sql",
     "0012_namespace_vector_index.sql",
     "0014_observation_order.sql",
 )

@@ -38,6 +38,28 @@ class ObservationStore:
         row = conn.execute(self.queries["insert_observation"], values).fetchone()
         return row is not None
 
+    def insert_many(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]]) -> set[str]:
+        """`insert` of many observations in one pipelined round trip, in order; returns the
+        observation_ids inserted now (a duplicate, also of an earlier record of ``records``, is not)."""
+        if not records:
+            return set()
+        values = []
+        for record in records:
+            value = dict(record)
+            for name in ("actor", "subject", "data", "assertions", "provenance"):
+                value[name] = Jsonb(value[name]) if value[name] is not None else None
+            values.append(value)
+        inserted: set[str] = set()
+        with conn.cursor() as cursor:
+            cursor.executemany(self.queries["insert_observation"], values, returning=True)
+            while True:
+                row = cursor.fetchone()
+                if row is not None:
+                    inserted.add(str(row[0]))
+                if not cursor.nextset():
+                    break
+        return inserted
+
     def set_status(
         self, conn: psycopg.Connection[Any], observation_id: str, status: str, detail: dict[str, Any]
     ) -> None:

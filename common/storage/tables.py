@@ -40,6 +40,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunks_namespace_idx": ("chunks", "namespace_idx"),
         "chunks_trigram_idx": ("chunks", "trigram_idx"),
         "chunks_namespace_vector_idx": ("chunks", "namespace_vector_idx"),
+        "chunks_embedding_pending_idx": ("chunks", "embedding_pending_idx"),
         "context_traces_trace_idx": ("context_traces", "trace_idx"),
         "facts_snapshot_idx": ("facts", "snapshot_idx"),
         "snapshots_latest_idx": ("snapshots", "latest_idx"),

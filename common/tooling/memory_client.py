@@ -257,6 +257,14 @@ class MemoryClient:
         stub = observation_service_pb2_grpc.ObservationServiceStub(self.ingest_channel)
         return self._write(stub.PurgeObservation, request, idempotent=False)
 
+    def get_embedding_backlog(
+        self, request: observation_service_pb2.GetEmbeddingBacklogRequest
+    ) -> observation_service_pb2.GetEmbeddingBacklogResponse:
+        """ObservationService.GetEmbeddingBacklog: episode chunks still waiting for their embedding (a
+        read of ingest_service; poll it until ``pending_chunks`` is 0 to know vector search sees them)."""
+        stub = observation_service_pb2_grpc.ObservationServiceStub(self.ingest_channel)
+        return self._read(stub.GetEmbeddingBacklog, request)
+
     def assert_facts(
         self, request: fact_service_pb2.AssertFactsRequest
     ) -> fact_service_pb2.AssertFactsResponse:
@@ -320,6 +328,20 @@ class MemoryClient:
         """DomainPackService.RegisterPackage."""
         stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.ingest_channel)
         return self._write(stub.RegisterPackage, request, idempotent=False)
+
+    def get_package(
+        self, request: domain_pack_service_pb2.GetPackageRequest
+    ) -> domain_pack_service_pb2.GetPackageResponse:
+        """DomainPackService.GetPackage (served by ingest_service)."""
+        stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.ingest_channel)
+        return self._read(stub.GetPackage, request)
+
+    def list_packages(
+        self, request: domain_pack_service_pb2.ListPackagesRequest
+    ) -> domain_pack_service_pb2.ListPackagesResponse:
+        """DomainPackService.ListPackages (served by ingest_service)."""
+        stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.ingest_channel)
+        return self._read(stub.ListPackages, request)
 
     def set_namespace_kinds(
         self, request: domain_pack_service_pb2.SetNamespaceKindsRequest

@@ -5,7 +5,8 @@ from __future__ import annotations
 import grpc
 from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
-from common.grpc.proto_mapping import json_form, observation_to_proto
+from common.grpc.proto_mapping import json_form, observation_to_proto, timestamp
+from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
 
@@ -13,9 +14,12 @@ from ingest_service.observations import ObservationRecorder
 class ObservationServicer(observation_service_pb2_grpc.ObservationServiceServicer):
     """memory.v1.ObservationService; domain errors are mapped to status codes by the server's interceptor."""
 
-    def __init__(self, recorder: ObservationRecorder, remover: ObservationRemover) -> None:
+    def __init__(
+        self, recorder: ObservationRecorder, remover: ObservationRemover, embedder: EpisodeEmbedder
+    ) -> None:
         self.recorder = recorder
         self.remover = remover
+        self.embedder = embedder
 
     def RecordObservations(
         self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
@@ -66,3 +70,12 @@ class ObservationServicer(observation_service_pb2_grpc.ObservationServiceService
             nodes_deleted=outcome.nodes_deleted,
             chunks_deleted=outcome.chunks_deleted,
         )
+
+    def GetEmbeddingBacklog(
+        self, request: observation_service_pb2.GetEmbeddingBacklogRequest, context: grpc.ServicerContext
+    ) -> observation_service_pb2.GetEmbeddingBacklogResponse:
+        backlog = self.embedder.backlog(request.namespace or None)
+        response = observation_service_pb2.GetEmbeddingBacklogResponse(pending_chunks=backlog.pending)
+        if backlog.oldest_written_at is not None:
+            response.oldest_pending_written_at.CopyFrom(timestamp(backlog.oldest_written_at))
+        return response

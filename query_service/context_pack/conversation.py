@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 
+from common.domain.episode_header import without_episode_header
 from common.storage.episode_store import EpisodeTurn
 
 _WORD = re.compile(r"\w+")
@@ -39,8 +40,11 @@ def turn_header(turn: EpisodeTurn, stream: str) -> str:
 
 
 def turn_line(turn: EpisodeTurn, speaker: str, text: str) -> str:
-    """``HH:MM speaker: text`` (UTC); ``text`` verbatim (a message written on several lines keeps them)."""
-    return f"{turn.occurred_at.astimezone(UTC):%H:%M} {speaker}: {text}"
+    """``HH:MM speaker: text`` (UTC); ``text`` verbatim (a message written on several lines keeps them)
+    but without the episode's own header line (date, actor, subject: `without_episode_header`), which
+    this line and its block header already say."""
+    body = without_episode_header(text, turn.occurred_at, turn.actor, turn.subject)
+    return f"{turn.occurred_at.astimezone(UTC):%H:%M} {speaker}: {body}"
 
 
 def normalised_words(text: str) -> tuple[str, ...]:

@@ -440,8 +440,10 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
         ).pack
         return [item.provenance.fact_id for item in pack.items if item.kind == "fact"]
 
+    # the anchor is also the observation's subject: the episode's SUBJECT fact reaches it (issue 16 §1)
+    about_alice = fact_id(namespace, recorded.episode_key, "SUBJECT", "person:alice", _at(JAN))
     assert search_keys() == {recorded.episode_key, f"text:{recorded.observation_id}/1"}
-    assert context_facts() == [falcon]
+    assert sorted(context_facts()) == sorted([falcon, about_alice])
 
     purged = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel).PurgeObservation(
         observation_service_pb2.PurgeObservationRequest(

@@ -508,6 +508,23 @@ def _purge(world: World) -> None:
     _b_untouched(world)
 
 
+def _embedding_backlog(world: World) -> None:
+    """The backlog of every namespace (an empty namespace) needs a grant on "*"; the attacker's own
+    namespace answers with that namespace's backlog only."""
+    with world.ingest(world.attacker) as channel:
+        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        code = _code(
+            lambda: stub.GetEmbeddingBacklog(
+                observation_service_pb2.GetEmbeddingBacklogRequest(namespace=""), timeout=60
+            )
+        )
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        own = stub.GetEmbeddingBacklog(
+            observation_service_pb2.GetEmbeddingBacklogRequest(namespace=world.a.ns), timeout=60
+        )
+    assert own.pending_chunks >= 0
+
+
 def _close_fact(world: World) -> None:
     with world.ingest(world.attacker) as channel:
         stub = fact_service_pb2_grpc.FactServiceStub(channel)
@@ -815,6 +832,7 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.ObservationService/RecordObservations": _record_observations,
     "/memory.v1.ObservationService/RedactObservation": _redact,
     "/memory.v1.ObservationService/PurgeObservation": _purge,
+    "/memory.v1.ObservationService/GetEmbeddingBacklog": _embedding_backlog,
     "/memory.v1.FactService/AssertFacts": _assert_facts,
     "/memory.v1.FactService/CloseFact": _close_fact,
     "/memory.v1.DocumentService/Retain": _retain,

@@ -236,7 +236,12 @@ def _compile(channel: grpc.Channel, namespace: str, query: str, anchors: list[st
     stub = context_service_pb2_grpc.ContextServiceStub(channel)
     return stub.CompileContext(
         context_service_pb2.CompileContextRequest(
-            namespace=namespace, query=query, anchors=anchors, token_budget=4000
+            # 6000: the insider's pack holds the FLOOD hidden facts, the episodes' SUBJECT facts to the
+            # anchor (issue 16 §1) and the secret chunk
+            namespace=namespace,
+            query=query,
+            anchors=anchors,
+            token_budget=6000,
         ),
         timeout=120,
     ).pack

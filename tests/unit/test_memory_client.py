@@ -160,3 +160,23 @@ def test_a_token_view_wins_over_the_clients_token(address: Callable[[Sources], s
     with MemoryClient(where, where) as client:
         client.with_token("").get_source(_request("doc:x"))
     assert sources.authorization[-1] == ""
+
+
+def test_the_client_has_a_typed_method_for_every_rpc_of_the_contract() -> None:
+    """One client for every RPC (issue 14 §2): a service or RPC added to protos/ without its
+    MemoryClient method fails here."""
+    import re
+    from importlib import import_module
+    from pathlib import Path
+
+    from common.tooling.memory_client import MemoryClient
+
+    missing = []
+    for proto in sorted(Path(__file__).resolve().parents[2].joinpath("protos/memory/v1").glob("*.proto")):
+        module = import_module(f"memory.v1.{proto.stem}_pb2")
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for method in service.methods:
+                name = re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower()
+                if not callable(getattr(MemoryClient, name, None)):
+                    missing.append(f"{service.name}.{method.name} -> {name}")
+    assert missing == []

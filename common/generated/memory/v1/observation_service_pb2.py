@@ -22,30 +22,35 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#memory/v1/observation_service.proto\x12\tmemory.v1\x1a\x19memory/v1/knowledge.proto\"g\n\x18RedactObservationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\x98\x01\n\x19RedactObservationResponse\x12+\n\x0bobservation\x18\x01 \x01(\x0b\x32\x16.memory.v1.Observation\x12\x16\n\x0e\x66\x61\x63ts_affected\x18\x02 \x01(\x05\x12\x1b\n\x13\x66\x61\x63ts_evidence_lost\x18\x03 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x04 \x01(\t\"f\n\x17PurgeObservationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\xb1\x01\n\x18PurgeObservationResponse\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\x16\n\x0e\x66\x61\x63ts_affected\x18\x02 \x01(\x05\x12\x1b\n\x13\x66\x61\x63ts_evidence_lost\x18\x03 \x01(\x05\x12\x15\n\rnodes_deleted\x18\x04 \x03(\t\x12\x16\n\x0e\x63hunks_deleted\x18\x05 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x06 \x01(\t\"I\n\x19RecordObservationsRequest\x12,\n\x0cobservations\x18\x01 \x03(\x0b\x32\x16.memory.v1.Observation\"\xf0\x01\n\x11ObservationResult\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x05 \x03(\t\x12\x19\n\x11\x65ntities_upserted\x18\x06 \x01(\x05\x12\x15\n\rfacts_created\x18\x07 \x01(\x05\x12\x1a\n\x12\x66\x61\x63ts_strengthened\x18\x08 \x01(\x05\x12\x16\n\x0etext_fragments\x18\t \x01(\x05\x12\x13\n\x0b\x65pisode_key\x18\n \x01(\t\"f\n\x1aRecordObservationsResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.memory.v1.ObservationResult\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t2\xb4\x02\n\x12ObservationService\x12\x61\n\x12RecordObservations\x12$.memory.v1.RecordObservationsRequest\x1a%.memory.v1.RecordObservationsResponse\x12^\n\x11RedactObservation\x12#.memory.v1.RedactObservationRequest\x1a$.memory.v1.RedactObservationResponse\x12[\n\x10PurgeObservation\x12\".memory.v1.PurgeObservationRequest\x1a#.memory.v1.PurgeObservationResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#memory/v1/observation_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"/\n\x1aGetEmbeddingBacklogRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"t\n\x1bGetEmbeddingBacklogResponse\x12\x16\n\x0epending_chunks\x18\x01 \x01(\x03\x12=\n\x19oldest_pending_written_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"g\n\x18RedactObservationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\x98\x01\n\x19RedactObservationResponse\x12+\n\x0bobservation\x18\x01 \x01(\x0b\x32\x16.memory.v1.Observation\x12\x16\n\x0e\x66\x61\x63ts_affected\x18\x02 \x01(\x05\x12\x1b\n\x13\x66\x61\x63ts_evidence_lost\x18\x03 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x04 \x01(\t\"f\n\x17PurgeObservationRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0eobservation_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\xb1\x01\n\x18PurgeObservationResponse\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\x16\n\x0e\x66\x61\x63ts_affected\x18\x02 \x01(\x05\x12\x1b\n\x13\x66\x61\x63ts_evidence_lost\x18\x03 \x01(\x05\x12\x15\n\rnodes_deleted\x18\x04 \x03(\t\x12\x16\n\x0e\x63hunks_deleted\x18\x05 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x06 \x01(\t\"I\n\x19RecordObservationsRequest\x12,\n\x0cobservations\x18\x01 \x03(\x0b\x32\x16.memory.v1.Observation\"\xf0\x01\n\x11ObservationResult\x12\x16\n\x0eobservation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x05 \x03(\t\x12\x19\n\x11\x65ntities_upserted\x18\x06 \x01(\x05\x12\x15\n\rfacts_created\x18\x07 \x01(\x05\x12\x1a\n\x12\x66\x61\x63ts_strengthened\x18\x08 \x01(\x05\x12\x16\n\x0etext_fragments\x18\t \x01(\x05\x12\x13\n\x0b\x65pisode_key\x18\n \x01(\t\"f\n\x1aRecordObservationsResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.memory.v1.ObservationResult\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t2\x9a\x03\n\x12ObservationService\x12\x61\n\x12RecordObservations\x12$.memory.v1.RecordObservationsRequest\x1a%.memory.v1.RecordObservationsResponse\x12^\n\x11RedactObservation\x12#.memory.v1.RedactObservationRequest\x1a$.memory.v1.RedactObservationResponse\x12[\n\x10PurgeObservation\x12\".memory.v1.PurgeObservationRequest\x1a#.memory.v1.PurgeObservationResponse\x12\x64\n\x13GetEmbeddingBacklog\x12%.memory.v1.GetEmbeddingBacklogRequest\x1a&.memory.v1.GetEmbeddingBacklogResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory.v1.observation_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REDACTOBSERVATIONREQUEST']._serialized_start=77
-  _globals['_REDACTOBSERVATIONREQUEST']._serialized_end=180
-  _globals['_REDACTOBSERVATIONRESPONSE']._serialized_start=183
-  _globals['_REDACTOBSERVATIONRESPONSE']._serialized_end=335
-  _globals['_PURGEOBSERVATIONREQUEST']._serialized_start=337
-  _globals['_PURGEOBSERVATIONREQUEST']._serialized_end=439
-  _globals['_PURGEOBSERVATIONRESPONSE']._serialized_start=442
-  _globals['_PURGEOBSERVATIONRESPONSE']._serialized_end=619
-  _globals['_RECORDOBSERVATIONSREQUEST']._serialized_start=621
-  _globals['_RECORDOBSERVATIONSREQUEST']._serialized_end=694
-  _globals['_OBSERVATIONRESULT']._serialized_start=697
-  _globals['_OBSERVATIONRESULT']._serialized_end=937
-  _globals['_RECORDOBSERVATIONSRESPONSE']._serialized_start=939
-  _globals['_RECORDOBSERVATIONSRESPONSE']._serialized_end=1041
-  _globals['_OBSERVATIONSERVICE']._serialized_start=1044
-  _globals['_OBSERVATIONSERVICE']._serialized_end=1352
+  _globals['_GETEMBEDDINGBACKLOGREQUEST']._serialized_start=110
+  _globals['_GETEMBEDDINGBACKLOGREQUEST']._serialized_end=157
+  _globals['_GETEMBEDDINGBACKLOGRESPONSE']._serialized_start=159
+  _globals['_GETEMBEDDINGBACKLOGRESPONSE']._serialized_end=275
+  _globals['_REDACTOBSERVATIONREQUEST']._serialized_start=277
+  _globals['_REDACTOBSERVATIONREQUEST']._serialized_end=380
+  _globals['_REDACTOBSERVATIONRESPONSE']._serialized_start=383
+  _globals['_REDACTOBSERVATIONRESPONSE']._serialized_end=535
+  _globals['_PURGEOBSERVATIONREQUEST']._serialized_start=537
+  _globals['_PURGEOBSERVATIONREQUEST']._serialized_end=639
+  _globals['_PURGEOBSERVATIONRESPONSE']._serialized_start=642
+  _globals['_PURGEOBSERVATIONRESPONSE']._serialized_end=819
+  _globals['_RECORDOBSERVATIONSREQUEST']._serialized_start=821
+  _globals['_RECORDOBSERVATIONSREQUEST']._serialized_end=894
+  _globals['_OBSERVATIONRESULT']._serialized_start=897
+  _globals['_OBSERVATIONRESULT']._serialized_end=1137
+  _globals['_RECORDOBSERVATIONSRESPONSE']._serialized_start=1139
+  _globals['_RECORDOBSERVATIONSRESPONSE']._serialized_end=1241
+  _globals['_OBSERVATIONSERVICE']._serialized_start=1244
+  _globals['_OBSERVATIONSERVICE']._serialized_end=1654
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from memory.v1 import knowledge_pb2 as _knowledge_pb2
 import builtins as _builtins
@@ -18,6 +19,52 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class GetEmbeddingBacklogRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """The namespace to count; empty counts every namespace."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEmbeddingBacklogRequest: _TypeAlias = GetEmbeddingBacklogRequest  # noqa: Y015
+
+@_typing.final
+class GetEmbeddingBacklogResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PENDING_CHUNKS_FIELD_NUMBER: _builtins.int
+    OLDEST_PENDING_WRITTEN_AT_FIELD_NUMBER: _builtins.int
+    pending_chunks: _builtins.int
+    """Chunks waiting for their embedding."""
+    @_builtins.property
+    def oldest_pending_written_at(self) -> _timestamp_pb2.Timestamp:
+        """When the oldest of them was written; unset when pending_chunks is 0."""
+
+    def __init__(
+        self,
+        *,
+        pending_chunks: _builtins.int = ...,
+        oldest_pending_written_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_pending_written_at", b"oldest_pending_written_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["oldest_pending_written_at", b"oldest_pending_written_at", "pending_chunks", b"pending_chunks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEmbeddingBacklogResponse: _TypeAlias = GetEmbeddingBacklogResponse  # noqa: Y015
 
 @_typing.final
 class RedactObservationRequest(_message.Message):

@@ -50,6 +50,11 @@ class ObservationServiceStub:
                 request_serializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.FromString,
                 _registered_method=True)
+        self.GetEmbeddingBacklog = channel.unary_unary(
+                '/memory.v1.ObservationService/GetEmbeddingBacklog',
+                request_serializer=memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogResponse.FromString,
+                _registered_method=True)
 
 
 class ObservationServiceServicer:
@@ -101,6 +106,17 @@ class ObservationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetEmbeddingBacklog(self, request, context):
+        """The embedding backlog: episode chunks that RecordObservations stored with their embedding pending
+        (CB_EPISODE_EMBEDDING=background, the default) and the ingest service's background embedder has not
+        filled yet. Such a chunk is already found by full text and trigram search; Search's vector arm sees it
+        once embedded. Clients and benchmarks poll this until pending_chunks is 0 to know that everything
+        recorded so far is embedded. Errors: UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObservationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -118,6 +134,11 @@ def add_ObservationServiceServicer_to_server(servicer, server):
                     servicer.PurgeObservation,
                     request_deserializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.FromString,
                     response_serializer=memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.SerializeToString,
+            ),
+            'GetEmbeddingBacklog': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEmbeddingBacklog,
+                    request_deserializer=memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -202,6 +223,33 @@ class ObservationService:
             '/memory.v1.ObservationService/PurgeObservation',
             memory_dot_v1_dot_observation__service__pb2.PurgeObservationRequest.SerializeToString,
             memory_dot_v1_dot_observation__service__pb2.PurgeObservationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEmbeddingBacklog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.ObservationService/GetEmbeddingBacklog',
+            memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogRequest.SerializeToString,
+            memory_dot_v1_dot_observation__service__pb2.GetEmbeddingBacklogResponse.FromString,
             options,
             channel_credentials,
             insecure,

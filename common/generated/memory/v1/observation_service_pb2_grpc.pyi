@@ -66,6 +66,13 @@ class ObservationServiceStub:
     Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
     UNAVAILABLE.
     """
+    GetEmbeddingBacklog: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.GetEmbeddingBacklogRequest, _observation_service_pb2.GetEmbeddingBacklogResponse]
+    """The embedding backlog: episode chunks that RecordObservations stored with their embedding pending
+    (CB_EPISODE_EMBEDDING=background, the default) and the ingest service's background embedder has not
+    filled yet. Such a chunk is already found by full text and trigram search; Search's vector arm sees it
+    once embedded. Clients and benchmarks poll this until pending_chunks is 0 to know that everything
+    recorded so far is embedded. Errors: UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class ObservationServiceAsyncStub(ObservationServiceStub):
@@ -104,6 +111,13 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     written in the same transaction, linked to trace_id.
     Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
     UNAVAILABLE.
+    """
+    GetEmbeddingBacklog: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.GetEmbeddingBacklogRequest, _observation_service_pb2.GetEmbeddingBacklogResponse]  # type: ignore[assignment]
+    """The embedding backlog: episode chunks that RecordObservations stored with their embedding pending
+    (CB_EPISODE_EMBEDDING=background, the default) and the ingest service's background embedder has not
+    filled yet. Such a chunk is already found by full text and trigram search; Search's vector arm sees it
+    once embedded. Clients and benchmarks poll this until pending_chunks is 0 to know that everything
+    recorded so far is embedded. Errors: UNAVAILABLE.
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -158,6 +172,19 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         written in the same transaction, linked to trace_id.
         Errors: INVALID_ARGUMENT; NOT_FOUND (also for an observation hidden from the caller's scopes);
         UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def GetEmbeddingBacklog(
+        self,
+        request: _observation_service_pb2.GetEmbeddingBacklogRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_observation_service_pb2.GetEmbeddingBacklogResponse, _abc.Awaitable[_observation_service_pb2.GetEmbeddingBacklogResponse]]:
+        """The embedding backlog: episode chunks that RecordObservations stored with their embedding pending
+        (CB_EPISODE_EMBEDDING=background, the default) and the ingest service's background embedder has not
+        filled yet. Such a chunk is already found by full text and trigram search; Search's vector arm sees it
+        once embedded. Clients and benchmarks poll this until pending_chunks is 0 to know that everything
+        recorded so far is embedded. Errors: UNAVAILABLE.
         """
 
 def add_ObservationServiceServicer_to_server(servicer: ObservationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,162 @@
+"""Observation ingest A/B (issue 15 "debian corpus through cb observe"; issue 16 §1 embedding), one run.
+
+Loads the whole debian upload stream (5,415 observations) the way `cb observe` sends it (batches of 200,
+`DEFAULT_OBSERVE_CONCURRENCY` calls in flight) into a fresh namespace, once per variant and round,
+interleaved (round 1: every variant, round 2: every variant again), each against its own freshly started
+service processes:
+
+- ``base``: the services of another checkout (``--base-root``, e.g. the code before this change);
+- ``background``: this checkout, episode chunks embedded by the background embedder (the default);
+- ``inline``: this checkout with ``CB_EPISODE_EMBEDDING=inline`` (embedded in the write).
+
+After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
+``background``, how long after the load the service reports an empty embedding backlog
+(`run_bench.wait_for_embeddings`). Everything runs in one fresh database, dropped at the end. Results are
+appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average.
+
+Usage: .venv/bin/python bench/bench_ingest.py [--base-root DIR] [--rounds 2] [--note TEXT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from memory.v1 import observation_service_pb2_grpc
+
+from bench.run_bench import (
+    debian_observations,
+    free_port,
+    load_observations,
+    run_in_database,
+    set_based_floor,
+    wait_for_embeddings,
+)
+from bench.service_results import append_entry, heading, machine, write_json
+from common.kernel.config import Settings
+from common.tooling.client import wait_for_serving
+from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
+
+
+@contextmanager
+def ingest_service(root: Path, environment: dict[str, str]) -> Iterator[str]:
+    """`cb serve ingest` of the checkout at ``root`` (its code first on the path) on a free port."""
+    address = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, CB_INGEST_ADDR=address, CB_INGEST_METRICS_PORT="0", **environment)
+    if root != ROOT:
+        env["PYTHONPATH"] = f"{root}:{root / 'common' / 'generated'}"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "common.tooling.cli", "serve", "ingest"], cwd=root, env=env
+    )
+    try:
+        if not wait_for_serving(address, timeout=180):
+            raise RuntimeError(f"ingest service of {root} did not become SERVING")
+        yield address
+    finally:
+        child.terminate()
+        child.wait(60)
+
+
+def run(arguments: argparse.Namespace, stamp: str) -> int:
+    settings = Settings()
+    variants: list[tuple[str, Path, dict[str, str]]] = [
+        ("background", ROOT, {"CB_EPISODE_EMBEDDING": "background"}),
+        ("inline", ROOT, {"CB_EPISODE_EMBEDDING": "inline"}),
+    ]
+    if arguments.base_root:
+        variants.insert(0, ("base", Path(arguments.base_root).resolve(), {}))
+    runs: list[dict[str, Any]] = []
+    for round_ in range(1, arguments.rounds + 1):
+        for name, root, environment in variants:
+            namespace = f"ingest-{name}-{round_}-{stamp}"
+            observations = debian_observations(namespace)
+            with ingest_service(root, environment) as address:
+                channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
+                stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+                load_start = os.getloadavg()[0]
+                load = load_observations(stub, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
+                load["variant"], load["round"] = name, round_
+                load["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+                floor = set_based_floor(settings.database_url, namespace)
+                floor["per_second"] = round(len(observations) / floor["seconds"], 1)
+                load["set_based_floor"] = floor
+                load["ratio_to_floor"] = round(load["seconds"] / floor["seconds"], 2)
+                if name == "background":
+                    load["embedding"] = wait_for_embeddings(
+                        stub, namespace, limit_seconds=arguments.embedding_wait
+                    )
+                channel.close()
+            runs.append(load)
+            print(json.dumps(load), flush=True)
+    results = {"time": stamp, "machine": machine(), "note": arguments.note, "runs": runs}
+    write_json(results, prefix="ingest")
+    lines = [
+        heading(results) + " — observation ingest A/B (`bench/bench_ingest.py`)",
+        "",
+        (
+            f"debian upload stream ({len(observations)} observations) through `record_observations` (what"
+            f" `cb observe` runs: batches of 200, {DEFAULT_OBSERVE_CONCURRENCY} in flight) into a fresh"
+            " namespace per run, variants interleaved per round, each against freshly started ingest"
+            " processes; floor = the same rows written again set-based (`run_bench.set_based_floor`) right"
+            " after the load."
+        ),
+        "",
+        "| round | variant | load s | obs/s | floor s | floor obs/s | load / floor | embedded after the load | load average (start, end) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for load in runs:
+        embedded = load.get("embedding")
+        lines.append(
+            f"| {load['round']} | {load['variant']} | {load['seconds']} | {load['per_second']} |"
+            f" {load['set_based_floor']['seconds']} | {load['set_based_floor']['per_second']} |"
+            f" {load['ratio_to_floor']}x |"
+            f" {_embedded(load['variant'], embedded)} |"
+            f" {load['load_average'][0]}, {load['load_average'][1]} |"
+        )
+    if arguments.note:
+        lines += ["", f"Note: {arguments.note}"]
+    append_entry(lines)
+    return 0
+
+
+def _embedded(variant: str, embedding: dict[str, Any] | None) -> str:
+    """The embedding column of a run: the wait, the backlog at the end of the load and what was left."""
+    if embedding is None:
+        return {"inline": "in the write", "base": "never (no episode embedding)"}.get(variant, "")
+    return (
+        f"{embedding['backlog_at_end_of_load']} pending; {embedding['embedded_per_second']}/s for"
+        f" {embedding['seconds_until_embedded']} s, {embedding['left_pending']} left"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Observation ingest A/B (see the module doc).")
+    parser.add_argument("--base-root", default="", help="checkout whose services are the baseline")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--note", default="")
+    parser.add_argument(
+        "--embedding-wait", type=float, default=120, help="longest wait (s) for the backlog after a load"
+    )
+    parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    arguments = parser.parse_args()
+    started = time.perf_counter()
+    code = run_in_database(run, arguments, "memory_ingest")
+    print(f"run time {time.perf_counter() - started:.0f} s")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""The background embedder of episode chunks (issue 16 §1, issue 15 "embedding batched across observations").
+
+RecordObservations writes an episode's chunks with ``embedding`` NULL and ``embedding_pending`` true
+(`ingest_service.observation_projection`), so an observation is stored, found by full text and trigram
+search, and acknowledged without waiting for the model (the default model embeds 300-450 texts/s on two
+cores; observations arrive at more than 1,000/s). `EpisodeEmbedder` fills those vectors afterwards, in
+batches across observations, so Search's vector arm sees an episode a moment after it was recorded.
+
+The state is in the database only (the ``embedding_pending`` column, migration 0010): one round
+(`embed_once`) locks up to ``batch_size`` pending chunks oldest first with ``FOR UPDATE SKIP LOCKED``,
+embeds their `embedding_input` texts, stores the vectors and clears the flag, in ONE transaction. So:
+
+* a crash or restart mid-round rolls the round back and the chunks stay pending (nothing lost);
+* several ingest processes share the backlog without embedding a chunk twice (skipped locks);
+* repeating is harmless: a chunk no longer pending, or deleted meanwhile (redaction, purge), is skipped;
+* a redaction or purge that meets a claimed chunk waits for the round (well under a second).
+
+The backlog is public: `backlog` (and the RPC ``ObservationService.GetEmbeddingBacklog``), and the gauge
+``memory_embedding_backlog_chunks`` with the counter ``memory_embeddings_filled_total`` on the ingest
+service's metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from common.storage.chunk_store import ChunkStore
+from common.storage.database import Database
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 128  # texts per model call: the model's throughput is flat from about 64 texts up
+DEFAULT_IDLE_SECONDS = 1.0  # how long an idle embedder sleeps before looking at the backlog again
+DEFAULT_MAX_DEFERRAL_SECONDS = 2.0  # longest wait for a round while writes are in flight
+DEFERRAL_POLL_SECONDS = 0.05
+
+
+class PassageEncoder(Protocol):
+    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Chunks waiting for their embedding and when the oldest was written (None: the backlog is empty)."""
+
+    pending: int
+    oldest_written_at: datetime | None
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    backlog: Gauge
+    filled: Counter
+
+
+_metrics_lock = threading.Lock()
+_metrics_by_registry: dict[int, _Metrics] = {}
+
+
+def _metrics(registry: CollectorRegistry = REGISTRY) -> _Metrics:
+    """The process-wide embedder metrics of ``registry`` (several in-process services share them)."""
+    with _metrics_lock:
+        metrics = _metrics_by_registry.get(id(registry))
+        if metrics is None:
+            metrics = _Metrics(
+                backlog=Gauge(
+                    "memory_embedding_backlog_chunks",
+                    "Chunks written without their embedding and waiting for the background embedder"
+                    " (all namespaces), as last seen by this process.",
+                    registry=registry,
+                ),
+                filled=Counter(
+                    "memory_embeddings_filled_total",
+                    "Chunk embeddings stored by the background embedder of this process.",
+                    registry=registry,
+                ),
+            )
+            _metrics_by_registry[id(registry)] = metrics
+        return metrics
+
+
+class EpisodeEmbedder:
+    """Fills the embeddings of pending chunks in batches, from a daemon thread or on demand.
+
+    Args:
+        database: the database whose chunks table holds the backlog.
+        encoder: the embedding provider (the one the rest of the service embeds with).
+        batch_size: chunks per round (one model call, one transaction).
+        idle_seconds: sleep of the thread when the backlog is empty; `wake` cuts it short.
+        namespace: embed the backlog of this namespace only (None: of every namespace, the service's).
+        busy: True while the service is writing (RecordObservations batches in flight): the thread then
+            defers its next round, for at most ``max_deferral_seconds`` since its last one, so that on a
+            small machine the model does not take the cores from the writes (they are acknowledged
+            sooner, and the backlog is embedded in the gaps and after the load).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        encoder: PassageEncoder,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        namespace: str | None = None,
+        busy: Callable[[], bool] | None = None,
+        max_deferral_seconds: float = DEFAULT_MAX_DEFERRAL_SECONDS,
+    ) -> None:
+        self.database = database
+        self.namespace = namespace
+        self.busy = busy
+        self.max_deferral_seconds = max_deferral_seconds
+        self.encoder = encoder
+        self.chunks = ChunkStore(database.settings)
+        self.batch_size = batch_size
+        self.idle_seconds = idle_seconds
+        self._metrics = _metrics()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def embed_once(self) -> int:
+        """One round: claims up to ``batch_size`` pending chunks, embeds and stores them in one
+        transaction; returns how many were filled (0: the backlog had nothing unclaimed).
+
+        Raises:
+            Unavailable: the database cannot be reached (nothing changed).
+        """
+
+        def work(conn: Any) -> int:
+            claimed = self.chunks.claim_pending_embeddings(conn, self.batch_size, self.namespace)
+            if not claimed:
+                return 0
+            vectors = self.encoder.encode_passages([text for _, text in claimed])
+            return self.chunks.fill_embeddings(conn, [chunk_id for chunk_id, _ in claimed], vectors)
+
+        filled = self.database.run_transaction(work)
+        if filled:
+            self._metrics.filled.inc(filled)
+        return filled
+
+    def drain(self) -> int:
+        """Rounds until nothing is left to claim; returns how many chunks were filled."""
+        total = 0
+        while filled := self.embed_once():
+            total += filled
+        return total
+
+    def backlog(self, namespace: str | None = None) -> Backlog:
+        """The chunks waiting for their embedding: of ``namespace``, or of all namespaces when None."""
+        with self.database.connection() as conn:
+            pending, oldest = self.chunks.embedding_backlog(conn, namespace)
+        if namespace == self.namespace:
+            self._metrics.backlog.set(pending)
+        return Backlog(pending, oldest)
+
+    # -- the daemon thread -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the daemon thread (once)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="episode-embedder", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Tells an idle thread that chunks were written (RecordObservations calls it after a commit)."""
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stops the thread after its current round (an interrupted round is rolled back, see above)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        last_round = time.monotonic()
+        while not self._stop.is_set():
+            if (
+                self.busy is not None
+                and self.busy()
+                and time.monotonic() - last_round < self.max_deferral_seconds
+            ):
+                self._stop.wait(DEFERRAL_POLL_SECONDS)
+                continue
+            last_round = time.monotonic()
+            try:
+                filled = self.embed_once()
+                self.backlog(self.namespace)  # the gauge
+                if filled:
+                    continue
+            except Exception:  # the database down, the model failing: log, wait, try again
+                log.exception("episode embedder: round failed; retrying in %.1f s", self.idle_seconds)
+            self._wake.wait(self.idle_seconds)
+            self._wake.clear()
