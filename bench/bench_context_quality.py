@@ -65,7 +65,7 @@ from memory.v1 import (
 )
 from rank_bm25 import BM25Okapi
 
-from bench.run_bench import load_observations, percentiles, run_in_database, services
+from bench.run_bench import load_observations, percentiles, run_in_database, services, wait_for_embeddings
 from bench.service_results import append_entry, heading, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
@@ -250,7 +250,17 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             loaded["turns"] += load["count"]
             loaded["created"] += load["created"]
             loaded["seconds"] += load["seconds"]
-            print(f"{sample_id}: {load['count']} turns loaded in {load['seconds']} s", flush=True)
+            # Episodes are embedded in the background (GetEmbeddingBacklog): measure once vector search
+            # sees every turn, as an agent that waits for its memory to settle would.
+            embedded = wait_for_embeddings(observe, namespace)
+            loaded["embedding_seconds"] = (
+                loaded.get("embedding_seconds", 0.0) + embedded["seconds_until_embedded"]
+            )
+            print(
+                f"{sample_id}: {load['count']} turns loaded in {load['seconds']} s, embedded"
+                f" {embedded['seconds_until_embedded']} s later ({embedded['left_pending']} left pending)",
+                flush=True,
+            )
 
             lines = {turn["dia_id"]: f"{turn['speaker']}: {turn['content']}" for turn in turns}
             texts = {turn["dia_id"]: turn["text"] for turn in turns}
