@@ -63,6 +63,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # gRPC sets SO_REUSEPORT by default on Linux: a second server (another checkout, a development-mode
+    # server without tokens) could then bind the same port and silently take half of its calls. A port
+    # in use is an error instead (`build_server` raises "cannot bind").
+    ("grpc.so_reuseport", 0),
 )
 
 

@@ -372,3 +372,17 @@ def test_two_servers_in_one_process_share_metrics() -> None:
     finally:
         first.stop(0)
         second.stop(0)
+
+
+def test_a_second_server_cannot_bind_a_port_already_served(host: ServiceHost) -> None:
+    """No SO_REUSEPORT: a second server on a taken port (another checkout, a development-mode server
+    without tokens) would otherwise share it silently and take some of its calls."""
+    with pytest.raises(RuntimeError, match="cannot bind"):
+        build_server(
+            Settings(),
+            service_name="second_service",
+            address=f"127.0.0.1:{host.port}",
+            metrics_port=0,
+            database=ReadinessSwitch(True),
+            register=_register,
+        )
