@@ -261,13 +261,23 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         ] = 2000,
         as_of: Instant = None,
         trace_id: Annotated[str | None, Field(description="your id to find this compilation later")] = None,
+        dropped_limit: Annotated[
+            int,
+            Field(
+                ge=0,
+                le=100,
+                description="also list this many of the best candidates left out, with why (0: none)",
+            ),
+        ] = 0,
     ) -> dict[str, Any]:
         """Prepare context for a task: the passages and facts most worth reading, within a token budget.
 
-        Call this first when starting work on a question. The pack ranks chunks, current facts about the
-        anchors and about what the chunks mention, and recent observations; conflicting facts are
-        flagged. Returns pack.text (ready to read, fits token_budget), pack.items (kind, text, score,
-        provenance: where each item came from, conflict), pack.token_count and pack.trace_id.
+        Call this first when starting work on a question. The pack ranks search hits, the turns next to
+        them, recent observations, current facts about the anchors, their neighbours and what the hits
+        mention; conflicting facts are flagged. Returns pack.text (ready to read, fits token_budget),
+        pack.items (kind, text, score, provenance: where each item came from, selection: the rule that
+        brought it and its score components, conflict), pack.token_count, pack.trace_id and, with
+        dropped_limit, pack.dropped (the best candidates left out and why).
         """
         when = _instant(as_of, "as_of")
         request = context_service_pb2.CompileContextRequest(
@@ -277,6 +287,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
             token_budget=token_budget,
             trace_id=trace_id or "",
             as_of=timestamp(parse_instant(when)) if when else None,
+            dropped_limit=dropped_limit,
         )
         return _as_json(tools.call(ctx, "compile_context", request))
 

@@ -92,6 +92,14 @@ def test_search_source_and_context(cli) -> None:  # type: ignore[no-untyped-def]
     assert 0 < pack["tokenCount"] <= 800
     assert any(item["kind"] == "fact" and "project:beta" in item["text"] for item in pack["items"])
     assert all(item["provenance"] for item in pack["items"])
+    assert all(item["selection"]["rule"] for item in pack["items"]), "every item says why it is there"
+    small = json.loads(
+        cli("context", "who works on billing?", "-n", "example", "--budget", "60", "--dropped", "3", "--json")
+    )["pack"]
+    assert 1 <= len(small["dropped"]) <= 3
+    assert all(candidate["dropReason"] for candidate in small["dropped"])
+    table = cli("context", "who works on billing?", "-n", "example", "--budget", "60", "--dropped", "3")
+    assert "left out" in table and "rule" in table
 
 
 def test_server_errors_are_reported_with_the_field(cli) -> None:  # type: ignore[no-untyped-def]

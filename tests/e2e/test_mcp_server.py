@@ -149,6 +149,7 @@ def test_tools_record_search_compile_list_and_read_with_the_callers_token(world:
                     "task": "what does alice work on?",
                     "anchors": ["person:alice"],
                     "token_budget": 500,
+                    "dropped_limit": 2,
                 },
             ),
             ("list_facts", {"namespace": world.namespace, "subject": "person:alice"}),
@@ -163,6 +164,8 @@ def test_tools_record_search_compile_list_and_read_with_the_callers_token(world:
     assert any("Zephyrine-billing" in hit["text"] for hit in search.structured_content["hits"])
     pack = context.structured_content["pack"]
     assert "project:zephyrine" in pack["text"] and pack["token_count"] <= 500
+    assert all(item["selection"]["rule"] for item in pack["items"])
+    assert len(pack.get("dropped", [])) <= 2
     listed = facts.structured_content
     assert [(f["predicate"], f["object"]) for f in listed["facts"]] == [("WORKS_ON", "project:zephyrine")]
     assert listed["facts"][0]["valid_from"] == "2026-10-15T09:00:00Z" and listed["truncated"] is False

@@ -88,12 +88,19 @@ def context(
     budget: BudgetOption = 2000,
     as_of: AsOfOption = None,
     trace_id: TraceIdOption = None,
+    dropped: Annotated[
+        int,
+        typer.Option(
+            "--dropped", min=0, max=100, help="also list this many of the best candidates left out, with why"
+        ),
+    ] = 0,
     as_json: JsonOption = False,
 ) -> None:
     """Compile a context pack for a task: ranked chunks and facts fitted to a token budget."""
     request = _compile_request(
         context_service_pb2.CompileContextRequest, namespace, query, anchors, budget, as_of, trace_id
     )
+    request.dropped_limit = dropped
 
     def render(response: context_service_pb2.CompileContextResponse) -> None:
         rows = []
@@ -103,14 +110,31 @@ def context(
                 origin += f" ({item.provenance.source_path})"
             if item.conflict:
                 origin += " [conflict]"
-            rows.append((str(number), item.kind, f"{item.score:.4f}", str(item.token_count), escape(origin)))
+            rule = item.selection.rule if item.HasField("selection") else ""
+            rows.append(
+                (str(number), item.kind, rule, f"{item.score:.4f}", str(item.token_count), escape(origin))
+            )
         _print_pack(
             response.pack,
             budget=budget,
-            columns=("#", "kind", "score", "tokens", "from"),
+            columns=("#", "kind", "rule", "score", "tokens", "from"),
             right_aligned=("#", "score", "tokens"),
             rows=rows,
         )
+        if response.pack.dropped:
+            table = Table(title=f"best {len(response.pack.dropped)} candidates left out")
+            for name in ("kind", "rule", "score", "tokens", "from", "why"):
+                table.add_column(name, justify="right" if name in ("score", "tokens") else "left")
+            for candidate in response.pack.dropped:
+                table.add_row(
+                    candidate.kind,
+                    candidate.selection.rule if candidate.HasField("selection") else "",
+                    f"{candidate.score:.4f}",
+                    str(candidate.token_count),
+                    escape(candidate.provenance.fact_id or candidate.provenance.node_key),
+                    escape(candidate.drop_reason),
+                )
+            err.print(table)
 
     call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
 
