@@ -154,6 +154,7 @@ class SearchQuery:
     node_keys: tuple[str, ...] = ()
     visibility: Visibility = EVERYTHING
     pii: PiiPolicy = NO_PII_POLICY  # the caller's: hits are masked (or audited) on the way out
+    preset: str = ""  # a `SEARCH_PRESETS` name; empty: the searcher's settings
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,8 @@ def validate_search(query: SearchQuery) -> SearchQuery:
         check.add("query", f"at most {MAX_QUERY_CHARS} characters, got {len(query.query)}")
     elif "\x00" in query.query:
         check.add("query", "must not contain NUL characters")
+    if query.preset and query.preset not in SEARCH_PRESETS:
+        check.add("preset", f"unknown preset {query.preset!r}; known: {', '.join(SEARCH_PRESETS)}")
     top_k = query.top_k or DEFAULT_TOP_K
     if not 1 <= top_k <= MAX_TOP_K:
         check.add("top_k", f"must be in 1..{MAX_TOP_K} (0 means {DEFAULT_TOP_K}), got {query.top_k}")
@@ -256,7 +259,7 @@ class HybridSearcher:
             Unavailable: the database cannot be reached.
         """
         query = validate_search(query)
-        config = settings or self.settings
+        config = settings or (SEARCH_PRESETS[query.preset] if query.preset else self.settings)
         where = ChunkFilter(
             namespace=query.namespace,
             node_types=tuple(query.node_types),
@@ -269,7 +272,9 @@ class HybridSearcher:
         if config.text_weight:
             arms[TEXT] = lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
         if config.trigram_weight:
-            arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
+            arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(
+                conn, where, query.query, limit, whole_query_chars=config.trigram_max_query_chars
+            )
         pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:
             pending = {name: self.arms.submit(self._ranking, arm) for name, arm in arms.items()}
