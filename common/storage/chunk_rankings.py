@@ -13,17 +13,20 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
   re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
   namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway.
-* **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
-  stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
-  default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
-  upgrade openssl on bookworm" rarely has all its words in one chunk), so when the AND query yields
-  fewer than ``limit`` rows, the rest is filled with chunks matching *any* lexeme of the query (an OR
-  query built from the same lexemes), ranked after the AND matches. The OR matches are ordered by
-  ``ts_rank`` (term frequency; rewards chunks with more of the query's lexemes), not ``ts_rank_cd``: cover
-  density over an OR query only counts single-term covers, and ``ts_rank_cd`` over the 1,000-4,000 OR
-  matches of a sentence in the 9.6k-chunk docs vault cost 2-3x ``ts_rank`` (25-66 ms against 13-24 ms,
-  EXPLAIN ANALYZE) and was the p95 of Search. AND matches are removed from the OR rows in Python rather
-  than by a ``NOT @@`` filter, which detoasted every row once more.
+* **full text**: Okapi BM25 (`common.storage.lexical_scoring`) over the stored, GIN-indexed
+  ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
+  reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
+  frequencies; kept by triggers of the chunks table, ``sql/0011_lexeme_statistics.sql``), one scores the
+  candidates: the chunks holding one of the rarest lexemes (at most `CANDIDATE_BUDGET` rows read, from
+  the GIN index), each scored for every query lexeme in SQL (term frequencies from the positions of the
+  query's lexemes only: ``ts_filter(setweight(search_document, 'A', lexemes), '{a}')``, ~4 µs a row,
+  against ~22 µs for unnesting the whole vector). ``ts_rank`` weighed every lexeme alike (no idf), so a
+  chunk repeating a common word outranked the only chunk with the rare one; the OR fill ranked up to
+  14k matching rows per query. Ties: the newer chunk (``created_at``, then ``id``) first, never the key.
+  The query is a bag of lexemes (websearch operators are not interpreted). Both full-text statements
+  and the trigram statement run with ``prepare=False``: psycopg otherwise prepares a statement after its
+  fifth execution and PostgreSQL may then switch to a generic plan, which for these statements ignores
+  how selective the lexemes or tokens are (issue 15: trigram at 1M chunks 381 ms generic, 74 ms custom).
 
   About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
   words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
@@ -35,12 +38,14 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
 * **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
   trigram index serves: rows containing an *identifier-like token* of the query verbatim
-  (``text ILIKE '%token%'``) or, for a query of at most ``trigram_max_query_chars``, the whole query.
-  Identifier-like tokens are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least
-  3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm similarity alone ignores
-  punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Matches are ordered by the number
-  of tokens found, then by ``word_similarity(query, text)``; the fuzzy ``<%`` filter is not used (0.3-0.9 s
-  per sentence-long query on the 10k-chunk docs vault).
+  (``text ILIKE '%token%'``) and, only when configured (``whole_query_chars``, the search preset's
+  ``trigram_max_query_chars``), the whole query. Identifier-like tokens are whitespace-separated pieces
+  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm
+  similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
+  without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
+  issue 15). Matches are ordered by the number of tokens found, then by ``word_similarity(query, text)``,
+  then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s per sentence-long query on the
+  10k-chunk docs vault).
 """
 
 from __future__ import annotations
@@ -112,9 +117,8 @@ class ChunkFilter:
 class Candidate:
     """A chunk returned by one ranking, with that ranking's raw score.
 
-    ``score`` is the cosine *distance* for the vector ranking (smaller is better), ``ts_rank_cd`` for full
-    text (``ts_rank`` for a chunk matching only some of the query's lexemes) and the trigram similarity
-    (1.0 for an exact identifier hit) for trigram; ``rank`` is 1-based.
+    ``score`` is the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full
+    text and, for trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
     """
 
     chunk: StoredChunk
