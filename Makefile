@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports bench bench-context clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports bench bench-context bench-retrieval clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -61,6 +61,9 @@ bench: db
 
 bench-context: db
 	$(PY) bench/bench_context_quality.py
+
+bench-retrieval: db
+	$(PY) bench/bench_retrieval.py --presets documents,conversations,
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache

@@ -39,7 +39,8 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
 * **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
   trigram index serves: rows containing an *identifier-like token* of the query verbatim
   (``text ILIKE '%token%'``) and, only when configured (``whole_query_chars``, the search preset's
-  ``trigram_max_query_chars``), the whole query. Identifier-like tokens are whitespace-separated pieces
+  ``trigram_max_query_chars``), the whole query verbatim, looked up as a phrase through the full-text
+  index rather than through every trigram of the sentence. Identifier-like tokens are whitespace-separated pieces
   with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm
   similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
   without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
@@ -162,6 +163,11 @@ class ChunkRankings:
     """The rankings of the chunks table; stateless apart from the table's names and a cache of lexeme
     statistics; safe to share."""
 
+    custom_plans = True
+    """Plan the full-text and trigram statements for their values on every call (``prepare=False``); False
+    lets psycopg prepare them after five calls, and PostgreSQL may then use a generic plan (the A/B of
+    bench/RESULTS.md)."""
+
     def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
         self.settings = settings
         self.table = sql.Identifier(settings.chunks_table)
@@ -185,6 +191,10 @@ class ChunkRankings:
             conditions.append(where.visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")))
             params.update(where.visibility.params)
         return sql.SQL(" AND ").join(conditions)
+
+    @property
+    def _prepare(self) -> bool | None:
+        return False if self.custom_plans else None
 
     def _candidates(
         self,
@@ -251,7 +261,7 @@ class ChunkRankings:
             " LIMIT %(budget)s) AS c"
             ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
-        return self._candidates(conn, statement, params, prepare=False)
+        return self._candidates(conn, statement, params, prepare=self._prepare)
 
     def lexeme_statistics(
         self, conn: psycopg.Connection[Any], namespace: str, query: str
@@ -282,8 +292,12 @@ class ChunkRankings:
         for them, then ``word_similarity(query, text)`` for a whole-query match).
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
-        as a case-insensitive substring or, only when ``whole_query_chars`` (default: the store's
-        ``trigram_max_query_chars``) is positive and the query is at most that long, the whole query; both are ``ILIKE`` served by the trigram GIN index. A query
+        as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
+        (default: the store's ``trigram_max_query_chars``) is positive and the query is at most that long,
+        the whole query as a case-insensitive substring. The whole query is looked up through the full-text
+        index as a phrase (``search_document @@ phraseto_tsquery``: the posting lists of its lexemes,
+        not every trigram of the sentence) and checked verbatim with ``strpos(lower(text), lower(query))``,
+        which no index serves, so the planner cannot fall back to the trigram index for it. A query
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
         number of tokens found, then ``word_similarity(query, text)``, then the newer chunk. The fuzzy
         ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
@@ -296,14 +310,20 @@ class ChunkRankings:
             return []
         params: dict[str, Any] = {
             "query": query,
-            "whole": _like_pattern(query.strip()),
+            "config": self.text_search_config,
+            "whole": query.strip(),
             "patterns": [_like_pattern(token) for token in tokens],
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
         arms: list[sql.Composable] = []
         if whole:
-            arms.append(sql.SQL("text ILIKE %(whole)s"))
+            arms.append(
+                sql.SQL(
+                    "(search_document @@ phraseto_tsquery(%(config)s::regconfig, %(whole)s)"
+                    " AND strpos(lower(text), lower(%(whole)s)) > 0)"
+                )
+            )
         if tokens:
             arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
         statement = sql.SQL(
@@ -316,7 +336,7 @@ class ChunkRankings:
             columns=CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
         )
         with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(statement, params, prepare=False).fetchall()
+            records = cursor.execute(statement, params, prepare=self._prepare).fetchall()
         candidates = []
         for rank, record in enumerate(records, start=1):
             similarity = float(record.pop("similarity"))
