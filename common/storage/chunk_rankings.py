@@ -39,8 +39,8 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
 * **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
   trigram index serves: rows containing an *identifier-like token* of the query verbatim
   (``text ILIKE '%token%'``) and, only when configured (``whole_query_chars``, the search preset's
-  ``trigram_max_query_chars``), the whole query verbatim, looked up as a phrase through the full-text
-  index rather than through every trigram of the sentence. Identifier-like tokens are whitespace-separated pieces
+  ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words' lexemes through
+  the full-text index rather than through every trigram of the sentence. Identifier-like tokens are whitespace-separated pieces
   with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm
   similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
   without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
@@ -295,9 +295,12 @@ class ChunkRankings:
         as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
         (default: the store's ``trigram_max_query_chars``) is positive and the query is at most that long,
         the whole query as a case-insensitive substring. The whole query is looked up through the full-text
-        index as a phrase (``search_document @@ phraseto_tsquery``: the posting lists of its lexemes,
-        not every trigram of the sentence) and checked verbatim with ``strpos(lower(text), lower(query))``,
-        which no index serves, so the planner cannot fall back to the trigram index for it. A query
+        index by the lexemes of its inner words (all but the first and the last: a sentence cut out of a
+        text may tokenise differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
+        as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
+        checked verbatim with ``strpos(lower(text), lower(query))``, which no index serves; a query
+        whose inner words hold no lexeme (two words, stop words only) uses ``ILIKE`` over the trigram
+        index as before. With custom plans the planner folds that choice away. A query
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
         number of tokens found, then ``word_similarity(query, text)``, then the newer chunk. The fuzzy
         ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
@@ -312,6 +315,8 @@ class ChunkRankings:
             "query": query,
             "config": self.text_search_config,
             "whole": query.strip(),
+            "whole_pattern": _like_pattern(query.strip()),
+            "inner": " ".join(query.split()[1:-1]),
             "patterns": [_like_pattern(token) for token in tokens],
             "limit": limit,
         }
@@ -320,8 +325,11 @@ class ChunkRankings:
         if whole:
             arms.append(
                 sql.SQL(
-                    "(search_document @@ phraseto_tsquery(%(config)s::regconfig, %(whole)s)"
+                    "(numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) > 0"
+                    " AND search_document @@ plainto_tsquery(%(config)s::regconfig, %(inner)s)"
                     " AND strpos(lower(text), lower(%(whole)s)) > 0)"
+                    " OR (numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) = 0"
+                    " AND text ILIKE %(whole_pattern)s)"
                 )
             )
         if tokens:

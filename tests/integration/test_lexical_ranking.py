@@ -146,6 +146,7 @@ def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
     database: Database, store: ChunkStore, namespace: str, written: list[str]
 ) -> None:
     _put(database, store, namespace, written, "doc:id", "install libc6 2.36-9+deb12u4 today")
+    _put(database, store, namespace, written, "doc:words", "please install today, then reboot")
     with database.connection() as conn:
         sentence = store.trigram_candidates(
             conn, ChunkFilter(namespace), "install libc6 today", 10, whole_query_chars=0
@@ -159,3 +160,8 @@ def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
     assert [(c.chunk.node_key, c.score) for c in sentence] == [("doc:id", 1.0)]  # "libc6" has a digit
     assert [(c.chunk.node_key, c.score) for c in whole] == [("doc:id", 1.0)]
     assert plain == []
+    with database.connection() as conn:  # the same query with whole-query matching on (the store's 1000)
+        whole_on = store.trigram_candidates(conn, ChunkFilter(namespace), "install today", 10)
+        sentence_on = store.trigram_candidates(conn, ChunkFilter(namespace), "Please install today, then", 10)
+    assert [c.chunk.node_key for c in whole_on] == ["doc:words"]
+    assert [(c.chunk.node_key, c.score) for c in sentence_on] == [("doc:words", 1.0)]
