@@ -51,7 +51,7 @@ class RetrievalServiceServicer:
         score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
         full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
         Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

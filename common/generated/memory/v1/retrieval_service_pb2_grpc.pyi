@@ -38,7 +38,7 @@ class RetrievalServiceStub:
     score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
     full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
     Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -51,7 +51,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
     full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
     Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -67,7 +67,7 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
         score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
         full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
         Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
         """
 
 def add_RetrievalServiceServicer_to_server(servicer: RetrievalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
