@@ -213,7 +213,9 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         rows[method] = []
     for item in queries:
         bm25_scores = bm25.get_scores(lexemes[item["query_id"]])
-        bm25_ranked = distinct([keys[i] for i in np.argsort(-bm25_scores, kind="stable") if bm25_scores[i] > 0])
+        bm25_ranked = distinct(
+            [keys[i] for i in np.argsort(-bm25_scores, kind="stable") if bm25_scores[i] > 0]
+        )
         dense_scores = passages @ provider.encode_query(item["query"])
         dense_ranked = distinct([keys[i] for i in np.argsort(-dense_scores, kind="stable")])
         rows["bm25"].append(measures(bm25_ranked, item))
