@@ -62,6 +62,10 @@ class SearchSettings:
             no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
             identifier-like tokens of the query. A pasted sentence needs it: docs-vault sentence hit@5 is
             1.00 with it and 0.94 without it (200 probes, RRF k 10, bench/RESULTS.md).
+        trigram_whole_query_min_words: the whole query is matched only when it has at least this many words:
+            a pasted sentence, not a question or a title, which documents cite (FAQ answers name other
+            questions by their title; matching those verbatim cost the FAQ pairs 0.03 MRR@10, 8 words:
+            0.012; bench/RESULTS.md).
             The fuzzy ``<%`` word-similarity filter is not used (~1 s per sentence on the same vault).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
         concurrent_rankings: run the full-text and trigram rankings on worker threads while the query is
@@ -76,6 +80,7 @@ class SearchSettings:
     trigram_weight: float = 1.0
     text_min_share: float = 0.2
     trigram_max_query_chars: int = 1000
+    trigram_whole_query_min_words: int = 8
     node_provenance: bool = True
     concurrent_rankings: bool = True
 
@@ -320,7 +325,12 @@ class HybridSearcher:
             arms[TEXT] = lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
         if config.trigram_weight:
             arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(
-                conn, where, query.query, limit, whole_query_chars=config.trigram_max_query_chars
+                conn,
+                where,
+                query.query,
+                limit,
+                whole_query_chars=config.trigram_max_query_chars,
+                whole_query_min_words=config.trigram_whole_query_min_words,
             )
         pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:

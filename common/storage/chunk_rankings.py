@@ -287,14 +287,15 @@ class ChunkRankings:
         limit: int,
         *,
         whole_query_chars: int | None = None,
+        whole_query_min_words: int = 1,
     ) -> list[Candidate]:
         """Up to ``limit`` chunks containing an identifier-like token of the query verbatim (``score`` 1.0
         for them, then ``word_similarity(query, text)`` for a whole-query match).
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
         as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
-        (default: the store's ``trigram_max_query_chars``) is positive and the query is at most that long,
-        the whole query as a case-insensitive substring. The whole query is looked up through the full-text
+        (default: the store's ``trigram_max_query_chars``) is positive, the query is at most that long and
+        has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The whole query is looked up through the full-text
         index by the lexemes of its inner words (all but the first and the last: a sentence cut out of a
         text may tokenise differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
         as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
@@ -309,6 +310,7 @@ class ChunkRankings:
         tokens = identifier_tokens(query)
         whole_chars = self.trigram_max_query_chars if whole_query_chars is None else whole_query_chars
         whole = 3 <= len(query.strip()) and len(query) <= whole_chars
+        whole = whole and len(query.split()) >= whole_query_min_words
         if not tokens and not whole:
             return []
         params: dict[str, Any] = {

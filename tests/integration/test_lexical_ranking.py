@@ -165,3 +165,8 @@ def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
         sentence_on = store.trigram_candidates(conn, ChunkFilter(namespace), "Please install today, then", 10)
     assert [c.chunk.node_key for c in whole_on] == ["doc:words"]
     assert [(c.chunk.node_key, c.score) for c in sentence_on] == [("doc:words", 1.0)]
+    with database.connection() as conn:  # a preset's minimum words: a 4-word query is not a pasted sentence
+        short = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "Please install today, then", 10, whole_query_min_words=8
+        )
+    assert short == []

@@ -83,6 +83,7 @@ def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
         1.0,
     )
     assert (default.text_min_share, default.trigram_max_query_chars) == (0.2, 1000)
+    assert default.trigram_whole_query_min_words == 8
     conversations = SEARCH_PRESETS["conversations"]
     assert (conversations.vector_weight, conversations.text_weight) == (0.5, 1.0)
     assert default.max_score() == pytest.approx(3 / 11)
