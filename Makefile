@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client go-client bench bench-context bench-scale clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client go-client bench bench-context bench-scale bench-retrieval clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -90,6 +90,9 @@ bench-context: db
 bench-scale: db
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_scale.py
+
+bench-retrieval: db
+	$(PY) bench/bench_retrieval.py --presets documents,conversations,
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin

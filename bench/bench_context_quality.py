@@ -200,6 +200,9 @@ def parse_arguments() -> argparse.Namespace:
         action="store_true",
         help="also record data {speaker: <name>} (the episode's searchable text then names the speaker)",
     )
+    parser.add_argument(
+        "--search-only", action="store_true", help="measure Search only (no CompileContext, no packs)"
+    )
     parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
     parser.add_argument(
         "--shared-database",
@@ -295,7 +298,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                     row[f"service_search@{k}"] = scores(set(service_ranked[:k]), evidence)
                     row[f"bm25_search@{k}"] = scores(set(bm25_ranked[:k]), evidence)
                     row[f"dense_search@{k}"] = scores(set(dense_ranked[:k]), evidence)
-                for budget in BUDGETS:
+                for budget in () if arguments.search_only else BUDGETS:
                     pack = timed_call(
                         latency["compile_context"],
                         lambda b=budget, n=namespace, q=text: context.CompileContext(
@@ -331,8 +334,9 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "table": aggregate(rows, methods),
         "pack_tokens_mean": {key: round(sum(v) / len(v), 1) for key, v in pack_tokens.items() if v},
         "search_grpc": percentiles(latency["search"]),
-        "compile_context_grpc": percentiles(latency["compile_context"]),
     }
+    if latency["compile_context"]:
+        results["compile_context_grpc"] = percentiles(latency["compile_context"])
     results["run_seconds"] = round(time.perf_counter() - started, 1)
     write_json(results, prefix="context-quality")
     lines_out = entry(results)
@@ -376,6 +380,8 @@ def entry(results: dict[str, Any]) -> list[str]:
         ("search_grpc", "Search (top_k 20)"),
         ("compile_context_grpc", "CompileContext (1000 and 2000)"),
     ):
+        if key not in results:
+            continue
         r = results[key]
         lines.append(f"\n{label} over gRPC, {r['n']} calls: p50 {r['p50_ms']} / p95 {r['p95_ms']} ms.")
     lines.append(f"Run time {results['run_seconds']} s; database {results['database']}.")

@@ -50,27 +50,38 @@ class SearchSettings:
     """How a search is run.
 
     Attributes:
-        rrf_k: the ``k`` of reciprocal rank fusion (60 in Cormack et al.).
+        rrf_k: the ``k`` of reciprocal rank fusion (60 in Cormack et al.; a smaller ``k`` gives the first
+            ranks of each ranking more say).
         candidates: chunks taken from each ranking before fusion.
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
+        text_min_share: a full-text candidate takes part in fusion only when its BM25 score is at least
+            this share of the best one of the query (0: all): a chunk sharing one common word with the
+            query is weak evidence, and in RRF it pushes the vector ranking's finds (the other language's
+            page, a paraphrase) down by rank alone.
         trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
-            substring (``ILIKE``, served by the trigram index and the more selective the longer the query:
-            ~15 ms for a sentence on the 10k-chunk docs vault); longer ones use only the identifier arm.
+            substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`;
+            no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
+            identifier-like tokens of the query. A pasted sentence needs it: docs-vault sentence hit@5 is
+            1.00 with it and 0.94 without it (200 probes, RRF k 10, bench/RESULTS.md).
+        trigram_whole_query_min_words: the whole query is matched only when it has at least this many words:
+            a pasted sentence, not a question or a title, which documents cite (FAQ answers name other
+            questions by their title; matching those verbatim cost the FAQ pairs 0.03 MRR@10, 8 words:
+            0.012; bench/RESULTS.md).
             The fuzzy ``<%`` word-similarity filter is not used (~1 s per sentence on the same vault).
-            Matching a quoted sentence verbatim matters: hit@5 for a distinctive sentence of a vault
-            document is 0.99 with the whole-query arm and 0.92 without it (200 probes, measured).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
         concurrent_rankings: run the full-text and trigram rankings on worker threads while the query is
             embedded and the vector ranking runs (False: one after another on the calling thread, the
             baseline `bench/run_bench.py` measures in the same run).
     """
 
-    rrf_k: int = 60
+    rrf_k: int = 10
     candidates: int = 50
     vector_weight: float = 1.0
     text_weight: float = 1.0
     trigram_weight: float = 1.0
+    text_min_share: float = 0.2
     trigram_max_query_chars: int = 1000
+    trigram_whole_query_min_words: int = 8
     node_provenance: bool = True
     concurrent_rankings: bool = True
 
@@ -83,12 +94,22 @@ class SearchSettings:
         return sum(weight for weight in self.weights.values() if weight > 0) / (self.rrf_k + 1)
 
 
+DOCUMENTS = SearchSettings()
+"""Manuals, notes, FAQs (possibly in two languages): meaning and wording weigh the same. Measured on the
+Debian FAQ pairs against k 60 and no text floor (bench/RESULTS.md, `bench/bench_retrieval.py`)."""
+CONVERSATIONS = replace(DOCUMENTS, vector_weight=0.5)
+"""Chat turns and observations: questions name people, places and things that the turn names too, and
+general-purpose sentence embeddings are far below BM25 there (LoCoMo dev: dense all@10 27 against BM25
+46), so the vector ranking gets half the weight of the full-text one."""
+
 SEARCH_PRESETS: dict[str, SearchSettings] = {
-    "default": SearchSettings(),
+    "default": DOCUMENTS,
+    "documents": DOCUMENTS,
+    "conversations": CONVERSATIONS,
     # Meaning over wording: paraphrases and cross-language questions.
-    "semantic": SearchSettings(vector_weight=2.0),
+    "semantic": replace(DOCUMENTS, vector_weight=2.0),
     # Wording over meaning: identifiers, error messages, exact phrases.
-    "lexical": SearchSettings(vector_weight=0.5, text_weight=1.5, trigram_weight=1.5),
+    "lexical": replace(DOCUMENTS, vector_weight=0.5, text_weight=1.5, trigram_weight=1.5),
 }
 
 
@@ -136,6 +157,37 @@ def reciprocal_rank_fusion(
     return [(item, scores[item]) for item in ordered]
 
 
+def fuse_rankings(
+    rankings: Mapping[str, Sequence[Candidate]], config: SearchSettings, top_k: int
+) -> list[tuple[tuple[str, int], float]]:
+    """The ``top_k`` best chunk keys of the rankings with their fused score, best first.
+
+    Weighted reciprocal rank fusion (`reciprocal_rank_fusion`, ``config.rrf_k``, ``config.weights``) of the
+    rankings, the full-text one cut at ``config.text_min_share`` of its best score. When fewer than
+    ``top_k`` chunks come out, the full-text candidates below that share follow in their BM25 order, each
+    with its own weighted reciprocal rank as score (never above the score before it), so a lexical-only
+    search still returns every match it has.
+    """
+    lists = {name: [candidate.key for candidate in ranking] for name, ranking in rankings.items()}
+    below: list[Candidate] = []
+    text = rankings.get(TEXT, ())
+    if text and config.text_min_share > 0:
+        floor = config.text_min_share * text[0].score
+        lists[TEXT] = [candidate.key for candidate in text if candidate.score >= floor]
+        below = [candidate for candidate in text if candidate.score < floor]
+    fused = reciprocal_rank_fusion(lists, k=config.rrf_k, weights=config.weights)[:top_k]
+    seen = {key for key, _ in fused}
+    for candidate in below:
+        if len(fused) >= top_k or config.text_weight <= 0:
+            break
+        if candidate.key in seen:
+            continue
+        score = config.text_weight / (config.rrf_k + candidate.rank)
+        fused.append((candidate.key, min(score, fused[-1][1]) if fused else score))
+        seen.add(candidate.key)
+    return fused
+
+
 class QueryEncoder(Protocol):
     """What search needs from `common.text_models.embeddings.provider.EmbeddingProvider`."""
 
@@ -155,13 +207,14 @@ class SearchQuery:
     node_keys: tuple[str, ...] = ()
     visibility: Visibility = EVERYTHING
     pii: PiiPolicy = NO_PII_POLICY  # the caller's: hits are masked (or audited) on the way out
+    preset: str = ""  # a `SEARCH_PRESETS` name; empty: the searcher's settings
 
 
 @dataclass(frozen=True)
 class SearchHit:
     """One fused chunk. ``vector_score`` is the cosine similarity (1 - distance), 0 when the chunk was
-    not a vector candidate; ``text_score`` the ts_rank_cd (ts_rank when the chunk matched only some of the
-    query's lexemes), ``trigram_score`` the trigram similarity."""
+    not a vector candidate; ``text_score`` the BM25 score (`common.storage.lexical_scoring`), ``trigram_score``
+    1.0 for an exact identifier-token hit, else the word similarity."""
 
     chunk: StoredChunk
     score: float
@@ -195,6 +248,8 @@ def validate_search(query: SearchQuery) -> SearchQuery:
         check.add("query", f"at most {MAX_QUERY_CHARS} characters, got {len(query.query)}")
     elif "\x00" in query.query:
         check.add("query", "must not contain NUL characters")
+    if query.preset and query.preset not in SEARCH_PRESETS:
+        check.add("preset", f"unknown preset {query.preset!r}; known: {', '.join(SEARCH_PRESETS)}")
     top_k = query.top_k or DEFAULT_TOP_K
     if not 1 <= top_k <= MAX_TOP_K:
         check.add("top_k", f"must be in 1..{MAX_TOP_K} (0 means {DEFAULT_TOP_K}), got {query.top_k}")
@@ -258,7 +313,7 @@ class HybridSearcher:
             Unavailable: the database cannot be reached.
         """
         query = validate_search(query)
-        config = settings or self.settings
+        config = settings or (SEARCH_PRESETS[query.preset] if query.preset else self.settings)
         where = ChunkFilter(
             namespace=query.namespace,
             node_types=tuple(query.node_types),
@@ -271,7 +326,14 @@ class HybridSearcher:
         if config.text_weight:
             arms[TEXT] = lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
         if config.trigram_weight:
-            arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(conn, where, query.query, limit)
+            arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(
+                conn,
+                where,
+                query.query,
+                limit,
+                whole_query_chars=config.trigram_max_query_chars,
+                whole_query_min_words=config.trigram_whole_query_min_words,
+            )
         pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:
             # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
@@ -292,11 +354,7 @@ class HybridSearcher:
         for name, arm in arms.items():
             rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
-        fused = reciprocal_rank_fusion(
-            {name: [c.key for c in ranking] for name, ranking in rankings.items()},
-            k=config.rrf_k,
-            weights=config.weights,
-        )[: query.top_k]
+        fused = fuse_rankings(rankings, config, query.top_k)
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
             name: {c.key: c for c in ranking} for name, ranking in rankings.items()
         }
@@ -384,6 +442,7 @@ __all__ = [
     "SearchSettings",
     "disclose_chunk",
     "disclose_hit",
+    "fuse_rankings",
     "reciprocal_rank_fusion",
     "search_preset",
     "validate_search",

@@ -15,17 +15,20 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
   the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
   of migration 0012 (vectors inline, no heap fetch or detoasting); the chunk columns are joined after.
-* **full text**: ``search_document @@ websearch_to_tsquery(config, q)`` ranked by ``ts_rank_cd`` over the
-  stored, GIN-indexed ``search_document`` (title + heading + text, configured config, ``russian`` by
-  default). Websearch syntax ANDs every term, which starves natural-language questions ("how do I
-  upgrade openssl on bookworm" rarely has all its words in one chunk), so when the AND query yields
-  fewer than ``limit`` rows, the rest is filled with chunks matching *any* lexeme of the query (an OR
-  query built from the same lexemes), ranked after the AND matches. The OR matches are ordered by
-  ``ts_rank`` (term frequency; rewards chunks with more of the query's lexemes), not ``ts_rank_cd``: cover
-  density over an OR query only counts single-term covers, and ``ts_rank_cd`` over the 1,000-4,000 OR
-  matches of a sentence in the 9.6k-chunk docs vault cost 2-3x ``ts_rank`` (25-66 ms against 13-24 ms,
-  EXPLAIN ANALYZE) and was the p95 of Search. AND matches are removed from the OR rows in Python rather
-  than by a ``NOT @@`` filter, which detoasted every row once more.
+* **full text**: Okapi BM25 (`common.storage.lexical_scoring`) over the stored, GIN-indexed
+  ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
+  reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
+  frequencies; kept by triggers of the chunks table, ``sql/0011_lexeme_statistics.sql``), one scores the
+  candidates: the chunks holding one of the rarest lexemes (at most `CANDIDATE_BUDGET` rows read, from
+  the GIN index), each scored for every query lexeme in SQL (term frequencies from the positions of the
+  query's lexemes only: ``ts_filter(setweight(search_document, 'A', lexemes), '{a}')``, ~4 µs a row,
+  against ~22 µs for unnesting the whole vector). ``ts_rank`` weighed every lexeme alike (no idf), so a
+  chunk repeating a common word outranked the only chunk with the rare one; the OR fill ranked up to
+  14k matching rows per query. Ties: the newer chunk (``created_at``, then ``id``) first, never the key.
+  The query is a bag of lexemes (websearch operators are not interpreted). Both full-text statements
+  and the trigram statement run with ``prepare=False``: psycopg otherwise prepares a statement after its
+  fifth execution and PostgreSQL may then switch to a generic plan, which for these statements ignores
+  how selective the lexemes or tokens are (issue 15: trigram at 1M chunks 381 ms generic, 74 ms custom).
 
   About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
   words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
@@ -37,18 +40,20 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
 * **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
   trigram index serves: rows containing an *identifier-like token* of the query verbatim
-  (``text ILIKE '%token%'``) or, for a query of at most ``trigram_max_query_chars``, the whole query.
-  Identifier-like tokens are whitespace-separated pieces with a digit or one of ``-_.:+/#@`` and at least
-  3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm similarity alone ignores
-  punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. Matches are ordered by the number
-  of tokens found, then by ``word_similarity(query, text)``; the fuzzy ``<%`` filter is not used (0.3-0.9 s
-  per sentence-long query on the 10k-chunk docs vault).
+  (``text ILIKE '%token%'``) and, only when configured (``whole_query_chars``, the search preset's
+  ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words' lexemes through
+  the full-text index rather than through every trigram of the sentence. Identifier-like tokens are whitespace-separated pieces
+  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm
+  similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
+  without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
+  issue 15). Matches are ordered by the number of tokens found, then by ``word_similarity(query, text)``,
+  then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s per sentence-long query on the
+  10k-chunk docs vault).
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,16 +65,20 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
+from common.storage.lexical_scoring import (
+    CANDIDATE_BUDGET,
+    K1,
+    NAMESPACE_TOTALS,
+    B,
+    LexemeStatistics,
+    plan_bm25,
+)
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
 CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
 """The columns of a chunk row as read back (`StoredChunk`), in its field order."""
 _IDENTIFIER_TOKEN = re.compile(r"[0-9]")
-# OR fill of the full-text ranking (see ChunkRankings._rare_lexemes).
-OR_MAX_LEXEME_FREQUENCY = 0.05
-OR_MAX_LEXEMES = 8
-LEXEME_STATISTICS_TTL_SECONDS = 600.0
 _TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
 
 
@@ -111,9 +120,8 @@ class ChunkFilter:
 class Candidate:
     """A chunk returned by one ranking, with that ranking's raw score.
 
-    ``score`` is the cosine *distance* for the vector ranking (smaller is better), ``ts_rank_cd`` for full
-    text (``ts_rank`` for a chunk matching only some of the query's lexemes) and the trigram similarity
-    (1.0 for an exact identifier hit) for trigram; ``rank`` is 1-based.
+    ``score`` is the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full
+    text and, for trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
     """
 
     chunk: StoredChunk
@@ -157,13 +165,17 @@ class ChunkRankings:
     """The rankings of the chunks table; stateless apart from the table's names and a cache of lexeme
     statistics; safe to share."""
 
+    custom_plans = True
+    """Plan the full-text and trigram statements for their values on every call (``prepare=False``); False
+    lets psycopg prepare them after five calls, and PostgreSQL may then use a generic plan (the A/B of
+    bench/RESULTS.md)."""
+
     def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
         self.settings = settings
         self.table = sql.Identifier(settings.chunks_table)
         self.queries = Queries.for_settings("chunks.sql", settings)
         self.text_search_config = settings.text_search_config
         self.trigram_max_query_chars = trigram_max_query_chars
-        self._lexeme_frequencies: tuple[float, dict[str, float]] = (-LEXEME_STATISTICS_TTL_SECONDS, {})
 
     def _filter_sql(self, where: ChunkFilter, params: dict[str, Any]) -> sql.Composable:
         conditions: list[sql.Composable] = [sql.SQL("namespace = %(namespace)s")]
@@ -182,11 +194,21 @@ class ChunkRankings:
             params.update(where.visibility.params)
         return sql.SQL(" AND ").join(conditions)
 
+    @property
+    def _prepare(self) -> bool | None:
+        return False if self.custom_plans else None
+
     def _candidates(
-        self, conn: psycopg.Connection[Any], statement: sql.Composed, params: dict[str, Any]
+        self,
+        conn: psycopg.Connection[Any],
+        statement: sql.Composed,
+        params: dict[str, Any],
+        *,
+        prepare: bool | None = None,
     ) -> list[Candidate]:
+        """Runs a ranking statement; ``prepare=False`` plans it for its values every time (module doc)."""
         with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(statement, params).fetchall()
+            records = cursor.execute(statement, params, prepare=prepare).fetchall()
         candidates = []
         for rank, record in enumerate(records, start=1):
             score = float(record.pop("score"))
@@ -219,127 +241,128 @@ class ChunkRankings:
     def text_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
     ) -> list[Candidate]:
-        """Up to ``limit`` full-text matches (``score`` = ts_rank_cd, descending).
-
-        Chunks matching every term (websearch syntax: quotes, ``or``, ``-``) come first; when they are
-        fewer than ``limit``, chunks matching any lexeme of the query follow, by ``ts_rank`` (``score``
-        = ts_rank for them; see the module doc).
-        """
-        params: dict[str, Any] = {"config": self.text_search_config, "query": query, "limit": limit}
-        condition = self._filter_sql(where, params)
-        statement = self._text_ranking(
-            "ts_rank_cd", "websearch_to_tsquery(%(config)s::regconfig, %(query)s)", condition
-        )
-        candidates = self._candidates(conn, statement, params)
-        if len(candidates) >= limit:
-            return candidates
-        lexemes = [
-            str(row[0])
-            for row in conn.execute(
-                self.queries["lexemes_of_query"], (self.text_search_config, query)
-            ).fetchall()
-        ]
-        if len(lexemes) < 2:
-            return candidates  # the AND query already was the OR query
-        params_any: dict[str, Any] = {
-            "any_query": " | ".join(_tsquery_literal(lexeme) for lexeme in self._rare_lexemes(conn, lexemes)),
+        """Up to ``limit`` full-text matches ranked by Okapi BM25 (``score``, descending; module doc and
+        `common.storage.lexical_scoring`): one statement for the namespace's statistics of the query's
+        lexemes, one that scores at most `CANDIDATE_BUDGET` candidate chunks. Ties: newer chunk first."""
+        plan = plan_bm25(self.lexeme_statistics(conn, where.namespace, query))
+        if plan is None:
+            return []
+        operator = " & " if plan.every_lexeme else " | "
+        params: dict[str, Any] = {
+            "fetch": operator.join(_tsquery_literal(lexeme) for lexeme in plan.fetched),
+            "lexemes": list(plan.weights),
+            "weights": list(plan.weights.values()),
+            "average_length": plan.average_length,
+            "k1": K1,
+            "b": B,
+            "budget": CANDIDATE_BUDGET,
             "limit": limit,
         }
-        condition_any = self._filter_sql(where, params_any)
-        statement_any = self._text_ranking("ts_rank", "%(any_query)s::tsquery", condition_any)
-        found = {candidate.key for candidate in candidates}
-        extra = [c for c in self._candidates(conn, statement_any, params_any) if c.key not in found]
-        extra = extra[: limit - len(candidates)]
-        offset = len(candidates)
-        return candidates + [
-            Candidate(c.chunk, c.score, offset + rank) for rank, c in enumerate(extra, start=1)
-        ]
+        condition = self._filter_sql(where, params)
+        statement = sql.SQL(
+            "SELECT {columns}, score FROM ("
+            " SELECT c.*, (SELECT coalesce(sum(w.weight * t.frequency * (%(k1)s + 1) / (t.frequency + %(k1)s"
+            " * (1 - %(b)s + %(b)s * length(c.search_document) / %(average_length)s))), 0)"
+            " FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS frequency"
+            " FROM unnest(ts_filter(setweight(c.search_document, 'A', %(lexemes)s::text[]), '{{a}}'))) AS t"
+            " JOIN unnest(%(lexemes)s::text[], %(weights)s::float8[]) AS w(lexeme, weight) USING (lexeme)"
+            " ) AS score"
+            " FROM (SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
+            " LIMIT %(budget)s) AS c"
+            ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        return self._candidates(conn, statement, params, prepare=self._prepare)
 
-    def _text_ranking(self, rank: str, tsquery: str, condition: sql.Composable) -> sql.Composed:
-        """A full-text ranking: chunks matching ``condition`` whose ``search_document`` matches the query
-        ``tsquery`` (SQL text of a tsquery), ordered by ``rank`` (``ts_rank_cd`` or ``ts_rank``), at most
-        ``%(limit)s``."""
-        return sql.SQL(
-            "SELECT {columns}, {rank}(search_document, q.tsq) AS score"
-            " FROM {table}, (SELECT {tsquery} AS tsq) AS q"
-            " WHERE {condition} AND search_document @@ q.tsq"
-            " ORDER BY score DESC, node_key, chunk_order LIMIT %(limit)s"
-        ).format(
-            columns=CHUNK_COLUMNS,
-            rank=sql.Identifier(rank),
-            table=self.table,
-            tsquery=sql.SQL(tsquery),  # type: ignore[arg-type]
-            condition=condition,
+    def lexeme_statistics(
+        self, conn: psycopg.Connection[Any], namespace: str, query: str
+    ) -> LexemeStatistics:
+        """The namespace's BM25 statistics of the lexemes of ``query`` under the configured text search
+        configuration (`LexemeStatistics`; one statement over the trigger-kept statistics tables)."""
+        rows = conn.execute(
+            self.queries["lexeme_statistics"],
+            {"config": self.text_search_config, "query": query, "namespace": namespace},
+        ).fetchall()
+        frequencies = {str(lexeme): int(documents) for lexeme, documents, _ in rows}
+        totals = next((row for row in rows if row[0] == NAMESPACE_TOTALS), (NAMESPACE_TOTALS, 0, 0))
+        frequencies.pop(NAMESPACE_TOTALS, None)
+        return LexemeStatistics(
+            chunks=int(totals[1]), total_length=int(totals[2]), document_frequencies=frequencies
         )
 
-    def _rare_lexemes(self, conn: psycopg.Connection[Any], lexemes: list[str]) -> list[str]:
-        """The lexemes the OR fill searches: those in at most `OR_MAX_LEXEME_FREQUENCY` of the chunks,
-        at most `OR_MAX_LEXEMES` of them, rarest first (the single rarest when every one is common).
-
-        Frequencies are the planner's statistics of ``search_document`` (``pg_stats.most_common_elems``,
-        the 1,000 most common lexemes of the sampled rows, refreshed by (auto)ANALYZE); a lexeme not
-        among them counts as rare. Every matched row is read and ranked, so each common lexeme costs
-        thousands of rows: on the bench database, dropping lexemes above 5 % halves the OR rows of the
-        200 vault sentences (median 2,553 -> 1,336, p95 5,276 -> 3,166). ``ts_rank`` weighs every lexeme
-        alike (no IDF), so common ones mostly add noise to the fill's order.
-        """
-        frequencies = self._frequencies(conn)
-        ordered = sorted(lexemes, key=lambda lexeme: (frequencies.get(lexeme, 0.0), lexeme))
-        rare = [lexeme for lexeme in ordered if frequencies.get(lexeme, 0.0) <= OR_MAX_LEXEME_FREQUENCY]
-        return (rare or ordered[:1])[:OR_MAX_LEXEMES]
-
-    def _frequencies(self, conn: psycopg.Connection[Any]) -> dict[str, float]:
-        loaded_at, frequencies = self._lexeme_frequencies
-        if time.monotonic() - loaded_at < LEXEME_STATISTICS_TTL_SECONDS:
-            return frequencies
-        rows = conn.execute(self.queries["lexeme_frequencies"], (self.settings.chunks_table,)).fetchall()
-        frequencies = {str(lexeme): float(frequency) for lexeme, frequency in rows}
-        self._lexeme_frequencies = (time.monotonic(), frequencies)
-        return frequencies
-
     def trigram_candidates(
-        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
+        self,
+        conn: psycopg.Connection[Any],
+        where: ChunkFilter,
+        query: str,
+        limit: int,
+        *,
+        whole_query_chars: int | None = None,
+        whole_query_min_words: int = 1,
     ) -> list[Candidate]:
-        """Up to ``limit`` trigram matches (``score`` = similarity in [0, 1], 1.0 for an exact token hit).
+        """Up to ``limit`` chunks containing an identifier-like token of the query verbatim (``score`` 1.0
+        for them, then ``word_similarity(query, text)`` for a whole-query match).
 
-        Rows qualify when they contain an identifier-like token of the query verbatim (``PROJ-1234``,
-        ``2.36-9+deb12u4``) or, for a query of at most ``trigram_max_query_chars``, the whole query as a
-        case-insensitive substring; both are ``ILIKE`` served by the trigram GIN index. Qualified rows are
-        ordered by the number of tokens found, then by ``word_similarity(query, text)``. The fuzzy
+        Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
+        as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
+        (default: the store's ``trigram_max_query_chars``) is positive, the query is at most that long and
+        has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The whole query is looked up through the full-text
+        index by the lexemes of its inner words (all but the first and the last: a sentence cut out of a
+        text may tokenise differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
+        as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
+        checked verbatim with ``strpos(lower(text), lower(query))``, which no index serves; a query
+        whose inner words hold no lexeme (two words, stop words only) uses ``ILIKE`` over the trigram
+        index as before. With custom plans the planner folds that choice away. A query
+        without such a token (and no whole-query match configured) does not run the ranking. Order: the
+        number of tokens found, then ``word_similarity(query, text)``, then the newer chunk. The fuzzy
         ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
         query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``.
         """
         tokens = identifier_tokens(query)
-        whole = len(query.strip()) >= 3 and len(query) <= self.trigram_max_query_chars
+        whole_chars = self.trigram_max_query_chars if whole_query_chars is None else whole_query_chars
+        whole = 3 <= len(query.strip()) and len(query) <= whole_chars
+        whole = whole and len(query.split()) >= whole_query_min_words
         if not tokens and not whole:
             return []
         params: dict[str, Any] = {
             "query": query,
-            "whole": _like_pattern(query.strip()),
+            "config": self.text_search_config,
+            "whole": query.strip(),
+            "whole_pattern": _like_pattern(query.strip()),
+            "inner": " ".join(query.split()[1:-1]),
             "patterns": [_like_pattern(token) for token in tokens],
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
         arms: list[sql.Composable] = []
         if whole:
-            arms.append(sql.SQL("text ILIKE %(whole)s"))
+            arms.append(
+                sql.SQL(
+                    "(numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) > 0"
+                    " AND search_document @@ plainto_tsquery(%(config)s::regconfig, %(inner)s)"
+                    " AND strpos(lower(text), lower(%(whole)s)) > 0)"
+                    " OR (numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) = 0"
+                    " AND text ILIKE %(whole_pattern)s)"
+                )
+            )
         if tokens:
             arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
         statement = sql.SQL(
             "SELECT * FROM ("
-            " SELECT {columns}, word_similarity(%(query)s, text) AS similarity,"
+            " SELECT {columns}, created_at, id, word_similarity(%(query)s, text) AS similarity,"
             " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
             " FROM {table} WHERE {condition} AND ({arms})) AS matched"
-            " ORDER BY hits DESC, similarity DESC, node_key, chunk_order LIMIT %(limit)s"
+            " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
             columns=CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
         )
         with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(statement, params).fetchall()
+            records = cursor.execute(statement, params, prepare=self._prepare).fetchall()
         candidates = []
         for rank, record in enumerate(records, start=1):
             similarity = float(record.pop("similarity"))
             hits = int(record.pop("hits"))
+            record.pop("created_at")
+            record.pop("id")
             candidates.append(
                 Candidate(chunk=StoredChunk(**record), score=1.0 if hits else similarity, rank=rank)
             )

@@ -43,6 +43,7 @@ MIGRATIONS = (
     "0008_context_trace_scopes.sql",
     LABEL_MIGRATION,
     "0010_episode_embeddings.sql",
+    "0011_lexeme_statistics.sql",
     "0012_namespace_vector_index.sql",
     "0014_observation_order.sql",
 )

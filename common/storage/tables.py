@@ -47,6 +47,18 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")
+    # Lexeme statistics of the chunks table (sql/0011_lexeme_statistics.sql): tables, function, triggers.
+    for key, suffix in {
+        "chunk_terms": "terms",
+        "chunk_term_deltas": "term_deltas",
+        "chunk_term_deltas_idx": "term_deltas_idx",
+        "chunk_terms_record": "record_terms",
+        "chunk_terms_function": "count_terms",
+        "chunk_terms_insert_trigger": "terms_insert",
+        "chunk_terms_update_trigger": "terms_update",
+        "chunk_terms_delete_trigger": "terms_delete",
+    }.items():
+        identifiers[key] = sql.Identifier(f"{names['chunks']}_{suffix}")
     return identifiers
 
 

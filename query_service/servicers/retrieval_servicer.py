@@ -50,6 +50,7 @@ class RetrievalServicer(retrieval_service_pb2_grpc.RetrievalServiceServicer):  #
                 node_keys=tuple(request.node_keys),
                 visibility=caller_visibility(),
                 pii=caller_pii_policy(self.searcher.database.settings, "/memory.v1.RetrievalService/Search"),
+                preset=request.preset,
             )
         )
         return retrieval_service_pb2.SearchResponse(hits=[hit_to_proto(hit) for hit in hits])

@@ -257,6 +257,14 @@ def test_search_rejects_bad_input_with_field_violations(query_channel: grpc.Chan
         )
     )
     assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["top_k"])
+    code, fields = _failure(
+        lambda: stub.Search(
+            retrieval_service_pb2.SearchRequest(namespace="ns", query="q", preset="fastest"), timeout=10
+        )
+    )
+    assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, ["preset"])
+    for preset in ("documents", "conversations"):
+        stub.Search(retrieval_service_pb2.SearchRequest(namespace="ns", query="q", preset=preset), timeout=30)
 
 
 # -- GetSource -------------------------------------------------------------------------------------

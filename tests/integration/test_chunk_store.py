@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -256,23 +255,6 @@ def test_concurrent_rankings_equal_sequential_ones_and_pass_errors_on(
     monkeypatch.setattr(searcher.chunks, "trigram_candidates", broken)
     with pytest.raises(RuntimeError, match="trigram ranking failed"):
         searcher.search(query)
-
-
-def test_any_term_fill_leaves_out_common_lexemes(database: Database, settings: Settings, corpus: str) -> None:
-    store = ChunkStore(settings)
-    # Planner statistics as (auto)ANALYZE would leave them: 'upgrad' in 40 % of the chunks.
-    store._lexeme_frequencies = (time.monotonic(), {"upgrad": 0.4, "bookworm": 0.01})
-    lexemes = ["borscht", "bookworm", "upgrad"]
-    assert store._rare_lexemes(None, lexemes) == ["borscht", "bookworm"]  # type: ignore[arg-type]
-    assert store._rare_lexemes(None, ["upgrad"]) == ["upgrad"]  # type: ignore[arg-type]
-    assert len(store._rare_lexemes(None, [f"word{n}" for n in range(20)])) == 8  # type: ignore[arg-type]
-    with database.connection() as conn:
-        found = [
-            c.key for c in store.text_candidates(conn, ChunkFilter(corpus), "upgrade bookworm borscht", 10)
-        ]
-    # The chunks with 'bookworm' or 'borscht' are still found; the one with only 'upgrade' is not.
-    assert {("doc:apt", 0), ("doc:upgrade-notes", 0), ("doc:other", 0)} <= set(found)
-    assert ("doc:apt", 1) not in found
 
 
 def test_trigram_finds_exact_version_strings_first(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from common.kernel.errors import InvalidArgument
+from common.storage.chunk_rankings import Candidate, StoredChunk
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     SearchQuery,
     SearchSettings,
+    fuse_rankings,
     reciprocal_rank_fusion,
     search_preset,
     validate_search,
@@ -71,19 +73,50 @@ def test_empty_and_invalid_input() -> None:
         reciprocal_rank_fusion({"vector": ["a"]}, k=-1)
 
 
-def test_default_preset_is_cormack_k60_equal_weights() -> None:
+def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
     default = search_preset("default")
-    assert default is SEARCH_PRESETS["default"]
+    assert default is SEARCH_PRESETS["default"] is SEARCH_PRESETS["documents"]
     assert (default.rrf_k, default.vector_weight, default.text_weight, default.trigram_weight) == (
-        60,
+        10,
         1.0,
         1.0,
         1.0,
     )
-    assert default.max_score() == pytest.approx(3 / 61)
-    assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 61)
+    assert (default.text_min_share, default.trigram_max_query_chars) == (0.2, 1000)
+    assert default.trigram_whole_query_min_words == 8
+    conversations = SEARCH_PRESETS["conversations"]
+    assert (conversations.vector_weight, conversations.text_weight) == (0.5, 1.0)
+    assert default.max_score() == pytest.approx(3 / 11)
+    assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 11)
     with pytest.raises(KeyError, match="default"):
         search_preset("nope")
+
+
+def _ranking(*scored: tuple[str, float]) -> list[Candidate]:
+    return [
+        Candidate(StoredChunk(key, 0, "document", "", "", "", "", {}), score, rank)
+        for rank, (key, score) in enumerate(scored, start=1)
+    ]
+
+
+def test_fusion_cuts_weak_text_candidates_and_fills_with_them_last() -> None:
+    config = SearchSettings(rrf_k=10, text_min_share=0.2, trigram_weight=0)
+    rankings = {
+        "vector": _ranking(("strong", 0.1), ("x", 0.2), ("other-language", 0.3)),
+        "text": _ranking(("strong", 10.0), ("weak-1", 1.9), ("weak-2", 1.0)),
+    }
+    fused = fuse_rankings(rankings, config, 10)
+    # "weak-1" holds less than 0.2 of the best BM25 score: it no longer outranks the vector ranking's third.
+    assert [key[0] for key, _ in fused] == ["strong", "x", "other-language", "weak-1", "weak-2"]
+    scores = [score for _, score in fused]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == pytest.approx(2 / 11) and scores[2] == pytest.approx(1 / 13)
+    assert scores[3] == pytest.approx(1 / 13) and scores[4] == pytest.approx(1 / 13)  # own 1/12 capped
+    assert [key[0] for key, _ in fuse_rankings(rankings, config, 2)] == ["strong", "x"]
+    uncut = fuse_rankings(rankings, SearchSettings(rrf_k=10, text_min_share=0, trigram_weight=0), 10)
+    assert [key[0] for key, _ in uncut] == ["strong", "x", "weak-1", "other-language", "weak-2"]
+    text_only = fuse_rankings({"text": rankings["text"]}, config, 10)
+    assert [key[0] for key, _ in text_only] == ["strong", "weak-1", "weak-2"]
 
 
 def test_validate_search_defaults_and_field_violations() -> None:
@@ -95,3 +128,12 @@ def test_validate_search_defaults_and_field_violations() -> None:
     with pytest.raises(InvalidArgument) as raised:
         validate_search(SearchQuery(namespace="ns", query="q", top_k=-1))
     assert [violation.field for violation in raised.value.violations] == ["top_k"]
+
+
+def test_validate_search_names_an_unknown_preset_and_accepts_the_workload_presets() -> None:
+    for name in ("", "documents", "conversations"):
+        assert validate_search(SearchQuery(namespace="ns", query="q", preset=name)).preset == name
+    with pytest.raises(InvalidArgument) as raised:
+        validate_search(SearchQuery(namespace="ns", query="q", preset="fastest"))
+    assert [violation.field for violation in raised.value.violations] == ["preset"]
+    assert "documents" in raised.value.violations[0].description

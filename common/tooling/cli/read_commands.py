@@ -56,11 +56,15 @@ def search(
     meta: Annotated[
         list[str] | None, typer.Option("--meta", help="chunk meta filter key=value (repeatable)")
     ] = None,
+    preset: Annotated[
+        str,
+        typer.Option("--preset", help="ranking preset: documents or conversations (default: the service's)"),
+    ] = "",
     as_json: JsonOption = False,
 ) -> None:
     """Hybrid search (vector + full text + trigram) over the chunks of a namespace."""
     request = retrieval_service_pb2.SearchRequest(
-        namespace=namespace, query=query, top_k=top_k, types=types or []
+        namespace=namespace, query=query, top_k=top_k, types=types or [], preset=preset
     )
     filters = _meta_filters(meta)
     if filters:

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!memory/v1/retrieval_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19memory/v1/knowledge.proto\"\x89\x01\n\rSearchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05types\x18\x04 \x03(\t\x12%\n\x04meta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tnode_keys\x18\x06 \x03(\t\"\x83\x02\n\tSearchHit\x12\x10\n\x08node_key\x18\x01 \x01(\t\x12\x13\n\x0b\x63hunk_order\x18\x02 \x01(\x05\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07heading\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0bsource_path\x18\x06 \x01(\t\x12\r\n\x05score\x18\x07 \x01(\x01\x12\x14\n\x0cvector_score\x18\x08 \x01(\x01\x12\x12\n\ntext_score\x18\t \x01(\x01\x12\x15\n\rtrigram_score\x18\n \x01(\x01\x12)\n\nprovenance\x18\x0b \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x11\n\tnode_type\x18\x0c \x01(\t\"4\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.memory.v1.SearchHit2Q\n\x10RetrievalService\x12=\n\x06Search\x12\x18.memory.v1.SearchRequest\x1a\x19.memory.v1.SearchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!memory/v1/retrieval_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19memory/v1/knowledge.proto\"\x99\x01\n\rSearchRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05top_k\x18\x03 \x01(\x05\x12\r\n\x05types\x18\x04 \x03(\t\x12%\n\x04meta\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\tnode_keys\x18\x06 \x03(\t\x12\x0e\n\x06preset\x18\x07 \x01(\t\"\x83\x02\n\tSearchHit\x12\x10\n\x08node_key\x18\x01 \x01(\t\x12\x13\n\x0b\x63hunk_order\x18\x02 \x01(\x05\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07heading\x18\x04 \x01(\t\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0bsource_path\x18\x06 \x01(\t\x12\r\n\x05score\x18\x07 \x01(\x01\x12\x14\n\x0cvector_score\x18\x08 \x01(\x01\x12\x12\n\ntext_score\x18\t \x01(\x01\x12\x15\n\rtrigram_score\x18\n \x01(\x01\x12)\n\nprovenance\x18\x0b \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x11\n\tnode_type\x18\x0c \x01(\t\"4\n\x0eSearchResponse\x12\"\n\x04hits\x18\x01 \x03(\x0b\x32\x14.memory.v1.SearchHit2Q\n\x10RetrievalService\x12=\n\x06Search\x12\x18.memory.v1.SearchRequest\x1a\x19.memory.v1.SearchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory.v1.retrieval_service
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SEARCHREQUEST']._serialized_start=106
-  _globals['_SEARCHREQUEST']._serialized_end=243
-  _globals['_SEARCHHIT']._serialized_start=246
-  _globals['_SEARCHHIT']._serialized_end=505
-  _globals['_SEARCHRESPONSE']._serialized_start=507
-  _globals['_SEARCHRESPONSE']._serialized_end=559
-  _globals['_RETRIEVALSERVICE']._serialized_start=561
-  _globals['_RETRIEVALSERVICE']._serialized_end=642
+  _globals['_SEARCHREQUEST']._serialized_end=259
+  _globals['_SEARCHHIT']._serialized_start=262
+  _globals['_SEARCHHIT']._serialized_end=521
+  _globals['_SEARCHRESPONSE']._serialized_start=523
+  _globals['_SEARCHRESPONSE']._serialized_end=575
+  _globals['_RETRIEVALSERVICE']._serialized_start=577
+  _globals['_RETRIEVALSERVICE']._serialized_end=658
 # @@protoc_insertion_point(module_scope)

@@ -32,6 +32,7 @@ class SearchRequest(_message.Message):
     TYPES_FIELD_NUMBER: _builtins.int
     META_FIELD_NUMBER: _builtins.int
     NODE_KEYS_FIELD_NUMBER: _builtins.int
+    PRESET_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
     it.
@@ -40,6 +41,11 @@ class SearchRequest(_message.Message):
     """Words, a question, or an exact identifier such as "PROJ-1234". Required."""
     top_k: _builtins.int
     """1..100; default 10."""
+    preset: _builtins.str
+    """Named ranking preset (query_service/hybrid_search.py SEARCH_PRESETS): "documents" (manuals, notes,
+    FAQs), "conversations" (chat turns, observations); empty: the service's default. Unknown names are
+    INVALID_ARGUMENT.
+    """
     @_builtins.property
     def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Node types to keep (empty: all)."""
@@ -61,10 +67,11 @@ class SearchRequest(_message.Message):
         types: _abc.Iterable[_builtins.str] | None = ...,
         meta: _struct_pb2.Struct | None = ...,
         node_keys: _abc.Iterable[_builtins.str] | None = ...,
+        preset: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "namespace", b"namespace", "node_keys", b"node_keys", "query", b"query", "top_k", b"top_k", "types", b"types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "namespace", b"namespace", "node_keys", b"node_keys", "preset", b"preset", "query", b"query", "top_k", b"top_k", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -105,9 +112,11 @@ class SearchHit(_message.Message):
     vector_score: _builtins.float
     """Cosine similarity in [-1, 1]; 0 when the chunk was not among the vector candidates."""
     text_score: _builtins.float
-    """Full-text rank: ts_rank_cd for a chunk with every query term, ts_rank for one with only some; 0 when none."""
+    """Full-text rank: Okapi BM25 over the query's lexemes (idf from the namespace's chunks); 0 when none."""
     trigram_score: _builtins.float
-    """pg_trgm word_similarity(query, text) in [0, 1]; 0 when below threshold."""
+    """1.0 when the chunk contains an identifier-like token of the query (PROJ-1234, 2.36-9+deb12u4)
+    verbatim, else pg_trgm word_similarity(query, text) in [0, 1]; 0 when not a trigram candidate.
+    """
     node_type: _builtins.str
     """Type of the node, e.g. "document", "episode"."""
     @_builtins.property

@@ -49,9 +49,9 @@ class RetrievalServiceServicer:
     def Search(self, request, context):
         """Ranks chunks of one namespace by reciprocal rank fusion (Cormack, Clarke, Büttcher 2009;
         score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
-        full text (ts_rank_cd over title + heading + text) and trigram similarity (pg_trgm word similarity).
+        full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
         Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

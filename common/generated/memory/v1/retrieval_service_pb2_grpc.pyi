@@ -36,9 +36,9 @@ class RetrievalServiceStub:
     Search: _grpc.UnaryUnaryMultiCallable[_retrieval_service_pb2.SearchRequest, _retrieval_service_pb2.SearchResponse]
     """Ranks chunks of one namespace by reciprocal rank fusion (Cormack, Clarke, Büttcher 2009;
     score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
-    full text (ts_rank_cd over title + heading + text) and trigram similarity (pg_trgm word similarity).
+    full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
     Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -49,9 +49,9 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     Search: _aio.UnaryUnaryMultiCallable[_retrieval_service_pb2.SearchRequest, _retrieval_service_pb2.SearchResponse]  # type: ignore[assignment]
     """Ranks chunks of one namespace by reciprocal rank fusion (Cormack, Clarke, Büttcher 2009;
     score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
-    full text (ts_rank_cd over title + heading + text) and trigram similarity (pg_trgm word similarity).
+    full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
     Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -65,9 +65,9 @@ class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_retrieval_service_pb2.SearchResponse, _abc.Awaitable[_retrieval_service_pb2.SearchResponse]]:
         """Ranks chunks of one namespace by reciprocal rank fusion (Cormack, Clarke, Büttcher 2009;
         score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
-        full text (ts_rank_cd over title + heading + text) and trigram similarity (pg_trgm word similarity).
+        full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
         Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
         """
 
 def add_RetrievalServiceServicer_to_server(servicer: RetrievalServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -65,14 +65,21 @@ WHERE c.namespace = x.namespace AND c.node_key = x.node_key AND c.chunk_order >=
 -- Deletes every chunk of a node (parameters: namespace, node key).
 DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s
 
--- name: lexemes_of_query
--- The distinct lexemes of a query under a text search configuration, sorted (parameters: config, text).
-SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)) ORDER BY 1
-
--- name: lexeme_frequencies
--- The planner's statistics of search_document of a chunks table (parameter: the table's name): each of
--- the most common lexemes of the sampled rows with the fraction of rows holding it.
-SELECT u.lexeme, u.frequency
-FROM pg_stats AS s, unnest(s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(lexeme, frequency)
-WHERE s.schemaname = current_schema() AND s.tablename = %s AND s.attname = 'search_document'
-    AND u.lexeme IS NOT NULL
+-- name: lexeme_statistics
+-- BM25 statistics of a query in a namespace (common/storage/lexical_scoring.py; tables of
+-- sql/0011_lexeme_statistics.sql): each distinct lexeme of the query under the configuration, and the
+-- namespace totals row (lexeme ''), with the number of chunks holding it and (totals row) their summed
+-- lengths; folded rows and not yet folded deltas added up (parameters: config, query, namespace).
+WITH query AS MATERIALIZED (
+    SELECT DISTINCT lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s)) UNION SELECT ''
+)
+SELECT query.lexeme, coalesce(sum(counted.documents), 0)::bigint AS documents,
+    coalesce(sum(counted.lengths), 0)::bigint AS lengths
+FROM query LEFT JOIN (
+    SELECT lexeme, documents, lengths FROM {chunk_terms}
+    WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM query))
+    UNION ALL
+    SELECT lexeme, documents, lengths FROM {chunk_term_deltas}
+    WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM query))
+) AS counted USING (lexeme)
+GROUP BY query.lexeme

@@ -1,0 +1,172 @@
+"""The full-text ranking's BM25 on the real database: the trigger-kept lexeme statistics follow every
+write and delete, rare terms outweigh common ones, ties go to the newer chunk, and the trigram ranking
+runs only for identifier-like tokens when whole-query matching is off."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from psycopg import sql
+
+from common.kernel.config import Settings
+from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.database import Database
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def store(settings: Settings) -> ChunkStore:
+    return ChunkStore(settings)
+
+
+@pytest.fixture
+def written(database: Database, store: ChunkStore, namespace: str) -> Iterator[list[str]]:
+    keys: list[str] = []
+    yield keys
+    with database.connection() as conn:
+        for key in keys:
+            store.delete_chunks(conn, namespace, key)
+
+
+def _put(
+    database: Database, store: ChunkStore, namespace: str, keys: list[str], key: str, *texts: str
+) -> None:
+    keys.append(key)
+    with database.connection() as conn:
+        store.replace_chunks(
+            conn,
+            NodeRef(namespace, key),
+            [
+                ChunkWrite(chunk_order=order, heading="", text=text, embedding=None)
+                for order, text in enumerate(texts)
+            ],
+        )
+
+
+def _counted(database: Database, settings: Settings, namespace: str, query: str) -> dict[str, int]:
+    """What the statistics must say, counted from the chunks table itself."""
+    with database.connection() as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT q.lexeme, (SELECT count(*) FROM {table} WHERE namespace = %(ns)s"
+                " AND q.lexeme = ANY(tsvector_to_array(search_document)))"
+                " FROM (SELECT DISTINCT lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s))) AS q"
+            ).format(table=sql.Identifier(settings.chunks_table)),
+            {"ns": namespace, "config": settings.text_search_config, "query": query},
+        ).fetchall()
+        totals = conn.execute(
+            sql.SQL(
+                "SELECT count(*), coalesce(sum(length(search_document)), 0) FROM {table} WHERE namespace = %s"
+            ).format(table=sql.Identifier(settings.chunks_table)),
+            (namespace,),
+        ).fetchone()
+    assert totals is not None
+    return {str(lexeme): int(count) for lexeme, count in rows} | {
+        "<chunks>": int(totals[0]),
+        "<length>": int(totals[1]),
+    }
+
+
+def _statistics(database: Database, store: ChunkStore, namespace: str, query: str) -> dict[str, int]:
+    with database.connection() as conn:
+        found = store.lexeme_statistics(conn, namespace, query)
+    return dict(found.document_frequencies) | {"<chunks>": found.chunks, "<length>": found.total_length}
+
+
+def test_statistics_follow_inserts_updates_and_deletes(
+    database: Database, settings: Settings, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    query = "upgrade kernel borscht recipe packages"
+    assert _statistics(database, store, namespace, query)["<chunks>"] == 0
+    for number in range(30):  # enough statements that some of them fold the deltas (1 in 16)
+        _put(database, store, namespace, written, f"doc:{number}", f"upgrade the kernel {number}", "packages")
+    assert _statistics(database, store, namespace, query) == _counted(database, settings, namespace, query)
+    _put(database, store, namespace, written, "doc:3", "a borscht recipe")  # text changed, chunk 1 deleted
+    _put(database, store, namespace, written, "doc:4", "upgrade the kernel 4")  # only chunk 1 deleted
+    with database.connection() as conn:
+        store.delete_chunks(conn, namespace, "doc:5")
+    expected = _counted(database, settings, namespace, query)
+    assert expected["borscht"] == 1 and expected["packag"] == 27 and expected["<chunks>"] == 56
+    assert _statistics(database, store, namespace, query) == expected
+    # a rolled back write leaves the statistics as they were
+    with database.connection() as conn, pytest.raises(RuntimeError), conn.transaction():
+        store.delete_chunks(conn, namespace, "doc:6")
+        raise RuntimeError("roll back")
+    assert _statistics(database, store, namespace, query) == expected
+
+
+def test_rare_terms_outweigh_common_ones_and_ties_go_to_the_newer_chunk(
+    database: Database, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    for number in range(20):
+        _put(
+            database,
+            store,
+            namespace,
+            written,
+            f"doc:common-{number}",
+            f"debian package manager notes {number}",
+        )
+    _put(database, store, namespace, written, "doc:rare", "zstd compression in the archive")
+    _put(database, store, namespace, written, "doc:older", "debian package debian package debian package")
+    _put(database, store, namespace, written, "doc:newer", "debian package debian package debian package")
+    with database.connection() as conn:
+        rare = store.text_candidates(conn, ChunkFilter(namespace), "debian package zstd", 10)
+        tie = store.text_candidates(conn, ChunkFilter(namespace), "debian package", 30)
+    # ts_rank put the three-fold "debian package" chunks first; BM25 puts the only chunk with zstd first.
+    assert rare[0].chunk.node_key == "doc:rare"
+    assert [c.rank for c in rare] == list(range(1, len(rare) + 1))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(rare))
+    repeated = [c for c in tie if c.chunk.node_key in {"doc:older", "doc:newer"}]
+    assert [c.chunk.node_key for c in repeated] == ["doc:newer", "doc:older"]
+    assert repeated[0].score == repeated[1].score and tie[0].chunk.node_key == "doc:newer"
+
+
+def test_candidates_hold_a_rare_lexeme_and_respect_the_filter(
+    database: Database, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    _put(database, store, namespace, written, "doc:a", "upgrade bookworm")
+    _put(database, store, namespace, written, "doc:b", "upgrade")
+    with database.connection() as conn:
+        found = store.text_candidates(conn, ChunkFilter(namespace), "upgrade bookworm", 10)
+        only_b = store.text_candidates(
+            conn, ChunkFilter(namespace, node_keys=("doc:b",)), "upgrade bookworm", 10
+        )
+        nothing = store.text_candidates(conn, ChunkFilter(namespace), "the of and", 10)
+    assert [c.chunk.node_key for c in found] == ["doc:a", "doc:b"]
+    assert [c.chunk.node_key for c in only_b] == ["doc:b"]
+    assert nothing == []
+
+
+def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
+    database: Database, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    _put(database, store, namespace, written, "doc:id", "install libc6 2.36-9+deb12u4 today")
+    _put(database, store, namespace, written, "doc:words", "please install today, then reboot")
+    with database.connection() as conn:
+        sentence = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "install libc6 today", 10, whole_query_chars=0
+        )
+        whole = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "install libc6 2.36", 10, whole_query_chars=0
+        )
+        plain = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "install today", 10, whole_query_chars=0
+        )
+    assert [(c.chunk.node_key, c.score) for c in sentence] == [("doc:id", 1.0)]  # "libc6" has a digit
+    assert [(c.chunk.node_key, c.score) for c in whole] == [("doc:id", 1.0)]
+    assert plain == []
+    with database.connection() as conn:  # the same query with whole-query matching on (the store's 1000)
+        whole_on = store.trigram_candidates(conn, ChunkFilter(namespace), "install today", 10)
+        sentence_on = store.trigram_candidates(conn, ChunkFilter(namespace), "Please install today, then", 10)
+    assert [c.chunk.node_key for c in whole_on] == ["doc:words"]
+    assert [(c.chunk.node_key, c.score) for c in sentence_on] == [("doc:words", 1.0)]
+    with database.connection() as conn:  # a preset's minimum words: a 4-word query is not a pasted sentence
+        short = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "Please install today, then", 10, whole_query_min_words=8
+        )
+    assert short == []
