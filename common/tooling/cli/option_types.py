@@ -16,7 +16,12 @@ from common.kernel import identifiers
 
 NamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="namespace to read")]
 WriteNamespaceOption = Annotated[str, typer.Option("--namespace", "-n", help="namespace to change")]
-JsonOption = Annotated[bool, typer.Option("--json", help="print the response as proto3 JSON")]
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="print the result as JSON (the response in proto3 JSON, or the command's report)"
+    ),
+]
 AsOfOption = Annotated[str | None, typer.Option("--as-of", help="ISO 8601 instant; default now")]
 
 
