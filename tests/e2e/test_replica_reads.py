@@ -369,3 +369,25 @@ def test_search_rankings_read_the_replica_and_honour_the_token(
     assert missed == []
     assert _count("memory_replica_reads_total", target="replica") - replica_reads_before >= searches
     assert _count("memory_replica_reads_total", target="primary") == primary_reads_before
+
+
+def test_cb_health_shows_each_read_replica_with_its_lag(
+    ingest_host: Any,
+    strict_query_address: str,
+    settings: Settings,
+    replica_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CB_DATABASE_URL", settings.database_url)
+    monkeypatch.setenv("CB_READ_DATABASE_URL", json.dumps([replica_url, settings.database_url]))
+    addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", strict_query_address]
+    result = CliRunner().invoke(app, [*addresses, "health", "--json"])
+    report = json.loads(result.output)
+    replicas = [row for row in report["components"] if row["component"] == "read replica"]
+    assert [row["state"] for row in replicas] == ["streaming", "not a standby"]
+    assert int(replicas[0]["lag_bytes"]) >= 0 and "lag" in replicas[0]["detail"]
+    # A "replica" that is the primary itself is reported, and the whole state is degraded for it.
+    assert report["state"] == "degraded" and result.exit_code == 1
+    monkeypatch.setenv("CB_READ_DATABASE_URL", replica_url)
+    healthy = CliRunner().invoke(app, [*addresses, "health", "--json"])
+    assert healthy.exit_code == 0, healthy.output

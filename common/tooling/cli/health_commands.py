@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from common.kernel.config import Settings
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption
 from common.tooling.cli.terminal import out
@@ -36,6 +37,34 @@ def _database_state(url: str, timeout: float) -> tuple[str, str]:
     return "reachable", ""
 
 
+def _replica_rows(settings: Settings, timeout: float) -> list[dict[str, str]]:
+    """One row per read replica of CB_READ_DATABASE_URL: ``streaming`` with its lag (bytes of WAL not
+    replayed, seconds since its last replayed commit), ``not a standby``, or ``unreachable``."""
+    from psycopg import Error as DatabaseError
+
+    from common.storage.read_routing import read_database_urls
+    from common.storage.wal_position import replica_lag
+
+    rows = []
+    for url in read_database_urls(settings):
+        row = {"component": "read replica", "address": _without_password(url)}
+        try:
+            lag = replica_lag(settings.database_url, url, timeout_seconds=timeout)
+        except DatabaseError as exc:
+            row.update(
+                state="unreachable", detail=str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            )
+        else:
+            seconds = "unknown" if lag.lag_seconds is None else f"{lag.lag_seconds:.1f} s"
+            row.update(
+                state="streaming" if lag.standby else "not a standby",
+                detail=f"lag {lag.lag_bytes} bytes, last replayed commit {seconds} ago",
+                lag_bytes=str(lag.lag_bytes),
+            )
+        rows.append(row)
+    return rows
+
+
 def health(
     ctx: typer.Context,
     as_json: JsonOption = False,
@@ -48,10 +77,11 @@ def health(
         ),
     ] = True,
 ) -> None:
-    """Check ingest_service, query_service (grpc.health.v1) and the database (CB_DATABASE_URL).
+    """Check ingest_service, query_service (grpc.health.v1), the database (CB_DATABASE_URL) and each read
+    replica of CB_READ_DATABASE_URL (streaming, with its lag).
 
-    Exit code: 0 healthy, 1 degraded (a service NOT_SERVING or the database unreachable), 3 a service
-    unreachable.
+    Exit code: 0 healthy, 1 degraded (a service NOT_SERVING, the database or a replica unreachable, or a
+    replica that is not a standby), 3 a service unreachable.
     """
     from common.tooling.client import health_status
 
@@ -73,10 +103,11 @@ def health(
         )
         if reason:
             rows[-1]["detail"] = reason
-    services = [row["state"] for row in rows if row["component"] != "database"]
+        rows.extend(_replica_rows(settings, timeout))
+    services = [row["state"] for row in rows if row["component"] not in ("database", "read replica")]
     if any(value == "UNREACHABLE" for value in services):
         code = HealthExit.DOWN
-    elif all(row["state"] in ("SERVING", "reachable") for row in rows):
+    elif all(row["state"] in ("SERVING", "reachable", "streaming") for row in rows):
         code = HealthExit.HEALTHY
     else:
         code = HealthExit.DEGRADED
