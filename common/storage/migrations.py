@@ -42,6 +42,7 @@ MIGRATIONS = (
     "0007_snapshot_fact_lookup.sql",
     "0008_context_trace_scopes.sql",
     LABEL_MIGRATION,
+    "0013_vault_runs.sql",
 )
 
 
