@@ -60,6 +60,8 @@ def _vault(root: Path) -> Path:
     write(root, "guide-v2.md", GUIDE_V2)
     write(root, "ref/api.md", API)
     write(root, "notes/Glossary.md", GLOSSARY)
+    write(root, "todo.md", "# Todo\n\nBack to the [guide](guide.md).\n")
+    write(root, "old/obsolete.md", "# Obsolete\n\nNothing here.\n")
     return root
 
 
@@ -86,7 +88,7 @@ def _links(database: Database, namespace: str, key: str) -> set[str]:
     graph = database.settings.graph_name
     with database.connection() as conn:
         rows = conn.execute(
-            f"SELECT t.natural_key FROM {graph}.i_LINKS_TO e"
+            f'SELECT t.natural_key FROM {graph}."i_LINKS_TO" e'
             " JOIN graph_nodes s ON s.vertex_id = e.start_id JOIN graph_nodes t ON t.vertex_id = e.end_id"
             " WHERE s.namespace = %s AND s.natural_key = %s",
             (namespace, key),
@@ -104,16 +106,15 @@ def _origin(database: Database, namespace: str, key: str) -> tuple[str, bool] | 
 
 
 def test_first_run_projects_links_and_relations(
-    tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database, namespace: str
+    tmp_path: Path,
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    database: Database,
+    namespace: str,
 ) -> None:
     response = ingest(ingest_channel, _vault(tmp_path), namespace)
-    assert statuses(response) == {
-        "guide.md": "new",
-        "guide-v2.md": "new",
-        "ref/api.md": "new",
-        "notes/Glossary.md": "new",
-    }
-    assert response.swept and response.counts.documents_new == 4
+    assert set(statuses(response).values()) == {"new"} and len(response.documents) == 6
+    assert response.swept and response.counts.documents_new == 6
     # Relative path with anchor, wiki link by file name, wiki link by alias, relative ".." link.
     assert _links(database, namespace, "doc:guide") == {"doc:ref/api", "doc:glossary"}
     assert _links(database, namespace, "doc:guide-v2") == {"doc:guide"}
@@ -131,7 +132,11 @@ def test_first_run_projects_links_and_relations(
 
 
 def test_rerun_edit_rename_delete(
-    tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database, namespace: str
+    tmp_path: Path,
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    database: Database,
+    namespace: str,
 ) -> None:
     root = _vault(tmp_path)
     ingest(ingest_channel, root, namespace)
@@ -139,27 +144,44 @@ def test_rerun_edit_rename_delete(
     assert set(statuses(again).values()) == {"unchanged"}
     assert again.counts.chunks_embedded == 0 and again.counts.chunks_written == 0
     assert again.counts.relations_written == 0 and again.swept and not again.swept_keys
-    # Edit one, rename one (default key: a new node, the old swept), delete one, drop the relation.
+    # Edit one, move one with a frontmatter key (same node), rename one with the default key (a new node,
+    # the old one swept), delete one, drop the relation.
     write(root, "ref/api.md", API + "\n## More\n\nAnother call: `widget.stop()`.\n")
-    (root / "guide-v2.md").rename(root / "guide-2.md")
-    (root / "notes" / "Glossary.md").unlink()
+    (root / "terms").mkdir()
+    (root / "notes" / "Glossary.md").rename(root / "terms" / "Glossary.md")
+    (root / "todo.md").rename(root / "done.md")
+    (root / "old" / "obsolete.md").unlink()
     write(root, "guide.md", GUIDE.replace("superseded_by: guide-v2.md\n", ""))
     third = ingest(ingest_channel, root, namespace)
-    assert statuses(third) == {"guide.md": "changed", "guide-2.md": "new", "ref/api.md": "changed"}
-    assert list(third.swept_keys) == ["doc:glossary", "doc:guide-v2"]
-    assert _source(query_channel, namespace, "doc:glossary") is None
-    assert _source(query_channel, namespace, "doc:guide-v2") is None
-    assert _links(database, namespace, "doc:guide") == {"doc:ref/api"}  # the glossary link went with it
-    assert _links(database, namespace, "doc:guide-2") == {"doc:guide"}
+    assert statuses(third) == {
+        "done.md": "new",
+        "guide-v2.md": "unchanged",
+        "guide.md": "changed",
+        "ref/api.md": "changed",
+        "terms/Glossary.md": "changed",
+    }
+    assert list(third.swept_keys) == ["doc:old/obsolete", "doc:todo"]
+    assert _source(query_channel, namespace, "doc:todo") is None
+    assert _source(query_channel, namespace, "doc:old/obsolete") is None
+    assert _source(query_channel, namespace, "doc:done") is not None
+    moved = _source(query_channel, namespace, "doc:glossary")
+    assert (
+        moved is not None
+        and json_format.MessageToDict(moved.provenance)["metadata"]["path"] == "terms/Glossary.md"
+    )
+    assert _links(database, namespace, "doc:guide") == {"doc:ref/api", "doc:glossary"}
+    assert _links(database, namespace, "doc:done") == {"doc:guide"}
+    # Only the changed documents were re-chunked, and only the new chunk texts embedded.
+    assert third.counts.chunks_embedded < third.counts.chunks_written
     # The relation is closed, not forgotten (facts keep their history).
     (fact,) = _facts(query_channel, namespace, subject="doc:guide", predicate="SUPERSEDED_BY")
-    assert fact.HasField("valid_to")
+    assert fact.HasField("valid_to") and third.counts.relations_closed == 1
     # Each sweep deletion is audited like DeleteNode, on the run's trace.
     trace = trace_service_pb2_grpc.TraceServiceStub(query_channel).GetTrace(
         trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=third.trace_id), timeout=60
     )
     events = [e.audit_event for e in trace.trace.entries if e.HasField("audit_event")]
-    assert sorted(e.target_key for e in events if e.action == "delete") == ["doc:glossary", "doc:guide-v2"]
+    assert sorted(e.target_key for e in events if e.action == "delete") == ["doc:old/obsolete", "doc:todo"]
     assert sorted(e.event_id for e in events) == sorted(third.audit_event_ids)
 
 
@@ -211,7 +233,11 @@ def test_dry_run_writes_nothing(
 
 
 def test_agent_data_survives_reingest_and_sweep(
-    tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database, namespace: str
+    tmp_path: Path,
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    database: Database,
+    namespace: str,
 ) -> None:
     root = _vault(tmp_path)
     ingest(ingest_channel, root, namespace)
@@ -221,8 +247,12 @@ def test_agent_data_survives_reingest_and_sweep(
             namespace=namespace,
             facts=[
                 json_format.ParseDict(
-                    {"subject": "doc:ref/api", "predicate": "REVIEWED_BY", "object": "person:alice",
-                     "valid_from": "2026-01-01T00:00:00Z"},
+                    {
+                        "subject": "doc:ref/api",
+                        "predicate": "REVIEWED_BY",
+                        "object": "person:alice",
+                        "valid_from": "2026-01-01T00:00:00Z",
+                    },
                     knowledge_pb2.FactAssertion(),
                 )
             ],
@@ -231,7 +261,9 @@ def test_agent_data_survives_reingest_and_sweep(
     )
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     documents.Retain(  # an agent's own document: the vault must never sweep it
-        document_service_pb2.RetainRequest(namespace=namespace, natural_key="note:agent", content="# Agent note\n"),
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="note:agent", content="# Agent note\n"
+        ),
         timeout=60,
     )
     # An agent's document under a key the vault also has: the creator (the agent) keeps it.
@@ -271,7 +303,10 @@ def test_runs_of_one_namespace_are_serialised(
 ) -> None:
     root = _vault(tmp_path)
     results: list[vault_service_pb2.IngestVaultResponse] = []
-    threads = [threading.Thread(target=lambda: results.append(ingest(ingest_channel, root, namespace))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(ingest(ingest_channel, root, namespace)))
+        for _ in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -289,7 +324,10 @@ def test_git_repository_provenance_and_incremental(
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", "-c", "user.name=Ann", "-c", "user.email=ann@example.invalid", *args],
-            cwd=repo, check=True, capture_output=True, text=True,
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
 
     git("init", "-q", "-b", "main")
@@ -297,13 +335,14 @@ def test_git_repository_provenance_and_incremental(
     git("commit", "-qm", "first")
     first = git("rev-parse", "HEAD")
     response = ingest(ingest_channel, git_documents(str(repo)), namespace)
-    assert response.counts.documents_new == 4
+    assert response.counts.documents_new == 6
     write(repo, "ref/api.md", API + "\nChanged in the second commit.\n")
     git("rm", "-q", "notes/Glossary.md")
     git("commit", "-qam", "second")
     second = git("rev-parse", "HEAD")
     rerun = ingest(ingest_channel, git_documents(str(repo)), namespace)
-    assert statuses(rerun) == {"guide.md": "unchanged", "guide-v2.md": "unchanged", "ref/api.md": "changed"}
+    assert statuses(rerun)["ref/api.md"] == "changed"
+    assert {status for path, status in statuses(rerun).items() if path != "ref/api.md"} == {"unchanged"}
     assert list(rerun.swept_keys) == ["doc:glossary"]
     meta = {
         key: json_format.MessageToDict(_source(query_channel, namespace, key).provenance)["metadata"]  # type: ignore[union-attr]

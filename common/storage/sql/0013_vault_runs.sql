@@ -19,7 +19,7 @@ CREATE INDEX IF NOT EXISTS {vault_runs_namespace_idx} ON {vault_runs} (namespace
 -- next run; node_hash: graph_nodes.props_hash right after the projection, so a node rewritten through
 -- the API since is projected again; seen_run: the last run that saw the document (the sweep deletes
 -- the rows of other runs); links: the link and relation targets as written; resolved: what they
--- resolved to ({"LINKS_TO": [keys], "relations": [{predicate, object, fact_id}]}).
+-- resolved to (LINKS_TO: the target keys; relations: predicate, object and fact_id of each).
 CREATE TABLE IF NOT EXISTS {vault_documents} (
     namespace    text NOT NULL,
     natural_key  text NOT NULL,
