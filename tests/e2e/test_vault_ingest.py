@@ -232,6 +232,18 @@ def test_dry_run_writes_nothing(
     assert _source(query_channel, namespace, "doc:ref/api") is not None
 
 
+def _agent_chunk_found(query: grpc.Channel, namespace: str) -> bool:
+    hits = (
+        retrieval_service_pb2_grpc.RetrievalServiceStub(query)
+        .Search(
+            retrieval_service_pb2.SearchRequest(namespace=namespace, query="zebra-unicorn-42", top_k=5),
+            timeout=60,
+        )
+        .hits
+    )
+    return any(hit.node_key == "doc:ref/api" and hit.chunk_order == 500 for hit in hits)
+
+
 def test_agent_data_survives_reingest_and_sweep(
     tmp_path: Path,
     ingest_channel: grpc.Channel,
@@ -260,6 +272,16 @@ def test_agent_data_survives_reingest_and_sweep(
         timeout=60,
     )
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.PutChunks(  # an agent's chunk on the vault's node
+        document_service_pb2.PutChunksRequest(
+            namespace=namespace,
+            natural_key="doc:ref/api",
+            chunks=[
+                document_service_pb2.ChunkInput(chunk_order=500, text="Agent annotation: zebra-unicorn-42.")
+            ],
+        ),
+        timeout=60,
+    )
     documents.Retain(  # an agent's own document: the vault must never sweep it
         document_service_pb2.RetainRequest(
             namespace=namespace, natural_key="note:agent", content="# Agent note\n"
@@ -277,6 +299,8 @@ def test_agent_data_survives_reingest_and_sweep(
     assert statuses(response)["mine.md"] == "conflict" and statuses(response)["ref/api.md"] == "changed"
     assert _source(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]
     assert [f.object for f in _facts(query_channel, namespace, subject="doc:ref/api")] == ["person:alice"]
+    assert _source(query_channel, namespace, "doc:ref/api").content == API + "\nEdited.\n"  # type: ignore[union-attr]
+    assert _agent_chunk_found(query_channel, namespace)
     # The vault document goes: its node stays as a placeholder holding the agent's fact.
     (root / "ref" / "api.md").unlink()
     (root / "mine.md").unlink()
@@ -289,7 +313,8 @@ def test_agent_data_survives_reingest_and_sweep(
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel).Search(
         retrieval_service_pb2.SearchRequest(namespace=namespace, query="widget.start", top_k=10), timeout=60
     )
-    assert all(hit.node_key != "doc:ref/api" for hit in search.hits)  # its vault text is gone
+    assert all("widget.start()" not in hit.text for hit in search.hits)  # its vault text is gone
+    assert _agent_chunk_found(query_channel, namespace)  # the agent's chunk is not
     # Back in the vault: the placeholder is completed, the agent's fact still hangs on it.
     write(root, "ref/api.md", API)
     back = ingest(ingest_channel, root, namespace)
