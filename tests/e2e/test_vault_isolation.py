@@ -138,6 +138,7 @@ def test_hidden_vault_document_stays_hidden_on_every_read(tenants: Tenants) -> N
         fact_query_service_pb2.ListFactsRequest(namespace=tenants.ns, object="doc:handbook"), timeout=60
     )
     assert [(f.subject, f.predicate) for f in seen.facts] == [("doc:secret", "RELATED_TO")]
+    assert [list(f.scopes) for f in seen.facts] == [["workspace:secret"]]  # the document's own scopes
     context = context_service_pb2_grpc.ContextServiceStub(outsider)
     pack = context.CompileContext(
         context_service_pb2.CompileContextRequest(
