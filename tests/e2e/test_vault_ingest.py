@@ -3,9 +3,11 @@ runs, dry runs, Git, hostile readers); the real docs vault is in test_vault_docs
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -378,3 +380,35 @@ def test_git_repository_provenance_and_incremental(
         assert value["branch"] == "main" and value["repository"] == str(repo.resolve())
         assert value["author"] == "Ann <ann@example.invalid>" and value["committed_at"].endswith("Z")
         assert {"path", "content_hash", "indexed_at"} <= set(value)
+
+
+def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str) -> None:
+    from typer.testing import CliRunner
+
+    from common.tooling.cli import app
+
+    root = _vault(tmp_path / "vault")
+    runner = CliRunner()
+
+    def run(*args: str, expect: int = 0, stdout: bool = False) -> str:
+        result = runner.invoke(app, ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "ingest", *args])
+        assert result.exit_code == expect, result.output
+        return result.stdout if stdout else " ".join(result.output.split())  # rich wraps lines
+
+    dry = json.loads(run(str(root), "--namespace", namespace, "--dry-run", "--json", stdout=True))
+    assert dry["dryRun"] and dry["counts"]["documentsNew"] == 6
+    assert _source(query_channel, namespace, "doc:guide") is None
+    report = run(str(root), "--namespace", namespace)
+    assert "documents 6 new, 0 changed, 0 unchanged, 0 swept" in report
+    assert "unresolved LINKS_TO: guide.md -> Nowhere Page" in report
+    (root / "todo.md").unlink()
+    write(root, "broken.md", "---\ntitle: [x\n---\n")
+    refused = run(str(root), "--namespace", namespace, expect=1)
+    assert "broken.md: rejected" in refused and "not swept" in refused
+    (root / "broken.md").unlink()
+    swept = json.loads(run(str(root), "--namespace", namespace, "--json", stdout=True))
+    assert swept["sweptKeys"] == ["doc:todo"] and swept["counts"]["documentsUnchanged"] == 5
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    assert "no branch" in run(str(repo), "--git", "--namespace", namespace, "--branch", "nope", expect=1)
+    assert "not a Git repository" in run(str(root), "--git", "--namespace", namespace, expect=1)
