@@ -142,15 +142,18 @@ class ChunkStore(ChunkRankings):
                 for chunk in chunks
             ]
             with conn.cursor() as cursor:
-                upsert = self.queries["upsert_chunk" if seen_run is None else "upsert_vault_chunk"]
+                upsert = (
+                    self.queries["upsert_chunk"] if seen_run is None else self.queries["upsert_vault_chunk"]
+                )
                 cursor.executemany(upsert, rows)
                 written = max(cursor.rowcount, 0)
         deleted = 0
         if delete_beyond:
-            statement = "delete_chunks_from_order" if seen_run is None else "delete_vault_chunks_from_order"
-            deleted = conn.execute(
-                self.queries[statement], (node.namespace, node.node_key, len(chunks))
-            ).rowcount
+            if seen_run is None:
+                statement = self.queries["delete_chunks_from_order"]
+            else:
+                statement = self.queries["delete_vault_chunks_from_order"]
+            deleted = conn.execute(statement, (node.namespace, node.node_key, len(chunks))).rowcount
         count = self.count_chunks(conn, node.namespace, node.node_key)
         return WriteResult(written=written, deleted=max(deleted, 0), chunk_count=count)
 

@@ -40,6 +40,7 @@ FILE_USERS = {
     "packs.sql": ["pack_store"],
     "session.sql": ["age_graph"],
     "snapshots.sql": ["snapshot_store"],
+    "vault.sql": ["vault_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)
 _QUERY_FILE = re.compile(r"""Queries(?:\.for_settings)?\(\s*"([a-z0-9_]+\.sql)\"""")
