@@ -16,7 +16,8 @@ Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped 
 
 Results: printed, written to bench/results/vault-<UTC time>.json, appended to bench/RESULTS.md.
 
-Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database]`` (the database must
+Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]`` (``--every``
+measures a sample: every N-th file in path order) (the database must
 be up: ``make db``).
 """
 
@@ -89,6 +90,8 @@ def floor(provider: Any, texts: list[list[str]]) -> dict[str, float]:
 def run(arguments: argparse.Namespace, stamp: str) -> int:
     settings = Settings()
     source = directory_documents(VAULT)
+    if arguments.every > 1:  # a sample spread over the whole vault (every n-th file in path order)
+        source = VaultSource(source.documents[:: arguments.every], source=source.source)
     texts = chunk_texts(source, settings)
     provider = build_embedding_provider(settings)
     provider.encode_passages(["warm-up"])
@@ -130,6 +133,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     results["ratio_to_floor"] = round(runs["full"]["chunks_per_second"] / floor_rate, 3)
     write_json(results, prefix="vault")
     full, unchanged = runs["full"], runs["unchanged"]
+    sample = f", every {arguments.every}th file of the vault" if arguments.every > 1 else ""
     lines = [
         heading(results),
         "",
@@ -143,7 +147,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "| measure | figure | load avg (1 min) |",
         "|---|---|---|",
         (
-            f"| full ingest ({results['documents']} documents, {full['chunks_embedded']} chunks embedded,"
+            f"| full ingest ({results['documents']} documents{sample}, {full['chunks_embedded']} chunks embedded,"
             f" {full['links_resolved']} links resolved, {full['links_unresolved']} unresolved) |"
             f" {full['seconds']} s ({full['chunks_per_second']} chunks/s) | {full['load_before']} -> {full['load_after']} |"
         ),
@@ -168,6 +172,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Vault ingest benchmark (see the module doc).")
     parser.add_argument("--note", default="", help="a line added to the entry")
     parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    parser.add_argument(
+        "--every", type=int, default=1, help="only every n-th file of the vault (default 1: the whole vault)"
+    )
     return run_in_database(run, parser.parse_args(), "memory_bench_vault")
 
 
