@@ -14,6 +14,7 @@ Two sources, each yielding `SourceDocument`s sorted by path:
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import Iterator
@@ -127,7 +128,7 @@ def opened_repository(location: str) -> Iterator[tuple[Any, str]]:
     if _is_url(location):
         with tempfile.TemporaryDirectory(prefix="cb-ingest-") as folder:
             try:
-                repo = porcelain.clone(location, folder, checkout=False, errstream=None)
+                repo = porcelain.clone(location, folder, checkout=False, errstream=io.BytesIO())
             except Exception as error:  # dulwich raises many kinds for network and protocol failures
                 raise SourceError(f"cannot clone {location}: {error}") from error
             try:

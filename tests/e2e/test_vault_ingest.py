@@ -412,3 +412,20 @@ def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channe
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     assert "no branch" in run(str(repo), "--git", "--namespace", namespace, "--branch", "nope", expect=1)
     assert "not a Git repository" in run(str(root), "--git", "--namespace", namespace, expect=1)
+
+
+def test_git_repository_by_url(tmp_path: Path) -> None:
+    """A repository URL is cloned (here a file:// URL) and read like the local path, named by its URL."""
+    repo = _vault(tmp_path / "repo")
+    for args in (["init", "-q", "-b", "trunk"], ["add", "-A"], ["commit", "-qm", "only"]):
+        subprocess.run(
+            ["git", "-c", "user.name=Ann", "-c", "user.email=ann@example.invalid", *args],
+            cwd=repo,
+            check=True,
+        )
+    local, cloned = git_documents(str(repo)), git_documents(f"file://{repo}")
+    assert cloned.branch == local.branch == "trunk" and cloned.commit_sha == local.commit_sha
+    assert [(d.path, d.content, d.provenance["commit_sha"]) for d in cloned.documents] == [
+        (d.path, d.content, d.provenance["commit_sha"]) for d in local.documents
+    ]
+    assert {d.provenance["repository"] for d in cloned.documents} == {f"file://{repo}"}
