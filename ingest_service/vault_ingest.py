@@ -207,6 +207,12 @@ class VaultIngestor:
         earlier = stored.get(key)
         status = CHANGED if earlier is not None else NEW
         if header.dry_run:
+            with self.database.connection() as conn:
+                if self.vault.owned_by_agent(conn, namespace, key):
+                    seen[key] = SeenDocument(
+                        parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False
+                    )
+                    return DocumentOutcome(file.path, key, CONFLICT, detail="written through the API")
             seen[key] = SeenDocument(
                 parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
             )

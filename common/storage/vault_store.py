@@ -200,6 +200,11 @@ class VaultStore:
         """Records the vault as the owner (origin) of a node it completed from a placeholder."""
         conn.execute(self.queries["claim_vault_origin"], (namespace, natural_key))
 
+    def owned_by_agent(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> bool:
+        """Whether the key's node exists, is no placeholder and was not created by the vault."""
+        row = conn.execute(self.queries["node_owner"], (namespace, natural_key)).fetchone()
+        return row is not None and row[0] != "vault" and not row[1]
+
     def agent_facts_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> int:
         """How many facts not of vault origin have the node as subject or object."""
         row = conn.execute(

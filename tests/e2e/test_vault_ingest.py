@@ -297,6 +297,8 @@ def test_agent_data_survives_reingest_and_sweep(
     )
     write(root, "mine.md", "# Vault text\n")
     write(root, "ref/api.md", API + "\nEdited.\n")
+    dry = ingest(ingest_channel, root, namespace, dry_run=True)
+    assert statuses(dry)["mine.md"] == "conflict" and statuses(dry)["ref/api.md"] == "changed"
     response = ingest(ingest_channel, root, namespace)
     assert statuses(response)["mine.md"] == "conflict" and statuses(response)["ref/api.md"] == "changed"
     assert _source(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]

@@ -70,3 +70,7 @@ WHERE namespace = %s AND (subject_key = %s OR object_key = %s) AND origin <> 'va
 -- name: placeholder_registry_row
 -- A swept node kept for the agent data on it becomes a placeholder again (parameters: namespace, key).
 UPDATE {graph_nodes} SET placeholder = true, props_hash = NULL WHERE namespace = %s AND natural_key = %s
+
+-- name: node_owner
+-- Origin and placeholder flag of a key's node, no lock (parameters: namespace, key).
+SELECT origin, placeholder FROM {graph_nodes} WHERE namespace = %s AND natural_key = %s
