@@ -92,9 +92,11 @@ class VaultServiceServicer:
         would do. The service never writes into the source documents.
         Errors: INVALID_ARGUMENT (no header first, a second header, no end message, a count in the end
         message that differs from what arrived, header field violations such as "header.namespace");
-        rejected documents do not fail the call: they are listed in `rejected` and the run is not swept;
-        PERMISSION_DENIED (namespace not granted, or a document's scopes the caller may not write, which
-        rejects that document); UNAVAILABLE (the stream broke or the database is down: nothing swept).
+        PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
+        client went away while waiting for another run, or the database is down: nothing swept).
+        Rejected documents do not fail the call (bad frontmatter or path, a natural key used twice, a
+        scope the caller may not write, a node hidden from the caller): each is a document result with
+        status REJECTED and its reason, and the run is not swept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
