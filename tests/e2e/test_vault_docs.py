@@ -55,7 +55,8 @@ def test_full_run(loaded: Loaded, database: Database) -> None:
     assert [d.path for d in first.documents] == paths and len(paths) == 398
     assert set(statuses(first).values()) == {"new"} and first.swept
     counts = first.counts
-    assert counts.documents_new == 398 and counts.chunks_written == counts.chunks_embedded > 9000
+    # A text repeated inside one document is embedded once.
+    assert counts.documents_new == 398 and counts.chunks_written >= counts.chunks_embedded > 9000
     assert _chunk_runs(database, loaded.namespace) == {first.run_id: counts.chunks_written}
     # Relative links between the files of one package resolve (e.g. npm's docs link to each other).
     assert counts.links_resolved > 100
