@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -36,6 +36,7 @@ from common.packs.kind_validation import KindValidator
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.vault_store import VaultStore
 from ingest_service.chunking import bounded_chunks, chunk_markdown
 from ingest_service.document_validation import (
     PutChunksInput,
@@ -77,6 +78,7 @@ class DocumentResult:
         chunks_deleted: chunk rows removed (Retain of a shorter text).
         linked: links whose target exists (LINKS_TO edges), in request order.
         missing_links: links skipped because no such node exists in the namespace.
+        chunks_embedded: chunk texts sent to the embedding model (the others reused a stored vector).
     """
 
     natural_key: str
@@ -87,6 +89,26 @@ class DocumentResult:
     chunks_deleted: int
     linked: tuple[str, ...]
     missing_links: tuple[str, ...]
+    chunks_embedded: int = 0
+
+
+@dataclass(frozen=True)
+class VaultProjection:
+    """How a vault run writes a document (`ingest_service.vault_ingest`) instead of an API caller.
+
+    The node gets origin ``"vault"`` and its chunks ``seen_run = run_id``; chunks written through the API
+    on the node are neither overwritten nor deleted; links are left to the end of the run (the run knows
+    all its documents only then), so ``links`` must be empty; a key whose node was written through the
+    API (not a placeholder) is refused with `AgentOwnedKey`; a completed placeholder is claimed for the
+    vault. ``record(conn)`` runs last, in the same transaction (the run's journal of the document).
+    """
+
+    run_id: str
+    record: Callable[[Any], None]
+
+
+class AgentOwnedKey(FailedPrecondition):
+    """A vault run met a key whose node was written through the API: the creator owns it (issue 11 §3)."""
 
 
 def strip_front_matter(content: str) -> str:
@@ -135,17 +157,21 @@ class DocumentWriter:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(settings)
         self.mentions = MentionLinker(self.graph)
+        self.vault_claims = VaultStore(settings)
 
     # -- Retain ------------------------------------------------------------------------------------
 
-    def retain(self, request: RetainInput) -> DocumentResult:
+    def retain(self, request: RetainInput, *, vault: VaultProjection | None = None) -> DocumentResult:
         """Upserts a document node with its full text, chunks and links (see the module doc).
+
+        ``vault``: the write is a vault run's projection of the document (`VaultProjection`).
 
         Raises:
             InvalidArgument: field violations named like the RetainRequest fields.
             FailedPrecondition: the key belongs to a protected audit node.
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
             NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
+            AgentOwnedKey: with ``vault``, the key's node was written through the API.
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_retain(request)
@@ -174,7 +200,10 @@ class DocumentWriter:
             **marks.as_props(),
             "trace_id": request.trace_id,
         }
-        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=True)
+        node = _document_node(request, props)
+        if vault is not None:
+            node.origin = "vault"
+        return self._write(node, prepared, list(request.links), delete_beyond=True, vault=vault)
 
     # -- PutChunks ---------------------------------------------------------------------------------
 
@@ -238,21 +267,28 @@ class DocumentWriter:
 
     def _embed(
         self, namespace: str, natural_key: str, title: str, prepared: Sequence[_PreparedChunk]
-    ) -> list[np.ndarray]:
-        """Vectors of the prepared chunks: reused when the node already holds the same embedding input."""
+    ) -> tuple[list[np.ndarray], int]:
+        """Vectors of the prepared chunks (reused when the node already holds the same embedding input),
+        and how many texts were sent to the encoder."""
         inputs = [embedding_input(title, chunk.heading, chunk.text) for chunk in prepared]
         if not inputs:
-            return []
+            return [], 0
         with self.database.connection() as conn:
             stored = self.chunks.existing_embeddings(conn, namespace, natural_key)
         missing = sorted({text for text in inputs if text not in stored or stored[text] is None})
         if missing:
             vectors = self.encoder.encode_passages(missing)
             stored.update(zip(missing, vectors))
-        return [np.asarray(stored[text], dtype=np.float32) for text in inputs]
+        return [np.asarray(stored[text], dtype=np.float32) for text in inputs], len(missing)
 
     def _write(
-        self, node: NodeWrite, prepared: list[_PreparedChunk], links: list[str], *, delete_beyond: bool
+        self,
+        node: NodeWrite,
+        prepared: list[_PreparedChunk],
+        links: list[str],
+        *,
+        delete_beyond: bool,
+        vault: VaultProjection | None = None,
     ) -> DocumentResult:
         kinds = self.kinds.for_namespace(node.namespace)
         if kinds.active:
@@ -266,7 +302,7 @@ class DocumentWriter:
         # Write-side visibility scopes (issue 5 §3): only scopes the caller holds; no hidden node overwritten.
         access = WriteAccess.of_caller()
         access.require_scopes(node.scopes())
-        vectors = self._embed(node.namespace, node.natural_key, node.title, prepared)
+        vectors, embedded = self._embed(node.namespace, node.natural_key, node.title, prepared)
         writes = [
             ChunkWrite(
                 chunk_order=chunk.order,
@@ -286,10 +322,18 @@ class DocumentWriter:
                     f"{node.natural_key!r} is a protected {existing['node_type']} node and cannot be overwritten",
                     reason="PROTECTED_NODE",
                 )
+            if vault is not None and existing is not None and existing["origin"] != "vault":
+                if not existing["placeholder"]:
+                    raise AgentOwnedKey(
+                        f"{node.natural_key!r} was written through the API: the vault leaves it as it is",
+                        reason="AGENT_OWNED_KEY",
+                    )
+                self.vault_claims.claim_node(conn, node.namespace, node.natural_key)
             targets = self.graph.node_labels(conn, node.namespace, links, visibility=access.visibility)
             linked = [link for link in links if link in targets]
             missing = [link for link in links if link not in targets]
-            node.props["links"] = sorted(linked)
+            if vault is None:  # a vault run writes its links at the end of the run
+                node.props["links"] = sorted(linked)
             result = self.graph.upsert_node(conn, node, now=now, overwrite=True)
             written = self.chunks.replace_chunks(
                 conn,
@@ -302,8 +346,9 @@ class DocumentWriter:
                 ),
                 writes,
                 delete_beyond=delete_beyond,
+                seen_run=vault.run_id if vault is not None else None,
             )
-            if result.created or result.updated:
+            if vault is None and (result.created or result.updated):
                 self.graph.replace_links(
                     conn,
                     node.namespace,
@@ -325,6 +370,8 @@ class DocumentWriter:
                 ),
                 now=now,
             )
+            if vault is not None:
+                vault.record(conn)
         if missing:
             log.info(
                 "%s %s: %d link(s) to missing nodes skipped", node.namespace, node.natural_key, len(missing)
@@ -338,6 +385,7 @@ class DocumentWriter:
             chunks_deleted=written.deleted,
             linked=tuple(linked),
             missing_links=tuple(missing),
+            chunks_embedded=embedded,
         )
 
 
@@ -368,4 +416,4 @@ def _chunk_meta(
     return out
 
 
-__all__ = ["DocumentResult", "DocumentWriter", "strip_front_matter"]
+__all__ = ["AgentOwnedKey", "DocumentResult", "DocumentWriter", "VaultProjection", "strip_front_matter"]

@@ -16,6 +16,7 @@ from memory.v1 import (
     fact_service_pb2_grpc,
     observation_service_pb2_grpc,
     snapshot_service_pb2_grpc,
+    vault_service_pb2_grpc,
 )
 
 from common.domain.audit import AuditTrail
@@ -40,14 +41,16 @@ from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
 from ingest_service.servicers.fact_servicer import FactServicer
 from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
+from ingest_service.servicers.vault_servicer import VaultServicer
 from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.vault_ingest import VaultIngestor
 
 
 def create_ingest_host(
     settings: Settings, *, address: str | None = None, metrics_port: int | None = None
 ) -> ServiceHost:
     """Builds (does not start) the ingest server: ObservationService, FactService, DocumentService,
-    DomainPackService, SnapshotService and AuditService.
+    DomainPackService, SnapshotService, AuditService and VaultService.
 
     Args:
         settings: process settings.
@@ -70,6 +73,7 @@ def create_ingest_host(
     asserter = FactAsserter(database, kinds=kinds)
     registry = PackRegistry(database)
     reconciler = SnapshotReconciler(database, kinds=kinds)
+    vault = VaultIngestor(database, writer, deleter, audit)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -84,6 +88,7 @@ def create_ingest_host(
             DomainPackServicer(registry, kinds), server
         )
         snapshot_service_pb2_grpc.add_SnapshotServiceServicer_to_server(SnapshotServicer(reconciler), server)
+        vault_service_pb2_grpc.add_VaultServiceServicer_to_server(VaultServicer(vault), server)
         return [
             "memory.v1.ObservationService",
             "memory.v1.FactService",
@@ -91,6 +96,7 @@ def create_ingest_host(
             "memory.v1.DomainPackService",
             "memory.v1.SnapshotService",
             "memory.v1.AuditService",
+            "memory.v1.VaultService",
         ]
 
     return build_server(

@@ -121,80 +121,13 @@ class NodeDeleter:
         """
         validate_delete(request)
         access = access or WriteAccess.of_caller()
-        trace_id = request.trace_id or default_trace_id()
-        namespace, key = request.namespace, request.natural_key
         self.audit.prepare()  # labels before the transaction (graph DDL must not wait behind it)
-
-        def work(conn: Any) -> DeleteNodeResult:
-            node = self.graph.lock_node(conn, namespace, key, visibility=access.visibility)
-            if node is None:
-                raise NotFound(f"node {key!r} not found in namespace {namespace}")
-            if node["node_type"] in PROTECTED_TYPES:
-                raise FailedPrecondition(
-                    f"{key!r} is a protected {node['node_type']} node: the audit trail cannot be deleted",
-                    reason="PROTECTED_NODE",
-                )
-            vertex = self.graph.get_node(conn, namespace, key) or {}
-            edges = self.graph.edge_counts(conn, namespace, key, str(node["label"]))
-            chunk_count = self.chunks.delete_chunks(conn, namespace, key)
-            facts = self.engine.delete_touching(conn, namespace, key)  # removed, not closed: see above
-            self.graph.delete_nodes(conn, namespace, [key])
-            journal_items = self.snapshots.forget_node(conn, namespace, key)
-            fact_ids = {row.fact_id for row in facts}
-            # An edge is a fact edge when its row was just removed; the rest are links and relations.
-            edges_deleted = max(0, sum(edges.values()) - len(fact_ids))
-            scopes = [str(s) for s in node["scopes"] or []]
-            snapshot = {
-                "natural_key": key,
-                "type": str(node["node_type"]),
-                "title": str(vertex.get("title") or key),
-                "source_path": str(vertex.get("source_path") or ""),
-                "origin": str(node["origin"]),
-                "placeholder": bool(node["placeholder"]),
-                "scopes": scopes,
-                "chunk_count": chunk_count,
-                "facts_removed": len(facts),
-                "facts": [
-                    {
-                        "fact_id": row.fact_id,
-                        "subject": row.subject_key,
-                        "predicate": row.predicate,
-                        "object": row.object_key,
-                    }
-                    for row in facts[:SNAPSHOT_FACT_LIMIT]
-                ],
-                "edges_removed": edges,
-                "snapshot_items_forgotten": journal_items,
-                "reason": request.reason,
-            }
-            event = self.audit.record_in(
-                conn,
-                AuditEventInput(
-                    namespace=namespace,
-                    action=DELETE_ACTION,
-                    trace_id=trace_id,
-                    target_key=key,
-                    details=snapshot,
-                    # The event is as visible as the node was: its snapshot holds the title.
-                    scopes=tuple(s for s in scopes if is_restricting(s)),
-                ),
-            )
-            return DeleteNodeResult(
-                natural_key=key,
-                node_type=str(node["node_type"]),
-                chunks_deleted=chunk_count,
-                facts_deleted=len(facts),
-                edges_deleted=edges_deleted,
-                audit_event_id=event.event_id,
-                trace_id=event.trace_id,
-            )
-
-        result = self.database.run_transaction(work)
+        result = self.database.run_transaction(lambda conn: self.delete_in(conn, request, access=access))
         log.info(
             "deleted node %s (%s) in %s: %d chunks, %d facts, %d other edges; audit %s trace %s (reason %r)",
-            key,
+            result.natural_key,
             result.node_type,
-            namespace,
+            request.namespace,
             result.chunks_deleted,
             result.facts_deleted,
             result.edges_deleted,
@@ -203,6 +136,78 @@ class NodeDeleter:
             request.reason,
         )
         return result
+
+    def delete_in(self, conn: Any, request: DeleteNodeInput, *, access: WriteAccess) -> DeleteNodeResult:
+        """`delete` inside the caller's transaction (a vault sweep deletes each node like this); the
+        caller validated ``request`` and ran `AuditTrail.prepare` before its transaction.
+
+        Raises:
+            NotFound, FailedPrecondition: as `delete`.
+        """
+        trace_id = request.trace_id or default_trace_id()
+        namespace, key = request.namespace, request.natural_key
+        node = self.graph.lock_node(conn, namespace, key, visibility=access.visibility)
+        if node is None:
+            raise NotFound(f"node {key!r} not found in namespace {namespace}")
+        if node["node_type"] in PROTECTED_TYPES:
+            raise FailedPrecondition(
+                f"{key!r} is a protected {node['node_type']} node: the audit trail cannot be deleted",
+                reason="PROTECTED_NODE",
+            )
+        vertex = self.graph.get_node(conn, namespace, key) or {}
+        edges = self.graph.edge_counts(conn, namespace, key, str(node["label"]))
+        chunk_count = self.chunks.delete_chunks(conn, namespace, key)
+        facts = self.engine.delete_touching(conn, namespace, key)  # removed, not closed: see above
+        self.graph.delete_nodes(conn, namespace, [key])
+        journal_items = self.snapshots.forget_node(conn, namespace, key)
+        fact_ids = {row.fact_id for row in facts}
+        # An edge is a fact edge when its row was just removed; the rest are links and relations.
+        edges_deleted = max(0, sum(edges.values()) - len(fact_ids))
+        scopes = [str(s) for s in node["scopes"] or []]
+        snapshot = {
+            "natural_key": key,
+            "type": str(node["node_type"]),
+            "title": str(vertex.get("title") or key),
+            "source_path": str(vertex.get("source_path") or ""),
+            "origin": str(node["origin"]),
+            "placeholder": bool(node["placeholder"]),
+            "scopes": scopes,
+            "chunk_count": chunk_count,
+            "facts_removed": len(facts),
+            "facts": [
+                {
+                    "fact_id": row.fact_id,
+                    "subject": row.subject_key,
+                    "predicate": row.predicate,
+                    "object": row.object_key,
+                }
+                for row in facts[:SNAPSHOT_FACT_LIMIT]
+            ],
+            "edges_removed": edges,
+            "snapshot_items_forgotten": journal_items,
+            "reason": request.reason,
+        }
+        event = self.audit.record_in(
+            conn,
+            AuditEventInput(
+                namespace=namespace,
+                action=DELETE_ACTION,
+                trace_id=trace_id,
+                target_key=key,
+                details=snapshot,
+                # The event is as visible as the node was: its snapshot holds the title.
+                scopes=tuple(s for s in scopes if is_restricting(s)),
+            ),
+        )
+        return DeleteNodeResult(
+            natural_key=key,
+            node_type=str(node["node_type"]),
+            chunks_deleted=chunk_count,
+            facts_deleted=len(facts),
+            edges_deleted=edges_deleted,
+            audit_event_id=event.event_id,
+            trace_id=event.trace_id,
+        )
 
 
 __all__ = ["DeleteNodeInput", "DeleteNodeResult", "NodeDeleter", "validate_delete"]

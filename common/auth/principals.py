@@ -91,6 +91,8 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         # Client stream: authorised on its header (the first message), see
         # common.grpc.interceptors._authorized_stream.
         "/memory.v1.SnapshotService/ReconcileStream": _WRITE,
+        # Client stream too, authorised on its header (issue 11: vault ingest).
+        "/memory.v1.VaultService/IngestVault": _WRITE,
         "/memory.v1.DomainPackService/RegisterPackage": _ADMIN,
         "/memory.v1.DomainPackService/SetNamespaceKinds": _ADMIN,
         # Reads the namespace's configuration only: a reader may know which kinds it has.

@@ -114,14 +114,15 @@ class ChunkStore(ChunkRankings):
         A row whose columns (and embedding) are already equal is left untouched (no new row version), so
         writing identical chunks twice changes nothing. With ``delete_beyond`` (Retain), the node's chunks
         whose order is not below ``len(chunks)`` are deleted, so the node has exactly ``chunks``; without
-        it (PutChunks) the other chunks stay.
+        it (PutChunks) the other chunks stay. A vault run's write (``seen_run`` set) never overwrites nor
+        deletes a chunk written through the API (``seen_run`` NULL): those stay on the node (issue 11 §3).
 
         Args:
             conn: a connection inside the caller's transaction.
             node: the owning node; its type, title and source path are copied onto every row.
             chunks: the chunks; with ``delete_beyond`` their orders must be 0..len-1.
             delete_beyond: delete chunks with ``chunk_order >= len(chunks)``.
-            seen_run: vault-ingest run mark (None for API writes).
+            seen_run: vault-ingest run mark (None for API writes): the run that wrote the chunk.
 
         Returns:
             Rows inserted or updated, rows deleted, and the node's chunk count afterwards.
@@ -146,13 +147,18 @@ class ChunkStore(ChunkRankings):
                 for chunk in chunks
             ]
             with conn.cursor() as cursor:
-                cursor.executemany(self.queries["upsert_chunk"], rows)
+                upsert = (
+                    self.queries["upsert_chunk"] if seen_run is None else self.queries["upsert_vault_chunk"]
+                )
+                cursor.executemany(upsert, rows)
                 written = max(cursor.rowcount, 0)
         deleted = 0
         if delete_beyond:
-            deleted = conn.execute(
-                self.queries["delete_chunks_from_order"], (node.namespace, node.node_key, len(chunks))
-            ).rowcount
+            if seen_run is None:
+                statement = self.queries["delete_chunks_from_order"]
+            else:
+                statement = self.queries["delete_vault_chunks_from_order"]
+            deleted = conn.execute(statement, (node.namespace, node.node_key, len(chunks))).rowcount
         count = self.count_chunks(conn, node.namespace, node.node_key)
         return WriteResult(written=written, deleted=max(deleted, 0), chunk_count=count)
 
@@ -238,6 +244,16 @@ class ChunkStore(ChunkRankings):
     def delete_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
         """Deletes every chunk of a node; returns how many there were."""
         return conn.execute(self.queries["delete_chunks_of_node"], (namespace, node_key)).rowcount
+
+    def delete_vault_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
+        """Deletes the chunks vault runs wrote of a node (chunks written through the API stay); returns how
+        many there were."""
+        return conn.execute(self.queries["delete_vault_chunks_of_node"], (namespace, node_key)).rowcount
+
+    def count_api_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
+        """How many chunks of a node were written through the API (``seen_run`` NULL)."""
+        row = conn.execute(self.queries["count_api_chunks_of_node"], (namespace, node_key)).fetchone()
+        return int(row[0]) if row else 0
 
     # -- reads -------------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ MIGRATIONS = (
     "0010_episode_embeddings.sql",
     "0011_lexeme_statistics.sql",
     "0012_namespace_vector_index.sql",
+    "0013_vault_runs.sql",
     "0014_observation_order.sql",
 )
 

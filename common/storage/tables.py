@@ -23,6 +23,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "namespace_settings": settings.namespace_settings_table,
         "snapshots": settings.snapshots_table,
         "snapshot_items": settings.snapshots_table + "_items",
+        "vault_runs": "vault_runs",
+        "vault_documents": "vault_documents",
     }
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
     index_suffixes = {
@@ -44,6 +46,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "context_traces_trace_idx": ("context_traces", "trace_idx"),
         "facts_snapshot_idx": ("facts", "snapshot_idx"),
         "snapshots_latest_idx": ("snapshots", "latest_idx"),
+        "vault_runs_namespace_idx": ("vault_runs", "namespace_idx"),
+        "vault_documents_seen_idx": ("vault_documents", "seen_idx"),
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")

@@ -57,6 +57,8 @@ from memory.v1 import (
     source_service_pb2_grpc,
     trace_service_pb2,
     trace_service_pb2_grpc,
+    vault_service_pb2,
+    vault_service_pb2_grpc,
 )
 
 from common.tooling import call_policy
@@ -316,6 +318,21 @@ class MemoryClient:
         stub = snapshot_service_pb2_grpc.SnapshotServiceStub(self.ingest_channel)
         try:
             response: snapshot_service_pb2.ReconcileStreamResponse = stub.ReconcileStream(
+                iter(requests), timeout=timeout, metadata=self._call_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for_status(exc)
+        return response
+
+    def ingest_vault(
+        self, requests: Iterable[vault_service_pb2.IngestVaultRequest], *, timeout: float
+    ) -> vault_service_pb2.IngestVaultResponse:
+        """VaultService.IngestVault: header, document batches, end message (README "Vault ingest"); sent
+        once (an iterator cannot be replayed; a run cut short sweeps nothing, so the caller may send it
+        again and unchanged documents are only marked seen)."""
+        stub = vault_service_pb2_grpc.VaultServiceStub(self.ingest_channel)
+        try:
+            response: vault_service_pb2.IngestVaultResponse = stub.IngestVault(
                 iter(requests), timeout=timeout, metadata=self._call_metadata()
             )
         except grpc.RpcError as exc:

@@ -41,6 +41,7 @@ FILE_USERS = {
     "session.sql": ["age_graph"],
     "replication.sql": ["wal_position", "read_routing"],
     "snapshots.sql": ["snapshot_store"],
+    "vault.sql": ["vault_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)
 _QUERY_FILE = re.compile(r"""Queries(?:\.for_settings)?\(\s*"([a-z0-9_]+\.sql)\"""")

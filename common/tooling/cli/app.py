@@ -19,6 +19,7 @@ from common.tooling.cli.pack_commands import pack_app
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app
+from common.tooling.cli.vault_commands import ingest
 from common.tooling.cli.write_commands import delete_node, observe, reconcile, retain
 
 app = typer.Typer(
@@ -90,6 +91,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("observe", observe),  # writes (ingest_service)
     ("reconcile", reconcile),
     ("retain", retain),
+    ("ingest", ingest),
     ("search", search),  # reads (query_service)
     ("facts", facts),
     ("source", source),

@@ -83,3 +83,35 @@ FROM query LEFT JOIN (
     WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM query))
 ) AS counted USING (lexeme)
 GROUP BY query.lexeme
+
+-- name: upsert_vault_chunk
+-- `upsert_chunk` for a vault run (seen_run set): a chunk written through the API (seen_run NULL) at the
+-- same order is left as it is (the vault never overwrites agent data, issue 11 §3), so its row count is 0.
+-- Same parameters as `upsert_chunk` (the last is embedding_pending).
+INSERT INTO {chunks} AS c (
+    namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
+    embedding_pending
+) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET
+    node_type = excluded.node_type, source_path = excluded.source_path, title = excluded.title,
+    heading = excluded.heading, text = excluded.text, embedding = excluded.embedding, meta = excluded.meta,
+    seen_run = excluded.seen_run, embedding_pending = excluded.embedding_pending
+WHERE c.seen_run IS NOT NULL AND (
+    (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run, c.embedding_pending)
+    IS DISTINCT FROM (excluded.node_type, excluded.source_path, excluded.title, excluded.heading,
+        excluded.text, excluded.meta, excluded.seen_run, excluded.embedding_pending)
+    OR c.embedding IS DISTINCT FROM excluded.embedding)
+
+-- name: delete_vault_chunks_from_order
+-- `delete_chunks_from_order` for a vault run: only chunks a vault run wrote (seen_run set) (parameters:
+-- namespace, node key, first order to delete).
+DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND chunk_order >= %s AND seen_run IS NOT NULL
+
+-- name: delete_vault_chunks_of_node
+-- Deletes the chunks a vault run wrote of a node, keeping those written through the API (parameters:
+-- namespace, node key).
+DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NOT NULL
+
+-- name: count_api_chunks_of_node
+-- Chunks of a node written through the API (seen_run NULL) (parameters: namespace, node key).
+SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NULL

@@ -1,0 +1,182 @@
+"""Vault ingest on the real docs vault (issue 11 §4), through gRPC against real service processes.
+
+Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped afterwards):
+
+* the full vault ingest: the 398 files of ``shared/corpora/docs-vault`` sent by `cb ingest`'s stream
+  (`common.tooling.cli.vault_commands.vault_messages`) to ``VaultService.IngestVault`` of a
+  ``cb serve ingest`` process into an empty namespace: wall seconds and chunks/s (chunks embedded /
+  wall time);
+* the floor: the embedding model's own throughput on the same texts (each chunk's
+  ``"<title> — <heading>\\n<text>"``, cut exactly as the server cuts them, encoded per document as the
+  server batches them) in this process, measured before and after the ingest (the machine is shared:
+  their spread shows the noise), reported as the ratio ingest chunks/s / floor chunks/s;
+* the unchanged re-run: the same stream again (every document only marked seen): wall seconds, and the
+  chunks it embedded (0);
+* the load average (1 min) at each step.
+
+Results: printed, written to bench/results/vault-<UTC time>.json, appended to bench/RESULTS.md.
+
+Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]`` (``--every``
+measures a sample: every N-th file in path order) (the database must
+be up: ``make db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import grpc
+from memory.v1 import vault_service_pb2_grpc
+
+from bench.run_bench import run_in_database, services
+from bench.service_results import append_entry, heading, machine, write_json
+from common.kernel.config import Settings
+from common.storage.chunk_store import embedding_input
+from common.text_models.embeddings.factory import build_embedding_provider
+from common.tooling.cli.vault_commands import vault_messages
+from common.tooling.vault_source import VaultSource, directory_documents
+from ingest_service.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents import strip_front_matter
+from ingest_service.vault_documents import VaultFile, parse_file
+
+VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def chunk_texts(source: VaultSource, settings: Settings) -> list[list[str]]:
+    """Per document, the embedding inputs of its chunks, as the server computes them."""
+    texts = []
+    for index, document in enumerate(source.documents):
+        parsed = parse_file("bench", VaultFile(document.path, document.content), index).retain
+        title = parsed.title or parsed.natural_key
+        pieces = bounded_chunks(
+            [
+                (c.heading, c.text)
+                for c in chunk_markdown(strip_front_matter(parsed.content), settings.chunk_max_chars)
+            ]
+        )
+        texts.append(list(dict.fromkeys(embedding_input(title, heading, text) for heading, text in pieces)))
+    return texts
+
+
+def floor(provider: Any, texts: list[list[str]]) -> dict[str, float]:
+    """The model alone on ``texts``: seconds and texts/s."""
+    count = sum(len(batch) for batch in texts)
+    start = time.perf_counter()
+    for batch in texts:
+        if batch:
+            provider.encode_passages(batch)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": round(seconds, 2),
+        "chunks": count,
+        "per_second": round(count / seconds, 1),
+        "load": load_average(),
+    }
+
+
+def run(arguments: argparse.Namespace, stamp: str) -> int:
+    settings = Settings()
+    source = directory_documents(VAULT)
+    if arguments.every > 1:  # a sample spread over the whole vault (every n-th file in path order)
+        source = VaultSource(source.documents[:: arguments.every], source=source.source)
+    texts = chunk_texts(source, settings)
+    provider = build_embedding_provider(settings)
+    provider.encode_passages(["warm-up"])
+    results: dict[str, Any] = {
+        "time": stamp,
+        "machine": machine(),
+        "note": arguments.note,
+        "documents": len(source.documents),
+    }
+    results["floor_before"] = floor(provider, texts)
+    print("floor before", results["floor_before"], flush=True)
+    namespace = "bench-vault-" + uuid.uuid4().hex[:8]
+    with services() as (ingest_address, _), grpc.insecure_channel(ingest_address) as channel:
+        stub = vault_service_pb2_grpc.VaultServiceStub(channel)
+        runs = {}
+        for name in ("full", "unchanged"):
+            load = load_average()
+            start = time.perf_counter()
+            response = stub.IngestVault(vault_messages(source, namespace), timeout=7200)
+            seconds = time.perf_counter() - start
+            counts = response.counts
+            runs[name] = {
+                "seconds": round(seconds, 2),
+                "chunks_embedded": counts.chunks_embedded,
+                "chunks_written": counts.chunks_written,
+                "documents_new": counts.documents_new,
+                "documents_unchanged": counts.documents_unchanged,
+                "links_resolved": counts.links_resolved,
+                "links_unresolved": counts.links_unresolved,
+                "chunks_per_second": round(counts.chunks_embedded / seconds, 1),
+                "load_before": load,
+                "load_after": load_average(),
+            }
+            print(name, runs[name], flush=True)
+    results["floor_after"] = floor(provider, texts)
+    print("floor after", results["floor_after"], flush=True)
+    results.update(runs)
+    floor_rate = (results["floor_before"]["per_second"] + results["floor_after"]["per_second"]) / 2
+    results["ratio_to_floor"] = round(runs["full"]["chunks_per_second"] / floor_rate, 3)
+    write_json(results, prefix="vault")
+    full, unchanged = runs["full"], runs["unchanged"]
+    sample = f", every {arguments.every}th file of the vault" if arguments.every > 1 else ""
+    lines = [
+        heading(results),
+        "",
+        (
+            "Vault ingest (`bench/bench_vault.py`, issue 11): the docs vault through `VaultService.IngestVault`"
+            " (`cb ingest`'s stream, a `cb serve ingest` process, fresh database); floor = the embedding model"
+            " alone on the same chunk texts in the bench process, before and after."
+        ),
+        *([f"Note: {arguments.note}"] if arguments.note else []),
+        "",
+        "| measure | figure | load avg (1 min) |",
+        "|---|---|---|",
+        (
+            f"| full ingest ({results['documents']} documents{sample}, {full['chunks_embedded']} chunks embedded,"
+            f" {full['links_resolved']} links resolved, {full['links_unresolved']} unresolved) |"
+            f" {full['seconds']} s ({full['chunks_per_second']} chunks/s) | {full['load_before']} -> {full['load_after']} |"
+        ),
+        (
+            f"| floor: the model alone on the same texts, before / after |"
+            f" {results['floor_before']['per_second']} / {results['floor_after']['per_second']} chunks/s |"
+            f" {results['floor_before']['load']} / {results['floor_after']['load']} |"
+        ),
+        f"| full ingest / floor | {results['ratio_to_floor']} | |",
+        (
+            f"| unchanged re-run ({unchanged['documents_unchanged']} unchanged,"
+            f" {unchanged['chunks_embedded']} chunks embedded) |"
+            f" {unchanged['seconds']} s | {unchanged['load_before']} -> {unchanged['load_after']} |"
+        ),
+    ]
+    append_entry(lines)
+    print("\n".join(lines))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Vault ingest benchmark (see the module doc).")
+    parser.add_argument("--note", default="", help="a line added to the entry")
+    parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    parser.add_argument(
+        "--every", type=int, default=1, help="only every n-th file of the vault (default 1: the whole vault)"
+    )
+    return run_in_database(run, parser.parse_args(), "memory_bench_vault")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,253 @@
+"""The journal of vault runs and the documents of each namespace's vault (issue 11; migration 0013).
+
+`VaultStore` holds the SQL of ``vault_runs`` and ``vault_documents`` (named queries in
+``sql/queries/vault.sql``), the namespace lock that serialises runs (`VaultStore.namespace_lock`), and the
+two graph writes only a vault sweep makes: claiming a completed placeholder for the vault and reducing a
+swept node that carries agent data back to a placeholder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from common.kernel.config import Settings
+from common.kernel.errors import Unavailable
+from common.kernel.identifiers import canonical_instant
+from common.storage.age_graph import agtype_text
+from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.named_queries import Queries
+
+_LOCK_DOMAIN = b"memory-service/vault-run\x1f"
+LOCK_POLL_SECONDS = 0.2
+
+
+def vault_lock_id(namespace: str) -> int:
+    """The signed 64-bit advisory lock id of the vault runs of ``namespace`` (BLAKE2b, 8 bytes)."""
+    digest = hashlib.blake2b(_LOCK_DOMAIN + namespace.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class StoredVaultDocument:
+    """A row of ``vault_documents`` with the current state of its node.
+
+    Attributes:
+        natural_key: the document's key.
+        source_path: path relative to the vault's root.
+        fingerprint: sha256 of path, text and provenance as last projected.
+        indexed_at: when this text was first projected.
+        node_hash: the node's props hash right after that projection.
+        seen_run: the last run that saw the document.
+        links: the link and relation targets as written (``{"links": [...], "relations": [...]}``).
+        resolved: what they resolved to (``{"LINKS_TO": [...], "relations": [...]}``).
+        current_hash: the node's props hash now (None: the node is gone).
+        placeholder: the node is a placeholder now.
+    """
+
+    natural_key: str
+    source_path: str
+    fingerprint: str
+    indexed_at: datetime
+    node_hash: str | None
+    seen_run: str
+    links: dict[str, Any]
+    resolved: dict[str, Any]
+    current_hash: str | None
+    placeholder: bool | None
+
+    @property
+    def node_intact(self) -> bool:
+        """The node still holds what the vault wrote (nobody rewrote it through the API since)."""
+        return self.current_hash is not None and self.current_hash == self.node_hash and not self.placeholder
+
+
+class VaultStore:
+    """SQL of vault runs; stateless apart from the formatted queries, safe to share."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.queries = Queries.for_settings("vault.sql", settings)
+
+    # -- the namespace lock ------------------------------------------------------------------------
+
+    @contextmanager
+    def namespace_lock(self, namespace: str, *, still_wanted: Callable[[], bool]) -> Iterator[None]:
+        """Holds the lock of ``namespace``'s vault runs while the block runs, waiting for a run in progress.
+
+        The lock is session-level, on a connection of its own (not the pool's, and in autocommit, so no
+        transaction stays open for the run): when the process dies the connection closes and the lock is
+        released. While waiting, ``still_wanted`` is asked every `LOCK_POLL_SECONDS`.
+
+        Raises:
+            Unavailable: the database cannot be reached, or ``still_wanted`` turned false while waiting
+                (reason ``VAULT_RUN_ABANDONED``).
+        """
+        lock_id = vault_lock_id(namespace)
+        try:
+            conn = psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+        except psycopg.OperationalError as error:
+            raise Unavailable("database unavailable; retry later") from error
+        try:
+            while True:
+                row = conn.execute(self.queries["try_lock_vault_namespace"], (lock_id,)).fetchone()
+                if row and row[0]:
+                    break
+                if not still_wanted():
+                    raise Unavailable(
+                        f"the run was abandoned while waiting for another vault run of {namespace}",
+                        reason="VAULT_RUN_ABANDONED",
+                    )
+                time.sleep(LOCK_POLL_SECONDS)
+            try:
+                yield
+            finally:
+                conn.execute(self.queries["unlock_vault_namespace"], (lock_id,))
+        finally:
+            conn.close()
+
+    # -- runs ----------------------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        run_id: str,
+        namespace: str,
+        source: str,
+        branch: str,
+        commit_sha: str,
+        now: datetime,
+    ) -> None:
+        """Journals run ``run_id`` as running."""
+        conn.execute(self.queries["insert_vault_run"], (run_id, namespace, source, branch, commit_sha, now))
+
+    def finish_run(
+        self, conn: psycopg.Connection[Any], run_id: str, status: str, report: dict[str, Any], now: datetime
+    ) -> None:
+        """Records the end of run ``run_id``: ``status`` (completed, interrupted, failed) and its report."""
+        conn.execute(self.queries["finish_vault_run"], (status, now, Jsonb(report), run_id))
+
+    def get_run(self, conn: psycopg.Connection[Any], run_id: str) -> dict[str, Any] | None:
+        """The journal row of ``run_id`` (run_id, namespace, status, started_at, finished_at, report)."""
+        row = conn.execute(self.queries["vault_run_by_id"], (run_id,)).fetchone()
+        if row is None:
+            return None
+        names = ("run_id", "namespace", "status", "started_at", "finished_at", "report")
+        return dict(zip(names, row))
+
+    # -- documents -----------------------------------------------------------------------------------
+
+    def documents(self, conn: psycopg.Connection[Any], namespace: str) -> dict[str, StoredVaultDocument]:
+        """Natural key -> stored document of ``namespace``'s vault."""
+        rows = conn.execute(self.queries["vault_documents_of_namespace"], (namespace,)).fetchall()
+        return {str(row[0]): StoredVaultDocument(*row) for row in rows}
+
+    def record_document(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        namespace: str,
+        natural_key: str,
+        source_path: str,
+        fingerprint: str,
+        indexed_at: datetime,
+        run_id: str,
+        links: dict[str, Any],
+    ) -> None:
+        """Records a document projected by ``run_id`` in the transaction that wrote its node."""
+        conn.execute(
+            self.queries["upsert_vault_document"],
+            {
+                "namespace": namespace,
+                "key": natural_key,
+                "path": source_path,
+                "fingerprint": fingerprint,
+                "indexed_at": indexed_at,
+                "run": run_id,
+                "links": Jsonb(links),
+            },
+        )
+
+    def mark_seen(self, conn: psycopg.Connection[Any], namespace: str, run_id: str, keys: list[str]) -> None:
+        """Marks the documents ``keys`` seen by ``run_id`` (unchanged ones: nothing else is written)."""
+        if keys:
+            conn.execute(self.queries["mark_vault_documents_seen"], (run_id, namespace, keys))
+
+    def set_resolved(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_key: str, resolved: dict[str, Any]
+    ) -> None:
+        """Stores what a document's links and relations resolved to."""
+        conn.execute(self.queries["set_vault_resolved"], (Jsonb(resolved), namespace, natural_key))
+
+    def forget_document(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> None:
+        """Removes a swept document from the namespace's vault."""
+        conn.execute(self.queries["delete_vault_document"], (namespace, natural_key))
+
+    # -- graph writes of the vault -------------------------------------------------------------------
+
+    def claim_node(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> None:
+        """Records the vault as the owner (origin) of a node it completed from a placeholder."""
+        conn.execute(self.queries["claim_vault_origin"], (namespace, natural_key))
+
+    def owned_by_agent(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> bool:
+        """Whether the key's node exists, is no placeholder and was not created by the vault."""
+        row = conn.execute(self.queries["node_owner"], (namespace, natural_key)).fetchone()
+        return row is not None and row[0] != "vault" and not row[1]
+
+    def agent_facts_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> int:
+        """How many facts not of vault origin have the node as subject or object."""
+        row = conn.execute(
+            self.queries["agent_facts_touching"], (namespace, natural_key, natural_key)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def reduce_to_placeholder(
+        self,
+        conn: psycopg.Connection[Any],
+        graph: GraphStore,
+        *,
+        namespace: str,
+        natural_key: str,
+        node_type: str,
+        label: str,
+        scopes: list[str],
+        now: datetime,
+    ) -> None:
+        """Rewrites a node's vertex as a placeholder (no title, text or provenance; type, label and
+        visibility scopes kept, so nothing becomes more visible) and flags its registry row."""
+        node = NodeWrite(
+            namespace=namespace,
+            natural_key=natural_key,
+            node_type=node_type,
+            props={"scopes": scopes} if scopes else {},
+        )
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET properties = %s::ag_catalog.agtype WHERE id ="
+                " (SELECT vertex_id FROM graph_nodes WHERE namespace = %s AND natural_key = %s)"
+            ).format(graph._table(label)),
+            (agtype_text(node.vertex_properties(canonical_instant(now), True)), namespace, natural_key),
+        )
+        conn.execute(self.queries["placeholder_registry_row"], (namespace, natural_key))
+
+
+def fingerprint(source_path: str, content: str, provenance: dict[str, Any]) -> str:
+    """sha256 hex of a document's path, text and provenance (``indexed_at`` left out): equal fingerprints
+    mean the run has nothing new to project."""
+    stable = {key: value for key, value in provenance.items() if key != "indexed_at"}
+    text = json.dumps([source_path, content, stable], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+__all__ = ["StoredVaultDocument", "VaultStore", "fingerprint", "vault_lock_id"]

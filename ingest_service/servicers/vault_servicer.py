@@ -1,0 +1,144 @@
+"""VaultService transport: proto <-> domain mapping only (DESIGN §1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+from google.protobuf import json_format
+from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
+
+from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
+from ingest_service.vault_documents import VaultFile
+from ingest_service.vault_ingest import VaultHeader, VaultIngestor, VaultRunReport
+
+_STATUS = {
+    "new": vault_service_pb2.VAULT_DOCUMENT_STATUS_NEW,
+    "changed": vault_service_pb2.VAULT_DOCUMENT_STATUS_CHANGED,
+    "unchanged": vault_service_pb2.VAULT_DOCUMENT_STATUS_UNCHANGED,
+    "conflict": vault_service_pb2.VAULT_DOCUMENT_STATUS_CONFLICT,
+    "rejected": vault_service_pb2.VAULT_DOCUMENT_STATUS_REJECTED,
+}
+
+
+class VaultServicer(vault_service_pb2_grpc.VaultServiceServicer):  # type: ignore[misc]
+    """memory.v1.VaultService (IngestVault); domain errors are mapped by the server's interceptor."""
+
+    def __init__(self, ingestor: VaultIngestor) -> None:
+        self.ingestor = ingestor
+
+    def IngestVault(
+        self,
+        request_iterator: Iterator[vault_service_pb2.IngestVaultRequest],
+        context: grpc.ServicerContext,
+    ) -> vault_service_pb2.IngestVaultResponse:
+        """The header, then the documents consumed lazily by the run, then the end message."""
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidArgument(
+                [FieldViolation("header", "the first message of the stream must carry the header")]
+            )
+        header = first.header
+        report = self.ingestor.run(
+            VaultHeader(
+                namespace=header.namespace,
+                dry_run=header.dry_run,
+                source=header.source,
+                branch=header.branch,
+                commit_sha=header.commit_sha,
+                trace_id=header.trace_id,
+            ),
+            _documents(request_iterator),
+            still_wanted=context.is_active,
+        )
+        return _response(report)
+
+
+def _documents(messages: Iterator[vault_service_pb2.IngestVaultRequest]) -> Iterator[list[VaultFile]]:
+    """Messages 2.. of the stream as lists of documents; returns normally only after the end message with
+    the number of documents that arrived, and the close of the stream (so the run sweeps only then).
+
+    Raises:
+        InvalidArgument: a second header, a message after the end, no end message, a wrong count.
+        Unavailable: the stream broke (cancelled, deadline exceeded, connection lost): nothing swept.
+    """
+    index, count = 0, 0
+    end: vault_service_pb2.IngestVaultEnd | None = None
+    try:
+        for index, message in enumerate(messages, start=1):
+            which = message.WhichOneof("part")
+            if end is not None:
+                raise InvalidArgument(
+                    [FieldViolation("end", f"message {index} of the stream follows the end message")]
+                )
+            if which == "end":
+                end = message.end
+                continue
+            if which != "documents":
+                description = (
+                    "only the first message carries the header" if which else "documents or end required"
+                )
+                raise InvalidArgument(
+                    [FieldViolation("documents", f"message {index} of the stream: {description}")]
+                )
+            count += len(message.documents.documents)
+            yield [
+                VaultFile(
+                    path=document.path,
+                    content=document.content,
+                    provenance=json_format.MessageToDict(document.provenance)
+                    if document.HasField("provenance")
+                    else {},
+                )
+                for document in message.documents.documents
+            ]
+    except grpc.RpcError as error:
+        raise Unavailable(
+            f"the stream broke after {index} messages, before the client closed it; nothing was swept",
+            reason="STREAM_BROKEN",
+        ) from error
+    if end is None:
+        raise InvalidArgument(
+            [
+                FieldViolation(
+                    "end",
+                    f"the stream closed after {index + 1} messages without the end message; nothing was swept",
+                )
+            ]
+        )
+    if end.document_count != count:
+        raise InvalidArgument(
+            [
+                FieldViolation(
+                    "end.document_count", f"{end.document_count} documents announced, {count} arrived"
+                )
+            ]
+        )
+
+
+def _response(report: VaultRunReport) -> vault_service_pb2.IngestVaultResponse:
+    counts = vault_service_pb2.VaultRunCounts(**report.counts)
+    return vault_service_pb2.IngestVaultResponse(
+        run_id=report.run_id,
+        namespace=report.namespace,
+        dry_run=report.dry_run,
+        swept=report.swept,
+        counts=counts,
+        documents=[
+            vault_service_pb2.VaultDocumentResult(
+                path=doc.path,
+                natural_key=doc.natural_key,
+                status=_STATUS[doc.status],
+                chunk_count=doc.chunk_count,
+                detail=doc.detail,
+            )
+            for doc in report.documents
+        ],
+        swept_keys=sorted(report.swept_keys),
+        unresolved_links=[
+            vault_service_pb2.UnresolvedLink(path=path, target=target, relation=relation)
+            for path, target, relation in report.unresolved_links
+        ],
+        audit_event_ids=report.audit_event_ids,
+        trace_id=report.trace_id,
+    )

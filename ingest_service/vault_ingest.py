@@ -1,0 +1,269 @@
+"""VaultService.IngestVault: one vault run, mark-and-sweep (issue 11; seed 000 "Происхождение: vault и
+agent", "Рёбра и связи"). Transport free; the contract's comment (protos/memory/v1/vault_service.proto)
+is the specification, this is how it is met.
+
+1. **Serialised**: the run holds the namespace's vault lock (`VaultStore.namespace_lock`, a session lock
+   on a connection of its own) from start to end; a second run of the namespace waits.
+2. **Documents as they arrive**: each file is parsed (`ingest_service.vault_documents`) and projected by
+   the Retain projection (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks
+   marked with the run, the journal row in the same transaction). A file whose path, text and
+   provenance give the fingerprint journaled for its path, with its node as the vault left it, is
+   *unchanged*: not parsed, chunked or embedded, only marked seen at the end.
+3. **Links at the end**: the run's documents form a `VaultIndex`; each document's references resolve
+   against it, then against the namespace's existing nodes the caller can see (by natural key). Only
+   documents whose resolution differs from the journaled one (or whose node was rewritten) get their
+   LINKS_TO edges and relation facts rewritten, so an unchanged vault writes nothing here either.
+   Relation facts have origin ``vault``, evidence ``asserted``, the document's scopes, and valid_from =
+   when the relation was first seen; a relation that disappears is closed (facts keep their history).
+4. **Sweep** (`ingest_service.vault_sweep`) only after the end message when no document was rejected.
+
+A run that breaks (the stream, the database) is journaled ``interrupted`` (when the database can still
+be reached) and sweeps nothing; what it projected stays, and the next run finds it unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from common.domain.audit import AuditTrail
+from common.domain.write_access import WriteAccess
+from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from common.kernel.identifiers import canonical_instant
+from common.storage.database import Database
+from common.storage.vault_store import StoredVaultDocument, VaultStore
+from ingest_service.documents import AgentOwnedKey, DocumentWriter, VaultProjection
+from ingest_service.node_deletion import NodeDeleter
+from ingest_service.vault_documents import (
+    ParsedDocument,
+    VaultFile,
+    entry_of_journal,
+    file_fingerprint,
+    parse_file,
+    references_of_journal,
+)
+from ingest_service.vault_link_writer import VaultLinkWriter
+from ingest_service.vault_run_model import (
+    CHANGED,
+    CONFLICT,
+    NEW,
+    REJECTED,
+    UNCHANGED,
+    DocumentOutcome,
+    SeenDocument,
+    VaultHeader,
+    VaultRunReport,
+    validate_header,
+)
+from ingest_service.vault_sweep import VaultSweeper
+
+log = logging.getLogger(__name__)
+
+
+class VaultIngestor:
+    """Runs vault projections (see the module doc)."""
+
+    def __init__(self, database: Database, writer: DocumentWriter, deleter: NodeDeleter, audit: AuditTrail):
+        self.database = database
+        self.writer = writer
+        self.vault = VaultStore(database.settings)
+        self.sweeper = VaultSweeper(database, deleter, audit)
+        self.links = VaultLinkWriter(database)
+
+    def run(
+        self,
+        header: VaultHeader,
+        batches: Iterable[list[VaultFile]],
+        *,
+        still_wanted: Callable[[], bool] = lambda: True,
+    ) -> VaultRunReport:
+        """Runs one vault projection of ``header.namespace`` from ``batches`` (the documents in stream
+        order; the iterator raises when the stream breaks or ends without its end message).
+
+        Raises:
+            InvalidArgument: header violations; the stream's own errors (raised by ``batches``).
+            Unavailable: the stream broke or the database cannot be reached (nothing swept).
+        """
+        validate_header(header)
+        run_id = f"vault-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:12]}"
+        report = VaultRunReport(run_id, header.namespace, header.dry_run, header.trace_id or run_id)
+        access = WriteAccess.of_caller()
+        with self.vault.namespace_lock(header.namespace, still_wanted=still_wanted):
+            if not header.dry_run:
+                with self.database.connection() as conn:
+                    self.vault.start_run(
+                        conn,
+                        run_id=run_id,
+                        namespace=header.namespace,
+                        source=header.source,
+                        branch=header.branch,
+                        commit_sha=header.commit_sha,
+                        now=datetime.now(UTC),
+                    )
+            try:
+                self._run(header, batches, report, access)
+            except BaseException:
+                if not header.dry_run:
+                    self._finish(report, "interrupted")
+                raise
+            if not header.dry_run:
+                self._finish(report, "completed")
+        return report
+
+    def _finish(self, report: VaultRunReport, status: str) -> None:
+        try:
+            with self.database.connection() as conn:
+                self.vault.finish_run(conn, report.run_id, status, dict(report.counts), datetime.now(UTC))
+        except Exception:  # the run's own error is what the caller needs to see
+            log.warning("vault run %s: could not journal its end (%s)", report.run_id, status, exc_info=True)
+
+    def _run(
+        self,
+        header: VaultHeader,
+        batches: Iterable[list[VaultFile]],
+        report: VaultRunReport,
+        access: WriteAccess,
+    ) -> None:
+        namespace = header.namespace
+        with self.database.connection() as conn:
+            stored = self.vault.documents(conn, namespace)
+        by_path = {doc.source_path: doc for doc in stored.values()}
+        seen: dict[str, SeenDocument] = {}
+        unchanged: list[str] = []
+        rejected = 0
+        index = 0
+        for batch in batches:
+            for file in batch:
+                outcome = self._take(header, file, index, stored, by_path, seen, unchanged, report)
+                report.documents.append(outcome)
+                rejected += outcome.status == REJECTED
+                report.count(f"documents_{_COUNTER[outcome.status]}")
+                index += 1
+        if not header.dry_run:
+            with self.database.connection() as conn:
+                self.vault.mark_seen(conn, namespace, report.run_id, unchanged)
+        self.links.write(namespace, seen, stored, report, access, write=not header.dry_run)
+        unseen = sorted(key for key in stored if key not in seen)
+        if rejected:
+            log.info("vault run %s: %d document(s) rejected, nothing swept", report.run_id, rejected)
+            return
+        if header.dry_run:
+            report.swept_keys = unseen
+            report.count("documents_swept", len(unseen))
+            return
+        for key in unseen:
+            outcome = self.sweeper.sweep(
+                namespace, stored[key], run_id=report.run_id, trace_id=report.trace_id, access=access
+            )
+            if outcome.swept:
+                report.swept_keys.append(key)
+                report.audit_event_ids.append(outcome.audit_event_id)
+                report.count("documents_swept")
+        report.swept = True
+
+    def _take(
+        self,
+        header: VaultHeader,
+        file: VaultFile,
+        index: int,
+        stored: dict[str, StoredVaultDocument],
+        by_path: dict[str, StoredVaultDocument],
+        seen: dict[str, SeenDocument],
+        unchanged: list[str],
+        report: VaultRunReport,
+    ) -> DocumentOutcome:
+        """Projects (or marks) one document; rejects what cannot be projected."""
+        namespace = header.namespace
+        previous = by_path.get(file.path)
+        if (
+            previous is not None
+            and previous.natural_key not in seen
+            and previous.node_intact
+            and file_fingerprint(file) == previous.fingerprint
+        ):
+            journal = previous.links
+            seen[previous.natural_key] = SeenDocument(
+                entry_of_journal(previous.natural_key, file.path, journal),
+                references_of_journal(journal),
+                tuple(journal.get("scopes") or ()),
+                owned=True,
+                rewrite=False,
+            )
+            unchanged.append(previous.natural_key)
+            return DocumentOutcome(file.path, previous.natural_key, UNCHANGED)
+        indexed_at = datetime.now(UTC)
+        try:
+            parsed = parse_file(namespace, file, index, indexed_at=canonical_instant(indexed_at))
+        except InvalidArgument as error:
+            return DocumentOutcome(file.path, "", REJECTED, detail=_violations(error))
+        key = parsed.retain.natural_key
+        if key in seen:
+            return DocumentOutcome(
+                file.path, key, REJECTED, detail=f"natural key {key!r} of another document"
+            )
+        earlier = stored.get(key)
+        status = CHANGED if earlier is not None else NEW
+        if header.dry_run:
+            with self.database.connection() as conn:
+                if self.vault.owned_by_agent(conn, namespace, key):
+                    seen[key] = SeenDocument(
+                        parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False
+                    )
+                    return DocumentOutcome(file.path, key, CONFLICT, detail="written through the API")
+            seen[key] = SeenDocument(
+                parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
+            )
+            return DocumentOutcome(file.path, key, status)
+        try:
+            result = self.writer.retain(
+                parsed.retain,
+                vault=VaultProjection(report.run_id, self._journal(parsed, report.run_id, indexed_at)),
+            )
+        except AgentOwnedKey as error:
+            seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
+            return DocumentOutcome(file.path, key, CONFLICT, detail=error.message)
+        except (InvalidArgument, PermissionDenied, NotFound) as error:
+            detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
+            return DocumentOutcome(file.path, key, REJECTED, detail=detail)
+        seen[key] = SeenDocument(
+            parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
+        )
+        report.count("chunks_embedded", result.chunks_embedded)
+        report.count("chunks_written", result.chunks_written)
+        return DocumentOutcome(file.path, key, status, chunk_count=result.chunk_count)
+
+    def _journal(self, parsed: ParsedDocument, run_id: str, indexed_at: datetime) -> Callable[[Any], None]:
+        """The journal write of a projected document, run inside its Retain transaction."""
+
+        def record(conn: Any) -> None:
+            self.vault.record_document(
+                conn,
+                namespace=parsed.retain.namespace,
+                natural_key=parsed.retain.natural_key,
+                source_path=parsed.entry.path,
+                fingerprint=parsed.fingerprint,
+                indexed_at=indexed_at,
+                run_id=run_id,
+                links=parsed.journal(),
+            )
+
+        return record
+
+
+_COUNTER = {
+    NEW: "new",
+    CHANGED: "changed",
+    UNCHANGED: "unchanged",
+    CONFLICT: "conflicting",
+    REJECTED: "rejected",
+}
+
+
+def _violations(error: InvalidArgument) -> str:
+    return "; ".join(f"{v.field}: {v.description}" for v in error.violations) or error.message
+
+
+__all__ = ["DocumentOutcome", "VaultHeader", "VaultIngestor", "VaultRunReport", "validate_header"]

@@ -1,0 +1,131 @@
+"""Issue 11 §4 on the real docs vault (398 Markdown files of ../shared/corpora/docs-vault, copied to a
+temporary folder so files can be deleted, renamed and edited): full run, unchanged re-run (nothing
+re-chunked or re-embedded), a run after deleting, renaming and editing files, an interrupted run."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from memory.v1 import source_service_pb2, source_service_pb2_grpc, vault_service_pb2, vault_service_pb2_grpc
+
+from common.storage.database import Database
+from common.tooling.cli.vault_commands import vault_messages
+from common.tooling.vault_source import directory_documents
+from tests.conftest import CORPORA
+from tests.e2e.vault_helpers import cut_short, ingest, statuses
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # the first run embeds ~10k chunks
+
+VAULT = CORPORA / "docs-vault"
+
+
+@dataclass
+class Loaded:
+    root: Path
+    namespace: str
+    first: vault_service_pb2.IngestVaultResponse
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory, ingest_channel: grpc.Channel) -> Iterator[Loaded]:
+    root = tmp_path_factory.mktemp("docs") / "docs-vault"
+    shutil.copytree(VAULT, root)
+    namespace = "vault-docs-" + uuid.uuid4().hex[:10]
+    yield Loaded(root, namespace, ingest(ingest_channel, root, namespace))
+
+
+def _chunk_runs(database: Database, namespace: str) -> dict[str, int]:
+    """seen_run -> chunks written by that run (a chunk row rewritten by a run carries its id)."""
+    with database.connection() as conn:
+        rows = conn.execute(
+            "SELECT seen_run, count(*) FROM chunks WHERE namespace = %s GROUP BY seen_run", (namespace,)
+        ).fetchall()
+    return {str(run): int(count) for run, count in rows}
+
+
+def test_full_run(loaded: Loaded, database: Database) -> None:
+    first = loaded.first
+    paths = sorted(p.relative_to(VAULT).as_posix() for p in VAULT.rglob("*.md"))
+    assert [d.path for d in first.documents] == paths and len(paths) == 398
+    assert set(statuses(first).values()) == {"new"} and first.swept
+    counts = first.counts
+    # A text repeated inside one document is embedded once.
+    assert counts.documents_new == 398 and counts.chunks_written >= counts.chunks_embedded > 9000
+    assert _chunk_runs(database, loaded.namespace) == {first.run_id: counts.chunks_written}
+    # Relative links between the files of one package resolve (e.g. npm's docs link to each other).
+    assert counts.links_resolved > 100
+    assert counts.links_unresolved == len(first.unresolved_links) > 0
+
+
+def test_unchanged_rerun_embeds_nothing(
+    loaded: Loaded, ingest_channel: grpc.Channel, database: Database
+) -> None:
+    again = ingest(ingest_channel, loaded.root, loaded.namespace)
+    assert set(statuses(again).values()) == {"unchanged"} and again.swept and not again.swept_keys
+    assert again.counts.chunks_embedded == 0 and again.counts.chunks_written == 0
+    assert (
+        again.counts.relations_written == 0
+        and again.counts.links_resolved == loaded.first.counts.links_resolved
+    )
+    # No chunk row was rewritten: every chunk still carries the first run's id.
+    assert set(_chunk_runs(database, loaded.namespace)) == {loaded.first.run_id}
+
+
+def test_interrupted_then_delete_rename_edit(
+    loaded: Loaded, ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database
+) -> None:
+    root = loaded.root
+    deleted = ["zstd/README.md", "ms/license.md"]
+    renamed = ("semver/README.md", "semver/GUIDE.md")  # frontmatter natural_key: the same node, moved
+    edited = "which/README.md"
+    for path in deleted:
+        (root / path).unlink()
+    (root / renamed[0]).rename(root / renamed[1])
+    text = (root / edited).read_text("utf-8")
+    (root / edited).write_text(text + "\n## Added section\n\nA paragraph written by the test.\n", "utf-8")
+    # Interrupted after the header and three messages: nothing swept.
+    stub = vault_service_pb2_grpc.VaultServiceStub(ingest_channel)
+    with pytest.raises(grpc.RpcError):
+        stub.IngestVault(
+            cut_short(vault_messages(directory_documents(root), loaded.namespace), 4), timeout=600
+        )
+    sources = source_service_pb2_grpc.SourceServiceStub(query_channel)
+    for key in ("doc:zstd/README", "doc:ms/license"):
+        sources.GetSource(
+            source_service_pb2.GetSourceRequest(namespace=loaded.namespace, natural_key=key), timeout=60
+        )
+    # The complete run: exactly the edited and moved documents re-projected, the deleted ones swept.
+    run = ingest(ingest_channel, root, loaded.namespace)
+    changed = {path: status for path, status in statuses(run).items() if status != "unchanged"}
+    assert changed == {edited: "changed", renamed[1]: "changed"}
+    assert sorted(run.swept_keys) == ["doc:ms/license", "doc:zstd/README"] and run.swept
+    for key in ("doc:zstd/README", "doc:ms/license"):
+        with pytest.raises(grpc.RpcError) as gone:
+            sources.GetSource(
+                source_service_pb2.GetSourceRequest(namespace=loaded.namespace, natural_key=key), timeout=60
+            )
+        assert gone.value.code() == grpc.StatusCode.NOT_FOUND
+    moved = sources.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=loaded.namespace, natural_key="doc:semver/README"),
+        timeout=60,
+    ).source
+    assert moved.content == (root / renamed[1]).read_text("utf-8")
+    # Only the edited document's new chunk texts were embedded (the moved one reused its vectors).
+    runs = _chunk_runs(database, loaded.namespace)
+    assert set(runs) <= {loaded.first.run_id, run.run_id}
+    with database.connection() as conn:
+        rewritten = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT DISTINCT node_key FROM chunks WHERE namespace = %s AND seen_run = %s",
+                (loaded.namespace, run.run_id),
+            )
+        }
+    assert rewritten == {"doc:which/README", "doc:semver/README"}
+    assert 0 < run.counts.chunks_embedded <= 3

@@ -1,0 +1,61 @@
+"""Helpers of the vault ingest e2e tests: run `cb ingest`'s stream against the real ingest service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.message import Message
+from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
+
+from common.tooling.cli.vault_commands import vault_messages
+from common.tooling.vault_source import VaultSource, directory_documents
+
+STATUS = {
+    vault_service_pb2.VAULT_DOCUMENT_STATUS_NEW: "new",
+    vault_service_pb2.VAULT_DOCUMENT_STATUS_CHANGED: "changed",
+    vault_service_pb2.VAULT_DOCUMENT_STATUS_UNCHANGED: "unchanged",
+    vault_service_pb2.VAULT_DOCUMENT_STATUS_CONFLICT: "conflict",
+    vault_service_pb2.VAULT_DOCUMENT_STATUS_REJECTED: "rejected",
+}
+
+
+def ingest(
+    channel: grpc.Channel,
+    source: VaultSource | Path,
+    namespace: str,
+    *,
+    dry_run: bool = False,
+    metadata: Any = None,
+) -> vault_service_pb2.IngestVaultResponse:
+    """One IngestVault run of ``source`` (a folder or a read source), as `cb ingest` sends it."""
+    if isinstance(source, Path):
+        source = directory_documents(source)
+    stub = vault_service_pb2_grpc.VaultServiceStub(channel)
+    response: vault_service_pb2.IngestVaultResponse = stub.IngestVault(
+        vault_messages(source, namespace, dry_run=dry_run), timeout=3600, metadata=metadata
+    )
+    return response
+
+
+def statuses(response: vault_service_pb2.IngestVaultResponse) -> dict[str, str]:
+    """path -> status name of every document of a run."""
+    return {d.path: STATUS[d.status] for d in response.documents}
+
+
+def cut_short(messages: Iterator[Message], after: int) -> Iterator[Message]:
+    """The first ``after`` messages of a stream, then a client-side failure (the stream is cancelled)."""
+    for index, message in enumerate(messages):
+        if index == after:
+            raise RuntimeError("the client dies mid-run")
+        yield message
+
+
+def write(root: Path, relative: str, text: str) -> Path:
+    """Writes a vault file (folders created)."""
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

@@ -1,0 +1,92 @@
+"""`common.storage.vault_store` on the real database: the namespace lock of vault runs, the journal of
+documents and how it sees a node rewritten through the API."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from common.kernel.errors import Unavailable
+from common.storage.database import Database
+from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.vault_store import VaultStore
+
+pytestmark = pytest.mark.integration
+
+
+def test_namespace_lock_serialises_and_gives_up_when_unwanted(database: Database, namespace: str) -> None:
+    store = VaultStore(database.settings)
+    held, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with store.namespace_lock(namespace, still_wanted=lambda: True):
+            held.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert held.wait(30)
+    # A second run waits, and stops when its caller left.
+    with pytest.raises(Unavailable) as abandoned, store.namespace_lock(namespace, still_wanted=lambda: False):
+        pytest.fail("the lock was held by the first run")
+    assert abandoned.value.reason == "VAULT_RUN_ABANDONED"
+    with store.namespace_lock(namespace + "-other", still_wanted=lambda: False):
+        pass  # another namespace does not wait
+    release.set()
+    thread.join(30)
+    with store.namespace_lock(namespace, still_wanted=lambda: False):
+        pass  # released at the end of the first run
+
+
+def test_journal_tracks_the_node_it_projected(database: Database, namespace: str) -> None:
+    store, graph = VaultStore(database.settings), GraphStore(database)
+    now = datetime.now(UTC)
+    node = NodeWrite(
+        namespace=namespace,
+        natural_key="doc:a",
+        node_type="document",
+        origin="vault",
+        props={"content": "v1"},
+    )
+    with database.connection() as conn:
+        graph.upsert_node(conn, node, now=now)
+        store.record_document(
+            conn,
+            namespace=namespace,
+            natural_key="doc:a",
+            source_path="a.md",
+            fingerprint="f1",
+            indexed_at=now,
+            run_id="run-1",
+            links={"title": "A"},
+        )
+    with database.connection() as conn:
+        (stored,) = store.documents(conn, namespace).values()
+    assert stored.node_intact and stored.seen_run == "run-1" and stored.links == {"title": "A"}
+    with database.connection() as conn:  # an agent rewrites the node: the journal sees it
+        graph.upsert_node(
+            conn, NodeWrite(namespace, "doc:a", "document", props={"content": "agent"}), now=now
+        )
+        store.mark_seen(conn, namespace, "run-2", ["doc:a"])
+    with database.connection() as conn:
+        (stored,) = store.documents(conn, namespace).values()
+    assert not stored.node_intact and stored.seen_run == "run-2"
+    with database.connection() as conn:
+        label = graph.node_labels(conn, namespace, ["doc:a"])["doc:a"]
+        store.reduce_to_placeholder(
+            conn,
+            graph,
+            namespace=namespace,
+            natural_key="doc:a",
+            node_type="document",
+            label=label,
+            scopes=[],
+            now=now,
+        )
+        store.forget_document(conn, namespace, "doc:a")
+    with database.connection() as conn:
+        vertex = graph.get_node(conn, namespace, "doc:a")
+        assert store.documents(conn, namespace) == {}
+    assert vertex is not None and vertex["placeholder"] is True and "content" not in vertex["props"]

@@ -1,0 +1,160 @@
+"""Vault ingest, pure parts: links found in Markdown, their resolution, frontmatter relations, the
+directory reader (.gitignore, hidden folders) and the stream `cb ingest` sends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from memory.v1 import vault_service_pb2
+
+from common.domain.document_frontmatter import (
+    VAULT_FIELDS,
+    FrontmatterError,
+    document_fields,
+    read_frontmatter,
+)
+from common.kernel.errors import InvalidArgument
+from common.tooling.cli.vault_commands import vault_messages
+from common.tooling.vault_source import SourceDocument, VaultSource, directory_documents
+from ingest_service.vault_documents import VaultFile, check_path, file_fingerprint, parse_file
+from ingest_service.vault_links import LinkReference, VaultEntry, VaultIndex, body_links
+
+
+def test_body_links_skip_code_and_images() -> None:
+    body = (
+        "See [a](a.md#x), ![img](pic.png), [[Wiki Page#Part|label]] and `[[in code]]`.\n\n"
+        "```\n[[in a fence]] [b](b.md)\n```\n\n    [[indented code]]\n\n[[Split\nacross]] [[ok]]\n"
+    )
+    found = [(r.kind, r.target) for r in body_links(body)]
+    assert found == [("markdown", "a.md#x"), ("wiki", "Wiki Page#Part|label"), ("wiki", "ok")]
+
+
+INDEX = VaultIndex(
+    [
+        VaultEntry("doc:guide", "guide.md", "Setup Guide", ("setup",)),
+        VaultEntry("doc:ref/api", "ref/api.md", "API"),
+        VaultEntry("doc:ref/README", "ref/README.md", "Reference"),
+        VaultEntry("doc:other/api", "other/api.md", "API"),
+        VaultEntry("doc:Заметки/план", "Заметки/план.md", "План"),
+    ]
+)
+GUIDE = INDEX.by_key["doc:guide"]
+API = INDEX.by_key["doc:ref/api"]
+
+
+@pytest.mark.parametrize(
+    ("source", "reference", "expected"),
+    [
+        (GUIDE, LinkReference("markdown", "ref/api.md#calls"), "doc:ref/api"),
+        (GUIDE, LinkReference("markdown", "ref/api"), "doc:ref/api"),  # .md left out
+        (GUIDE, LinkReference("markdown", "ref/"), "doc:ref/README"),  # a folder's README
+        (GUIDE, LinkReference("markdown", "./ref/api.md?plain=1"), "doc:ref/api"),
+        (API, LinkReference("markdown", "../guide.md"), "doc:guide"),
+        (API, LinkReference("markdown", "/guide.md"), "doc:guide"),  # from the root
+        (API, LinkReference("markdown", "../../guide.md"), None),  # leaves the vault
+        (
+            GUIDE,
+            LinkReference("markdown", "%D0%97%D0%B0%D0%BC%D0%B5%D1%82%D0%BA%D0%B8/план.md"),
+            "doc:Заметки/план",
+        ),
+        (GUIDE, LinkReference("markdown", "https://example.org/guide.md"), None),
+        (GUIDE, LinkReference("markdown", "doc:ref/api"), "doc:ref/api"),  # a natural key of the run
+        (API, LinkReference("wiki", "setup"), "doc:guide"),  # alias
+        (API, LinkReference("wiki", "SETUP GUIDE|the guide"), "doc:guide"),  # title, case-insensitive
+        (GUIDE, LinkReference("wiki", "api#Calls"), "doc:ref/api"),  # two named api: the shortest path
+        (
+            VaultEntry("doc:other/x", "other/x.md", "X"),
+            LinkReference("wiki", "api"),
+            "doc:other/api",
+        ),  # same folder
+        (GUIDE, LinkReference("wiki", "ref/api"), "doc:ref/api"),  # by path
+        (GUIDE, LinkReference("wiki", "План"), "doc:Заметки/план"),
+        (GUIDE, LinkReference("wiki", "nowhere"), None),
+        (GUIDE, LinkReference("relation", "ref/api.md", "SUPERSEDED_BY"), "doc:ref/api"),
+    ],
+)
+def test_resolution(source: VaultEntry, reference: LinkReference, expected: str | None) -> None:
+    assert INDEX.resolve(source, reference) == expected
+
+
+def test_external_links_are_not_reported() -> None:
+    assert VaultIndex.is_external(LinkReference("markdown", "mailto:someone@example.invalid"))
+    assert VaultIndex.is_external(LinkReference("markdown", "#section"))
+    assert not VaultIndex.is_external(LinkReference("markdown", "missing.md"))
+    assert not VaultIndex.is_external(LinkReference("wiki", "https://x"))
+
+
+def test_frontmatter_relations_aliases_and_meta() -> None:
+    text = (
+        "---\ntitle: T\naliases: [one, two]\nsuperseded_by: new.md\nrelations:\n  part_of_project: [a.md, b.md]\n"
+        "project: project:x\n---\nbody\n"
+    )
+    vault = document_fields(read_frontmatter(text), consumed=VAULT_FIELDS)
+    assert vault.aliases == ("one", "two")
+    assert vault.relations == (
+        ("superseded_by", "new.md"),
+        ("part_of_project", "a.md"),
+        ("part_of_project", "b.md"),
+    )
+    assert vault.meta == {"project": "project:x"}
+    # cb retain (BASE_FIELDS) keeps the old mapping: those keys stay consumer meta.
+    retain = document_fields(read_frontmatter(text))
+    assert retain.relations == () and retain.meta["superseded_by"] == "new.md" and "relations" in retain.meta
+    with pytest.raises(FrontmatterError):
+        document_fields(read_frontmatter("---\nrelations: [x]\n---\n"), consumed=VAULT_FIELDS)
+
+
+def test_parse_file_and_fingerprint() -> None:
+    file = VaultFile("notes/a.md", "---\nscopes: [workspace:x]\n---\n# A\n\n[[b]]\n", {"commit_sha": "abc"})
+    parsed = parse_file("ns", file, 0, indexed_at="2026-12-01T00:00:00Z")
+    assert parsed.retain.natural_key == "doc:notes/a" and parsed.retain.scopes == ("workspace:x",)
+    assert (
+        parsed.retain.provenance["commit_sha"] == "abc" and parsed.retain.provenance["path"] == "notes/a.md"
+    )
+    assert parsed.references == (LinkReference("wiki", "b"),)
+    assert parsed.fingerprint == file_fingerprint(file)  # indexed_at is not part of it
+    assert file_fingerprint(VaultFile("notes/b.md", file.content, file.provenance)) != parsed.fingerprint
+    assert file_fingerprint(VaultFile(file.path, file.content, {"commit_sha": "def"})) != parsed.fingerprint
+    with pytest.raises(InvalidArgument) as bad:
+        parse_file("ns", VaultFile("a.md", "---\nrelations: {bad-name: x.md}\n---\n"), 3)
+    assert bad.value.violations[0].field == "documents[3].content"
+
+
+@pytest.mark.parametrize("path", ["", "/abs.md", "../up.md", "a/../b.md", "a//b.md", "a\\b.md", "./a.md"])
+def test_bad_paths(path: str) -> None:
+    with pytest.raises(InvalidArgument) as bad:
+        check_path(path, 2)
+    assert bad.value.violations[0].field == "documents[2].path"
+
+
+def test_directory_reader_honours_gitignore_and_hidden_folders(tmp_path: Path) -> None:
+    for relative in (
+        "a.md",
+        "b.txt",
+        "drafts/x.md",
+        "sub/keep.md",
+        "sub/tmp.md",
+        ".obsidian/c.md",
+        "sub/deep/y.md",
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(f"# {relative}\n", "utf-8")
+    (tmp_path / ".gitignore").write_text("drafts/\n", "utf-8")
+    (tmp_path / "sub" / ".gitignore").write_text("*.md\n!keep.md\n", "utf-8")
+    (tmp_path / "latin1.md").write_bytes(b"caf\xe9\n")
+    source = directory_documents(tmp_path)
+    assert [d.path for d in source.documents] == ["a.md", "sub/keep.md"]
+    assert [path for path, _ in source.skipped] == ["latin1.md"]
+
+
+def test_stream_of_cb_ingest() -> None:
+    documents = [SourceDocument(f"d{i}.md", "x" * 10, {"k": i} if i == 0 else {}) for i in range(40)]
+    messages = list(vault_messages(VaultSource(documents, source="/v", branch="main"), "ns", dry_run=True))
+    assert messages[0].header == vault_service_pb2.IngestVaultHeader(
+        namespace="ns", dry_run=True, source="/v", branch="main"
+    )
+    parts = [m.documents.documents for m in messages[1:-1]]
+    assert [len(p) for p in parts] == [16, 16, 8]
+    assert messages[-1].end.document_count == 40
+    assert dict(parts[0][0].provenance) == {"k": 0.0} and not parts[0][1].HasField("provenance")
