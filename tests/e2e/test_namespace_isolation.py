@@ -822,6 +822,42 @@ def _namespace_configuration_only(world: World) -> None:
     is denied (`test_naming_namespace_b_is_denied_for_every_rpc`)."""
 
 
+def _vault_run(world: World) -> None:
+    """A vault run in A whose document claims B's target key and links to B's documents writes only into
+    A (no edge, fact or placeholder reaches B), A's sweep never touches B, and a second header naming B
+    inside A's stream is refused with PERMISSION_DENIED."""
+    b = world.b
+    method = "/memory.v1.VaultService/IngestVault"
+    request_class = _request_class(method)[0]
+
+    def messages(namespace: str, documents: list[dict[str, Any]]) -> list[Any]:
+        return [
+            json_format.ParseDict(
+                {"header": {"namespace": namespace, "source": "iso-vault"}}, request_class()
+            ),
+            json_format.ParseDict({"documents": {"documents": documents}}, request_class()),
+            json_format.ParseDict({"end": {"document_count": len(documents)}}, request_class()),
+        ]
+
+    claim = {
+        "path": "claim.md",
+        "content": (
+            f"---\nnatural_key: {b.target_doc}\nsuperseded_by: {b.doc}\n---\n"
+            f"# attack\n\nSee [[{b.doc}]] and [b](../{b.tag}-only.md)."
+        ),
+    }
+    response = _call(world, method, messages(world.a.ns, [claim]), world.attacker)
+    assert response.namespace == world.a.ns
+    _call(world, method, messages(world.a.ns, []), world.attacker)  # a full run of nothing: sweeps A only
+    smuggled = messages(world.a.ns, [])[:1] + messages(b.ns, [])
+    assert (
+        _code(functools.partial(_call, world, method, smuggled, world.attacker))
+        == grpc.StatusCode.PERMISSION_DENIED
+    )
+    with world.query(world.both) as channel:
+        assert _list_facts(channel, b.ns, subject=b.target_doc) == []
+
+
 ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.RetrievalService/Search": _search,
     "/memory.v1.ContextService/CompileContext": _compile_context,
@@ -839,6 +875,7 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.DocumentService/PutChunks": _put_chunks,
     "/memory.v1.SnapshotService/Reconcile": _reconcile,
     "/memory.v1.SnapshotService/ReconcileStream": _reconcile_stream,
+    "/memory.v1.VaultService/IngestVault": _vault_run,
     "/memory.v1.DocumentService/DeleteNode": _delete_node,
     "/memory.v1.AuditService/RecordAuditEvent": _record_audit_event,
     "/memory.v1.TraceService/GetTrace": _get_trace,
