@@ -225,18 +225,31 @@ class ChunkRankings:
         covering index of migration 0012 in an index-only scan, exactly, instead of fetching every heap
         row and detoasting its 2 KB embedding; for a namespace that is most of the table it takes the
         HNSW index), then the chunk columns of those ids by primary key.
+
+        When the HNSW scan comes back with fewer than ``limit`` rows (the filters keep few of the
+        neighbours it visits: a small namespace or a selective filter in a large shared table, past
+        ``hnsw.max_scan_tuples`` even with the iterative scan), the same statement runs exactly: its
+        ``ORDER BY`` on ``(embedding <=> q) + 0`` is an expression no index answers, so PostgreSQL sorts
+        the rows the filters keep. A namespace that has fewer matching rows than ``limit`` pays this
+        second statement; the result is then every matching row, which is exact.
         """
         params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
         condition = self._filter_sql(where, params)
-        statement = sql.SQL(
+        found = self._candidates(conn, self._nearest_statement(condition, exact=False), params)
+        if len(found) >= limit:
+            return found
+        return self._candidates(conn, self._nearest_statement(condition, exact=True), params)
+
+    def _nearest_statement(self, condition: sql.Composable, *, exact: bool) -> sql.Composed:
+        order = sql.SQL("(embedding <=> %(embedding)s) + 0" if exact else "embedding <=> %(embedding)s")
+        return sql.SQL(
             "WITH nearest AS MATERIALIZED ("
             " SELECT id, embedding <=> %(embedding)s AS score FROM {table}"
             " WHERE {condition} AND embedding IS NOT NULL"
-            " ORDER BY embedding <=> %(embedding)s LIMIT %(limit)s)"
+            " ORDER BY {order} LIMIT %(limit)s)"
             " SELECT {columns}, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
             " ORDER BY nearest.score, chunk.node_key, chunk.chunk_order"
-        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
-        return self._candidates(conn, statement, params)
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition, order=order)
 
     def text_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int

@@ -75,8 +75,18 @@ def portable_snapshot(database: Database, namespace: str) -> list[tuple[Any, ...
             ).fetchall()
         )
     rows = snapshot(database, namespace)
+
+    def key(natural_key: Any) -> Any:
+        # An episode's key embeds its observation id (which embeds the namespace): name it by the event.
+        text = str(natural_key)
+        return (
+            "episode:" + external[text[len("episode:") :]] if text.startswith("episode:obs-") else natural_key
+        )
+
     meaning = {
-        row[0]: f"{row[1]}|{row[2]}|{row[3]}|{row[4]}" for row in rows if str(row[0]).startswith("fact-")
+        row[0]: f"{key(row[1])}|{row[2]}|{key(row[3])}|{row[4]}"
+        for row in rows
+        if str(row[0]).startswith("fact-")
     }
     portable = []
     for row in rows:
