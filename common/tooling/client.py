@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHANNEL_OPTIONS",
+    "CallDetails",
     "ClientSecurity",
     "RemoteError",
     "RpcFailure",
@@ -127,7 +128,10 @@ def _read_file(path: str, setting: str) -> bytes:
         raise ValueError(f"{setting}={path}: cannot be read: {exc.strerror or exc}") from exc
 
 
-class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+class CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    """``base`` with its metadata replaced by ``metadata``: what a client interceptor passes on (the bearer
+    token here, the consistency token in `common.tooling.consistency_tokens`)."""
+
     def __init__(self, base: grpc.ClientCallDetails, metadata: tuple[tuple[str, str], ...]) -> None:
         self.method = base.method
         self.timeout = base.timeout
@@ -148,11 +152,11 @@ class _BearerTokenInterceptor(
     def __init__(self, token: str) -> None:
         self._header = ("authorization", f"Bearer {token}")
 
-    def _details(self, details: grpc.ClientCallDetails) -> _CallDetails:
+    def _details(self, details: grpc.ClientCallDetails) -> CallDetails:
         metadata = tuple(details.metadata or ())
         if not any(key.lower() == "authorization" for key, _ in metadata):
             metadata = (*metadata, self._header)
-        return _CallDetails(details, metadata)
+        return CallDetails(details, metadata)
 
     def intercept_unary_unary(self, continuation: Any, details: grpc.ClientCallDetails, request: Any) -> Any:
         return continuation(self._details(details), request)

@@ -26,6 +26,7 @@ from typing import Any
 import grpc
 
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
+from common.tooling.client import CallDetails
 
 __all__ = ["TOKEN_FILE_ENV", "ConsistencyTokens", "default_token_file"]
 
@@ -40,16 +41,6 @@ def default_token_file() -> Path:
     state = os.environ.get("XDG_STATE_HOME", "")
     base = Path(state) if state and os.path.isabs(state) else Path.home() / ".local" / "state"
     return base / "memory-service" / "consistency-token"
-
-
-class _CallDetails(grpc.ClientCallDetails):
-    def __init__(self, base: grpc.ClientCallDetails, metadata: tuple[tuple[str, str], ...]) -> None:
-        self.method = base.method
-        self.timeout = base.timeout
-        self.metadata = metadata
-        self.credentials = base.credentials
-        self.wait_for_ready = getattr(base, "wait_for_ready", None)
-        self.compression = getattr(base, "compression", None)
 
 
 class ConsistencyTokens(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInterceptor):  # type: ignore[misc]
@@ -97,7 +88,7 @@ class ConsistencyTokens(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClient
         metadata = tuple(
             (key, value) for key, value in (details.metadata or ()) if key != CONSISTENCY_TOKEN_METADATA
         )
-        return _CallDetails(details, (*metadata, (CONSISTENCY_TOKEN_METADATA, token)))
+        return CallDetails(details, (*metadata, (CONSISTENCY_TOKEN_METADATA, token)))
 
     def _after(self, outcome: Any) -> Any:
         # A callback, so that a future call (``.future()``) is not waited for here.
