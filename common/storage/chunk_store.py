@@ -129,23 +129,7 @@ class ChunkStore(ChunkRankings):
         """
         written = 0
         if chunks:
-            rows = [
-                (
-                    node.namespace,
-                    node.node_key,
-                    chunk.chunk_order,
-                    node.node_type,
-                    node.source_path,
-                    node.title,
-                    chunk.heading,
-                    chunk.text,
-                    None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
-                    Jsonb(dict(chunk.meta)),
-                    seen_run,
-                    chunk.embedding is None and chunk.embedding_pending,
-                )
-                for chunk in chunks
-            ]
+            rows = [_upsert_row(node, chunk, seen_run) for chunk in chunks]
             with conn.cursor() as cursor:
                 upsert = (
                     self.queries["upsert_chunk"] if seen_run is None else self.queries["upsert_vault_chunk"]
@@ -210,24 +194,7 @@ class ChunkStore(ChunkRankings):
     ) -> None:
         """`replace_chunks` (with ``delete_beyond``) of many nodes at once: one pipelined upsert of every
         row, one delete of the chunks beyond each node's new count (orders 0..len-1 per node)."""
-        rows = [
-            (
-                node.namespace,
-                node.node_key,
-                chunk.chunk_order,
-                node.node_type,
-                node.source_path,
-                node.title,
-                chunk.heading,
-                chunk.text,
-                None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
-                Jsonb(dict(chunk.meta)),
-                None,
-                chunk.embedding is None and chunk.embedding_pending,
-            )
-            for node, chunks in writes
-            for chunk in chunks
-        ]
+        rows = [_upsert_row(node, chunk, None) for node, chunks in writes for chunk in chunks]
         if not rows:
             return
         with conn.cursor() as cursor:
@@ -327,3 +294,22 @@ class ChunkStore(ChunkRankings):
         )
         with conn.cursor(row_factory=dict_row) as cursor:
             return cursor.execute(statement, {**params, **visibility.params}).fetchall()
+
+
+def _upsert_row(node: NodeRef, chunk: ChunkWrite, seen_run: str | None) -> tuple[Any, ...]:
+    """The parameters of ``upsert_chunk`` / ``upsert_vault_chunk`` for one chunk of ``node`` (the last one,
+    embedding_pending, only for a chunk written without its vector)."""
+    return (
+        node.namespace,
+        node.node_key,
+        chunk.chunk_order,
+        node.node_type,
+        node.source_path,
+        node.title,
+        chunk.heading,
+        chunk.text,
+        None if chunk.embedding is None else np.asarray(chunk.embedding, dtype=np.float32),
+        Jsonb(dict(chunk.meta)),
+        seen_run,
+        chunk.embedding is None and chunk.embedding_pending,
+    )
