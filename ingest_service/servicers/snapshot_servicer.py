@@ -10,7 +10,8 @@ from google.protobuf import json_format
 from memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_assertion_to_dict, instant
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable, ViolationCollector
+from common.kernel.errors import FieldViolation, InvalidArgument, ViolationCollector
+from ingest_service.servicers.client_stream import ClientStream
 from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
 from ingest_service.snapshots import SnapshotReconciler
 
@@ -89,48 +90,16 @@ def _parts(messages: Iterator[snapshot_service_pb2.ReconcileStreamRequest]) -> I
         Unavailable: the stream broke (cancelled, deadline exceeded, connection lost); the run is
             rolled back.
     """
-    index, entities, facts = 0, 0, 0
-    end: snapshot_service_pb2.ReconcileStreamEnd | None = None
-    try:
-        for index, message in enumerate(messages, start=1):
-            which = message.WhichOneof("part")
-            if end is not None:
-                raise InvalidArgument(
-                    [FieldViolation("end", f"message {index} of the stream follows the end message")]
-                )
-            if which == "end":
-                end = message.end
-                continue
-            if which != "items":
-                description = (
-                    "only the first message carries the header" if which else "items or end required"
-                )
-                raise InvalidArgument(
-                    [FieldViolation("items", f"message {index} of the stream: {description}")]
-                )
-            entities += len(message.items.entities)
-            facts += len(message.items.facts)
-            yield SnapshotPart(
-                [
-                    json_format.MessageToDict(entity, preserving_proto_field_name=True)
-                    for entity in message.items.entities
-                ],
-                [fact_assertion_to_dict(fact) for fact in message.items.facts],
-            )
-    except grpc.RpcError as error:
-        raise Unavailable(
-            f"the stream broke after {index} messages, before the client closed it; nothing was written",
-            reason="STREAM_BROKEN",
-        ) from error
-    if end is None:
-        raise InvalidArgument(
-            [
-                FieldViolation(
-                    "end",
-                    f"the stream closed after {index + 1} messages without the end message; nothing was written",
-                )
-            ]
+    stream = ClientStream(messages, "items", consequence="nothing was written")
+    entities, facts = 0, 0
+    for part in stream.parts():
+        entities += len(part.entities)
+        facts += len(part.facts)
+        yield SnapshotPart(
+            [json_format.MessageToDict(entity, preserving_proto_field_name=True) for entity in part.entities],
+            [fact_assertion_to_dict(fact) for fact in part.facts],
         )
+    end = stream.end
     check = ViolationCollector()
     if end.entity_count != entities:
         check.add("end.entity_count", f"{end.entity_count} entities announced, {entities} arrived")

@@ -8,7 +8,8 @@ import grpc
 from google.protobuf import json_format
 from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
+from common.kernel.errors import FieldViolation, InvalidArgument
+from ingest_service.servicers.client_stream import ClientStream
 from ingest_service.vault_documents import VaultFile
 from ingest_service.vault_ingest import VaultHeader, VaultIngestor, VaultRunReport
 
@@ -62,50 +63,21 @@ def _documents(messages: Iterator[vault_service_pb2.IngestVaultRequest]) -> Iter
         InvalidArgument: a second header, a message after the end, no end message, a wrong count.
         Unavailable: the stream broke (cancelled, deadline exceeded, connection lost): nothing swept.
     """
-    index, count = 0, 0
-    end: vault_service_pb2.IngestVaultEnd | None = None
-    try:
-        for index, message in enumerate(messages, start=1):
-            which = message.WhichOneof("part")
-            if end is not None:
-                raise InvalidArgument(
-                    [FieldViolation("end", f"message {index} of the stream follows the end message")]
-                )
-            if which == "end":
-                end = message.end
-                continue
-            if which != "documents":
-                description = (
-                    "only the first message carries the header" if which else "documents or end required"
-                )
-                raise InvalidArgument(
-                    [FieldViolation("documents", f"message {index} of the stream: {description}")]
-                )
-            count += len(message.documents.documents)
-            yield [
-                VaultFile(
-                    path=document.path,
-                    content=document.content,
-                    provenance=json_format.MessageToDict(document.provenance)
-                    if document.HasField("provenance")
-                    else {},
-                )
-                for document in message.documents.documents
-            ]
-    except grpc.RpcError as error:
-        raise Unavailable(
-            f"the stream broke after {index} messages, before the client closed it; nothing was swept",
-            reason="STREAM_BROKEN",
-        ) from error
-    if end is None:
-        raise InvalidArgument(
-            [
-                FieldViolation(
-                    "end",
-                    f"the stream closed after {index + 1} messages without the end message; nothing was swept",
-                )
-            ]
-        )
+    stream = ClientStream(messages, "documents", consequence="nothing was swept")
+    count = 0
+    for part in stream.parts():
+        count += len(part.documents)
+        yield [
+            VaultFile(
+                path=document.path,
+                content=document.content,
+                provenance=json_format.MessageToDict(document.provenance)
+                if document.HasField("provenance")
+                else {},
+            )
+            for document in part.documents
+        ]
+    end = stream.end
     if end.document_count != count:
         raise InvalidArgument(
             [
