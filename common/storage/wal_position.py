@@ -22,12 +22,14 @@ def current_wal_position(database: Database) -> int:
     """The primary's current WAL position (integer form of ``pg_lsn``), taken on a pooled connection.
 
     Called after a write transaction committed, the result is at or past that commit, so a database
-    that replayed it sees the write.
+    that replayed it sees the write. It runs after every write RPC, so it takes an autocommit connection
+    (`Database.read_connection`: one round trip, no BEGIN/COMMIT). ``database`` is the write side's
+    primary `Database` (a `RoutedDatabase` would send it to a replica).
 
     Raises:
         Unavailable: the database cannot be reached.
     """
-    with database.connection() as conn:
+    with database.read_connection() as conn:
         row = conn.execute(_QUERIES["current_wal_position"]).fetchone()
     assert row is not None
     return parse_lsn(str(row[0]))
