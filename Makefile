@@ -18,10 +18,12 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-$(STAMP): pyproject.toml
+# clients/python (memory-service-client: the Python client and the generated stubs) is installed from its
+# path in the same pip run, which is how the project's dependency on it resolves.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e ./clients/python -e '.[test]'
 	@touch $(STAMP)
 
 deps: system-deps $(STAMP)
@@ -33,15 +35,17 @@ db: deps
 	$(PY) -m common.tooling.embedded_db up
 	$(PY) -m common.tooling.embedded_db up --replica
 
-# Regenerates the checked-in stubs under common/generated from protos/ (grpcio-tools + mypy-protobuf).
+# Regenerates the checked-in stubs from protos/ (grpcio-tools + mypy-protobuf) into the client package
+# clients/python/src/memory (package `memory.v1` of the distribution memory-service-client).
+STUBS := clients/python/src
 protos: $(STAMP)
-	rm -rf common/generated/memory
-	mkdir -p common/generated/memory/v1
+	rm -rf $(STUBS)/memory
+	mkdir -p $(STUBS)/memory/v1
 	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
-	  --python_out=common/generated --grpc_python_out=common/generated \
-	  --mypy_out=common/generated --mypy_grpc_out=common/generated \
+	  --python_out=$(STUBS) --grpc_python_out=$(STUBS) \
+	  --mypy_out=$(STUBS) --mypy_grpc_out=$(STUBS) \
 	  protos/memory/v1/*.proto
-	touch common/generated/memory/__init__.py common/generated/memory/v1/__init__.py
+	touch $(STUBS)/memory/__init__.py $(STUBS)/memory/v1/__init__.py
 
 # buf comes from the npm package @bufbuild/buf, installed into .tools/ on first use.
 lint-protos:

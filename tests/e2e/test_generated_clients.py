@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 from memory.v1 import fact_query_service_pb2
+from memory_service_client import ClientSecurity, MemoryClient
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.tooling.client import ClientSecurity
-from common.tooling.memory_client import MemoryClient
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 

@@ -20,9 +20,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from memory_service_client import wait_for_serving
 
 from common.kernel.config import Settings
-from common.tooling.client import wait_for_serving
 
 pytestmark = pytest.mark.e2e
 

@@ -25,12 +25,12 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import call_policy
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.tooling import call_policy
 from common.tooling.cli import app
 from common.tooling.cli.option_types import parse_instant
 from common.tooling.markdown_vault import DocumentError, default_natural_key, find_documents, read_document

@@ -11,13 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 from memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
+from memory_service_client import wait_for_serving
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.tooling.cli import app
-from common.tooling.client import wait_for_serving
 from common.tooling.token_writer import add_token
 from tests.unit.test_cli import FakeDocuments, FakeObservations, _line, _observation_server
 

@@ -14,12 +14,12 @@ from typing import NoReturn
 
 import grpc
 import typer
+from memory_service_client import ServiceError, rpc_failure
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.kernel.errors import DomainError, InvalidArgument
-from common.tooling.client import rpc_failure
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -37,12 +37,12 @@ def fail(lines: Sequence[str], code: int = 1) -> NoReturn:
 
 
 def error_lines(exc: BaseException) -> list[str]:
-    """``error: CODE: message`` and the field violations of a failed call (also when `MemoryClient` raised
-    it as a domain error, chained to the call) or of a local domain error."""
+    """``error: CODE: message`` and the field violations of a failed call (a `grpc.RpcError`, or the
+    `memory_service_client.ServiceError` that `MemoryClient` raises for it) or of a local domain error."""
     if isinstance(exc, grpc.RpcError):
         return rpc_failure(exc).lines()
-    if isinstance(exc, DomainError) and isinstance(exc.__cause__, grpc.RpcError):
-        return rpc_failure(exc.__cause__).lines()
+    if isinstance(exc, ServiceError):
+        return exc.lines()
     if isinstance(exc, InvalidArgument):
         return [f"error: {exc.reason}: {exc.message}", *(f"  - {v}" for v in exc.violations)]
     if isinstance(exc, DomainError):
@@ -55,7 +55,7 @@ def reported_errors() -> Iterator[None]:
     """Turns server and domain errors into ``error: ...`` lines on stderr and exit code 1."""
     try:
         yield
-    except (grpc.RpcError, DomainError) as exc:
+    except (grpc.RpcError, ServiceError, DomainError) as exc:
         fail(error_lines(exc))
 
 

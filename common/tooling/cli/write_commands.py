@@ -1,7 +1,7 @@
 """The write commands (ingest_service): ``cb observe``, ``cb reconcile``, ``cb retain``, ``cb delete``.
 
 ``observe`` and ``retain`` send many calls with a progress bar, retry each on UNAVAILABLE (the RPCs are
-idempotent, `common.tooling.call_policy`) and report every failed line or file; ``reconcile`` streams
+idempotent, `memory_service_client.call_policy`) and report every failed line or file; ``reconcile`` streams
 a snapshot file; ``delete`` is one call printed with `call_and_print`.
 """
 
@@ -24,15 +24,13 @@ import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from memory.v1 import document_service_pb2, observation_service_pb2, observation_service_pb2_grpc
+from memory_service_client import ServiceError, call_policy, is_unavailable, rpc_failure
 from rich.markup import escape
 
-from common.kernel.errors import DomainError
-from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
 from common.tooling.cli.rpc_output import call_and_print, memory_client, print_json
 from common.tooling.cli.terminal import err, error_lines, fail, out, progress_bar
-from common.tooling.client import is_unavailable, rpc_failure
 from common.tooling.markdown_vault import DocumentError, find_documents, read_document
 from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
@@ -257,7 +255,7 @@ def reconcile(
             response = client.reconcile_stream(
                 messages(handle, lambda line: progress.update(task, completed=line)), timeout=timeout
             )
-        except DomainError as exc:
+        except ServiceError as exc:
             lines = [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else error_lines(exc)
             fail(lines)
     if as_json:
@@ -331,7 +329,7 @@ def retain(
                 relative = futures[future]
                 try:
                     response = future.result()
-                except DomainError as exc:
+                except ServiceError as exc:
                     failures += 1
                     for text in error_lines(exc):
                         report(f"{relative}: {text}")
