@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client go-client bench bench-context bench-scale bench-retrieval clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-scale bench-retrieval clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -58,6 +58,16 @@ ts-client:
 	cd clients/typescript && npm install --silent
 	clients/typescript/node_modules/.bin/buf generate
 	cd clients/typescript && node_modules/.bin/tsc -p tsconfig.json
+
+# The TypeScript client as a package another project installs: `npm pack` of clients/typescript (built by
+# ts-client) into .tools/ts-consumer, where the project clients/typescript/consumer installs the tarball
+# (its dependencies come from the npm registry) and type-checks a call with tsc --strict.
+ts-package: ts-client
+	rm -rf .tools/ts-consumer && mkdir -p .tools/ts-consumer
+	cd clients/typescript && npm pack --silent --pack-destination ../../.tools/ts-consumer
+	cp clients/typescript/consumer/package.json clients/typescript/consumer/tsconfig.json clients/typescript/consumer/main.ts .tools/ts-consumer/
+	cd .tools/ts-consumer && npm install --silent --no-audit --no-fund && node_modules/.bin/tsc -p tsconfig.json
+	@echo "ts-package: .tools/ts-consumer installed $$(ls .tools/ts-consumer/*.tgz) and type-checked main.ts"
 
 # The Go client (clients/go): Go 1.19 and the protoc-gen-go / protoc-gen-go-grpc plugins and the grpc and
 # protobuf libraries are Debian packages (installed when missing; golang-github-golang-protobuf-1-5-dev, not

@@ -53,13 +53,17 @@ def test_the_generated_typescript_and_go_clients_call_the_services(
     with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
         environment = {
             **os.environ,
-            "MEMORY_INGEST_ADDR": ingest_addr,
-            "MEMORY_QUERY_ADDR": query_addr,
-            "MEMORY_TOKEN": token,
-            "MEMORY_NAMESPACE": namespace,
+            "CB_INGEST_ADDR": ingest_addr,
+            "CB_QUERY_ADDR": query_addr,
+            "CB_TOKEN": token,
         }
         run = subprocess.run(
-            ["node", str(script)], env=environment, capture_output=True, text=True, timeout=300, check=False
+            ["node", str(script), namespace],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert run.returncode == 0, run.stderr
         seen = json.loads(run.stdout)
