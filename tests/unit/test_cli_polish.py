@@ -149,6 +149,7 @@ def test_retain_json_prints_the_summary_object(serve: Callable[..., str], tmp_pa
     assert json.loads(result.stdout) == {
         "created": 1,
         "updated": 0,
+        "unchanged": 0,
         "failed": 0,
         "chunks": 2,
         "missing_links": [{"from": "doc:a", "to": "doc:nowhere"}],

@@ -288,14 +288,15 @@ def retain(
 
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
     Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
-    prints the summary as one JSON object (``created``, ``updated``, ``failed``, ``chunks``,
-    ``missing_links``: ``[{"from": key, "to": key}]``).
+    prints the summary as one JSON object (``created``, ``updated``, ``unchanged``, ``failed``, ``chunks``,
+    ``missing_links``: ``[{"from": key, "to": key}]``). A document the server already held exactly as sent
+    counts as unchanged (RetainResponse.unchanged), not as updated.
     """
     paths = find_documents(directory)
     if not paths:
         fail([f"error: no *.md files under {directory}"])
     failures = 0
-    created = updated = chunks = 0
+    created = updated = unchanged = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
     with cli_state(ctx).client() as client, progress_bar() as progress:
@@ -335,7 +336,8 @@ def retain(
                         report(f"{relative}: {text}")
                 else:
                     created += int(response.created)
-                    updated += int(not response.created)
+                    unchanged += int(response.unchanged)
+                    updated += int(not response.created and not response.unchanged)
                     chunks += response.chunk_count
                     missing.extend((response.natural_key, link) for link in response.missing_links)
                 progress.advance(task)
@@ -344,13 +346,15 @@ def retain(
         _print_summary(
             created=created,
             updated=updated,
+            unchanged=unchanged,
             failed=failures,
             chunks=chunks,
             missing_links=[{"from": source, "to": target} for source, target in missing],
         )
     else:
         out.print(
-            f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
+            f"documents: {created} created, {updated} updated, {unchanged} unchanged, {failures} failed; "
+            f"{chunks} chunks; "
             f"{len(missing)} missing links"
         )
     if later and not as_json:
