@@ -111,3 +111,6 @@ def test_sigterm_turns_not_serving_and_keeps_answering_for_the_drain(
     assert process.stderr is not None
     log = process.stderr.read().decode("utf-8", "replace")
     assert "draining" in log and "query_service: stopped" in log, log[-2000:]
+    # `cb serve` checks the configuration before loading the model and then builds the server: the
+    # development-mode warning is logged once, not by both.
+    assert log.count("authentication is off (development mode") == 1, log[-2000:]
