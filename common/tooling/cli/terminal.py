@@ -15,8 +15,9 @@ from typing import NoReturn
 import grpc
 import typer
 from memory_service_client import ServiceError, rpc_failure
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.kernel.errors import DomainError, InvalidArgument
@@ -57,6 +58,22 @@ def reported_errors() -> Iterator[None]:
         yield
     except (grpc.RpcError, ServiceError, DomainError) as exc:
         fail(error_lines(exc))
+
+
+def print_wide(renderable: RenderableType) -> None:
+    """Prints ``renderable`` (a table of keys and ids) on stdout at its natural width, wider than the
+    terminal when it needs to be, so that no key is cut to ``…`` or broken over lines: what a user copies
+    from it is whole (a terminal narrower than a line soft-wraps it; a pager or a file keeps it)."""
+    natural = Measurement.get(out, out.options.update(width=_UNBOUNDED), renderable).maximum
+    if natural <= out.width:
+        out.print(renderable)
+        return
+    Console(
+        file=out.file, width=natural, highlight=False, soft_wrap=False, color_system=out.color_system
+    ).print(renderable)
+
+
+_UNBOUNDED = 1 << 16
 
 
 def print_text(text: str) -> None:
