@@ -354,8 +354,8 @@ def retain(
     else:
         out.print(
             f"documents: {created} created, {updated} updated, {unchanged} unchanged, {failures} failed; "
-            f"{chunks} chunks; "
-            f"{len(missing)} missing links"
+            f"{chunks} chunks; {len(missing)} missing links",
+            soft_wrap=True,  # one line, however narrow the terminal
         )
     if later and not as_json:
         out.print(
