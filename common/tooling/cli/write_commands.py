@@ -78,10 +78,9 @@ def observe(
         int,
         typer.Option(
             "--concurrency",
-            "--workers",
             min=1,
             max=32,
-            help="RecordObservations calls in flight (1: sequential; --workers is the old spelling)",
+            help="RecordObservations calls in flight (1: sequential)",
         ),
     ] = DEFAULT_OBSERVE_CONCURRENCY,
     as_json: JsonOption = False,
@@ -276,10 +275,9 @@ def retain(
         int,
         typer.Option(
             "--concurrency",
-            "--workers",
             min=1,
             max=16,
-            help="Retain calls in flight (--workers is the old spelling)",
+            help="Retain calls in flight",
         ),
     ] = 2,
     as_json: JsonOption = False,
