@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -56,7 +57,10 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the client's wheel and its dependencies only; its python."""
     where = tmp_path_factory.mktemp("python-client")
     wheels = where / "wheels"
-    # The wheel is built with this environment's setuptools (no download of a build backend).
+    # Built from a copy (setuptools writes build/ and *.egg-info beside the sources), with this
+    # environment's setuptools (no download of a build backend).
+    source = where / "source"
+    shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     _run(
         [
             sys.executable,
@@ -67,7 +71,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-build-isolation",
             "-w",
             str(wheels),
-            str(PACKAGE),
+            str(source),
         ],
         timeout=300,
     )
