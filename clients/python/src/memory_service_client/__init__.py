@@ -11,6 +11,7 @@ from memory_service_client.channels import (
     CallDetails,
     ChannelWrapper,
     ClientSecurity,
+    ServiceChannels,
     health_status,
     make_channel,
     wait_for_serving,
@@ -34,6 +35,7 @@ from memory_service_client.errors import (
     field_violations,
     format_rpc_error,
     is_unavailable,
+    raise_for_status,
     rpc_failure,
 )
 from memory_service_client.memory_client import MemoryClient
@@ -58,6 +60,7 @@ __all__ = [
     "PermissionDenied",
     "ResourceExhausted",
     "RpcFailure",
+    "ServiceChannels",
     "ServiceError",
     "Unauthenticated",
     "Unavailable",
@@ -68,6 +71,7 @@ __all__ = [
     "is_unavailable",
     "iter_pages",
     "make_channel",
+    "raise_for_status",
     "rpc_failure",
     "wait_for_serving",
 ]

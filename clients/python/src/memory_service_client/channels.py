@@ -26,6 +26,7 @@ __all__ = [
     "CallDetails",
     "ChannelWrapper",
     "ClientSecurity",
+    "ServiceChannels",
     "health_status",
     "make_channel",
     "wait_for_serving",
@@ -294,3 +295,37 @@ def wait_for_serving(
             if time.monotonic() + interval > deadline:
                 return False
             time.sleep(interval)
+
+
+@dataclass
+class ServiceChannels:
+    """The two channels of a `MemoryClient` and its views (`MemoryClient.with_token` shares them): to
+    ingest_service and to query_service, opened on first use by `make_channel`, then ``interceptors``."""
+
+    ingest_addr: str
+    query_addr: str
+    security: ClientSecurity
+    interceptors: tuple[Any, ...] = ()
+    wrap: ChannelWrapper | None = None
+    ingest: grpc.Channel | None = None
+    query: grpc.Channel | None = None
+
+    def _open(self, address: str) -> grpc.Channel:
+        channel = make_channel(address, security=self.security, wrap=self.wrap)
+        return grpc.intercept_channel(channel, *self.interceptors) if self.interceptors else channel
+
+    def ingest_channel(self) -> grpc.Channel:
+        if self.ingest is None:
+            self.ingest = self._open(self.ingest_addr)
+        return self.ingest
+
+    def query_channel(self) -> grpc.Channel:
+        if self.query is None:
+            self.query = self._open(self.query_addr)
+        return self.query
+
+    def close(self) -> None:
+        for channel in (self.ingest, self.query):
+            if channel is not None:
+                channel.close()
+        self.ingest = self.query = None

@@ -14,6 +14,7 @@ This hierarchy is the client's own; the servers keep theirs (``common.kernel.err
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -37,6 +38,7 @@ __all__ = [
     "field_violations",
     "format_rpc_error",
     "is_unavailable",
+    "raise_for_status",
     "rpc_failure",
 ]
 
@@ -236,3 +238,12 @@ def error_from_rpc(error: grpc.RpcError) -> ServiceError:
     without one), carrying its decoded status; raise it ``from error``."""
     failure = rpc_failure(error)
     return _CLASSES.get(failure.code, ServiceError)(failure)
+
+
+def raise_for_status(error: grpc.RpcError) -> NoReturn:
+    """Raises `error_from_rpc` of a failed call, chained to ``error`` (``__cause__``).
+
+    Raises:
+        ServiceError: always (the subclass of the call's status code).
+    """
+    raise error_from_rpc(error) from error

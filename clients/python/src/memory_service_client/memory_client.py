@@ -25,9 +25,8 @@ write of this client carries that write's token (the CLI's ``--consistent`` does
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NoReturn, Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -62,53 +61,14 @@ from memory.v1 import (
 )
 
 from memory_service_client import call_policy
-from memory_service_client.channels import ChannelWrapper, ClientSecurity, health_status, make_channel
-from memory_service_client.errors import error_from_rpc
+from memory_service_client.channels import ChannelWrapper, ClientSecurity, ServiceChannels, health_status
+from memory_service_client.errors import raise_for_status
 from memory_service_client.pagination import iter_pages
 
 __all__ = ["MemoryClient"]
 
 ResponseT = TypeVar("ResponseT", bound=Message)
 Metadata = tuple[tuple[str, str], ...]
-
-
-def raise_for_status(error: grpc.RpcError) -> NoReturn:
-    """Raises the `memory_service_client.errors` class of a failed call, chained to ``error``."""
-    raise error_from_rpc(error) from error
-
-
-@dataclasses.dataclass
-class _Channels:
-    """The two channels of a client and its views (`MemoryClient.with_token` shares them), opened on
-    first use."""
-
-    ingest_addr: str
-    query_addr: str
-    security: ClientSecurity
-    interceptors: tuple[Any, ...] = ()
-    wrap: ChannelWrapper | None = None
-    ingest: grpc.Channel | None = None
-    query: grpc.Channel | None = None
-
-    def _open(self, address: str) -> grpc.Channel:
-        channel = make_channel(address, security=self.security, wrap=self.wrap)
-        return grpc.intercept_channel(channel, *self.interceptors) if self.interceptors else channel
-
-    def ingest_channel(self) -> grpc.Channel:
-        if self.ingest is None:
-            self.ingest = self._open(self.ingest_addr)
-        return self.ingest
-
-    def query_channel(self) -> grpc.Channel:
-        if self.query is None:
-            self.query = self._open(self.query_addr)
-        return self.query
-
-    def close(self) -> None:
-        for channel in (self.ingest, self.query):
-            if channel is not None:
-                channel.close()
-        self.ingest = self.query = None
 
 
 class MemoryClient:
@@ -150,7 +110,7 @@ class MemoryClient:
         interceptors: Sequence[Any] = (),
         wrap_channel: ChannelWrapper | None = None,
     ) -> None:
-        self._channels = _Channels(
+        self._channels = ServiceChannels(
             ingest_addr, query_addr, security or ClientSecurity(), tuple(interceptors), wrap_channel
         )
         self._retry_seconds = retry_seconds
