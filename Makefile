@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client go-client bench bench-context bench-scale bench-retrieval clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-scale bench-retrieval clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -18,10 +18,12 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-$(STAMP): pyproject.toml
+# clients/python (memory-service-client: the Python client and the generated stubs) is installed from its
+# path in the same pip run, which is how the project's dependency on it resolves.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e ./clients/python -e '.[test]'
 	@touch $(STAMP)
 
 deps: system-deps $(STAMP)
@@ -33,15 +35,17 @@ db: deps
 	$(PY) -m common.tooling.embedded_db up
 	$(PY) -m common.tooling.embedded_db up --replica
 
-# Regenerates the checked-in stubs under common/generated from protos/ (grpcio-tools + mypy-protobuf).
+# Regenerates the checked-in stubs from protos/ (grpcio-tools + mypy-protobuf) into the client package
+# clients/python/src/memory (package `memory.v1` of the distribution memory-service-client).
+STUBS := clients/python/src
 protos: $(STAMP)
-	rm -rf common/generated/memory
-	mkdir -p common/generated/memory/v1
+	rm -rf $(STUBS)/memory
+	mkdir -p $(STUBS)/memory/v1
 	PATH=$(VENV)/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
-	  --python_out=common/generated --grpc_python_out=common/generated \
-	  --mypy_out=common/generated --mypy_grpc_out=common/generated \
+	  --python_out=$(STUBS) --grpc_python_out=$(STUBS) \
+	  --mypy_out=$(STUBS) --mypy_grpc_out=$(STUBS) \
 	  protos/memory/v1/*.proto
-	touch common/generated/memory/__init__.py common/generated/memory/v1/__init__.py
+	touch $(STUBS)/memory/__init__.py $(STUBS)/memory/v1/__init__.py
 
 # buf comes from the npm package @bufbuild/buf, installed into .tools/ on first use.
 lint-protos:
@@ -54,6 +58,16 @@ ts-client:
 	cd clients/typescript && npm install --silent
 	clients/typescript/node_modules/.bin/buf generate
 	cd clients/typescript && node_modules/.bin/tsc -p tsconfig.json
+
+# The TypeScript client as a package another project installs: `npm pack` of clients/typescript (built by
+# ts-client) into .tools/ts-consumer, where the project clients/typescript/consumer installs the tarball
+# (its dependencies come from the npm registry) and type-checks a call with tsc --strict.
+ts-package: ts-client
+	rm -rf .tools/ts-consumer && mkdir -p .tools/ts-consumer
+	cd clients/typescript && npm pack --silent --pack-destination ../../.tools/ts-consumer
+	cp clients/typescript/consumer/package.json clients/typescript/consumer/tsconfig.json clients/typescript/consumer/main.ts .tools/ts-consumer/
+	cd .tools/ts-consumer && npm install --silent --no-audit --no-fund && node_modules/.bin/tsc -p tsconfig.json
+	@echo "ts-package: .tools/ts-consumer installed $$(ls .tools/ts-consumer/*.tgz) and type-checked main.ts"
 
 # The Go client (clients/go): Go 1.19 and the protoc-gen-go / protoc-gen-go-grpc plugins and the grpc and
 # protobuf libraries are Debian packages (installed when missing; golang-github-golang-protobuf-1-5-dev, not

@@ -51,6 +51,7 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
+from memory_service_client import wait_for_serving
 
 from bench.run_bench import (
     distinctive_sentences,
@@ -62,7 +63,6 @@ from bench.service_results import append_entry, machine, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.client import wait_for_serving
 from common.tooling.embedded_db.replica import REPLICA_PORT, replica_status
 from ingest_service.document_validation import ChunkInput, PutChunksInput
 from ingest_service.documents import DocumentWriter

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from memory.v1 import observation_service_pb2_grpc
+from memory_service_client import wait_for_serving
 
 from bench.run_bench import (
     debian_observations,
@@ -47,7 +48,6 @@ from bench.run_bench import (
 )
 from bench.service_results import append_entry, heading, machine, write_json
 from common.kernel.config import Settings
-from common.tooling.client import wait_for_serving
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 

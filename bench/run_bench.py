@@ -67,11 +67,11 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
+from memory_service_client import wait_for_serving
 
 from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id, graph_label, parse_instant
-from common.tooling.client import wait_for_serving
 from common.tooling.markdown_vault import find_documents, read_document
 from common.tooling.observation_file import ParsedObservation
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations

@@ -91,6 +91,12 @@ class DocumentResult:
     missing_links: tuple[str, ...]
     chunks_embedded: int = 0
 
+    @property
+    def unchanged(self) -> bool:
+        """True when the write changed nothing: an existing node with the same properties and no chunk
+        row inserted, changed or removed (the same document sent again; RetainResponse.unchanged)."""
+        return not (self.created or self.updated or self.chunks_written or self.chunks_deleted)
+
 
 @dataclass(frozen=True)
 class VaultProjection:

@@ -15,9 +15,10 @@ embeds their `embedding_input` texts, stores the vectors and clears the flag, in
 * repeating is harmless: a chunk no longer pending, or deleted meanwhile (redaction, purge), is skipped;
 * a redaction or purge that meets a claimed chunk waits for the round (well under a second).
 
-The backlog is public: `backlog` (and the RPC ``ObservationService.GetEmbeddingBacklog``), and the gauge
-``memory_embedding_backlog_chunks`` with the counter ``memory_embeddings_filled_total`` on the ingest
-service's metrics endpoint.
+The backlog is public: `backlog` (and the RPC ``ObservationService.GetEmbeddingBacklog``), and the gauges
+``memory_embedding_backlog_chunks`` (queue depth) and ``memory_embedding_backlog_lag_seconds`` (queue lag:
+age of the oldest pending chunk, 0 when none) with the counter ``memory_embeddings_filled_total`` on the
+ingest service's metrics endpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -59,6 +60,7 @@ class Backlog:
 @dataclass(frozen=True)
 class _Metrics:
     backlog: Gauge
+    lag: Gauge
     filled: Counter
 
 
@@ -76,6 +78,12 @@ def _metrics(registry: CollectorRegistry = REGISTRY) -> _Metrics:
                     "memory_embedding_backlog_chunks",
                     "Chunks written without their embedding and waiting for the background embedder"
                     " (all namespaces), as last seen by this process.",
+                    registry=registry,
+                ),
+                lag=Gauge(
+                    "memory_embedding_backlog_lag_seconds",
+                    "Age of the oldest chunk waiting for its embedding (all namespaces), 0 when none waits;"
+                    " as last seen by this process.",
                     registry=registry,
                 ),
                 filled=Counter(
@@ -160,6 +168,8 @@ class EpisodeEmbedder:
             pending, oldest = self.chunks.embedding_backlog(conn, namespace)
         if namespace == self.namespace:
             self._metrics.backlog.set(pending)
+            lag = (datetime.now(UTC) - oldest).total_seconds() if oldest is not None else 0.0
+            self._metrics.lag.set(max(0.0, lag))
         return Backlog(pending, oldest)
 
     # -- the daemon thread -------------------------------------------------------------------------

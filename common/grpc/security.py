@@ -1,12 +1,14 @@
 """What a server checks before it binds: the authentication mode and the TLS credentials.
 
 * `build_authenticator`: ``CB_AUTH_MODE`` / ``CB_TOKENS_FILE`` -> an `Authenticator` (bearer tokens from a
-  reloading `TokenStore`, or development mode, which is allowed on loopback addresses only);
+  reloading `TokenStore`, or development mode, which is allowed on loopback addresses only), logging the
+  mode once; `checked_token_store` is its check without the log;
 * `server_credentials`: ``CB_TLS_CERT_FILE`` + ``CB_TLS_KEY_FILE`` -> TLS, plus ``CB_TLS_CLIENT_CA_FILE``
   -> mutual TLS (client certificates signed by that CA are required), via `grpc.ssl_server_credentials`.
 
 Both raise `ServerSetupError` for a configuration the server refuses to start with. `build_server`
-(`common.grpc.server`) calls both; ``cb serve`` calls them first to report a refusal before it starts.
+(`common.grpc.server`) calls both; ``cb serve`` calls `checked_token_store` and `server_credentials` first
+to report a refusal before it loads the embedding model.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from common.auth.authentication import Authenticator, is_loopback_address
 from common.auth.tokens_file import TokensFileError, TokenStore
 from common.kernel.config import Settings
 
-__all__ = ["ServerSetupError", "build_authenticator", "server_credentials"]
+__all__ = ["ServerSetupError", "build_authenticator", "checked_token_store", "server_credentials"]
 
 log = logging.getLogger("memory.server")
 
@@ -28,8 +30,10 @@ class ServerSetupError(RuntimeError):
     """The server refuses to start: insecure bind, invalid tokens file, unreadable TLS files."""
 
 
-def build_authenticator(settings: Settings, *, address: str, service_name: str) -> Authenticator:
-    """The authenticator ``settings`` ask for, checked against the bind ``address``.
+def checked_token_store(settings: Settings, *, address: str, service_name: str) -> TokenStore | None:
+    """The token store ``settings`` ask for (None: development mode), checked against the bind ``address``;
+    logs nothing (`cb serve` checks the configuration with it before loading the embedding model, then
+    `build_authenticator` reports the mode once).
 
     ``CB_AUTH_MODE=auto`` (default) means tokens when ``CB_TOKENS_FILE`` is set, development mode
     otherwise; development mode (``none``) is allowed only on loopback addresses.
@@ -48,14 +52,26 @@ def build_authenticator(settings: Settings, *, address: str, service_name: str) 
                 "mode (no tokens) binds loopback addresses only (127.0.0.0/8, ::1, localhost). Set "
                 "CB_TOKENS_FILE to a tokens file (`cb token create`), or bind 127.0.0.1."
             )
-        log.warning("%s: authentication is off (development mode, loopback %s only)", service_name, address)
-        return Authenticator(None)
+        return None
     if not settings.tokens_file:
         raise ServerSetupError(f"{service_name}: CB_AUTH_MODE=tokens needs CB_TOKENS_FILE")
     try:
-        store = TokenStore(settings.tokens_file)
+        return TokenStore(settings.tokens_file)
     except TokensFileError as exc:
         raise ServerSetupError(f"{service_name}: {exc}") from exc
+
+
+def build_authenticator(settings: Settings, *, address: str, service_name: str) -> Authenticator:
+    """The authenticator ``settings`` ask for (`checked_token_store`); logs the mode once: a warning in
+    development mode, the tokens file and its size otherwise.
+
+    Raises:
+        ServerSetupError: see `checked_token_store`.
+    """
+    store = checked_token_store(settings, address=address, service_name=service_name)
+    if store is None:
+        log.warning("%s: authentication is off (development mode, loopback %s only)", service_name, address)
+        return Authenticator(None)
     log.info("%s: bearer tokens from %s (%d tokens)", service_name, store.path, len(store))
     return Authenticator(store)
 

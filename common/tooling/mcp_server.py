@@ -1,6 +1,6 @@
 """The MCP server: the memory as tools for agents (official ``mcp`` SDK), over stdio or streamable HTTP.
 
-It is a gRPC client of the two services (`common.tooling.memory_client.MemoryClient`), never a second
+It is a gRPC client of the two services (`memory_service_client.MemoryClient`), never a second
 path to the database, so every access rule of the services holds for an agent too:
 
 * over **stdio** (a local agent starts ``cb mcp``) every call carries the process's token (``--token``
@@ -34,13 +34,12 @@ from memory.v1 import (
     retrieval_service_pb2,
     source_service_pb2,
 )
+from memory_service_client import MemoryClient, ServiceError
 from pydantic import BaseModel, Field
 
 from common.grpc.proto_mapping import timestamp
-from common.kernel.errors import DomainError
 from common.kernel.identifiers import canonical_instant, parse_instant
 from common.tooling.cli.terminal import error_lines
-from common.tooling.memory_client import MemoryClient
 
 __all__ = ["TOOL_NAMES", "build_mcp_server"]
 
@@ -119,7 +118,7 @@ class _Tools:
         client = self.client_for(ctx)
         try:
             return getattr(client, method_name)(request)
-        except DomainError as exc:
+        except ServiceError as exc:
             raise ToolError("\n".join(error_lines(exc))) from exc
 
 
@@ -326,7 +325,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         client = tools.client_for(ctx)
         try:
             found = list(client.iter_facts(request, limit=limit + 1))
-        except DomainError as exc:
+        except ServiceError as exc:
             raise ToolError("\n".join(error_lines(exc))) from exc
         return {"facts": [_as_json(fact) for fact in found[:limit]], "truncated": len(found) > limit}
 

@@ -3,7 +3,7 @@
 `record_observations` sends parsed observations with RecordObservations in batches, several calls in
 flight: observations are split into lanes by subject (`observation_lane`), each lane sends its batches
 in file order, the lanes run side by side, and every call is retried while the service is UNAVAILABLE
-(`common.tooling.call_policy`).
+(`memory_service_client.call_policy`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
+from memory_service_client import call_policy
 
-from common.tooling import call_policy
 from common.tooling.observation_file import LineError, ParsedObservation
 
 DEFAULT_OBSERVE_CONCURRENCY = 4  # RecordObservations calls in flight; see record_observations

@@ -48,6 +48,7 @@ class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer)
             chunk_count=result.chunk_count,
             linked=list(result.linked),
             missing_links=list(result.missing_links),
+            unchanged=result.unchanged,
         )
 
     def PutChunks(

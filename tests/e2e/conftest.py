@@ -9,10 +9,10 @@ from typing import Any
 
 import grpc
 import pytest
+from memory_service_client import wait_for_serving
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
-from common.tooling.client import wait_for_serving
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 

@@ -40,9 +40,9 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
+from memory_service_client import RpcFailure, rpc_failure
 
 from common.storage.database import Database
-from common.tooling.client import RpcFailure, rpc_failure
 
 pytestmark = pytest.mark.e2e
 

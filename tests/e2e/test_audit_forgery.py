@@ -28,8 +28,7 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-
-from common.tooling.client import rpc_failure
+from memory_service_client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

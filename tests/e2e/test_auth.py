@@ -30,13 +30,13 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, make_channel, rpc_failure
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from common.grpc.security import ServerSetupError
 from common.kernel.config import Settings
 from common.tooling.cli import app
-from common.tooling.client import ClientSecurity, make_channel, rpc_failure
 from common.tooling.token_writer import add_token
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,10 @@ def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost,
         f"127.0.0.1:{query_host.port}",
     ]
 
-    def run(*args: str, expect: int = 0) -> str:
+    def run(*args: str, expect: int = 0, stdout: bool = False) -> str:
         result = runner.invoke(app, [*addresses, *args])
         assert result.exit_code == expect, result.output
-        return result.output
+        return result.stdout if stdout else result.output
 
     run("observe", "--file", str(EXAMPLE / "observations.jsonl"))
     run("retain", str(EXAMPLE / "docs"), "--namespace", "example")
@@ -145,3 +146,23 @@ def test_the_delivery_walkthrough_with_a_domain_pack(cli) -> None:  # type: igno
         )
     )["facts"]
     assert mentions and all(fact["evidence"] == "extracted" for fact in mentions)
+
+
+def test_retain_again_reports_unchanged_documents_from_the_servers_answer(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "one.md").write_text("# One\n\nThe first runbook.\n")
+    (docs / "two.md").write_text("# Two\n\nThe second runbook.\n")
+    namespace = "retain-again-" + uuid.uuid4().hex[:8]
+
+    def retain() -> dict[str, object]:
+        return json.loads(cli("retain", str(docs), "--namespace", namespace, "--json", stdout=True))  # type: ignore[no-any-return]
+
+    first = retain()
+    again = retain()
+    (docs / "two.md").write_text("# Two\n\nThe second runbook, revised.\n")
+    changed = retain()
+    counts = [(run["created"], run["updated"], run["unchanged"]) for run in (first, again, changed)]
+    assert counts == [(2, 0, 0), (0, 0, 2), (0, 1, 1)]
+    text = cli("retain", str(docs), "--namespace", namespace)
+    assert "documents: 0 created, 0 updated, 2 unchanged, 0 failed" in text

@@ -17,10 +17,10 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
+from memory_service_client import health_status
 
 from common.kernel.identifiers import fact_id, parse_instant
 from common.storage.database import Database
-from common.tooling.client import health_status
 from common.tooling.embedded_db import database_down, database_status, database_up
 from tests.conftest import CORPORA
 from tests.integration.test_fact_engine import portable_snapshot

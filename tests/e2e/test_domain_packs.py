@@ -24,9 +24,9 @@ from memory.v1 import (
     snapshot_service_pb2,
     snapshot_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 
 from common.kernel.identifiers import entity_key, fact_id, parse_instant
-from common.tooling.client import rpc_failure
 from tests.conftest import CORPORA
 from tests.integration.test_domain_packs import debian_pack
 from tests.unit.test_domain_packs import delivery_pack

@@ -27,9 +27,9 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 
 from common.kernel.identifiers import fact_id
-from common.tooling.client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

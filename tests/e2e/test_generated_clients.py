@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 from memory.v1 import fact_query_service_pb2
+from memory_service_client import ClientSecurity, MemoryClient
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.tooling.client import ClientSecurity
-from common.tooling.memory_client import MemoryClient
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
@@ -54,13 +53,17 @@ def test_the_generated_typescript_and_go_clients_call_the_services(
     with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
         environment = {
             **os.environ,
-            "MEMORY_INGEST_ADDR": ingest_addr,
-            "MEMORY_QUERY_ADDR": query_addr,
-            "MEMORY_TOKEN": token,
-            "MEMORY_NAMESPACE": namespace,
+            "CB_INGEST_ADDR": ingest_addr,
+            "CB_QUERY_ADDR": query_addr,
+            "CB_TOKEN": token,
         }
         run = subprocess.run(
-            ["node", str(script)], env=environment, capture_output=True, text=True, timeout=300, check=False
+            ["node", str(script), namespace],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert run.returncode == 0, run.stderr
         seen = json.loads(run.stdout)

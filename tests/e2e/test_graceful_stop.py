@@ -20,9 +20,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from memory_service_client import wait_for_serving
 
 from common.kernel.config import Settings
-from common.tooling.client import wait_for_serving
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +111,6 @@ def test_sigterm_turns_not_serving_and_keeps_answering_for_the_drain(
     assert process.stderr is not None
     log = process.stderr.read().decode("utf-8", "replace")
     assert "draining" in log and "query_service: stopped" in log, log[-2000:]
+    # `cb serve` checks the configuration before loading the model and then builds the server: the
+    # development-mode warning is logged once, not by both.
+    assert log.count("authentication is off (development mode") == 1, log[-2000:]

@@ -29,10 +29,10 @@ from memory.v1 import (
     observation_service_pb2,
     observation_service_pb2_grpc,
 )
+from memory_service_client import wait_for_serving
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import entity_key, fact_id, parse_instant
-from common.tooling.client import wait_for_serving
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 from tests.conftest import fresh_database

@@ -28,12 +28,11 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from memory.v1 import document_service_pb2
+from memory_service_client import ClientSecurity, MemoryClient
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.tooling.client import ClientSecurity
 from common.tooling.mcp_server import TOOL_NAMES, build_mcp_server
-from common.tooling.memory_client import MemoryClient
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 

@@ -13,8 +13,8 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from memory.v1 import domain_pack_service_pb2, domain_pack_service_pb2_grpc
+from memory_service_client import rpc_failure
 
-from common.tooling.client import rpc_failure
 from tests.e2e.test_domain_packs import _observe, _register
 
 pytestmark = pytest.mark.e2e

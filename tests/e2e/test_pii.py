@@ -39,13 +39,13 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
-from common.tooling.client import ClientSecurity, make_channel
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.test_domain_packs import _observe, _register

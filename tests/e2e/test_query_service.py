@@ -28,6 +28,7 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
@@ -35,7 +36,6 @@ from common.storage.context_store import ContextStore
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.text_models.tokenizer import TokenCounter
-from common.tooling.client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

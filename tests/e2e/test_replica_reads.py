@@ -32,14 +32,14 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure, wait_for_serving
+from memory_service_client.consistency_tokens import ConsistencyTokens
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
 from common.tooling.cli import app
-from common.tooling.client import rpc_failure, wait_for_serving
-from common.tooling.consistency_tokens import ConsistencyTokens
 from common.tooling.embedded_db.replica import REPLICA_PORT, replica_down, replica_up
 from query_service.main import create_query_host
 

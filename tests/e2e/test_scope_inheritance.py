@@ -41,9 +41,9 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.kernel.config import Settings
-from common.tooling.client import ClientSecurity, make_channel, rpc_failure
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.scoped_writes import (
     COMMON_WORD,

@@ -20,13 +20,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from memory_service_client import ClientSecurity, health_status, make_channel, wait_for_serving
 from typer.testing import CliRunner
 
 from common.grpc.security import ServerSetupError
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
 from common.tooling.cli import app
-from common.tooling.client import ClientSecurity, health_status, make_channel, wait_for_serving
 from query_service.main import create_query_host
 
 pytestmark = pytest.mark.e2e

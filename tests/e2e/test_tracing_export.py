@@ -18,9 +18,8 @@ from typing import Any
 import grpc
 import pytest
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
+from memory_service_client import wait_for_serving
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-
-from common.tooling.client import wait_for_serving
 
 pytestmark = pytest.mark.e2e
 

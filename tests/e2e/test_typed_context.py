@@ -19,13 +19,13 @@ from memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
 from common.tooling.cli import app
-from common.tooling.client import rpc_failure
 from tests.e2e.test_domain_packs import _observe, _register, _ts
 from tests.unit.test_domain_packs import delivery_pack
 

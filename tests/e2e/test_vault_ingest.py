@@ -29,10 +29,10 @@ from memory.v1 import (
     vault_service_pb2,
     vault_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 
 from common.storage.database import Database
 from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.client import rpc_failure
 from common.tooling.vault_source import directory_documents, git_documents
 from tests.e2e.vault_helpers import cut_short, ingest, statuses, write
 

@@ -20,11 +20,11 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.tooling.client import ClientSecurity, make_channel
 from common.tooling.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.vault_helpers import ingest, statuses, write

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import REGISTRY
 
 from common.domain.episode_header import episode_header
 from common.kernel.config import Settings
@@ -115,6 +116,9 @@ def test_episode_text_carries_date_actor_and_subject_and_waits_for_its_embedding
     embedder = EpisodeEmbedder(own_database, provider, batch_size=1, namespace=namespace)
     assert embedder.backlog(namespace).pending == 2
     assert embedder.backlog(namespace).oldest_written_at is not None
+    # Queue depth and lag on the metrics endpoint (issue 14 §3): the gauges of this embedder's backlog.
+    assert REGISTRY.get_sample_value("memory_embedding_backlog_chunks") == 2
+    assert (REGISTRY.get_sample_value("memory_embedding_backlog_lag_seconds") or 0) > 0
 
     assert embedder.drain() == 2  # one chunk per round
     rows = chunk_rows(own_database, namespace)
@@ -125,6 +129,7 @@ def test_episode_text_carries_date_actor_and_subject_and_waits_for_its_embedding
     assert float(np.dot(np.asarray(rows[0][3], dtype=np.float32), expected[0])) > 0.999
     assert embedder.backlog(namespace).pending == 0
     assert embedder.backlog(namespace).oldest_written_at is None
+    assert REGISTRY.get_sample_value("memory_embedding_backlog_lag_seconds") == 0
     assert embedder.drain() == 0  # nothing twice
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
+from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import current_principal
 from common.grpc.security import ServerSetupError
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
-from common.tooling.client import ClientSecurity, make_channel
 from tests.unit.tokens_file_samples import TOKEN_A, TOKEN_B, write_tokens_file
 
 

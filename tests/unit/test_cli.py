@@ -25,12 +25,12 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import call_policy
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.tooling import call_policy
 from common.tooling.cli import app
 from common.tooling.cli.option_types import parse_instant
 from common.tooling.markdown_vault import DocumentError, default_natural_key, find_documents, read_document
@@ -696,3 +696,36 @@ def test_observe_reads_a_pipe(
     assert result.exit_code == 0, result.output
     assert "created 3, duplicate 0, failed 0" in result.stdout
     assert len(fake.received) == 3
+
+
+def test_facts_table_keeps_long_keys_whole_on_a_narrow_terminal(
+    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
+) -> None:
+    """Trial leftover (issue 14): at 80 columns the table cut keys to ``…``; what a user copies is whole."""
+    subject = "package:libreoffice-l10n-" + "x" * 40
+    obj = "version:libreoffice-l10n-" + "x" * 40 + "@4:7.4.7-1+deb12u8"
+
+    class Facts(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
+        def ListFacts(
+            self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
+        ) -> fact_query_service_pb2.ListFactsResponse:
+            fact = knowledge_pb2.Fact(
+                fact_id="fact-" + "0123456789abcdef" * 2,
+                subject=subject,
+                predicate="HAS_VERSION",
+                object=obj,
+                superseded_by="fact-" + "fedcba9876543210" * 2,
+            )
+            return fact_query_service_pb2.ListFactsResponse(facts=[fact])
+
+    def register(server: grpc.Server) -> list[str]:
+        fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(Facts(), server)
+        return ["memory.v1.FactQueryService"]
+
+    address = serve(register)
+    result = runner.invoke(app, ["--query-addr", address, "facts", "-n", "ns"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.stdout
+    for value in (subject, obj, "fact-" + "fedcba9876543210" * 2):
+        assert any(value in line for line in result.stdout.splitlines()), value
+    assert "1 facts" in result.stdout

@@ -11,13 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 from memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
+from memory_service_client import wait_for_serving
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.tooling.cli import app
-from common.tooling.client import wait_for_serving
 from common.tooling.token_writer import add_token
 from tests.unit.test_cli import FakeDocuments, FakeObservations, _line, _observation_server
 
@@ -149,6 +149,7 @@ def test_retain_json_prints_the_summary_object(serve: Callable[..., str], tmp_pa
     assert json.loads(result.stdout) == {
         "created": 1,
         "updated": 0,
+        "unchanged": 0,
         "failed": 0,
         "chunks": 2,
         "missing_links": [{"from": "doc:a", "to": "doc:nowhere"}],
@@ -166,3 +167,29 @@ def test_token_list_json_lists_principals_without_hashes(tmp_path: Path) -> None
     assert entry["principal"] == "loader" and entry["namespaces"] == {"debian": ["write"]}
     assert entry["note"] == "ci" and entry["pii_clearance"] is False
     assert token not in result.stdout and "sha256" not in result.stdout
+
+
+def test_every_option_has_one_long_spelling_and_each_spelling_one_meaning() -> None:
+    """Issue 14 §4: one spelling for each flag across commands (``--concurrency``, not also ``--workers``),
+    and a flag spelled alike means the same option everywhere (``--json``, ``--namespace``, ...)."""
+    import typer
+
+    root = typer.main.get_command(app)
+    several: list[str] = []
+    meanings: dict[str, set[str]] = {}
+
+    def walk(command: object, path: str) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+        for param in getattr(command, "params", []):
+            if getattr(param, "param_type_name", "") != "option":
+                continue
+            spellings = [flag for flag in param.opts if flag.startswith("--")]
+            if len(spellings) != 1:
+                several.append(f"{path}: {spellings}")
+            for flag in spellings:
+                meanings.setdefault(flag, set()).add(param.name.rstrip("s_"))
+
+    walk(root, "cb")
+    assert several == []
+    assert {flag: names for flag, names in meanings.items() if len(names) > 1} == {}

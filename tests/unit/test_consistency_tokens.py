@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from memory_service_client.consistency_tokens import ConsistencyTokens
 
 from common.kernel.config import Settings
 from common.kernel.consistency import (
@@ -16,7 +17,6 @@ from common.kernel.consistency import (
 )
 from common.kernel.errors import InvalidArgument
 from common.storage.read_routing import read_database_urls
-from common.tooling.consistency_tokens import ConsistencyTokens
 
 
 @pytest.mark.parametrize("text", ["0/0", "0/16B3748", "16/B374D848", "FFFFFFFF/FFFFFFFF"])

@@ -1,4 +1,4 @@
-"""The checked-in stubs under common/generated are exactly what `make protos` generates from protos/."""
+"""The checked-in stubs under clients/python/src/memory are exactly what `make protos` generates from protos/."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "common" / "generated" / "memory" / "v1"
+GENERATED = ROOT / "clients" / "python" / "src" / "memory" / "v1"
 
 
 def test_checked_in_stubs_match_the_protos(tmp_path: Path) -> None:

@@ -14,13 +14,12 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, MemoryClient, call_policy
+from memory_service_client import errors as client_errors
 
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.tooling import call_policy
-from common.tooling.client import ClientSecurity
-from common.tooling.memory_client import MemoryClient
 
 
 class AlwaysReady:
@@ -120,7 +119,10 @@ def test_reads_are_retried_on_unavailable_with_backoff(
 def test_without_read_retries_unavailable_is_raised_at_once(address: Callable[[Sources], str]) -> None:
     sources = Sources(outages=5)
     where = address(sources)
-    with MemoryClient(where, where, retry_reads=False) as client, pytest.raises(Unavailable) as raised:
+    with (
+        MemoryClient(where, where, retry_reads=False) as client,
+        pytest.raises(client_errors.Unavailable) as raised,
+    ):
         client.get_source(_request("doc:x"))
     assert sources.calls == 1
     assert isinstance(raised.value.__cause__, grpc.RpcError)
@@ -129,13 +131,13 @@ def test_without_read_retries_unavailable_is_raised_at_once(address: Callable[[S
 def test_errors_are_domain_exceptions_with_field_violations(address: Callable[[Sources], str]) -> None:
     where = address(Sources())
     with MemoryClient(where, where) as client:
-        with pytest.raises(InvalidArgument) as invalid:
+        with pytest.raises(client_errors.InvalidArgument) as invalid:
             client.get_source(_request("doc:bad"))
         assert [(v.field, v.description) for v in invalid.value.violations] == [
             ("natural_key", "bad key"),
             ("namespace", "empty"),
         ]
-        with pytest.raises(NotFound, match="no node doc:missing"):
+        with pytest.raises(client_errors.NotFound, match="no node doc:missing"):
             client.get_source(_request("doc:missing"))
 
 
@@ -169,7 +171,7 @@ def test_the_client_has_a_typed_method_for_every_rpc_of_the_contract() -> None:
     from importlib import import_module
     from pathlib import Path
 
-    from common.tooling.memory_client import MemoryClient
+    from memory_service_client import MemoryClient
 
     missing = []
     for proto in sorted(Path(__file__).resolve().parents[2].joinpath("protos/memory/v1").glob("*.proto")):

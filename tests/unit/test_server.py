@@ -15,27 +15,27 @@ import urllib.request
 from collections.abc import Iterator
 
 import grpc
+import memory_service_client as client
 import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
+from memory_service_client import (
+    error_from_rpc,
+    field_violations,
+    format_rpc_error,
+    make_channel,
+    rpc_failure,
+    wait_for_serving,
+)
 
 from common.grpc.readiness import LIVENESS_SERVICE
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
 from common.kernel.request_context import current_request_id
-from common.tooling.client import (
-    RemoteError,
-    field_violations,
-    format_rpc_error,
-    make_channel,
-    raise_for_status,
-    rpc_failure,
-    wait_for_serving,
-)
 
 SERVICE = "memory.v1.SourceService"
 
@@ -183,17 +183,17 @@ def test_invalid_argument_carries_bad_request_and_error_info(
     assert dict(error.trailing_metadata())["x-request-id"] == info.metadata["request_id"]
     # Client helpers decode the same thing.
     assert field_violations(error) == [
-        FieldViolation("namespace", "must not be empty"),
-        FieldViolation("natural_key", "must look like type:id"),
+        client.FieldViolation("namespace", "must not be empty"),
+        client.FieldViolation("natural_key", "must look like type:id"),
     ]
     assert format_rpc_error(error).splitlines() == [
         "error: INVALID_ARGUMENT: namespace: must not be empty; natural_key: must look like type:id",
         "  - namespace: must not be empty",
         "  - natural_key: must look like type:id",
     ]
-    with pytest.raises(InvalidArgument) as raised:
-        raise_for_status(error)
-    assert raised.value.violations == field_violations(error)
+    raised = error_from_rpc(error)
+    assert isinstance(raised, client.InvalidArgument)
+    assert raised.violations == field_violations(error)
 
 
 def test_not_found_keeps_custom_reason(stub: source_service_pb2_grpc.SourceServiceStub) -> None:
@@ -203,15 +203,15 @@ def test_not_found_keeps_custom_reason(stub: source_service_pb2_grpc.SourceServi
     info, bad = _details(error)
     assert info is not None and info.reason == "NODE_NOT_FOUND" and info.domain == "memory.v1"
     assert bad is None
-    with pytest.raises(NotFound) as raised:
-        raise_for_status(error)
-    assert raised.value.reason == "NODE_NOT_FOUND"
+    raised = error_from_rpc(error)
+    assert isinstance(raised, client.NotFound) and raised.reason == "NODE_NOT_FOUND"
 
 
 def test_unavailable(stub: source_service_pb2_grpc.SourceServiceStub) -> None:
     error = _call(stub, "down")
     assert error.code() == grpc.StatusCode.UNAVAILABLE
     assert rpc_failure(error).reason == "DATABASE_UNAVAILABLE"
+    assert isinstance(error_from_rpc(error), client.Unavailable)
 
 
 def test_unexpected_exception_is_internal_with_generic_message(
@@ -227,9 +227,8 @@ def test_unexpected_exception_is_internal_with_generic_message(
     assert info is not None and info.reason == "INTERNAL"
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "Traceback" in logged and "secret detail" in logged and request_id in logged
-    with pytest.raises(RemoteError) as raised:
-        raise_for_status(error)
-    assert raised.value.code == grpc.StatusCode.INTERNAL
+    raised = error_from_rpc(error)
+    assert isinstance(raised, client.Internal) and raised.code == grpc.StatusCode.INTERNAL
 
 
 def test_handler_abort_passes_through(stub: source_service_pb2_grpc.SourceServiceStub) -> None:

@@ -1,6 +1,11 @@
 // The generated client of memory-service: every message and gRPC service client of memory.v1
-// (ts-proto over @grpc/grpc-js), plus `callMetadata` for the bearer token.
+// (ts-proto over @grpc/grpc-js), plus `callMetadata` for the bearer token. `credentials`, `Metadata`,
+// `status` and the `ServiceError` type of @grpc/grpc-js are re-exported, so a project needs no import of
+// its own from @grpc/grpc-js (and gets the version the generated clients were built against).
 import { Metadata } from "@grpc/grpc-js";
+
+export { credentials, Metadata, status } from "@grpc/grpc-js";
+export type { ServiceError } from "@grpc/grpc-js";
 
 export * from "./gen/memory/v1/knowledge";
 export * as audit from "./gen/memory/v1/audit_service";

@@ -2,9 +2,10 @@
 
 `CliState` is stored on the root typer context by the app's callback (`common.tooling.cli.app`); a
 command reaches it with `cli_state`. Every command calls the services through `CliState.client`, a
-`common.tooling.memory_client.MemoryClient` with the addresses, the token and the TLS files of the
-settings and the `common.tooling.consistency_tokens.ConsistencyTokens` of the run (``--consistent``)
-on its channels; `CliState.channel` opens a channel the same way.
+`memory_service_client.MemoryClient` (the client package, clients/python) with the addresses, the token and
+the TLS files of the settings, the `memory_service_client.ConsistencyTokens` of the run (``--consistent``)
+on its channels and, with tracing on, OpenTelemetry's client layer (`traced`); `CliState.channel` opens a
+channel the same way.
 """
 
 from __future__ import annotations
@@ -13,12 +14,30 @@ import dataclasses
 
 import grpc
 import typer
+from memory_service_client import ClientSecurity, ConsistencyTokens, MemoryClient, make_channel
+from memory_service_client.consistency_tokens import default_token_file
 
+from common.grpc.telemetry import configured_tracer_provider, traced_channel
 from common.kernel.config import Settings
 from common.tooling.cli.terminal import fail
-from common.tooling.client import ClientSecurity, make_channel
-from common.tooling.consistency_tokens import ConsistencyTokens, default_token_file
-from common.tooling.memory_client import MemoryClient
+
+
+def client_security(settings: Settings, *, token: str | None = None) -> ClientSecurity:
+    """The client's token and TLS files from settings (``CB_TOKEN``, ``CB_TLS_CA_FILE``,
+    ``CB_TLS_CLIENT_CERT_FILE``/``KEY_FILE``, ``CB_TLS_SERVER_NAME``); ``token`` (``cb --token``) wins."""
+    return ClientSecurity(
+        token=(token if token else settings.token.get_secret_value()).strip(),
+        ca_file=settings.tls_ca_file,
+        cert_file=settings.tls_client_cert_file,
+        key_file=settings.tls_client_key_file,
+        server_name=settings.tls_server_name,
+    )
+
+
+def traced(channel: grpc.Channel) -> grpc.Channel:
+    """``channel`` with OpenTelemetry's client layer when tracing is on in this process (each call sends its
+    W3C ``traceparent``, `common.grpc.telemetry`), else ``channel`` itself."""
+    return traced_channel(channel, configured_tracer_provider())
 
 
 @dataclasses.dataclass
@@ -60,12 +79,12 @@ class CliState:
 
     def security(self) -> ClientSecurity:
         """Token (``--token`` or ``CB_TOKEN``) and TLS files every channel of the CLI uses."""
-        return ClientSecurity.from_settings(self.settings(), token=self.token)
+        return client_security(self.settings(), token=self.token)
 
     def channel(self, address: str) -> grpc.Channel:
         """A channel to ``address`` with the CLI's token and TLS settings (exits 1 on bad TLS files)."""
         try:
-            channel = make_channel(address, security=self.security())
+            channel = make_channel(address, security=self.security(), wrap=traced)
         except ValueError as exc:
             fail([f"error: {exc}"])
         return grpc.intercept_channel(channel, self.consistency_tokens())
@@ -80,7 +99,7 @@ class CliState:
         """A `MemoryClient` of both services with the CLI's addresses, token and TLS settings.
 
         Reads are sent once (an unreachable service is reported at once); idempotent writes are retried
-        on UNAVAILABLE (`common.tooling.call_policy`). Exits 1 on bad TLS files.
+        on UNAVAILABLE (`memory_service_client.call_policy`). Exits 1 on bad TLS files.
         """
         security = self.security()
         try:
@@ -93,6 +112,7 @@ class CliState:
             security=security,
             retry_reads=False,
             interceptors=(self.consistency_tokens(),),
+            wrap_channel=traced,
         )
 
 

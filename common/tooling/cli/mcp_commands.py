@@ -6,10 +6,10 @@ import dataclasses
 from typing import Annotated, Literal
 
 import typer
+from memory_service_client import MemoryClient
 
-from common.tooling.cli.cli_state import cli_state
+from common.tooling.cli.cli_state import cli_state, traced
 from common.tooling.cli.terminal import fail
-from common.tooling.memory_client import MemoryClient
 
 MCP_RETRY_SECONDS = 10.0  # how long a tool call retries a service that answers UNAVAILABLE
 
@@ -47,6 +47,8 @@ def mcp(
     except ValueError as exc:
         fail([f"error: {exc}"])
     # An agent waits for its tool call: retry an unavailable service for seconds, not minutes.
-    client = MemoryClient(state.ingest(), state.query(), security=security, retry_seconds=MCP_RETRY_SECONDS)
+    client = MemoryClient(
+        state.ingest(), state.query(), security=security, retry_seconds=MCP_RETRY_SECONDS, wrap_channel=traced
+    )
     with client:
         run_mcp_server(client, transport=chosen, host=host, port=port)

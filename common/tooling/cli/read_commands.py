@@ -25,7 +25,7 @@ from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
 from common.tooling.cli.rpc_output import call_and_print, memory_client
-from common.tooling.cli.terminal import err, out, print_text
+from common.tooling.cli.terminal import err, out, print_text, print_wide
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -148,7 +148,7 @@ def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
             escape(f"{fact.evidence} {fact.confidence:.2f}".strip()),
             escape(", ".join(flags)),
         )
-    out.print(table)
+    print_wide(table)  # keys and fact ids whole, however narrow the terminal
     out.print(f"{len(collected.facts)} facts")
 
 

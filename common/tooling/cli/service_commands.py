@@ -36,7 +36,7 @@ def serve(
     unless its address is a loopback one; see README "Security". Logs are JSON lines on stderr
     (``CB_LOG_FORMAT=text`` for text); with ``CB_OTLP_ENDPOINT`` set, traces are exported by OTLP.
     """
-    from common.grpc.security import ServerSetupError, build_authenticator, server_credentials
+    from common.grpc.security import ServerSetupError, checked_token_store, server_credentials
     from common.grpc.telemetry import configure_logging, configure_tracing
 
     state = cli_state(ctx)
@@ -48,7 +48,7 @@ def serve(
     configure_tracing(settings, f"{service.value}_service")
     address = state.ingest() if service is ServiceKind.ingest else state.query()
     try:  # refuse an insecure or broken configuration before loading the embedding model
-        build_authenticator(settings, address=address, service_name=f"{service.value}_service")
+        checked_token_store(settings, address=address, service_name=f"{service.value}_service")
         server_credentials(settings)
         if service is ServiceKind.ingest:
             from ingest_service.main import serve as serve_ingest

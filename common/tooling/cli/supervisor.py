@@ -11,12 +11,12 @@ import subprocess
 import sys
 import time
 
+from memory_service_client import ClientSecurity, health_status, make_channel
 from rich.markup import escape
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.terminal import err, out
-from common.tooling.client import ClientSecurity, health_status, make_channel
 from common.tooling.embedded_db import database_down, database_status, database_up
 
 

@@ -14,12 +14,13 @@ from typing import NoReturn
 
 import grpc
 import typer
-from rich.console import Console
+from memory_service_client import ServiceError, rpc_failure
+from rich.console import Console, RenderableType
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from common.kernel.errors import DomainError, InvalidArgument
-from common.tooling.client import rpc_failure
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
@@ -37,12 +38,12 @@ def fail(lines: Sequence[str], code: int = 1) -> NoReturn:
 
 
 def error_lines(exc: BaseException) -> list[str]:
-    """``error: CODE: message`` and the field violations of a failed call (also when `MemoryClient` raised
-    it as a domain error, chained to the call) or of a local domain error."""
+    """``error: CODE: message`` and the field violations of a failed call (a `grpc.RpcError`, or the
+    `memory_service_client.ServiceError` that `MemoryClient` raises for it) or of a local domain error."""
     if isinstance(exc, grpc.RpcError):
         return rpc_failure(exc).lines()
-    if isinstance(exc, DomainError) and isinstance(exc.__cause__, grpc.RpcError):
-        return rpc_failure(exc.__cause__).lines()
+    if isinstance(exc, ServiceError):
+        return exc.lines()
     if isinstance(exc, InvalidArgument):
         return [f"error: {exc.reason}: {exc.message}", *(f"  - {v}" for v in exc.violations)]
     if isinstance(exc, DomainError):
@@ -55,8 +56,24 @@ def reported_errors() -> Iterator[None]:
     """Turns server and domain errors into ``error: ...`` lines on stderr and exit code 1."""
     try:
         yield
-    except (grpc.RpcError, DomainError) as exc:
+    except (grpc.RpcError, ServiceError, DomainError) as exc:
         fail(error_lines(exc))
+
+
+def print_wide(renderable: RenderableType) -> None:
+    """Prints ``renderable`` (a table of keys and ids) on stdout at its natural width, wider than the
+    terminal when it needs to be, so that no key is cut to ``…`` or broken over lines: what a user copies
+    from it is whole (a terminal narrower than a line soft-wraps it; a pager or a file keeps it)."""
+    natural = Measurement.get(out, out.options.update(width=_UNBOUNDED), renderable).maximum
+    if natural <= out.width:
+        out.print(renderable)
+        return
+    Console(
+        file=out.file, width=natural, highlight=False, soft_wrap=False, color_system=out.color_system
+    ).print(renderable)
+
+
+_UNBOUNDED = 1 << 16
 
 
 def print_text(text: str) -> None:

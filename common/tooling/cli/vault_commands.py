@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 from google.protobuf.message import Message
+from memory_service_client import ServiceError
 from rich.markup import escape
 
-from common.kernel.errors import DomainError
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption
 from common.tooling.cli.rpc_output import memory_client, print_json
 from common.tooling.cli.terminal import err, error_lines, fail, out, progress_bar
@@ -126,7 +126,7 @@ def ingest(
                 ),
                 timeout=timeout,
             )
-        except DomainError as exc:
+        except ServiceError as exc:
             fail([*error_lines(exc), "nothing was swept; run the command again"])
     if as_json:
         print_json(response)

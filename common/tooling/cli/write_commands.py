@@ -1,7 +1,7 @@
 """The write commands (ingest_service): ``cb observe``, ``cb reconcile``, ``cb retain``, ``cb delete``.
 
 ``observe`` and ``retain`` send many calls with a progress bar, retry each on UNAVAILABLE (the RPCs are
-idempotent, `common.tooling.call_policy`) and report every failed line or file; ``reconcile`` streams
+idempotent, `memory_service_client.call_policy`) and report every failed line or file; ``reconcile`` streams
 a snapshot file; ``delete`` is one call printed with `call_and_print`.
 """
 
@@ -24,15 +24,13 @@ import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from memory.v1 import document_service_pb2, observation_service_pb2, observation_service_pb2_grpc
+from memory_service_client import ServiceError, call_policy, is_unavailable, rpc_failure
 from rich.markup import escape
 
-from common.kernel.errors import DomainError
-from common.tooling import call_policy
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
 from common.tooling.cli.rpc_output import call_and_print, memory_client, print_json
 from common.tooling.cli.terminal import err, error_lines, fail, out, progress_bar
-from common.tooling.client import is_unavailable, rpc_failure
 from common.tooling.markdown_vault import DocumentError, find_documents, read_document
 from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
@@ -80,10 +78,9 @@ def observe(
         int,
         typer.Option(
             "--concurrency",
-            "--workers",
             min=1,
             max=32,
-            help="RecordObservations calls in flight (1: sequential; --workers is the old spelling)",
+            help="RecordObservations calls in flight (1: sequential)",
         ),
     ] = DEFAULT_OBSERVE_CONCURRENCY,
     as_json: JsonOption = False,
@@ -257,7 +254,7 @@ def reconcile(
             response = client.reconcile_stream(
                 messages(handle, lambda line: progress.update(task, completed=line)), timeout=timeout
             )
-        except DomainError as exc:
+        except ServiceError as exc:
             lines = [f"{file}:{bad_line[0]} (nothing was reconciled)"] if bad_line else error_lines(exc)
             fail(lines)
     if as_json:
@@ -278,10 +275,9 @@ def retain(
         int,
         typer.Option(
             "--concurrency",
-            "--workers",
             min=1,
             max=16,
-            help="Retain calls in flight (--workers is the old spelling)",
+            help="Retain calls in flight",
         ),
     ] = 2,
     as_json: JsonOption = False,
@@ -290,14 +286,15 @@ def retain(
 
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
     Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
-    prints the summary as one JSON object (``created``, ``updated``, ``failed``, ``chunks``,
-    ``missing_links``: ``[{"from": key, "to": key}]``).
+    prints the summary as one JSON object (``created``, ``updated``, ``unchanged``, ``failed``, ``chunks``,
+    ``missing_links``: ``[{"from": key, "to": key}]``). A document the server already held exactly as sent
+    counts as unchanged (RetainResponse.unchanged), not as updated.
     """
     paths = find_documents(directory)
     if not paths:
         fail([f"error: no *.md files under {directory}"])
     failures = 0
-    created = updated = chunks = 0
+    created = updated = unchanged = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
     with cli_state(ctx).client() as client, progress_bar() as progress:
@@ -331,13 +328,14 @@ def retain(
                 relative = futures[future]
                 try:
                     response = future.result()
-                except DomainError as exc:
+                except ServiceError as exc:
                     failures += 1
                     for text in error_lines(exc):
                         report(f"{relative}: {text}")
                 else:
                     created += int(response.created)
-                    updated += int(not response.created)
+                    unchanged += int(response.unchanged)
+                    updated += int(not response.created and not response.unchanged)
                     chunks += response.chunk_count
                     missing.extend((response.natural_key, link) for link in response.missing_links)
                 progress.advance(task)
@@ -346,14 +344,16 @@ def retain(
         _print_summary(
             created=created,
             updated=updated,
+            unchanged=unchanged,
             failed=failures,
             chunks=chunks,
             missing_links=[{"from": source, "to": target} for source, target in missing],
         )
     else:
         out.print(
-            f"documents: {created} created, {updated} updated, {failures} failed; {chunks} chunks; "
-            f"{len(missing)} missing links"
+            f"documents: {created} created, {updated} updated, {unchanged} unchanged, {failures} failed; "
+            f"{chunks} chunks; {len(missing)} missing links",
+            soft_wrap=True,  # one line, however narrow the terminal
         )
     if later and not as_json:
         out.print(

@@ -1,7 +1,7 @@
 // Calls the running services with the generated client and checks the answers (run by
-// tests/e2e/test_typescript_client.py). Environment: MEMORY_INGEST_ADDR, MEMORY_QUERY_ADDR,
-// MEMORY_TOKEN, MEMORY_NAMESPACE. Prints one JSON object with what it saw; exits 1 on the first
-// failed check.
+// tests/e2e/test_generated_clients.py). Usage: node dist/e2e/check_services.js NAMESPACE; environment
+// (the names the services and `cb` use): CB_INGEST_ADDR, CB_QUERY_ADDR, CB_TOKEN. Prints one JSON object
+// with what it saw; exits 1 on the first failed check.
 import { credentials, Metadata, ServiceError, status } from "@grpc/grpc-js";
 import { callMetadata, context, documents, factQuery, observations, retrieval, sources } from "../index";
 
@@ -21,10 +21,10 @@ function check(condition: boolean, what: string): void {
 }
 
 async function main(): Promise<void> {
-  const ingestAddr = process.env.MEMORY_INGEST_ADDR ?? "127.0.0.1:50051";
-  const queryAddr = process.env.MEMORY_QUERY_ADDR ?? "127.0.0.1:50052";
-  const namespace = process.env.MEMORY_NAMESPACE ?? "ts-client";
-  const metadata = callMetadata(process.env.MEMORY_TOKEN ?? "");
+  const ingestAddr = process.env.CB_INGEST_ADDR ?? "127.0.0.1:50051";
+  const queryAddr = process.env.CB_QUERY_ADDR ?? "127.0.0.1:50052";
+  const namespace = process.argv[2] ?? "ts-client";
+  const metadata = callMetadata(process.env.CB_TOKEN ?? "");
   const insecure = credentials.createInsecure();
 
   const observationClient = new observations.ObservationServiceClient(ingestAddr, insecure);

@@ -118,6 +118,7 @@ class RetainResponse(_message.Message):
     LINKED_FIELD_NUMBER: _builtins.int
     MISSING_LINKS_FIELD_NUMBER: _builtins.int
     CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The document's natural key, as stored."""
     created: _builtins.bool
@@ -128,6 +129,10 @@ class RetainResponse(_message.Message):
     """Opaque read-after-write token: the WAL position of this write's commit. Send it as the
     `x-consistency-token` metadata of a read (query_service) to read from a database that has
     this write; also in the trailing metadata `x-consistency-token`. Empty when none was taken.
+    """
+    unchanged: _builtins.bool
+    """True when the document was already stored exactly as sent (same text, title, metadata, links and
+    chunks): nothing was written. `cb retain` counts these as unchanged.
     """
     @_builtins.property
     def linked(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -146,10 +151,11 @@ class RetainResponse(_message.Message):
         linked: _abc.Iterable[_builtins.str] | None = ...,
         missing_links: _abc.Iterable[_builtins.str] | None = ...,
         consistency_token: _builtins.str = ...,
+        unchanged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key", "unchanged", b"unchanged"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

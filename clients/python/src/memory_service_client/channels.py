@@ -1,61 +1,38 @@
-"""Client-side helpers: channels, rich error details, readiness waits (used by the CLI and tests).
+"""Channels to the services: TLS / mTLS, the bearer token, message limits, health checks.
 
 `make_channel` is the one place where calls get their security: TLS / mTLS channel credentials and
-the ``authorization: Bearer <token>`` metadata, both from a `ClientSecurity` (built from settings:
-``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``, ``CB_TLS_CLIENT_KEY_FILE``,
-``CB_TLS_SERVER_NAME``), and, when tracing is on in the process (`common.grpc.telemetry`), the W3C
-``traceparent`` of each call.
-
-Errors arrive as `grpc.RpcError` whose trailing metadata carries a `google.rpc.Status` (AIP-193):
-`rpc_failure` decodes it into an `RpcFailure` (code, message, ErrorInfo reason, field violations),
-`format_rpc_error` renders it for humans, and `raise_for_status` turns it back into the domain error
-of `common.kernel.errors` so callers can ``except InvalidArgument``.
+the ``authorization: Bearer <token>`` metadata, both from a `ClientSecurity` (``ClientSecurity.from_env``
+reads ``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``, ``CB_TLS_CLIENT_KEY_FILE``,
+``CB_TLS_SERVER_NAME``, the names the services and the ``cb`` CLI use). ``wrap`` lets a caller put its own
+channel layer on top (the CLI puts OpenTelemetry's, so each call sends its W3C ``traceparent``).
+`health_status` and `wait_for_serving` speak grpc.health.v1.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
-
-from common.auth.authentication import is_loopback_address
-from common.kernel.errors import (
-    AlreadyExists,
-    DomainError,
-    FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    Unauthenticated,
-    Unavailable,
-)
-
-if TYPE_CHECKING:
-    from common.kernel.config import Settings
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 __all__ = [
     "CHANNEL_OPTIONS",
     "CallDetails",
+    "ChannelWrapper",
     "ClientSecurity",
-    "RemoteError",
-    "RpcFailure",
-    "field_violations",
-    "format_rpc_error",
+    "ServiceChannels",
     "health_status",
-    "is_unavailable",
     "make_channel",
-    "raise_for_status",
-    "rpc_failure",
     "wait_for_serving",
 ]
+
+ChannelWrapper = Callable[[grpc.Channel], grpc.Channel]
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
@@ -83,15 +60,15 @@ class ClientSecurity:
     server_name: str = ""
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, token: str | None = None) -> ClientSecurity:
+    def from_env(cls, *, token: str | None = None) -> ClientSecurity:
         """From ``CB_TOKEN``, ``CB_TLS_CA_FILE``, ``CB_TLS_CLIENT_CERT_FILE``/``KEY_FILE``,
-        ``CB_TLS_SERVER_NAME``; ``token`` (e.g. ``cb --token``) wins over ``CB_TOKEN``."""
+        ``CB_TLS_SERVER_NAME`` in the environment; ``token`` wins over ``CB_TOKEN``."""
         return cls(
-            token=(token if token else settings.token.get_secret_value()).strip(),
-            ca_file=settings.tls_ca_file,
-            cert_file=settings.tls_client_cert_file,
-            key_file=settings.tls_client_key_file,
-            server_name=settings.tls_server_name,
+            token=(token if token else os.environ.get("CB_TOKEN", "")).strip(),
+            ca_file=os.environ.get("CB_TLS_CA_FILE", ""),
+            cert_file=os.environ.get("CB_TLS_CLIENT_CERT_FILE", ""),
+            key_file=os.environ.get("CB_TLS_CLIENT_KEY_FILE", ""),
+            server_name=os.environ.get("CB_TLS_SERVER_NAME", ""),
         )
 
     @property
@@ -130,7 +107,7 @@ def _read_file(path: str, setting: str) -> bytes:
 
 class CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
     """``base`` with its metadata replaced by ``metadata``: what a client interceptor passes on (the bearer
-    token here, the consistency token in `common.tooling.consistency_tokens`)."""
+    token here, the consistency token in `memory_service_client.consistency_tokens`)."""
 
     def __init__(self, base: grpc.ClientCallDetails, metadata: tuple[tuple[str, str], ...]) -> None:
         self.method = base.method
@@ -175,11 +152,30 @@ class _BearerTokenInterceptor(
         return continuation(self._details(details), requests)
 
 
+def _is_loopback(address: str) -> bool:
+    """True for ``localhost``, ``127.0.0.0/8``, ``[::1]`` and ``unix:`` targets (names are not resolved)."""
+    text = address.strip().removeprefix("dns:///")
+    if text.startswith(("unix:", "unix-abstract:")):
+        return True
+    if text.startswith("["):
+        host = text[1 : text.find("]")] if "]" in text else ""
+    else:
+        host = text.partition(":")[0] if text.count(":") == 1 else text
+    host = host.strip().lower()
+    if host in ("localhost", "localhost.", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def make_channel(
     address: str,
     *,
     options: tuple[tuple[str, int | str], ...] = (),
     security: ClientSecurity | None = None,
+    wrap: ChannelWrapper | None = None,
 ) -> grpc.Channel:
     """Opens a channel to ``host:port`` allowing messages up to 64 MiB both ways.
 
@@ -187,6 +183,7 @@ def make_channel(
         address: ``host:port`` (e.g. ``127.0.0.1:50051``).
         options: extra channel arguments, appended after the defaults.
         security: token and TLS files; None (or an empty one) is a plaintext channel without token.
+        wrap: applied last to the channel (e.g. a tracing layer); None: the channel as it is.
 
     Returns:
         A `grpc.Channel` (TLS when ``security.tls``; every call carries the bearer token when
@@ -200,7 +197,7 @@ def make_channel(
     credentials = security.channel_credentials()
     if credentials is None:
         channel = grpc.insecure_channel(address, options=channel_options)
-        if security.token and not is_loopback_address(address):
+        if security.token and not _is_loopback(address):
             log.warning("sending a bearer token to %s without TLS (set CB_TLS_CA_FILE)", address)
     else:
         if security.server_name:
@@ -208,142 +205,61 @@ def make_channel(
         channel = grpc.secure_channel(address, credentials, options=channel_options)
     if security.token:
         channel = grpc.intercept_channel(channel, _BearerTokenInterceptor(security.token))
-    from common.grpc.telemetry import configured_tracer_provider, traced_channel
-
-    # Tracing on in this process: each call sends its trace as `traceparent`.
-    return traced_channel(channel, configured_tracer_provider())
+    return wrap(channel) if wrap is not None else channel
 
 
-@dataclass(frozen=True)
-class RpcFailure:
-    """A failed call, decoded. ``violations`` come from `google.rpc.BadRequest`, the reason from `ErrorInfo`."""
-
-    code: grpc.StatusCode
-    message: str
-    reason: str = ""
-    domain: str = ""
-    metadata: dict[str, str] = field(default_factory=dict)
-    violations: tuple[FieldViolation, ...] = ()
-
-    @property
-    def code_name(self) -> str:
-        """The status code as an UPPER_SNAKE name, e.g. ``"INVALID_ARGUMENT"``."""
-        return str(self.code.name)
-
-    def lines(self) -> list[str]:
-        """``"error: CODE: message"`` followed by one ``"  - field: description"`` line per violation."""
-        out = [f"error: {self.code_name}: {self.message}"]
-        out.extend(f"  - {v.field}: {v.description}" for v in self.violations)
-        return out
-
-
-def rpc_failure(error: grpc.RpcError) -> RpcFailure:
-    """Decodes a failed call's status, ErrorInfo and BadRequest field violations.
-
-    Args:
-        error: what a stub call raised (a `grpc.RpcError` that is also a `grpc.Call`).
-
-    Returns:
-        An `RpcFailure`; without rich details it still has the code and message of the call.
-    """
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    message = error.details() if hasattr(error, "details") else str(error)
-    if not isinstance(code, grpc.StatusCode):
-        code = grpc.StatusCode.UNKNOWN
-    try:
-        status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    except (ValueError, AttributeError, TypeError):
-        status = None
-    if status is None:
-        return RpcFailure(code=code, message=message or "")
-    reason = domain = ""
-    metadata: dict[str, str] = {}
-    violations: list[FieldViolation] = []
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason, domain, metadata = info.reason, info.domain, dict(info.metadata)
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad_request = error_details_pb2.BadRequest()
-            detail.Unpack(bad_request)
-            violations.extend(FieldViolation(v.field, v.description) for v in bad_request.field_violations)
-    return RpcFailure(
-        code=code,
-        message=status.message or message or "",
-        reason=reason,
-        domain=domain,
-        metadata=metadata,
-        violations=tuple(violations),
+def _health_messages() -> tuple[Any, Any]:
+    """HealthCheckRequest and HealthCheckResponse of grpc.health.v1 (grpc/health/v1/health.proto), built in
+    a descriptor pool of their own: no dependency on grpcio-health-checking, and no clash with a copy of
+    it in the default pool."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name="memory_service_client/grpc_health_v1.proto", package="grpc.health.v1", syntax="proto3"
     )
-
-
-def field_violations(error: grpc.RpcError) -> list[FieldViolation]:
-    """The `BadRequest` field violations of a failed call (empty when there are none)."""
-    return list(rpc_failure(error).violations)
-
-
-def format_rpc_error(error: grpc.RpcError) -> str:
-    """Human form: ``"error: CODE: message"`` plus one indented line per field violation."""
-    return "\n".join(rpc_failure(error).lines())
-
-
-def is_unavailable(error: BaseException) -> bool:
-    """True for a `grpc.RpcError` with status UNAVAILABLE (the whole call may be retried as is)."""
+    request = proto.message_type.add(name="HealthCheckRequest")
+    request.field.add(
+        name="service",
+        number=1,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    response = proto.message_type.add(name="HealthCheckResponse")
+    states = response.enum_type.add(name="ServingStatus")
+    for number, name in enumerate(("UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN")):
+        states.value.add(name=name, number=number)
+    response.field.add(
+        name="status",
+        number=1,
+        type=descriptor_pb2.FieldDescriptorProto.TYPE_ENUM,
+        type_name=".grpc.health.v1.HealthCheckResponse.ServingStatus",
+        label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
     return (
-        isinstance(error, grpc.RpcError)
-        and getattr(error, "code", lambda: None)() == grpc.StatusCode.UNAVAILABLE
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("grpc.health.v1.HealthCheckRequest")),
+        message_factory.GetMessageClass(pool.FindMessageTypeByName("grpc.health.v1.HealthCheckResponse")),
     )
 
 
-class RemoteError(DomainError):
-    """A failed call whose code has no domain class (INTERNAL, DEADLINE_EXCEEDED, ...)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, *, reason: str | None = None) -> None:
-        super().__init__(message, reason=reason or str(code.name))
-        self.code = code
-
-
-_DOMAIN_CLASSES: dict[grpc.StatusCode, Callable[[RpcFailure], DomainError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: lambda f: InvalidArgument(list(f.violations), f.message),
-    grpc.StatusCode.NOT_FOUND: lambda f: NotFound(f.message, reason=f.reason or None),
-    grpc.StatusCode.ALREADY_EXISTS: lambda f: AlreadyExists(f.message, reason=f.reason or None),
-    grpc.StatusCode.FAILED_PRECONDITION: lambda f: FailedPrecondition(f.message, reason=f.reason or None),
-    grpc.StatusCode.PERMISSION_DENIED: lambda f: PermissionDenied(f.message, reason=f.reason or None),
-    grpc.StatusCode.UNAUTHENTICATED: lambda f: Unauthenticated(f.message, reason=f.reason or None),
-    grpc.StatusCode.UNAVAILABLE: lambda f: Unavailable(f.message, reason=f.reason or None),
-}
-
-
-def raise_for_status(error: grpc.RpcError) -> NoReturn:
-    """Re-raises a failed call as the matching `common.kernel.errors` class (chained to ``error``).
-
-    INVALID_ARGUMENT -> `InvalidArgument` with its field violations, NOT_FOUND -> `NotFound`, ...,
-    UNAVAILABLE -> `Unavailable`; any other code -> `RemoteError` carrying the code.
-
-    Raises:
-        DomainError: always.
-    """
-    failure = rpc_failure(error)
-    make = _DOMAIN_CLASSES.get(failure.code)
-    if make is None:
-        raise RemoteError(failure.code, failure.message, reason=failure.reason or None) from error
-    exc = make(failure)
-    if failure.reason and isinstance(exc, InvalidArgument):
-        exc.reason = failure.reason
-    raise exc from error
+_HealthCheckRequest, _HealthCheckResponse = _health_messages()
+_SERVING_STATUS = _HealthCheckResponse.DESCRIPTOR.enum_types_by_name["ServingStatus"]
 
 
 def health_status(channel: grpc.Channel, service: str = "", *, timeout: float = 2.0) -> str:
     """One health check: ``"SERVING"``, ``"NOT_SERVING"``, ``"SERVICE_UNKNOWN"`` or ``"UNREACHABLE"``."""
-    stub = health_pb2_grpc.HealthStub(channel)
+    check = channel.unary_unary(
+        "/grpc.health.v1.Health/Check",
+        request_serializer=_HealthCheckRequest.SerializeToString,
+        response_deserializer=_HealthCheckResponse.FromString,
+    )
     try:
-        response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        response = check(_HealthCheckRequest(service=service), timeout=timeout)
     except grpc.RpcError as exc:
         if getattr(exc, "code", lambda: None)() == grpc.StatusCode.NOT_FOUND:
             return "SERVICE_UNKNOWN"
         return "UNREACHABLE"
-    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(response.status))
+    value = _SERVING_STATUS.values_by_number.get(response.status)
+    return str(value.name) if value is not None else "UNKNOWN"
 
 
 def wait_for_serving(
@@ -379,3 +295,37 @@ def wait_for_serving(
             if time.monotonic() + interval > deadline:
                 return False
             time.sleep(interval)
+
+
+@dataclass
+class ServiceChannels:
+    """The two channels of a `MemoryClient` and its views (`MemoryClient.with_token` shares them): to
+    ingest_service and to query_service, opened on first use by `make_channel`, then ``interceptors``."""
+
+    ingest_addr: str
+    query_addr: str
+    security: ClientSecurity
+    interceptors: tuple[Any, ...] = ()
+    wrap: ChannelWrapper | None = None
+    ingest: grpc.Channel | None = None
+    query: grpc.Channel | None = None
+
+    def _open(self, address: str) -> grpc.Channel:
+        channel = make_channel(address, security=self.security, wrap=self.wrap)
+        return grpc.intercept_channel(channel, *self.interceptors) if self.interceptors else channel
+
+    def ingest_channel(self) -> grpc.Channel:
+        if self.ingest is None:
+            self.ingest = self._open(self.ingest_addr)
+        return self.ingest
+
+    def query_channel(self) -> grpc.Channel:
+        if self.query is None:
+            self.query = self._open(self.query_addr)
+        return self.query
+
+    def close(self) -> None:
+        for channel in (self.ingest, self.query):
+            if channel is not None:
+                channel.close()
+        self.ingest = self.query = None

@@ -1,31 +1,30 @@
 """`MemoryClient`: the Python client of both services, with one typed method per RPC.
 
-The CLI (`common.tooling.cli`) and the MCP server (`common.tooling.mcp_server`) both call the services
-through it, so there is one client. It owns the two channels (`common.tooling.client.make_channel`: TLS,
-the bearer token) and adds, around every call:
+The ``cb`` CLI and the MCP server of memory-service both call the services through it, so there is one
+client. It owns the two channels (`memory_service_client.channels.make_channel`: TLS, the bearer token) and
+adds, around every call:
 
-* a deadline (``READ_TIMEOUT_SECONDS`` / ``WRITE_TIMEOUT_SECONDS`` of `common.tooling.call_policy`);
+* a deadline (``READ_TIMEOUT_SECONDS`` / ``WRITE_TIMEOUT_SECONDS`` of `memory_service_client.call_policy`);
 * retries of idempotent calls on UNAVAILABLE with exponential backoff
   (`call_policy.retry_while_unavailable`): every read, and the writes that are idempotent by contract
   (RecordObservations: an observation with a known identity is a duplicate; Retain: an upsert by
   natural key; Reconcile: a repeated snapshot_id changes nothing). Other writes are sent once;
-* errors as exceptions: a failed call raises the `common.kernel.errors` class of its code
+* errors as exceptions: a failed call raises the `memory_service_client.errors` class of its code
   (`InvalidArgument` carries the `BadRequest` field violations, ``.violations``), chained to the
-  `grpc.RpcError` (``__cause__``), see `common.tooling.client.raise_for_status`;
+  `grpc.RpcError` (``__cause__``), see `memory_service_client.errors.error_from_rpc`;
 * the caller's token per call (`MemoryClient.with_token`), so a server that acts for several callers
   (the MCP server over HTTP) passes each caller's token through and every access rule holds.
 
-Pagination: `iter_facts` follows ``next_page_token`` page by page; `list_every_fact` collects every page
-into one response.
+Pagination: `iter_facts` and `iter_packages` follow ``next_page_token`` page by page
+(`memory_service_client.pagination.iter_pages`); `list_every_fact` collects every page into one response.
 
-Consistency tokens (read-after-write across replicas, DESIGN §10; README "Read replicas"): pass a
-`common.tooling.consistency_tokens.ConsistencyTokens` in ``interceptors`` and every read after a write of
-this client carries that write's token (the CLI's ``--consistent`` does exactly this).
+Consistency tokens (read-after-write across replicas; README "Read replicas"): pass a
+`memory_service_client.consistency_tokens.ConsistencyTokens` in ``interceptors`` and every read after a
+write of this client carries that write's token (the CLI's ``--consistent`` does exactly this).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Self, TypeVar
 
@@ -61,46 +60,15 @@ from memory.v1 import (
     vault_service_pb2_grpc,
 )
 
-from common.tooling import call_policy
-from common.tooling.client import ClientSecurity, health_status, make_channel, raise_for_status
+from memory_service_client import call_policy
+from memory_service_client.channels import ChannelWrapper, ClientSecurity, ServiceChannels, health_status
+from memory_service_client.errors import raise_for_status
+from memory_service_client.pagination import iter_pages
 
 __all__ = ["MemoryClient"]
 
 ResponseT = TypeVar("ResponseT", bound=Message)
 Metadata = tuple[tuple[str, str], ...]
-
-
-@dataclasses.dataclass
-class _Channels:
-    """The two channels of a client and its views (`MemoryClient.with_token` shares them), opened on
-    first use."""
-
-    ingest_addr: str
-    query_addr: str
-    security: ClientSecurity
-    interceptors: tuple[Any, ...] = ()
-    ingest: grpc.Channel | None = None
-    query: grpc.Channel | None = None
-
-    def _open(self, address: str) -> grpc.Channel:
-        channel = make_channel(address, security=self.security)
-        return grpc.intercept_channel(channel, *self.interceptors) if self.interceptors else channel
-
-    def ingest_channel(self) -> grpc.Channel:
-        if self.ingest is None:
-            self.ingest = self._open(self.ingest_addr)
-        return self.ingest
-
-    def query_channel(self) -> grpc.Channel:
-        if self.query is None:
-            self.query = self._open(self.query_addr)
-        return self.query
-
-    def close(self) -> None:
-        for channel in (self.ingest, self.query):
-            if channel is not None:
-                channel.close()
-        self.ingest = self.query = None
 
 
 class MemoryClient:
@@ -112,19 +80,23 @@ class MemoryClient:
     Args:
         ingest_addr: ``host:port`` of ingest_service (default ``127.0.0.1:50051``).
         query_addr: ``host:port`` of query_service (default ``127.0.0.1:50052``).
-        security: bearer token and TLS files (`ClientSecurity.from_settings`); None: plaintext, no token.
+        security: bearer token and TLS files (`ClientSecurity`, e.g. `ClientSecurity.from_env`); None:
+            plaintext, no token.
         retry_seconds: how long idempotent calls are retried on UNAVAILABLE; None:
             ``call_policy.RETRY_MAX_SECONDS`` (read at call time).
         retry_reads: False sends reads once (a command line reports an unreachable service at once);
             idempotent writes are retried either way.
         interceptors: gRPC client interceptors put on both channels, e.g. one
-            `common.tooling.consistency_tokens.ConsistencyTokens` for read-after-write.
+            `memory_service_client.consistency_tokens.ConsistencyTokens` for read-after-write.
+        wrap_channel: applied to each channel after the token and before ``interceptors`` (the CLI puts
+            OpenTelemetry's client layer here so calls carry ``traceparent``).
 
     Raises (every call method):
         InvalidArgument: INVALID_ARGUMENT, with the field violations of the `BadRequest`.
-        NotFound, AlreadyExists, FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable: the
-            matching status codes (`common.kernel.errors`).
-        RemoteError: any other code (INTERNAL, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ...).
+        NotFound, AlreadyExists, FailedPrecondition, PermissionDenied, Unauthenticated, Unavailable,
+            DeadlineExceeded, ResourceExhausted, Internal: the matching status codes
+            (`memory_service_client.errors`).
+        ServiceError: any other code (the base class of all of them; ``.code`` tells which).
     """
 
     def __init__(
@@ -136,8 +108,11 @@ class MemoryClient:
         retry_seconds: float | None = None,
         retry_reads: bool = True,
         interceptors: Sequence[Any] = (),
+        wrap_channel: ChannelWrapper | None = None,
     ) -> None:
-        self._channels = _Channels(ingest_addr, query_addr, security or ClientSecurity(), tuple(interceptors))
+        self._channels = ServiceChannels(
+            ingest_addr, query_addr, security or ClientSecurity(), tuple(interceptors), wrap_channel
+        )
         self._retry_seconds = retry_seconds
         self._retry_reads = retry_reads
         self._token: str | None = None
@@ -360,6 +335,12 @@ class MemoryClient:
         stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.ingest_channel)
         return self._read(stub.ListPackages, request)
 
+    def iter_packages(
+        self, request: domain_pack_service_pb2.ListPackagesRequest, *, limit: int | None = None
+    ) -> Iterator[domain_pack_service_pb2.DomainPackage]:
+        """Every registered pack, page after page of ListPackages (as `iter_facts`)."""
+        return iter_pages(self.list_packages, request, lambda page: page.packages, limit=limit)
+
     def set_namespace_kinds(
         self, request: domain_pack_service_pb2.SetNamespaceKindsRequest
     ) -> domain_pack_service_pb2.SetNamespaceKindsResponse:
@@ -423,19 +404,7 @@ class MemoryClient:
         """Every fact of a ListFacts query, page after page (``page_size`` of ``request``), following
         ``next_page_token`` until it is empty (or repeats); stops after ``limit`` facts when given.
         ``request`` is not changed."""
-        page_request = fact_query_service_pb2.ListFactsRequest()
-        page_request.CopyFrom(request)
-        yielded = 0
-        while True:
-            page = self.list_facts(page_request)
-            for fact in page.facts:
-                if limit is not None and yielded >= limit:
-                    return
-                yield fact
-                yielded += 1
-            if not page.next_page_token or page.next_page_token == page_request.page_token:
-                return
-            page_request.page_token = page.next_page_token
+        return iter_pages(self.list_facts, request, lambda page: page.facts, limit=limit)
 
     def list_every_fact(
         self, request: fact_query_service_pb2.ListFactsRequest

@@ -157,13 +157,19 @@ class DroppedCandidate(_message.Message):
     text: _builtins.str
     """Its rendered text."""
     score: _builtins.float
+    """Ranking score it had among the candidates (the same scale as ContextItem.score)."""
     drop_reason: _builtins.str
     """Why it was dropped, e.g. "over budget (40 tokens, 12 left)", "duplicate of doc:a#0", "evidence lost ..."."""
     token_count: _builtins.int
+    """Tokens of `text` under the configured encoding."""
     @_builtins.property
-    def provenance(self) -> _knowledge_pb2.Provenance: ...
+    def provenance(self) -> _knowledge_pb2.Provenance:
+        """Where it came from: node key, source path, fact id or chunk order, observations."""
+
     @_builtins.property
-    def selection(self) -> Global___ItemSelection: ...
+    def selection(self) -> Global___ItemSelection:
+        """Why it was a candidate (the same reasons as ContextItem.selection)."""
+
     def __init__(
         self,
         *,

@@ -25,10 +25,12 @@ from typing import Any
 
 import grpc
 
-from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
-from common.tooling.client import CallDetails
+from memory_service_client.channels import CallDetails
 
-__all__ = ["TOKEN_FILE_ENV", "ConsistencyTokens", "default_token_file"]
+__all__ = ["CONSISTENCY_TOKEN_METADATA", "TOKEN_FILE_ENV", "ConsistencyTokens", "default_token_file"]
+
+# The metadata key of the contract (README "Read replicas"); the services name it the same.
+CONSISTENCY_TOKEN_METADATA = "x-consistency-token"
 
 TOKEN_FILE_ENV = "CB_CONSISTENCY_TOKEN_FILE"
 

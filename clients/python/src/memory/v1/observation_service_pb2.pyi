@@ -22,6 +22,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class GetEmbeddingBacklogRequest(_message.Message):
+    """Request of ObservationService.GetEmbeddingBacklog."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -42,6 +44,8 @@ Global___GetEmbeddingBacklogRequest: _TypeAlias = GetEmbeddingBacklogRequest  # 
 
 @_typing.final
 class GetEmbeddingBacklogResponse(_message.Message):
+    """Response of ObservationService.GetEmbeddingBacklog: the episode chunks still waiting for their embedding."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PENDING_CHUNKS_FIELD_NUMBER: _builtins.int
