@@ -79,6 +79,8 @@ from common.storage.visibility import EVERYTHING, Visibility
 CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
 """The columns of a chunk row as read back (`StoredChunk`), in its field order."""
 _IDENTIFIER_TOKEN = re.compile(r"[0-9]")
+OPENING_QUOTES = ('"', "'", "“", "„", "«", "‘", "‚", "‹", "「", "『")
+"""Characters that open a quotation: a whole-query match right after one is a citation (module doc)."""
 _TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
 
 
@@ -302,6 +304,32 @@ class ChunkRankings:
             chunks=int(totals[1]), total_length=int(totals[2]), document_frequencies=frequencies
         )
 
+    def similar_pairs(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        sources: list[tuple[str, int]],
+        targets: list[tuple[str, int]],
+        threshold: float,
+    ) -> list[tuple[tuple[str, int], tuple[str, int], float]]:
+        """(source, target, cosine similarity) for every source and target chunk (``(node_key, chunk_order)``)
+        of ``namespace`` whose embeddings are at least ``threshold`` similar; one statement over the given
+        rows only (no index scan; chunks without an embedding are left out)."""
+        if not sources or not targets:
+            return []
+        rows = conn.execute(
+            self.queries["similar_chunk_pairs"],
+            {
+                "namespace": namespace,
+                "source_keys": [key for key, _ in sources],
+                "source_orders": [order for _, order in sources],
+                "target_keys": [key for key, _ in targets],
+                "target_orders": [order for _, order in targets],
+                "threshold": threshold,
+            },
+        ).fetchall()
+        return [((row[0], int(row[1])), (row[2], int(row[3])), float(row[4])) for row in rows]
+
     def trigram_candidates(
         self,
         conn: psycopg.Connection[Any],
@@ -343,6 +371,7 @@ class ChunkRankings:
             "whole_pattern": _like_pattern(query.strip()),
             "inner": " ".join(query.split()[1:-1]),
             "patterns": [_like_pattern(token) for token in tokens],
+            "quotes": list(OPENING_QUOTES),
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
@@ -352,9 +381,11 @@ class ChunkRankings:
                 sql.SQL(
                     "(numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) > 0"
                     " AND search_document @@ plainto_tsquery(%(config)s::regconfig, %(inner)s)"
-                    " AND strpos(lower(text), lower(%(whole)s)) > 0)"
+                    " AND strpos(lower(text), lower(%(whole)s)) > 0"
+                    " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
                     " OR (numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) = 0"
-                    " AND text ILIKE %(whole_pattern)s)"
+                    " AND text ILIKE %(whole_pattern)s"
+                    " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
                 )
             )
         if tokens:
