@@ -72,8 +72,8 @@ class SearchSettings:
             Convex fusion needs no such floor (a weak candidate adds its small share) and ignores it.
         similar_threshold, similar_share: similar-chunk propagation (`query_service.rank_fusion`): a
             candidate whose embedding has at least ``similar_threshold`` cosine similarity with one of the
-            ``top_k`` best fused hits scores at least ``similar_share`` times that hit's score (share 0:
-            off; one more statement per search).
+            ``similar_sources`` (at most ``top_k``) best fused hits scores at least ``similar_share`` times
+            that hit's score (share 0: off; one more statement per search, sources x candidates cosines).
         trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
             substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`;
             no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
@@ -99,6 +99,7 @@ class SearchSettings:
     text_min_share: float = 0.2
     similar_threshold: float = 0.85
     similar_share: float = 0.0
+    similar_sources: int = 10
     trigram_max_query_chars: int = 1000
     trigram_whole_query_min_words: int = 8
     node_provenance: bool = True
@@ -124,10 +125,12 @@ DOCUMENTS = SearchSettings(rrf_k=5, similar_share=0.8)
 chunk (its translation, a copy) rises with it (similar-chunk propagation, cosine >= 0.85, 0.8 of its score);
 RRF k 5. Measured on the Debian FAQ pairs, the docs-vault sentence probes and LoCoMo in one session
 (bench/RESULTS.md, `bench/bench_retrieval.py`)."""
-CONVERSATIONS = SearchSettings(vector_weight=0.5)
+CONVERSATIONS = SearchSettings(vector_weight=0.25, rrf_k=5, candidates=100)
 """Chat turns and observations: questions name people, places and things that the turn names too, and
-general-purpose sentence embeddings are far below BM25 there (LoCoMo dev: dense all@10 27 against BM25
-46), so the vector ranking gets half the weight of the full-text one."""
+general-purpose sentence embeddings are far below BM25 there. Set with the episodes embedded (LoCoMo dev,
+383 questions, Search all@10 in one in-process run, bench/RESULTS.md): vector weight 0.5 / k 10 / 50
+candidates (the old preset) 58.5, vector weight 0 58.5, 0.25 / k 5 / 100 candidates 59.5 (multi-hop 12.2
+-> 18.9, temporal 90.0 -> 88.9); similar-chunk propagation did not help there (59.0)."""
 
 SEARCH_PRESETS: dict[str, SearchSettings] = {
     "default": DOCUMENTS,
@@ -354,7 +357,7 @@ class HybridSearcher:
                 similar = self.chunks.similar_pairs(
                     conn,
                     query.namespace,
-                    [key for key, _ in fused[: query.top_k]],
+                    [key for key, _ in fused[: min(query.top_k, config.similar_sources)]],
                     [key for key, _ in fused],
                     config.similar_threshold,
                 )

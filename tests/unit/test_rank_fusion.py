@@ -83,7 +83,8 @@ def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
     assert (default.text_min_share, default.trigram_max_query_chars) == (0.2, 1000)
     assert default.trigram_whole_query_min_words == 8
     conversations = SEARCH_PRESETS["conversations"]
-    assert (conversations.vector_weight, conversations.text_weight) == (0.5, 1.0)
+    assert (conversations.vector_weight, conversations.text_weight, conversations.rrf_k) == (0.25, 1.0, 5)
+    assert (conversations.candidates, conversations.similar_share) == (100, 0.0)
     assert default.max_score() == pytest.approx(3 / 6)
     assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 11)
     assert SearchSettings(fusion="convex", vector_weight=0.6, text_weight=0.4).max_score() == pytest.approx(

@@ -116,26 +116,11 @@ DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NOT 
 -- Chunks of a node written through the API (seen_run NULL) (parameters: namespace, node key).
 SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NULL
 
--- name: similar_chunk_pairs
--- Pairs of chunks of one namespace whose embeddings' cosine similarity is at least a threshold: sources
--- and targets given as parallel arrays of node keys and chunk orders; a chunk is never paired with
--- itself; chunks without an embedding are left out (parameters: namespace, source keys, source orders,
--- target keys, target orders, threshold). Returns source key, source order, target key, target order,
--- similarity. Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
-WITH sources AS (
-    SELECT c.node_key, c.chunk_order, c.embedding
-    FROM unnest(%(source_keys)s::text[], %(source_orders)s::int[]) AS k(node_key, chunk_order)
-    JOIN {chunks} AS c ON c.namespace = %(namespace)s AND c.node_key = k.node_key
-        AND c.chunk_order = k.chunk_order
-    WHERE c.embedding IS NOT NULL
-), targets AS (
-    SELECT c.node_key, c.chunk_order, c.embedding
-    FROM unnest(%(target_keys)s::text[], %(target_orders)s::int[]) AS k(node_key, chunk_order)
-    JOIN {chunks} AS c ON c.namespace = %(namespace)s AND c.node_key = k.node_key
-        AND c.chunk_order = k.chunk_order
-    WHERE c.embedding IS NOT NULL
-)
-SELECT s.node_key, s.chunk_order, t.node_key, t.chunk_order, 1 - (s.embedding <=> t.embedding) AS similarity
-FROM sources AS s JOIN targets AS t ON (s.node_key, s.chunk_order) <> (t.node_key, t.chunk_order)
-WHERE 1 - (s.embedding <=> t.embedding) >= %(threshold)s
-ORDER BY s.node_key, s.chunk_order, t.node_key, t.chunk_order
+-- name: embeddings_of_chunks
+-- The stored embeddings of the given chunks of one namespace, given as parallel arrays of node keys and
+-- chunk orders; chunks without an embedding are left out (parameters: namespace, keys, orders). Returns
+-- node key, chunk order, embedding. Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
+SELECT c.node_key, c.chunk_order, c.embedding
+FROM unnest(%(keys)s::text[], %(orders)s::int[]) AS k(node_key, chunk_order)
+JOIN {chunks} AS c ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
+WHERE c.embedding IS NOT NULL
