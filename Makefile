@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-scale bench-retrieval clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -100,6 +100,9 @@ bench: db
 
 bench-context: db
 	$(PY) bench/bench_context_quality.py
+
+bench-compile: db
+	$(PY) bench/bench_compile_cost.py $(if $(BASELINE),--baseline-root $(BASELINE))
 
 bench-scale: db
 	$(PY) -m pip install -q -e '.[bench]'

@@ -222,7 +222,8 @@ class ContextCompiler(PackCompiler):
             for hit in hits
             if hit.chunk.node_type == "episode" and (ids := hit.provenance.observation_ids)
         ]
-        with self.database.connection() as conn:
+        # Autocommit: the three reads need no common snapshot (no BEGIN/COMMIT round trips).
+        with self.database.read_connection() as conn:
             turns = self.episodes.turns(conn, request.namespace, origin_ids, visibility=request.visibility)
             scores: dict[str, float] = {}
             origin_score: dict[str, float] = {}

@@ -1,10 +1,12 @@
-"""Hybrid retrieval over chunks: vector + full text + trigram, fused by reciprocal rank fusion (DESIGN §7).
+"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking (DESIGN §7).
 
-Reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR 2009): a chunk's score is
-``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks and ``k = 60``; a chunk absent from
-a ranking contributes nothing for it. Each ranking holds at most ``SearchSettings.candidates`` chunks
-and is computed with every filter applied inside its query (`common.storage.chunk_rankings`), so filters
-never starve the result.
+Fusion (`query_service.rank_fusion`): weighted reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR
+2009), ``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks, or a convex combination of
+each ranking's normalised scores (Bruch et al. 2023); a chunk absent from a ranking contributes nothing
+for it. Then, when the preset asks for it, similar-chunk propagation: a candidate nearly identical (by
+embedding) to a better hit scores at least a share of that hit's score. Each ranking holds at most
+``SearchSettings.candidates`` chunks and is computed with every filter applied inside its query
+(`common.storage.chunk_rankings`), so filters never starve the result.
 
 Search is configured as data: `SearchSettings` with named presets in `SEARCH_PRESETS` (``"default"``),
 not flags threaded through calls. Personal data: hits leave through the caller's disclosure
@@ -14,10 +16,10 @@ not flags threaded through calls. Personal data: hits leave through the caller's
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 import psycopg
@@ -32,17 +34,24 @@ from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
 from query_service.provenance import Provenance
+from query_service.rank_fusion import (
+    CONVEX,
+    FUSIONS,
+    RANKINGS,
+    RRF,
+    TEXT,
+    TRIGRAM,
+    VECTOR,
+    convex_combination,
+    propagate_to_similar,
+    reciprocal_rank_fusion,
+)
 
-K = TypeVar("K", bound=Hashable)
-
-VECTOR = "vector"
-TEXT = "text"
-TRIGRAM = "trigram"
-RANKINGS = (VECTOR, TEXT, TRIGRAM)
 MAX_TOP_K = 100
 DEFAULT_TOP_K = 10
 MAX_QUERY_CHARS = 4000
 MAX_FILTER_ITEMS = 1000
+MAX_POOL = 10_000  # every fused candidate (3 rankings of at most `candidates` each)
 
 
 @dataclass(frozen=True)
@@ -50,14 +59,21 @@ class SearchSettings:
     """How a search is run.
 
     Attributes:
+        fusion: ``"rrf"``, weighted reciprocal rank fusion, or ``"convex"``, the weighted sum of each
+            ranking's score relative to its best one (`query_service.rank_fusion`).
         rrf_k: the ``k`` of reciprocal rank fusion (60 in Cormack et al.; a smaller ``k`` gives the first
-            ranks of each ranking more say).
+            ranks of each ranking more say); unused by convex fusion.
         candidates: chunks taken from each ranking before fusion.
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
         text_min_share: a full-text candidate takes part in fusion only when its BM25 score is at least
             this share of the best one of the query (0: all): a chunk sharing one common word with the
             query is weak evidence, and in RRF it pushes the vector ranking's finds (the other language's
             page, a paraphrase) down by rank alone.
+            Convex fusion needs no such floor (a weak candidate adds its small share) and ignores it.
+        similar_threshold, similar_share: similar-chunk propagation (`query_service.rank_fusion`): a
+            candidate whose embedding has at least ``similar_threshold`` cosine similarity with one of the
+            ``similar_sources`` (at most ``top_k``) best fused hits scores at least ``similar_share`` times
+            that hit's score (share 0: off; one more statement per search, sources x candidates cosines).
         trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
             substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`;
             no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
@@ -74,12 +90,16 @@ class SearchSettings:
             baseline `bench/run_bench.py` measures in the same run).
     """
 
+    fusion: str = RRF
     rrf_k: int = 10
     candidates: int = 50
     vector_weight: float = 1.0
     text_weight: float = 1.0
     trigram_weight: float = 1.0
     text_min_share: float = 0.2
+    similar_threshold: float = 0.85
+    similar_share: float = 0.0
+    similar_sources: int = 10
     trigram_max_query_chars: int = 1000
     trigram_whole_query_min_words: int = 8
     node_provenance: bool = True
@@ -89,18 +109,28 @@ class SearchSettings:
     def weights(self) -> dict[str, float]:
         return {VECTOR: self.vector_weight, TEXT: self.text_weight, TRIGRAM: self.trigram_weight}
 
+    def __post_init__(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
+
     def max_score(self) -> float:
-        """The fused score of a chunk ranked first by every ranking with a positive weight."""
-        return sum(weight for weight in self.weights.values() if weight > 0) / (self.rrf_k + 1)
+        """The fused score of a chunk ranked first (with the best score) by every ranking with a positive
+        weight."""
+        total = sum(weight for weight in self.weights.values() if weight > 0)
+        return total if self.fusion == CONVEX else total / (self.rrf_k + 1)
 
 
-DOCUMENTS = SearchSettings()
-"""Manuals, notes, FAQs (possibly in two languages): meaning and wording weigh the same. Measured on the
-Debian FAQ pairs against k 60 and no text floor (bench/RESULTS.md, `bench/bench_retrieval.py`)."""
-CONVERSATIONS = replace(DOCUMENTS, vector_weight=0.5)
+DOCUMENTS = SearchSettings(rrf_k=5, similar_share=0.8)
+"""Manuals, notes, FAQs (possibly in two languages): meaning and wording weigh the same; a hit's near-identical
+chunk (its translation, a copy) rises with it (similar-chunk propagation, cosine >= 0.85, 0.8 of its score);
+RRF k 5. Measured on the Debian FAQ pairs, the docs-vault sentence probes and LoCoMo in one session
+(bench/RESULTS.md, `bench/bench_retrieval.py`)."""
+CONVERSATIONS = SearchSettings(vector_weight=0.25, rrf_k=5, candidates=100)
 """Chat turns and observations: questions name people, places and things that the turn names too, and
-general-purpose sentence embeddings are far below BM25 there (LoCoMo dev: dense all@10 27 against BM25
-46), so the vector ranking gets half the weight of the full-text one."""
+general-purpose sentence embeddings are far below BM25 there. Set with the episodes embedded (LoCoMo dev,
+383 questions, Search all@10 in one in-process run, bench/RESULTS.md): vector weight 0.5 / k 10 / 50
+candidates (the old preset) 58.5, vector weight 0 58.5, 0.25 / k 5 / 100 candidates 59.5 (multi-hop 12.2
+-> 18.9, temporal 90.0 -> 88.9); similar-chunk propagation did not help there (59.0)."""
 
 SEARCH_PRESETS: dict[str, SearchSettings] = {
     "default": DOCUMENTS,
@@ -121,53 +151,20 @@ def search_preset(name: str = "default") -> SearchSettings:
         raise KeyError(f"unknown search preset {name!r}; known: {', '.join(SEARCH_PRESETS)}") from None
 
 
-def reciprocal_rank_fusion(
-    rankings: Mapping[str, Sequence[K]], *, k: int = 60, weights: Mapping[str, float] | None = None
-) -> list[tuple[K, float]]:
-    """Fuses rankings of items into one (Cormack et al. 2009).
-
-    Args:
-        rankings: ranking name -> items, best first (an item appears at most once per ranking; later
-            duplicates are ignored).
-        k: the RRF constant, >= 0.
-        weights: ranking name -> weight (default 1.0 for each); a ranking with weight 0 is ignored.
-
-    Returns:
-        (item, score) pairs, best first. Ties are broken by the best single rank, then by the order of
-        first appearance (rankings in the given order), so the result is deterministic.
-    """
-    if k < 0:
-        raise ValueError("k must be >= 0")
-    scores: dict[K, float] = {}
-    best_rank: dict[K, int] = {}
-    first_seen: dict[K, int] = {}
-    for name, items in rankings.items():
-        weight = 1.0 if weights is None else float(weights.get(name, 1.0))
-        if weight == 0:
-            continue
-        seen: set[K] = set()
-        for rank, item in enumerate(items, start=1):
-            if item in seen:
-                continue
-            seen.add(item)
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
-            best_rank[item] = min(best_rank.get(item, rank), rank)
-            first_seen.setdefault(item, len(first_seen))
-    ordered = sorted(scores, key=lambda item: (-scores[item], best_rank[item], first_seen[item]))
-    return [(item, scores[item]) for item in ordered]
-
-
 def fuse_rankings(
     rankings: Mapping[str, Sequence[Candidate]], config: SearchSettings, top_k: int
 ) -> list[tuple[tuple[str, int], float]]:
     """The ``top_k`` best chunk keys of the rankings with their fused score, best first.
 
-    Weighted reciprocal rank fusion (`reciprocal_rank_fusion`, ``config.rrf_k``, ``config.weights``) of the
+    Convex fusion (``config.fusion``): `convex_combination` with ``config.weights``. Otherwise weighted
+    reciprocal rank fusion (`reciprocal_rank_fusion`, ``config.rrf_k``, ``config.weights``) of the
     rankings, the full-text one cut at ``config.text_min_share`` of its best score. When fewer than
     ``top_k`` chunks come out, the full-text candidates below that share follow in their BM25 order, each
     with its own weighted reciprocal rank as score (never above the score before it), so a lexical-only
     search still returns every match it has.
     """
+    if config.fusion == CONVEX:
+        return convex_combination(rankings, config.weights)[:top_k]
     lists = {name: [candidate.key for candidate in ranking] for name, ranking in rankings.items()}
     below: list[Candidate] = []
     text = rankings.get(TEXT, ())
@@ -354,7 +351,18 @@ class HybridSearcher:
         for name, arm in arms.items():
             rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
-        fused = fuse_rankings(rankings, config, query.top_k)
+        fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
+        if config.similar_share > 0 and fused and VECTOR in rankings:
+            with self.database.read_connection() as conn:
+                similar = self.chunks.similar_pairs(
+                    conn,
+                    query.namespace,
+                    [key for key, _ in fused[: min(query.top_k, config.similar_sources)]],
+                    [key for key, _ in fused],
+                    config.similar_threshold,
+                )
+            fused = propagate_to_similar(fused, similar, share=config.similar_share)
+        fused = fused[: query.top_k]
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
             name: {c.key: c for c in ranking} for name, ranking in rankings.items()
         }

@@ -9,11 +9,18 @@ actor id (its subject's when it has no actor, else its kind).
 
 Redundancy: two candidates are duplicates when their `normalised_words` are equal (case, punctuation and
 spacing aside), near duplicates when both have at least `NEAR_DUPLICATE_MIN_WORDS` words and the Jaccard
-similarity of their word sets is at least ``threshold`` (Broder 1997, resemblance of documents).
+similarity of their word sets is at least ``threshold`` (Broder 1997, resemblance of documents). Only the
+word sets that can reach the threshold are compared, found by prefix filtering (Chaudhuri, Ganti, Kaushik,
+ICDE 2006; Bayardo, Ma, Srikant, WWW 2007): with the words of every set in one global order (longer
+words first, as a stand-in for rarer words first), two sets
+of Jaccard similarity >= t share a word among the first ``|x| - ceil(t * |x|) + 1`` words of each, so
+an inverted index of those prefix words yields every candidate pair (instead of comparing each text with
+all earlier ones: 114 texts per LoCoMo compile, ~6,500 comparisons).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +54,12 @@ def turn_line(turn: EpisodeTurn, speaker: str, text: str) -> str:
     return f"{turn.occurred_at.astimezone(UTC):%H:%M} {speaker}: {body}"
 
 
+def _rarer_first(word: str) -> tuple[int, str]:
+    """The global word order of the prefix filter: longer words first (short ones, "a", "i", "the", are the
+    common ones whose index entries would name almost every text), then alphabetical."""
+    return (-len(word), word)
+
+
 def normalised_words(text: str) -> tuple[str, ...]:
     """The lower-cased words of ``text`` (``\\w+``), in order."""
     return tuple(_WORD.findall(text.lower()))
@@ -57,13 +70,18 @@ class RedundancyFilter:
     """Finds duplicates and near duplicates among texts offered best first (see the module doc).
 
     Args:
-        threshold: the word-set Jaccard similarity from which two texts are near duplicates.
+        threshold: the word-set Jaccard similarity from which two texts are near duplicates, in (0, 1].
     """
 
     threshold: float = 0.85
     _exact: dict[tuple[str, ...], str] = field(default_factory=dict)
     _sets: list[tuple[frozenset[str], str]] = field(default_factory=list)
+    _by_prefix_word: dict[str, list[int]] = field(default_factory=dict)  # word -> indexes into _sets
     redundant_with: str = ""  # the key of the better candidate the last redundant text repeats
+
+    def _prefix(self, ordered: list[str]) -> list[str]:
+        """The words of a set (in the global order) two sets of similarity >= threshold must share one of."""
+        return ordered[: len(ordered) - math.ceil(self.threshold * len(ordered)) + 1]
 
     def offer(self, key: str, text: str) -> str:
         """``""`` when ``text`` is new (then remembered under ``key``), otherwise why it is redundant.
@@ -80,14 +98,22 @@ class RedundancyFilter:
         if len(words) < NEAR_DUPLICATE_MIN_WORDS:
             return ""
         bag = frozenset(words)
-        for other, other_key in self._sets:
-            smaller, larger = sorted((len(bag), len(other)))
+        prefix = self._prefix(sorted(bag, key=_rarer_first))
+        candidates: Sequence[int] = range(len(self._sets))  # threshold 0: every set reaches it
+        if self.threshold > 0:
+            candidates = sorted({index for word in prefix for index in self._by_prefix_word.get(word, ())})
+        for index in candidates:  # in offer order: the best earlier text is named
+            other, other_key = self._sets[index]
+            smaller, larger = (len(bag), len(other)) if len(bag) <= len(other) else (len(other), len(bag))
             if smaller < self.threshold * larger:  # Jaccard <= smaller / larger: cannot reach it
                 continue
-            similarity = len(bag & other) / len(bag | other)
+            shared = len(bag & other)
+            similarity = shared / (len(bag) + len(other) - shared)
             if similarity >= self.threshold:
                 self.redundant_with = other_key
                 return f"near duplicate of a better chunk (word overlap {similarity:.2f})"
+        for word in prefix:
+            self._by_prefix_word.setdefault(word, []).append(len(self._sets))
         self._sets.append((bag, key))
         return ""
 

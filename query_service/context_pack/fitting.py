@@ -28,6 +28,7 @@ decision (kept or dropped, with the reason and the token count) is returned in t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,6 +38,8 @@ from common.text_models.tokenizer import TokenCounter
 KEPT = "kept"
 DROPPED = "dropped"
 LINE_BREAK = "\n"
+COUNT_CACHE_SIZE = 16_384
+"""Token counts a fitter remembers (least recently used first out; ~200 bytes of text each)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,9 @@ class PackFitter:
         self.tokens = tokens
         self.settings = settings
         self.separator = settings.separator
+        # Token counts of texts seen before (a turn's line recurs in every pack of its conversation);
+        # `TokenCounter.count` is a pure function of the text, so a bounded cache changes no count.
+        self._count = functools.lru_cache(maxsize=COUNT_CACHE_SIZE)(tokens.count)
 
     def fit(self, candidates: Sequence[FitCandidate], budget: int) -> FitResult:
         """Fits ``candidates`` into ``budget`` tokens (priority and layout: see the module doc).
@@ -141,7 +147,7 @@ class PackFitter:
         def count(text: str) -> int:
             nonlocal counted
             counted += 1
-            return self.tokens.count(text)
+            return self._count(text)
 
         separator_tokens = count(self.separator)
         line_tokens = count(LINE_BREAK)

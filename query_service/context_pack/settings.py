@@ -3,7 +3,7 @@ setting does is described in `query_service.context_compiler`. Configured as dat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from query_service.context_pack.fitting import FitSettings
@@ -15,7 +15,8 @@ class ContextSettings:
     """How a context pack is compiled (the module doc names where each is used).
 
     Attributes:
-        search: the retrieval settings for the hits.
+        search: the retrieval settings for the hits: the default preset without similar-chunk propagation
+            (a pack drops the near copies it would lift: `near_duplicate_threshold`; and it saves a statement).
         search_tokens_per_hit: tokens a hit is expected to take; the search asks for
             ``token_budget / search_tokens_per_hit`` hits, within ``min_search_hits..max_search_hits``.
         min_search_hits, max_search_hits: bounds of that depth (at most Search's ``top_k`` limit, 100).
@@ -43,7 +44,9 @@ class ContextSettings:
             capped at ``fitting.max_item_share`` of the budget.
     """
 
-    search: SearchSettings = field(default_factory=lambda: SEARCH_PRESETS["default"])
+    search: SearchSettings = field(
+        default_factory=lambda: replace(SEARCH_PRESETS["default"], similar_share=0)
+    )
     search_tokens_per_hit: int = 25
     min_search_hits: int = 20
     max_search_hits: int = MAX_TOP_K

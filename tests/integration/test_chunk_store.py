@@ -291,6 +291,62 @@ def test_trigram_matches_a_quoted_sentence_verbatim(
     assert other == []  # verbatim (case-insensitive) only; paraphrases are the vector ranking's job
 
 
+def test_trigram_does_not_count_a_quoted_occurrence_of_the_whole_query(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    question = "How do I keep my Debian system up to date?"
+    nodes = [
+        NodeRef(namespace, "doc:answer", "document", "Answer"),
+        NodeRef(namespace, "doc:citing", "document", "Citing"),
+        NodeRef(namespace, "doc:citing-ru", "document", "Citing"),
+    ]
+    texts = [
+        f"Often asked: {question} Run apt update and apt upgrade regularly.",
+        f"For upgrades see Section 9.1, “{question}”, and the release notes.",
+        f"См. раздел 9.1, «{question}».",
+    ]
+    with database.connection() as conn:
+        for node, text in zip(nodes, texts, strict=True):
+            cleanup.append((namespace, node.node_key))
+            store.replace_chunks(conn, node, _writes(provider, node.title, [("", text)]))
+        found = store.trigram_candidates(conn, ChunkFilter(namespace), question, 10, whole_query_min_words=8)
+    # The answer states the question; the other two cite it by its title (in quotation marks).
+    assert [c.key for c in found] == [("doc:answer", 0)]
+
+
+def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    pieces = {
+        "doc:en": "How to install packages on Debian with apt.",
+        "doc:ru": "Как устанавливать пакеты в Debian с помощью apt.",
+        "doc:soup": "A borscht recipe with beetroot and cabbage.",
+    }
+    with database.connection() as conn:
+        for key, text in pieces.items():
+            cleanup.append((namespace, key))
+            store.replace_chunks(
+                conn, NodeRef(namespace, key, "document", ""), _writes(provider, "", [("", text)])
+            )
+        keys = [(key, 0) for key in pieces]
+        every = store.similar_pairs(conn, namespace, keys[:1], keys, -1.0)
+        close = store.similar_pairs(conn, namespace, keys[:1], keys, 0.6)
+        none = store.similar_pairs(conn, namespace, [], keys, 0.0)
+    assert [target for _, target, _ in every] == [("doc:ru", 0), ("doc:soup", 0)]
+    similarity = {target[0]: value for _, target, value in every}
+    assert similarity["doc:ru"] > similarity["doc:soup"]
+    assert [(source, target) for source, target, _ in close] == [(("doc:en", 0), ("doc:ru", 0))]
+    assert none == []
+
+
 def test_identifier_tokens() -> None:
     assert identifier_tokens('Что нового в "2.36-9+deb12u4"? См. PROJ-1234, 1:2.3-4.') == [
         "2.36-9+deb12u4",

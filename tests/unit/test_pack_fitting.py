@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.storage.episode_store import EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
@@ -139,6 +141,50 @@ def test_redundancy_finds_duplicates_and_near_duplicates_only() -> None:
     assert near.startswith("near duplicate of a better chunk") and check.redundant_with == "a"
     assert check.offer("d", "I love hiking mountains in the winter with friends") == ""
     assert check.offer("e", "ok") == "" and check.offer("f", "OK!") == "duplicate of a better chunk"
+
+
+def _brute_force_redundancy(texts: list[str], threshold: float) -> list[tuple[str, str]]:
+    """Every text against every earlier kept one (the definition the prefix filter must equal)."""
+    from query_service.context_pack.conversation import NEAR_DUPLICATE_MIN_WORDS, normalised_words
+
+    exact: dict[tuple[str, ...], str] = {}
+    kept: list[tuple[frozenset[str], str]] = []
+    out = []
+    for index, text in enumerate(texts):
+        key, words = f"k{index}", normalised_words(text)
+        if not words:
+            out.append(("", ""))
+            continue
+        if words in exact:
+            out.append(("duplicate", exact[words]))
+            continue
+        exact[words] = key
+        if len(words) < NEAR_DUPLICATE_MIN_WORDS:
+            out.append(("", ""))
+            continue
+        bag = frozenset(words)
+        match = next((k for other, k in kept if len(bag & other) / len(bag | other) >= threshold), "")
+        out.append(("near", match) if match else ("", ""))
+        if not match:
+            kept.append((bag, key))
+    return out
+
+
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(list("abcdefghijkl")), min_size=0, max_size=12).map(" ".join),
+        max_size=40,
+    ),
+    threshold=st.sampled_from([0.5, 0.7, 0.85, 1.0]),
+)
+def test_prefix_filtered_redundancy_equals_comparing_every_pair(texts: list[str], threshold: float) -> None:
+    check = RedundancyFilter(threshold=threshold)
+    found = []
+    for index, text in enumerate(texts):
+        reason = check.offer(f"k{index}", text)
+        kind = "" if not reason else "duplicate" if reason.startswith("duplicate") else "near"
+        found.append((kind, check.redundant_with if reason else ""))
+    assert found == _brute_force_redundancy(texts, threshold)
 
 
 def test_the_search_depth_follows_the_budget_within_searchs_limit() -> None:

@@ -1,4 +1,5 @@
-"""Reciprocal rank fusion (Cormack, Clarke, Büttcher 2009) and search request validation: pure functions."""
+"""Rank fusion (reciprocal rank fusion, convex combination, similar-chunk propagation) and search request
+validation: pure functions."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from query_service.hybrid_search import (
     search_preset,
     validate_search,
 )
+from query_service.rank_fusion import normalised_scores, propagate_to_similar
 
 
 def test_single_ranking_keeps_its_order_with_rrf_scores() -> None:
@@ -76,18 +78,20 @@ def test_empty_and_invalid_input() -> None:
 def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
     default = search_preset("default")
     assert default is SEARCH_PRESETS["default"] is SEARCH_PRESETS["documents"]
-    assert (default.rrf_k, default.vector_weight, default.text_weight, default.trigram_weight) == (
-        10,
-        1.0,
-        1.0,
-        1.0,
-    )
+    assert (default.fusion, default.rrf_k, default.vector_weight, default.text_weight) == ("rrf", 5, 1.0, 1.0)
+    assert (default.trigram_weight, default.similar_share, default.similar_threshold) == (1.0, 0.8, 0.85)
     assert (default.text_min_share, default.trigram_max_query_chars) == (0.2, 1000)
     assert default.trigram_whole_query_min_words == 8
     conversations = SEARCH_PRESETS["conversations"]
-    assert (conversations.vector_weight, conversations.text_weight) == (0.5, 1.0)
-    assert default.max_score() == pytest.approx(3 / 11)
+    assert (conversations.vector_weight, conversations.text_weight, conversations.rrf_k) == (0.25, 1.0, 5)
+    assert (conversations.candidates, conversations.similar_share) == (100, 0.0)
+    assert default.max_score() == pytest.approx(3 / 6)
     assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 11)
+    assert SearchSettings(fusion="convex", vector_weight=0.6, text_weight=0.4).max_score() == pytest.approx(
+        2.0
+    )
+    with pytest.raises(ValueError, match="fusion"):
+        SearchSettings(fusion="borda")
     with pytest.raises(KeyError, match="default"):
         search_preset("nope")
 
@@ -137,3 +141,40 @@ def test_validate_search_names_an_unknown_preset_and_accepts_the_workload_preset
         validate_search(SearchQuery(namespace="ns", query="q", preset="fastest"))
     assert [violation.field for violation in raised.value.violations] == ["preset"]
     assert "documents" in raised.value.violations[0].description
+
+
+def test_convex_fusion_weighs_scores_relative_to_each_rankings_best() -> None:
+    config = SearchSettings(fusion="convex", vector_weight=0.6, text_weight=0.4, trigram_weight=0)
+    rankings = {
+        # cosine distances: similarities 0.9, 0.88, 0.3
+        "vector": _ranking(("a", 0.1), ("close-second", 0.12), ("far", 0.7)),
+        "text": _ranking(("far", 8.0), ("a", 4.0)),
+    }
+    fused = {key[0]: score for key, score in fuse_rankings(rankings, config, 10)}
+    assert fused["a"] == pytest.approx(0.6 + 0.4 * 0.5)
+    assert fused["close-second"] == pytest.approx(0.6 * 0.88 / 0.9)  # rank 2, almost the first's share
+    assert fused["far"] == pytest.approx(0.6 * 0.3 / 0.9 + 0.4)
+    assert [key[0] for key, _ in fuse_rankings(rankings, config, 10)] == ["a", "far", "close-second"]
+    assert len(fuse_rankings(rankings, config, 2)) == 2
+    # Ties: the best single rank, then the first appearance.
+    tied = fuse_rankings({"text": _ranking(("x", 1.0), ("y", 1.0))}, config, 10)
+    assert [key[0] for key, _ in tied] == ["x", "y"]
+
+
+def test_normalised_scores_clip_negative_similarity_and_empty_best() -> None:
+    assert normalised_scores("vector", _ranking(("a", 0.5), ("b", 1.5))) == [1.0, 0.0]
+    assert normalised_scores("text", _ranking(("a", 0.0))) == [0.0]
+    assert normalised_scores("text", []) == []
+
+
+def test_similar_chunk_propagation_lifts_a_near_copy_of_a_better_hit() -> None:
+    fused = [(("en", 0), 0.5), (("other", 0), 0.4), (("ru", 0), 0.1), (("far", 0), 0.05)]
+    similar = [(("en", 0), ("ru", 0), 0.92), (("ru", 0), ("far", 0), 0.9), (("x", 0), ("far", 0), 0.99)]
+    lifted = propagate_to_similar(fused, similar, share=0.9)
+    assert [key[0] for key, _ in lifted] == ["en", "ru", "other", "far"]
+    scores = dict(lifted)
+    assert scores[("ru", 0)] == pytest.approx(0.45)
+    assert scores[("far", 0)] == pytest.approx(0.09)  # from ru's score before propagation: no chaining
+    assert scores[("en", 0)] == 0.5  # never lowered
+    assert propagate_to_similar(fused, similar, share=0) == fused
+    assert propagate_to_similar(fused, [], share=0.9) == fused
