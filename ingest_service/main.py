@@ -43,6 +43,7 @@ from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
 from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.tenant_index_worker import TenantIndexWorker
 from ingest_service.vault_ingest import VaultIngestor
 
 
@@ -108,7 +109,7 @@ def create_ingest_host(
         register=register,
         # Every write response carries the WAL position of its commit (read-after-write on replicas).
         interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
-        background=[embedder],
+        background=[embedder, TenantIndexWorker(settings)],
     )
 
 

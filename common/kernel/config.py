@@ -77,11 +77,12 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(20000, ge=1)
     # Per-tenant vector indexes (issue 15, common/storage/tenant_vector_indexes.py): a namespace with at
     # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
-    # partial to it (`cb db index-tenants`, or the ingest service's worker every
-    # tenant_vector_index_interval_seconds); 0 builds none. Its index is dropped below half the threshold.
+    # partial to it (`cb index-tenants`, or the ingest service's worker every
+    # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half
+    # the threshold.
     tenant_vector_index_min_rows: int = Field(5000, ge=0)
     tenant_vector_index_interval_seconds: float = Field(
-        600.0, ge=0, description="the ingest service's check for tenant indexes; 0: only the command"
+        0.0, ge=0, description="the ingest service's check for tenant indexes (e.g. 600); 0: only the command"
     )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")

@@ -20,7 +20,7 @@ not count the detoasting of each 2 KB vector: 19 ms exact against 2.5 ms HNSW fo
 so `common.storage.chunk_rankings` runs that statement with ``enable_sort`` off and custom plans (the
 predicate must see the literal namespace to match the partial index).
 
-`synchronise` is what `cb db index-tenants` and the ingest service's `TenantIndexWorker`
+`synchronise` is what `cb index-tenants` and the ingest service's `TenantIndexWorker`
 (`ingest_service/tenant_index_worker.py`) run: builds and drops under one advisory lock, so two
 processes never build the same index at once.
 """

@@ -18,6 +18,7 @@ from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 from common.storage.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
+from ingest_service.tenant_index_worker import TenantIndexWorker
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -175,3 +176,24 @@ def test_indexes_of_tenants_below_half_the_threshold_are_dropped(
         found = store.vector_candidates(conn, ChunkFilter(namespace=BIG), vector, 10)
         exact = _exact(conn, tenant_settings.chunks_table, "", vector, 10)
     assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+
+
+def test_the_ingest_services_worker_builds_them_on_its_interval(
+    tenant_database: Database, tenant_settings: Settings
+) -> None:
+    TenantVectorIndexes(tenant_settings).synchronise(min_rows=0)  # none left
+    assert _registered(tenant_database) == {}
+    assert TenantIndexWorker(tenant_settings).interval == 0  # off by default: the command only
+    worker = TenantIndexWorker(
+        tenant_settings.model_copy(
+            update={"tenant_vector_index_interval_seconds": 0.1, "tenant_vector_index_min_rows": 200}
+        )
+    )
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while set(_registered(tenant_database)) != {BIG, *OTHERS} and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        worker.stop()
+    assert set(_registered(tenant_database)) == {BIG, *OTHERS}
