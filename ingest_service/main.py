@@ -63,7 +63,12 @@ def create_ingest_host(
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
-    embedder = EpisodeEmbedder(database, provider, batch_size=settings.episode_embedding_batch)
+    embedder = EpisodeEmbedder(
+        database,
+        provider,
+        batch_size=settings.episode_embedding_batch,
+        max_deferral_seconds=settings.episode_embedding_max_deferral_seconds,
+    )
     recorder = ObservationRecorder(
         database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake
     )

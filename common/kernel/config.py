@@ -93,6 +93,9 @@ class Settings(BaseSettings):
         "background", description="background | inline: when episode chunks of observations are embedded"
     )
     episode_embedding_batch: int = Field(128, ge=1, le=4096, description="chunks per background round")
+    episode_embedding_max_deferral_seconds: float = Field(
+        2.0, ge=0, le=3600, description="longest wait of a background round while writes are in flight"
+    )
 
     # Security (DESIGN §8). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
     # in development mode, which binds loopback addresses only; "tokens" / "none" force either.
