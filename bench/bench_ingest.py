@@ -10,8 +10,9 @@ service processes:
 - ``inline``: this checkout with ``CB_EPISODE_EMBEDDING=inline`` (embedded in the write).
 
 After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
-``background``, how long after the load the service reports an empty embedding backlog
-(`run_bench.wait_for_embeddings`). Everything runs in one fresh database, dropped at the end. Results are
+the background variants, how long after the load the service reports an empty embedding backlog
+(`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
+then taken off it, so every variant starts from an empty one. Everything runs in one fresh database, dropped at the end. Results are
 appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average.
 
 - each ``--variant NAME=VAR:VALUE;...``: this checkout, background embedding, with those environment
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -107,6 +109,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                     load["embedding"] = wait_for_embeddings(
                         stub, namespace, limit_seconds=arguments.embedding_wait
                     )
+                abandon_backlog(settings, namespace)
                 channel.close()
             runs.append(load)
             print(json.dumps(load), flush=True)
@@ -139,6 +142,19 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         lines += ["", f"Note: {arguments.note}"]
     append_entry(lines)
     return 0
+
+
+def abandon_backlog(settings: Settings, namespace: str) -> None:
+    """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder
+    starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
+    this, a variant would spend its load embedding the previous variant's rest)."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL(
+                "UPDATE {} SET embedding_pending = false WHERE namespace = %s AND embedding_pending"
+            ).format(psycopg.sql.Identifier(settings.chunks_table)),
+            (namespace,),
+        )
 
 
 def _embedded(variant: str, embedding: dict[str, Any] | None) -> str:
