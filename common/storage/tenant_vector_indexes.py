@@ -10,7 +10,8 @@ key, a table rewrite, and a partition (or the default partition) per tenant.
 
 The rule (`wanted`): a namespace with at least ``min_rows`` embedded chunks and less than half of the
 table's gets ``CREATE INDEX CONCURRENTLY ... USING hnsw (embedding vector_cosine_ops) WHERE namespace =
-'<namespace>'`` (the namespace as a literal: an index predicate cannot take a parameter); a namespace
+'<namespace>'`` on ``l2_normalize(embedding)`` (`tenant_index_expression`; the namespace as a literal: an index
+predicate cannot take a parameter); a namespace
 holding most of the table is served by the table's own index. An index is dropped when its namespace
 falls below half of ``min_rows`` (so a tenant near the threshold does not flap). Each built index is
 recorded in ``{chunks}_tenant_vector_indexes`` (migration 0017) after its build succeeded; the vector
@@ -47,6 +48,16 @@ SYNCHRONISE_LOCK_KEY = 0x74766978  # "tvix": pg_try_advisory_lock key of one syn
 REGISTRY_CACHE_SECONDS = 30.0
 """How long the read side trusts its copy of the registry; a stale copy costs speed, never correctness
 (without the index the statement falls back to the exact ranking, see `chunk_rankings`)."""
+
+
+def tenant_index_expression(embedding_dim: int) -> sql.Composed:
+    """What a tenant index indexes: ``(l2_normalize(embedding)::vector(<dim>))`` (HNSW needs the
+    dimension in the type). Not the bare column: then only a tenant index can serve an ORDER BY on this
+    expression, while for ``embedding <=> q`` the planner preferred the table's HNSW index (its cost
+    estimate is lower, its scan slower: 47-95 ms against 22-32 ms for the tenant index, 5k of 110k rows,
+    measured). The cosine distance does not depend on a vector's length, so the distances are the same
+    (to float rounding)."""
+    return sql.SQL("(l2_normalize(embedding)::vector({}))").format(sql.Literal(int(embedding_dim)))
 
 
 @dataclass(frozen=True)
@@ -171,8 +182,13 @@ class TenantVectorIndexes:
         conn.execute(
             sql.SQL(
                 "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {chunks}"
-                " USING hnsw (embedding vector_cosine_ops) WHERE namespace = {namespace}"
-            ).format(index=index, chunks=self.identifiers["chunks"], namespace=sql.Literal(namespace))
+                " USING hnsw ({expression} vector_cosine_ops) WHERE namespace = {namespace}"
+            ).format(
+                index=index,
+                chunks=self.identifiers["chunks"],
+                expression=tenant_index_expression(self.settings.embedding_dim),
+                namespace=sql.Literal(namespace),
+            )
         )
         conn.execute(self.queries["register"], {"namespace": namespace, "index_name": name, "rows": rows})
         seconds = round(time.perf_counter() - started, 2)
