@@ -109,8 +109,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                     load["embedding"] = wait_for_embeddings(
                         stub, namespace, limit_seconds=arguments.embedding_wait
                     )
-                abandon_backlog(settings, namespace)
                 channel.close()
+            abandon_backlog(settings, namespace)  # the service has stopped: its embedder holds no claim
             runs.append(load)
             print(json.dumps(load), flush=True)
     results = {"time": stamp, "machine": machine(), "note": arguments.note, "runs": runs}
