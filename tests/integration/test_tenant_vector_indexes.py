@@ -197,3 +197,20 @@ def test_the_ingest_services_worker_builds_them_on_its_interval(
     finally:
         worker.stop()
     assert set(_registered(tenant_database)) == {BIG, *OTHERS}
+
+
+def test_cb_index_tenants_builds_and_reports(tenant_database: Database, tenant_settings: Settings) -> None:
+    from typer.testing import CliRunner
+
+    from common.tooling.cli.app import app
+
+    TenantVectorIndexes(tenant_settings).synchronise(min_rows=0)
+    runner = CliRunner()
+    environment = {"CB_DATABASE_URL": tenant_settings.database_url}
+    built = runner.invoke(app, ["index-tenants", "--min-rows", "200"], env=environment)
+    assert built.exit_code == 0, built.output
+    assert sorted(line.split()[0] for line in built.output.splitlines()) == ["built"] * 4
+    assert f"namespace={BIG} chunks=240" in built.output
+    again = runner.invoke(app, ["index-tenants", "--min-rows", "200"], env=environment)
+    assert again.exit_code == 0 and again.output.strip() == "tenant vector indexes up to date"
+    assert set(_registered(tenant_database)) == {BIG, *OTHERS}
