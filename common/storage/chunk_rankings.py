@@ -74,7 +74,7 @@ from common.storage.lexical_scoring import (
     plan_bm25,
 )
 from common.storage.named_queries import Queries
-from common.storage.tenant_vector_indexes import TenantIndexRegistry, tenant_index_expression
+from common.storage.tenant_vector_indexes import OWN_INDEX, TenantIndexRegistry, tenant_index_expression
 from common.storage.visibility import EVERYTHING, Visibility
 
 CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
@@ -231,7 +231,8 @@ class ChunkRankings:
 
         A namespace with a tenant index (an HNSW index partial to it, `common.storage.tenant_vector_indexes`)
         is ranked by that index: the statement orders by the expression only that index holds
-        (`tenant_index_expression`, the same distances) and runs in a transaction with ``enable_sort`` off, because
+        (`tenant_index_expression`, the same distances) and runs in a transaction with ``enable_sort`` off
+        (a registered namespace that holds most of the table: the same on the table's own index), because
         the planner's cost model prefers the exact sort of a few thousand rows (it does not count the
         detoasting of each vector: 19 ms against 2.5 ms for 5k rows, measured). All vector statements
         run with custom plans (``prepare=False``): the planner sees the literal namespace, which a
@@ -246,8 +247,10 @@ class ChunkRankings:
         """
         params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
         condition = self._filter_sql(where, params)
-        if self.tenant_indexes.has_index(conn, where.namespace):
-            tenant = self._nearest_statement(condition, exact=False, vector=self._tenant_vector)
+        index = self.tenant_indexes.index_of(conn, where.namespace)
+        if index is not None:
+            vector = self._tenant_vector if index == OWN_INDEX else None
+            tenant = self._nearest_statement(condition, exact=False, vector=vector)
             found = self._tenant_index_candidates(conn, tenant, params)
         else:
             approximate = self._nearest_statement(condition, exact=False)

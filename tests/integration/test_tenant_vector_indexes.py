@@ -214,3 +214,68 @@ def test_cb_index_tenants_builds_and_reports(tenant_database: Database, tenant_s
     again = runner.invoke(app, ["index-tenants", "--min-rows", "200"], env=environment)
     assert again.exit_code == 0 and again.output.strip() == "tenant vector indexes up to date"
     assert set(_registered(tenant_database)) == {BIG, *OTHERS}
+
+
+@pytest.fixture(scope="module")
+def solo_database(settings: Settings) -> Iterator[Database]:
+    """A table that one namespace (300 chunks) holds almost alone (and 20 chunks of another)."""
+    with fresh_database(settings) as fresh:
+        database = Database(fresh)
+        database.migrate()
+        store = ChunkStore(fresh)
+        rng = np.random.default_rng(13)
+        with database.connection() as conn:
+            for namespace, rows in (("solo", 300), ("tiny", 20)):
+                for document in range(rows // 10):
+                    writes = []
+                    for order in range(10):
+                        vector = np.asarray(rng.normal(size=fresh.embedding_dim), dtype=np.float32)
+                        writes.append(
+                            ChunkWrite(
+                                order,
+                                "",
+                                f"{namespace} {document}-{order}",
+                                vector / np.linalg.norm(vector),
+                                {},
+                            )
+                        )
+                    store.replace_chunks(conn, NodeRef(namespace, f"doc:{document}"), writes)
+            conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(fresh.chunks_table)))
+        yield database
+        database.close()
+
+
+def test_a_namespace_holding_most_of_the_table_is_ranked_by_the_tables_index(solo_database: Database) -> None:
+    settings = solo_database.settings
+    indexes = TenantVectorIndexes(settings)
+    changes = indexes.synchronise(min_rows=200)
+    assert [(change.namespace, change.action) for change in changes] == [("solo", "registered")]
+    assert _registered(solo_database) == {"solo": None}
+    table_index = settings.chunks_table + "_embedding_idx"
+    before = _index_scans(solo_database, table_index)
+    store = ChunkStore(settings)
+    rng = np.random.default_rng(17)
+    with solo_database.read_connection() as conn:
+        for _ in range(3):
+            vector = np.asarray(rng.normal(size=settings.embedding_dim), dtype=np.float32)
+            vector /= np.linalg.norm(vector)
+            found = store.vector_candidates(conn, ChunkFilter(namespace="solo"), vector, 10)
+            exact = conn.execute(
+                sql.SQL(
+                    "SELECT node_key, chunk_order FROM {} WHERE namespace = 'solo'"
+                    " ORDER BY (embedding <=> %s) + 0 LIMIT 10"
+                ).format(sql.Identifier(settings.chunks_table)),
+                (vector,),
+            ).fetchall()
+            assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+        assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
+        conn.execute("SELECT pg_stat_force_next_flush()")
+    deadline = time.monotonic() + 10
+    while _index_scans(solo_database, table_index) < before + 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _index_scans(solo_database, table_index) >= before + 3
+    # Below half the threshold it is unregistered, and the table's index stays.
+    changes = indexes.synchronise(min_rows=1000)
+    assert [(change.namespace, change.action) for change in changes] == [("solo", "unregistered")]
+    assert _registered(solo_database) == {}
+    assert _index_definition(solo_database, table_index) is not None

@@ -28,3 +28,13 @@ def test_names_are_stable_distinct_and_fit_an_identifier() -> None:
     long_table = "t" * 80
     assert len(tenant_index_name(long_table, "x").encode()) <= 63
     assert len(tenant_index_name("таблица" * 10, "x").encode()) <= 63
+
+
+def test_the_namespace_holding_most_of_the_table_uses_the_tables_index() -> None:
+    from common.storage.tenant_vector_indexes import majority
+
+    assert majority({"only": 50_000}, 5000) == {"only"}
+    assert majority({"main": 10_000, "side": 10_000}, 5000) == {"main", "side"}
+    assert majority({"main": 10_000, "side": 10_001}, 5000) == {"side"}
+    assert majority({"small": 100}, 5000) == set()
+    assert majority({"only": 50_000}, 0) == set()

@@ -113,8 +113,9 @@ def index_tenants(
     finally:
         database.close()
     for change in changes:
+        index = change.index_name or "(the table's index)"
         typer.echo(
-            f"{change.action} {change.index_name} namespace={change.namespace} chunks={change.rows} seconds={change.seconds}"
+            f"{change.action} {index} namespace={change.namespace} chunks={change.rows} seconds={change.seconds}"
         )
     if not changes:
         typer.echo("tenant vector indexes up to date")

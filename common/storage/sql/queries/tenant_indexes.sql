@@ -1,11 +1,11 @@
 -- Queries of the per-tenant vector indexes (`common/storage/tenant_vector_indexes.py`, migration 0017).
 
 -- name: indexed_namespaces
--- The namespaces that have a tenant index (the read side's registry copy).
-SELECT namespace FROM {chunk_tenant_indexes}
+-- The registered namespaces and whether each has an index of its own (the read side's registry copy).
+SELECT namespace, index_name IS NOT NULL FROM {chunk_tenant_indexes}
 
 -- name: registered
--- Every registered tenant index: namespace, index name.
+-- Every registered namespace: namespace, index name (NULL: the table's index serves it).
 SELECT namespace, index_name FROM {chunk_tenant_indexes}
 
 -- name: namespace_rows
