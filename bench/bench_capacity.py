@@ -96,8 +96,8 @@ class SentenceEncoder:
         return out
 
 
-def load(settings: Settings, sentences: list[str], chunks: int) -> float:
-    """Writes ``chunks`` chunks (see the module doc); returns the seconds it took."""
+def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: str = NAMESPACE) -> float:
+    """Writes ``chunks`` chunks into ``namespace`` (see the module doc); returns the seconds it took."""
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
     database.migrate()
@@ -114,7 +114,7 @@ def load(settings: Settings, sentences: list[str], chunks: int) -> float:
             pieces.append(ChunkInput(chunk_order=order, heading=f"Part {order}", text=text))
         writer.put_chunks(
             PutChunksInput(
-                namespace=NAMESPACE,
+                namespace=namespace,
                 natural_key=f"doc:capacity-{document}",
                 chunks=tuple(pieces),
                 title=f"Doc {document}",

@@ -10,11 +10,16 @@ service processes:
 - ``inline``: this checkout with ``CB_EPISODE_EMBEDDING=inline`` (embedded in the write).
 
 After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
-``background``, how long after the load the service reports an empty embedding backlog
-(`run_bench.wait_for_embeddings`). Everything runs in one fresh database, dropped at the end. Results are
+the background variants, how long after the load the service reports an empty embedding backlog
+(`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
+then taken off it, so every variant starts from an empty one. Everything runs in one fresh database, dropped at the end. Results are
 appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average.
 
-Usage: .venv/bin/python bench/bench_ingest.py [--base-root DIR] [--rounds 2] [--note TEXT]
+- each ``--variant NAME=VAR:VALUE;...``: this checkout, background embedding, with those environment
+  variables (e.g. ``defer=CB_EPISODE_EMBEDDING_MAX_DEFERRAL_SECONDS:600``).
+
+Usage: .venv/bin/python bench/bench_ingest.py [--base-root DIR] [--rounds 2] [--without-inline]
+[--variant NAME=VAR:VALUE;...] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -74,8 +80,13 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     settings = Settings()
     variants: list[tuple[str, Path, dict[str, str]]] = [
         ("background", ROOT, {"CB_EPISODE_EMBEDDING": "background"}),
-        ("inline", ROOT, {"CB_EPISODE_EMBEDDING": "inline"}),
     ]
+    if not arguments.without_inline:
+        variants.append(("inline", ROOT, {"CB_EPISODE_EMBEDDING": "inline"}))
+    for variant in arguments.variant:
+        name, _, assignments = variant.partition("=")
+        environment = dict(pair.split(":", 1) for pair in assignments.split(";") if pair)
+        variants.append((name, ROOT, {"CB_EPISODE_EMBEDDING": "background", **environment}))
     if arguments.base_root:
         variants.insert(0, ("base", Path(arguments.base_root).resolve(), {}))
     runs: list[dict[str, Any]] = []
@@ -94,11 +105,12 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 floor["per_second"] = round(len(observations) / floor["seconds"], 1)
                 load["set_based_floor"] = floor
                 load["ratio_to_floor"] = round(load["seconds"] / floor["seconds"], 2)
-                if name == "background":
+                if name not in ("base", "inline"):
                     load["embedding"] = wait_for_embeddings(
                         stub, namespace, limit_seconds=arguments.embedding_wait
                     )
                 channel.close()
+            abandon_backlog(settings, namespace)  # the service has stopped: its embedder holds no claim
             runs.append(load)
             print(json.dumps(load), flush=True)
     results = {"time": stamp, "machine": machine(), "note": arguments.note, "runs": runs}
@@ -132,6 +144,19 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     return 0
 
 
+def abandon_backlog(settings: Settings, namespace: str) -> None:
+    """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder
+    starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
+    this, a variant would spend its load embedding the previous variant's rest)."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(
+            psycopg.sql.SQL(
+                "UPDATE {} SET embedding_pending = false WHERE namespace = %s AND embedding_pending"
+            ).format(psycopg.sql.Identifier(settings.chunks_table)),
+            (namespace,),
+        )
+
+
 def _embedded(variant: str, embedding: dict[str, Any] | None) -> str:
     """The embedding column of a run: the wait, the backlog at the end of the load and what was left."""
     if embedding is None:
@@ -151,6 +176,13 @@ def main() -> int:
         "--embedding-wait", type=float, default=120, help="longest wait (s) for the backlog after a load"
     )
     parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="an extra variant of this checkout: NAME=VAR:VALUE;VAR:VALUE (environment of its service)",
+    )
+    parser.add_argument("--without-inline", action="store_true", help="leave the inline variant out")
     arguments = parser.parse_args()
     started = time.perf_counter()
     code = run_in_database(run, arguments, "memory_ingest")

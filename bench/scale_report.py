@@ -61,11 +61,17 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
         return f"{r['p50_ms']} / {r['p95_ms']} (load {r['load_1m']})"
 
     names = list(results["states"][0]["search"]) if results["states"] else []
+    base = results["build"]["base"]
+    described = (
+        f"{base['synthetic_chunks']} synthetic chunks (`bench_capacity.load`: real vault sentences, vectors"
+        f" from the real model) written in {base['seconds']} s"
+        if "synthetic_chunks" in base
+        else f"{base['chunks']} real chunks (docs vault + Debian FAQ) retained in {base['seconds']} s"
+    )
     lines = [
         heading(results) + " — read-side scale (`bench/bench_scale.py`)",
         "",
-        f"Base: {results['build']['base']['chunks']} real chunks (docs vault + Debian FAQ) retained in"
-        f" {results['build']['base']['seconds']} s; larger sizes by copying them (perturbed keys and vectors,"
+        f"Base: {described}; larger sizes by copying them (perturbed keys and vectors,"
         " see the module doc); pgvector "
         + results["pgvector"]
         + ". Query embedding alone (p50 / p95 ms):"
@@ -84,6 +90,11 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
     ]
     for s in results["states"]:
         builds = ", ".join(f"{k.removeprefix('chunks_')} {v}" for k, v in s["build"]["indexes"].items())
+        tenants = s["build"].get("tenant_indexes") or []
+        if tenants:
+            builds += "; tenant indexes: " + ", ".join(
+                f"{t['namespace']} ({t['rows']} rows) {t['action']} in {t['seconds']} s" for t in tenants
+            )
         lines.append(
             f"| {s['size']} | {s['layout']} | {s['rows']} ({s['q_rows']}) | "
             + " | ".join(figure(s["search"][n]) for n in names)

@@ -43,6 +43,7 @@ from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
 from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.tenant_index_worker import TenantIndexWorker
 from ingest_service.vault_ingest import VaultIngestor
 
 
@@ -62,7 +63,12 @@ def create_ingest_host(
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)
-    embedder = EpisodeEmbedder(database, provider, batch_size=settings.episode_embedding_batch)
+    embedder = EpisodeEmbedder(
+        database,
+        provider,
+        batch_size=settings.episode_embedding_batch,
+        max_deferral_seconds=settings.episode_embedding_max_deferral_seconds,
+    )
     recorder = ObservationRecorder(
         database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake
     )
@@ -108,7 +114,7 @@ def create_ingest_host(
         register=register,
         # Every write response carries the WAL position of its commit (read-after-write on replicas).
         interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
-        background=[embedder],
+        background=[embedder, TenantIndexWorker(settings)],
     )
 
 

@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(30000, ge=0)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
     hnsw_max_scan_tuples: int = Field(20000, ge=1)
+    # Per-tenant vector indexes (issue 15, common/storage/tenant_vector_indexes.py): a namespace with at
+    # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
+    # partial to it (`cb index-tenants`, or the ingest service's worker every
+    # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half
+    # the threshold.
+    tenant_vector_index_min_rows: int = Field(5000, ge=0)
+    tenant_vector_index_interval_seconds: float = Field(
+        0.0, ge=0, description="the ingest service's check for tenant indexes (e.g. 600); 0: only the command"
+    )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
     # Episode chunks of observations (issue 16 §1): "background" stores them with the embedding pending
@@ -84,6 +93,9 @@ class Settings(BaseSettings):
         "background", description="background | inline: when episode chunks of observations are embedded"
     )
     episode_embedding_batch: int = Field(128, ge=1, le=4096, description="chunks per background round")
+    episode_embedding_max_deferral_seconds: float = Field(
+        2.0, ge=0, le=3600, description="longest wait of a background round while writes are in flight"
+    )
 
     # Security (DESIGN §8). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
     # in development mode, which binds loopback addresses only; "tokens" / "none" force either.

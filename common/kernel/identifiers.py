@@ -34,9 +34,11 @@ def canonical_instant(value: datetime) -> str:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("instant has no UTC offset")
     utc = value.astimezone(UTC)
-    if utc.microsecond:
-        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if utc.year < 1000:  # strftime writes such a year without leading zeros; isoformat would pad it
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if utc.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+    # isoformat gives the same text 2.5x faster than strftime (issue 15: 5% of an observation batch)
+    naive = utc.replace(tzinfo=None)
+    return naive.isoformat(timespec="microseconds" if utc.microsecond else "seconds") + "Z"
 
 
 def parse_instant(text: str, *, assume_utc: bool = False) -> datetime:

@@ -61,6 +61,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunk_terms_insert_trigger": "terms_insert",
         "chunk_terms_update_trigger": "terms_update",
         "chunk_terms_delete_trigger": "terms_delete",
+        # The per-tenant vector indexes of the chunks table (sql/0017_tenant_vector_indexes.sql).
+        "chunk_tenant_indexes": "tenant_vector_indexes",
     }.items():
         identifiers[key] = sql.Identifier(f"{names['chunks']}_{suffix}")
     return identifiers

@@ -37,6 +37,20 @@ def test_canonical_instant_drops_zero_microseconds_and_converts_to_utc() -> None
     assert canonical_instant(datetime(2026, 8, 1, 0, 0, 0, 120, tzinfo=UTC)) == "2026-08-01T00:00:00.000120Z"
 
 
+def test_canonical_instant_is_the_strftime_text_for_every_year() -> None:
+    """The fast isoformat path writes exactly what the strftime formats wrote (fact ids hash this text)."""
+    samples = [
+        datetime(year, month, 28, hour, 59, 7, micro, tzinfo=timezone(timedelta(minutes=offset)))
+        for year in (1, 999, 1000, 1999, 2026, 9999)
+        for month, hour, micro, offset in ((1, 0, 0, 0), (12, 23, 1, -90), (6, 12, 999999, 330))
+        if not (year == 9999 and offset < 0) and not (year == 1 and offset > 0)
+    ]
+    for value in samples:
+        utc = value.astimezone(UTC)
+        expected = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if utc.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+        assert canonical_instant(value) == expected
+
+
 def test_naive_instants_are_refused() -> None:
     with pytest.raises(ValueError):
         canonical_instant(datetime(2026, 8, 1))

@@ -41,6 +41,7 @@ FILE_USERS = {
     "session.sql": ["age_graph"],
     "replication.sql": ["wal_position", "read_routing"],
     "snapshots.sql": ["snapshot_store"],
+    "tenant_indexes.sql": ["tenant_vector_indexes"],
     "vault.sql": ["vault_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)

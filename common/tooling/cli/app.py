@@ -12,7 +12,7 @@ import typer
 
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
-from common.tooling.cli.database_commands import db_app, init_db
+from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
 from common.tooling.cli.pack_commands import pack_app
@@ -85,6 +85,7 @@ def _global_options(
 
 COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("init-db", init_db),  # database and services
+    ("index-tenants", index_tenants),
     ("serve", serve),
     ("up", up),
     ("health", health),

@@ -84,3 +84,38 @@ def init_db(ctx: typer.Context) -> None:
             typer.echo(f"applied {name}")
     else:
         typer.echo("schema up to date: no migration applied")
+
+
+def index_tenants(
+    ctx: typer.Context,
+    min_rows: int | None = typer.Option(
+        None,
+        "--min-rows",
+        min=0,
+        help="embedded chunks a namespace needs for its own index (default CB_TENANT_VECTOR_INDEX_MIN_ROWS; 0 drops all)",
+    ),
+) -> None:
+    """Build the per-tenant vector indexes of CB_DATABASE_URL's chunks table now (and drop unneeded ones).
+
+    A namespace with at least --min-rows embedded chunks and less than half of the table gets an HNSW
+    index partial to it (`common.storage.tenant_vector_indexes`); prints one line per change.
+    """
+    from common.storage.database import Database
+    from common.storage.tenant_vector_indexes import TenantVectorIndexes
+
+    settings = cli_state(ctx).settings()
+    database = Database(settings)
+    try:
+        database.migrate()
+        changes = TenantVectorIndexes(settings).synchronise(min_rows)
+    except (DomainError, OSError) as exc:
+        fail(error_lines(exc))
+    finally:
+        database.close()
+    for change in changes:
+        index = change.index_name or "(the table's index)"
+        typer.echo(
+            f"{change.action} {index} namespace={change.namespace} chunks={change.rows} seconds={change.seconds}"
+        )
+    if not changes:
+        typer.echo("tenant vector indexes up to date")
