@@ -6,6 +6,7 @@ user), so each test works as users of its own (uuid) and never sees another test
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -161,6 +162,11 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
     assert any(v.startswith("memories[1].text:") for v in results[1].field_violations)
     assert any(v.startswith("memories[1].importance:") for v in results[1].field_violations)
     assert results[2].field_violations[0].startswith("memories[2].ttl:")
+    nul = memories.add(user, {"text": "a\u0000b", "metadata": {"k": "v\u0000"}}).results[0]
+    assert nul.status == "failed" and {v.split(":")[0] for v in nul.field_violations} == {
+        "memories[0].text",
+        "memories[0].metadata.k",
+    }
     assert len(memories.list(user)) == 1
     code, fields = _code(lambda: memories.add(user))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memories"]
@@ -246,6 +252,22 @@ def test_expired_memories_are_hidden_readable_by_id_then_swept(
     code, _ = _code(lambda: memories.get(user, expiring))
     assert code == grpc.StatusCode.NOT_FOUND
     assert [r.memory_id for r in memories.list(user)] == [kept]
+
+
+def test_an_expired_memory_is_hidden_from_recall_and_lists_but_get_shows_it(memories: Memories) -> None:
+    user = _user()
+    results = memories.add(user, {**ALICE, "ttl": "1s"}, INCIDENT).results
+    expiring, kept = results[0].memory_id, results[1].memory_id
+    deadline = time.monotonic() + 60  # wait for the instant to pass (no assertion on durations)
+    while not memories.get(user, expiring).expired and time.monotonic() < deadline:
+        time.sleep(0.2)
+    record = memories.get(user, expiring)
+    assert record.expired and record.HasField("expire_time")
+    assert [r.memory_id for r in memories.list(user)] == [kept]
+    assert {r.memory_id for r in memories.list(user, include_expired=True)} == {expiring, kept}
+    assert expiring not in {
+        r.memory.memory_id for r in memories.recall(user, "Alice replies dark mode").memories
+    }
 
 
 def test_ttl_and_expire_time_set_the_expiry(memories: Memories) -> None:
