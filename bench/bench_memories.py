@@ -79,8 +79,8 @@ WITH source AS (
     FROM copies c
 ), vertices AS (
     INSERT INTO {graph}.n_memory (properties)
-    SELECT ag_catalog.agtype_in(jsonb_set(jsonb_set(i.doc, '{{natural_key}}', to_jsonb(i.new_id)),
-        '{{props,scopes}}', jsonb_build_array('principal:memory-user/local/development/' || i.new_user))::text)
+    SELECT (jsonb_set(jsonb_set(i.doc, '{{natural_key}}', to_jsonb(i.new_id)),
+        '{{props,scopes}}', jsonb_build_array('principal:memory-user/local/development/' || i.new_user))::text)::ag_catalog.agtype
     FROM ids i
     RETURNING id, (ag_catalog.agtype_out(properties)::text)::jsonb ->> 'natural_key' AS natural_key
 ), registry AS (
