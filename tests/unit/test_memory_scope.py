@@ -22,7 +22,6 @@ from common.kernel.memory_names import (
 )
 from common.storage.visibility import visibility_for
 
-
 SHA = "a" * 64
 
 
