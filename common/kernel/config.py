@@ -127,6 +127,21 @@ class Settings(BaseSettings):
         "json", description="services' log lines: JSON objects or text"
     )
 
+    # Memory records (issue 12; README "Memory records"): the tier policy and the expiry sweep of
+    # `cb memory maintain` (and of the worker's periodic task).
+    memory_warm_after_days: float = Field(
+        7.0, gt=0, description="a hot memory neither added nor recalled for this long moves to warm"
+    )
+    memory_cold_after_days: float = Field(
+        30.0, gt=0, description="a warm memory not recalled for this long (since its last use) moves to cold"
+    )
+    memory_expiry_grace_hours: float = Field(
+        24.0, ge=0, description="an expired memory is deleted (audited) this long after its expire_time"
+    )
+    memory_maintenance_batch: int = Field(
+        1000, ge=1, le=100000, description="rows per tier move or sweep round"
+    )
+
     @field_validator(
         "graph_name",
         "chunks_table",
