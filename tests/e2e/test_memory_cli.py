@@ -27,7 +27,7 @@ def test_memory_commands_add_recall_get_list_summarize_with_json(
         return result.output
 
     alice = ["User Alice prefers concise replies and uses dark mode.", "--key", "9421", "--tag", "preference"]
-    added = json.loads(run("add", *alice, "--importance", "0.7", "--type", "fact", "--json"))
+    added = json.loads(run("add", *alice, "--importance", "0.7", "--memory-type", "fact", "--json"))
     memory_id = added["results"][0]["memoryId"]
     assert added["results"][0]["created"] is True
     assert memory_id in run("add", *alice) and "duplicate" in run("add", *alice)
