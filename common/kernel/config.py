@@ -120,7 +120,9 @@ class Settings(BaseSettings):
     enrichment_enricher: Literal["rules", "llm"] = Field(
         "rules", description="rules | llm: the enricher of the worker (llm falls back to rules on failure)"
     )
-    enrichment_llm_url: str = Field("", description="base URL of an OpenAI-compatible chat-completions server")
+    enrichment_llm_url: str = Field(
+        "", description="base URL of an OpenAI-compatible chat-completions server"
+    )
     enrichment_llm_model: str = Field("", description="model name sent to the chat-completions server")
     enrichment_llm_api_key: SecretStr = Field(SecretStr(""), description="bearer token of the LLM server")
     enrichment_llm_timeout_seconds: float = Field(20.0, gt=0, le=300, description="one LLM request")

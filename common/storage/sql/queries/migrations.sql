@@ -47,3 +47,7 @@ VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING
 -- name: index_settings
 -- The recorded embedding model and text search configuration of a chunks table (parameter: its name).
 SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s
+
+-- name: queue_schema_exists
+-- True when procrastinate's jobs table exists (migration 0016, common/storage/queue_migration.py).
+SELECT to_regclass('procrastinate_jobs') IS NOT NULL

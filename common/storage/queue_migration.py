@@ -1,0 +1,38 @@
+"""Migration 0016: the schema of the enrichment queue (issue 12 §4), procrastinate's own.
+
+The worker queue is procrastinate (`ingest_service.enrichment.queue`) on the service's database. Its
+tables, types and functions (``procrastinate_jobs``, ``procrastinate_events``, ``procrastinate_periodic_
+defers``, ``procrastinate_workers``, ``procrastinate_defer_jobs_v1`` ...) are the ``schema.sql`` that the
+installed procrastinate ships (`procrastinate.schema.SchemaManager.get_schema`), run as one script in
+the migration's transaction (`common.storage.migrations.apply`, under the migration advisory lock).
+
+Idempotent: when ``procrastinate_jobs`` already exists (the schema was applied by procrastinate's own
+``schema --apply``, or by this step) nothing runs. procrastinate is pinned to one minor version in
+pyproject.toml: a newer minor's schema changes are its ``sql/migrations/*.sql``, which a later migration
+of ours must apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from procrastinate.schema import SchemaManager
+
+from common.storage.named_queries import Queries
+
+MIGRATION_NAME = "0016_enrichment_queue"
+
+
+def apply_queue_schema(conn: psycopg.Connection[Any], queries: Queries) -> bool:
+    """Creates procrastinate's schema in ``conn``'s transaction unless it exists.
+
+    Returns:
+        True when the schema was created now, False when it was there.
+    """
+    row = conn.execute(queries["queue_schema_exists"]).fetchone()
+    if row is not None and row[0]:
+        return False
+    # procrastinate's own script: static text shipped with the package, no parameters.
+    conn.execute(SchemaManager.get_schema().encode("utf-8"))
+    return True
