@@ -40,7 +40,7 @@ from ingest_service.enrichment.model import (
     MEMORY_TYPES,
     Enricher,
     Enrichment,
-    EnrichmentInput,
+    MemoryText,
 )
 from ingest_service.enrichment.rules import MAX_INSIGHTS
 
@@ -139,7 +139,7 @@ class LlmEnricher:
         self.attempts = attempts
         self.backoff_s = backoff_s
 
-    def enrich(self, item: EnrichmentInput) -> Enrichment:
+    def enrich(self, item: MemoryText) -> Enrichment:
         """The model's fields for ``item``, or the fallback's when the server fails (module doc)."""
         if not item.text.strip():
             return self.fallback.enrich(item)

@@ -75,7 +75,7 @@ class Enrichment:
 
 
 @dataclass(frozen=True)
-class EnrichmentInput:
+class MemoryText:
     """What an enricher reads: the memory's text and the hints its record carries.
 
     Attributes:
@@ -96,6 +96,6 @@ class Enricher(Protocol):
 
     name: str
 
-    def enrich(self, item: EnrichmentInput) -> Enrichment:
+    def enrich(self, item: MemoryText) -> Enrichment:
         """The semantic fields of ``item``; never raises for any text (an empty text gives empty fields)."""
         ...

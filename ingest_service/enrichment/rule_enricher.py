@@ -10,7 +10,7 @@ from __future__ import annotations
 from ingest_service.enrichment import key_phrases, rules
 from ingest_service.enrichment.entities import collect_entities
 from ingest_service.enrichment.language_models import analyse
-from ingest_service.enrichment.model import RULE_EVIDENCE, Enrichment, EnrichmentInput
+from ingest_service.enrichment.model import RULE_EVIDENCE, Enrichment, MemoryText
 
 
 class RuleEnricher:
@@ -18,7 +18,7 @@ class RuleEnricher:
 
     name = "rules"
 
-    def enrich(self, item: EnrichmentInput) -> Enrichment:
+    def enrich(self, item: MemoryText) -> Enrichment:
         """The semantic fields of ``item.text``; empty fields for an empty text."""
         analysis = analyse(item.text)
         entities = collect_entities(item.text, analysis.entities, item.kinds)

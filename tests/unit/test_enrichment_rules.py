@@ -10,7 +10,7 @@ import pytest
 from ingest_service.enrichment import rules
 from ingest_service.enrichment.entities import labelled_ids
 from ingest_service.enrichment.language_models import analyse, language_of
-from ingest_service.enrichment.model import MEMORY_TYPES, Enrichment, EnrichmentInput
+from ingest_service.enrichment.model import MEMORY_TYPES, Enrichment, MemoryText
 from ingest_service.enrichment.rule_enricher import RuleEnricher
 from tests.conftest import CORPORA
 from tests.unit.test_domain_packs import delivery_pack
@@ -34,7 +34,7 @@ def keys(enrichment: Enrichment) -> list[str]:
 
 
 def test_seed_fact(enricher: RuleEnricher) -> None:
-    result = enricher.enrich(EnrichmentInput(SEED_FACT, tags=("preference", "ui")))
+    result = enricher.enrich(MemoryText(SEED_FACT, tags=("preference", "ui")))
     assert result.memory_type == "fact"  # the seed's own label
     assert keys(result) == ["person:Alice"]
     assert result.key_points == (SEED_FACT,)
@@ -45,7 +45,7 @@ def test_seed_fact(enricher: RuleEnricher) -> None:
 
 
 def test_seed_event(enricher: RuleEnricher) -> None:
-    result = enricher.enrich(EnrichmentInput(SEED_EVENT, event_type="incident_resolved"))
+    result = enricher.enrich(MemoryText(SEED_EVENT, event_type="incident_resolved"))
     assert result.memory_type == "event"
     # the seed's entities: ["Customer 8821", "MFA"]
     assert [entity.name for entity in result.entities] == ["Customer 8821", "MFA"]
@@ -53,11 +53,11 @@ def test_seed_event(enricher: RuleEnricher) -> None:
     assert result.entities[0].source == "pattern"
     assert "login failures" in result.topics
     # without the event_type hint the cue "reported" still makes it an event
-    assert enricher.enrich(EnrichmentInput(SEED_EVENT)).memory_type == "event"
+    assert enricher.enrich(MemoryText(SEED_EVENT)).memory_type == "event"
 
 
 def test_russian_text(enricher: RuleEnricher) -> None:
-    result = enricher.enrich(EnrichmentInput(RUSSIAN))
+    result = enricher.enrich(MemoryText(RUSSIAN))
     assert result.language == "ru"
     assert keys(result) == ["organization:Сбербанк", "person:Алиса Петрова", "location:Москва"]  # base form
     assert result.memory_type == "decision"  # "решили"
@@ -78,20 +78,20 @@ def _debian(external_id: str) -> str:
 def test_debian_changelog_entries(enricher: RuleEnricher) -> None:
     with (CORPORA / "debian-uploads" / "observations.jsonl").open(encoding="utf-8") as lines:
         rows = [json.loads(line) for _, line in zip(range(300), lines, strict=False)]
-    results = [enricher.enrich(EnrichmentInput(row["content"])) for row in rows]
+    results = [enricher.enrich(MemoryText(row["content"])) for row in rows]
     assert all(r.memory_type in MEMORY_TYPES and 0.0 <= r.quality_score <= 1.0 for r in results)
     # list items become key points without their markers
     assert all(not point.startswith(("*", "-")) for r in results for point in r.key_points)
     assert sum(1 for r in results if r.topics) >= 290
     entry = next(row["content"] for row in rows if "Closes: #" in row["content"])
-    assert enricher.enrich(EnrichmentInput(entry)).key_points
+    assert enricher.enrich(MemoryText(entry)).key_points
 
 
 def test_pack_identifiers_are_entities_with_the_packs_keys(enricher: RuleEnricher) -> None:
     kinds = _kinds(delivery_pack())
-    result = enricher.enrich(EnrichmentInput("Alice fixed PROJ-12 in the checkout flow.", kinds=kinds))
+    result = enricher.enrich(MemoryText("Alice fixed PROJ-12 in the checkout flow.", kinds=kinds))
     assert keys(result)[0] == "issue:PROJ-12" and result.entities[0].source == "pack"
-    assert "issue:PROJ-12" not in keys(enricher.enrich(EnrichmentInput("Alice fixed PROJ-12.")))
+    assert "issue:PROJ-12" not in keys(enricher.enrich(MemoryText("Alice fixed PROJ-12.")))
 
 
 def test_labelled_ids() -> None:
@@ -121,12 +121,12 @@ def test_labelled_ids() -> None:
     ],
 )
 def test_memory_type_rules(enricher: RuleEnricher, text: str, expected: str) -> None:
-    assert enricher.enrich(EnrichmentInput(text)).memory_type == expected
+    assert enricher.enrich(MemoryText(text)).memory_type == expected
 
 
 def test_quality_rules(enricher: RuleEnricher) -> None:
     def quality(text: str) -> float:
-        return enricher.enrich(EnrichmentInput(text)).quality_score
+        return enricher.enrich(MemoryText(text)).quality_score
 
     assert quality("ok thanks") < 0.1  # filler
     assert quality("") == 0.0
@@ -149,5 +149,5 @@ def test_insights_are_causal_or_comparative_sentences() -> None:
 
 def test_language_rule_and_empty_text(enricher: RuleEnricher) -> None:
     assert language_of("Привет, Alice") == "ru" and language_of("Alice, привет!!! hello there") == "en"
-    empty = enricher.enrich(EnrichmentInput("   "))
+    empty = enricher.enrich(MemoryText("   "))
     assert (empty.key_points, empty.entities, empty.topics, empty.quality_score) == ((), (), (), 0.0)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ingest_service.enrichment.llm_enricher import LlmEnricher
-from ingest_service.enrichment.model import EnrichmentInput
+from ingest_service.enrichment.model import MemoryText
 from ingest_service.enrichment.rule_enricher import RuleEnricher
 from tests.unit.test_domain_packs import delivery_pack
 from tests.unit.test_identifier_patterns import _kinds
@@ -81,7 +81,7 @@ TEXT = "Customer 8821 reported login failures after MFA reset."
 
 
 def test_request_and_answer(server: ChatServer) -> None:
-    result = _enricher(server).enrich(EnrichmentInput(TEXT, kinds=_kinds(delivery_pack())))
+    result = _enricher(server).enrich(MemoryText(TEXT, kinds=_kinds(delivery_pack())))
     path, headers, body = server.requests[0]
     assert path == "/v1/chat/completions"
     assert headers["Authorization"] == "Bearer secret-key"
@@ -101,7 +101,7 @@ def test_request_and_answer(server: ChatServer) -> None:
 
 def test_a_fenced_answer_is_read(server: ChatServer) -> None:
     server.reply = lambda _: (200, _completion("```json\n" + json.dumps(ANSWER) + "\n```"))
-    assert _enricher(server).enrich(EnrichmentInput(TEXT)).evidence == "inferred"
+    assert _enricher(server).enrich(MemoryText(TEXT)).evidence == "inferred"
 
 
 def test_server_errors_are_retried_then_succeed(server: ChatServer) -> None:
@@ -109,7 +109,7 @@ def test_server_errors_are_retried_then_succeed(server: ChatServer) -> None:
     server.reply = lambda _: (
         (status, _completion(ANSWER)) if (status := next(statuses)) == 200 else (status, {})
     )
-    result = _enricher(server, attempts=2).enrich(EnrichmentInput(TEXT))
+    result = _enricher(server, attempts=2).enrich(MemoryText(TEXT))
     assert len(server.requests) == 2 and result.evidence == "inferred"
 
 
@@ -127,9 +127,9 @@ def test_server_errors_are_retried_then_succeed(server: ChatServer) -> None:
 )
 def test_failures_fall_back_to_the_rules(server: ChatServer, reply: Any) -> None:
     server.reply = reply
-    result = _enricher(server, attempts=3).enrich(EnrichmentInput(TEXT))
+    result = _enricher(server, attempts=3).enrich(MemoryText(TEXT))
     assert result.evidence == "extracted" and result.enricher == "rules"
-    assert result == RuleEnricher().enrich(EnrichmentInput(TEXT))
+    assert result == RuleEnricher().enrich(MemoryText(TEXT))
     assert len(server.requests) == (3 if reply(None)[0] == 500 else 1)
 
 
@@ -143,7 +143,7 @@ def test_a_slow_server_times_out_and_falls_back() -> None:
 
     chat.reply = slow
     try:
-        result = _enricher(chat, attempts=1, timeout_s=0.2).enrich(EnrichmentInput(TEXT))
+        result = _enricher(chat, attempts=1, timeout_s=0.2).enrich(MemoryText(TEXT))
         assert result.evidence == "extracted"
     finally:
         release.set()
