@@ -14,6 +14,7 @@ from memory.v1 import (
     document_service_pb2_grpc,
     domain_pack_service_pb2_grpc,
     fact_service_pb2_grpc,
+    memory_service_pb2_grpc,
     observation_service_pb2_grpc,
     snapshot_service_pb2_grpc,
     vault_service_pb2_grpc,
@@ -32,6 +33,8 @@ from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents import DocumentWriter
 from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.fact_assertions import FactAsserter
+from ingest_service.memory_summaries import MemorySummarizer
+from ingest_service.memory_writer import MemoryWriter
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
@@ -39,6 +42,7 @@ from ingest_service.servicers.audit_servicer import AuditServicer
 from ingest_service.servicers.document_servicer import DocumentServiceServicer
 from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
 from ingest_service.servicers.fact_servicer import FactServicer
+from ingest_service.servicers.memory_servicer import MemoryServicer
 from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
@@ -74,6 +78,8 @@ def create_ingest_host(
     registry = PackRegistry(database)
     reconciler = SnapshotReconciler(database, kinds=kinds)
     vault = VaultIngestor(database, writer, deleter, audit)
+    memories = MemoryWriter(database, provider)
+    summarizer = MemorySummarizer(database, memories)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -89,6 +95,9 @@ def create_ingest_host(
         )
         snapshot_service_pb2_grpc.add_SnapshotServiceServicer_to_server(SnapshotServicer(reconciler), server)
         vault_service_pb2_grpc.add_VaultServiceServicer_to_server(VaultServicer(vault), server)
+        memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
+            MemoryServicer(memories, summarizer), server
+        )
         return [
             "memory.v1.ObservationService",
             "memory.v1.FactService",
@@ -97,6 +106,7 @@ def create_ingest_host(
             "memory.v1.SnapshotService",
             "memory.v1.AuditService",
             "memory.v1.VaultService",
+            "memory.v1.MemoryService",
         ]
 
     return build_server(

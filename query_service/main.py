@@ -14,6 +14,7 @@ import grpc
 from memory.v1 import (
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
+    memory_query_service_pb2_grpc,
     observation_query_service_pb2_grpc,
     retrieval_service_pb2_grpc,
     source_service_pb2_grpc,
@@ -31,9 +32,11 @@ from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
+from query_service.memory_recall import MemoryReader
 from query_service.observation_reader import ObservationReader
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
+from query_service.servicers.memory_query_servicer import MemoryQueryServicer
 from query_service.servicers.observation_query_servicer import ObservationQueryServicer
 from query_service.servicers.retrieval_servicer import RetrievalServicer
 from query_service.servicers.source_servicer import SourceServicer
@@ -49,6 +52,7 @@ SERVICE_NAMES = (
     "memory.v1.ContextService",
     "memory.v1.ObservationQueryService",
     "memory.v1.TraceService",
+    "memory.v1.MemoryQueryService",
 )
 
 
@@ -81,6 +85,9 @@ def create_query_host(
     typed = TypedContextCompiler(database, tokens, KindValidator(database))
 
     def register(server: grpc.Server) -> list[str]:
+        memory_query_service_pb2_grpc.add_MemoryQueryServiceServicer_to_server(
+            MemoryQueryServicer(MemoryReader(database, provider)), server
+        )
         retrieval_service_pb2_grpc.add_RetrievalServiceServicer_to_server(RetrievalServicer(searcher), server)
         fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(
             FactQueryServicer(FactReader(database)), server

@@ -25,10 +25,13 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from common.kernel.errors import PermissionDenied
+from common.kernel.memory_names import memory_base_namespace
 
 __all__ = [
     "ALL_NAMESPACES",
+    "DEVELOPMENT_MEMORY_SCOPE",
     "GLOBAL_METHODS",
+    "MEMORY_METHODS",
     "METHOD_RIGHTS",
     "OPEN_METHOD_PREFIXES",
     "Principal",
@@ -108,6 +111,16 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.FactQueryService/ListFacts": _READ,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
+        # Memory records (issue 12): the namespace comes from the caller's scope, not from the request
+        # (MEMORY_METHODS); `authorize` checks that the caller has a memory scope, the handler checks the
+        # right on the scope's namespace (common.domain.memory_scope.resolve_memory_scope).
+        "/memory.v1.MemoryService/AddMemories": _WRITE,
+        "/memory.v1.MemoryService/UpdateMemory": _WRITE,
+        "/memory.v1.MemoryService/DeleteMemory": _WRITE,
+        "/memory.v1.MemoryService/SummarizeMemories": _WRITE,
+        "/memory.v1.MemoryQueryService/RecallMemories": _READ,
+        "/memory.v1.MemoryQueryService/GetMemory": _READ,
+        "/memory.v1.MemoryQueryService/ListMemories": _READ,
     }
 )
 """Full gRPC method name -> the right it needs on the request's namespace(s). Absent = denied."""
@@ -120,6 +133,11 @@ GLOBAL_METHODS: frozenset[str] = frozenset(
     }
 )
 """Methods whose requests name no namespace (packages are global): the right is needed on ``"*"``."""
+
+MEMORY_METHODS: frozenset[str] = frozenset(m for m in METHOD_RIGHTS if m.startswith("/memory.v1.Memory"))
+"""Methods of MemoryService / MemoryQueryService: they act in the caller's memory scope (token attributes
+``organization``, ``environment``, ``user`` plus the ``x-project-id`` metadata), whose namespace their
+handlers authorise."""
 
 OPEN_METHOD_PREFIXES: tuple[str, ...] = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 """Methods that need no token: health checks (probes) and server reflection."""
@@ -144,6 +162,9 @@ class Principal:
         allowed_scopes: visibility scopes (``workspace:x``, ``principal:y``) the caller may see.
         pii_clearance: may receive personal data unmasked.
         authenticated: False only for the development principal (auth off, loopback only).
+        organization_id: memory scope (seed 001): the tenant of the token; empty when it has none.
+        environment: memory scope: development | staging | production; empty when none.
+        user_id: memory scope: the user the token acts for; empty when none.
     """
 
     name: str
@@ -151,10 +172,25 @@ class Principal:
     allowed_scopes: frozenset[str] = frozenset()
     pii_clearance: bool = False
     authenticated: bool = True
+    organization_id: str = ""
+    environment: str = ""
+    user_id: str = ""
+
+    @property
+    def has_memory_scope(self) -> bool:
+        """True when the principal may use memory records: the development principal, or a token with an
+        organisation, an environment and a user."""
+        return not self.authenticated or bool(self.organization_id and self.environment and self.user_id)
 
     def right_in(self, namespace: str) -> Right | None:
-        """Highest right on ``namespace`` (its own entry or ``"*"``), None when nothing is granted."""
-        granted = [r for r in (self.rights.get(namespace), self.rights.get(ALL_NAMESPACES)) if r is not None]
+        """Highest right on ``namespace``: its own entry, ``"*"``, or for a memory project namespace
+        (``org:<o>:env:<e>:proj:<p>``) the entry of its organisation-environment namespace
+        (``org:<o>:env:<e>``, `common.kernel.memory_names`). None when nothing is granted."""
+        base = memory_base_namespace(namespace)
+        candidates = [self.rights.get(namespace), self.rights.get(ALL_NAMESPACES)]
+        if base is not None and base != namespace:
+            candidates.append(self.rights.get(base))
+        granted = [r for r in candidates if r is not None]
         return max(granted) if granted else None
 
     def allows(self, namespace: str, right: Right) -> bool:
@@ -173,12 +209,21 @@ class Principal:
         return frozenset(r for r in Right if held is not None and r <= held)
 
 
+DEVELOPMENT_MEMORY_SCOPE = ("local", "development", "local")
+"""(organization_id, environment, user_id) of the development principal's memories (README "Memory records")."""
+
+
 def development_principal() -> Principal:
-    """The caller in development mode (auth off, loopback only): every right, no scopes, no PII clearance."""
+    """The caller in development mode (auth off, loopback only): every right, no scopes, no PII clearance,
+    the memory scope `DEVELOPMENT_MEMORY_SCOPE` (a request's user_id may select another user)."""
+    organization_id, environment, user_id = DEVELOPMENT_MEMORY_SCOPE
     return Principal(
         name="development",
         rights=types.MappingProxyType({ALL_NAMESPACES: Right.ADMIN}),
         authenticated=False,
+        organization_id=organization_id,
+        environment=environment,
+        user_id=user_id,
     )
 
 
@@ -255,6 +300,15 @@ def authorize(principal: Principal, full_method: str, request: Message) -> None:
     needed = METHOD_RIGHTS.get(full_method)
     if needed is None:
         raise PermissionDenied(f"method {full_method} is not open to any token", reason="METHOD_NOT_ALLOWED")
+    if full_method in MEMORY_METHODS:
+        # The namespace is the caller's scope (with the x-project-id metadata): checked by the handler.
+        if not principal.has_memory_scope:
+            raise PermissionDenied(
+                f"principal {principal.name!r} has no memory scope (token attributes organization,"
+                " environment and user)",
+                reason="MEMORY_SCOPE_MISSING",
+            )
+        return
     namespaces = None if full_method in GLOBAL_METHODS else request_namespaces(request)
     if namespaces is None:
         if not principal.allows_everywhere(needed):

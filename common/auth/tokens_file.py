@@ -10,6 +10,9 @@ The tokens file (YAML) holds token *hashes* only, never tokens::
           "*": [read]                # "*" grants every namespace
         scopes: [workspace:infra, principal:ci-loader]   # visibility scopes the caller may see
         pii_clearance: false         # unmasked personal data
+        organization: acme           # optional memory scope (issue 12): tenant, environment, user;
+        environment: production      #   all three or none (MemoryService / MemoryQueryService)
+        user: "8821"
         created: "2024-05-01T10:00:00Z"                   # optional, informative
         note: loads the Debian corpus                     # optional, informative
 
@@ -39,9 +42,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from common.auth.principals import Principal, Right
+from common.kernel.memory_names import ENVIRONMENTS, ORGANIZATION_PATTERN, USER_PATTERN
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -87,8 +91,41 @@ class TokenEntry(BaseModel):
     namespaces: dict[str, list[RightName]] = Field(description="namespace or '*' -> rights")
     scopes: list[str] = Field(default_factory=list)
     pii_clearance: bool = False
+    organization: str | None = None
+    environment: str | None = None
+    user: str | None = None
     created: str | None = None
     note: str | None = None
+
+    @field_validator("organization")
+    @classmethod
+    def _organization(cls, value: str | None) -> str | None:
+        if value is not None and not ORGANIZATION_PATTERN.match(value):
+            raise ValueError(f"expected {ORGANIZATION_PATTERN.pattern}")
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, value: str | None) -> str | None:
+        if value is not None and value not in ENVIRONMENTS:
+            raise ValueError(f"expected one of {', '.join(ENVIRONMENTS)}")
+        return value
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):  # YAML reads `user: 8821` as a number
+            value = str(value)
+        if value is not None and (not isinstance(value, str) or not USER_PATTERN.match(value)):
+            raise ValueError(f"expected {USER_PATTERN.pattern}")
+        return value
+
+    @model_validator(mode="after")
+    def _memory_scope_complete(self) -> TokenEntry:
+        given = [self.organization, self.environment, self.user]
+        if any(v is not None for v in given) and not all(v is not None for v in given):
+            raise ValueError("organization, environment and user go together (the memory scope)")
+        return self
 
     @field_validator("sha256", mode="before")
     @classmethod
@@ -104,6 +141,8 @@ class TokenEntry(BaseModel):
     def _principal(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
+        if value.strip().startswith("memory-user/"):  # its principal: scope would be a memory owner scope
+            raise ValueError("names starting with 'memory-user/' are reserved for memory owners")
         return value.strip()
 
     @field_validator("namespaces")
@@ -139,6 +178,9 @@ class TokenEntry(BaseModel):
             rights=types.MappingProxyType(rights),
             allowed_scopes=frozenset(self.scopes),
             pii_clearance=self.pii_clearance,
+            organization_id=self.organization or "",
+            environment=self.environment or "",
+            user_id=self.user or "",
         )
 
 

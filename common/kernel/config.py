@@ -132,7 +132,10 @@ class Settings(BaseSettings):
         5, ge=1, le=100, description="tries of one enrichment job (procrastinate retry, exponential back-off)"
     )
     enrichment_retry_wait_seconds: int = Field(
-        2, ge=1, le=3600, description="first retry wait of a failed enrichment job (doubles per retry)"
+        2,
+        ge=1,
+        le=3600,
+        description="base b of the retry waits of an enrichment job: b**2, b**3, ... seconds",
     )
     enrichment_sweep_cron: str = Field(
         "* * * * * *",
@@ -141,6 +144,20 @@ class Settings(BaseSettings):
     enrichment_sweep_batch: int = Field(500, ge=1, le=100000, description="memories enqueued per sweep")
     memory_maintenance_cron: str = Field(
         "*/5 * * * *", description="when the worker runs the tier policy and the expiry sweep (cron)"
+    )
+    # Memory records (issue 12; README "Memory records"): the tier policy and the expiry sweep of
+    # `cb memory maintain` (and of the worker's periodic task).
+    memory_warm_after_days: float = Field(
+        7.0, gt=0, description="a hot memory neither added nor recalled for this long moves to warm"
+    )
+    memory_cold_after_days: float = Field(
+        30.0, gt=0, description="a warm memory not recalled for this long (since its last use) moves to cold"
+    )
+    memory_expiry_grace_hours: float = Field(
+        24.0, ge=0, description="an expired memory is deleted (audited) this long after its expire_time"
+    )
+    memory_maintenance_batch: int = Field(
+        1000, ge=1, le=100000, description="rows per tier move or sweep round"
     )
 
     @field_validator(

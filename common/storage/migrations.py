@@ -50,6 +50,7 @@ MIGRATIONS = (
     "0012_namespace_vector_index.sql",
     "0013_vault_runs.sql",
     "0014_observation_order.sql",
+    "0015_memories.sql",
     QUEUE_MIGRATION,
 )
 

@@ -25,6 +25,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "snapshot_items": settings.snapshots_table + "_items",
         "vault_runs": "vault_runs",
         "vault_documents": "vault_documents",
+        "memories": "memories",
     }
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
     index_suffixes = {
@@ -48,6 +49,11 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "snapshots_latest_idx": ("snapshots", "latest_idx"),
         "vault_runs_namespace_idx": ("vault_runs", "namespace_idx"),
         "vault_documents_seen_idx": ("vault_documents", "seen_idx"),
+        "memories_owner_idx": ("memories", "owner_idx"),
+        "memories_tier_idx": ("memories", "tier_idx"),
+        "memories_expiry_idx": ("memories", "expiry_idx"),
+        "memories_enrichment_due_idx": ("memories", "enrichment_due_idx"),
+        "memories_summary_idx": ("memories", "summary_idx"),
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 
+from common.kernel.memory_names import owner_scope
+
 if TYPE_CHECKING:
     from common.auth.principals import Principal
 
@@ -139,11 +141,17 @@ def visibility_for(principal: Principal | None) -> Visibility:
     """The `Visibility` of a caller.
 
     * None (no RPC in progress: in-process callers) and the development principal (auth off): everything.
-    * A token principal: its allowed scopes plus its own ``principal:<name>``.
+    * A token principal: its allowed scopes plus its own ``principal:<name>``, plus, for a token with a
+      memory scope (issue 12), the owner scope of its memories
+      (`common.kernel.memory_names.owner_scope`), so Search, CompileContext and ListFacts show a user
+      their own memories and what was derived from them, never another user's.
     """
     if principal is None or not principal.authenticated:
         return EVERYTHING
-    return Visibility.of_scopes(principal.allowed_scopes, owner=f"principal:{principal.name}")
+    scopes = set(principal.allowed_scopes)
+    if principal.has_memory_scope:
+        scopes.add(owner_scope(principal.organization_id, principal.environment, principal.user_id))
+    return Visibility.of_scopes(scopes, owner=f"principal:{principal.name}")
 
 
 __all__ = ["EVERYTHING", "RESTRICTING_PREFIXES", "Visibility", "is_restricting", "visibility_for"]

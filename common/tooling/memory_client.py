@@ -45,6 +45,10 @@ from memory.v1 import (
     fact_service_pb2,
     fact_service_pb2_grpc,
     knowledge_pb2,
+    memory_query_service_pb2,
+    memory_query_service_pb2_grpc,
+    memory_service_pb2,
+    memory_service_pb2_grpc,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
     observation_service_pb2,
@@ -190,8 +194,9 @@ class MemoryClient:
         retry: bool,
         timeout: float,
         on_retry: Callable[[str], None] | None = None,
+        project_id: str = "",
     ) -> ResponseT:
-        metadata = self._call_metadata()
+        metadata = self._call_metadata() + ((("x-project-id", project_id),) if project_id else ())
 
         def once() -> ResponseT:
             return method(request, timeout=timeout, metadata=metadata)
@@ -205,8 +210,14 @@ class MemoryClient:
         except grpc.RpcError as exc:
             raise_for_status(exc)
 
-    def _read(self, method: Callable[..., ResponseT], request: Message) -> ResponseT:
-        return self._call(method, request, retry=self._retry_reads, timeout=call_policy.READ_TIMEOUT_SECONDS)
+    def _read(self, method: Callable[..., ResponseT], request: Message, *, project_id: str = "") -> ResponseT:
+        return self._call(
+            method,
+            request,
+            retry=self._retry_reads,
+            timeout=call_policy.READ_TIMEOUT_SECONDS,
+            project_id=project_id,
+        )
 
     def _write(
         self,
@@ -216,6 +227,7 @@ class MemoryClient:
         idempotent: bool,
         on_retry: Callable[[str], None] | None = None,
         timeout: float | None = None,
+        project_id: str = "",
     ) -> ResponseT:
         return self._call(
             method,
@@ -223,6 +235,7 @@ class MemoryClient:
             retry=idempotent,
             timeout=call_policy.WRITE_TIMEOUT_SECONDS if timeout is None else timeout,
             on_retry=on_retry,
+            project_id=project_id,
         )
 
     def health(self) -> dict[str, str]:
@@ -232,6 +245,57 @@ class MemoryClient:
             "ingest_service": health_status(self.ingest_channel),
             "query_service": health_status(self.query_channel),
         }
+
+    # -- memory records (issue 12): project_id travels as the x-project-id metadata ------------------
+
+    def add_memories(
+        self, request: memory_service_pb2.AddMemoriesRequest, *, project_id: str = ""
+    ) -> memory_service_pb2.AddMemoriesResponse:
+        """MemoryService.AddMemories (idempotent per item: retried on UNAVAILABLE)."""
+        stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest_channel)
+        return self._write(stub.AddMemories, request, idempotent=True, project_id=project_id)
+
+    def update_memory(
+        self, request: memory_service_pb2.UpdateMemoryRequest, *, project_id: str = ""
+    ) -> memory_service_pb2.UpdateMemoryResponse:
+        """MemoryService.UpdateMemory (sent once: a retried update would count its version twice)."""
+        stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest_channel)
+        return self._write(stub.UpdateMemory, request, idempotent=False, project_id=project_id)
+
+    def delete_memory(
+        self, request: memory_service_pb2.DeleteMemoryRequest, *, project_id: str = ""
+    ) -> memory_service_pb2.DeleteMemoryResponse:
+        """MemoryService.DeleteMemory."""
+        stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest_channel)
+        return self._write(stub.DeleteMemory, request, idempotent=False, project_id=project_id)
+
+    def summarize_memories(
+        self, request: memory_service_pb2.SummarizeMemoriesRequest, *, project_id: str = ""
+    ) -> memory_service_pb2.SummarizeMemoriesResponse:
+        """MemoryService.SummarizeMemories (idempotent per group: retried on UNAVAILABLE)."""
+        stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest_channel)
+        return self._write(stub.SummarizeMemories, request, idempotent=True, project_id=project_id)
+
+    def recall_memories(
+        self, request: memory_query_service_pb2.RecallMemoriesRequest, *, project_id: str = ""
+    ) -> memory_query_service_pb2.RecallMemoriesResponse:
+        """MemoryQueryService.RecallMemories."""
+        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query_channel)
+        return self._read(stub.RecallMemories, request, project_id=project_id)
+
+    def get_memory(
+        self, request: memory_query_service_pb2.GetMemoryRequest, *, project_id: str = ""
+    ) -> memory_query_service_pb2.GetMemoryResponse:
+        """MemoryQueryService.GetMemory."""
+        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query_channel)
+        return self._read(stub.GetMemory, request, project_id=project_id)
+
+    def list_memories(
+        self, request: memory_query_service_pb2.ListMemoriesRequest, *, project_id: str = ""
+    ) -> memory_query_service_pb2.ListMemoriesResponse:
+        """MemoryQueryService.ListMemories (one page; follow ``next_page_token``)."""
+        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query_channel)
+        return self._read(stub.ListMemories, request, project_id=project_id)
 
     # -- write side (ingest_service) --------------------------------------------------------------
 

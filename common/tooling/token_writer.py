@@ -70,6 +70,7 @@ def add_token(
     scopes: Sequence[str] = (),
     pii_clearance: bool = False,
     note: str | None = None,
+    memory_scope: tuple[str, str, str] | None = None,
 ) -> tuple[str, TokenEntry]:
     """Creates a token and appends its hash to the tokens file (created with mode 0600 if missing).
 
@@ -85,6 +86,8 @@ def add_token(
         scopes: allowed visibility scopes (``workspace:x``, ``principal:y``).
         pii_clearance: may receive personal data unmasked.
         note: free text kept in the file.
+        memory_scope: ``(organization, environment, user)`` of the token's memory records (issue 12);
+            pass a grant on ``org:<organization>:env:<environment>`` in ``namespaces`` for its rights.
 
     Returns:
         ``(token, entry)``: the token (shown once, never stored) and the entry written.
@@ -102,6 +105,8 @@ def add_token(
         "pii_clearance": pii_clearance,
         "created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+    if memory_scope is not None:
+        raw["organization"], raw["environment"], raw["user"] = memory_scope
     if note:
         raw["note"] = note
     entry = validate_token_entry(raw, target)

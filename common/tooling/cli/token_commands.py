@@ -58,13 +58,13 @@ def token_create(
     ctx: typer.Context,
     principal: Annotated[str, typer.Option(help="who the token stands for, e.g. ci-loader")],
     namespaces: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--namespace",
             "-n",
             help="NS:read,write,admin (repeatable; admin implies write implies read; '*' = every namespace)",
         ),
-    ],
+    ] = None,
     scopes: Annotated[
         list[str] | None,
         typer.Option("--scope", help="visibility scope the caller may see: workspace:x or principal:y"),
@@ -73,12 +73,21 @@ def token_create(
         bool, typer.Option("--pii-clearance", help="may receive personal data unmasked")
     ] = False,
     note: Annotated[str | None, typer.Option(help="free text kept next to the hash")] = None,
+    organization: Annotated[
+        str | None, typer.Option(help="memory scope: the token's organisation (with --environment, --user)")
+    ] = None,
+    environment: Annotated[
+        str | None, typer.Option(help="memory scope: development | staging | production")
+    ] = None,
+    user: Annotated[str | None, typer.Option(help="memory scope: the user the token acts for")] = None,
     tokens_file: TokensFileOption = None,
 ) -> None:
     """Create a token: prints it once on stdout and appends only its sha256 to the tokens file.
 
     The file is created with mode 0600 when missing. Running services pick the new token up within
-    a second, without a restart.
+    a second, without a restart. With ``--organization acme --environment production --user 8821`` the
+    token acts for that user's memory records (README "Memory records") and, unless a ``--namespace``
+    names it, is granted read and write on ``org:acme:env:production`` (which covers its projects).
     """
     from common.auth.principals import Right
     from common.auth.tokens_file import TokensFileError
@@ -86,12 +95,23 @@ def token_create(
 
     path = _tokens_path(ctx, tokens_file)
     grants: dict[str, list[Right]] = {}
-    for text in namespaces:
+    memory_scope = None
+    if organization is not None or environment is not None or user is not None:
+        if organization is None or environment is None or user is None:
+            raise typer.BadParameter("--organization, --environment and --user go together")
+        memory_scope = (organization, environment, user)
+    if not namespaces and memory_scope is None:
+        raise typer.BadParameter("give at least one --namespace", param_hint="--namespace")
+    for text in namespaces or []:
         try:
             namespace, rights = parse_namespace_grant(text)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--namespace") from exc
         grants.setdefault(namespace, []).extend(Right.parse(r) for r in rights)
+    if memory_scope is not None:
+        from common.kernel.memory_names import memory_namespace
+
+        grants.setdefault(memory_namespace(organization or "", environment or ""), [Right.READ, Right.WRITE])
     try:
         token, entry = add_token(
             path,
@@ -100,6 +120,7 @@ def token_create(
             scopes=scopes or [],
             pii_clearance=pii_clearance,
             note=note,
+            memory_scope=memory_scope,
         )
     except (TokensFileError, OSError) as exc:
         fail([f"error: {exc}"])

@@ -1,0 +1,161 @@
+"""Proto <-> domain mapping of memory records, shared by MemoryService and MemoryQueryService (issue 12).
+
+`scope_of` resolves the caller's `MemoryScope` from the authenticated principal, the ``x-project-id``
+metadata and the request's ``user_id``; `memory_to_proto`, `new_memory_input` and `filter_query` map the
+messages of ``memory_record.proto`` and ``memory_service.proto``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import grpc
+from memory.v1 import memory_record_pb2, memory_service_pb2
+
+from common.auth.principals import Right, current_principal
+from common.domain.memory_records import MemoryRecord, memory_query
+from common.domain.memory_scope import PROJECT_METADATA, MemoryScope, resolve_memory_scope
+from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict, timestamp
+from common.storage.memory_store import MemoryQuery
+
+_TIER_NAMES = {
+    memory_record_pb2.MEMORY_TIER_HOT: "hot",
+    memory_record_pb2.MEMORY_TIER_WARM: "warm",
+    memory_record_pb2.MEMORY_TIER_COLD: "cold",
+}
+_TIER_VALUES = {name: value for value, name in _TIER_NAMES.items()}
+_TYPE_PREFIX = "MEMORY_TYPE_"
+
+
+def tier_name(value: int) -> str:
+    """``MEMORY_TIER_HOT`` -> ``"hot"``; ``""`` for unspecified."""
+    return _TIER_NAMES.get(value, "")  # type: ignore[call-overload]
+
+
+def memory_type_name(value: int) -> str:
+    """``MEMORY_TYPE_FACT`` -> ``"fact"``; ``""`` for unspecified or unknown numbers."""
+    if value == memory_record_pb2.MEMORY_TYPE_UNSPECIFIED:
+        return ""
+    try:
+        return memory_record_pb2.MemoryType.Name(value)[len(_TYPE_PREFIX) :].lower()  # type: ignore[arg-type]
+    except ValueError:
+        return f"unknown-{value}"  # refused by the validator (not one of MEMORY_TYPES)
+
+
+def memory_type_value(name: str) -> int:
+    """``"fact"`` -> ``MEMORY_TYPE_FACT``; 0 for ``""``."""
+    if not name:
+        return memory_record_pb2.MEMORY_TYPE_UNSPECIFIED
+    return int(memory_record_pb2.MemoryType.Value(_TYPE_PREFIX + name.upper()))
+
+
+def scope_of(context: grpc.ServicerContext, user_id: str, right: Right) -> MemoryScope:
+    """The caller's scope (see `common.domain.memory_scope.resolve_memory_scope`)."""
+    project = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == PROJECT_METADATA:
+            project = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return resolve_memory_scope(current_principal(), project, user_id, right)
+
+
+def memory_to_proto(record: MemoryRecord) -> memory_record_pb2.Memory:
+    """The `memory.v1.Memory` of a record."""
+    message = memory_record_pb2.Memory(
+        memory_id=record.memory_id,
+        scope=memory_record_pb2.MemoryScope(**record.scope),
+        text=record.text,
+        summary=record.summary,
+        source=record.source,
+        event_type=record.event_type,
+        tags=list(record.tags),
+        importance=record.importance,
+        tier=_TIER_VALUES.get(record.tier, memory_record_pb2.MEMORY_TIER_UNSPECIFIED),  # type: ignore[arg-type]
+        metadata=dict_to_struct(record.metadata),
+        parent_id=record.parent_id,
+        is_summary=record.is_summary,
+        lossless=record.lossless,
+        summarized_ids=list(record.summarized_ids),
+        summary_id=record.summary_id,
+        expired=record.expired,
+        create_time=timestamp(record.created_at),
+        update_time=timestamp(record.updated_at),
+        recall_count=record.recall_count,
+        version=record.version,
+        enriched_version=record.enriched_version,
+        key_points=list(record.key_points),
+        insights=list(record.insights),
+        entities=list(record.entities),
+        topics=list(record.topics),
+        memory_type=memory_type_value(record.memory_type),  # type: ignore[arg-type]
+        idempotency_key=record.idempotency_key,
+        provenance=dict_to_struct(record.provenance),
+    )
+    if record.quality_score is not None:
+        message.quality_score = record.quality_score
+    if record.expires_at is not None:
+        message.expire_time.CopyFrom(timestamp(record.expires_at))
+    if record.last_recalled_at is not None:
+        message.last_recall_time.CopyFrom(timestamp(record.last_recalled_at))
+    return message
+
+
+def new_memory_input(message: memory_service_pb2.NewMemory) -> Any:
+    """The domain form of a `memory.v1.NewMemory` (`ingest_service.memory_validation.NewMemoryInput`
+    fields as keyword arguments; the caller builds it, so the transport stays free of service imports)."""
+    return {
+        "text": message.text,
+        "idempotency_key": message.idempotency_key,
+        "summary": message.summary,
+        "source": message.source,
+        "event_type": message.event_type,
+        "tags": tuple(message.tags),
+        "importance": message.importance if message.HasField("importance") else None,
+        "metadata": struct_to_dict(message.metadata),
+        "memory_type": memory_type_name(message.memory_type),
+        "expire_time": instant(message.expire_time) if message.HasField("expire_time") else None,
+        "ttl": timedelta(seconds=message.ttl.seconds, microseconds=message.ttl.nanos // 1000)
+        if message.HasField("ttl")
+        else None,
+        "tier": tier_name(message.tier),
+        "provenance": struct_to_dict(message.provenance),
+    }
+
+
+def filter_query(
+    scope: MemoryScope,
+    message: memory_record_pb2.MemoryFilter,
+    *,
+    include_expired: bool = False,
+    include_hidden: bool = False,
+) -> MemoryQuery:
+    """The `MemoryQuery` of a scope and a `memory.v1.MemoryFilter`.
+
+    Raises:
+        InvalidArgument: ``filter.min_importance`` outside [0, 1].
+    """
+    return memory_query(
+        scope,
+        tags=tuple(message.tags),
+        source=message.source,
+        event_type=message.event_type,
+        tiers=tuple(t for t in (tier_name(v) for v in message.tiers) if t),
+        memory_types=tuple(t for t in (memory_type_name(v) for v in message.memory_types) if t),
+        created_from=instant(message.create_time_start) if message.HasField("create_time_start") else None,
+        created_to=instant(message.create_time_end) if message.HasField("create_time_end") else None,
+        min_importance=message.min_importance,
+        is_summary=message.is_summary if message.HasField("is_summary") else None,
+        include_expired=include_expired,
+        include_hidden=include_hidden,
+    )
+
+
+__all__ = [
+    "filter_query",
+    "memory_to_proto",
+    "memory_type_name",
+    "memory_type_value",
+    "new_memory_input",
+    "scope_of",
+    "tier_name",
+]
