@@ -66,6 +66,12 @@ class TextAnalysis:
     nominal_words: frozenset[str] = frozenset()
 
 
+def entity_name(span: str) -> str:
+    """An entity's name as written, whitespace collapsed, without the sentence punctuation the span may
+    end with ("Umbrella Corp." at the end of a sentence -> "Umbrella Corp")."""
+    return " ".join(span.split()).rstrip(".,;:!?")
+
+
 def language_of(text: str) -> str:
     """``ru`` when at least `CYRILLIC_SHARE` of the letters of ``text`` are Cyrillic, else ``en``."""
     letters = [char for char in text if char.isalpha()]
@@ -127,9 +133,9 @@ def _analyse_english(text: str) -> tuple[list[str], list[RecognisedEntity], set[
     sentences = [sentence.text.strip() for sentence in doc.sents]
     nominal = {token.text.lower() for token in doc if token.pos_ in NOMINAL_TAGS}
     entities = [
-        RecognisedEntity(" ".join(ent.text.split()), SPACY_KINDS[ent.label_])
+        RecognisedEntity(entity_name(ent.text), SPACY_KINDS[ent.label_])
         for ent in doc.ents
-        if ent.label_ in SPACY_KINDS and any(char.isalpha() for char in ent.text)
+        if ent.label_ in SPACY_KINDS and any(char.isalpha() for char in entity_name(ent.text))
     ]
     return sentences, entities, nominal
 
@@ -145,7 +151,7 @@ def _analyse_russian(text: str) -> tuple[list[str], list[RecognisedEntity], set[
     entities = []
     for span in doc.spans:
         span.normalize(morph)
-        name = " ".join((span.normal or span.text).split())
+        name = entity_name(span.normal or span.text)
         if span.type in NATASHA_KINDS and name:
             entities.append(RecognisedEntity(name, NATASHA_KINDS[span.type]))
     nominal = {token.text.lower() for token in doc.tokens if token.pos in NOMINAL_TAGS}

@@ -104,6 +104,8 @@ class EnrichmentQueue:
         self._job = job
         self._due = due
         self._maintenance = maintenance
+        self._open_lock = threading.Lock()
+        self._opened = False
         self.enrich_task = self.app.task(
             name=ENRICH_TASK,
             queue=QUEUE,
@@ -168,12 +170,19 @@ class EnrichmentQueue:
         return 1
 
     def defer_due(self, due: Iterable[tuple[str, str, int]]) -> int:
-        """Defers a job for each ``(namespace, memory_id, version)`` (the ingest service's hook after a
-        commit; the app must be open, `open`). A memory with a job already waiting is skipped.
+        """Defers a job for each ``(namespace, memory_id, version)``: the ingest service's ``on_due`` hook
+        after a memory's commit (`ingest_service.memory_writer.MemoryWriter`). Opens the app on first use.
+        A memory with a job already waiting is skipped (that job runs first; the sweep enqueues the
+        newer version after it).
 
         Returns:
             The number of jobs deferred.
+
+        Raises:
+            procrastinate.exceptions.ConnectorException: the database refused (the memories stay due:
+                the worker's sweep enqueues them).
         """
+        self.open()
         deferred = 0
         for namespace, memory_id, version in due:
             try:
@@ -188,12 +197,18 @@ class EnrichmentQueue:
     # -- running -----------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Opens the app for synchronous deferring (`defer_due`)."""
-        self.app.open()
+        """Opens the app for synchronous deferring (`defer_due`); idempotent."""
+        with self._open_lock:
+            if not self._opened:
+                self.app.open()
+                self._opened = True
 
     def close(self) -> None:
         """Closes what `open` opened."""
-        self.app.close()
+        with self._open_lock:
+            if self._opened:
+                self.app.close()
+                self._opened = False
 
     async def run_worker(self, concurrency: int, *, install_signal_handlers: bool = True) -> None:
         """Runs the worker on `QUEUE` until SIGTERM/SIGINT (when ``install_signal_handlers``) or until

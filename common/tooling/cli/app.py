@@ -20,6 +20,7 @@ from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app
 from common.tooling.cli.vault_commands import ingest
+from common.tooling.cli.worker_commands import worker
 from common.tooling.cli.write_commands import delete_node, observe, reconcile, retain
 
 app = typer.Typer(
@@ -87,6 +88,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("init-db", init_db),  # database and services
     ("serve", serve),
     ("up", up),
+    ("worker", worker),
     ("health", health),
     ("observe", observe),  # writes (ingest_service)
     ("reconcile", reconcile),
