@@ -163,7 +163,14 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     )
     with fresh_database(settings) as fresh:
         fresh = fresh.model_copy(
-            update={"enrichment_retry_wait_seconds": 1, "enrichment_attempts": 3, "shutdown_grace_seconds": 5}
+            update={
+                "enrichment_retry_wait_seconds": 1,
+                "enrichment_attempts": 3,
+                "shutdown_grace_seconds": 5,
+                # the worker's periodic maintenance every second, expired memories swept at once
+                "memory_maintenance_cron": "* * * * * *",
+                "memory_expiry_grace_hours": 0.0,
+            }
         )
         enricher = FlakyEnricher(fail_once="Customer 8821")
         queue, database = build_worker(fresh, concurrency=2, enricher=enricher)
@@ -282,6 +289,20 @@ def test_a_memory_committed_without_its_enqueue_is_found_by_the_sweep(world: Wor
     wait_for(lambda: _enriched(world, result.memory_id), "the swept memory enriched")
     assert [job for job in _jobs(world) if job[0] == result.memory_id] == [(result.memory_id, "succeeded", 1)]
     assert "Hooli" in world.get(world.owner, result.memory_id).entities
+
+
+def test_the_worker_runs_the_expiry_sweep(world: World) -> None:
+    (memory_id,) = world.add(world.owner, {"idempotencyKey": "ttl", "text": "Temporary note.", "ttl": "1s"})
+
+    def gone() -> bool:
+        try:
+            world.get(world.owner, memory_id)
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            return True
+        return False
+
+    wait_for(gone, "the expired memory swept by the worker's periodic maintenance")
 
 
 def build_worker_job(world: World) -> Any:
