@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +92,9 @@ def _english() -> Any:
 
 @functools.cache
 def _russian() -> tuple[Any, Any, Any, Any]:
-    from natasha import MorphVocab, NewsEmbedding, NewsMorphTagger, NewsNERTagger, Segmenter
+    with warnings.catch_warnings():  # pymorphy2 imports pkg_resources, which warns on every start
+        warnings.simplefilter("ignore", UserWarning)
+        from natasha import MorphVocab, NewsEmbedding, NewsMorphTagger, NewsNERTagger, Segmenter
 
     embedding = NewsEmbedding()
     return Segmenter(), NewsMorphTagger(embedding), NewsNERTagger(embedding), MorphVocab()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from google.protobuf import json_format
 from memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
+    domain_pack_service_pb2,
+    domain_pack_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2,
@@ -47,6 +50,7 @@ from ingest_service.enrichment.rule_enricher import RuleEnricher
 from ingest_service.worker import build_worker
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
+from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -121,6 +125,15 @@ class World:
             request = retrieval_service_pb2.SearchRequest(namespace=namespace, query=query, top_k=20)
             return list(stub.Search(request, timeout=60).hits)
 
+    def typed_context(self, token: str, namespace: str, anchor: str) -> str:
+        """CompileTypedContext's pack text from ``anchor``, MENTIONS only."""
+        with self.channel(self.query_addr, token) as channel:
+            stub = context_service_pb2_grpc.ContextServiceStub(channel)
+            request = context_service_pb2.CompileTypedContextRequest(
+                namespace=namespace, query="", anchors=[anchor], relations=["MENTIONS"]
+            )
+            return str(stub.CompileTypedContext(request, timeout=60))
+
     def context(self, token: str, namespace: str, query: str, anchors: tuple[str, ...] = ()) -> str:
         """CompileContext's pack text."""
         with self.channel(self.query_addr, token) as channel:
@@ -155,6 +168,7 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         namespaces={ACME: [Right.READ, Right.WRITE]},
         memory_scope=("acme", "production", "7777"),
     )
+    admin, _ = add_token(tokens_file, principal="admin", namespaces={"*": [Right.ADMIN], ACME: [Right.ADMIN]})
     hostile, _ = add_token(
         tokens_file,
         principal="hostile",
@@ -179,9 +193,25 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 token_secured_services(fresh, tokens_file) as (ingest_addr, query_addr),
                 queue.running(concurrency=2),
             ):
+                with make_channel(ingest_addr, security=ClientSecurity(token=admin)) as channel:
+                    _enable_delivery_pack(channel, ACME)  # typed context needs a pack's relations
                 yield World(fresh, ingest_addr, query_addr, owner, neighbour, hostile, enricher)
         finally:
             database.close()
+
+
+def _enable_delivery_pack(channel: grpc.Channel, namespace: str) -> None:
+    pack = delivery_pack(uuid.uuid4().hex)
+    stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(channel)
+    request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
+    assert stub.RegisterPackage(request, timeout=60).created
+    stub.SetNamespaceKinds(
+        domain_pack_service_pb2.SetNamespaceKindsRequest(
+            namespace=namespace,
+            packages=[domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])],
+        ),
+        timeout=60,
+    )
 
 
 def _enriched(world: World, memory_id: str) -> bool:
@@ -217,17 +247,20 @@ def test_added_memories_are_enriched_by_the_worker(world: World) -> None:
 
 def test_entities_are_graph_nodes_linked_to_the_memory(world: World) -> None:
     (memory_id,) = world.add(
-        world.owner, {"idempotencyKey": "e1", "text": "Order #55012 of Acme Corp shipped."}
+        world.owner, {"idempotencyKey": "e1", "text": "Order #55012 of Acme Corp shipped; see PROJ-12."}
     )
     wait_for(lambda: _enriched(world, memory_id), "enriched")
     mentions = world.facts(world.owner, ACME, subject=memory_id, predicate="MENTIONS")
     objects = {fact.object for fact in mentions}
     assert "identifier:order 55012" in objects and "organization:Acme Corp" in objects
+    assert "issue:PROJ-12" in objects  # the namespace's pack names its identifiers
     assert {fact.evidence for fact in mentions} == {"extracted"}
     # CompileContext sees the entity of the memory: its MENTIONS fact, anchored at the entity or the memory
     for anchor in ("organization:Acme Corp", memory_id):
         pack = world.context(world.owner, ACME, "who shipped the order", anchors=(anchor,))
         assert "MENTIONS" in pack and "organization:Acme Corp" in pack, anchor
+    # and CompileTypedContext walks from the entity to the memory
+    assert memory_id in world.typed_context(world.owner, ACME, "organization:Acme Corp")
 
 
 def test_a_duplicate_delivery_changes_nothing(world: World) -> None:
@@ -326,6 +359,7 @@ def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:
     assert not [hit for hit in world.search(world.neighbour, ACME, marker) if marker in str(hit)]
     assert marker not in world.context(world.neighbour, ACME, marker)
     assert marker not in world.context(world.neighbour, ACME, marker, anchors=(f"organization:{marker}",))
+    assert memory_id not in world.typed_context(world.neighbour, ACME, f"organization:{marker}")
     # the hostile tenant: in its own namespace nothing, naming the victim's is refused
     assert world.facts(world.hostile, EVIL, subject=memory_id) == []
     assert not world.search(world.hostile, EVIL, marker)
