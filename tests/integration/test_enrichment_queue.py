@@ -4,9 +4,11 @@ back-off, one job at a time per memory, the periodic sweep that re-enqueues what
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -141,3 +143,53 @@ def test_the_sweep_enqueues_what_is_due(fresh_database: Database) -> None:
     with queue.running(concurrency=1):
         wait_for(lambda: done == [("lost", 4)], "the swept memory enriched")
     assert _job_states(settings.database_url) == [("succeeded", "4", 1)]
+
+
+def test_due_without_job_skips_memories_with_a_job_or_a_failed_current_version(
+    fresh_database: Database, provider: Any
+) -> None:
+    """`EnrichmentJobStore.due_without_job`: a due memory with a job waiting or running is not due for
+    the sweep, nor one whose current version's job failed for good; an older version's failure is no
+    reason to skip it, and an enriched memory is never due."""
+    from common.domain.memory_scope import MemoryScope
+    from common.storage.enrichment_jobs_store import EnrichmentJobStore
+    from ingest_service.memory_validation import NewMemoryInput
+    from ingest_service.memory_writer import MemoryWriter
+
+    settings = fresh_database.settings
+    database = Database(settings, embedding_model=provider.model_id)
+    try:
+        results = MemoryWriter(database, provider).add(
+            MemoryScope("acme", "production", "", "u1"),
+            [NewMemoryInput(text=f"memory {name}", idempotency_key=name) for name in "abcde"],
+        )
+    finally:
+        database.close()
+    ids = dict(zip("abcde", (r.memory_id for r in results), strict=True))
+    namespace = "org:acme:env:production"
+
+    def job(memory: str, status: str, version: int) -> None:
+        with psycopg.connect(settings.database_url) as conn:
+            conn.execute(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, queueing_lock, status, args)"
+                " VALUES ('enrichment', %s, %s, %s, %s)",
+                (
+                    ENRICH_TASK,
+                    memory_lock(namespace, ids[memory]),
+                    status,
+                    json.dumps({"namespace": namespace, "memory_id": ids[memory], "version": version}),
+                ),
+            )
+
+    job("a", "todo", 1)
+    job("b", "doing", 1)
+    job("c", "failed", 1)  # version 1 is the current one: given up
+    job("d", "failed", 0)  # an older version failed: d's version 1 is still due
+    store = EnrichmentJobStore(settings)
+    with psycopg.connect(settings.database_url) as conn:
+        due = {memory_id for _, memory_id, _ in store.due_without_job(conn, task=ENRICH_TASK, limit=100)}
+        assert store.failed_jobs(conn, task=ENRICH_TASK, limit=10)[0][1] == ids["d"]
+        conn.execute("UPDATE memories SET enriched_version = version WHERE memory_id = %s", (ids["e"],))
+        after = {memory_id for _, memory_id, _ in store.due_without_job(conn, task=ENRICH_TASK, limit=100)}
+    assert due == {ids["d"], ids["e"]}
+    assert after == {ids["d"]}
