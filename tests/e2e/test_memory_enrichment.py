@@ -37,6 +37,8 @@ from memory.v1 import (
     memory_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
 )
 
 from common.auth.principals import Right
@@ -124,6 +126,18 @@ class World:
             stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
             request = retrieval_service_pb2.SearchRequest(namespace=namespace, query=query, top_k=20)
             return list(stub.Search(request, timeout=60).hits)
+
+    def source_code(self, token: str, namespace: str, key: str) -> grpc.StatusCode:
+        """GetSource's status for node ``key``."""
+        with self.channel(self.query_addr, token) as channel:
+            stub = source_service_pb2_grpc.SourceServiceStub(channel)
+            try:
+                stub.GetSource(
+                    source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
+                )
+            except grpc.RpcError as error:
+                return error.code()
+        return grpc.StatusCode.OK
 
     def typed_context(self, token: str, namespace: str, anchor: str) -> str:
         """CompileTypedContext's pack text from ``anchor``, MENTIONS only."""
@@ -353,7 +367,10 @@ def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:
     wait_for(lambda: _enriched(world, memory_id), "enriched")
     owned = world.facts(world.owner, ACME, subject=memory_id, predicate="MENTIONS")
     assert any(fact.object == f"organization:{marker}" for fact in owned)
-    # the same tenant's other user
+    entity = f"organization:{marker}"
+    assert world.source_code(world.owner, ACME, entity) == grpc.StatusCode.OK  # the entity is a node
+    # the same tenant's other user: not even the entity node's existence
+    assert world.source_code(world.neighbour, ACME, entity) == grpc.StatusCode.NOT_FOUND
     assert world.facts(world.neighbour, ACME, subject=memory_id) == []
     assert world.facts(world.neighbour, ACME, object=f"organization:{marker}") == []
     assert not [hit for hit in world.search(world.neighbour, ACME, marker) if marker in str(hit)]
@@ -362,6 +379,8 @@ def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:
     assert memory_id not in world.typed_context(world.neighbour, ACME, f"organization:{marker}")
     # the hostile tenant: in its own namespace nothing, naming the victim's is refused
     assert world.facts(world.hostile, EVIL, subject=memory_id) == []
+    assert world.source_code(world.hostile, EVIL, entity) == grpc.StatusCode.NOT_FOUND
+    assert world.source_code(world.hostile, ACME, entity) == grpc.StatusCode.PERMISSION_DENIED
     assert not world.search(world.hostile, EVIL, marker)
     assert marker not in world.context(world.hostile, EVIL, marker, anchors=(f"organization:{marker}",))
     for call in (
@@ -375,3 +394,11 @@ def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:
     with pytest.raises(grpc.RpcError) as missing:
         world.get(world.hostile, memory_id)
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    # the neighbour's own memory naming the same entity: the neighbour sees its own link and the entity
+    (own,) = world.add(world.neighbour, {"idempotencyKey": "same", "text": f"{marker} called us."})
+    wait_for(lambda: world.get(world.neighbour, own).enriched_version == 1, "the neighbour's memory enriched")
+    assert {f.object for f in world.facts(world.neighbour, ACME, subject=own, predicate="MENTIONS")} == {
+        entity
+    }
+    assert world.source_code(world.neighbour, ACME, entity) == grpc.StatusCode.OK
+    assert world.facts(world.neighbour, ACME, subject=memory_id) == []  # still not the owner's link
