@@ -92,12 +92,12 @@ def _english() -> Any:
 
 @functools.cache
 def _russian() -> tuple[Any, Any, Any, Any]:
-    with warnings.catch_warnings():  # pymorphy2 imports pkg_resources, which warns on every start
+    with warnings.catch_warnings():  # pymorphy2 (MorphVocab) imports pkg_resources, which warns
         warnings.simplefilter("ignore", UserWarning)
         from natasha import MorphVocab, NewsEmbedding, NewsMorphTagger, NewsNERTagger, Segmenter
 
-    embedding = NewsEmbedding()
-    return Segmenter(), NewsMorphTagger(embedding), NewsNERTagger(embedding), MorphVocab()
+        embedding = NewsEmbedding()
+        return Segmenter(), NewsMorphTagger(embedding), NewsNERTagger(embedding), MorphVocab()
 
 
 def load_models() -> None:
