@@ -23,6 +23,7 @@ from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
 from common.kernel.errors import NotFound
 from common.storage.database import Database
+from common.storage.memory_lifecycle_store import MemoryLifecycleStore
 from common.storage.memory_store import MemoryStore
 from ingest_service.memory_writer import MemoryWriter
 
@@ -53,6 +54,7 @@ class MemoryMaintenance:
         self.writer = writer
         self.settings = settings
         self.store = MemoryStore(settings)
+        self.lifecycle = MemoryLifecycleStore(settings)
 
     def apply_tier_policy(self, now: datetime) -> tuple[int, int]:
         """Moves unused memories down one tier; returns (moved to warm, moved to cold)."""
@@ -61,7 +63,7 @@ class MemoryMaintenance:
         to_warm = to_cold = 0
         while True:
             with self.database.connection() as conn:
-                warm, cold = self.store.age_tiers(
+                warm, cold = self.lifecycle.age_tiers(
                     conn,
                     warm_before=warm_before,
                     cold_before=cold_before,
@@ -81,7 +83,7 @@ class MemoryMaintenance:
         events: list[str] = []
         while True:
             with self.database.connection() as conn:
-                due = self.store.expired_before(conn, before, self.settings.memory_maintenance_batch)
+                due = self.lifecycle.expired_before(conn, before, self.settings.memory_maintenance_batch)
             for namespace, key, user_id in due:
                 try:
                     events.append(

@@ -31,7 +31,8 @@ from common.kernel.errors import InvalidArgument
 from common.kernel.memory_names import owner_scope
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
-from common.storage.memory_store import MEMORY_LABEL, MEMORY_NODE_TYPE, MemoryQuery, MemoryStore, StoredMemory
+from common.storage.memory_lifecycle_store import MemoryLifecycleStore
+from common.storage.memory_store import MEMORY_LABEL, MEMORY_NODE_TYPE, MemoryQuery, StoredMemory
 
 ENRICHMENT_FIELDS = ("key_points", "insights", "entities", "topics")
 """Node props the enrichment fills (lists of strings)."""
@@ -229,18 +230,18 @@ class MemoryEnrichment:
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self.store = MemoryStore(database.settings)
+        self.lifecycle = MemoryLifecycleStore(database.settings)
         self.graph = GraphStore(database)
 
     def due(self, *, limit: int = 100, updated_before: datetime | None = None) -> list[tuple[str, str, int]]:
         """``(namespace, memory_id, version)`` of memories whose current version awaits enrichment."""
         with self.database.connection() as conn:
-            return self.store.due_enrichments(conn, limit=limit, updated_before=updated_before)
+            return self.lifecycle.due_enrichments(conn, limit=limit, updated_before=updated_before)
 
     def read(self, namespace: str, memory_id: str, version: int) -> EnrichmentInput | None:
         """The memory's text and scopes at ``version``; None when gone, changed since, or already enriched."""
         with self.database.connection() as conn:
-            state = self.store.version_state(conn, namespace, memory_id)
+            state = self.lifecycle.version_state(conn, namespace, memory_id)
             if state is None or state[0] != version or state[1] >= version:
                 return None
             node = self.graph.get_node(conn, namespace, memory_id)
@@ -273,7 +274,7 @@ class MemoryEnrichment:
         now = datetime.now(UTC)
 
         def work(conn: Any) -> bool:
-            state = self.store.version_state(conn, namespace, memory_id, lock=True)
+            state = self.lifecycle.version_state(conn, namespace, memory_id, lock=True)
             if state is None or state[0] != version or state[1] >= version:
                 return False
             current_type = state[2]
@@ -292,7 +293,7 @@ class MemoryEnrichment:
                 now=now,
                 overwrite=True,
             )
-            return self.store.mark_enriched(
+            return self.lifecycle.mark_enriched(
                 conn,
                 namespace,
                 memory_id,

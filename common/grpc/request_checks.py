@@ -40,6 +40,8 @@ __all__ = [
 BATCH_ITEM_FIELDS: dict[str, frozenset[str]] = {
     "memory.v1.RecordObservationsRequest": frozenset({"observations"}),
     "memory.v1.AssertFactsRequest": frozenset({"facts"}),
+    # Memory records (issue 12): each item's text and metadata are checked by its validator, per item.
+    "memory.v1.AddMemoriesRequest": frozenset({"memories"}),
 }
 PROTOBUF_MAX_DEPTH = 100  # upb's default recursion limit when parsing
 

@@ -9,9 +9,8 @@ Every read is confined to one namespace and one owner (``namespace``, ``user_id`
 (`common.domain.memory_scope.MemoryScope`). The statements are composed here with `psycopg.sql` (their
 filters are optional), never from request text: values are bound parameters.
 
-The enrichment hook (issue 12 §4; used by the enrichment worker): `due_enrichments` lists rows whose
-current ``version`` is not enriched yet, `mark_enriched` records ``enriched_version`` for one version
-only if it is still current (idempotent per version).
+The statements of the tier policy, the expiry sweep and the enrichment state are in
+`common.storage.memory_lifecycle_store`.
 """
 
 from __future__ import annotations
@@ -34,36 +33,6 @@ MEMORY_NODE_TYPE = "memory"
 MEMORY_LABEL = graph_label("node_type", MEMORY_NODE_TYPE)
 TIERS = ("hot", "warm", "cold")
 
-ROW_COLUMNS = (
-    "namespace",
-    "memory_id",
-    "organization_id",
-    "environment",
-    "project_id",
-    "user_id",
-    "user_scope",
-    "idempotency_key",
-    "source",
-    "event_type",
-    "tags",
-    "importance",
-    "quality_score",
-    "memory_type",
-    "tier",
-    "is_summary",
-    "lossless",
-    "parent_id",
-    "summary_id",
-    "hidden",
-    "expires_at",
-    "created_at",
-    "updated_at",
-    "last_used_at",
-    "last_recalled_at",
-    "recall_count",
-    "version",
-    "enriched_version",
-)
 UPDATABLE_COLUMNS = frozenset(
     {
         "source",
@@ -481,108 +450,6 @@ class MemoryStore:
             out.append(stored)
         return out
 
-    # -- maintenance (tier policy, expiry sweep) ----------------------------------------------------
-
-    def age_tiers(
-        self, conn: psycopg.Connection[Any], *, warm_before: datetime, cold_before: datetime, limit: int
-    ) -> tuple[int, int]:
-        """Moves up to ``limit`` memories each: hot ones last used before ``warm_before`` to warm, warm ones
-        last used before ``cold_before`` to cold. Returns (moved to warm, moved to cold)."""
-        moved = []
-        for source, target, before in (("warm", "cold", cold_before), ("hot", "warm", warm_before)):
-            cursor = conn.execute(
-                sql.SQL(
-                    "UPDATE {t} SET tier = %(target)s WHERE (namespace, memory_id) IN ("
-                    " SELECT namespace, memory_id FROM {t} WHERE tier = %(source)s AND last_used_at < %(before)s"
-                    " ORDER BY last_used_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-                ).format(t=self.table),
-                {"target": target, "source": source, "before": before, "limit": limit},
-            )
-            moved.append(max(cursor.rowcount, 0))
-        to_cold, to_warm = moved
-        return to_warm, to_cold
-
-    def expired_before(
-        self, conn: psycopg.Connection[Any], before: datetime, limit: int
-    ) -> list[tuple[str, str, str]]:
-        """Up to ``limit`` memories whose ``expires_at`` is before ``before``, as (namespace, memory_id,
-        user_id), oldest expiry first."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT namespace, memory_id, user_id FROM {} WHERE expires_at < %s ORDER BY expires_at LIMIT %s"
-            ).format(self.table),
-            (before, limit),
-        ).fetchall()
-        return [(str(a), str(b), str(c)) for a, b, c in rows]
-
-    # -- the enrichment hook -----------------------------------------------------------------------
-
-    def version_state(
-        self, conn: psycopg.Connection[Any], namespace: str, memory_id: str, *, lock: bool = False
-    ) -> tuple[int, int, str] | None:
-        """(version, enriched_version, memory_type) of one row (``lock``: ``FOR UPDATE``), None when absent."""
-        row = conn.execute(
-            sql.SQL(
-                "SELECT version, enriched_version, memory_type FROM {} WHERE namespace = %s AND memory_id = %s{}"
-            ).format(self.table, sql.SQL(" FOR UPDATE" if lock else "")),
-            (namespace, memory_id),
-        ).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
-
-    def due_enrichments(
-        self, conn: psycopg.Connection[Any], *, limit: int, updated_before: datetime | None = None
-    ) -> list[tuple[str, str, int]]:
-        """Memories whose current version is not enriched yet, as (namespace, memory_id, version), oldest
-        change first (index ``memories_enrichment_due_idx``); ``updated_before`` leaves out recent changes
-        (whose jobs are presumably still queued). Locks nothing: an enrichment job is idempotent per version.
-        """
-        conditions = sql.SQL("enriched_version < version")
-        params: list[Any] = []
-        if updated_before is not None:
-            conditions = sql.SQL("{} AND updated_at < %s").format(conditions)
-            params.append(updated_before)
-        params.append(limit)
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT namespace, memory_id, version FROM {} WHERE {} ORDER BY updated_at LIMIT %s"
-            ).format(self.table, conditions),
-            params,
-        ).fetchall()
-        return [(str(a), str(b), int(c)) for a, b, c in rows]
-
-    def mark_enriched(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        memory_id: str,
-        version: int,
-        *,
-        memory_type: str | None,
-        quality_score: float | None,
-        now: datetime,
-    ) -> bool:
-        """Records that ``version`` is enriched, with the enriched columns, only if ``version`` is still the
-        row's current version and not enriched yet. Returns False otherwise (a stale or repeated job:
-        nothing changed)."""
-        cursor = conn.execute(
-            sql.SQL(
-                "UPDATE {} SET enriched_version = %(version)s, updated_at = %(now)s,"
-                " memory_type = coalesce(%(memory_type)s, memory_type),"
-                " quality_score = coalesce(%(quality_score)s, quality_score)"
-                " WHERE namespace = %(namespace)s AND memory_id = %(memory_id)s AND version = %(version)s"
-                " AND enriched_version < %(version)s"
-            ).format(self.table),
-            {
-                "version": version,
-                "now": now,
-                "memory_type": memory_type,
-                "quality_score": quality_score,
-                "namespace": namespace,
-                "memory_id": memory_id,
-            },
-        )
-        return cursor.rowcount > 0
-
 
 def _stored(row: dict[str, Any]) -> StoredMemory:
     props = row.pop("props", None)
@@ -592,7 +459,6 @@ def _stored(row: dict[str, Any]) -> StoredMemory:
 __all__ = [
     "MEMORY_LABEL",
     "MEMORY_NODE_TYPE",
-    "ROW_COLUMNS",
     "TIERS",
     "MemoryQuery",
     "MemoryRow",

@@ -11,7 +11,8 @@ path to the database, so every access rule of the services holds for an agent to
   (UNAUTHENTICATED) when they check tokens. The server's own ``CB_TOKEN`` is never used in this mode.
 
 Tools (`TOOL_NAMES`): ``record_observation``, ``search``, ``compile_context``, ``list_facts``,
-``read_source``. Each returns the proto3 JSON of the service's response (field names as in the
+``read_source``, and for memory records (issue 12) ``add_memories`` and ``recall_memories`` (their
+scope is the token's user; ``project`` becomes the ``x-project-id`` metadata). Each returns the proto3 JSON of the service's response (field names as in the
 protos, snake_case); a refused call is a tool error whose text is the gRPC code, the message and one
 line per field violation (``error: INVALID_ARGUMENT: ...`` / ``  - field: problem``).
 """
@@ -30,6 +31,9 @@ from memory.v1 import (
     context_service_pb2,
     fact_query_service_pb2,
     knowledge_pb2,
+    memory_query_service_pb2,
+    memory_record_pb2,
+    memory_service_pb2,
     observation_service_pb2,
     retrieval_service_pb2,
     source_service_pb2,
@@ -44,7 +48,15 @@ from common.tooling.memory_client import MemoryClient
 
 __all__ = ["TOOL_NAMES", "build_mcp_server"]
 
-TOOL_NAMES = ("record_observation", "search", "compile_context", "list_facts", "read_source")
+TOOL_NAMES = (
+    "record_observation",
+    "search",
+    "compile_context",
+    "list_facts",
+    "read_source",
+    "add_memories",
+    "recall_memories",
+)
 
 INSTRUCTIONS = """\
 Long-term memory of this team: observations (immutable records of what happened), temporal facts
@@ -53,7 +65,9 @@ chunks with their original text). Everything lives in a namespace: pass the name
 in to every tool. Keys of things are natural keys "type:id" (person:alice, service:billing,
 doc:runbooks/deploy). To prepare for a task, call compile_context first (it ranks chunks and facts and
 fits them into a token budget); use search for passages, list_facts for what is true at an instant,
-read_source for a whole document, record_observation to remember something new."""
+read_source for a whole document, record_observation to remember something new.
+Personal memories of the user you act for (preferences, incidents, decisions) need no namespace: call
+recall_memories at the start of a turn and add_memories for what is worth remembering about the user."""
 
 Namespace = Annotated[str, Field(description="namespace to use, e.g. 'example' (the user's project or team)")]
 Instant = Annotated[
@@ -99,6 +113,22 @@ def _as_json(message: Message) -> dict[str, Any]:
     return result
 
 
+Project = Annotated[str, Field(description="project of the user's memories, if the application has several")]
+
+
+class MemoryItem(BaseModel):
+    """One memory for add_memories."""
+
+    text: str = Field(description="the memory, one or two self-contained sentences")
+    key: str = Field(
+        "", description="idempotency key, e.g. the message or ticket id (a retry stores nothing)"
+    )
+    tags: list[str] = Field(default_factory=list, description="labels such as 'preference' or 'incident'")
+    importance: float | None = Field(None, ge=0, le=1, description="0..1; default 0.5")
+    ttl_seconds: int | None = Field(None, ge=1, description="forget after this many seconds")
+    source: str = Field("", description="where it came from, e.g. 'chat'; default 'mcp'")
+
+
 class _Tools:
     """The tool functions, bound to one client and to where each call's token comes from."""
 
@@ -115,10 +145,10 @@ class _Tools:
         scheme, _, token = authorization.strip().partition(" ")
         return self._client.with_token(token.strip() if scheme.lower() == "bearer" else "")
 
-    def call(self, ctx: Context, method_name: str, request: Message) -> Any:
+    def call(self, ctx: Context, method_name: str, request: Message, **options: Any) -> Any:
         client = self.client_for(ctx)
         try:
-            return getattr(client, method_name)(request)
+            return getattr(client, method_name)(request, **options)
         except DomainError as exc:
             raise ToolError("\n".join(error_lines(exc))) from exc
 
@@ -343,6 +373,61 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         "chunks") and provenance (source_path, metadata)."""
         request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=natural_key)
         return _as_json(tools.call(ctx, "get_source", request))
+
+    @server.tool()
+    def add_memories(
+        ctx: Context,
+        memories: Annotated[
+            list[MemoryItem], Field(min_length=1, max_length=100, description="the memories to store")
+        ],
+        project: Project = "",
+    ) -> dict[str, Any]:
+        """Remember short facts about the user you act for: preferences, incidents, decisions.
+
+        Each memory is one self-contained sentence or two ("User prefers concise replies and dark mode").
+        Give an idempotency key (e.g. the ticket or message id) so a retry never stores it twice, an
+        importance in [0, 1] for what matters most, and a ttl_seconds for what is only true for a while.
+        Returns one result per memory: memory_id, created (false for a retry) and any field violations.
+        """
+        request = memory_service_pb2.AddMemoriesRequest()
+        for item in memories:
+            message = request.memories.add(
+                text=item.text, idempotency_key=item.key, source=item.source or "mcp", tags=item.tags
+            )
+            if item.importance is not None:
+                message.importance = item.importance
+            if item.ttl_seconds is not None:
+                message.ttl.seconds = item.ttl_seconds
+        return _as_json(tools.call(ctx, "add_memories", request, project_id=project))
+
+    @server.tool()
+    def recall_memories(
+        ctx: Context,
+        query: Annotated[
+            str, Field(description="the user's message or what you need to know about the user")
+        ],
+        top_k: Annotated[int, Field(ge=1, le=50, description="how many memories to return")] = 5,
+        include_older: Annotated[
+            bool, Field(description="also search memories not used for weeks (warm and cold tiers)")
+        ] = False,
+        project: Project = "",
+    ) -> dict[str, Any]:
+        """Recall what you remember about the user you act for, most relevant first.
+
+        Call it at the start of a turn with the user's message. Ranked by similarity to the query,
+        recency and importance; expired memories never come back. Returns memories with text, tags,
+        importance, memory_id and the score components; a summary's originals are under "expanded".
+        """
+        tiers = [memory_record_pb2.MEMORY_TIER_HOT]
+        if include_older:
+            tiers += [memory_record_pb2.MEMORY_TIER_WARM, memory_record_pb2.MEMORY_TIER_COLD]
+        request = memory_query_service_pb2.RecallMemoriesRequest(
+            query=query,
+            top_k=top_k,
+            filter=memory_record_pb2.MemoryFilter(tiers=tiers),
+            expand_summaries=True,
+        )
+        return _as_json(tools.call(ctx, "recall_memories", request, project_id=project))
 
     return server
 

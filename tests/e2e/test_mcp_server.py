@@ -31,6 +31,7 @@ from memory.v1 import document_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
+from common.kernel.memory_names import memory_namespace
 from common.tooling.client import ClientSecurity
 from common.tooling.mcp_server import TOOL_NAMES, build_mcp_server
 from common.tooling.memory_client import MemoryClient
@@ -49,6 +50,7 @@ class World:
     ingest_addr: str
     query_addr: str
     mcp_url: str
+    memory_user: str = ""
 
 
 def _free_port() -> int:
@@ -65,6 +67,13 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     other_namespace = "mcp-other-" + uuid.uuid4().hex[:10]
     writer, _ = add_token(tokens_file, principal="agent", namespaces={namespace: [Right.WRITE]})
     other, _ = add_token(tokens_file, principal="stranger", namespaces={other_namespace: [Right.WRITE]})
+    organization = "mcp" + uuid.uuid4().hex[:10]
+    memory_user, _ = add_token(
+        tokens_file,
+        principal="chat-app",
+        namespaces={memory_namespace(organization, "production"): [Right.READ, Right.WRITE]},
+        memory_scope=(organization, "production", "8821"),
+    )
     with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
         # The HTTP server's client has no token of its own: only the callers' tokens reach the services.
         client = MemoryClient(ingest_addr, query_addr, security=ClientSecurity(), retry_seconds=5.0)
@@ -86,6 +95,7 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 ingest_addr,
                 query_addr,
                 f"http://127.0.0.1:{port}/mcp",
+                memory_user,
             )
         finally:
             server.should_exit = True
@@ -276,3 +286,28 @@ def test_stdio_server_carries_the_process_token(world: World) -> None:
         world, "not-a-token", [("list_facts", {"namespace": world.namespace, "subject": "person:alice"})]
     )
     assert refused.is_error and "UNAUTHENTICATED" in _text(refused)
+
+
+def test_memory_tools_add_and_recall_the_callers_memories(world: World) -> None:
+    memory = {"text": "User Alice prefers concise replies and uses dark mode.", "key": "9421", "tags": ["ui"]}
+    added, retried, recalled, other_project = _http_calls(
+        world,
+        world.memory_user,
+        [
+            ("add_memories", {"memories": [memory], "project": "support"}),
+            ("add_memories", {"memories": [memory], "project": "support"}),
+            ("recall_memories", {"query": "how should I answer Alice?", "project": "support"}),
+            ("recall_memories", {"query": "how should I answer Alice?"}),
+        ],
+    )
+    assert not added.is_error, _text(added)
+    first = json.loads(_text(added))["results"][0]
+    assert first["created"] and first["memory_id"].startswith("mem-")
+    again = json.loads(_text(retried))["results"][0]
+    assert again["memory_id"] == first["memory_id"] and not again.get("created", False)
+    memories = json.loads(_text(recalled))["memories"]
+    assert memories[0]["memory"]["memory_id"] == first["memory_id"]
+    assert memories[0]["memory"]["scope"]["user_id"] == "8821"
+    assert json.loads(_text(other_project)).get("memories", []) == []  # another project, nothing
+    (refused,) = _http_calls(world, world.writer, [("recall_memories", {"query": "Alice"})])
+    assert refused.is_error and "PERMISSION_DENIED" in _text(refused)

@@ -57,6 +57,7 @@ from common.auth.principals import Right, is_open_method
 from common.kernel.config import Settings
 from common.tooling.client import ClientSecurity, make_channel, rpc_failure
 from common.tooling.token_writer import add_token
+from tests.e2e import memory_attacks
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
@@ -95,6 +96,8 @@ class World:
             )[0]
             for side in (self.a, self.b)
         }
+        # Memory records (issue 12): two users of one organisation and an outsider (tests/e2e/memory_attacks.py).
+        self.memory = memory_attacks.MemoryWorld.create(tokens_file)
         self.ingest_addr = self.query_addr = ""
         self.database_url = ""
         self.graph = ""
@@ -209,6 +212,8 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with token_secured_services(settings, tokens_file) as (world.ingest_addr, world.query_addr):
         _load(world, world.a)
         _load(world, world.b)
+        world.memory.ingest_addr, world.memory.query_addr = world.ingest_addr, world.query_addr
+        memory_attacks.load(world.memory)
         yield world
 
 
@@ -884,6 +889,10 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
     "/memory.v1.DomainPackService/SetNamespaceKinds": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetNamespaceKinds": _namespace_configuration_only,
+    **{
+        method: functools.partial(lambda attack, world: attack(world.memory), attack)
+        for method, attack in memory_attacks.ATTACKS.items()
+    },
 }
 
 
@@ -935,6 +944,12 @@ def test_namespace_a_never_reaches_b_data(world: World, method: str) -> None:
     assert method in served, f"{method} has an attack but is not served: remove it from ATTACKS or serve it"
     ATTACKS[method](world)
     _b_untouched(world)
+
+
+def test_memory_scopes_never_reach_derived_things(world: World) -> None:
+    """Chunks, packs and facts of another user's memories (same organisation) or of another organisation."""
+    memory_attacks.derived_things(world.memory)
+    memory_attacks.victim_untouched(world.memory)
 
 
 def test_a_token_for_both_namespaces_sees_both(world: World) -> None:

@@ -15,6 +15,7 @@ from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, init_db
 from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
+from common.tooling.cli.memory_commands import memory_app
 from common.tooling.cli.pack_commands import pack_app
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
@@ -107,6 +108,7 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("db", db_app),
     ("token", token_app),
     ("pack", pack_app),
+    ("memory", memory_app),
 )
 
 for name, command in COMMANDS:

@@ -1,0 +1,355 @@
+"""Memory records end to end (issue 12; seed 001 worked examples): real servers, real database, real embedder.
+
+The session's servers run in development mode (scope local/development; a request's user_id selects the
+user), so each test works as users of its own (uuid) and never sees another test's memories.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, field_mask_pb2, json_format
+from memory.v1 import (
+    memory_query_service_pb2 as q,
+)
+from memory.v1 import (
+    memory_query_service_pb2_grpc,
+    memory_record_pb2,
+    memory_service_pb2_grpc,
+)
+from memory.v1 import (
+    memory_service_pb2 as m,
+)
+
+from common.kernel.config import Settings
+from common.storage.database import Database
+from common.tooling.client import rpc_failure
+from ingest_service.memory_maintenance import MemoryMaintenance
+from ingest_service.memory_writer import MemoryWriter
+
+pytestmark = pytest.mark.e2e
+
+ALICE = {
+    "idempotencyKey": "9421",
+    "text": "User Alice prefers concise replies and uses dark mode.",
+    "source": "api",
+    "tags": ["preference", "ui"],
+    "importance": 0.7,
+    "memoryType": "MEMORY_TYPE_FACT",
+}
+INCIDENT = {
+    "idempotencyKey": "18420",
+    "text": "Customer 8821 reported login failures after MFA reset; support re-enrolled the MFA device.",
+    "source": "support_ticket",
+    "eventType": "incident_resolved",
+    "tags": ["mfa", "incident"],
+    "importance": 0.6,
+    "memoryType": "MEMORY_TYPE_EVENT",
+}
+
+
+def _user() -> str:
+    return "u-" + uuid.uuid4().hex[:12]
+
+
+class Memories:
+    def __init__(self, ingest: grpc.Channel, query: grpc.Channel) -> None:
+        self.write = memory_service_pb2_grpc.MemoryServiceStub(ingest)
+        self.read = memory_query_service_pb2_grpc.MemoryQueryServiceStub(query)
+
+    def add(self, user: str, *items: dict[str, Any], project: str = "") -> m.AddMemoriesResponse:
+        request = json_format.ParseDict({"memories": list(items), "userId": user}, m.AddMemoriesRequest())
+        return self.write.AddMemories(request, timeout=120, metadata=_project(project))
+
+    def recall(self, user: str, query: str, project: str = "", **fields: Any) -> q.RecallMemoriesResponse:
+        request = q.RecallMemoriesRequest(query=query, user_id=user, **fields)
+        return self.read.RecallMemories(request, timeout=60, metadata=_project(project))
+
+    def get(self, user: str, memory_id: str, project: str = "") -> memory_record_pb2.Memory:
+        return self.read.GetMemory(
+            q.GetMemoryRequest(memory_id=memory_id, user_id=user), timeout=60, metadata=_project(project)
+        ).memory
+
+    def list(self, user: str, project: str = "", **fields: Any) -> list[memory_record_pb2.Memory]:
+        out: list[memory_record_pb2.Memory] = []
+        token = ""
+        while True:
+            page = self.read.ListMemories(
+                q.ListMemoriesRequest(user_id=user, page_size=50, page_token=token, **fields),
+                timeout=60,
+                metadata=_project(project),
+            )
+            out.extend(page.memories)
+            token = page.next_page_token
+            if not token:
+                return out
+
+
+def _project(project: str) -> tuple[tuple[str, str], ...]:
+    return (("x-project-id", project),) if project else ()
+
+
+def _code(call: Callable[[], Any]) -> tuple[grpc.StatusCode, list[str]]:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()
+    failure = rpc_failure(raised.value)
+    return failure.code, [v.field for v in failure.violations]
+
+
+@pytest.fixture
+def memories(ingest_channel: grpc.Channel, query_channel: grpc.Channel) -> Memories:
+    return Memories(ingest_channel, query_channel)
+
+
+@pytest.fixture(scope="module")
+def maintenance(settings: Settings) -> MemoryMaintenance:
+    from common.text_models.embeddings.factory import build_embedding_provider
+
+    provider = build_embedding_provider(settings)
+    database = Database(settings, embedding_model=provider.model_id)
+    return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
+
+
+def test_the_seed_examples_are_added_recalled_and_read_back(memories: Memories) -> None:
+    user = _user()
+    added = memories.add(user, ALICE, INCIDENT)
+    assert [r.status for r in added.results] == ["created", "created"]
+    alice_id, incident_id = (r.memory_id for r in added.results)
+    recalled = memories.recall(user, "How does Alice like her answers?").memories
+    assert recalled[0].memory.memory_id == alice_id
+    assert recalled[0].similarity > recalled[1].similarity
+    incident = memories.recall(user, "MFA login problem of customer 8821", preset="important").memories
+    assert incident[0].memory.memory_id == incident_id
+    record = memories.get(user, incident_id)
+    assert record.event_type == "incident_resolved" and list(record.tags) == ["mfa", "incident"]
+    assert (
+        record.memory_type == memory_record_pb2.MEMORY_TYPE_EVENT
+        and record.tier == memory_record_pb2.MEMORY_TIER_HOT
+    )
+    assert record.scope.user_id == user and record.scope.environment == "development"
+    assert record.version == 1 and record.enriched_version == 0  # due for the enrichment
+    assert record.recall_count == 2 and record.HasField("last_recall_time")  # both recalls touched it
+    assert {r.memory_id for r in memories.list(user)} == {alice_id, incident_id}
+
+
+def test_retries_with_the_same_key_return_the_same_id_and_write_nothing(memories: Memories) -> None:
+    user = _user()
+    first = memories.add(user, ALICE).results[0]
+    again = memories.add(user, {**ALICE, "text": "changed text, same key"}).results[0]
+    assert again.memory_id == first.memory_id and not again.created and again.status == "duplicate"
+    assert memories.get(user, first.memory_id).text == ALICE["text"]
+    twice = memories.add(user, INCIDENT, INCIDENT).results  # the same item twice in one batch
+    assert twice[0].memory_id == twice[1].memory_id and [r.status for r in twice] == ["created", "duplicate"]
+    assert len(memories.list(user)) == 2
+
+
+def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memories: Memories) -> None:
+    user = _user()
+    results = memories.add(
+        user,
+        ALICE,
+        {"text": "", "importance": 1.5},
+        {"text": "x", "ttl": "5s", "expireTime": "2999-01-01T00:00:00Z"},
+    ).results
+    assert results[0].status == "created"
+    assert results[1].status == "failed" and not results[1].memory_id
+    assert any(v.startswith("memories[1].text:") for v in results[1].field_violations)
+    assert any(v.startswith("memories[1].importance:") for v in results[1].field_violations)
+    assert results[2].field_violations[0].startswith("memories[2].ttl:")
+    nul = memories.add(user, {"text": "a\u0000b", "metadata": {"k": "v\u0000"}}).results[0]
+    assert nul.status == "failed" and {v.split(":")[0] for v in nul.field_violations} == {
+        "memories[0].text",
+        "memories[0].metadata.k",
+    }
+    assert len(memories.list(user)) == 1
+    code, fields = _code(lambda: memories.add(user))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memories"]
+    memory_id = results[0].memory_id
+    update = m.UpdateMemoryRequest(
+        memory_id=memory_id,
+        user_id=user,
+        memory=m.NewMemory(importance=3.0, text="new"),
+        update_mask=field_mask_pb2.FieldMask(paths=["importance", "text"]),
+    )
+    code, fields = _code(lambda: memories.write.UpdateMemory(update, timeout=60))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memory.importance"]
+    unchanged = memories.get(user, memory_id)
+    assert (
+        unchanged.text == ALICE["text"]
+        and unchanged.importance == pytest.approx(0.7)
+        and unchanged.version == 1
+    )
+    code, fields = _code(lambda: memories.recall(user, "x", preset="nonsense"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["preset"]
+    code, fields = _code(lambda: memories.recall(user, "x", project="bad_project"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["x-project-id"]
+    code, _ = _code(lambda: memories.get(user, "mem-000000000000000000000000"))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+def test_update_re_embeds_and_makes_the_enrichment_due_again(memories: Memories) -> None:
+    user = _user()
+    memory_id = memories.add(user, ALICE).results[0].memory_id
+    update = m.UpdateMemoryRequest(
+        memory_id=memory_id,
+        user_id=user,
+        memory=m.NewMemory(text="Bob wants long detailed answers with code samples.", importance=0.9),
+        update_mask=field_mask_pb2.FieldMask(paths=["text", "importance"]),
+    )
+    changed = memories.write.UpdateMemory(update, timeout=60).memory
+    assert changed.version == 2 and changed.importance == pytest.approx(0.9)
+    assert memories.recall(user, "code samples for Bob").memories[0].memory.text.startswith("Bob wants")
+    code, fields = _code(
+        lambda: memories.write.UpdateMemory(
+            m.UpdateMemoryRequest(
+                memory_id=memory_id, user_id=user, update_mask=field_mask_pb2.FieldMask(paths=["id"])
+            ),
+            timeout=60,
+        )
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["update_mask"]
+
+
+def test_projects_are_separate_and_delete_is_audited(memories: Memories) -> None:
+    user = _user()
+    in_a = memories.add(user, ALICE, project="prj-a").results[0].memory_id
+    in_b = memories.add(user, ALICE, project="prj-b").results[0].memory_id
+    assert in_a != in_b  # the namespace is part of the id
+    assert [r.memory_id for r in memories.list(user, project="prj-a")] == [in_a]
+    code, _ = _code(lambda: memories.get(user, in_b, project="prj-a"))
+    assert code == grpc.StatusCode.NOT_FOUND
+    deleted = memories.write.DeleteMemory(
+        m.DeleteMemoryRequest(memory_id=in_a, user_id=user, reason="user asked"),
+        timeout=60,
+        metadata=_project("prj-a"),
+    )
+    assert deleted.audit_event_id.startswith("aud-")
+    code, _ = _code(lambda: memories.get(user, in_a, project="prj-a"))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert memories.recall(user, "Alice", project="prj-a").memories == []
+
+
+def test_expired_memories_are_hidden_readable_by_id_then_swept(
+    memories: Memories, maintenance: MemoryMaintenance
+) -> None:
+    user = _user()
+    results = memories.add(user, {**ALICE, "ttl": "3600s"}, INCIDENT).results
+    expiring, kept = results[0].memory_id, results[1].memory_id
+    assert memories.get(user, expiring).expire_time.ToDatetime(tzinfo=UTC) > datetime.now(UTC)
+    # An hour and a bit later (the sweep judges at the instant it is given): hidden, but not swept yet.
+    later = datetime.now(UTC) + timedelta(hours=2)
+    maintenance.run(now=later)
+    assert memories.get(user, expiring).memory_id == expiring
+    grace = timedelta(hours=maintenance.settings.memory_expiry_grace_hours)
+    report = maintenance.run(now=later + grace)
+    assert report.expired_deleted >= 1 and report.audit_event_ids
+    code, _ = _code(lambda: memories.get(user, expiring))
+    assert code == grpc.StatusCode.NOT_FOUND
+    assert [r.memory_id for r in memories.list(user)] == [kept]
+
+
+def test_an_expired_memory_is_hidden_from_recall_and_lists_but_get_shows_it(memories: Memories) -> None:
+    user = _user()
+    results = memories.add(user, {**ALICE, "ttl": "1s"}, INCIDENT).results
+    expiring, kept = results[0].memory_id, results[1].memory_id
+    deadline = time.monotonic() + 60  # wait for the instant to pass (no assertion on durations)
+    while not memories.get(user, expiring).expired and time.monotonic() < deadline:
+        time.sleep(0.2)
+    record = memories.get(user, expiring)
+    assert record.expired and record.HasField("expire_time")
+    assert [r.memory_id for r in memories.list(user)] == [kept]
+    assert {r.memory_id for r in memories.list(user, include_expired=True)} == {expiring, kept}
+    assert expiring not in {
+        r.memory.memory_id for r in memories.recall(user, "Alice replies dark mode").memories
+    }
+
+
+def test_ttl_and_expire_time_set_the_expiry(memories: Memories) -> None:
+    user = _user()
+    ttl = m.NewMemory(text="remember the parking spot: level 3", ttl=duration_pb2.Duration(seconds=600))
+    before = datetime.now(UTC)
+    result = memories.write.AddMemories(
+        m.AddMemoriesRequest(memories=[ttl], user_id=user), timeout=60
+    ).results[0]
+    expiry = memories.get(user, result.memory_id).expire_time.ToDatetime(tzinfo=UTC)
+    assert before + timedelta(seconds=590) < expiry < datetime.now(UTC) + timedelta(seconds=610)
+    assert not memories.get(user, result.memory_id).expired
+
+
+def test_lossy_summaries_replace_originals_lossless_ones_expand(memories: Memories) -> None:
+    user = _user()
+    texts = [
+        "The customer could not log in after the MFA reset.",
+        "Support re-enrolled the MFA device of the customer.",
+        "After re-enrolment the login worked again.",
+    ]
+    ids = [r.memory_id for r in memories.add(user, *({"text": t, "tags": ["mfa"]} for t in texts)).results]
+    summary = memories.write.SummarizeMemories(
+        m.SummarizeMemoriesRequest(memory_ids=ids, lossless=True, max_sentences=2, user_id=user), timeout=60
+    )
+    assert summary.created and summary.summary.is_summary and summary.summary.lossless
+    assert list(summary.summary.summarized_ids) == ids and summary.summary.parent_id.startswith("group-")
+    assert summary.summary.text and all(s in " ".join(texts) for s in summary.summary.text.split(". ")[:1])
+    again = memories.write.SummarizeMemories(
+        m.SummarizeMemoriesRequest(memory_ids=ids, lossless=True, max_sentences=2, user_id=user), timeout=60
+    )
+    assert not again.created and again.summary.memory_id == summary.summary.memory_id
+    recalled = memories.recall(user, "MFA login", top_k=10, expand_summaries=True).memories
+    by_id = {r.memory.memory_id: r for r in recalled}
+    assert set(ids) <= set(by_id)  # lossless: originals stay recallable
+    assert [o.memory_id for o in by_id[summary.summary.memory_id].expanded] == ids
+    # A lossy summary of another group hides its originals from recall and lists, not from GetMemory.
+    others = [r.memory_id for r in memories.add(user, *({"text": t + " (2)"} for t in texts)).results]
+    lossy = memories.write.SummarizeMemories(
+        m.SummarizeMemoriesRequest(memory_ids=others, user_id=user), timeout=60
+    ).summary
+    assert not lossy.lossless
+    listed = {r.memory_id for r in memories.list(user)}
+    assert lossy.memory_id in listed and not set(others) & listed
+    assert not set(others) & {r.memory.memory_id for r in memories.recall(user, "MFA", top_k=50).memories}
+    assert memories.get(user, others[0]).summary_id == lossy.memory_id
+    code, fields = _code(
+        lambda: memories.write.SummarizeMemories(
+            m.SummarizeMemoriesRequest(memory_ids=[ids[0], "mem-unknown"], user_id=user), timeout=60
+        )
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memory_ids[1]"]
+
+
+def test_summarize_by_filter(memories: Memories) -> None:
+    user = _user()
+    memories.add(
+        user,
+        {"text": "Prefers tea over coffee.", "tags": ["drink"]},
+        {"text": "Drinks green tea daily.", "tags": ["drink"]},
+        ALICE,
+    )
+    summary = memories.write.SummarizeMemories(
+        m.SummarizeMemoriesRequest(filter=memory_record_pb2.MemoryFilter(tags=["drink"]), user_id=user),
+        timeout=60,
+    ).summary
+    assert len(summary.summarized_ids) == 2 and list(summary.tags) == ["drink"]
+
+
+def test_tiers_age_and_a_recall_brings_a_memory_back(
+    memories: Memories, maintenance: MemoryMaintenance
+) -> None:
+    user = _user()
+    memory_id = memories.add(user, ALICE).results[0].memory_id
+    days = maintenance.settings.memory_warm_after_days
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=days + 1))
+    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_WARM
+    assert memories.recall(user, "Alice").memories == []  # hot only by default
+    warm = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_WARM])
+    assert [r.memory.memory_id for r in memories.recall(user, "Alice", filter=warm).memories] == [memory_id]
+    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_HOT  # touched
+    cold_days = maintenance.settings.memory_cold_after_days
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1))
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1))
+    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_COLD

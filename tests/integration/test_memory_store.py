@@ -1,0 +1,100 @@
+"""Memory records on the real database (issue 12): concurrent retries write each memory once, and the
+enrichment hook is idempotent per version (what the enrichment worker relies on)."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from common.domain.memory_records import EnrichmentFields, MemoryEnrichment
+from common.domain.memory_scope import MemoryScope
+from common.storage.database import Database
+from common.text_models.embeddings.provider import EmbeddingProvider
+from ingest_service.memory_validation import NewMemoryInput
+from ingest_service.memory_writer import MemoryWriter
+
+pytestmark = pytest.mark.integration
+
+
+def _scope() -> MemoryScope:
+    return MemoryScope("it" + uuid.uuid4().hex[:10], "staging", "p1", "8821")
+
+
+def _counts(database: Database, scope: MemoryScope) -> tuple[int, int, int]:
+    with database.connection() as conn:
+        rows = conn.execute(
+            "SELECT count(*) FROM memories WHERE namespace = %s", (scope.namespace,)
+        ).fetchone()
+        chunks = conn.execute(
+            "SELECT count(*) FROM chunks WHERE namespace = %s", (scope.namespace,)
+        ).fetchone()
+        nodes = conn.execute(
+            "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND node_type = 'memory'",
+            (scope.namespace,),
+        ).fetchone()
+    assert rows and chunks and nodes
+    return int(rows[0]), int(chunks[0]), int(nodes[0])
+
+
+def test_concurrent_retries_of_one_batch_write_each_memory_once(
+    database: Database, provider: EmbeddingProvider
+) -> None:
+    scope = _scope()
+    writer = MemoryWriter(database, provider)
+    items = [
+        NewMemoryInput(text=f"memory number {i} of the batch", idempotency_key=f"k{i}") for i in range(20)
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:  # .result() re-raises a writer's error
+        outcomes = [f.result(timeout=300) for f in [pool.submit(writer.add, scope, items) for _ in range(4)]]
+    for index in range(len(items)):
+        ids = {outcome[index].memory_id for outcome in outcomes}
+        assert len(ids) == 1
+        assert sum(outcome[index].created for outcome in outcomes) == 1  # exactly one writer created it
+    assert _counts(database, scope) == (20, 20, 20)
+
+
+def test_the_enrichment_hook_is_idempotent_per_version(
+    database: Database, provider: EmbeddingProvider
+) -> None:
+    scope = _scope()
+    heard: list[tuple[str, str, int]] = []
+    writer = MemoryWriter(database, provider, on_due=heard.extend)
+    (added,) = writer.add(
+        scope, [NewMemoryInput(text="Customer 8821 reported login failures after MFA reset.")]
+    )
+    key = added.memory_id
+    assert heard == [(scope.namespace, key, 1)]
+    enrichment = MemoryEnrichment(database)
+    assert (scope.namespace, key, 1) in enrichment.due(limit=100000)
+    job = enrichment.read(scope.namespace, key, 1)
+    assert job is not None and job.scopes == (scope.owner_scope,) and "8821" in job.text
+    fields = EnrichmentFields(
+        entities=["Customer 8821", "MFA"], topics=["login"], memory_type="event", quality_score=0.8
+    )
+    assert enrichment.write(scope.namespace, key, 1, fields)
+    assert not enrichment.write(scope.namespace, key, 1, fields)  # a retried job changes nothing
+    assert enrichment.read(scope.namespace, key, 1) is None  # done: drop the job
+    assert (scope.namespace, key, 1) not in enrichment.due(limit=100000)
+    record = writer.update(scope, key, NewMemoryInput(text="Customer 8821 can log in again."), ["text"])
+    assert record.version == 2 and record.enriched_version == 1 and record.memory_type == "event"
+    assert list(record.entities) == ["Customer 8821", "MFA"] and record.quality_score == pytest.approx(0.8)
+    assert heard[-1] == (scope.namespace, key, 2)
+    assert not enrichment.write(scope.namespace, key, 1, fields)  # a stale job of version 1
+    assert enrichment.write(scope.namespace, key, 2, EnrichmentFields(entities=["Customer 8821"]))
+    with pytest.raises(ValueError):
+        enrichment.write(scope.namespace, key, 3, EnrichmentFields(memory_type="gossip"))
+
+
+def test_a_failing_enqueue_hook_loses_nothing(database: Database, provider: EmbeddingProvider) -> None:
+    scope = _scope()
+
+    def broken(_due: object) -> None:
+        raise RuntimeError("queue down")
+
+    (added,) = MemoryWriter(database, provider, on_due=broken).add(
+        scope, [NewMemoryInput(text="kept and due")]
+    )
+    assert added.created
+    assert (scope.namespace, added.memory_id, 1) in MemoryEnrichment(database).due(limit=100000)
