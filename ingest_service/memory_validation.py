@@ -47,7 +47,8 @@ UPDATABLE_PATHS = frozenset(
 @dataclass(frozen=True)
 class NewMemoryInput:
     """One memory to write (`memory.v1.NewMemory`); ``memory_type`` and ``tier`` lower case ("" = unset),
-    ``ttl`` None when not given."""
+    ``ttl_seconds`` None when not given; ``unreadable``: fields the transport could not read (an
+    out-of-range Timestamp), each a violation."""
 
     text: str = ""
     idempotency_key: str = ""
@@ -59,14 +60,15 @@ class NewMemoryInput:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     memory_type: str = ""
     expire_time: datetime | None = None
-    ttl: timedelta | None = None
+    ttl_seconds: float | None = None
     tier: str = ""
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    unreadable: tuple[str, ...] = ()
 
     def expiry(self, now: datetime) -> datetime | None:
-        """``expire_time``, or ``now + ttl``, or None."""
-        if self.ttl is not None:
-            return now + self.ttl
+        """``expire_time``, or ``now + ttl``, or None (call it on a validated item only)."""
+        if self.ttl_seconds is not None:
+            return now + timedelta(seconds=self.ttl_seconds)
         return self.expire_time
 
     def unique_tags(self) -> tuple[str, ...]:
@@ -123,9 +125,16 @@ def check_new_memory(
         check.add("memory_type", f"one of {', '.join(MEMORY_TYPES)}")
     if wanted("tier") and item.tier and item.tier not in TIERS:
         check.add("tier", f"one of {', '.join(TIERS)}")
-    if (wanted("expire_time") or wanted("ttl")) and item.expire_time is not None and item.ttl is not None:
+    for name in item.unreadable:
+        check.add(name, "out of range: a Timestamp lies in 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z")
+    if (
+        (wanted("expire_time") or wanted("ttl"))
+        and item.expire_time is not None
+        and item.ttl_seconds is not None
+    ):
         check.add("ttl", "give expire_time or ttl, not both")
-    if wanted("ttl") and item.ttl is not None and not timedelta(seconds=1) <= item.ttl <= MAX_TTL:
+    ttl = item.ttl_seconds
+    if wanted("ttl") and ttl is not None and not (math.isfinite(ttl) and 1 <= ttl <= MAX_TTL.total_seconds()):
         check.add("ttl", "between 1 second and 100 years")
     if wanted("expire_time") and item.expire_time is not None and item.expire_time <= now:
         check.add("expire_time", "must be in the future")

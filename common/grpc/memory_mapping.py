@@ -7,7 +7,6 @@ messages of ``memory_record.proto`` and ``memory_service.proto``.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -16,7 +15,8 @@ from memory.v1 import memory_record_pb2, memory_service_pb2
 from common.auth.principals import Right, current_principal
 from common.domain.memory_records import MemoryRecord, memory_query
 from common.domain.memory_scope import PROJECT_METADATA, MemoryScope, resolve_memory_scope
-from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict, timestamp
+from common.grpc.proto_mapping import dict_to_struct, instant, json_form, timestamp
+from common.kernel.identifiers import integral_numbers
 from common.storage.memory_store import MemoryQuery
 
 _TIER_NAMES = {
@@ -100,9 +100,19 @@ def memory_to_proto(record: MemoryRecord) -> memory_record_pb2.Memory:
     return message
 
 
+def _instant_or_none(message: Any) -> Any:
+    """`instant` of a Timestamp, None when it is out of range (the validator then names the field)."""
+    try:
+        return instant(message)
+    except (ValueError, OverflowError):
+        return None
+
+
 def new_memory_input(message: memory_service_pb2.NewMemory) -> Any:
     """The domain form of a `memory.v1.NewMemory` (`ingest_service.memory_validation.NewMemoryInput`
     fields as keyword arguments; the caller builds it, so the transport stays free of service imports)."""
+    # The item's JSON form: a non-finite number in a Struct is passed on for the validator to name.
+    form, _ = json_form(message)
     return {
         "text": message.text,
         "idempotency_key": message.idempotency_key,
@@ -111,14 +121,15 @@ def new_memory_input(message: memory_service_pb2.NewMemory) -> Any:
         "event_type": message.event_type,
         "tags": tuple(message.tags),
         "importance": message.importance if message.HasField("importance") else None,
-        "metadata": struct_to_dict(message.metadata),
+        "metadata": dict(integral_numbers(form.get("metadata") or {})),
         "memory_type": memory_type_name(message.memory_type),
-        "expire_time": instant(message.expire_time) if message.HasField("expire_time") else None,
-        "ttl": timedelta(seconds=message.ttl.seconds, microseconds=message.ttl.nanos // 1000)
-        if message.HasField("ttl")
-        else None,
+        "expire_time": _instant_or_none(message.expire_time) if message.HasField("expire_time") else None,
+        "ttl_seconds": message.ttl.seconds + message.ttl.nanos / 1e9 if message.HasField("ttl") else None,
+        "unreadable": ("expire_time",)
+        if message.HasField("expire_time") and _instant_or_none(message.expire_time) is None
+        else (),
         "tier": tier_name(message.tier),
-        "provenance": struct_to_dict(message.provenance),
+        "provenance": dict(integral_numbers(form.get("provenance") or {})),
     }
 
 

@@ -54,6 +54,11 @@ TIMESTAMP_RANGE = (
     "out of range: a Timestamp lies in 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z, 0 <= nanos < 1e9"
 )
 
+_CHECKED_WELL_KNOWN = {
+    "google.protobuf.Duration": "out of range: a Duration lies within +-315576000000 seconds, nanos of its sign",
+    "google.protobuf.FieldMask": "paths must be lower_snake_case field names",
+}
+
 _Found = tuple[list[int | str], Any, str, str]  # (path in the JSON form, value there, path text, description)
 
 
@@ -110,6 +115,19 @@ def _fix_unrepresentable(message: Message, steps: list[int | str], found: list[_
             items = list(enumerate(value)) if field.is_repeated else [(None, value)]
         for index, item in items:
             step: list[int | str] = [*steps, field.name] if index is None else [*steps, field.name, index]
+            if field.message_type.full_name in _CHECKED_WELL_KNOWN:
+                # Duration and FieldMask (memory records): what their JSON form refuses (a Duration past
+                # +-10,000 years, a mask path that is not lower_snake_case) fails under the field's path.
+                try:
+                    item.ToJsonString()
+                except ValueError:
+                    text = _CHECKED_WELL_KNOWN[field.message_type.full_name]
+                    found.append((step, text, _path_text(step), text))
+                    if index is None:
+                        message.ClearField(field.name)
+                    else:
+                        item.Clear()
+                continue
             if field.message_type.full_name == _TIMESTAMP:
                 if not _valid_timestamp(item):
                     text = f"Timestamp(seconds={item.seconds}, nanos={item.nanos})"

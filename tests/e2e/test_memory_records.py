@@ -314,6 +314,9 @@ def test_lossy_summaries_replace_originals_lossless_ones_expand(memories: Memori
     assert lossy.memory_id in listed and not set(others) & listed
     assert not set(others) & {r.memory.memory_id for r in memories.recall(user, "MFA", top_k=50).memories}
     assert memories.get(user, others[0]).summary_id == lossy.memory_id
+    memories.write.DeleteMemory(m.DeleteMemoryRequest(memory_id=lossy.memory_id, user_id=user), timeout=60)
+    assert set(others) <= {r.memory_id for r in memories.list(user)}  # its originals are back
+    assert memories.get(user, others[0]).summary_id == ""
     code, fields = _code(
         lambda: memories.write.SummarizeMemories(
             m.SummarizeMemoriesRequest(memory_ids=[ids[0], "mem-unknown"], user_id=user), timeout=60

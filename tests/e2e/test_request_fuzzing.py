@@ -33,6 +33,8 @@ from memory.v1 import (
     domain_pack_service_pb2,
     fact_query_service_pb2,
     fact_service_pb2,
+    memory_query_service_pb2,
+    memory_service_pb2,
     observation_query_service_pb2,
     observation_service_pb2,
     retrieval_service_pb2,
@@ -57,6 +59,7 @@ INGEST_MODULES = (
     domain_pack_service_pb2,
     audit_service_pb2,
     vault_service_pb2,
+    memory_service_pb2,
 )
 QUERY_MODULES = (
     retrieval_service_pb2,
@@ -65,6 +68,7 @@ QUERY_MODULES = (
     fact_query_service_pb2,
     observation_query_service_pb2,
     trace_service_pb2,
+    memory_query_service_pb2,
 )
 NAMESPACED_TABLES = (
     "observations",
