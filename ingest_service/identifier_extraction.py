@@ -101,6 +101,30 @@ class MentionLinker:
         existing = self.graph.node_labels(conn, source.namespace, keys, visibility=visible) if keys else {}
         targets = [key for key in keys if key in existing]
         missing = tuple(key for key in keys if key not in existing)
+        return self._write(conn, source, targets, missing, evidence=MENTION_EVIDENCE, now=now)
+
+    def link_entities(
+        self, conn: Any, source: MentionSource, keys: Sequence[str], *, evidence: str, now: datetime
+    ) -> MentionResult:
+        """Links ``source`` to the entities ``keys`` found in its text by an enricher
+        (`ingest_service.enrichment`), CREATING the missing ones: `FactEngine` makes them placeholders
+        that carry the source's restricting scopes (issue 10 §2), so an entity of a user's memory is seen
+        by that user's readers only. Same rules as `link` otherwise (open mentions kept, ``complete``
+        closes the targets no longer named); ``evidence`` is the enricher's (``extracted``, ``inferred``).
+        """
+        targets = [key for key in dict.fromkeys(keys) if key != source.natural_key]
+        return self._write(conn, source, targets, (), evidence=evidence, now=now)
+
+    def _write(
+        self,
+        conn: Any,
+        source: MentionSource,
+        targets: list[str],
+        missing: tuple[str, ...],
+        *,
+        evidence: str,
+        now: datetime,
+    ) -> MentionResult:
         if not targets and not source.complete:
             return MentionResult(missing=missing)
         open_facts = {
@@ -121,7 +145,7 @@ class MentionLinker:
                     predicate=MENTIONS,
                     object=target,
                     valid_from=source.valid_from or now,
-                    evidence=MENTION_EVIDENCE,
+                    evidence=evidence,
                     confidence=MENTION_CONFIDENCE,
                     scopes=list(source.scopes),
                     observation_id=source.observation_id,

@@ -31,6 +31,7 @@ from common.storage.pool_metrics import register_database_metrics
 from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents import DocumentWriter
+from ingest_service.enrichment.queue import EnrichmentQueue
 from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.fact_assertions import FactAsserter
 from ingest_service.memory_summaries import MemorySummarizer
@@ -84,7 +85,9 @@ def create_ingest_host(
     registry = PackRegistry(database)
     reconciler = SnapshotReconciler(database, kinds=kinds)
     vault = VaultIngestor(database, writer, deleter, audit)
-    memories = MemoryWriter(database, provider)
+    # Jobs are deferred right after each memory commit; the worker's sweep finds any the hook missed.
+    enrichment = EnrichmentQueue(settings, max_connections=2)
+    memories = MemoryWriter(database, provider, on_due=enrichment.defer_due)
     summarizer = MemorySummarizer(database, memories)
 
     def register(server: grpc.Server) -> list[str]:

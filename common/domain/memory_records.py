@@ -14,8 +14,8 @@ API the asynchronous enrichment worker uses (issue 12 §4), so it never touches 
   nothing and returns False). Entity nodes derived from a memory must carry its ``scopes`` (the owner
   scope) so other users never see them (`common.domain.scope_inheritance`).
 
-A job is called with ``{"namespace": ..., "memory_id": ..., "version": ...}`` (queueing lock
-``f"{namespace}|{memory_id}|{version}"``); `MemoryWriter` (ingest_service) calls its ``on_due`` hook with
+A job is called with ``{"namespace": ..., "memory_id": ..., "version": ...}`` (its locks:
+`ingest_service.enrichment.queue`); `MemoryWriter` (ingest_service) calls its ``on_due`` hook with
 those triples after each commit.
 """
 

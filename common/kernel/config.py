@@ -127,6 +127,36 @@ class Settings(BaseSettings):
         "json", description="services' log lines: JSON objects or text"
     )
 
+    # Asynchronous enrichment of memories (README "Enrichment"; issue 12 §4): the worker (`cb worker`)
+    # runs the queue on this database; the LLM enricher is optional and off by default.
+    enrichment_enricher: Literal["rules", "llm"] = Field(
+        "rules", description="rules | llm: the enricher of the worker (llm falls back to rules on failure)"
+    )
+    enrichment_llm_url: str = Field(
+        "", description="base URL of an OpenAI-compatible chat-completions server"
+    )
+    enrichment_llm_model: str = Field("", description="model name sent to the chat-completions server")
+    enrichment_llm_api_key: SecretStr = Field(SecretStr(""), description="bearer token of the LLM server")
+    enrichment_llm_timeout_seconds: float = Field(20.0, gt=0, le=300, description="one LLM request")
+    enrichment_llm_attempts: int = Field(2, ge=1, le=10, description="LLM tries per memory before the rules")
+    worker_concurrency: int = Field(2, ge=1, le=64, description="enrichment jobs a worker runs at once")
+    enrichment_attempts: int = Field(
+        5, ge=1, le=100, description="tries of one enrichment job (procrastinate retry, exponential back-off)"
+    )
+    enrichment_retry_wait_seconds: int = Field(
+        2,
+        ge=1,
+        le=3600,
+        description="base b of the retry waits of an enrichment job: b**2, b**3, ... seconds",
+    )
+    enrichment_sweep_cron: str = Field(
+        "* * * * * *",
+        description="when the worker enqueues memories whose enrichment is due (cron, 6th column seconds)",
+    )
+    enrichment_sweep_batch: int = Field(500, ge=1, le=100000, description="memories enqueued per sweep")
+    memory_maintenance_cron: str = Field(
+        "*/5 * * * *", description="when the worker runs the tier policy and the expiry sweep (cron)"
+    )
     # Memory records (issue 12; README "Memory records"): the tier policy and the expiry sweep of
     # `cb memory maintain` (and of the worker's periodic task).
     memory_warm_after_days: float = Field(

@@ -2,7 +2,8 @@
 
 Most migrations are SQL scripts; ``0009_namespace_safe_labels`` is a Python step
 (`common.storage.label_migration.migrate_labels`: it derives labels with `graph_label`, which SQL alone
-would have to duplicate), run and recorded the same way.
+would have to duplicate), run and recorded the same way, and so is ``0016_enrichment_queue``
+(`common.storage.queue_migration.apply_queue_schema`: the schema procrastinate ships, unless present).
 
 `apply` runs every migration not yet recorded in ``memory_schema_migrations``, each in its own
 transaction, under one advisory lock shared by every process (DESIGN §4: idempotent, at start-up or on
@@ -26,6 +27,8 @@ from common.storage.age_graph import AgeGraph, prepare_age_session
 from common.storage.label_migration import MIGRATION_NAME as LABEL_MIGRATION
 from common.storage.label_migration import migrate_labels
 from common.storage.named_queries import Queries
+from common.storage.queue_migration import MIGRATION_NAME as QUEUE_MIGRATION
+from common.storage.queue_migration import apply_queue_schema
 from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:
@@ -48,6 +51,7 @@ MIGRATIONS = (
     "0013_vault_runs.sql",
     "0014_observation_order.sql",
     "0015_memories.sql",
+    QUEUE_MIGRATION,
     "0017_tenant_vector_indexes.sql",
 )
 
@@ -84,6 +88,8 @@ def apply(database: Database) -> list[str]:
                 with conn.transaction():
                     if name == LABEL_MIGRATION:
                         migrate_labels(database, conn)
+                    elif name == QUEUE_MIGRATION:
+                        apply_queue_schema(conn, queries)
                     else:
                         text = resources.files("common.storage").joinpath("sql", name).read_text("utf-8")
                         conn.execute(sql.SQL(text).format(**placeholders))  # type: ignore[arg-type]

@@ -186,6 +186,22 @@ def test_deployment_probes_ports_resources_and_image(component: str) -> None:
     assert annotations["prometheus.io/port"] == str(metrics_port)
 
 
+def test_worker_deployment_runs_cb_worker_on_the_primary_without_ports() -> None:
+    worker = _deployments()["worker"]
+    container = _container(worker)
+    assert (container["command"], container["args"]) == (["cb"], ["worker"])
+    assert "ports" not in container and not any(
+        s["spec"]["selector"].get("app.kubernetes.io/component") == "worker" for s in _of_kind("Service")
+    )
+    assert "CB_READ_DATABASE_URL" not in {item["name"] for item in container["env"]}
+    grace = float(_config_map()["data"]["CB_SHUTDOWN_GRACE_SECONDS"])
+    assert grace < worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    resources = container["resources"]
+    assert _cpu(resources["requests"]["cpu"]) <= _cpu(resources["limits"]["cpu"])
+    assert _memory(resources["requests"]["memory"]) <= _memory(resources["limits"]["memory"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
 def test_all_service_containers_use_one_image() -> None:
     images = {_container(d)["image"] for d in _deployments().values()}
     assert len(images) == 1
@@ -282,9 +298,14 @@ def test_query_hpa_scales_on_cpu_within_the_connection_budget() -> None:
 
     pool = int(_config_map()["data"]["CB_POOL_MAX_SIZE"])
     ingest = _deployments()["ingest"]["spec"]["replicas"]
+    workers = _deployments()["worker"]["spec"]["replicas"]
+    # a worker: the Database pool and procrastinate's (CB_WORKER_CONCURRENCY + 2: listener, periodic tasks)
+    worker_pool = pool + int(_config_map()["data"]["CB_WORKER_CONCURRENCY"]) + 2
     max_connections = int(_one("Cluster")["spec"]["postgresql"]["parameters"]["max_connections"])
     # Rolling updates add one surge pod per Deployment; keep 10 connections for the operator and admins.
-    assert (ingest + 1 + hpa["spec"]["maxReplicas"] + 1) * pool <= max_connections - 10
+    assert (ingest + 1 + hpa["spec"]["maxReplicas"] + 1) * pool + (workers + 1) * worker_pool <= (
+        max_connections - 10
+    )
 
 
 def test_cnpg_cluster_uses_the_memory_db_image_with_age_vector_and_pg_trgm() -> None:
@@ -312,9 +333,14 @@ def test_cnpg_cluster_uses_the_memory_db_image_with_age_vector_and_pg_trgm() -> 
     assert f"GRANT USAGE ON SCHEMA ag_catalog TO {initdb['owner']}" in statements
 
 
-def test_compose_wires_db_ingest_and_query() -> None:
+def test_compose_wires_db_ingest_query_and_the_worker() -> None:
     services = _compose()["services"]
-    assert set(services) == {"db", "ingest", "query"}
+    assert set(services) == {"db", "ingest", "query", "worker"}
+    worker = services["worker"]
+    assert (worker["entrypoint"], worker["command"]) == (["cb"], ["worker"])
+    assert worker["image"] == services["ingest"]["image"] and "ports" not in worker
+    assert worker["depends_on"]["ingest"]["condition"] == "service_healthy"
+    assert "@db:5432/" in worker["environment"]["CB_DATABASE_URL"]
     assert (DEPLOY / services["db"]["build"]["context"] / "Dockerfile").is_file()
     for component, (grpc_port, metrics_port, _replicas) in COMPONENTS.items():
         service = services[component]
@@ -375,7 +401,8 @@ def test_services_bound_to_all_interfaces_get_a_tokens_file() -> None:
     data = _config_map()["data"]
     assert data["CB_AUTH_MODE"] == "tokens"
     tokens_file = PurePosixPath(data["CB_TOKENS_FILE"])
-    for component, deployment in _deployments().items():
+    for component in COMPONENTS:  # the services; the worker serves no port
+        deployment = _deployments()[component]
         spec = deployment["spec"]["template"]["spec"]
         volumes = {volume["name"]: volume for volume in spec["volumes"]}
         mounts = [

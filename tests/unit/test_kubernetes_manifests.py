@@ -181,6 +181,7 @@ def test_network_policies_let_only_the_services_reach_the_database() -> None:
     pods = {
         "ingest": {"app.kubernetes.io/name": "memory-service", "app.kubernetes.io/component": "ingest"},
         "query": {"app.kubernetes.io/name": "memory-service", "app.kubernetes.io/component": "query"},
+        "worker": {"app.kubernetes.io/name": "memory-service", "app.kubernetes.io/component": "worker"},
         "database": db_labels,
         "stranger": {"app": "something-else"},
         "client": {"memory-service/client": "true"},
@@ -200,6 +201,7 @@ def test_network_policies_let_only_the_services_reach_the_database() -> None:
         return False
 
     assert allowed("ingest", db_labels, 5432) and allowed("query", db_labels, 5432)
+    assert allowed("worker", db_labels, 5432), "the enrichment worker runs its queue on the primary"
     assert allowed("database", db_labels, 5432), "streaming replication between instances"
     assert not allowed("stranger", db_labels, 5432)
     assert not allowed("client", db_labels, 5432)

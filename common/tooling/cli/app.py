@@ -21,6 +21,7 @@ from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app
 from common.tooling.cli.vault_commands import ingest
+from common.tooling.cli.worker_commands import worker
 from common.tooling.cli.write_commands import delete_node, observe, reconcile, retain
 
 app = typer.Typer(
@@ -89,6 +90,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("index-tenants", index_tenants),
     ("serve", serve),
     ("up", up),
+    ("worker", worker),
     ("health", health),
     ("observe", observe),  # writes (ingest_service)
     ("reconcile", reconcile),

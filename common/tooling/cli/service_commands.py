@@ -1,5 +1,5 @@
-"""``cb serve ingest|query`` (one service in the foreground) and ``cb up`` (database and both services,
-supervised by `common.tooling.cli.supervisor`).
+"""``cb serve ingest|query`` (one service in the foreground) and ``cb up`` (database, both services and
+the enrichment worker, supervised by `common.tooling.cli.supervisor`).
 
 The services are imported inside ``serve``: they sit below the tooling, and ``cb --help`` stays fast.
 """
@@ -65,13 +65,18 @@ def serve(
 def up(
     ctx: typer.Context,
     timeout: Annotated[float, typer.Option(help="seconds to wait for both services to be SERVING")] = 120.0,
+    worker: Annotated[
+        bool, typer.Option("--worker/--no-worker", help="also run the enrichment worker (cb worker)")
+    ] = True,
 ) -> None:
-    """Start the embedded database and both services; stop them on Ctrl-C or SIGTERM.
+    """Start the embedded database, both services and the enrichment worker; stop them on Ctrl-C or
+    SIGTERM.
 
     The database is stopped on exit only when this command started it.
 
-    The services run as child processes (``cb serve ingest`` / ``cb serve query``). When
-    CB_DATABASE_URL points to another database, the embedded one is neither started nor stopped.
-    If a service exits, everything is stopped and the exit code is 1.
+    The services run as child processes (``cb serve ingest`` / ``cb serve query``), and once both are
+    SERVING the worker (``cb worker``, unless --no-worker). When CB_DATABASE_URL points to another
+    database, the embedded one is neither started nor stopped. If a child exits, everything is stopped
+    and the exit code is 1.
     """
-    raise typer.Exit(run_until_stopped(cli_state(ctx), timeout))
+    raise typer.Exit(run_until_stopped(cli_state(ctx), timeout, worker=worker))

@@ -1,6 +1,7 @@
 """The process supervisor of ``cb up``: the embedded database, both services as child processes
-(``python -m common.tooling.cli serve ingest|query``), a wait until both are SERVING, and an orderly stop
-of everything on Ctrl-C, SIGTERM or when a child exits.
+(``python -m common.tooling.cli serve ingest|query``), a wait until both are SERVING, then the enrichment
+worker (``python -m common.tooling.cli worker``, unless ``worker=False``), and an orderly stop of
+everything on Ctrl-C, SIGTERM or when a child exits.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def _stop_children(children: dict[str, subprocess.Popen[bytes]], timeout: float 
             child.wait()
 
 
-def run_until_stopped(state: CliState, timeout: float) -> int:
-    """Starts the database (when embedded) and both services, waits for SERVING, runs until stopped.
+def run_until_stopped(state: CliState, timeout: float, *, worker: bool = True) -> int:
+    """Starts the database (when embedded) and both services, waits for SERVING, starts the enrichment
+    worker (``worker``), runs until stopped.
 
     The embedded database is started only when ``CB_DATABASE_URL`` is the embedded one, and stopped on
     exit only when this call started it (a database already up for other shells or tests stays up).
@@ -58,6 +60,7 @@ def run_until_stopped(state: CliState, timeout: float) -> int:
     Args:
         state: the run's global options (service addresses, token and TLS files for health checks).
         timeout: seconds to wait for both services to be SERVING.
+        worker: also run ``cb worker`` (the enrichment queue) once the services are SERVING.
 
     Returns:
         The exit code: 0 after Ctrl-C or SIGTERM, 1 when a service exited or did not become SERVING in
@@ -98,20 +101,26 @@ def run_until_stopped(state: CliState, timeout: float) -> int:
             "--query-addr",
             query_addr,
         ]
-        for name, kind in (("ingest_service", "ingest"), ("query_service", "query")):
+
+        def start(name: str, arguments: list[str]) -> None:
             children[name] = subprocess.Popen(
-                [*base, "serve", kind],
+                [*base, *arguments],
                 start_new_session=True,  # Ctrl-C reaches `cb up` only; it stops the children in order
-                # No other thread runs yet, so preexec_fn is safe here.
+                # No other thread of ours runs yet, so preexec_fn is safe here.
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
             )
             err.print(f"started {name} (pid {children[name].pid})")
+
+        for name, kind in (("ingest_service", "ingest"), ("query_service", "query")):
+            start(name, ["serve", kind])
         _wait_serving(
             children,
             {"ingest_service": ingest_addr, "query_service": query_addr},
             timeout,
             security=state.security(),
         )
+        if worker:  # after the ingest service migrated the database
+            start("enrichment_worker", ["worker"])
         out.print(f"ingest_service: {ingest_addr}")
         out.print(f"query_service:  {query_addr}")
         out.print("ready; Ctrl-C stops the services" + (" and the database" if database_started else ""))

@@ -47,3 +47,13 @@ VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING
 -- name: index_settings
 -- The recorded embedding model and text search configuration of a chunks table (parameter: its name).
 SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s
+
+-- name: queue_schema_exists
+-- True when procrastinate's jobs table exists (migration 0016, common/storage/queue_migration.py).
+SELECT to_regclass('procrastinate_jobs') IS NOT NULL
+
+-- name: create_enrichment_job_index
+-- The enrichment sweep's look-up of a memory's jobs by queueing lock, whatever their status (migration
+-- 0016; procrastinate's own index on queueing_lock covers only jobs waiting).
+CREATE INDEX IF NOT EXISTS procrastinate_jobs_enrichment_lock_idx
+    ON procrastinate_jobs (queueing_lock) WHERE task_name = 'memory.enrich'

@@ -1,0 +1,7 @@
+"""Asynchronous enrichment of memories (seed 001 "Semantic enrichment"; issue 12 §4).
+
+Pure extraction (no database, no gRPC) behind one interface, `model.Enricher`: `rule_enricher.RuleEnricher`
+(registry-shipped language models and documented rules, the default) and `llm_enricher.LlmEnricher`
+(optional, an OpenAI-compatible server); `factory.build_enricher` picks one from the settings. The queue
+that runs them on the database is `queue`, the job itself `jobs`.
+"""
