@@ -107,7 +107,10 @@ class VaultIngestor:
                     )
             try:
                 self._run(header, batches, report, access)
-            except BaseException:
+            except BaseException as error:
+                log.info(
+                    "vault run %s of %s interrupted (%s): nothing swept", run_id, header.namespace, error
+                )
                 if not header.dry_run:
                     self._finish(report, "interrupted")
                 raise
