@@ -34,9 +34,11 @@ class _VaultDocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_V
     VAULT_DOCUMENT_STATUS_UNCHANGED: _VaultDocumentStatus.ValueType  # 3
     """Marked seen only."""
     VAULT_DOCUMENT_STATUS_CONFLICT: _VaultDocumentStatus.ValueType  # 4
-    """Its key belongs to a node written through the API: left as it is."""
+    """Its key belongs to a node written through the API (left as it is), or another document of the
+    vault keeps the key (this one is not written): see detail.
+    """
     VAULT_DOCUMENT_STATUS_REJECTED: _VaultDocumentStatus.ValueType  # 5
-    """Not accepted (bad frontmatter, duplicate key, field violations): the run is not swept."""
+    """Not accepted (bad frontmatter or path, field violations): the run is not swept."""
 
 class VaultDocumentStatus(_VaultDocumentStatus, metaclass=_VaultDocumentStatusEnumTypeWrapper):
     """What happened to one document of the run."""
@@ -49,9 +51,11 @@ VAULT_DOCUMENT_STATUS_CHANGED: VaultDocumentStatus.ValueType  # 2
 VAULT_DOCUMENT_STATUS_UNCHANGED: VaultDocumentStatus.ValueType  # 3
 """Marked seen only."""
 VAULT_DOCUMENT_STATUS_CONFLICT: VaultDocumentStatus.ValueType  # 4
-"""Its key belongs to a node written through the API: left as it is."""
+"""Its key belongs to a node written through the API (left as it is), or another document of the
+vault keeps the key (this one is not written): see detail.
+"""
 VAULT_DOCUMENT_STATUS_REJECTED: VaultDocumentStatus.ValueType  # 5
-"""Not accepted (bad frontmatter, duplicate key, field violations): the run is not swept."""
+"""Not accepted (bad frontmatter or path, field violations): the run is not swept."""
 Global___VaultDocumentStatus: _TypeAlias = VaultDocumentStatus  # noqa: Y015
 
 @_typing.final
@@ -143,7 +147,8 @@ class VaultDocument(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Path relative to the vault's root, POSIX separators ("apt/README.md"); the citation target
-    (source_path) and the default natural key "doc:<path without .md>". Required, unique per run.
+    (source_path) and the default natural key "doc:<path without .md>". Required; the documents of a
+    run come in ascending order of path (Unicode code points, i.e. UTF-8 bytes), each path once.
     """
     content: _builtins.str
     """The full text of the file, UTF-8, frontmatter included, at most 8 MiB."""
