@@ -187,8 +187,10 @@ class DocumentWriter:
 
         Raises:
             InvalidArgument: field violations named like the RetainRequest fields.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
         """
         node, prepared = self._prepared_retain(request)
+        WriteAccess.of_caller().require_scopes(node.scopes())
         inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
         missing, _ = self._missing_inputs(node.namespace, node.natural_key, inputs)
         return DocumentResult(

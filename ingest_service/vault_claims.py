@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from common.kernel.errors import InvalidArgument
@@ -29,11 +30,12 @@ TAKE, WAIT, LOSE = "take", "wait", "lose"
 
 @dataclass(frozen=True)
 class Claimant:
-    """A parsed document that names a key: its position in the stream, its file, what was parsed."""
+    """A parsed document that names a key: its position in the stream, its path, what was parsed."""
 
     index: int
     path: str
     parsed: Any  # ingest_service.vault_documents.ParsedDocument
+    indexed_at: datetime  # when it was read (its provenance's indexed_at)
 
 
 class KeyClaims:

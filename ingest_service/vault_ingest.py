@@ -4,9 +4,12 @@ is the specification, this is how it is met.
 
 1. **Serialised**: the run holds the namespace's vault lock (`VaultStore.namespace_lock`, a session lock
    on a connection of its own) from start to end; a second run of the namespace waits.
-2. **Documents as they arrive**: each file is parsed (`ingest_service.vault_documents`) and projected by
-   the Retain projection (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks
-   marked with the run, the journal row in the same transaction). A file whose path, text and
+2. **Documents as they arrive** (in ascending path order, or the stream is refused): each file is parsed
+   (`ingest_service.vault_documents`); a key several files name goes to one of them whatever the order
+   of the files (`ingest_service.vault_claims`: the journaled file, else the smallest path; the others
+   are conflicts, never written); the file that gets its key is projected by the Retain projection
+   (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks marked with the run, the
+   journal row in the same transaction). A file whose path, text and
    provenance give the fingerprint journaled for its path, with its node as the vault left it, is
    *unchanged*: not parsed, chunked or embedded, only marked seen at the end.
 3. **Links at the end**: the run's documents form a `VaultIndex`; each document's references resolve
@@ -16,6 +19,9 @@ is the specification, this is how it is met.
    Relation facts have origin ``vault``, evidence ``asserted``, the document's scopes, and valid_from =
    when the relation was first seen; a relation that disappears is closed (facts keep their history).
 4. **Sweep** (`ingest_service.vault_sweep`) only after the end message when no document was rejected.
+
+A dry run goes through the same steps and writes nothing: `DocumentWriter.plan_retain` counts the chunks
+each document would get and the texts that would be embedded.
 
 A run that breaks (the stream, the database) is journaled ``interrupted`` (when the database can still
 be reached) and sweeps nothing; what it projected stays, and the next run finds it unchanged.
@@ -205,7 +211,7 @@ class VaultIngestor:
                 self._lose(run, key, claimants)
             return
         key = parsed.retain.natural_key
-        claimant = Claimant(index, file.path, parsed)
+        claimant = Claimant(index, file.path, parsed, indexed_at)
         decision = run.claims.decide(key, file.path)
         if decision == WAIT:
             run.claims.wait(key, claimant)
@@ -218,7 +224,7 @@ class VaultIngestor:
         """The first of ``claimants`` (path order) gets ``key`` and is projected; the others lose."""
         winner, *losers = claimants
         losers += run.claims.take(key, winner.path)
-        run.outcomes[winner.index] = self._project(run, winner.parsed, winner.path)
+        run.outcomes[winner.index] = self._project(run, winner)
         self._lose(run, key, losers)
 
     def _lose(self, run: _RunState, key: str, claimants: list[Claimant]) -> None:
@@ -228,8 +234,9 @@ class VaultIngestor:
                 claimant.path, key, CONFLICT, detail=conflict_detail(key, claimant.path, owner)
             )
 
-    def _project(self, run: _RunState, parsed: ParsedDocument, path: str) -> DocumentOutcome:
+    def _project(self, run: _RunState, claimant: Claimant) -> DocumentOutcome:
         """Projects one document that got its key (with dry_run: plans it, writing nothing)."""
+        parsed, path = claimant.parsed, claimant.path
         namespace, report, seen, key = run.header.namespace, run.report, run.seen, parsed.retain.natural_key
         status = CHANGED if key in run.stored else NEW
         try:
@@ -241,11 +248,8 @@ class VaultIngestor:
                         )
                 result = self.writer.plan_retain(parsed.retain)
             else:
-                indexed_at = datetime.now(UTC)
-                result = self.writer.retain(
-                    parsed.retain,
-                    vault=VaultProjection(report.run_id, self._journal(parsed, report.run_id, indexed_at)),
-                )
+                journal = self._journal(parsed, report.run_id, claimant.indexed_at)
+                result = self.writer.retain(parsed.retain, vault=VaultProjection(report.run_id, journal))
         except AgentOwnedKey as error:
             seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
             return DocumentOutcome(path, key, CONFLICT, detail=error.message)
