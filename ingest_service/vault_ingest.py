@@ -38,7 +38,7 @@ from typing import Any
 
 from common.domain.audit import AuditTrail
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
@@ -112,7 +112,7 @@ class VaultIngestor:
                         now=datetime.now(UTC),
                     )
             try:
-                self._run(header, batches, report, access)
+                self._run(header, batches, report, access, still_wanted)
             except BaseException as error:
                 log.info(
                     "vault run %s of %s interrupted (%s): nothing swept", run_id, header.namespace, error
@@ -137,6 +137,7 @@ class VaultIngestor:
         batches: Iterable[list[VaultFile]],
         report: VaultRunReport,
         access: WriteAccess,
+        still_wanted: Callable[[], bool],
     ) -> None:
         namespace = header.namespace
         with self.database.connection() as conn:
@@ -147,6 +148,11 @@ class VaultIngestor:
         index = 0
         for batch in batches:
             for file in batch:
+                if not still_wanted():  # the client went away: stop after the document in hand
+                    raise Unavailable(
+                        f"the client went away after {index} documents; nothing was swept",
+                        reason="STREAM_BROKEN",
+                    )
                 for key, claimants in run.claims.arrive(file.path, index):
                     self._award(run, key, claimants)
                 self._take(run, file, index)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from memory.v1 import vault_service_pb2_grpc
 from common.storage.database import Database
 from common.tooling.cli.vault_commands import vault_messages
 from common.tooling.vault_source import directory_documents
-from tests.conftest import CORPORA
 from tests.e2e.vault_helpers import ingest, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -111,11 +109,13 @@ def test_ctrl_c_cancels_cb_ingest(
     namespace: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """`cb ingest` of the docs vault, interrupted by SIGINT once the server projected a document: exit 130
-    with a message saying the run was cancelled and nothing swept; the server saw a cancelled call."""
+    """`cb ingest` of a vault of many small files, interrupted by SIGINT once the server projected one:
+    exit 130 with a message saying the run was cancelled and nothing swept; the server saw a cancelled
+    call and stopped at the next document."""
     caplog.set_level(logging.INFO, logger="memory.rpc")
-    root = tmp_path / "docs-vault"
-    shutil.copytree(CORPORA / "docs-vault", root)
+    root = tmp_path / "vault"
+    for number in range(300):
+        write(root, f"notes/{number:03}.md", f"# Note {number}\n\nA short note, number {number}.\n")
     cb = Path(sys.executable).with_name("cb")
     process = subprocess.Popen(
         [
