@@ -180,6 +180,39 @@ class DocumentWriter:
             AgentOwnedKey: with ``vault``, the key's node was written through the API.
             Unavailable: the database cannot be reached (nothing was written).
         """
+        node, prepared = self._prepared_retain(request)
+        if vault is not None:
+            node.origin = "vault"
+        return self._write(node, prepared, list(request.links), delete_beyond=True, vault=vault)
+
+    def plan_retain(self, request: RetainInput) -> DocumentResult:
+        """What `retain` of ``request`` would write, writing nothing (a dry vault run): the chunks the
+        document is cut into (``chunk_count``, ``chunks_written``: every one is written, a run marks each
+        with its id) and the chunk texts the embedding model would get (``chunks_embedded``: those whose
+        embedding input the node does not hold yet). The encoder is not called.
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+        """
+        node, prepared = self._prepared_retain(request)
+        WriteAccess.of_caller().require_scopes(node.scopes())
+        inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
+        missing, _ = self._missing_inputs(node.namespace, node.natural_key, inputs)
+        return DocumentResult(
+            natural_key=node.natural_key,
+            created=False,
+            updated=False,
+            chunk_count=len(prepared),
+            chunks_written=len(prepared),
+            chunks_deleted=0,
+            linked=(),
+            missing_links=(),
+            chunks_embedded=len(missing),
+        )
+
+    def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[_PreparedChunk]]:
+        """The node (origin ``agent``) and the chunks of a Retain request, validated."""
         validate_retain(request)
         title = request.title or request.natural_key
         # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
@@ -206,10 +239,7 @@ class DocumentWriter:
             **marks.as_props(),
             "trace_id": request.trace_id,
         }
-        node = _document_node(request, props)
-        if vault is not None:
-            node.origin = "vault"
-        return self._write(node, prepared, list(request.links), delete_beyond=True, vault=vault)
+        return _document_node(request, props), prepared
 
     # -- PutChunks ---------------------------------------------------------------------------------
 
@@ -279,13 +309,22 @@ class DocumentWriter:
         inputs = [embedding_input(title, chunk.heading, chunk.text) for chunk in prepared]
         if not inputs:
             return [], 0
-        with self.database.connection() as conn:
-            stored = self.chunks.existing_embeddings(conn, namespace, natural_key)
-        missing = sorted({text for text in inputs if text not in stored or stored[text] is None})
+        missing, stored = self._missing_inputs(namespace, natural_key, inputs)
         if missing:
             vectors = self.encoder.encode_passages(missing)
             stored.update(zip(missing, vectors))
         return [np.asarray(stored[text], dtype=np.float32) for text in inputs], len(missing)
+
+    def _missing_inputs(
+        self, namespace: str, natural_key: str, inputs: Sequence[str]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The distinct embedding inputs of ``inputs`` the node holds no vector for (sorted), and the
+        node's stored vectors by embedding input."""
+        if not inputs:
+            return [], {}
+        with self.database.connection() as conn:
+            stored: dict[str, Any] = dict(self.chunks.existing_embeddings(conn, namespace, natural_key))
+        return sorted({text for text in inputs if stored.get(text) is None}), stored
 
     def _write(
         self,
@@ -335,6 +374,18 @@ class DocumentWriter:
                         reason="AGENT_OWNED_KEY",
                     )
                 self.vault_claims.claim_node(conn, node.namespace, node.natural_key)
+            elif existing is not None and existing["origin"] == "vault" and not existing["placeholder"]:
+                # The creator owns the key (issue 11 §3): an agent's Retain of a vault-owned key is
+                # journaled and its chunks replaced when the next vault run takes the key back.
+                if vault is None and delete_beyond:  # a Retain; PutChunks adds the agent's own chunks
+                    self.vault_claims.record_agent_retain(
+                        conn,
+                        node.namespace,
+                        node.natural_key,
+                        [(c.order, c.heading, c.text) for c in prepared],
+                    )
+                elif vault is not None:
+                    self.vault_claims.delete_agent_retained_chunks(conn, node.namespace, node.natural_key)
             targets = self.graph.node_labels(conn, node.namespace, links, visibility=access.visibility)
             linked = [link for link in links if link in targets]
             missing = [link for link in links if link not in targets]

@@ -4,9 +4,12 @@ is the specification, this is how it is met.
 
 1. **Serialised**: the run holds the namespace's vault lock (`VaultStore.namespace_lock`, a session lock
    on a connection of its own) from start to end; a second run of the namespace waits.
-2. **Documents as they arrive**: each file is parsed (`ingest_service.vault_documents`) and projected by
-   the Retain projection (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks
-   marked with the run, the journal row in the same transaction). A file whose path, text and
+2. **Documents as they arrive** (in ascending path order, or the stream is refused): each file is parsed
+   (`ingest_service.vault_documents`); a key several files name goes to one of them whatever the order
+   of the files (`ingest_service.vault_claims`: the journaled file, else the smallest path; the others
+   are conflicts, never written); the file that gets its key is projected by the Retain projection
+   (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks marked with the run, the
+   journal row in the same transaction). A file whose path, text and
    provenance give the fingerprint journaled for its path, with its node as the vault left it, is
    *unchanged*: not parsed, chunked or embedded, only marked seen at the end.
 3. **Links at the end**: the run's documents form a `VaultIndex`; each document's references resolve
@@ -17,6 +20,9 @@ is the specification, this is how it is met.
    when the relation was first seen; a relation that disappears is closed (facts keep their history).
 4. **Sweep** (`ingest_service.vault_sweep`) only after the end message when no document was rejected.
 
+A dry run goes through the same steps and writes nothing: `DocumentWriter.plan_retain` counts the chunks
+each document would get and the texts that would be embedded.
+
 A run that breaks (the stream, the database) is journaled ``interrupted`` (when the database can still
 be reached) and sweeps nothing; what it projected stays, and the next run finds it unchanged.
 """
@@ -26,17 +32,19 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from common.domain.audit import AuditTrail
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied
+from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.documents import AgentOwnedKey, DocumentWriter, VaultProjection
 from ingest_service.node_deletion import NodeDeleter
+from ingest_service.vault_claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault_documents import (
     ParsedDocument,
     VaultFile,
@@ -104,8 +112,11 @@ class VaultIngestor:
                         now=datetime.now(UTC),
                     )
             try:
-                self._run(header, batches, report, access)
-            except BaseException:
+                self._run(header, batches, report, access, still_wanted)
+            except BaseException as error:
+                log.info(
+                    "vault run %s of %s interrupted (%s): nothing swept", run_id, header.namespace, error
+                )
                 if not header.dry_run:
                     self._finish(report, "interrupted")
                 raise
@@ -126,27 +137,38 @@ class VaultIngestor:
         batches: Iterable[list[VaultFile]],
         report: VaultRunReport,
         access: WriteAccess,
+        still_wanted: Callable[[], bool],
     ) -> None:
         namespace = header.namespace
         with self.database.connection() as conn:
             stored = self.vault.documents(conn, namespace)
-        by_path = {doc.source_path: doc for doc in stored.values()}
-        seen: dict[str, SeenDocument] = {}
-        unchanged: list[str] = []
-        rejected = 0
+        run = _RunState(
+            header, report, stored, KeyClaims({key: doc.source_path for key, doc in stored.items()})
+        )
         index = 0
         for batch in batches:
             for file in batch:
-                outcome = self._take(header, file, index, stored, by_path, seen, unchanged, report)
-                report.documents.append(outcome)
-                rejected += outcome.status == REJECTED
-                report.count(f"documents_{_COUNTER[outcome.status]}")
+                if not still_wanted():  # the client went away: stop after the document in hand
+                    raise Unavailable(
+                        f"the client went away after {index} documents; nothing was swept",
+                        reason="STREAM_BROKEN",
+                    )
+                for key, claimants in run.claims.arrive(file.path, index):
+                    self._award(run, key, claimants)
+                self._take(run, file, index)
                 index += 1
+        for key, claimants in run.claims.rest():
+            self._award(run, key, claimants)
+        report.documents = [run.outcomes[i] for i in sorted(run.outcomes)]
+        rejected = 0
+        for outcome in report.documents:
+            rejected += outcome.status == REJECTED
+            report.count(f"documents_{_COUNTER[outcome.status]}")
         if not header.dry_run:
             with self.database.connection() as conn:
-                self.vault.mark_seen(conn, namespace, report.run_id, unchanged)
-        self.links.write(namespace, seen, stored, report, access, write=not header.dry_run)
-        unseen = sorted(key for key in stored if key not in seen)
+                self.vault.mark_seen(conn, namespace, report.run_id, run.unchanged)
+        self.links.write(namespace, run.seen, stored, report, access, write=not header.dry_run)
+        unseen = sorted(key for key in stored if key not in run.seen)
         if rejected:
             log.info("vault run %s: %d document(s) rejected, nothing swept", report.run_id, rejected)
             return
@@ -164,76 +186,88 @@ class VaultIngestor:
                 report.count("documents_swept")
         report.swept = True
 
-    def _take(
-        self,
-        header: VaultHeader,
-        file: VaultFile,
-        index: int,
-        stored: dict[str, StoredVaultDocument],
-        by_path: dict[str, StoredVaultDocument],
-        seen: dict[str, SeenDocument],
-        unchanged: list[str],
-        report: VaultRunReport,
-    ) -> DocumentOutcome:
-        """Projects (or marks) one document; rejects what cannot be projected."""
-        namespace = header.namespace
-        previous = by_path.get(file.path)
+    def _take(self, run: _RunState, file: VaultFile, index: int) -> None:
+        """Marks one arriving document unchanged, or parses it and projects it, keeps it waiting for its
+        key or reports it a conflict (`ingest_service.vault_claims`); rejects what cannot be read."""
+        previous = run.by_path.get(file.path)
         if (
             previous is not None
-            and previous.natural_key not in seen
+            and run.claims.owner(previous.natural_key) is None
             and previous.node_intact
             and file_fingerprint(file) == previous.fingerprint
         ):
             journal = previous.links
-            seen[previous.natural_key] = SeenDocument(
+            run.seen[previous.natural_key] = SeenDocument(
                 entry_of_journal(previous.natural_key, file.path, journal),
                 references_of_journal(journal),
                 tuple(journal.get("scopes") or ()),
                 owned=True,
                 rewrite=False,
             )
-            unchanged.append(previous.natural_key)
-            return DocumentOutcome(file.path, previous.natural_key, UNCHANGED)
+            run.unchanged.append(previous.natural_key)
+            run.outcomes[index] = DocumentOutcome(file.path, previous.natural_key, UNCHANGED)
+            self._lose(run, previous.natural_key, run.claims.take(previous.natural_key, file.path))
+            return
         indexed_at = datetime.now(UTC)
         try:
-            parsed = parse_file(namespace, file, index, indexed_at=canonical_instant(indexed_at))
+            parsed = parse_file(run.header.namespace, file, index, indexed_at=canonical_instant(indexed_at))
         except InvalidArgument as error:
-            return DocumentOutcome(file.path, "", REJECTED, detail=_violations(error))
+            run.outcomes[index] = DocumentOutcome(file.path, "", REJECTED, detail=_violations(error))
+            for key, claimants in run.claims.reserve(file.path):
+                self._lose(run, key, claimants)
+            return
         key = parsed.retain.natural_key
-        if key in seen:
-            return DocumentOutcome(
-                file.path, key, REJECTED, detail=f"natural key {key!r} of another document"
+        claimant = Claimant(index, file.path, parsed, indexed_at)
+        decision = run.claims.decide(key, file.path)
+        if decision == WAIT:
+            run.claims.wait(key, claimant)
+        elif decision == LOSE:
+            self._lose(run, key, [claimant])
+        else:
+            self._award(run, key, [claimant])
+
+    def _award(self, run: _RunState, key: str, claimants: list[Claimant]) -> None:
+        """The first of ``claimants`` (path order) gets ``key`` and is projected; the others lose."""
+        winner, *losers = claimants
+        losers += run.claims.take(key, winner.path)
+        run.outcomes[winner.index] = self._project(run, winner)
+        self._lose(run, key, losers)
+
+    def _lose(self, run: _RunState, key: str, claimants: list[Claimant]) -> None:
+        owner = run.claims.owner(key) or ""
+        for claimant in claimants:
+            run.outcomes[claimant.index] = DocumentOutcome(
+                claimant.path, key, CONFLICT, detail=conflict_detail(key, claimant.path, owner)
             )
-        earlier = stored.get(key)
-        status = CHANGED if earlier is not None else NEW
-        if header.dry_run:
-            with self.database.connection() as conn:
-                if self.vault.owned_by_agent(conn, namespace, key):
-                    seen[key] = SeenDocument(
-                        parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False
-                    )
-                    return DocumentOutcome(file.path, key, CONFLICT, detail="written through the API")
-            seen[key] = SeenDocument(
-                parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
-            )
-            return DocumentOutcome(file.path, key, status)
+
+    def _project(self, run: _RunState, claimant: Claimant) -> DocumentOutcome:
+        """Projects one document that got its key (with dry_run: plans it, writing nothing)."""
+        parsed, path = claimant.parsed, claimant.path
+        namespace, report, seen, key = run.header.namespace, run.report, run.seen, parsed.retain.natural_key
+        status = CHANGED if key in run.stored else NEW
         try:
-            result = self.writer.retain(
-                parsed.retain,
-                vault=VaultProjection(report.run_id, self._journal(parsed, report.run_id, indexed_at)),
-            )
+            if run.header.dry_run:
+                with self.database.connection() as conn:
+                    if self.vault.owned_by_agent(conn, namespace, key):
+                        raise AgentOwnedKey(
+                            f"{key!r} was written through the API: the vault leaves it as it is"
+                        )
+                result = self.writer.plan_retain(parsed.retain)
+            else:
+                journal = self._journal(parsed, report.run_id, claimant.indexed_at)
+                result = self.writer.retain(parsed.retain, vault=VaultProjection(report.run_id, journal))
         except AgentOwnedKey as error:
             seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
-            return DocumentOutcome(file.path, key, CONFLICT, detail=error.message)
+            return DocumentOutcome(path, key, CONFLICT, detail=error.message)
         except (InvalidArgument, PermissionDenied, NotFound) as error:
             detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
-            return DocumentOutcome(file.path, key, REJECTED, detail=detail)
+            return DocumentOutcome(path, key, REJECTED, detail=detail)
         seen[key] = SeenDocument(
             parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
         )
         report.count("chunks_embedded", result.chunks_embedded)
         report.count("chunks_written", result.chunks_written)
-        return DocumentOutcome(file.path, key, status, chunk_count=result.chunk_count)
+        return DocumentOutcome(path, key, status, chunk_count=result.chunk_count)
 
     def _journal(self, parsed: ParsedDocument, run_id: str, indexed_at: datetime) -> Callable[[Any], None]:
         """The journal write of a projected document, run inside its Retain transaction."""
@@ -251,6 +285,23 @@ class VaultIngestor:
             )
 
         return record
+
+
+@dataclass
+class _RunState:
+    """What one run keeps while its documents arrive."""
+
+    header: VaultHeader
+    report: VaultRunReport
+    stored: dict[str, StoredVaultDocument]
+    claims: KeyClaims
+    by_path: dict[str, StoredVaultDocument] = field(default_factory=dict)
+    seen: dict[str, SeenDocument] = field(default_factory=dict)
+    unchanged: list[str] = field(default_factory=list)
+    outcomes: dict[int, DocumentOutcome] = field(default_factory=dict)  # by stream index
+
+    def __post_init__(self) -> None:
+        self.by_path = {doc.source_path: doc for doc in self.stored.values()}
 
 
 _COUNTER = {

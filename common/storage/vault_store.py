@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -200,6 +200,31 @@ class VaultStore:
         """Records the vault as the owner (origin) of a node it completed from a placeholder."""
         conn.execute(self.queries["claim_vault_origin"], (namespace, natural_key))
 
+    def record_agent_retain(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        natural_key: str,
+        pieces: Sequence[tuple[int, str, str]],
+    ) -> None:
+        """Journals an agent's Retain of a vault document: the (order, heading, text) of each chunk it
+        wrote (kept as digests in the document's journal, ``links.agent_retain``; the next projection
+        of the document replaces the journal)."""
+        written = [
+            {"chunk_order": order, "digest": chunk_digest(heading, text)} for order, heading, text in pieces
+        ]
+        conn.execute(self.queries["record_agent_retain"], (Jsonb(written), namespace, natural_key))
+
+    def delete_agent_retained_chunks(
+        self, conn: psycopg.Connection[Any], namespace: str, natural_key: str
+    ) -> int:
+        """Deletes the chunks an agent's Retain of the vault document wrote (`record_agent_retain`) that
+        are still as it wrote them (written through the API, same order, heading and text); chunks an
+        agent added with PutChunks are not among them. Returns how many."""
+        return max(
+            conn.execute(self.queries["delete_agent_retained_chunks"], (namespace, natural_key)).rowcount, 0
+        )
+
     def owned_by_agent(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> bool:
         """Whether the key's node exists, is no placeholder and was not created by the vault."""
         row = conn.execute(self.queries["node_owner"], (namespace, natural_key)).fetchone()
@@ -240,6 +265,12 @@ class VaultStore:
             (agtype_text(node.vertex_properties(canonical_instant(now), True)), namespace, natural_key),
         )
         conn.execute(self.queries["placeholder_registry_row"], (namespace, natural_key))
+
+
+def chunk_digest(heading: str, text: str) -> str:
+    """sha256 hex of a chunk's heading and text joined by a newline (as ``delete_agent_retained_chunks``
+    computes it in SQL)."""
+    return hashlib.sha256(f"{heading}\n{text}".encode()).hexdigest()
 
 
 def fingerprint(source_path: str, content: str, provenance: dict[str, Any]) -> str:

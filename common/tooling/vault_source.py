@@ -4,7 +4,8 @@ Two sources, each yielding `SourceDocument`s sorted by path:
 
 * `directory_documents`: the ``*.md`` files under a folder, recursively; hidden folders (``.git``,
   ``.obsidian``, ...) skipped; ``.gitignore`` files honoured at every level, with Git's rules (pathspec's
-  ``GitIgnoreSpec``: negation, anchoring, directory patterns).
+  ``GitIgnoreSpec``: negation, anchoring, directory patterns; a nested ``.gitignore`` applies to its own
+  subtree and its ``!`` patterns re-include what a file above ignored, as in Git).
 * `git_documents`: the ``*.md`` blobs of a Git repository's commit (the tip of a branch, default the
   checked-out one), read with dulwich (never the working tree, never ``.git`` parsed by hand), each with
   the provenance seed 000 names for Git: repository, branch, commit_sha, path, author, committed_at of the
@@ -96,12 +97,18 @@ def directory_documents(root: Path) -> VaultSource:
 
 
 def _ignored(specs: list[tuple[str, Any]], relative: str, is_dir: bool) -> bool:
-    """Whether a ``.gitignore`` of a folder above ignores ``relative`` (a path from the root)."""
+    """Whether the ``.gitignore`` files of the folders above ignore ``relative`` (a path from the root),
+    as Git decides it: each file's patterns apply to its own folder's subtree, the files are read from the
+    root down, and the last pattern that matches decides, so a deeper file's ``!pattern`` re-includes
+    what a shallower one ignored (and a deeper ignore beats a shallower ``!``). ``specs`` are ordered
+    from the root down."""
+    ignored = False
     for base, spec in specs:
         inside = relative[len(base) + 1 :] if base else relative
-        if spec.match_file(inside + ("/" if is_dir else "")):
-            return True
-    return False
+        decision = spec.check_file(inside + ("/" if is_dir else "")).include
+        if decision is not None:
+            ignored = decision
+    return ignored
 
 
 def _within(folder: str, base: str) -> bool:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
+from typing import NoReturn
 
 import grpc
 from google.protobuf import json_format
 from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
-from common.kernel.errors import FieldViolation, InvalidArgument
+from common.kernel.errors import DomainError, FieldViolation, InvalidArgument
 from ingest_service.servicers.client_stream import ClientStream
 from ingest_service.vault_documents import VaultFile
 from ingest_service.vault_ingest import VaultHeader, VaultIngestor, VaultRunReport
+
+log = logging.getLogger(__name__)
 
 _STATUS = {
     "new": vault_service_pb2.VAULT_DOCUMENT_STATUS_NEW,
@@ -40,19 +44,37 @@ class VaultServicer(vault_service_pb2_grpc.VaultServiceServicer):  # type: ignor
                 [FieldViolation("header", "the first message of the stream must carry the header")]
             )
         header = first.header
-        report = self.ingestor.run(
-            VaultHeader(
-                namespace=header.namespace,
-                dry_run=header.dry_run,
-                source=header.source,
-                branch=header.branch,
-                commit_sha=header.commit_sha,
-                trace_id=header.trace_id,
-            ),
-            _documents(request_iterator),
-            still_wanted=context.is_active,
-        )
+        try:
+            report = self.ingestor.run(
+                VaultHeader(
+                    namespace=header.namespace,
+                    dry_run=header.dry_run,
+                    source=header.source,
+                    branch=header.branch,
+                    commit_sha=header.commit_sha,
+                    trace_id=header.trace_id,
+                ),
+                _documents(request_iterator),
+                still_wanted=context.is_active,
+            )
+        except DomainError:
+            if context.is_active():
+                raise
+            _abort_gone(context, header.namespace)
         return _response(report)
+
+
+def _abort_gone(context: grpc.ServicerContext, namespace: str) -> NoReturn:
+    """The client went away mid-run (the stream broke because it cancelled the call or its deadline
+    passed): the run is ended with CANCELLED or DEADLINE_EXCEEDED, not as a broken stream (UNAVAILABLE),
+    and logged so; nothing was swept."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        code, why = grpc.StatusCode.DEADLINE_EXCEEDED, "its deadline passed"
+    else:
+        code, why = grpc.StatusCode.CANCELLED, "the client cancelled it"
+    log.info("IngestVault of namespace %s ended because %s: nothing was swept", namespace, why)
+    context.abort(code, f"the vault run ended because {why}: nothing was swept")
 
 
 def _documents(messages: Iterator[vault_service_pb2.IngestVaultRequest]) -> Iterator[list[VaultFile]]:

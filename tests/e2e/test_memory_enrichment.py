@@ -40,11 +40,11 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
+from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.tooling.client import ClientSecurity, make_channel
 from common.tooling.token_writer import add_token
 from ingest_service.enrichment.model import Enrichment, MemoryText
 from ingest_service.enrichment.queue import ENRICH_TASK

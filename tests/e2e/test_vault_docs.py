@@ -129,3 +129,86 @@ def test_interrupted_then_delete_rename_edit(
         }
     assert rewritten == {"doc:which/README", "doc:semver/README"}
     assert 0 < run.counts.chunks_embedded <= 3
+
+
+def test_agent_data_kept(
+    loaded: Loaded, ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database
+) -> None:
+    """Agent data on the docs vault: a fact and a PutChunks chunk on a document that is then edited, and
+    on one that is then deleted (kept on its placeholder), an agent's own document (never swept), and an
+    agent's Retain of a vault-owned key (taken back by the next run: its chunks go)."""
+    from google.protobuf import json_format
+    from memory.v1 import (
+        document_service_pb2,
+        document_service_pb2_grpc,
+        fact_service_pb2,
+        fact_service_pb2_grpc,
+        knowledge_pb2,
+    )
+
+    namespace, root = loaded.namespace, loaded.root
+    edited, deleted, retained = "doc:git/README", "doc:diff/release-notes", "doc:zstd/TESTING"
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    for key in (edited, deleted):
+        fact_service_pb2_grpc.FactServiceStub(ingest_channel).AssertFacts(
+            fact_service_pb2.AssertFactsRequest(
+                namespace=namespace,
+                facts=[
+                    json_format.ParseDict(
+                        {"subject": key, "predicate": "REVIEWED_BY", "object": "person:ann"},
+                        knowledge_pb2.FactAssertion(),
+                    )
+                ],
+            ),
+            timeout=60,
+        )
+        documents.PutChunks(
+            document_service_pb2.PutChunksRequest(
+                namespace=namespace,
+                natural_key=key,
+                chunks=[document_service_pb2.ChunkInput(chunk_order=900, text=f"Agent note on {key}.")],
+            ),
+            timeout=60,
+        )
+    documents.Retain(
+        document_service_pb2.RetainRequest(namespace=namespace, natural_key="note:agent", content="# Mine\n"),
+        timeout=60,
+    )
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key=retained, content="# Agent's TESTING\n\nAgent-only text.\n"
+        ),
+        timeout=60,
+    )
+    readme = root / "git" / "README.md"
+    readme.write_text(readme.read_text("utf-8") + "\n## Agent test\n\nEdited by the test.\n", "utf-8")
+    (root / "diff" / "release-notes.md").unlink()
+    run = ingest(ingest_channel, root, loaded.namespace)
+    assert run.swept and deleted in run.swept_keys and "note:agent" not in run.swept_keys
+    assert statuses(run)["zstd/TESTING.md"] == "changed"  # its node was rewritten through the API
+    with database.connection() as conn:
+        agent_chunks = {
+            (str(key), int(order))
+            for key, order in conn.execute(
+                "SELECT node_key, chunk_order FROM chunks WHERE namespace = %s AND seen_run IS NULL",
+                (namespace,),
+            )
+        }
+        reviewed = {
+            str(row[0])
+            for row in conn.execute(
+                "SELECT subject_key FROM facts WHERE namespace = %s AND predicate = 'REVIEWED_BY'",
+                (namespace,),
+            )
+        }
+        placeholder = conn.execute(
+            "SELECT placeholder FROM graph_nodes WHERE namespace = %s AND natural_key = %s",
+            (namespace, deleted),
+        ).fetchone()
+    assert agent_chunks == {(edited, 900), (deleted, 900), ("note:agent", 0)}
+    assert reviewed == {edited, deleted} and placeholder == (True,)
+    sources = source_service_pb2_grpc.SourceServiceStub(query_channel)
+    taken_back = sources.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=retained), timeout=60
+    ).source
+    assert taken_back.content == (root / "zstd" / "TESTING.md").read_text("utf-8")

@@ -401,7 +401,8 @@ def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channe
     assert dry["dryRun"] and dry["counts"]["documentsNew"] == 6
     assert _source(query_channel, namespace, "doc:guide") is None
     report = run(str(root), "--namespace", namespace)
-    assert "documents 6 new, 0 changed, 0 unchanged, 0 swept" in report
+    assert "the server handled 6 documents: 6 new, 0 changed, 0 unchanged, 0 swept" in report
+    assert "all documents sent; waiting for the server's report" in report  # the bar says what it counts
     assert "unresolved LINKS_TO: guide.md -> Nowhere Page" in report
     (root / "todo.md").unlink()
     write(root, "broken.md", "---\ntitle: [x\n---\n")

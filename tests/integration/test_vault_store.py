@@ -90,3 +90,48 @@ def test_journal_tracks_the_node_it_projected(database: Database, namespace: str
         vertex = graph.get_node(conn, namespace, "doc:a")
         assert store.documents(conn, namespace) == {}
     assert vertex is not None and vertex["placeholder"] is True and "content" not in vertex["props"]
+
+
+def test_an_agents_retained_chunks_are_found_by_their_digest(database: Database, namespace: str) -> None:
+    """`record_agent_retain` digests in Python what `delete_agent_retained_chunks` digests in SQL (any
+    Unicode): only the API chunks still as the Retain wrote them go, vault chunks and others stay."""
+    from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+
+    store, chunks = VaultStore(database.settings), ChunkStore(database.settings)
+    node = NodeRef(namespace=namespace, node_key="doc:a")
+    retained = [(0, "Заголовок › ü", "Текст — naïve 👍"), (1, "", "second")]
+    with database.connection() as conn:
+        store.record_document(
+            conn,
+            namespace=namespace,
+            natural_key="doc:a",
+            source_path="a.md",
+            fingerprint="f1",
+            indexed_at=datetime.now(UTC),
+            run_id="run-1",
+            links={"title": "A"},
+        )
+        store.record_agent_retain(conn, namespace, "doc:a", retained)
+        api = [ChunkWrite(order, heading, text, None, {}) for order, heading, text in retained]
+        api.append(ChunkWrite(2, "", "an agent's PutChunks chunk", None, {}))
+        chunks.replace_chunks(conn, node, api, delete_beyond=False)
+        chunks.replace_chunks(  # a vault chunk with the same text as a retained one: not the agent's
+            conn,
+            NodeRef(namespace=namespace, node_key="doc:b"),
+            [api[1]],
+            delete_beyond=False,
+            seen_run="run-1",
+        )
+        chunks.replace_chunks(
+            conn, node, [ChunkWrite(1, "", "changed by PutChunks", None, {})], delete_beyond=False
+        )
+        assert store.delete_agent_retained_chunks(conn, namespace, "doc:a") == 1
+        left = conn.execute(
+            "SELECT node_key, chunk_order, text FROM chunks WHERE namespace = %s ORDER BY node_key, chunk_order",
+            (namespace,),
+        ).fetchall()
+    assert [tuple(row) for row in left] == [
+        ("doc:a", 1, "changed by PutChunks"),
+        ("doc:a", 2, "an agent's PutChunks chunk"),
+        ("doc:b", 1, "second"),
+    ]

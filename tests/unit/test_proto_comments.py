@@ -14,44 +14,6 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Declarations of vault_service.proto still without a comment: that file belongs to the vault work of
-# another branch (issue 11), which comments them; nothing may be added to this list, and a name leaves it
-# once its comment is written (the test only fails for an uncommented declaration not listed here).
-VAULT_UNCOMMENTED = frozenset(
-    f"memory.v1.{name}"
-    for name in (
-        "IngestVaultHeader",
-        "IngestVaultHeader.namespace",
-        "IngestVaultHeader.commit_sha",
-        "IngestVaultDocuments",
-        "IngestVaultDocuments.documents",
-        "IngestVaultEnd",
-        "VaultDocumentResult",
-        "VaultDocumentResult.path",
-        "VaultDocumentResult.natural_key",
-        "VaultDocumentResult.status",
-        "VaultDocumentResult.chunk_count",
-        "VaultRunCounts",
-        "VaultRunCounts.documents_new",
-        "VaultRunCounts.documents_changed",
-        "VaultRunCounts.documents_unchanged",
-        "VaultRunCounts.documents_swept",
-        "VaultRunCounts.documents_conflicting",
-        "VaultRunCounts.documents_rejected",
-        "VaultRunCounts.links_resolved",
-        "VaultRunCounts.links_unresolved",
-        "VaultRunCounts.relations_closed",
-        "IngestVaultResponse",
-        "IngestVaultResponse.run_id",
-        "IngestVaultResponse.namespace",
-        "IngestVaultResponse.dry_run",
-        "IngestVaultResponse.counts",
-        "IngestVaultResponse.unresolved_links",
-        "IngestVaultResponse.trace_id",
-        "VaultDocumentStatus.VAULT_DOCUMENT_STATUS_UNSPECIFIED",
-    )
-)
-
 # Field numbers in descriptor.proto: the path of a declaration in SourceCodeInfo.
 FILE_MESSAGE, FILE_ENUM, FILE_SERVICE = 4, 5, 6
 MESSAGE_FIELD, MESSAGE_NESTED, MESSAGE_ENUM = 2, 3, 4
@@ -121,7 +83,7 @@ def uncommented(files: descriptor_pb2.FileDescriptorSet) -> list[str]:
 
 
 def test_every_declaration_of_the_contract_has_a_comment(tmp_path: Path) -> None:
-    assert [name for name in uncommented(_descriptors(tmp_path)) if name not in VAULT_UNCOMMENTED] == []
+    assert uncommented(_descriptors(tmp_path)) == []
 
 
 def test_the_check_finds_an_uncommented_field(tmp_path: Path) -> None:
@@ -133,4 +95,4 @@ def test_the_check_finds_an_uncommented_field(tmp_path: Path) -> None:
         if tuple(location.path) == target:
             location.leading_comments = location.trailing_comments = ""
     name = f"memory.v1.{file.message_type[0].name}.{file.message_type[0].field[0].name}"
-    assert [found for found in uncommented(files) if found not in VAULT_UNCOMMENTED] == [name]
+    assert uncommented(files) == [name]

@@ -148,6 +148,55 @@ def test_directory_reader_honours_gitignore_and_hidden_folders(tmp_path: Path) -
     assert [path for path, _ in source.skipped] == ["latin1.md"]
 
 
+def test_nested_gitignore_negation_matches_git(tmp_path: Path) -> None:
+    """A nested .gitignore applies to its own subtree and its ``!`` re-includes what a file above ignored
+    (and a deeper ignore beats a shallower ``!``): the reader keeps exactly the files Git itself keeps."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("the git binary is the oracle of this test")
+    ignores = {
+        ".gitignore": "notes/*.md\n!notes/public.md\n/build/\n*.tmp.md\n",
+        "notes/.gitignore": "!important.md\nprivate/\n",
+        "notes/keep/.gitignore": "!*.md\nsecret.md\n",
+        "docs/.gitignore": "*.md\n!/README.md\n!guide/\n",
+        "docs/guide/.gitignore": "!*.tmp.md\n",
+    }
+    files = [
+        "README.md",
+        "a.tmp.md",
+        "build/out.md",
+        "notes/important.md",
+        "notes/other.md",
+        "notes/public.md",
+        "notes/private/x.md",
+        "notes/keep/one.md",
+        "notes/keep/secret.md",
+        "docs/README.md",
+        "docs/intro.md",
+        "docs/guide/step.md",
+        "docs/guide/draft.tmp.md",
+        "docs/sub/README.md",
+    ]
+    for relative, text in [*ignores.items(), *((f, f"# {f}\n") for f in files)]:
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text, "utf-8")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard", "--", "*.md"],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    kept = [d.path for d in directory_documents(tmp_path).documents]
+    assert kept == sorted(listed)
+    # The re-includes this test is about (Git keeps them, a reader that ignores nested `!` does not).
+    assert {"notes/important.md", "notes/keep/one.md", "docs/guide/draft.tmp.md"} <= set(kept)
+    assert not {"notes/other.md", "notes/keep/secret.md", "docs/intro.md", "a.tmp.md"} & set(kept)
+
+
 def test_stream_of_cb_ingest() -> None:
     documents = [SourceDocument(f"d{i}.md", "x" * 10, {"k": i} if i == 0 else {}) for i in range(40)]
     messages = list(vault_messages(VaultSource(documents, source="/v", branch="main"), "ns", dry_run=True))

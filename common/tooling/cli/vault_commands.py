@@ -22,6 +22,8 @@ MESSAGE_BYTES = (
     2 * 1024 * 1024
 )  # a message is closed once it holds this much text (one big file may exceed it)
 UNRESOLVED_SHOWN = 20
+SENT = "documents sent to the server"
+WAITING = "all documents sent; waiting for the server's report"
 
 
 def vault_messages(
@@ -102,8 +104,9 @@ def ingest(
     Every ``*.md`` file (hidden folders skipped, ``.gitignore`` honoured) becomes a document of origin
     ``vault`` with its chunks, LINKS_TO edges for links that resolve and facts for frontmatter relations;
     unchanged files are only marked seen; documents of an earlier run that are gone are swept (each
-    deletion audited). A run cut short sweeps nothing: run it again. Exits 1 when documents were
-    rejected (then nothing was swept) or the run failed.
+    deletion audited). A run cut short sweeps nothing: run it again. The progress bar counts documents
+    sent; the server's own counts are the final report. Exits 1 when documents were rejected (then
+    nothing was swept) or the run failed, 130 when interrupted (Ctrl-C cancels the run: nothing swept).
     """
     from common.tooling.vault_source import directory_documents, git_documents
 
@@ -114,18 +117,27 @@ def ingest(
     for path, why in source.skipped:
         err.print(escape(f"{path}: skipped: {why}"))
     logging.getLogger("grpc._channel").setLevel(logging.CRITICAL)
+    total = len(source.documents)
     with memory_client(ctx) as client, progress_bar() as progress:
-        task = progress.add_task("documents", total=len(source.documents))
+        # The stream is one call with one answer: the bar counts documents handed to the server (it
+        # projects them as they arrive, so it trails by at most what is in flight); what the server did
+        # is its report, printed at the end.
+        task = progress.add_task(SENT, total=total)
+
+        def sent(count: int) -> None:
+            progress.update(task, completed=count, description=SENT if count < total else WAITING)
+
         try:
             response = client.ingest_vault(
-                vault_messages(
-                    source,
-                    namespace,
-                    dry_run=dry_run,
-                    on_document=lambda n: progress.update(task, completed=n),
-                ),
-                timeout=timeout,
+                vault_messages(source, namespace, dry_run=dry_run, on_document=sent), timeout=timeout
             )
+        except KeyboardInterrupt:
+            progress.stop()
+            err.print(
+                "interrupted: the run was cancelled and nothing was swept; documents the server projected "
+                "so far stay (run the command again to complete the run)"
+            )
+            raise typer.Exit(130) from None
         except ServiceError as exc:
             fail([*error_lines(exc), "nothing was swept; run the command again"])
     if as_json:
@@ -143,13 +155,14 @@ def _print_report(response: Message) -> None:
     conflict = vault_service_pb2.VAULT_DOCUMENT_STATUS_CONFLICT
     for document in response.documents:  # type: ignore[attr-defined]
         if document.status in (rejected, conflict):
-            what = "rejected" if document.status == rejected else "left to the agent"
+            what = "rejected" if document.status == rejected else "conflict"
             err.print(escape(f"{document.path}: {what}: {document.detail}"))
     c = response.counts  # type: ignore[attr-defined]
     mode = " (dry run: nothing written)" if response.dry_run else ""  # type: ignore[attr-defined]
     out.print(
         escape(
-            f"{response.run_id}{mode}: documents {c.documents_new} new, {c.documents_changed} changed, "  # type: ignore[attr-defined]
+            f"{response.run_id}{mode}: the server handled {len(response.documents)} documents: "  # type: ignore[attr-defined]
+            f"{c.documents_new} new, {c.documents_changed} changed, "  # type: ignore[attr-defined]
             f"{c.documents_unchanged} unchanged, {c.documents_swept} swept, {c.documents_conflicting} conflicting, "
             f"{c.documents_rejected} rejected; chunks {c.chunks_embedded} embedded, {c.chunks_written} written; "
             f"links {c.links_resolved} resolved, {c.links_unresolved} unresolved; "

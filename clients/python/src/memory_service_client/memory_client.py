@@ -368,12 +368,15 @@ class MemoryClient:
     ) -> vault_service_pb2.IngestVaultResponse:
         """VaultService.IngestVault: header, document batches, end message (README "Vault ingest"); sent
         once (an iterator cannot be replayed; a run cut short sweeps nothing, so the caller may send it
-        again and unchanged documents are only marked seen)."""
+        again and unchanged documents are only marked seen). A KeyboardInterrupt while it runs cancels the
+        call (the server then sweeps nothing) and is raised again."""
         stub = vault_service_pb2_grpc.VaultServiceStub(self.ingest_channel)
+        call = stub.IngestVault.future(iter(requests), timeout=timeout, metadata=self._call_metadata())
         try:
-            response: vault_service_pb2.IngestVaultResponse = stub.IngestVault(
-                iter(requests), timeout=timeout, metadata=self._call_metadata()
-            )
+            response: vault_service_pb2.IngestVaultResponse = call.result()
+        except KeyboardInterrupt:
+            call.cancel()  # the server ends the run as CANCELLED and sweeps nothing
+            raise
         except grpc.RpcError as exc:
             raise_for_status(exc)
         return response

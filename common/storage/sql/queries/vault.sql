@@ -74,3 +74,20 @@ UPDATE {graph_nodes} SET placeholder = true, props_hash = NULL WHERE namespace =
 -- name: node_owner
 -- Origin and placeholder flag of a key's node, no lock (parameters: namespace, key).
 SELECT origin, placeholder FROM {graph_nodes} WHERE namespace = %s AND natural_key = %s
+
+-- name: record_agent_retain
+-- Journals an agent's Retain of a vault document: the order and digest of each chunk it wrote, in the
+-- document's journal (links.agent_retain; upsert_vault_document replaces it) (parameters: the list as
+-- JSON, namespace, key).
+UPDATE {vault_documents} SET links = jsonb_set(links, '{{agent_retain}}', %s::jsonb)
+WHERE namespace = %s AND natural_key = %s
+
+-- name: delete_agent_retained_chunks
+-- Deletes the chunks of a vault document that an agent's Retain wrote (record_agent_retain) and that
+-- are still as it wrote them: seen_run NULL, same order, digest = sha256 hex of heading, newline, text
+-- (common/storage/vault_store.py: chunk_digest) (parameters: namespace, key).
+DELETE FROM {chunks} AS c
+USING {vault_documents} AS d, jsonb_to_recordset(d.links -> 'agent_retain') AS x(chunk_order int, digest text)
+WHERE d.namespace = %s AND d.natural_key = %s AND c.namespace = d.namespace AND c.node_key = d.natural_key
+    AND c.seen_run IS NULL AND c.chunk_order = x.chunk_order
+    AND encode(sha256(convert_to(c.heading || chr(10) || c.text, 'UTF8')), 'hex') = x.digest

@@ -27,6 +27,7 @@ class _VaultDocumentStatus:
 class _VaultDocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_VaultDocumentStatus.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     VAULT_DOCUMENT_STATUS_UNSPECIFIED: _VaultDocumentStatus.ValueType  # 0
+    """Never sent by the server (proto3 default)."""
     VAULT_DOCUMENT_STATUS_NEW: _VaultDocumentStatus.ValueType  # 1
     """Its key was not in the namespace's vault before: projected."""
     VAULT_DOCUMENT_STATUS_CHANGED: _VaultDocumentStatus.ValueType  # 2
@@ -34,14 +35,17 @@ class _VaultDocumentStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_V
     VAULT_DOCUMENT_STATUS_UNCHANGED: _VaultDocumentStatus.ValueType  # 3
     """Marked seen only."""
     VAULT_DOCUMENT_STATUS_CONFLICT: _VaultDocumentStatus.ValueType  # 4
-    """Its key belongs to a node written through the API: left as it is."""
+    """Its key belongs to a node written through the API (left as it is), or another document of the
+    vault keeps the key (this one is not written): see detail.
+    """
     VAULT_DOCUMENT_STATUS_REJECTED: _VaultDocumentStatus.ValueType  # 5
-    """Not accepted (bad frontmatter, duplicate key, field violations): the run is not swept."""
+    """Not accepted (bad frontmatter or path, field violations): the run is not swept."""
 
 class VaultDocumentStatus(_VaultDocumentStatus, metaclass=_VaultDocumentStatusEnumTypeWrapper):
     """What happened to one document of the run."""
 
 VAULT_DOCUMENT_STATUS_UNSPECIFIED: VaultDocumentStatus.ValueType  # 0
+"""Never sent by the server (proto3 default)."""
 VAULT_DOCUMENT_STATUS_NEW: VaultDocumentStatus.ValueType  # 1
 """Its key was not in the namespace's vault before: projected."""
 VAULT_DOCUMENT_STATUS_CHANGED: VaultDocumentStatus.ValueType  # 2
@@ -49,9 +53,11 @@ VAULT_DOCUMENT_STATUS_CHANGED: VaultDocumentStatus.ValueType  # 2
 VAULT_DOCUMENT_STATUS_UNCHANGED: VaultDocumentStatus.ValueType  # 3
 """Marked seen only."""
 VAULT_DOCUMENT_STATUS_CONFLICT: VaultDocumentStatus.ValueType  # 4
-"""Its key belongs to a node written through the API: left as it is."""
+"""Its key belongs to a node written through the API (left as it is), or another document of the
+vault keeps the key (this one is not written): see detail.
+"""
 VAULT_DOCUMENT_STATUS_REJECTED: VaultDocumentStatus.ValueType  # 5
-"""Not accepted (bad frontmatter, duplicate key, field violations): the run is not swept."""
+"""Not accepted (bad frontmatter or path, field violations): the run is not swept."""
 Global___VaultDocumentStatus: _TypeAlias = VaultDocumentStatus  # noqa: Y015
 
 @_typing.final
@@ -94,6 +100,8 @@ Global___IngestVaultRequest: _TypeAlias = IngestVaultRequest  # noqa: Y015
 
 @_typing.final
 class IngestVaultHeader(_message.Message):
+    """The first message of a run: where the documents go and where they come from."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
@@ -103,6 +111,9 @@ class IngestVaultHeader(_message.Message):
     COMMIT_SHA_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """The namespace the vault is projected into (write right required; PERMISSION_DENIED otherwise).
+    Required: INVALID_ARGUMENT "header.namespace" when empty or malformed.
+    """
     dry_run: _builtins.bool
     """Compute and report what the run would do, write nothing."""
     source: _builtins.str
@@ -112,6 +123,7 @@ class IngestVaultHeader(_message.Message):
     document in its provenance, see VaultDocument.provenance).
     """
     commit_sha: _builtins.str
+    """The commit the documents were read at (40 hex digits for Git; empty for a directory)."""
     trace_id: _builtins.str
     """Trace the run's audit events (sweep deletions) are linked to; default: the run id."""
     def __init__(
@@ -143,7 +155,8 @@ class VaultDocument(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Path relative to the vault's root, POSIX separators ("apt/README.md"); the citation target
-    (source_path) and the default natural key "doc:<path without .md>". Required, unique per run.
+    (source_path) and the default natural key "doc:<path without .md>". Required; the documents of a
+    run come in ascending order of path (Unicode code points, i.e. UTF-8 bytes), each path once.
     """
     content: _builtins.str
     """The full text of the file, UTF-8, frontmatter included, at most 8 MiB."""
@@ -172,11 +185,15 @@ Global___VaultDocument: _TypeAlias = VaultDocument  # noqa: Y015
 
 @_typing.final
 class IngestVaultDocuments(_message.Message):
+    """The next documents of the run, in ascending path order (continuing the previous message's order)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DOCUMENTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___VaultDocument]: ...
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___VaultDocument]:
+        """Any number per message, within the message size limit (the CLI sends 16)."""
+
     def __init__(
         self,
         *,
@@ -192,6 +209,8 @@ Global___IngestVaultDocuments: _TypeAlias = IngestVaultDocuments  # noqa: Y015
 
 @_typing.final
 class IngestVaultEnd(_message.Message):
+    """The last message of a run: every document was sent, so the run may sweep."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DOCUMENT_COUNT_FIELD_NUMBER: _builtins.int
@@ -212,6 +231,8 @@ Global___IngestVaultEnd: _TypeAlias = IngestVaultEnd  # noqa: Y015
 
 @_typing.final
 class VaultDocumentResult(_message.Message):
+    """The outcome of one document of the run."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
@@ -220,9 +241,17 @@ class VaultDocumentResult(_message.Message):
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     path: _builtins.str
+    """The document's path as sent."""
     natural_key: _builtins.str
+    """The natural key it was projected under (frontmatter natural_key, else "doc:<path without .md>");
+    empty when it was rejected before a key was known.
+    """
     status: Global___VaultDocumentStatus.ValueType
+    """What happened to it."""
     chunk_count: _builtins.int
+    """Chunks of the document as this run projected it (with dry_run: as it would); 0 when it was not
+    projected (UNCHANGED, CONFLICT, REJECTED).
+    """
     detail: _builtins.str
     """Why it was rejected or is a conflict."""
     def __init__(
@@ -274,6 +303,8 @@ Global___UnresolvedLink: _TypeAlias = UnresolvedLink  # noqa: Y015
 
 @_typing.final
 class VaultRunCounts(_message.Message):
+    """The totals of a run (of what a dry run would do)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DOCUMENTS_NEW_FIELD_NUMBER: _builtins.int
@@ -289,20 +320,29 @@ class VaultRunCounts(_message.Message):
     RELATIONS_WRITTEN_FIELD_NUMBER: _builtins.int
     RELATIONS_CLOSED_FIELD_NUMBER: _builtins.int
     documents_new: _builtins.int
+    """Documents with status NEW."""
     documents_changed: _builtins.int
+    """Documents with status CHANGED."""
     documents_unchanged: _builtins.int
+    """Documents with status UNCHANGED (only marked seen)."""
     documents_swept: _builtins.int
+    """Vault documents of the namespace not seen by this run and removed (or reduced to placeholders)."""
     documents_conflicting: _builtins.int
+    """Documents with status CONFLICT."""
     documents_rejected: _builtins.int
+    """Documents with status REJECTED (any of them means no sweep)."""
     chunks_embedded: _builtins.int
     """Chunk texts sent to the embedding model in this run (0 for an unchanged vault)."""
     chunks_written: _builtins.int
     """Chunk rows written (inserted or changed)."""
     links_resolved: _builtins.int
+    """Links and relations of the run's changed documents that resolved to a document or visible node."""
     links_unresolved: _builtins.int
+    """Links and relations that did not resolve (listed in IngestVaultResponse.unresolved_links)."""
     relations_written: _builtins.int
     """Facts of frontmatter relations written / closed in this run."""
     relations_closed: _builtins.int
+    """Facts of frontmatter relations closed in this run (a relation removed from a document, or swept)."""
     def __init__(
         self,
         *,
@@ -329,6 +369,8 @@ Global___VaultRunCounts: _TypeAlias = VaultRunCounts  # noqa: Y015
 
 @_typing.final
 class IngestVaultResponse(_message.Message):
+    """The report of a run, sent once the stream ends."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RUN_ID_FIELD_NUMBER: _builtins.int
@@ -342,13 +384,19 @@ class IngestVaultResponse(_message.Message):
     AUDIT_EVENT_IDS_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
+    """The run's id (journal vault_runs; chunks written by the run carry it in seen_run)."""
     namespace: _builtins.str
+    """The header's namespace."""
     dry_run: _builtins.bool
+    """True when nothing was written (the header's dry_run)."""
     swept: _builtins.bool
     """True when the run was complete and the sweep ran (false with rejected documents or dry_run)."""
     trace_id: _builtins.str
+    """The trace of the sweep's audit events (the header's trace_id, else the run id)."""
     @_builtins.property
-    def counts(self) -> Global___VaultRunCounts: ...
+    def counts(self) -> Global___VaultRunCounts:
+        """The run's totals."""
+
     @_builtins.property
     def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___VaultDocumentResult]:
         """One per document sent, in stream order."""
@@ -358,7 +406,9 @@ class IngestVaultResponse(_message.Message):
         """Natural keys removed (or reduced to placeholders) by the sweep, sorted."""
 
     @_builtins.property
-    def unresolved_links(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnresolvedLink]: ...
+    def unresolved_links(self) -> _containers.RepeatedCompositeFieldContainer[Global___UnresolvedLink]:
+        """Every link or relation that did not resolve, by document and target as written."""
+
     @_builtins.property
     def audit_event_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Audit events of the sweep, and their trace."""

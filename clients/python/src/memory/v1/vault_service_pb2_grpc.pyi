@@ -40,8 +40,8 @@ class VaultServiceStub:
     IngestVault: _grpc.StreamUnaryMultiCallable[_vault_service_pb2.IngestVaultRequest, _vault_service_pb2.IngestVaultResponse]
     """One vault run, client streaming (in the manner of SnapshotService.ReconcileStream): the first
     message carries the header (namespace, dry_run, where the files come from), the next ones the
-    documents (relative path, full text, optional provenance), any number per message, the last one
-    the end (the number of documents sent); then the client closes the stream. The server parses each
+    documents (relative path, full text, optional provenance) in ascending path order, any number per
+    message, the last one the end (the number of documents sent); then the client closes the stream. The server parses each
     document itself (YAML frontmatter, Markdown links, [[wiki links]]), so clients only send files.
 
     What a run does, in order:
@@ -66,21 +66,30 @@ class VaultServiceStub:
        <run_id>") per node. A node that carries agent data (facts of origin "agent" or chunks written
        through the API) keeps that data: only the vault's part (text, vault chunks, links; relations
        closed) is removed and the node stays as a placeholder, audited the same way.
+    One key, one file: when several documents name one natural key, the one the namespace's vault
+    journal has the key from keeps it (if it is in the run and still names it), else the one with the
+    smallest path; the others are CONFLICT (the detail names both paths), their text is never written,
+    and they do not stop the sweep. The run takes documents in ascending path order so that this is
+    decided as the stream goes, whatever order the files were listed in.
     Mixed origins: the creator of a key owns its document node. The vault writes only keys it created
     or placeholders (which it then owns); a key created through the API is reported in `conflicts`
     and left as it is (its links still resolve). An agent's facts, and its chunks on a vault node, are
-    never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run.
+    never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run (its
+    chunks deleted, the chunks an agent added with PutChunks kept).
 
     A stream that breaks (cancelled, deadline exceeded, connection lost, closed without the end
     message) or a run with a rejected document sweeps nothing: documents projected so far stay, and
-    the next run completes the work. With dry_run nothing is written; the response says what a run
-    would do. The service never writes into the source documents.
+    the next run completes the work; a cancelled stream ends as CANCELLED (DEADLINE_EXCEEDED when its
+    deadline passed). With dry_run nothing is written; the response says what a run would do, counts
+    included (chunks_written and chunks_embedded: what the run would write and embed). The service
+    never writes into the source documents.
     Errors: INVALID_ARGUMENT (no header first, a second header, no end message, a count in the end
-    message that differs from what arrived, header field violations such as "header.namespace");
+    message that differs from what arrived, a document out of ascending path order or sent twice
+    ("documents[i].path"), header field violations such as "header.namespace");
     PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
     client went away while waiting for another run, or the database is down: nothing swept).
-    Rejected documents do not fail the call (bad frontmatter or path, a natural key used twice, a
-    scope the caller may not write, a node hidden from the caller): each is a document result with
+    Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
+    write, a node hidden from the caller): each is a document result with
     status REJECTED and its reason, and the run is not swept.
     """
 
@@ -96,8 +105,8 @@ class VaultServiceAsyncStub(VaultServiceStub):
     IngestVault: _aio.StreamUnaryMultiCallable[_vault_service_pb2.IngestVaultRequest, _vault_service_pb2.IngestVaultResponse]  # type: ignore[assignment]
     """One vault run, client streaming (in the manner of SnapshotService.ReconcileStream): the first
     message carries the header (namespace, dry_run, where the files come from), the next ones the
-    documents (relative path, full text, optional provenance), any number per message, the last one
-    the end (the number of documents sent); then the client closes the stream. The server parses each
+    documents (relative path, full text, optional provenance) in ascending path order, any number per
+    message, the last one the end (the number of documents sent); then the client closes the stream. The server parses each
     document itself (YAML frontmatter, Markdown links, [[wiki links]]), so clients only send files.
 
     What a run does, in order:
@@ -122,21 +131,30 @@ class VaultServiceAsyncStub(VaultServiceStub):
        <run_id>") per node. A node that carries agent data (facts of origin "agent" or chunks written
        through the API) keeps that data: only the vault's part (text, vault chunks, links; relations
        closed) is removed and the node stays as a placeholder, audited the same way.
+    One key, one file: when several documents name one natural key, the one the namespace's vault
+    journal has the key from keeps it (if it is in the run and still names it), else the one with the
+    smallest path; the others are CONFLICT (the detail names both paths), their text is never written,
+    and they do not stop the sweep. The run takes documents in ascending path order so that this is
+    decided as the stream goes, whatever order the files were listed in.
     Mixed origins: the creator of a key owns its document node. The vault writes only keys it created
     or placeholders (which it then owns); a key created through the API is reported in `conflicts`
     and left as it is (its links still resolve). An agent's facts, and its chunks on a vault node, are
-    never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run.
+    never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run (its
+    chunks deleted, the chunks an agent added with PutChunks kept).
 
     A stream that breaks (cancelled, deadline exceeded, connection lost, closed without the end
     message) or a run with a rejected document sweeps nothing: documents projected so far stay, and
-    the next run completes the work. With dry_run nothing is written; the response says what a run
-    would do. The service never writes into the source documents.
+    the next run completes the work; a cancelled stream ends as CANCELLED (DEADLINE_EXCEEDED when its
+    deadline passed). With dry_run nothing is written; the response says what a run would do, counts
+    included (chunks_written and chunks_embedded: what the run would write and embed). The service
+    never writes into the source documents.
     Errors: INVALID_ARGUMENT (no header first, a second header, no end message, a count in the end
-    message that differs from what arrived, header field violations such as "header.namespace");
+    message that differs from what arrived, a document out of ascending path order or sent twice
+    ("documents[i].path"), header field violations such as "header.namespace");
     PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
     client went away while waiting for another run, or the database is down: nothing swept).
-    Rejected documents do not fail the call (bad frontmatter or path, a natural key used twice, a
-    scope the caller may not write, a node hidden from the caller): each is a document result with
+    Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
+    write, a node hidden from the caller): each is a document result with
     status REJECTED and its reason, and the run is not swept.
     """
 
@@ -155,8 +173,8 @@ class VaultServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_vault_service_pb2.IngestVaultResponse, _abc.Awaitable[_vault_service_pb2.IngestVaultResponse]]:
         """One vault run, client streaming (in the manner of SnapshotService.ReconcileStream): the first
         message carries the header (namespace, dry_run, where the files come from), the next ones the
-        documents (relative path, full text, optional provenance), any number per message, the last one
-        the end (the number of documents sent); then the client closes the stream. The server parses each
+        documents (relative path, full text, optional provenance) in ascending path order, any number per
+        message, the last one the end (the number of documents sent); then the client closes the stream. The server parses each
         document itself (YAML frontmatter, Markdown links, [[wiki links]]), so clients only send files.
 
         What a run does, in order:
@@ -181,21 +199,30 @@ class VaultServiceServicer(metaclass=_abc_1.ABCMeta):
            <run_id>") per node. A node that carries agent data (facts of origin "agent" or chunks written
            through the API) keeps that data: only the vault's part (text, vault chunks, links; relations
            closed) is removed and the node stays as a placeholder, audited the same way.
+        One key, one file: when several documents name one natural key, the one the namespace's vault
+        journal has the key from keeps it (if it is in the run and still names it), else the one with the
+        smallest path; the others are CONFLICT (the detail names both paths), their text is never written,
+        and they do not stop the sweep. The run takes documents in ascending path order so that this is
+        decided as the stream goes, whatever order the files were listed in.
         Mixed origins: the creator of a key owns its document node. The vault writes only keys it created
         or placeholders (which it then owns); a key created through the API is reported in `conflicts`
         and left as it is (its links still resolve). An agent's facts, and its chunks on a vault node, are
-        never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run.
+        never changed by a run; an agent's Retain of a vault-owned key is overwritten by the next run (its
+        chunks deleted, the chunks an agent added with PutChunks kept).
 
         A stream that breaks (cancelled, deadline exceeded, connection lost, closed without the end
         message) or a run with a rejected document sweeps nothing: documents projected so far stay, and
-        the next run completes the work. With dry_run nothing is written; the response says what a run
-        would do. The service never writes into the source documents.
+        the next run completes the work; a cancelled stream ends as CANCELLED (DEADLINE_EXCEEDED when its
+        deadline passed). With dry_run nothing is written; the response says what a run would do, counts
+        included (chunks_written and chunks_embedded: what the run would write and embed). The service
+        never writes into the source documents.
         Errors: INVALID_ARGUMENT (no header first, a second header, no end message, a count in the end
-        message that differs from what arrived, header field violations such as "header.namespace");
+        message that differs from what arrived, a document out of ascending path order or sent twice
+        ("documents[i].path"), header field violations such as "header.namespace");
         PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
         client went away while waiting for another run, or the database is down: nothing swept).
-        Rejected documents do not fail the call (bad frontmatter or path, a natural key used twice, a
-        scope the caller may not write, a node hidden from the caller): each is a document result with
+        Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
+        write, a node hidden from the caller): each is a document result with
         status REJECTED and its reason, and the run is not swept.
         """
 
