@@ -22,9 +22,9 @@ from memory.v1 import (
     vault_service_pb2,
     vault_service_pb2_grpc,
 )
+from memory_service_client import rpc_failure
 
 from common.storage.database import Database
-from common.tooling.client import rpc_failure
 from tests.e2e.vault_helpers import ingest, statuses, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
