@@ -17,6 +17,12 @@ Ids are stable (`common.kernel.memory_names.memory_id`): a retry of an item (sam
 same content without one) finds its row and writes nothing (status ``duplicate``). The batch takes the
 advisory locks of its keys in one order (`common.storage.key_locks`), so concurrent retries never write
 a memory twice.
+
+The per-user quota (setting ``memory_quota_per_user``, 0 = unlimited; what counts:
+`common.storage.memory_quota_store`) is checked inside that transaction, under the user's quota lock
+taken with the key locks: the new items are admitted in request order while the user's live count is
+below the limit; the rest fail with ``error_code`` RESOURCE_EXHAUSTED and the limit and the count, and
+nothing of them is written. A retry of a stored item is a duplicate before the quota is looked at.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embeddin
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.key_locks import lock_node_keys
+from common.storage.memory_quota_store import MemoryQuotaStore
 from common.storage.memory_store import MemoryRow, MemoryStore
 from ingest_service.field_checker import FieldChecker
 from ingest_service.memory_validation import (
@@ -69,14 +76,25 @@ class PassageEncoder(Protocol):
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+QUOTA_EXHAUSTED = "RESOURCE_EXHAUSTED"
+"""``error_code`` of an item refused by the per-user quota (the google.rpc.Code name)."""
+INVALID_INPUT = "INVALID_ARGUMENT"
+"""``error_code`` of an item with field violations."""
+
+
 @dataclass(frozen=True)
 class AddResult:
-    """One item of AddMemories: its id ("" when failed), created, status, field violations."""
+    """One item of AddMemories: its id ("" when failed), created, status, field violations, and for a
+    failed item its error code (`INVALID_INPUT` or `QUOTA_EXHAUSTED`); a quota refusal carries the quota
+    (``quota_limit``) and the user's live memories when refused (``quota_count``)."""
 
     memory_id: str
     created: bool
     status: str
     field_violations: tuple[str, ...] = ()
+    error_code: str = ""
+    quota_limit: int = 0
+    quota_count: int = 0
 
 
 @dataclass
@@ -120,6 +138,8 @@ class MemoryWriter:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
         self.deleter = NodeDeleter(database)
+        self.quota = MemoryQuotaStore(database.settings)
+        self.quota_limit = database.settings.memory_quota_per_user
 
     # -- AddMemories ---------------------------------------------------------------------------------
 
@@ -140,7 +160,8 @@ class MemoryWriter:
             check = FieldChecker(f"memories[{index}]")
             check_new_memory(item, check, now)
             if check.violations:
-                results[index] = AddResult("", False, "failed", tuple(str(v) for v in check.violations))
+                violations = tuple(str(v) for v in check.violations)
+                results[index] = AddResult("", False, "failed", violations, error_code=INVALID_INPUT)
                 continue
             identity = item.idempotency_key or content_identity(
                 item.text, item.source, item.event_type, item.unique_tags(), item.metadata
@@ -164,19 +185,55 @@ class MemoryWriter:
                 if fresh
                 else []
             )
-            inserted = self.database.run_transaction(
+            inserted, refused = self.database.run_transaction(
                 lambda conn: self._insert(conn, scope, fresh, vectors, now)
             )
             for p in fresh:
                 created = p.memory_id in inserted
-                results[p.index] = AddResult(p.memory_id, created, "created" if created else "duplicate")
+                if p.memory_id in refused:
+                    results[p.index] = AddResult(
+                        "",
+                        False,
+                        "failed",
+                        error_code=QUOTA_EXHAUSTED,
+                        quota_limit=self.quota_limit,
+                        quota_count=refused[p.memory_id],
+                    )
+                else:
+                    results[p.index] = AddResult(p.memory_id, created, "created" if created else "duplicate")
             self.notify([(scope.namespace, key, 1) for key in sorted(inserted)])
         return [results[i] for i in range(len(items))]
 
+    def _admit(
+        self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], now: datetime
+    ) -> tuple[list[_Prepared], dict[str, int]]:
+        """The items of ``fresh`` the quota admits, in order, and the refused ones' ids with the user's
+        live count when each was refused (the module doc). Runs under the quota lock."""
+        if self.quota_limit <= 0:
+            return list(fresh), {}
+        stored = self.store.existing_ids(conn, scope.namespace, [p.memory_id for p in fresh])
+        count = self.quota.count_live(conn, scope.as_dict(), scope.namespace, now)
+        admitted: list[_Prepared] = []
+        refused: dict[str, int] = {}
+        for p in fresh:
+            if p.memory_id in stored:  # a concurrent retry stored it: a duplicate, never counted
+                admitted.append(p)
+            elif count < self.quota_limit:
+                admitted.append(p)
+                count += 1
+            else:
+                refused[p.memory_id] = count
+        return admitted, refused
+
     def _insert(
         self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], vectors: Any, now: datetime
-    ) -> set[str]:
-        lock_node_keys(conn, [(scope.namespace, p.memory_id) for p in fresh])
+    ) -> tuple[set[str], dict[str, int]]:
+        keys = [(scope.namespace, p.memory_id) for p in fresh]
+        if self.quota_limit > 0:
+            self.quota.lock_quota(conn, scope.namespace, scope.user_id, keys)
+        else:
+            lock_node_keys(conn, keys)
+        admitted, refused = self._admit(conn, scope, fresh, now)
         rows = [
             MemoryRow(
                 namespace=scope.namespace,
@@ -196,7 +253,7 @@ class MemoryWriter:
                 expires_at=p.item.expiry(now),
                 created_at=now,
             )
-            for p in fresh
+            for p in admitted
         ]
         inserted = self.store.insert_rows(conn, rows)
         chosen = [(p, vector) for p, vector in zip(fresh, vectors) if p.memory_id in inserted]
@@ -220,7 +277,7 @@ class MemoryWriter:
             self.write_chunk(
                 conn, scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector
             )
-        return inserted
+        return inserted, refused
 
     def write_chunk(
         self,
@@ -374,4 +431,4 @@ class MemoryWriter:
             log.exception("enrichment enqueue failed for %d memories (they stay due)", len(due))
 
 
-__all__ = ["AddResult", "DueHook", "MemoryWriter", "chunk_of"]
+__all__ = ["INVALID_INPUT", "QUOTA_EXHAUSTED", "AddResult", "DueHook", "MemoryWriter", "chunk_of"]
