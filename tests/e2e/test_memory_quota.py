@@ -9,6 +9,7 @@ of its own (uuid).
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -147,9 +148,22 @@ def test_summaries_do_not_count(client: QuotaClient) -> None:
     assert client.add(user, _items("after", 1))[0].status == "created"  # 3 originals again, summary aside
 
 
-def test_concurrent_batches_of_one_user_cannot_overshoot(client: QuotaClient) -> None:
+def test_expired_memories_do_not_count(client: QuotaClient) -> None:
     user = _user()
-    batches = 8
+    items = _items("kept", LIMIT - 1) + [{"text": "a short-lived memory", "ttl": "1s"}]
+    assert [r.status for r in client.add(user, items)] == ["created"] * LIMIT
+    deadline = time.monotonic() + 60
+    while len(client.ids(user)) == LIMIT and time.monotonic() < deadline:  # lists hide it once expired
+        time.sleep(0.2)
+    assert len(client.ids(user)) == LIMIT - 1
+    assert client.add(user, _items("after-expiry", 1))[0].status == "created"
+
+
+@pytest.mark.parametrize("round_", range(4))
+def test_concurrent_batches_of_one_user_cannot_overshoot(client: QuotaClient, round_: int) -> None:
+    """Rounds of 12 batches of one user released together: every round ends at exactly the limit."""
+    user = _user()
+    batches = 12
     start = threading.Barrier(batches)
     outcomes: list[list[m.AddMemoryResult]] = [[] for _ in range(batches)]
 
