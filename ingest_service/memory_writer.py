@@ -18,9 +18,8 @@ same content without one) finds its row and writes nothing (status ``duplicate``
 advisory locks of its keys in one order (`common.storage.key_locks`), so concurrent retries never write
 a memory twice.
 
-The per-user quota (setting ``memory_quota_per_user``, 0 = unlimited; what counts:
-`common.storage.memory_quota_store`) is checked inside that transaction, under the user's quota lock
-taken with the key locks: the new items are admitted in request order while the user's live count is
+The per-user quota (`ingest_service.memory_quota`) is checked inside that transaction, under the
+user's quota lock taken with the key locks: the new items are admitted in request order while the user's live count is
 below the limit; the rest fail with ``error_code`` RESOURCE_EXHAUSTED and the limit and the count, and
 nothing of them is written. A retry of a stored item is a duplicate before the quota is looked at.
 """
@@ -50,10 +49,9 @@ from common.kernel.memory_names import content_identity, memory_id
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
-from common.storage.key_locks import lock_node_keys
-from common.storage.memory_quota_store import MemoryQuotaStore
 from common.storage.memory_store import MemoryRow, MemoryStore
 from ingest_service.field_checker import FieldChecker
+from ingest_service.memory_quota import MemoryQuota
 from ingest_service.memory_validation import (
     DEFAULT_IMPORTANCE,
     MAX_BATCH,
@@ -138,8 +136,7 @@ class MemoryWriter:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
         self.deleter = NodeDeleter(database)
-        self.quota = MemoryQuotaStore(database.settings)
-        self.quota_limit = database.settings.memory_quota_per_user
+        self.quota = MemoryQuota(database.settings)
 
     # -- AddMemories ---------------------------------------------------------------------------------
 
@@ -196,7 +193,7 @@ class MemoryWriter:
                         False,
                         "failed",
                         error_code=QUOTA_EXHAUSTED,
-                        quota_limit=self.quota_limit,
+                        quota_limit=self.quota.limit,
                         quota_count=refused[p.memory_id],
                     )
                 else:
@@ -204,36 +201,12 @@ class MemoryWriter:
             self.notify([(scope.namespace, key, 1) for key in sorted(inserted)])
         return [results[i] for i in range(len(items))]
 
-    def _admit(
-        self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], now: datetime
-    ) -> tuple[list[_Prepared], dict[str, int]]:
-        """The items of ``fresh`` the quota admits, in order, and the refused ones' ids with the user's
-        live count when each was refused (the module doc). Runs under the quota lock."""
-        if self.quota_limit <= 0:
-            return list(fresh), {}
-        stored = self.store.existing_ids(conn, scope.namespace, [p.memory_id for p in fresh])
-        count = self.quota.count_live(conn, scope.as_dict(), scope.namespace, now)
-        admitted: list[_Prepared] = []
-        refused: dict[str, int] = {}
-        for p in fresh:
-            if p.memory_id in stored:  # a concurrent retry stored it: a duplicate, never counted
-                admitted.append(p)
-            elif count < self.quota_limit:
-                admitted.append(p)
-                count += 1
-            else:
-                refused[p.memory_id] = count
-        return admitted, refused
-
     def _insert(
         self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], vectors: Any, now: datetime
     ) -> tuple[set[str], dict[str, int]]:
-        keys = [(scope.namespace, p.memory_id) for p in fresh]
-        if self.quota_limit > 0:
-            self.quota.lock_quota(conn, scope.namespace, scope.user_id, keys)
-        else:
-            lock_node_keys(conn, keys)
-        admitted, refused = self._admit(conn, scope, fresh, now)
+        self.quota.lock(conn, scope, [(scope.namespace, p.memory_id) for p in fresh])
+        admitted_ids, refused = self.quota.admit(conn, scope, [p.memory_id for p in fresh], now)
+        admitted = [p for p in fresh if p.memory_id in set(admitted_ids)]
         rows = [
             MemoryRow(
                 namespace=scope.namespace,
@@ -332,11 +305,13 @@ class MemoryWriter:
         )
 
         def work(conn: Any) -> list[tuple[str, str, int]]:
-            lock_node_keys(conn, [(scope.namespace, key)])
+            self.quota.lock(conn, scope, [(scope.namespace, key)])
             rows = self.store.lock_rows(conn, scope.namespace, scope.user_id, [key])
             if key not in rows:
                 raise NotFound(f"memory {key!r} not found")
             row = rows[key]
+            if "expire_time" in wanted or "ttl" in wanted:
+                self.quota.check_revival(conn, scope, row, item.expiry(now), now)
             node = self.graph.get_node(conn, scope.namespace, key) or {}
             props = dict(node.get("props") or {})
             changes: dict[str, Any] = {"updated_at": now}

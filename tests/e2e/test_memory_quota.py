@@ -16,7 +16,9 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
+from google.protobuf import field_mask_pb2, json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 from memory.v1 import memory_query_service_pb2 as q
 from memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
 from memory.v1 import memory_service_pb2 as m
@@ -157,6 +159,34 @@ def test_expired_memories_do_not_count(client: QuotaClient) -> None:
         time.sleep(0.2)
     assert len(client.ids(user)) == LIMIT - 1
     assert client.add(user, _items("after-expiry", 1))[0].status == "created"
+
+
+def test_reviving_an_expired_memory_beyond_the_quota_is_refused(client: QuotaClient) -> None:
+    user = _user()
+    items = _items("kept", LIMIT - 1) + [{"text": "a memory that expires and comes back", "ttl": "1s"}]
+    expiring = client.add(user, items)[-1].memory_id
+    deadline = time.monotonic() + 60
+    while expiring in client.ids(user) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.add(user, _items("refill", 1))[0].status == "created"  # at the limit again
+    revive = m.UpdateMemoryRequest(
+        memory_id=expiring, user_id=user, update_mask=field_mask_pb2.FieldMask(paths=["expire_time"])
+    )
+    with pytest.raises(grpc.RpcError) as raised:
+        client.write.UpdateMemory(revive, timeout=60)
+    status = rpc_status.from_call(raised.value)
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and status is not None
+    failure, info = error_details_pb2.QuotaFailure(), error_details_pb2.ErrorInfo()
+    kinds = {detail.type_url.rsplit("/", 1)[-1]: detail for detail in status.details}
+    kinds["google.rpc.QuotaFailure"].Unpack(failure)
+    kinds["google.rpc.ErrorInfo"].Unpack(info)
+    assert info.reason == "MEMORY_QUOTA_EXCEEDED"
+    assert failure.violations[0].description == f"limit {LIMIT} live memories per user, count {LIMIT}"
+    assert expiring not in client.ids(user)  # nothing changed
+    client.write.DeleteMemory(
+        m.DeleteMemoryRequest(memory_id=expiring, user_id=user, reason="quota"), timeout=60
+    )
+    assert len(client.ids(user)) == LIMIT  # the deleted one was expired: the live count is unchanged
 
 
 @pytest.mark.parametrize("round_", range(4))
