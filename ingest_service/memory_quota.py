@@ -6,7 +6,7 @@ project, user). Every check runs inside the writing transaction after `MemoryQuo
 the user's quota lock together with the transaction's node-key locks, so the adds of one user are counted
 one after the other and cannot overshoot.
 
-* AddMemories (`MemoryQuota.admit`): new items are admitted in request order while the count is below
+* AddMemories (`MemoryQuota.refused`): new items are admitted in request order while the count is below
   the limit; the others are refused one by one (per-item RESOURCE_EXHAUSTED with the limit and the count).
   An item already stored (a retry) is admitted without counting: its insert is a no-op.
 * UpdateMemory (`MemoryQuota.check_revival`): a new expiry that makes an expired memory live again is a
@@ -49,9 +49,9 @@ class MemoryQuota:
         else:
             lock_node_keys(conn, keys)
 
-    def admit(
+    def refused(
         self, conn: Any, scope: MemoryScope, memory_ids: Sequence[str], now: datetime
-    ) -> tuple[list[str], dict[str, int]]:
+    ) -> dict[str, int]:
         """Which new memories of one batch the quota admits.
 
         Args:
@@ -61,23 +61,21 @@ class MemoryQuota:
             now: the instant expiry is judged at.
 
         Returns:
-            The admitted ids in order, and the refused ids with the user's live count when refused.
+            The refused ids, each with the user's live count when it was refused (the others are admitted).
         """
         if self.limit <= 0:
-            return list(memory_ids), {}
+            return {}
         stored = self.rows.existing_ids(conn, scope.namespace, memory_ids)
         count = self.counts.count_live(conn, scope.as_dict(), scope.namespace, now)
-        admitted: list[str] = []
         refused: dict[str, int] = {}
         for memory in memory_ids:
             if memory in stored:  # a concurrent retry stored it: a duplicate, never counted
-                admitted.append(memory)
-            elif count < self.limit:
-                admitted.append(memory)
+                continue
+            if count < self.limit:
                 count += 1
             else:
                 refused[memory] = count
-        return admitted, refused
+        return refused
 
     def check_revival(
         self, conn: Any, scope: MemoryScope, row: dict[str, Any], expires_at: datetime | None, now: datetime

@@ -19,8 +19,8 @@ advisory locks of its keys in one order (`common.storage.key_locks`), so concurr
 a memory twice.
 
 The per-user quota (`ingest_service.memory_quota`) is checked inside that transaction, under the
-user's quota lock taken with the key locks: the new items are admitted in request order while the user's live count is
-below the limit; the rest fail with ``error_code`` RESOURCE_EXHAUSTED and the limit and the count, and
+user's quota lock taken with the key locks: the new items are admitted in request order while the
+user's live count is below the limit; the rest fail with ``error_code`` RESOURCE_EXHAUSTED and the limit and the count, and
 nothing of them is written. A retry of a stored item is a duplicate before the quota is looked at.
 """
 
@@ -205,8 +205,8 @@ class MemoryWriter:
         self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], vectors: Any, now: datetime
     ) -> tuple[set[str], dict[str, int]]:
         self.quota.lock(conn, scope, [(scope.namespace, p.memory_id) for p in fresh])
-        admitted_ids, refused = self.quota.admit(conn, scope, [p.memory_id for p in fresh], now)
-        admitted = [p for p in fresh if p.memory_id in set(admitted_ids)]
+        refused = self.quota.refused(conn, scope, [p.memory_id for p in fresh], now)
+        admitted = [p for p in fresh if p.memory_id not in refused]
         rows = [
             MemoryRow(
                 namespace=scope.namespace,
