@@ -17,6 +17,11 @@ Ids are stable (`common.kernel.memory_names.memory_id`): a retry of an item (sam
 same content without one) finds its row and writes nothing (status ``duplicate``). The batch takes the
 advisory locks of its keys in one order (`common.storage.key_locks`), so concurrent retries never write
 a memory twice.
+
+The per-user quota (`ingest_service.memory_quota`) is checked inside that transaction, under the
+user's quota lock taken with the key locks: the new items are admitted in request order while the
+user's live count is below the limit; the rest fail with ``error_code`` RESOURCE_EXHAUSTED and the limit and the count, and
+nothing of them is written. A retry of a stored item is a duplicate before the quota is looked at.
 """
 
 from __future__ import annotations
@@ -44,9 +49,9 @@ from common.kernel.memory_names import content_identity, memory_id
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
-from common.storage.key_locks import lock_node_keys
 from common.storage.memory_store import MemoryRow, MemoryStore
 from ingest_service.field_checker import FieldChecker
+from ingest_service.memory_quota import MemoryQuota
 from ingest_service.memory_validation import (
     DEFAULT_IMPORTANCE,
     MAX_BATCH,
@@ -69,14 +74,25 @@ class PassageEncoder(Protocol):
     def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+QUOTA_EXHAUSTED = "RESOURCE_EXHAUSTED"
+"""``error_code`` of an item refused by the per-user quota (the google.rpc.Code name)."""
+INVALID_INPUT = "INVALID_ARGUMENT"
+"""``error_code`` of an item with field violations."""
+
+
 @dataclass(frozen=True)
 class AddResult:
-    """One item of AddMemories: its id ("" when failed), created, status, field violations."""
+    """One item of AddMemories: its id ("" when failed), created, status, field violations, and for a
+    failed item its error code (`INVALID_INPUT` or `QUOTA_EXHAUSTED`); a quota refusal carries the quota
+    (``quota_limit``) and the user's live memories when refused (``quota_count``)."""
 
     memory_id: str
     created: bool
     status: str
     field_violations: tuple[str, ...] = ()
+    error_code: str = ""
+    quota_limit: int = 0
+    quota_count: int = 0
 
 
 @dataclass
@@ -120,6 +136,7 @@ class MemoryWriter:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
         self.deleter = NodeDeleter(database)
+        self.quota = MemoryQuota(database.settings)
 
     # -- AddMemories ---------------------------------------------------------------------------------
 
@@ -140,7 +157,8 @@ class MemoryWriter:
             check = FieldChecker(f"memories[{index}]")
             check_new_memory(item, check, now)
             if check.violations:
-                results[index] = AddResult("", False, "failed", tuple(str(v) for v in check.violations))
+                violations = tuple(str(v) for v in check.violations)
+                results[index] = AddResult("", False, "failed", violations, error_code=INVALID_INPUT)
                 continue
             identity = item.idempotency_key or content_identity(
                 item.text, item.source, item.event_type, item.unique_tags(), item.metadata
@@ -164,19 +182,31 @@ class MemoryWriter:
                 if fresh
                 else []
             )
-            inserted = self.database.run_transaction(
+            inserted, refused = self.database.run_transaction(
                 lambda conn: self._insert(conn, scope, fresh, vectors, now)
             )
             for p in fresh:
                 created = p.memory_id in inserted
-                results[p.index] = AddResult(p.memory_id, created, "created" if created else "duplicate")
+                if p.memory_id in refused:
+                    results[p.index] = AddResult(
+                        "",
+                        False,
+                        "failed",
+                        error_code=QUOTA_EXHAUSTED,
+                        quota_limit=self.quota.limit,
+                        quota_count=refused[p.memory_id],
+                    )
+                else:
+                    results[p.index] = AddResult(p.memory_id, created, "created" if created else "duplicate")
             self.notify([(scope.namespace, key, 1) for key in sorted(inserted)])
         return [results[i] for i in range(len(items))]
 
     def _insert(
         self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], vectors: Any, now: datetime
-    ) -> set[str]:
-        lock_node_keys(conn, [(scope.namespace, p.memory_id) for p in fresh])
+    ) -> tuple[set[str], dict[str, int]]:
+        self.quota.lock(conn, scope, [(scope.namespace, p.memory_id) for p in fresh])
+        refused = self.quota.refused(conn, scope, [p.memory_id for p in fresh], now)
+        admitted = [p for p in fresh if p.memory_id not in refused]
         rows = [
             MemoryRow(
                 namespace=scope.namespace,
@@ -196,7 +226,7 @@ class MemoryWriter:
                 expires_at=p.item.expiry(now),
                 created_at=now,
             )
-            for p in fresh
+            for p in admitted
         ]
         inserted = self.store.insert_rows(conn, rows)
         chosen = [(p, vector) for p, vector in zip(fresh, vectors) if p.memory_id in inserted]
@@ -220,7 +250,7 @@ class MemoryWriter:
             self.write_chunk(
                 conn, scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector
             )
-        return inserted
+        return inserted, refused
 
     def write_chunk(
         self,
@@ -275,11 +305,13 @@ class MemoryWriter:
         )
 
         def work(conn: Any) -> list[tuple[str, str, int]]:
-            lock_node_keys(conn, [(scope.namespace, key)])
+            self.quota.lock(conn, scope, [(scope.namespace, key)])
             rows = self.store.lock_rows(conn, scope.namespace, scope.user_id, [key])
             if key not in rows:
                 raise NotFound(f"memory {key!r} not found")
             row = rows[key]
+            if "expire_time" in wanted or "ttl" in wanted:
+                self.quota.check_revival(conn, scope, row, item.expiry(now), now)
             node = self.graph.get_node(conn, scope.namespace, key) or {}
             props = dict(node.get("props") or {})
             changes: dict[str, Any] = {"updated_at": now}
@@ -374,4 +406,4 @@ class MemoryWriter:
             log.exception("enrichment enqueue failed for %d memories (they stay due)", len(due))
 
 
-__all__ = ["AddResult", "DueHook", "MemoryWriter", "chunk_of"]
+__all__ = ["INVALID_INPUT", "QUOTA_EXHAUSTED", "AddResult", "DueHook", "MemoryWriter", "chunk_of"]

@@ -2,7 +2,8 @@
 
 Each `common.kernel.errors.DomainError` subclass has one gRPC code (`grpc_code_for`). The status carries
 one `ErrorInfo` (reason = the error's UPPER_SNAKE reason, domain ``memory.v1``, metadata
-``request_id``) and, for `InvalidArgument`, a `BadRequest` with one field violation per violation.
+``request_id``) and, for `InvalidArgument`, a `BadRequest` with one field violation per violation, for
+`ResourceExhausted` a `QuotaFailure` with its subject and description.
 Anything else (a bug, a library error, a bare `DomainError`) becomes INTERNAL with a generic message that
 names the request id. The error-mapping interceptor (`common.grpc.interceptors`) calls
 `status_for_exception` for every exception a handler raises; the auth interceptor calls it for streams
@@ -26,6 +27,7 @@ from common.kernel.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
 )
@@ -50,6 +52,7 @@ _DOMAIN_CODES: tuple[tuple[type[DomainError], grpc.StatusCode], ...] = (
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
 )
 
@@ -95,6 +98,12 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
     details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata))]
     if isinstance(exc, InvalidArgument):
         details.append(_pack(bounded_bad_request(exc.violations)))
+    if isinstance(exc, ResourceExhausted):
+        violation = error_details_pb2.QuotaFailure.Violation(
+            subject=shorten(exc.subject, MAX_FIELD_CHARS),
+            description=shorten(exc.description, MAX_DESCRIPTION_CHARS),
+        )
+        details.append(_pack(error_details_pb2.QuotaFailure(violations=[violation])))
     proto = status_pb2.Status(
         code=code.value[0], message=shorten(exc.message, MAX_MESSAGE_CHARS), details=details
     )

@@ -171,6 +171,14 @@ class Settings(BaseSettings):
     memory_maintenance_batch: int = Field(
         1000, ge=1, le=100000, description="rows per tier move or sweep round"
     )
+    memory_quota_per_user: int = Field(
+        0,
+        ge=0,
+        description=(
+            "live memories (unexpired, summaries excluded) a user may have in one organisation, environment"
+            " and project; an AddMemories item beyond it fails with RESOURCE_EXHAUSTED; 0 = unlimited"
+        ),
+    )
 
     @field_validator(
         "graph_name",

@@ -69,6 +69,24 @@ class Unauthenticated(DomainError):
     reason = "UNAUTHENTICATED"
 
 
+class ResourceExhausted(DomainError):
+    """A quota is used up (RESOURCE_EXHAUSTED with a google.rpc ``QuotaFailure``).
+
+    Args:
+        message: the status message.
+        subject: what the quota applies to (QuotaFailure violation subject), e.g. ``memories/<ns>/<user>``.
+        description: the limit and the count, e.g. ``limit 100 live memories per user, count 100``.
+        reason: the ErrorInfo reason (default RESOURCE_EXHAUSTED).
+    """
+
+    reason = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, message: str, *, subject: str, description: str, reason: str | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.subject = subject
+        self.description = description
+
+
 class Unavailable(DomainError):
     """The database (or another dependency) cannot be reached; the call may be retried as is."""
 

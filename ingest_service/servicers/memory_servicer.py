@@ -38,6 +38,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):  # type: ig
                     created=r.created,
                     status=r.status,
                     field_violations=list(r.field_violations),
+                    error_code=r.error_code,
+                    quota_limit=r.quota_limit,
+                    quota_count=r.quota_count,
                 )
                 for r in results
             ]

@@ -29,7 +29,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memory.v1 import memory_record_pb2 as memory_dot_v1_dot_memory__record__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememory/v1/memory_service.proto\x12\tmemory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemory/v1/memory_record.proto\"\x9f\x03\n\tNewMemory\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x12\n\nevent_type\x18\x05 \x01(\t\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x17\n\nimportance\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12)\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12*\n\x0bmemory_type\x18\t \x01(\x0e\x32\x15.memory.v1.MemoryType\x12/\n\x0b\x65xpire_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12#\n\x04tier\x18\x0c \x01(\x0e\x32\x15.memory.v1.MemoryTier\x12+\n\nprovenance\x18\r \x01(\x0b\x32\x17.google.protobuf.StructB\r\n\x0b_importance\"M\n\x12\x41\x64\x64MemoriesRequest\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.memory.v1.NewMemory\x12\x0f\n\x07user_id\x18\x02 \x01(\t\"_\n\x0f\x41\x64\x64MemoryResult\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x04 \x03(\t\"]\n\x13\x41\x64\x64MemoriesResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.memory.v1.AddMemoryResult\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\x90\x01\n\x13UpdateMemoryRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12$\n\x06memory\x18\x02 \x01(\x0b\x32\x14.memory.v1.NewMemory\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x0f\n\x07user_id\x18\x04 \x01(\t\"T\n\x14UpdateMemoryResponse\x12!\n\x06memory\x18\x01 \x01(\x0b\x32\x11.memory.v1.Memory\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"I\n\x13\x44\x65leteMemoryRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\"\\\n\x14\x44\x65leteMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61udit_event_id\x18\x02 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"\xdc\x01\n\x18SummarizeMemoriesRequest\x12\x12\n\nmemory_ids\x18\x01 \x03(\t\x12\'\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x17.memory.v1.MemoryFilter\x12\x10\n\x08lossless\x18\x03 \x01(\x08\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x15\n\rmax_sentences\x18\x05 \x01(\x05\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x0f\n\x07user_id\x18\x07 \x01(\t\x12)\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\"k\n\x19SummarizeMemoriesResponse\x12\"\n\x07summary\x18\x01 \x01(\x0b\x32\x11.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t2\xdf\x02\n\rMemoryService\x12L\n\x0b\x41\x64\x64Memories\x12\x1d.memory.v1.AddMemoriesRequest\x1a\x1e.memory.v1.AddMemoriesResponse\x12O\n\x0cUpdateMemory\x12\x1e.memory.v1.UpdateMemoryRequest\x1a\x1f.memory.v1.UpdateMemoryResponse\x12O\n\x0c\x44\x65leteMemory\x12\x1e.memory.v1.DeleteMemoryRequest\x1a\x1f.memory.v1.DeleteMemoryResponse\x12^\n\x11SummarizeMemories\x12#.memory.v1.SummarizeMemoriesRequest\x1a$.memory.v1.SummarizeMemoriesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememory/v1/memory_service.proto\x12\tmemory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dmemory/v1/memory_record.proto\"\x9f\x03\n\tNewMemory\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07summary\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x12\n\nevent_type\x18\x05 \x01(\t\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x17\n\nimportance\x18\x07 \x01(\x01H\x00\x88\x01\x01\x12)\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12*\n\x0bmemory_type\x18\t \x01(\x0e\x32\x15.memory.v1.MemoryType\x12/\n\x0b\x65xpire_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12&\n\x03ttl\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12#\n\x04tier\x18\x0c \x01(\x0e\x32\x15.memory.v1.MemoryTier\x12+\n\nprovenance\x18\r \x01(\x0b\x32\x17.google.protobuf.StructB\r\n\x0b_importance\"M\n\x12\x41\x64\x64MemoriesRequest\x12&\n\x08memories\x18\x01 \x03(\x0b\x32\x14.memory.v1.NewMemory\x12\x0f\n\x07user_id\x18\x02 \x01(\t\"\x9d\x01\n\x0f\x41\x64\x64MemoryResult\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x0e\n\x06status\x18\x03 \x01(\t\x12\x18\n\x10\x66ield_violations\x18\x04 \x03(\t\x12\x12\n\nerror_code\x18\x05 \x01(\t\x12\x13\n\x0bquota_limit\x18\x06 \x01(\x03\x12\x13\n\x0bquota_count\x18\x07 \x01(\x03\"]\n\x13\x41\x64\x64MemoriesResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.memory.v1.AddMemoryResult\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\x90\x01\n\x13UpdateMemoryRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12$\n\x06memory\x18\x02 \x01(\x0b\x32\x14.memory.v1.NewMemory\x12/\n\x0bupdate_mask\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\x12\x0f\n\x07user_id\x18\x04 \x01(\t\"T\n\x14UpdateMemoryResponse\x12!\n\x06memory\x18\x01 \x01(\x0b\x32\x11.memory.v1.Memory\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"I\n\x13\x44\x65leteMemoryRequest\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07user_id\x18\x03 \x01(\t\"\\\n\x14\x44\x65leteMemoryResponse\x12\x11\n\tmemory_id\x18\x01 \x01(\t\x12\x16\n\x0e\x61udit_event_id\x18\x02 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"\xdc\x01\n\x18SummarizeMemoriesRequest\x12\x12\n\nmemory_ids\x18\x01 \x03(\t\x12\'\n\x06\x66ilter\x18\x02 \x01(\x0b\x32\x17.memory.v1.MemoryFilter\x12\x10\n\x08lossless\x18\x03 \x01(\x08\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x15\n\rmax_sentences\x18\x05 \x01(\x05\x12\x0c\n\x04tags\x18\x06 \x03(\t\x12\x0f\n\x07user_id\x18\x07 \x01(\t\x12)\n\x08metadata\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\"k\n\x19SummarizeMemoriesResponse\x12\"\n\x07summary\x18\x01 \x01(\x0b\x32\x11.memory.v1.Memory\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t2\xdf\x02\n\rMemoryService\x12L\n\x0b\x41\x64\x64Memories\x12\x1d.memory.v1.AddMemoriesRequest\x1a\x1e.memory.v1.AddMemoriesResponse\x12O\n\x0cUpdateMemory\x12\x1e.memory.v1.UpdateMemoryRequest\x1a\x1f.memory.v1.UpdateMemoryResponse\x12O\n\x0c\x44\x65leteMemory\x12\x1e.memory.v1.DeleteMemoryRequest\x1a\x1f.memory.v1.DeleteMemoryResponse\x12^\n\x11SummarizeMemories\x12#.memory.v1.SummarizeMemoriesRequest\x1a$.memory.v1.SummarizeMemoriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,22 +40,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEWMEMORY']._serialized_end=621
   _globals['_ADDMEMORIESREQUEST']._serialized_start=623
   _globals['_ADDMEMORIESREQUEST']._serialized_end=700
-  _globals['_ADDMEMORYRESULT']._serialized_start=702
-  _globals['_ADDMEMORYRESULT']._serialized_end=797
-  _globals['_ADDMEMORIESRESPONSE']._serialized_start=799
-  _globals['_ADDMEMORIESRESPONSE']._serialized_end=892
-  _globals['_UPDATEMEMORYREQUEST']._serialized_start=895
-  _globals['_UPDATEMEMORYREQUEST']._serialized_end=1039
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=1041
-  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=1125
-  _globals['_DELETEMEMORYREQUEST']._serialized_start=1127
-  _globals['_DELETEMEMORYREQUEST']._serialized_end=1200
-  _globals['_DELETEMEMORYRESPONSE']._serialized_start=1202
-  _globals['_DELETEMEMORYRESPONSE']._serialized_end=1294
-  _globals['_SUMMARIZEMEMORIESREQUEST']._serialized_start=1297
-  _globals['_SUMMARIZEMEMORIESREQUEST']._serialized_end=1517
-  _globals['_SUMMARIZEMEMORIESRESPONSE']._serialized_start=1519
-  _globals['_SUMMARIZEMEMORIESRESPONSE']._serialized_end=1626
-  _globals['_MEMORYSERVICE']._serialized_start=1629
-  _globals['_MEMORYSERVICE']._serialized_end=1980
+  _globals['_ADDMEMORYRESULT']._serialized_start=703
+  _globals['_ADDMEMORYRESULT']._serialized_end=860
+  _globals['_ADDMEMORIESRESPONSE']._serialized_start=862
+  _globals['_ADDMEMORIESRESPONSE']._serialized_end=955
+  _globals['_UPDATEMEMORYREQUEST']._serialized_start=958
+  _globals['_UPDATEMEMORYREQUEST']._serialized_end=1102
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_start=1104
+  _globals['_UPDATEMEMORYRESPONSE']._serialized_end=1188
+  _globals['_DELETEMEMORYREQUEST']._serialized_start=1190
+  _globals['_DELETEMEMORYREQUEST']._serialized_end=1263
+  _globals['_DELETEMEMORYRESPONSE']._serialized_start=1265
+  _globals['_DELETEMEMORYRESPONSE']._serialized_end=1357
+  _globals['_SUMMARIZEMEMORIESREQUEST']._serialized_start=1360
+  _globals['_SUMMARIZEMEMORIESREQUEST']._serialized_end=1580
+  _globals['_SUMMARIZEMEMORIESRESPONSE']._serialized_start=1582
+  _globals['_SUMMARIZEMEMORIESRESPONSE']._serialized_end=1689
+  _globals['_MEMORYSERVICE']._serialized_start=1692
+  _globals['_MEMORYSERVICE']._serialized_end=2043
 # @@protoc_insertion_point(module_scope)

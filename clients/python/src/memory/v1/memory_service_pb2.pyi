@@ -145,12 +145,23 @@ class AddMemoryResult(_message.Message):
     CREATED_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     FIELD_VIOLATIONS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    QUOTA_LIMIT_FIELD_NUMBER: _builtins.int
+    QUOTA_COUNT_FIELD_NUMBER: _builtins.int
     memory_id: _builtins.str
     """The memory's id (also for a retry); empty for a failed item."""
     created: _builtins.bool
     """True when stored now; false for a retry (already stored) or a failed item."""
     status: _builtins.str
-    """"created", "duplicate" or "failed" (invalid input: nothing stored for this item)."""
+    """"created", "duplicate" or "failed" (nothing stored for this item; error_code says why)."""
+    error_code: _builtins.str
+    """Why a failed item failed, as a google.rpc.Code name: "INVALID_ARGUMENT" (see field_violations) or
+    "RESOURCE_EXHAUSTED" (the per-user memory quota, see quota_limit and quota_count); empty otherwise.
+    """
+    quota_limit: _builtins.int
+    """For RESOURCE_EXHAUSTED: the quota, live memories per user in one organisation, environment and project."""
+    quota_count: _builtins.int
+    """For RESOURCE_EXHAUSTED: the user's live memories in the caller's scope when the item was refused."""
     @_builtins.property
     def field_violations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Every violation of a failed item, as "<field path>: <reason>", e.g. "memories[2].importance: must be in [0, 1]"."""
@@ -162,10 +173,13 @@ class AddMemoryResult(_message.Message):
         created: _builtins.bool = ...,
         status: _builtins.str = ...,
         field_violations: _abc.Iterable[_builtins.str] | None = ...,
+        error_code: _builtins.str = ...,
+        quota_limit: _builtins.int = ...,
+        quota_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "field_violations", b"field_violations", "memory_id", b"memory_id", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created", b"created", "error_code", b"error_code", "field_violations", b"field_violations", "memory_id", b"memory_id", "quota_count", b"quota_count", "quota_limit", b"quota_limit", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
