@@ -17,12 +17,10 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2, json_format
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from memory.v1 import memory_query_service_pb2 as q
 from memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
 from memory.v1 import memory_service_pb2 as m
-from memory_service_client import wait_for_serving
+from memory_service_client import rpc_failure, wait_for_serving
 
 from common.kernel.config import Settings
 from ingest_service.main import create_ingest_host
@@ -174,14 +172,12 @@ def test_reviving_an_expired_memory_beyond_the_quota_is_refused(client: QuotaCli
     )
     with pytest.raises(grpc.RpcError) as raised:
         client.write.UpdateMemory(revive, timeout=60)
-    status = rpc_status.from_call(raised.value)
-    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and status is not None
-    failure, info = error_details_pb2.QuotaFailure(), error_details_pb2.ErrorInfo()
-    kinds = {detail.type_url.rsplit("/", 1)[-1]: detail for detail in status.details}
-    kinds["google.rpc.QuotaFailure"].Unpack(failure)
-    kinds["google.rpc.ErrorInfo"].Unpack(info)
-    assert info.reason == "MEMORY_QUOTA_EXCEEDED"
-    assert failure.violations[0].description == f"limit {LIMIT} live memories per user, count {LIMIT}"
+    failure = rpc_failure(raised.value)  # the client package decodes ErrorInfo and QuotaFailure
+    assert failure.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert failure.reason == "MEMORY_QUOTA_EXCEEDED"
+    assert [v.description for v in failure.quota_violations] == [
+        f"limit {LIMIT} live memories per user, count {LIMIT}"
+    ]
     assert expiring not in client.ids(user)  # nothing changed
     client.write.DeleteMemory(
         m.DeleteMemoryRequest(memory_id=expiring, user_id=user, reason="quota"), timeout=60

@@ -2,7 +2,8 @@
 
 The services answer a failed call with a `google.rpc.Status` in the trailing metadata
 ``grpc-status-details-bin`` (AIP-193): an ``ErrorInfo`` (reason in UPPER_SNAKE, domain ``memory.v1``) and,
-for INVALID_ARGUMENT, a ``BadRequest`` with one field violation per offending field. `rpc_failure` decodes
+for INVALID_ARGUMENT, a ``BadRequest`` with one field violation per offending field, for RESOURCE_EXHAUSTED a
+``QuotaFailure`` (subject and description of the quota exceeded). `rpc_failure` decodes
 it into an `RpcFailure`; `error_from_rpc` turns it into the `ServiceError` subclass of its code, so callers
 write ``except InvalidArgument as exc: exc.violations``. Every `ServiceError` is chained to the
 `grpc.RpcError` it came from (``__cause__``).
@@ -29,6 +30,7 @@ __all__ = [
     "InvalidArgument",
     "NotFound",
     "PermissionDenied",
+    "QuotaViolation",
     "ResourceExhausted",
     "RpcFailure",
     "ServiceError",
@@ -57,6 +59,18 @@ class FieldViolation:
 
 
 @dataclass(frozen=True)
+class QuotaViolation:
+    """One quota a call exceeded (`google.rpc.QuotaFailure.Violation`): ``subject`` names whose quota
+    (e.g. ``memory-user/acme/production/8821``), ``description`` the limit and the count."""
+
+    subject: str
+    description: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.description}"
+
+
+@dataclass(frozen=True)
 class RpcFailure:
     """A failed call, decoded. ``violations`` come from `google.rpc.BadRequest`, the reason from `ErrorInfo`."""
 
@@ -66,6 +80,7 @@ class RpcFailure:
     domain: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     violations: tuple[FieldViolation, ...] = ()
+    quota_violations: tuple[QuotaViolation, ...] = ()
 
     @property
     def code_name(self) -> str:
@@ -76,6 +91,7 @@ class RpcFailure:
         """``"error: CODE: message"`` followed by one ``"  - field: description"`` line per violation."""
         out = [f"error: {self.code_name}: {self.message}"]
         out.extend(f"  - {v.field}: {v.description}" for v in self.violations)
+        out.extend(f"  - quota {v.subject}: {v.description}" for v in self.quota_violations)
         return out
 
 
@@ -117,6 +133,7 @@ def rpc_failure(error: grpc.RpcError) -> RpcFailure:
     reason = domain = ""
     metadata: dict[str, str] = {}
     violations: list[FieldViolation] = []
+    quota_violations: list[QuotaViolation] = []
     for detail in status.details:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
@@ -126,6 +143,12 @@ def rpc_failure(error: grpc.RpcError) -> RpcFailure:
             bad_request = error_details_pb2.BadRequest()
             detail.Unpack(bad_request)
             violations.extend(FieldViolation(v.field, v.description) for v in bad_request.field_violations)
+        elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            quota_failure = error_details_pb2.QuotaFailure()
+            detail.Unpack(quota_failure)
+            quota_violations.extend(
+                QuotaViolation(v.subject, v.description) for v in quota_failure.violations
+            )
     return RpcFailure(
         code=code,
         message=status.message or message or "",
@@ -133,6 +156,7 @@ def rpc_failure(error: grpc.RpcError) -> RpcFailure:
         domain=domain,
         metadata=metadata,
         violations=tuple(violations),
+        quota_violations=tuple(quota_violations),
     )
 
 
@@ -164,6 +188,7 @@ class ServiceError(Exception):
         message: the status message.
         reason: the ErrorInfo reason (UPPER_SNAKE, e.g. ``NAMESPACE_NOT_PERMITTED``), else the code's name.
         violations: the BadRequest field violations (empty for most codes).
+        quota_violations: the QuotaFailure violations (RESOURCE_EXHAUSTED of a quota, else empty).
     """
 
     def __init__(self, failure: RpcFailure) -> None:
@@ -173,6 +198,7 @@ class ServiceError(Exception):
         self.message = failure.message
         self.reason = failure.reason or failure.code_name
         self.violations = list(failure.violations)
+        self.quota_violations = list(failure.quota_violations)
 
     def lines(self) -> list[str]:
         """``"error: CODE: message"`` and one ``"  - field: description"`` line per field violation."""
@@ -212,7 +238,7 @@ class DeadlineExceeded(ServiceError):
 
 
 class ResourceExhausted(ServiceError):
-    """RESOURCE_EXHAUSTED: a limit (message size, budget) was exceeded."""
+    """RESOURCE_EXHAUSTED: a limit (message size, budget, a memory quota: ``quota_violations``) was exceeded."""
 
 
 class Internal(ServiceError):
