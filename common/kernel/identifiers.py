@@ -111,6 +111,10 @@ LabelKind = Literal["node_type", "predicate", "internal_edge"]
 _LABEL_PREFIXES: dict[str, str] = {"node_type": "n", "predicate": "p", "internal_edge": "i"}
 # The edges the project writes itself that are not facts (document links, audit trail membership).
 INTERNAL_EDGES = frozenset({"LINKS_TO", "IN_TRACE"})
+# Predicates that are many-valued by construction, so two live facts with one subject and different
+# objects are not a conflict (seed 000 flags a conflict only where one value is expected): MENTIONS, what
+# a text names (identifier links, the entities of a memory's enrichment), names any number of things.
+MULTI_VALUED_PREDICATES = frozenset({"MENTIONS"})
 # Longest label: the label's index names (``<label>_properties_gin``, ``<label>_start_id_idx``) and id
 # sequence (``<label>_id_seq``) must fit PostgreSQL's 63 bytes as well.
 MAX_LABEL_LENGTH = 48

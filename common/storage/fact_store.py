@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.identifiers import canonical_instant, graph_label
+from common.kernel.identifiers import MULTI_VALUED_PREDICATES, canonical_instant, graph_label
 from common.storage.graph_store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
@@ -506,10 +506,11 @@ class FactStore:
     ) -> set[str]:
         """fact_ids among ``rows`` whose interval overlaps another live fact of the same (subject, predicate)
         with a different object (seed 000: conflicts are flagged, never resolved). Only facts ``visibility``
-        may see count as the other side, so a flag never reveals a hidden fact."""
-        if not rows:
+        may see count as the other side, so a flag never reveals a hidden fact. Facts of a many-valued
+        predicate (`MULTI_VALUED_PREDICATES`: MENTIONS) never conflict."""
+        ids = [row.fact_id for row in rows if row.predicate not in MULTI_VALUED_PREDICATES]
+        if not ids:
             return set()
-        ids = [row.fact_id for row in rows]
         statement = sql.SQL(
             "SELECT DISTINCT a.fact_id FROM facts a JOIN facts b"
             " ON b.namespace = a.namespace AND b.subject_key = a.subject_key AND b.predicate = a.predicate"

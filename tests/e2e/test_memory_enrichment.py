@@ -269,6 +269,8 @@ def test_entities_are_graph_nodes_linked_to_the_memory(world: World) -> None:
     assert "identifier:order 55012" in objects and "organization:Acme Corp" in objects
     assert "issue:PROJ-12" in objects  # the namespace's pack names its identifiers
     assert {fact.evidence for fact in mentions} == {"extracted"}
+    # a memory naming several things does not contradict itself: MENTIONS is many-valued
+    assert [fact.object for fact in mentions if fact.conflict] == []
     # CompileContext sees the entity of the memory: its MENTIONS fact, anchored at the entity or the memory
     for anchor in ("organization:Acme Corp", memory_id):
         pack = world.context(world.owner, ACME, "who shipped the order", anchors=(anchor,))
