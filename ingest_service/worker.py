@@ -8,12 +8,16 @@
 * the sweep's look-up: `common.storage.enrichment_jobs_store.EnrichmentJobStore.due_without_job`;
 * the maintenance: `ingest_service.memory_maintenance.MemoryMaintenance.run` (tier policy, expiry sweep).
 
-`run_worker` runs it until SIGTERM/SIGINT.
+`run_worker` runs it until SIGTERM/SIGINT, and runs it again when it stops by itself: procrastinate stops a
+worker whose side task (the LISTEN connection, the heartbeat) fails, which a database restart causes, and
+the process must outlive a restart of its database as the services do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +34,11 @@ from ingest_service.enrichment.model import Enricher
 from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue
 from ingest_service.memory_maintenance import MemoryMaintenance
 from ingest_service.memory_writer import MemoryWriter
+
+log = logging.getLogger("memory.worker")
+# Seconds between restarts of a worker that stopped by itself (the database unreachable), doubling to the cap.
+RESTART_DELAY_SECONDS = 1.0
+RESTART_DELAY_CAP_SECONDS = 30.0
 
 
 class _NoPassages:
@@ -70,10 +79,52 @@ def build_worker(
 
 
 def run_worker(settings: Settings, concurrency: int) -> None:
-    """Runs the enrichment worker in the foreground until SIGTERM/SIGINT (running jobs finish first)."""
+    """Runs the enrichment worker in the foreground until SIGTERM/SIGINT (running jobs finish first).
+
+    A worker that stops by itself (procrastinate stops it when a side task fails, e.g. its LISTEN
+    connection dies in a database restart) is started again after a delay that doubles from
+    `RESTART_DELAY_SECONDS` to `RESTART_DELAY_CAP_SECONDS`; jobs it held are retried (stalled-job retry
+    of the queue), so nothing is lost.
+    """
     queue, database = build_worker(settings, concurrency=concurrency)
     load_models()  # the first job does not wait for the language models
     try:
-        asyncio.run(queue.run_worker(concurrency))
+        asyncio.run(_supervise(queue, concurrency))
     finally:
         database.close()
+
+
+async def _supervise(queue: EnrichmentQueue, concurrency: int) -> None:
+    """Runs ``queue``'s worker, restarting it whenever it stops without a stop signal."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    current: dict[str, asyncio.Task[None]] = {}
+
+    def request_stop() -> None:
+        stopping.set()
+        if "task" in current:
+            current["task"].cancel()  # procrastinate then stops fetching and lets running jobs finish
+
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stop_signal, request_stop)
+    delay = RESTART_DELAY_SECONDS
+    while not stopping.is_set():
+        started = loop.time()
+        current["task"] = asyncio.create_task(queue.run_worker(concurrency, install_signal_handlers=False))
+        try:
+            await current["task"]
+        except asyncio.CancelledError:
+            if not stopping.is_set():
+                raise
+        except Exception:  # the database unreachable at start-up or mid-run: retried below
+            log.exception("enrichment worker failed")
+        if stopping.is_set():
+            break
+        if loop.time() - started > RESTART_DELAY_CAP_SECONDS:
+            delay = RESTART_DELAY_SECONDS  # it ran healthy for a while: a new failure starts the back-off again
+        log.warning("enrichment worker stopped by itself (database unreachable?); restarting in %.0f s", delay)
+        try:
+            await asyncio.wait_for(stopping.wait(), timeout=delay)
+        except TimeoutError:
+            pass
+        delay = min(delay * 2, RESTART_DELAY_CAP_SECONDS)

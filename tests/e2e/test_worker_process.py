@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from common.kernel.config import Settings
 from tests.conftest import fresh_database
@@ -50,6 +51,61 @@ def test_cb_worker_starts_and_stops_cleanly(settings: Settings, stop: signal.Sig
             log = worker.stderr.read().decode() if worker.stderr else ""
             assert code == 0, log
             assert _workers(fresh.database_url) == 0, "the worker unregistered on its way out"
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def _database_outage(settings: Settings, fresh: Settings, seconds: float) -> None:
+    """The worker's database refuses connections for ``seconds`` and drops those it had, as a database
+    restart does (ALLOW_CONNECTIONS off, its backends terminated), then accepts them again."""
+    name = psycopg.conninfo.conninfo_to_dict(fresh.database_url)["dbname"]
+    with psycopg.connect(settings.database_url, autocommit=True) as admin:
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (str(name),)
+        )
+        time.sleep(seconds)
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name)))
+
+
+def test_cb_worker_outlives_a_database_outage(settings: Settings) -> None:
+    """The trial's finding: a database restart made procrastinate stop the worker (its LISTEN side task
+    failed) and the process exited 0, so `cb up` took the whole stack down. The worker must start again
+    once the database is back, and still stop cleanly on SIGTERM."""
+    with fresh_database(settings) as fresh:
+        env = dict(os.environ, CB_DATABASE_URL=fresh.database_url, CB_LOG_FORMAT="text")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "common.tooling.cli", "worker", "--concurrency", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while _workers(fresh.database_url) == 0:  # bounded waits for state, not timing assertions
+                assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+                assert time.monotonic() < deadline, "the worker did not register"
+                time.sleep(0.3)
+            with psycopg.connect(fresh.database_url) as conn:
+                first = conn.execute("SELECT max(id) FROM procrastinate_workers").fetchone()
+            _database_outage(settings, fresh, seconds=6)
+            deadline = time.monotonic() + 180
+            while True:  # a new worker registration (a new row) shows the worker was started again
+                assert worker.poll() is None, "the worker process ended after the outage"
+                with psycopg.connect(fresh.database_url) as conn:
+                    newest = conn.execute("SELECT max(id) FROM procrastinate_workers").fetchone()
+                if newest and first and newest[0] is not None and newest[0] != first[0]:
+                    break
+                assert time.monotonic() < deadline, "the worker was not started again"
+                time.sleep(0.5)
+            worker.send_signal(signal.SIGTERM)
+            code = worker.wait(timeout=120)
+            log = worker.stderr.read().decode() if worker.stderr else ""
+            assert code == 0, log
+            assert "restarting" in log, log
         finally:
             if worker.poll() is None:
                 worker.kill()
