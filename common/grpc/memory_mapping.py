@@ -16,6 +16,7 @@ from common.auth.principals import Right, current_principal
 from common.domain.memory_records import MemoryRecord, memory_query
 from common.domain.memory_scope import PROJECT_METADATA, MemoryScope, resolve_memory_scope
 from common.grpc.proto_mapping import dict_to_struct, instant, json_form, timestamp
+from common.kernel.errors import FieldViolation, InvalidArgument
 from common.kernel.identifiers import integral_numbers
 from common.storage.memory_store import MemoryQuery
 
@@ -143,15 +144,29 @@ def filter_query(
     """The `MemoryQuery` of a scope and a `memory.v1.MemoryFilter`.
 
     Raises:
-        InvalidArgument: ``filter.min_importance`` outside [0, 1].
+        InvalidArgument: ``filter.min_importance`` outside [0, 1]; ``filter.tiers[i]`` or
+            ``filter.memory_types[i]`` unspecified or not a value of its enum.
     """
+    known = {
+        "tiers": set(memory_record_pb2.MemoryTier.values()) - {memory_record_pb2.MEMORY_TIER_UNSPECIFIED},
+        "memory_types": set(memory_record_pb2.MemoryType.values())
+        - {memory_record_pb2.MEMORY_TYPE_UNSPECIFIED},
+    }
+    unknown = [
+        FieldViolation(f"filter.{field}[{index}]", f"unknown or unspecified value {value}")
+        for field, values in (("tiers", message.tiers), ("memory_types", message.memory_types))
+        for index, value in enumerate(values)
+        if value not in known[field]
+    ]
+    if unknown:
+        raise InvalidArgument(unknown)
     return memory_query(
         scope,
         tags=tuple(message.tags),
         source=message.source,
         event_type=message.event_type,
-        tiers=tuple(t for t in (tier_name(v) for v in message.tiers) if t),
-        memory_types=tuple(t for t in (memory_type_name(v) for v in message.memory_types) if t),
+        tiers=tuple(tier_name(v) for v in message.tiers),
+        memory_types=tuple(memory_type_name(v) for v in message.memory_types),
         created_from=instant(message.create_time_start) if message.HasField("create_time_start") else None,
         created_to=instant(message.create_time_end) if message.HasField("create_time_end") else None,
         min_importance=message.min_importance,

@@ -189,6 +189,14 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["preset"]
     code, fields = _code(lambda: memories.recall(user, "x", project="bad_project"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["x-project-id"]
+    # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial)
+    unknown = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 99, 0])
+    code, fields = _code(lambda: memories.recall(user, "x", filter=unknown))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]", "filter.tiers[2]"]
+    code, fields = _code(
+        lambda: memories.list(user, filter=memory_record_pb2.MemoryFilter(memory_types=[42]))
+    )
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.memory_types[0]"]
     code, _ = _code(lambda: memories.get(user, "mem-000000000000000000000000"))
     assert code == grpc.StatusCode.NOT_FOUND
 
