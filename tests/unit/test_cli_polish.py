@@ -167,6 +167,22 @@ def test_token_list_json_lists_principals_without_hashes(tmp_path: Path) -> None
     assert entry["principal"] == "loader" and entry["namespaces"] == {"debian": ["write"]}
     assert entry["note"] == "ci" and entry["pii_clearance"] is False
     assert token not in result.stdout and "sha256" not in result.stdout
+    assert entry["memory_scope"] is None
+
+
+def test_token_list_shows_the_memory_scope_of_each_token(tmp_path: Path) -> None:
+    """The trial's finding: two desk tokens of users 8821 and 9999 looked identical in `cb token list`."""
+    tokens_file = tmp_path / "tokens.yaml"
+    for user in ("8821", "9999"):
+        add_token(tokens_file, principal="desk", namespaces={}, memory_scope=("acme", "production", user))
+    result = runner.invoke(app, ["token", "list", "--tokens-file", str(tokens_file), "--json"])
+    assert result.exit_code == 0, result.output
+    scopes = [entry["memory_scope"] for entry in json.loads(result.stdout)["tokens"]]
+    assert scopes == [
+        {"organization": "acme", "environment": "production", "user": user} for user in ("8821", "9999")
+    ]
+    table = runner.invoke(app, ["token", "list", "--tokens-file", str(tokens_file)])
+    assert "acme/production/8821" in table.stdout and "acme/production/9999" in table.stdout
 
 
 def test_every_option_has_one_long_spelling_and_each_spelling_one_meaning() -> None:

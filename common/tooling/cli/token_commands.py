@@ -15,7 +15,7 @@ from rich.table import Table
 
 from common.tooling.cli.cli_state import cli_state
 from common.tooling.cli.option_types import JsonOption
-from common.tooling.cli.terminal import err, fail, out
+from common.tooling.cli.terminal import err, fail, out, print_wide
 
 token_app = typer.Typer(
     help="Bearer tokens: the tokens file holds their sha256 hashes only.", no_args_is_help=True
@@ -137,7 +137,8 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
     """List the principals of the tokens file with their rights, scopes and PII clearance.
 
     ``--json`` prints ``{"tokens_file": path, "tokens": [{principal, namespaces, scopes, pii_clearance,
-    created, note}]}`` (never the hashes).
+    memory_scope, created, note}]}`` (never the hashes); ``memory_scope`` is ``{organization, environment,
+    user}`` for a token with a memory scope, else null. The table shows it as ``organisation/environment/user``.
     """
     from common.auth.tokens_file import TokensFileError, read_tokens_file
 
@@ -153,6 +154,11 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
                 "namespaces": entry.namespaces,
                 "scopes": entry.scopes,
                 "pii_clearance": entry.pii_clearance,
+                "memory_scope": (
+                    {"organization": entry.organization, "environment": entry.environment, "user": entry.user}
+                    if entry.user is not None
+                    else None
+                ),
                 "created": entry.created,
                 "note": entry.note,
             }
@@ -164,7 +170,7 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
         out.print(f"no tokens in {escape(str(path))}")
         return
     table = Table()
-    for name in ("principal", "namespaces", "scopes", "pii", "created", "note"):
+    for name in ("principal", "namespaces", "scopes", "pii", "memory scope", "created", "note"):
         table.add_column(name)
     for entry in parsed.tokens:
         table.add_row(
@@ -172,8 +178,11 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
             escape("\n".join(f"{ns}: {', '.join(rights)}" for ns, rights in entry.namespaces.items())),
             escape("\n".join(entry.scopes)),
             "cleared" if entry.pii_clearance else "",
+            escape(
+                f"{entry.organization}/{entry.environment}/{entry.user}" if entry.user is not None else ""
+            ),
             escape(entry.created or ""),
             escape(entry.note or ""),
         )
-    out.print(table)
+    print_wide(table)  # principals and scopes are copied from it: never cut or broken over lines
     out.print(f"{len(parsed.tokens)} tokens in {escape(str(path))}")
