@@ -7,6 +7,8 @@ periodically):
   ``CB_MEMORY_WARM_AFTER_DAYS`` moves to warm; a warm one older than ``CB_MEMORY_COLD_AFTER_DAYS`` moves to
   cold (a recall moves it back to hot: `MemoryStore.touch`). Rounds of ``CB_MEMORY_MAINTENANCE_BATCH`` rows
   (``FOR UPDATE SKIP LOCKED``), so concurrent runs share the work;
+* ``namespaces``: a run may be confined to some namespaces (``cb memory maintain --namespace``; tests that
+  shift the clock use it, so they never touch another run's memories); by default it acts on all;
 * expiry sweep: a memory whose ``expire_time`` lies more than ``CB_MEMORY_EXPIRY_GRACE_HOURS`` in the past
   is deleted like DeleteMemory (node, chunk, row; one audit event ``delete`` each, reason
   ``"expired"``), each in its own transaction. Between its expiry and the sweep it is hidden from recall
@@ -16,6 +18,7 @@ periodically):
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -56,8 +59,9 @@ class MemoryMaintenance:
         self.store = MemoryStore(settings)
         self.lifecycle = MemoryLifecycleStore(settings)
 
-    def apply_tier_policy(self, now: datetime) -> tuple[int, int]:
-        """Moves unused memories down one tier; returns (moved to warm, moved to cold)."""
+    def apply_tier_policy(self, now: datetime, namespaces: Sequence[str] = ()) -> tuple[int, int]:
+        """Moves unused memories down one tier (``namespaces``: only in these; empty: all); returns (moved
+        to warm, moved to cold)."""
         warm_before = now - timedelta(days=self.settings.memory_warm_after_days)
         cold_before = now - timedelta(days=self.settings.memory_cold_after_days)
         to_warm = to_cold = 0
@@ -68,6 +72,7 @@ class MemoryMaintenance:
                     warm_before=warm_before,
                     cold_before=cold_before,
                     limit=self.settings.memory_maintenance_batch,
+                    namespaces=namespaces,
                 )
             to_warm, to_cold = to_warm + warm, to_cold + cold
             if (
@@ -76,14 +81,17 @@ class MemoryMaintenance:
             ):
                 return to_warm, to_cold
 
-    def sweep_expired(self, now: datetime) -> list[str]:
-        """Deletes memories expired for longer than the grace period; returns the audit event ids."""
+    def sweep_expired(self, now: datetime, namespaces: Sequence[str] = ()) -> list[str]:
+        """Deletes memories expired for longer than the grace period (``namespaces``: only in these; empty:
+        all); returns the audit event ids."""
         before = now - timedelta(hours=self.settings.memory_expiry_grace_hours)
         AuditTrail(self.database).prepare()
         events: list[str] = []
         while True:
             with self.database.connection() as conn:
-                due = self.lifecycle.expired_before(conn, before, self.settings.memory_maintenance_batch)
+                due = self.lifecycle.expired_before(
+                    conn, before, self.settings.memory_maintenance_batch, namespaces
+                )
             for namespace, key, user_id in due:
                 try:
                     events.append(
@@ -98,11 +106,12 @@ class MemoryMaintenance:
             if len(due) < self.settings.memory_maintenance_batch:
                 return events
 
-    def run(self, now: datetime | None = None) -> MaintenanceReport:
-        """The tier policy, then the expiry sweep, judged at ``now`` (default: the current instant)."""
+    def run(self, now: datetime | None = None, *, namespaces: Sequence[str] = ()) -> MaintenanceReport:
+        """The tier policy, then the expiry sweep, judged at ``now`` (default: the current instant), in
+        ``namespaces`` (empty: every namespace)."""
         at = now or datetime.now(UTC)
-        to_warm, to_cold = self.apply_tier_policy(at)
-        events = self.sweep_expired(at)
+        to_warm, to_cold = self.apply_tier_policy(at, namespaces)
+        events = self.sweep_expired(at, namespaces)
         log.info(
             "memory maintenance: %d to warm, %d to cold, %d expired deleted", to_warm, to_cold, len(events)
         )

@@ -17,6 +17,7 @@ from common.kernel.pii import PiiMarks
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
+from common.storage.memory_liveness import gone_memories
 from common.storage.visibility import EVERYTHING, Visibility
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 
@@ -67,7 +68,7 @@ class SourceReader:
         Raises:
             InvalidArgument: empty ``namespace`` or ``natural_key``, a key longer than `MAX_KEY_LENGTH`
                 (fields named as in GetSourceRequest).
-            NotFound: no such node in the namespace.
+            NotFound: no such node in the namespace (or a memory hidden by a lossy summary or expired).
             Unavailable: the database cannot be reached.
         """
         check = ViolationCollector()
@@ -80,7 +81,7 @@ class SourceReader:
         check.raise_if_any()
         with self.database.connection() as conn:
             node = self.graph.get_node(conn, namespace, natural_key, visibility=visibility)
-            if node is None:
+            if node is None or gone_memories(conn, namespace, [natural_key]):  # hidden or expired memory
                 raise NotFound(f"no node {natural_key!r} in namespace {namespace!r}", reason="NODE_NOT_FOUND")
             props = node.get("props") or {}
             props = props if isinstance(props, dict) else {}

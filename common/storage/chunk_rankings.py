@@ -73,6 +73,7 @@ from common.storage.lexical_scoring import (
     LexemeStatistics,
     plan_bm25,
 )
+from common.storage.memory_liveness import live_memory_chunk
 from common.storage.named_queries import Queries
 from common.storage.tenant_vector_indexes import OWN_INDEX, TenantIndexRegistry, tenant_index_expression
 from common.storage.visibility import EVERYTHING, Visibility
@@ -197,6 +198,7 @@ class ChunkRankings:
         if not where.visibility.unrestricted:
             conditions.append(where.visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")))
             params.update(where.visibility.params)
+        conditions.append(live_memory_chunk(self.table))  # no hidden or expired memory, for any caller
         return sql.SQL(" AND ").join(conditions)
 
     @property

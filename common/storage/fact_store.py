@@ -21,6 +21,7 @@ from psycopg.rows import dict_row
 
 from common.kernel.identifiers import MULTI_VALUED_PREDICATES, canonical_instant, graph_label
 from common.storage.graph_store import GraphStore
+from common.storage.memory_liveness import live_memory_node
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
@@ -142,10 +143,14 @@ def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.C
     """Predicates "``visibility`` may see the fact": its own scopes, and its subject and object nodes
     (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
     of the same names, so unqualified ones would bind to it)."""
-    if visibility.unrestricted:
-        return [sql.SQL("TRUE")]
     column = sql.SQL("{}{}").format
-    return [
+    live = [  # no fact of a hidden or expired memory, for any caller (issue 12)
+        live_memory_node(column(alias, sql.SQL("namespace")), column(alias, sql.SQL(side)))
+        for side in ("subject_key", "object_key")
+    ]
+    if visibility.unrestricted:
+        return live
+    return live + [
         visibility.array_predicate(column(alias, sql.SQL("scopes"))),
         visibility.node_predicate(column(alias, sql.SQL("namespace")), column(alias, sql.SQL("subject_key"))),
         visibility.node_predicate(column(alias, sql.SQL("namespace")), column(alias, sql.SQL("object_key"))),

@@ -9,6 +9,7 @@ only if it is still current (idempotent per version).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,11 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.tables import table_identifiers
+
+
+def _in_namespaces(namespaces: Sequence[str]) -> sql.Composable:
+    """``namespace = ANY(%(namespaces)s)``, or TRUE for no namespaces (every namespace)."""
+    return sql.SQL("namespace = ANY(%(namespaces)s)") if namespaces else sql.SQL("TRUE")
 
 
 class MemoryLifecycleStore:
@@ -32,34 +38,48 @@ class MemoryLifecycleStore:
     # -- tier policy, expiry sweep -----------------------------------------------------------------
 
     def age_tiers(
-        self, conn: psycopg.Connection[Any], *, warm_before: datetime, cold_before: datetime, limit: int
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        warm_before: datetime,
+        cold_before: datetime,
+        limit: int,
+        namespaces: Sequence[str] = (),
     ) -> tuple[int, int]:
         """Moves up to ``limit`` memories each: hot ones last used before ``warm_before`` to warm, warm ones
-        last used before ``cold_before`` to cold. Returns (moved to warm, moved to cold)."""
+        last used before ``cold_before`` to cold; ``namespaces``: only in these (empty: every namespace).
+        Returns (moved to warm, moved to cold)."""
         moved = []
         for source, target, before in (("warm", "cold", cold_before), ("hot", "warm", warm_before)):
             cursor = conn.execute(
                 sql.SQL(
                     "UPDATE {t} SET tier = %(target)s WHERE (namespace, memory_id) IN ("
                     " SELECT namespace, memory_id FROM {t} WHERE tier = %(source)s AND last_used_at < %(before)s"
-                    " ORDER BY last_used_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-                ).format(t=self.table),
-                {"target": target, "source": source, "before": before, "limit": limit},
+                    " AND {in_namespaces} ORDER BY last_used_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+                ).format(t=self.table, in_namespaces=_in_namespaces(namespaces)),
+                {
+                    "target": target,
+                    "source": source,
+                    "before": before,
+                    "limit": limit,
+                    "namespaces": list(namespaces),
+                },
             )
             moved.append(max(cursor.rowcount, 0))
         to_cold, to_warm = moved
         return to_warm, to_cold
 
     def expired_before(
-        self, conn: psycopg.Connection[Any], before: datetime, limit: int
+        self, conn: psycopg.Connection[Any], before: datetime, limit: int, namespaces: Sequence[str] = ()
     ) -> list[tuple[str, str, str]]:
-        """Up to ``limit`` memories whose ``expires_at`` is before ``before``, as (namespace, memory_id,
-        user_id), oldest expiry first."""
+        """Up to ``limit`` memories whose ``expires_at`` is before ``before`` (``namespaces``: only in
+        these; empty: every namespace), as (namespace, memory_id, user_id), oldest expiry first."""
         rows = conn.execute(
             sql.SQL(
-                "SELECT namespace, memory_id, user_id FROM {} WHERE expires_at < %s ORDER BY expires_at LIMIT %s"
-            ).format(self.table),
-            (before, limit),
+                "SELECT namespace, memory_id, user_id FROM {} WHERE expires_at < %(before)s AND {}"
+                " ORDER BY expires_at LIMIT %(limit)s"
+            ).format(self.table, _in_namespaces(namespaces)),
+            {"before": before, "limit": limit, "namespaces": list(namespaces)},
         ).fetchall()
         return [(str(a), str(b), str(c)) for a, b, c in rows]
 

@@ -29,6 +29,7 @@ from memory.v1 import (
 from memory_service_client import rpc_failure
 
 from common.kernel.config import Settings
+from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
 from ingest_service.memory_maintenance import MemoryMaintenance
 from ingest_service.memory_writer import MemoryWriter
@@ -89,6 +90,15 @@ class Memories:
             token = page.next_page_token
             if not token:
                 return out
+
+
+def _project_id() -> str:
+    """A project of its own: memories in a namespace no other test touches (maintenance is confined to it)."""
+    return "prj-" + uuid.uuid4().hex[:10]
+
+
+def _namespace(record: memory_record_pb2.Memory) -> str:
+    return memory_namespace(record.scope.organization_id, record.scope.environment, record.scope.project_id)
 
 
 def _project(project: str) -> tuple[tuple[str, str], ...]:
@@ -246,20 +256,41 @@ def test_projects_are_separate_and_delete_is_audited(memories: Memories) -> None
 def test_expired_memories_are_hidden_readable_by_id_then_swept(
     memories: Memories, maintenance: MemoryMaintenance
 ) -> None:
-    user = _user()
-    results = memories.add(user, {**ALICE, "ttl": "3600s"}, INCIDENT).results
+    user, project = _user(), _project_id()
+    results = memories.add(user, {**ALICE, "ttl": "3600s"}, INCIDENT, project=project).results
     expiring, kept = results[0].memory_id, results[1].memory_id
-    assert memories.get(user, expiring).expire_time.ToDatetime(tzinfo=UTC) > datetime.now(UTC)
+    assert memories.get(user, expiring, project).expire_time.ToDatetime(tzinfo=UTC) > datetime.now(UTC)
+    only = [_namespace(memories.get(user, kept, project))]  # this test's namespace alone
     # An hour and a bit later (the sweep judges at the instant it is given): hidden, but not swept yet.
     later = datetime.now(UTC) + timedelta(hours=2)
-    maintenance.run(now=later)
-    assert memories.get(user, expiring).memory_id == expiring
+    maintenance.run(now=later, namespaces=only)
+    assert memories.get(user, expiring, project).memory_id == expiring
     grace = timedelta(hours=maintenance.settings.memory_expiry_grace_hours)
-    report = maintenance.run(now=later + grace)
-    assert report.expired_deleted >= 1 and report.audit_event_ids
-    code, _ = _code(lambda: memories.get(user, expiring))
+    report = maintenance.run(now=later + grace, namespaces=only)
+    assert report.expired_deleted == 1 and len(report.audit_event_ids) == 1
+    code, _ = _code(lambda: memories.get(user, expiring, project))
     assert code == grpc.StatusCode.NOT_FOUND
-    assert [r.memory_id for r in memories.list(user)] == [kept]
+    assert [r.memory_id for r in memories.list(user, project)] == [kept]
+
+
+def test_maintenance_confined_to_namespaces_leaves_the_others_alone(
+    memories: Memories, maintenance: MemoryMaintenance
+) -> None:
+    user, inside, outside = _user(), _project_id(), _project_id()
+    expiring_in, aging_in = (
+        r.memory_id for r in memories.add(user, {**ALICE, "ttl": "3600s"}, INCIDENT, project=inside).results
+    )
+    expiring_out, aging_out = (
+        r.memory_id for r in memories.add(user, {**ALICE, "ttl": "3600s"}, INCIDENT, project=outside).results
+    )
+    grace = timedelta(hours=maintenance.settings.memory_expiry_grace_hours + 2)
+    later = datetime.now(UTC) + timedelta(days=maintenance.settings.memory_warm_after_days + 1) + grace
+    report = maintenance.run(now=later, namespaces=[_namespace(memories.get(user, aging_in, inside))])
+    assert report.expired_deleted == 1 and report.moved_to_warm == 2  # both aged, one then swept
+    assert _code(lambda: memories.get(user, expiring_in, inside))[0] == grpc.StatusCode.NOT_FOUND
+    assert memories.get(user, aging_in, inside).tier == memory_record_pb2.MEMORY_TIER_WARM
+    for memory_id in (expiring_out, aging_out):  # the other namespace: neither swept nor aged
+        assert memories.get(user, memory_id, outside).tier == memory_record_pb2.MEMORY_TIER_HOT
 
 
 def test_an_expired_memory_is_hidden_from_recall_and_lists_but_get_shows_it(memories: Memories) -> None:
@@ -351,16 +382,18 @@ def test_summarize_by_filter(memories: Memories) -> None:
 def test_tiers_age_and_a_recall_brings_a_memory_back(
     memories: Memories, maintenance: MemoryMaintenance
 ) -> None:
-    user = _user()
-    memory_id = memories.add(user, ALICE).results[0].memory_id
+    user, project = _user(), _project_id()
+    memory_id = memories.add(user, ALICE, project=project).results[0].memory_id
+    only = [_namespace(memories.get(user, memory_id, project))]
     days = maintenance.settings.memory_warm_after_days
-    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=days + 1))
-    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_WARM
-    assert memories.recall(user, "Alice").memories == []  # hot only by default
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=days + 1), only)
+    assert memories.get(user, memory_id, project).tier == memory_record_pb2.MEMORY_TIER_WARM
+    assert memories.recall(user, "Alice", project).memories == []  # hot only by default
     warm = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_WARM])
-    assert [r.memory.memory_id for r in memories.recall(user, "Alice", filter=warm).memories] == [memory_id]
-    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_HOT  # touched
+    recalled = memories.recall(user, "Alice", project, filter=warm).memories
+    assert [r.memory.memory_id for r in recalled] == [memory_id]
+    assert memories.get(user, memory_id, project).tier == memory_record_pb2.MEMORY_TIER_HOT  # touched
     cold_days = maintenance.settings.memory_cold_after_days
-    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1))
-    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1))
-    assert memories.get(user, memory_id).tier == memory_record_pb2.MEMORY_TIER_COLD
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1), only)
+    maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1), only)
+    assert memories.get(user, memory_id, project).tier == memory_record_pb2.MEMORY_TIER_COLD

@@ -255,7 +255,16 @@ def summarize(
 
 
 @memory_app.command("maintain")
-def maintain(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def maintain(
+    ctx: typer.Context,
+    namespaces: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--namespace", help="Only the memories of this namespace (repeatable; default: every namespace)."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
     """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL)."""
     from common.kernel.errors import DomainError
     from common.storage.database import Database
@@ -269,7 +278,9 @@ def maintain(ctx: typer.Context, as_json: JsonOption = False) -> None:
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id)
     try:
-        report = MemoryMaintenance(database, MemoryWriter(database, provider), settings).run()
+        report = MemoryMaintenance(database, MemoryWriter(database, provider), settings).run(
+            namespaces=tuple(namespaces or ())
+        )
     except (DomainError, OSError) as exc:
         fail(error_lines(exc))
     finally:
