@@ -17,127 +17,22 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
-from memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    domain_pack_service_pb2,
-    domain_pack_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_record_pb2,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
+from memory.v1 import memory_service_pb2
 from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.storage.database import Database
 from common.tooling.token_writer import add_token
-from ingest_service.enrichment.jobs import EnrichmentJob
-from ingest_service.enrichment.rule_enricher import RuleEnricher
 from tests.e2e.conftest import token_secured_services
-from tests.unit.test_domain_packs import delivery_pack
+from tests.e2e.memory_readers import Caller, enrich
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ENTITY = "identifier:customer 8821"
-
-
-@dataclass
-class Caller:
-    """One caller's stubs and the metadata of its requests (the project header)."""
-
-    ingest: grpc.Channel
-    query: grpc.Channel
-    metadata: tuple[tuple[str, str], ...]
-    user_id: str = ""
-    admin: grpc.Channel | None = None  # registers domain packs (default: ``ingest``)
-
-    def write(self, method: str, request: Any) -> Any:
-        stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest)
-        return getattr(stub, method)(request, timeout=120, metadata=self.metadata)
-
-    def get(self, memory_id: str) -> memory_record_pb2.Memory:
-        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query)
-        request = memory_query_service_pb2.GetMemoryRequest(memory_id=memory_id, user_id=self.user_id)
-        return stub.GetMemory(request, timeout=60, metadata=self.metadata).memory
-
-    def recall(self, query: str, **fields: Any) -> list[str]:
-        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query)
-        request = memory_query_service_pb2.RecallMemoriesRequest(
-            query=query, user_id=self.user_id, top_k=20, touch=False, **fields
-        )
-        return [
-            r.memory.memory_id
-            for r in stub.RecallMemories(request, timeout=60, metadata=self.metadata).memories
-        ]
-
-    def listed(self, **fields: bool) -> set[str]:
-        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(self.query)
-        request = memory_query_service_pb2.ListMemoriesRequest(user_id=self.user_id, page_size=100, **fields)
-        return {m.memory_id for m in stub.ListMemories(request, timeout=60, metadata=self.metadata).memories}
-
-    def search(self, namespace: str, query: str) -> set[str]:
-        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(self.query)
-        request = retrieval_service_pb2.SearchRequest(namespace=namespace, query=query, top_k=50)
-        return {hit.node_key for hit in stub.Search(request, timeout=60).hits}
-
-    def context(self, namespace: str, query: str, anchors: list[str]) -> str:
-        stub = context_service_pb2_grpc.ContextServiceStub(self.query)
-        request = context_service_pb2.CompileContextRequest(
-            namespace=namespace, query=query, anchors=anchors, token_budget=8000, dropped_limit=100
-        )
-        pack = stub.CompileContext(request, timeout=120).pack
-        for candidate in [*pack.items, *pack.dropped]:  # a summary's lineage names its originals' ids
-            candidate.provenance.ClearField("metadata")
-        return str(pack)
-
-    def typed_context(self, namespace: str, anchor: str) -> str:
-        """CompileTypedContext from ``anchor`` over MENTIONS (a pack enabled first: it needs one)."""
-        pack = delivery_pack(uuid.uuid4().hex)
-        packs = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.admin or self.ingest)
-        request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
-        assert packs.RegisterPackage(request, timeout=60).created
-        reference = domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])
-        packs.SetNamespaceKinds(
-            domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=[reference]),
-            timeout=60,
-        )
-        stub = context_service_pb2_grpc.ContextServiceStub(self.query)
-        request = context_service_pb2.CompileTypedContextRequest(
-            namespace=namespace, anchors=[anchor], relations=["MENTIONS"], max_depth=2, token_budget=8000
-        )
-        return str(stub.CompileTypedContext(request, timeout=120).pack)
-
-    def facts(self, namespace: str, **filters: str) -> list[Any]:
-        stub = fact_query_service_pb2_grpc.FactQueryServiceStub(self.query)
-        request = fact_query_service_pb2.ListFactsRequest(
-            namespace=namespace, include_history=True, **filters
-        )
-        return list(stub.ListFacts(request, timeout=60).facts)
-
-    def source(self, namespace: str, key: str) -> grpc.StatusCode:
-        stub = source_service_pb2_grpc.SourceServiceStub(self.query)
-        try:
-            stub.GetSource(
-                source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
-            )
-        except grpc.RpcError as error:
-            return error.code()
-        return grpc.StatusCode.OK
 
 
 @dataclass
@@ -163,17 +58,11 @@ def load(caller: Caller, settings: Settings) -> World:
         "covered_b": f"Customer 8821 uses the {marker} mobile application every day.",
     }
     items = [{"text": text, **({"ttl": "1s"} if role == "expiring" else {})} for role, text in texts.items()]
-    request = json_format.ParseDict(
-        {"memories": items, "userId": caller.user_id}, memory_service_pb2.AddMemoriesRequest()
-    )
-    results = caller.write("AddMemories", request).results
-    ids = {role: result.memory_id for role, result in zip(texts, results, strict=True)}
-    assert all(result.status == "created" for result in results)
-    scope = caller.get(ids["live"]).scope
-    namespace = memory_namespace(scope.organization_id, scope.environment, scope.project_id)
-    job = EnrichmentJob(Database(settings), RuleEnricher())
+    ids = dict(zip(texts, caller.add(*items), strict=True))
+    assert all(ids.values())
+    namespace = caller.namespace_of(ids["live"])
     for memory_id in ids.values():
-        job.run(namespace, memory_id, 1)  # the worker's job, run here (the enqueue may race it: idempotent)
+        enrich(settings, namespace, memory_id)
     summary = caller.write(
         "SummarizeMemories",
         memory_service_pb2.SummarizeMemoriesRequest(
