@@ -43,3 +43,11 @@ def test_memory_commands_add_recall_get_list_summarize_with_json(
     summary = json.loads(run("summarize", memory_id, incident, "--lossless", "--json"))
     assert summary["summary"]["summarizedIds"] == [memory_id, incident]
     assert "memories[0].text" in run("add", " ", expect=1)  # a blank text fails with its field path
+
+
+def test_memory_maintain_confined_to_a_namespace_touches_nothing_else() -> None:
+    namespace = "org:cli" + uuid.uuid4().hex[:8] + ":env:production"  # a namespace holding nothing
+    result = CliRunner().invoke(app, ["memory", "maintain", "--namespace", namespace, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report == {"moved_to_warm": 0, "moved_to_cold": 0, "expired_deleted": 0, "audit_event_ids": []}
