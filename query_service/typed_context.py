@@ -59,6 +59,7 @@ from common.storage.chunk_store import ChunkStore
 from common.storage.context_store import NodeSummary
 from common.storage.database import Database
 from common.storage.graph_store import type_of_key
+from common.storage.memory_liveness import gone_memories
 from common.storage.traversal_store import TraversalStore, WalkQuery, WalkStep
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_pack.compiler import PackCompiler
@@ -280,7 +281,9 @@ class TypedContextCompiler(PackCompiler):
             found = self.graph.node_labels(
                 conn, request.namespace, [key for _, key, _ in candidates], visibility=request.visibility
             )
-            anchors = [ResolvedAnchor(given, key, source, key in found) for given, key, source in candidates]
+            # a memory hidden by a lossy summary or expired is no anchor (`common.storage.memory_liveness`)
+            live = set(found) - gone_memories(conn, request.namespace, list(found))
+            anchors = [ResolvedAnchor(given, key, source, key in live) for given, key, source in candidates]
             start = [anchor.natural_key for anchor in anchors if anchor.found]
             walk = self.traversal.walk(
                 conn,

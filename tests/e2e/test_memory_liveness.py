@@ -97,6 +97,10 @@ def check_every_read(caller: Caller, world: World) -> None:
     # CompileTypedContext: the traversal from the entity follows MENTIONS to the live memory only.
     typed = caller.typed_context(world.namespace, ENTITY)
     assert live in typed and not [memory_id for memory_id in gone if memory_id in typed]
+    assert live in caller.typed_keys(world.namespace, live)[0]  # a memory as the anchor: found, unless gone
+    for memory_id in gone:
+        keys, text = caller.typed_keys(world.namespace, memory_id)
+        assert memory_id not in keys and world.marker not in text
     # GetSource: a gone memory's node is reported like an absent one.
     assert caller.source(world.namespace, live) == grpc.StatusCode.OK
     for memory_id in gone:
