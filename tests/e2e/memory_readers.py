@@ -4,8 +4,7 @@ ListFacts, GetSource, and the enrichment job run in process on the real database
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -35,6 +34,9 @@ from ingest_service.enrichment.jobs import EnrichmentJob
 from ingest_service.enrichment.rule_enricher import RuleEnricher
 from tests.unit.test_domain_packs import delivery_pack
 
+PACK_VERSION = "memory-readers-1"
+"""The one delivery pack version the memory read tests enable (`Caller.enable_pack`)."""
+
 
 @dataclass
 class Caller:
@@ -45,6 +47,7 @@ class Caller:
     metadata: tuple[tuple[str, str], ...]
     user_id: str = ""
     admin: grpc.Channel | None = None  # registers domain packs (default: ``ingest``)
+    packs_enabled: set[str] = field(default_factory=set)
 
     def write(self, method: str, request: Any) -> Any:
         stub = memory_service_pb2_grpc.MemoryServiceStub(self.ingest)
@@ -119,20 +122,27 @@ class Caller:
 
     def typed_pack(self, namespace: str, anchor: str) -> Any:
         """CompileTypedContext from ``anchor`` over MENTIONS (a pack enabled first: it needs one)."""
-        pack = delivery_pack(uuid.uuid4().hex)
-        packs = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.admin or self.ingest)
-        request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
-        assert packs.RegisterPackage(request, timeout=60).created
-        reference = domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])
-        packs.SetNamespaceKinds(
-            domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=[reference]),
-            timeout=60,
-        )
+        if namespace not in self.packs_enabled:
+            self.enable_pack(namespace)
         stub = context_service_pb2_grpc.ContextServiceStub(self.query)
         request = context_service_pb2.CompileTypedContextRequest(
             namespace=namespace, anchors=[anchor], relations=["MENTIONS"], max_depth=2, token_budget=8000
         )
         return stub.CompileTypedContext(request, timeout=120).pack
+
+    def enable_pack(self, namespace: str) -> None:
+        """Enables the delivery pack of version `PACK_VERSION` in ``namespace`` (registered by the first
+        call; the pack registry is shared and immutable, so every run reuses that one version)."""
+        pack = delivery_pack(PACK_VERSION)
+        packs = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.admin or self.ingest)
+        request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
+        packs.RegisterPackage(request, timeout=60)  # created, or the same content already registered
+        reference = domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])
+        packs.SetNamespaceKinds(
+            domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=[reference]),
+            timeout=60,
+        )
+        self.packs_enabled.add(namespace)
 
     def facts(self, namespace: str, **filters: str) -> list[Any]:
         stub = fact_query_service_pb2_grpc.FactQueryServiceStub(self.query)
