@@ -140,8 +140,9 @@ def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
 
 
 def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.Composable]:
-    """Predicates "``visibility`` may see the fact": its own scopes, and its subject and object nodes
-    (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
+    """Predicates "``visibility`` may see the fact": its own scopes, its subject and object nodes, and
+    neither end is a memory hidden by a lossy summary or expired (for every caller,
+    `common.storage.memory_liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
     of the same names, so unqualified ones would bind to it)."""
     column = sql.SQL("{}{}").format
     live = [  # no fact of a hidden or expired memory, for any caller (issue 12)
