@@ -29,6 +29,8 @@ What is measured at each size and layout, in the same run:
   issue 15 (HNSW forced at several ``hnsw.ef_search`` with iterative scans; in the multi layout an HNSW
   index partial to Q, the per-tenant index, which is also what a partition of Q would hold), each with
   p50/p95 and overlap@10 against the exact top-10 (no index but the covering B-tree allowed);
+- each ranking arm in-process and the ``EXPLAIN (ANALYZE, BUFFERS)`` of its statements for the query at
+  its median and the slowest (`bench/scale_arms.py`);
 - the query embedding alone (the model's forward pass for one query) at 1 BLAS thread and at all cores;
 - with ``--clients``, at each size and layout of ``--concurrency-at``: 1, 4, 16, 32 clients each sending
   its own queries for ``--concurrency-seconds``, throughput per second and p95, for both services.
@@ -81,6 +83,7 @@ from bench.run_bench import (
     run_in_database,
     services,
 )
+from bench.scale_arms import arm_breakdown
 from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
 from bench.service_results import append_entry, machine, write_json
@@ -478,6 +481,9 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                             with timed(timings, "move_copies"):
                                 move_copies(conn, table, q, layout)
                     layout_now = layout
+                else:
+                    with timed(timings, "analyze"):
+                        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
                 # The per-tenant vector indexes the rule asks for (Q among many; none when Q is the table).
                 tenant_started = time.perf_counter()
                 tenant_changes = TenantVectorIndexes(settings).synchronise()
@@ -564,6 +570,7 @@ def measure_state(
         state["compile_context"] = interleaved(context)
         state["floor"] = floors(conn, settings, q, queries, vectors)
         state["vector_arm"] = vector_arm(conn, settings, q, vectors, layout, size)
+        state["arms"] = arm_breakdown(conn, settings, q, queries, vectors)
         if f"{size}:{layout}" in concurrency_at and arguments.clients:
             state["concurrency"] = {name: [] for name in addresses}
             for clients in [int(c) for c in arguments.clients.split(",")]:

@@ -132,6 +132,24 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
                 + (f", built in {r['build_seconds']} s" if "build_seconds" in r else "")
             )
         lines.append(f"| {s['size']} | {s['layout']} | " + " | ".join(cells) + " |")
+    arms = [s for s in results["states"] if "arms" in s]
+    if arms:
+        lines += [
+            "",
+            "Ranking arms in-process (`bench/scale_arms.py`; p50 / p95 ms, candidates returned p50; plans in the JSON):",
+            "",
+            "| size | layout | vector | full text (BM25) | trigram |",
+            "|---|---|---|---|---|",
+        ]
+        for s in arms:
+            lines.append(
+                f"| {s['size']} | {s['layout']} | "
+                + " | ".join(
+                    f"{figure(s['arms'][a])}, {s['arms'][a]['rows_p50']}"
+                    for a in ("vector", "text", "trigram")
+                )
+                + " |"
+            )
     for s in results["states"]:
         if "concurrency" not in s:
             continue
