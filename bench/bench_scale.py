@@ -19,14 +19,18 @@ How the tables are built:
 
 What is measured at each size and layout, in the same run:
 - Search (top_k 10) and CompileContext (budget 1500) over gRPC, p50/p95, against the query service of
-  this tree and, with ``--baseline-tree``, against the query service of another checkout on the same
-  database, request by request alternately (A/B interleaved);
+  "this tree" (the checkout of this file, or ``--tree DIR``) and, with ``--baseline-tree``, against the
+  query service of another checkout on the same database, request by request alternately (A/B
+  interleaved); the commit of each tree is recorded per size (services start anew for each size);
 - the floor: one HNSW top-10 statement (the index forced) and one GIN full-text top-10 statement, per
   query, in-process with the query vectors computed beforehand (no model, no service);
-- the vector arm: the statement of the baseline, `ChunkRankings.vector_candidates`, and the candidates of
+- the vector arm: the statement of the baseline, `ChunkRankings.vector_candidates` (of the checkout of
+  this file, in-process, whatever ``--tree`` is), and the candidates of
   issue 15 (HNSW forced at several ``hnsw.ef_search`` with iterative scans; in the multi layout an HNSW
   index partial to Q, the per-tenant index, which is also what a partition of Q would hold), each with
   p50/p95 and overlap@10 against the exact top-10 (no index but the covering B-tree allowed);
+- each ranking arm in-process and the ``EXPLAIN (ANALYZE, BUFFERS)`` of its statements for the query at
+  its median and the slowest (`bench/scale_arms.py`);
 - the query embedding alone (the model's forward pass for one query) at 1 BLAS thread and at all cores;
 - with ``--clients``, at each size and layout of ``--concurrency-at``: 1, 4, 16, 32 clients each sending
   its own queries for ``--concurrency-seconds``, throughput per second and p95, for both services.
@@ -35,7 +39,7 @@ JSON in bench/results/scale-<time>.json, the entry in bench/RESULTS.md, the curv
 bench/results/scale-<time>.png.
 
 Usage: .venv/bin/python bench/bench_scale.py [--sizes 10k,100k,1m] [--layouts single,multi]
-[--baseline-tree DIR] [--queries 100] [--clients 1,4,16,32] [--concurrency-at 100k:multi]
+[--tree DIR] [--baseline-tree DIR] [--queries 100] [--clients 1,4,16,32] [--concurrency-at 100k:multi]
 [--synthetic-base 10000] [--note TEXT]
 (``--synthetic-base N``: the base is N chunks of `bench/bench_capacity.py`'s loader, real sentences
 with vectors from the real model, written through `DocumentWriter.put_chunks`, instead of the corpora
@@ -79,6 +83,7 @@ from bench.run_bench import (
     run_in_database,
     services,
 )
+from bench.scale_arms import arm_breakdown
 from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
 from bench.service_results import append_entry, machine, write_json
@@ -135,6 +140,28 @@ FORCE_HNSW = {
 }
 
 
+@contextmanager
+def timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the block's wall time (seconds, one decimal) to ``timings[name]``."""
+    started = time.perf_counter()
+    yield
+    timings[name] = round(time.perf_counter() - started, 1)
+
+
+def tree_commit(root: Path) -> str:
+    """The commit checked out at ``root`` (``+`` when its tracked files differ from it), for the record."""
+    import subprocess
+
+    def git(*command: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *command], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+" if git("status", "--porcelain", "--untracked-files=no") else ""
+    )
+
+
 def timed_rows(call: Callable[[], list[Any]]) -> tuple[float, list[Any]]:
     started = time.perf_counter()
     rows = call()
@@ -173,7 +200,7 @@ def vector_arm(
         "baseline statement": lambda v: conn.execute(
             sql.SQL(BASELINE_VECTOR).format(table=ident), {"namespace": q, "embedding": v, "limit": 50}
         ).fetchall(),
-        "vector_candidates (this tree)": lambda v: [
+        "vector_candidates (bench checkout)": lambda v: [
             (c.chunk.node_key, c.chunk.chunk_order) for c in store.vector_candidates(conn, where, v, 50)
         ],
     }
@@ -333,6 +360,11 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--sizes", default="10k,100k,1m", help="comma-separated subset of 10k, 100k, 1m")
     parser.add_argument("--layouts", default="single,multi", help="comma-separated subset of single, multi")
     parser.add_argument(
+        "--tree",
+        default="",
+        help="checkout whose query service is under test ('this tree'; default: the checkout of this file)",
+    )
+    parser.add_argument(
         "--baseline-tree", default="", help="checkout whose query service is the A/B baseline"
     )
     parser.add_argument(
@@ -368,6 +400,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "time": stamp,
         "machine": machine(),
         "note": arguments.note,
+        "tree": arguments.tree or str(ROOT),
         "baseline_tree": arguments.baseline_tree,
         "namespace": q,
         "states": [],
@@ -437,14 +470,20 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                         if position == 0 and total < SIZES[size]:
                             needed = SIZES[size] - total
                             if layout != layout_now and copies_done:
-                                move_copies(conn, table, q, layout)
+                                with timed(timings, "move_copies"):
+                                    move_copies(conn, table, q, layout)
                             last = copies_done + -(-needed // base_rows)
                             rows_last = needed - (last - copies_done - 1) * base_rows
-                            add_copies(conn, table, q, copies_done + 1, last, rows_last, layout)
+                            with timed(timings, "copy_rows"):
+                                add_copies(conn, table, q, copies_done + 1, last, rows_last, layout)
                             copies_done = last
                         else:
-                            move_copies(conn, table, q, layout)
+                            with timed(timings, "move_copies"):
+                                move_copies(conn, table, q, layout)
                     layout_now = layout
+                else:
+                    with timed(timings, "analyze"):
+                        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
                 # The per-tenant vector indexes the rule asks for (Q among many; none when Q is the table).
                 tenant_started = time.perf_counter()
                 tenant_changes = TenantVectorIndexes(settings).synchronise()
@@ -495,9 +534,11 @@ def measure_state(
             sql.SQL("SELECT count(DISTINCT namespace) FROM {}").format(table)
         ).fetchone()[0],  # type: ignore[index]
     }
-    trees = {"this tree": ROOT}
+    trees = {"this tree": Path(arguments.tree) if arguments.tree else ROOT}
     if arguments.baseline_tree:
         trees["baseline"] = Path(arguments.baseline_tree)
+    # Read when the services start: a tree under test can move on between sizes (a snapshot re-checked-out).
+    state["commits"] = {name: tree_commit(root) for name, root in trees.items()}
     with ExitStack() as stack:
         addresses = {
             name: stack.enter_context(services(root=root, kinds=("query",)))[1]
@@ -529,6 +570,7 @@ def measure_state(
         state["compile_context"] = interleaved(context)
         state["floor"] = floors(conn, settings, q, queries, vectors)
         state["vector_arm"] = vector_arm(conn, settings, q, vectors, layout, size)
+        state["arms"] = arm_breakdown(conn, settings, q, queries, vectors)
         if f"{size}:{layout}" in concurrency_at and arguments.clients:
             state["concurrency"] = {name: [] for name in addresses}
             for clients in [int(c) for c in arguments.clients.split(",")]:

@@ -1,7 +1,13 @@
-"""The report of bench/bench_scale.py: the scale curve (PNG, matplotlib) and the bench/RESULTS.md entry."""
+"""The report of bench/bench_scale.py: the scale curve (PNG, matplotlib) and the bench/RESULTS.md entry.
+
+``python -m bench.scale_report bench/results/scale-<time>.json`` draws the curve and appends the entry of a
+run from its JSON (written after every size and layout), e.g. of a run stopped before its last size.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +87,15 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
         "",
         f"![scale curve](results/{picture})",
         "",
+        f"Trees: this tree = `{results.get('tree', '')}`, baseline = `{results.get('baseline_tree') or '-'}`;"
+        " commits measured: "
+        + "; ".join(
+            f"{s['size']} {s['layout']}: " + ", ".join(f"{n} {c}" for n, c in s["commits"].items())
+            for s in results["states"]
+            if "commits" in s
+        )
+        + ".",
+        "",
         "| size | layout | rows (Q) | "
         + " | ".join(f"Search {n} p50 / p95 ms" for n in names)
         + " | "
@@ -117,6 +132,24 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
                 + (f", built in {r['build_seconds']} s" if "build_seconds" in r else "")
             )
         lines.append(f"| {s['size']} | {s['layout']} | " + " | ".join(cells) + " |")
+    arms = [s for s in results["states"] if "arms" in s]
+    if arms:
+        lines += [
+            "",
+            "Ranking arms in-process (`bench/scale_arms.py`; p50 / p95 ms, candidates returned p50; plans in the JSON):",
+            "",
+            "| size | layout | vector | full text (BM25) | trigram |",
+            "|---|---|---|---|---|",
+        ]
+        for s in arms:
+            lines.append(
+                f"| {s['size']} | {s['layout']} | "
+                + " | ".join(
+                    f"{figure(s['arms'][a])}, {s['arms'][a]['rows_p50']}"
+                    for a in ("vector", "text", "trigram")
+                )
+                + " |"
+            )
     for s in results["states"]:
         if "concurrency" not in s:
             continue
@@ -137,3 +170,16 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
             ]
             lines.append(f"| {outcome['clients']} | " + " | ".join(cells) + " |")
     return lines
+
+
+def main(arguments: list[str]) -> int:
+    """Draws the curve and appends the entry of the run stored in the JSON file ``arguments[0]``."""
+    from bench.service_results import append_entry
+
+    results = json.loads(Path(arguments[0]).read_text("utf-8"))
+    append_entry(entry(results, draw(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
