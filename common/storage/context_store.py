@@ -1,11 +1,10 @@
 """Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
 entities named in text, and the ``context_traces`` journal (DESIGN §7).
 
-Static SQL (registry rows of keys, keys with facts, recording a compilation) is in
+Static SQL (registry rows of keys, recording a compilation) is in
 ``sql/queries/context.sql``. Composed here: the vertex read of `ContextStore.node_summaries` (one SQL
 statement over the label tables found, sanitised labels; Cypher only for keys without a recorded vertex
-id) and the reads that take the caller's visibility predicate (the first step of `keys_with_facts`,
-`traces`).
+id) and the reads that take the caller's visibility predicate (`keys_with_facts`, `traces`).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from common.kernel.pii import PiiMarks
 from common.storage.age_graph import checked_label
 from common.storage.graph_store import GraphStore
 from common.storage.named_queries import Queries
+from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
 
 # Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
@@ -69,6 +69,7 @@ class ContextStore:
     def __init__(self, settings: Settings, graph: GraphStore) -> None:
         self.graph = graph
         self.traces_table = sql.Identifier(settings.context_traces_table)
+        self.facts_table = query_placeholders(settings)["facts"]
         self.queries = Queries.for_settings("context.sql", settings)
 
     def node_summaries(
@@ -160,29 +161,34 @@ class ContextStore:
         """Natural keys whose id part (after the first ``:``; the whole key when it has none) equals one of
         ``tokens`` (lower-case) and that are the subject or object of at least one fact.
 
-        Bounded: one hash join of the namespace's registry rows with the token list, then index probes of
-        the facts of the keys found; at most ``limit`` keys, ordered by key. Nodes ``visibility`` may not
+        Bounded, in one statement: one hash join of the namespace's registry rows with the token list, then
+        index probes of the facts of the keys found; at most ``limit`` keys, ordered by key. Nodes ``visibility`` may not
         see are left out.
         """
         if not tokens or limit <= 0:
             return []
-        # Two cheap statements instead of one: with ORDER BY ... LIMIT over the join, the planner chose a
-        # nested loop evaluating the id-part expression for every (node, token) pair (1.5 s for 11.5k nodes
-        # x 164 tokens in the debian namespace); a plain hash join plus index probes take ~10 ms.
-        named = conn.execute(
-            sql.SQL(
-                "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
-                " SELECT DISTINCT g.natural_key FROM graph_nodes g"
-                " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
-                " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible}"
-            ).format(visible=visibility.array_predicate(sql.SQL("g.scopes"))),
-            {"tokens": list(tokens), "namespace": namespace, "exclude": list(exclude), **visibility.params},
-        ).fetchall()
-        if not named:
-            return []
+        # One statement, the registry join MATERIALIZED first: without the fence (one plain join with ORDER
+        # BY ... LIMIT) the planner chose a nested loop evaluating the id-part expression for every (node,
+        # token) pair (1.5 s for 11.5k nodes x 164 tokens in the debian namespace); the hash join of the
+        # CTE plus index probes of the facts take ~10 ms, in one round trip instead of two (issue 16 cost).
         rows = conn.execute(
-            self.queries["keys_with_facts"],
-            {"keys": [str(row[0]) for row in named], "namespace": namespace, "limit": limit},
+            sql.SQL(
+                "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token),"
+                " named AS MATERIALIZED (SELECT DISTINCT g.natural_key AS key FROM graph_nodes g"
+                " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
+                " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible})"
+                " SELECT k.key FROM named k"
+                " WHERE EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.subject_key = k.key)"
+                " OR EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.object_key = k.key)"
+                " ORDER BY k.key LIMIT %(limit)s"
+            ).format(visible=visibility.array_predicate(sql.SQL("g.scopes")), facts=self.facts_table),
+            {
+                "tokens": list(tokens),
+                "namespace": namespace,
+                "exclude": list(exclude),
+                "limit": limit,
+                **visibility.params,
+            },
         ).fetchall()
         return [str(row[0]) for row in rows]
 
