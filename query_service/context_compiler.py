@@ -16,7 +16,9 @@ Steps:
      ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
      key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
      most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
-   Summaries (DESIGN §7) are not candidates yet: nothing stores them.
+   - ``summary``: a summary memory (issue 12 §5) that is a hit, or that covers memory hits; it never
+     shares the pack with the originals it covers: the side with less value per token is dropped
+     (`query_service.context_pack.summaries`).
 2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
    origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
    ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
@@ -89,6 +91,7 @@ from query_service.context_pack.request import (
     with_context_defaults,
 )
 from query_service.context_pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.context_pack.summaries import add_summaries
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.pii_output import PiiDisclosure
 
@@ -169,6 +172,17 @@ class ContextCompiler(PackCompiler):
         shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
         pool = CandidatePool()
         scores = self._chunk_candidates(request, as_of, hits, pool, shown)
+        add_summaries(
+            self.database,
+            self.store,
+            self.tokens,
+            request,
+            as_of,
+            hits,
+            pool,
+            shown,
+            summary_weight=config.summary_weight,
+        )
         for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
             pool.add(candidate)
         _weigh_participants(pool, request.query, config.participant_weight)

@@ -1,5 +1,6 @@
 """Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
-entities named in text, and the ``context_traces`` journal (DESIGN §7).
+entities named in text, the summary memories covering memories (CompileContext's ``summary`` rule), and
+the ``context_traces`` journal (DESIGN §7).
 
 Static SQL (registry rows of keys, recording a compilation) is in
 ``sql/queries/context.sql``. Composed here: the vertex read of `ContextStore.node_summaries` (one SQL
@@ -13,6 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -22,6 +24,7 @@ from psycopg.types.json import Jsonb
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
 from common.storage.age_graph import checked_label
+from common.storage.chunk_rankings import StoredChunk
 from common.storage.graph_store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
@@ -43,6 +46,16 @@ class NodeSummary:
     provenance: dict[str, Any] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)  # props.attributes of entity assertions
     pii: PiiMarks = field(default_factory=PiiMarks)  # props.pii / props.pii_categories (personal data marks)
+
+
+@dataclass(frozen=True)
+class CoveringSummary:
+    """A summary memory covering some of the memories asked about (`ContextStore.covering_summaries`)."""
+
+    summary_id: str
+    lossless: bool
+    covered: tuple[str, ...]  # the covered memories among those asked about
+    chunks: list[StoredChunk]
 
 
 def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) -> list[str]:
@@ -69,7 +82,10 @@ class ContextStore:
     def __init__(self, settings: Settings, graph: GraphStore) -> None:
         self.graph = graph
         self.traces_table = sql.Identifier(settings.context_traces_table)
-        self.facts_table = query_placeholders(settings)["facts"]
+        tables = query_placeholders(settings)
+        self.facts_table = tables["facts"]
+        self.memories_table = tables["memories"]
+        self.chunks_table = tables["chunks"]
         self.queries = Queries.for_settings("context.sql", settings)
 
     def node_summaries(
@@ -191,6 +207,54 @@ class ContextStore:
             },
         ).fetchall()
         return [str(row[0]) for row in rows]
+
+    def covering_summaries(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        memory_ids: Sequence[str],
+        *,
+        now: datetime,
+        visibility: Visibility = EVERYTHING,
+    ) -> list[CoveringSummary]:
+        """The live summaries (issue 12 §5: ``is_summary``, not expired at ``now``) that cover memories among
+        ``memory_ids`` (their ``summary_id``), each with its chunks and the covered ids among
+        ``memory_ids``, in one statement.
+
+        A summary is returned only when ``visibility`` may see its chunk (``meta.scopes``: its owner's
+        scope) and its node, and it has the covered memory's owner: another user's or tenant's summary
+        never is.
+        """
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return []
+        statement = sql.SQL(
+            "SELECT s.memory_id AS summary_id, s.lossless, array_agg(DISTINCT o.memory_id) AS covered,"
+            " c.node_key, c.chunk_order, c.node_type, c.source_path, c.title, c.heading, c.text, c.meta"
+            " FROM {memories} o JOIN {memories} s ON s.namespace = o.namespace AND s.memory_id = o.summary_id"
+            " AND s.user_id = o.user_id AND s.is_summary AND NOT s.hidden"
+            " AND (s.expires_at IS NULL OR s.expires_at > %(now)s)"
+            " JOIN {chunks} c ON c.namespace = s.namespace AND c.node_key = s.memory_id AND {visible_chunk}"
+            " WHERE o.namespace = %(namespace)s AND o.memory_id = ANY(%(ids)s) AND o.summary_id <> ''"
+            " AND {visible_node}"
+            " GROUP BY s.memory_id, s.lossless, c.node_key, c.chunk_order, c.node_type, c.source_path, c.title,"
+            " c.heading, c.text, c.meta ORDER BY s.memory_id, c.chunk_order"
+        ).format(
+            memories=self.memories_table,
+            chunks=self.chunks_table,
+            visible_chunk=visibility.jsonb_predicate(sql.SQL("(c.meta -> 'scopes')")),
+            visible_node=visibility.node_predicate(sql.SQL("s.namespace"), sql.SQL("s.memory_id")),
+        )
+        rows = conn.execute(
+            statement, {"namespace": namespace, "ids": ids, "now": now, **visibility.params}
+        ).fetchall()
+        out: dict[str, CoveringSummary] = {}
+        for summary_id, lossless, covered, *chunk in rows:
+            entry = out.setdefault(
+                str(summary_id), CoveringSummary(str(summary_id), bool(lossless), tuple(sorted(covered)), [])
+            )
+            entry.chunks.append(StoredChunk(*chunk))
+        return list(out.values())
 
     def record_trace(
         self,
