@@ -177,7 +177,6 @@ class ContextCompiler(PackCompiler):
             self.store,
             self.tokens,
             request,
-            as_of,
             hits,
             pool,
             shown,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from common.storage.chunk_rankings import StoredChunk
 from common.storage.context_store import ContextStore, CoveringSummary
@@ -57,7 +57,6 @@ def add_summaries(
     store: ContextStore,
     tokens: TokenCounter,
     request: ContextRequest,
-    as_of: datetime,
     hits: Sequence[SearchHit],
     pool: CandidatePool,
     shown: PiiDisclosure,
@@ -82,7 +81,7 @@ def add_summaries(
             conn,
             request.namespace,
             [hit.chunk.node_key for hit in memory_hits],
-            now=as_of,
+            now=datetime.now(UTC),  # expiry is judged now, whatever the pack's as_of
             visibility=request.visibility,
         )
     for summary in covering:
