@@ -7,7 +7,8 @@ Steps:
      (``token_budget / search_tokens_per_hit``, within ``min_search_hits..max_search_hits``);
    - ``neighbour``: the turns next to the best ``neighbour_origins`` hits that are turns (episodes of
      observations) in the same source system and stream, up to ``neighbour_window`` on each side and
-     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.stream_neighbours`):
+     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.conversation`,
+     one statement with the hits' turns and the recent turns):
      the question and its answer are often in consecutive turns;
    - ``recent``: the ``recent_limit`` most recent turns that occurred by ``as_of``;
    - ``anchor_fact``: the facts valid at ``as_of`` whose subject or object is an anchor;
@@ -15,7 +16,9 @@ Steps:
      ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
      key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
      most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
-   Summaries (DESIGN §7) are not candidates yet: nothing stores them.
+   - ``summary``: a summary memory (issue 12 §5) that is a hit, or that covers memory hits; it never
+     shares the pack with the originals it covers: the side with less value per token is dropped
+     (`query_service.context_pack.summaries`).
 2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
    origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
    ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
@@ -88,6 +91,7 @@ from query_service.context_pack.request import (
     with_context_defaults,
 )
 from query_service.context_pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.context_pack.summaries import add_summaries
 from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.pii_output import PiiDisclosure
 
@@ -168,6 +172,16 @@ class ContextCompiler(PackCompiler):
         shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
         pool = CandidatePool()
         scores = self._chunk_candidates(request, as_of, hits, pool, shown)
+        add_summaries(
+            self.database,
+            self.store,
+            self.tokens,
+            request,
+            hits,
+            pool,
+            shown,
+            summary_weight=config.summary_weight,
+        )
         for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
             pool.add(candidate)
         _weigh_participants(pool, request.query, config.participant_weight)
@@ -222,44 +236,43 @@ class ContextCompiler(PackCompiler):
             for hit in hits
             if hit.chunk.node_type == "episode" and (ids := hit.provenance.observation_ids)
         ]
-        # Autocommit: the three reads need no common snapshot (no BEGIN/COMMIT round trips).
-        with self.database.read_connection() as conn:
-            turns = self.episodes.turns(conn, request.namespace, origin_ids, visibility=request.visibility)
-            scores: dict[str, float] = {}
-            origin_score: dict[str, float] = {}
-            for place, hit in enumerate(hits):
-                score = min(1.0, hit.score / best)
-                if config.hit_half_rank > 0:
-                    score = 1.0 / (1.0 + place / config.hit_half_rank)
-                key = chunk_key(hit.chunk)
-                scores[key] = score
-                turn = _turn_of(hit.chunk.node_key, turns)
-                if turn is not None and len(origin_score) < config.neighbour_origins:
-                    origin_score.setdefault(turn.observation_id, score)
-                pool.add(
-                    chunk_candidate(
-                        hit.chunk,
-                        turn,
-                        shown,
-                        score=score,
-                        selection=Selection(
-                            HIT, "found by hybrid search", hit_components(hit, best, place + 1)
-                        ),
-                        metadata=hit.provenance.metadata,
-                        source_path=hit.provenance.source_path,
-                    )
-                )
-            neighbours = self.episodes.stream_neighbours(
+        with self.database.read_connection() as conn:  # one statement: no BEGIN/COMMIT round trips
+            conversation = self.episodes.conversation(
                 conn,
                 request.namespace,
-                list(origin_score),
+                origin_ids,
+                origins=config.neighbour_origins,
                 window=config.neighbour_window,
                 max_gap=config.neighbour_max_gap,
+                as_of=as_of,
+                recent_limit=config.recent_limit,
                 visibility=request.visibility,
             )
-            recent = self.episodes.recent(
-                conn, request.namespace, as_of=as_of, limit=config.recent_limit, visibility=request.visibility
+        turns = conversation.turns
+        scores: dict[str, float] = {}
+        origin_score: dict[str, float] = {}
+        for place, hit in enumerate(hits):
+            score = min(1.0, hit.score / best)
+            if config.hit_half_rank > 0:
+                score = 1.0 / (1.0 + place / config.hit_half_rank)
+            key = chunk_key(hit.chunk)
+            scores[key] = score
+            turn = _turn_of(hit.chunk.node_key, turns)
+            if turn is not None and len(origin_score) < config.neighbour_origins:
+                origin_score.setdefault(turn.observation_id, score)
+            pool.add(
+                chunk_candidate(
+                    hit.chunk,
+                    turn,
+                    shown,
+                    score=score,
+                    selection=Selection(HIT, "found by hybrid search", hit_components(hit, best, place + 1)),
+                    metadata=hit.provenance.metadata,
+                    source_path=hit.provenance.source_path,
+                )
             )
+        neighbours = [near for near in conversation.neighbours if near.origin_id in origin_score]
+        recent = conversation.recent
         for near in neighbours:
             decay = config.neighbour_decay ** (abs(near.distance) - 1)
             base = origin_score[near.origin_id]

@@ -1,11 +1,11 @@
 """Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
-entities named in text, and the ``context_traces`` journal (DESIGN §7).
+entities named in text, the summary memories covering memories (CompileContext's ``summary`` rule), and
+the ``context_traces`` journal (DESIGN §7).
 
-Static SQL (registry rows of keys, keys with facts, recording a compilation) is in
+Static SQL (registry rows of keys, recording a compilation) is in
 ``sql/queries/context.sql``. Composed here: the vertex read of `ContextStore.node_summaries` (one SQL
 statement over the label tables found, sanitised labels; Cypher only for keys without a recorded vertex
-id) and the reads that take the caller's visibility predicate (the first step of `keys_with_facts`,
-`traces`).
+id) and the reads that take the caller's visibility predicate (`keys_with_facts`, `traces`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -23,8 +24,10 @@ from psycopg.types.json import Jsonb
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
 from common.storage.age_graph import checked_label
+from common.storage.chunk_rankings import StoredChunk
 from common.storage.graph_store import GraphStore
 from common.storage.named_queries import Queries
+from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
 
 # Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
@@ -43,6 +46,16 @@ class NodeSummary:
     provenance: dict[str, Any] = field(default_factory=dict)
     attributes: dict[str, Any] = field(default_factory=dict)  # props.attributes of entity assertions
     pii: PiiMarks = field(default_factory=PiiMarks)  # props.pii / props.pii_categories (personal data marks)
+
+
+@dataclass(frozen=True)
+class CoveringSummary:
+    """A summary memory covering some of the memories asked about (`ContextStore.covering_summaries`)."""
+
+    summary_id: str
+    lossless: bool
+    covered: tuple[str, ...]  # the covered memories among those asked about
+    chunks: list[StoredChunk]
 
 
 def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) -> list[str]:
@@ -69,6 +82,10 @@ class ContextStore:
     def __init__(self, settings: Settings, graph: GraphStore) -> None:
         self.graph = graph
         self.traces_table = sql.Identifier(settings.context_traces_table)
+        tables = query_placeholders(settings)
+        self.facts_table = tables["facts"]
+        self.memories_table = tables["memories"]
+        self.chunks_table = tables["chunks"]
         self.queries = Queries.for_settings("context.sql", settings)
 
     def node_summaries(
@@ -160,31 +177,84 @@ class ContextStore:
         """Natural keys whose id part (after the first ``:``; the whole key when it has none) equals one of
         ``tokens`` (lower-case) and that are the subject or object of at least one fact.
 
-        Bounded: one hash join of the namespace's registry rows with the token list, then index probes of
-        the facts of the keys found; at most ``limit`` keys, ordered by key. Nodes ``visibility`` may not
+        Bounded, in one statement: one hash join of the namespace's registry rows with the token list, then
+        index probes of the facts of the keys found; at most ``limit`` keys, ordered by key. Nodes ``visibility`` may not
         see are left out.
         """
         if not tokens or limit <= 0:
             return []
-        # Two cheap statements instead of one: with ORDER BY ... LIMIT over the join, the planner chose a
-        # nested loop evaluating the id-part expression for every (node, token) pair (1.5 s for 11.5k nodes
-        # x 164 tokens in the debian namespace); a plain hash join plus index probes take ~10 ms.
-        named = conn.execute(
-            sql.SQL(
-                "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token)"
-                " SELECT DISTINCT g.natural_key FROM graph_nodes g"
-                " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
-                " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible}"
-            ).format(visible=visibility.array_predicate(sql.SQL("g.scopes"))),
-            {"tokens": list(tokens), "namespace": namespace, "exclude": list(exclude), **visibility.params},
-        ).fetchall()
-        if not named:
-            return []
+        # One statement, the registry join MATERIALIZED first: without the fence (one plain join with ORDER
+        # BY ... LIMIT) the planner chose a nested loop evaluating the id-part expression for every (node,
+        # token) pair (1.5 s for 11.5k nodes x 164 tokens in the debian namespace); the hash join of the
+        # CTE plus index probes of the facts take ~10 ms, in one round trip instead of two (issue 16 cost).
         rows = conn.execute(
-            self.queries["keys_with_facts"],
-            {"keys": [str(row[0]) for row in named], "namespace": namespace, "limit": limit},
+            sql.SQL(
+                "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token),"
+                " named AS MATERIALIZED (SELECT DISTINCT g.natural_key AS key FROM graph_nodes g"
+                " JOIN t ON lower(substr(g.natural_key, strpos(g.natural_key, ':') + 1)) = t.token"
+                " WHERE g.namespace = %(namespace)s AND NOT (g.natural_key = ANY(%(exclude)s)) AND {visible})"
+                " SELECT k.key FROM named k"
+                " WHERE EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.subject_key = k.key)"
+                " OR EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.object_key = k.key)"
+                " ORDER BY k.key LIMIT %(limit)s"
+            ).format(visible=visibility.array_predicate(sql.SQL("g.scopes")), facts=self.facts_table),
+            {
+                "tokens": list(tokens),
+                "namespace": namespace,
+                "exclude": list(exclude),
+                "limit": limit,
+                **visibility.params,
+            },
         ).fetchall()
         return [str(row[0]) for row in rows]
+
+    def covering_summaries(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        memory_ids: Sequence[str],
+        *,
+        now: datetime,
+        visibility: Visibility = EVERYTHING,
+    ) -> list[CoveringSummary]:
+        """The live summaries (issue 12 §5: ``is_summary``, not expired at ``now``) that cover memories among
+        ``memory_ids`` (their ``summary_id``), each with its chunks and the covered ids among
+        ``memory_ids``, in one statement.
+
+        A summary is returned only when ``visibility`` may see its chunk (``meta.scopes``: its owner's
+        scope) and its node, and it has the covered memory's owner: another user's or tenant's summary
+        never is.
+        """
+        ids = list(dict.fromkeys(memory_ids))
+        if not ids:
+            return []
+        statement = sql.SQL(
+            "SELECT s.memory_id AS summary_id, s.lossless, array_agg(DISTINCT o.memory_id) AS covered,"
+            " c.node_key, c.chunk_order, c.node_type, c.source_path, c.title, c.heading, c.text, c.meta"
+            " FROM {memories} o JOIN {memories} s ON s.namespace = o.namespace AND s.memory_id = o.summary_id"
+            " AND s.user_id = o.user_id AND s.is_summary AND NOT s.hidden"
+            " AND (s.expires_at IS NULL OR s.expires_at > %(now)s)"
+            " JOIN {chunks} c ON c.namespace = s.namespace AND c.node_key = s.memory_id AND {visible_chunk}"
+            " WHERE o.namespace = %(namespace)s AND o.memory_id = ANY(%(ids)s) AND o.summary_id <> ''"
+            " AND {visible_node}"
+            " GROUP BY s.memory_id, s.lossless, c.node_key, c.chunk_order, c.node_type, c.source_path, c.title,"
+            " c.heading, c.text, c.meta ORDER BY s.memory_id, c.chunk_order"
+        ).format(
+            memories=self.memories_table,
+            chunks=self.chunks_table,
+            visible_chunk=visibility.jsonb_predicate(sql.SQL("(c.meta -> 'scopes')")),
+            visible_node=visibility.node_predicate(sql.SQL("s.namespace"), sql.SQL("s.memory_id")),
+        )
+        rows = conn.execute(
+            statement, {"namespace": namespace, "ids": ids, "now": now, **visibility.params}
+        ).fetchall()
+        out: dict[str, CoveringSummary] = {}
+        for summary_id, lossless, covered, *chunk in rows:
+            entry = out.setdefault(
+                str(summary_id), CoveringSummary(str(summary_id), bool(lossless), tuple(sorted(covered)), [])
+            )
+            entry.chunks.append(StoredChunk(*chunk))
+        return list(out.values())
 
     def record_trace(
         self,

@@ -1,6 +1,6 @@
-"""Reads of observations as the turns of a conversation, for the context compiler (issue 16 §3): who spoke
-and when (`EpisodeStore.turns`), the neighbouring turns of a turn in its stream
-(`EpisodeStore.stream_neighbours`) and the most recent turns (`EpisodeStore.recent`).
+"""Reads of observations as the turns of a conversation, for the context compiler (issue 16 §3), in one
+statement (`EpisodeStore.conversation`): who spoke and when in the hits, the neighbouring turns of a turn
+in its stream and the most recent turns.
 
 A *turn* is an observation and the chunks of its episode node ``episode:<observation_id>``. Its neighbours
 are the nearest observations of the same namespace, source system and stream, ordered by ``occurred_at``
@@ -93,6 +93,16 @@ class RecentTurn:
     chunks: tuple[StoredChunk, ...]
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """What `EpisodeStore.conversation` reads: the hits' turns by observation id, their neighbouring turns
+    and the most recent turns (newest first)."""
+
+    turns: dict[str, EpisodeTurn]
+    neighbours: list[NeighbourTurn]
+    recent: list[RecentTurn]
+
+
 class EpisodeStore:
     """Conversation reads over the observations and chunks tables (see the module doc)."""
 
@@ -100,154 +110,132 @@ class EpisodeStore:
         self.observations = sql.Identifier(settings.observations_table)
         self.chunks = sql.Identifier(settings.chunks_table)
 
-    def turns(
+    def conversation(
         self,
         conn: psycopg.Connection[Any],
         namespace: str,
         observation_ids: Sequence[str],
         *,
-        visibility: Visibility = EVERYTHING,
-    ) -> dict[str, EpisodeTurn]:
-        """The turns of the existing observations among ``observation_ids`` that ``visibility`` may see."""
-        ids = list(dict.fromkeys(observation_ids))
-        if not ids:
-            return {}
-        statement = sql.SQL(
-            "SELECT {columns} FROM {observations} o WHERE o.namespace = %(namespace)s"
-            " AND o.observation_id = ANY(%(ids)s) AND {visible}"
-        ).format(
-            columns=_columns("o", _TURN_COLUMNS),
-            observations=self.observations,
-            visible=visibility.array_predicate(sql.SQL("o.scopes")),
-        )
-        with conn.cursor(row_factory=dict_row) as cursor:
-            rows = cursor.execute(
-                statement, {"namespace": namespace, "ids": ids, **visibility.params}
-            ).fetchall()
-        return {row["observation_id"]: EpisodeTurn(**row) for row in rows}
-
-    def stream_neighbours(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        observation_ids: Sequence[str],
-        *,
+        origins: int,
         window: int,
         max_gap: timedelta,
+        as_of: datetime,
+        recent_limit: int,
         visibility: Visibility = EVERYTHING,
-    ) -> list[NeighbourTurn]:
-        """Up to ``window`` visible turns before and ``window`` after each origin among ``observation_ids``
-        in its stream, at most ``max_gap`` from it in time, nearest first; origins that do not exist or
-        that the caller may not see have none. A turn near two origins is returned for each."""
+    ) -> Conversation:
+        """In one statement (one round trip; issue 16 cost): the turns of the observations among
+        ``observation_ids`` that ``visibility`` may see; up to ``window`` visible turns before and
+        ``window`` after each of the first ``origins`` of those turns (in the order given) in its stream, at
+        most ``max_gap`` from it in time, nearest first (a turn near two origins is returned for each); and
+        the ``recent_limit`` most recent visible turns that occurred at or before ``as_of``, newest first.
+
+        Raises:
+            psycopg.Error: as any statement (the callers' connection maps it).
+        """
         ids = list(dict.fromkeys(observation_ids))
-        if not ids or window <= 0:
-            return []
-        side = (
+        statement = sql.SQL(
+            "WITH hit AS (SELECT {hit_columns}, h.place FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS h(id, place)"
+            " JOIN {observations} o ON o.namespace = %(namespace)s AND o.observation_id = h.id"
+            " WHERE {visible_hit}),"
+            " origin AS (SELECT * FROM hit ORDER BY place LIMIT %(origins)s),"
+            " near AS (SELECT origin.observation_id AS origin_id, origin.occurred_at AS origin_at,"
+            " origin.recorded_order AS origin_order, side.* FROM origin"
+            " CROSS JOIN LATERAL ({before} UNION ALL {after}) side),"
+            " latest AS (SELECT {latest_columns} FROM {observations} o WHERE o.namespace = %(namespace)s"
+            " AND o.occurred_at <= %(as_of)s AND {visible_latest} AND {visible_latest_node}"
+            " AND EXISTS (SELECT 1 FROM {chunks} e WHERE e.namespace = %(namespace)s"
+            " AND e.node_key = 'episode:' || o.observation_id)"
+            " ORDER BY o.occurred_at DESC, o.recorded_order DESC LIMIT %(recent_limit)s)"
+            " SELECT 'near' AS part, near.*, {chunk_columns} FROM near JOIN {chunks} c"
+            " ON c.namespace = %(namespace)s AND c.node_key = 'episode:' || near.observation_id AND {visible_chunk}"
+            " UNION ALL SELECT 'recent', NULL, NULL, NULL, latest.*, {chunk_columns} FROM latest JOIN {chunks} c"
+            " ON c.namespace = %(namespace)s AND c.node_key = 'episode:' || latest.observation_id AND {visible_chunk}"
+            " UNION ALL SELECT 'hit', NULL, NULL, NULL, {hit_turn_columns}, {no_chunk} FROM hit"
+            " ORDER BY part, origin_id, occurred_at, recorded_order, chunk_chunk_order"
+        ).format(
+            hit_columns=_columns("o", _TURN_COLUMNS),
+            observations=self.observations,
+            visible_hit=visibility.array_predicate(sql.SQL("o.scopes")),
+            before=self._side(visibility, before=True),
+            after=self._side(visibility, before=False),
+            latest_columns=_columns("o", _TURN_COLUMNS),
+            chunks=self.chunks,
+            visible_latest=visibility.array_predicate(sql.SQL("o.scopes")),
+            visible_latest_node=visibility.node_predicate(
+                sql.SQL("o.namespace"), sql.SQL("'episode:' || o.observation_id")
+            ),
+            chunk_columns=_chunk_columns("c"),
+            visible_chunk=visibility.jsonb_predicate(sql.SQL("(c.meta -> 'scopes')")),
+            hit_turn_columns=_columns("hit", _TURN_COLUMNS),
+            no_chunk=sql.SQL(", ").join(sql.SQL("NULL") for _ in _CHUNK_FIELDS),
+        )
+        params = {
+            "namespace": namespace,
+            "ids": ids,
+            "origins": origins if window > 0 else 0,
+            "window": window,
+            "max_gap": max_gap,
+            "as_of": as_of,
+            "recent_limit": max(recent_limit, 0),
+            **visibility.params,
+        }
+        with conn.cursor(row_factory=dict_row) as cursor:
+            rows = cursor.execute(statement, params).fetchall()
+        turns: dict[str, EpisodeTurn] = {}
+        near: dict[tuple[str, str], tuple[EpisodeTurn, list[StoredChunk], tuple[datetime, int]]] = {}
+        latest: dict[str, tuple[EpisodeTurn, list[StoredChunk]]] = {}
+        for row in rows:
+            if row["part"] == "hit":
+                turns[row["observation_id"]] = _turn(row)
+            elif row["part"] == "near":
+                key = (row["origin_id"], row["observation_id"])
+                if key not in near:
+                    near[key] = (_turn(row), [], (row["origin_at"], row["origin_order"]))
+                near[key][1].append(_chunk(row))
+            else:
+                latest.setdefault(row["observation_id"], (_turn(row), []))[1].append(_chunk(row))
+        recent = [RecentTurn(turn, tuple(chunks)) for turn, chunks in latest.values()]
+        recent.sort(key=lambda r: r.turn.position, reverse=True)
+        return Conversation(turns=turns, neighbours=_nearest_first(near), recent=recent)
+
+    def _side(self, visibility: Visibility, *, before: bool) -> sql.Composable:
+        """The visible turns on one side of ``origin`` in its stream, nearest first (`conversation`)."""
+        return sql.SQL(
             "(SELECT {near_columns} FROM {observations} n WHERE n.namespace = %(namespace)s"
             " AND n.source_system = origin.source_system AND n.source_stream = origin.source_stream"
             " AND (n.occurred_at, n.recorded_order) {compare} (origin.occurred_at, origin.recorded_order)"
             " AND n.occurred_at BETWEEN origin.occurred_at - %(max_gap)s AND origin.occurred_at + %(max_gap)s"
             " AND {visible_observation} AND {visible_node}"
             " ORDER BY n.occurred_at {direction}, n.recorded_order {direction} LIMIT %(window)s)"
-        )
-        parts = {
-            "near_columns": _columns("n", _TURN_COLUMNS),
-            "observations": self.observations,
-            "visible_observation": visibility.array_predicate(sql.SQL("n.scopes")),
-            "visible_node": visibility.node_predicate(
+        ).format(
+            near_columns=_columns("n", _TURN_COLUMNS),
+            observations=self.observations,
+            compare=sql.SQL("<" if before else ">"),
+            direction=sql.SQL("DESC" if before else "ASC"),
+            visible_observation=visibility.array_predicate(sql.SQL("n.scopes")),
+            visible_node=visibility.node_predicate(
                 sql.SQL("n.namespace"), sql.SQL("'episode:' || n.observation_id")
             ),
-        }
-        before = sql.SQL(side).format(compare=sql.SQL("<"), direction=sql.SQL("DESC"), **parts)
-        after = sql.SQL(side).format(compare=sql.SQL(">"), direction=sql.SQL("ASC"), **parts)
-        statement = sql.SQL(
-            "WITH origin AS (SELECT o.observation_id, o.source_system, o.source_stream, o.occurred_at,"
-            " o.recorded_order FROM {observations} o WHERE o.namespace = %(namespace)s"
-            " AND o.observation_id = ANY(%(ids)s) AND {visible_origin}),"
-            " near AS (SELECT origin.observation_id AS origin_id, origin.occurred_at AS origin_at,"
-            " origin.recorded_order AS origin_order, side.* FROM origin"
-            " CROSS JOIN LATERAL ({before} UNION ALL {after}) side)"
-            " SELECT near.*, {chunk_columns} FROM near JOIN {chunks} c ON c.namespace = %(namespace)s"
-            " AND c.node_key = 'episode:' || near.observation_id AND {visible_chunk}"
-            " ORDER BY near.origin_id, near.occurred_at, near.recorded_order, c.chunk_order"
-        ).format(
-            observations=self.observations,
-            visible_origin=visibility.array_predicate(sql.SQL("o.scopes")),
-            before=before,
-            after=after,
-            chunk_columns=_chunk_columns("c"),
-            chunks=self.chunks,
-            visible_chunk=visibility.jsonb_predicate(sql.SQL("(c.meta -> 'scopes')")),
         )
-        params = {
-            "namespace": namespace,
-            "ids": ids,
-            "window": window,
-            "max_gap": max_gap,
-            **visibility.params,
-        }
-        with conn.cursor(row_factory=dict_row) as cursor:
-            rows = cursor.execute(statement, params).fetchall()
-        grouped: dict[tuple[str, str], tuple[EpisodeTurn, list[StoredChunk], tuple[datetime, int]]] = {}
-        for row in rows:
-            key = (row["origin_id"], row["observation_id"])
-            if key not in grouped:
-                grouped[key] = (_turn(row), [], (row["origin_at"], row["origin_order"]))
-            grouped[key][1].append(_chunk(row))
-        out: list[NeighbourTurn] = []
-        by_origin: dict[str, list[tuple[EpisodeTurn, list[StoredChunk], tuple[datetime, int]]]] = {}
-        for (origin_id, _), value in grouped.items():
-            by_origin.setdefault(origin_id, []).append(value)
-        for origin_id, near in by_origin.items():
-            origin_at = near[0][2]
-            before_turns = sorted((n for n in near if n[0].position < origin_at), key=lambda n: n[0].position)
-            after_turns = sorted((n for n in near if n[0].position > origin_at), key=lambda n: n[0].position)
-            for index, (turn, chunks, _) in enumerate(reversed(before_turns)):
-                out.append(NeighbourTurn(origin_id, -(index + 1), turn, tuple(chunks)))
-            for index, (turn, chunks, _) in enumerate(after_turns):
-                out.append(NeighbourTurn(origin_id, index + 1, turn, tuple(chunks)))
-        return out
 
-    def recent(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        *,
-        as_of: datetime,
-        limit: int,
-        visibility: Visibility = EVERYTHING,
-    ) -> list[RecentTurn]:
-        """The ``limit`` most recent visible turns that occurred at or before ``as_of``, newest first."""
-        if limit <= 0:
-            return []
-        statement = sql.SQL(
-            "WITH latest AS (SELECT {columns} FROM {observations} o WHERE o.namespace = %(namespace)s"
-            " AND o.occurred_at <= %(as_of)s AND {visible_observation} AND {visible_node}"
-            " AND EXISTS (SELECT 1 FROM {chunks} e WHERE e.namespace = %(namespace)s"
-            " AND e.node_key = 'episode:' || o.observation_id)"
-            " ORDER BY o.occurred_at DESC, o.recorded_order DESC LIMIT %(limit)s)"
-            " SELECT latest.*, {chunk_columns} FROM latest JOIN {chunks} c ON c.namespace = %(namespace)s"
-            " AND c.node_key = 'episode:' || latest.observation_id AND {visible_chunk}"
-            " ORDER BY latest.occurred_at DESC, latest.recorded_order DESC, c.chunk_order"
-        ).format(
-            columns=_columns("o", _TURN_COLUMNS),
-            observations=self.observations,
-            chunks=self.chunks,
-            visible_observation=visibility.array_predicate(sql.SQL("o.scopes")),
-            visible_node=visibility.node_predicate(
-                sql.SQL("o.namespace"), sql.SQL("'episode:' || o.observation_id")
-            ),
-            chunk_columns=_chunk_columns("c"),
-            visible_chunk=visibility.jsonb_predicate(sql.SQL("(c.meta -> 'scopes')")),
-        )
-        params = {"namespace": namespace, "as_of": as_of, "limit": limit, **visibility.params}
-        with conn.cursor(row_factory=dict_row) as cursor:
-            rows = cursor.execute(statement, params).fetchall()
-        out: dict[str, tuple[EpisodeTurn, list[StoredChunk]]] = {}
-        for row in rows:
-            entry = out.setdefault(row["observation_id"], (_turn(row), []))
-            entry[1].append(_chunk(row))
-        return [RecentTurn(turn, tuple(chunks)) for turn, chunks in out.values()]
+
+def _nearest_first(
+    near: dict[tuple[str, str], tuple[EpisodeTurn, list[StoredChunk], tuple[datetime, int]]],
+) -> list[NeighbourTurn]:
+    """The neighbours grouped by origin, each side numbered from the origin outwards (-1, -2 / 1, 2)."""
+    by_origin: dict[str, list[tuple[EpisodeTurn, list[StoredChunk], tuple[datetime, int]]]] = {}
+    for (origin_id, _), value in near.items():
+        by_origin.setdefault(origin_id, []).append(value)
+    out: list[NeighbourTurn] = []
+    for origin_id, turns in by_origin.items():
+        origin_at = turns[0][2]
+        before_turns = sorted((n for n in turns if n[0].position < origin_at), key=lambda n: n[0].position)
+        after_turns = sorted((n for n in turns if n[0].position > origin_at), key=lambda n: n[0].position)
+        for index, (turn, chunks, _) in enumerate(reversed(before_turns)):
+            out.append(NeighbourTurn(origin_id, -(index + 1), turn, tuple(chunks)))
+        for index, (turn, chunks, _) in enumerate(after_turns):
+            out.append(NeighbourTurn(origin_id, index + 1, turn, tuple(chunks)))
+    return out
 
 
 def _columns(alias: str, names: Sequence[str]) -> sql.Composable:
@@ -270,4 +258,4 @@ def _chunk(row: dict[str, Any]) -> StoredChunk:
     return StoredChunk(**{name: row["chunk_" + name] for name in _CHUNK_FIELDS})
 
 
-__all__ = ["EpisodeStore", "EpisodeTurn", "NeighbourTurn", "RecentTurn"]
+__all__ = ["Conversation", "EpisodeStore", "EpisodeTurn", "NeighbourTurn", "RecentTurn"]

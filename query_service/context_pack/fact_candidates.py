@@ -72,7 +72,8 @@ def fact_candidates(
         return compiler.facts.list(conn, query, now)[:limit]
 
     now = datetime.now(UTC)
-    with compiler.database.connection() as conn:
+    # Autocommit: the reads need no common snapshot (no BEGIN/COMMIT round trips).
+    with compiler.database.read_connection() as conn:
         far_ends: dict[str, str] = {}  # node one fact away from an anchor -> that anchor
         for anchor in request.anchors:
             for direction in ("subject", "object"):

@@ -24,7 +24,7 @@ ANCHOR_FACT = "anchor_fact"  # a fact about an anchor
 GRAPH_NEIGHBOUR = "graph_neighbour"  # a fact about a node one fact away from an anchor
 MENTION = "mention"  # a fact about an entity named in a candidate
 RECENT = "recent"  # one of the namespace's most recent observations
-SUMMARY = "summary"  # a summary of a hit's stream (not produced yet: no summaries are stored)
+SUMMARY = "summary"  # a summary memory that is a hit or covers memory hits (context_pack.summaries)
 TRAVERSAL = "traversal"  # CompileTypedContext: reached by the typed walk
 
 

@@ -40,6 +40,8 @@ class ContextSettings:
         anchor_weight: base score of a fact about an anchor.
         mention_weight: base score of a fact about a named entity, times the naming hit's score.
         near_duplicate_threshold: word-set Jaccard similarity from which a chunk repeats a better one.
+        summary_weight: a summary brought in by the memory hits it covers scores the best of their
+            scores times this (`query_service.context_pack.summaries`).
         fitting: budget fitting (`FitSettings`: score order or value per token); chunks are the truncatable items,
             capped at ``fitting.max_item_share`` of the budget.
     """
@@ -68,6 +70,7 @@ class ContextSettings:
     anchor_weight: float = 1.0
     mention_weight: float = 0.7
     near_duplicate_threshold: float = 0.85
+    summary_weight: float = 1.0
     fitting: FitSettings = field(default_factory=lambda: FitSettings(selection="rank"))
 
     def search_depth(self, token_budget: int) -> int:

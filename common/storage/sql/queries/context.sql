@@ -8,16 +8,12 @@
 -- registered keys among a list (parameters: namespace, keys).
 SELECT natural_key, label, node_type, vertex_id::text FROM {graph_nodes} WHERE namespace = %s AND natural_key = ANY(%s)
 
--- name: keys_with_facts
--- The keys among %(keys)s that are the subject or object of at least one fact of %(namespace)s, sorted,
--- at most %(limit)s (index probes of facts_subject_idx and facts_object_idx).
-SELECT k.key FROM unnest(%(keys)s::text[]) AS k(key)
-WHERE EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.subject_key = k.key)
-    OR EXISTS (SELECT 1 FROM {facts} f WHERE f.namespace = %(namespace)s AND f.object_key = k.key)
-ORDER BY k.key LIMIT %(limit)s
-
 -- name: record_context_trace
 -- Appends one context compilation (parameters: namespace, trace id, request, decisions, scopes); returns
--- its row id.
-INSERT INTO {context_traces} (namespace, trace_id, request, decisions, scopes) VALUES (%s, %s, %s, %s, %s)
+-- its row id. Committed asynchronously (set_config(..., true): this transaction only): the row is visible
+-- at once, but its COMMIT does not wait for the WAL flush (a disk flush per compile was the slowest part of
+-- a CompileContext on a busy disk, issue 16); a crash may lose the last fraction of a second of journal
+-- rows, never a pack's data. The audit events (graph) are committed as before.
+INSERT INTO {context_traces} (namespace, trace_id, request, decisions, scopes)
+SELECT %s, %s, %s, %s, %s FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
 RETURNING id

@@ -107,7 +107,8 @@ class ItemSelection(_message.Message):
     rule: _builtins.str
     """"hit" (hybrid search), "neighbour" (a turn next to a hit's turn in its stream), "recent" (a recent
     observation), "anchor_fact" (a fact about an anchor), "graph_neighbour" (a fact about a node one fact
-    away from an anchor), "mention" (a fact about an entity named in a hit).
+    away from an anchor), "mention" (a fact about an entity named in a hit), "summary" (a summary
+    memory that is a hit or covers memory hits; never together with the originals it covers).
     """
     reason: _builtins.str
     """The rule in words, e.g. "2 turns after episode:obs-... (a hit)"."""
