@@ -243,7 +243,7 @@ class FactEngine:
             namespace,
             [key for _, fact in written_facts for key in (fact.subject, fact.object)],
             now=now,
-            scopes=end_scopes(fact for _, fact in written_facts),
+            scopes=_end_scopes(fact for _, fact in written_facts),
         )
         pending = [(index, self.row_of(fact, now=now)) for index, fact in written_facts]
         while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
@@ -327,7 +327,7 @@ class FactEngine:
             namespace,
             [key for _, fact in accepted for key in (fact.subject, fact.object)],
             now=now,
-            scopes=end_scopes(fact for _, fact in accepted),
+            scopes=_end_scopes(fact for _, fact in accepted),
         )
         pending = [(index, self.row_of(fact, now=now)) for index, fact in accepted]
         written: dict[str, FactRow] = {}
@@ -478,7 +478,7 @@ class FactEngine:
         return self.facts.delete_touching(conn, namespace, natural_key)
 
 
-def end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
+def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
     """Placeholder scopes of the ends of ``facts`` (``ensure_nodes``' ``scopes``): per key, the union of
     the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it (issue 10 §2)."""
     out: dict[str, list[str]] = {}

@@ -42,7 +42,7 @@ from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph_store import GraphStore, NodeWrite
 from ingest_service.episode_text import episode_pieces, participant_facts
-from ingest_service.fact_engine import AssertionRejected, FactEngine, FactInput, end_scopes
+from ingest_service.fact_engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.identifier_extraction import MentionLinker, MentionSource
 from ingest_service.observation_validation import ObservationInput, resolve_fact_kinds
 
@@ -301,28 +301,12 @@ class ObservationProjector:
                 context.projection.entities_upserted += 1
 
     def _facts(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
-        """The ACTOR and SUBJECT facts of every episode and the asserted facts of every item
-        (`_fact_writes`), in one fact engine call, each proven by its observation. Pack violations and
-        engine rejections skip the fact (a participant fact is never rejected for a valid item)."""
-        writes = self._fact_writes(contexts)
-        outcomes = self.engine.record_batch(conn, [fact for _, _, fact in writes], now=now)
-        for (context, asserted, _), outcome in zip(writes, outcomes, strict=True):
-            if not asserted:
-                continue
-            if isinstance(outcome, AssertionRejected):
-                context.projection.rejected.append((outcome.field, outcome.reason))
-            elif outcome.created:
-                context.projection.facts_created += 1
-            else:
-                context.projection.facts_strengthened += 1
-
-    def _fact_writes(self, contexts: list[_Context]) -> list[tuple[_Context, bool, FactInput]]:
-        """``(context, asserted by the item, fact)`` of every item: the ACTOR and SUBJECT facts of its
-        episode (`ingest_service.episode_text.participant_facts`) and its asserted facts resolved by the
-        namespace's packs; an asserted fact without scopes of its own carries the observation's, one with
-        scopes adds the observation's restricting scopes to them (issue 10 §2). Pack violations are added
-        to ``context.projection.rejected`` and leave the fact out."""
-        writes: list[tuple[_Context, bool, FactInput]] = []
+        """The ACTOR and SUBJECT facts of every episode (`ingest_service.episode_text.participant_facts`)
+        and the asserted facts of every item, in one fact engine call, each proven by its observation; an
+        asserted fact without scopes of its own carries the observation's, one with scopes adds the
+        observation's restricting scopes to them (issue 10 §2). Pack violations and engine rejections
+        skip the fact (a participant fact is never rejected for a valid item)."""
+        writes: list[tuple[_Context, bool, FactInput]] = []  # (context, asserted by the item, fact)
         for context in contexts:
             item = context.item
             for fact in participant_facts(
@@ -351,49 +335,16 @@ class ObservationProjector:
                     source_path=context.source_path,
                 )
                 writes.append((context, True, write))
-        return writes
-
-    def create_missing_fact_objects(self, conn: Any, items: list[ObservationInput], now: datetime) -> int:
-        """Creates, as placeholders, the missing objects of the facts ``items`` will record (the ones
-        `project` would create inside the batch), except keys the batch writes itself (episodes,
-        entities, fact subjects); returns how many were created.
-
-        Meant for a short transaction of its own, committed BEFORE the batch transaction: concurrent
-        batches naming one new object (a maintainer met by four batches in flight) then wait for each
-        other only for that short insert (``ON CONFLICT DO NOTHING`` in key order, `GraphStore.ensure_nodes`)
-        instead of one batch waiting for the whole transaction of another. A placeholder carries the
-        restricting scopes of the facts naming it (`ingest_service.fact_engine.end_scopes`), as inside
-        the batch. Should the batch then fail (a crash, a rejected fact), the placeholders stay: a
-        placeholder holds its key and type only, has no chunk (Search never returns it) and no fact
-        (ListFacts and CompileContext's fact expansion never reach it); purging an observation leaves
-        such placeholders too (`ingest_service.observation_removal`), and the batch's retry uses them.
-        """
-        contexts = [
-            _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now) for item in items
-        ]
-        own: dict[str, set[str]] = {}
-        for context in contexts:
-            keys = own.setdefault(context.item.namespace, set())
-            keys.add(context.key)
-            keys.update(entity.key for entity in context.item.entities)
-        facts: dict[str, list[FactInput]] = {}
-        for _, _, fact in self._fact_writes(contexts):
-            own.setdefault(fact.namespace, set()).add(fact.subject)
-            facts.setdefault(fact.namespace, []).append(fact)
-        created = 0
-        for namespace in sorted(facts):
-            objects = sorted({f.object for f in facts[namespace]} - own[namespace])
-            existing = self.graph.node_labels(conn, namespace, objects) if objects else {}
-            missing = [key for key in objects if key not in existing]
-            if not missing:
+        outcomes = self.engine.record_batch(conn, [fact for _, _, fact in writes], now=now)
+        for (context, asserted, _), outcome in zip(writes, outcomes, strict=True):
+            if not asserted:
                 continue
-            wanted = set(missing)
-            scopes = end_scopes(f for f in facts[namespace] if f.object in wanted)
-            self.graph.ensure_nodes(
-                conn, namespace, missing, now=now, scopes={key: scopes.get(key, []) for key in missing}
-            )
-            created += len(missing)
-        return created
+            if isinstance(outcome, AssertionRejected):
+                context.projection.rejected.append((outcome.field, outcome.reason))
+            elif outcome.created:
+                context.projection.facts_created += 1
+            else:
+                context.projection.facts_strengthened += 1
 
     def _text_fragments(self, context: _Context, embeddings: np.ndarray | None) -> None:
         """One ``text:<observation_id>/<assertion index>`` node per text assertion, with one chunk holding

@@ -122,20 +122,15 @@ class ObservationRecorder:
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
         episode_vectors = self._embed_episodes(valid)
 
-        now = datetime.now(UTC)
-
         def work(conn: Any) -> dict[str, RecordResult]:
             # Nodes this batch writes, locked in one order first, so concurrent batches sharing a node
             # wait for each other instead of deadlocking (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
-            return self._record_all(conn, valid, embeddings, episode_vectors, now)
+            return self._record_all(conn, valid, embeddings, episode_vectors, datetime.now(UTC))
 
         with self._in_flight_lock:
             self._in_flight += 1
         try:
-            # The new fact objects first, committed on their own (`create_missing_fact_objects`), so the
-            # batch transaction only reads them and concurrent batches do not queue behind each other.
-            self.database.run_transaction(lambda conn: self._create_missing_fact_objects(conn, valid, now))
             recorded = self.database.run_transaction(work)
         finally:
             with self._in_flight_lock:
@@ -154,13 +149,6 @@ class ObservationRecorder:
     def busy(self) -> bool:
         """True while a batch is being written (the background embedder defers its rounds meanwhile)."""
         return self._in_flight > 0
-
-    def _create_missing_fact_objects(self, conn: Any, valid: list[ObservationInput], now: datetime) -> int:
-        """`ObservationProjector.create_missing_fact_objects` for the items not stored yet (a duplicate
-        writes nothing, not even a placeholder a DeleteNode removed since)."""
-        stored = self.observations.statuses(conn, sorted({item.observation_id for item in valid}))
-        new = [item for item in valid if item.observation_id not in stored]
-        return self.projector.create_missing_fact_objects(conn, new, now) if new else 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:
         """(namespace, natural_key) of the nodes the batch may lock rows of: entities (upserted, which
