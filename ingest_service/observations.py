@@ -33,6 +33,7 @@ from common.storage.observation_store import ObservationStore
 from ingest_service.fact_engine import FactEngine
 from ingest_service.observation_projection import ObservationProjector
 from ingest_service.observation_validation import ObservationInput, validate_observation
+from ingest_service.write_lanes import WriteLanes
 from ingest_service.write_limits import MAX_OBSERVATIONS_PER_CALL
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,16 @@ log = logging.getLogger(__name__)
 
 class PassageEncoder(Protocol):
     def encode_passages(self, texts: list[str]) -> np.ndarray: ...
+
+
+@dataclass
+class _Pending:
+    """A valid observation waiting in a write lane, with its text assertions' vectors (one row per text
+    assertion) and, embedded inline, its episode chunks' vectors (None: left pending)."""
+
+    item: ObservationInput
+    text_vectors: np.ndarray | None
+    episode_vectors: np.ndarray | None
 
 
 @dataclass
@@ -81,6 +92,7 @@ class ObservationRecorder:
         self.graph = GraphStore(database)
         self.observations = ObservationStore(database.settings)
         self.encoder = encoder
+        self.lanes: WriteLanes[_Pending, RecordResult] = WriteLanes(self._write)
         self.projector = ObservationProjector(
             self.graph,
             FactEngine(self.graph, FactStore(self.graph)),
@@ -121,20 +133,17 @@ class ObservationRecorder:
         valid = [item for item, _ in validated if item is not None]
         embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
         episode_vectors = self._embed_episodes(valid)
-
-        def work(conn: Any) -> dict[str, RecordResult]:
-            # Nodes this batch writes, locked in one order first, so concurrent batches sharing a node
-            # wait for each other instead of deadlocking (common.storage.key_locks).
-            lock_node_keys(conn, self._contended_keys(conn, valid))
-            return self._record_all(conn, valid, embeddings, episode_vectors, datetime.now(UTC))
-
-        with self._in_flight_lock:
-            self._in_flight += 1
-        try:
-            recorded = self.database.run_transaction(work)
-        finally:
-            with self._in_flight_lock:
-                self._in_flight -= 1
+        pending = [
+            _Pending(
+                item,
+                embeddings.get(item.observation_id),
+                None if episode_vectors is None else episode_vectors[item.observation_id],
+            )
+            for item in valid
+        ]
+        # Batches of the same namespaces written together (group commit, `ingest_service.write_lanes`).
+        lane = tuple(sorted({item.namespace for item in valid}))
+        recorded = self.lanes.submit(lane, pending, {item.observation_id for item in valid})
         if self.on_pending_embeddings is not None and episode_vectors is None:
             self.on_pending_embeddings()
         results: list[RecordResult] = []
@@ -145,6 +154,33 @@ class ObservationRecorder:
             else:
                 results.append(recorded[item.observation_id])
         return results
+
+    def _write(self, pending: list[_Pending]) -> dict[str, RecordResult]:
+        """Stores and projects ``pending`` (valid observations, with their vectors) in ONE transaction
+        (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
+        valid = [entry.item for entry in pending]
+        embeddings = {e.item.observation_id: e.text_vectors for e in pending if e.text_vectors is not None}
+        episode_vectors = (
+            None
+            if any(entry.episode_vectors is None for entry in pending)
+            else {entry.item.observation_id: entry.episode_vectors for entry in pending}
+        )
+        now = datetime.now(UTC)
+
+        def work(conn: Any) -> dict[str, RecordResult]:
+            # Nodes this transaction writes, locked in one order first, so concurrent transactions (other
+            # processes, other lanes) sharing a node wait for each other instead of deadlocking
+            # (common.storage.key_locks).
+            lock_node_keys(conn, self._contended_keys(conn, valid))
+            return self._record_all(conn, valid, embeddings, episode_vectors, now)
+
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            return self.database.run_transaction(work)
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
 
     def busy(self) -> bool:
         """True while a batch is being written (the background embedder defers its rounds meanwhile)."""

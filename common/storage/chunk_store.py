@@ -192,13 +192,28 @@ class ChunkStore(ChunkRankings):
     def replace_chunks_of_nodes(
         self, conn: psycopg.Connection[Any], writes: Sequence[tuple[NodeRef, Sequence[ChunkWrite]]]
     ) -> None:
-        """`replace_chunks` (with ``delete_beyond``) of many nodes at once: one pipelined upsert of every
-        row, one delete of the chunks beyond each node's new count (orders 0..len-1 per node)."""
+        """`replace_chunks` (with ``delete_beyond``) of many nodes at once: one multi-row upsert of every
+        row (``upsert_chunks``: the term statistics triggers run once, not per row), one delete of the
+        chunks beyond each node's new count (orders 0..len-1 per node).
+
+        Raises:
+            ValueError: a node is listed twice (a multi-row upsert touches each row once).
+        """
+        if len({(node.namespace, node.node_key) for node, _ in writes}) != len(writes):
+            raise ValueError("replace_chunks_of_nodes: a node is listed twice")
         rows = [_upsert_row(node, chunk, None) for node, chunks in writes for chunk in chunks]
         if not rows:
             return
-        with conn.cursor() as cursor:
-            cursor.executemany(self.queries["upsert_chunk"], rows)
+        columns = list(zip(*rows, strict=True))
+        conn.execute(
+            self.queries["upsert_chunks"],
+            {
+                **{name: list(column) for name, column in zip(_UPSERT_ARRAYS, columns[:8], strict=True)},
+                "embeddings": list(columns[8]),
+                "metas": list(columns[9]),
+                "pending": list(columns[11]),
+            },
+        )
         conn.execute(
             self.queries["delete_chunks_beyond_counts"],
             (
@@ -294,6 +309,10 @@ class ChunkStore(ChunkRankings):
         )
         with conn.cursor(row_factory=dict_row) as cursor:
             return cursor.execute(statement, {**params, **visibility.params}).fetchall()
+
+
+# The text and number columns of `_upsert_row`, by their ``upsert_chunks`` parameter names.
+_UPSERT_ARRAYS = ("namespaces", "keys", "orders", "types", "paths", "titles", "headings", "texts")
 
 
 def _upsert_row(node: NodeRef, chunk: ChunkWrite, seen_run: str | None) -> tuple[Any, ...]:

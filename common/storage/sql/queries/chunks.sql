@@ -25,6 +25,32 @@ WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_ru
         excluded.text, excluded.meta, excluded.seen_run, excluded.embedding_pending)
     OR c.embedding IS DISTINCT FROM excluded.embedding
 
+-- name: upsert_chunks
+-- `upsert_chunk` of many rows in ONE statement (parallel arrays, one element per chunk, no
+-- (namespace, node_key, chunk_order) twice): the statement-level term statistics triggers (migration
+-- 0011) then run once for the rows, not once per row. Parameters: namespaces, keys, orders, types,
+-- paths, titles, headings, texts, embeddings (vector[], NULL elements for pending), metas (jsonb[]),
+-- pending (boolean[]).
+INSERT INTO {chunks} AS c (
+    namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
+    embedding_pending
+)
+SELECT x.namespace, x.node_key, x.chunk_order, x.node_type, x.source_path, x.title, x.heading, x.text,
+    x.embedding, x.meta, NULL, x.pending
+FROM unnest(%(namespaces)s::text[], %(keys)s::text[], %(orders)s::int[], %(types)s::text[],
+    %(paths)s::text[], %(titles)s::text[], %(headings)s::text[], %(texts)s::text[],
+    %(embeddings)s::vector[], %(metas)s::jsonb[], %(pending)s::boolean[])
+    AS x(namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta,
+        pending)
+ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET
+    node_type = excluded.node_type, source_path = excluded.source_path, title = excluded.title,
+    heading = excluded.heading, text = excluded.text, embedding = excluded.embedding, meta = excluded.meta,
+    seen_run = excluded.seen_run, embedding_pending = excluded.embedding_pending
+WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run, c.embedding_pending)
+    IS DISTINCT FROM (excluded.node_type, excluded.source_path, excluded.title, excluded.heading,
+        excluded.text, excluded.meta, excluded.seen_run, excluded.embedding_pending)
+    OR c.embedding IS DISTINCT FROM excluded.embedding
+
 -- name: claim_pending_embeddings
 -- Locks up to N chunks waiting for their embedding, oldest first, skipping rows another embedder holds:
 -- of one namespace, or of all when it is NULL (parameters: namespace, namespace, N). Returns id, title,
