@@ -13,6 +13,7 @@ from common.storage.database import Database
 from common.storage.visibility import Visibility
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
+from ingest_service.episode_embedder import EpisodeEmbedder
 from ingest_service.observations import ObservationRecorder
 from query_service.context_compiler import ContextCompiler
 from query_service.context_pack.items import ContextPack
@@ -56,13 +57,21 @@ def compiler(database: Database, settings: Settings, provider: EmbeddingProvider
 
 
 @pytest.fixture
-def chat(database: Database, namespace: str) -> dict[str, str]:
-    """The conversation above, one observation per turn in order; returns text -> episode key."""
+def chat(database: Database, namespace: str, provider: EmbeddingProvider) -> dict[str, str]:
+    """The conversation above, one observation per turn in order, every episode embedded; returns
+    text -> episode key.
+
+    The episodes are embedded here, before any compile: left pending, any ingest service running on the
+    same database (the e2e servers of the session) may embed some of them meanwhile, and the vector arm
+    would then rank a varying subset (a flaky fused rank).
+    """
     recorder = ObservationRecorder(database)
     keys = {}
     for index, (speaker, text, scopes) in enumerate(TURNS):  # one call each: the recording order is the order
         (result,) = recorder.record_batch([_turn(namespace, index, speaker, text, scopes)])
         keys[text] = f"episode:{result.observation_id}"
+    EpisodeEmbedder(database, provider, namespace=namespace).drain()
+    assert EpisodeEmbedder(database, provider, namespace=namespace).backlog(namespace).pending == 0
     return keys
 
 
