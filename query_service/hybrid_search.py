@@ -262,10 +262,10 @@ def validate_search(query: SearchQuery) -> SearchQuery:
 
 
 class HybridSearcher:
-    """Runs the three rankings concurrently, each on its own pooled connection, and fuses them.
+    """Runs the three rankings, the lexical ones concurrently with the vector one, and fuses them.
 
-    The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
-    meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
+    The full-text and trigram rankings start at once on an ``arms`` worker thread, on one connection; the
+    calling thread meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
     are read-only and independent, so they need no shared transaction (each sees its own snapshot).
     No thread holds a connection while waiting for another one, so a busy pool only queues.
     Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md.
@@ -275,7 +275,8 @@ class HybridSearcher:
         encoder: the embedding provider (``encode_query``).
         settings: a `SearchSettings` (default preset when None).
         arm_workers: worker threads shared by all searches of this searcher for the text and trigram
-            rankings (each holds one pooled connection while it runs); default: half the pool, >= 2.
+            rankings (each search's pair holds one pooled connection while it runs); default: half the
+            pool, >= 2.
     """
 
     def __init__(
@@ -297,13 +298,23 @@ class HybridSearcher:
         workers = arm_workers or max(2, database.settings.pool_max_size // 2)
         self.arms = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search-arm")
 
-    def _ranking(self, arm: Callable[[psycopg.Connection[Any]], list[Candidate]]) -> list[Candidate]:
-        # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips.
+    def _rankings(
+        self, arms: Mapping[str, Callable[[psycopg.Connection[Any]], list[Candidate]]]
+    ) -> dict[str, list[Candidate]]:
+        # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips;
+        # the arms one after another on one pooled connection.
         with self.database.read_connection() as conn:
-            return arm(conn)
+            return {name: arm(conn) for name, arm in arms.items()}
 
     def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
         """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
+
+        Connections (issue 15: a checkout per statement group, each with its own round trips, were 21% of
+        the service's time): with ``concurrent_rankings`` the full-text and trigram rankings run one after
+        the other on one pooled connection of a worker thread while the calling thread embeds the query
+        and runs the vector ranking on another; after both, one connection serves the similar-chunk
+        statement and the node summaries (three checkouts, none held while waiting for another one).
+        Without ``concurrent_rankings`` everything runs on one connection.
 
         Raises:
             InvalidArgument: see `validate_search`.
@@ -331,29 +342,33 @@ class HybridSearcher:
                 whole_query_chars=config.trigram_max_query_chars,
                 whole_query_min_words=config.trigram_whole_query_min_words,
             )
-        pending: dict[str, Future[list[Candidate]]] = {}
-        if config.concurrent_rankings:
-            # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
-            pending = {
-                name: self.arms.submit(contextvars.copy_context().run, self._ranking, arm)
-                for name, arm in arms.items()
-            }
+        pending: Future[dict[str, list[Candidate]]] | None = None
+        if config.concurrent_rankings and arms:
+            # The arms run in the caller's context (its consistency token: common.storage.read_routing).
+            pending = self.arms.submit(contextvars.copy_context().run, self._rankings, arms)
         rankings: dict[str, list[Candidate]] = {}
         try:
-            if config.vector_weight:
-                vector = self.encoder.encode_query(query.query)  # meanwhile the text arms run
-                rankings[VECTOR] = self._ranking(
-                    lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)
+            vector = self.encoder.encode_query(query.query) if config.vector_weight else None
+            if vector is not None and pending is not None:  # meanwhile the text arms run
+                rankings.update(
+                    self._rankings(
+                        {VECTOR: lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)}
+                    )
                 )
         except BaseException:
-            wait(pending.values())  # no arm outlives the request; the first error is the one raised
+            if pending is not None:
+                wait([pending])  # no arm outlives the request; the first error is the one raised
             raise
-        for name, arm in arms.items():
-            rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
-        rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
-        fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
-        if config.similar_share > 0 and fused and VECTOR in rankings:
-            with self.database.read_connection() as conn:
+        # The caller holds no connection while it waits for the worker's (a full pool would deadlock).
+        rankings.update(pending.result() if pending is not None else {})
+        with self.database.read_connection() as conn:
+            if pending is None:
+                if vector is not None:
+                    rankings[VECTOR] = self.chunks.vector_candidates(conn, where, vector, limit)
+                rankings.update({name: arm(conn) for name, arm in arms.items()})
+            rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
+            fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
+            if config.similar_share > 0 and fused and VECTOR in rankings:
                 similar = self.chunks.similar_pairs(
                     conn,
                     query.namespace,
@@ -361,15 +376,14 @@ class HybridSearcher:
                     [key for key, _ in fused],
                     config.similar_threshold,
                 )
-            fused = propagate_to_similar(fused, similar, share=config.similar_share)
-        fused = fused[: query.top_k]
+                fused = propagate_to_similar(fused, similar, share=config.similar_share)
+            fused = fused[: query.top_k]
+            summaries: dict[str, NodeSummary] = {}
+            if config.node_provenance and fused:
+                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
             name: {c.key: c for c in ranking} for name, ranking in rankings.items()
         }
-        summaries: dict[str, NodeSummary] = {}
-        if config.node_provenance and fused:
-            with self.database.read_connection() as conn:
-                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:
             found = {name: by_key[name][key] for name in by_key if key in by_key[name]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -355,3 +356,52 @@ def test_identifier_tokens() -> None:
     ]
     assert identifier_tokens("how do I install openssl") == []
     assert identifier_tokens("see https://github and the description: for top-level docs") == []
+
+
+def test_search_checks_out_few_connections_and_never_holds_one_while_waiting(
+    settings: Settings, provider: EmbeddingProvider, corpus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool of one connection: a search that held its connection while the lexical arms wait for theirs
+    # would give up after the pool timeout instead of answering.
+    single = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
+    try:
+        searcher = HybridSearcher(single, provider)
+        checkouts: list[int] = []
+        original = single.read_connection
+
+        def counted() -> Any:
+            checkouts.append(1)
+            return original()
+
+        monkeypatch.setattr(single, "read_connection", counted)
+        # The lexical arms' worker asks for its connection only after the vector arm is done, so the
+        # caller's last checkout comes first: it must not keep it while it waits for the worker.
+        vector_done = threading.Event()
+        vector_candidates, rankings = searcher.chunks.vector_candidates, searcher._rankings
+
+        def vector_then_signal(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return vector_candidates(*args, **kwargs)
+            finally:
+                vector_done.set()
+
+        def late_worker(arms: Any) -> Any:
+            if threading.current_thread().name.startswith("search-arm"):
+                vector_done.wait(60)
+            return rankings(arms)
+
+        monkeypatch.setattr(searcher.chunks, "vector_candidates", vector_then_signal)
+        monkeypatch.setattr(searcher, "_rankings", late_worker)
+        query = SearchQuery(namespace=corpus, query="upgrade libc6 to 2.36-9+deb12u4", top_k=5)
+        concurrent = searcher.search(query)
+        concurrent_checkouts = len(checkouts)
+        checkouts.clear()
+        sequential = searcher.search(query, settings=replace(searcher.settings, concurrent_rankings=False))
+        assert concurrent and [(h.node_key, h.chunk_order) for h in concurrent] == [
+            (h.node_key, h.chunk_order) for h in sequential
+        ]
+        # vector arm; the lexical arms together; similar chunks and node summaries together
+        assert concurrent_checkouts == 3
+        assert len(checkouts) == 1  # one connection for the whole search
+    finally:
+        single.close()
