@@ -264,8 +264,8 @@ def validate_search(query: SearchQuery) -> SearchQuery:
 class HybridSearcher:
     """Runs the three rankings, the lexical ones concurrently with the vector one, and fuses them.
 
-    The full-text and trigram rankings start at once on an ``arms`` worker thread, on one connection; the
-    calling thread meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
+    The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
+    meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
     are read-only and independent, so they need no shared transaction (each sees its own snapshot).
     No thread holds a connection while waiting for another one, so a busy pool only queues.
     Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md.
@@ -275,8 +275,7 @@ class HybridSearcher:
         encoder: the embedding provider (``encode_query``).
         settings: a `SearchSettings` (default preset when None).
         arm_workers: worker threads shared by all searches of this searcher for the text and trigram
-            rankings (each search's pair holds one pooled connection while it runs); default: half the
-            pool, >= 2.
+            rankings (each holds one pooled connection while it runs); default: half the pool, >= 2.
     """
 
     def __init__(
@@ -301,8 +300,7 @@ class HybridSearcher:
     def _rankings(
         self, arms: Mapping[str, Callable[[psycopg.Connection[Any]], list[Candidate]]]
     ) -> dict[str, list[Candidate]]:
-        # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips;
-        # the arms one after another on one pooled connection.
+        # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips.
         with self.database.read_connection() as conn:
             return {name: arm(conn) for name, arm in arms.items()}
 
@@ -310,11 +308,13 @@ class HybridSearcher:
         """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
 
         Connections (issue 15: a checkout per statement group, each with its own round trips, were 21% of
-        the service's time): with ``concurrent_rankings`` the full-text and trigram rankings run one after
-        the other on one pooled connection of a worker thread while the calling thread embeds the query
-        and runs the vector ranking on another; after both, one connection serves the similar-chunk
-        statement and the node summaries (three checkouts, none held while waiting for another one).
-        Without ``concurrent_rankings`` everything runs on one connection.
+        the service's time): with ``concurrent_rankings`` the full-text and the trigram ranking each run on
+        a pooled connection of a worker thread while the calling thread embeds the query and runs the
+        vector ranking on a third; after them, one connection serves the similar-chunk statement and the
+        node summaries (four checkouts, none held while waiting for another one). Without
+        ``concurrent_rankings`` everything runs on one connection. Running the two lexical rankings one
+        after the other on one worker connection (three checkouts) was slower under load in the A/B of
+        bench/RESULTS.md (scale-20261202T063625Z).
 
         Raises:
             InvalidArgument: see `validate_search`.
@@ -342,27 +342,30 @@ class HybridSearcher:
                 whole_query_chars=config.trigram_max_query_chars,
                 whole_query_min_words=config.trigram_whole_query_min_words,
             )
-        pending: Future[dict[str, list[Candidate]]] | None = None
-        if config.concurrent_rankings and arms:
-            # The arms run in the caller's context (its consistency token: common.storage.read_routing).
-            pending = self.arms.submit(contextvars.copy_context().run, self._rankings, arms)
+        pending: dict[str, Future[dict[str, list[Candidate]]]] = {}
+        if config.concurrent_rankings:
+            # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
+            pending = {
+                name: self.arms.submit(contextvars.copy_context().run, self._rankings, {name: arm})
+                for name, arm in arms.items()
+            }
         rankings: dict[str, list[Candidate]] = {}
         try:
             vector = self.encoder.encode_query(query.query) if config.vector_weight else None
-            if vector is not None and pending is not None:  # meanwhile the text arms run
+            if vector is not None and pending:  # meanwhile the text arms run
                 rankings.update(
                     self._rankings(
                         {VECTOR: lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)}
                     )
                 )
         except BaseException:
-            if pending is not None:
-                wait([pending])  # no arm outlives the request; the first error is the one raised
+            wait(pending.values())  # no arm outlives the request; the first error is the one raised
             raise
-        # The caller holds no connection while it waits for the worker's (a full pool would deadlock).
-        rankings.update(pending.result() if pending is not None else {})
+        # The caller holds no connection while it waits for the workers' (a full pool would deadlock).
+        for future in pending.values():
+            rankings.update(future.result())
         with self.database.read_connection() as conn:
-            if pending is None:
+            if not pending:
                 if vector is not None:
                     rankings[VECTOR] = self.chunks.vector_candidates(conn, where, vector, limit)
                 rankings.update({name: arm(conn) for name, arm in arms.items()})
