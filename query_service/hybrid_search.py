@@ -262,7 +262,7 @@ def validate_search(query: SearchQuery) -> SearchQuery:
 
 
 class HybridSearcher:
-    """Runs the three rankings, the lexical ones concurrently with the vector one, and fuses them.
+    """Runs the three rankings concurrently, each on its own pooled connection, and fuses them.
 
     The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
     meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
@@ -297,24 +297,13 @@ class HybridSearcher:
         workers = arm_workers or max(2, database.settings.pool_max_size // 2)
         self.arms = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search-arm")
 
-    def _rankings(
-        self, arms: Mapping[str, Callable[[psycopg.Connection[Any]], list[Candidate]]]
-    ) -> dict[str, list[Candidate]]:
+    def _ranking(self, arm: Callable[[psycopg.Connection[Any]], list[Candidate]]) -> list[Candidate]:
         # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips.
         with self.database.read_connection() as conn:
-            return {name: arm(conn) for name, arm in arms.items()}
+            return arm(conn)
 
     def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
         """The ``top_k`` best chunks for ``query.query`` in ``query.namespace``.
-
-        Connections (issue 15: a checkout per statement group, each with its own round trips, were 21% of
-        the service's time): with ``concurrent_rankings`` the full-text and the trigram ranking each run on
-        a pooled connection of a worker thread while the calling thread embeds the query and runs the
-        vector ranking on a third; after them, one connection serves the similar-chunk statement and the
-        node summaries (four checkouts, none held while waiting for another one). Without
-        ``concurrent_rankings`` everything runs on one connection. Running the two lexical rankings one
-        after the other on one worker connection (three checkouts) was slower under load in the A/B of
-        bench/RESULTS.md (scale-20261202T063625Z).
 
         Raises:
             InvalidArgument: see `validate_search`.
@@ -342,36 +331,29 @@ class HybridSearcher:
                 whole_query_chars=config.trigram_max_query_chars,
                 whole_query_min_words=config.trigram_whole_query_min_words,
             )
-        pending: dict[str, Future[dict[str, list[Candidate]]]] = {}
+        pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:
             # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
             pending = {
-                name: self.arms.submit(contextvars.copy_context().run, self._rankings, {name: arm})
+                name: self.arms.submit(contextvars.copy_context().run, self._ranking, arm)
                 for name, arm in arms.items()
             }
         rankings: dict[str, list[Candidate]] = {}
         try:
-            vector = self.encoder.encode_query(query.query) if config.vector_weight else None
-            if vector is not None and pending:  # meanwhile the text arms run
-                rankings.update(
-                    self._rankings(
-                        {VECTOR: lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)}
-                    )
+            if config.vector_weight:
+                vector = self.encoder.encode_query(query.query)  # meanwhile the text arms run
+                rankings[VECTOR] = self._ranking(
+                    lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)
                 )
         except BaseException:
             wait(pending.values())  # no arm outlives the request; the first error is the one raised
             raise
-        # The caller holds no connection while it waits for the workers' (a full pool would deadlock).
-        for future in pending.values():
-            rankings.update(future.result())
-        with self.database.read_connection() as conn:
-            if not pending:
-                if vector is not None:
-                    rankings[VECTOR] = self.chunks.vector_candidates(conn, where, vector, limit)
-                rankings.update({name: arm(conn) for name, arm in arms.items()})
-            rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
-            fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
-            if config.similar_share > 0 and fused and VECTOR in rankings:
+        for name, arm in arms.items():
+            rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
+        rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
+        fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
+        if config.similar_share > 0 and fused and VECTOR in rankings:
+            with self.database.read_connection() as conn:
                 similar = self.chunks.similar_pairs(
                     conn,
                     query.namespace,
@@ -379,14 +361,15 @@ class HybridSearcher:
                     [key for key, _ in fused],
                     config.similar_threshold,
                 )
-                fused = propagate_to_similar(fused, similar, share=config.similar_share)
-            fused = fused[: query.top_k]
-            summaries: dict[str, NodeSummary] = {}
-            if config.node_provenance and fused:
-                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
+            fused = propagate_to_similar(fused, similar, share=config.similar_share)
+        fused = fused[: query.top_k]
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
             name: {c.key: c for c in ranking} for name, ranking in rankings.items()
         }
+        summaries: dict[str, NodeSummary] = {}
+        if config.node_provenance and fused:
+            with self.database.read_connection() as conn:
+                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:
             found = {name: by_key[name][key] for name in by_key if key in by_key[name]}
