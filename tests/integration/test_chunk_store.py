@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -355,3 +356,39 @@ def test_identifier_tokens() -> None:
     ]
     assert identifier_tokens("how do I install openssl") == []
     assert identifier_tokens("see https://github and the description: for top-level docs") == []
+
+
+def test_search_never_holds_a_connection_while_waiting_for_a_ranking(
+    settings: Settings, provider: EmbeddingProvider, corpus: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pool of one connection: a search that held its connection while the lexical arms wait for theirs
+    # would give up after the pool timeout instead of answering.
+    single = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
+    try:
+        searcher = HybridSearcher(single, provider)
+        # The lexical arms ask for their connections only after the vector arm is done, so the
+        # caller checks out first: it must not keep a connection while it waits for theirs.
+        vector_done = threading.Event()
+        vector_candidates, ranking = searcher.chunks.vector_candidates, searcher._ranking
+
+        def vector_then_signal(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return vector_candidates(*args, **kwargs)
+            finally:
+                vector_done.set()
+
+        def late_worker(arm: Any) -> Any:  # a worker's ranking waits for the vector ranking
+            if threading.current_thread().name.startswith("search-arm"):
+                vector_done.wait(60)
+            return ranking(arm)
+
+        monkeypatch.setattr(searcher.chunks, "vector_candidates", vector_then_signal)
+        monkeypatch.setattr(searcher, "_ranking", late_worker)
+        query = SearchQuery(namespace=corpus, query="upgrade libc6 to 2.36-9+deb12u4", top_k=5)
+        concurrent = searcher.search(query)
+        sequential = searcher.search(query, settings=replace(searcher.settings, concurrent_rankings=False))
+        assert concurrent and [(h.node_key, h.chunk_order) for h in concurrent] == [
+            (h.node_key, h.chunk_order) for h in sequential
+        ]
+    finally:
+        single.close()
