@@ -80,8 +80,9 @@ def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable("table")
 
 
-def _plain_text(inline: Token) -> str:
-    """Plain text of an inline token (the content of a heading)."""
+def plain_text(inline: Token) -> str:
+    """Plain text of an inline token (the content of a heading): emphasis, code spans and links reduced
+    to their text, whitespace collapsed; the raw inline source when that leaves nothing."""
     parts: list[str] = []
     for child in inline.children or ():
         if child.type in ("text", "code_inline", "html_inline"):
@@ -103,7 +104,7 @@ def _blocks(tokens: Sequence[Token], line_count: int) -> list[_Block]:
         level, text = 0, ""
         if token.type == "heading_open":
             level = int(token.tag[1])
-            text = _plain_text(tokens[index + 1])
+            text = plain_text(tokens[index + 1])
         starts.append((token.map[0], level, text))
     blocks: list[_Block] = []
     for position, (start, level, text) in enumerate(starts):

@@ -2,7 +2,8 @@
 projection is reused as it is, `ingest_service.documents`), its links as written, and its fingerprint.
 
 The file's frontmatter is mapped by `common.domain.document_frontmatter` (with aliases and relations,
-`VAULT_FIELDS`); the natural key defaults to ``doc:<path without .md>``; ``source_path`` is the path;
+`VAULT_FIELDS`); the natural key defaults to ``doc:<path without .md>``, the title to the body's first
+level-1 heading (then, as in Retain, to the key); ``source_path`` is the path;
 the provenance is the client's (Git fields, seed 000 "Provenance") plus ``path``, ``content_hash``
 (sha256 hex of the UTF-8 text) and ``indexed_at`` (when this text was first projected).
 """
@@ -26,7 +27,7 @@ from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.storage.vault_store import fingerprint
 from ingest_service.document_validation import RetainInput
 from ingest_service.documents import strip_front_matter
-from ingest_service.vault_links import PREDICATE_PATTERN, LinkReference, VaultEntry, body_links
+from ingest_service.vault_links import PREDICATE_PATTERN, LinkReference, VaultEntry, body_outline
 
 MAX_PATH_LENGTH = 4096
 
@@ -120,13 +121,15 @@ def parse_file(namespace: str, file: VaultFile, index: int, *, indexed_at: str =
                 f"documents[{index}].content", f"frontmatter relation {relation!r}: not a predicate name"
             )
         references.append(LinkReference("relation", target, predicate))
-    references.extend(body_links(strip_front_matter(file.content)))
+    links, first_heading = body_outline(strip_front_matter(file.content))
+    references.extend(links)
+    title = fields.title or first_heading
     retain = RetainInput(
         namespace=namespace,
         natural_key=natural_key,
         content=file.content,
         type=fields.type,
-        title=fields.title,
+        title=title,
         source_path=file.path,
         provenance=provenance,
         scopes=fields.scopes,
@@ -136,7 +139,7 @@ def parse_file(namespace: str, file: VaultFile, index: int, *, indexed_at: str =
     )
     return ParsedDocument(
         retain=retain,
-        entry=VaultEntry(natural_key, file.path, fields.title or natural_key, fields.aliases),
+        entry=VaultEntry(natural_key, file.path, title or natural_key, fields.aliases),
         references=tuple(references),
         fingerprint=fingerprint(file.path, file.content, provenance),
     )

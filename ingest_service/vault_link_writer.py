@@ -20,7 +20,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.fact_engine import FactEngine, FactInput
-from ingest_service.vault_links import LINKS_TO, LinkReference, VaultIndex
+from ingest_service.vault_links import LINKS_TO, LinkReference, VaultIndex, link_names
 from ingest_service.vault_run_model import SeenDocument, VaultRunReport
 
 
@@ -65,15 +65,15 @@ class VaultLinkWriter:
                 _add(links, relations, reference, target)
             resolution[key] = (links, relations)
         with self.database.connection() as conn:
-            candidates = sorted({r.target.strip() for refs in pending.values() for r in refs})
+            candidates = sorted({name for refs in pending.values() for r in refs for name in link_names(r)})
             existing = self.graph.node_labels(conn, namespace, candidates, visibility=access.visibility)
         for key, references in pending.items():
             links, relations = resolution[key]
             for reference in references:
-                target = reference.target.strip()
-                if target in existing and target != key:
+                target = next((name for name in link_names(reference) if name in existing), None)
+                if target is not None and target != key:
                     _add(links, relations, reference, target)
-                else:
+                elif target is None:
                     report.unresolved_links.append(
                         (seen[key].entry.path, reference.target, reference.relation)
                     )

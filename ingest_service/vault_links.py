@@ -9,18 +9,25 @@ What counts as a link of a document (seed 000 "Рёбра и связи": vault 
   ``.md`` or name a folder holding ``README.md`` or ``index.md``. A link that only has an anchor is a link
   to the document itself and ignored.
 * ``[[wiki links]]`` in the text of the body (not inside code spans or code blocks), with an optional
-  ``#heading`` and ``|label``: ``[[Target]]`` names a document by natural key, by path (with or without
+  ``#heading`` and ``|label`` (the label is display text: dropped when the link is read, so it never
+  becomes part of the target; in a table cell the ``|`` is written ``\\|``, as in Obsidian):
+  ``[[Target]]`` names a document by natural key, by path (with or without
   ``.md``, from the vault's root or the document's folder), or by name, compared case-insensitively: the
   file name without ``.md``, the document's title, or one of its frontmatter ``aliases``. When a name
   fits several documents, the one in the linking document's folder wins, then the shortest path, then
   the first path in sort order (Obsidian's "nearest" rule, made deterministic).
-* Frontmatter ``links``: natural keys (as in DocumentService.Retain), or paths and names like wiki links.
+* Frontmatter ``links``: natural keys (as in DocumentService.Retain), or paths and names like wiki links
+  (also written as a wiki link, ``"[[Target|label]]"``, the way Obsidian writes links in properties).
 * Frontmatter relations (`common.domain.document_frontmatter.RELATION_KEYS`, ``relations:``): targets
   resolved like wiki links; the predicate is the relation in upper case (``superseded_by`` ->
   ``SUPERSEDED_BY``).
 
 A target none of this resolves may still name an existing node of the namespace by natural key (checked
-by the caller, `ingest_service.vault_ingest`); otherwise it is reported as unresolved, by name.
+by the caller, `ingest_service.vault_link_writer`, with `link_names`); otherwise it is reported as
+unresolved, by name.
+
+The first level-1 heading of the body is the document's title when its frontmatter has none
+(`body_outline`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from urllib.parse import unquote
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+
+from ingest_service.chunking import plain_text
 
 LINKS_TO = "LINKS_TO"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -63,7 +72,9 @@ def _inline_links(children: Sequence[Token]) -> Iterable[LinkReference]:
         joined = "".join(text)
         text.clear()
         for match in _WIKI_LINK.finditer(joined):
-            yield LinkReference("wiki", match.group(1).strip())
+            target = match.group(1).split("|", 1)[0].strip()
+            if target:
+                yield LinkReference("wiki", target)
 
     for child in children:
         if child.type == "text":
@@ -77,13 +88,42 @@ def _inline_links(children: Sequence[Token]) -> Iterable[LinkReference]:
     yield from flush()
 
 
-def body_links(body: str) -> list[LinkReference]:
-    """The Markdown links and wiki links of a document body (frontmatter already stripped), in order."""
+def body_outline(body: str) -> tuple[list[LinkReference], str]:
+    """The Markdown links and wiki links of a document body (frontmatter already stripped), in order,
+    and the plain text of its first level-1 heading (ATX ``#`` or setext ``===``, not inside a block
+    quote or list; ``""`` when there is none), from one parse."""
     found: list[LinkReference] = []
-    for token in _parser().parse(body):
+    title = ""
+    tokens = _parser().parse(body)
+    for position, token in enumerate(tokens):
         if token.type == "inline" and token.children:
             found.extend(_inline_links(token.children))
-    return found
+        elif not title and token.type == "heading_open" and token.tag == "h1" and token.level == 0:
+            title = plain_text(tokens[position + 1])
+    return found, title
+
+
+def body_links(body: str) -> list[LinkReference]:
+    """The Markdown links and wiki links of a document body (frontmatter already stripped), in order."""
+    return body_outline(body)[0]
+
+
+def link_names(reference: LinkReference) -> tuple[str, ...]:
+    """The natural keys an unresolved ``reference`` may name among the namespace's existing nodes: the
+    target as written and, for a wiki, frontmatter or relation target, the name without ``[[ ]]``,
+    ``|label`` and ``#heading`` (``"[[person:alice#Bio|Alice]]"`` -> ``person:alice``)."""
+    target = reference.target.strip()
+    if reference.kind == "markdown":
+        return (target,)
+    return tuple(dict.fromkeys(name for name in (target, _wiki_name(target)) if name))
+
+
+def _wiki_name(target: str) -> str:
+    """A wiki-style target without its brackets, label and heading."""
+    target = target.strip()
+    if target.startswith("[[") and target.endswith("]]"):
+        target = target[2:-2]
+    return target.split("|", 1)[0].split("#", 1)[0].strip()
 
 
 @dataclass(frozen=True)
@@ -150,7 +190,7 @@ class VaultIndex:
                 return None
             joined = self._relative(folder, path)
             return self._path(joined) if joined is not None else None
-        name = target.split("|", 1)[0].split("#", 1)[0].strip()
+        name = _wiki_name(target)
         if not name:
             return None
         if name in self.by_key:
@@ -170,4 +210,13 @@ class VaultIndex:
         return target.startswith("#") or (bool(_SCHEME.match(target)) or target.startswith("//"))
 
 
-__all__ = ["LINKS_TO", "PREDICATE_PATTERN", "LinkReference", "VaultEntry", "VaultIndex", "body_links"]
+__all__ = [
+    "LINKS_TO",
+    "PREDICATE_PATTERN",
+    "LinkReference",
+    "VaultEntry",
+    "VaultIndex",
+    "body_links",
+    "body_outline",
+    "link_names",
+]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
 import enum
 import types
 from collections.abc import Iterator, Mapping
@@ -290,6 +291,23 @@ def request_namespaces(request: Message) -> frozenset[str] | None:
     return frozenset(found) if found else None
 
 
+def _granted_hint(principal: Principal, namespace: str, needed: Right) -> str:
+    """What a refusal tells the caller about its own token: the namespaces where it has ``needed`` (at
+    most `_HINT_NAMESPACES`), and the closest of them when ``namespace`` looks like a typo of one
+    (difflib ratio at least 0.8), so a misspelt or unknown namespace is recognisable as such."""
+    granted = sorted(name for name, right in principal.rights.items() if right >= needed)
+    if not granted:
+        return f"; this token has the {needed.label} right on no namespace"
+    close = difflib.get_close_matches(namespace, granted, n=1, cutoff=0.8)
+    listed = ", ".join(repr(name) for name in granted[:_HINT_NAMESPACES])
+    more = f" and {len(granted) - _HINT_NAMESPACES} more" if len(granted) > _HINT_NAMESPACES else ""
+    hint = f"; this token has it on {listed}{more}"
+    return hint + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+_HINT_NAMESPACES = 10
+
+
 def authorize(principal: Principal, full_method: str, request: Message) -> None:
     """Checks that ``principal`` holds the right ``full_method`` needs on every namespace of ``request``.
 
@@ -321,6 +339,7 @@ def authorize(principal: Principal, full_method: str, request: Message) -> None:
     for namespace in sorted(namespaces):
         if not principal.allows(namespace, needed):
             raise PermissionDenied(
-                f"principal {principal.name!r} lacks the {needed.label} right on namespace {namespace!r}",
+                f"principal {principal.name!r} lacks the {needed.label} right on namespace {namespace!r}"
+                + _granted_hint(principal, namespace, needed),
                 reason="NAMESPACE_NOT_GRANTED",
             )

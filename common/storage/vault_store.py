@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +29,7 @@ from common.storage.age_graph import agtype_text
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
 
+log = logging.getLogger(__name__)
 _LOCK_DOMAIN = b"memory-service/vault-run\x1f"
 LOCK_POLL_SECONDS = 0.2
 
@@ -91,30 +93,52 @@ class VaultStore:
 
         Raises:
             Unavailable: the database cannot be reached, or ``still_wanted`` turned false while waiting
-                (reason ``VAULT_RUN_ABANDONED``).
+                (reason ``VAULT_RUN_ABANDONED``), or the lock's connection broke during a block that
+                itself succeeded (reason ``VAULT_LOCK_LOST``: the lock ended with its session, so another
+                run may have overlapped; what the block committed stays, and running it again is safe). An
+                error of the block itself is never replaced by the failure to release the lock.
         """
         lock_id = vault_lock_id(namespace)
         try:
             conn = psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
         except psycopg.OperationalError as error:
             raise Unavailable("database unavailable; retry later") from error
-        try:
-            while True:
-                row = conn.execute(self.queries["try_lock_vault_namespace"], (lock_id,)).fetchone()
-                if row and row[0]:
-                    break
-                if not still_wanted():
-                    raise Unavailable(
-                        f"the run was abandoned while waiting for another vault run of {namespace}",
-                        reason="VAULT_RUN_ABANDONED",
-                    )
-                time.sleep(LOCK_POLL_SECONDS)
+        with closing(conn):
+            try:
+                while True:
+                    row = conn.execute(self.queries["try_lock_vault_namespace"], (lock_id,)).fetchone()
+                    if row and row[0]:
+                        break
+                    if not still_wanted():
+                        raise Unavailable(
+                            f"the run was abandoned while waiting for another vault run of {namespace}",
+                            reason="VAULT_RUN_ABANDONED",
+                        )
+                    time.sleep(LOCK_POLL_SECONDS)
+            except psycopg.OperationalError as error:
+                raise Unavailable("database unavailable; retry later") from error
             try:
                 yield
-            finally:
-                conn.execute(self.queries["unlock_vault_namespace"], (lock_id,))
-        finally:
-            conn.close()
+            except BaseException:
+                self._release(conn, lock_id, namespace, block_succeeded=False)
+                raise
+            self._release(conn, lock_id, namespace, block_succeeded=True)
+
+    def _release(
+        self, conn: psycopg.Connection[Any], lock_id: int, namespace: str, *, block_succeeded: bool
+    ) -> None:
+        """Releases the lock of `namespace_lock`; a broken connection already released it (its session
+        ended), which is an error only after a block that succeeded (see `namespace_lock`)."""
+        try:
+            conn.execute(self.queries["unlock_vault_namespace"], (lock_id,))
+        except psycopg.Error as error:
+            log.warning("the vault lock of %s was lost with its connection: %s", namespace, error)
+            if block_succeeded:
+                raise Unavailable(
+                    f"the connection holding the vault lock of {namespace} broke during the run, so another "
+                    "run may have overlapped it; what the run wrote is kept, run it again",
+                    reason="VAULT_LOCK_LOST",
+                ) from error
 
     # -- runs ----------------------------------------------------------------------------------------
 

@@ -14,11 +14,14 @@ Tools (`TOOL_NAMES`): ``record_observation``, ``search``, ``compile_context``, `
 ``read_source``, and for memory records (issue 12) ``add_memories`` and ``recall_memories`` (their
 scope is the token's user; ``project`` becomes the ``x-project-id`` metadata). Each returns the proto3 JSON of the service's response (field names as in the
 protos, snake_case); a refused call is a tool error whose text is the gRPC code, the message and one
-line per field violation (``error: INVALID_ARGUMENT: ...`` / ``  - field: problem``).
+line per field violation (``error: INVALID_ARGUMENT: ...`` / ``  - field: problem``). A call with an
+argument the tool's input schema does not name (``additionalProperties: false``, also in nested objects)
+is a tool error naming it, before any service is called.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -27,6 +30,7 @@ from google.protobuf.message import Message
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from memory.v1 import (
     context_service_pb2,
     fact_query_service_pb2,
@@ -39,7 +43,7 @@ from memory.v1 import (
     source_service_pb2,
 )
 from memory_service_client import MemoryClient, ServiceError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from common.grpc.proto_mapping import timestamp
 from common.kernel.identifiers import canonical_instant, parse_instant
@@ -77,6 +81,8 @@ Instant = Annotated[
 
 class FactInput(BaseModel):
     """A fact the observation asserts: subject -[predicate]-> object."""
+
+    model_config = ConfigDict(extra="forbid")
 
     subject: str = Field(description="natural key of the subject, e.g. person:alice")
     predicate: str = Field(description="relation in UPPER_SNAKE, e.g. WORKS_ON")
@@ -117,6 +123,8 @@ Project = Annotated[str, Field(description="project of the user's memories, if t
 
 class MemoryItem(BaseModel):
     """One memory for add_memories."""
+
+    model_config = ConfigDict(extra="forbid")
 
     text: str = Field(description="the memory, one or two self-contained sentences")
     key: str = Field(
@@ -164,9 +172,13 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         An `MCPServer`; run it with ``run("stdio")`` or serve ``streamable_http_app()``.
     """
     tools = _Tools(client, token_from_request=token_from_request)
-    server: MCPServer = MCPServer("memory-service", instructions=INSTRUCTIONS)
+    functions: list[Callable[..., Any]] = []
 
-    @server.tool()
+    def tool(function: Callable[..., Any]) -> Callable[..., Any]:
+        functions.append(function)
+        return function
+
+    @tool
     def record_observation(
         ctx: Context,
         namespace: Namespace,
@@ -251,7 +263,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
             )
         return _as_json(result)
 
-    @server.tool()
+    @tool
     def search(
         ctx: Context,
         namespace: Namespace,
@@ -274,7 +286,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         )
         return _as_json(tools.call(ctx, "search", request))
 
-    @server.tool()
+    @tool
     def compile_context(
         ctx: Context,
         namespace: Namespace,
@@ -320,7 +332,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         )
         return _as_json(tools.call(ctx, "compile_context", request))
 
-    @server.tool()
+    @tool
     def list_facts(
         ctx: Context,
         namespace: Namespace,
@@ -359,7 +371,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
             raise ToolError("\n".join(error_lines(exc))) from exc
         return {"facts": [_as_json(fact) for fact in found[:limit]], "truncated": len(found) > limit}
 
-    @server.tool()
+    @tool
     def read_source(
         ctx: Context,
         namespace: Namespace,
@@ -373,7 +385,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=natural_key)
         return _as_json(tools.call(ctx, "get_source", request))
 
-    @server.tool()
+    @tool
     def add_memories(
         ctx: Context,
         memories: Annotated[
@@ -399,7 +411,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
                 message.ttl.seconds = item.ttl_seconds
         return _as_json(tools.call(ctx, "add_memories", request, project_id=project))
 
-    @server.tool()
+    @tool
     def recall_memories(
         ctx: Context,
         query: Annotated[
@@ -428,7 +440,31 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         )
         return _as_json(tools.call(ctx, "recall_memories", request, project_id=project))
 
-    return server
+    return MCPServer(
+        "memory-service",
+        instructions=INSTRUCTIONS,
+        tools=[_closed(Tool.from_function(function)) for function in functions],
+    )
+
+
+def _closed(tool: Tool) -> Tool:
+    """``tool`` refusing arguments it does not have: its input schema says ``additionalProperties:
+    false`` and the SDK's argument model (pydantic, which the SDK validates every call with) forbids
+    extra inputs, so a call with an unknown or misspelt argument is a tool error naming it (``Extra
+    inputs are not permitted``) instead of running without it. The nested models (`FactInput`,
+    `MemoryItem`) forbid them the same way."""
+    loose = tool.fn_metadata.arg_model
+    closed = type(
+        loose.__name__,
+        (loose,),
+        {
+            "model_config": ConfigDict(**{**loose.model_config, "extra": "forbid"}),
+            "__module__": loose.__module__,
+        },
+    )
+    tool.fn_metadata.arg_model = closed
+    tool.parameters = closed.model_json_schema(by_alias=True)
+    return tool
 
 
 Transport = Literal["stdio", "http"]

@@ -252,6 +252,14 @@ def test_field_violations_reach_the_agent(world: World) -> None:
     text = _text(record)
     assert record.is_error and "error: INVALID_ARGUMENT: observations[0].kind: " in text, text
     assert "  - observations[0].kind: " in text
+    # An argument the tool does not have (a misspelt one) is refused by name, nothing is recorded.
+    (record,) = _http_calls(
+        world,
+        world.writer,
+        [("record_observation", {"namespace": world.namespace, "content": "x", "ocurred_at": "2026-01-01"})],
+    )
+    text = _text(record)
+    assert record.is_error and "ocurred_at\n  Extra inputs are not permitted" in text, text
 
 
 def _stdio_session(

@@ -63,7 +63,12 @@ def test_as_of_answers_after_a_shuffled_load(
     for question in questions:
         as_of = timestamp_pb2.Timestamp()
         as_of.FromJsonString(question["as_of"])
-        common = dict(namespace=namespace, subject=question["subject"], predicate="HAS_VERSION", as_of=as_of)
+        common = {
+            "namespace": namespace,
+            "subject": question["subject"],
+            "predicate": "HAS_VERSION",
+            "as_of": as_of,
+        }
         current = facts.ListFacts(fact_query_service_pb2.ListFactsRequest(**common), timeout=10).facts
         history = facts.ListFacts(
             fact_query_service_pb2.ListFactsRequest(**common, include_history=True, page_size=1000),

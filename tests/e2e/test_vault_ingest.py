@@ -133,6 +133,37 @@ def test_first_run_projects_links_and_relations(
     assert _origin(database, namespace, "doc:guide") == ("vault", False)
 
 
+def test_labelled_wiki_links_and_h1_titles(
+    tmp_path: Path,
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    database: Database,
+    namespace: str,
+) -> None:
+    """``[[target|display]]`` resolves to the target (a document of the run, or an existing node outside
+    it; the display text is never part of the target), and a document without a frontmatter title is
+    titled by its first H1."""
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(namespace=namespace, natural_key="person:alice", content="Alice."),
+        timeout=60,
+    )
+    write(
+        tmp_path, "plan.md", "# Release Plan\n\nOwned by [[person:alice|Alice]]; see [[notes|the notes]].\n"
+    )
+    write(tmp_path, "notes.md", '---\nsuperseded_by: "[[plan|the plan]]"\n---\nNo heading. [[Gone|x]]\n')
+    response = ingest(ingest_channel, tmp_path, namespace)
+    assert set(statuses(response).values()) == {"new"}
+    assert _links(database, namespace, "doc:plan") == {"person:alice", "doc:notes"}
+    (fact,) = _facts(query_channel, namespace, subject="doc:notes", predicate="SUPERSEDED_BY")
+    assert fact.object == "doc:plan"
+    assert [(u.path, u.target) for u in response.unresolved_links] == [("notes.md", "Gone")]
+    plan = _source(query_channel, namespace, "doc:plan")
+    notes = _source(query_channel, namespace, "doc:notes")
+    assert plan is not None and plan.title == "Release Plan"
+    assert notes is not None and notes.title == "doc:notes"  # no H1 either: the key, as in Retain
+
+
 def test_rerun_edit_rename_delete(
     tmp_path: Path,
     ingest_channel: grpc.Channel,

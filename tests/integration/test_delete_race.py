@@ -54,7 +54,7 @@ def test_a_delete_waits_for_a_writer_of_the_node_and_then_removes_its_fact(
             deleted.append(
                 NodeDeleter(database).delete(DeleteNodeInput(namespace=namespace, natural_key="team:ops"))
             )
-        except BaseException as exc:  # reported by the assertion below
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
     deleter = threading.Thread(target=delete)

@@ -48,7 +48,7 @@ def works_on(
 
 
 def at(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)
 
 
 def snapshot(database: Database, namespace: str) -> list[tuple[Any, ...]]:
@@ -93,10 +93,10 @@ def portable_snapshot(database: Database, namespace: str) -> list[tuple[Any, ...
         if str(row[0]).startswith("fact-"):
             (
                 fid,
-                subject,
-                predicate,
-                obj,
-                valid_from,
+                _subject,
+                _predicate,
+                _obj,
+                _valid_from,
                 valid_to,
                 observation_ids,
                 supersedes,

@@ -4,6 +4,7 @@ fanout and row limits."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -94,7 +95,7 @@ def _reached(walk: Walk) -> dict[str, int]:
 
 def test_depth_bounds_the_walk_and_paths_are_reported(database: Database, namespace: str) -> None:
     chain = ["x:a", "x:b", "x:c", "x:d", "x:e"]
-    ids = _facts(database, namespace, [(s, "R", o) for s, o in zip(chain, chain[1:])])
+    ids = _facts(database, namespace, [(s, "R", o) for s, o in itertools.pairwise(chain)])
     assert _reached(_walk(database, namespace, ["x:a"], 2)) == {"x:b": 1, "x:c": 2}
     deep = _walk(database, namespace, ["x:a"], 4)
     assert _reached(deep) == {"x:b": 1, "x:c": 2, "x:d": 3, "x:e": 4}

@@ -119,6 +119,25 @@ def test_authorize() -> None:
     with pytest.raises(PermissionDenied, match="read right on namespace 'b'") as raised:
         authorize(reader, GET_SOURCE, source_service_pb2.GetSourceRequest(namespace="b"))
     assert raised.value.reason == "NAMESPACE_NOT_GRANTED"
+    # The refusal hints at the caller's own grants, and at the one a typo was meant to name.
+    assert raised.value.message.endswith("; this token has it on 'a'")
+    with pytest.raises(PermissionDenied) as typo:
+        authorize(
+            writer,
+            RECORD,
+            observation_service_pb2.RecordObservationsRequest(observations=[{"namespace": "example"}]),
+        )
+    assert "write right on namespace 'example'; this token has it on 'a'" in typo.value.message
+    typist = Principal(name="t", rights={"example": Right.WRITE, "other": Right.READ})
+    with pytest.raises(PermissionDenied) as close:
+        authorize(typist, GET_SOURCE, source_service_pb2.GetSourceRequest(namespace="exmaple"))
+    assert close.value.message.endswith("this token has it on 'example', 'other' (did you mean 'example'?)")
+    with pytest.raises(PermissionDenied, match="the write right on no namespace"):
+        authorize(
+            reader,
+            RECORD,
+            observation_service_pb2.RecordObservationsRequest(observations=[{"namespace": "a"}]),
+        )
     with pytest.raises(PermissionDenied, match="namespace ''"):
         authorize(reader, GET_SOURCE, source_service_pb2.GetSourceRequest())
     one = observation_service_pb2.RecordObservationsRequest(observations=[{"namespace": "a"}])

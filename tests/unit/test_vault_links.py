@@ -18,7 +18,14 @@ from common.kernel.errors import InvalidArgument
 from common.tooling.cli.vault_commands import vault_messages
 from common.tooling.vault_source import SourceDocument, VaultSource, directory_documents
 from ingest_service.vault_documents import VaultFile, check_path, file_fingerprint, parse_file
-from ingest_service.vault_links import LinkReference, VaultEntry, VaultIndex, body_links
+from ingest_service.vault_links import (
+    LinkReference,
+    VaultEntry,
+    VaultIndex,
+    body_links,
+    body_outline,
+    link_names,
+)
 
 
 def test_body_links_skip_code_and_images() -> None:
@@ -27,7 +34,50 @@ def test_body_links_skip_code_and_images() -> None:
         "```\n[[in a fence]] [b](b.md)\n```\n\n    [[indented code]]\n\n[[Split\nacross]] [[ok]]\n"
     )
     found = [(r.kind, r.target) for r in body_links(body)]
-    assert found == [("markdown", "a.md#x"), ("wiki", "Wiki Page#Part|label"), ("wiki", "ok")]
+    assert found == [("markdown", "a.md#x"), ("wiki", "Wiki Page#Part"), ("wiki", "ok")]
+
+
+def test_wiki_link_labels_are_display_text_only() -> None:
+    """``[[target|display]]``: the display text never becomes part of the target, also in a table cell
+    (where Obsidian writes the pipe ``\\|``) and for a natural key of a node outside the run."""
+    body = "[[person:alice|Alice]] and [[Guide#Setup|the setup]]\n\n| who | link |\n|---|---|\n| a | [[ref/api\\|API]] |\n"
+    assert [(r.kind, r.target) for r in body_links(body)] == [
+        ("wiki", "person:alice"),
+        ("wiki", "Guide#Setup"),
+        ("wiki", "ref/api"),
+    ]
+    assert link_names(LinkReference("wiki", "person:alice#Bio")) == ("person:alice#Bio", "person:alice")
+    assert link_names(LinkReference("frontmatter", "[[person:alice|Alice]]")) == (
+        "[[person:alice|Alice]]",
+        "person:alice",
+    )
+    assert link_names(LinkReference("markdown", "a.md#x")) == ("a.md#x",)
+    assert (
+        INDEX.resolve(API, LinkReference("relation", "[[Setup Guide|the guide]]", "PART_OF")) == "doc:guide"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "title"),
+    [
+        ("Intro.\n\n# The *First* `Title`\n\n# Second\n", "The First Title"),
+        ("Setext Title\n============\n\ntext\n", "Setext Title"),
+        ("## Only a level 2\n\n> # quoted\n\n```\n# in code\n```\n", ""),
+    ],
+)
+def test_the_first_h1_is_the_outline_title(body: str, title: str) -> None:
+    assert body_outline(body)[1] == title
+
+
+def test_a_document_without_a_frontmatter_title_takes_its_first_h1() -> None:
+    untitled = parse_file(
+        "ns", VaultFile("a.md", "---\nscopes: [workspace:x]\n---\n# Release Plan\n\ntext\n"), 0
+    )
+    assert untitled.retain.title == "Release Plan" and untitled.entry.title == "Release Plan"
+    titled = parse_file("ns", VaultFile("b.md", "---\ntitle: Given\n---\n# Heading\n"), 1)
+    assert titled.retain.title == "Given" and titled.entry.title == "Given"
+    bare = parse_file("ns", VaultFile("c.md", "no heading at all\n"), 2)
+    assert bare.retain.title == "" and bare.entry.title == "doc:c"  # Retain's default: the key
 
 
 INDEX = VaultIndex(

@@ -63,7 +63,9 @@ def add(
     event_type: Annotated[str, typer.Option("--event-type", help="e.g. incident_resolved")] = "",
     tags: TagOption = None,
     importance: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="0..1 (default 0.5)")] = None,
-    memory_type: Annotated[str, typer.Option("--memory-type", help="fact, event, decision, insight, ...")] = "",
+    memory_type: Annotated[
+        str, typer.Option("--memory-type", help="fact, event, decision, insight, ...")
+    ] = "",
     ttl: Annotated[int | None, typer.Option("--ttl", min=1, help="seconds to live")] = None,
     metadata: Annotated[str, typer.Option("--metadata", help="JSON object of caller metadata")] = "",
     project: ProjectOption = "",
@@ -80,7 +82,9 @@ def add(
         try:
             item.memory_type = memory_record_pb2.MemoryType.Value("MEMORY_TYPE_" + memory_type.upper())
         except ValueError:
-            raise typer.BadParameter(f"unknown memory type {memory_type!r}", param_hint="--memory-type") from None
+            raise typer.BadParameter(
+                f"unknown memory type {memory_type!r}", param_hint="--memory-type"
+            ) from None
     if ttl is not None:
         item.ttl.CopyFrom(duration_pb2.Duration(seconds=ttl))
     if metadata:
@@ -285,11 +289,11 @@ def maintain(
         fail(error_lines(exc))
     finally:
         database.close()
-    result = {
-        "moved_to_warm": report.moved_to_warm,
-        "moved_to_cold": report.moved_to_cold,
-        "expired_deleted": report.expired_deleted,
-        "audit_event_ids": list(report.audit_event_ids),
+    result = {  # lowerCamelCase, as the proto3 JSON the other --json outputs print
+        "movedToWarm": report.moved_to_warm,
+        "movedToCold": report.moved_to_cold,
+        "expiredDeleted": report.expired_deleted,
+        "auditEventIds": list(report.audit_event_ids),
     }
     if as_json:
         typer.echo(json.dumps(result, indent=2))
