@@ -2,8 +2,8 @@
 (BM25) and trigram rankings of `common.storage.chunk_rankings`, in-process, at 10k and 1M chunks, with
 each candidate set of GIN indexes, interleaved query by query in one run; and the insert cost of each set.
 
-Method. Two fresh databases (`bench.run_bench.fresh_database`), migrated: ``small`` holds namespace Q
-alone (10k chunks), ``large`` holds Q and 99 tenants of 10k chunks each (1M). The texts are those of
+Method. Three fresh databases (`bench.run_bench.fresh_database`), migrated: ``10k`` and ``100k`` hold
+namespace Q alone (10k, 100k chunks), ``1m`` holds Q (10k) and 99 tenants of 10k chunks each. The texts are those of
 `bench/bench_capacity.py`'s synthetic base (two real vault sentences of 400 and a reference per chunk,
 `bench/bench_scale.py --synthetic-base`'s base), without embeddings (the lexical arms read none); every
 tenant holds Q's texts, as in bench_scale's copies: the worst case for a table-wide index. Q's rows are
@@ -66,14 +66,17 @@ def variants(table: str) -> dict[str, list[sql.Composed]]:
     t = sql.Identifier(table)
     q = sql.Literal(Q)
 
-    def index(name: str, body: str, predicate: sql.Composable = sql.SQL("")) -> sql.Composed:
+    def index(name: str, body: str, predicate: sql.Composable | None = None) -> sql.Composed:
         return sql.SQL("CREATE INDEX {} ON {} USING gin " + body + "{}").format(
-            sql.Identifier(f"ab_{name}"), t, predicate
+            sql.Identifier(f"ab_{name}"), t, predicate or sql.SQL("")
         )
 
     only_q = sql.SQL(" WHERE namespace = {}").format(q)
     return {
-        "table_wide": [index("wide_search", "(search_document)"), index("wide_trigram", "(text gin_trgm_ops)")],
+        "table_wide": [
+            index("wide_search", "(search_document)"),
+            index("wide_trigram", "(text gin_trgm_ops)"),
+        ],
         "namespace_leading": [
             index("lead_search", "(namespace, search_document)"),
             index("lead_trigram", "(namespace, text gin_trgm_ops)"),
@@ -99,7 +102,9 @@ def base_rows(sentences: list[str], namespace: str, rows: int, key_prefix: str) 
         document, order = divmod(number, CHUNKS_PER_DOCUMENT)
         first, second = rng.sample(sentences, 2)
         text = f"{first} {second} (doc {document}, REF-{number})"
-        out.append((namespace, f"doc:{key_prefix}-{document}", order, f"Doc {document}", f"Part {order}", text))
+        out.append(
+            (namespace, f"doc:{key_prefix}-{document}", order, f"Doc {document}", f"Part {order}", text)
+        )
     return out
 
 
@@ -112,8 +117,11 @@ def copy_rows(conn: psycopg.Connection[Any], table: str, rows: list[tuple[Any, .
             copy.write_row(row)
 
 
-def build(url: str, sentences: list[str], tenants: int, timings: dict[str, Any]) -> dict[str, set[str]]:
-    """Migrates the database of ``url``, writes Q (and ``tenants`` copies), builds every index set."""
+def build(
+    url: str, sentences: list[str], q_rows: int, tenants: int, timings: dict[str, Any]
+) -> dict[str, set[str]]:
+    """Migrates the database of ``url``, writes Q's ``q_rows`` chunks (and ``tenants`` copies of them),
+    builds every index set."""
     settings = Settings(database_url=url)
     database = Database(settings)
     database.migrate()
@@ -125,7 +133,7 @@ def build(url: str, sentences: list[str], tenants: int, timings: dict[str, Any])
             if not any(name.endswith(suffix) for suffix in keep):
                 conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
         started = time.perf_counter()
-        copy_rows(conn, table, base_rows(sentences, Q, BASE_ROWS, "lexical"))
+        copy_rows(conn, table, base_rows(sentences, Q, q_rows, "lexical"))
         timings["q_rows_s"] = round(time.perf_counter() - started, 1)
         if tenants:
             started = time.perf_counter()
@@ -158,7 +166,8 @@ def build(url: str, sentences: list[str], tenants: int, timings: dict[str, Any])
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(table)))
         timings["vacuum_analyze_s"] = round(time.perf_counter() - started, 1)
         sizes = conn.execute(
-            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = ANY(%s)", (sorted(built),)
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c WHERE c.relname = ANY(%s)",
+            (sorted(built),),
         ).fetchall()
         timings["index_mb"] = {name: round(size / 2**20, 1) for name, size in sizes}
     return names
@@ -225,7 +234,9 @@ def arms(url: str, names: dict[str, set[str]], queries: list[str], wanted: list[
     return results
 
 
-def inserts(url: str, names: dict[str, set[str]], sentences: list[str], count: int, rounds: int) -> dict[str, Any]:
+def inserts(
+    url: str, names: dict[str, set[str]], sentences: list[str], count: int, rounds: int
+) -> dict[str, Any]:
     """Milliseconds for one INSERT of ``count`` new chunks of Q into the large table per index set."""
     table = sql.Identifier(Settings(database_url=url).chunks_table)
     rows = base_rows(sentences, Q, count, "insert")
@@ -262,28 +273,35 @@ def report(results: dict[str, Any]) -> list[str]:
     lines = [
         heading(results) + " — lexical index A/B (`bench/bench_lexical_indexes.py`)",
         "",
-        f"Note: {results['note']}. Queries: {results['queries']} (half vault sentences, half FAQ questions),"
-        " each measured once per index set after one warm-up pass, sets interleaved query by query.",
+        (
+            f"Note: {results['note']}. Queries: {results['queries']} (half vault sentences, half FAQ"
+            " questions), each measured once per index set after one warm-up pass, sets interleaved query by query."
+        ),
         "",
-        "| arm | index set | 10k (Q alone) p50 / p95 ms | 1M (Q among 100) p50 / p95 ms | 1M slowest (ms) |",
-        "|---|---|---|---|---|",
+        (
+            "| arm | index set | 10k (Q alone) p50 / p95 ms | 100k (Q alone) | 1M (Q 10k among 100 tenants) |"
+            " 1M slowest (ms) |"
+        ),
+        "|---|---|---|---|---|---|",
     ]
-    small, large = results["small"]["arms"], results["large"]["arms"]
-    for key, figures in large.items():
+
+    def cell(figures: dict[str, Any] | None) -> str:
+        return f"{figures['p50_ms']} / {figures['p95_ms']} ({figures['load']})" if figures else ""
+
+    for key, figures in results["1m"]["arms"].items():
         arm, variant = key.split("/")
-        at_10k = small.get(key)
-        ten = f"{at_10k['p50_ms']} / {at_10k['p95_ms']} ({at_10k['load']})" if at_10k else ""
+        small = [cell(results[size]["arms"].get(key)) for size in ("10k", "100k")]
         lines.append(
-            f"| {arm} | {variant} | {ten} | {figures['p50_ms']} / {figures['p95_ms']} ({figures['load']}) |"
-            f" {figures['slowest_ms']} |"
+            f"| {arm} | {variant} | {' | '.join(small)} | {cell(figures)} | {figures['slowest_ms']} |"
         )
     lines += ["", f"Insert of {results['insert_rows']} chunks of Q into the 1M table, one statement:", ""]
     lines += ["| index set | median ms | min ms | chunks/s |", "|---|---|---|---|"]
-    for variant, figures in results["large"]["inserts"].items():
+    for variant, figures in results["1m"]["inserts"].items():
         lines.append(
             f"| {variant} | {figures['median_ms']} | {figures['min_ms']} | {figures['rows_per_s']} ({figures['load']}) |"
         )
-    lines += ["", f"Build (s, MB): small {results['small']['build']}; large {results['large']['build']}", ""]
+    builds = "; ".join(f"{size} {results[size]['build']}" for size in ("10k", "100k", "1m"))
+    lines += ["", f"Build (s; index sizes MB): {builds}", ""]
     return lines
 
 
@@ -292,13 +310,16 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--tenants", type=int, default=TENANTS)
     parser.add_argument("--insert-rows", type=int, default=10_000)
-    parser.add_argument("--insert-rounds", type=int, default=3)
+    parser.add_argument("--insert-rounds", type=int, default=5)
     parser.add_argument("--note", default="")
     parser.add_argument("--no-record", action="store_true", help="print only (a trial run)")
     arguments = parser.parse_args()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     sentences = distinctive_sentences(400)
-    faq = [json.loads(line)["query"] for line in (FAQ / "debian-faq-queries.jsonl").read_text("utf-8").splitlines()]
+    faq = [
+        json.loads(line)["query"]
+        for line in (FAQ / "debian-faq-queries.jsonl").read_text("utf-8").splitlines()
+    ]
     half = arguments.queries // 2
     queries = distinctive_sentences(arguments.queries - half) + faq[::2][:half]
     results: dict[str, Any] = {
@@ -309,17 +330,23 @@ def main() -> int:
         "insert_rows": arguments.insert_rows,
     }
     base = Settings().database_url
-    with (
-        fresh_database(base, f"lexical_small_{stamp.lower()}") as small_url,
-        fresh_database(base, f"lexical_large_{stamp.lower()}") as large_url,
+    for size, q_rows, tenants in (
+        ("10k", BASE_ROWS, 0),
+        ("100k", 10 * BASE_ROWS, 0),
+        ("1m", BASE_ROWS, arguments.tenants),
     ):
-        for size, url, tenants in (("small", small_url, 0), ("large", large_url, arguments.tenants)):
+        with fresh_database(base, f"lexical_{size}_{stamp.lower()}") as url:
             timings: dict[str, Any] = {}
-            names = build(url, sentences, tenants, timings)
+            names = build(url, sentences, q_rows, tenants, timings)
             print(size, "built", timings, load(), flush=True)
             wanted = list(names) if tenants else ["table_wide", "namespace_leading"]
             results[size] = {"build": timings, "arms": arms(url, names, queries, wanted)}
-            print(size, {k: (v["p50_ms"], v["p95_ms"]) for k, v in results[size]["arms"].items()}, load(), flush=True)
+            print(
+                size,
+                {k: (v["p50_ms"], v["p95_ms"]) for k, v in results[size]["arms"].items()},
+                load(),
+                flush=True,
+            )
             if tenants:
                 results[size]["inserts"] = inserts(
                     url, names, sentences, arguments.insert_rows, arguments.insert_rounds
