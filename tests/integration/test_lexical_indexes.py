@@ -105,9 +105,7 @@ def test_the_full_text_ranking_reads_one_namespace_from_the_index(lexical_databa
     settings = lexical_database.settings
     store = ChunkStore(settings)
     where = ChunkFilter(namespace="lexical-b")
-    found, plan = _plans(
-        lexical_database, lambda conn: store.text_candidates(conn, where, "subject7", 50)
-    )
+    found, plan = _plans(lexical_database, lambda conn: store.text_candidates(conn, where, "subject7", 50))
     assert {c.chunk.node_key for c in found} == {"doc:7"} and len(found) == 4
     condition = _index_condition(plan, f"{settings.chunks_table}_namespace_search_idx")
     assert "namespace = 'lexical-b'" in condition and "search_document @@" in condition, plan
