@@ -21,7 +21,9 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="CB_", extra="ignore")
 
-    database_url: str = Field(EMBEDDED_DATABASE_URL, description="PostgreSQL >= 16 with age, vector, pg_trgm")
+    database_url: str = Field(
+        EMBEDDED_DATABASE_URL, description="PostgreSQL >= 16 with age, vector, pg_trgm, btree_gin"
+    )
     graph_name: str = "company_brain"
     chunks_table: str = "chunks"
     observations_table: str = "observations"

@@ -53,6 +53,7 @@ MIGRATIONS = (
     "0015_memories.sql",
     QUEUE_MIGRATION,
     "0017_tenant_vector_indexes.sql",
+    "0026_namespace_lexical_indexes.sql",
 )
 
 
@@ -70,7 +71,7 @@ def apply(database: Database) -> list[str]:
     with psycopg.connect(database.settings.database_url, autocommit=True, connect_timeout=5) as conn:
         conn.execute(queries["lock_migrations"], (MIGRATION_LOCK_KEY,))
         try:
-            for extension in ("age", "vector", "pg_trgm"):
+            for extension in ("age", "vector", "pg_trgm", "btree_gin"):
                 conn.execute(sql.SQL("CREATE EXTENSION IF NOT EXISTS {}").format(sql.Identifier(extension)))
             prepare_age_session(conn)
             if not conn.execute(queries["graph_exists"], (database.settings.graph_name,)).fetchone():

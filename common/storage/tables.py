@@ -42,6 +42,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunks_meta_idx": ("chunks", "meta_idx"),
         "chunks_namespace_idx": ("chunks", "namespace_idx"),
         "chunks_trigram_idx": ("chunks", "trigram_idx"),
+        "chunks_namespace_search_idx": ("chunks", "namespace_search_idx"),
+        "chunks_namespace_trigram_idx": ("chunks", "namespace_trigram_idx"),
         "chunks_namespace_vector_idx": ("chunks", "namespace_vector_idx"),
         "chunks_embedding_pending_idx": ("chunks", "embedding_pending_idx"),
         "context_traces_trace_idx": ("context_traces", "trace_idx"),

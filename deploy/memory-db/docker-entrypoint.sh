@@ -3,7 +3,7 @@
 #
 # On first start (empty $PGDATA): initdb, shared_preload_libraries=age, listen on all addresses with
 # scram-sha-256 for TCP clients, create $POSTGRES_DB owned by $POSTGRES_USER, create the extensions
-# age, vector and pg_trgm in template1 (so every later database has them) and in $POSTGRES_DB, then run
+# age, vector, pg_trgm and btree_gin in template1 (so every later database has them) and in $POSTGRES_DB, then run
 # /docker-entrypoint-initdb.d/*.sql and *.sh. Then (every start) postgres runs in the foreground; extra
 # arguments are passed to it (e.g. `-c shared_buffers=1GB`).
 #
@@ -58,7 +58,7 @@ SQL
   fi
   local db ext
   for db in template1 "$POSTGRES_DB"; do
-    for ext in age vector pg_trgm; do
+    for ext in age vector pg_trgm btree_gin; do
       # One statement per call: a failure must not undo the extensions created before it.
       "${psql[@]}" -d "$db" -c "CREATE EXTENSION IF NOT EXISTS $ext"
     done
@@ -72,7 +72,7 @@ SQL
     esac
   done
   pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
-  log "initialised: database $POSTGRES_DB with age, vector, pg_trgm"
+  log "initialised: database $POSTGRES_DB with age, vector, pg_trgm, btree_gin"
 }
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then

@@ -328,7 +328,7 @@ def test_cnpg_cluster_uses_the_memory_db_image_with_age_vector_and_pg_trgm() -> 
     initdb = spec["bootstrap"]["initdb"]
     statements = [s.strip().rstrip(";") for s in initdb["postInitApplicationSQL"]]
     assert all(";" not in s for s in statements), "one statement per item: a failure must not undo the others"
-    for extension in ("age", "vector", "pg_trgm"):
+    for extension in ("age", "vector", "pg_trgm", "btree_gin"):
         assert f"CREATE EXTENSION IF NOT EXISTS {extension}" in statements
     assert f"GRANT USAGE ON SCHEMA ag_catalog TO {initdb['owner']}" in statements
 
@@ -369,7 +369,7 @@ def test_dockerfiles_follow_the_recipe() -> None:
         assert package in db
     entrypoint = (DEPLOY / "memory-db" / "docker-entrypoint.sh").read_text(encoding="utf-8")
     assert "shared_preload_libraries = 'age'" in entrypoint
-    assert "for ext in age vector pg_trgm" in entrypoint
+    assert "for ext in age vector pg_trgm btree_gin" in entrypoint
     assert "COPY --chmod=0755 docker-entrypoint.sh" in db
 
     service = (DEPLOY / "service" / "Dockerfile").read_text(encoding="utf-8")

@@ -26,7 +26,7 @@ def require_root(action: str) -> None:
     if os.geteuid() != 0:
         raise EmbeddedDatabaseError(
             f"only root can {action}: it runs PostgreSQL inside a chroot. Run as root (e.g. with sudo), "
-            "or set CB_DATABASE_URL to any PostgreSQL >= 16 with the age, vector and pg_trgm extensions"
+            "or set CB_DATABASE_URL to any PostgreSQL >= 16 with the age, vector, pg_trgm and btree_gin extensions"
         )
 
 

@@ -32,6 +32,7 @@ ROOTFS_MARKERS = (
     "usr/share/postgresql/17/extension/age.control",
     "usr/share/postgresql/17/extension/vector.control",
     "usr/share/postgresql/17/extension/pg_trgm.control",
+    "usr/share/postgresql/17/extension/btree_gin.control",
 )
 
 
