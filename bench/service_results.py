@@ -56,7 +56,8 @@ def append_entry(lines: list[str]) -> None:
     path = ROOT / "bench" / "RESULTS.md"
     if not path.exists():
         path.write_text(
-            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`); newest last.\n"
+            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`) and the other benchmarks; newest last"
+            " (`python -m bench.results_order` restores the order after merges).\n"
         )
     with path.open("a") as handle:
         handle.write("\n".join(lines) + "\n")
