@@ -1,7 +1,8 @@
 """Keeps bench/RESULTS.md "newest last": its entries (``## `` headings) ordered by their time stamps.
 
-Entries are appended by `bench.service_results.append_entry` at the end, so one tree stays ordered;
-branches that benchmark at the same time and are merged later interleave their entries out of order.
+`bench.service_results.append_entry` adds each entry in its place (a run appends when it ends, stamped
+with when it started); branches that benchmark at the same time and are merged later interleave their
+entries out of order.
 ``python -m bench.results_order`` puts them back in time order (stable: entries of one instant keep
 their order; the text of each entry, its ``###`` readings included, moves with it), and
 ``tests/unit/test_results_order.py`` fails while the file is out of order.

@@ -11,6 +11,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from bench.results_order import in_time_order
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -52,15 +54,22 @@ def heading(results: dict[str, Any]) -> str:
 
 
 def append_entry(lines: list[str]) -> None:
-    """Appends ``lines`` to bench/RESULTS.md (created with its header when missing)."""
+    """Adds the entry ``lines`` (its first line a ``## `` heading with a time stamp) to bench/RESULTS.md
+    (created with its header when missing), in time order.
+
+    Raises:
+        ValueError: the heading carries no time stamp (`bench.results_order.entry_time`).
+    """
     path = ROOT / "bench" / "RESULTS.md"
     if not path.exists():
         path.write_text(
             "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`) and the other benchmarks; newest last"
             " (`python -m bench.results_order` restores the order after merges).\n"
         )
-    with path.open("a") as handle:
-        handle.write("\n".join(lines) + "\n")
+    text = path.read_text() + "\n".join(lines) + "\n"
+    # A run appends when it ends, stamped with when it started: keep the file in time order
+    # (`bench.results_order`), so that runs overlapping in time still read newest last.
+    path.write_text(in_time_order(text))
 
 
 def write_results(results: dict[str, Any]) -> None:
