@@ -25,7 +25,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
-from common.kernel.errors import PermissionDenied
+from common.kernel.errors import InvalidArgument, PermissionDenied
 from common.kernel.memory_names import memory_base_namespace
 
 __all__ = [
@@ -267,8 +267,8 @@ def names_namespaces(descriptor: Descriptor | Any) -> bool:
 def request_namespaces(request: Message) -> frozenset[str] | None:
     """The namespaces a request touches.
 
-    A request with a ``namespace`` field touches that namespace (an empty name included: only a
-    ``"*"`` grant covers it, and the handler then rejects it as invalid). A request without one
+    A request with a ``namespace`` field touches that namespace (an empty name included: `authorize`
+    rejects it as invalid before any right is checked). A request without one
     touches the namespaces of its message fields that have one (e.g. every
     ``RecordObservationsRequest.observations[].namespace``).
 
@@ -307,11 +307,17 @@ def _granted_hint(principal: Principal, namespace: str, needed: Right) -> str:
 
 _HINT_NAMESPACES = 10
 
+EMPTY_NAMESPACE_MEANS_EVERY = frozenset({"/memory.v1.ObservationService/GetEmbeddingBacklog"})
+"""Methods whose empty ``namespace`` means every namespace (observation_service.proto), so that only a
+``"*"`` grant covers it; elsewhere an empty namespace is a missing field (`authorize`)."""
+
 
 def authorize(principal: Principal, full_method: str, request: Message) -> None:
     """Checks that ``principal`` holds the right ``full_method`` needs on every namespace of ``request``.
 
     Raises:
+        InvalidArgument: the request leaves its own (top-level) ``namespace`` empty, the token has no
+            ``"*"`` grant to cover it, and the method is not one where empty means every namespace.
         PermissionDenied: the method is not in `METHOD_RIGHTS` (fail closed), or a namespace (or
             ``"*"`` for a request naming none) lacks the right.
     """
@@ -338,6 +344,16 @@ def authorize(principal: Principal, full_method: str, request: Message) -> None:
         return
     for namespace in sorted(namespaces):
         if not principal.allows(namespace, needed):
+            if (
+                namespace == ""
+                and full_method not in EMPTY_NAMESPACE_MEANS_EVERY
+                and _namespace_holder(request.DESCRIPTOR)
+            ):
+                # The request names no namespace where it must: malformed, not forbidden (with a "*"
+                # grant the handler reports it among the request's other field violations).
+                raise InvalidArgument.single(
+                    "namespace", "required: the namespace the request reads or writes"
+                )
             raise PermissionDenied(
                 f"principal {principal.name!r} lacks the {needed.label} right on namespace {namespace!r}"
                 + _granted_hint(principal, namespace, needed),

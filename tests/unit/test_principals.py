@@ -20,7 +20,7 @@ from common.auth.principals import (
     names_namespaces,
     request_namespaces,
 )
-from common.kernel.errors import PermissionDenied
+from common.kernel.errors import InvalidArgument, PermissionDenied
 from query_service.main import SERVICE_NAMES as QUERY_SERVICE_NAMES
 
 # --------------------------------------------------------------------------------------------------
@@ -110,6 +110,7 @@ def test_request_namespaces() -> None:
 
 GET_SOURCE = "/memory.v1.SourceService/GetSource"
 RECORD = "/memory.v1.ObservationService/RecordObservations"
+BACKLOG = "/memory.v1.ObservationService/GetEmbeddingBacklog"
 
 
 def test_authorize() -> None:
@@ -138,8 +139,19 @@ def test_authorize() -> None:
             RECORD,
             observation_service_pb2.RecordObservationsRequest(observations=[{"namespace": "a"}]),
         )
-    with pytest.raises(PermissionDenied, match="namespace ''"):
+    # No namespace where one is required: a missing field, not a refusal (new-user trial: CompileContext
+    # without a namespace answered "lacks the read right on namespace ''").
+    with pytest.raises(InvalidArgument) as missing:
         authorize(reader, GET_SOURCE, source_service_pb2.GetSourceRequest())
+    assert [violation.field for violation in missing.value.violations] == ["namespace"]
+    # ... except where an empty namespace means every namespace: then only a "*" grant covers it.
+    with pytest.raises(PermissionDenied, match="namespace ''"):
+        authorize(reader, BACKLOG, observation_service_pb2.GetEmbeddingBacklogRequest())
+    authorize(
+        Principal(name="all", rights={"*": Right.READ}),
+        BACKLOG,
+        observation_service_pb2.GetEmbeddingBacklogRequest(),
+    )
     one = observation_service_pb2.RecordObservationsRequest(observations=[{"namespace": "a"}])
     with pytest.raises(PermissionDenied, match="write right"):
         authorize(reader, RECORD, one)
