@@ -40,7 +40,7 @@ bench/results/scale-<time>.png.
 
 Usage: .venv/bin/python bench/bench_scale.py [--sizes 10k,100k,1m] [--layouts single,multi]
 [--tree DIR] [--baseline-tree DIR] [--queries 100] [--clients 1,4,16,32] [--concurrency-at 100k:multi]
-[--synthetic-base 10000] [--note TEXT]
+[--synthetic-base 10000] [--env K=V,...] [--baseline-env K=V,...] [--note TEXT]
 (``--synthetic-base N``: the base is N chunks of `bench/bench_capacity.py`'s loader, real sentences
 with vectors from the real model, written through `DocumentWriter.put_chunks`, instead of the corpora
 through Retain; for a quick run on a loaded machine)
@@ -296,7 +296,10 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
     errors: list[str] = []
 
     def client(index: int) -> None:
-        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(grpc.insecure_channel(address))
+        # Its own connection per client (no shared subchannel): the kernel spreads connections, not calls,
+        # over the worker processes of CB_QUERY_PROCESSES.
+        channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
         mine = queries[index::clients] or queries
         turn = 0
         while time.perf_counter() < stop:
@@ -312,19 +315,22 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
                 continue
             samples[index].append((time.perf_counter() - started) * 1000)
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    client_cores = (time.process_time() - cpu_started) / wall
     every = [value for values in samples for value in values]
     return {
         "clients": clients,
         "searches": len(every),
         "errors": len(errors),
         "per_second": round(len(every) / wall, 1),
+        "client_cores": round(client_cores, 2),  # CPU of the load generator itself, in cores
+        "load_average": [round(value, 2) for value in os.getloadavg()],
         **measured(every),
     }
 
@@ -381,6 +387,12 @@ def parse_arguments() -> argparse.Namespace:
         default=0,
         help="base of N synthetic chunks (bench_capacity's) instead of the real corpora (the quick run)",
     )
+    parser.add_argument(
+        "--env",
+        default="",
+        help="KEY=VALUE,... added to the environment of the query service under test (e.g. CB_QUERY_PROCESSES=2)",
+    )
+    parser.add_argument("--baseline-env", default="", help="KEY=VALUE,... for the baseline's query service")
     parser.add_argument("--note", default="")
     parser.add_argument("--shared-database", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -539,9 +551,17 @@ def measure_state(
         trees["baseline"] = Path(arguments.baseline_tree)
     # Read when the services start: a tree under test can move on between sizes (a snapshot re-checked-out).
     state["commits"] = {name: tree_commit(root) for name, root in trees.items()}
+    environments = {"this tree": arguments.env, "baseline": arguments.baseline_env}
+    state["environments"] = {name: environments[name] for name in trees}
     with ExitStack() as stack:
         addresses = {
-            name: stack.enter_context(services(root=root, kinds=("query",)))[1]
+            name: stack.enter_context(
+                services(
+                    root=root,
+                    kinds=("query",),
+                    extra_env=dict(pair.split("=", 1) for pair in environments[name].split(",") if pair),
+                )
+            )[1]
             for name, root in trees.items()
         }
         search, context = {}, {}
