@@ -330,7 +330,6 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
         "errors": len(errors),
         "per_second": round(len(every) / wall, 1),
         "client_cores": round(client_cores, 2),  # CPU of the load generator itself, in cores
-        "load_average": [round(value, 2) for value in os.getloadavg()],
         **measured(every),
     }
 
