@@ -288,6 +288,31 @@ def interleaved(calls: dict[str, list[Callable[[], Any]]]) -> dict[str, dict[str
     return {name: measured(values) for name, values in samples.items()}
 
 
+def cpu_seconds(address: str) -> dict[str, float]:
+    """CPU seconds used so far (Linux ``/proc``) by the query service listening on ``address`` (every
+    process with that ``CB_QUERY_ADDR``: its worker processes included), by all PostgreSQL processes, and
+    by the whole machine (busy time of all cores)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = {"query_service": 0.0, "postgres": 0.0}
+    marker = f"CB_QUERY_ADDR={address}\0".encode()
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (process / "cmdline").read_bytes()
+            kind = "postgres" if command.startswith(b"postgres") else ""
+            if not kind and marker in (process / "environ").read_bytes():
+                kind = "query_service"
+        except OSError:
+            continue
+        if kind:
+            totals[kind] += (int(fields[11]) + int(fields[12])) / tick
+    cpu = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    totals["machine"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    return totals
+
+
 def concurrency(address: str, q: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
     """``clients`` threads, each with its own channel, sending Search with its own share of the queries
     (rotating) until ``seconds`` have passed; throughput per second and latency percentiles."""
@@ -315,7 +340,7 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
                 continue
             samples[index].append((time.perf_counter() - started) * 1000)
 
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started, used_before = time.perf_counter(), time.process_time(), cpu_seconds(address)
     threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
     for thread in threads:
         thread.start()
@@ -323,13 +348,18 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
         thread.join()
     wall = time.perf_counter() - started
     client_cores = (time.process_time() - cpu_started) / wall
+    used = {kind: (value - used_before[kind]) / wall for kind, value in cpu_seconds(address).items()}
     every = [value for values in samples for value in values]
     return {
         "clients": clients,
         "searches": len(every),
         "errors": len(errors),
         "per_second": round(len(every) / wall, 1),
-        "client_cores": round(client_cores, 2),  # CPU of the load generator itself, in cores
+        # Cores used meanwhile: the load generator itself, the service under test, PostgreSQL, the machine.
+        "cores": {
+            "clients": round(client_cores, 2),
+            **{kind: round(value, 2) for kind, value in used.items()},
+        },
         **measured(every),
     }
 
