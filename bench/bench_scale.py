@@ -288,12 +288,12 @@ def interleaved(calls: dict[str, list[Callable[[], Any]]]) -> dict[str, dict[str
     return {name: measured(values) for name, values in samples.items()}
 
 
-def cpu_seconds(address: str) -> dict[str, float]:
-    """CPU seconds used so far (Linux ``/proc``) by the query service listening on ``address`` (every
-    process with that ``CB_QUERY_ADDR``: its worker processes included), by all PostgreSQL processes, and
-    by the whole machine (busy time of all cores)."""
+def cpu_seconds(address: str) -> dict[tuple[str, int], float]:
+    """CPU seconds used so far (Linux ``/proc``), by process: ``("query_service", pid)`` for every process
+    with ``CB_QUERY_ADDR`` = ``address`` (the worker processes included), ``("postgres", pid)`` for the
+    PostgreSQL processes, and ``("machine", 0)`` the busy time of all cores."""
     tick = os.sysconf("SC_CLK_TCK")
-    totals = {"query_service": 0.0, "postgres": 0.0}
+    used: dict[tuple[str, int], float] = {}
     marker = f"CB_QUERY_ADDR={address}\0".encode()
     for process in Path("/proc").iterdir():
         if not process.name.isdigit():
@@ -307,10 +307,20 @@ def cpu_seconds(address: str) -> dict[str, float]:
         except OSError:
             continue
         if kind:
-            totals[kind] += (int(fields[11]) + int(fields[12])) / tick
+            used[(kind, int(process.name))] = (int(fields[11]) + int(fields[12])) / tick
     cpu = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    totals["machine"] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
-    return totals
+    used[("machine", 0)] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    return used
+
+
+def cores_used(
+    before: dict[tuple[str, int], float], after: dict[tuple[str, int], float], wall: float
+) -> dict[str, float]:
+    """Cores per kind between two `cpu_seconds` readings (a process that exited meanwhile is not counted)."""
+    cores = {"query_service": 0.0, "postgres": 0.0, "machine": 0.0}
+    for key, value in after.items():
+        cores[key[0]] += (value - before.get(key, 0.0)) / wall
+    return {kind: round(value, 2) for kind, value in cores.items()}
 
 
 def concurrency(address: str, q: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
@@ -348,7 +358,7 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
         thread.join()
     wall = time.perf_counter() - started
     client_cores = (time.process_time() - cpu_started) / wall
-    used = {kind: (value - used_before[kind]) / wall for kind, value in cpu_seconds(address).items()}
+    used = cores_used(used_before, cpu_seconds(address), wall)
     every = [value for values in samples for value in values]
     return {
         "clients": clients,
@@ -358,7 +368,7 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
         # Cores used meanwhile: the load generator itself, the service under test, PostgreSQL, the machine.
         "cores": {
             "clients": round(client_cores, 2),
-            **{kind: round(value, 2) for kind, value in used.items()},
+            **used,
         },
         **measured(every),
     }
