@@ -64,14 +64,16 @@ def _always_exit(folder: Path, index: int) -> None:
     sys.exit(4)
 
 
-def _send_sigterm_when(check: Callable[[], bool]) -> threading.Thread:
-    """SIGTERM to this process (the supervisor's) once ``check()`` holds (or after 120 s)."""
+def _send_sigterm_when(check: Callable[[], bool], returned: threading.Event) -> threading.Thread:
+    """SIGTERM to this process (the supervisor's) once ``check()`` holds (or after 120 s), unless the
+    supervisor has ``returned`` by then."""
 
     def watch() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not check():
+        while time.monotonic() < deadline and not check() and not returned.is_set():
             time.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGTERM)
+        if not returned.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
@@ -82,13 +84,17 @@ def test_a_dead_worker_is_restarted_and_sigterm_stops_all(tmp_path: Path) -> Non
     def restarted() -> bool:
         return len(list(tmp_path.glob("0-*"))) == 2 and len(list(tmp_path.glob("1-*"))) == 1
 
-    watcher = _send_sigterm_when(restarted)
-    code = run_worker_processes(
-        service_name="test",
-        count=2,
-        target=functools.partial(_exit_at_first_start, tmp_path),
-        stop_seconds=30,
-    )
+    returned = threading.Event()
+    watcher = _send_sigterm_when(restarted, returned)
+    try:
+        code = run_worker_processes(
+            service_name="test",
+            count=2,
+            target=functools.partial(_exit_at_first_start, tmp_path),
+            stop_seconds=30,
+        )
+    finally:
+        returned.set()
     watcher.join()
     assert code == 0
     assert restarted()
