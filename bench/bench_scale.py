@@ -40,7 +40,7 @@ bench/results/scale-<time>.png.
 
 Usage: .venv/bin/python bench/bench_scale.py [--sizes 10k,100k,1m] [--layouts single,multi]
 [--tree DIR] [--baseline-tree DIR] [--queries 100] [--clients 1,4,16,32] [--concurrency-at 100k:multi]
-[--synthetic-base 10000] [--note TEXT]
+[--synthetic-base 10000] [--env K=V,...] [--baseline-env K=V,...] [--note TEXT]
 (``--synthetic-base N``: the base is N chunks of `bench/bench_capacity.py`'s loader, real sentences
 with vectors from the real model, written through `DocumentWriter.put_chunks`, instead of the corpora
 through Retain; for a quick run on a loaded machine)
@@ -288,6 +288,41 @@ def interleaved(calls: dict[str, list[Callable[[], Any]]]) -> dict[str, dict[str
     return {name: measured(values) for name, values in samples.items()}
 
 
+def cpu_seconds(address: str) -> dict[tuple[str, int], float]:
+    """CPU seconds used so far (Linux ``/proc``), by process: ``("query_service", pid)`` for every process
+    with ``CB_QUERY_ADDR`` = ``address`` (the worker processes included), ``("postgres", pid)`` for the
+    PostgreSQL processes, and ``("machine", 0)`` the busy time of all cores."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[tuple[str, int], float] = {}
+    marker = f"CB_QUERY_ADDR={address}\0".encode()
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (process / "cmdline").read_bytes()
+            kind = "postgres" if command.startswith(b"postgres") else ""
+            if not kind and marker in (process / "environ").read_bytes():
+                kind = "query_service"
+        except OSError:
+            continue
+        if kind:
+            used[(kind, int(process.name))] = (int(fields[11]) + int(fields[12])) / tick
+    cpu = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    used[("machine", 0)] = (sum(cpu[:8]) - cpu[3] - cpu[4]) / tick  # all but idle and iowait
+    return used
+
+
+def cores_used(
+    before: dict[tuple[str, int], float], after: dict[tuple[str, int], float], wall: float
+) -> dict[str, float]:
+    """Cores per kind between two `cpu_seconds` readings (a process that exited meanwhile is not counted)."""
+    cores = {"query_service": 0.0, "postgres": 0.0, "machine": 0.0}
+    for key, value in after.items():
+        cores[key[0]] += (value - before.get(key, 0.0)) / wall
+    return {kind: round(value, 2) for kind, value in cores.items()}
+
+
 def concurrency(address: str, q: str, queries: list[str], clients: int, seconds: float) -> dict[str, Any]:
     """``clients`` threads, each with its own channel, sending Search with its own share of the queries
     (rotating) until ``seconds`` have passed; throughput per second and latency percentiles."""
@@ -296,7 +331,10 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
     errors: list[str] = []
 
     def client(index: int) -> None:
-        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(grpc.insecure_channel(address))
+        # Its own connection per client (no shared subchannel): the kernel spreads connections, not calls,
+        # over the worker processes of CB_QUERY_PROCESSES.
+        channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        stub = retrieval_service_pb2_grpc.RetrievalServiceStub(channel)
         mine = queries[index::clients] or queries
         turn = 0
         while time.perf_counter() < stop:
@@ -312,19 +350,26 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
                 continue
             samples[index].append((time.perf_counter() - started) * 1000)
 
-    started = time.perf_counter()
+    started, cpu_started, used_before = time.perf_counter(), time.process_time(), cpu_seconds(address)
     threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - started
+    client_cores = (time.process_time() - cpu_started) / wall
+    used = cores_used(used_before, cpu_seconds(address), wall)
     every = [value for values in samples for value in values]
     return {
         "clients": clients,
         "searches": len(every),
         "errors": len(errors),
         "per_second": round(len(every) / wall, 1),
+        # Cores used meanwhile: the load generator itself, the service under test, PostgreSQL, the machine.
+        "cores": {
+            "clients": round(client_cores, 2),
+            **used,
+        },
         **measured(every),
     }
 
@@ -381,6 +426,12 @@ def parse_arguments() -> argparse.Namespace:
         default=0,
         help="base of N synthetic chunks (bench_capacity's) instead of the real corpora (the quick run)",
     )
+    parser.add_argument(
+        "--env",
+        default="",
+        help="KEY=VALUE,... added to the environment of the query service under test (e.g. CB_QUERY_PROCESSES=2)",
+    )
+    parser.add_argument("--baseline-env", default="", help="KEY=VALUE,... for the baseline's query service")
     parser.add_argument("--note", default="")
     parser.add_argument("--shared-database", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -539,9 +590,17 @@ def measure_state(
         trees["baseline"] = Path(arguments.baseline_tree)
     # Read when the services start: a tree under test can move on between sizes (a snapshot re-checked-out).
     state["commits"] = {name: tree_commit(root) for name, root in trees.items()}
+    environments = {"this tree": arguments.env, "baseline": arguments.baseline_env}
+    state["environments"] = {name: environments[name] for name in trees}
     with ExitStack() as stack:
         addresses = {
-            name: stack.enter_context(services(root=root, kinds=("query",)))[1]
+            name: stack.enter_context(
+                services(
+                    root=root,
+                    kinds=("query",),
+                    extra_env=dict(pair.split("=", 1) for pair in environments[name].split(",") if pair),
+                )
+            )[1]
             for name, root in trees.items()
         }
         search, context = {}, {}

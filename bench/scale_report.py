@@ -166,6 +166,11 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
             cells = [
                 f"{runs[index]['per_second']}, {figure(runs[index])}"
                 + (f", {runs[index]['errors']} errors" if runs[index]["errors"] else "")
+                + (
+                    ", cores: " + ", ".join(f"{kind} {value}" for kind, value in runs[index]["cores"].items())
+                    if "cores" in runs[index]
+                    else ""
+                )
                 for runs in s["concurrency"].values()
             ]
             lines.append(f"| {outcome['clients']} | " + " | ".join(cells) + " |")

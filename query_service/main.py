@@ -8,6 +8,7 @@ finish, the pool closes).
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import grpc
@@ -23,6 +24,8 @@ from memory.v1 import (
 
 from common.grpc.consistency import ReadTokenInterceptor
 from common.grpc.server import ServiceHost, build_server
+from common.grpc.telemetry import configure_logging, configure_tracing
+from common.grpc.worker_processes import claim_address, run_worker_processes
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.pool_metrics import register_database_metrics
@@ -57,7 +60,11 @@ SERVICE_NAMES = (
 
 
 def create_query_host(
-    settings: Settings, address: str | None = None, *, metrics_port: int | None = None
+    settings: Settings,
+    address: str | None = None,
+    *,
+    metrics_port: int | None = None,
+    reuse_port: bool = False,
 ) -> ServiceHost:
     """Builds (does not start) the query server: Retrieval, FactQuery, Source, Context, ObservationQuery
     and Trace services.
@@ -67,6 +74,7 @@ def create_query_host(
         address: ``host:port`` to bind (default ``settings.query_addr``; port 0 picks a free port, see
             ``ServiceHost.port``).
         metrics_port: Prometheus port (default ``settings.query_metrics_port``; 0 disables).
+        reuse_port: share the port with the other worker processes (`serve` with ``query_processes`` > 1).
 
     Raises:
         ValueError: unknown embedding provider or tokenizer encoding, or a dimension mismatch.
@@ -114,10 +122,45 @@ def create_query_host(
         database=database,
         register=register,
         interceptors=(ReadTokenInterceptor(),),
+        reuse_port=reuse_port,
     )
 
 
 def serve(settings: Settings) -> None:
-    """Runs the query service in the foreground until SIGTERM/SIGINT, then stops gracefully."""
+    """Runs the query service in the foreground until SIGTERM/SIGINT, then stops gracefully.
+
+    With ``settings.query_processes`` N > 1, N worker processes serve ``settings.query_addr`` together
+    (`common.grpc.worker_processes`; worker i serves metrics on ``query_metrics_port + i``); this
+    process only supervises them and exits 1 when they keep dying.
+
+    Raises:
+        RuntimeError: the address cannot be bound (in use by another server).
+        SystemExit: 1, the workers died too often.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    create_query_host(settings).run()
+    if settings.query_processes == 1:
+        create_query_host(settings).run()
+        return
+    address = claim_address(settings.query_addr, service_name="query_service")
+    exit_code = run_worker_processes(
+        service_name="query_service",
+        count=settings.query_processes,
+        target=functools.partial(serve_worker, settings, address),
+        stop_seconds=settings.shutdown_drain_seconds + settings.shutdown_grace_seconds + 10,
+    )
+    if exit_code:
+        raise SystemExit(exit_code)
+
+
+def serve_worker(settings: Settings, address: str, index: int) -> None:
+    """One of `serve`'s worker processes: the query server on the shared ``address`` until SIGTERM.
+
+    Args:
+        settings: the parent's settings.
+        address: ``host:port`` already checked by `claim_address`.
+        index: 0..N-1; the metrics endpoint is ``query_metrics_port + index`` (none when that is 0).
+    """
+    configure_logging(settings.log_level, settings.log_format)
+    configure_tracing(settings, "query_service")
+    metrics_port = settings.query_metrics_port + index if settings.query_metrics_port else 0
+    create_query_host(settings, address, metrics_port=metrics_port, reuse_port=True).run()

@@ -224,6 +224,7 @@ def build_server(
     tracer_provider: TracerProvider | None = None,
     interceptors: Sequence[grpc.ServerInterceptor] = (),
     background: Sequence[BackgroundWorker] = (),
+    reuse_port: bool = False,
 ) -> ServiceHost:
     """Builds (does not start) a sync gRPC server with interceptors, health, reflection and metrics.
 
@@ -246,6 +247,8 @@ def build_server(
         interceptors: the service's own, innermost (after the request checks), e.g. the consistency
             token interceptors of `common.grpc.consistency`.
         background: workers started with the server and stopped after it (the episode embedder).
+        reuse_port: bind with ``grpc.so_reuseport`` 1, for the processes of one group sharing the port
+            (`common.grpc.worker_processes`, which checks beforehand that nobody else holds it).
 
     Returns:
         A `ServiceHost`; health reports NOT_SERVING for ``""`` and every registered service until the
@@ -268,7 +271,7 @@ def build_server(
             ),
             *interceptors,
         ),
-        options=SERVER_OPTIONS,
+        options=(*SERVER_OPTIONS[:-1], ("grpc.so_reuseport", 1)) if reuse_port else SERVER_OPTIONS,
     )
     service_names = list(register(server))
     health_servicer, health_services = add_health_service(server, service_names)

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
     query_addr: str = "127.0.0.1:50052"
     ingest_metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus HTTP port, 0 = disabled")
     query_metrics_port: int = Field(9102, ge=0, le=65535)
+    query_processes: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="worker processes of `cb serve query` on one port (SO_REUSEPORT, README 'Query worker"
+        " processes'): one Python interpreter lock each; child i serves metrics on query_metrics_port + i;"
+        " 1 = one process, no port sharing",
+    )
 
     # Read replicas (README "Read replicas"): reads of query_service go to these DSNs (one DSN, or a JSON
     # list of DSNs: one pool each, a call takes the least lagging one), writes and migrations to database_url.

@@ -164,7 +164,14 @@ def test_deployment_probes_ports_resources_and_image(component: str) -> None:
     container = _container(deployment)
     assert container["args"] == [component], "the image's entrypoint is `cb serve`; args pick the service"
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-    assert ports == {"grpc": grpc_port, "metrics": metrics_port}
+    # Worker process i of CB_QUERY_PROCESSES serves metrics on metrics_port + i (README "Query worker processes").
+    environment = {item["name"]: item.get("value") for item in container.get("env", [])}
+    processes = int(environment.get("CB_QUERY_PROCESSES") or 1) if component == "query" else 1
+    assert ports == {
+        "grpc": grpc_port,
+        "metrics": metrics_port,
+        **{f"metrics-{index}": metrics_port + index for index in range(1, processes)},
+    }
 
     for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
         probe = container[probe_name]

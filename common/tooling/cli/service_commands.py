@@ -35,6 +35,8 @@ def serve(
     Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
     unless its address is a loopback one; see README "Security". Logs are JSON lines on stderr
     (``CB_LOG_FORMAT=text`` for text); with ``CB_OTLP_ENDPOINT`` set, traces are exported by OTLP.
+    ``CB_QUERY_PROCESSES=N`` runs the query service as N worker processes on its one port (README "Query
+    worker processes").
     """
     from common.grpc.security import ServerSetupError, checked_token_store, server_credentials
     from common.grpc.telemetry import configure_logging, configure_tracing
