@@ -209,3 +209,14 @@ def test_every_option_has_one_long_spelling_and_each_spelling_one_meaning() -> N
     walk(root, "cb")
     assert several == []
     assert {flag: names for flag, names in meanings.items() if len(names) > 1} == {}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [("[1]", "a JSON object is required, got a JSON list"), ("{bad", "not JSON")],
+)
+def test_memory_add_names_what_is_wrong_with_metadata(metadata: str, message: str) -> None:
+    # new-user trial: '[1]' answered "not a JSON object: 'list' object has no attribute 'items'"
+    result = runner.invoke(app, ["memory", "add", "some text", "--metadata", metadata])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split()) and "attribute" not in result.output

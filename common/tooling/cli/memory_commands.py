@@ -89,9 +89,14 @@ def add(
         item.ttl.CopyFrom(duration_pb2.Duration(seconds=ttl))
     if metadata:
         try:
-            item.metadata.update(json.loads(metadata))
-        except (ValueError, AttributeError, TypeError) as exc:
-            raise typer.BadParameter(f"not a JSON object: {exc}", param_hint="--metadata") from None
+            parsed = json.loads(metadata)
+        except ValueError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--metadata") from None
+        if not isinstance(parsed, dict):
+            raise typer.BadParameter(
+                f"a JSON object is required, got a JSON {type(parsed).__name__}", param_hint="--metadata"
+            )
+        item.metadata.update(parsed)
     request = memory_service_pb2.AddMemoriesRequest(memories=[item], user_id=user)
     client = memory_client(ctx)
     call_and_print(
