@@ -50,4 +50,4 @@ def test_memory_maintain_confined_to_a_namespace_touches_nothing_else() -> None:
     result = CliRunner().invoke(app, ["memory", "maintain", "--namespace", namespace, "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert report == {"moved_to_warm": 0, "moved_to_cold": 0, "expired_deleted": 0, "audit_event_ids": []}
+    assert report == {"movedToWarm": 0, "movedToCold": 0, "expiredDeleted": 0, "auditEventIds": []}
