@@ -99,6 +99,7 @@ bench: db
 	$(PY) bench/run_bench.py
 
 bench-context: db
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_context_quality.py
 
 bench-compile: db
@@ -109,6 +110,7 @@ bench-scale: db
 	$(PY) bench/bench_scale.py
 
 bench-retrieval: db
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_retrieval.py --presets documents,conversations,
 
 clean:
