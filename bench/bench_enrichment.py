@@ -44,7 +44,7 @@ import psycopg
 from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from bench.run_bench import UPLOADS, percentiles, run_in_database, services
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import append_entry, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from ingest_service.enrichment.language_models import load_models
 from ingest_service.enrichment.model import MemoryText
@@ -52,9 +52,6 @@ from ingest_service.enrichment.rule_enricher import RuleEnricher
 
 BATCH = 100
 
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def corpus_texts() -> list[str]:

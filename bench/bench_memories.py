@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -47,7 +46,7 @@ from memory.v1 import (
 )
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import append_entry, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_id
 from common.storage.chunk_store import embedding_input
@@ -106,9 +105,6 @@ SELECT i.namespace, i.new_id, i.organization_id, i.environment, i.project_id, i.
 FROM ids i
 """
 
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def contents() -> list[tuple[str, str]]:

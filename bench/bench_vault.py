@@ -24,7 +24,6 @@ be up: ``make db``).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import uuid
@@ -38,7 +37,7 @@ import grpc
 from memory.v1 import vault_service_pb2_grpc
 
 from bench.run_bench import run_in_database, services
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import append_entry, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -50,9 +49,6 @@ from ingest_service.vault_documents import VaultFile, parse_file
 
 VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 
-
-def load_average() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 def chunk_texts(source: VaultSource, settings: Settings) -> list[list[str]]:

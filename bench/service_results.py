@@ -40,6 +40,11 @@ def machine() -> dict[str, Any]:
     }
 
 
+def load_average() -> float:
+    """The 1-minute load average of this machine, rounded to 0.01."""
+    return round(os.getloadavg()[0], 2)
+
+
 def write_json(results: dict[str, Any], prefix: str = "service") -> None:
     """Writes ``results`` to bench/results/<prefix>-<results['time']>.json."""
     out = ROOT / "bench" / "results"
