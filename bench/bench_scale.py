@@ -86,7 +86,7 @@ from bench.run_bench import (
 from bench.scale_arms import arm_breakdown
 from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
-from bench.service_results import append_entry, machine, write_json
+from bench.service_results import append_entry, machine, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_rankings import ChunkFilter
 from common.storage.chunk_store import ChunkStore
@@ -146,20 +146,6 @@ def timed(timings: dict[str, float], name: str) -> Iterator[None]:
     started = time.perf_counter()
     yield
     timings[name] = round(time.perf_counter() - started, 1)
-
-
-def tree_commit(root: Path) -> str:
-    """The commit checked out at ``root`` (``+`` when its tracked files differ from it), for the record."""
-    import subprocess
-
-    def git(*command: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(root), *command], check=True, capture_output=True, text=True
-        ).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + (
-        "+" if git("status", "--porcelain", "--untracked-files=no") else ""
-    )
 
 
 def timed_rows(call: Callable[[], list[Any]]) -> tuple[float, list[Any]]:

@@ -23,19 +23,26 @@ bench/results/search-namespace-<UTC time>.json, appended to bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.service_results import append_entry, heading, load_average, machine, write_json  # noqa: E402
+from bench.run_bench import percentiles  # noqa: E402
+from bench.service_results import (  # noqa: E402
+    append_entry,
+    heading,
+    load_average,
+    machine,
+    tree_commit,
+    write_json,
+)
 from common.kernel.config import Settings  # noqa: E402
 from common.storage.read_routing import RoutedDatabase  # noqa: E402
 from common.text_models.embeddings.factory import build_embedding_provider  # noqa: E402
@@ -45,15 +52,14 @@ WARM_UP = 20
 QUERY_CHARS = 120
 
 
-
 def queries_of(settings: Settings, namespace: str, count: int) -> list[str]:
     """``count`` + warm-up query texts taken from the namespace's chunks (module doc)."""
     with psycopg.connect(settings.database_url) as conn:
-        rows = conn.execute(
-            "SELECT text FROM chunks WHERE namespace = %s AND length(text) BETWEEN 40 AND 300"
-            " ORDER BY md5(node_key), chunk_order LIMIT %s",
-            (namespace, count + WARM_UP),
-        ).fetchall()
+        statement = sql.SQL(
+            "SELECT text FROM {} WHERE namespace = %s AND length(text) BETWEEN 40 AND 300"
+            " ORDER BY md5(node_key), chunk_order LIMIT %s"
+        ).format(sql.Identifier(settings.chunks_table))
+        rows = conn.execute(statement, (namespace, count + WARM_UP)).fetchall()
     return [str(row[0])[:QUERY_CHARS] for row in rows]
 
 
@@ -71,7 +77,8 @@ def main() -> int:
     searcher = HybridSearcher(database, provider, search_preset("default"))
     texts = queries_of(settings, arguments.namespace, arguments.queries)
     if len(texts) <= WARM_UP:
-        print(f"error: namespace {arguments.namespace!r} has {len(texts)} chunks of 40-300 characters", file=sys.stderr)
+        message = f"namespace {arguments.namespace!r} has {len(texts)} chunks of 40-300 characters"
+        print(f"error: {message}", file=sys.stderr)
         return 2
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     load_before = load_average()
@@ -84,23 +91,13 @@ def main() -> int:
         latencies.append((time.perf_counter() - started) * 1000)
         if index % 50 == 0:
             print(f"  {index}/{len(texts) - WARM_UP} searches", flush=True)
-    quantiles = statistics.quantiles(latencies, n=100)
-    commit = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True, text=True, check=False,
-    ).stdout.strip()
     results: dict[str, Any] = {
         "time": stamp,
         "machine": machine(),
         "namespace": arguments.namespace,
         "searches": len(latencies),
-        "commit": commit + ("+uncommitted changes" if dirty else ""),
-        "p50_ms": round(statistics.median(latencies), 2),
-        "p95_ms": round(quantiles[94], 2),
-        "mean_ms": round(statistics.fmean(latencies), 2),
+        "commit": tree_commit(ROOT),
+        **percentiles(latencies),
         "load_1m": [load_before, load_average()],
         "note": arguments.note,
     }
@@ -110,8 +107,9 @@ def main() -> int:
         heading(results) + " — Search in process on a loaded namespace (`bench/bench_search_namespace.py`)",
         "",
         f"Namespace `{results['namespace']}`, {results['searches']} searches (its own chunk texts, first"
-        f" {QUERY_CHARS} characters), tree {results['commit']}: p50 {results['p50_ms']} / p95 {results['p95_ms']}"
-        f" ms, mean {results['mean_ms']} ms; load average {results['load_1m'][0]} -> {results['load_1m'][1]}.",
+        f" {QUERY_CHARS} characters), tree {results['commit']}: p50 {results['p50_ms']} /"
+        f" p95 {results['p95_ms']} ms, mean {results['mean_ms']} ms;"
+        f" load average {results['load_1m'][0]} -> {results['load_1m'][1]}.",
     ]
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]

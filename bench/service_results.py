@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,19 @@ def machine() -> dict[str, Any]:
 def load_average() -> float:
     """The 1-minute load average of this machine, rounded to 0.01."""
     return round(os.getloadavg()[0], 2)
+
+
+def tree_commit(root: Path) -> str:
+    """The commit checked out at ``root`` (``+`` when its tracked files differ from it), for the record."""
+
+    def git(*command: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *command], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+" if git("status", "--porcelain", "--untracked-files=no") else ""
+    )
 
 
 def write_json(results: dict[str, Any], prefix: str = "service") -> None:
