@@ -12,14 +12,19 @@ service processes:
 After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
 the background variants, how long after the load the service reports an empty embedding backlog
 (`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
-then taken off it, so every variant starts from an empty one. Everything runs in one fresh database, dropped at the end. Results are
-appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average.
+then taken off it. Each load runs in a fresh database of its own, dropped after it, because a load pays
+for what earlier loads left in its database (the second load of the corpus into one database took 58.7 s
+against the first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL: session 7,
+bench/RESULTS.md); ``--same-database`` runs every load in the run's one database instead. Results are
+appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average
+and the CPU time the service process and the PostgreSQL processes used during each load
+(`bench.service_results.cpu_seconds`).
 
 - each ``--variant NAME=VAR:VALUE;...``: this checkout, background embedding, with those environment
   variables (e.g. ``defer=CB_EPISODE_EMBEDDING_MAX_DEFERRAL_SECONDS:600``).
 
 Usage: .venv/bin/python bench/bench_ingest.py [--base-root DIR] [--rounds 2] [--without-inline]
-[--variant NAME=VAR:VALUE;...] [--note TEXT]
+[--same-database] [--variant NAME=VAR:VALUE;...] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -47,19 +52,28 @@ from memory_service_client import wait_for_serving
 from bench.run_bench import (
     debian_observations,
     free_port,
+    fresh_database,
     load_observations,
     run_in_database,
     set_based_floor,
     wait_for_embeddings,
 )
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import (
+    append_entry,
+    cpu_seconds,
+    heading,
+    machine,
+    postgres_cpu_seconds,
+    write_json,
+)
 from common.kernel.config import Settings
 from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 
 @contextmanager
-def ingest_service(root: Path, environment: dict[str, str]) -> Iterator[str]:
-    """`cb serve ingest` of the checkout at ``root`` (its code first on the path) on a free port."""
+def ingest_service(root: Path, environment: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """`cb serve ingest` of the checkout at ``root`` (its code first on the path) on a free port; yields
+    its address and process id."""
     address = f"127.0.0.1:{free_port()}"
     env = dict(os.environ, CB_INGEST_ADDR=address, CB_INGEST_METRICS_PORT="0", **environment)
     if root != ROOT:
@@ -70,7 +84,7 @@ def ingest_service(root: Path, environment: dict[str, str]) -> Iterator[str]:
     try:
         if not wait_for_serving(address, timeout=180):
             raise RuntimeError(f"ingest service of {root} did not become SERVING")
-        yield address
+        yield address, child.pid
     finally:
         child.terminate()
         child.wait(60)
@@ -93,24 +107,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     for round_ in range(1, arguments.rounds + 1):
         for name, root, environment in variants:
             namespace = f"ingest-{name}-{round_}-{stamp}"
-            observations = debian_observations(namespace)
-            with ingest_service(root, environment) as address:
-                channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
-                stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-                load_start = os.getloadavg()[0]
-                load = load_observations(stub, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
-                load["variant"], load["round"] = name, round_
-                load["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
-                floor = set_based_floor(settings.database_url, namespace)
-                floor["per_second"] = round(len(observations) / floor["seconds"], 1)
-                load["set_based_floor"] = floor
-                load["ratio_to_floor"] = round(load["seconds"] / floor["seconds"], 2)
-                if name not in ("base", "inline"):
-                    load["embedding"] = wait_for_embeddings(
-                        stub, namespace, limit_seconds=arguments.embedding_wait
-                    )
-                channel.close()
-            abandon_backlog(settings, namespace)  # the service has stopped: its embedder holds no claim
+            with _load_database(arguments, settings, f"memory_ingest_{stamp.lower()}_{round_}_{name}") as url:
+                load = _measured_load(arguments, name, round_, root, environment, namespace, url)
             runs.append(load)
             print(json.dumps(load), flush=True)
     results = {"time": stamp, "machine": machine(), "note": arguments.note, "runs": runs}
@@ -119,15 +117,22 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         heading(results) + " — observation ingest A/B (`bench/bench_ingest.py`)",
         "",
         (
-            f"debian upload stream ({len(observations)} observations) through `record_observations` (what"
+            f"debian upload stream ({runs[0]['count']} observations) through `record_observations` (what"
             f" `cb observe` runs: batches of 200, {DEFAULT_OBSERVE_CONCURRENCY} in flight) into a fresh"
-            " namespace per run, variants interleaved per round, each against freshly started ingest"
-            " processes; floor = the same rows written again set-based (`run_bench.set_based_floor`) right"
-            " after the load."
+            " namespace per run"
+            + (
+                " (every load in the run's one database)"
+                if arguments.same_database
+                else " in a fresh database of its own"
+            )
+            + ", variants interleaved per round, each against freshly started ingest processes; floor = the same rows written again set-based (`run_bench.set_based_floor`) right"
+            " after the load; CPU s = CPU time of the service process (all its threads) and of every"
+            " PostgreSQL process during the load, which other work on a shared machine does not inflate as"
+            " it does the wall time."
         ),
         "",
-        "| round | variant | load s | obs/s | floor s | floor obs/s | load / floor | embedded after the load | load average (start, end) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| round | variant | load s | obs/s | floor s | floor obs/s | load / floor | CPU s during the load: service, PostgreSQL | embedded after the load | load average (start, end) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for load in runs:
         embedded = load.get("embedding")
@@ -135,6 +140,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f"| {load['round']} | {load['variant']} | {load['seconds']} | {load['per_second']} |"
             f" {load['set_based_floor']['seconds']} | {load['set_based_floor']['per_second']} |"
             f" {load['ratio_to_floor']}x |"
+            f" {load['cpu_seconds']['service']}, {load['cpu_seconds']['postgres']} |"
             f" {_embedded(load['variant'], embedded)} |"
             f" {load['load_average'][0]}, {load['load_average'][1]} |"
         )
@@ -144,15 +150,68 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     return 0
 
 
-def abandon_backlog(settings: Settings, namespace: str) -> None:
+
+@contextmanager
+def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
+    """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
+    a load then does not pay for what earlier loads left; the second load of the corpus into one
+    database took 58.7 s against the first's 21.0 s, bench/RESULTS.md session 7), or, with
+    ``--same-database``, the run's database itself (every load next to the earlier ones)."""
+    if arguments.same_database:
+        yield settings.database_url
+        return
+    with fresh_database(settings.database_url, name) as url:
+        previous = os.environ["CB_DATABASE_URL"]
+        os.environ["CB_DATABASE_URL"] = url
+        try:
+            yield url
+        finally:
+            os.environ["CB_DATABASE_URL"] = previous
+
+
+def _measured_load(
+    arguments: argparse.Namespace,
+    name: str,
+    round_: int,
+    root: Path,
+    environment: dict[str, str],
+    namespace: str,
+    url: str,
+) -> dict[str, Any]:
+    """One load of the corpus into ``namespace`` of the database ``url`` by a fresh service of ``root``:
+    the load's figures, its CPU time, the set-based floor and (background variants) the embedding wait."""
+    observations = debian_observations(namespace)
+    with ingest_service(root, environment) as (address, pid):
+        channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
+        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        load_start = os.getloadavg()[0]
+        service_cpu, database_cpu = cpu_seconds(pid), postgres_cpu_seconds()
+        load = load_observations(stub, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
+        load["cpu_seconds"] = {
+            "service": round(cpu_seconds(pid) - service_cpu, 2),
+            "postgres": round(postgres_cpu_seconds() - database_cpu, 2),
+        }
+        load["variant"], load["round"] = name, round_
+        load["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+        floor = set_based_floor(url, namespace)
+        floor["per_second"] = round(len(observations) / floor["seconds"], 1)
+        load["set_based_floor"] = floor
+        load["ratio_to_floor"] = round(load["seconds"] / floor["seconds"], 2)
+        if name not in ("base", "inline"):
+            load["embedding"] = wait_for_embeddings(stub, namespace, limit_seconds=arguments.embedding_wait)
+        channel.close()
+    abandon_backlog(url, namespace)  # the service has stopped: its embedder holds no claim
+    return load
+
+def abandon_backlog(url: str, namespace: str) -> None:
     """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder
     starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
     this, a variant would spend its load embedding the previous variant's rest)."""
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+    with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             psycopg.sql.SQL(
                 "UPDATE {} SET embedding_pending = false WHERE namespace = %s AND embedding_pending"
-            ).format(psycopg.sql.Identifier(settings.chunks_table)),
+            ).format(psycopg.sql.Identifier(Settings().chunks_table)),
             (namespace,),
         )
 
@@ -183,6 +242,11 @@ def main() -> int:
         help="an extra variant of this checkout: NAME=VAR:VALUE;VAR:VALUE (environment of its service)",
     )
     parser.add_argument("--without-inline", action="store_true", help="leave the inline variant out")
+    parser.add_argument(
+        "--same-database",
+        action="store_true",
+        help="every load in the run's one database (default: each load in a fresh database of its own)",
+    )
     arguments = parser.parse_args()
     started = time.perf_counter()
     code = run_in_database(run, arguments, "memory_ingest")

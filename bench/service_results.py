@@ -46,6 +46,32 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) the process ``pid`` has used so far, in seconds (Linux
+    ``/proc/<pid>/stat`` fields 14 and 15); 0.0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU time the PostgreSQL processes of this machine (every process named ``postgres``: the server
+    of the embedded database and its backends, also those of other clients) have used so far, in seconds;
+    a backend that exited between two readings is not counted."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                named = (entry / "comm").read_text().strip() == "postgres"
+            except OSError:
+                continue
+            if named:
+                total += cpu_seconds(int(entry.name))
+    return total
+
+
 def tree_commit(root: Path) -> str:
     """The commit checked out at ``root`` (``+`` when its tracked files differ from it), for the record."""
 

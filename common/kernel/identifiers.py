@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -25,8 +26,11 @@ MAX_SCOPES = 20
 MAX_KEY_LENGTH = 512  # characters of a natural key
 
 
+@functools.lru_cache(maxsize=8192)
 def canonical_instant(value: datetime) -> str:
-    """Formats an aware datetime as the canonical UTC string.
+    """Formats an aware datetime as the canonical UTC string. Memoised: a batch formats the same few
+    instants (its ``now``, each observation's occurred_at) once per fact, edge and node it writes, and
+    equal instants have one canonical string whatever their offset.
 
     Raises:
         ValueError: when ``value`` has no UTC offset (naive datetimes are ambiguous).

@@ -12,18 +12,22 @@ and no value is echoed.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 __all__ = ["MAX_REPORTED_KEY_CHARS", "unstorable_paths", "unstorable_text"]
 
 MAX_REPORTED_KEY_CHARS = 64  # an object key as shown in a violation's path
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a fixed character class: linear in the text
 
 
 def unstorable_text(text: str) -> str | None:
     """Why ``text`` cannot be stored as PostgreSQL text, or None when it can."""
     if "\x00" in text:
         return "holds U+0000 (NUL), which PostgreSQL text cannot store"
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
+    # ASCII holds no surrogate; otherwise one compiled character-class scan (a per-character generator
+    # was 3.2 s of validating 2,000 debian observations, issue 15)
+    if not text.isascii() and _SURROGATE.search(text):
         return "holds an unpaired surrogate, which is not valid UTF-8"
     return None
 

@@ -166,15 +166,16 @@ class ChunkStore(ChunkRankings):
         or deleted, is skipped)."""
         if not ids:
             return 0
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                self.queries["fill_embedding"],
-                [
-                    (np.asarray(vector, dtype=np.float32), chunk_id)
-                    for chunk_id, vector in zip(ids, vectors, strict=True)
-                ],
-            )
-            return max(cursor.rowcount, 0)
+        if len(ids) != len(vectors):
+            raise ValueError(f"fill_embeddings: {len(ids)} ids, {len(vectors)} vectors")
+        cursor = conn.execute(
+            self.queries["fill_embeddings"],
+            {
+                "ids": list(ids),
+                "embeddings": [np.asarray(vector, dtype=np.float32) for vector in vectors],
+            },
+        )
+        return max(cursor.rowcount, 0)
 
     def embedding_backlog(
         self, conn: psycopg.Connection[Any], namespace: str | None = None

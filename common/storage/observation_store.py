@@ -6,6 +6,7 @@ predicate, an optional ``FOR UPDATE``) is composed here with `psycopg.sql`.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +16,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
+from common.kernel.identifiers import canonical_instant
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
@@ -39,26 +41,16 @@ class ObservationStore:
         return row is not None
 
     def insert_many(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]]) -> set[str]:
-        """`insert` of many observations in one pipelined round trip, in order; returns the
-        observation_ids inserted now (a duplicate, also of an earlier record of ``records``, is not)."""
+        """`insert` of many observations in ONE statement (query ``insert_observations``: the rows as one
+        jsonb array, so the parameters are serialised by the C JSON encoder instead of adapted value by
+        value), in order; returns the observation_ids inserted now (a duplicate, also of an earlier record
+        of ``records``, is not). ``occurred_at`` must be aware (it is sent as its canonical UTC instant)."""
         if not records:
             return set()
-        values = []
-        for record in records:
-            value = dict(record)
-            for name in ("actor", "subject", "data", "assertions", "provenance"):
-                value[name] = Jsonb(value[name]) if value[name] is not None else None
-            values.append(value)
-        inserted: set[str] = set()
-        with conn.cursor() as cursor:
-            cursor.executemany(self.queries["insert_observation"], values, returning=True)
-            while True:
-                row = cursor.fetchone()
-                if row is not None:
-                    inserted.add(str(row[0]))
-                if not cursor.nextset():
-                    break
-        return inserted
+        rows = [{**record, "occurred_at": canonical_instant(record["occurred_at"])} for record in records]
+        document = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        inserted = conn.execute(self.queries["insert_observations"], (document,)).fetchall()
+        return {str(row[0]) for row in inserted}
 
     def set_status(
         self, conn: psycopg.Connection[Any], observation_id: str, status: str, detail: dict[str, Any]

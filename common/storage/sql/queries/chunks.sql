@@ -59,10 +59,13 @@ SELECT id, title, heading, text FROM {chunks}
 WHERE embedding_pending AND (%s::text IS NULL OR namespace = %s)
 ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
 
--- name: fill_embedding
--- Stores the embedding of a claimed chunk and takes it off the backlog (parameters: vector, id); a row no
--- longer pending is left alone.
-UPDATE {chunks} SET embedding = %s, embedding_pending = false WHERE id = %s AND embedding_pending
+-- name: fill_embeddings
+-- Stores the embeddings of claimed chunks and takes them off the backlog in ONE statement (parallel
+-- arrays: ids bigint[], embeddings vector[]), so the statement-level term statistics triggers (migration
+-- 0011) run once per round, not once per chunk; a row no longer pending is left alone.
+UPDATE {chunks} AS c SET embedding = x.embedding, embedding_pending = false
+FROM unnest(%(ids)s::bigint[], %(embeddings)s::vector[]) AS x(id, embedding)
+WHERE c.id = x.id AND c.embedding_pending
 
 -- name: embedding_backlog
 -- Chunks waiting for their embedding, and when the oldest was written: of one namespace, or of all when

@@ -14,6 +14,29 @@ INSERT INTO {observations} (
 )
 ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id
 
+-- name: insert_observations
+-- Inserts many new observations in one statement, in the order given (recorded_order follows it); the
+-- parameter is a jsonb array of objects with the columns of insert_observation (occurred_at as an ISO-8601
+-- instant, scopes as a JSON array). A duplicate (an existing observation_id, or one earlier in the array)
+-- is skipped; returns the observation_ids inserted.
+INSERT INTO {observations} (
+    observation_id, namespace, source_system, source_stream, source_external_id, kind, occurred_at, actor,
+    subject, scopes, content, data, assertions, provenance, status
+)
+SELECT x.observation_id, x.namespace, x.source_system, x.source_stream, x.source_external_id, x.kind,
+    x.occurred_at, x.actor, x.subject, ARRAY(SELECT jsonb_array_elements_text(x.scopes)), x.content, x.data,
+    x.assertions, x.provenance, x.status
+FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS (
+    observation_id text, namespace text, source_system text, source_stream text, source_external_id text,
+    kind text, occurred_at timestamptz, actor jsonb, subject jsonb, scopes jsonb, content text, data jsonb,
+    assertions jsonb, provenance jsonb, status text
+)) WITH ORDINALITY AS x(
+    observation_id, namespace, source_system, source_stream, source_external_id, kind, occurred_at, actor,
+    subject, scopes, content, data, assertions, provenance, status, position
+)
+ORDER BY x.position
+ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id
+
 -- name: set_observation_status
 -- Records the processing status and its detail (parameters: status, detail, observation id).
 UPDATE {observations} SET status = %s, status_detail = %s WHERE observation_id = %s
