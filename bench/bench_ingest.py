@@ -12,10 +12,11 @@ service processes:
 After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
 the background variants, how long after the load the service reports an empty embedding backlog
 (`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
-then taken off it. Each load runs in a fresh database of its own, dropped after it, because a load pays
-for what earlier loads left in its database (the second load of the corpus into one database took 58.7 s
-against the first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL: session 7,
-bench/RESULTS.md); ``--same-database`` runs every load in the run's one database instead. Results are
+then taken off it. Each load runs in a fresh database of its own, dropped after it: in one database,
+loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
+first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
+bench/RESULTS.md session 7); ``--same-database`` runs every load in the run's one database instead.
+Results are
 appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average
 and the CPU time the service process and the PostgreSQL processes used during each load
 (`bench.service_results.cpu_seconds`).
@@ -154,9 +155,9 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 @contextmanager
 def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
     """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
-    a load then does not pay for what earlier loads left; the second load of the corpus into one
-    database took 58.7 s against the first's 21.0 s, bench/RESULTS.md session 7), or, with
-    ``--same-database``, the run's database itself (every load next to the earlier ones)."""
+    after an earlier load and its floor measurement in one database, a load was at times 1.5-2.8x
+    slower, bench/RESULTS.md session 7), or, with ``--same-database``, the run's database itself (every
+    load next to the earlier ones)."""
     if arguments.same_database:
         yield settings.database_url
         return
