@@ -151,23 +151,26 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     return 0
 
 
-
 @contextmanager
 def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
     """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
     after an earlier load and its floor measurement in one database, a load was at times 1.5-2.8x
     slower, bench/RESULTS.md session 7), or, with ``--same-database``, the run's database itself (every
-    load next to the earlier ones)."""
-    if arguments.same_database:
+    load next to the earlier ones; also with ``--shared-database``, which measures next to what that
+    database holds)."""
+    if arguments.same_database or arguments.shared_database:
         yield settings.database_url
         return
     with fresh_database(settings.database_url, name) as url:
-        previous = os.environ["CB_DATABASE_URL"]
+        previous = os.environ.get("CB_DATABASE_URL")
         os.environ["CB_DATABASE_URL"] = url
         try:
             yield url
         finally:
-            os.environ["CB_DATABASE_URL"] = previous
+            if previous is None:
+                os.environ.pop("CB_DATABASE_URL", None)
+            else:
+                os.environ["CB_DATABASE_URL"] = previous
 
 
 def _measured_load(
@@ -204,6 +207,7 @@ def _measured_load(
     abandon_backlog(url, namespace)  # the service has stopped: its embedder holds no claim
     return load
 
+
 def abandon_backlog(url: str, namespace: str) -> None:
     """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder
     starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
@@ -235,7 +239,11 @@ def main() -> int:
     parser.add_argument(
         "--embedding-wait", type=float, default=120, help="longest wait (s) for the backlog after a load"
     )
-    parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    parser.add_argument(
+        "--shared-database",
+        action="store_true",
+        help="measure in CB_DATABASE_URL itself, every load in it (implies --same-database)",
+    )
     parser.add_argument(
         "--variant",
         action="append",

@@ -7,7 +7,7 @@ predicate, an optional ``FOR UPDATE``) is composed here with `psycopg.sql`.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -16,9 +16,17 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
-from common.kernel.identifiers import canonical_instant
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
+
+
+# The columns `insert` and `insert_many` write (the keys every record must have).
+_INSERTED_COLUMNS = frozenset(
+    (
+        "observation_id namespace source_system source_stream source_external_id kind occurred_at actor"
+        " subject scopes content data assertions provenance status"
+    ).split()
+)
 
 
 class ObservationStore:
@@ -44,10 +52,21 @@ class ObservationStore:
         """`insert` of many observations in ONE statement (query ``insert_observations``: the rows as one
         jsonb array, so the parameters are serialised by the C JSON encoder instead of adapted value by
         value), in order; returns the observation_ids inserted now (a duplicate, also of an earlier record
-        of ``records``, is not). ``occurred_at`` must be aware (it is sent as its canonical UTC instant)."""
+        of ``records``, is not). ``occurred_at`` must be aware.
+
+        Raises:
+            KeyError: a record lacks one of the columns (see `insert`)."""
         if not records:
             return set()
-        rows = [{**record, "occurred_at": canonical_instant(record["occurred_at"])} for record in records]
+        for record in records:
+            missing = _INSERTED_COLUMNS - record.keys()
+            if missing:  # a JSON row without a key would be stored with NULL there, silently
+                raise KeyError(f"insert_many: a record lacks {sorted(missing)}")
+        # ISO 8601 with its 4-digit year (the canonical instant writes year 5 as "5-...", which
+        # PostgreSQL's date parser reads by DateStyle instead)
+        rows = [
+            {**record, "occurred_at": record["occurred_at"].astimezone(UTC).isoformat()} for record in records
+        ]
         document = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
         inserted = conn.execute(self.queries["insert_observations"], (document,)).fetchall()
         return {str(row[0]) for row in inserted}

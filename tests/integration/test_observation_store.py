@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
@@ -14,20 +15,25 @@ from common.storage.observation_store import ObservationStore
 
 pytestmark = pytest.mark.integration
 
+COLUMNS = (
+    "observation_id, source_system, source_stream, source_external_id, kind, occurred_at, actor IS NULL,"
+    " actor, subject, scopes, content, data, assertions, provenance, status"
+)
+
 
 def _record(namespace: str, observation_id: str, **overrides: Any) -> dict[str, Any]:
     record: dict[str, Any] = {
         "observation_id": observation_id,
         "namespace": namespace,
-        "source_system": "tests",
-        "source_stream": "store",
+        "source_system": "tests-system",
+        "source_stream": "store-stream",
         "source_external_id": None,
         "kind": "note",
         "occurred_at": datetime(2026, 5, 1, 10, 0, 0, 123456, tzinfo=UTC),
         "actor": None,
         "subject": {"type": "package", "id": "zsh"},
         "scopes": ["team:core", "project:ü"],
-        "content": "text with \"quotes\", a backslash \\ and 日本語",
+        "content": 'text with "quotes", a backslash \\ and 日本語',
         "data": {"n": 12345678901234567890, "x": 0.1, "nested": {"list": [1, "two", None, True]}},
         "assertions": [{"entity": {"type": "package", "id": "zsh"}}],
         "provenance": {"uri": "tests://store"},
@@ -37,63 +43,81 @@ def _record(namespace: str, observation_id: str, **overrides: Any) -> dict[str, 
     return record
 
 
-def test_insert_many_stores_the_rows_in_order_and_skips_duplicates(
+def _stored(conn: Any, settings: Settings, namespace: str) -> list[tuple[Any, ...]]:
+    statement = sql.SQL("SELECT {} FROM {} WHERE namespace = %s ORDER BY recorded_order").format(
+        sql.SQL(COLUMNS), sql.Identifier(settings.observations_table)
+    )
+    return conn.execute(statement, (namespace,)).fetchall()
+
+
+def test_insert_many_stores_every_column_keeps_the_first_copy_and_skips_stored_ids(
     settings: Settings, database: Database, namespace: str
 ) -> None:
     store = ObservationStore(settings)
-    first = _record(namespace, f"{namespace}-1")
-    # an occurred_at with another offset is stored as the same instant
+    stored = _record(namespace, f"{namespace}-stored")
+    # another offset is stored as the same instant; year 5 keeps its year (not read by DateStyle)
     second = _record(
         namespace,
-        f"{namespace}-2",
+        f"{namespace}-second",
         occurred_at=datetime(2026, 5, 1, 13, 0, tzinfo=timezone(timedelta(hours=3))),
         actor={"type": "person", "id": "ann"},
         scopes=[],
         source_external_id="ext-2",
+        kind="upload",
+        status="partially_processed",
     )
+    ancient = _record(namespace, f"{namespace}-ancient", occurred_at=datetime(5, 5, 1, 10, 0, tzinfo=UTC))
     with database.connection() as conn:
-        assert store.insert_many(conn, [first]) == {first["observation_id"]}
+        assert store.insert_many(conn, [stored]) == {stored["observation_id"]}
     with database.connection() as conn:
-        # the stored one, then a new one sent twice: only the first of the two is inserted
-        inserted = store.insert_many(conn, [first, second, {**second, "content": "the second copy"}])
-        assert inserted == {second["observation_id"]}
-        rows = conn.execute(
-            "SELECT observation_id, occurred_at, actor, subject, scopes, content, data, assertions, provenance,"
-            " source_external_id, recorded_order FROM observations WHERE namespace = %s"
-            " ORDER BY recorded_order",
-            (namespace,),
-        ).fetchall()
-    assert [row[0] for row in rows] == [first["observation_id"], second["observation_id"]]
-    stored_first, stored_second = rows
-    assert stored_first[1] == first["occurred_at"]
-    assert stored_first[2] is None  # a JSON null actor is SQL NULL, as with one insert per observation
-    assert stored_first[3] == first["subject"]
-    assert stored_first[4] == first["scopes"]
-    assert stored_first[5] == first["content"]
-    assert stored_first[6] == first["data"]
-    assert stored_first[7] == first["assertions"]
-    assert stored_first[8] == first["provenance"]
-    assert stored_first[9] is None
-    assert stored_second[1] == datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
-    assert stored_second[2] == {"type": "person", "id": "ann"}
-    assert stored_second[4] == []
-    assert stored_second[5] == second["content"]  # the first copy of the id, not the second
-    assert stored_second[9] == "ext-2"
-    assert stored_first[10] < stored_second[10]
+        inserted = store.insert_many(conn, [stored, second, {**second, "content": "a later copy"}, ancient])
+        assert inserted == {second["observation_id"], ancient["observation_id"]}
+        rows = _stored(conn, settings, namespace)
+    assert [row[0] for row in rows] == [
+        stored["observation_id"],
+        second["observation_id"],
+        ancient["observation_id"],
+    ]
+    for row, record in zip(rows, (stored, second, ancient), strict=True):
+        assert row[1:6] == (
+            record["source_system"],
+            record["source_stream"],
+            record["source_external_id"],
+            record["kind"],
+            record["occurred_at"],
+        )
+        assert row[6] is (record["actor"] is None)  # SQL NULL, not the JSON null
+        assert row[7:] == (
+            record["actor"],
+            record["subject"],
+            record["scopes"],
+            record["content"],  # the first copy of a repeated id, not the later one
+            record["data"],
+            record["assertions"],
+            record["provenance"],
+            record["status"],
+        )
+    assert rows[2][5].year == 5
 
 
-def test_insert_many_keeps_the_order_of_a_large_batch(
+def test_insert_many_numbers_a_batch_in_its_own_order(
     settings: Settings, database: Database, namespace: str
 ) -> None:
     store = ObservationStore(settings)
-    records = [_record(namespace, f"{namespace}-{index:04d}-{(7919 * index) % 1000}") for index in range(500)]
+    # ids whose text order is not the batch order, so ordering by id would fail this test
+    records = [_record(namespace, f"{namespace}-{(7919 * index) % 1009:04d}-{index}") for index in range(500)]
     with database.connection() as conn:
         assert len(store.insert_many(conn, records)) == 500
-        stored = [
-            row[0]
-            for row in conn.execute(
-                "SELECT observation_id FROM observations WHERE namespace = %s ORDER BY recorded_order",
-                (namespace,),
-            )
-        ]
+        stored = [row[0] for row in _stored(conn, settings, namespace)]
     assert stored == [record["observation_id"] for record in records]
+    assert stored != sorted(stored)
+
+
+def test_insert_many_refuses_a_record_without_every_column(
+    settings: Settings, database: Database, namespace: str
+) -> None:
+    store = ObservationStore(settings)
+    record = _record(namespace, f"{namespace}-partial")
+    del record["kind"]
+    with database.connection() as conn, pytest.raises(KeyError, match="kind"):
+        store.insert_many(conn, [record])

@@ -7,6 +7,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -49,6 +50,18 @@ def test_canonical_instant_is_the_strftime_text_for_every_year() -> None:
         utc = value.astimezone(UTC)
         expected = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if utc.microsecond else "%Y-%m-%dT%H:%M:%SZ")
         assert canonical_instant(value) == expected
+
+
+def test_canonical_instant_tells_apart_the_repeated_hour_of_a_zone() -> None:
+    # 02:30 in Berlin happens twice on 2024-10-27 (fold 0: 00:30Z, fold 1: 01:30Z); the two datetimes
+    # compare equal and hash alike, so a memo keyed by them would give both the same text.
+    berlin = ZoneInfo("Europe/Berlin")
+    first = datetime(2024, 10, 27, 2, 30, tzinfo=berlin, fold=0)
+    second = datetime(2024, 10, 27, 2, 30, tzinfo=berlin, fold=1)
+    assert first == second and hash(first) == hash(second)
+    assert canonical_instant(first) == "2024-10-27T00:30:00Z"
+    assert canonical_instant(second) == "2024-10-27T01:30:00Z"
+    assert canonical_instant(first) == "2024-10-27T00:30:00Z"
 
 
 def test_naive_instants_are_refused() -> None:
