@@ -20,7 +20,7 @@ from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
 
-# The columns `insert` and `insert_many` write (the keys every record must have).
+# The columns `insert_many` writes (the keys every record must have).
 _INSERTED_COLUMNS = frozenset(
     (
         "observation_id namespace source_system source_stream source_external_id kind occurred_at actor"
@@ -36,26 +36,17 @@ class ObservationStore:
         self.table = sql.Identifier(settings.observations_table)
         self.queries = Queries.for_settings("observations.sql", settings)
 
-    def insert(self, conn: psycopg.Connection[Any], record: dict[str, Any]) -> bool:
-        """Inserts a new observation; False when ``observation_id`` exists (a duplicate, nothing written).
-
-        ``record`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
-        occurred_at, actor, subject, scopes, content, data, assertions, provenance, status.
-        """
-        values = dict(record)
-        for name in ("actor", "subject", "data", "assertions", "provenance"):
-            values[name] = Jsonb(values[name]) if values[name] is not None else None
-        row = conn.execute(self.queries["insert_observation"], values).fetchone()
-        return row is not None
-
     def insert_many(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]]) -> set[str]:
-        """`insert` of many observations in ONE statement (query ``insert_observations``: the rows as one
-        jsonb array, so the parameters are serialised by the C JSON encoder instead of adapted value by
-        value), in order; returns the observation_ids inserted now (a duplicate, also of an earlier record
-        of ``records``, is not). ``occurred_at`` must be aware.
+        """Inserts new observations in ONE statement (query ``insert_observations``: the rows as one jsonb
+        array, so the parameters are serialised by the C JSON encoder instead of adapted value by value),
+        in order; returns the observation_ids inserted now (a duplicate, an existing id or one earlier in
+        ``records``, writes nothing).
+
+        ``records`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
+        occurred_at (aware), actor, subject, scopes, content, data, assertions, provenance, status.
 
         Raises:
-            KeyError: a record lacks one of the columns (see `insert`)."""
+            KeyError: a record lacks one of those keys."""
         if not records:
             return set()
         for record in records:

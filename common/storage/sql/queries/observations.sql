@@ -2,23 +2,11 @@
 -- common/storage/named_queries.py; see there for the placeholders ({observations}, ...) and parameters.
 -- Reading one observation (the caller's visibility predicate, an optional lock) is composed in Python.
 
--- name: insert_observation
--- Inserts a new observation; no row returned when its observation_id exists (a duplicate).
-INSERT INTO {observations} (
-    observation_id, namespace, source_system, source_stream, source_external_id, kind, occurred_at, actor,
-    subject, scopes, content, data, assertions, provenance, status
-) VALUES (
-    %(observation_id)s, %(namespace)s, %(source_system)s, %(source_stream)s, %(source_external_id)s, %(kind)s,
-    %(occurred_at)s, %(actor)s, %(subject)s, %(scopes)s, %(content)s, %(data)s, %(assertions)s,
-    %(provenance)s, %(status)s
-)
-ON CONFLICT (observation_id) DO NOTHING RETURNING observation_id
-
 -- name: insert_observations
--- Inserts many new observations in one statement, in the order given (recorded_order follows it); the
--- parameter is a jsonb array of objects with the columns of insert_observation (occurred_at as an ISO-8601
--- instant, scopes as a JSON array). A duplicate (an existing observation_id, or one earlier in the array)
--- is skipped; returns the observation_ids inserted.
+-- Inserts new observations in one statement, in the order given (recorded_order follows it); the
+-- parameter is a jsonb array of objects, one per observation, with the columns listed below (occurred_at
+-- as an ISO-8601 instant, scopes as a JSON array). A duplicate (an existing observation_id, or one
+-- earlier in the array) is skipped; returns the observation_ids inserted.
 INSERT INTO {observations} (
     observation_id, namespace, source_system, source_stream, source_external_id, kind, occurred_at, actor,
     subject, scopes, content, data, assertions, provenance, status
