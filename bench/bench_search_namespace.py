@@ -45,8 +45,8 @@ from bench.service_results import (  # noqa: E402
 )
 from common.kernel.config import Settings  # noqa: E402
 from common.storage.read_routing import RoutedDatabase  # noqa: E402
-from common.text_models.embeddings.factory import build_embedding_provider  # noqa: E402
 from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset  # noqa: E402
+from query_service.main import query_embedding_provider  # noqa: E402
 
 WARM_UP = 20
 QUERY_CHARS = 120
@@ -70,9 +70,7 @@ def main() -> int:
     parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'baseline: before X'")
     arguments = parser.parse_args()
     settings = Settings()
-    provider = build_embedding_provider(
-        settings.model_copy(update={"embedding_threads": settings.query_embedding_threads})
-    )
+    provider = query_embedding_provider(settings)
     database = RoutedDatabase(settings, embedding_model=provider.model_id)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     texts = queries_of(settings, arguments.namespace, arguments.queries)

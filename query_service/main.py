@@ -31,6 +31,7 @@ from common.packs.kind_validation import KindValidator
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.read_routing import RoutedDatabase
 from common.text_models.embeddings.factory import build_embedding_provider
+from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
@@ -80,10 +81,7 @@ def create_query_host(
         ValueError: unknown embedding provider or tokenizer encoding, or a dimension mismatch.
         RuntimeError: the address cannot be bound.
     """
-    # The read side encodes one query per call: its own (small) BLAS thread count, see the setting.
-    provider = build_embedding_provider(
-        settings.model_copy(update={"embedding_threads": settings.query_embedding_threads})
-    )
+    provider = query_embedding_provider(settings)
     tokens = TokenCounter(settings.tokenizer_encoding)
     # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
     database = RoutedDatabase(settings, embedding_model=provider.model_id)
@@ -123,6 +121,18 @@ def create_query_host(
         register=register,
         interceptors=(ReadTokenInterceptor(),),
         reuse_port=reuse_port,
+    )
+
+
+def query_embedding_provider(settings: Settings) -> EmbeddingProvider:
+    """The query service's embedding provider: the configured model with the read side's own (small)
+    BLAS thread count, ``query_embedding_threads`` (it encodes one query per call, see the setting).
+
+    Raises:
+        ValueError: unknown embedding provider.
+    """
+    return build_embedding_provider(
+        settings.model_copy(update={"embedding_threads": settings.query_embedding_threads})
     )
 
 
