@@ -53,7 +53,6 @@ from ingest_service.enrichment.rule_enricher import RuleEnricher
 BATCH = 100
 
 
-
 def corpus_texts() -> list[str]:
     """The distinct non-empty contents of the debian observations, in file order."""
     seen: dict[str, None] = {}

@@ -63,6 +63,7 @@ from bench.service_results import (
     append_entry,
     cpu_seconds,
     heading,
+    load_average,
     machine,
     postgres_cpu_seconds,
     write_json,
@@ -158,7 +159,7 @@ def _load_database(arguments: argparse.Namespace, settings: Settings, name: str)
     slower, bench/RESULTS.md session 7), or, with ``--same-database``, the run's database itself (every
     load next to the earlier ones; also with ``--shared-database``, which measures next to what that
     database holds)."""
-    if arguments.same_database or arguments.shared_database:
+    if arguments.same_database:
         yield settings.database_url
         return
     with fresh_database(settings.database_url, name) as url:
@@ -188,7 +189,7 @@ def _measured_load(
     with ingest_service(root, environment) as (address, pid):
         channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
         stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        load_start = os.getloadavg()[0]
+        load_start = load_average()
         service_cpu, database_cpu = cpu_seconds(pid), postgres_cpu_seconds()
         load = load_observations(stub, observations, concurrency=DEFAULT_OBSERVE_CONCURRENCY)
         load["cpu_seconds"] = {
@@ -196,7 +197,7 @@ def _measured_load(
             "postgres": round(postgres_cpu_seconds() - database_cpu, 2),
         }
         load["variant"], load["round"] = name, round_
-        load["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
+        load["load_average"] = [load_start, load_average()]
         floor = set_based_floor(url, namespace)
         floor["per_second"] = round(len(observations) / floor["seconds"], 1)
         load["set_based_floor"] = floor
@@ -204,13 +205,14 @@ def _measured_load(
         if name not in ("base", "inline"):
             load["embedding"] = wait_for_embeddings(stub, namespace, limit_seconds=arguments.embedding_wait)
         channel.close()
-    abandon_backlog(url, namespace)  # the service has stopped: its embedder holds no claim
+    if arguments.same_database:  # the next load shares this database
+        abandon_backlog(url, namespace)  # the service has stopped: its embedder holds no claim
     return load
 
 
 def abandon_backlog(url: str, namespace: str) -> None:
-    """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder
-    starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
+    """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder in
+    the same database (``--same-database``) starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
     this, a variant would spend its load embedding the previous variant's rest)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
@@ -257,6 +259,7 @@ def main() -> int:
         help="every load in the run's one database (default: each load in a fresh database of its own)",
     )
     arguments = parser.parse_args()
+    arguments.same_database = arguments.same_database or arguments.shared_database
     started = time.perf_counter()
     code = run_in_database(run, arguments, "memory_ingest")
     print(f"run time {time.perf_counter() - started:.0f} s")

@@ -106,7 +106,6 @@ FROM ids i
 """
 
 
-
 def contents() -> list[tuple[str, str]]:
     """(external_id, content) of every upload whose content fits a memory."""
     out = []

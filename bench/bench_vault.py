@@ -50,7 +50,6 @@ from ingest_service.vault_documents import VaultFile, parse_file
 VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 
 
-
 def chunk_texts(source: VaultSource, settings: Settings) -> list[list[str]]:
     """Per document, the embedding inputs of its chunks, as the server computes them."""
     texts = []
