@@ -116,6 +116,7 @@ class ObservationProjector:
         self,
         conn: Any,
         items: list[ObservationInput],
+        pieces: dict[str, list[tuple[str, str]]],
         embeddings: dict[str, np.ndarray],
         now: datetime,
         episode_vectors: dict[str, np.ndarray] | None = None,
@@ -126,15 +127,18 @@ class ObservationProjector:
         ACTOR/SUBJECT facts and the asserted facts of every item. Projections in the order of ``items``.
 
         Args:
+            pieces: observation_id -> the episode's chunks as ``(heading, text)`` (`episode_chunks` of
+                the item, computed by the caller before the transaction: pure, and the costliest part
+                of a long episode's projection).
             embeddings: observation_id -> one vector per text assertion (``item.texts``), shape
                 (len(texts), dimension); absent for an item without text assertions.
-            episode_vectors: observation_id -> one vector per episode chunk (`episode_chunks`) when
+            episode_vectors: observation_id -> one vector per episode chunk (of ``pieces``) when
                 embedded inline; None leaves the chunks pending for the background embedder.
         """
         contexts = [
             _Context.of(conn, item, self.kinds.for_namespace(item.namespace, conn), now) for item in items
         ]
-        self._episodes(conn, contexts, episode_vectors, now)
+        self._episodes(conn, contexts, pieces, episode_vectors, now)
         self._entities(conn, contexts, now)
         self._facts(conn, contexts, now)
         for context in contexts:
@@ -146,11 +150,13 @@ class ObservationProjector:
         self,
         conn: Any,
         contexts: list[_Context],
+        pieces: dict[str, list[tuple[str, str]]],
         vectors: dict[str, np.ndarray] | None,
         now: datetime,
     ) -> None:
         """The episode nodes (provenance, participants, time, personal data marks) and their chunks
-        (`episode_chunks`): with ``vectors`` embedded, else pending. One node upsert, one chunk write."""
+        (``pieces``, see `project`): with ``vectors`` embedded, else pending. One node upsert, one chunk
+        write."""
         nodes: list[NodeWrite] = []
         chunk_writes: list[tuple[NodeRef, list[ChunkWrite]]] = []
         for context in contexts:
@@ -182,8 +188,8 @@ class ObservationProjector:
                     asserted_at=item.occurred_at,
                 )
             )
-            pieces = self.episode_chunks(item)
-            if not pieces:
+            episode_pieces = pieces[item.observation_id]
+            if not episode_pieces:
                 continue
             meta = {"observation_id": item.observation_id, "scopes": item.scopes}
             if marks.marked:
@@ -201,7 +207,7 @@ class ObservationProjector:
                             meta,
                             embedding_pending=own is None,
                         )
-                        for order, (heading, text) in enumerate(pieces)
+                        for order, (heading, text) in enumerate(episode_pieces)
                     ],
                 )
             )
@@ -220,10 +226,12 @@ class ObservationProjector:
             limit=self.settings.chunk_max_chars,
         )
 
-    def episode_inputs(self, item: ObservationInput) -> list[str]:
-        """The texts embedded for the episode's chunks (`embedding_input` of each)."""
+    @staticmethod
+    def episode_inputs(item: ObservationInput, pieces: list[tuple[str, str]]) -> list[str]:
+        """The texts embedded for the episode's chunks ``pieces`` (`episode_chunks`): `embedding_input`
+        of each."""
         title = _Context.title_of(item)
-        return [embedding_input(title, heading, text) for heading, text in self.episode_chunks(item)]
+        return [embedding_input(title, heading, text) for heading, text in pieces]
 
     def _entities(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
         """Upserts the asserted entities of every item (properties merged, an existing title kept);

@@ -45,10 +45,12 @@ class PassageEncoder(Protocol):
 
 @dataclass
 class _Pending:
-    """A valid observation waiting in a write lane, with its text assertions' vectors (one row per text
-    assertion) and, embedded inline, its episode chunks' vectors (None: left pending)."""
+    """A valid observation waiting in a write lane, with its episode chunks, its text assertions' vectors
+    (one row per text assertion) and, embedded inline, its episode chunks' vectors (None: left pending).
+    Everything here is computed in the caller's thread, so the lane's one writer only writes."""
 
     item: ObservationInput
+    episode_pieces: list[tuple[str, str]]  # `ObservationProjector.episode_chunks`, before the lane
     text_vectors: np.ndarray | None
     episode_vectors: np.ndarray | None
 
@@ -131,19 +133,27 @@ class ObservationRecorder:
         if all(item is None for item, _ in validated):
             raise InvalidArgument([violation for _, violations in validated for violation in violations])
         valid = [item for item, _ in validated if item is not None]
-        embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
-        episode_vectors = self._embed_episodes(valid)
-        pending = [
-            _Pending(
-                item,
-                embeddings.get(item.observation_id),
-                None if episode_vectors is None else episode_vectors[item.observation_id],
-            )
-            for item in valid
-        ]
-        # Batches of the same namespaces written together (group commit, `ingest_service.write_lanes`).
-        lane = tuple(sorted({item.namespace for item in valid}))
-        recorded = self.lanes.submit(lane, pending, {item.observation_id for item in valid})
+        with self._in_flight_lock:
+            self._in_flight += 1
+        try:
+            pieces = {item.observation_id: self.projector.episode_chunks(item) for item in valid}
+            embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
+            episode_vectors = self._embed_episodes(valid, pieces)
+            pending = [
+                _Pending(
+                    item,
+                    pieces[item.observation_id],
+                    embeddings.get(item.observation_id),
+                    None if episode_vectors is None else episode_vectors[item.observation_id],
+                )
+                for item in valid
+            ]
+            # Batches of the same namespaces written together (group commit, `ingest_service.write_lanes`).
+            lane = tuple(sorted({item.namespace for item in valid}))
+            recorded = self.lanes.submit(lane, pending, {item.observation_id for item in valid})
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
         if self.on_pending_embeddings is not None and episode_vectors is None:
             self.on_pending_embeddings()
         results: list[RecordResult] = []
@@ -159,6 +169,7 @@ class ObservationRecorder:
         """Stores and projects ``pending`` (valid observations, with their vectors) in ONE transaction
         (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
         valid = [entry.item for entry in pending]
+        pieces = {entry.item.observation_id: entry.episode_pieces for entry in pending}
         embeddings = {e.item.observation_id: e.text_vectors for e in pending if e.text_vectors is not None}
         episode_vectors = (
             None
@@ -172,18 +183,15 @@ class ObservationRecorder:
             # processes, other lanes) sharing a node wait for each other instead of deadlocking
             # (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
-            return self._record_all(conn, valid, embeddings, episode_vectors, now)
+            return self._record_all(conn, valid, pieces, embeddings, episode_vectors, now)
 
-        with self._in_flight_lock:
-            self._in_flight += 1
-        try:
-            return self.database.run_transaction(work)
-        finally:
-            with self._in_flight_lock:
-                self._in_flight -= 1
+        return self.database.run_transaction(work)
 
     def busy(self) -> bool:
-        """True while a batch is being written (the background embedder defers its rounds meanwhile)."""
+        """True while a call of `record_batch` with a valid item is in progress, from its episode
+        chunking to its results, waiting in a write lane included (the background embedder defers its
+        rounds meanwhile: a round started between two transactions of a load took the cores from the
+        next one; bench/RESULTS.md, session 8)."""
         return self._in_flight > 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:
@@ -216,6 +224,7 @@ class ObservationRecorder:
         self,
         conn: Any,
         valid: list[ObservationInput],
+        pieces: dict[str, list[tuple[str, str]]],
         embeddings: dict[str, np.ndarray],
         episode_vectors: dict[str, np.ndarray] | None,
         now: datetime,
@@ -232,7 +241,9 @@ class ObservationRecorder:
         for item in valid:
             if item.observation_id in inserted:
                 new.setdefault(item.observation_id, item)
-        projections = self.projector.project(conn, list(new.values()), embeddings, now, episode_vectors)
+        projections = self.projector.project(
+            conn, list(new.values()), pieces, embeddings, now, episode_vectors
+        )
         results: dict[str, RecordResult] = {}
         for item, projection in zip(new.values(), projections, strict=True):
             result = RecordResult(
@@ -268,12 +279,18 @@ class ObservationRecorder:
             )
         return results
 
-    def _embed_episodes(self, valid: list[ObservationInput]) -> dict[str, np.ndarray] | None:
-        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch, embedded in
-        one call (observation_id -> one row per chunk); None in background mode (chunks stay pending)."""
+    def _embed_episodes(
+        self, valid: list[ObservationInput], pieces: dict[str, list[tuple[str, str]]]
+    ) -> dict[str, np.ndarray] | None:
+        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch (``pieces``:
+        observation_id -> its chunks), embedded in one call (observation_id -> one row per chunk); None
+        in background mode (chunks stay pending)."""
         if self.database.settings.episode_embedding != "inline" or self.encoder is None:
             return None
-        inputs = {item.observation_id: self.projector.episode_inputs(item) for item in valid}
+        inputs = {
+            item.observation_id: self.projector.episode_inputs(item, pieces[item.observation_id])
+            for item in valid
+        }
         texts = [text for chunk_texts in inputs.values() for text in chunk_texts]
         vectors = self.encoder.encode_passages(texts) if texts else np.zeros((0, 0), dtype=np.float32)
         out: dict[str, np.ndarray] = {}
