@@ -80,6 +80,23 @@ def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable("table")
 
 
+@lru_cache(maxsize=1)
+def _block_parser() -> MarkdownIt:
+    """`_parser` without its inline pass: the cut reads block tokens only (their line ranges), and the
+    inline pass over every paragraph was about 40% of the parse of a long episode (issue 15); headings
+    are parsed inline one by one (`_heading_text`)."""
+    return MarkdownIt("commonmark").enable("table").disable("inline")
+
+
+def _heading_text(inline: Token, env: dict[str, object]) -> str:
+    """`plain_text` of a heading's inline token from `_block_parser` (its children not parsed yet): its
+    content parsed inline by `_parser` with the document's ``env`` (link reference definitions), as the
+    full parse would have."""
+    if not inline.children:
+        inline = _parser().parseInline(inline.content, env)[0]
+    return plain_text(inline)
+
+
 def plain_text(inline: Token) -> str:
     """Plain text of an inline token (the content of a heading): emphasis, code spans and links reduced
     to their text, whitespace collapsed; the raw inline source when that leaves nothing."""
@@ -95,8 +112,9 @@ def plain_text(inline: Token) -> str:
     return text or " ".join(inline.content.split())
 
 
-def _blocks(tokens: Sequence[Token], line_count: int) -> list[_Block]:
-    """Top-level blocks of ``tokens`` whose line ranges tile ``[first block start, line_count)``."""
+def _blocks(tokens: Sequence[Token], line_count: int, env: dict[str, object]) -> list[_Block]:
+    """Top-level blocks of ``tokens`` (parsed with ``env``) whose line ranges tile ``[first block
+    start, line_count)``."""
     starts: list[tuple[int, int, str]] = []
     for index, token in enumerate(tokens):
         if token.level != 0 or token.nesting == -1 or token.map is None:
@@ -104,7 +122,7 @@ def _blocks(tokens: Sequence[Token], line_count: int) -> list[_Block]:
         level, text = 0, ""
         if token.type == "heading_open":
             level = int(token.tag[1])
-            text = plain_text(tokens[index + 1])
+            text = _heading_text(tokens[index + 1], env)
         starts.append((token.map[0], level, text))
     blocks: list[_Block] = []
     for position, (start, level, text) in enumerate(starts):
@@ -170,7 +188,8 @@ def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
     offsets = [0]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    blocks = _blocks(_parser().parse(source), len(lines))
+    env: dict[str, object] = {}
+    blocks = _blocks(_block_parser().parse(source, env), len(lines), env)
     sections = _sections(blocks, blocks[0].start if blocks else len(lines))
 
     def span(start: int, end: int) -> str:

@@ -178,6 +178,19 @@ def test_link_reference_definitions_are_kept() -> None:
     assert_covers(source, chunks)
 
 
+def test_heading_markup_is_read_with_the_documents_references() -> None:
+    # The cut parses blocks only and each heading inline on its own: a reference link in a heading
+    # resolves to its text only with the document's definitions (at the end here), and escapes and
+    # entities read as the full parse reads them.
+    source = (
+        "# Use [the guide][guide] \\*now\\* &amp; [undefined][nowhere]\n\nBody.\n\n"
+        "[guide]: https://example.invalid/guide\n"
+    )
+    chunks = chunk_markdown(source, 1000)
+    assert chunks[0].heading == "Use the guide *now* & [undefined][nowhere]"
+    assert_covers(source, chunks)
+
+
 def test_russian_text_and_crlf() -> None:
     source = (
         "# Установка\r\n\r\nСкачайте пакет и запустите установщик.\r\n\r\n"
