@@ -30,16 +30,17 @@ WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_ru
 -- (namespace, node_key, chunk_order) twice): the statement-level term statistics triggers (migration
 -- 0011) then run once for the rows, not once per row. Parameters: namespaces, keys, orders, types,
 -- paths, titles, headings, texts, embeddings (vector[], NULL elements for pending), metas (jsonb[]),
--- pending (boolean[]).
+-- pending (boolean[]); all sent in binary format: psycopg quotes every element of a text-format array
+-- in Python (12 ms for 160 texts of 2.8 KB, against 0.04 ms in binary; issue 15).
 INSERT INTO {chunks} AS c (
     namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
     embedding_pending
 )
 SELECT x.namespace, x.node_key, x.chunk_order, x.node_type, x.source_path, x.title, x.heading, x.text,
     x.embedding, x.meta, NULL, x.pending
-FROM unnest(%(namespaces)s::text[], %(keys)s::text[], %(orders)s::int[], %(types)s::text[],
-    %(paths)s::text[], %(titles)s::text[], %(headings)s::text[], %(texts)s::text[],
-    %(embeddings)s::vector[], %(metas)s::jsonb[], %(pending)s::boolean[])
+FROM unnest(%(namespaces)b::text[], %(keys)b::text[], %(orders)b::int[], %(types)b::text[],
+    %(paths)b::text[], %(titles)b::text[], %(headings)b::text[], %(texts)b::text[],
+    %(embeddings)b::vector[], %(metas)b::jsonb[], %(pending)b::boolean[])
     AS x(namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta,
         pending)
 ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET
