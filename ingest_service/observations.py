@@ -136,9 +136,13 @@ class ObservationRecorder:
         with self._in_flight_lock:
             self._in_flight += 1
         try:
-            pieces = {item.observation_id: self.projector.episode_chunks(item) for item in valid}
-            embeddings = {item.observation_id: self._embed_texts(item) for item in valid if item.texts}
-            episode_vectors = self._embed_episodes(valid, pieces)
+            # An id sent twice is written as its first item (`_record_all`), so that one is cut and embedded.
+            first: dict[str, ObservationInput] = {}
+            for item in valid:
+                first.setdefault(item.observation_id, item)
+            pieces = {key: self.projector.episode_chunks(item) for key, item in first.items()}
+            embeddings = {key: self._embed_texts(item) for key, item in first.items() if item.texts}
+            episode_vectors = self._embed_episodes(list(first.values()), pieces)
             pending = [
                 _Pending(
                     item,
@@ -166,7 +170,7 @@ class ObservationRecorder:
         return results
 
     def _write(self, pending: list[_Pending]) -> dict[str, RecordResult]:
-        """Stores and projects ``pending`` (valid observations, with their vectors) in ONE transaction
+        """Stores and projects ``pending`` (valid observations, with their chunks and vectors) in ONE transaction
         (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
         valid = [entry.item for entry in pending]
         pieces = {entry.item.observation_id: entry.episode_pieces for entry in pending}
@@ -282,9 +286,9 @@ class ObservationRecorder:
     def _embed_episodes(
         self, valid: list[ObservationInput], pieces: dict[str, list[tuple[str, str]]]
     ) -> dict[str, np.ndarray] | None:
-        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of the batch (``pieces``:
-        observation_id -> its chunks), embedded in one call (observation_id -> one row per chunk); None
-        in background mode (chunks stay pending)."""
+        """With CB_EPISODE_EMBEDDING=inline, the vectors of every episode chunk of ``valid`` (no
+        observation_id twice; ``pieces``: observation_id -> its chunks), embedded in one call
+        (observation_id -> one row per chunk); None in background mode (chunks stay pending)."""
         if self.database.settings.episode_embedding != "inline" or self.encoder is None:
             return None
         inputs = {

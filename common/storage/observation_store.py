@@ -19,13 +19,25 @@ from common.kernel.config import Settings
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
-
 # The columns `insert_many` writes (the keys every record must have).
 _INSERTED_COLUMNS = frozenset(
-    (
-        "observation_id namespace source_system source_stream source_external_id kind occurred_at actor"
-        " subject scopes content data assertions provenance status"
-    ).split()
+    [
+        "observation_id",
+        "namespace",
+        "source_system",
+        "source_stream",
+        "source_external_id",
+        "kind",
+        "occurred_at",
+        "actor",
+        "subject",
+        "scopes",
+        "content",
+        "data",
+        "assertions",
+        "provenance",
+        "status",
+    ]
 )
 
 

@@ -193,7 +193,7 @@ def test_sigterm_stops_every_worker(two_workers: tuple[subprocess.Popen[bytes], 
     children = _children(process.pid)
     workers = [pid for pid in children if not _is_resource_tracker(pid)]
     trackers = [pid for pid in children if _is_resource_tracker(pid)]
-    assert len(workers) == 2
+    assert len(workers) == 2 and len(trackers) <= 1
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=60) == 0
     # The parent joins every worker before it exits, so none may outlive it.
