@@ -232,7 +232,9 @@ def abandon_backlog(url: str, namespace: str) -> None:
 def _embedded(variant: str, embedding: dict[str, Any] | None) -> str:
     """The embedding column of a run: the wait, the backlog at the end of the load and what was left."""
     if embedding is None:
-        return {"inline": "in the write", "base": "never (a base without GetEmbeddingBacklog)"}.get(variant, "")
+        return {"inline": "in the write", "base": "never (a base without GetEmbeddingBacklog)"}.get(
+            variant, ""
+        )
     return (
         f"{embedding['backlog_at_end_of_load']} pending; {embedding['embedded_per_second']}/s for"
         f" {embedding['seconds_until_embedded']} s, {embedding['left_pending']} left"

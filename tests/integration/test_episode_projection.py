@@ -329,3 +329,124 @@ def test_a_key_asserted_twice_in_one_batch_ends_as_its_newest_assertion(
         with database.connection() as conn:
             node = graph.get_node(conn, namespace, "package:time")
         assert node is not None and node["props"]["attributes"] == {"urgency": "high"}, order
+
+
+# One key asserted by many observations of a batch, in item order: (occurred_at, attributes). Same
+# attributes again (no change), older than the node (no change), and changes; `_sequence_cases` below.
+_SEQUENCE = [
+    ("2023-01-01T00:00:00Z", {"urgency": "low"}),
+    ("2023-01-02T00:00:00Z", {"urgency": "low"}),
+    ("2023-01-03T00:00:00Z", {"urgency": "high"}),
+    ("2023-01-02T12:00:00Z", {"urgency": "medium"}),
+    ("2023-01-04T00:00:00Z", {"urgency": "high"}),
+    ("2023-01-05T00:00:00Z", {"urgency": "low"}),
+    ("2023-01-05T00:00:00Z", {"urgency": "low"}),
+]
+
+
+def _package_upload(
+    namespace: str, index: int, occurred_at: str, attributes: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        **turn(namespace, index),
+        "occurred_at": occurred_at,
+        "assertions": [{"entity": {"key": {"type": "package", "id": "time"}, "attributes": attributes}}],
+    }
+
+
+def _package_state(database: Database, namespace: str, observation_index: dict[str, int]) -> dict[str, Any]:
+    """What the writes leave of package:time: its vertex properties (the observation that wrote them as
+    its index in the batch) and its registry row, without the times of the write itself (last_seen) and
+    the properties hash (it covers the namespace)."""
+    from common.storage.graph_store import GraphStore
+
+    with database.connection() as conn:
+        vertex = GraphStore(database).get_node(conn, namespace, "package:time")
+        registry = conn.execute(
+            "SELECT node_type, label, placeholder, asserted_at, scopes FROM graph_nodes"
+            " WHERE namespace = %s AND natural_key = 'package:time'",
+            (namespace,),
+        ).fetchone()
+    assert vertex is not None
+    vertex = {key: value for key, value in vertex.items() if key not in ("last_seen", "namespace")}
+    vertex["source_id"] = observation_index[vertex["source_id"]]
+    vertex["source_path"] = vertex["source_path"].rsplit("/", 1)[-1]
+    return {"vertex": vertex, "registry": registry}
+
+
+@pytest.mark.parametrize("stored", [None, ("2023-01-03T06:00:00Z", {"urgency": "stored"})])
+def test_a_key_asserted_by_many_items_of_a_batch_ends_as_when_written_one_by_one(
+    database: Database, recorder: ObservationRecorder, stored: tuple[str, dict[str, Any]] | None
+) -> None:
+    # The batch leaves out the assertions that would change nothing (`GraphStore.unchanging_assertions`);
+    # the end state and the results must be those of writing the items one call after another.
+    states, counts = [], []
+    for one_by_one in (False, True):
+        namespace = f"test-sequence-{uuid.uuid4().hex[:10]}"
+        index: dict[str, int] = {}
+        if stored is not None:
+            (earlier,) = recorder.record_batch([_package_upload(namespace, 100, *stored)])
+            index[earlier.observation_id] = 100
+        uploads = [_package_upload(namespace, i, *pair) for i, pair in enumerate(_SEQUENCE)]
+        if one_by_one:
+            results = [recorder.record_batch([upload])[0] for upload in uploads]
+        else:
+            results = recorder.record_batch(uploads)
+        index.update({result.observation_id: i for i, result in enumerate(results)})
+        counts.append([result.entities_upserted for result in results])
+        states.append(_package_state(database, namespace, index))
+    assert counts[0] == counts[1] == [1] * len(_SEQUENCE)
+    assert states[0] == states[1]
+    # item 5 is the last write that changes the node (6 repeats it), with or without the stored node
+    assert states[0]["vertex"]["source_id"] == 5
+    assert states[0]["vertex"]["props"]["attributes"] == {"urgency": "low"}
+    assert states[0]["registry"][3] == datetime(2023, 1, 5, tzinfo=UTC)
+
+
+def test_unchanging_assertions_follow_the_rule_of_upsert_nodes(database: Database, namespace: str) -> None:
+    from common.storage.graph_store import GraphStore, NodeWrite
+
+    graph = GraphStore(database)
+
+    def write(day: int, urgency: str) -> NodeWrite:
+        return NodeWrite(
+            namespace=namespace,
+            natural_key="package:time",
+            node_type="package",
+            source_id=f"observation-{day}-{urgency}",
+            props={"attributes": {"urgency": urgency}},
+            asserted_at=datetime(2023, 1, day, tzinfo=UTC),
+        )
+
+    # new key: 1 repeats 0, 3 is older than 2, 4 repeats 2, 5 changes, 6 repeats 5
+    sequence = [write(1, "low"), write(2, "low"), write(5, "high"), write(4, "medium"), write(6, "high")]
+    sequence += [write(7, "low"), write(8, "low")]
+    with database.connection() as conn:
+        assert graph.unchanging_assertions(conn, namespace, {"package:time": sequence}) == {
+            "package:time": {1, 3, 4, 6}
+        }
+        graph.upsert_nodes(
+            conn, [write(9, "stored")], now=datetime.now(UTC), overwrite=False, merge_props=True
+        )
+        # the node holds a newer assertion than all of them: every write but the first changes nothing
+        assert graph.unchanging_assertions(conn, namespace, {"package:time": sequence}) == {
+            "package:time": {1, 2, 3, 4, 5, 6}
+        }
+        # a key asserted once, and keys of another namespace, are not looked at
+        assert graph.unchanging_assertions(conn, namespace, {"package:time": sequence[:1]}) == {}
+        assert graph.unchanging_assertions(conn, f"{namespace}-other", {"package:time": sequence}) == {
+            "package:time": {1, 3, 4, 6}
+        }
+
+
+def test_an_id_sent_twice_in_a_batch_is_stored_as_its_first_item(
+    database: Database, recorder: ObservationRecorder, namespace: str
+) -> None:
+    # The episode chunks are cut before the write lane; they must be those of the item that is written.
+    first = turn(namespace, 1)
+    second = {**turn(namespace, 1), "content": "another text under the same observation id"}
+    recorder.record_batch([first, second])
+    rows = chunk_rows(database, namespace)
+    assert len(rows) == 1
+    assert "turn 1: I went to the support group yesterday" in rows[0][1]
+    assert "another text" not in rows[0][1]
