@@ -188,8 +188,8 @@ class ObservationProjector:
                     asserted_at=item.occurred_at,
                 )
             )
-            own_pieces = pieces[item.observation_id]
-            if not own_pieces:
+            episode_pieces = pieces[item.observation_id]
+            if not episode_pieces:
                 continue
             meta = {"observation_id": item.observation_id, "scopes": item.scopes}
             if marks.marked:
@@ -207,7 +207,7 @@ class ObservationProjector:
                             meta,
                             embedding_pending=own is None,
                         )
-                        for order, (heading, text) in enumerate(own_pieces)
+                        for order, (heading, text) in enumerate(episode_pieces)
                     ],
                 )
             )
@@ -241,14 +241,10 @@ class ObservationProjector:
         the observation is left unchanged (`entity_props`, issue 10 §2).
 
         Set-based in rounds: round r upserts the r-th assertion of each key in the batch (so one key's
-        assertions still apply in item order) with one `GraphStore.upsert_nodes` call. Before that, the
-        later assertions of a key that would change nothing (`GraphStore.unchanging_assertions`: the same
-        properties again, or older than what the node holds) are left out, for keys whose writes do not
-        depend on the node's state (no restricting scopes) and which the batch holds locked (not
-        canonicalised by a domain pack); they still count as upserted and get the key's label."""
+        assertions still apply in item order) with one `GraphStore.upsert_nodes` call."""
         access = WriteAccess.of_caller()
-        # (namespace, natural_key) -> the key's assertions in item order
-        sequences: dict[tuple[str, str], list[tuple[_Context, Any, str, str]]] = {}
+        rounds: list[list[tuple[_Context, Any, str, str]]] = []
+        seen: dict[tuple[str, str], int] = {}
         for context in contexts:
             item, rejected = context.item, context.projection.rejected
             hidden = access.hidden_nodes(conn, self.graph, item.namespace, [e.key for e in item.entities])
@@ -264,21 +260,11 @@ class ObservationProjector:
                     if violations:
                         rejected.extend((violation.field, violation.description) for violation in violations)
                         continue
-                sequences.setdefault((item.namespace, natural_key), []).append(
-                    (context, entity, natural_key, node_type)
-                )
-        unchanging = self._unchanging_entity_assertions(conn, sequences)
-        rounds: list[list[tuple[_Context, Any, str, str]]] = []
-        left_out: list[tuple[_Context, str, str]] = []  # (context, namespace, natural_key)
-        for (namespace, natural_key), sequence in sequences.items():
-            skipped = unchanging.get((namespace, natural_key), set())
-            kept = [assertion for position, assertion in enumerate(sequence) if position not in skipped]
-            left_out.extend((sequence[position][0], namespace, natural_key) for position in sorted(skipped))
-            for position, assertion in enumerate(kept):
+                position = seen.get((item.namespace, natural_key), 0)
+                seen[(item.namespace, natural_key)] = position + 1
                 if position == len(rounds):
                     rounds.append([])
-                rounds[position].append(assertion)
-        labels: dict[tuple[str, str], str] = {}
+                rounds[position].append((context, entity, natural_key, node_type))
         for round_ in rounds:
             # a public write needs no node state (issue 10 §2)
             restricted_keys: dict[str, list[str]] = {}
@@ -292,42 +278,35 @@ class ObservationProjector:
             }
             writes: list[tuple[_Context, NodeWrite]] = []
             for context, entity, natural_key, node_type in round_:
-                node = _entity_write(context, entity, natural_key, node_type, stored)
-                if node is not None:  # None: more readers see the node than the observation (issue 10 §2)
-                    writes.append((context, node))
+                item = context.item
+                props = entity_props(
+                    entity.attributes,
+                    restricting_scopes(item.scopes),
+                    stored.get((item.namespace, natural_key)),
+                )
+                if props is None:  # more readers see the node than the observation (issue 10 §2)
+                    continue
+                writes.append(
+                    (
+                        context,
+                        NodeWrite(
+                            namespace=item.namespace,
+                            natural_key=natural_key,
+                            node_type=node_type,
+                            title=entity.title,
+                            source_path=context.source_path,
+                            source_id=item.observation_id,
+                            props=props,
+                            asserted_at=item.occurred_at,
+                        ),
+                    )
+                )
             results = self.graph.upsert_nodes(
                 conn, [node for _, node in writes], now=now, overwrite=False, merge_props=True
             )
             for (context, node), result in zip(writes, results, strict=True):
                 context.known[node.natural_key] = result.label
                 context.projection.entities_upserted += 1
-                labels[(node.namespace, node.natural_key)] = result.label
-        for context, namespace, natural_key in left_out:
-            context.known[natural_key] = labels[(namespace, natural_key)]
-            context.projection.entities_upserted += 1
-
-    def _unchanging_entity_assertions(
-        self, conn: Any, sequences: dict[tuple[str, str], list[tuple[_Context, Any, str, str]]]
-    ) -> dict[tuple[str, str], set[int]]:
-        """``(namespace, natural_key) -> positions`` in ``sequences`` of the assertions that would change
-        nothing (`GraphStore.unchanging_assertions`), among the keys asserted more than once whose every
-        assertion is public (its write is then fixed in advance) and not canonicalised by a domain pack
-        (the batch locks the asserted keys: `ObservationRecorder._contended_keys`)."""
-        foldable: dict[str, dict[str, list[NodeWrite]]] = {}
-        for (namespace, natural_key), sequence in sequences.items():
-            if len(sequence) < 2 or any(
-                restricting_scopes(context.item.scopes) or natural_key != entity.key
-                for context, entity, _, _ in sequence
-            ):
-                continue
-            nodes = [_entity_write(context, entity, key, kind, {}) for context, entity, key, kind in sequence]
-            if all(node is not None for node in nodes):
-                foldable.setdefault(namespace, {})[natural_key] = [node for node in nodes if node is not None]
-        return {
-            (namespace, key): positions
-            for namespace, keyed in foldable.items()
-            for key, positions in self.graph.unchanging_assertions(conn, namespace, keyed).items()
-        }
 
     def _facts(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
         """The ACTOR and SUBJECT facts of every episode (`ingest_service.episode_text.participant_facts`)
@@ -431,34 +410,6 @@ class ObservationProjector:
             ),
             now=now,
         )
-
-
-def _entity_write(
-    context: _Context,
-    entity: Any,
-    natural_key: str,
-    node_type: str,
-    stored: dict[tuple[str, str], tuple[bool, list[str]]],
-) -> NodeWrite | None:
-    """The node write of one entity assertion of ``context.item`` (``stored``: registry states of the
-    restricted writes' keys, `GraphStore.registry_scopes`); None when the node must be left unchanged
-    (`entity_props`)."""
-    item = context.item
-    props = entity_props(
-        entity.attributes, restricting_scopes(item.scopes), stored.get((item.namespace, natural_key))
-    )
-    if props is None:
-        return None
-    return NodeWrite(
-        namespace=item.namespace,
-        natural_key=natural_key,
-        node_type=node_type,
-        title=entity.title,
-        source_path=context.source_path,
-        source_id=item.observation_id,
-        props=props,
-        asserted_at=item.occurred_at,
-    )
 
 
 def entity_props(

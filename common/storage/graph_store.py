@@ -174,10 +174,8 @@ class GraphStore(GraphEdges):
                 new_vertices.setdefault(label, []).append((str(vertex_id), properties))
                 results.append(NodeResult(node.natural_key, label, created=True, updated=False))
                 continue
-            applies = _write_applies(
-                node, digest, was_placeholder, asserted_at, props_hash, overwrite=overwrite
-            )
-            if not applies:
+            newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
+            if not (overwrite or was_placeholder or newer) or props_hash == digest:
                 results.append(NodeResult(node.natural_key, existing_label, created=False, updated=False))
                 continue
             scopes = node.scopes()
@@ -211,45 +209,6 @@ class GraphStore(GraphEdges):
         for label, batch in new_vertices.items():
             self._insert_vertices(conn, label, batch)
         return results
-
-    def unchanging_assertions(
-        self, conn: psycopg.Connection[Any], namespace: str, sequences: dict[str, list[NodeWrite]]
-    ) -> dict[str, set[int]]:
-        """Which entity assertions `upsert_nodes` (``overwrite=False, merge_props=True``) would leave
-        without effect when each key's ``sequences[key]`` were written one call after another, in list
-        order, from the key's stored registry row: ``key -> positions`` of those writes, never the first
-        (its upsert also marks the key seen). Such a write changes nothing, so leaving it out leaves the
-        same vertex, registry row and result label (issue 15: a key asserted by r observations of a batch
-        took r rounds of `upsert_nodes`).
-
-        The caller must hold the keys' locks (`common.storage.key_locks`) so the stored rows cannot
-        change before the writes, and each key's writes must not depend on the key's state (their
-        ``props`` fixed in advance). One registry read for all keys.
-        """
-        keys = sorted(key for key, nodes in sequences.items() if len(nodes) > 1)
-        if not keys:
-            return {}
-        rows = conn.execute(self.queries["registry_assertion_states"], (namespace, keys)).fetchall()
-        stored = {str(row[0]): (bool(row[1]), row[2], row[3]) for row in rows}
-        unchanging: dict[str, set[int]] = {}
-        for key in keys:
-            state = stored.get(key)  # (placeholder, asserted_at, props_hash), None: not registered yet
-            for position, node in enumerate(sequences[key]):
-                # as `upsert_nodes` hashes an assertion (last_seen is not part of the hash)
-                digest = _properties_hash(
-                    node.vertex_properties("", placeholder=False), ignore=("source_path", "source_id")
-                )
-                if state is None:
-                    state = (False, node.asserted_at, digest)  # inserted by this write
-                elif _write_applies(node, digest, *state, overwrite=False):
-                    asserted_at = state[1]  # `update_registry_row`: the later of the two, NULL ignored
-                    later = node.asserted_at
-                    if later is not None and (asserted_at is None or later > asserted_at):
-                        asserted_at = later
-                    state = (False, asserted_at, digest)
-                elif position > 0:
-                    unchanging.setdefault(key, set()).add(position)
-        return unchanging
 
     def insert_node_once(self, conn: psycopg.Connection[Any], node: NodeWrite, *, now: datetime) -> bool:
         """Creates the vertex of (namespace, natural_key) only when the key is new; never updates it.
@@ -491,23 +450,6 @@ class GraphStore(GraphEdges):
             ).format(self._table(label)),
             (agtype_text(properties), agtype_text(key)),
         )
-
-
-def _write_applies(
-    node: NodeWrite,
-    digest: str,
-    was_placeholder: bool,
-    asserted_at: datetime | None,
-    props_hash: str | None,
-    *,
-    overwrite: bool,
-) -> bool:
-    """Whether a write of ``node`` (properties hash ``digest``) rewrites the existing vertex whose registry
-    row holds ``was_placeholder``, ``asserted_at`` and ``props_hash``: a placeholder is always completed,
-    an assertion (``overwrite=False``) applies only when not older than the stored one, and an unchanged
-    hash is no change (`GraphStore.upsert_nodes`)."""
-    newer = asserted_at is None or node.asserted_at is None or node.asserted_at >= asserted_at
-    return (overwrite or was_placeholder or newer) and props_hash != digest
 
 
 def _properties_hash(properties: dict[str, Any], ignore: tuple[str, ...] = ()) -> str:

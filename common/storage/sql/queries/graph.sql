@@ -66,12 +66,6 @@ ON CONFLICT (namespace, natural_key) DO UPDATE SET last_seen = greatest(g.last_s
 RETURNING g.namespace, g.natural_key, (xmax = 0) AS inserted, label, placeholder, asserted_at, props_hash,
     vertex_id::text
 
--- name: registry_assertion_states
--- What decides whether an entity assertion rewrites a registered node (`GraphStore.unchanging_assertions`):
--- natural_key, placeholder, asserted_at, props_hash of the registered keys of namespace %s among %s (text[]).
-SELECT natural_key, placeholder, asserted_at, props_hash FROM {graph_nodes}
-WHERE namespace = %s AND natural_key = ANY(%s)
-
 -- name: update_registry_row
 -- Records a rewritten vertex on its registry row: type, no longer a placeholder, hash, last seen, the
 -- newest assertion time (a NULL assertion time keeps the stored one) and the scopes.
