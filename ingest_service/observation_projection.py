@@ -188,8 +188,8 @@ class ObservationProjector:
                     asserted_at=item.occurred_at,
                 )
             )
-            episode_pieces = pieces[item.observation_id]
-            if not episode_pieces:
+            own_pieces = pieces[item.observation_id]
+            if not own_pieces:
                 continue
             meta = {"observation_id": item.observation_id, "scopes": item.scopes}
             if marks.marked:
@@ -207,7 +207,7 @@ class ObservationProjector:
                             meta,
                             embedding_pending=own is None,
                         )
-                        for order, (heading, text) in enumerate(episode_pieces)
+                        for order, (heading, text) in enumerate(own_pieces)
                     ],
                 )
             )

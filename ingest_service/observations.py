@@ -170,8 +170,8 @@ class ObservationRecorder:
         return results
 
     def _write(self, pending: list[_Pending]) -> dict[str, RecordResult]:
-        """Stores and projects ``pending`` (valid observations, with their chunks and vectors) in ONE transaction
-        (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
+        """Stores and projects ``pending`` (valid observations, with their chunks and vectors) in ONE
+        transaction (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
         valid = [entry.item for entry in pending]
         pieces = {entry.item.observation_id: entry.episode_pieces for entry in pending}
         embeddings = {e.item.observation_id: e.text_vectors for e in pending if e.text_vectors is not None}
@@ -194,8 +194,8 @@ class ObservationRecorder:
     def busy(self) -> bool:
         """True while a call of `record_batch` with a valid item is in progress, from its episode
         chunking to its results, waiting in a write lane included (the background embedder defers its
-        rounds meanwhile: a round started between two transactions of a load took the cores from the
-        next one; bench/RESULTS.md, session 8)."""
+        rounds meanwhile, so a round does not start in the gap between two transactions of a load;
+        bench/RESULTS.md, session 8)."""
         return self._in_flight > 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:
