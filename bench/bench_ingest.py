@@ -16,9 +16,8 @@ then taken off it. Each load runs in a fresh database of its own, dropped after 
 loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
 first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
 bench/RESULTS.md session 7); ``--same-database`` runs every load in the run's one database instead.
-Results are
-appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the load average
-and the CPU time the service process and the PostgreSQL processes used during each load
+Results are appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the
+load average and the CPU time the service process and the PostgreSQL processes used during each load
 (`bench.service_results.cpu_seconds`).
 
 - each ``--variant NAME=VAR:VALUE;...``: this checkout, background embedding, with those environment
@@ -127,8 +126,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 if arguments.same_database
                 else " in a fresh database of its own"
             )
-            + ", variants interleaved per round, each against freshly started ingest processes; floor = the same rows written again set-based (`run_bench.set_based_floor`) right"
-            " after the load; CPU s = CPU time of the service process (all its threads) and of every"
+            + ", variants interleaved per round, each against freshly started ingest processes; floor = the"
+            " same rows written again set-based (`run_bench.set_based_floor`) right after the load; CPU s = CPU time of the service process (all its threads) and of every"
             " PostgreSQL process during the load, which other work on a shared machine does not inflate as"
             " it does the wall time."
         ),
@@ -184,7 +183,8 @@ def _measured_load(
     url: str,
 ) -> dict[str, Any]:
     """One load of the corpus into ``namespace`` of the database ``url`` by a fresh service of ``root``:
-    the load's figures, its CPU time, the set-based floor and (background variants) the embedding wait."""
+    the load's figures, its CPU time, the set-based floor and (all variants but inline) the embedding
+    wait."""
     observations = debian_observations(namespace)
     with ingest_service(root, environment) as (address, pid):
         channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 64 << 20)])
@@ -218,8 +218,9 @@ def _measured_load(
 
 def abandon_backlog(url: str, namespace: str) -> None:
     """Takes what is left of ``namespace``'s embedding backlog off it, so the next variant's embedder in
-    the same database (``--same-database``) starts from an empty backlog (it claims the oldest pending chunks of every namespace first: without
-    this, a variant would spend its load embedding the previous variant's rest)."""
+    the same database (``--same-database``) starts from an empty backlog (it claims the oldest pending
+    chunks of every namespace first: without this, a variant would spend its load embedding the previous
+    variant's rest)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             psycopg.sql.SQL(
