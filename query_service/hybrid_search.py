@@ -45,7 +45,6 @@ from query_service.rank_fusion import (
     convex_combination,
     propagate_to_similar,
     reciprocal_rank_fusion,
-    similar_pairs,
 )
 
 MAX_TOP_K = 100
@@ -320,12 +319,9 @@ class HybridSearcher:
             visibility=query.visibility,
         )
         limit = max(config.candidates, query.top_k)
-        propagate = config.similar_share > 0  # similar-chunk propagation needs the candidates' embeddings
         arms: dict[str, Callable[[psycopg.Connection[Any]], list[Candidate]]] = {}
         if config.text_weight:
-            arms[TEXT] = lambda conn: self.chunks.text_candidates(
-                conn, where, query.query, limit, embeddings=propagate
-            )
+            arms[TEXT] = lambda conn: self.chunks.text_candidates(conn, where, query.query, limit)
         if config.trigram_weight:
             arms[TRIGRAM] = lambda conn: self.chunks.trigram_candidates(
                 conn,
@@ -334,7 +330,6 @@ class HybridSearcher:
                 limit,
                 whole_query_chars=config.trigram_max_query_chars,
                 whole_query_min_words=config.trigram_whole_query_min_words,
-                embeddings=propagate,
             )
         pending: dict[str, Future[list[Candidate]]] = {}
         if config.concurrent_rankings:
@@ -348,9 +343,7 @@ class HybridSearcher:
             if config.vector_weight:
                 vector = self.encoder.encode_query(query.query)  # meanwhile the text arms run
                 rankings[VECTOR] = self._ranking(
-                    lambda conn: self.chunks.vector_candidates(
-                        conn, where, vector, limit, embeddings=propagate
-                    )
+                    lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)
                 )
         except BaseException:
             wait(pending.values())  # no arm outlives the request; the first error is the one raised
@@ -359,15 +352,15 @@ class HybridSearcher:
             rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
-        if propagate and fused and VECTOR in rankings:
-            # Every ranking returned its candidates' embeddings: no statement of its own (session 10).
-            embeddings = {c.key: c.embedding for r in rankings.values() for c in r if c.embedding is not None}
-            similar = similar_pairs(
-                embeddings,
-                [key for key, _ in fused[: min(query.top_k, config.similar_sources)]],
-                [key for key, _ in fused],
-                config.similar_threshold,
-            )
+        if config.similar_share > 0 and fused and VECTOR in rankings:
+            with self.database.read_connection() as conn:
+                similar = self.chunks.similar_pairs(
+                    conn,
+                    query.namespace,
+                    [key for key, _ in fused[: min(query.top_k, config.similar_sources)]],
+                    [key for key, _ in fused],
+                    config.similar_threshold,
+                )
             fused = propagate_to_similar(fused, similar, share=config.similar_share)
         fused = fused[: query.top_k]
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {

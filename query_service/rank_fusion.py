@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-import numpy as np
-
 from common.storage.chunk_rankings import Candidate
 
 K = TypeVar("K", bound=Hashable)
@@ -112,40 +110,6 @@ def convex_combination(
     return [(key, scores[key]) for key in ordered]
 
 
-def similar_pairs(
-    embeddings: Mapping[Key, np.ndarray],
-    sources: Sequence[Key],
-    targets: Sequence[Key],
-    threshold: float,
-) -> list[tuple[Key, Key, float]]:
-    """(source, target, cosine similarity) for every source and target chunk key whose embeddings are at
-    least ``threshold`` similar, never a key with itself, sorted by source then target; keys without an
-    entry in ``embeddings`` (chunks without an embedding) are left out.
-
-    ``embeddings``: key -> vector (any length, all the same; need not be normalised), as the rankings
-    returned them (`common.storage.chunk_rankings.Candidate.embedding`). Computed here rather than in
-    SQL, where every pair detoasted both vectors again (10 sources x 150 targets took 27 ms, measured).
-    """
-    left = sorted(key for key in dict.fromkeys(sources) if key in embeddings)
-    right = sorted(key for key in dict.fromkeys(targets) if key in embeddings)
-    if not left or not right:
-        return []
-
-    def unit(keys: list[Key]) -> np.ndarray:
-        matrix = np.stack([np.asarray(embeddings[key], dtype=np.float32) for key in keys])
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        return matrix / np.where(norms > 0, norms, 1.0)
-
-    # einsum's own loop, not BLAS: a BLAS product of this size spun its threads for ~90 ms under load.
-    similarity = np.einsum("ij,kj->ik", unit(left), unit(right), optimize=False)
-    return [
-        (source, right[j], float(similarity[i, j]))
-        for i, source in enumerate(left)
-        for j in np.flatnonzero(similarity[i] >= threshold)
-        if right[j] != source
-    ]
-
-
 def propagate_to_similar(
     fused: Sequence[tuple[Key, float]],
     similar: Sequence[tuple[Key, Key, float]],
@@ -185,5 +149,4 @@ __all__ = [
     "normalised_scores",
     "propagate_to_similar",
     "reciprocal_rank_fusion",
-    "similar_pairs",
 ]

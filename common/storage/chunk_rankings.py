@@ -127,14 +127,11 @@ class Candidate:
 
     ``score`` is the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full
     text and, for trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
-    ``embedding``: the chunk's stored embedding (float32, the configured dimension) when the ranking was
-    asked for it (``embeddings=True``) and the chunk has one; None otherwise.
     """
 
     chunk: StoredChunk
     score: float
     rank: int
-    embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -167,17 +164,6 @@ def _like_pattern(token: str) -> str:
 def _tsquery_literal(lexeme: str) -> str:
     """A lexeme quoted for tsquery input (single quotes doubled, backslashes escaped)."""
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _embedding_column(wanted: bool, column: sql.Composable) -> sql.Composable:
-    """``, <column> AS embedding`` for a ranking statement asked for embeddings, else nothing."""
-    return sql.SQL(", {} AS embedding").format(column) if wanted else sql.SQL("")
-
-
-def _embedding_of(record: dict[str, Any]) -> np.ndarray | None:
-    """Pops a row's ``embedding`` (pgvector's binary loader gives a numpy array) as float32, or None."""
-    value = record.pop("embedding")
-    return None if value is None else np.asarray(value, dtype=np.float32)
 
 
 class ChunkRankings:
@@ -227,41 +213,18 @@ class ChunkRankings:
         params: dict[str, Any],
         *,
         prepare: bool | None = None,
-        embeddings: bool = False,
     ) -> list[Candidate]:
-        """Runs a ranking statement; ``prepare=False`` plans it for its values every time (module doc).
-        ``embeddings``: the statement returns an ``embedding`` column too, read in binary (`_records`)."""
+        """Runs a ranking statement; ``prepare=False`` plans it for its values every time (module doc)."""
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params, prepare=prepare).fetchall()
         candidates = []
-        for rank, record in enumerate(self._records(conn, statement, params, prepare, embeddings), start=1):
+        for rank, record in enumerate(records, start=1):
             score = float(record.pop("score"))
-            embedding = _embedding_of(record) if embeddings else None
-            candidates.append(
-                Candidate(chunk=StoredChunk(**record), score=score, rank=rank, embedding=embedding)
-            )
+            candidates.append(Candidate(chunk=StoredChunk(**record), score=score, rank=rank))
         return candidates
 
-    @staticmethod
-    def _records(
-        conn: psycopg.Connection[Any],
-        statement: sql.Composed,
-        params: dict[str, Any],
-        prepare: bool | None,
-        binary: bool,
-    ) -> list[dict[str, Any]]:
-        """The rows of a ranking statement as dicts. ``binary``: results in PostgreSQL's binary format,
-        which a statement returning embeddings needs (parsing 150 vectors from their text form took
-        45-70 ms, from binary 9 ms, measured)."""
-        with conn.cursor(row_factory=dict_row) as cursor:
-            return cursor.execute(statement, params, prepare=prepare, binary=binary).fetchall()
-
     def vector_candidates(
-        self,
-        conn: psycopg.Connection[Any],
-        where: ChunkFilter,
-        embedding: np.ndarray,
-        limit: int,
-        *,
-        embeddings: bool = False,
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
     ) -> list[Candidate]:
         """Up to ``limit`` chunks nearest to ``embedding`` by cosine distance (``score`` = distance, ascending).
 
@@ -286,32 +249,23 @@ class ChunkRankings:
         ``ORDER BY`` on ``(embedding <=> q) + 0`` is an expression no index answers, so PostgreSQL sorts
         the rows the filters keep. A namespace that has fewer matching rows than ``limit`` pays this
         second statement; the result is then every matching row, which is exact.
-
-        ``embeddings``: each candidate carries its stored embedding (`Candidate.embedding`), read from the
-        row the join fetches anyway.
         """
         params: dict[str, Any] = {"embedding": np.asarray(embedding, dtype=np.float32), "limit": limit}
         condition = self._filter_sql(where, params)
         index = self.tenant_indexes.index_of(conn, where.namespace)
         if index is not None:
             vector = self._tenant_vector if index == OWN_INDEX else None
-            tenant = self._nearest_statement(condition, exact=False, vector=vector, embeddings=embeddings)
-            found = self._tenant_index_candidates(conn, tenant, params, embeddings=embeddings)
+            tenant = self._nearest_statement(condition, exact=False, vector=vector)
+            found = self._tenant_index_candidates(conn, tenant, params)
         else:
-            approximate = self._nearest_statement(condition, exact=False, embeddings=embeddings)
-            found = self._candidates(conn, approximate, params, prepare=False, embeddings=embeddings)
+            approximate = self._nearest_statement(condition, exact=False)
+            found = self._candidates(conn, approximate, params, prepare=False)
         if len(found) >= limit:
             return found
-        exact = self._nearest_statement(condition, exact=True, embeddings=embeddings)
-        return self._candidates(conn, exact, params, prepare=False, embeddings=embeddings)
+        return self._candidates(conn, self._nearest_statement(condition, exact=True), params, prepare=False)
 
     def _tenant_index_candidates(
-        self,
-        conn: psycopg.Connection[Any],
-        statement: sql.Composed,
-        params: dict[str, Any],
-        *,
-        embeddings: bool = False,
+        self, conn: psycopg.Connection[Any], statement: sql.Composed, params: dict[str, Any]
     ) -> list[Candidate]:
         """``statement`` with ``enable_sort`` off, the setting never outliving this call.
 
@@ -325,26 +279,20 @@ class ChunkRankings:
         if conn.info.transaction_status == TransactionStatus.IDLE and conn.autocommit:
             with conn.pipeline():
                 conn.execute("SET enable_sort = off")
-                found = self._candidates(conn, statement, params, prepare=False, embeddings=embeddings)
+                found = self._candidates(conn, statement, params, prepare=False)
                 conn.execute("RESET enable_sort")
             return found
         with conn.pipeline(), conn.transaction():
             conn.execute("SET enable_sort = off")
-            found = self._candidates(conn, statement, params, prepare=False, embeddings=embeddings)
+            found = self._candidates(conn, statement, params, prepare=False)
             conn.execute("RESET enable_sort")
         return found
 
     def _nearest_statement(
-        self,
-        condition: sql.Composable,
-        *,
-        exact: bool,
-        vector: sql.Composable | None = None,
-        embeddings: bool = False,
+        self, condition: sql.Composable, *, exact: bool, vector: sql.Composable | None = None
     ) -> sql.Composed:
         """The ids-first nearest statement; ``vector``: the indexed expression to order by (None: the
-        column; a tenant index's `tenant_index_expression`); ``exact``: an ORDER BY no index answers;
-        ``embeddings``: the joined row's ``embedding`` is returned too."""
+        column; a tenant index's `tenant_index_expression`); ``exact``: an ORDER BY no index answers."""
         distance = sql.SQL("{} <=> %(embedding)s").format(vector or sql.SQL("embedding"))
         order = sql.SQL("({}) + 0").format(distance) if exact else distance
         return sql.SQL(
@@ -352,30 +300,16 @@ class ChunkRankings:
             " SELECT id, {distance} AS score FROM {table}"
             " WHERE {condition} AND embedding IS NOT NULL"
             " ORDER BY {order} LIMIT %(limit)s)"
-            " SELECT {columns}, nearest.score{embedding} FROM nearest JOIN {table} AS chunk USING (id)"
+            " SELECT {columns}, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
             " ORDER BY nearest.score, chunk.node_key, chunk.chunk_order"
-        ).format(
-            columns=CHUNK_COLUMNS,
-            table=self.table,
-            condition=condition,
-            order=order,
-            distance=distance,
-            embedding=_embedding_column(embeddings, sql.SQL("chunk.embedding")),
-        )
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition, order=order, distance=distance)
 
     def text_candidates(
-        self,
-        conn: psycopg.Connection[Any],
-        where: ChunkFilter,
-        query: str,
-        limit: int,
-        *,
-        embeddings: bool = False,
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
     ) -> list[Candidate]:
         """Up to ``limit`` full-text matches ranked by Okapi BM25 (``score``, descending; module doc and
         `common.storage.lexical_scoring`): one statement for the namespace's statistics of the query's
-        lexemes, one that scores at most `CANDIDATE_BUDGET` candidate chunks. Ties: newer chunk first.
-        ``embeddings``: each candidate carries its stored embedding (`Candidate.embedding`)."""
+        lexemes, one that scores at most `CANDIDATE_BUDGET` candidate chunks. Ties: newer chunk first."""
         plan = plan_bm25(self.lexeme_statistics(conn, where.namespace, query))
         if plan is None:
             return []
@@ -392,7 +326,7 @@ class ChunkRankings:
         }
         condition = self._filter_sql(where, params)
         statement = sql.SQL(
-            "SELECT {columns}, score{embedding} FROM ("
+            "SELECT {columns}, score FROM ("
             " SELECT c.*, (SELECT coalesce(sum(w.weight * t.frequency * (%(k1)s + 1) / (t.frequency + %(k1)s"
             " * (1 - %(b)s + %(b)s * length(c.search_document) / %(average_length)s))), 0)"
             " FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS frequency"
@@ -402,13 +336,8 @@ class ChunkRankings:
             " FROM (SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
             " LIMIT %(budget)s) AS c"
             ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
-        ).format(
-            columns=CHUNK_COLUMNS,
-            table=self.table,
-            condition=condition,
-            embedding=_embedding_column(embeddings, sql.SQL("embedding")),
-        )
-        return self._candidates(conn, statement, params, prepare=self._prepare, embeddings=embeddings)
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        return self._candidates(conn, statement, params, prepare=self._prepare)
 
     def lexeme_statistics(
         self, conn: psycopg.Connection[Any], namespace: str, query: str
@@ -426,6 +355,50 @@ class ChunkRankings:
             chunks=int(totals[1]), total_length=int(totals[2]), document_frequencies=frequencies
         )
 
+    def similar_pairs(
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        sources: list[tuple[str, int]],
+        targets: list[tuple[str, int]],
+        threshold: float,
+    ) -> list[tuple[tuple[str, int], tuple[str, int], float]]:
+        """(source, target, cosine similarity) for every source and target chunk (``(node_key, chunk_order)``)
+        of ``namespace`` whose embeddings are at least ``threshold`` similar, never a chunk with itself,
+        sorted by source then target; chunks without an embedding are left out.
+
+        One statement reads the embeddings of the given rows (by the unique key); the similarities are
+        computed here: in SQL every pair detoasted both vectors again (10 sources x 150 targets took 27 ms,
+        measured).
+        """
+        wanted = list(dict.fromkeys([*sources, *targets]))
+        if not sources or not targets:
+            return []
+        rows = conn.execute(  # binary: parsing 150 vectors from text took 45-70 ms, binary 9 (load 15)
+            self.queries["embeddings_of_chunks"],
+            {"namespace": namespace, "keys": [k for k, _ in wanted], "orders": [o for _, o in wanted]},
+            binary=True,
+        ).fetchall()
+        vectors = {(row[0], int(row[1])): np.asarray(row[2], dtype=np.float32) for row in rows}
+        left = sorted(key for key in dict.fromkeys(sources) if key in vectors)
+        right = sorted(key for key in dict.fromkeys(targets) if key in vectors)
+        if not left or not right:
+            return []
+
+        def unit(keys: list[tuple[str, int]]) -> np.ndarray:
+            matrix = np.stack([vectors[key] for key in keys])
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            return matrix / np.where(norms > 0, norms, 1.0)
+
+        # einsum's own loop, not BLAS: a BLAS product of this size spun its threads for ~90 ms under load.
+        similarity = np.einsum("ij,kj->ik", unit(left), unit(right), optimize=False)
+        return [
+            (source, right[j], float(similarity[i, j]))
+            for i, source in enumerate(left)
+            for j in np.flatnonzero(similarity[i] >= threshold)
+            if right[j] != source
+        ]
+
     def trigram_candidates(
         self,
         conn: psycopg.Connection[Any],
@@ -435,7 +408,6 @@ class ChunkRankings:
         *,
         whole_query_chars: int | None = None,
         whole_query_min_words: int = 1,
-        embeddings: bool = False,
     ) -> list[Candidate]:
         """Up to ``limit`` chunks containing an identifier-like token of the query verbatim (``score`` 1.0
         for them, then ``word_similarity(query, text)`` for a whole-query match).
@@ -453,8 +425,7 @@ class ChunkRankings:
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
         number of tokens found, then ``word_similarity(query, text)``, then the newer chunk. The fuzzy
         ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
-        query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``. ``embeddings``: each
-        candidate carries its stored embedding (`Candidate.embedding`).
+        query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``.
         """
         tokens = identifier_tokens(query)
         whole_chars = self.trigram_max_query_chars if whole_query_chars is None else whole_query_chars
@@ -490,32 +461,22 @@ class ChunkRankings:
             arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
         statement = sql.SQL(
             "SELECT * FROM ("
-            " SELECT {columns}, created_at, id{embedding}, word_similarity(%(query)s, text) AS similarity,"
+            " SELECT {columns}, created_at, id, word_similarity(%(query)s, text) AS similarity,"
             " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
             " FROM {table} WHERE {condition} AND ({arms})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
-            columns=CHUNK_COLUMNS,
-            table=self.table,
-            condition=condition,
-            arms=sql.SQL(" OR ").join(arms),
-            embedding=_embedding_column(embeddings, sql.SQL("embedding")),
+            columns=CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
         )
+        with conn.cursor(row_factory=dict_row) as cursor:
+            records = cursor.execute(statement, params, prepare=self._prepare).fetchall()
         candidates = []
-        for rank, record in enumerate(
-            self._records(conn, statement, params, self._prepare, embeddings), start=1
-        ):
+        for rank, record in enumerate(records, start=1):
             similarity = float(record.pop("similarity"))
             hits = int(record.pop("hits"))
             record.pop("created_at")
             record.pop("id")
-            embedding = _embedding_of(record) if embeddings else None
             candidates.append(
-                Candidate(
-                    chunk=StoredChunk(**record),
-                    score=1.0 if hits else similarity,
-                    rank=rank,
-                    embedding=embedding,
-                )
+                Candidate(chunk=StoredChunk(**record), score=1.0 if hits else similarity, rank=rank)
             )
         return candidates

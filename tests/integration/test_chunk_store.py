@@ -16,7 +16,6 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embeddin
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
 from query_service.hybrid_search import HybridSearcher, SearchQuery
-from query_service.rank_fusion import similar_pairs
 
 pytestmark = pytest.mark.integration
 
@@ -320,7 +319,7 @@ def test_trigram_does_not_count_a_quoted_occurrence_of_the_whole_query(
     assert [c.key for c in found] == [("doc:answer", 0)]
 
 
-def test_every_ranking_returns_the_stored_embeddings_and_similar_pairs_are_cut_at_the_threshold(
+def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
     database: Database,
     store: ChunkStore,
     provider: EmbeddingProvider,
@@ -328,43 +327,25 @@ def test_every_ranking_returns_the_stored_embeddings_and_similar_pairs_are_cut_a
     cleanup: list[tuple[str, str]],
 ) -> None:
     pieces = {
-        "doc:en": "How to install packages on Debian deb12u4 with apt.",
-        "doc:ru": "Как устанавливать пакеты в Debian deb12u4 с помощью apt.",
-        "doc:soup": "A borscht recipe with beetroot and cabbage, Debian deb12u4 edition.",
+        "doc:en": "How to install packages on Debian with apt.",
+        "doc:ru": "Как устанавливать пакеты в Debian с помощью apt.",
+        "doc:soup": "A borscht recipe with beetroot and cabbage.",
     }
-    written: dict[tuple[str, int], np.ndarray] = {}
     with database.connection() as conn:
         for key, text in pieces.items():
             cleanup.append((namespace, key))
-            writes = _writes(provider, "", [("", text)])
-            written[(key, 0)] = np.asarray(writes[0].embedding, dtype=np.float32)
-            store.replace_chunks(conn, NodeRef(namespace, key, "document", ""), writes)
-    where = ChunkFilter(namespace)
-    query = "deb12u4 packages"
-    with database.read_connection() as conn:
-        rankings = {
-            "vector": store.vector_candidates(conn, where, provider.encode_query(query), 10, embeddings=True),
-            "text": store.text_candidates(conn, where, query, 10, embeddings=True),
-            "trigram": store.trigram_candidates(conn, where, query, 10, embeddings=True),
-            "without": store.vector_candidates(conn, where, provider.encode_query(query), 10),
-        }
-    for name in ("vector", "text", "trigram"):
-        assert rankings[name], name  # each ranking found something: the check below is not vacuous
-        for candidate in rankings[name]:
-            assert candidate.embedding is not None and candidate.embedding.dtype == np.float32
-            np.testing.assert_allclose(candidate.embedding, written[candidate.key], rtol=0, atol=1e-6)
-    assert all(candidate.embedding is None for candidate in rankings["without"])
-
-    embeddings = {c.key: c.embedding for c in rankings["vector"] if c.embedding is not None}
-    keys = [(key, 0) for key in pieces]
-    every = similar_pairs(embeddings, keys[:1], keys, -1.0)
-    close = similar_pairs(embeddings, keys[:1], keys, 0.6)
+            store.replace_chunks(
+                conn, NodeRef(namespace, key, "document", ""), _writes(provider, "", [("", text)])
+            )
+        keys = [(key, 0) for key in pieces]
+        every = store.similar_pairs(conn, namespace, keys[:1], keys, -1.0)
+        close = store.similar_pairs(conn, namespace, keys[:1], keys, 0.6)
+        none = store.similar_pairs(conn, namespace, [], keys, 0.0)
     assert [target for _, target, _ in every] == [("doc:ru", 0), ("doc:soup", 0)]
     similarity = {target[0]: value for _, target, value in every}
     assert similarity["doc:ru"] > similarity["doc:soup"]
     assert [(source, target) for source, target, _ in close] == [(("doc:en", 0), ("doc:ru", 0))]
-    assert similar_pairs(embeddings, [], keys, 0.0) == []
-    assert similar_pairs(embeddings, keys[:1], [*keys, ("doc:none", 0)], -1.0) == every  # unknown: left out
+    assert none == []
 
 
 def test_identifier_tokens() -> None:

@@ -145,3 +145,12 @@ DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NOT 
 -- name: count_api_chunks_of_node
 -- Chunks of a node written through the API (seen_run NULL) (parameters: namespace, node key).
 SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NULL
+
+-- name: embeddings_of_chunks
+-- The stored embeddings of the given chunks of one namespace, given as parallel arrays of node keys and
+-- chunk orders; chunks without an embedding are left out (parameters: namespace, keys, orders). Returns
+-- node key, chunk order, embedding. Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
+SELECT c.node_key, c.chunk_order, c.embedding
+FROM unnest(%(keys)s::text[], %(orders)s::int[]) AS k(node_key, chunk_order)
+JOIN {chunks} AS c ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
+WHERE c.embedding IS NOT NULL
