@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,13 +277,8 @@ class ChunkRankings:
         this replaces cost 5.9-6.4 ms against 4.6 ms for the same statement at 10k chunks
         (bench/RESULTS.md, session 10). Inside a caller's transaction: a savepoint, as before.
         """
-        if conn.info.transaction_status == TransactionStatus.IDLE and conn.autocommit:
-            with conn.pipeline():
-                conn.execute("SET enable_sort = off")
-                found = self._candidates(conn, statement, params, prepare=False)
-                conn.execute("RESET enable_sort")
-            return found
-        with conn.pipeline(), conn.transaction():
+        idle_autocommit = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+        with conn.pipeline(), nullcontext() if idle_autocommit else conn.transaction():
             conn.execute("SET enable_sort = off")
             found = self._candidates(conn, statement, params, prepare=False)
             conn.execute("RESET enable_sort")
