@@ -34,8 +34,8 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run_bench import percentiles  # noqa: E402
-from bench.service_results import (  # noqa: E402
+from bench.run_bench import percentiles
+from bench.service_results import (
     append_entry,
     heading,
     load_average,
@@ -43,10 +43,10 @@ from bench.service_results import (  # noqa: E402
     tree_commit,
     write_json,
 )
-from common.kernel.config import Settings  # noqa: E402
-from common.storage.read_routing import RoutedDatabase  # noqa: E402
-from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset  # noqa: E402
-from query_service.main import query_embedding_provider  # noqa: E402
+from common.kernel.config import Settings
+from common.storage.read_routing import RoutedDatabase
+from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
+from query_service.main import query_embedding_provider
 
 WARM_UP = 20
 QUERY_CHARS = 120
@@ -104,10 +104,12 @@ def main() -> int:
     lines = [
         heading(results) + " — Search in process on a loaded namespace (`bench/bench_search_namespace.py`)",
         "",
-        f"Namespace `{results['namespace']}`, {results['searches']} searches (its own chunk texts, first"
-        f" {QUERY_CHARS} characters), tree {results['commit']}: p50 {results['p50_ms']} /"
-        f" p95 {results['p95_ms']} ms, mean {results['mean_ms']} ms;"
-        f" load average {results['load_1m'][0]} -> {results['load_1m'][1]}.",
+        (
+            f"Namespace `{results['namespace']}`, {results['searches']} searches (its own chunk texts, first"
+            f" {QUERY_CHARS} characters), tree {results['commit']}: p50 {results['p50_ms']} /"
+            f" p95 {results['p95_ms']} ms, mean {results['mean_ms']} ms;"
+            f" load average {results['load_1m'][0]} -> {results['load_1m'][1]}."
+        ),
     ]
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]

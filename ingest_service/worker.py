@@ -121,8 +121,11 @@ async def _supervise(queue: EnrichmentQueue, concurrency: int) -> None:
         if stopping.is_set():
             break
         if loop.time() - started > RESTART_DELAY_CAP_SECONDS:
-            delay = RESTART_DELAY_SECONDS  # it ran healthy for a while: a new failure starts the back-off again
-        log.warning("enrichment worker stopped by itself (database unreachable?); restarting in %.0f s", delay)
+            # it ran healthy for a while: a new failure starts the back-off again
+            delay = RESTART_DELAY_SECONDS
+        log.warning(
+            "enrichment worker stopped by itself (database unreachable?); restarting in %.0f s", delay
+        )
         try:
             await asyncio.wait_for(stopping.wait(), timeout=delay)
         except TimeoutError:

@@ -36,6 +36,6 @@ import os
 # vault chunks/s at 2 threads). Set in the environment to override.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from common.tooling.cli.app import app  # noqa: E402
+from common.tooling.cli.app import app
 
 __all__ = ["app"]
