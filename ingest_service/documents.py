@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embeddin
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.vault_store import VaultStore
+from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.chunking import bounded_chunks, chunk_markdown
 from ingest_service.document_validation import (
     PutChunksInput,
@@ -54,15 +55,6 @@ DEFAULT_TYPE = "document"
 # exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
 # block belongs to the body (the docs vault has 101 files with one, see the corpora README).
 _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-
-
-class PassageEncoder(Protocol):
-    """What the writer needs from `common.text_models.embeddings.provider.EmbeddingProvider`."""
-
-    model_id: str
-    dimension: int
-
-    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
+from common.text_models.embeddings.provider import PassageEncoder
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,6 @@ DEFAULT_BATCH_SIZE = 128  # texts per model call: the model's throughput is flat
 DEFAULT_IDLE_SECONDS = 1.0  # how long an idle embedder sleeps before looking at the backlog again
 DEFAULT_MAX_DEFERRAL_SECONDS = 2.0  # longest wait for a round while writes are in flight
 DEFERRAL_POLL_SECONDS = 0.05
-
-
-class PassageEncoder(Protocol):
-    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

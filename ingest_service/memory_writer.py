@@ -30,7 +30,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embeddin
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.memory_store import MemoryRow, MemoryStore
+from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.field_checker import FieldChecker
 from ingest_service.memory_quota import MemoryQuota
 from ingest_service.memory_validation import (
@@ -66,12 +67,6 @@ log = logging.getLogger(__name__)
 
 DueHook = Callable[[Sequence[tuple[str, str, int]]], None]
 """Called after a commit with the ``(namespace, memory_id, version)`` triples now due for enrichment."""
-
-
-class PassageEncoder(Protocol):
-    """What the writer needs from the embedding provider."""
-
-    def encode_passages(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 QUOTA_EXHAUSTED = "RESOURCE_EXHAUSTED"

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import ObservationStore
+from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.fact_engine import FactEngine
 from ingest_service.observation_projection import ObservationProjector
 from ingest_service.observation_validation import ObservationInput, validate_observation
@@ -37,10 +38,6 @@ from ingest_service.write_lanes import WriteLanes
 from ingest_service.write_limits import MAX_OBSERVATIONS_PER_CALL
 
 log = logging.getLogger(__name__)
-
-
-class PassageEncoder(Protocol):
-    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
 
 
 @dataclass

@@ -19,9 +19,8 @@ import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 import psycopg
 
 from common.kernel.errors import ViolationCollector
@@ -32,6 +31,7 @@ from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
+from common.text_models.embeddings.provider import QueryEncoder
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
 from query_service.provenance import Provenance
 from query_service.rank_fusion import (
@@ -183,12 +183,6 @@ def fuse_rankings(
         fused.append((candidate.key, min(score, fused[-1][1]) if fused else score))
         seen.add(candidate.key)
     return fused
-
-
-class QueryEncoder(Protocol):
-    """What search needs from `common.text_models.embeddings.provider.EmbeddingProvider`."""
-
-    def encode_query(self, text: str) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

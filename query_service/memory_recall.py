@@ -21,9 +21,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from common.domain.memory_records import MemoryRecord, ensure_memory_label, record_of
 from common.domain.memory_scope import MemoryScope
@@ -32,6 +30,7 @@ from common.kernel.identifiers import canonical_instant, parse_instant
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore
 from common.storage.memory_store import MemoryQuery, MemoryStore, RecallWeights
+from common.text_models.embeddings.provider import QueryEncoder
 
 RECALL_PRESETS: Mapping[str, RecallWeights] = {
     # What most turns want: relevant first, fresher and more important ones a little ahead.
@@ -47,12 +46,6 @@ DEFAULT_PRESET = "balanced"
 MAX_QUERY = 4000
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
-
-
-class QueryEncoder(Protocol):
-    """What recall needs from the embedding provider."""
-
-    def encode_query(self, text: str) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The embedding interface: `EmbeddingProvider`, and what every provider shares.
 
 Every provider returns float32, L2-normalised vectors, so the cosine similarity of two vectors is their
-dot product. Local models are loaded lazily on first use (never at import or construction time), once
-per provider, under a lock (`LoadOnce`); one encode call runs at a time per provider (the local
+dot product. Local models are loaded on first use or by `EmbeddingProvider.load` (never at import or
+construction time), once per provider, under a lock (`LoadOnce`); one encode call runs at a time per provider (the local
 libraries use every core for one batch and are not documented as reentrant), so a provider can be
 shared by all gRPC worker threads. An optional package is looked up (not imported) when its provider is
 built (`require_package`), so a missing one fails at start-up, and imported on first use.
@@ -15,7 +15,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,8 @@ __all__ = [
     "EmbeddingProvider",
     "LoadOnce",
     "MissingEmbeddingPackage",
+    "PassageEncoder",
+    "QueryEncoder",
     "Vectors",
     "default_threads",
     "require_package",
@@ -34,6 +36,20 @@ __all__ = [
 
 Vectors = NDArray[np.float32]
 T = TypeVar("T")
+
+
+class PassageEncoder(Protocol):
+    """What a writer needs of an embedding provider (`EmbeddingProvider` is one): ``encode_passages(texts)``
+    -> float32 array of shape ``(len(texts), dimension)``, each row of L2 norm 1."""
+
+    def encode_passages(self, texts: Sequence[str]) -> Vectors: ...
+
+
+class QueryEncoder(Protocol):
+    """What a reader needs of an embedding provider (`EmbeddingProvider` is one): ``encode_query(text)``
+    -> float32 array of shape ``(dimension,)``, L2 norm 1."""
+
+    def encode_query(self, text: str) -> Vectors: ...
 
 
 class MissingEmbeddingPackage(ImportError):
