@@ -24,7 +24,9 @@ A dry run goes through the same steps and writes nothing: `DocumentWriter.plan_r
 each document would get and the texts that would be embedded.
 
 A run that breaks (the stream, the database) is journaled ``interrupted`` (when the database can still
-be reached) and sweeps nothing; what it projected stays, and the next run finds it unchanged.
+be reached) and sweeps nothing; what it projected stays, and the next run finds it unchanged. A run whose
+process died before it could journal its end is journaled ``interrupted`` by the next run of the
+namespace (`VaultStore.close_abandoned_runs`, in the transaction that journals the new run).
 """
 
 from __future__ import annotations
@@ -102,6 +104,15 @@ class VaultIngestor:
         with self.vault.namespace_lock(header.namespace, still_wanted=still_wanted):
             if not header.dry_run:
                 with self.database.connection() as conn:
+                    abandoned = self.vault.close_abandoned_runs(
+                        conn, header.namespace, run_id, datetime.now(UTC)
+                    )
+                    if abandoned:
+                        log.warning(
+                            "vault runs %s of %s ended without journaling their end: journaled interrupted",
+                            ", ".join(abandoned),
+                            header.namespace,
+                        )
                     self.vault.start_run(
                         conn,
                         run_id=run_id,

@@ -156,6 +156,21 @@ class VaultStore:
         """Journals run ``run_id`` as running."""
         conn.execute(self.queries["insert_vault_run"], (run_id, namespace, source, branch, commit_sha, now))
 
+    def close_abandoned_runs(
+        self, conn: psycopg.Connection[Any], namespace: str, closing_run_id: str, now: datetime
+    ) -> list[str]:
+        """Journals as ``interrupted`` (finished at ``now``, report gaining ``abandoned: true`` and
+        ``closed_by_run``) the runs of ``namespace`` still marked running; returns their run ids.
+
+        Called by a run that holds the namespace's lock (`namespace_lock`), so none of them can still be
+        in progress: a run holds that lock from before its journal row until after its end, and the lock
+        ends with its process (a crash, a SIGKILL, a lost node leave the row ``running`` otherwise).
+        """
+        rows = conn.execute(
+            self.queries["close_abandoned_vault_runs"], (now, closing_run_id, namespace)
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def finish_run(
         self, conn: psycopg.Connection[Any], run_id: str, status: str, report: dict[str, Any], now: datetime
     ) -> None:

@@ -2,9 +2,9 @@
 
 Every provider returns float32, L2-normalised vectors, so the cosine similarity of two vectors is their
 dot product. Local models are loaded on first use or by `EmbeddingProvider.load` (never at import or
-construction time), once per provider, under a lock (`LoadOnce`); one encode call runs at a time per provider (the local
-libraries use every core for one batch and are not documented as reentrant), so a provider can be
-shared by all gRPC worker threads. An optional package is looked up (not imported) when its provider is
+construction time), once per provider, under a lock (`LoadOnce`); one encode call runs at a time per
+provider (the local libraries use every core for one batch and are not documented as reentrant), so a
+provider can be shared by all gRPC worker threads. An optional package is looked up (not imported) when its provider is
 built (`require_package`), so a missing one fails at start-up, and imported on first use.
 """
 

@@ -15,6 +15,15 @@ SELECT pg_advisory_unlock(%s)
 INSERT INTO {vault_runs} (run_id, namespace, source, branch, commit_sha, status, started_at)
 VALUES (%s, %s, %s, %s, %s, 'running', %s)
 
+-- name: close_abandoned_vault_runs
+-- Journals as interrupted the runs of a namespace still marked running when a new run holds the
+-- namespace's vault lock: their process ended without journaling their end (parameters: end, the new
+-- run's id, namespace). Returns their run ids.
+UPDATE {vault_runs} SET status = 'interrupted', finished_at = %s,
+    report = report || jsonb_build_object('abandoned', true, 'closed_by_run', %s::text)
+WHERE namespace = %s AND status = 'running'
+RETURNING run_id
+
 -- name: finish_vault_run
 -- Records how a run ended (parameters: status, end, report as JSON, run id).
 UPDATE {vault_runs} SET status = %s, finished_at = %s, report = %s WHERE run_id = %s
