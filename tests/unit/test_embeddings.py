@@ -99,6 +99,16 @@ def test_encode_rejects_non_strings(use: EmbeddingProvider) -> None:
         use.encode_query(None)  # type: ignore[arg-type]
 
 
+def _output_of_python(code: str, *, timeout: float) -> str:
+    """Runs ``code`` in a fresh interpreter at the repository root (nothing imported or loaded yet);
+    fails with its stderr unless it exits 0; returns what it printed, stripped."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
 def test_building_and_importing_load_no_model() -> None:
     code = (
         "import sys\n"
@@ -109,11 +119,7 @@ def test_building_and_importing_load_no_model() -> None:
         "assert not p._model.loaded\n"
         "print('lazy')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "lazy"
+    assert _output_of_python(code, timeout=120) == "lazy"
 
 
 def test_load_reads_the_weights_once_and_serve_hosts_load_before_binding() -> None:
@@ -146,11 +152,7 @@ def test_load_reads_the_weights_once_and_serve_hosts_load_before_binding() -> No
         "assert len(new) == 2 and all(o._model.loaded for o in new), [o._model.loaded for o in new]\n"
         "print('loaded')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "loaded"
+    assert _output_of_python(code, timeout=300) == "loaded"
 
 
 # --- the factory ------------------------------------------------------------------------------------------
