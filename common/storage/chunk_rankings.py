@@ -361,38 +361,31 @@ class ChunkRankings:
     ) -> list[tuple[tuple[str, int], tuple[str, int], float]]:
         """(source, target, cosine similarity) for every source and target chunk (``(node_key, chunk_order)``)
         of ``namespace`` whose embeddings are at least ``threshold`` similar, never a chunk with itself,
-        sorted by source then target; chunks without an embedding are left out.
+        sorted by source then target (codepoint order of the keys); chunks without an embedding are left out.
 
-        One statement reads the embeddings of the given rows (by the unique key); the similarities are
-        computed here: in SQL every pair detoasted both vectors again (10 sources x 150 targets took 27 ms,
-        measured).
+        One statement (``similar_chunk_pairs``) computes the similarities in PostgreSQL from one in-memory
+        copy of each embedding and returns only the pairs at or above ``threshold``: reading the ~70
+        vectors of a Search and comparing them here cost 1.1 ms of this process's CPU per Search, the
+        statement 0.3 ms, with the same pairs (bench/RESULTS.md, session 13).
         """
-        wanted = list(dict.fromkeys([*sources, *targets]))
         if not sources or not targets:
             return []
-        rows = conn.execute(  # binary: parsing 150 vectors from text took 45-70 ms, binary 9 (load 15)
-            self.queries["embeddings_of_chunks"],
-            {"namespace": namespace, "keys": [k for k, _ in wanted], "orders": [o for _, o in wanted]},
-            binary=True,
+        wanted = list(dict.fromkeys([*sources, *targets]))
+        source_keys, target_keys = set(sources), set(targets)
+        rows = conn.execute(
+            self.queries["similar_chunk_pairs"],
+            {
+                "namespace": namespace,
+                "keys": [key for key, _ in wanted],
+                "orders": [order for _, order in wanted],
+                "sources": [key in source_keys for key in wanted],
+                "targets": [key in target_keys for key in wanted],
+                "threshold": threshold,
+            },
         ).fetchall()
-        vectors = {(row[0], int(row[1])): np.asarray(row[2], dtype=np.float32) for row in rows}
-        left = sorted(key for key in dict.fromkeys(sources) if key in vectors)
-        right = sorted(key for key in dict.fromkeys(targets) if key in vectors)
-        if not left or not right:
-            return []
-
-        def unit(keys: list[tuple[str, int]]) -> np.ndarray:
-            matrix = np.stack([vectors[key] for key in keys])
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            return matrix / np.where(norms > 0, norms, 1.0)
-
-        # einsum's own loop, not BLAS: a BLAS product of this size spun its threads for ~90 ms under load.
-        similarity = np.einsum("ij,kj->ik", unit(left), unit(right), optimize=False)
         return [
-            (source, right[j], float(similarity[i, j]))
-            for i, source in enumerate(left)
-            for j in np.flatnonzero(similarity[i] >= threshold)
-            if right[j] != source
+            ((source_key, int(source_order)), (target_key, int(target_order)), float(similarity))
+            for source_key, source_order, target_key, target_order, similarity in rows
         ]
 
     def trigram_candidates(

@@ -341,11 +341,20 @@ def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
         every = store.similar_pairs(conn, namespace, keys[:1], keys, -1.0)
         close = store.similar_pairs(conn, namespace, keys[:1], keys, 0.6)
         none = store.similar_pairs(conn, namespace, [], keys, 0.0)
+        # Sources and targets are separate lists: a source that is not a target is never paired as one.
+        crossed = store.similar_pairs(conn, namespace, keys[:2], keys[2:], -1.0)
+        missing = store.similar_pairs(conn, namespace, [("doc:none", 0)], keys, -1.0)
     assert [target for _, target, _ in every] == [("doc:ru", 0), ("doc:soup", 0)]
     similarity = {target[0]: value for _, target, value in every}
     assert similarity["doc:ru"] > similarity["doc:soup"]
     assert [(source, target) for source, target, _ in close] == [(("doc:en", 0), ("doc:ru", 0))]
     assert none == []
+    assert [(source, target) for source, target, _ in crossed] == [
+        (("doc:en", 0), ("doc:soup", 0)),
+        (("doc:ru", 0), ("doc:soup", 0)),
+    ]
+    assert crossed[0][2] == pytest.approx(similarity["doc:soup"], abs=1e-6)
+    assert missing == []
 
 
 def test_identifier_tokens() -> None:

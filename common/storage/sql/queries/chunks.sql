@@ -146,11 +146,25 @@ DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NOT 
 -- Chunks of a node written through the API (seen_run NULL) (parameters: namespace, node key).
 SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_run IS NULL
 
--- name: embeddings_of_chunks
--- The stored embeddings of the given chunks of one namespace, given as parallel arrays of node keys and
--- chunk orders; chunks without an embedding are left out (parameters: namespace, keys, orders). Returns
--- node key, chunk order, embedding. Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
-SELECT c.node_key, c.chunk_order, c.embedding
-FROM unnest(%(keys)s::text[], %(orders)s::int[]) AS k(node_key, chunk_order)
-JOIN {chunks} AS c ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
-WHERE c.embedding IS NOT NULL
+-- name: similar_chunk_pairs
+-- (source node key, source chunk order, target node key, target chunk order, cosine similarity) for every
+-- source and target chunk of one namespace whose embeddings are at least `threshold` similar, never a
+-- chunk with itself, sorted by source then target (codepoint order of the keys). The chunks are given as
+-- parallel arrays of node keys, chunk orders and whether each is a source and a target (parameters:
+-- namespace, keys, orders, sources, targets, threshold); chunks without an embedding are left out.
+-- `l2_normalize` makes one detoasted copy of each embedding in the materialized CTE, so the pairs compare
+-- in-memory vectors: on the stored (TOASTed, 2 KB) column every pair fetched both vectors again (10 x 150
+-- pairs took 27 ms). Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
+WITH wanted AS MATERIALIZED (
+    SELECT k.node_key, k.chunk_order, k.source, k.target, l2_normalize(c.embedding) AS unit
+    FROM unnest(%(keys)s::text[], %(orders)s::int[], %(sources)s::bool[], %(targets)s::bool[])
+        AS k(node_key, chunk_order, source, target)
+    JOIN {chunks} AS c
+        ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
+    WHERE c.embedding IS NOT NULL
+)
+SELECT s.node_key, s.chunk_order, t.node_key, t.chunk_order, 1 - (s.unit <=> t.unit) AS similarity
+FROM wanted AS s
+JOIN wanted AS t ON t.target AND (t.node_key, t.chunk_order) <> (s.node_key, s.chunk_order)
+WHERE s.source AND 1 - (s.unit <=> t.unit) >= %(threshold)s
+ORDER BY s.node_key COLLATE "C", s.chunk_order, t.node_key COLLATE "C", t.chunk_order
