@@ -344,6 +344,15 @@ def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
         # Sources and targets are separate lists: a source that is not a target is never paired as one.
         crossed = store.similar_pairs(conn, namespace, keys[:2], keys[2:], -1.0)
         missing = store.similar_pairs(conn, namespace, [("doc:none", 0)], keys, -1.0)
+        # A zero vector (a remote model may return one) is similar to nothing, either way round.
+        cleanup.append((namespace, "doc:zero"))
+        zero = ChunkWrite(
+            chunk_order=0, heading="", text="blank", embedding=np.zeros(provider.dimension), meta={}
+        )
+        store.replace_chunks(conn, NodeRef(namespace, "doc:zero", "document", ""), [zero])
+        from_zero = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys, 0.5)
+        to_zero = store.similar_pairs(conn, namespace, keys, [("doc:zero", 0)], 0.5)
+        zero_floor = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys[:1], -1.0)
     assert [target for _, target, _ in every] == [("doc:ru", 0), ("doc:soup", 0)]
     similarity = {target[0]: value for _, target, value in every}
     assert similarity["doc:ru"] > similarity["doc:soup"]
@@ -355,6 +364,8 @@ def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
     ]
     assert crossed[0][2] == pytest.approx(similarity["doc:soup"], abs=1e-6)
     assert missing == []
+    assert from_zero == [] and to_zero == []
+    assert zero_floor == [(("doc:zero", 0), ("doc:en", 0), 0.0)]
 
 
 def test_identifier_tokens() -> None:
