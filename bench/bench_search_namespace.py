@@ -9,7 +9,12 @@ namespace, with no gRPC:
 
 * queries: the first ``--queries`` chunk texts of the namespace in a fixed pseudo-random order
   (``md5(node_key)``), 40 to 300 characters long, cut to their first 120 characters;
-* 20 warm-up searches, then one search at a time; p50 / p95 / mean in milliseconds; the load average.
+* 20 warm-up searches, then one search at a time; p50 / p95 / mean in milliseconds; the load average;
+* then the same queries again with each part of a Search timed (`cpu_by_part`): the CPU time of this
+  process per Search (every thread: the ranking workers and the pool's included) and, per part, the CPU
+  time of the thread that runs it (``time.thread_time``) and its wall time. The parts overlap in wall
+  time (the full-text and trigram rankings run while the query is embedded and the vector ranking runs),
+  and the lexeme statistics are inside the full-text ranking.
 
 Compare trees by running it in each checkout (or with the change applied and reverted) one after the
 other on a quiet machine, and say so in ``--note``.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +56,16 @@ from query_service.main import query_embedding_provider
 
 WARM_UP = 20
 QUERY_CHARS = 120
+PARTS: tuple[tuple[str, Callable[[HybridSearcher], Any], str], ...] = (
+    ("query embedding", lambda searcher: searcher.encoder, "encode_query"),
+    ("vector ranking", lambda searcher: searcher.chunks, "vector_candidates"),
+    ("full-text ranking", lambda searcher: searcher.chunks, "text_candidates"),
+    ("lexeme statistics (in the full-text ranking)", lambda searcher: searcher.chunks, "lexeme_statistics"),
+    ("trigram ranking", lambda searcher: searcher.chunks, "trigram_candidates"),
+    ("similar-chunk pairs", lambda searcher: searcher.chunks, "similar_pairs"),
+    ("node summaries", lambda searcher: searcher.nodes, "node_summaries"),
+)
+"""The timed parts of a Search: (name, the searcher's collaborator that has the method, method name)."""
 
 
 def queries_of(settings: Settings, namespace: str, count: int) -> list[str]:
@@ -61,6 +77,43 @@ def queries_of(settings: Settings, namespace: str, count: int) -> list[str]:
         ).format(sql.Identifier(settings.chunks_table))
         rows = conn.execute(statement, (namespace, count + WARM_UP)).fetchall()
     return [str(row[0])[:QUERY_CHARS] for row in rows]
+
+
+def cpu_by_part(searcher: HybridSearcher, namespace: str, texts: list[str]) -> dict[str, Any]:
+    """Runs one Search per text with every `PARTS` method wrapped by a timer (an instance attribute that
+    shadows the method, removed afterwards). Returns the process CPU per Search and, per part, the mean
+    CPU time of the thread running it and its mean wall time per Search, in milliseconds."""
+    totals = {name: [0.0, 0.0] for name, _, _ in PARTS}
+    wrapped: list[tuple[Any, str]] = []
+    for name, owner_of, attribute in PARTS:
+        owner, method = owner_of(searcher), getattr(owner_of(searcher), attribute)
+
+        def timed(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                totals[_name][0] += time.thread_time() - cpu
+                totals[_name][1] += time.perf_counter() - wall
+
+        setattr(owner, attribute, timed)
+        wrapped.append((owner, attribute))
+    try:
+        started = time.process_time()
+        for text in texts:
+            searcher.search(SearchQuery(namespace=namespace, query=text))
+        process = time.process_time() - started
+    finally:
+        for owner, attribute in wrapped:
+            delattr(owner, attribute)
+    count = len(texts)
+    return {
+        "process_cpu_ms": round(process / count * 1000, 2),
+        "parts": {
+            name: {"cpu_ms": round(cpu / count * 1000, 2), "wall_ms": round(wall / count * 1000, 2)}
+            for name, (cpu, wall) in totals.items()
+        },
+    }
 
 
 def main() -> int:
@@ -89,6 +142,7 @@ def main() -> int:
         latencies.append((time.perf_counter() - started) * 1000)
         if index % 50 == 0:
             print(f"  {index}/{len(texts) - WARM_UP} searches", flush=True)
+    parts = cpu_by_part(searcher, arguments.namespace, texts[WARM_UP:])
     results: dict[str, Any] = {
         "time": stamp,
         "machine": machine(),
@@ -97,6 +151,7 @@ def main() -> int:
         "commit": tree_commit(ROOT),
         **percentiles(latencies),
         "load_1m": [load_before, load_average()],
+        "cpu_per_search": parts,
         "note": arguments.note,
     }
     print(results)
@@ -109,6 +164,15 @@ def main() -> int:
             f" {QUERY_CHARS} characters), tree {results['commit']}: p50 {results['p50_ms']} /"
             f" p95 {results['p95_ms']} ms, mean {results['mean_ms']} ms;"
             f" load average {results['load_1m'][0]} -> {results['load_1m'][1]}."
+        ),
+        "",
+        (
+            f"CPU per Search (a second pass over the same queries, `cpu_by_part`): this process"
+            f" {parts['process_cpu_ms']} ms; per part, CPU of the thread that runs it / wall ms: "
+            + "; ".join(
+                f"{name} {part['cpu_ms']} / {part['wall_ms']}" for name, part in parts["parts"].items()
+            )
+            + "."
         ),
     ]
     if arguments.note:
