@@ -31,8 +31,10 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import psycopg
 from psycopg import sql
@@ -80,32 +82,33 @@ def queries_of(settings: Settings, namespace: str, count: int) -> list[str]:
 
 
 def cpu_by_part(searcher: HybridSearcher, namespace: str, texts: list[str]) -> dict[str, Any]:
-    """Runs one Search per text with every `PARTS` method wrapped by a timer (an instance attribute that
-    shadows the method, removed afterwards). Returns the process CPU per Search and, per part, the mean
+    """Runs one Search per text with every `PARTS` method wrapped by a timer (`unittest.mock.patch.object`
+    on the collaborator, undone afterwards). Returns the process CPU per Search and, per part, the mean
     CPU time of the thread running it and its mean wall time per Search, in milliseconds."""
     totals = {name: [0.0, 0.0] for name, _, _ in PARTS}
-    wrapped: list[tuple[Any, str]] = []
-    for name, owner_of, attribute in PARTS:
-        owner, method = owner_of(searcher), getattr(owner_of(searcher), attribute)
+    with ExitStack() as wrappers:
+        for name, owner_of, attribute in PARTS:
+            owner = owner_of(searcher)
+            method = getattr(owner, attribute)
 
-        def timed(*args: Any, _method: Callable[..., Any] = method, _name: str = name, **kwargs: Any) -> Any:
-            cpu, wall = time.thread_time(), time.perf_counter()
-            try:
-                return _method(*args, **kwargs)
-            finally:
-                totals[_name][0] += time.thread_time() - cpu
-                totals[_name][1] += time.perf_counter() - wall
+            def timed(
+                *args: Any,
+                _method: Callable[..., Any] = method,
+                _name: str = name,
+                **kwargs: Any,
+            ) -> Any:
+                cpu, wall = time.thread_time(), time.perf_counter()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    totals[_name][0] += time.thread_time() - cpu
+                    totals[_name][1] += time.perf_counter() - wall
 
-        setattr(owner, attribute, timed)
-        wrapped.append((owner, attribute))
-    try:
+            wrappers.enter_context(patch.object(owner, attribute, timed))
         started = time.process_time()
         for text in texts:
             searcher.search(SearchQuery(namespace=namespace, query=text))
         process = time.process_time() - started
-    finally:
-        for owner, attribute in wrapped:
-            delattr(owner, attribute)
     count = len(texts)
     return {
         "process_cpu_ms": round(process / count * 1000, 2),
@@ -142,6 +145,7 @@ def main() -> int:
         latencies.append((time.perf_counter() - started) * 1000)
         if index % 50 == 0:
             print(f"  {index}/{len(texts) - WARM_UP} searches", flush=True)
+    load_after = load_average()
     parts = cpu_by_part(searcher, arguments.namespace, texts[WARM_UP:])
     results: dict[str, Any] = {
         "time": stamp,
@@ -150,7 +154,7 @@ def main() -> int:
         "searches": len(latencies),
         "commit": tree_commit(ROOT),
         **percentiles(latencies),
-        "load_1m": [load_before, load_average()],
+        "load_1m": [load_before, load_after],
         "cpu_per_search": parts,
         "note": arguments.note,
     }

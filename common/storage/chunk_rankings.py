@@ -363,11 +363,11 @@ class ChunkRankings:
         of ``namespace`` whose embeddings are at least ``threshold`` similar, never a chunk with itself,
         sorted by source then target (codepoint order of the keys); chunks without an embedding are left out.
 
-        One statement (``similar_chunk_pairs``) computes the similarities in PostgreSQL from one in-memory
-        copy of each embedding and returns only the pairs at or above ``threshold``: reading the ~70
-        vectors of a Search and comparing them here cost 1.1 ms of this process's CPU per Search, calling
-        the statement 0.3 ms, with the same pairs (bench/RESULTS.md, session 13). A zero vector has
-        similarity 0 with every chunk.
+        One statement (``similar_chunk_pairs``) computes the cosines in PostgreSQL from one unit-length
+        copy of each embedding and returns only the pairs at or above ``threshold``. Reading the ~70
+        vectors of a Search and comparing them here cost 1.1 ms of this process's CPU per call, the
+        statement 0.3 ms, with the same pairs (replayed Searches, bench/RESULTS.md, session 13). A zero
+        vector has similarity 0 with every chunk.
         """
         if not sources or not targets:
             return []

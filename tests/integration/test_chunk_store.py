@@ -319,7 +319,7 @@ def test_trigram_does_not_count_a_quoted_occurrence_of_the_whole_query(
     assert [c.key for c in found] == [("doc:answer", 0)]
 
 
-def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
+def test_similar_pairs_are_cosines_between_sources_and_targets_cut_at_the_threshold(
     database: Database,
     store: ChunkStore,
     provider: EmbeddingProvider,
@@ -331,19 +331,26 @@ def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
         "doc:ru": "Как устанавливать пакеты в Debian с помощью apt.",
         "doc:soup": "A borscht recipe with beetroot and cabbage.",
     }
+    vectors: dict[str, np.ndarray] = {}
     with database.connection() as conn:
         for key, text in pieces.items():
             cleanup.append((namespace, key))
-            store.replace_chunks(
-                conn, NodeRef(namespace, key, "document", ""), _writes(provider, "", [("", text)])
-            )
+            [write] = _writes(provider, "", [("", text)])
+            vectors[key] = np.asarray(write.embedding, dtype=np.float64)
+            store.replace_chunks(conn, NodeRef(namespace, key, "document", ""), [write])
         keys = [(key, 0) for key in pieces]
         every = store.similar_pairs(conn, namespace, keys[:1], keys, -1.0)
         close = store.similar_pairs(conn, namespace, keys[:1], keys, 0.6)
         none = store.similar_pairs(conn, namespace, [], keys, 0.0)
+        repeated = store.similar_pairs(conn, namespace, keys[:1] * 2, keys + keys, -1.0)
         # Sources and targets are separate lists: a source that is not a target is never paired as one.
         crossed = store.similar_pairs(conn, namespace, keys[:2], keys[2:], -1.0)
         missing = store.similar_pairs(conn, namespace, [("doc:none", 0)], keys, -1.0)
+        # The cosine, not the inner product: a vector twice as long as doc:en points the same way.
+        cleanup.append((namespace, "doc:long"))
+        long = ChunkWrite(chunk_order=0, heading="", text="long", embedding=2 * vectors["doc:en"], meta={})
+        store.replace_chunks(conn, NodeRef(namespace, "doc:long", "document", ""), [long])
+        same_direction = store.similar_pairs(conn, namespace, keys[:1], [("doc:long", 0)], 0.99)
         # A zero vector (a remote model may return one) is similar to nothing, either way round.
         cleanup.append((namespace, "doc:zero"))
         zero = ChunkWrite(
@@ -353,17 +360,26 @@ def test_similar_pairs_are_cut_at_the_threshold_and_skip_the_chunk_itself(
         from_zero = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys, 0.5)
         to_zero = store.similar_pairs(conn, namespace, keys, [("doc:zero", 0)], 0.5)
         zero_floor = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys[:1], -1.0)
+
+    def cosine(left: str, right: str) -> float:
+        a, b = vectors[left], vectors[right]
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
     assert [target for _, target, _ in every] == [("doc:ru", 0), ("doc:soup", 0)]
     similarity = {target[0]: value for _, target, value in every}
+    assert similarity["doc:ru"] == pytest.approx(cosine("doc:en", "doc:ru"), abs=1e-5)
+    assert similarity["doc:soup"] == pytest.approx(cosine("doc:en", "doc:soup"), abs=1e-5)
     assert similarity["doc:ru"] > similarity["doc:soup"]
     assert [(source, target) for source, target, _ in close] == [(("doc:en", 0), ("doc:ru", 0))]
     assert none == []
+    assert repeated == every
     assert [(source, target) for source, target, _ in crossed] == [
         (("doc:en", 0), ("doc:soup", 0)),
         (("doc:ru", 0), ("doc:soup", 0)),
     ]
-    assert crossed[0][2] == pytest.approx(similarity["doc:soup"], abs=1e-6)
+    assert crossed[1][2] == pytest.approx(cosine("doc:ru", "doc:soup"), abs=1e-5)
     assert missing == []
+    assert [(target, round(value, 4)) for _, target, value in same_direction] == [(("doc:long", 0), 1.0)]
     assert from_zero == [] and to_zero == []
     assert zero_floor == [(("doc:zero", 0), ("doc:en", 0), 0.0)]
 

@@ -152,28 +152,22 @@ SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_ru
 -- chunk with itself, sorted by source then target (codepoint order of the keys). The chunks are given as
 -- parallel arrays of node keys, chunk orders and whether each is a source and a target (parameters:
 -- namespace, keys, orders, sources, targets, threshold); chunks without an embedding are left out.
--- `l2_normalize` makes one detoasted copy of each embedding in the materialized CTE, so the pairs compare
--- in-memory vectors: on the stored (TOASTed, 2 KB) column every pair fetched both vectors again (10 x 150
--- pairs took 27 ms). A zero vector (a remote model may return one) has similarity 0 with everything:
--- its cosine distance is NaN, and PostgreSQL orders NaN above every number, so `NaN >= threshold` holds.
+-- `l2_normalize` makes one detoasted, unit-length copy of each embedding in the materialized CTE, so the
+-- pairs compare in-memory vectors (on the stored, TOASTed 2 KB column every pair fetched both vectors
+-- again: 10 x 150 pairs took 27 ms), and the cosine is their inner product (`<#>` is its negative). A zero
+-- vector (a remote model may return one) stays zero, so its similarity with every chunk is 0; the cosine
+-- distance `<=>` would be NaN there, which PostgreSQL orders above every number (`NaN >= threshold`).
 -- Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
 WITH wanted AS MATERIALIZED (
-    SELECT k.node_key, k.chunk_order, k.source, k.target, l2_normalize(c.embedding) AS unit,
-        vector_norm(c.embedding) > 0 AS nonzero
+    SELECT k.node_key, k.chunk_order, k.source, k.target, l2_normalize(c.embedding) AS unit
     FROM unnest(%(keys)s::text[], %(orders)s::int[], %(sources)s::bool[], %(targets)s::bool[])
         AS k(node_key, chunk_order, source, target)
     JOIN {chunks} AS c
         ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
     WHERE c.embedding IS NOT NULL
 )
-SELECT source_key, source_order, target_key, target_order, similarity
-FROM (
-    SELECT s.node_key AS source_key, s.chunk_order AS source_order, t.node_key AS target_key,
-        t.chunk_order AS target_order,
-        CASE WHEN s.nonzero AND t.nonzero THEN 1 - (s.unit <=> t.unit) ELSE 0 END AS similarity
-    FROM wanted AS s
-    JOIN wanted AS t ON t.target AND (t.node_key, t.chunk_order) <> (s.node_key, s.chunk_order)
-    WHERE s.source
-) AS pair
-WHERE similarity >= %(threshold)s
-ORDER BY source_key COLLATE "C", source_order, target_key COLLATE "C", target_order
+SELECT s.node_key, s.chunk_order, t.node_key, t.chunk_order, -(s.unit <#> t.unit) AS similarity
+FROM wanted AS s
+JOIN wanted AS t ON t.target AND (t.node_key, t.chunk_order) <> (s.node_key, s.chunk_order)
+WHERE s.source AND -(s.unit <#> t.unit) >= %(threshold)s
+ORDER BY s.node_key COLLATE "C", s.chunk_order, t.node_key COLLATE "C", t.chunk_order
