@@ -29,7 +29,7 @@ from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph_store import GraphStore
 from common.storage.key_locks import lock_node_keys
-from common.storage.observation_store import ObservationStore
+from common.storage.observation_store import EncodedObservation, ObservationStore, encode_observation
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.fact_engine import FactEngine
 from ingest_service.observation_projection import ObservationProjector
@@ -47,6 +47,7 @@ class _Pending:
     Everything here is computed in the caller's thread, so the lane's one writer only writes."""
 
     item: ObservationInput
+    row: EncodedObservation  # its immutable row (`encode_observation`), before the lane
     episode_pieces: list[tuple[str, str]]  # `ObservationProjector.episode_chunks`, before the lane
     text_vectors: np.ndarray | None
     episode_vectors: np.ndarray | None
@@ -143,6 +144,7 @@ class ObservationRecorder:
             pending = [
                 _Pending(
                     item,
+                    encode_observation(_row_of(item)),
                     pieces[item.observation_id],
                     embeddings.get(item.observation_id),
                     None if episode_vectors is None else episode_vectors[item.observation_id],
@@ -170,6 +172,7 @@ class ObservationRecorder:
         """Stores and projects ``pending`` (valid observations, with their chunks and vectors) in ONE
         transaction (`_record_all`); results by observation_id. Called by the write lane (`WriteLanes`)."""
         valid = [entry.item for entry in pending]
+        rows = [entry.row for entry in pending]
         pieces = {entry.item.observation_id: entry.episode_pieces for entry in pending}
         embeddings = {e.item.observation_id: e.text_vectors for e in pending if e.text_vectors is not None}
         episode_vectors = (
@@ -184,7 +187,7 @@ class ObservationRecorder:
             # processes, other lanes) sharing a node wait for each other instead of deadlocking
             # (common.storage.key_locks).
             lock_node_keys(conn, self._contended_keys(conn, valid))
-            return self._record_all(conn, valid, pieces, embeddings, episode_vectors, now)
+            return self._record_all(conn, valid, rows, pieces, embeddings, episode_vectors, now)
 
         return self.database.run_transaction(work)
 
@@ -225,19 +228,20 @@ class ObservationRecorder:
         self,
         conn: Any,
         valid: list[ObservationInput],
+        rows: list[EncodedObservation],
         pieces: dict[str, list[tuple[str, str]]],
         embeddings: dict[str, np.ndarray],
         episode_vectors: dict[str, np.ndarray] | None,
         now: datetime,
     ) -> dict[str, RecordResult]:
-        """Stores the immutable rows of ``valid`` (one pipelined insert) and projects the new ones
-        together (`ObservationProjector.project`), inside the batch transaction; results by
-        observation_id.
+        """Stores the immutable rows of ``valid`` (``rows``, encoded in the same order; one insert) and
+        projects the new ones together (`ObservationProjector.project`), inside the batch transaction;
+        results by observation_id.
 
         Idempotent by observation_id: an observation that exists (or appears twice in the batch) is a
         duplicate and writes nothing; its result carries the stored status.
         """
-        inserted = self.observations.insert_many(conn, [_row_of(item) for item in valid])
+        inserted = self.observations.insert_many(conn, rows)
         new: dict[str, ObservationInput] = {}
         for item in valid:
             if item.observation_id in inserted:

@@ -7,8 +7,9 @@ predicate, an optional ``FOR UPDATE``) is composed here with `psycopg.sql`.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NewType
 
 import psycopg
 from psycopg import sql
@@ -19,7 +20,7 @@ from common.kernel.config import Settings
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 
-# The columns `insert_many` writes (the keys every record must have).
+# The columns `insert_many` writes (the keys every record of `encode_observation` must have).
 _INSERTED_COLUMNS = frozenset(
     [
         "observation_id",
@@ -41,6 +42,31 @@ _INSERTED_COLUMNS = frozenset(
 )
 
 
+EncodedObservation = NewType("EncodedObservation", str)
+"""One observation row as the JSON object `ObservationStore.insert_many` stores (`encode_observation`)."""
+
+
+def encode_observation(record: dict[str, Any]) -> EncodedObservation:
+    """The JSON object of one row for `ObservationStore.insert_many`. It needs no connection, so the
+    ingest service encodes each observation in its request thread, before the batch waits for the write
+    lane whose single writer then only joins the objects (bench/RESULTS.md, session 15).
+
+    ``record`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
+    occurred_at (aware datetime), actor, subject, scopes, content, data, assertions, provenance, status.
+
+    Raises:
+        KeyError: ``record`` lacks one of those keys (a JSON row without a key would be stored with NULL
+            there, silently).
+    """
+    missing = _INSERTED_COLUMNS - record.keys()
+    if missing:
+        raise KeyError(f"encode_observation: a record lacks {sorted(missing)}")
+    # ISO 8601 with its 4-digit year (the canonical instant writes year 5 as "5-...", which PostgreSQL's
+    # date parser reads by DateStyle instead)
+    row = {**record, "occurred_at": record["occurred_at"].astimezone(UTC).isoformat()}
+    return EncodedObservation(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+
+
 class ObservationStore:
     """SQL of the observations table; every call runs on the caller's connection."""
 
@@ -48,29 +74,13 @@ class ObservationStore:
         self.table = sql.Identifier(settings.observations_table)
         self.queries = Queries.for_settings("observations.sql", settings)
 
-    def insert_many(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]]) -> set[str]:
+    def insert_many(self, conn: psycopg.Connection[Any], rows: Sequence[EncodedObservation]) -> set[str]:
         """Inserts new observations in ONE statement (query ``insert_observations``: the rows as one jsonb
-        array, so the parameters are serialised by the C JSON encoder instead of adapted value by value),
-        in order; returns the observation_ids inserted now (a duplicate, an existing id or one earlier in
-        ``records``, writes nothing).
-
-        ``records`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
-        occurred_at (aware), actor, subject, scopes, content, data, assertions, provenance, status.
-
-        Raises:
-            KeyError: a record lacks one of those keys."""
-        if not records:
+        array, encoded beforehand by `encode_observation`), in order; returns the observation_ids inserted
+        now (a duplicate, an existing id or one earlier in ``rows``, writes nothing)."""
+        if not rows:
             return set()
-        for record in records:
-            missing = _INSERTED_COLUMNS - record.keys()
-            if missing:  # a JSON row without a key would be stored with NULL there, silently
-                raise KeyError(f"insert_many: a record lacks {sorted(missing)}")
-        # ISO 8601 with its 4-digit year (the canonical instant writes year 5 as "5-...", which
-        # PostgreSQL's date parser reads by DateStyle instead)
-        rows = [
-            {**record, "occurred_at": record["occurred_at"].astimezone(UTC).isoformat()} for record in records
-        ]
-        document = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+        document = "[" + ",".join(rows) + "]"
         inserted = conn.execute(self.queries["insert_observations"], (document,)).fetchall()
         return {str(row[0]) for row in inserted}
 

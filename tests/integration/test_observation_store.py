@@ -11,7 +11,7 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.storage.observation_store import ObservationStore
+from common.storage.observation_store import EncodedObservation, ObservationStore, encode_observation
 
 pytestmark = pytest.mark.integration
 
@@ -43,6 +43,10 @@ def _record(namespace: str, observation_id: str, **overrides: Any) -> dict[str, 
     return record
 
 
+def _encoded(records: list[dict[str, Any]]) -> list[EncodedObservation]:
+    return [encode_observation(record) for record in records]
+
+
 def _stored(conn: Any, settings: Settings, namespace: str) -> list[tuple[Any, ...]]:
     statement = sql.SQL("SELECT {} FROM {} WHERE namespace = %s ORDER BY recorded_order").format(
         sql.SQL(COLUMNS), sql.Identifier(settings.observations_table)
@@ -68,9 +72,11 @@ def test_insert_many_stores_every_column_keeps_the_first_copy_and_skips_stored_i
     )
     ancient = _record(namespace, f"{namespace}-ancient", occurred_at=datetime(5, 5, 1, 10, 0, tzinfo=UTC))
     with database.connection() as conn:
-        assert store.insert_many(conn, [stored]) == {stored["observation_id"]}
+        assert store.insert_many(conn, _encoded([stored])) == {stored["observation_id"]}
     with database.connection() as conn:
-        inserted = store.insert_many(conn, [stored, second, {**second, "content": "a later copy"}, ancient])
+        inserted = store.insert_many(
+            conn, _encoded([stored, second, {**second, "content": "a later copy"}, ancient])
+        )
         assert inserted == {second["observation_id"], ancient["observation_id"]}
         rows = _stored(conn, settings, namespace)
     assert [row[0] for row in rows] == [
@@ -107,17 +113,20 @@ def test_insert_many_numbers_a_batch_in_its_own_order(
     # ids whose text order is not the batch order, so ordering by id would fail this test
     records = [_record(namespace, f"{namespace}-{(7919 * index) % 1009:04d}-{index}") for index in range(500)]
     with database.connection() as conn:
-        assert len(store.insert_many(conn, records)) == 500
+        assert len(store.insert_many(conn, _encoded(records))) == 500
         stored = [row[0] for row in _stored(conn, settings, namespace)]
     assert stored == [record["observation_id"] for record in records]
     assert stored != sorted(stored)
 
 
-def test_insert_many_refuses_a_record_without_every_column(
+def test_encode_observation_refuses_a_record_without_every_column(
     settings: Settings, database: Database, namespace: str
 ) -> None:
     store = ObservationStore(settings)
     record = _record(namespace, f"{namespace}-partial")
     del record["kind"]
-    with database.connection() as conn, pytest.raises(KeyError, match="kind"):
-        store.insert_many(conn, [record])
+    with pytest.raises(KeyError, match="kind"):
+        encode_observation(record)
+    with database.connection() as conn:
+        assert store.insert_many(conn, []) == set()
+        assert _stored(conn, settings, namespace) == []
