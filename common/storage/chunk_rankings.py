@@ -20,7 +20,7 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
   frequencies; kept by triggers of the chunks table, ``sql/0011_lexeme_statistics.sql``), one scores the
   candidates: the chunks holding one of the rarest lexemes (at most `CANDIDATE_BUDGET` rows read, from
-  the GIN index), each scored for every query lexeme in SQL (term frequencies from the positions of the
+  the GIN index, bounded by their document frequencies rather than by a LIMIT, see `text_candidates`), each scored for every query lexeme in SQL (term frequencies from the positions of the
   query's lexemes only: ``ts_filter(setweight(search_document, 'A', lexemes), '{a}')``, ~4 µs a row,
   against ~22 µs for unnesting the whole vector). ``ts_rank`` weighed every lexeme alike (no idf), so a
   chunk repeating a common word outranked the only chunk with the rare one; the OR fill ranked up to
@@ -171,6 +171,9 @@ class ChunkRankings:
     """The rankings of the chunks table; stateless apart from the table's names and a cache of lexeme
     statistics; safe to share."""
 
+    candidate_budget = CANDIDATE_BUDGET
+    """The most chunks one full-text ranking scores (`common.storage.lexical_scoring`)."""
+
     custom_plans = True
     """Plan the full-text and trigram statements for their values on every call (``prepare=False``); False
     lets psycopg prepare them after five calls, and PostgreSQL may then use a generic plan (the A/B of
@@ -305,8 +308,8 @@ class ChunkRankings:
     ) -> list[Candidate]:
         """Up to ``limit`` full-text matches ranked by Okapi BM25 (``score``, descending; module doc and
         `common.storage.lexical_scoring`): one statement for the namespace's statistics of the query's
-        lexemes, one that scores at most `CANDIDATE_BUDGET` candidate chunks. Ties: newer chunk first."""
-        plan = plan_bm25(self.lexeme_statistics(conn, where.namespace, query))
+        lexemes, one that scores at most `candidate_budget` candidate chunks. Ties: newer chunk first."""
+        plan = plan_bm25(self.lexeme_statistics(conn, where.namespace, query), self.candidate_budget)
         if plan is None:
             return []
         operator = " & " if plan.every_lexeme else " | "
@@ -317,10 +320,22 @@ class ChunkRankings:
             "average_length": plan.average_length,
             "k1": K1,
             "b": B,
-            "budget": CANDIDATE_BUDGET,
+            "budget": self.candidate_budget,
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
+        # Candidates (`common.storage.lexical_scoring`): every chunk holding a fetched lexeme, which the
+        # plan bounds by the lexemes' document frequencies (at most the budget), or, when every lexeme is
+        # common, the first ``candidate_budget`` chunks holding them all. The first has no LIMIT: with one,
+        # the planner, which estimates the matches of a namespace from table-wide lexeme statistics,
+        # took a sequential scan that it expected to stop early, and read the whole namespace when the
+        # matches were fewer than it thought (bench/RESULTS.md, session 15: p95 38 -> 15 ms at 10k chunks
+        # while another namespace was loading).
+        candidates = sql.SQL(
+            "SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
+        ).format(table=self.table, condition=condition)
+        if plan.every_lexeme:
+            candidates = sql.SQL("{} LIMIT %(budget)s").format(candidates)
         statement = sql.SQL(
             "SELECT {columns}, score FROM ("
             " SELECT c.*, (SELECT coalesce(sum(w.weight * t.frequency * (%(k1)s + 1) / (t.frequency + %(k1)s"
@@ -329,10 +344,9 @@ class ChunkRankings:
             " FROM unnest(ts_filter(setweight(c.search_document, 'A', %(lexemes)s::text[]), '{{a}}'))) AS t"
             " JOIN unnest(%(lexemes)s::text[], %(weights)s::float8[]) AS w(lexeme, weight) USING (lexeme)"
             " ) AS score"
-            " FROM (SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
-            " LIMIT %(budget)s) AS c"
+            " FROM ({candidates}) AS c"
             ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
-        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        ).format(columns=CHUNK_COLUMNS, candidates=candidates)
         return self._candidates(conn, statement, params, prepare=self._prepare)
 
     def lexeme_statistics(

@@ -142,6 +142,31 @@ def test_candidates_hold_a_rare_lexeme_and_respect_the_filter(
     assert nothing == []
 
 
+def test_candidates_are_bounded_by_the_budget_with_and_without_a_common_lexeme_only(
+    settings: Settings, database: Database, namespace: str, written: list[str]
+) -> None:
+    store = ChunkStore(settings)
+    store.candidate_budget = 5
+    for number in range(8):
+        _put(database, store, namespace, written, f"doc:alpha-{number}", f"alpha filler{number}")
+    for number in range(3):
+        _put(database, store, namespace, written, f"doc:zeta-{number}", f"alpha zeta filler{number}")
+    for number in range(2):
+        _put(database, store, namespace, written, f"doc:gamma-{number}", f"gamma filler{number}")
+    with database.connection() as conn:
+        # zeta (3 chunks) fits the budget, alpha (11) does not: only the zeta chunks are candidates
+        rare = store.text_candidates(conn, ChunkFilter(namespace), "zeta alpha", 50)
+        # gamma (2) and zeta (3) fill the budget exactly: every chunk holding either
+        both = store.text_candidates(conn, ChunkFilter(namespace), "gamma zeta alpha", 50)
+        # alpha alone is over the budget: the first 5 chunks holding it, no more
+        common = store.text_candidates(conn, ChunkFilter(namespace), "alpha", 50)
+    assert sorted(c.chunk.node_key for c in rare) == [f"doc:zeta-{n}" for n in range(3)]
+    assert sorted(c.chunk.node_key for c in both) == [f"doc:gamma-{n}" for n in range(2)] + [
+        f"doc:zeta-{n}" for n in range(3)
+    ]
+    assert len(common) == 5 and all("alpha" in c.chunk.text for c in common)
+
+
 def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
     database: Database, store: ChunkStore, namespace: str, written: list[str]
 ) -> None:
