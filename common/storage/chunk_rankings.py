@@ -413,13 +413,14 @@ class ChunkRankings:
         whole_query_chars: int | None = None,
         whole_query_min_words: int = 1,
     ) -> list[Candidate]:
-        """Up to ``limit`` chunks containing an identifier-like token of the query verbatim (``score`` 1.0
-        for them, then ``word_similarity(query, text)`` for a whole-query match).
+        """Up to ``limit`` chunks containing an identifier-like token of the query or the whole query
+        verbatim (``score`` 1.0 for both).
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
         as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
         (default: the store's ``trigram_max_query_chars``) is positive, the query is at most that long and
-        has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The whole query is looked up through the full-text
+        has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The
+        whole query is looked up through the full-text
         index by the lexemes of its inner words (all but the first and the last: a sentence cut out of a
         text may tokenise differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
         as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
@@ -427,7 +428,8 @@ class ChunkRankings:
         whose inner words hold no lexeme (two words, stop words only) uses ``ILIKE`` over the trigram
         index as before. With custom plans the planner folds that choice away. A query
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
-        number of tokens found, then ``word_similarity(query, text)``, then the newer chunk. The fuzzy
+        number of tokens found, then the similarity (1.0 for a verbatim whole-query match, otherwise
+        ``word_similarity(query, text)``), then the newer chunk. The fuzzy
         ``<%`` operator is not used as a filter: on 10k chunks of the docs vault it cost 0.3-0.9 s per
         query even at threshold 0.9 (measured), against 15 ms for ``ILIKE``.
         """
@@ -463,14 +465,26 @@ class ChunkRankings:
             )
         if tokens:
             arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
+        # A chunk holding the whole query verbatim scores 1.0 without word_similarity, which is 1 for it
+        # unless the match starts or ends inside a word, and which costs about 0.12 ms a row: 84 ms for the
+        # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md, session 15).
+        similarity = sql.SQL("word_similarity(%(query)s, text)")
+        if whole:
+            similarity = sql.SQL(
+                "CASE WHEN strpos(lower(text), lower(%(whole)s)) > 0 THEN 1.0::real ELSE {} END"
+            ).format(similarity)
         statement = sql.SQL(
             "SELECT * FROM ("
-            " SELECT {columns}, created_at, id, word_similarity(%(query)s, text) AS similarity,"
+            " SELECT {columns}, created_at, id, {similarity} AS similarity,"
             " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
             " FROM {table} WHERE {condition} AND ({arms})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
-            columns=CHUNK_COLUMNS, table=self.table, condition=condition, arms=sql.SQL(" OR ").join(arms)
+            columns=CHUNK_COLUMNS,
+            similarity=similarity,
+            table=self.table,
+            condition=condition,
+            arms=sql.SQL(" OR ").join(arms),
         )
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(statement, params, prepare=self._prepare).fetchall()
