@@ -417,7 +417,8 @@ class ChunkRankings:
         verbatim (``score`` 1.0 for both).
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
-        as a case-insensitive substring (``ILIKE``, trigram GIN index) or, only when ``whole_query_chars``
+        as a case-insensitive substring (``ILIKE``, trigram GIN index) that at most ``limit`` chunks of the
+        namespace hold (a more common token cannot select among them and takes no part), or, only when ``whole_query_chars``
         (default: the store's ``trigram_max_query_chars``) is positive, the query is at most that long and
         has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The
         whole query is looked up through the full-text
@@ -450,21 +451,31 @@ class ChunkRankings:
             "limit": limit,
         }
         condition = self._filter_sql(where, params)
-        arms: list[sql.Composable] = []
+        # Each token is looked up with a LIMIT of one more chunk than the ranking returns: a token found in
+        # more chunks than that (`6.0`, `1.0.0` in a manual) cannot select among them, so it takes no part
+        # (neither as a match nor in ``hits``), and the bitmap heap scan stops rechecking at the LIMIT
+        # instead of reading every chunk that holds its trigrams (about 4,000 for `6.0`: pg_trgm indexes
+        # alphanumeric runs only). Measured on the docs vault, 200 chunk texts (bench/RESULTS.md, session
+        # 16): the ranking's mean 38.3 -> 15.4 ms, slowest 332 -> 64 ms; Search quality unchanged on the
+        # Debian package-version probes and on the FAQ and vault-sentence probes.
+        matched: list[sql.Composable] = []
+        if tokens:
+            matched.append(
+                sql.SQL("SELECT id FROM token_rows WHERE token IN (SELECT token FROM rare_tokens)")
+            )
         if whole:
-            arms.append(
+            matched.append(
                 sql.SQL(
+                    "SELECT id FROM {table} WHERE {condition} AND ("
                     "(numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) > 0"
                     " AND search_document @@ plainto_tsquery(%(config)s::regconfig, %(inner)s)"
                     " AND strpos(lower(text), lower(%(whole)s)) > 0"
                     " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
                     " OR (numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) = 0"
                     " AND text ILIKE %(whole_pattern)s"
-                    " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
-                )
+                    " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[])))"
+                ).format(table=self.table, condition=condition)
             )
-        if tokens:
-            arms.append(sql.SQL("text ILIKE ANY(%(patterns)s::text[])"))
         # A chunk holding the whole query verbatim scores 1.0 without word_similarity, which is 1 for it
         # unless the match starts or ends inside a word, and which costs about 0.12 ms a row: 84 ms for the
         # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md, session 15).
@@ -474,17 +485,24 @@ class ChunkRankings:
                 "CASE WHEN strpos(lower(text), lower(%(whole)s)) > 0 THEN 1.0::real ELSE {} END"
             ).format(similarity)
         statement = sql.SQL(
-            "SELECT * FROM ("
+            "WITH token_rows AS MATERIALIZED ("
+            " SELECT t.number AS token, m.id FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS t(pattern, number)"
+            " CROSS JOIN LATERAL (SELECT id FROM {table} WHERE {condition} AND text ILIKE t.pattern"
+            " LIMIT %(limit)s + 1) AS m"
+            "), rare_tokens AS MATERIALIZED ("
+            " SELECT token FROM token_rows GROUP BY token HAVING count(*) <= %(limit)s)"
+            " SELECT * FROM ("
             " SELECT {columns}, created_at, id, {similarity} AS similarity,"
-            " (SELECT count(*) FROM unnest(%(patterns)s::text[]) AS p(pattern) WHERE text ILIKE p.pattern) AS hits"
-            " FROM {table} WHERE {condition} AND ({arms})) AS matched"
+            " (SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
+            " WHERE p.number IN (SELECT token FROM rare_tokens) AND text ILIKE p.pattern) AS hits"
+            " FROM {table} WHERE id IN ({matched})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
             columns=CHUNK_COLUMNS,
             similarity=similarity,
             table=self.table,
             condition=condition,
-            arms=sql.SQL(" OR ").join(arms),
+            matched=sql.SQL(" UNION ").join(matched),
         )
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(statement, params, prepare=self._prepare).fetchall()

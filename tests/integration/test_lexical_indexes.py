@@ -121,4 +121,4 @@ def test_the_trigram_ranking_reads_one_namespace_from_the_index(lexical_database
     )
     assert [(c.chunk.node_key, c.chunk.chunk_order, c.score) for c in found] == [("doc:12", 3, 1.0)]
     condition = _index_condition(plan, f"{settings.chunks_table}_namespace_trigram_idx")
-    assert "namespace = 'lexical-c'" in condition and "text ~~* ANY" in condition, plan
+    assert "namespace = 'lexical-c'" in condition and "text ~~* t.pattern" in condition, plan

@@ -167,6 +167,25 @@ def test_candidates_are_bounded_by_the_budget_with_and_without_a_common_lexeme_o
     assert len(common) == 5 and all("alpha" in c.chunk.text for c in common)
 
 
+def test_a_token_found_in_more_chunks_than_the_ranking_returns_takes_no_part(
+    database: Database, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    for number in range(4):
+        _put(database, store, namespace, written, f"doc:common-{number}", f"release v6.0 notes {number}")
+    _put(database, store, namespace, written, "doc:rare", "release v6.0 fixes zz-77")
+    _put(database, store, namespace, written, "doc:rare-only", "zz-77 alone")
+    with database.connection() as conn:
+        # v6.0 is in 5 chunks, more than the 3 asked for: only zz-77 selects, and v6.0 adds no hit
+        few = store.trigram_candidates(conn, ChunkFilter(namespace), "v6.0 zz-77", 3, whole_query_chars=0)
+        # asked for 10, v6.0 (5 chunks) takes part: the chunk holding both tokens comes first
+        many = store.trigram_candidates(conn, ChunkFilter(namespace), "v6.0 zz-77", 10, whole_query_chars=0)
+        # the common token alone: nothing
+        alone = store.trigram_candidates(conn, ChunkFilter(namespace), "v6.0", 3, whole_query_chars=0)
+    assert sorted(c.chunk.node_key for c in few) == ["doc:rare", "doc:rare-only"]
+    assert len(many) == 6 and many[0].chunk.node_key == "doc:rare"
+    assert alone == []
+
+
 def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
     database: Database, store: ChunkStore, namespace: str, written: list[str]
 ) -> None:
