@@ -94,7 +94,7 @@ def _register(server: grpc.Server) -> list[str]:
     return [SERVICE]
 
 
-def _start(ready: bool, metrics_port: int = 0) -> tuple[ServiceHost, ReadinessSwitch]:
+def _build(ready: bool, metrics_port: int = 0) -> tuple[ServiceHost, ReadinessSwitch]:
     database = ReadinessSwitch(ready)
     host = build_server(
         Settings(),
@@ -105,6 +105,11 @@ def _start(ready: bool, metrics_port: int = 0) -> tuple[ServiceHost, ReadinessSw
         register=_register,
         readiness_interval=0.1,
     )
+    return host, database
+
+
+def _start(ready: bool, metrics_port: int = 0) -> tuple[ServiceHost, ReadinessSwitch]:
+    host, database = _build(ready, metrics_port)
     host.start()
     return host, database
 
@@ -392,15 +397,7 @@ def test_run_moves_the_objects_alive_before_serving_to_the_permanent_generation(
 
     gc.unfreeze()
     tracked_before = len(gc.get_objects())
-    host = build_server(
-        Settings(),
-        service_name="test_service",
-        address="127.0.0.1:0",
-        metrics_port=0,
-        database=ReadinessSwitch(True),
-        register=_register,
-        readiness_interval=0.1,
-    )
+    host, _ = _build(ready=True)
     runner = threading.Thread(target=host.run, kwargs={"grace_seconds": 0})
     try:
         runner.start()
