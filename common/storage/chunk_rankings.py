@@ -418,12 +418,12 @@ class ChunkRankings:
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
         as a case-insensitive substring (``ILIKE``, trigram GIN index) that at most ``limit`` chunks of the
-        namespace hold (a more common token cannot select among them and takes no part), or, only when ``whole_query_chars``
-        (default: the store's ``trigram_max_query_chars``) is positive, the query is at most that long and
-        has at least ``whole_query_min_words`` words, the whole query as a case-insensitive substring. The
-        whole query is looked up through the full-text
-        index by the lexemes of its inner words (all but the first and the last: a sentence cut out of a
-        text may tokenise differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
+        namespace hold (a more common token cannot select among them and takes no part), or, only when
+        ``whole_query_chars`` (default: the store's ``trigram_max_query_chars``) is positive, the query is
+        at most that long and has at least ``whole_query_min_words`` words, the whole query as a
+        case-insensitive substring. The whole query is looked up through the full-text index by the lexemes
+        of its inner words (all but the first and the last: a sentence cut out of a text may tokenise
+        differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
         as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
         checked verbatim with ``strpos(lower(text), lower(query))``, which no index serves; a query
         whose inner words hold no lexeme (two words, stop words only) uses ``ILIKE`` over the trigram
