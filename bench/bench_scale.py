@@ -187,7 +187,7 @@ def vector_arm(
             sql.SQL(BASELINE_VECTOR).format(table=ident), {"namespace": q, "embedding": v, "limit": 50}
         ).fetchall(),
         "vector_candidates (bench checkout)": lambda v: [
-            (c.chunk.node_key, c.chunk.chunk_order) for c in store.vector_candidates(conn, where, v, 50)
+            (c.node_key, c.chunk_order) for c in store.vector_candidates(conn, where, v, 50)
         ],
     }
     results: dict[str, Any] = {}

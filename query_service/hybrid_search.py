@@ -346,28 +346,33 @@ class HybridSearcher:
             rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
-        if config.similar_share > 0 and fused and VECTOR in rankings:
-            with self.database.read_connection() as conn:
-                similar = self.chunks.similar_pairs(
-                    conn,
-                    query.namespace,
-                    [key for key, _ in fused[: min(query.top_k, config.similar_sources)]],
-                    [key for key, _ in fused],
-                    config.similar_threshold,
-                )
-            fused = propagate_to_similar(fused, similar, share=config.similar_share)
-        fused = fused[: query.top_k]
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
             name: {c.key: c for c in ranking} for name, ranking in rankings.items()
         }
-        summaries: dict[str, NodeSummary] = {}
-        if config.node_provenance and fused:
-            with self.database.read_connection() as conn:
+        chunk_ids = {c.key: c.chunk_id for ranking in rankings.values() for c in ranking}
+        # After fusion, one connection for the rest: the similar-chunk pairs, the rows of the chosen
+        # candidates (the rankings return ids and keys only) and their nodes' summaries.
+        with self.database.read_connection() as conn:
+            if config.similar_share > 0 and fused and VECTOR in rankings:
+                similar = self.chunks.similar_pairs(
+                    conn,
+                    query.namespace,
+                    [chunk_ids[key] for key, _ in fused[: min(query.top_k, config.similar_sources)]],
+                    [chunk_ids[key] for key, _ in fused],
+                    config.similar_threshold,
+                )
+                fused = propagate_to_similar(fused, similar, share=config.similar_share)
+            fused = fused[: query.top_k]
+            rows = self.chunks.ranked_chunks(conn, where, [chunk_ids[key] for key, _ in fused])
+            summaries: dict[str, NodeSummary] = {}
+            if config.node_provenance and fused:
                 summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:
+            chunk = rows.get(chunk_ids[key])
+            if chunk is None:  # deleted or hidden since its ranking ran (`ChunkRankings.ranked_chunks`)
+                continue
             found = {name: by_key[name][key] for name in by_key if key in by_key[name]}
-            chunk = next(iter(found.values())).chunk
             summary = summaries.get(chunk.node_key)
             hits.append(
                 SearchHit(

@@ -14,7 +14,10 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
   namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
   the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
-  of migration 0012 (vectors inline, no heap fetch or detoasting); the chunk columns are joined after.
+  of migration 0012 (vectors inline, no heap fetch or detoasting); the keys are joined after.
+
+Every ranking returns `Candidate` rows, its row id, key and score, not the chunk's columns; the rows of the
+candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).
 * **full text**: Okapi BM25 (`common.storage.lexical_scoring`) over the stored, GIN-indexed
   ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
   reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
@@ -54,7 +57,7 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +66,6 @@ import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
@@ -82,6 +84,9 @@ from common.storage.visibility import EVERYTHING, Visibility
 
 CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
 """The columns of a chunk row as read back (`StoredChunk`), in its field order."""
+RANKED_COLUMNS = sql.SQL("id, node_key, chunk_order")
+"""The columns a ranking returns for each candidate (`Candidate`, before its score): the row id and the key.
+The rest of the row is read only for the chunks that survive fusion (`ChunkRankings.ranked_chunks`)."""
 _IDENTIFIER_TOKEN = re.compile(r"[0-9]")
 OPENING_QUOTES = ('"', "'", "“", "„", "«", "‘", "‚", "‹", "「", "『")
 """Characters that open a quotation: a whole-query match right after one is a citation (module doc)."""
@@ -124,19 +129,26 @@ class ChunkFilter:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A chunk returned by one ranking, with that ranking's raw score.
+    """A chunk returned by one ranking, with that ranking's raw score: its row id and key, not its columns.
 
-    ``score`` is the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full
-    text and, for trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
+    ``chunk_id`` is the row's ``id`` (what `ChunkRankings.ranked_chunks` reads the row by); ``score`` is
+    the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full text and, for
+    trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
+
+    A Search fuses up to three rankings of 50 candidates and returns 10 of them, so the rankings do not
+    read the text, title and meta of their candidates: decoding those rows took about a fifth of the
+    query service's interpreter time at 16 clients (py-spy ``--gil``, bench/RESULTS.md, session 17).
     """
 
-    chunk: StoredChunk
+    chunk_id: int
+    node_key: str
+    chunk_order: int
     score: float
     rank: int
 
     @property
     def key(self) -> tuple[str, int]:
-        return (self.chunk.node_key, self.chunk.chunk_order)
+        return (self.node_key, self.chunk_order)
 
 
 def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
@@ -218,14 +230,39 @@ class ChunkRankings:
         *,
         prepare: bool | None = None,
     ) -> list[Candidate]:
-        """Runs a ranking statement; ``prepare=False`` plans it for its values every time (module doc)."""
-        with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(statement, params, prepare=prepare).fetchall()
-        candidates = []
-        for rank, record in enumerate(records, start=1):
-            score = float(record.pop("score"))
-            candidates.append(Candidate(chunk=StoredChunk(**record), score=score, rank=rank))
-        return candidates
+        """Runs a ranking statement, whose rows are `RANKED_COLUMNS` and the score, best first;
+        ``prepare=False`` plans it for its values every time (module doc)."""
+        records = conn.execute(statement, params, prepare=prepare).fetchall()
+        return [
+            Candidate(
+                chunk_id=int(chunk_id),
+                node_key=str(node_key),
+                chunk_order=int(order),
+                score=float(score),
+                rank=rank,
+            )
+            for rank, (chunk_id, node_key, order, score) in enumerate(records, start=1)
+        ]
+
+    def ranked_chunks(
+        self, conn: psycopg.Connection[Any], where: ChunkFilter, chunk_ids: Sequence[int]
+    ) -> dict[int, StoredChunk]:
+        """The rows of ``chunk_ids`` (`Candidate.chunk_id`) that still pass ``where``, by id: what a ranking
+        returned, read once fusion has chosen among the candidates (one statement, primary key lookups).
+
+        A candidate deleted, or changed so that ``where`` no longer keeps it (its scopes, a memory hidden
+        or expired), since its ranking ran is absent from the result: the filter is applied again here,
+        so a row is never returned that the caller could not have been ranked.
+        """
+        if not chunk_ids:
+            return {}
+        params: dict[str, Any] = {"ids": list(dict.fromkeys(chunk_ids))}
+        condition = self._filter_sql(where, params)
+        statement = sql.SQL(
+            "SELECT id, {columns} FROM {table} WHERE id = ANY(%(ids)s) AND {condition}"
+        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition)
+        rows = conn.execute(statement, params).fetchall()
+        return {int(row[0]): StoredChunk(*row[1:]) for row in rows}
 
     def vector_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, embedding: np.ndarray, limit: int
@@ -236,7 +273,7 @@ class ChunkRankings:
         ``embedding`` are read, so for one namespace among many the planner can take them from the
         covering index of migration 0012 in an index-only scan, exactly, instead of fetching every heap
         row and detoasting its 2 KB embedding; for a namespace that is most of the table it takes the
-        HNSW index), then the chunk columns of those ids by primary key.
+        HNSW index), then the keys of those ids by primary key.
 
         A namespace with a tenant index (an HNSW index partial to it, `common.storage.tenant_vector_indexes`)
         is ranked by that index: the statement orders by the expression only that index holds
@@ -299,9 +336,9 @@ class ChunkRankings:
             " SELECT id, {distance} AS score FROM {table}"
             " WHERE {condition} AND embedding IS NOT NULL"
             " ORDER BY {order} LIMIT %(limit)s)"
-            " SELECT {columns}, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
+            " SELECT id, chunk.node_key, chunk.chunk_order, nearest.score FROM nearest JOIN {table} AS chunk USING (id)"
             " ORDER BY nearest.score, chunk.node_key, chunk.chunk_order"
-        ).format(columns=CHUNK_COLUMNS, table=self.table, condition=condition, order=order, distance=distance)
+        ).format(table=self.table, condition=condition, order=order, distance=distance)
 
     def text_candidates(
         self, conn: psycopg.Connection[Any], where: ChunkFilter, query: str, limit: int
@@ -346,7 +383,7 @@ class ChunkRankings:
             " ) AS score"
             " FROM ({candidates}) AS c"
             ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
-        ).format(columns=CHUNK_COLUMNS, candidates=candidates)
+        ).format(columns=RANKED_COLUMNS, candidates=candidates)
         return self._candidates(conn, statement, params, prepare=self._prepare)
 
     def lexeme_statistics(
@@ -369,13 +406,15 @@ class ChunkRankings:
         self,
         conn: psycopg.Connection[Any],
         namespace: str,
-        sources: list[tuple[str, int]],
-        targets: list[tuple[str, int]],
+        sources: Sequence[int],
+        targets: Sequence[int],
         threshold: float,
     ) -> list[tuple[tuple[str, int], tuple[str, int], float]]:
-        """(source, target, cosine similarity) for every source and target chunk (``(node_key, chunk_order)``)
-        of ``namespace`` whose embeddings are at least ``threshold`` similar, never a chunk with itself,
-        sorted by source then target (codepoint order of the keys); chunks without an embedding are left out.
+        """(source, target, cosine similarity), the chunks as ``(node_key, chunk_order)``, for every source
+        and target chunk of ``namespace``, given by their row ids (`Candidate.chunk_id`), whose embeddings
+        are at least ``threshold`` similar, never a chunk with itself, sorted by source then target
+        (codepoint order of the keys); chunks without an embedding, and ids not in ``namespace``, are left
+        out.
 
         One statement (``similar_chunk_pairs``) computes the cosines in PostgreSQL from one unit-length
         copy of each embedding and returns only the pairs at or above ``threshold``. Reading the ~70
@@ -385,16 +424,12 @@ class ChunkRankings:
         """
         if not sources or not targets:
             return []
-        wanted = list(dict.fromkeys([*sources, *targets]))
-        source_keys, target_keys = set(sources), set(targets)
         rows = conn.execute(
             self.queries["similar_chunk_pairs"],
             {
                 "namespace": namespace,
-                "keys": [key for key, _ in wanted],
-                "orders": [order for _, order in wanted],
-                "sources": [key in source_keys for key in wanted],
-                "targets": [key in target_keys for key in wanted],
+                "sources": list(dict.fromkeys(sources)),
+                "targets": list(dict.fromkeys(targets)),
                 "threshold": threshold,
             },
         ).fetchall()
@@ -491,28 +526,17 @@ class ChunkRankings:
             " LIMIT %(limit)s + 1) AS m"
             "), rare_tokens AS MATERIALIZED ("
             " SELECT token FROM token_rows GROUP BY token HAVING count(*) <= %(limit)s)"
-            " SELECT * FROM ("
-            " SELECT {columns}, created_at, id, {similarity} AS similarity,"
+            " SELECT id, node_key, chunk_order, CASE WHEN hits > 0 THEN 1.0 ELSE similarity END FROM ("
+            " SELECT {columns}, created_at, {similarity} AS similarity,"
             " (SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
             " WHERE p.number IN (SELECT token FROM rare_tokens) AND text ILIKE p.pattern) AS hits"
             " FROM {table} WHERE id IN ({matched})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
-            columns=CHUNK_COLUMNS,
+            columns=RANKED_COLUMNS,
             similarity=similarity,
             table=self.table,
             condition=condition,
             matched=sql.SQL(" UNION ").join(matched),
         )
-        with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(statement, params, prepare=self._prepare).fetchall()
-        candidates = []
-        for rank, record in enumerate(records, start=1):
-            similarity = float(record.pop("similarity"))
-            hits = int(record.pop("hits"))
-            record.pop("created_at")
-            record.pop("id")
-            candidates.append(
-                Candidate(chunk=StoredChunk(**record), score=1.0 if hits else similarity, rank=rank)
-            )
-        return candidates
+        return self._candidates(conn, statement, params, prepare=self._prepare)

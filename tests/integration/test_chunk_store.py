@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.chunk_rankings import ChunkFilter, identifier_tokens
@@ -182,8 +183,8 @@ def test_vector_ranking_is_sorted_by_distance_and_skips_chunks_without_embedding
     assert distances == sorted(distances)
     assert [c.rank for c in found] == list(range(1, len(found) + 1))
     assert len(found) == 6  # every embedded chunk, never the episode chunk
-    assert "episode:obs-1" not in {c.chunk.node_key for c in found}
-    assert found[0].chunk.node_key in {"doc:apt", "doc:ru"}
+    assert "episode:obs-1" not in {c.node_key for c in found}
+    assert found[0].node_key in {"doc:apt", "doc:ru"}
 
 
 def test_filters_apply_inside_every_ranking(
@@ -204,9 +205,48 @@ def test_filters_apply_inside_every_ranking(
                 store.text_candidates(conn, where, "upgrade packages", 50),
                 store.trigram_candidates(conn, where, query, 50),
             ):
-                assert {c.chunk.node_key for c in ranking} <= allowed[name], name
+                assert {c.node_key for c in ranking} <= allowed[name], name
             assert store.vector_candidates(conn, where, vector, 50), name
         assert store.vector_candidates(conn, ChunkFilter("no-such-namespace-x"), vector, 50) == []
+
+
+def test_ranked_chunks_reads_the_rows_that_still_pass_the_filter(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    """What Search reads after fusion: the candidates' rows by id, the ranking's filter applied again."""
+    other = namespace + "-other"
+    for ns, key, text in (
+        (namespace, "doc:kept", "kept text"),
+        (namespace, "doc:gone", "gone text"),
+        (other, "doc:foreign", "foreign text"),
+    ):
+        cleanup.append((ns, key))
+        with database.connection() as conn:
+            store.replace_chunks(
+                conn, NodeRef(ns, key, "note", "title"), _writes(provider, "title", [("", text)])
+            )
+    query = provider.encode_query("text")
+    with database.connection() as conn:
+        found = store.vector_candidates(conn, ChunkFilter(namespace), query, 50)
+        [foreign] = store.vector_candidates(conn, ChunkFilter(other), query, 50)
+        ids = [c.chunk_id for c in found]
+        rows = store.ranked_chunks(conn, ChunkFilter(namespace), [*ids, foreign.chunk_id])
+        other_type = store.ranked_chunks(conn, ChunkFilter(namespace, node_types=("document",)), ids)
+        store.delete_chunks(conn, namespace, "doc:gone")
+        after_delete = store.ranked_chunks(conn, ChunkFilter(namespace), ids)
+        none = store.ranked_chunks(conn, ChunkFilter(namespace), [])
+    assert sorted(c.node_key for c in found) == ["doc:gone", "doc:kept"]
+    by_key = {chunk.node_key: chunk for chunk in rows.values()}
+    assert sorted(by_key) == ["doc:gone", "doc:kept"]  # the other namespace's id is not read
+    assert by_key["doc:kept"].text == "kept text" and by_key["doc:kept"].node_type == "note"
+    assert {rows[c.chunk_id].node_key for c in found} == {c.node_key for c in found}
+    assert other_type == {}  # the filter applies to the fetch too
+    assert [chunk.node_key for chunk in after_delete.values()] == ["doc:kept"]
+    assert none == {}
 
 
 def test_full_text_matches_english_identifiers_and_both_morphologies(
@@ -338,28 +378,41 @@ def test_similar_pairs_are_cosines_between_sources_and_targets_cut_at_the_thresh
             [write] = _writes(provider, "", [("", text)])
             vectors[key] = np.asarray(write.embedding, dtype=np.float64)
             store.replace_chunks(conn, NodeRef(namespace, key, "document", ""), [write])
-        keys = [(key, 0) for key in pieces]
+
+        def chunk_id(key: str, of: str = namespace) -> int:
+            query = sql.SQL("SELECT id FROM {} WHERE namespace = %s AND node_key = %s AND chunk_order = 0")
+            return int(conn.execute(query.format(store.table), (of, key)).fetchone()[0])
+
+        keys = [chunk_id(key) for key in pieces]
         every = store.similar_pairs(conn, namespace, keys[:1], keys, -1.0)
         close = store.similar_pairs(conn, namespace, keys[:1], keys, 0.6)
         none = store.similar_pairs(conn, namespace, [], keys, 0.0)
         repeated = store.similar_pairs(conn, namespace, keys[:1] * 2, keys + keys, -1.0)
         # Sources and targets are separate lists: a source that is not a target is never paired as one.
         crossed = store.similar_pairs(conn, namespace, keys[:2], keys[2:], -1.0)
-        missing = store.similar_pairs(conn, namespace, [("doc:none", 0)], keys, -1.0)
+        missing = store.similar_pairs(conn, namespace, [-1], keys, -1.0)  # no such row
         # The cosine, not the inner product: a vector twice as long as doc:en points the same way.
         cleanup.append((namespace, "doc:long"))
         long = ChunkWrite(chunk_order=0, heading="", text="long", embedding=2 * vectors["doc:en"], meta={})
         store.replace_chunks(conn, NodeRef(namespace, "doc:long", "document", ""), [long])
-        same_direction = store.similar_pairs(conn, namespace, keys[:1], [("doc:long", 0)], 0.99)
+        same_direction = store.similar_pairs(conn, namespace, keys[:1], [chunk_id("doc:long")], 0.99)
         # A zero vector (a remote model may return one) is similar to nothing, either way round.
         cleanup.append((namespace, "doc:zero"))
         zero = ChunkWrite(
             chunk_order=0, heading="", text="blank", embedding=np.zeros(provider.dimension), meta={}
         )
         store.replace_chunks(conn, NodeRef(namespace, "doc:zero", "document", ""), [zero])
-        from_zero = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys, 0.5)
-        to_zero = store.similar_pairs(conn, namespace, keys, [("doc:zero", 0)], 0.5)
-        zero_floor = store.similar_pairs(conn, namespace, [("doc:zero", 0)], keys[:1], -1.0)
+        zero_id = chunk_id("doc:zero")
+        from_zero = store.similar_pairs(conn, namespace, [zero_id], keys, 0.5)
+        to_zero = store.similar_pairs(conn, namespace, keys, [zero_id], 0.5)
+        zero_floor = store.similar_pairs(conn, namespace, [zero_id], keys[:1], -1.0)
+        # A row of another namespace, named by its id, is never paired: the namespace bounds the ids.
+        other = namespace + "-other"
+        cleanup.append((other, "doc:en"))
+        [copy] = _writes(provider, "", [("", pieces["doc:en"])])
+        store.replace_chunks(conn, NodeRef(other, "doc:en", "document", ""), [copy])
+        foreign = store.similar_pairs(conn, namespace, keys[:1], [chunk_id("doc:en", other), *keys], 0.99)
+        foreign_source = store.similar_pairs(conn, namespace, [chunk_id("doc:en", other)], keys, -1.0)
 
     def cosine(left: str, right: str) -> float:
         a, b = vectors[left], vectors[right]
@@ -382,6 +435,7 @@ def test_similar_pairs_are_cosines_between_sources_and_targets_cut_at_the_thresh
     assert [(target, round(value, 4)) for _, target, value in same_direction] == [(("doc:long", 0), 1.0)]
     assert from_zero == [] and to_zero == []
     assert zero_floor == [(("doc:zero", 0), ("doc:en", 0), 0.0)]
+    assert foreign == [] and foreign_source == []
 
 
 def test_identifier_tokens() -> None:

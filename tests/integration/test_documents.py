@@ -232,7 +232,7 @@ def test_tricky_values_round_trip(
             conn, ChunkFilter(namespace, meta={"collection": "$$'\"\\"}), "ёжик", 5
         )
     assert TRICKY.replace("\r\n", "\n") in stored[0].text  # the chunker reads \r\n as \n; the source keeps it
-    assert [c.chunk.node_key for c in by_meta] == [key]
+    assert [c.node_key for c in by_meta] == [key]
 
 
 def test_put_chunks_then_source_is_reassembled(
@@ -436,7 +436,7 @@ def test_a_small_namespace_inside_a_large_table_still_gets_top_k(
             ).format(store.table),
             (namespace, vector),
         ).fetchall()
-    assert [candidate.chunk.node_key for candidate in exact] == [row[0] for row in reference]
+    assert [candidate.node_key for candidate in exact] == [row[0] for row in reference]
 
 
 def test_an_entity_assertion_on_a_document_keeps_its_content_and_scopes(

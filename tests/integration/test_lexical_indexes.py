@@ -106,7 +106,7 @@ def test_the_full_text_ranking_reads_one_namespace_from_the_index(lexical_databa
     store = ChunkStore(settings)
     where = ChunkFilter(namespace="lexical-b")
     found, plan = _plans(lexical_database, lambda conn: store.text_candidates(conn, where, "subject7", 50))
-    assert {c.chunk.node_key for c in found} == {"doc:7"} and len(found) == 4
+    assert {c.node_key for c in found} == {"doc:7"} and len(found) == 4
     condition = _index_condition(plan, f"{settings.chunks_table}_namespace_search_idx")
     assert "namespace = 'lexical-b'" in condition and "search_document @@" in condition, plan
 
@@ -119,6 +119,6 @@ def test_the_trigram_ranking_reads_one_namespace_from_the_index(lexical_database
         lexical_database,
         lambda conn: store.trigram_candidates(conn, where, "see ref-12-3 please", 50, whole_query_chars=0),
     )
-    assert [(c.chunk.node_key, c.chunk.chunk_order, c.score) for c in found] == [("doc:12", 3, 1.0)]
+    assert [(c.node_key, c.chunk_order, c.score) for c in found] == [("doc:12", 3, 1.0)]
     condition = _index_condition(plan, f"{settings.chunks_table}_namespace_trigram_idx")
     assert "namespace = 'lexical-c'" in condition and "text ~~* t.pattern" in condition, plan

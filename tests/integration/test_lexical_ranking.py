@@ -118,12 +118,12 @@ def test_rare_terms_outweigh_common_ones_and_ties_go_to_the_newer_chunk(
         rare = store.text_candidates(conn, ChunkFilter(namespace), "debian package zstd", 10)
         tie = store.text_candidates(conn, ChunkFilter(namespace), "debian package", 30)
     # ts_rank put the three-fold "debian package" chunks first; BM25 puts the only chunk with zstd first.
-    assert rare[0].chunk.node_key == "doc:rare"
+    assert rare[0].node_key == "doc:rare"
     assert [c.rank for c in rare] == list(range(1, len(rare) + 1))
     assert all(a.score >= b.score for a, b in itertools.pairwise(rare))
-    repeated = [c for c in tie if c.chunk.node_key in {"doc:older", "doc:newer"}]
-    assert [c.chunk.node_key for c in repeated] == ["doc:newer", "doc:older"]
-    assert repeated[0].score == repeated[1].score and tie[0].chunk.node_key == "doc:newer"
+    repeated = [c for c in tie if c.node_key in {"doc:older", "doc:newer"}]
+    assert [c.node_key for c in repeated] == ["doc:newer", "doc:older"]
+    assert repeated[0].score == repeated[1].score and tie[0].node_key == "doc:newer"
 
 
 def test_candidates_hold_a_rare_lexeme_and_respect_the_filter(
@@ -137,8 +137,8 @@ def test_candidates_hold_a_rare_lexeme_and_respect_the_filter(
             conn, ChunkFilter(namespace, node_keys=("doc:b",)), "upgrade bookworm", 10
         )
         nothing = store.text_candidates(conn, ChunkFilter(namespace), "the of and", 10)
-    assert [c.chunk.node_key for c in found] == ["doc:a", "doc:b"]
-    assert [c.chunk.node_key for c in only_b] == ["doc:b"]
+    assert [c.node_key for c in found] == ["doc:a", "doc:b"]
+    assert [c.node_key for c in only_b] == ["doc:b"]
     assert nothing == []
 
 
@@ -160,11 +160,12 @@ def test_candidates_are_bounded_by_the_budget_with_and_without_a_common_lexeme_o
         both = store.text_candidates(conn, ChunkFilter(namespace), "gamma zeta alpha", 50)
         # alpha alone is over the budget: the first 5 chunks holding it, no more
         common = store.text_candidates(conn, ChunkFilter(namespace), "alpha", 50)
-    assert sorted(c.chunk.node_key for c in rare) == [f"doc:zeta-{n}" for n in range(3)]
-    assert sorted(c.chunk.node_key for c in both) == [f"doc:gamma-{n}" for n in range(2)] + [
+        rows = store.ranked_chunks(conn, ChunkFilter(namespace), [c.chunk_id for c in common])
+    assert sorted(c.node_key for c in rare) == [f"doc:zeta-{n}" for n in range(3)]
+    assert sorted(c.node_key for c in both) == [f"doc:gamma-{n}" for n in range(2)] + [
         f"doc:zeta-{n}" for n in range(3)
     ]
-    assert len(common) == 5 and all("alpha" in c.chunk.text for c in common)
+    assert len(common) == 5 and all("alpha" in rows[c.chunk_id].text for c in common)
 
 
 def test_a_token_found_in_more_chunks_than_the_ranking_returns_takes_no_part(
@@ -181,8 +182,8 @@ def test_a_token_found_in_more_chunks_than_the_ranking_returns_takes_no_part(
         many = store.trigram_candidates(conn, ChunkFilter(namespace), "v6.0 zz-77", 10, whole_query_chars=0)
         # the common token alone: nothing
         alone = store.trigram_candidates(conn, ChunkFilter(namespace), "v6.0", 3, whole_query_chars=0)
-    assert sorted(c.chunk.node_key for c in few) == ["doc:rare", "doc:rare-only"]
-    assert len(many) == 6 and many[0].chunk.node_key == "doc:rare"
+    assert sorted(c.node_key for c in few) == ["doc:rare", "doc:rare-only"]
+    assert len(many) == 6 and many[0].node_key == "doc:rare"
     assert alone == []
 
 
@@ -201,14 +202,14 @@ def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
         plain = store.trigram_candidates(
             conn, ChunkFilter(namespace), "install today", 10, whole_query_chars=0
         )
-    assert [(c.chunk.node_key, c.score) for c in sentence] == [("doc:id", 1.0)]  # "libc6" has a digit
-    assert [(c.chunk.node_key, c.score) for c in whole] == [("doc:id", 1.0)]
+    assert [(c.node_key, c.score) for c in sentence] == [("doc:id", 1.0)]  # "libc6" has a digit
+    assert [(c.node_key, c.score) for c in whole] == [("doc:id", 1.0)]
     assert plain == []
     with database.connection() as conn:  # the same query with whole-query matching on (the store's 1000)
         whole_on = store.trigram_candidates(conn, ChunkFilter(namespace), "install today", 10)
         sentence_on = store.trigram_candidates(conn, ChunkFilter(namespace), "Please install today, then", 10)
-    assert [c.chunk.node_key for c in whole_on] == ["doc:words"]
-    assert [(c.chunk.node_key, c.score) for c in sentence_on] == [("doc:words", 1.0)]
+    assert [c.node_key for c in whole_on] == ["doc:words"]
+    assert [(c.node_key, c.score) for c in sentence_on] == [("doc:words", 1.0)]
     with database.connection() as conn:  # a preset's minimum words: a 4-word query is not a pasted sentence
         short = store.trigram_candidates(
             conn, ChunkFilter(namespace), "Please install today, then", 10, whole_query_min_words=8

@@ -112,9 +112,14 @@ def test_vector_ranking_of_one_namespace_among_many_is_exact(
     try:
         with database.read_connection() as conn:
             found = store.vector_candidates(conn, ChunkFilter(namespace), query, 50)
-        assert [f"{c.chunk.node_key}#{c.chunk.chunk_order}" for c in found] == exact
+            rows = store.ranked_chunks(conn, ChunkFilter(namespace), [c.chunk_id for c in found])
+        assert [f"{c.node_key}#{c.chunk_order}" for c in found] == exact
         assert [c.rank for c in found] == list(range(1, 51))
-        assert found[0].chunk.text and found[0].chunk.node_type == "document"  # columns joined back
+        # the rows read back by the candidates' ids (what Search does after fusion)
+        assert [f"{rows[c.chunk_id].node_key}#{rows[c.chunk_id].chunk_order}" for c in found] == exact
+        document, order = found[0].node_key.removeprefix("doc:"), found[0].chunk_order
+        assert rows[found[0].chunk_id].text == f"chunk {document}/{order}"
+        assert rows[found[0].chunk_id].node_type == "document"
         np.testing.assert_allclose(
             [c.score for c in found], [1.0 - float(vectors[key] @ query) for key in exact], atol=1e-5
         )

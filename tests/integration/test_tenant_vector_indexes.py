@@ -118,7 +118,7 @@ def test_synchronise_builds_indexes_for_large_tenants_and_the_ranking_uses_them(
             vector /= np.linalg.norm(vector)
             found = store.vector_candidates(conn, ChunkFilter(namespace=BIG), vector, 10)
             exact = _exact(conn, tenant_settings.chunks_table, "", vector, 10)
-            assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+            assert [(c.node_key, c.chunk_order) for c in found] == [tuple(row) for row in exact]
         assert conn.execute("SHOW enable_sort").fetchone() == ("on",)  # the forcing did not outlive the call
         conn.execute("SELECT pg_stat_force_next_flush()")
     # The statistics reach the view when the backend reports them (at most about a second later).
@@ -140,7 +140,7 @@ def test_a_filter_the_tenant_index_cannot_fill_falls_back_to_the_exact_ranking(
         exact = _exact(conn, tenant_settings.chunks_table, 'AND meta @> \'{"kind": "rare"}\'', vector, 10)
         assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
     assert len(found) == 3
-    assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+    assert [(c.node_key, c.chunk_order) for c in found] == [tuple(row) for row in exact]
 
 
 def test_a_failed_ranking_statement_leaves_the_connection_as_it_was(
@@ -175,7 +175,7 @@ def test_indexes_of_tenants_below_half_the_threshold_are_dropped(
     with tenant_database.read_connection() as conn:  # without an index: the planner's exact plan, same rows
         found = store.vector_candidates(conn, ChunkFilter(namespace=BIG), vector, 10)
         exact = _exact(conn, tenant_settings.chunks_table, "", vector, 10)
-    assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+    assert [(c.node_key, c.chunk_order) for c in found] == [tuple(row) for row in exact]
 
 
 def test_the_ingest_services_worker_builds_them_on_its_interval(
@@ -267,7 +267,7 @@ def test_a_namespace_holding_most_of_the_table_is_ranked_by_the_tables_index(sol
                 ).format(sql.Identifier(settings.chunks_table)),
                 (vector,),
             ).fetchall()
-            assert [(c.chunk.node_key, c.chunk.chunk_order) for c in found] == [tuple(row) for row in exact]
+            assert [(c.node_key, c.chunk_order) for c in found] == [tuple(row) for row in exact]
         assert conn.execute("SHOW enable_sort").fetchone() == ("on",)
         conn.execute("SELECT pg_stat_force_next_flush()")
     deadline = time.monotonic() + 10

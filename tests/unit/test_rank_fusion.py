@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.storage.chunk_rankings import Candidate, StoredChunk
+from common.storage.chunk_rankings import Candidate
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     SearchQuery,
@@ -98,7 +98,7 @@ def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
 
 def _ranking(*scored: tuple[str, float]) -> list[Candidate]:
     return [
-        Candidate(StoredChunk(key, 0, "document", "", "", "", "", {}), score, rank)
+        Candidate(chunk_id=rank, node_key=key, chunk_order=0, score=score, rank=rank)
         for rank, (key, score) in enumerate(scored, start=1)
     ]
 

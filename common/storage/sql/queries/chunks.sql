@@ -149,9 +149,11 @@ SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_ru
 -- name: similar_chunk_pairs
 -- (source node key, source chunk order, target node key, target chunk order, cosine similarity) for every
 -- source and target chunk of one namespace whose embeddings are at least `threshold` similar, never a
--- chunk with itself, sorted by source then target (codepoint order of the keys). The chunks are given as
--- parallel arrays of node keys, chunk orders and whether each is a source and a target (parameters:
--- namespace, keys, orders, sources, targets, threshold); chunks without an embedding are left out.
+-- chunk with itself, sorted by source then target (codepoint order of the keys). The chunks are given by
+-- their row ids, the sources and the targets as two arrays (parameters: namespace, sources, targets,
+-- threshold): a Search has them from its rankings, and two integer arrays cost the caller far less to
+-- send than the four parallel arrays of keys, orders and flags they replace (bench/RESULTS.md, session 17);
+-- chunks without an embedding are left out.
 -- `l2_normalize` makes one detoasted, unit-length copy of each embedding in the materialized CTE, so the
 -- pairs compare in-memory vectors (on the stored, TOASTed 2 KB column every pair fetched both vectors
 -- again: 10 x 150 pairs took 27 ms), and the cosine is their inner product (`<#>` is its negative). A zero
@@ -159,15 +161,14 @@ SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_ru
 -- distance `<=>` would be NaN there, which PostgreSQL orders above every number (`NaN >= threshold`).
 -- Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
 WITH wanted AS MATERIALIZED (
-    SELECT k.node_key, k.chunk_order, k.source, k.target, l2_normalize(c.embedding) AS unit
-    FROM unnest(%(keys)s::text[], %(orders)s::int[], %(sources)s::bool[], %(targets)s::bool[])
-        AS k(node_key, chunk_order, source, target)
-    JOIN {chunks} AS c
-        ON c.namespace = %(namespace)s AND c.node_key = k.node_key AND c.chunk_order = k.chunk_order
-    WHERE c.embedding IS NOT NULL
+    SELECT c.id, c.node_key, c.chunk_order, c.id = ANY(%(sources)s::bigint[]) AS source,
+        c.id = ANY(%(targets)s::bigint[]) AS target, l2_normalize(c.embedding) AS unit
+    FROM {chunks} AS c
+    WHERE c.namespace = %(namespace)s AND c.id = ANY(%(sources)s::bigint[] || %(targets)s::bigint[])
+        AND c.embedding IS NOT NULL
 )
 SELECT s.node_key, s.chunk_order, t.node_key, t.chunk_order, -(s.unit <#> t.unit) AS similarity
 FROM wanted AS s
-JOIN wanted AS t ON t.target AND (t.node_key, t.chunk_order) <> (s.node_key, s.chunk_order)
+JOIN wanted AS t ON t.target AND t.id <> s.id
 WHERE s.source AND -(s.unit <#> t.unit) >= %(threshold)s
 ORDER BY s.node_key COLLATE "C", s.chunk_order, t.node_key COLLATE "C", t.chunk_order
