@@ -519,24 +519,36 @@ class ChunkRankings:
             similarity = sql.SQL(
                 "CASE WHEN strpos(lower(text), lower(%(whole)s)) > 0 THEN 1.0::real ELSE {} END"
             ).format(similarity)
+        # The token part (the per-token lookups and the count of tokens each row holds) only when the query
+        # has identifier tokens: without them every ``hits`` is 0, and planning the empty lookups cost more
+        # than running the whole-query match (0.77 against 0.26 ms p50 on the docs vault, where 99 of 100
+        # benchmark queries have no such token; bench/RESULTS.md, session 17).
+        tokens_part, hits = sql.SQL(""), sql.SQL("0")
+        if tokens:
+            tokens_part = sql.SQL(
+                "WITH token_rows AS MATERIALIZED ("
+                " SELECT t.number AS token, m.id FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS t(pattern, number)"
+                " CROSS JOIN LATERAL (SELECT id FROM {table} WHERE {condition} AND text ILIKE t.pattern"
+                " LIMIT %(limit)s + 1) AS m"
+                "), rare_tokens AS MATERIALIZED ("
+                " SELECT token FROM token_rows GROUP BY token HAVING count(*) <= %(limit)s) "
+            ).format(table=self.table, condition=condition)
+            hits = sql.SQL(
+                "(SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
+                " WHERE p.number IN (SELECT token FROM rare_tokens) AND text ILIKE p.pattern)"
+            )
         statement = sql.SQL(
-            "WITH token_rows AS MATERIALIZED ("
-            " SELECT t.number AS token, m.id FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS t(pattern, number)"
-            " CROSS JOIN LATERAL (SELECT id FROM {table} WHERE {condition} AND text ILIKE t.pattern"
-            " LIMIT %(limit)s + 1) AS m"
-            "), rare_tokens AS MATERIALIZED ("
-            " SELECT token FROM token_rows GROUP BY token HAVING count(*) <= %(limit)s)"
-            " SELECT id, node_key, chunk_order, CASE WHEN hits > 0 THEN 1.0 ELSE similarity END FROM ("
-            " SELECT {columns}, created_at, {similarity} AS similarity,"
-            " (SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
-            " WHERE p.number IN (SELECT token FROM rare_tokens) AND text ILIKE p.pattern) AS hits"
+            "{tokens_part}"
+            "SELECT id, node_key, chunk_order, CASE WHEN hits > 0 THEN 1.0 ELSE similarity END FROM ("
+            " SELECT {columns}, created_at, {similarity} AS similarity, {hits} AS hits"
             " FROM {table} WHERE id IN ({matched})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
+            tokens_part=tokens_part,
             columns=RANKED_COLUMNS,
             similarity=similarity,
+            hits=hits,
             table=self.table,
-            condition=condition,
             matched=sql.SQL(" UNION ").join(matched),
         )
         return self._candidates(conn, statement, params, prepare=self._prepare)
