@@ -261,7 +261,10 @@ class HybridSearcher:
     The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
     meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
     are read-only and independent, so they need no shared transaction (each sees its own snapshot).
-    No thread holds a connection while waiting for another one, so a busy pool only queues.
+    No thread holds a connection while waiting for another one, so a busy pool only queues. The rankings
+    return row ids, keys and scores (`Candidate`); after fusion one more connection serves the rest: the
+    similar-chunk pairs, the rows of the hits by id (`ChunkRankings.ranked_chunks`; a hit whose row was
+    deleted or hidden since its ranking ran is left out) and the hits' node summaries.
     Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md.
 
     Args:
