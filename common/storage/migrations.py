@@ -54,6 +54,7 @@ MIGRATIONS = (
     QUEUE_MIGRATION,
     "0017_tenant_vector_indexes.sql",
     "0026_namespace_lexical_indexes.sql",
+    "0027_lexical_index_pending_lists.sql",
 )
 
 

@@ -75,6 +75,32 @@ def test_the_lexical_gin_indexes_lead_with_the_namespace(lexical_database: Datab
     assert all("(meta)" in d or "(namespace, " in d for d in gin), gin
 
 
+def test_the_lexical_gin_indexes_keep_their_pending_lists_short(settings: Settings) -> None:
+    """Migration 0027: new entries wait in a GIN pending list of at most 256 kB (32 pages), which every
+    search reads, not the server default of 4 MB; written chunks beyond that are merged into the index."""
+    with fresh_database(settings) as fresh:
+        database = Database(fresh)
+        database.migrate()
+        table = fresh.chunks_table
+        store = ChunkStore(fresh)
+        rng = np.random.default_rng(27)
+        with database.connection() as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            for document in range(60):  # about 1 MB of new full-text and trigram entries
+                writes = []
+                for order in range(10):
+                    words = " ".join(f"w{rng.integers(10**9)}" for _ in range(60))
+                    vector = np.asarray(rng.normal(size=fresh.embedding_dim), dtype=np.float32)
+                    writes.append(ChunkWrite(order, "", words, vector / np.linalg.norm(vector), {}))
+                store.replace_chunks(conn, NodeRef("pending", f"doc:{document}"), writes)
+            pending = {
+                index: conn.execute("SELECT pending_pages FROM pgstatginindex(%s)", (index,)).fetchone()[0]
+                for index in (f"{table}_namespace_search_idx", f"{table}_namespace_trigram_idx")
+            }
+        database.close()
+    assert all(0 < pages <= 32 for pages in pending.values()), pending
+
+
 def _plans(database: Database, call: Any) -> tuple[list[Any], str]:
     """What ``call(conn)`` returned and the EXPLAIN of the statements it ran (sequential scans off: the
     table is small, the question is which index can answer the statement)."""
