@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from common.storage.episode_store import EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_pack.conversation import RedundancyFilter, speaker_of, turn_header, turn_line
+from query_service.context_pack.conversation import (
+    RedundancyFilter,
+    rarer_first,
+    speaker_of,
+    turn_header,
+    turn_line,
+)
 from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
 
 
@@ -185,6 +191,11 @@ def test_prefix_filtered_redundancy_equals_comparing_every_pair(texts: list[str]
         kind = "" if not reason else "duplicate" if reason.startswith("duplicate") else "near"
         found.append((kind, check.redundant_with if reason else ""))
     assert found == _brute_force_redundancy(texts, threshold)
+
+
+@given(st.frozensets(st.text(min_size=1, max_size=8)))
+def test_the_prefix_filters_word_order_is_longest_first_then_alphabetical(words: frozenset[str]) -> None:
+    assert rarer_first(words) == sorted(words, key=lambda word: (-len(word), word))
 
 
 def test_the_search_depth_follows_the_budget_within_searchs_limit() -> None:
