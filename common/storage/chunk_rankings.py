@@ -16,8 +16,6 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
   of migration 0012 (vectors inline, no heap fetch or detoasting); the keys are joined after.
 
-Every ranking returns `Candidate` rows, its row id, key and score, not the chunk's columns; the rows of the
-candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).
 * **full text**: Okapi BM25 (`common.storage.lexical_scoring`) over the stored, GIN-indexed
   ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
   reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
@@ -52,6 +50,9 @@ candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_ch
   issue 15). Matches are ordered by the number of tokens found, then by ``word_similarity(query, text)``,
   then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s per sentence-long query on the
   10k-chunk docs vault).
+
+Every ranking returns `Candidate` rows (row id, key and score), not the chunk's columns; the rows of the
+candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).
 """
 
 from __future__ import annotations
@@ -252,7 +253,7 @@ class ChunkRankings:
 
         A candidate deleted, or changed so that ``where`` no longer keeps it (its scopes, a memory hidden
         or expired), since its ranking ran is absent from the result: the filter is applied again here,
-        so a row is never returned that the caller could not have been ranked.
+        so this never returns a row that the ranking would not have returned to the same caller.
         """
         if not chunk_ids:
             return {}
