@@ -63,7 +63,7 @@ def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) 
     characters, plus the id part of ``type:id`` tokens; deduplicated, at most ``limit``."""
     seen: dict[str, None] = {}
     for text in texts:
-        for found in _TOKEN.findall(text):  # strings, not match objects: a CompileContext reads ~25k tokens
+        for found in _TOKEN.findall(text):  # strings, not match objects: every token of every hit text
             token = found.lower()
             for candidate in (token, token.split(":", 1)[1]) if ":" in token else (token,):
                 if len(candidate) >= min_length and candidate not in seen:
