@@ -48,7 +48,7 @@ from bench.scale_arms import (
 from bench.scale_tables import FAQ, droppable_indexes
 from bench.service_results import append_entry, heading, machine, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
 

@@ -54,7 +54,7 @@ from rank_bm25 import BM25Okapi
 from bench.run_bench import percentiles, run_in_database, services
 from bench.service_results import append_entry, heading, machine, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, embedding_input
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider

@@ -88,7 +88,7 @@ from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
 from bench.service_results import append_entry, machine, tree_commit, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
 from common.storage.tenant_vector_indexes import TenantVectorIndexes
 

@@ -25,7 +25,7 @@ from psycopg import sql
 
 from bench.run_bench import percentiles
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
 
 LIMIT = 50

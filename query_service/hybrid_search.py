@@ -25,7 +25,7 @@ import psycopg
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.pii import PiiMarks
-from common.storage.chunk_rankings import Candidate, ChunkFilter, StoredChunk
+from common.storage.chunk_rows import Candidate, ChunkFilter, StoredChunk
 from common.storage.chunk_store import ChunkStore, meta_observation_ids
 from common.storage.context_store import ContextStore, NodeSummary
 from common.storage.database import Database

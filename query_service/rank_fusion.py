@@ -1,5 +1,5 @@
 """Fusion of the retrieval rankings into one (DESIGN §7), and score propagation between near-identical
-chunks. Pure functions over `common.storage.chunk_rankings.Candidate` lists; `query_service.hybrid_search`
+chunks. Pure functions over `common.storage.chunk_rows.Candidate` lists; `query_service.hybrid_search`
 runs the rankings and calls these with its `SearchSettings`.
 
 Two fusion functions:
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
-from common.storage.chunk_rankings import Candidate
+from common.storage.chunk_rows import Candidate
 
 K = TypeVar("K", bound=Hashable)
 Key = tuple[str, int]

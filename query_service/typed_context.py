@@ -54,7 +54,7 @@ from common.kernel.errors import FailedPrecondition
 from common.kernel.identifiers import canonical_json
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator
-from common.storage.chunk_rankings import StoredChunk
+from common.storage.chunk_rows import StoredChunk
 from common.storage.chunk_store import ChunkStore
 from common.storage.context_store import NodeSummary
 from common.storage.database import Database

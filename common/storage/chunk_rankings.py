@@ -58,9 +58,8 @@ candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_ch
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +69,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
+from common.storage.chunk_rows import CHUNK_COLUMNS, RANKED_COLUMNS, Candidate, ChunkFilter, StoredChunk
 from common.storage.lexical_scoring import (
     CANDIDATE_BUDGET,
     K1,
@@ -81,75 +81,11 @@ from common.storage.lexical_scoring import (
 from common.storage.memory_liveness import live_memory_chunk
 from common.storage.named_queries import Queries
 from common.storage.tenant_vector_indexes import OWN_INDEX, TenantIndexRegistry, tenant_index_expression
-from common.storage.visibility import EVERYTHING, Visibility
 
-CHUNK_COLUMNS = sql.SQL("node_key, chunk_order, node_type, source_path, title, heading, text, meta")
-"""The columns of a chunk row as read back (`StoredChunk`), in its field order."""
-RANKED_COLUMNS = sql.SQL("id, node_key, chunk_order")
-"""The columns a ranking returns for each candidate (`Candidate`, before its score): the row id and the key.
-The rest of the row is read only for the chunks that survive fusion (`ChunkRankings.ranked_chunks`)."""
 _IDENTIFIER_TOKEN = re.compile(r"[0-9]")
 OPENING_QUOTES = ('"', "'", "“", "„", "«", "‘", "‚", "‹", "「", "『")
 """Characters that open a quotation: a whole-query match right after one is a citation (module doc)."""
 _TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    """One chunk row as read back (no embedding)."""
-
-    node_key: str
-    chunk_order: int
-    node_type: str
-    source_path: str
-    title: str
-    heading: str
-    text: str
-    meta: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ChunkFilter:
-    """Predicates shared by the three rankings.
-
-    Attributes:
-        namespace: required.
-        node_types: keep only chunks of these node types (empty: all).
-        meta: jsonb containment filter, ``meta @> {...}`` (empty: none).
-        node_keys: keep only chunks of these nodes (empty: all).
-        visibility: the caller's visibility; chunks whose ``meta.scopes`` hide them are left out
-            (`common.storage.visibility`).
-    """
-
-    namespace: str
-    node_types: tuple[str, ...] = ()
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    node_keys: tuple[str, ...] = ()
-    visibility: Visibility = EVERYTHING
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A chunk returned by one ranking, with that ranking's raw score: its row id and key, not its columns.
-
-    ``chunk_id`` is the row's ``id`` (what `ChunkRankings.ranked_chunks` reads the row by); ``score`` is
-    the cosine *distance* for the vector ranking (smaller is better), the BM25 score for full text and, for
-    trigram, 1.0 for an exact identifier hit, else the word similarity; ``rank`` is 1-based.
-
-    A Search fuses up to three rankings of 50 candidates and returns 10 of them, so the rankings do not
-    read the text, title and meta of their candidates: decoding those rows took about a fifth of the
-    query service's interpreter time at 16 clients (py-spy ``--gil``, bench/RESULTS.md, session 17).
-    """
-
-    chunk_id: int
-    node_key: str
-    chunk_order: int
-    score: float
-    rank: int
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.node_key, self.chunk_order)
 
 
 def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:

@@ -20,7 +20,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from common.storage.chunk_rankings import CHUNK_COLUMNS, ChunkRankings, StoredChunk
+from common.storage.chunk_rankings import ChunkRankings
+from common.storage.chunk_rows import CHUNK_COLUMNS, StoredChunk
 from common.storage.visibility import EVERYTHING, Visibility
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common.kernel.pii import PiiMarks
-from common.storage.chunk_rankings import StoredChunk
+from common.storage.chunk_rows import StoredChunk
 from common.storage.chunk_store import meta_observation_ids
 from common.storage.episode_store import EpisodeTurn
 from query_service.context_pack.conversation import speaker_of, turn_header, turn_line

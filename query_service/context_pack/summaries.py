@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from common.storage.chunk_rankings import StoredChunk
+from common.storage.chunk_rows import StoredChunk
 from common.storage.context_store import ContextStore, CoveringSummary
 from common.storage.database import Database
 from common.text_models.tokenizer import TokenCounter

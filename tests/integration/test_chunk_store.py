@@ -12,7 +12,8 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter, identifier_tokens
+from common.storage.chunk_rankings import identifier_tokens
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider

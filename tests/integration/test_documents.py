@@ -15,7 +15,7 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.kernel.identifiers import graph_label
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 from common.storage.graph_edges import LINKS_TO_LABEL

@@ -16,7 +16,7 @@ from common.domain.observation_view import observation_view
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id, graph_label
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
 from common.storage.fact_store import FactQuery, FactRow, FactStore

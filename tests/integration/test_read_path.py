@@ -15,7 +15,7 @@ from psycopg.pq import TransactionStatus
 from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.storage import database as database_module
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.context_store import ContextStore
 from common.storage.database import Database

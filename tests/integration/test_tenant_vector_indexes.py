@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import ChunkFilter
+from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 from common.storage.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name

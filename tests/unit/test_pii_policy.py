@@ -13,7 +13,7 @@ from common.auth.principals import Principal, development_principal
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
-from common.storage.chunk_rankings import StoredChunk
+from common.storage.chunk_rows import StoredChunk
 from common.storage.fact_store import FactRow
 from ingest_service.document_validation import (
     ChunkInput,

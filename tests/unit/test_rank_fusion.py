@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.storage.chunk_rankings import Candidate
+from common.storage.chunk_rows import Candidate
 from query_service.hybrid_search import (
     SEARCH_PRESETS,
     SearchQuery,
