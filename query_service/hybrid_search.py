@@ -354,22 +354,25 @@ class HybridSearcher:
         }
         chunk_ids = {c.key: c.chunk_id for ranking in rankings.values() for c in ranking}
         # After fusion, one connection for the rest: the similar-chunk pairs, the rows of the chosen
-        # candidates (the rankings return ids and keys only) and their nodes' summaries.
-        with self.database.read_connection() as conn:
-            if config.similar_share > 0 and fused and VECTOR in rankings:
-                similar = self.chunks.similar_pairs(
-                    conn,
-                    query.namespace,
-                    [chunk_ids[key] for key, _ in fused[: min(query.top_k, config.similar_sources)]],
-                    [chunk_ids[key] for key, _ in fused],
-                    config.similar_threshold,
-                )
-                fused = propagate_to_similar(fused, similar, share=config.similar_share)
-            fused = fused[: query.top_k]
-            rows = self.chunks.ranked_chunks(conn, where, [chunk_ids[key] for key, _ in fused])
-            summaries: dict[str, NodeSummary] = {}
-            if config.node_provenance and fused:
-                summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
+        # candidates (the rankings return ids and keys only) and their nodes' summaries; none when no
+        # ranking found anything.
+        rows: dict[int, StoredChunk] = {}
+        summaries: dict[str, NodeSummary] = {}
+        if fused:
+            with self.database.read_connection() as conn:
+                if config.similar_share > 0 and VECTOR in rankings:
+                    similar = self.chunks.similar_pairs(
+                        conn,
+                        query.namespace,
+                        [chunk_ids[key] for key, _ in fused[: min(query.top_k, config.similar_sources)]],
+                        [chunk_ids[key] for key, _ in fused],
+                        config.similar_threshold,
+                    )
+                    fused = propagate_to_similar(fused, similar, share=config.similar_share)
+                fused = fused[: query.top_k]
+                rows = self.chunks.ranked_chunks(conn, where, [chunk_ids[key] for key, _ in fused])
+                if config.node_provenance:
+                    summaries = self.nodes.node_summaries(conn, query.namespace, [key[0] for key, _ in fused])
         hits: list[SearchHit] = []
         for key, score in fused:
             chunk = rows.get(chunk_ids[key])
