@@ -39,13 +39,18 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
   ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
   ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
-* **trigram**: pg_trgm over ``text`` (GIN ``gin_trgm_ops``), as case-insensitive substring matches that the
-  trigram index serves: rows containing an *identifier-like token* of the query verbatim
-  (``text ILIKE '%token%'``) and, only when configured (``whole_query_chars``, the search preset's
-  ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words' lexemes through
-  the full-text index rather than through every trigram of the sentence. Identifier-like tokens are whitespace-separated pieces
-  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``; pg_trgm
-  similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
+* **trigram**: case-insensitive substring matches that a pg_trgm index serves: rows containing an
+  *identifier-like token* of the query verbatim and, only when configured (``whole_query_chars``, the
+  search preset's ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words'
+  lexemes through the full-text index rather than through every trigram of the sentence.
+  Identifier-like tokens are whitespace-separated pieces
+  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``. They
+  are looked up in ``identifier_text`` (GIN ``gin_trgm_ops``, migration 0028), the runs of the chunk's
+  text that hold a digit: a token lies inside one such run, so ``identifier_text ILIKE '%token%'`` holds
+  exactly when ``text ILIKE '%token%'`` does, and the index is a fraction of one over the whole text
+  (91 of 483 characters of a debian episode), which made writing chunks much cheaper (bench/RESULTS.md,
+  session 19). ``ILIKE``, not pg_trgm similarity: similarity alone ignores punctuation, so
+  ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
   without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
   issue 15). Matches are ordered by the number of tokens found, then by ``word_similarity(query, text)``,
   then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s per sentence-long query on the
@@ -389,7 +394,8 @@ class ChunkRankings:
         verbatim (``score`` 1.0 for both).
 
         Rows qualify when they contain an `identifier_tokens` token (``PROJ-1234``, ``2.36-9+deb12u4``)
-        as a case-insensitive substring (``ILIKE``, trigram GIN index) that at most ``limit`` chunks of the
+        as a case-insensitive substring (``identifier_text ILIKE``, its trigram GIN index; the same rows
+        as ``text ILIKE``, module doc) that at most ``limit`` chunks of the
         namespace hold (a more common token cannot select among them and takes no part), or, only when
         ``whole_query_chars`` (default: the store's ``trigram_max_query_chars``) is positive, the query is
         at most that long and has at least ``whole_query_min_words`` words, the whole query as a
@@ -398,8 +404,10 @@ class ChunkRankings:
         differently at its ends, ``bash_completion.d`` against ``bash_completion.``;
         as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
         checked verbatim with ``strpos(lower(text), lower(query))``, which no index serves; a query
-        whose inner words hold no lexeme (two words, stop words only) uses ``ILIKE`` over the trigram
-        index as before. With custom plans the planner folds that choice away. A query
+        whose inner words hold no lexeme (stop words only) is looked up by the lexemes of all its words,
+        the first and the last included, and one without any lexeme is not matched whole (no index
+        covers a whole text's trigrams since migration 0028). With custom plans the planner folds that
+        choice away. A query
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
         number of tokens found, then the similarity (1.0 for a verbatim whole-query match, otherwise
         ``word_similarity(query, text)``), then the newer chunk. The fuzzy
@@ -416,7 +424,6 @@ class ChunkRankings:
             "query": query,
             "config": self.text_search_config,
             "whole": query.strip(),
-            "whole_pattern": _like_pattern(query.strip()),
             "inner": " ".join(query.split()[1:-1]),
             "patterns": [_like_pattern(token) for token in tokens],
             "quotes": list(OPENING_QUOTES),
@@ -444,7 +451,9 @@ class ChunkRankings:
                     " AND strpos(lower(text), lower(%(whole)s)) > 0"
                     " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
                     " OR (numnode(plainto_tsquery(%(config)s::regconfig, %(inner)s)) = 0"
-                    " AND text ILIKE %(whole_pattern)s"
+                    " AND numnode(plainto_tsquery(%(config)s::regconfig, %(whole)s)) > 0"
+                    " AND search_document @@ plainto_tsquery(%(config)s::regconfig, %(whole)s)"
+                    " AND strpos(lower(text), lower(%(whole)s)) > 0"
                     " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[])))"
                 ).format(table=self.table, condition=condition)
             )
@@ -465,14 +474,14 @@ class ChunkRankings:
             tokens_part = sql.SQL(
                 "WITH token_rows AS MATERIALIZED ("
                 " SELECT t.number AS token, m.id FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS t(pattern, number)"
-                " CROSS JOIN LATERAL (SELECT id FROM {table} WHERE {condition} AND text ILIKE t.pattern"
+                " CROSS JOIN LATERAL (SELECT id FROM {table} WHERE {condition} AND identifier_text ILIKE t.pattern"
                 " LIMIT %(limit)s + 1) AS m"
                 "), rare_tokens AS MATERIALIZED ("
                 " SELECT token FROM token_rows GROUP BY token HAVING count(*) <= %(limit)s) "
             ).format(table=self.table, condition=condition)
             hits = sql.SQL(
                 "(SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
-                " WHERE p.number IN (SELECT token FROM rare_tokens) AND text ILIKE p.pattern)"
+                " WHERE p.number IN (SELECT token FROM rare_tokens) AND identifier_text ILIKE p.pattern)"
             )
         statement = sql.SQL(
             "{tokens_part}"

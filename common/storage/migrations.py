@@ -55,6 +55,7 @@ MIGRATIONS = (
     "0017_tenant_vector_indexes.sql",
     "0026_namespace_lexical_indexes.sql",
     "0027_lexical_index_pending_lists.sql",
+    "0028_identifier_trigram_index.sql",
 )
 
 

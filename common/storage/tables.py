@@ -44,6 +44,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunks_trigram_idx": ("chunks", "trigram_idx"),
         "chunks_namespace_search_idx": ("chunks", "namespace_search_idx"),
         "chunks_namespace_trigram_idx": ("chunks", "namespace_trigram_idx"),
+        "chunks_namespace_identifier_idx": ("chunks", "namespace_identifier_idx"),
         "chunks_namespace_vector_idx": ("chunks", "namespace_vector_idx"),
         "chunks_embedding_pending_idx": ("chunks", "embedding_pending_idx"),
         "context_traces_trace_idx": ("context_traces", "trace_idx"),
@@ -69,6 +70,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunk_terms_insert_trigger": "terms_insert",
         "chunk_terms_update_trigger": "terms_update",
         "chunk_terms_delete_trigger": "terms_delete",
+        # The function behind the generated column identifier_text (sql/0028_identifier_trigram_index.sql).
+        "chunk_identifier_text": "identifier_text",
         # The per-tenant vector indexes of the chunks table (sql/0017_tenant_vector_indexes.sql).
         "chunk_tenant_indexes": "tenant_vector_indexes",
     }.items():

@@ -69,8 +69,11 @@ def test_the_lexical_gin_indexes_lead_with_the_namespace(lexical_database: Datab
     table = lexical_database.settings.chunks_table
     indexes = _indexes(lexical_database)
     assert "USING gin (namespace, search_document)" in indexes[f"{table}_namespace_search_idx"]
-    assert "USING gin (namespace, text gin_trgm_ops)" in indexes[f"{table}_namespace_trigram_idx"]
-    assert f"{table}_search_idx" not in indexes and f"{table}_trigram_idx" not in indexes
+    identifier = indexes[f"{table}_namespace_identifier_idx"]
+    assert "USING gin (namespace, identifier_text gin_trgm_ops)" in identifier
+    # no trigram index over the whole text (migration 0028): the table-wide one of 0001 nor 0026's
+    gone = {f"{table}_search_idx", f"{table}_trigram_idx", f"{table}_namespace_trigram_idx"}
+    assert not gone & set(indexes)
     gin = [definition for definition in indexes.values() if "USING gin" in definition]
     assert all("(meta)" in d or "(namespace, " in d for d in gin), gin
 
@@ -95,7 +98,7 @@ def test_the_lexical_gin_indexes_keep_their_pending_lists_short(settings: Settin
                 store.replace_chunks(conn, NodeRef("pending", f"doc:{document}"), writes)
             pending = {
                 index: conn.execute("SELECT pending_pages FROM pgstatginindex(%s)", (index,)).fetchone()[0]
-                for index in (f"{table}_namespace_search_idx", f"{table}_namespace_trigram_idx")
+                for index in (f"{table}_namespace_search_idx", f"{table}_namespace_identifier_idx")
             }
         database.close()
     assert all(0 < pages <= 32 for pages in pending.values()), pending
@@ -146,5 +149,5 @@ def test_the_trigram_ranking_reads_one_namespace_from_the_index(lexical_database
         lambda conn: store.trigram_candidates(conn, where, "see ref-12-3 please", 50, whole_query_chars=0),
     )
     assert [(c.node_key, c.chunk_order, c.score) for c in found] == [("doc:12", 3, 1.0)]
-    condition = _index_condition(plan, f"{settings.chunks_table}_namespace_trigram_idx")
-    assert "namespace = 'lexical-c'" in condition and "text ~~* t.pattern" in condition, plan
+    condition = _index_condition(plan, f"{settings.chunks_table}_namespace_identifier_idx")
+    assert "namespace = 'lexical-c'" in condition and "identifier_text ~~* t.pattern" in condition, plan

@@ -1,6 +1,7 @@
 """The full-text ranking's BM25 on the real database: the trigger-kept lexeme statistics follow every
 write and delete, rare terms outweigh common ones, ties go to the newer chunk, and the trigram ranking
-runs only for identifier-like tokens when whole-query matching is off."""
+runs only for identifier-like tokens when whole-query matching is off, looked up in ``identifier_text``
+(migration 0028), which finds exactly the rows ``text`` would."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from psycopg import sql
 
 from common.kernel.config import Settings
+from common.storage.chunk_rankings import _like_pattern, identifier_tokens
 from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
@@ -215,3 +220,69 @@ def test_trigram_ranking_without_whole_query_matching_needs_an_identifier(
             conn, ChunkFilter(namespace), "Please install today, then", 10, whole_query_min_words=8
         )
     assert short == []
+
+
+# Text of every kind the split must get right: the whitespace it splits on, whitespace it does not split on
+# (no-break and ideographic spaces, U+2028, U+001F: Python's str.split() does), digits, non-ASCII digits
+# (not identifier digits), letters whose case folds, LIKE's own characters and a backslash.
+_TEXT_ALPHABET = st.sampled_from(
+    list(" \t\n\r\f\v\u00a0\u3000\u2028\u001f0123456789٣aZ-._:+#%\\()жЖİß") + ["v1.2", "PROJ-12"]
+)
+
+
+@hypothesis_settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text=st.lists(_TEXT_ALPHABET, min_size=1, max_size=30).map("".join), data=st.data())
+def test_identifier_text_finds_exactly_the_rows_text_finds_for_every_identifier_token(
+    database: Database, settings: Settings, text: str, data: st.DataObject
+) -> None:
+    """Migration 0028's claim, checked on the server's own ``ILIKE``: for every identifier-like token of a
+    query (here a piece cut out of the text itself, so most are found, and the same piece with a suffix),
+    the chunk's ``identifier_text`` matches ``'%token%'`` exactly when its ``text`` does."""
+    start = data.draw(st.integers(0, len(text) - 1))
+    piece = text[start : start + data.draw(st.integers(3, 12))]
+    query = piece + " " + piece + data.draw(st.sampled_from(["", "1", "x9", "Ж7"]))
+    tokens = identifier_tokens(query)
+    if not tokens:
+        return
+    function = sql.Identifier(f"{settings.chunks_table}_identifier_text")
+    patterns = [_like_pattern(token) for token in tokens]
+    with database.connection() as conn:
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT p, %(text)s ILIKE p, {function}(%(text)s) ILIKE p FROM unnest(%(patterns)s::text[]) AS p"
+            ).format(function=function),
+            {"text": text, "patterns": patterns},
+        ).fetchall()
+    assert all(by_text == by_identifiers for _, by_text, by_identifiers in rows), (text, rows)
+
+
+def test_a_sentence_whose_inner_words_are_stop_words_is_matched_whole_by_its_end_words(
+    database: Database, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    """The whole-query match looks a sentence up by its inner words' lexemes; when they are all stop
+    words, by the lexemes of all its words (no index covers a whole text's trigrams since migration
+    0028), and a sentence without any lexeme is not matched whole."""
+    _put(
+        database,
+        store,
+        namespace,
+        written,
+        "doc:quote",
+        "He wrote alpha to be or not to be that is omega, then left.",
+    )
+    _put(database, store, namespace, written, "doc:other", "alpha and omega, to be or not")
+    with database.connection() as conn:
+        found = store.trigram_candidates(
+            conn,
+            ChunkFilter(namespace),
+            "alpha to be or not to be that is omega",
+            10,
+            whole_query_min_words=8,
+        )
+        stop_words_only = store.trigram_candidates(
+            conn, ChunkFilter(namespace), "to be or not to be that is", 10, whole_query_min_words=8
+        )
+    assert [(c.node_key, c.score) for c in found] == [("doc:quote", 1.0)]
+    assert stop_words_only == []
