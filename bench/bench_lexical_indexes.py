@@ -75,17 +75,17 @@ def variants(table: str) -> dict[str, list[sql.Composed]]:
     return {
         "table_wide": [
             index("wide_search", "(search_document)"),
-            index("wide_trigram", "(text gin_trgm_ops)"),
+            index("wide_trigram", "(identifier_text gin_trgm_ops)"),
         ],
         "namespace_leading": [
             index("lead_search", "(namespace, search_document)"),
-            index("lead_trigram", "(namespace, text gin_trgm_ops)"),
+            index("lead_trigram", "(namespace, identifier_text gin_trgm_ops)"),
         ],
         "table_wide_plus_partial": [
             index("wide_search", "(search_document)"),
-            index("wide_trigram", "(text gin_trgm_ops)"),
+            index("wide_trigram", "(identifier_text gin_trgm_ops)"),
             index("part_search", "(search_document)", only_q),
-            index("part_trigram", "(text gin_trgm_ops)", only_q),
+            index("part_trigram", "(identifier_text gin_trgm_ops)", only_q),
         ],
     }
 
