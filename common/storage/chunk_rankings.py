@@ -45,16 +45,18 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   lexemes through the full-text index rather than through every trigram of the sentence.
   Identifier-like tokens are whitespace-separated pieces
   with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``. They
-  are looked up in ``identifier_text`` (GIN ``gin_trgm_ops``, migration 0028), the runs of the chunk's
-  text that hold a digit: a token lies inside one such run, so ``identifier_text ILIKE '%token%'`` holds
-  exactly when ``text ILIKE '%token%'`` does, and the index is a fraction of one over the whole text
-  (91 of 483 characters of a debian episode), which made writing chunks much cheaper (bench/RESULTS.md,
-  session 19). ``ILIKE``, not pg_trgm similarity: similarity alone ignores punctuation, so
-  ``2.36-9+deb12u4`` would also match ``2.36-9+deb12u3``. A query
-  without such a token does not run the ranking (a whole sentence's trigrams cost 84 ms p50 at 1M chunks,
-  issue 15). Matches are ordered by the number of tokens found, then by ``word_similarity(query, text)``,
-  then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s per sentence-long query on the
-  10k-chunk docs vault).
+  are looked up in ``identifier_text`` (GIN ``gin_trgm_ops``, migration 0028), a generated column holding
+  the runs of the chunk's text that hold a digit: a token lies inside one such run, so
+  ``identifier_text ILIKE '%token%'`` holds exactly when ``text ILIKE '%token%'`` does, and its index is a
+  fraction of one over the whole text (78 of 561 characters per chunk on the debian episodes and the docs
+  vault), which made writing a chunk 2.3x cheaper (bench/RESULTS.md, session 19). ``ILIKE``, not pg_trgm
+  similarity: similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match
+  ``2.36-9+deb12u3``. A query without such a token does not run the ranking (a whole sentence's trigrams
+  cost 84 ms p50 at 1M chunks, issue 15). Matches are ordered by the number of tokens found, then by
+  ``word_similarity(query, text)``, then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s
+  per sentence-long query on the 10k-chunk docs vault). An expression index over the same runs instead of
+  the stored column was measured and rejected: the trigram matches are rechecked on the heap, and each
+  recheck computed the runs again (p50 10.7 against 2.3 ms, p95 178 against 12; bench/RESULTS.md).
 
 Every ranking returns `Candidate` rows (row id, key and score), not the chunk's columns; the rows of the
 candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).

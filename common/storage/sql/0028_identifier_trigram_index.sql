@@ -5,12 +5,15 @@
 -- characters below (a subset of what Python's str.split() splits on), and that run then holds a digit too,
 -- so `identifier_text ILIKE '%token%'` is true exactly when `text ILIKE '%token%'` is: the ranking finds the
 -- same rows. `identifier_text` holds those runs of the text that contain a digit, joined by one space
--- (a token holds no space, so it never matches across two runs): on the debian upload episodes 91
--- characters of 483 on average. Maintaining the GIN index over the whole text was most of the cost of
--- writing a chunk: 200 episode chunks took 140 ms with it and 61 ms with the identifier index instead
--- (bench/RESULTS.md, session 19).
+-- (a token holds no space, so it never matches across two runs): 78 characters of 561 on average over the
+-- debian upload episodes and the docs vault. Maintaining the GIN index over the whole text was most of
+-- the cost of writing a chunk: one INSERT of 200 episode chunks took 136 ms with it and 58 ms with this
+-- one (bench/RESULTS.md, session 19, `bench/bench_identifier_index.py`).
 -- The whole-query match of a sentence does not use this index (`ChunkRankings.trigram_candidates`).
--- On an existing table the new column rewrites it and the index build holds a write lock while it runs.
+-- A stored column, not an expression index: the trigram matches are rechecked on the heap, and an expression
+-- index computed the runs again for each recheck (ranking p50 10.7 against 2.3 ms, p95 178 against 12).
+-- Upgrade cost: on an existing table the new column rewrites the table and rebuilds every index of it, the
+-- HNSW index included, under an exclusive lock (a 1M-chunk table is unavailable for that time).
 CREATE OR REPLACE FUNCTION {chunk_identifier_text}(chunk_text text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT coalesce(string_agg(piece, ' '), '')
