@@ -199,9 +199,8 @@ class FactStore:
         ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
 
         Set-based: one multi-row INSERT .. ON CONFLICT (rows in fact_id order, so concurrent writers lock
-        in one order), then one multi-row edge INSERT per predicate for the facts created here, whose
-        property maps the database builds from the rows just written (`GraphEdges.create_fact_edges`);
-        the edges of strengthened facts are rewritten one by one. One edge per fact_id holds under concurrency
+        in one order), then one multi-row edge INSERT per predicate for the facts created here; the edges
+        of strengthened facts are rewritten one by one. One edge per fact_id holds under concurrency
         because only the transaction whose INSERT created the facts row (``xmax = 0``; a concurrent
         inserter of the same fact_id waits for it and then strengthens) creates the edge, in the same
         transaction.
@@ -255,25 +254,16 @@ class FactStore:
             created = bool(record.pop("inserted"))
             row = FactRow(**record)
             written[row.fact_id] = (created, row)
-        new_edges: dict[str, list[str]] = {}  # edge label -> fact_ids created here, in fact_id order
+        new_edges: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
         for created, row in written.values():
             if created:
-                new_edges.setdefault(graph_label("predicate", row.predicate), []).append(row.fact_id)
+                new_edges.setdefault(graph_label("predicate", row.predicate), []).append(
+                    (row.subject_key, row.object_key, row.edge_properties())
+                )
         self.sync_edges(conn, [row for created, row in written.values() if not created])
         namespace = ordered[0].namespace
-        for edge_label, fact_ids in new_edges.items():
-            # The edges' property maps are built from the rows just written, by the database.
-            left_out = self.graph.create_fact_edges(
-                conn, namespace=namespace, edge_label=edge_label, fact_ids=fact_ids
-            )
-            if left_out:  # an end without a recorded vertex id: the path that records it first
-                rows = [written[fact_id][1] for fact_id in left_out]
-                self.graph.create_edges(
-                    conn,
-                    namespace=namespace,
-                    edge_label=edge_label,
-                    edges=[(row.subject_key, row.object_key, row.edge_properties()) for row in rows],
-                )
+        for edge_label, edges in new_edges.items():
+            self.graph.create_edges(conn, namespace=namespace, edge_label=edge_label, edges=edges)
         return [written[fact.fact_id] for fact in facts]
 
     def close(

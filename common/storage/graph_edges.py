@@ -17,7 +17,6 @@ from psycopg import sql
 from common.kernel.identifiers import INTERNAL_EDGES, graph_label
 from common.storage.age_graph import agtype_text
 from common.storage.node_registry import NodeRegistry
-from common.storage.tables import CANONICAL_INSTANT_FUNCTION
 
 LINKS_TO_LABEL = graph_label("internal_edge", "LINKS_TO")
 
@@ -143,53 +142,6 @@ class GraphEdges(NodeRegistry):
             pending = self._without_edges(conn, namespace, edge_label, pending)
             if not pending:
                 return
-
-    def create_fact_edges(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        namespace: str,
-        edge_label: str,
-        fact_ids: list[str],
-    ) -> list[str]:
-        """Creates the edge of each fact of ``fact_ids`` (rows of ``facts`` of ``namespace``, all of the
-        predicate of ``edge_label``, written earlier in the caller's transaction) with one statement; its
-        property map is built by the database from the facts row (``agtype_build_map``; instants through
-        ``memory_canonical_instant``, migration 0029), the same map as ``FactRow.edge_properties``, so no
-        map is built, encoded and sent per edge (issue 15: about a tenth of the ingest service's
-        interpreter time). The ends' vertex ids come from graph_nodes as in `create_edges`.
-
-        Returns:
-            The fact_ids whose edge was not created because an end has no recorded vertex id (a row
-            written before migration 0006, or no node); the caller creates those with `create_edges`.
-        """
-        if not fact_ids:
-            return []
-        self.ensure_label(edge_label, "edge")
-        statement = sql.SQL(
-            "WITH e AS MATERIALIZED (SELECT x.fact_id, x.position,"
-            " (SELECT vertex_id FROM graph_nodes WHERE namespace = f.namespace AND natural_key = f.subject_key)"
-            " AS start_id,"
-            " (SELECT vertex_id FROM graph_nodes WHERE namespace = f.namespace AND natural_key = f.object_key)"
-            " AS end_id,"
-            " ag_catalog.agtype_build_map("
-            "'fact_id', f.fact_id, 'namespace', f.namespace,"
-            " 'observed_at', {canonical}(f.observed_at), 'valid_from', {canonical}(f.valid_from),"
-            " 'valid_to', {canonical}(f.valid_to), 'evidence', f.evidence, 'confidence', f.confidence,"
-            " 'observation_ids', to_jsonb(f.observation_ids)::text::ag_catalog.agtype,"
-            " 'supersedes', f.supersedes, 'superseded_by', f.superseded_by, 'source_path', f.source_path,"
-            " 'scopes', to_jsonb(f.scopes)::text::ag_catalog.agtype, 'origin', f.origin,"
-            " 'attributes', f.attributes::text::ag_catalog.agtype, 'evidence_lost', f.evidence_lost"
-            ") AS properties"
-            " FROM unnest(%(fact_ids)s::text[]) WITH ORDINALITY AS x(fact_id, position)"
-            " JOIN facts AS f ON f.fact_id = x.fact_id AND f.namespace = %(namespace)s),"
-            " created AS (INSERT INTO {table} (start_id, end_id, properties)"
-            " SELECT start_id, end_id, properties FROM e"
-            " WHERE start_id IS NOT NULL AND end_id IS NOT NULL ORDER BY position RETURNING 1)"
-            " SELECT fact_id FROM e WHERE start_id IS NULL OR end_id IS NULL ORDER BY position"
-        ).format(table=self._table(edge_label), canonical=sql.Identifier(CANONICAL_INSTANT_FUNCTION))
-        rows = conn.execute(statement, {"fact_ids": fact_ids, "namespace": namespace}).fetchall()
-        return [str(row[0]) for row in rows]
 
     def _without_edges(
         self,

@@ -10,10 +10,6 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 
-CANONICAL_INSTANT_FUNCTION = "memory_canonical_instant"
-"""The canonical instant in SQL (sql/0029_canonical_instant.sql): one function of the schema, whatever the
-tables are called."""
-
 
 def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
     """Identifiers of the configurable tables and their index names, for `psycopg.sql.SQL.format`."""
@@ -32,7 +28,6 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "memories": "memories",
     }
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
-    identifiers["canonical_instant"] = sql.Identifier(CANONICAL_INSTANT_FUNCTION)
     index_suffixes = {
         "observations_namespace_time_idx": ("observations", "namespace_time_idx"),
         "observations_stream_order_idx": ("observations", "stream_order_idx"),
