@@ -10,8 +10,10 @@ id) and the reads that take the caller's visibility predicate (`keys_with_facts`
 
 from __future__ import annotations
 
+import json
 import re
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -73,6 +75,47 @@ def key_tokens(texts: Iterable[str], *, min_length: int = 3, limit: int = 2000) 
     return list(seen)
 
 
+def _json_text(value: Any) -> str | None:
+    """A value decoded from agtype (a Cypher result) as the JSON text the vertex statement returns."""
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _json_value(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class VertexSummaryCache:
+    """Summary fields of vertices read by `ContextStore.node_summaries`, by vertex id and row version.
+
+    A row version is PostgreSQL's ``xmin`` of the vertex's row: every update of a vertex writes a new row
+    version with the writing transaction's id, so ``(id, xmin)`` names one content of the vertex, on the
+    primary and on its streaming replicas alike (physical replication keeps row versions). Entries hold
+    JSON text (each caller parses its own objects) and the namespace they were read for. At most
+    ``capacity`` entries, the least recently used dropped first; thread-safe.
+    """
+
+    def __init__(self, capacity: int = 20_000) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[str, tuple[str, str, tuple[Any, ...]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def entries(self, vertex_ids: Iterable[str]) -> dict[str, tuple[str, str, tuple[Any, ...]]]:
+        """``(version, namespace, fields)`` of each of ``vertex_ids`` the cache holds (marked as used): the
+        caller keeps them, so an entry dropped meanwhile by another thread is still there for it."""
+        with self._lock:
+            found = {key: self._entries[key] for key in vertex_ids if key in self._entries}
+            for key in found:
+                self._entries.move_to_end(key)
+            return found
+
+    def put(self, vertex_id: str, version: str, namespace: str, fields: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._entries[vertex_id] = (version, namespace, fields)
+            self._entries.move_to_end(vertex_id)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+
 class ContextStore:
     """Read-side queries for retrieval provenance and context compilation."""
 
@@ -84,6 +127,7 @@ class ContextStore:
         self.memories_table = tables["memories"]
         self.chunks_table = tables["chunks"]
         self.queries = Queries.for_settings("context.sql", settings)
+        self.summary_cache = VertexSummaryCache()
 
     def node_summaries(
         self, conn: psycopg.Connection[Any], namespace: str, natural_keys: Sequence[str]
@@ -95,6 +139,12 @@ class ContextStore:
         keys, then one statement reading each vertex by its recorded AGE id from its label's table (the
         label's id index). Only a key whose vertex id is not recorded yet (rows older than migration 0006)
         is looked up by Cypher, one query per label. The node's ``props.content`` is never returned.
+
+        A summary read once is kept by the store (`VertexSummaryCache`) under the vertex's id and row
+        version (``xmin``): the statement then returns only the id and version of a vertex whose version is
+        known, without reading its properties, which for a document hold its whole text (every read
+        detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, bench/RESULTS.md session
+        19). Any write of a vertex gives its row a new version, so a changed node is read again.
         """
         keys = list(dict.fromkeys(natural_keys))
         if not keys:
@@ -111,14 +161,30 @@ class ContextStore:
             types[str(key)] = str(node_type)
         found: list[Sequence[Any]] = []
         if vertex_ids:
-            found.extend(
-                conn.execute(
-                    self._vertex_summaries(list(vertex_ids)), self._vertex_params(vertex_ids, namespace)
-                ).fetchall()
-            )
+            known = self.summary_cache.entries([i for ids in vertex_ids.values() for i in ids])
+            params = self._vertex_params(vertex_ids, namespace)
+            params["known"] = [f"{vertex_id}/{entry[0]}" for vertex_id, entry in known.items()]
+            statement = self._vertex_summaries(list(vertex_ids))
+            for vertex_id, version, *fields in conn.execute(statement, params).fetchall():
+                if fields[0] is None:  # the version the cache holds (the statement matched it): not read
+                    _, read_for, cached = known[str(vertex_id)]
+                    if read_for == namespace:  # a vertex is of one namespace (else, as unread: none)
+                        found.append(cached)
+                    continue
+                found.append(tuple(fields))
+                self.summary_cache.put(str(vertex_id), str(version), namespace, tuple(fields))
         for label, label_keys in legacy.items():
             found.extend(
-                self.graph.cypher(
+                (
+                    key,
+                    title,
+                    source_path,
+                    _json_text(provenance),
+                    _json_text(attributes),
+                    _json_text(pii),
+                    _json_text(pii_categories),
+                )
+                for key, title, source_path, provenance, attributes, pii, pii_categories in self.graph.cypher(
                     conn,
                     f"UNWIND $keys AS key MATCH (n:{checked_label(label)} {{namespace: $namespace, natural_key: key}})"
                     " RETURN [n.natural_key, n.title, n.source_path, n.props.provenance, n.props.attributes,"
@@ -128,7 +194,9 @@ class ContextStore:
             )
         out: dict[str, NodeSummary] = {}
         for item in found:
-            key, title, source_path, provenance, attributes, pii, pii_categories = item
+            key, title, source_path, provenance_text, attributes_text, pii_text, categories_text = item
+            # Parsed anew on every call: each caller gets objects of its own (the cache keeps text).
+            provenance, attributes = _json_value(provenance_text), _json_value(attributes_text)
             out[str(key)] = NodeSummary(
                 natural_key=str(key),
                 node_type=types.get(str(key), ""),
@@ -136,13 +204,17 @@ class ContextStore:
                 source_path=str(source_path or ""),
                 provenance=dict(provenance) if isinstance(provenance, Mapping) else {},
                 attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
-                pii=PiiMarks.from_props({"pii": pii, "pii_categories": pii_categories}),
+                pii=PiiMarks.from_props(
+                    {"pii": _json_value(pii_text), "pii_categories": _json_value(categories_text)}
+                ),
             )
         return out
 
     def _vertex_summaries(self, labels: Sequence[str]) -> sql.Composed:
         """One SQL statement over the label tables of ``labels``: each vertex by its AGE id (the label's
-        id index), its properties as jsonb, the summary fields picked out (no Cypher on the read path).
+        id index) with its row version (``xmin``) and, unless ``%(known)s`` lists that ``id/version``, its
+        properties as jsonb with the summary fields picked out as JSON text (no Cypher on the read path).
+        A known vertex's row comes back with NULL fields and its properties are not read.
 
         ``OFFSET 0`` fences the subquery: without it the planner inlines ``doc`` into each of the eight
         references, and each one detoasts and re-serialises the whole vertex (a document node carries its
@@ -150,14 +222,19 @@ class ContextStore:
         fenced (EXPLAIN ANALYZE, session 6)."""
         parts = [
             sql.SQL(
-                "SELECT (ag_catalog.agtype_out(properties)::text)::jsonb AS doc FROM {} WHERE id = ANY({}::text[]::ag_catalog.graphid[])"
+                "SELECT id::text AS vertex_id, xmin::text AS version,"
+                " CASE WHEN id::text || '/' || xmin::text = ANY(%(known)s::text[]) THEN NULL"
+                " ELSE (ag_catalog.agtype_out(properties)::text)::jsonb END AS doc"
+                " FROM {} WHERE id = ANY({}::text[]::ag_catalog.graphid[])"
             ).format(sql.Identifier(self.graph.graph, checked_label(label)), sql.Placeholder(f"ids_{index}"))
             for index, label in enumerate(labels)
         ]
         return sql.SQL(
-            "SELECT doc ->> 'natural_key', doc ->> 'title', doc ->> 'source_path', doc -> 'props' -> 'provenance',"
-            " doc -> 'props' -> 'attributes', doc -> 'props' -> 'pii', doc -> 'props' -> 'pii_categories'"
-            " FROM (SELECT doc FROM ({}) AS label_rows OFFSET 0) AS vertex WHERE doc ->> 'namespace' = %(namespace)s"
+            "SELECT vertex_id, version, doc ->> 'natural_key', doc ->> 'title', doc ->> 'source_path',"
+            " (doc -> 'props' -> 'provenance')::text, (doc -> 'props' -> 'attributes')::text,"
+            " (doc -> 'props' -> 'pii')::text, (doc -> 'props' -> 'pii_categories')::text"
+            " FROM (SELECT vertex_id, version, doc FROM ({}) AS label_rows OFFSET 0) AS vertex"
+            " WHERE doc IS NULL OR doc ->> 'namespace' = %(namespace)s"
         ).format(sql.SQL(" UNION ALL ").join(parts))
 
     @staticmethod

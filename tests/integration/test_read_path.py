@@ -183,3 +183,50 @@ def test_node_summaries_by_sql_and_for_keys_without_a_recorded_vertex_id(
         assert summary.source_path == f"docs/{key}.md"
         assert summary.provenance == provenance
         assert summary.node_type == "document"
+
+
+def test_node_summaries_are_kept_by_row_version_and_read_again_when_the_node_changes(
+    database: Database, provider: EmbeddingProvider, settings: Settings, namespace: str
+) -> None:
+    """A summary is read once per version of its vertex's row (`VertexSummaryCache`): a second search
+    reads no properties, a re-retained document (a new row version) is read again, and each caller gets
+    objects of its own."""
+    writer = DocumentWriter(database, provider, settings)
+
+    def retain(provenance: dict[str, object]) -> None:
+        writer.retain(
+            RetainInput(
+                namespace=namespace,
+                natural_key="doc:kept",
+                content="# Kept\n\nA document whose summary is kept.",
+                title="Kept",
+                source_path="docs/kept.md",
+                provenance=provenance,
+                pii=True,
+                pii_categories=("email",),
+            )
+        )
+
+    retain({"version": 1, "note": TRICKY})
+    store = ContextStore(settings, GraphStore(database))
+    reads: list[str] = []
+    put = store.summary_cache.put
+    store.summary_cache.put = lambda vertex_id, *rest: (reads.append(vertex_id), put(vertex_id, *rest))[1]  # type: ignore[method-assign]
+    with database.read_connection() as conn:
+        first = store.node_summaries(conn, namespace, ["doc:kept"])["doc:kept"]
+        first.provenance["version"] = "changed by a caller"
+        second = store.node_summaries(conn, namespace, ["doc:kept"])["doc:kept"]
+        elsewhere = store.node_summaries(conn, namespace + "-elsewhere", ["doc:kept"])
+    assert len(reads) == 1  # the second call read no properties
+    assert second.provenance == {"version": 1, "note": TRICKY}
+    assert (second.title, second.source_path, second.pii.pii, second.pii.categories) == (
+        "Kept",
+        "docs/kept.md",
+        True,
+        ("email",),
+    )
+    assert elsewhere == {}
+    retain({"version": 2})
+    with database.read_connection() as conn:
+        changed = store.node_summaries(conn, namespace, ["doc:kept"])["doc:kept"]
+    assert changed.provenance == {"version": 2} and len(reads) == 2
