@@ -215,8 +215,8 @@ def inserts(
 def ranking(
     conn: psycopg.Connection[Any], settings: Settings, indexes: dict[str, str], queries: list[str]
 ) -> dict[str, Any]:
-    table = settings.chunks_table
     """p50/p95 of the trigram ranking per set (module doc) and the queries whose results are equal."""
+    table = settings.chunks_table
     store = ChunkStore(settings)
     where = ChunkFilter(namespace=NAMESPACE)
 

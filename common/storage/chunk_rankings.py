@@ -49,7 +49,8 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   the runs of the chunk's text that hold a digit: a token lies inside one such run, so
   ``identifier_text ILIKE '%token%'`` holds exactly when ``text ILIKE '%token%'`` does, and its index is a
   fraction of one over the whole text (78 of 561 characters per chunk on the debian episodes and the docs
-  vault), which made writing a chunk 2.3x cheaper (bench/RESULTS.md, session 19). ``ILIKE``, not pg_trgm
+  vault): one INSERT of 200 chunks 2.3x faster with the statistics triggers off, a debian load over gRPC
+  16% faster (bench/RESULTS.md, session 19). ``ILIKE``, not pg_trgm
   similarity: similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match
   ``2.36-9+deb12u3``. A query without such a token does not run the ranking (a whole sentence's trigrams
   cost 84 ms p50 at 1M chunks, issue 15). Matches are ordered by the number of tokens found, then by
@@ -407,8 +408,10 @@ class ChunkRankings:
         as a phrase only 165 of 200 vault sentences were found, with the inner words all 200) and then
         checked verbatim with ``strpos(lower(text), lower(query))``, which no index serves; a query
         whose inner words hold no lexeme (stop words only) is looked up by the lexemes of all its words,
-        the first and the last included, and one without any lexeme is not matched whole (no index
-        covers a whole text's trigrams since migration 0028). With custom plans the planner folds that
+        the first and the last included (so it is missed when cut inside one of those), and one without
+        any lexeme is not matched whole (no index covers a whole text's trigrams since migration 0028; a
+        one- or two-word query has no inner words and takes this path, which the presets' minimum of 8
+        words keeps from Search). With custom plans the planner folds that
         choice away. A query
         without such a token (and no whole-query match configured) does not run the ranking. Order: the
         number of tokens found, then the similarity (1.0 for a verbatim whole-query match, otherwise

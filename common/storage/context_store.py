@@ -87,11 +87,15 @@ def _json_value(text: str | None) -> Any:
 class VertexSummaryCache:
     """Summary fields of vertices read by `ContextStore.node_summaries`, by vertex id and row version.
 
-    A row version is PostgreSQL's ``xmin`` of the vertex's row: every update of a vertex writes a new row
-    version with the writing transaction's id, so ``(id, xmin)`` names one content of the vertex, on the
-    primary and on its streaming replicas alike (physical replication keeps row versions). Entries hold
-    JSON text (each caller parses its own objects) and the namespace they were read for. At most
-    ``capacity`` entries, the least recently used dropped first; thread-safe.
+    A row version is ``xmin@server``: PostgreSQL's ``xmin`` of the vertex's row (every committed update of
+    a vertex writes a new row version with the writing transaction's id; a streaming replica holds the same
+    row versions) and the start time of the server that answered (``pg_postmaster_start_time``). The
+    server's part keeps apart what a transaction id named before a point-in-time recovery or on a primary
+    that failed over, where transaction ids are issued again: the restarted server, or the promoted
+    standby, has another start time. Only committed versions are read (the read path's connections write
+    nothing), and vertex ids come from label sequences and are never reused. Entries hold JSON text (each
+    caller parses its own objects) and the namespace they were read for. At most ``capacity`` entries, the
+    least recently used dropped first; thread-safe.
     """
 
     def __init__(self, capacity: int = 20_000) -> None:
@@ -141,8 +145,8 @@ class ContextStore:
         is looked up by Cypher, one query per label. The node's ``props.content`` is never returned.
 
         A summary read once is kept by the store (`VertexSummaryCache`) under the vertex's id and row
-        version (``xmin``): the statement then returns only the id and version of a vertex whose version is
-        known, without reading its properties, which for a document hold its whole text (every read
+        version (``xmin`` and the server's start time): the statement then returns only the id and version
+        of a vertex whose version is known, without reading its properties, which for a document hold its whole text (every read
         detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, bench/RESULTS.md session
         19). Any write of a vertex gives its row a new version, so a changed node is read again.
         """
@@ -161,15 +165,20 @@ class ContextStore:
             types[str(key)] = str(node_type)
         found: list[Sequence[Any]] = []
         if vertex_ids:
-            known = self.summary_cache.entries([i for ids in vertex_ids.values() for i in ids])
+            # Kept summaries of this namespace only; any other is read again (and filtered) by the statement.
+            known = {
+                vertex_id: entry
+                for vertex_id, entry in self.summary_cache.entries(
+                    [i for ids in vertex_ids.values() for i in ids]
+                ).items()
+                if entry[1] == namespace
+            }
             params = self._vertex_params(vertex_ids, namespace)
             params["known"] = [f"{vertex_id}/{entry[0]}" for vertex_id, entry in known.items()]
             statement = self._vertex_summaries(list(vertex_ids))
-            for vertex_id, version, *fields in conn.execute(statement, params).fetchall():
-                if fields[0] is None:  # the version the cache holds (the statement matched it): not read
-                    _, read_for, cached = known[str(vertex_id)]
-                    if read_for == namespace:  # a vertex is of one namespace (else, as unread: none)
-                        found.append(cached)
+            for vertex_id, version, kept, *fields in conn.execute(statement, params).fetchall():
+                if kept:  # the version the cache holds (the statement matched it): its properties unread
+                    found.append(known[str(vertex_id)][2])
                     continue
                 found.append(tuple(fields))
                 self.summary_cache.put(str(vertex_id), str(version), namespace, tuple(fields))
@@ -212,9 +221,10 @@ class ContextStore:
 
     def _vertex_summaries(self, labels: Sequence[str]) -> sql.Composed:
         """One SQL statement over the label tables of ``labels``: each vertex by its AGE id (the label's
-        id index) with its row version (``xmin``) and, unless ``%(known)s`` lists that ``id/version``, its
-        properties as jsonb with the summary fields picked out as JSON text (no Cypher on the read path).
-        A known vertex's row comes back with NULL fields and its properties are not read.
+        id index) with its row version (``xmin@server start``, `VertexSummaryCache`), ``kept`` when
+        ``%(known)s`` lists that ``id/version``, and otherwise its properties as jsonb with the summary
+        fields picked out as JSON text (no Cypher on the read path). A kept vertex's row comes back with
+        NULL fields and its properties are not read.
 
         ``OFFSET 0`` fences the subquery: without it the planner inlines ``doc`` into each of the eight
         references, and each one detoasts and re-serialises the whole vertex (a document node carries its
@@ -222,19 +232,20 @@ class ContextStore:
         fenced (EXPLAIN ANALYZE, session 6)."""
         parts = [
             sql.SQL(
-                "SELECT id::text AS vertex_id, xmin::text AS version,"
-                " CASE WHEN id::text || '/' || xmin::text = ANY(%(known)s::text[]) THEN NULL"
-                " ELSE (ag_catalog.agtype_out(properties)::text)::jsonb END AS doc"
-                " FROM {} WHERE id = ANY({}::text[]::ag_catalog.graphid[])"
+                "SELECT vertex_id, version, vertex_id || '/' || version = ANY(%(known)s::text[]) AS kept, properties"
+                " FROM (SELECT id::text AS vertex_id, xmin::text || '@' || pg_postmaster_start_time()::text AS version,"
+                " properties FROM {} WHERE id = ANY({}::text[]::ag_catalog.graphid[])) AS versions"
             ).format(sql.Identifier(self.graph.graph, checked_label(label)), sql.Placeholder(f"ids_{index}"))
             for index, label in enumerate(labels)
         ]
         return sql.SQL(
-            "SELECT vertex_id, version, doc ->> 'natural_key', doc ->> 'title', doc ->> 'source_path',"
+            "SELECT vertex_id, version, kept, doc ->> 'natural_key', doc ->> 'title', doc ->> 'source_path',"
             " (doc -> 'props' -> 'provenance')::text, (doc -> 'props' -> 'attributes')::text,"
             " (doc -> 'props' -> 'pii')::text, (doc -> 'props' -> 'pii_categories')::text"
-            " FROM (SELECT vertex_id, version, doc FROM ({}) AS label_rows OFFSET 0) AS vertex"
-            " WHERE doc IS NULL OR doc ->> 'namespace' = %(namespace)s"
+            " FROM (SELECT vertex_id, version, kept,"
+            " CASE WHEN kept THEN NULL ELSE (ag_catalog.agtype_out(properties)::text)::jsonb END AS doc"
+            " FROM ({}) AS label_rows OFFSET 0) AS vertex"
+            " WHERE kept OR doc ->> 'namespace' = %(namespace)s"
         ).format(sql.SQL(" UNION ALL ").join(parts))
 
     @staticmethod

@@ -189,8 +189,8 @@ def test_node_summaries_are_kept_by_row_version_and_read_again_when_the_node_cha
     database: Database, provider: EmbeddingProvider, settings: Settings, namespace: str
 ) -> None:
     """A summary is read once per version of its vertex's row (`VertexSummaryCache`): a second search
-    reads no properties, a re-retained document (a new row version) is read again, and each caller gets
-    objects of its own."""
+    reads no properties, a re-retained document (a new row version) is read again, a kept summary serves
+    only the namespace it was read for, and each caller gets objects of its own."""
     writer = DocumentWriter(database, provider, settings)
 
     def retain(provenance: dict[str, object]) -> None:
@@ -226,7 +226,22 @@ def test_node_summaries_are_kept_by_row_version_and_read_again_when_the_node_cha
         ("email",),
     )
     assert elsewhere == {}
+    # A kept summary is only ever used for the namespace it was read for: an entry planted under another
+    # namespace for this very vertex is not served, the vertex is read again.
+    with database.read_connection() as conn:
+        row = conn.execute(
+            "SELECT vertex_id::text FROM graph_nodes WHERE namespace = %s AND natural_key = %s",
+            (namespace, "doc:kept"),
+        ).fetchone()
+    assert row is not None
+    vertex_id = str(row[0])
+    version, _, fields = store.summary_cache.entries([vertex_id])[vertex_id]
+    foreign = (fields[0], "Foreign", *fields[2:3], '{"version": "foreign"}', *fields[4:])
+    put(vertex_id, version, namespace + "-other", foreign)  # not counted as a read
+    with database.read_connection() as conn:
+        again = store.node_summaries(conn, namespace, ["doc:kept"])["doc:kept"]
+    assert (again.title, again.provenance) == ("Kept", {"version": 1, "note": TRICKY}) and len(reads) == 2
     retain({"version": 2})
     with database.read_connection() as conn:
         changed = store.node_summaries(conn, namespace, ["doc:kept"])["doc:kept"]
-    assert changed.provenance == {"version": 2} and len(reads) == 2
+    assert changed.provenance == {"version": 2} and len(reads) == 3

@@ -10,6 +10,8 @@
 -- the cost of writing a chunk: one INSERT of 200 episode chunks took 136 ms with it and 58 ms with this
 -- one (bench/RESULTS.md, session 19, `bench/bench_identifier_index.py`).
 -- The whole-query match of a sentence does not use this index (`ChunkRankings.trigram_candidates`).
+-- The pattern is an escape string (E'...', backslashes doubled): a SQL function's body is parsed when it
+-- runs, and with standard_conforming_strings off a plain '\v' would be the letter v.
 -- A stored column, not an expression index: the trigram matches are rechecked on the heap, and an expression
 -- index computed the runs again for each recheck (ranking p50 10.7 against 2.3 ms, p95 178 against 12).
 -- Upgrade cost: on an existing table the new column rewrites the table and rebuilds every index of it, the
@@ -17,7 +19,7 @@
 CREATE OR REPLACE FUNCTION {chunk_identifier_text}(chunk_text text) RETURNS text
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT coalesce(string_agg(piece, ' '), '')
-    FROM regexp_split_to_table(chunk_text, '[ \t\n\r\f\v]+') AS piece
+    FROM regexp_split_to_table(chunk_text, E'[ \\t\\n\\r\\f\\v]+') AS piece
     WHERE piece ~ '[0-9]'
 $$;
 ALTER TABLE {chunks} ADD COLUMN IF NOT EXISTS identifier_text text
