@@ -37,6 +37,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from bench.bench_lexical_indexes import copy_rows
 from bench.run_bench import fresh_database, percentiles
 from bench.scale_arms import RecordingCursor
 from bench.service_results import append_entry, heading, load_average, machine, write_json
@@ -81,15 +82,6 @@ def vault_chunks(settings: Settings) -> list[tuple[str, int, str, str]]:
         for chunk in chunk_markdown(body, settings.chunk_max_chars):
             rows.append((f"doc:{path.relative_to(CORPORA)}", chunk.order, chunk.heading, chunk.text))
     return rows
-
-
-def write_rows(conn: psycopg.Connection[Any], table: str, rows: list[tuple[str, int, str, str]]) -> None:
-    statement = sql.SQL("COPY {} (namespace, node_key, chunk_order, heading, text) FROM STDIN").format(
-        sql.Identifier(table)
-    )
-    with conn.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row((NAMESPACE, *row))
 
 
 def probes(lines: list[dict[str, Any]], vault: list[tuple[str, int, str, str]], count: int) -> list[str]:
@@ -139,7 +131,11 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SET jit = off")
             started = time.perf_counter()
-            write_rows(conn, table, debian + vault)
+            copy_rows(
+                conn,
+                table,
+                [(NAMESPACE, key, order, "", head, text) for key, order, head, text in debian + vault],
+            )
             results["rows"] = {"debian_episode_chunks": len(debian), "vault_chunks": len(vault)}
             results["load_s"] = round(time.perf_counter() - started, 1)
             conn.execute(
