@@ -16,9 +16,14 @@ Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped 
 
 Results: printed, written to bench/results/vault-<UTC time>.json, appended to bench/RESULTS.md.
 
-Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]`` (``--every``
-measures a sample: every N-th file in path order) (the database must
-be up: ``make db``).
+With ``--base-root DIR`` (another checkout, e.g. a ``git worktree`` of an older commit) the service of that
+tree ingests the vault too, the trees alternating per round (``--rounds N``), each into a new namespace;
+the floor is this tree's model. The report's first row is this tree's first ingest; every ingest is
+listed with its tree's commit.
+
+Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]
+[--base-root DIR] [--rounds N]`` (``--every`` measures a sample: every N-th file in path order) (the
+database must be up: ``make db``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import grpc
 from memory.v1 import vault_service_pb2_grpc
 
 from bench.run_bench import run_in_database, services
-from bench.service_results import append_entry, heading, load_average, machine, write_json
+from bench.service_results import append_entry, heading, load_average, machine, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -82,26 +87,16 @@ def floor(provider: Any, texts: list[list[str]]) -> dict[str, float]:
     }
 
 
-def run(arguments: argparse.Namespace, stamp: str) -> int:
-    settings = Settings()
-    source = directory_documents(VAULT)
-    if arguments.every > 1:  # a sample spread over the whole vault (every n-th file in path order)
-        source = VaultSource(source.documents[:: arguments.every], source=source.source)
-    texts = chunk_texts(source, settings)
-    provider = build_embedding_provider(settings)
-    provider.encode_passages(["warm-up"])
-    results: dict[str, Any] = {
-        "time": stamp,
-        "machine": machine(),
-        "note": arguments.note,
-        "documents": len(source.documents),
-    }
-    results["floor_before"] = floor(provider, texts)
-    print("floor before", results["floor_before"], flush=True)
+def ingest_twice(source: VaultSource, root: Path) -> dict[str, Any]:
+    """The vault sent twice to a fresh ``cb serve ingest`` of the checkout at ``root`` (into a new namespace):
+    ``full`` (every document new) and ``unchanged`` (the same stream again), each with its figures."""
     namespace = "bench-vault-" + uuid.uuid4().hex[:8]
-    with services() as (ingest_address, _), grpc.insecure_channel(ingest_address) as channel:
+    runs: dict[str, Any] = {"commit": tree_commit(root)}
+    with (
+        services(root=root, kinds=("ingest",)) as (ingest_address, _),
+        grpc.insecure_channel(ingest_address) as channel,
+    ):
         stub = vault_service_pb2_grpc.VaultServiceStub(channel)
-        runs = {}
         for name in ("full", "unchanged"):
             load = load_average()
             start = time.perf_counter()
@@ -120,10 +115,39 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 "load_before": load,
                 "load_after": load_average(),
             }
-            print(name, runs[name], flush=True)
+            print(root.name, name, runs[name], flush=True)
+    return runs
+
+
+def run(arguments: argparse.Namespace, stamp: str) -> int:
+    settings = Settings()
+    source = directory_documents(VAULT)
+    if arguments.every > 1:  # a sample spread over the whole vault (every n-th file in path order)
+        source = VaultSource(source.documents[:: arguments.every], source=source.source)
+    texts = chunk_texts(source, settings)
+    provider = build_embedding_provider(settings)
+    provider.encode_passages(["warm-up"])
+    results: dict[str, Any] = {
+        "time": stamp,
+        "machine": machine(),
+        "note": arguments.note,
+        "documents": len(source.documents),
+    }
+    results["floor_before"] = floor(provider, texts)
+    print("floor before", results["floor_before"], flush=True)
+    variants = [("this", ROOT)]
+    if arguments.base_root:
+        variants.append(("base", Path(arguments.base_root).resolve()))
+    ingests: list[dict[str, Any]] = []
+    for round_ in range(1, arguments.rounds + 1):
+        # the order alternates per round, so neither tree always meets the larger table
+        for name, root in variants if round_ % 2 else list(reversed(variants)):
+            ingests.append({"variant": name, "round": round_, **ingest_twice(source, root)})
+    runs = {"full": ingests[0]["full"], "unchanged": ingests[0]["unchanged"]}
     results["floor_after"] = floor(provider, texts)
     print("floor after", results["floor_after"], flush=True)
     results.update(runs)
+    results["ingests"] = ingests
     floor_rate = (results["floor_before"]["per_second"] + results["floor_after"]["per_second"]) / 2
     results["ratio_to_floor"] = round(runs["full"]["chunks_per_second"] / floor_rate, 3)
     write_json(results, prefix="vault")
@@ -158,6 +182,24 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f" {unchanged['seconds']} s | {unchanged['load_before']} -> {unchanged['load_after']} |"
         ),
     ]
+    if len(ingests) > 1:
+        lines += [
+            "",
+            (
+                "Every full ingest of the run (`--rounds`, `--base-root`: trees alternating, each into a new namespace"
+                " of the run's database):"
+            ),
+            "",
+            "| round | tree (commit) | full ingest s | chunks/s | unchanged re-run s | load avg (1 min) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for ingest in ingests:
+            full_run = ingest["full"]
+            lines.append(
+                f"| {ingest['round']} | {ingest['variant']} ({ingest['commit']}) | {full_run['seconds']} |"
+                f" {full_run['chunks_per_second']} | {ingest['unchanged']['seconds']} |"
+                f" {full_run['load_before']} -> {full_run['load_after']} |"
+            )
     append_entry(lines)
     print("\n".join(lines))
     return 0
@@ -166,6 +208,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description="Vault ingest benchmark (see the module doc).")
     parser.add_argument("--note", default="", help="a line added to the entry")
+    parser.add_argument(
+        "--base-root", default="", help="another checkout whose service is measured too, alternating (A/B)"
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="full ingests per tree (default 1)")
     parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
     parser.add_argument(
         "--every", type=int, default=1, help="only every n-th file of the vault (default 1: the whole vault)"
