@@ -3,7 +3,10 @@ error details."""
 
 from __future__ import annotations
 
-from memory.v1 import observation_service_pb2
+import pytest
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from memory.v1 import memory_service_pb2, observation_service_pb2
 
 from common.grpc.proto_mapping import json_form
 from common.grpc.request_checks import request_violations
@@ -31,6 +34,53 @@ def test_json_form_marks_out_of_range_timestamps_per_path() -> None:
     assert [path for path, _ in found] == ["occurred_at", "assertions[0].fact.valid_to"]
     # The batch items are left to their validators; the rest of the request is checked.
     assert request_violations(request) == []
+
+
+def _observation_with_data(data: dict[str, object]) -> Message:
+    observation = observation_service_pb2.RecordObservationsRequest().observations.add()
+    observation.observation_id = "o-1"
+    observation.occurred_at.seconds = 1_700_000_000
+    observation.data.update(data)
+    return observation
+
+
+def _memory_with_ttl(seconds: int, nanos: int = 0) -> Message:
+    memory = memory_service_pb2.NewMemory()
+    memory.ttl.seconds, memory.ttl.nanos = seconds, nanos
+    return memory
+
+
+def _update_with_mask(path: str) -> Message:
+    update = memory_service_pb2.UpdateMemoryRequest()
+    update.update_mask.paths.append(path)
+    return update
+
+
+@pytest.mark.parametrize(
+    ("message", "path"),
+    [
+        (_observation_with_data({"a": float("nan")}), "data.a"),
+        (_observation_with_data({"a": [1, {"b": float("-inf")}]}), "data.a[1].b"),
+        (_memory_with_ttl(315_576_000_001), "ttl"),
+        (_memory_with_ttl(1, -5), "ttl"),
+        (_update_with_mask("fooBar"), "update_mask"),
+    ],
+)
+def test_json_form_walks_only_what_json_format_refuses(message: Message, path: str) -> None:
+    """json_form prints a message with json_format alone and walks it only when json_format raises: every kind of value the walk clears must make json_format raise, or the walk would be
+    skipped for it (the Timestamp case is the test above)."""
+    with pytest.raises((ValueError, json_format.Error)):
+        json_format.MessageToDict(message, preserving_proto_field_name=True)
+    _form, found = json_form(message)
+    assert [found_path for found_path, _ in found] == [path]
+
+
+def test_json_form_of_a_valid_message_is_json_formats() -> None:
+    observation = _observation_with_data({"a": 1.5, "b": ["x", {"c": None}]})
+    assert json_form(observation) == (
+        json_format.MessageToDict(observation, preserving_proto_field_name=True),
+        [],
+    )
 
 
 def test_bad_request_is_bounded_with_a_count() -> None:
