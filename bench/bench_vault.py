@@ -88,13 +88,18 @@ def floor(provider: Any, texts: list[list[str]]) -> dict[str, float]:
     }
 
 
-def ingest_twice(source: VaultSource, root: Path) -> dict[str, Any]:
-    """The vault sent twice to a fresh ``cb serve ingest`` of the checkout at ``root`` (into a new namespace):
-    ``full`` (every document new) and ``unchanged`` (the same stream again), each with its figures."""
+def ingest_twice(source: VaultSource, root: Path, database_url: str) -> dict[str, Any]:
+    """The vault sent twice to a fresh ``cb serve ingest`` of the checkout at ``root`` (started with this
+    interpreter, the code of ``root`` first on its path) writing to ``database_url``, into a new
+    namespace: ``full`` (every document new) and ``unchanged`` (the same stream again), each with its
+    figures."""
     namespace = "bench-vault-" + uuid.uuid4().hex[:8]
     runs: dict[str, Any] = {"commit": tree_commit(root)}
     with (
-        services(root=root, kinds=("ingest",)) as (ingest_address, _),
+        services(root=root, kinds=("ingest",), extra_env={"CB_DATABASE_URL": database_url}) as (
+            ingest_address,
+            _,
+        ),
         grpc.insecure_channel(ingest_address) as channel,
     ):
         stub = vault_service_pb2_grpc.VaultServiceStub(channel)
@@ -196,8 +201,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         lines += [
             "",
             (
-                "Every full ingest of the run (`--rounds`, `--base-root`: trees alternating, each into a new namespace"
-                " of the run's database):"
+                "Every full ingest of the run (`--rounds`, `--base-root`: trees alternating, each into an empty"
+                " database of its own):"
             ),
             "",
             "| round | tree (commit) | full ingest s | chunks/s | unchanged re-run s | load avg (1 min) |",
