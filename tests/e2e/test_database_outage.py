@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from google.protobuf import json_format
 from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
@@ -64,6 +65,26 @@ def record(stub: Any, observations: list[knowledge_pb2.Observation]) -> Any:
     )
 
 
+def write_in_progress(database: Database, sender: threading.Thread, timeout: float = 120.0) -> bool:
+    """Waits until another session holds the lock an INSERT into the observations table takes
+    (RowExclusiveLock, held until its transaction ends): the batch's write transaction has begun and not
+    yet ended. False when ``sender`` finished (or ``timeout`` passed) first. Nothing else writes
+    observations meanwhile: the reference batch committed before, and the background embedder writes
+    chunks only."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(database.settings.database_url, autocommit=True) as conn:
+        while sender.is_alive() and time.monotonic() < deadline:
+            held = conn.execute(
+                "SELECT EXISTS (SELECT FROM pg_locks WHERE relation = to_regclass(%s)"
+                " AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid())",
+                (database.settings.observations_table,),
+            ).fetchone()
+            if held and held[0]:
+                return True
+            time.sleep(0.005)
+    return False
+
+
 def test_outage_mid_batch_loses_nothing_and_doubles_nothing(
     ingest_channel: grpc.Channel, ingest_host: Any, database: Database
 ) -> None:
@@ -83,7 +104,9 @@ def test_outage_mid_batch_loses_nothing_and_doubles_nothing(
 
     sender = threading.Thread(target=send)
     sender.start()
-    time.sleep(2.0)  # well inside the batch (1000 observations take several seconds)
+    # Mid-batch: the batch's one write transaction has inserted its observations and is projecting them.
+    # Waiting a fixed time instead (2 s) stopped the database after the commit once ingest got faster.
+    assert write_in_progress(database, sender), "the batch's write transaction was never seen"
     database_down()
     try:
         sender.join(120)
