@@ -146,7 +146,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         variants.append(("base", Path(arguments.base_root).resolve()))
     ingests: list[dict[str, Any]] = []
     for round_ in range(1, arguments.rounds + 1):
-        # the order alternates per round, so neither tree always meets the larger table
+        # the order alternates per round, so neither tree always runs first while the machine drifts
         for name, root in variants if round_ % 2 else list(reversed(variants)):
             if len(variants) == 1 and arguments.rounds == 1:  # the run's database, as before --rounds
                 ingests.append(
