@@ -1,6 +1,6 @@
 """Vault ingest on the real docs vault (issue 11 §4), through gRPC against real service processes.
 
-Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped afterwards):
+Measures, in one run, each ingest in an empty database of its own (dropped afterwards):
 
 * the full vault ingest: the 398 files of ``shared/corpora/docs-vault`` sent by `cb ingest`'s stream
   (`common.tooling.cli.vault_commands.vault_messages`) to ``VaultService.IngestVault`` of a
@@ -17,9 +17,9 @@ Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped 
 Results: printed, written to bench/results/vault-<UTC time>.json, appended to bench/RESULTS.md.
 
 With ``--base-root DIR`` (another checkout, e.g. a ``git worktree`` of an older commit) the service of that
-tree ingests the vault too, the trees alternating per round (``--rounds N``), each into an empty database
-of its own (`run_bench.fresh_database`);
-the floor is this tree's model. The report's first row is this tree's first ingest; every ingest is
+tree ingests the vault too, the trees alternating per round (``--rounds N``). Every ingest runs in an
+empty database of its own (`run_bench.fresh_database`), or with ``--shared-database`` in
+``CB_DATABASE_URL`` itself; the floor is this tree's model. The report's first row is this tree's first ingest; every ingest is
 listed with its tree's commit.
 
 Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]
@@ -148,13 +148,13 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     for round_ in range(1, arguments.rounds + 1):
         # the order alternates per round, so neither tree always runs first while the machine drifts
         for name, root in variants if round_ % 2 else list(reversed(variants)):
-            if len(variants) == 1 and arguments.rounds == 1:  # the run's database, as before --rounds
+            if arguments.shared_database:  # every ingest next to what CB_DATABASE_URL holds
                 ingests.append(
                     {"variant": name, "round": round_, **ingest_twice(source, root, settings.database_url)}
                 )
                 continue
-            # each ingest of an A/B in an empty database of its own: a later ingest into a fuller table
-            # (its HNSW graph) is slower, 83 against 96 s for the same tree in 045243Z
+            # each ingest in an empty database of its own: a later ingest into a fuller table (its HNSW
+            # graph) is slower, 83 against 96 s for the same tree in 045243Z
             database = f"memory_bench_vault_{stamp.lower()}_{round_}_{name}"
             with fresh_database(settings.database_url, database) as url:
                 ingests.append({"variant": name, "round": round_, **ingest_twice(source, root, url)})
