@@ -7,7 +7,10 @@ is cut into Markdown-aware chunks, each embedded as ``"<title> — <heading>\\n<
 are reported, not an error). `DocumentWriter.put_chunks` stores a pre-chunked document (no original text).
 
 Embedding happens before the transaction, so the transaction only holds rows for the writes; chunks
-whose embedding input did not change reuse their stored vector. One transaction writes the node, its
+whose embedding input did not change reuse their stored vector. A write is three steps,
+`DocumentWriter.prepare_retain` (checks, chunks, the inputs to embed), `DocumentWriter.embed` (one model
+call for any number of prepared documents) and `DocumentWriter.write_prepared` (the transaction), which
+`retain` runs in a row and a vault run overlaps across documents (`ingest_service.vault_ingest`). One transaction writes the node, its
 chunks and its links. Writing the same input twice changes nothing but the node's ``last_seen``: the
 vertex properties are compared by hash (`GraphStore.upsert_node`), equal chunk rows are not rewritten
 (`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten only when the node itself changed
@@ -32,7 +35,7 @@ from common.domain.write_access import WriteAccess
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument
 from common.kernel.pii import PiiMarks
-from common.packs.kind_validation import KindValidator
+from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
@@ -131,6 +134,36 @@ class _PreparedChunk:
     meta: dict[str, Any]
 
 
+@dataclass
+class PreparedDocument:
+    """A document checked and cut into chunks, before the model and the transaction
+    (`DocumentWriter.prepare_retain`, `DocumentWriter.embed`, `DocumentWriter.write_prepared`).
+
+    Attributes:
+        node: the document node to write.
+        chunks: its chunks in order.
+        links: the natural keys it links to (empty for a vault run's document).
+        delete_beyond: chunks of the node beyond these are deleted (Retain), or kept (PutChunks).
+        kinds: the namespace's kind rules (checked already).
+        access: the caller's write access, taken when the document was prepared.
+        inputs: the embedding input of each chunk.
+        missing: the distinct inputs the node holds no vector for (sorted): what the model gets.
+        stored: the node's stored vectors by embedding input (reused).
+        vectors: one float32 vector (512,) per chunk once `DocumentWriter.embed` ran, else None.
+    """
+
+    node: NodeWrite
+    chunks: list[_PreparedChunk]
+    links: list[str]
+    delete_beyond: bool
+    kinds: NamespaceKinds
+    access: WriteAccess
+    inputs: list[str]
+    missing: list[str]
+    stored: dict[str, Any]
+    vectors: list[np.ndarray] | None = None
+
+
 class DocumentWriter:
     """Writes documents and their chunks; shared by the DocumentService and observation text fragments.
 
@@ -172,10 +205,28 @@ class DocumentWriter:
             AgentOwnedKey: with ``vault``, the key's node was written through the API.
             Unavailable: the database cannot be reached (nothing was written).
         """
+        pending = self.prepare_retain(request, vault=vault is not None)
+        self.embed([pending])
+        return self.write_prepared(pending, vault=vault)
+
+    def prepare_retain(self, request: RetainInput, *, vault: bool = False) -> PreparedDocument:
+        """The first step of `retain`, without the model or a write: validates ``request``, checks the
+        node's kind and the caller's scopes, cuts the body into chunks and finds which embedding inputs
+        the node holds no vector for yet. `embed` then fills the vectors (of many documents at once) and
+        `write_prepared` writes the document; `retain` is the three in a row, and a vault run embeds one
+        batch of documents while it writes the one before (`ingest_service.vault_ingest`).
+
+        ``vault``: the document is a vault run's projection (origin ``vault``).
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            Unavailable: the database cannot be reached.
+        """
         node, prepared = self._prepared_retain(request)
-        if vault is not None:
+        if vault:
             node.origin = "vault"
-        return self._write(node, prepared, list(request.links), delete_beyond=True, vault=vault)
+        return self._prepare(node, prepared, list(request.links), delete_beyond=True)
 
     def plan_retain(self, request: RetainInput) -> DocumentResult:
         """What `retain` of ``request`` would write, writing nothing (a dry vault run): the chunks the
@@ -187,20 +238,17 @@ class DocumentWriter:
             InvalidArgument: field violations named like the RetainRequest fields.
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
         """
-        node, prepared = self._prepared_retain(request)
-        WriteAccess.of_caller().require_scopes(node.scopes())
-        inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
-        missing, _ = self._missing_inputs(node.namespace, node.natural_key, inputs)
+        document = self.prepare_retain(request)
         return DocumentResult(
-            natural_key=node.natural_key,
+            natural_key=document.node.natural_key,
             created=False,
             updated=False,
-            chunk_count=len(prepared),
-            chunks_written=len(prepared),
+            chunk_count=len(document.chunks),
+            chunks_written=len(document.chunks),
             chunks_deleted=0,
             linked=(),
             missing_links=(),
-            chunks_embedded=len(missing),
+            chunks_embedded=len(document.missing),
         )
 
     def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[_PreparedChunk]]:
@@ -283,7 +331,11 @@ class DocumentWriter:
         }
         if marks.marked:
             props.update(marks.as_props())
-        return self._write(_document_node(request, props), prepared, list(request.links), delete_beyond=False)
+        pending = self._prepare(
+            _document_node(request, props), prepared, list(request.links), delete_beyond=False
+        )
+        self.embed([pending])
+        return self.write_prepared(pending)
 
     # -- shared ------------------------------------------------------------------------------------
 
@@ -293,19 +345,23 @@ class DocumentWriter:
             node = self.graph.get_node(conn, namespace, natural_key)
         return PiiMarks.from_props((node or {}).get("props"))
 
-    def _embed(
-        self, namespace: str, natural_key: str, title: str, prepared: Sequence[_PreparedChunk]
-    ) -> tuple[list[np.ndarray], int]:
-        """Vectors of the prepared chunks (reused when the node already holds the same embedding input),
-        and how many texts were sent to the encoder."""
-        inputs = [embedding_input(title, chunk.heading, chunk.text) for chunk in prepared]
-        if not inputs:
-            return [], 0
-        missing, stored = self._missing_inputs(namespace, natural_key, inputs)
-        if missing:
-            vectors = self.encoder.encode_passages(missing)
-            stored.update(zip(missing, vectors))
-        return [np.asarray(stored[text], dtype=np.float32) for text in inputs], len(missing)
+    def embed(self, documents: Sequence[PreparedDocument]) -> int:
+        """Fills the vectors of prepared documents: one ``encode_passages`` call for the distinct
+        embedding inputs of all of them that no node holds a vector for; returns how many texts the
+        model got. A document's vectors are filled once (a second call skips it).
+
+        Raises:
+            whatever the encoder raises (no document is changed then).
+        """
+        missing = sorted(
+            {text for document in documents if document.vectors is None for text in document.missing}
+        )
+        vectors = dict(zip(missing, self.encoder.encode_passages(missing))) if missing else {}
+        for document in documents:
+            if document.vectors is None:
+                known = {**document.stored, **vectors}
+                document.vectors = [np.asarray(known[text], dtype=np.float32) for text in document.inputs]
+        return len(missing)
 
     def _missing_inputs(
         self, namespace: str, natural_key: str, inputs: Sequence[str]
@@ -318,15 +374,10 @@ class DocumentWriter:
             stored: dict[str, Any] = dict(self.chunks.existing_embeddings(conn, namespace, natural_key))
         return sorted({text for text in inputs if stored.get(text) is None}), stored
 
-    def _write(
-        self,
-        node: NodeWrite,
-        prepared: list[_PreparedChunk],
-        links: list[str],
-        *,
-        delete_beyond: bool,
-        vault: VaultProjection | None = None,
-    ) -> DocumentResult:
+    def _prepare(
+        self, node: NodeWrite, prepared: list[_PreparedChunk], links: list[str], *, delete_beyond: bool
+    ) -> PreparedDocument:
+        """The checks before the model (kind, write scopes) and the embedding inputs of ``prepared``."""
         kinds = self.kinds.for_namespace(node.namespace)
         if kinds.active:
             # Strict mode: the type must be a base kind or a pack kind, a pack kind's key must fit its
@@ -339,7 +390,34 @@ class DocumentWriter:
         # Write-side visibility scopes (issue 5 §3): only scopes the caller holds; no hidden node overwritten.
         access = WriteAccess.of_caller()
         access.require_scopes(node.scopes())
-        vectors, embedded = self._embed(node.namespace, node.natural_key, node.title, prepared)
+        inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
+        missing, stored = self._missing_inputs(node.namespace, node.natural_key, inputs)
+        return PreparedDocument(node, prepared, links, delete_beyond, kinds, access, inputs, missing, stored)
+
+    def write_prepared(
+        self, document: PreparedDocument, *, vault: VaultProjection | None = None
+    ) -> DocumentResult:
+        """The last step of `retain` (and of `put_chunks`): writes an embedded `PreparedDocument` in one
+        transaction (see the module doc).
+
+        ``vault``: the write is a vault run's projection of the document (`VaultProjection`).
+
+        Raises:
+            ValueError: ``document`` has no vectors yet (`embed` first).
+            FailedPrecondition: the key belongs to a protected audit node.
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
+            AgentOwnedKey: with ``vault``, the key's node was written through the API.
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        if document.vectors is None:
+            raise ValueError("write_prepared: the document has no vectors yet (call embed first)")
+        node, prepared, links, delete_beyond = (
+            document.node,
+            document.chunks,
+            document.links,
+            document.delete_beyond,
+        )
+        kinds, access, embedded = document.kinds, document.access, len(document.missing)
         writes = [
             ChunkWrite(
                 chunk_order=chunk.order,
@@ -348,7 +426,7 @@ class DocumentWriter:
                 embedding=vector,
                 meta=chunk.meta,
             )
-            for chunk, vector in zip(prepared, vectors)
+            for chunk, vector in zip(prepared, document.vectors)
         ]
         now = datetime.now(UTC)
         with self.database.connection() as conn:
@@ -465,4 +543,11 @@ def _chunk_meta(
     return out
 
 
-__all__ = ["AgentOwnedKey", "DocumentResult", "DocumentWriter", "VaultProjection", "strip_front_matter"]
+__all__ = [
+    "AgentOwnedKey",
+    "DocumentResult",
+    "DocumentWriter",
+    "PreparedDocument",
+    "VaultProjection",
+    "strip_front_matter",
+]

@@ -11,7 +11,9 @@ is the specification, this is how it is met.
    (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks marked with the run, the
    journal row in the same transaction). A file whose path, text and
    provenance give the fingerprint journaled for its path, with its node as the vault left it, is
-   *unchanged*: not parsed, chunked or embedded, only marked seen at the end.
+   *unchanged*: not parsed, chunked or embedded, only marked seen at the end. The projected documents
+   are embedded in batches across documents while the batch before them is written
+   (`ingest_service.document_pipeline`), each still in a transaction of its own, in arrival order.
 3. **Links at the end**: the run's documents form a `VaultIndex`; each document's references resolve
    against it, then against the namespace's existing nodes the caller can see (by natural key). Only
    documents whose resolution differs from the journaled one (or whose node was rewritten) get their
@@ -36,6 +38,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from common.domain.audit import AuditTrail
@@ -44,7 +47,14 @@ from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied, Un
 from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
-from ingest_service.documents import AgentOwnedKey, DocumentWriter, VaultProjection
+from ingest_service.document_pipeline import EmbeddingPipeline
+from ingest_service.documents import (
+    AgentOwnedKey,
+    DocumentResult,
+    DocumentWriter,
+    PreparedDocument,
+    VaultProjection,
+)
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.vault_claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault_documents import (
@@ -157,19 +167,22 @@ class VaultIngestor:
             header, report, stored, KeyClaims({key: doc.source_path for key, doc in stored.items()})
         )
         index = 0
-        for batch in batches:
-            for file in batch:
-                if not still_wanted():  # the client went away: stop after the document in hand
-                    raise Unavailable(
-                        f"the client went away after {index} documents; nothing was swept",
-                        reason="STREAM_BROKEN",
-                    )
-                for key, claimants in run.claims.arrive(file.path, index):
-                    self._award(run, key, claimants)
-                self._take(run, file, index)
-                index += 1
-        for key, claimants in run.claims.rest():
-            self._award(run, key, claimants)
+        with EmbeddingPipeline(self.writer, partial(self._write_projection, run)) as run.projections:
+            for batch in batches:
+                for file in batch:
+                    if not still_wanted():  # the client went away: stop after the document in hand
+                        raise Unavailable(
+                            f"the client went away after {index} documents; nothing was swept",
+                            reason="STREAM_BROKEN",
+                        )
+                    for key, claimants in run.claims.arrive(file.path, index):
+                        self._award(run, key, claimants)
+                    self._take(run, file, index)
+                    index += 1
+                run.projections.ship()  # what this message brought is written without waiting for the next
+            for key, claimants in run.claims.rest():
+                self._award(run, key, claimants)
+            run.projections.finish()
         report.documents = [run.outcomes[i] for i in sorted(run.outcomes)]
         rejected = 0
         for outcome in report.documents:
@@ -241,7 +254,7 @@ class VaultIngestor:
         """The first of ``claimants`` (path order) gets ``key`` and is projected; the others lose."""
         winner, *losers = claimants
         losers += run.claims.take(key, winner.path)
-        run.outcomes[winner.index] = self._project(run, winner)
+        self._project(run, winner)
         self._lose(run, key, losers)
 
     def _lose(self, run: _RunState, key: str, claimants: list[Claimant]) -> None:
@@ -251,11 +264,12 @@ class VaultIngestor:
                 claimant.path, key, CONFLICT, detail=conflict_detail(key, claimant.path, owner)
             )
 
-    def _project(self, run: _RunState, claimant: Claimant) -> DocumentOutcome:
-        """Projects one document that got its key (with dry_run: plans it, writing nothing)."""
+    def _project(self, run: _RunState, claimant: Claimant) -> None:
+        """Projects one document that got its key: a dry run plans it (writing nothing) and records its
+        outcome; a run prepares it and hands it to the run's `EmbeddingPipeline`, which embeds it with
+        the documents around it and writes it (`_write_projection` records the outcome then)."""
         parsed, path = claimant.parsed, claimant.path
-        namespace, report, seen, key = run.header.namespace, run.report, run.seen, parsed.retain.natural_key
-        status = CHANGED if key in run.stored else NEW
+        namespace, key = run.header.namespace, parsed.retain.natural_key
         try:
             if run.header.dry_run:
                 with self.database.connection() as conn:
@@ -263,22 +277,46 @@ class VaultIngestor:
                         raise AgentOwnedKey(
                             f"{key!r} was written through the API: the vault leaves it as it is"
                         )
-                result = self.writer.plan_retain(parsed.retain)
+                planned = self.writer.plan_retain(parsed.retain)
             else:
-                journal = self._journal(parsed, report.run_id, claimant.indexed_at)
-                result = self.writer.retain(parsed.retain, vault=VaultProjection(report.run_id, journal))
+                run.projections.add(claimant, self.writer.prepare_retain(parsed.retain, vault=True))
+                return
         except AgentOwnedKey as error:
-            seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
-            return DocumentOutcome(path, key, CONFLICT, detail=error.message)
+            run.seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
+            run.outcomes[claimant.index] = DocumentOutcome(path, key, CONFLICT, detail=error.message)
+            return
         except (InvalidArgument, PermissionDenied, NotFound) as error:
-            detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
-            return DocumentOutcome(path, key, REJECTED, detail=detail)
-        seen[key] = SeenDocument(
+            run.outcomes[claimant.index] = _rejected(path, key, error)
+            return
+        self._projected(run, claimant, planned)
+
+    def _write_projection(self, run: _RunState, claimant: Claimant, document: PreparedDocument) -> None:
+        """Writes one embedded document of the run (called by the run's `EmbeddingPipeline`, in order)."""
+        parsed, path, key = claimant.parsed, claimant.path, claimant.parsed.retain.natural_key
+        journal = self._journal(parsed, run.report.run_id, claimant.indexed_at)
+        try:
+            result = self.writer.write_prepared(document, vault=VaultProjection(run.report.run_id, journal))
+        except AgentOwnedKey as error:
+            run.seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
+            run.outcomes[claimant.index] = DocumentOutcome(path, key, CONFLICT, detail=error.message)
+            return
+        except (InvalidArgument, PermissionDenied, NotFound) as error:
+            run.outcomes[claimant.index] = _rejected(path, key, error)
+            return
+        self._projected(run, claimant, result)
+
+    def _projected(self, run: _RunState, claimant: Claimant, result: DocumentResult) -> None:
+        """Records a document written (or planned, in a dry run) and its outcome."""
+        parsed, key = claimant.parsed, claimant.parsed.retain.natural_key
+        run.seen[key] = SeenDocument(
             parsed.entry, parsed.references, parsed.retain.scopes, owned=True, rewrite=True
         )
-        report.count("chunks_embedded", result.chunks_embedded)
-        report.count("chunks_written", result.chunks_written)
-        return DocumentOutcome(path, key, status, chunk_count=result.chunk_count)
+        run.report.count("chunks_embedded", result.chunks_embedded)
+        run.report.count("chunks_written", result.chunks_written)
+        status = CHANGED if key in run.stored else NEW
+        run.outcomes[claimant.index] = DocumentOutcome(
+            claimant.path, key, status, chunk_count=result.chunk_count
+        )
 
     def _journal(self, parsed: ParsedDocument, run_id: str, indexed_at: datetime) -> Callable[[Any], None]:
         """The journal write of a projected document, run inside its Retain transaction."""
@@ -310,6 +348,7 @@ class _RunState:
     seen: dict[str, SeenDocument] = field(default_factory=dict)
     unchanged: list[str] = field(default_factory=list)
     outcomes: dict[int, DocumentOutcome] = field(default_factory=dict)  # by stream index
+    projections: EmbeddingPipeline[Claimant] = field(init=False)  # set by `VaultIngestor._run`
 
     def __post_init__(self) -> None:
         self.by_path = {doc.source_path: doc for doc in self.stored.values()}
@@ -322,6 +361,12 @@ _COUNTER = {
     CONFLICT: "conflicting",
     REJECTED: "rejected",
 }
+
+
+def _rejected(path: str, key: str, error: InvalidArgument | PermissionDenied | NotFound) -> DocumentOutcome:
+    """The outcome of a document the projection refused."""
+    detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
+    return DocumentOutcome(path, key, REJECTED, detail=detail)
 
 
 def _violations(error: InvalidArgument) -> str:
