@@ -16,7 +16,7 @@ from psycopg import sql
 
 from common.kernel.identifiers import INTERNAL_EDGES, graph_label
 from common.storage.age_graph import agtype_text
-from common.storage.node_registry import NodeRegistry
+from common.storage.node_registry import NodeRegistry, vertex_parameters
 
 LINKS_TO_LABEL = graph_label("internal_edge", "LINKS_TO")
 
@@ -54,14 +54,14 @@ class GraphEdges(NodeRegistry):
         Cypher match with an anonymous end plans across every label)."""
         rows = conn.execute(
             sql.SQL(
-                "WITH v AS (SELECT id FROM {vertices} WHERE properties @> %s::ag_catalog.agtype)"
+                "WITH v AS (SELECT {vertex} AS id)"
                 " SELECT f.predicate, c.relname, count(*) FROM {edges} e JOIN pg_class c ON c.oid = e.tableoid"
                 " JOIN v ON e.start_id = v.id OR e.end_id = v.id"
-                " LEFT JOIN facts f ON f.namespace = %s"
+                " LEFT JOIN facts f ON f.namespace = %(vertex_namespace)s"
                 " AND f.fact_id = (ag_catalog.agtype_out(e.properties)::text)::jsonb ->> 'fact_id'"
                 " GROUP BY f.predicate, c.relname"
-            ).format(vertices=self._table(label), edges=self._table("_ag_label_edge")),
-            (agtype_text({"namespace": namespace, "natural_key": natural_key}), namespace),
+            ).format(vertex=self._vertex_id(label), edges=self._table("_ag_label_edge")),
+            vertex_parameters(namespace, natural_key),
         ).fetchall()
         internal = {graph_label("internal_edge", name): name for name in INTERNAL_EDGES}
         counts: dict[str, int] = {}
@@ -81,10 +81,10 @@ class GraphEdges(NodeRegistry):
         """Makes the LINKS_TO edges of ``source_key`` exactly ``targets`` (natural key -> label)."""
         self.ensure_label(LINKS_TO_LABEL, "edge")
         conn.execute(
-            sql.SQL(
-                "DELETE FROM {} WHERE start_id IN (SELECT id FROM {} WHERE properties @> %s::ag_catalog.agtype)"
-            ).format(self._table(LINKS_TO_LABEL), self._table(source_label)),
-            (agtype_text({"namespace": namespace, "natural_key": source_key}),),
+            sql.SQL("DELETE FROM {} WHERE start_id = {}").format(
+                self._table(LINKS_TO_LABEL), self._vertex_id(source_label)
+            ),
+            vertex_parameters(namespace, source_key),
         )
         self.create_edges(
             conn,

@@ -27,6 +27,7 @@ from psycopg import sql
 from common.kernel.identifiers import canonical_instant, canonical_json, graph_label
 from common.storage.age_graph import agtype_text, checked_label, decode_agtype
 from common.storage.graph_edges import GraphEdges
+from common.storage.node_registry import vertex_parameters
 from common.storage.visibility import EVERYTHING, Visibility
 
 
@@ -370,10 +371,14 @@ class GraphStore(GraphEdges):
         for natural_key, label in rows:
             conn.execute(
                 sql.SQL(
-                    "WITH gone AS (DELETE FROM {vertices} WHERE properties @> %s::ag_catalog.agtype RETURNING id)"
+                    "WITH gone AS (DELETE FROM {vertices} WHERE id = {vertex} RETURNING id)"
                     " DELETE FROM {edges} e USING gone WHERE e.start_id = gone.id OR e.end_id = gone.id"
-                ).format(vertices=self._table(str(label)), edges=self._table("_ag_label_edge")),
-                (agtype_text({"namespace": namespace, "natural_key": natural_key}),),
+                ).format(
+                    vertices=self._table(str(label)),
+                    vertex=self._vertex_id(str(label)),
+                    edges=self._table("_ag_label_edge"),
+                ),
+                vertex_parameters(namespace, str(natural_key)),
             )
             deleted.append(str(natural_key))
         if deleted:
@@ -443,12 +448,14 @@ class GraphStore(GraphEdges):
         return merged
 
     def _replace_vertex(self, conn: psycopg.Connection[Any], label: str, properties: dict[str, Any]) -> None:
-        key = {"namespace": properties["namespace"], "natural_key": properties["natural_key"]}
         conn.execute(
-            sql.SQL(
-                "UPDATE {} SET properties = %s::ag_catalog.agtype WHERE properties @> %s::ag_catalog.agtype"
-            ).format(self._table(label)),
-            (agtype_text(properties), agtype_text(key)),
+            sql.SQL("UPDATE {} SET properties = %(properties)s::ag_catalog.agtype WHERE id = {}").format(
+                self._table(label), self._vertex_id(label)
+            ),
+            {
+                "properties": agtype_text(properties),
+                **vertex_parameters(properties["namespace"], properties["natural_key"]),
+            },
         )
 
 

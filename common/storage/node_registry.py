@@ -23,8 +23,34 @@ from common.storage.age_graph import AgeGraph, agtype_text
 from common.storage.visibility import EVERYTHING, Visibility
 
 
+def vertex_parameters(namespace: str, natural_key: str) -> dict[str, Any]:
+    """The named parameters of `NodeRegistry._vertex_id`'s expression for the vertex of one key."""
+    return {
+        "vertex_namespace": namespace,
+        "vertex_key": natural_key,
+        "vertex_match": agtype_text({"namespace": namespace, "natural_key": natural_key}),
+    }
+
+
 class NodeRegistry(AgeGraph):
     """Look-ups and locks of registry rows; the base of `common.storage.graph_edges.GraphEdges`."""
+
+    def _vertex_id(self, label: str) -> sql.Composed:
+        """The AGE id of one key's vertex in ``label`` as an SQL expression (parameters:
+        `vertex_parameters`): the id its graph_nodes row recorded (a primary-key look-up), else, for a
+        row written before migration 0006, the vertex found by its properties. NULL when there is none.
+
+        Not the look-up by properties alone: the label table holds every namespace's vertices with their
+        full properties (a document's whole text), and for a few hundred documents the planner scans
+        them all rather than use the GIN index: 16.8 ms against 0.25 ms per look-up for the docs vault's
+        398 documents (EXPLAIN ANALYZE, bench/RESULTS.md session 21); with the GIN index the cost still
+        grows with the namespace (the posting list of its name).
+        """
+        return sql.SQL(
+            "COALESCE((SELECT vertex_id FROM graph_nodes WHERE namespace = %(vertex_namespace)s"
+            " AND natural_key = %(vertex_key)s),"
+            " (SELECT id FROM {} WHERE properties @> %(vertex_match)s::ag_catalog.agtype LIMIT 1))"
+        ).format(self._table(label))
 
     def _registered(self, conn: psycopg.Connection[Any], namespace: str, keys: list[str]) -> dict[str, str]:
         """Labels of the registered keys among ``keys``; rows without a ``vertex_id`` (written before

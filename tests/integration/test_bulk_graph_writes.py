@@ -254,3 +254,48 @@ def test_vertex_ids_come_from_each_labels_own_sequence(database: Database, names
     assert len(rows) == 10 and all(same for _, same in rows)
     vertices, edges = graph_counts(database, namespace)
     assert len(vertices) == 10 and len(edges) == 5 and set(edges.values()) == {1}
+
+
+@pytest.mark.parametrize("vertex_ids", ["recorded", "unrecorded"])
+def test_look_ups_of_one_keys_vertex_touch_that_namespaces_vertex_only(
+    database: Database, vertex_ids: str
+) -> None:
+    """The writes that find one key's vertex (`replace_links`, the rewrite of a changed node, `edge_counts`,
+    `delete_nodes`) act on the vertex of that namespace's key, by the id graph_nodes recorded or, for a row
+    written before migration 0006 (``unrecorded``), by its properties; another namespace holding the same
+    keys in the same label tables keeps its vertex, properties and edges."""
+    graph = GraphStore(database)
+    ours, theirs = f"vertex-a-{uuid.uuid4().hex[:8]}", f"vertex-b-{uuid.uuid4().hex[:8]}"
+    keys = ["doc:x", "doc:y", "doc:z"]
+    with database.connection() as conn:
+        for namespace in (ours, theirs):
+            for key in keys:
+                graph.upsert_node(
+                    conn, NodeWrite(namespace, key, "document", props={"content": key}), now=NOW
+                )
+        labels = graph.node_labels(conn, ours, keys)
+        graph.replace_links(
+            conn, theirs, "doc:x", labels["doc:x"], {"doc:y": labels["doc:y"], "doc:z": labels["doc:z"]}
+        )
+        graph.replace_links(conn, ours, "doc:x", labels["doc:x"], {"doc:y": labels["doc:y"]})
+        if vertex_ids == "unrecorded":
+            conn.execute("UPDATE graph_nodes SET vertex_id = NULL WHERE namespace = %s", (ours,))
+        graph.replace_links(conn, ours, "doc:x", labels["doc:x"], {"doc:z": labels["doc:z"]})
+        assert graph.edge_counts(conn, ours, "doc:x", labels["doc:x"]) == {"LINKS_TO": 1}
+        assert graph.edge_counts(conn, ours, "doc:z", labels["doc:z"]) == {"LINKS_TO": 1}
+        assert graph.edge_counts(conn, ours, "doc:y", labels["doc:y"]) == {}
+        assert graph.edge_counts(conn, theirs, "doc:x", labels["doc:x"]) == {"LINKS_TO": 2}
+
+        graph.upsert_node(conn, NodeWrite(ours, "doc:x", "document", props={"content": "changed"}), now=NOW)
+        ours_node, theirs_node = graph.get_node(conn, ours, "doc:x"), graph.get_node(conn, theirs, "doc:x")
+        assert ours_node is not None and ours_node["props"]["content"] == "changed"
+        assert theirs_node is not None and theirs_node["props"]["content"] == "doc:x"
+
+        assert graph.delete_nodes(conn, ours, ["doc:x"]) == ["doc:x"]
+        assert graph.get_node(conn, ours, "doc:x") is None
+        assert graph.edge_counts(conn, ours, "doc:z", labels["doc:z"]) == {}
+        assert graph.edge_counts(conn, theirs, "doc:x", labels["doc:x"]) == {"LINKS_TO": 2}
+    vertices, _ = graph_counts(database, ours)
+    assert vertices == {"doc:y": 1, "doc:z": 1}
+    vertices, _ = graph_counts(database, theirs)
+    assert vertices == {"doc:x": 1, "doc:y": 1, "doc:z": 1}
