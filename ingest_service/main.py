@@ -81,6 +81,7 @@ def create_ingest_host(
         provider,
         batch_size=settings.episode_embedding_batch,
         max_deferral_seconds=settings.episode_embedding_max_deferral_seconds,
+        workers=settings.episode_embedding_workers,
     )
     recorder = ObservationRecorder(
         database, encoder=provider, kinds=kinds, on_pending_embeddings=embedder.wake

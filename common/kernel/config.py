@@ -108,6 +108,9 @@ class Settings(BaseSettings):
         "background", description="background | inline: when episode chunks of observations are embedded"
     )
     episode_embedding_batch: int = Field(128, ge=1, le=4096, description="chunks per background round")
+    episode_embedding_workers: int = Field(
+        2, ge=1, le=16, description="background rounds side by side (one stores while another embeds)"
+    )
     episode_embedding_max_deferral_seconds: float = Field(
         2.0, ge=0, le=3600, description="longest wait of a background round while writes are in flight"
     )

@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -342,3 +342,40 @@ def test_an_id_sent_twice_in_a_batch_is_stored_as_its_first_item(
     assert len(rows) == 1
     assert "turn 1: I went to the support group yesterday" in rows[0][1]
     assert "another text" not in rows[0][1]
+
+
+def test_the_background_threads_take_rounds_side_by_side_without_embedding_a_chunk_twice(
+    own_database: Database, own_recorder: ObservationRecorder, provider: EmbeddingProvider, namespace: str
+) -> None:
+    """`workers` threads drain one backlog: every chunk is filled once (the filled counter rises by the
+    backlog exactly) and more than one thread took a round."""
+    own_recorder.record_batch([turn(namespace, index) for index in range(24)])
+    embedder = EpisodeEmbedder(own_database, provider, batch_size=2, namespace=namespace, workers=3)
+    rounds: dict[str, int] = {}
+    embed_once = embedder.embed_once
+
+    def counted_round() -> int:
+        filled = embed_once()
+        if filled:
+            name = threading.current_thread().name
+            rounds[name] = rounds.get(name, 0) + 1
+        return filled
+
+    embedder.embed_once = counted_round  # type: ignore[method-assign]
+    filled_before = REGISTRY.get_sample_value("memory_embeddings_filled_total") or 0.0
+    embedder.start()
+    try:
+        done = threading.Event()
+        while not done.wait(0.2):  # a wait, not a timed assertion
+            if embedder.backlog(namespace).pending == 0:
+                done.set()
+    finally:
+        embedder.stop()
+    assert (REGISTRY.get_sample_value("memory_embeddings_filled_total") or 0.0) - filled_before == 24
+    assert sum(rounds.values()) == 12 and len(rounds) > 1
+    assert all(not row[2] and row[3] is not None for row in chunk_rows(own_database, namespace))
+
+
+def test_an_embedder_needs_a_worker() -> None:
+    with pytest.raises(ValueError, match="workers"):
+        EpisodeEmbedder(cast(Database, None), cast(EmbeddingProvider, None), workers=0)
