@@ -105,10 +105,10 @@ class EpisodeEmbedder:
         batch_size: chunks per round (one model call, one transaction).
         idle_seconds: sleep of the thread when the backlog is empty; `wake` cuts it short.
         namespace: embed the backlog of this namespace only (None: of every namespace, the service's).
-        busy: True while the service is writing (RecordObservations batches in flight): the thread then
-            defers its next round, for at most ``max_deferral_seconds`` since its last one, so that on a
-            small machine the model does not take the cores from the writes (they are acknowledged
-            sooner, and the backlog is embedded in the gaps and after the load).
+        busy: True while the service is writing (RecordObservations batches in flight): the threads then
+            defer their next round, for at most ``max_deferral_seconds`` since the last one of any
+            thread, so that on a small machine the model does not take the cores from the writes (they
+            are acknowledged sooner, and the backlog is embedded in the gaps and after the load).
         workers: daemon threads taking rounds side by side (`start`); each round claims its own chunks
             (``SKIP LOCKED``), so no chunk is embedded twice.
     """
@@ -140,6 +140,8 @@ class EpisodeEmbedder:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._round_lock = threading.Lock()
+        self._last_round = time.monotonic()  # when the last round of any thread started
 
     def embed_once(self) -> int:
         """One round: claims up to ``batch_size`` pending chunks, embeds and stores them in one
@@ -205,17 +207,22 @@ class EpisodeEmbedder:
             thread.join(timeout)
         self._threads = []
 
+    def _may_start_round(self) -> bool:
+        """False while writes are in flight and a round (of any of the threads) started less than
+        ``max_deferral_seconds`` ago: during a load the threads together take one round per deferral,
+        as one thread would, and side by side only once the writes stop."""
+        with self._round_lock:
+            now = time.monotonic()
+            if self.busy is not None and self.busy() and now - self._last_round < self.max_deferral_seconds:
+                return False
+            self._last_round = now
+            return True
+
     def _run(self) -> None:
-        last_round = time.monotonic()
         while not self._stop.is_set():
-            if (
-                self.busy is not None
-                and self.busy()
-                and time.monotonic() - last_round < self.max_deferral_seconds
-            ):
+            if not self._may_start_round():
                 self._stop.wait(DEFERRAL_POLL_SECONDS)
                 continue
-            last_round = time.monotonic()
             try:
                 filled = self.embed_once()
                 self.backlog(self.namespace)  # the gauge

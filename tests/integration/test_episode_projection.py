@@ -379,3 +379,19 @@ def test_the_background_threads_take_rounds_side_by_side_without_embedding_a_chu
 def test_an_embedder_needs_a_worker() -> None:
     with pytest.raises(ValueError, match="workers"):
         EpisodeEmbedder(cast(Database, None), cast(EmbeddingProvider, None), workers=0)
+
+
+def test_while_writes_are_in_flight_the_threads_together_take_one_round_per_deferral(
+    own_database: Database, provider: EmbeddingProvider
+) -> None:
+    """The deferral counts from the last round of any thread: with writes in flight, a second thread may
+    not start a round right after the first did; once the writes stop, it may."""
+    writing = True
+    embedder = EpisodeEmbedder(
+        own_database, provider, workers=2, busy=lambda: writing, max_deferral_seconds=3600
+    )
+    embedder._last_round -= 7200  # the last round was long ago: the next may start
+    assert embedder._may_start_round()  # one thread's round
+    assert not embedder._may_start_round()  # the other waits: a round started a moment ago
+    writing = False
+    assert embedder._may_start_round()
