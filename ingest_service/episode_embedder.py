@@ -105,12 +105,13 @@ class EpisodeEmbedder:
         batch_size: chunks per round (one model call, one transaction).
         idle_seconds: sleep of the thread when the backlog is empty; `wake` cuts it short.
         namespace: embed the backlog of this namespace only (None: of every namespace, the service's).
-        busy: True while the service is writing (RecordObservations batches in flight): the threads then
-            defer their next round, for at most ``max_deferral_seconds`` since the last one of any
-            thread, so that on a small machine the model does not take the cores from the writes (they
-            are acknowledged sooner, and the backlog is embedded in the gaps and after the load).
-        workers: daemon threads taking rounds side by side (`start`); each round claims its own chunks
-            (``SKIP LOCKED``), so no chunk is embedded twice.
+        busy: True while the service is writing (RecordObservations batches in flight): the next round
+            is then deferred, for at most ``max_deferral_seconds`` since the last one, so that on a
+            small machine the model does not take the cores from the writes (they are acknowledged
+            sooner, and the backlog is embedded in the gaps and after the load).
+        workers: daemon threads taking rounds side by side (`start`) once no write was in flight for
+            ``max_deferral_seconds`` (before that, one round at a time); each round claims its own
+            chunks (``SKIP LOCKED``), so no chunk is embedded twice.
     """
 
     def __init__(
@@ -142,6 +143,8 @@ class EpisodeEmbedder:
         self._threads: list[threading.Thread] = []
         self._round_lock = threading.Lock()
         self._last_round = time.monotonic()  # when the last round of any thread started
+        self._last_busy = float("-inf")  # when writes were last seen in flight
+        self._running = 0  # rounds running now
 
     def embed_once(self) -> int:
         """One round: claims up to ``batch_size`` pending chunks, embeds and stores them in one
@@ -208,15 +211,28 @@ class EpisodeEmbedder:
         self._threads = []
 
     def _may_start_round(self) -> bool:
-        """False while writes are in flight and a round (of any of the threads) started less than
-        ``max_deferral_seconds`` ago: during a load the threads together take one round per deferral,
-        as one thread would, and side by side only once the writes stop."""
+        """Whether a thread may start a round now; if so, counts it as running (`_round_ended`).
+
+        One round at a time, deferred while writes are in flight for at most ``max_deferral_seconds``
+        since the last one started (what a single thread does); a second round side by side only once
+        no write was in flight for ``max_deferral_seconds``, so that during a load the threads together
+        take no more of the cores than one would."""
         with self._round_lock:
             now = time.monotonic()
-            if self.busy is not None and self.busy() and now - self._last_round < self.max_deferral_seconds:
+            busy = self.busy is not None and self.busy()
+            if busy:
+                self._last_busy = now
+            if self._running and now - self._last_busy < self.max_deferral_seconds:
+                return False
+            if busy and now - self._last_round < self.max_deferral_seconds:
                 return False
             self._last_round = now
+            self._running += 1
             return True
+
+    def _round_ended(self) -> None:
+        with self._round_lock:
+            self._running -= 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -230,5 +246,7 @@ class EpisodeEmbedder:
                     continue
             except Exception:  # the database down, the model failing: log, wait, try again
                 log.exception("episode embedder: round failed; retrying in %.1f s", self.idle_seconds)
+            finally:
+                self._round_ended()
             self._wake.wait(self.idle_seconds)
             self._wake.clear()

@@ -381,17 +381,22 @@ def test_an_embedder_needs_a_worker() -> None:
         EpisodeEmbedder(cast(Database, None), cast(EmbeddingProvider, None), workers=0)
 
 
-def test_while_writes_are_in_flight_the_threads_together_take_one_round_per_deferral(
+def test_rounds_run_side_by_side_only_once_writes_stopped_for_a_deferral(
     own_database: Database, provider: EmbeddingProvider
 ) -> None:
-    """The deferral counts from the last round of any thread: with writes in flight, a second thread may
-    not start a round right after the first did; once the writes stop, it may."""
-    writing = True
+    """While writes are in flight the threads take one round at a time, at most one per deferral, as one
+    thread would; side by side only once no write was in flight for a deferral."""
+    clock = {"writing": True}
     embedder = EpisodeEmbedder(
-        own_database, provider, workers=2, busy=lambda: writing, max_deferral_seconds=3600
+        own_database, provider, workers=2, busy=lambda: clock["writing"], max_deferral_seconds=3600
     )
     embedder._last_round -= 7200  # the last round was long ago: the next may start
     assert embedder._may_start_round()  # one thread's round
-    assert not embedder._may_start_round()  # the other waits: a round started a moment ago
-    writing = False
-    assert embedder._may_start_round()
+    assert not embedder._may_start_round()  # not beside it while writes are in flight
+    embedder._round_ended()
+    assert not embedder._may_start_round()  # nor after it: a round started less than a deferral ago
+    clock["writing"] = False
+    assert embedder._may_start_round()  # no write in flight now: the next round starts at once
+    assert not embedder._may_start_round()  # but not beside it: writes were seen a moment ago
+    embedder._last_busy -= 7200  # no write for longer than a deferral
+    assert embedder._may_start_round()  # side by side
