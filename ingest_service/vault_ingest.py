@@ -268,7 +268,7 @@ class VaultIngestor:
         """Projects one document that got its key: a dry run plans it (writing nothing) and records its
         outcome; a run prepares it and hands it to the run's `EmbeddingPipeline`, which embeds it with
         the documents around it and writes it (`_write_projection` records the outcome then)."""
-        parsed, path = claimant.parsed, claimant.path
+        parsed = claimant.parsed
         namespace, key = run.header.namespace, parsed.retain.natural_key
         try:
             if run.header.dry_run:
@@ -281,29 +281,36 @@ class VaultIngestor:
             else:
                 run.projections.add(claimant, self.writer.prepare_retain(parsed.retain, vault=True))
                 return
-        except AgentOwnedKey as error:
-            run.seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
-            run.outcomes[claimant.index] = DocumentOutcome(path, key, CONFLICT, detail=error.message)
-            return
-        except (InvalidArgument, PermissionDenied, NotFound) as error:
-            run.outcomes[claimant.index] = _rejected(path, key, error)
+        except (AgentOwnedKey, InvalidArgument, PermissionDenied, NotFound) as error:
+            self._refused(run, claimant, error)
             return
         self._projected(run, claimant, planned)
 
     def _write_projection(self, run: _RunState, claimant: Claimant, document: PreparedDocument) -> None:
         """Writes one embedded document of the run (called by the run's `EmbeddingPipeline`, in order)."""
-        parsed, path, key = claimant.parsed, claimant.path, claimant.parsed.retain.natural_key
-        journal = self._journal(parsed, run.report.run_id, claimant.indexed_at)
+        journal = self._journal(claimant.parsed, run.report.run_id, claimant.indexed_at)
         try:
             result = self.writer.write_prepared(document, vault=VaultProjection(run.report.run_id, journal))
-        except AgentOwnedKey as error:
+        except (AgentOwnedKey, InvalidArgument, PermissionDenied, NotFound) as error:
+            self._refused(run, claimant, error)
+            return
+        self._projected(run, claimant, result)
+
+    def _refused(
+        self,
+        run: _RunState,
+        claimant: Claimant,
+        error: AgentOwnedKey | InvalidArgument | PermissionDenied | NotFound,
+    ) -> None:
+        """Records a document the projection refused: a key written through the API is a conflict (its
+        links still resolve: the document is seen, not owned), anything else a rejection."""
+        parsed, path, key = claimant.parsed, claimant.path, claimant.parsed.retain.natural_key
+        if isinstance(error, AgentOwnedKey):
             run.seen[key] = SeenDocument(parsed.entry, (), parsed.retain.scopes, owned=False, rewrite=False)
             run.outcomes[claimant.index] = DocumentOutcome(path, key, CONFLICT, detail=error.message)
             return
-        except (InvalidArgument, PermissionDenied, NotFound) as error:
-            run.outcomes[claimant.index] = _rejected(path, key, error)
-            return
-        self._projected(run, claimant, result)
+        detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
+        run.outcomes[claimant.index] = DocumentOutcome(path, key, REJECTED, detail=detail)
 
     def _projected(self, run: _RunState, claimant: Claimant, result: DocumentResult) -> None:
         """Records a document written (or planned, in a dry run) and its outcome."""
@@ -361,12 +368,6 @@ _COUNTER = {
     CONFLICT: "conflicting",
     REJECTED: "rejected",
 }
-
-
-def _rejected(path: str, key: str, error: InvalidArgument | PermissionDenied | NotFound) -> DocumentOutcome:
-    """The outcome of a document the projection refused."""
-    detail = _violations(error) if isinstance(error, InvalidArgument) else error.message
-    return DocumentOutcome(path, key, REJECTED, detail=detail)
 
 
 def _violations(error: InvalidArgument) -> str:
