@@ -10,11 +10,12 @@ Embedding happens before the transaction, so the transaction only holds rows for
 whose embedding input did not change reuse their stored vector. A write is three steps,
 `DocumentWriter.prepare_retain` (checks, chunks, the inputs to embed), `DocumentWriter.embed` (one model
 call for any number of prepared documents) and `DocumentWriter.write_prepared` (the transaction), which
-`retain` runs in a row and a vault run overlaps across documents (`ingest_service.vault_ingest`). One transaction writes the node, its
-chunks and its links. Writing the same input twice changes nothing but the node's ``last_seen``: the
-vertex properties are compared by hash (`GraphStore.upsert_node`), equal chunk rows are not rewritten
-(`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten only when the node itself changed
-(the resolved link targets are part of its properties, ``props.links``).
+`retain` runs in a row and a vault run overlaps across documents (`ingest_service.document_pipeline`).
+One transaction writes the node, its chunks and its links. Writing the same input twice changes nothing
+but the node's ``last_seen``: the vertex properties are compared by hash (`GraphStore.upsert_node`),
+equal chunk rows are not rewritten (`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten
+only when the node itself changed (the resolved link targets are part of its properties,
+``props.links``).
 
 The requests and their validation are in `ingest_service.document_validation`. This module is transport
 free: errors are `common.kernel.errors` exceptions, which the transport maps to status codes.
@@ -149,7 +150,7 @@ class PreparedDocument:
         inputs: the embedding input of each chunk.
         missing: the distinct inputs the node holds no vector for (sorted): what the model gets.
         stored: the node's stored vectors by embedding input (reused).
-        vectors: one float32 vector (512,) per chunk once `DocumentWriter.embed` ran, else None.
+        vectors: one float32 vector (dimension,) per chunk once `DocumentWriter.embed` ran, else None.
     """
 
     node: NodeWrite
