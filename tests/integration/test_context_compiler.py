@@ -4,6 +4,7 @@ a pack through a neighbour, a recent turn, a graph neighbour's fact or the dropp
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -70,8 +71,15 @@ def chat(database: Database, namespace: str, provider: EmbeddingProvider) -> dic
     for index, (speaker, text, scopes) in enumerate(TURNS):  # one call each: the recording order is the order
         (result,) = recorder.record_batch([_turn(namespace, index, speaker, text, scopes)])
         keys[text] = f"episode:{result.observation_id}"
-    EpisodeEmbedder(database, provider, namespace=namespace).drain()
-    assert EpisodeEmbedder(database, provider, namespace=namespace).backlog(namespace).pending == 0
+    embedder = EpisodeEmbedder(database, provider, namespace=namespace)
+    # `drain` stops when nothing is left to claim: a round of another embedder on this database (the
+    # embedder threads of the session's e2e servers) may still hold some of the chunks; wait for it.
+    for _ in range(600):  # a bounded wait (0.1 s steps), not a timed assertion
+        embedder.drain()
+        if embedder.backlog(namespace).pending == 0:
+            break
+        time.sleep(0.1)
+    assert embedder.backlog(namespace).pending == 0
     return keys
 
 
