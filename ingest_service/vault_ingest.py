@@ -8,12 +8,12 @@ is the specification, this is how it is met.
    (`ingest_service.vault_documents`); a key several files name goes to one of them whatever the order
    of the files (`ingest_service.vault_claims`: the journaled file, else the smallest path; the others
    are conflicts, never written); the file that gets its key is projected by the Retain projection
-   (`DocumentWriter.retain` with a `VaultProjection`: origin ``vault``, chunks marked with the run, the
-   journal row in the same transaction). A file whose path, text and
-   provenance give the fingerprint journaled for its path, with its node as the vault left it, is
-   *unchanged*: not parsed, chunked or embedded, only marked seen at the end. The projected documents
-   are embedded in batches across documents while the batch before them is written
-   (`ingest_service.document_pipeline`), each still in a transaction of its own, in arrival order.
+   (`DocumentWriter.prepare_retain`, `embed`, `write_prepared` with a `VaultProjection`: origin
+   ``vault``, chunks marked with the run, the journal row in the same transaction). The projected
+   documents are embedded in batches across documents while the batch before them is written
+   (`ingest_service.document_pipeline`), each still in a transaction of its own, in arrival order. A
+   file whose path, text and provenance give the fingerprint journaled for its path, with its node as
+   the vault left it, is *unchanged*: not parsed, chunked or embedded, only marked seen at the end.
 3. **Links at the end**: the run's documents form a `VaultIndex`; each document's references resolve
    against it, then against the namespace's existing nodes the caller can see (by natural key). Only
    documents whose resolution differs from the journaled one (or whose node was rewritten) get their
