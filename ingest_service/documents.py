@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,13 +35,20 @@ from common.domain.write_access import WriteAccess
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument
 from common.kernel.pii import PiiMarks
-from common.packs.kind_validation import KindValidator, NamespaceKinds
+from common.packs.kind_validation import KindValidator
 from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph_store import GraphStore, NodeWrite
 from common.storage.vault_store import VaultStore
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.chunking import bounded_chunks, chunk_markdown
+from ingest_service.document_model import (
+    AgentOwnedKey,
+    DocumentResult,
+    PreparedChunk,
+    PreparedDocument,
+    VaultProjection,
+)
 from ingest_service.document_validation import (
     PutChunksInput,
     RetainInput,
@@ -61,58 +67,6 @@ DEFAULT_TYPE = "document"
 _FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 
 
-@dataclass(frozen=True)
-class DocumentResult:
-    """Outcome of Retain or PutChunks.
-
-    Attributes:
-        natural_key: the node's key.
-        created: the node did not exist before (a placeholder counts as existing).
-        updated: the node's properties changed (False when the same input was written again).
-        chunk_count: chunks the node has after the write.
-        chunks_written: chunk rows inserted or changed.
-        chunks_deleted: chunk rows removed (Retain of a shorter text).
-        linked: links whose target exists (LINKS_TO edges), in request order.
-        missing_links: links skipped because no such node exists in the namespace.
-        chunks_embedded: chunk texts sent to the embedding model (the others reused a stored vector).
-    """
-
-    natural_key: str
-    created: bool
-    updated: bool
-    chunk_count: int
-    chunks_written: int
-    chunks_deleted: int
-    linked: tuple[str, ...]
-    missing_links: tuple[str, ...]
-    chunks_embedded: int = 0
-
-    @property
-    def unchanged(self) -> bool:
-        """True when the write changed nothing: an existing node with the same properties and no chunk
-        row inserted, changed or removed (the same document sent again; RetainResponse.unchanged)."""
-        return not (self.created or self.updated or self.chunks_written or self.chunks_deleted)
-
-
-@dataclass(frozen=True)
-class VaultProjection:
-    """How a vault run writes a document (`ingest_service.vault_ingest`) instead of an API caller.
-
-    The node gets origin ``"vault"`` and its chunks ``seen_run = run_id``; chunks written through the API
-    on the node are neither overwritten nor deleted; links are left to the end of the run (the run knows
-    all its documents only then), so ``links`` must be empty; a key whose node was written through the
-    API (not a placeholder) is refused with `AgentOwnedKey`; a completed placeholder is claimed for the
-    vault. ``record(conn)`` runs last, in the same transaction (the run's journal of the document).
-    """
-
-    run_id: str
-    record: Callable[[Any], None]
-
-
-class AgentOwnedKey(FailedPrecondition):
-    """A vault run met a key whose node was written through the API: the creator owns it (issue 11 §3)."""
-
-
 def strip_front_matter(content: str) -> str:
     """The body of a Markdown document: ``content`` without a leading YAML front matter block.
 
@@ -125,44 +79,6 @@ def strip_front_matter(content: str) -> str:
 
 
 # -- the writer ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _PreparedChunk:
-    order: int
-    heading: str
-    text: str
-    meta: dict[str, Any]
-
-
-@dataclass
-class PreparedDocument:
-    """A document checked and cut into chunks, before the model and the transaction
-    (`DocumentWriter.prepare_retain`, `DocumentWriter.embed`, `DocumentWriter.write_prepared`).
-
-    Attributes:
-        node: the document node to write.
-        chunks: its chunks in order.
-        links: the natural keys it links to (empty for a vault run's document).
-        delete_beyond: chunks of the node beyond these are deleted (Retain), or kept (PutChunks).
-        kinds: the namespace's kind rules (checked already).
-        access: the caller's write access, taken when the document was prepared.
-        inputs: the embedding input of each chunk.
-        missing: the distinct inputs the node holds no vector for (sorted): what the model gets.
-        stored: the node's stored vectors by embedding input (reused).
-        vectors: one float32 vector (dimension,) per chunk once `DocumentWriter.embed` ran, else None.
-    """
-
-    node: NodeWrite
-    chunks: list[_PreparedChunk]
-    links: list[str]
-    delete_beyond: bool
-    kinds: NamespaceKinds
-    access: WriteAccess
-    inputs: list[str]
-    missing: list[str]
-    stored: dict[str, Any]
-    vectors: list[np.ndarray] | None = None
 
 
 class DocumentWriter:
@@ -252,7 +168,7 @@ class DocumentWriter:
             chunks_embedded=len(document.missing),
         )
 
-    def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[_PreparedChunk]]:
+    def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[PreparedChunk]]:
         """The node (origin ``agent``) and the chunks of a Retain request, validated."""
         validate_retain(request)
         title = request.title or request.natural_key
@@ -269,9 +185,7 @@ class DocumentWriter:
         pieces = bounded_chunks(
             [(chunk.heading, chunk.text) for chunk in chunk_markdown(body, self.settings.chunk_max_chars)]
         )
-        prepared = [
-            _PreparedChunk(order, heading, text, meta) for order, (heading, text) in enumerate(pieces)
-        ]
+        prepared = [PreparedChunk(order, heading, text, meta) for order, (heading, text) in enumerate(pieces)]
         props: dict[str, Any] = {
             "content": request.content,
             "provenance": dict(request.provenance),
@@ -317,7 +231,7 @@ class DocumentWriter:
             )
         )
         prepared = [
-            _PreparedChunk(
+            PreparedChunk(
                 chunk.chunk_order,
                 chunk.heading,
                 chunk.text,
@@ -360,8 +274,10 @@ class DocumentWriter:
         vectors = dict(zip(missing, self.encoder.encode_passages(missing))) if missing else {}
         for document in documents:
             if document.vectors is None:
-                known = {**document.stored, **vectors}
-                document.vectors = [np.asarray(known[text], dtype=np.float32) for text in document.inputs]
+                document.vectors = [
+                    np.asarray(vectors[text] if text in vectors else document.stored[text], dtype=np.float32)
+                    for text in document.inputs
+                ]
         return len(missing)
 
     def _missing_inputs(
@@ -376,7 +292,7 @@ class DocumentWriter:
         return sorted({text for text in inputs if stored.get(text) is None}), stored
 
     def _prepare(
-        self, node: NodeWrite, prepared: list[_PreparedChunk], links: list[str], *, delete_beyond: bool
+        self, node: NodeWrite, prepared: list[PreparedChunk], links: list[str], *, delete_beyond: bool
     ) -> PreparedDocument:
         """The checks before the model (kind, write scopes) and the embedding inputs of ``prepared``."""
         kinds = self.kinds.for_namespace(node.namespace)
@@ -544,11 +460,4 @@ def _chunk_meta(
     return out
 
 
-__all__ = [
-    "AgentOwnedKey",
-    "DocumentResult",
-    "DocumentWriter",
-    "PreparedDocument",
-    "VaultProjection",
-    "strip_front_matter",
-]
+__all__ = ["DocumentWriter", "strip_front_matter"]

@@ -47,14 +47,9 @@ from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied, Un
 from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
+from ingest_service.document_model import AgentOwnedKey, DocumentResult, PreparedDocument, VaultProjection
 from ingest_service.document_pipeline import EmbeddingPipeline
-from ingest_service.documents import (
-    AgentOwnedKey,
-    DocumentResult,
-    DocumentWriter,
-    PreparedDocument,
-    VaultProjection,
-)
+from ingest_service.documents import DocumentWriter
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.vault_claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault_documents import (

@@ -11,8 +11,9 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
+from ingest_service.document_model import PreparedDocument
 from ingest_service.document_pipeline import MAX_BATCHES_IN_FLIGHT, EmbeddingPipeline
-from ingest_service.documents import DocumentWriter, PreparedDocument
+from ingest_service.documents import DocumentWriter
 
 WAIT = 30.0  # seconds: a bound on waits for the other thread, so that a broken pipeline fails, not hangs
 
