@@ -19,8 +19,8 @@ Results: printed, written to bench/results/vault-<UTC time>.json, appended to be
 With ``--base-root DIR`` (another checkout, e.g. a ``git worktree`` of an older commit) the service of that
 tree ingests the vault too, the trees alternating per round (``--rounds N``). Every ingest runs in an
 empty database of its own (`run_bench.fresh_database`), or with ``--shared-database`` in
-``CB_DATABASE_URL`` itself; the floor is this tree's model. The report's first row is this tree's first ingest; every ingest is
-listed with its tree's commit.
+``CB_DATABASE_URL`` itself; the floor is this tree's model. The report's first row is this tree's first
+ingest; every ingest is listed with its tree's commit.
 
 Usage: ``.venv/bin/python bench/bench_vault.py [--note TEXT] [--shared-database] [--every N]
 [--base-root DIR] [--rounds N]`` (``--every`` measures a sample: every N-th file in path order) (the

@@ -33,7 +33,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Generic, TypeVar
 
-from ingest_service.documents import DocumentWriter, PreparedDocument
+from ingest_service.document_model import PreparedDocument
+from ingest_service.documents import DocumentWriter
 
 Tag = TypeVar("Tag")
 
@@ -68,7 +69,6 @@ class EmbeddingPipeline(Generic[Tag]):
         self.write = write
         self.batch_texts = batch_texts
         self._collecting: list[tuple[Tag, PreparedDocument]] = []
-        self._collected_texts = 0
         self._in_flight: deque[Future[None]] = deque()
         self._stop = threading.Event()  # a stage failed, or the caller broke off
         self._model = ThreadPoolExecutor(1, thread_name_prefix="document-embedding")
@@ -82,8 +82,7 @@ class EmbeddingPipeline(Generic[Tag]):
         """
         self._raise_failure()
         self._collecting.append((tag, document))
-        self._collected_texts += len(document.missing)
-        if self._collected_texts >= self.batch_texts:
+        if sum(len(collected.missing) for _, collected in self._collecting) >= self.batch_texts:
             self.ship()
 
     def ship(self) -> None:
@@ -98,7 +97,7 @@ class EmbeddingPipeline(Generic[Tag]):
             return
         while len(self._in_flight) >= MAX_BATCHES_IN_FLIGHT:
             self._wait_oldest()
-        batch, self._collecting, self._collected_texts = self._collecting, [], 0
+        batch, self._collecting = self._collecting, []
         documents = [document for _, document in batch]
         embedded = self._model.submit(contextvars.copy_context().run, self.writer.embed, documents)
         self._in_flight.append(
