@@ -19,7 +19,7 @@ import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -51,6 +51,7 @@ MAX_TOP_K = 100
 DEFAULT_TOP_K = 10
 MAX_QUERY_CHARS = 4000
 MAX_FILTER_ITEMS = 1000
+Ranked = TypeVar("Ranked")  # what one connection's rankings return (`HybridSearcher._ranking`)
 MAX_POOL = 10_000  # every fused candidate (3 rankings of at most `candidates` each)
 
 
@@ -85,7 +86,7 @@ class SearchSettings:
             0.012; bench/RESULTS.md).
             The fuzzy ``<%`` word-similarity filter is not used (~1 s per sentence on the same vault).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
-        concurrent_rankings: run the full-text and trigram rankings on worker threads while the query is
+        concurrent_rankings: run the full-text and trigram rankings on a worker thread while the query is
             embedded and the vector ranking runs (False: one after another on the calling thread, the
             baseline `bench/run_bench.py` measures in the same run).
     """
@@ -256,10 +257,11 @@ def validate_search(query: SearchQuery) -> SearchQuery:
 
 
 class HybridSearcher:
-    """Runs the three rankings concurrently, each on its own pooled connection, and fuses them.
+    """Runs the lexical rankings concurrently with the vector ranking and fuses them.
 
-    The full-text and trigram rankings start at once on the ``arms`` worker threads; the calling thread
-    meanwhile embeds the query and runs the vector ranking; fusion waits for all three. The rankings
+    The full-text and trigram rankings start at once, one after the other on one of the ``arms`` worker
+    threads and one pooled connection; the calling thread meanwhile embeds the query and runs the vector
+    ranking on another; fusion waits for all three. The rankings
     are read-only and independent, so they need no shared transaction (each sees its own snapshot).
     No thread holds a connection while waiting for another one, so a busy pool only queues. The rankings
     return row ids, keys and scores (`Candidate`); after fusion one more connection serves the rest: the
@@ -271,8 +273,8 @@ class HybridSearcher:
         database: the process's database.
         encoder: the embedding provider (``encode_query``).
         settings: a `SearchSettings` (default preset when None).
-        arm_workers: worker threads shared by all searches of this searcher for the text and trigram
-            rankings (each holds one pooled connection while it runs); default: half the pool, >= 2.
+        arm_workers: worker threads shared by all searches of this searcher for the lexical rankings (each
+            holds one pooled connection while it runs); default: half the pool, >= 2.
     """
 
     def __init__(
@@ -294,7 +296,7 @@ class HybridSearcher:
         workers = arm_workers or max(2, database.settings.pool_max_size // 2)
         self.arms = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="search-arm")
 
-    def _ranking(self, arm: Callable[[psycopg.Connection[Any]], list[Candidate]]) -> list[Candidate]:
+    def _ranking(self, arm: Callable[[psycopg.Connection[Any]], Ranked]) -> Ranked:
         # Read-only statements that need no common snapshot: autocommit, no BEGIN/COMMIT round trips.
         with self.database.read_connection() as conn:
             return arm(conn)
@@ -328,25 +330,32 @@ class HybridSearcher:
                 whole_query_chars=config.trigram_max_query_chars,
                 whole_query_min_words=config.trigram_whole_query_min_words,
             )
-        pending: dict[str, Future[list[Candidate]]] = {}
-        if config.concurrent_rankings:
-            # Each arm runs in the caller's context (its consistency token: common.storage.read_routing).
-            pending = {
-                name: self.arms.submit(contextvars.copy_context().run, self._ranking, arm)
-                for name, arm in arms.items()
-            }
+
+        def lexical_rankings(conn: psycopg.Connection[Any]) -> dict[str, list[Candidate]]:
+            return {name: arm(conn) for name, arm in arms.items()}
+
+        # The lexical rankings run one after the other on one worker and one connection: on 2 cores a
+        # worker and a connection each (3 runnable threads and backends beside the embedding) cost 8-10%
+        # more Search latency and 5% more CPU (bench/RESULTS.md, session 22).
+        pending: Future[dict[str, list[Candidate]]] | None = None
+        if config.concurrent_rankings and arms:
+            # It runs in the caller's context (its consistency token: common.storage.read_routing).
+            pending = self.arms.submit(contextvars.copy_context().run, self._ranking, lexical_rankings)
         rankings: dict[str, list[Candidate]] = {}
         try:
             if config.vector_weight:
-                vector = self.encoder.encode_query(query.query)  # meanwhile the text arms run
+                vector = self.encoder.encode_query(query.query)  # meanwhile the lexical rankings run
                 rankings[VECTOR] = self._ranking(
                     lambda conn: self.chunks.vector_candidates(conn, where, vector, limit)
                 )
         except BaseException:
-            wait(pending.values())  # no arm outlives the request; the first error is the one raised
+            if pending is not None:
+                wait([pending])  # no ranking outlives the request; the first error is the one raised
             raise
-        for name, arm in arms.items():
-            rankings[name] = pending[name].result() if name in pending else self._ranking(arm)
+        if pending is not None:
+            rankings.update(pending.result())
+        elif arms:
+            rankings.update(self._ranking(lexical_rankings))
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {
