@@ -335,8 +335,8 @@ class HybridSearcher:
             return {name: arm(conn) for name, arm in arms.items()}
 
         # The lexical rankings run one after the other on one worker and one connection: on 2 cores a
-        # worker and a connection each (3 runnable threads and backends beside the embedding) cost 8-10%
-        # more Search latency and 5% more CPU (bench/RESULTS.md, session 22).
+        # worker and a connection each (3 runnable threads and backends beside the embedding) cost 5-6%
+        # more Search latency over gRPC, 8-10% in process, and 5% more CPU (bench/RESULTS.md, session 22).
         pending: Future[dict[str, list[Candidate]]] | None = None
         if config.concurrent_rankings and arms:
             # It runs in the caller's context (its consistency token: common.storage.read_routing).
