@@ -10,6 +10,7 @@ another test embeds behind their back.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -363,10 +364,10 @@ def test_the_background_threads_take_rounds_side_by_side_without_embedding_a_chu
     embedder.embed_once = counted_round  # type: ignore[method-assign]
     embedder.start()
     try:
-        done = threading.Event()
-        while not done.wait(0.2):  # a wait, not a timed assertion
+        for _ in range(600):  # a bounded wait (0.2 s steps), not a timed assertion: a stall fails below
             if embedder.backlog(namespace).pending == 0:
-                done.set()
+                break
+            time.sleep(0.2)
     finally:
         embedder.stop()
     assert sum(filled_by_thread.values()) == 24
