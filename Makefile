@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval clean
+.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -23,7 +23,7 @@ system-deps:
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ./clients/python -e '.[test]'
+	$(PY) -m pip install -q -e ./clients/python -e '.[test,docs]'
 	@touch $(STAMP)
 
 deps: system-deps $(STAMP)
@@ -113,5 +113,13 @@ bench-retrieval: db
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_retrieval.py --presets documents,conversations,
 
+# The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ (--strict: a broken link or
+# a generated page that fails stops the build); `make docs-serve` serves it at http://127.0.0.1:8000.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(VENV)/bin/mkdocs serve
+
 clean:
-	rm -rf $(VENV) .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin
+	rm -rf $(VENV) site .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin

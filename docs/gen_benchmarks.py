@@ -1,0 +1,299 @@
+"""Generates docs/benchmarks.md from bench/results/*.json at build time.
+
+Every benchmark under bench/ writes one JSON file per run into bench/results/ (``<name>-<UTC time>.json``,
+or one file holding a list of runs). This page shows, for each benchmark, its latest run: the headline
+figures next to the baseline measured in the same run, the machine and its load average, and the plot the
+run drew when there is one. Older runs stay in bench/results/ and in git.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+PAGE = "benchmarks.md"
+STAMP = re.compile(r"-(\d{8}T\d{6}Z)$")
+
+Row = tuple[str, Any, str]  # figure, value, baseline (same run) or ""
+
+
+def get(data: Any, path: str) -> Any:
+    """The value at a dotted path (``table.bm25.mrr``); list indexes as numbers; None when missing."""
+    for part in path.split("|"):
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 10 else f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def pairs(data: Any, spec: list[tuple[str, str, str]]) -> list[Row]:
+    """Rows from (figure, path, baseline path) triples; a missing baseline path is ''."""
+    rows = []
+    for label, path, base in spec:
+        value = get(data, path)
+        if value is not None:
+            baseline = get(data, base) if base else None
+            rows.append((label, value, "" if baseline is None else f"{fmt(baseline)} ({base.replace('|', ' ')})"))
+    return rows
+
+
+def by_variant(runs: list[dict], key: str, this: str, figures: list[tuple[str, str]]) -> list[Row]:
+    """Mean of each figure over the runs of variant ``this`` against the mean over the other variants."""
+    rows = []
+    for label, path in figures:
+        mine = [get(r, path) for r in runs if r.get(key) == this and get(r, path) is not None]
+        other = [get(r, path) for r in runs if r.get(key) != this and get(r, path) is not None]
+        if mine:
+            base_variants = sorted({str(r.get(key)) for r in runs if r.get(key) != this})
+            base = f"{fmt(sum(other) / len(other))} ({', '.join(base_variants)})" if other else ""
+            rows.append((f"{label} ({this}, mean of {len(mine)})", sum(mine) / len(mine), base))
+    return rows
+
+
+def ingest(d: dict) -> list[Row]:
+    runs = d.get("runs", [])
+    variants = [r.get("variant") for r in runs]
+    this = variants[-1] if variants else None
+    rows = by_variant(runs, "variant", this, [
+        ("observations/s over gRPC", "per_second"),
+        ("ratio to the set-based floor", "ratio_to_floor"),
+        ("service CPU s", "cpu_seconds|service"),
+        ("PostgreSQL CPU s", "cpu_seconds|postgres"),
+        ("s until every episode is embedded", "embedding|seconds_until_embedded"),
+    ])
+    return rows
+
+
+def compile_cost(d: dict) -> list[Row]:
+    return by_variant(d.get("runs", []), "tree", "this tree", [
+        ("CPU ms per CompileContext", "cpu_ms_per_compile"),
+        ("SQL statements per compile", "statements_per_compile"),
+        ("in-process p50 ms", "in_process|p50_ms"),
+        ("gRPC p50 ms", "grpc|p50_ms"),
+        ("gRPC p95 ms", "grpc|p95_ms"),
+    ])
+
+
+def scale(d: dict) -> list[Row]:
+    rows = []
+    for state in d.get("states", []):
+        name = f"{state.get('size')} {state.get('layout')}"
+        for rpc in ("search", "compile_context"):
+            for q in ("p50_ms", "p95_ms"):
+                value = get(state, f"{rpc}|this tree|{q}")
+                base = get(state, f"{rpc}|baseline|{q}")
+                if value is not None:
+                    rows.append((f"{name}: {rpc} {q}", value, f"{fmt(base)} (baseline tree)" if base is not None else ""))
+    return rows
+
+
+def context_quality(d: dict) -> list[Row]:
+    rows = []
+    for kind, at in (("search", 10), ("search", 20), ("pack", 1000), ("pack", 2000)):
+        value = get(d, f"table|service_{kind}@{at}|overall|all")
+        if value is not None:
+            base = ", ".join(
+                f"{b} {fmt(get(d, f'table|{b}_{kind}@{at}|overall|all'))}" for b in ("bm25", "dense")
+            )
+            rows.append((f"LoCoMo all@{at} {kind} (% of questions)", value, base))
+    rows += pairs(d, [("Search p50 ms (gRPC)", "search_grpc|p50_ms", ""), ("Search p95 ms (gRPC)", "search_grpc|p95_ms", "")])
+    return rows
+
+
+def retrieval(d: dict) -> list[Row]:
+    rows = []
+    service = next((k for k in d.get("table", {}) if k.startswith("service")), None)
+    for label, key in (("MRR@10", "mrr"), ("nDCG@10", "ndcg"), ("cross-language hit@10", "cross_hit")):
+        value = get(d, f"table|{service}|{key}") if service else None
+        if value is not None:
+            base = ", ".join(f"{b} {fmt(get(d, f'table|{b}|{key}'))}" for b in ("bm25", "dense", "dense+bm25"))
+            rows.append((f"Debian FAQ {label}", value, base))
+    return rows
+
+
+SPECS: dict[str, Callable[[Any], list[Row]]] = {
+    "ingest": ingest,
+    "compile-cost": compile_cost,
+    "scale": scale,
+    "context-quality": context_quality,
+    "retrieval": retrieval,
+    "vault": lambda d: pairs(d, [
+        ("vault ingest chunks/s", "full|chunks_per_second", "floor_after|per_second"),
+        ("unchanged re-run s", "rerun|seconds", ""),
+    ]),
+    "enrichment": lambda d: pairs(d, [
+        ("memories enriched/s", "throughput|per_second", ""),
+        ("ratio to the rule enricher alone", "throughput|ratio_to_floor", ""),
+        ("lag p50 s", "lag|p50_s", ""),
+        ("lag p95 s", "lag|p95_s", ""),
+    ]),
+    "memories": lambda d: pairs(d, [
+        ("AddMemories memories/s", "add|memories_per_s", "add|floor_after_per_s"),
+        ("RecallMemories p50 ms", "recall|recall|p50_ms", "recall|get_memory_floor|p50_ms"),
+        ("RecallMemories p95 ms", "recall|recall|p95_ms", "recall|get_memory_floor|p95_ms"),
+    ]),
+    "search-namespace": lambda d: pairs(d, [
+        ("Search p50 ms (in process)", "p50_ms", ""),
+        ("Search p95 ms (in process)", "p95_ms", ""),
+        ("process CPU ms per Search", "cpu_per_search|process_cpu_ms", ""),
+    ]),
+    "identifier-index": lambda d: pairs(d, [
+        ("trigram ranking p50 ms (identifier_text)", "ranking|identifier|p50_ms", "ranking|text|p50_ms"),
+        ("trigram ranking p95 ms (identifier_text)", "ranking|identifier|p95_ms", "ranking|text|p95_ms"),
+        ("index MB (identifier_text)", "index_mb|identifier", "index_mb|text"),
+        ("queries with the same rows", "ranking|same_rows_and_order", "ranking|queries"),
+    ]),
+    "capacity": lambda d: pairs(d, [
+        ("Search calls/s, 1 process", "runs|Search x1|calls_per_s", ""),
+        ("Search p50 ms, 1 process", "runs|Search x1|p50_ms", ""),
+        ("Search calls/s, 2 processes", "runs|Search x2|calls_per_s", ""),
+        ("CompileContext calls/s, 1 process", "runs|CompileContext x1|calls_per_s", ""),
+    ]),
+    "pack-fitting": lambda d: pairs(d, [
+        ("incremental fit ms @1000 tokens", "figures|incremental@1000|p50_ms", "figures|whole_pack@1000|p50_ms"),
+        ("incremental fit ms @2000 tokens", "figures|incremental@2000|p50_ms", "figures|whole_pack@2000|p50_ms"),
+    ]),
+    "service": lambda d: pairs(d, [
+        ("observations/s (4 in flight)", "observations|per_second", "observations_sequential|per_second"),
+        ("documents chunks/s", "documents|chunks_per_second", ""),
+        ("Search p50 ms (gRPC)", "search_grpc|p50_ms", "search_raw_sql|p50_ms"),
+        ("CompileContext p50 ms (gRPC)", "compile_context_grpc|p50_ms", ""),
+        ("ListFacts p50 ms (gRPC)", "list_facts_grpc|p50_ms", ""),
+    ]),
+}
+
+
+def numeric_leaves(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every number of a run, by path: the fallback for a benchmark without a headline spec."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if key not in ("machine", "time", "at") and "load" not in key:
+                yield from numeric_leaves(value, f"{prefix}{key} · ")
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from numeric_leaves(value, f"{prefix}{i} · ")
+    elif isinstance(data, (int, float)) and not isinstance(data, bool):
+        yield prefix.rstrip(" ·"), data
+
+
+def latest_runs() -> dict[str, tuple[str, dict]]:
+    """The latest run of each benchmark: (its file name, the run)."""
+    runs: dict[str, tuple[str, str, dict]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        match = STAMP.search(path.stem)
+        name = path.stem[: match.start()] if match else path.stem
+        candidates = data if isinstance(data, list) else [data]
+        for run in candidates:
+            stamp = str(run.get("time") or run.get("at") or (match.group(1) if match else ""))
+            stamp = re.sub(r"[-:]|\+00:00$", "", stamp).rstrip("Z") + "Z"
+            if name not in runs or stamp >= runs[name][1]:
+                runs[name] = (path.name, stamp, run)
+    return {name: (file, run) for name, (file, _, run) in sorted(runs.items())}
+
+
+def find_load(run: Any) -> str:
+    """The first load average recorded in a run (1-minute figure), as text."""
+    for key in ("load_average", "load_1m", "loadavg_1m", "load"):
+        value = run.get(key) if isinstance(run, dict) else None
+        if isinstance(value, (int, float)):
+            return fmt(value)
+        if isinstance(value, list) and value and isinstance(value[0], (int, float)):
+            return fmt(value[0])
+        if isinstance(value, dict):
+            first = next((v for v in value.values() if isinstance(v, (int, float))), None)
+            if first is not None:
+                return fmt(first)
+    if isinstance(run, dict):
+        for value in run.values():
+            if isinstance(value, (dict, list)):
+                found = find_load(value) if isinstance(value, dict) else next(
+                    (f for f in (find_load(v) for v in value if isinstance(v, dict)) if f), ""
+                )
+                if found:
+                    return found
+    return ""
+
+
+def machine(run: dict) -> str:
+    m = run.get("machine") or {}
+    if isinstance(m, dict) and m:
+        cpu = m.get("cpu") or m.get("cpu_model") or ""
+        cores = m.get("cores") or m.get("nproc") or m.get("cpus") or ""
+        mem = m.get("memory_gib") or m.get("mem_gib")
+        return f"{cpu} {cores} cores".strip() + (f", {mem} GiB" if mem else "")
+    if "cores" in run:
+        return f"{run['cores']} cores"
+    return "not recorded"
+
+
+def clean_note(note: str) -> str:
+    """A run's note without work-log numbering (the notes were written for the lab notebook)."""
+    note = re.sub(r"^\s*(session \d+\w*( scratch)?|s\d+-[\w-]+)\s*:?\s*", "", note or "")
+    return note.replace("|", "\\|").replace("\n", " ")
+
+
+def plot_for(file: str) -> Path | None:
+    png = RESULTS / (Path(file).stem + ".png")
+    return png if png.exists() else None
+
+
+def main() -> None:
+    out = [
+        "# Benchmarks\n",
+        "The latest run of each benchmark under `bench/`, generated at build time from `bench/results/*.json` "
+        "(each benchmark writes one JSON file per run there; older runs stay in that folder and in git). "
+        "A baseline is what the same run measured for comparison: another code tree, a floor such as the "
+        "model's own speed or a set-based insert, or a reference method such as BM25. The machines are shared "
+        "2-core virtual machines, so read every figure with its load average: a figure at load 20 is not "
+        "comparable to one at load 1. How to run them: [Run the benchmarks](how-to/run-benchmarks.md); "
+        "the decisions they informed: [Decision records](decisions/index.md).\n",
+        "| benchmark | latest run | machine | load (1 min) |\n|---|---|---|---|",
+    ]
+    latest = latest_runs()
+    for name, (file, run) in latest.items():
+        out.append(f"| [{name}](#{name}) | {file} | {machine(run)} | {find_load(run) or '–'} |")
+    out.append("")
+    for name, (file, run) in latest.items():
+        out.append(f"## {name}\n")
+        out.append(f"Run `{file}`; machine: {machine(run)}; load average: {find_load(run) or 'not recorded'}.")
+        note = clean_note(str(run.get("note") or ""))
+        out.append(f"Note of the run: {note}\n" if note else "")
+        spec = SPECS.get(name)
+        rows = spec(run) if spec else []
+        if rows:
+            out.append("| figure | value | baseline in the same run |\n|---|---|---|")
+            out += [f"| {label} | {fmt(value)} | {base} |" for label, value, base in rows]
+        else:
+            out.append("| figure | value |\n|---|---|")
+            out += [f"| {label} | {fmt(value)} |" for label, value in list(numeric_leaves(run))[:40]]
+        out.append("")
+        png = plot_for(file)
+        if png is not None:
+            target = f"assets/bench/{png.name}"
+            with mkdocs_gen_files.open(target, "wb") as image:
+                image.write(png.read_bytes())
+            out.append(f"![{name}: the run's plot]({target})\n")
+    with mkdocs_gen_files.open(PAGE, "w") as page:
+        page.write("\n".join(out) + "\n")
+
+
+main()
