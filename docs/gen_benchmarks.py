@@ -218,8 +218,8 @@ def find_load(run: Any) -> str:
             return fmt(value)
         if isinstance(value, list) and value and isinstance(value[0], (int, float)):
             return fmt(value[0])
-        if isinstance(value, dict):
-            first = next((v for v in value.values() if isinstance(v, (int, float))), None)
+        if isinstance(value, dict):  # e.g. {"start": 13.2, "after_add": 15.3}; not a data set's "load"
+            first = next((v for k, v in value.items() if k in ("start", "before", "load_1m") and isinstance(v, (int, float))), None)
             if first is not None:
                 return fmt(first)
     if isinstance(run, dict):

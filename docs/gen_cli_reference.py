@@ -2,15 +2,16 @@
 
 typer.main.get_command turns the app into its click command tree; each command's help text (Markdown,
 the app's rich_markup_mode), usage and parameters are read from there, so the page is what `cb --help`
-says.
+says. Typer carries its own copy of click, so commands and parameters are told apart by what they have
+(``list_commands``, ``param_type_name``), not by click's classes.
 """
 
 from __future__ import annotations
 
 import importlib
 import io
+from typing import Any
 
-import click
 import mkdocs_gen_files
 import typer.main
 
@@ -24,26 +25,26 @@ def escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def parameter_row(param: click.Parameter, ctx: click.Context) -> str | None:
-    if isinstance(param, click.Option):
-        if param.hidden:
+def parameter_row(param: Any, ctx: Any) -> str | None:
+    if param.param_type_name == "option":
+        if param.hidden or param.name == "help":
             return None
         names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
-        kind = "flag" if param.is_flag else param.type.name
-        default = param.get_default(ctx, call=False) if not param.required else None
+        kind = "flag" if param.is_flag else param.display_type(ctx).strip("<>")
+        default = None if param.required else param.default
         shown = "" if default in (None, "", (), False) or callable(default) else f"`{default}`"
         if param.envvar:
             shown = (shown + " " if shown else "") + f"env `{param.envvar}`"
         return f"| {names} | {kind} | {'yes' if param.required else ''} | {shown} | {escape(param.help or '')} |"
-    if isinstance(param, click.Argument):
-        kind = param.type.name + (" ..." if param.nargs == -1 else "")
+    if param.param_type_name == "argument":
+        kind = param.display_type(ctx).strip("<>") + (" ..." if param.nargs == -1 else "")
         help_text = getattr(param, "help", None) or ""
         return f"| `{param.name.upper()}` | {kind} | {'yes' if param.required else ''} |  | {escape(help_text)} |"
     return None
 
 
-def render(out: io.StringIO, command: click.Command, path: list[str], parent: click.Context | None) -> None:
-    ctx = click.Context(command, info_name=path[-1], parent=parent)
+def render(out: io.StringIO, command: Any, path: list[str], parent: Any) -> None:
+    ctx = command.context_class(command, info_name=path[-1], parent=parent)
     level = "#" * min(len(path) + 1, 4)
     out.write(f"{level} `{' '.join(path)}`\n\n")
     if command.help:
@@ -54,7 +55,7 @@ def render(out: io.StringIO, command: click.Command, path: list[str], parent: cl
     if rows:
         out.write("| parameter | type | required | default | description |\n|---|---|---|---|---|\n")
         out.write("\n".join(rows) + "\n\n")
-    if isinstance(command, click.Group):
+    if hasattr(command, "list_commands"):
         for name in command.list_commands(ctx):
             sub = command.get_command(ctx, name)
             if sub is not None and not sub.hidden:
