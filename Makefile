@@ -85,7 +85,7 @@ go-client:
 	cd $(GO_PATH)/src/memoryservice && GO111MODULE=off GOPATH=$(GO_PATH):/usr/share/gocode GOCACHE=$(CURDIR)/.tools/gocache \
 	  go build -o $(CURDIR)/clients/go/bin/check ./cmd/check
 
-# The layers of ARCHITECTURE.md (import-linter contracts in pyproject.toml).
+# The import layers of docs/explanation/architecture.md (import-linter contracts in pyproject.toml).
 lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 

@@ -67,8 +67,8 @@ class Settings(BaseSettings):
         1,
         ge=1,
         le=256,
-        description="worker processes of `cb serve query` on one port (SO_REUSEPORT, README 'Query worker"
-        " processes'): one Python interpreter lock each; child i serves metrics on query_metrics_port + i;"
+        description="worker processes of `cb serve query` on one port (SO_REUSEPORT, docs/how-to/capacity.md):"
+        " one Python interpreter lock each; child i serves metrics on query_metrics_port + i;"
         " 1 = one process, no port sharing",
     )
 
