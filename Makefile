@@ -116,10 +116,10 @@ bench-retrieval: db
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ (--strict: a broken link or
 # a generated page that fails stops the build); `make docs-serve` serves it at http://127.0.0.1:8000.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs-serve: $(STAMP)
-	$(VENV)/bin/mkdocs serve
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 clean:
 	rm -rf $(VENV) site .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin

@@ -17,7 +17,7 @@ In a fresh database (`run_bench.run_in_database`; the embedded replica replays i
 Reports calls/s in total, per process and per core (this machine's cores, which also run the database,
 its replica and the clients), with p50/p95 latency, the CPU time per call of the query processes and of
 the replica's PostgreSQL processes (from /proc: what a call costs, whatever else runs), and the load
-average; appends to bench/RESULTS.md and
+average; prints the report and writes
 writes bench/results/capacity-<UTC time>.json.
 
 Usage: .venv/bin/python bench/bench_capacity.py [--chunks N] [--clients N] [--seconds S] [--note TEXT]
@@ -59,7 +59,7 @@ from bench.run_bench import (
     percentiles,
     run_in_database,
 )
-from bench.service_results import append_entry, machine, write_json
+from bench.service_results import print_report, machine, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -328,7 +328,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         )
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]
-    append_entry(lines)
+    print_report(lines)
     return 0
 
 

@@ -16,7 +16,7 @@ counts much less.
 
 Usage (one command; the embedded database must be up):
     .venv/bin/python bench/bench_compile_cost.py [--baseline-root DIR] [--rounds 2] [--every 3] [--note TEXT]
-Results: bench/RESULTS.md and bench/results/compile-cost-<UTC time>.json.
+Results: bench/results/compile-cost-<UTC time>.json, and the report printed.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def main() -> int:
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
-    from bench.service_results import append_entry, heading, machine, write_json
+    from bench.service_results import print_report, heading, machine, write_json
 
     started = time.perf_counter()
     prefix = f"cost-{stamp}"
@@ -288,7 +288,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     lines.append(f"Run time {results['run_seconds']} s; database fresh (created for the run).")
     if arguments.note:
         lines.append(f"Note: {arguments.note}")
-    append_entry(lines)
+    print_report(lines)
     print("\n".join(lines))
     return 0
 

@@ -24,7 +24,7 @@ per category and over all of them, with ``all`` (every evidence turn found), ``a
   (``common.text_models.tokenizer.TokenCounter``, one token per line break added);
 - Search and CompileContext latency p50/p95 over all those calls (one client, sequential).
 
-Results are appended to bench/RESULTS.md (figures only, no excerpts) and written as JSON to
+Results are printed (figures only, no excerpts) and written as JSON to
 bench/results/context-quality-<UTC time>.json. Evidence ids are normalised as the corpus README says
 ("D8:6; D9:17" is two ids, "D:11:26" is D11:26, "D30:05" is D30:5; ids that name no turn are dropped).
 
@@ -66,7 +66,7 @@ from memory.v1 import (
 from rank_bm25 import BM25Okapi
 
 from bench.run_bench import load_observations, percentiles, run_in_database, services, wait_for_embeddings
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -340,13 +340,13 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     results["run_seconds"] = round(time.perf_counter() - started, 1)
     write_json(results, prefix="context-quality")
     lines_out = entry(results)
-    append_entry(lines_out)
+    print_report(lines_out)
     print("\n".join(lines_out))
     return 0
 
 
 def entry(results: dict[str, Any]) -> list[str]:
-    """The RESULTS.md entry: all (any / frac) in percent per method and category, tokens, latencies."""
+    """The printed report: all (any / frac) in percent per method and category, tokens, latencies."""
     table = results["table"]
     groups = ["overall", *CATEGORIES.values()]
     ns = {

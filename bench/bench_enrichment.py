@@ -18,7 +18,7 @@ contents of the debian uploads corpus (real changelog texts) added as memories o
   machine's), which leaves out the add's own embedding and commit;
 * the load average (1 min) at each step.
 
-Results: printed, written to bench/results/enrichment-<UTC time>.json, appended to bench/RESULTS.md.
+Results: printed, written to bench/results/enrichment-<UTC time>.json.
 
 Usage: ``.venv/bin/python bench/bench_enrichment.py [--memories N] [--rate R] [--seconds S]
 [--concurrency C] [--note TEXT] [--shared-database]`` (the database must be up: ``make db``).
@@ -44,7 +44,7 @@ import psycopg
 from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from bench.run_bench import UPLOADS, percentiles, run_in_database, services
-from bench.service_results import append_entry, heading, load_average, machine, write_json
+from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from ingest_service.enrichment.language_models import load_models
 from ingest_service.enrichment.model import MemoryText
@@ -235,7 +235,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f" {throughput['add_seconds']} s | {throughput['add_load']} |"
         ),
     ]
-    append_entry(lines)
+    print_report(lines)
     print("\n".join(lines))
     return 0
 

@@ -20,7 +20,7 @@ computation is not charged to it) and is rolled back (catalog changes, untimed).
   the same rows in the same order; the count of queries where they do is reported.
 
 Run: ``.venv/bin/python -m bench.bench_identifier_index [--probes 300] [--note ...]``; JSON in
-bench/results/identifier-index-<time>.json, the tables appended to bench/RESULTS.md.
+bench/results/identifier-index-<time>.json, the tables printed.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from psycopg import sql
 from bench.bench_lexical_indexes import copy_rows
 from bench.run_bench import fresh_database, percentiles
 from bench.scale_arms import RecordingCursor
-from bench.service_results import append_entry, heading, load_average, machine, write_json
+from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import parse_instant
 from common.storage.chunk_rankings import identifier_tokens
@@ -301,7 +301,7 @@ def main() -> int:
     arguments = parser.parse_args()
     results = measure(arguments)
     write_json(results, "identifier-index")
-    append_entry(report(results))
+    print_report(report(results))
     print("\n".join(report(results)))
     return 0
 

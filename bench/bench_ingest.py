@@ -14,9 +14,9 @@ every variant but ``inline``, how long after the load the service reports an emp
 (`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
 then taken off it. Each load runs in a fresh database of its own, dropped after it: in one database,
 loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
-first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
-bench/RESULTS.md session 7); ``--same-database`` runs every load in the run's one database instead.
-Results are appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the
+first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found);
+``--same-database`` runs every load in the run's one database instead.
+Results are printed and written to bench/results/ingest-<UTC time>.json, with the
 load average and the CPU time the service process and the PostgreSQL processes used during each load
 (`bench.service_results.cpu_seconds`).
 
@@ -59,7 +59,7 @@ from bench.run_bench import (
     wait_for_embeddings,
 )
 from bench.service_results import (
-    append_entry,
+    print_report,
     cpu_seconds,
     heading,
     load_average,
@@ -147,7 +147,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         )
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]
-    append_entry(lines)
+    print_report(lines)
     return 0
 
 
@@ -155,7 +155,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
     """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
     after an earlier load and its floor measurement in one database, a load was at times 1.5-2.8x
-    slower, bench/RESULTS.md session 7), or, with ``--same-database``, the run's database itself (every
+    slower, cause not found), or, with ``--same-database``, the run's database itself (every
     load next to the earlier ones; also with ``--shared-database``, which measures next to what that
     database holds)."""
     if arguments.same_database:

@@ -18,7 +18,7 @@ Retain's statement shape: generated ``search_document``, the statistics triggers
 with each set, rolled back, sets interleaved, ``--insert-rounds`` times.
 
 Run: ``.venv/bin/python -m bench.bench_lexical_indexes [--queries 60] [--note ...]``; JSON in
-bench/results/lexical-indexes-<time>.json, the tables appended to bench/RESULTS.md.
+bench/results/lexical-indexes-<time>.json, the tables printed.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from bench.scale_arms import (
     explained,
 )
 from bench.scale_tables import FAQ, droppable_indexes
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
@@ -356,7 +356,7 @@ def main() -> int:
         print("\n".join(report(results)))
         return 0
     write_json(results, prefix="lexical-indexes")
-    append_entry(report(results))
+    print_report(report(results))
     return 0
 
 

@@ -18,7 +18,7 @@ user; scope local/development, no project):
   query's embedding alone (the model floor).
 * the load average (1 min) at each step.
 
-Results: printed, written to bench/results/memories-<UTC time>.json, appended to bench/RESULTS.md.
+Results: printed, written to bench/results/memories-<UTC time>.json.
 
 Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--target N]``.
 """
@@ -46,7 +46,7 @@ from memory.v1 import (
 )
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import append_entry, heading, load_average, machine, write_json
+from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_id
 from common.storage.chunk_store import embedding_input
@@ -231,7 +231,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     write_json(results, prefix="memories")
     add_result, recall = results["add"], results["recall"]
     load = results["load"]
-    append_entry(
+    print_report(
         [
             heading(results),
             "",

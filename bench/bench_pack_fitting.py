@@ -8,7 +8,7 @@ as ``HH:MM speaker: text`` lines in one block per session, 200 per fit (what Com
 a 2000-token budget: ~80 hits, their neighbours and recent turns), scores descending; budgets 1000 and
 2000 tokens. Reports the mean and p95 time per fit in ms and the texts tokenised per fit.
 
-Usage: .venv/bin/python bench/bench_pack_fitting.py [--fits N] [--note TEXT]; appends to bench/RESULTS.md.
+Usage: .venv/bin/python bench/bench_pack_fitting.py [--fits N] [--note TEXT]; writes bench/results/pack-fitting-<UTC time>.json.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.bench_context_quality import DATA, turns_of
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
 from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
@@ -118,7 +118,7 @@ def main() -> int:
         entry.append(f"| {key} | {figures['mean_ms']} | {figures['p95_ms']} | {figures['texts_tokenised']} |")
     if arguments.note:
         entry.append(f"\nNote: {arguments.note}")
-    append_entry(entry)
+    print_report(entry)
     print("\n".join(entry))
     return 0
 

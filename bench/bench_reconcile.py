@@ -16,7 +16,7 @@ Per run: wall seconds, items/s, the counts, the worker's RSS before the first ru
 during each run (``--tracemalloc``, slower). The labels are the bench's own: a run is one long
 transaction, and a writer elsewhere that first touches a label would wait for it. The results, with the
 machine's load average (the machine is shared, figures are taken under load), are printed, appended to
-``bench/results/reconcile.json`` and summarised in ``bench/RESULTS.md``.
+``bench/results/reconcile.json`` and summarised on stdout.
 
 Usage: ``.venv/bin/python bench/bench_reconcile.py [--sizes 10000 100000] [--paths stream unary]``
 (the database must be up: ``make db``).
@@ -50,7 +50,6 @@ from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
 from ingest_service.snapshots import SnapshotReconciler
 
 RESULTS = ROOT / "bench" / "results" / "reconcile.json"
-RESULTS_MD = ROOT / "bench" / "RESULTS.md"
 PART_ITEMS = 1000  # items per streamed part (500 entities + 500 facts)
 PLANS = (
     ("initial", "s1", dt.datetime(2026, 1, 1, tzinfo=dt.UTC), 0),
@@ -213,9 +212,7 @@ def main() -> None:
     existing: list[Any] = json.loads(args.results.read_text()) if args.results.exists() else []
     existing.append(record)
     args.results.write_text(json.dumps(existing, ensure_ascii=False, indent=2) + "\n")
-    if args.results == RESULTS:  # a trial run elsewhere leaves RESULTS.md alone
-        with RESULTS_MD.open("a", encoding="utf-8") as results_md:
-            results_md.write("\n" + markdown(record))
+    print(markdown(record))
     print(f"appended to {args.results}", file=sys.stderr)
 
 

@@ -22,7 +22,7 @@ reciprocal rank fusion of the first 50 of those two (BM25: documents with a posi
 per preset, and the full-text and trigram rankings called in-process on the loaded table (p50/p95).
 
 Usage: .venv/bin/python bench/bench_retrieval.py [--presets documents,conversations,] [--note TEXT]
-[--shared-database]. Results go to bench/RESULTS.md and bench/results/retrieval-<UTC time>.json.
+[--shared-database]. Results go to bench/results/retrieval-<UTC time>.json (and are printed).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from memory.v1 import (
 from rank_bm25 import BM25Okapi
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import append_entry, heading, machine, write_json
+from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore, embedding_input
@@ -247,13 +247,13 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     results["run_seconds"] = round(time.perf_counter() - started, 1)
     write_json(results, prefix="retrieval")
     lines = entry(results)
-    append_entry(lines)
+    print_report(lines)
     print("\n".join(lines))
     return 0
 
 
 def entry(results: dict[str, Any]) -> list[str]:
-    """The RESULTS.md entry: one row per method, latencies below."""
+    """The printed report: one row per method, latencies below."""
     lines = [
         heading(results) + " — ranking quality on the Debian FAQ pairs (`bench/bench_retrieval.py`)",
         "",

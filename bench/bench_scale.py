@@ -35,7 +35,7 @@ What is measured at each size and layout, in the same run:
 - with ``--clients``, at each size and layout of ``--concurrency-at``: 1, 4, 16, 32 clients each sending
   its own queries for ``--concurrency-seconds``, throughput per second and p95, for both services.
 Every figure is stored with the machine and the load average when it was taken (bench/service_results.py);
-JSON in bench/results/scale-<time>.json, the entry in bench/RESULTS.md, the curve in
+JSON in bench/results/scale-<time>.json, the report printed, the curve in
 bench/results/scale-<time>.png.
 
 Usage: .venv/bin/python bench/bench_scale.py [--sizes 10k,100k,1m] [--layouts single,multi]
@@ -86,7 +86,7 @@ from bench.run_bench import (
 from bench.scale_arms import arm_breakdown
 from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
-from bench.service_results import append_entry, machine, tree_commit, write_json
+from bench.service_results import print_report, machine, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_rows import ChunkFilter
 from common.storage.chunk_store import ChunkStore
@@ -543,7 +543,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 write_json(results, prefix="scale")
     write_json(results, prefix="scale")
     picture = draw(results)
-    append_entry(entry(results, picture))
+    print_report(entry(results, picture))
     return 0
 
 

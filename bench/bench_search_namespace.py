@@ -22,7 +22,7 @@ other on a quiet machine, and say so in ``--note``.
 Usage: ``.venv/bin/python bench/bench_search_namespace.py --namespace docs-vault [--queries 200]
 [--note TEXT]`` (the database must be up and hold the namespace: ``make db``, then
 ``cb ingest ../shared/corpora/docs-vault --namespace docs-vault``). Results: printed, written to
-bench/results/search-namespace-<UTC time>.json, appended to bench/RESULTS.md.
+bench/results/search-namespace-<UTC time>.json, and printed.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run_bench import percentiles
 from bench.service_results import (
-    append_entry,
+    print_report,
     heading,
     load_average,
     machine,
@@ -181,7 +181,7 @@ def main() -> int:
     ]
     if arguments.note:
         lines += ["", f"Note: {arguments.note}"]
-    append_entry(lines)
+    print_report(lines)
     return 0
 
 

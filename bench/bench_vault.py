@@ -14,7 +14,7 @@ Measures, in one run, each ingest in an empty database of its own (dropped after
   chunks it embedded (0);
 * the load average (1 min) at each step.
 
-Results: printed, written to bench/results/vault-<UTC time>.json, appended to bench/RESULTS.md.
+Results: printed, written to bench/results/vault-<UTC time>.json.
 
 With ``--base-root DIR`` (another checkout, e.g. a ``git worktree`` of an older commit) the service of that
 tree ingests the vault too, the trees alternating per round (``--rounds N``). Every ingest runs in an
@@ -43,7 +43,7 @@ import grpc
 from memory.v1 import vault_service_pb2_grpc
 
 from bench.run_bench import fresh_database, run_in_database, services
-from bench.service_results import append_entry, heading, load_average, machine, tree_commit, write_json
+from bench.service_results import print_report, heading, load_average, machine, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunk_store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -215,7 +215,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 f" {full_run['chunks_per_second']} | {ingest['unchanged']['seconds']} |"
                 f" {full_run['load_before']} -> {full_run['load_after']} |"
             )
-    append_entry(lines)
+    print_report(lines)
     print("\n".join(lines))
     return 0
 

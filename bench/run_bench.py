@@ -14,7 +14,7 @@ Measures, in one run on one machine:
   rankings one after another (``SearchSettings.concurrent_rankings=False``, the baseline) alternating
   with the concurrent ones, reported as the p95 ratio concurrent / sequential.
 
-Results are appended to bench/RESULTS.md (with the machine's description) and written as JSON to
+Results are printed (with the machine's description) and written as JSON to
 bench/results/service-<UTC time>.json. Targets (issue 2): debian ingest <= 60 s, Search p95 <= 100 ms,
 ListFacts p95 <= 10 ms.
 
@@ -22,7 +22,7 @@ Usage: .venv/bin/python bench/run_bench.py [--observations-only] [--note TEXT] [
 embedded database must be up: `make db`). By default the run creates a fresh database on the server of
 ``CB_DATABASE_URL`` and drops it afterwards, so figures do not depend on leftovers of earlier runs and
 tests; ``--shared-database`` measures in ``CB_DATABASE_URL`` itself (a multi-tenant table). ``--observations-only`` measures the two 1-client observation loads only and
-prints them (JSON written, bench/RESULTS.md not touched). ``--note`` adds a line to the entry, e.g.
+prints them (JSON written). ``--note`` adds a line to the entry, e.g.
 "taken under load from other processes".
 """
 
@@ -343,7 +343,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument(
         "--observations-only",
         action="store_true",
-        help="only the two 1-client observation loads; RESULTS.md untouched",
+        help="only the two 1-client observation loads; JSON written",
     )
     parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
     parser.add_argument(

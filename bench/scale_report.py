@@ -1,4 +1,4 @@
-"""The report of bench/bench_scale.py: the scale curve (PNG, matplotlib) and the bench/RESULTS.md entry.
+"""The report of bench/bench_scale.py: the scale curve (PNG, matplotlib) and the printed report.
 
 ``python -m bench.scale_report bench/results/scale-<time>.json`` draws the curve and appends the entry of a
 run from its JSON (written after every size and layout), e.g. of a run stopped before its last size.
@@ -61,7 +61,7 @@ def draw(results: dict[str, Any]) -> str:
 
 
 def entry(results: dict[str, Any], picture: str) -> list[str]:
-    """The RESULTS.md entry: one table per measure, every figure with its load average."""
+    """The printed report: one table per measure, every figure with its load average."""
 
     def figure(r: dict[str, Any]) -> str:
         return f"{r['p50_ms']} / {r['p95_ms']} (load {r['load_1m']})"
@@ -179,10 +179,10 @@ def entry(results: dict[str, Any], picture: str) -> list[str]:
 
 def main(arguments: list[str]) -> int:
     """Draws the curve and appends the entry of the run stored in the JSON file ``arguments[0]``."""
-    from bench.service_results import append_entry
+    from bench.service_results import print_report
 
     results = json.loads(Path(arguments[0]).read_text("utf-8"))
-    append_entry(entry(results, draw(results)))
+    print_report(entry(results, draw(results)))
     return 0
 
 

@@ -1,6 +1,6 @@
-"""Recording a result of bench/run_bench.py (and bench/bench_context_quality.py): the machine's
-description, the JSON file (bench/results/<prefix>-<UTC time>.json) and the entry appended to
-bench/RESULTS.md.
+"""Recording a result of bench/run_bench.py (and the other benchmarks): the machine's description, the
+JSON file (bench/results/<prefix>-<UTC time>.json, which the docs site's Benchmarks page reads) and the
+report printed as Markdown tables.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import platform
 import subprocess
 from pathlib import Path
 from typing import Any
-
-from bench.results_order import in_time_order
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,27 +96,16 @@ def heading(results: dict[str, Any]) -> str:
     return f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}"
 
 
-def append_entry(lines: list[str]) -> None:
-    """Adds the entry ``lines`` (its first line a ``## `` heading with a time stamp) to bench/RESULTS.md
-    (created with its header when missing), in time order.
+def print_report(lines: list[str]) -> None:
+    """Prints the run's report ``lines`` (Markdown: a ``## `` heading, then tables) on stdout.
 
-    Raises:
-        ValueError: the heading carries no time stamp (`bench.results_order.entry_time`).
+    The JSON file is the record (`write_json`); the report is for the person running the benchmark.
     """
-    path = ROOT / "bench" / "RESULTS.md"
-    if not path.exists():
-        path.write_text(
-            "# Benchmark results\n\nWritten by `bench/run_bench.py` (`make bench`) and the other benchmarks; newest last"
-            " (`python -m bench.results_order` restores the order after merges).\n"
-        )
-    text = path.read_text() + "\n".join(lines) + "\n"
-    # A run appends when it ends, stamped with when it started: keep the file in time order
-    # (`bench.results_order`), so that runs overlapping in time still read newest last.
-    path.write_text(in_time_order(text))
+    print("\n".join(lines))
 
 
 def write_results(results: dict[str, Any]) -> None:
-    """Writes the JSON file and appends a table of the figures and their targets to bench/RESULTS.md."""
+    """Writes the JSON file and prints a table of the figures and their targets."""
     write_json(results)
     lines = [
         heading(results),
@@ -163,4 +150,4 @@ def write_results(results: dict[str, Any]) -> None:
     lines.append(f"| database | {results['database']} | |")
     if results.get("note"):
         lines.append(f"| note | {results['note']} | |")
-    append_entry(lines)
+    print_report(lines)
