@@ -3,7 +3,8 @@
 Every benchmark under bench/ writes one JSON file per run into bench/results/ (``<name>-<UTC time>.json``,
 or one file holding a list of runs). This page shows, for each benchmark, its latest run: the headline
 figures next to the baseline measured in the same run, the machine and its load average, and the plot the
-run drew when there is one. Older runs stay in bench/results/ and in git.
+run drew when there is one. Older runs stay in bench/results/ and in git. When matplotlib is installed
+(the ``bench`` extra), each benchmark also gets the history of its first headline figure over its runs.
 """
 
 from __future__ import annotations
@@ -194,9 +195,9 @@ def numeric_leaves(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.rstrip(" ·"), data
 
 
-def latest_runs() -> dict[str, tuple[str, dict]]:
-    """The latest run of each benchmark: (its file name, the run)."""
-    runs: dict[str, tuple[str, str, dict]] = {}
+def all_runs() -> dict[str, list[tuple[str, str, dict]]]:
+    """Every run of each benchmark, oldest first: (file name, UTC time stamp, the run)."""
+    runs: dict[str, list[tuple[str, str, dict]]] = {}
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))
         match = STAMP.search(path.stem)
@@ -204,10 +205,47 @@ def latest_runs() -> dict[str, tuple[str, dict]]:
         candidates = data if isinstance(data, list) else [data]
         for run in candidates:
             stamp = str(run.get("time") or run.get("at") or (match.group(1) if match else ""))
-            stamp = re.sub(r"[-:]|\+00:00$", "", stamp).rstrip("Z") + "Z"
-            if name not in runs or stamp >= runs[name][1]:
-                runs[name] = (path.name, stamp, run)
-    return {name: (file, run) for name, (file, _, run) in sorted(runs.items())}
+            stamp = re.sub(r"\+00:00$", "", stamp)
+            stamp = re.sub(r"[-:]", "", stamp).rstrip("Z") + "Z"
+            runs.setdefault(name, []).append((path.name, stamp, run))
+    return {name: sorted(found, key=lambda r: r[1]) for name, found in sorted(runs.items())}
+
+
+def history_plot(name: str, runs: list[tuple[str, str, dict]]) -> str | None:
+    """Draws the first headline figure of every run of ``name`` against the run's time into the site;
+    returns the image's path, or None without matplotlib or with fewer than two runs that have it."""
+    spec = SPECS.get(name)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if spec is None:
+        return None
+    points = []
+    label = ""
+    for _, stamp, run in runs:
+        try:
+            rows = spec(run)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            continue
+        if rows and isinstance(rows[0][1], (int, float)) and (not label or rows[0][0] == label):
+            label = rows[0][0]
+            points.append((f"{stamp[4:6]}-{stamp[6:8]} {stamp[9:11]}:{stamp[11:13]}", rows[0][1]))
+    if len(points) < 2:
+        return None
+    figure, axes = plt.subplots(figsize=(7, 2.6), dpi=100)
+    axes.plot([p[0] for p in points], [p[1] for p in points], marker="o")
+    axes.set_title(f"{name}: {label}", fontsize=10)
+    axes.tick_params(axis="x", labelrotation=45, labelsize=7)
+    figure.tight_layout()
+    target = f"assets/bench/{name}-history.png"
+    with mkdocs_gen_files.open(target, "wb") as image:
+        figure.savefig(image, format="png", metadata={"Software": None})
+    plt.close(figure)
+    return target
 
 
 def find_load(run: Any) -> str:
@@ -264,11 +302,14 @@ def main() -> None:
         "A baseline is what the same run measured for comparison: another code tree, a floor such as the "
         "model's own speed or a set-based insert, or a reference method such as BM25. The machines are shared "
         "2-core virtual machines, so read every figure with its load average: a figure at load 20 is not "
-        "comparable to one at load 1. How to run them: [Run the benchmarks](how-to/run-benchmarks.md); "
+        "comparable to one at load 1. With matplotlib installed (`pip install -e '.[bench]'`), each "
+        "benchmark also shows the history of its first figure over every run kept, runs of a baseline tree "
+        "included. How to run them: [Run the benchmarks](how-to/run-benchmarks.md); "
         "the decisions they informed: [Decision records](decisions/index.md).\n",
         "| benchmark | latest run | machine | load (1 min) |\n|---|---|---|---|",
     ]
-    latest = latest_runs()
+    runs = all_runs()
+    latest = {name: (found[-1][0], found[-1][2]) for name, found in runs.items()}
     for name, (file, run) in latest.items():
         out.append(f"| [{name}](#{name}) | {file} | {machine(run)} | {find_load(run) or '–'} |")
     out.append("")
@@ -292,6 +333,9 @@ def main() -> None:
             with mkdocs_gen_files.open(target, "wb") as image:
                 image.write(png.read_bytes())
             out.append(f"![{name}: the run's plot]({target})\n")
+        history = history_plot(name, runs[name])
+        if history is not None:
+            out.append(f"![{name}: history of the first figure over its runs]({history})\n")
     with mkdocs_gen_files.open(PAGE, "w") as page:
         page.write("\n".join(out) + "\n")
 
