@@ -130,7 +130,63 @@ def retrieval(d: dict) -> list[Row]:
     return rows
 
 
+def lexical_indexes(d: dict) -> list[Row]:
+    """Each ranking's p50 per index set and size; the baseline is the table-wide index set."""
+    rows = []
+    for size in ("10k", "100k", "1m"):
+        arms = get(d, f"{size}|arms") or {}
+        for arm, figures in arms.items():
+            ranking, _, index_set = arm.partition("/")
+            if index_set == "table_wide" or not isinstance(figures, dict):
+                continue
+            base = get(arms, f"{ranking}/table_wide|p50_ms")
+            rows.append((f"{size}: {ranking} ranking p50 ms, {index_set}", figures.get("p50_ms"),
+                         f"{fmt(base)} (table_wide)" if base is not None else ""))
+    return rows
+
+
+def embeddings(d: dict) -> list[Row]:
+    return [
+        (f"{name}: passages/s ({d.get('provider')}, {d.get('threads')} threads)", w.get("passages_per_s"), "")
+        for name, w in (d.get("workloads") or {}).items()
+        if isinstance(w, dict)
+    ]
+
+
+def reconcile(d: dict) -> list[Row]:
+    if "reports" in d:  # one report per path (stream, unary) and size; unary is the baseline
+        rows = []
+        unary = {(r.get("items"), run.get("run")): run.get("items_per_second")
+                 for r in d["reports"] if r.get("path") == "unary" for run in r.get("runs", [])}
+        for report in d["reports"]:
+            if report.get("path") == "unary":
+                continue
+            for run in report.get("runs", []):
+                base = unary.get((report.get("items"), run.get("run")))
+                rows.append((f"{report.get('items')} items, {report.get('path')}, {run.get('run')} run: items/s",
+                             run.get("items_per_second"), f"{fmt(base)} (unary)" if base is not None else ""))
+        return rows
+    runs = {r.get("run"): r for r in d.get("runs", []) if isinstance(r, dict)}
+    initial = runs.get("initial", {}).get("items_per_second")
+    return [
+        (f"{d.get('items')} items, {name} run: items/s", r.get("items_per_second"),
+         "" if name == "initial" or initial is None else f"{fmt(initial)} (initial run)")
+        for name, r in runs.items()
+    ]
+
+
+def traversal(d: dict) -> list[Row]:
+    return [
+        (f"depth {r.get('depth')}: recursive CTE p50 ms", r.get("cte_ms_p50"), f"{fmt(r.get('cypher_ms_p50'))} (Cypher)")
+        for r in d.get("runs", [])
+    ]
+
+
 SPECS: dict[str, Callable[[Any], list[Row]]] = {
+    "lexical-indexes": lexical_indexes,
+    "embeddings": embeddings,
+    "reconcile": reconcile,
+    "traversal": traversal,
     "ingest": ingest,
     "compile-cost": compile_cost,
     "scale": scale,
@@ -254,6 +310,8 @@ def find_load(run: Any) -> str:
         value = run.get(key) if isinstance(run, dict) else None
         if isinstance(value, (int, float)):
             return fmt(value)
+        if isinstance(value, list) and value and isinstance(value[0], list):  # before and after a figure
+            value = value[0]
         if isinstance(value, list) and value and isinstance(value[0], (int, float)):
             return fmt(value[0])
         if isinstance(value, dict):  # e.g. {"start": 13.2, "after_add": 15.3}; not a data set's "load"
