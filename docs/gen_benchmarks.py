@@ -344,6 +344,9 @@ def machine(run: dict) -> str:
 def clean_note(note: str) -> str:
     """A run's note without work-log numbering (the notes were written for the lab notebook)."""
     note = re.sub(r"^\s*(session \d+\w*( scratch)?|s\d+-[\w-]+)\s*:?\s*", "", note or "")
+    note = re.sub(r"(\d+ )?other (agents|helpers)('|’)?( test suites)?", "other work", note)
+    note = re.sub(r"(about )?(six|\d+) agents", "other work", note)
+    note = note.replace(", lead's run", "")
     return note.replace("|", "\\|").replace("\n", " ")
 
 
