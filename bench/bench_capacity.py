@@ -63,9 +63,9 @@ from bench.service_results import append_entry, machine, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.embedded_db.replica import REPLICA_PORT, replica_status
-from ingest_service.document_validation import ChunkInput, PutChunksInput
-from ingest_service.documents import DocumentWriter
+from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
+from ingest_service.documents.validation import ChunkInput, PutChunksInput
+from ingest_service.documents.writer import DocumentWriter
 
 NAMESPACE = "capacity"
 CHUNKS_PER_DOCUMENT = 250
@@ -143,7 +143,7 @@ def query_processes(count: int, replica_url: str) -> Iterator[tuple[list[str], l
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(count)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "common.tooling.cli", "serve", "query"],
+            [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
             cwd=ROOT,
             env=dict(
                 os.environ, CB_QUERY_ADDR=address, CB_QUERY_METRICS_PORT="0", CB_READ_DATABASE_URL=replica_url

@@ -46,8 +46,8 @@ sys.path.insert(0, str(ROOT))
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
-from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots.reconciler import SnapshotReconciler
 
 RESULTS = ROOT / "bench" / "results" / "reconcile.json"
 RESULTS_MD = ROOT / "bench" / "RESULTS.md"

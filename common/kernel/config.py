@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(30000, ge=0)
     hnsw_ef_search: int = Field(100, ge=1, le=1000)
     hnsw_max_scan_tuples: int = Field(20000, ge=1)
-    # Per-tenant vector indexes (issue 15, common/storage/tenant_vector_indexes.py): a namespace with at
+    # Per-tenant vector indexes (issue 15, common/storage/chunks/tenant_vector_indexes.py): a namespace with at
     # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
     # partial to it (`cb index-tenants`, or the ingest service's worker every
     # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half

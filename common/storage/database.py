@@ -23,8 +23,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
-from common.storage import migrations
-from common.storage.age_graph import prepare_age_session
+from common.storage.schema import migrations
+from common.storage.graph.age import prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -267,7 +267,7 @@ class Database:
             return False
 
     def migrate(self) -> list[str]:
-        """Creates extensions, the graph and the tables, idempotently (`common.storage.migrations.apply`).
+        """Creates extensions, the graph and the tables, idempotently (`common.storage.schema.migrations.apply`).
 
         Returns the names of migrations applied now (empty when the schema was current).
 

@@ -20,8 +20,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from common.kernel.identifiers import MULTI_VALUED_PREDICATES, canonical_instant, graph_label
-from common.storage.graph_store import GraphStore
-from common.storage.memory_liveness import live_memory_node
+from common.storage.graph.store import GraphStore
+from common.storage.memories.liveness import live_memory_node
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
@@ -142,7 +142,7 @@ def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
 def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.Composable]:
     """Predicates "``visibility`` may see the fact": its own scopes, its subject and object nodes, and
     neither end is a memory hidden by a lossy summary or expired (for every caller,
-    `common.storage.memory_liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
+    `common.storage.memories.liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
     of the same names, so unqualified ones would bind to it)."""
     column = sql.SQL("{}{}").format
     live = [  # no fact of a hidden or expired memory, for any caller (issue 12)

@@ -30,8 +30,8 @@ from memory.v1 import (
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from ingest_service.enrichment.jobs import EnrichmentJob
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from ingest_service.memories.enrichment.jobs import EnrichmentJob
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from tests.unit.test_domain_packs import delivery_pack
 
 PACK_VERSION = "memory-readers-1"

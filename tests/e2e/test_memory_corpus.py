@@ -38,9 +38,9 @@ from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.token_writer import add_token
-from ingest_service.memory_maintenance import MemoryMaintenance
-from ingest_service.memory_writer import MemoryWriter
+from memory_service_tools.token_writer import add_token
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
 from tests.conftest import CORPORA
 from tests.e2e.conftest import token_secured_services
 

@@ -31,8 +31,8 @@ from memory_service_client import rpc_failure
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from ingest_service.memory_maintenance import MemoryMaintenance
-from ingest_service.memory_writer import MemoryWriter
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,8 @@ import pytest
 from common.kernel.identifiers import fact_id
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.fact_engine import FactEngine, FactInput
+from common.storage.graph.store import GraphStore, NodeWrite
+from ingest_service.facts.engine import FactEngine, FactInput
 
 pytestmark = pytest.mark.integration
 

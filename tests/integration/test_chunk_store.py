@@ -12,12 +12,12 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import identifier_tokens
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.chunks.rankings import identifier_tokens
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from query_service.hybrid_search import HybridSearcher, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
 

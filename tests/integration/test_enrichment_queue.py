@@ -15,10 +15,10 @@ import pytest
 from procrastinate.schema import SchemaManager
 
 from common.kernel.config import Settings
-from common.storage import migrations
+from common.storage.schema import migrations
 from common.storage.database import Database
-from common.storage.queue_migration import MIGRATION_NAME
-from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
+from common.storage.schema.queue_migration import MIGRATION_NAME
+from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -153,8 +153,8 @@ def test_due_without_job_skips_memories_with_a_job_or_a_failed_current_version(
     reason to skip it, and an enriched memory is never due."""
     from common.domain.memory_scope import MemoryScope
     from common.storage.enrichment_jobs_store import EnrichmentJobStore
-    from ingest_service.memory_validation import NewMemoryInput
-    from ingest_service.memory_writer import MemoryWriter
+    from ingest_service.memories.validation import NewMemoryInput
+    from ingest_service.memories.writer import MemoryWriter
 
     settings = fresh_database.settings
     database = Database(settings, embedding_model=provider.model_id)

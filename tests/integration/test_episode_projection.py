@@ -23,12 +23,12 @@ from prometheus_client import REGISTRY
 from common.domain.episode_header import episode_header
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
-from common.storage.chunk_store import embedding_input
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.episode_embedder import EpisodeEmbedder
-from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observations import ObservationRecorder
+from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.observations.removal import ObservationRemover
+from ingest_service.observations.recorder import ObservationRecorder
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -287,8 +287,8 @@ def test_episode_header_leaves_out_missing_parts() -> None:
     ],
 )
 def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -> None:
-    from ingest_service.chunking import bounded_chunks, chunk_markdown
-    from ingest_service.episode_text import episode_body, episode_pieces
+    from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+    from ingest_service.observations.episode_text import episode_body, episode_pieces
 
     at = datetime(2023, 5, 8, 13, 56, 10, tzinfo=UTC)
     body = episode_body(content, {"version": "1.0"})
@@ -310,7 +310,7 @@ def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -
 def test_a_key_asserted_twice_in_one_batch_ends_as_its_newest_assertion(
     database: Database, recorder: ObservationRecorder, settings: Settings
 ) -> None:
-    from common.storage.graph_store import GraphStore
+    from common.storage.graph.store import GraphStore
 
     def upload(namespace: str, index: int, occurred_at: str, urgency: str) -> dict[str, Any]:
         return {

@@ -14,8 +14,8 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 from tests.conftest import fresh_database
 

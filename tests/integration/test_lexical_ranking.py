@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import _like_pattern, identifier_tokens
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rankings import _like_pattern, identifier_tokens
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 
 pytestmark = pytest.mark.integration

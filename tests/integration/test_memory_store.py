@@ -14,8 +14,8 @@ from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.memory_validation import NewMemoryInput
-from ingest_service.memory_writer import MemoryWriter
+from ingest_service.memories.validation import NewMemoryInput
+from ingest_service.memories.writer import MemoryWriter
 
 pytestmark = pytest.mark.integration
 

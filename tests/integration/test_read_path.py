@@ -15,14 +15,14 @@ from psycopg.pq import TransactionStatus
 from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.storage import database as database_module
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.document_validation import RetainInput
-from ingest_service.documents import DocumentWriter
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.writer import DocumentWriter
 
 pytestmark = pytest.mark.integration
 

@@ -14,11 +14,11 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
-from common.storage.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
-from ingest_service.tenant_index_worker import TenantIndexWorker
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
+from ingest_service.embedding.tenant_indexes import TenantIndexWorker
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -202,7 +202,7 @@ def test_the_ingest_services_worker_builds_them_on_its_interval(
 def test_cb_index_tenants_builds_and_reports(tenant_database: Database, tenant_settings: Settings) -> None:
     from typer.testing import CliRunner
 
-    from common.tooling.cli.app import app
+    from memory_service_tools.cli.app import app
 
     TenantVectorIndexes(tenant_settings).synchronise(min_rows=0)
     runner = CliRunner()

@@ -15,10 +15,10 @@ from common.domain.document_frontmatter import (
     read_frontmatter,
 )
 from common.kernel.errors import InvalidArgument
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import SourceDocument, VaultSource, directory_documents
-from ingest_service.vault_documents import VaultFile, check_path, file_fingerprint, parse_file
-from ingest_service.vault_links import (
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import SourceDocument, VaultSource, directory_documents
+from ingest_service.vault.documents import VaultFile, check_path, file_fingerprint, parse_file
+from ingest_service.vault.links import (
     LinkReference,
     VaultEntry,
     VaultIndex,
