@@ -34,7 +34,7 @@ from common.storage.fact_store import FactRow, FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.validation.fields import FieldChecker
-from ingest_service.observations.validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
 from ingest_service.validation.limits import (
     FACT_ID_PATTERN,
     MAX_FACT_SOURCE_PATH_CHARS,

@@ -20,7 +20,7 @@ purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writin
 - **removes** the rows of a deleted node's facts (`delete_touching`, DeleteNode only).
 
 The input of every write is one type, `FactInput`: a validated assertion
-(`ingest_service.observations.validation.validate_fact_assertion`) with the provenance its write path
+(`ingest_service.facts.validation.validate_fact_assertion`) with the provenance its write path
 adds; `FactEngine.row_of` is the one mapping from it to the stored row.
 """
 

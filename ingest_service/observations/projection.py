@@ -44,7 +44,8 @@ from common.storage.graph.store import GraphStore, NodeWrite
 from ingest_service.observations.episode_text import episode_pieces, participant_facts
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.facts.mentions import MentionLinker, MentionSource
-from ingest_service.observations.validation import ObservationInput, resolve_fact_kinds
+from ingest_service.facts.validation import resolve_fact_kinds
+from ingest_service.observations.validation import ObservationInput
 
 
 @dataclass

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from common.kernel.errors import FieldViolation
-from common.kernel.identifiers import MAX_KEY_LENGTH, entity_key, parse_instant
+from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_SCOPES, SCOPE_PATTERN, entity_key, parse_instant
 from common.kernel.storable_values import unstorable_paths
 from ingest_service.validation.limits import (
     PROTECTED_KEY_PREFIXES,
@@ -123,3 +123,17 @@ class FieldChecker:
         else:
             self.add(path, "must be a string key or {type, id}")
         return None
+
+
+def validate_scopes(checker: FieldChecker, scopes: Any, path: str) -> list[str]:
+    if not scopes:
+        return []
+    if not isinstance(scopes, list):
+        checker.add(path, "must be a list of type:id strings")
+        return []
+    if len(scopes) > MAX_SCOPES:
+        checker.add(path, f"at most {MAX_SCOPES} scopes, got {len(scopes)}")
+    for index, scope in enumerate(scopes):
+        if not isinstance(scope, str) or not SCOPE_PATTERN.match(scope):
+            checker.add(f"{path}[{index}]", "must have the form type:id (e.g. workspace:sales)")
+    return [str(scope) for scope in scopes]
