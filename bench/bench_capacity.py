@@ -62,6 +62,7 @@ from bench.run_bench import (
 from bench.service_results import append_entry, machine, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
 from ingest_service.documents.validation import ChunkInput, PutChunksInput
@@ -99,8 +100,8 @@ class SentenceEncoder:
 def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: str = NAMESPACE) -> float:
     """Writes ``chunks`` chunks into ``namespace`` (see the module doc); returns the seconds it took."""
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
-    database.migrate()
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
+    migrations.apply(database)
     encoder = SentenceEncoder(provider)
     writer = DocumentWriter(database, encoder, settings)
     started = time.perf_counter()

@@ -62,6 +62,7 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
     from bench.run_bench import percentiles
     from common.kernel.config import Settings
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
     from common.text_models.tokenizer import TokenCounter
     from query_service.context.compiler import ContextCompiler
@@ -78,7 +79,7 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
         def encode_query(self, text: str) -> Any:
             return vectors[text] if text in vectors else provider.encode_query(text)
 
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     searcher = HybridSearcher(database, Encoded(), search_preset("default"))
     compiler = ContextCompiler(
         database, searcher, TokenCounter(settings.tokenizer_encoding), context_preset("default")

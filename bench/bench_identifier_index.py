@@ -47,6 +47,7 @@ from common.storage.chunks.rankings import identifier_tokens
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
+from common.storage.schema import migrations
 from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.observations.episode_text import episode_pieces
 
@@ -121,8 +122,8 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"time": stamp, "machine": machine(), "note": arguments.note}
     with fresh_database(base.database_url, f"bench_identifier_{stamp.lower()}") as url:
         settings = Settings(database_url=url)
-        database = Database(settings)
-        database.migrate()
+        database = Database(settings, prepare=migrations.apply)
+        migrations.apply(database)
         database.close()
         table = settings.chunks_table
         debian, lines = debian_chunks(settings)

@@ -51,6 +51,7 @@ from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
+from common.storage.schema import migrations
 
 Q = "lexical-q"
 TENANTS = 99
@@ -123,8 +124,8 @@ def build(
     """Migrates the database of ``url``, writes Q's ``q_rows`` chunks (and ``tenants`` copies of them),
     builds every index set."""
     settings = Settings(database_url=url)
-    database = Database(settings)
-    database.migrate()
+    database = Database(settings, prepare=migrations.apply)
+    migrations.apply(database)
     database.close()
     table = settings.chunks_table
     with psycopg.connect(url, autocommit=True) as conn:

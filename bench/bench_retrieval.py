@@ -57,6 +57,7 @@ from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore, embedding_input
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 
 DATA = ROOT.parent / "shared" / "corpora" / "retrieval-eval"
@@ -173,7 +174,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 latency[method].append((time.perf_counter() - begin) * 1000)
                 rows[method].append(measures([hit.node_key for hit in response.hits], item))
 
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     try:
         store = ChunkStore(settings)
         where = ChunkFilter(namespace)

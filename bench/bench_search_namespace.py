@@ -53,6 +53,7 @@ from bench.service_results import (
 )
 from common.kernel.config import Settings
 from common.storage.replicas.read_routing import RoutedDatabase
+from common.storage.schema import migrations
 from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 from query_service.main import query_embedding_provider
 
@@ -127,7 +128,7 @@ def main() -> int:
     arguments = parser.parse_args()
     settings = Settings()
     provider = query_embedding_provider(settings)
-    database = RoutedDatabase(settings, embedding_model=provider.model_id)
+    database = RoutedDatabase(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     texts = queries_of(settings, arguments.namespace, arguments.queries)
     if len(texts) <= WARM_UP:

@@ -40,6 +40,7 @@ import psycopg
 
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.storage.graph.store import GraphStore
 from common.storage.graph.traversal import RelationRule, TraversalStore, WalkQuery
 
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--timeout", type=float, default=20.0, help="Cypher statement timeout per anchor (s)")
     args = parser.parse_args()
-    database = Database(Settings())
+    database = Database(Settings(), prepare=migrations.apply)
     database.ensure_ready()
     graph = GraphStore(database)
     store = TraversalStore()

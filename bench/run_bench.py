@@ -537,11 +537,13 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     from dataclasses import replace
 
     from common.storage.database import Database
+
+    from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
     from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     engine = HybridSearcher(database, provider, search_preset("default"))
     variants = {
         "concurrent": search_preset("default"),

@@ -27,6 +27,7 @@ from common.kernel.config import Settings
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.replicas.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -72,7 +73,7 @@ def create_ingest_host(
     provider = build_embedding_provider(settings)
     if load_model:
         provider.load()
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)

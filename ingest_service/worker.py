@@ -26,6 +26,7 @@ import numpy as np
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
 from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
@@ -58,8 +59,8 @@ def build_worker(
         psycopg.Error: the database is unreachable.
     """
     chosen = enricher or build_enricher(settings)
-    database = Database(settings)
-    database.migrate()
+    database = Database(settings, prepare=migrations.apply)
+    migrations.apply(database)
     job = EnrichmentJob(database, chosen)
     jobs = EnrichmentJobStore(settings)
 

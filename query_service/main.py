@@ -30,6 +30,7 @@ from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.replicas.read_routing import RoutedDatabase
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
@@ -90,7 +91,7 @@ def create_query_host(
         provider.load()
     tokens = TokenCounter(settings.tokenizer_encoding)
     # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
-    database = RoutedDatabase(settings, embedding_model=provider.model_id)
+    database = RoutedDatabase(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     register_database_metrics("query_service", database)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))

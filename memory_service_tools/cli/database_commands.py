@@ -1,5 +1,5 @@
 """``cb db up|down|status`` (the embedded development database, `memory_service_tools.embedded_db`) and
-``cb init-db`` (the schema of ``CB_DATABASE_URL``, `common.storage.database.Database.migrate`).
+``cb init-db`` (the schema of ``CB_DATABASE_URL``, `common.storage.schema.migrations.apply`).
 
 The embedded database is standard library only (cheap to import); the storage layer is imported inside
 ``init-db``, so ``cb --help`` stays fast.
@@ -71,10 +71,11 @@ def db_status(replica: bool = typer.Option(False, "--replica", help=_REPLICA_HEL
 def init_db(ctx: typer.Context) -> None:
     """Create or upgrade the schema (extensions, graph, tables, indexes) of CB_DATABASE_URL now."""
     from common.storage.database import Database
+    from common.storage.schema import migrations
 
-    database = Database(cli_state(ctx).settings())
+    database = Database(cli_state(ctx).settings(), prepare=migrations.apply)
     try:
-        applied = database.migrate()
+        applied = migrations.apply(database)
     except (DomainError, OSError) as exc:
         fail(error_lines(exc))
     finally:
@@ -101,12 +102,13 @@ def index_tenants(
     index partial to it (`common.storage.chunks.tenant_vector_indexes`); prints one line per change.
     """
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 
     settings = cli_state(ctx).settings()
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     try:
-        database.migrate()
+        migrations.apply(database)
         changes = TenantVectorIndexes(settings).synchronise(min_rows)
     except (DomainError, OSError) as exc:
         fail(error_lines(exc))

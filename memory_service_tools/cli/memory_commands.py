@@ -277,6 +277,7 @@ def maintain(
     """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL)."""
     from common.kernel.errors import DomainError
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
     from memory_service_tools.cli.cli_state import cli_state
     from memory_service_tools.cli.terminal import error_lines, fail
@@ -285,7 +286,7 @@ def maintain(
 
     settings = cli_state(ctx).settings()
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         report = MemoryMaintenance(database, MemoryWriter(database, provider), settings).run(
             namespaces=tuple(namespaces or ())

@@ -37,6 +37,7 @@ from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from memory_service_tools.token_writer import add_token
 from ingest_service.memories.maintenance import MemoryMaintenance
@@ -157,7 +158,7 @@ def corpus(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture(scope="module")
 def maintenance(settings: Settings) -> MemoryMaintenance:
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 

@@ -323,10 +323,11 @@ def test_a_memory_committed_without_its_enqueue_is_found_by_the_sweep(world: Wor
     the worker's periodic sweep enqueues it, and it is enriched."""
     from common.domain.memory_scope import MemoryScope
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from ingest_service.memories.validation import NewMemoryInput
     from ingest_service.memories.writer import MemoryWriter
 
-    database = Database(world.settings, embedding_model=provider.model_id)
+    database = Database(world.settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         writer = MemoryWriter(database, provider)  # on_due=None: nothing is enqueued at the commit
         (result,) = writer.add(
@@ -356,9 +357,10 @@ def test_the_worker_runs_the_expiry_sweep(world: World) -> None:
 
 def build_worker_job(world: World) -> Any:
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from ingest_service.memories.enrichment.jobs import EnrichmentJob
 
-    return EnrichmentJob(Database(world.settings), RuleEnricher())
+    return EnrichmentJob(Database(world.settings, prepare=migrations.apply), RuleEnricher())
 
 
 def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:

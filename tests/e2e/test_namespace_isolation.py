@@ -400,6 +400,7 @@ def _compile_typed_context(world: World) -> None:
     and B's relations find nothing of B: the anchors are not found, the walk stays in A."""
     from common.packs.domain_packs import PackRegistry
     from common.storage.database import Database
+    from common.storage.schema import migrations
 
     a, b = world.a, world.b
     pack = {
@@ -415,7 +416,9 @@ def _compile_typed_context(world: World) -> None:
             {"relation": "OWNS", "fromKinds": ["person"], "toKinds": ["doc"]},
         ],
     }
-    database = Database(Settings(database_url=world.database_url, graph_name=world.graph))
+    database = Database(
+        Settings(database_url=world.database_url, graph_name=world.graph), prepare=migrations.apply
+    )
     try:
         registry = PackRegistry(database)
         registry.register(pack)

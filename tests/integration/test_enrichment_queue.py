@@ -40,8 +40,8 @@ def _queue_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def fresh_database(fresh_settings: Settings) -> Iterator[Database]:
-    database = Database(fresh_settings)
-    database.migrate()
+    database = Database(fresh_settings, prepare=migrations.apply)
+    migrations.apply(database)
     yield database
     database.close()
 
@@ -73,7 +73,7 @@ def test_a_schema_applied_by_procrastinate_itself_is_kept(fresh_settings: Settin
     with psycopg.connect(fresh_settings.database_url, autocommit=True) as conn:
         conn.execute(SchemaManager.get_schema().encode())
         conn.execute("INSERT INTO procrastinate_jobs (queue_name, task_name) VALUES ('q', 'kept')")
-    database = Database(fresh_settings)
+    database = Database(fresh_settings, prepare=migrations.apply)
     try:
         assert MIGRATION_NAME in migrations.apply(database)  # recorded, and nothing recreated
     finally:
@@ -157,7 +157,7 @@ def test_due_without_job_skips_memories_with_a_job_or_a_failed_current_version(
     from ingest_service.memories.writer import MemoryWriter
 
     settings = fresh_database.settings
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         results = MemoryWriter(database, provider).add(
             MemoryScope("acme", "production", "", "u1"),

@@ -25,6 +25,7 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
 from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.embedding.episodes import EpisodeEmbedder
 from ingest_service.observations.removal import ObservationRemover
@@ -91,8 +92,8 @@ def recorder(database: Database, provider: EmbeddingProvider) -> ObservationReco
 def own_database(settings: Settings) -> Iterator[Database]:
     """A database of its own for the backlog tests (dropped at the end)."""
     with fresh_database(settings) as fresh:
-        database = Database(fresh)
-        database.migrate()
+        database = Database(fresh, prepare=migrations.apply)
+        migrations.apply(database)
         yield database
         database.close()
 
@@ -191,7 +192,7 @@ def test_the_background_thread_fills_the_backlog_when_woken(
 def test_inline_mode_embeds_in_the_write(
     settings: Settings, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    inline = Database(settings.model_copy(update={"episode_embedding": "inline"}))
+    inline = Database(settings.model_copy(update={"episode_embedding": "inline"}), prepare=migrations.apply)
     try:
         ObservationRecorder(inline, encoder=provider).record_batch(
             [turn(namespace, 1), turn(namespace, 2, content="")]
@@ -232,7 +233,7 @@ def test_participants_become_nodes_linked_by_actor_and_subject_facts_with_the_sc
 def test_a_participant_key_holding_personal_data_gets_no_node(
     settings: Settings, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    protected = Database(settings.model_copy(update={"pii_protection": True}))
+    protected = Database(settings.model_copy(update={"pii_protection": True}), prepare=migrations.apply)
     try:
         [result] = ObservationRecorder(protected, encoder=provider).record_batch(
             [turn(namespace, 1, speaker="caroline@example.org")]

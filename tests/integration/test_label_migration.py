@@ -173,11 +173,11 @@ def _labels(database: Database) -> dict[str, str]:
 def test_the_migration_moves_an_old_graph_to_the_new_labels_and_every_read_stays_the_same(
     fresh_settings: Settings, provider: EmbeddingProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database = Database(fresh_settings)
+    database = Database(fresh_settings, prepare=migrations.apply)
     try:
         with monkeypatch.context() as old:
             _use_old_mapping(old)
-            database.migrate()
+            migrations.apply(database)
             _write_legacy_graph(database, provider, fresh_settings)
             before = _reads(database)
             legacy = _labels(database)
