@@ -247,7 +247,7 @@ def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
     defaults and indexes: ``LIKE ... INCLUDING ALL``) in a scratch schema, in one transaction: the
     observations, ``graph_nodes``, ``facts``, the chunks (embedding NULL, as the write stores episode
     chunks) and the AGE label tables of its vertices and fact edges. Returns the seconds and the rows."""
-    from common.storage.graph.age import prepare_age_session
+    from common.storage.session import prepare_age_session
 
     sql = psycopg.sql
     settings = Settings(database_url=url)

@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
-from common.storage.graph.age import prepare_age_session
+from common.storage.session import prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

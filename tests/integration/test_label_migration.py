@@ -27,6 +27,7 @@ from common.storage.graph import age as age_graph
 from common.storage.graph import edges as graph_edges
 from common.storage.graph import store as graph_store
 from common.storage.schema import migrations
+from common.storage.session import prepare_age_session
 from common.storage.graph.age import AgeGraph
 from common.storage.audit_store import AuditStore
 from common.storage.database import Database
@@ -207,7 +208,7 @@ def test_the_migration_moves_an_old_graph_to_the_new_labels_and_every_read_stays
 
         # Idempotent: a second run moves nothing and drops nothing.
         with psycopg.connect(fresh_settings.database_url, autocommit=True) as conn:
-            age_graph.prepare_age_session(conn)
+            prepare_age_session(conn)
             with conn.transaction():
                 migrate_labels(database, conn)
         assert _labels(database) == labels and _reads(database) == before

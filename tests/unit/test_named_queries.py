@@ -39,7 +39,7 @@ FILE_USERS = {
     "migrations.sql": ["schema/migrations", "schema/queue_migration"],
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],
-    "session.sql": ["graph/age"],
+    "session.sql": ["session"],
     "replication.sql": ["replicas/wal_position", "replicas/read_routing"],
     "snapshots.sql": ["snapshot_store"],
     "tenant_indexes.sql": ["chunks/tenant_vector_indexes"],

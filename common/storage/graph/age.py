@@ -1,6 +1,6 @@
 """One AGE graph: its labels (created once, with their indexes), label tables and ids, running Cypher,
-and the agtype codec. The base of `common.storage.graph.store.GraphStore`. Also the session set-up of
-every connection (`prepare_age_session`: load AGE, ``search_path``).
+and the agtype codec. The base of `common.storage.graph.store.GraphStore`. The session set-up of every
+connection is `common.storage.session.prepare_age_session`.
 
 Where Cypher lives: only in ``common/storage``. `AgeGraph.cypher` runs Cypher text that a store composed
 with sanitised labels (`checked_label`): `GraphStore.get_node` and `ContextStore.node_summaries` (a label
@@ -27,6 +27,7 @@ from psycopg import sql
 
 from common.kernel.identifiers import graph_label
 from common.storage.named_queries import Queries
+from common.storage.session import prepare_age_session
 
 if TYPE_CHECKING:
     from common.storage.database import Database
@@ -39,17 +40,6 @@ BASE_EDGE_LABELS = (graph_label("internal_edge", "LINKS_TO"), graph_label("predi
 _LABEL_LOCK_BASE = 0x6C61_0000  # advisory lock namespace for label creation
 _AGTYPE_SUFFIX = re.compile(r"::(vertex|edge|path|numeric)$")
 GRAPH_QUERIES = "graph.sql"
-_SESSION_QUERIES = Queries("session.sql", {})
-
-
-def prepare_age_session(conn: psycopg.Connection[Any]) -> None:
-    """Loads AGE into the session of ``conn`` (when the role may) and sets its ``search_path``
-    (``"$user", public, ag_catalog``); run on every new connection (pool, migrations, label creation)."""
-    try:
-        conn.execute(_SESSION_QUERIES["load_age"])
-    except psycopg.Error:
-        pass  # non-superusers cannot LOAD; the server then must have age in shared_preload_libraries
-    conn.execute(_SESSION_QUERIES["set_age_search_path"])
 
 
 def checked_label(label: str) -> str:
@@ -216,5 +206,4 @@ __all__ = [
     "agtype_text",
     "checked_label",
     "decode_agtype",
-    "prepare_age_session",
 ]

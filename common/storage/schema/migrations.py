@@ -23,7 +23,8 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.graph.age import AgeGraph, prepare_age_session
+from common.storage.graph.age import AgeGraph
+from common.storage.session import prepare_age_session
 from common.storage.schema.label_migration import MIGRATION_NAME as LABEL_MIGRATION
 from common.storage.schema.label_migration import migrate_labels
 from common.storage.named_queries import Queries
