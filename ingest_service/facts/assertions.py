@@ -114,7 +114,6 @@ class FactAsserter:
             raise InvalidArgument([violation for _, violations in checked for violation in violations])
 
         def work(conn: Any) -> list[AssertResult]:
-            known: dict[str, str] = {}
             results: list[AssertResult] = []
             rejections: list[FieldViolation] = []
             kinds = self.kinds.for_namespace(namespace, conn)
@@ -131,10 +130,9 @@ class FactAsserter:
                 write = dataclasses.replace(
                     fact, namespace=namespace, source_path=source_path, agent_asserted=True
                 )
-                try:
-                    outcome = self.engine.record(conn, write, now=now, known=known)
-                except AssertionRejected as rejection:
-                    violation = FieldViolation(rejection.field, rejection.reason)
+                [outcome] = self.engine.record(conn, [write], now=now)
+                if isinstance(outcome, AssertionRejected):
+                    violation = FieldViolation(outcome.field, outcome.reason)
                     results.append(_failed([violation]))
                     rejections.append(violation)
                     continue

@@ -4,9 +4,9 @@ Every write path (observations, AssertFacts and CloseFact, Reconcile, identifier
 purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writing methods of
 `common.storage.fact_store.FactStore` (or `SnapshotStore.adopt_facts`) itself. The engine:
 
-- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic (DESIGN §3), so a
-  repeated assertion from a new observation strengthens the existing fact (observation_ids union,
-  confidence max) instead of creating an edge;
+- **creates and strengthens** (`record`, set-based; one fact is a batch of one): ``fact_id`` is
+  deterministic (DESIGN §3), so a repeated assertion from a new observation strengthens the existing
+  fact (observation_ids union, confidence max) instead of creating an edge;
 - **supersedes** (`record` with ``supersedes``): the superseded fact's valid_to becomes the new fact's
   valid_from and its superseded_by is set; history is never deleted. When the superseded fact has not
   arrived yet, the closure is applied when it arrives (delivery order does not matter). A supersession
@@ -27,7 +27,7 @@ adds; `FactEngine.row_of` is the one mapping from it to the stored row.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -132,160 +132,48 @@ class FactEngine:
     def record(
         self,
         conn: psycopg.Connection[Any],
-        fact: FactInput,
+        facts: Sequence[FactInput],
         *,
         now: datetime,
-        known: dict[str, str] | None = None,
-    ) -> FactOutcome:
-        """Creates or strengthens one fact and applies supersession both ways.
-
-        ``known`` maps natural keys already written in this transaction to their labels, and must hold no
-        placeholder with restricting scopes (their scopes follow each fact naming them); it is updated.
-
-        Every check happens before the first write, so a rejected assertion writes nothing.
-
-        Raises:
-            AssertionRejected: the supersession names a fact of another subject/predicate, or itself; or
-                the caller may not write it (`common.domain.write_access.WriteAccess.fact_violations`).
-        """
-        new_id = fact.fact_id
-        # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
-        refused = WriteAccess.of_caller().fact_violations(
-            conn,
-            self.facts,
-            namespace=fact.namespace,
-            path=fact.field,
-            fact_id=new_id,
-            subject=fact.subject,
-            object_=fact.object,
-            scopes=fact.scopes,
-            supersedes=fact.supersedes,
-        )
-        if refused:
-            raise AssertionRejected(refused[0].field, refused[0].description)
-        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
-        same = self.facts.get(conn, fact.namespace, new_id) if restricting_scopes(fact.scopes) else None
-        if same is not None and reaches_beyond(same.scopes, fact.scopes):
-            return FactOutcome(fact_id=new_id, created=False, withheld=True)
-        superseded: FactRow | None = None
-        if fact.supersedes:
-            if fact.supersedes == new_id:
-                raise AssertionRejected(f"{fact.field}.supersedes", "a fact cannot supersede itself")
-            superseded = self.facts.get(conn, fact.namespace, fact.supersedes, lock=True)
-            if superseded is not None and reaches_beyond(superseded.scopes, fact.scopes):
-                raise AssertionRejected(
-                    f"{fact.field}.supersedes",
-                    f"{fact.supersedes} is seen by readers outside this fact's scopes; a fact with"
-                    " narrower scopes cannot supersede it",
-                )
-            if superseded is not None and (
-                superseded.subject_key != fact.subject or superseded.predicate != fact.predicate
-            ):
-                raise AssertionRejected(
-                    f"{fact.field}.supersedes",
-                    f"{fact.supersedes} is a fact of ({superseded.subject_key}, {superseded.predicate}), "
-                    f"not of ({fact.subject}, {fact.predicate})",
-                )
-            if superseded is not None and superseded.supersedes == new_id:
-                raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
-        known = {} if known is None else known
-        # The ends, placeholders created for the missing ones; placeholder ends follow the fact's
-        # restricting scopes (issue 10 §2). ``known`` keeps only ends whose visibility no later fact can
-        # change (a public fact's ends: completed nodes or public placeholders), so a scoped placeholder
-        # is looked up again by the next fact naming it.
-        scopes = restricting_scopes(fact.scopes)
-        missing = [key for key in dict.fromkeys((fact.subject, fact.object)) if key not in known]
-        ensured = self.graph.ensure_nodes(
-            conn, fact.namespace, missing, now=now, scopes={key: scopes for key in missing}
-        )
-        if not scopes:
-            known.update(ensured)
-        subject_label = known.get(fact.subject) or ensured[fact.subject]
-        object_label = known.get(fact.object) or ensured[fact.object]
-        row = self.row_of(fact, now=now)
-        assert row.fact_id == new_id
-        created, row = self.facts.insert_or_strengthen(
-            conn, row, subject_label=subject_label, object_label=object_label
-        )
-        if superseded is not None:
-            self.facts.close(conn, fact.namespace, superseded.fact_id, row.valid_from, row.fact_id)
-        if created:
-            successors = self.facts.superseding(conn, fact.namespace, row.fact_id)
-            if successors:
-                first = successors[0]
-                self.facts.close(conn, fact.namespace, row.fact_id, first.valid_from, first.fact_id)
-        return FactOutcome(fact_id=row.fact_id, created=created)
-
-    def record_many(
-        self, conn: psycopg.Connection[Any], namespace: str, facts: list[FactInput], *, now: datetime
-    ) -> list[FactOutcome]:
-        """`record` for many facts of ``namespace`` without ``supersedes``, set-based: one look-up and
-        one insert of the missing end nodes, one multi-row insert of the facts (`FactStore.
-        insert_or_strengthen_many`), one look-up of earlier facts superseding the new ones. Outcomes in
-        the order of ``facts``; a fact_id written twice in ``facts`` is created once and strengthened.
-
-        Raises:
-            ValueError: a fact names ``supersedes`` (use `record`) or another namespace.
-        """
-        if any(fact.supersedes for fact in facts) or any(fact.namespace != namespace for fact in facts):
-            raise ValueError("record_many takes facts of one namespace without supersedes")
-        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
-        restricted = sorted({f.fact_id for f in facts if restricting_scopes(f.scopes)})
-        stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, restricted)}
-        outcomes: dict[int, FactOutcome] = {}
-        for index, fact in enumerate(facts):
-            same = stored.get(fact.fact_id)
-            if same is not None and reaches_beyond(same.scopes, fact.scopes):
-                outcomes[index] = FactOutcome(fact_id=fact.fact_id, created=False, withheld=True)
-        written_facts = [(index, fact) for index, fact in enumerate(facts) if index not in outcomes]
-        self.graph.ensure_nodes(
-            conn,
-            namespace,
-            [key for _, fact in written_facts for key in (fact.subject, fact.object)],
-            now=now,
-            scopes=_end_scopes(fact for _, fact in written_facts),
-        )
-        pending = [(index, self.row_of(fact, now=now)) for index, fact in written_facts]
-        while pending:  # rounds of distinct fact_ids (a multi-row upsert touches each row once)
-            round_: list[tuple[int, FactRow]] = []
-            later: list[tuple[int, FactRow]] = []
-            seen: set[str] = set()
-            for index, row in pending:
-                (later if row.fact_id in seen else round_).append((index, row))
-                seen.add(row.fact_id)
-            written = self.facts.insert_or_strengthen_many(conn, [row for _, row in round_])
-            for (index, _), (created, stored) in zip(round_, written, strict=True):
-                outcomes[index] = FactOutcome(fact_id=stored.fact_id, created=created)
-            pending = later
-        created_ids = sorted({o.fact_id for o in outcomes.values() if o.created})
-        for fact_id, first in self.facts.first_superseding(conn, namespace, created_ids).items():
-            self.facts.close(conn, namespace, fact_id, first.valid_from, first.fact_id)
-        return [outcomes[index] for index in range(len(facts))]
-
-    def record_batch(
-        self, conn: psycopg.Connection[Any], facts: list[FactInput], *, now: datetime
+        check_access: bool = True,
     ) -> list[FactOutcome | AssertionRejected]:
-        """`record` of many facts (any namespaces, ``supersedes`` allowed), set-based: per namespace one
-        read of the superseded and of the narrower-scoped facts, one `ensure_nodes`, one multi-row insert
-        per round of distinct fact_ids, one look-up of earlier successors, then one closing statement per
-        supersession. Each fact is checked as `record` checks it (write access, supersession rules, a
-        superseded fact earlier in ``facts`` counts as stored) before anything is written, and a rejected
-        fact writes nothing. The end state is that of recording the facts one by one (supersession is
-        applied both ways, so the order does not matter); results in the order of ``facts``.
+        """Creates or strengthens ``facts`` and applies supersession both ways: the one write of facts
+        (any namespaces, ``supersedes`` allowed; one fact is a batch of one).
+
+        Set-based: per namespace one read of the superseded and of the narrower-scoped facts, one
+        `ensure_nodes`, one multi-row insert per round of distinct fact_ids, one look-up of earlier
+        successors, then one closing statement per supersession.
+
+        Each fact is checked before anything is written: the caller's write access
+        (`common.domain.write_access.WriteAccess.fact_violations`; ``check_access=False`` only where the
+        caller checked the whole write itself, as Reconcile does with ``require_writable``) and the
+        supersession rules (not itself, a fact of the same subject and predicate, seen by no reader
+        outside this fact's scopes, no cycle; a superseded fact earlier in ``facts`` counts as stored).
+        A rejected fact writes nothing and its result is the `AssertionRejected`; a fact that more
+        readers see than this one's scopes is left alone (``withheld``). The end state is that of
+        recording the facts one by one (supersession is applied both ways, so the order does not
+        matter); results in the order of ``facts``.
         """
+        access = WriteAccess.of_caller() if check_access else None
         results: dict[int, FactOutcome | AssertionRejected] = {}
         namespaces: dict[str, list[int]] = {}
         for index, fact in enumerate(facts):
             namespaces.setdefault(fact.namespace, []).append(index)
         for namespace, indices in namespaces.items():
-            results.update(self._record_namespace(conn, namespace, [(i, facts[i]) for i in indices], now))
+            results.update(
+                self._record_namespace(conn, namespace, [(i, facts[i]) for i in indices], now, access)
+            )
         return [results[index] for index in range(len(facts))]
 
     def _record_namespace(
-        self, conn: psycopg.Connection[Any], namespace: str, facts: list[tuple[int, FactInput]], now: datetime
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        facts: list[tuple[int, FactInput]],
+        now: datetime,
+        access: WriteAccess | None,
     ) -> dict[int, FactOutcome | AssertionRejected]:
-        """`record_batch` of the facts ``(index, fact)`` of one namespace."""
-        access = WriteAccess.of_caller()
+        """`record` of the facts ``(index, fact)`` of one namespace (``access`` None: not checked)."""
         results: dict[int, FactOutcome | AssertionRejected] = {}
         wanted = sorted(
             {f.supersedes for _, f in facts if f.supersedes}
@@ -296,16 +184,21 @@ class FactEngine:
         accepted: list[tuple[int, FactInput]] = []
         for index, fact in facts:
             new_id = fact.fact_id
-            refused = access.fact_violations(
-                conn,
-                self.facts,
-                namespace=namespace,
-                path=fact.field,
-                fact_id=new_id,
-                subject=fact.subject,
-                object_=fact.object,
-                scopes=fact.scopes,
-                supersedes=fact.supersedes,
+            # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
+            refused = (
+                access.fact_violations(
+                    conn,
+                    self.facts,
+                    namespace=namespace,
+                    path=fact.field,
+                    fact_id=new_id,
+                    subject=fact.subject,
+                    object_=fact.object,
+                    scopes=fact.scopes,
+                    supersedes=fact.supersedes,
+                )
+                if access is not None
+                else []
             )
             if refused:
                 results[index] = AssertionRejected(refused[0].field, refused[0].description)
@@ -490,3 +383,15 @@ def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
             else:
                 out[key] = sorted({*out.get(key, []), *scopes})
     return out
+
+
+def accepted(results: list[FactOutcome | AssertionRejected]) -> list[FactOutcome]:
+    """The outcomes of `FactEngine.record`, for a write that fails as a whole when one fact is rejected.
+
+    Raises:
+        AssertionRejected: the first rejection in ``results``.
+    """
+    for result in results:
+        if isinstance(result, AssertionRejected):
+            raise result
+    return [result for result in results if isinstance(result, FactOutcome)]

@@ -35,7 +35,7 @@ from common.packs.identifier_patterns import MENTIONS, find_identifiers
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
-from ingest_service.facts.engine import FactEngine, FactInput
+from ingest_service.facts.engine import FactEngine, FactInput, accepted
 
 MENTION_EVIDENCE = "extracted"
 MENTION_CONFIDENCE = 1.0
@@ -131,30 +131,29 @@ class MentionLinker:
             row.object_key: row
             for row in self.engine.facts.open_facts(conn, source.namespace, source.natural_key, MENTIONS)
         }
-        linked = []
-        known: dict[str, str] = {}  # not ``existing``: a target may be a scoped placeholder (issue 10 §2)
-        for target in targets:
-            if target in open_facts:
-                continue
+        linked = [target for target in targets if target not in open_facts]
+        accepted(
             self.engine.record(
                 conn,
-                FactInput(
-                    field="mentions",
-                    namespace=source.namespace,
-                    subject=source.natural_key,
-                    predicate=MENTIONS,
-                    object=target,
-                    valid_from=source.valid_from or now,
-                    evidence=evidence,
-                    confidence=MENTION_CONFIDENCE,
-                    scopes=list(source.scopes),
-                    observation_id=source.observation_id,
-                    source_path=source.source_path,
-                ),
+                [
+                    FactInput(
+                        field="mentions",
+                        namespace=source.namespace,
+                        subject=source.natural_key,
+                        predicate=MENTIONS,
+                        object=target,
+                        valid_from=source.valid_from or now,
+                        evidence=evidence,
+                        confidence=MENTION_CONFIDENCE,
+                        scopes=list(source.scopes),
+                        observation_id=source.observation_id,
+                        source_path=source.source_path,
+                    )
+                    for target in linked
+                ],
                 now=now,
-                known=known,
             )
-            linked.append(target)
+        )
         closed = []
         if source.complete:
             for target, row in open_facts.items():

@@ -10,7 +10,7 @@ transaction of `ingest_service.observations.recorder.ObservationRecorder`, in th
    with it; one node upsert and one chunk write for the whole batch (`ObservationProjector._episodes`);
 2. the **entities** each observation asserts, merged into existing nodes (`_entities`);
 3. the **facts**: the ACTOR and SUBJECT facts from each episode to its participants' nodes and the
-   asserted facts, in one call of the fact engine (`_facts`, `FactEngine.record_batch`);
+   asserted facts, in one call of the fact engine (`_facts`, `FactEngine.record`);
 4. the **text fragments** of each observation: a ``text:<observation_id>/<index>`` node with one
    embedded chunk each (`_text_fragments`);
 5. the **identifier links**: MENTIONS facts from the episode to the existing nodes its text names
@@ -124,7 +124,7 @@ class ObservationProjector:
     ) -> list[Projection]:
         """Writes the episodes, entities, facts, text fragments and identifier links of ``items`` (new
         observations, no observation_id twice), set-based where it can be: one node upsert and one chunk
-        write for every episode of the batch, one fact engine call (`FactEngine.record_batch`) for the
+        write for every episode of the batch, one fact engine call (`FactEngine.record`) for the
         ACTOR/SUBJECT facts and the asserted facts of every item. Projections in the order of ``items``.
 
         Args:
@@ -344,7 +344,7 @@ class ObservationProjector:
                     source_path=context.source_path,
                 )
                 writes.append((context, True, write))
-        outcomes = self.engine.record_batch(conn, [fact for _, _, fact in writes], now=now)
+        outcomes = self.engine.record(conn, [fact for _, _, fact in writes], now=now)
         for (context, asserted, _), outcome in zip(writes, outcomes, strict=True):
             if not asserted:
                 continue

@@ -60,7 +60,7 @@ from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
 from ingest_service.observations.episode_text import participant_facts
-from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactEngine, accepted
 from ingest_service.validation.limits import check_reason, check_trace_id
 
 log = logging.getLogger(__name__)
@@ -282,7 +282,7 @@ class ObservationRemover:
             pii_protection=self.database.settings.pii_protection,
         )
         now = datetime.now(UTC)
-        return {self.engine.record(conn, fact, now=now).fact_id for fact in facts}
+        return {outcome.fact_id for outcome in accepted(self.engine.record(conn, facts, now=now))}
 
     def _audit(self, conn: Any, row: dict[str, Any], trace_id: str, snapshot: dict[str, Any]) -> str:
         """Writes the deletion's audit event in the caller's transaction; returns its event id."""

@@ -19,7 +19,7 @@ from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
-from ingest_service.facts.engine import FactEngine, FactInput
+from ingest_service.facts.engine import FactEngine, FactInput, accepted
 from ingest_service.vault.links import LINKS_TO, LinkReference, VaultIndex, link_names
 from ingest_service.vault.run_model import SeenDocument, VaultRunReport
 
@@ -138,21 +138,25 @@ class VaultLinkWriter:
         for predicate, target in relations:
             fact_id = old_relations.get((predicate, target))
             if fact_id is None:
-                outcome = self.engine.record(
-                    conn,
-                    FactInput(
-                        field=f"{doc.entry.path}: {predicate}",
-                        subject=key,
-                        predicate=predicate,
-                        object=target,
-                        valid_from=now,
-                        scopes=list(doc.scopes),
-                        namespace=namespace,
-                        origin="vault",
-                        source_path=doc.entry.path,
-                        agent_asserted=True,
-                    ),
-                    now=now,
+                [outcome] = accepted(
+                    self.engine.record(
+                        conn,
+                        [
+                            FactInput(
+                                field=f"{doc.entry.path}: {predicate}",
+                                subject=key,
+                                predicate=predicate,
+                                object=target,
+                                valid_from=now,
+                                scopes=list(doc.scopes),
+                                namespace=namespace,
+                                origin="vault",
+                                source_path=doc.entry.path,
+                                agent_asserted=True,
+                            )
+                        ],
+                        now=now,
+                    )
                 )
                 fact_id = outcome.fact_id
                 report.count("relations_written")
