@@ -64,9 +64,9 @@ from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
 from ingest_service.documents.validation import ChunkInput, PutChunksInput
 from ingest_service.documents.writer import DocumentWriter
+from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
 
 NAMESPACE = "capacity"
 CHUNKS_PER_DOCUMENT = 250

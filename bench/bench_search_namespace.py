@@ -54,8 +54,8 @@ from bench.service_results import (
 from common.kernel.config import Settings
 from common.storage.replicas.read_routing import RoutedDatabase
 from common.storage.schema import migrations
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 from query_service.main import query_embedding_provider
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
 WARM_UP = 20
 QUERY_CHARS = 120

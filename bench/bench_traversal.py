@@ -40,9 +40,9 @@ import psycopg
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.storage.schema import migrations
 from common.storage.graph.store import GraphStore
 from common.storage.graph.traversal import RelationRule, TraversalStore, WalkQuery
+from common.storage.schema import migrations
 
 RESULTS = ROOT / "bench" / "results" / "traversal.json"
 RULES = [

@@ -47,11 +47,11 @@ from bench.service_results import append_entry, heading, load_average, machine, 
 from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
-from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import VaultSource, directory_documents
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
 from ingest_service.documents.writer import strip_front_matter
 from ingest_service.vault.documents import VaultFile, parse_file
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import VaultSource, directory_documents
 
 VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 

@@ -537,7 +537,6 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     from dataclasses import replace
 
     from common.storage.database import Database
-
     from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
     from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset

@@ -27,19 +27,20 @@ from common.kernel.config import Settings
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.storage.schema import migrations
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.replicas.wal_position import current_wal_position
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.writer import DocumentWriter
-from ingest_service.memories.enrichment.queue import EnrichmentQueue
 from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.embedding.tenant_indexes import TenantIndexWorker
 from ingest_service.facts.assertions import FactAsserter
+from ingest_service.memories.enrichment.queue import EnrichmentQueue
 from ingest_service.memories.summaries import MemorySummarizer
 from ingest_service.memories.writer import MemoryWriter
-from ingest_service.documents.node_deletion import NodeDeleter
-from ingest_service.observations.removal import ObservationRemover
 from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 from ingest_service.servicers.audit_servicer import AuditServicer
 from ingest_service.servicers.document_servicer import DocumentServiceServicer
 from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
@@ -49,7 +50,6 @@ from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
 from ingest_service.snapshots.reconciler import SnapshotReconciler
-from ingest_service.embedding.tenant_indexes import TenantIndexWorker
 from ingest_service.vault.ingest import VaultIngestor
 
 

@@ -26,8 +26,8 @@ import numpy as np
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
-from common.storage.schema import migrations
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
+from common.storage.schema import migrations
 from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models

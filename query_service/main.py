@@ -35,10 +35,13 @@ from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
 from query_service.context.compiler import ContextCompiler, context_preset
+from query_service.context.typed_context import TypedContextCompiler
 from query_service.readers.facts import FactReader
-from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 from query_service.readers.memory_recall import MemoryReader
 from query_service.readers.observations import ObservationReader
+from query_service.readers.sources import SourceReader
+from query_service.readers.traces import TraceReader
+from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -46,9 +49,6 @@ from query_service.servicers.observation_query_servicer import ObservationQueryS
 from query_service.servicers.retrieval_servicer import RetrievalServicer
 from query_service.servicers.source_servicer import SourceServicer
 from query_service.servicers.trace_servicer import TraceServicer
-from query_service.readers.sources import SourceReader
-from query_service.readers.traces import TraceReader
-from query_service.context.typed_context import TypedContextCompiler
 
 SERVICE_NAMES = (
     "memory.v1.RetrievalService",

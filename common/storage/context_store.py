@@ -25,8 +25,8 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
-from common.storage.graph.age import checked_label
 from common.storage.chunks.rows import StoredChunk
+from common.storage.graph.age import checked_label
 from common.storage.graph.store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders

@@ -30,11 +30,12 @@ from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Viol
 from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.storage.fact_store import FactRow, FactStore
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
-from ingest_service.validation.fields import FieldChecker
 from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.validation.fields import FieldChecker
 from ingest_service.validation.limits import (
     FACT_ID_PATTERN,
     MAX_FACT_SOURCE_PATH_CHARS,

@@ -37,7 +37,8 @@ import psycopg
 from common.domain.scope_inheritance import reaches_beyond, restricting_scopes
 from common.domain.write_access import WriteAccess
 from common.kernel.identifiers import fact_id as compute_fact_id
-from common.storage.fact_store import FactRow, FactStore
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 

@@ -51,7 +51,7 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.memories.store import MemoryRow, MemoryStore
 from common.text_models.embeddings.provider import PassageEncoder
-from ingest_service.validation.fields import FieldChecker
+from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.memories.quota import MemoryQuota
 from ingest_service.memories.validation import (
     DEFAULT_IMPORTANCE,
@@ -60,7 +60,7 @@ from ingest_service.memories.validation import (
     NewMemoryInput,
     check_new_memory,
 )
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.validation.fields import FieldChecker
 from ingest_service.validation.limits import check_reason
 
 log = logging.getLogger(__name__)

@@ -41,10 +41,10 @@ from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator, NamespaceKinds
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.graph.store import GraphStore, NodeWrite
-from ingest_service.observations.episode_text import episode_pieces, participant_facts
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.facts.mentions import MentionLinker, MentionSource
 from ingest_service.facts.validation import resolve_fact_kinds
+from ingest_service.observations.episode_text import episode_pieces, participant_facts
 from ingest_service.observations.validation import ObservationInput
 
 

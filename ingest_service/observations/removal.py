@@ -55,12 +55,13 @@ from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_store import FactRow, FactStore
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
-from ingest_service.observations.episode_text import participant_facts
 from ingest_service.facts.engine import FactEngine, accepted
+from ingest_service.observations.episode_text import participant_facts
 from ingest_service.validation.limits import check_reason, check_trace_id
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import grpc
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
+from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents.writer import DocumentWriter
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 
 
 class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]

@@ -21,8 +21,8 @@ from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant, cano
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.facts.engine import FactInput
-from ingest_service.validation.fields import FieldChecker
 from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.validation.fields import FieldChecker
 from ingest_service.validation.limits import MAX_ATTRIBUTES_BYTES, MAX_NAME_CHARS, MAX_TITLE_CHARS
 
 

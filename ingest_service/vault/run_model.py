@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
-from ingest_service.vault.links import LinkReference, VaultEntry
 from ingest_service.validation.limits import check_trace_id
+from ingest_service.vault.links import LinkReference, VaultEntry
 
 NEW, CHANGED, UNCHANGED, CONFLICT, REJECTED = "new", "changed", "unchanged", "conflict", "rejected"
 

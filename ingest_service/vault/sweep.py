@@ -33,8 +33,8 @@ from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from common.storage.visibility import is_restricting
-from ingest_service.facts.engine import FactEngine
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.facts.engine import FactEngine
 
 log = logging.getLogger(__name__)
 

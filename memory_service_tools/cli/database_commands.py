@@ -16,7 +16,12 @@ import typer
 from common.kernel.errors import DomainError
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.terminal import error_lines, fail
-from memory_service_tools.embedded_db import EmbeddedDatabaseError, database_down, database_status, database_up
+from memory_service_tools.embedded_db import (
+    EmbeddedDatabaseError,
+    database_down,
+    database_status,
+    database_up,
+)
 from memory_service_tools.embedded_db.replica import replica_down, replica_status, replica_up
 
 _REPLICA_HELP = "the streaming replica of the embedded database (127.0.0.1:55433) instead of the database"
@@ -101,9 +106,9 @@ def index_tenants(
     A namespace with at least --min-rows embedded chunks and less than half of the table gets an HNSW
     index partial to it (`common.storage.chunks.tenant_vector_indexes`); prints one line per change.
     """
+    from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
     from common.storage.database import Database
     from common.storage.schema import migrations
-    from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 
     settings = cli_state(ctx).settings()
     database = Database(settings, prepare=migrations.apply)

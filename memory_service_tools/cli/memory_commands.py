@@ -279,10 +279,10 @@ def maintain(
     from common.storage.database import Database
     from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
-    from memory_service_tools.cli.cli_state import cli_state
-    from memory_service_tools.cli.terminal import error_lines, fail
     from ingest_service.memories.maintenance import MemoryMaintenance
     from ingest_service.memories.writer import MemoryWriter
+    from memory_service_tools.cli.cli_state import cli_state
+    from memory_service_tools.cli.terminal import error_lines, fail
 
     settings = cli_state(ctx).settings()
     provider = build_embedding_provider(settings)

@@ -24,7 +24,12 @@ debootstrap build), `chroot_commands` (running programs inside the rootfs), `clu
 the package itself.
 """
 
-from memory_service_tools.embedded_db.cluster import DatabaseStatus, database_down, database_status, database_up
+from memory_service_tools.embedded_db.cluster import (
+    DatabaseStatus,
+    database_down,
+    database_status,
+    database_up,
+)
 from memory_service_tools.embedded_db.layout import DSN, HOST, PORT, EmbeddedDatabaseError
 
 __all__ = [

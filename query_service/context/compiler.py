@@ -92,8 +92,8 @@ from query_service.context.pack.request import (
 )
 from query_service.context.pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
 from query_service.context.pack.summaries import add_summaries
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.pii_output import PiiDisclosure
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 
 __all__ = ["CONTEXT_PRESETS", "ContextCompiler", "ContextSettings", "context_preset", "validate_context"]
 

@@ -59,8 +59,8 @@ from common.storage.chunks.store import ChunkStore
 from common.storage.context_store import NodeSummary
 from common.storage.database import Database
 from common.storage.graph.store import type_of_key
-from common.storage.memories.liveness import gone_memories
 from common.storage.graph.traversal import TraversalStore, WalkQuery, WalkStep
+from common.storage.memories.liveness import gone_memories
 from common.text_models.tokenizer import TokenCounter
 from query_service.context.pack.compiler import PackCompiler
 from query_service.context.pack.fitting import FitCandidate, FitSettings
@@ -70,8 +70,6 @@ from query_service.context.pack.request import (
     context_request_violations,
     with_context_defaults,
 )
-from query_service.pii_output import PiiDisclosure, withheld_text
-from query_service.provenance import Provenance
 from query_service.context.typed_traversal import (
     NodeReach,
     PathStep,
@@ -83,6 +81,8 @@ from query_service.context.typed_traversal import (
     relation_rules,
     resolve_anchors,
 )
+from query_service.pii_output import PiiDisclosure, withheld_text
+from query_service.provenance import Provenance
 
 DEFAULT_MAX_DEPTH = 2
 MAX_DEPTH = 4

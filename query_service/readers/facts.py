@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from common.kernel.errors import ViolationCollector
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactRow, FactStore, decode_cursor, encode_cursor
+from common.storage.fact_rows import FactQuery, FactRow, decode_cursor, encode_cursor
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 

@@ -13,8 +13,8 @@ from common.kernel.config import Settings
 from query_service.context.compiler import ContextCompiler
 from query_service.context.pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
 from query_service.context.pack.request import ContextRequest
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 from query_service.context.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
+from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 
 
 def _item_fields(item: ContextItem) -> dict[str, Any]:

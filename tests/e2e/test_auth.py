@@ -36,9 +36,9 @@ from typer.testing import CliRunner
 from common.auth.principals import Right
 from common.grpc.security import ServerSetupError
 from common.kernel.config import Settings
+from ingest_service.main import create_ingest_host
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
-from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 from tests.e2e.conftest import token_secured_services
 

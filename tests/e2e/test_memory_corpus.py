@@ -39,9 +39,9 @@ from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from memory_service_tools.token_writer import add_token
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
+from memory_service_tools.token_writer import add_token
 from tests.conftest import CORPORA
 from tests.e2e.conftest import token_secured_services
 

@@ -45,11 +45,11 @@ from memory_service_client import ClientSecurity, make_channel
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from memory_service_tools.token_writer import add_token
 from ingest_service.memories.enrichment.model import Enrichment, MemoryText
 from ingest_service.memories.enrichment.queue import ENRICH_TASK
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.worker import build_worker
+from memory_service_tools.token_writer import add_token
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
 from tests.unit.test_domain_packs import delivery_pack

@@ -11,7 +11,8 @@ import pytest
 
 from common.kernel.identifiers import fact_id, graph_label
 from common.storage.database import Database
-from common.storage.fact_store import FactRow, FactStore
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore, NodeWrite
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 

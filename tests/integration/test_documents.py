@@ -25,8 +25,8 @@ from ingest_service.documents.chunking import bounded_chunks
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents.writer import DocumentWriter, strip_front_matter
 from ingest_service.validation.limits import MAX_DOCUMENT_CONTENT_BYTES
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
 from query_service.readers.sources import SourceReader
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
 

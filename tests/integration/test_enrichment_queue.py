@@ -15,8 +15,8 @@ import pytest
 from procrastinate.schema import SchemaManager
 
 from common.kernel.config import Settings
-from common.storage.schema import migrations
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.storage.schema.queue_migration import MIGRATION_NAME
 from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
 

@@ -28,8 +28,8 @@ from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.embedding.episodes import EpisodeEmbedder
-from ingest_service.observations.removal import ObservationRemover
 from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration

@@ -19,13 +19,14 @@ from common.kernel.identifiers import fact_id, graph_label
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactRow, FactStore
+from common.storage.fact_rows import FactQuery, FactRow
+from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.facts.assertions import FactAsserter
-from ingest_service.observations.removal import ObservationRemover
 from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 
 pytestmark = pytest.mark.integration
 

@@ -23,17 +23,18 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import GRAPH_LABEL_PATTERN, graph_label
 from common.packs.kind_validation import KindValidator
 from common.storage import audit_store, fact_store
+from common.storage.audit_store import AuditStore
+from common.storage.database import Database
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_store import FactStore
 from common.storage.graph import age as age_graph
 from common.storage.graph import edges as graph_edges
 from common.storage.graph import store as graph_store
-from common.storage.schema import migrations
-from common.storage.session import prepare_age_session
 from common.storage.graph.age import AgeGraph
-from common.storage.audit_store import AuditStore
-from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactStore
 from common.storage.graph.store import GraphStore
+from common.storage.schema import migrations
 from common.storage.schema.label_migration import MIGRATION_NAME, migrate_labels
+from common.storage.session import prepare_age_session
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter

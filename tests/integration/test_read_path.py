@@ -19,8 +19,8 @@ from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
-from common.storage.schema import migrations
 from common.storage.graph.store import GraphStore
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter

@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.storage.schema import migrations
 from common.storage.pool_metrics import register_database_metrics
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
 from common.storage.chunks.rows import StoredChunk
-from common.storage.fact_store import FactRow
+from common.storage.fact_rows import FactRow
 from ingest_service.documents.validation import (
     ChunkInput,
     PutChunksInput,
@@ -23,10 +23,10 @@ from ingest_service.documents.validation import (
     validate_retain,
 )
 from ingest_service.observations.validation import validate_observation
-from query_service.readers.facts import disclose_fact
-from query_service.retrieval.hybrid_search import SearchHit, disclose_chunk, disclose_hit
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiPolicy, withheld_text
 from query_service.provenance import Provenance
+from query_service.readers.facts import disclose_fact
+from query_service.retrieval.hybrid_search import SearchHit, disclose_chunk, disclose_hit
 
 PHONE = "+7 916 123-45-67"
 EMAIL = "anna.k@example.org"

@@ -15,8 +15,6 @@ from common.domain.document_frontmatter import (
     read_frontmatter,
 )
 from common.kernel.errors import InvalidArgument
-from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import SourceDocument, VaultSource, directory_documents
 from ingest_service.vault.documents import VaultFile, check_path, file_fingerprint, parse_file
 from ingest_service.vault.links import (
     LinkReference,
@@ -26,6 +24,8 @@ from ingest_service.vault.links import (
     body_outline,
     link_names,
 )
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import SourceDocument, VaultSource, directory_documents
 
 
 def test_body_links_skip_code_and_images() -> None:

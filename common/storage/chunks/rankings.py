@@ -77,7 +77,6 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
-from common.storage.chunks.rows import CHUNK_COLUMNS, RANKED_COLUMNS, Candidate, ChunkFilter, StoredChunk
 from common.storage.chunks.lexical_scoring import (
     CANDIDATE_BUDGET,
     K1,
@@ -86,9 +85,14 @@ from common.storage.chunks.lexical_scoring import (
     LexemeStatistics,
     plan_bm25,
 )
+from common.storage.chunks.rows import CHUNK_COLUMNS, RANKED_COLUMNS, Candidate, ChunkFilter, StoredChunk
+from common.storage.chunks.tenant_vector_indexes import (
+    OWN_INDEX,
+    TenantIndexRegistry,
+    tenant_index_expression,
+)
 from common.storage.memories.liveness import live_memory_chunk
 from common.storage.named_queries import Queries
-from common.storage.chunks.tenant_vector_indexes import OWN_INDEX, TenantIndexRegistry, tenant_index_expression
 
 _IDENTIFIER_TOKEN = re.compile(r"[0-9]")
 OPENING_QUOTES = ('"', "'", "“", "„", "«", "‘", "‚", "‹", "「", "『")

@@ -34,7 +34,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from common.storage.fact_store import FactRow, fact_visibility
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import fact_visibility
 from common.storage.visibility import EVERYTHING, Visibility
 
 _FACT_COLUMNS = [item.name for item in fields(FactRow)]

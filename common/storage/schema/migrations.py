@@ -24,12 +24,12 @@ from psycopg import sql
 
 from common.kernel.errors import FailedPrecondition
 from common.storage.graph.age import AgeGraph
-from common.storage.session import prepare_age_session
+from common.storage.named_queries import Queries
 from common.storage.schema.label_migration import MIGRATION_NAME as LABEL_MIGRATION
 from common.storage.schema.label_migration import migrate_labels
-from common.storage.named_queries import Queries
 from common.storage.schema.queue_migration import MIGRATION_NAME as QUEUE_MIGRATION
 from common.storage.schema.queue_migration import apply_queue_schema
+from common.storage.session import prepare_age_session
 from common.storage.tables import query_placeholders
 
 if TYPE_CHECKING:

@@ -32,8 +32,8 @@ from common.domain.memory_records import EnrichmentFields, MemoryEnrichment
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from ingest_service.memories.enrichment.model import Enricher, Enrichment, MemoryText
 from ingest_service.facts.mentions import MentionLinker, MentionSource
+from ingest_service.memories.enrichment.model import Enricher, Enrichment, MemoryText
 
 log = logging.getLogger(__name__)
 

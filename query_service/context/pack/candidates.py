@@ -17,9 +17,9 @@ from common.storage.episode_store import EpisodeTurn
 from query_service.context.pack.conversation import speaker_of, turn_header, turn_line
 from query_service.context.pack.fitting import FitCandidate
 from query_service.context.pack.items import Selection
-from query_service.retrieval.hybrid_search import disclose_chunk
 from query_service.pii_output import PiiDisclosure, withheld_text
 from query_service.provenance import Provenance
+from query_service.retrieval.hybrid_search import disclose_chunk
 
 
 @dataclass(kw_only=True)

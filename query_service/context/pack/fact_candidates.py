@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from common.storage.context_store import key_tokens
-from common.storage.fact_store import FactQuery, FactRow
+from common.storage.fact_rows import FactQuery, FactRow
 from query_service.context.pack.candidates import PackCandidate, chunk_key
 from query_service.context.pack.compiler import PackCompiler
 from query_service.context.pack.items import (
@@ -24,10 +24,10 @@ from query_service.context.pack.items import (
 )
 from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import ContextSettings
-from query_service.readers.facts import disclose_fact
-from query_service.retrieval.hybrid_search import SearchHit
 from query_service.pii_output import PiiDisclosure
 from query_service.provenance import Provenance
+from query_service.readers.facts import disclose_fact
+from query_service.retrieval.hybrid_search import SearchHit
 
 
 def fact_candidates(

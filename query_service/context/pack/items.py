@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from common.kernel.identifiers import canonical_instant
-from common.storage.fact_store import FactRow
+from common.storage.fact_rows import FactRow
 from query_service.provenance import Provenance
 
 EVIDENCE_RANK: dict[str, int] = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}

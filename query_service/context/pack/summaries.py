@@ -31,8 +31,8 @@ from common.text_models.tokenizer import TokenCounter
 from query_service.context.pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
 from query_service.context.pack.items import HIT, SUMMARY, Selection
 from query_service.context.pack.request import ContextRequest
-from query_service.retrieval.hybrid_search import SearchHit
 from query_service.pii_output import PiiDisclosure
+from query_service.retrieval.hybrid_search import SearchHit
 
 MEMORY_NODE_TYPE = "memory"
 
