@@ -43,7 +43,7 @@ from bench.scale_arms import RecordingCursor
 from bench.service_results import append_entry, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import parse_instant
-from common.storage.chunks.rankings import identifier_tokens
+from common.storage.chunks.query_terms import identifier_tokens
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database

@@ -12,7 +12,7 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunks.rankings import identifier_tokens
+from common.storage.chunks.query_terms import identifier_tokens
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database

@@ -65,7 +65,6 @@ candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_ch
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -85,6 +84,7 @@ from common.storage.chunks.lexical_scoring import (
     LexemeStatistics,
     plan_bm25,
 )
+from common.storage.chunks.query_terms import OPENING_QUOTES, identifier_tokens, like_pattern, tsquery_literal
 from common.storage.chunks.rows import CHUNK_COLUMNS, RANKED_COLUMNS, Candidate, ChunkFilter, StoredChunk
 from common.storage.chunks.tenant_vector_indexes import (
     OWN_INDEX,
@@ -93,39 +93,6 @@ from common.storage.chunks.tenant_vector_indexes import (
 )
 from common.storage.memories.liveness import live_memory_chunk
 from common.storage.named_queries import Queries
-
-_IDENTIFIER_TOKEN = re.compile(r"[0-9]")
-OPENING_QUOTES = ('"', "'", "“", "„", "«", "‘", "‚", "‹", "「", "『")
-"""Characters that open a quotation: a whole-query match right after one is a citation (module doc)."""
-_TRIM_TOKEN = re.compile(r"^[\s\"'«»“”‘’(\[{<,;!?]+|[\s\"'«»“”‘’)\]}>,;!?.]+$")
-
-
-def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
-    """Identifier-like tokens of ``query`` (``PROJ-1234``, ``1:2.3-4``, ``2.36-9+deb12u4``), deduplicated.
-
-    A token is a whitespace-separated piece, stripped of surrounding quotes and sentence punctuation,
-    of at least 3 characters containing a digit. Pieces with only punctuation (``https://github``,
-    ``description:``, ``top-level``) matched 50-1,656 chunks of the docs vault each, every one then
-    scored with ``word_similarity``: that was the p95 of Search (bench/RESULTS.md).
-    """
-    tokens: list[str] = []
-    for piece in query.split():
-        token = _TRIM_TOKEN.sub("", piece)
-        if len(token) >= 3 and _IDENTIFIER_TOKEN.search(token) and token.lower() not in tokens:
-            tokens.append(token.lower())
-        if len(tokens) >= limit:
-            break
-    return tokens
-
-
-def _like_pattern(token: str) -> str:
-    escaped = token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-def _tsquery_literal(lexeme: str) -> str:
-    """A lexeme quoted for tsquery input (single quotes doubled, backslashes escaped)."""
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 class ChunkRankings:
@@ -300,7 +267,7 @@ class ChunkRankings:
             return []
         operator = " & " if plan.every_lexeme else " | "
         params: dict[str, Any] = {
-            "fetch": operator.join(_tsquery_literal(lexeme) for lexeme in plan.fetched),
+            "fetch": operator.join(tsquery_literal(lexeme) for lexeme in plan.fetched),
             "lexemes": list(plan.weights),
             "weights": list(plan.weights.values()),
             "average_length": plan.average_length,
@@ -434,7 +401,7 @@ class ChunkRankings:
             "config": self.text_search_config,
             "whole": query.strip(),
             "inner": " ".join(query.split()[1:-1]),
-            "patterns": [_like_pattern(token) for token in tokens],
+            "patterns": [like_pattern(token) for token in tokens],
             "quotes": list(OPENING_QUOTES),
             "limit": limit,
         }
