@@ -149,17 +149,11 @@ class RoutedDatabase(Database):
     Args:
         settings: ``database_url`` (primary), ``read_database_url``, ``consistency_wait_ms``,
             ``consistency_fallback`` and the pool settings (each replica gets a pool of that size).
-        embedding_model, prepare: as for `Database`.
+        options: as for `Database` (``embedding_model``, ``prepare``).
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        embedding_model: str | None = None,
-        prepare: Callable[[Database], object] | None = None,
-    ) -> None:
-        super().__init__(settings, embedding_model=embedding_model, prepare=prepare)
+    def __init__(self, settings: Settings, **options: Any) -> None:
+        super().__init__(settings, **options)
         self._replicas = [
             _Replica(f"replica-{index}", dsn, settings, self)
             for index, dsn in enumerate(read_database_urls(settings))
