@@ -28,12 +28,12 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 
 deps: system-deps $(STAMP)
 
-# Embedded PostgreSQL 17 + AGE + pgvector (common/tooling/embedded_db/, stdlib only): builds its rootfs once
+# Embedded PostgreSQL 17 + AGE + pgvector (memory_service_tools/embedded_db/, stdlib only): builds its rootfs once
 # (debootstrap, ~45 s, ~700 MB under ~/.cache/memory-service), then starts it; idempotent.
 # Then a streaming replica of it on 127.0.0.1:55433 (pg_basebackup -R; the read-replica tests use it).
 db: deps
-	$(PY) -m common.tooling.embedded_db up
-	$(PY) -m common.tooling.embedded_db up --replica
+	$(PY) -m memory_service_tools.embedded_db up
+	$(PY) -m memory_service_tools.embedded_db up --replica
 
 # Regenerates the checked-in stubs from protos/ (grpcio-tools + mypy-protobuf) into the client package
 # clients/python/src/memory (package `memory.v1` of the distribution memory-service-client).

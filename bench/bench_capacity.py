@@ -62,10 +62,11 @@ from bench.run_bench import (
 from bench.service_results import print_report, machine, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.embedded_db.replica import REPLICA_PORT, replica_status
-from ingest_service.document_validation import ChunkInput, PutChunksInput
-from ingest_service.documents import DocumentWriter
+from ingest_service.documents.validation import ChunkInput, PutChunksInput
+from ingest_service.documents.writer import DocumentWriter
+from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
 
 NAMESPACE = "capacity"
 CHUNKS_PER_DOCUMENT = 250
@@ -99,8 +100,8 @@ class SentenceEncoder:
 def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: str = NAMESPACE) -> float:
     """Writes ``chunks`` chunks into ``namespace`` (see the module doc); returns the seconds it took."""
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
-    database.migrate()
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
+    migrations.apply(database)
     encoder = SentenceEncoder(provider)
     writer = DocumentWriter(database, encoder, settings)
     started = time.perf_counter()
@@ -143,7 +144,7 @@ def query_processes(count: int, replica_url: str) -> Iterator[tuple[list[str], l
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(count)]
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "common.tooling.cli", "serve", "query"],
+            [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
             cwd=ROOT,
             env=dict(
                 os.environ, CB_QUERY_ADDR=address, CB_QUERY_METRICS_PORT="0", CB_READ_DATABASE_URL=replica_url

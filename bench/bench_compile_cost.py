@@ -62,12 +62,13 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
     from bench.run_bench import percentiles
     from common.kernel.config import Settings
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
     from common.text_models.tokenizer import TokenCounter
-    from query_service.context_compiler import ContextCompiler
-    from query_service.context_pack.request import ContextRequest
-    from query_service.context_pack.settings import context_preset
-    from query_service.hybrid_search import HybridSearcher, search_preset
+    from query_service.context.compiler import ContextCompiler
+    from query_service.context.pack.request import ContextRequest
+    from query_service.context.pack.settings import context_preset
+    from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 
     settings = Settings()
     provider = build_embedding_provider(settings)
@@ -78,7 +79,7 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
         def encode_query(self, text: str) -> Any:
             return vectors[text] if text in vectors else provider.encode_query(text)
 
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     searcher = HybridSearcher(database, Encoded(), search_preset("default"))
     compiler = ContextCompiler(
         database, searcher, TokenCounter(settings.tokenizer_encoding), context_preset("default")
@@ -158,7 +159,7 @@ def load_locomo(prefix: str) -> dict[str, Any]:
 
     from bench.bench_context_quality import observation, turns_of
     from bench.run_bench import load_observations, services, wait_for_embeddings
-    from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
+    from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
     loaded: dict[str, Any] = {"turns": 0}
     with services(kinds=("ingest",)) as (ingest_address, _):

@@ -71,7 +71,7 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.tokenizer import TokenCounter
-from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
+from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 DATA = ROOT.parent / "shared" / "corpora" / "locomo-dev" / "locomo-dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

@@ -40,7 +40,7 @@ import numpy as np
 from common.kernel.config import Settings
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.chunking import chunk_markdown
+from ingest_service.documents.chunking import chunk_markdown
 
 RESULTS = ROOT / "bench" / "results" / "embeddings.json"
 

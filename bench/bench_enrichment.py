@@ -46,9 +46,9 @@ from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from bench.run_bench import UPLOADS, percentiles, run_in_database, services
 from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
-from ingest_service.enrichment.language_models import load_models
-from ingest_service.enrichment.model import MemoryText
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from ingest_service.memories.enrichment.language_models import load_models
+from ingest_service.memories.enrichment.model import MemoryText
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 
 BATCH = 100
 
@@ -113,7 +113,7 @@ def wait_enriched(url: str, ids: list[str], limit_s: float) -> dict[str, tuple[f
 def start_worker(concurrency: int, url: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, CB_DATABASE_URL=url, CB_LOG_LEVEL="WARNING")
     return subprocess.Popen(
-        [sys.executable, "-m", "common.tooling.cli", "worker", "--concurrency", str(concurrency)],
+        [sys.executable, "-m", "memory_service_tools.cli", "worker", "--concurrency", str(concurrency)],
         cwd=ROOT,
         env=env,
     )

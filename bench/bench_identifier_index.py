@@ -4,8 +4,8 @@ ranking finds the same rows (issue 15, ingest).
 
 Method. A fresh database (`bench.run_bench.fresh_database`) migrated by this checkout holds, in one
 namespace and without embeddings (neither index reads them), the real texts: the episode chunks of the
-debian upload stream (`ingest_service.episode_text.episode_pieces`, what `RecordObservations` writes) and
-the chunks of the docs vault (`ingest_service.chunking.chunk_markdown`). Beside the migration's index it
+debian upload stream (`ingest_service.observations.episode_text.episode_pieces`, what `RecordObservations` writes) and
+the chunks of the docs vault (`ingest_service.documents.chunking.chunk_markdown`). Beside the migration's index it
 builds the one it replaced, ``(namespace, text gin_trgm_ops)``; each measured call runs in a transaction
 that leaves one set (`only`: for the old set the column ``identifier_text`` itself is dropped, so its
 computation is not charged to it) and is rolled back (catalog changes, untimed).
@@ -43,12 +43,13 @@ from bench.scale_arms import RecordingCursor
 from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import parse_instant
-from common.storage.chunk_rankings import identifier_tokens
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore
+from common.storage.chunks.query_terms import identifier_tokens
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from ingest_service.chunking import chunk_markdown
-from ingest_service.episode_text import episode_pieces
+from common.storage.schema import migrations
+from ingest_service.documents.chunking import chunk_markdown
+from ingest_service.observations.episode_text import episode_pieces
 
 CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
 NAMESPACE = "identifier-bench"
@@ -121,8 +122,8 @@ def measure(arguments: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"time": stamp, "machine": machine(), "note": arguments.note}
     with fresh_database(base.database_url, f"bench_identifier_{stamp.lower()}") as url:
         settings = Settings(database_url=url)
-        database = Database(settings)
-        database.migrate()
+        database = Database(settings, prepare=migrations.apply)
+        migrations.apply(database)
         database.close()
         table = settings.chunks_table
         debian, lines = debian_chunks(settings)

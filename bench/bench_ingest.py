@@ -68,7 +68,7 @@ from bench.service_results import (
     write_json,
 )
 from common.kernel.config import Settings
-from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
+from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 
 @contextmanager
@@ -80,7 +80,7 @@ def ingest_service(root: Path, environment: dict[str, str]) -> Iterator[tuple[st
     if root != ROOT:
         env["PYTHONPATH"] = f"{root}:{root / 'common' / 'generated'}"
     child = subprocess.Popen(
-        [sys.executable, "-m", "common.tooling.cli", "serve", "ingest"], cwd=root, env=env
+        [sys.executable, "-m", "memory_service_tools.cli", "serve", "ingest"], cwd=root, env=env
     )
     try:
         if not wait_for_serving(address, timeout=180):

@@ -1,5 +1,5 @@
 """A/B of the lexical indexes of the chunks table for one namespace among many (issue 15): the full-text
-(BM25) and trigram rankings of `common.storage.chunk_rankings`, in-process, at 10k and 1M chunks, with
+(BM25) and trigram rankings of `common.storage.chunks.rankings`, in-process, at 10k and 1M chunks, with
 each candidate set of GIN indexes, interleaved query by query in one run; and the insert cost of each set.
 
 Method. Three fresh databases (`bench.run_bench.fresh_database`), migrated: ``10k`` and ``100k`` hold
@@ -48,9 +48,10 @@ from bench.scale_arms import (
 from bench.scale_tables import FAQ, droppable_indexes
 from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
+from common.storage.schema import migrations
 
 Q = "lexical-q"
 TENANTS = 99
@@ -123,8 +124,8 @@ def build(
     """Migrates the database of ``url``, writes Q's ``q_rows`` chunks (and ``tenants`` copies of them),
     builds every index set."""
     settings = Settings(database_url=url)
-    database = Database(settings)
-    database.migrate()
+    database = Database(settings, prepare=migrations.apply)
+    migrations.apply(database)
     database.close()
     table = settings.chunks_table
     with psycopg.connect(url, autocommit=True) as conn:

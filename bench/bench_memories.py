@@ -49,7 +49,7 @@ from bench.run_bench import percentiles, run_in_database, services
 from bench.service_results import print_report, heading, load_average, machine, write_json
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_id
-from common.storage.chunk_store import embedding_input
+from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
 
 UPLOADS = ROOT.parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"

@@ -1,5 +1,5 @@
 """Budget fitting cost (issue 15: "`PackFitter.fit` re-tokenises the whole pack for every candidate"), A/B in
-one run: `query_service.context_pack.fitting.PackFitter` (each text counted once, one exact count of the
+one run: `query_service.context.pack.fitting.PackFitter` (each text counted once, one exact count of the
 pack) against the fitting before it (``whole_pack_fit`` below: the pack text joined and counted whole for
 every candidate that might fit), on the same candidates, interleaved.
 
@@ -31,7 +31,7 @@ from bench.bench_context_quality import DATA, turns_of
 from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
+from query_service.context.pack.fitting import FitCandidate, FitSettings, PackFitter
 
 
 def whole_pack_fit(tokens: TokenCounter, candidates: list[FitCandidate], budget: int) -> tuple[str, int]:

@@ -46,8 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
-from ingest_service.snapshots import SnapshotReconciler
+from common.storage.schema import migrations
+from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots.reconciler import SnapshotReconciler
 
 RESULTS = ROOT / "bench" / "results" / "reconcile.json"
 PART_ITEMS = 1000  # items per streamed part (500 entities + 500 facts)
@@ -97,8 +98,8 @@ def max_rss_mib() -> float:
 
 def worker(path: str, items: int, use_tracemalloc: bool) -> dict[str, Any]:
     """Runs the three plans on one path in a fresh namespace; returns the measurements."""
-    database = Database(Settings())
-    database.migrate()
+    database = Database(Settings(), prepare=migrations.apply)
+    migrations.apply(database)
     reconciler = SnapshotReconciler(database)
     namespace = f"bench-reconcile-{path}-" + uuid.uuid4().hex[:8]
     packages = items // 2

@@ -17,7 +17,7 @@ Methods: the service's Search (top_k 10) for each named preset given with ``--pr
 an empty name is the server's default); ``bm25``: Okapi BM25 (``rank_bm25``, k1 1.5, b 0.75) over the
 lexemes of the same text search configuration as the service (``to_tsvector``, each lexeme repeated by its
 number of positions), so its stemming equals the service's; ``dense``: cosine over the configured embedding
-provider's vectors of the stored chunk input (`common.storage.chunk_store.embedding_input`); ``dense+bm25``:
+provider's vectors of the stored chunk input (`common.storage.chunks.store.embedding_input`); ``dense+bm25``:
 reciprocal rank fusion of the first 50 of those two (BM25: documents with a positive score) with k 60 (Cormack et al. 2009). Search latency over gRPC (p50/p95)
 per preset, and the full-text and trigram rankings called in-process on the loaded table (p50/p95).
 
@@ -54,9 +54,10 @@ from rank_bm25 import BM25Okapi
 from bench.run_bench import percentiles, run_in_database, services
 from bench.service_results import print_report, heading, machine, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, embedding_input
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, embedding_input
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 
 DATA = ROOT.parent / "shared" / "corpora" / "retrieval-eval"
@@ -173,7 +174,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 latency[method].append((time.perf_counter() - begin) * 1000)
                 rows[method].append(measures([hit.node_key for hit in response.hits], item))
 
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     try:
         store = ChunkStore(settings)
         where = ChunkFilter(namespace)

@@ -88,9 +88,9 @@ from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
 from bench.service_results import print_report, machine, tree_commit, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore
-from common.storage.tenant_vector_indexes import TenantVectorIndexes
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 EF_SEARCH = (40, 100, 200)

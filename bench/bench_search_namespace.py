@@ -3,7 +3,7 @@
 The scale benchmark (`bench/bench_scale.py`) builds synthetic document nodes whose properties are small.
 A real document node carries its whole text in ``props.content``, and every read that touches its
 properties pays for that size: issue 15 session 6 found `ContextStore.node_summaries` at 17 ms of a
-53 ms search on the docs vault. This benchmark measures `query_service.hybrid_search.HybridSearcher.search`
+53 ms search on the docs vault. This benchmark measures `query_service.retrieval.hybrid_search.HybridSearcher.search`
 as the query service builds it (real embedding model, routed database, default preset) on the given
 namespace, with no gRPC:
 
@@ -52,9 +52,10 @@ from bench.service_results import (
     write_json,
 )
 from common.kernel.config import Settings
-from common.storage.read_routing import RoutedDatabase
-from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
+from common.storage.replicas.read_routing import RoutedDatabase
+from common.storage.schema import migrations
 from query_service.main import query_embedding_provider
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
 WARM_UP = 20
 QUERY_CHARS = 120
@@ -127,7 +128,7 @@ def main() -> int:
     arguments = parser.parse_args()
     settings = Settings()
     provider = query_embedding_provider(settings)
-    database = RoutedDatabase(settings, embedding_model=provider.model_id)
+    database = RoutedDatabase(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     texts = queries_of(settings, arguments.namespace, arguments.queries)
     if len(texts) <= WARM_UP:

@@ -1,5 +1,5 @@
 """Typed traversal (issue 4 §4; DESIGN §11: "Variable-length paths ([*..n]) are very slow: traverse with
-bounded recursive CTEs"): the recursive walk of `common.storage.traversal_store` against the Cypher
+bounded recursive CTEs"): the recursive walk of `common.storage.graph.traversal` against the Cypher
 variable-length path over the same anchors, in the same run, on the debian namespace (the real upload
 stream: package -HAS_VERSION-> version -UPLOADED_BY-> person; run ``cb observe --file
 ../shared/corpora/debian-uploads/observations.jsonl`` first).
@@ -40,8 +40,9 @@ import psycopg
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
-from common.storage.traversal_store import RelationRule, TraversalStore, WalkQuery
+from common.storage.graph.store import GraphStore
+from common.storage.graph.traversal import RelationRule, TraversalStore, WalkQuery
+from common.storage.schema import migrations
 
 RESULTS = ROOT / "bench" / "results" / "traversal.json"
 RULES = [
@@ -62,7 +63,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 3, 4])
     parser.add_argument("--timeout", type=float, default=20.0, help="Cypher statement timeout per anchor (s)")
     args = parser.parse_args()
-    database = Database(Settings())
+    database = Database(Settings(), prepare=migrations.apply)
     database.ensure_ready()
     graph = GraphStore(database)
     store = TraversalStore()

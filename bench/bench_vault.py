@@ -3,7 +3,7 @@
 Measures, in one run, each ingest in an empty database of its own (dropped afterwards):
 
 * the full vault ingest: the 398 files of ``shared/corpora/docs-vault`` sent by `cb ingest`'s stream
-  (`common.tooling.cli.vault_commands.vault_messages`) to ``VaultService.IngestVault`` of a
+  (`memory_service_tools.cli.vault_commands.vault_messages`) to ``VaultService.IngestVault`` of a
   ``cb serve ingest`` process into an empty namespace: wall seconds and chunks/s (chunks embedded /
   wall time);
 * the floor: the embedding model's own throughput on the same texts (each chunk's
@@ -45,13 +45,13 @@ from memory.v1 import vault_service_pb2_grpc
 from bench.run_bench import fresh_database, run_in_database, services
 from bench.service_results import print_report, heading, load_average, machine, tree_commit, write_json
 from common.kernel.config import Settings
-from common.storage.chunk_store import embedding_input
+from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import VaultSource, directory_documents
-from ingest_service.chunking import bounded_chunks, chunk_markdown
-from ingest_service.documents import strip_front_matter
-from ingest_service.vault_documents import VaultFile, parse_file
+from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.writer import strip_front_matter
+from ingest_service.vault.documents import VaultFile, parse_file
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import VaultSource, directory_documents
 
 VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 

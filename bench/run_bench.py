@@ -4,7 +4,7 @@ Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
   into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
   twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`common.tooling.observation_loader.record_observations` with its default concurrency), each into its own namespace,
+  (`memory_service_tools.observation_loader.record_observations` with its default concurrency), each into its own namespace,
   reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
   issue 3 §4);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
@@ -72,9 +72,9 @@ from memory_service_client import wait_for_serving
 from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id, graph_label, parse_instant
-from common.tooling.markdown_vault import find_documents, read_document
-from common.tooling.observation_file import ParsedObservation
-from common.tooling.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
+from memory_service_tools.markdown_vault import find_documents, read_document
+from memory_service_tools.observation_file import ParsedObservation
+from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
 
 CORPORA = ROOT.parent / "shared" / "corpora"
 UPLOADS = CORPORA / "debian-uploads"
@@ -109,7 +109,7 @@ def services(
         **(extra_env or {}),
     )
     children = [
-        subprocess.Popen([sys.executable, "-m", "common.tooling.cli", "serve", kind], cwd=root, env=env)
+        subprocess.Popen([sys.executable, "-m", "memory_service_tools.cli", "serve", kind], cwd=root, env=env)
         for kind in kinds
     ]
     try:
@@ -247,7 +247,7 @@ def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
     defaults and indexes: ``LIKE ... INCLUDING ALL``) in a scratch schema, in one transaction: the
     observations, ``graph_nodes``, ``facts``, the chunks (embedding NULL, as the write stores episode
     chunks) and the AGE label tables of its vertices and fact edges. Returns the seconds and the rows."""
-    from common.storage.age_graph import prepare_age_session
+    from common.storage.session import prepare_age_session
 
     sql = psycopg.sql
     settings = Settings(database_url=url)
@@ -537,11 +537,12 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     from dataclasses import replace
 
     from common.storage.database import Database
+    from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
-    from query_service.hybrid_search import HybridSearcher, SearchQuery, search_preset
+    from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
 
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     engine = HybridSearcher(database, provider, search_preset("default"))
     variants = {
         "concurrent": search_preset("default"),

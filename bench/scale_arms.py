@@ -1,10 +1,10 @@
 """Where a Search's database time goes at one size of bench/bench_scale.py: each ranking arm of
-`query_service.hybrid_search` in-process, and the plans of its statements.
+`query_service.retrieval.hybrid_search` in-process, and the plans of its statements.
 
 Each arm is called as `HybridSearch.search` calls it by default (``limit`` 50; trigram with the whole
 query matched from 8 words and up to 1,000 characters) on one connection set up like the service's pool
 (``jit`` off, the HNSW settings of `common.storage.database`), the three arms of one query one after another
-(order rotating with the query). The code is `common.storage.chunk_rankings` of the checkout of this file
+(order rotating with the query). The code is `common.storage.chunks.rankings` of the checkout of this file
 (the query vectors are computed beforehand, so no model time). For each arm the statements of the query at
 its median and of the slowest are recorded (a cursor class that logs what it executes) and run again under
 ``EXPLAIN (ANALYZE, BUFFERS)`` in one transaction, ``SET``/``RESET`` statements as they were (the
@@ -25,8 +25,8 @@ from psycopg import sql
 
 from bench.run_bench import percentiles
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore
 
 LIMIT = 50
 VECTOR_LITERAL = re.compile(r"'\[[-0-9.e,]+\]'")

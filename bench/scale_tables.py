@@ -17,7 +17,7 @@ from memory.v1 import document_service_pb2, document_service_pb2_grpc, observati
 from psycopg import sql
 
 from bench.run_bench import CORPORA, VAULT, debian_observations, load_observations, services
-from common.tooling.markdown_vault import find_documents, read_document
+from memory_service_tools.markdown_vault import find_documents, read_document
 
 FAQ = CORPORA / "retrieval-eval"
 

@@ -16,7 +16,7 @@ import mkdocs_gen_files
 import typer.main
 
 # The module that holds the typer app `app` (the `cb` entry point in pyproject.toml).
-CLI_MODULE = "common.tooling.cli"
+CLI_MODULE = "memory_service_tools.cli"
 
 PAGE = "reference/cli.md"
 

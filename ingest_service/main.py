@@ -28,17 +28,19 @@ from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.pool_metrics import register_database_metrics
-from common.storage.wal_position import current_wal_position
+from common.storage.replicas.wal_position import current_wal_position
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from ingest_service.documents import DocumentWriter
-from ingest_service.enrichment.queue import EnrichmentQueue
-from ingest_service.episode_embedder import EpisodeEmbedder
-from ingest_service.fact_assertions import FactAsserter
-from ingest_service.memory_summaries import MemorySummarizer
-from ingest_service.memory_writer import MemoryWriter
-from ingest_service.node_deletion import NodeDeleter
-from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observations import ObservationRecorder
+from ingest_service.documents.node_deletion import NodeDeleter
+from ingest_service.documents.writer import DocumentWriter
+from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.embedding.tenant_indexes import TenantIndexWorker
+from ingest_service.facts.assertions import FactAsserter
+from ingest_service.memories.enrichment.queue import EnrichmentQueue
+from ingest_service.memories.summaries import MemorySummarizer
+from ingest_service.memories.writer import MemoryWriter
+from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 from ingest_service.servicers.audit_servicer import AuditServicer
 from ingest_service.servicers.document_servicer import DocumentServiceServicer
 from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
@@ -47,9 +49,8 @@ from ingest_service.servicers.memory_servicer import MemoryServicer
 from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
-from ingest_service.snapshots import SnapshotReconciler
-from ingest_service.tenant_index_worker import TenantIndexWorker
-from ingest_service.vault_ingest import VaultIngestor
+from ingest_service.snapshots.reconciler import SnapshotReconciler
+from ingest_service.vault.ingest import VaultIngestor
 
 
 def create_ingest_host(
@@ -72,7 +73,7 @@ def create_ingest_host(
     provider = build_embedding_provider(settings)
     if load_model:
         provider.load()
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     register_database_metrics("ingest_service", database)
     kinds = KindValidator(database)  # one per process: SetNamespaceKinds here invalidates its cache
     writer = DocumentWriter(database, provider, settings, kinds=kinds)

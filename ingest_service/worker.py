@@ -2,11 +2,11 @@
 `ingest_service.main` wires the ingest service.
 
 `build_worker` migrates the database (idempotent: the queue's schema is migration 0016), then builds the
-`ingest_service.enrichment.queue.EnrichmentQueue` with:
+`ingest_service.memories.enrichment.queue.EnrichmentQueue` with:
 
-* the job: `ingest_service.enrichment.jobs.EnrichmentJob` with the configured enricher;
+* the job: `ingest_service.memories.enrichment.jobs.EnrichmentJob` with the configured enricher;
 * the sweep's look-up: `common.storage.enrichment_jobs_store.EnrichmentJobStore.due_without_job`;
-* the maintenance: `ingest_service.memory_maintenance.MemoryMaintenance.run` (tier policy, expiry sweep).
+* the maintenance: `ingest_service.memories.maintenance.MemoryMaintenance.run` (tier policy, expiry sweep).
 
 `run_worker` runs it until SIGTERM/SIGINT, and runs it again when it stops by itself: procrastinate stops a
 worker whose side task (the LISTEN connection, the heartbeat) fails, which a database restart causes, and
@@ -27,13 +27,14 @@ from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
-from ingest_service.enrichment.factory import build_enricher
-from ingest_service.enrichment.jobs import EnrichmentJob
-from ingest_service.enrichment.language_models import load_models
-from ingest_service.enrichment.model import Enricher
-from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue
-from ingest_service.memory_maintenance import MemoryMaintenance
-from ingest_service.memory_writer import MemoryWriter
+from common.storage.schema import migrations
+from ingest_service.memories.enrichment.factory import build_enricher
+from ingest_service.memories.enrichment.jobs import EnrichmentJob
+from ingest_service.memories.enrichment.language_models import load_models
+from ingest_service.memories.enrichment.model import Enricher
+from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
 
 log = logging.getLogger("memory.worker")
 # Seconds between restarts of a worker that stopped by itself (the database unreachable), doubling to the cap.
@@ -58,8 +59,8 @@ def build_worker(
         psycopg.Error: the database is unreachable.
     """
     chosen = enricher or build_enricher(settings)
-    database = Database(settings)
-    database.migrate()
+    database = Database(settings, prepare=migrations.apply)
+    migrations.apply(database)
     job = EnrichmentJob(database, chosen)
     jobs = EnrichmentJobStore(settings)
 

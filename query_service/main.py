@@ -29,15 +29,19 @@ from common.grpc.worker_processes import claim_address, run_worker_processes
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.pool_metrics import register_database_metrics
-from common.storage.read_routing import RoutedDatabase
+from common.storage.replicas.read_routing import RoutedDatabase
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_compiler import ContextCompiler, context_preset
-from query_service.fact_reader import FactReader
-from query_service.hybrid_search import HybridSearcher, search_preset
-from query_service.memory_recall import MemoryReader
-from query_service.observation_reader import ObservationReader
+from query_service.context.compiler import ContextCompiler, context_preset
+from query_service.context.typed_context import TypedContextCompiler
+from query_service.readers.facts import FactReader
+from query_service.readers.memory_recall import MemoryReader
+from query_service.readers.observations import ObservationReader
+from query_service.readers.sources import SourceReader
+from query_service.readers.traces import TraceReader
+from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -45,9 +49,6 @@ from query_service.servicers.observation_query_servicer import ObservationQueryS
 from query_service.servicers.retrieval_servicer import RetrievalServicer
 from query_service.servicers.source_servicer import SourceServicer
 from query_service.servicers.trace_servicer import TraceServicer
-from query_service.source_reader import SourceReader
-from query_service.trace_reader import TraceReader
-from query_service.typed_context import TypedContextCompiler
 
 SERVICE_NAMES = (
     "memory.v1.RetrievalService",
@@ -90,7 +91,7 @@ def create_query_host(
         provider.load()
     tokens = TokenCounter(settings.tokenizer_encoding)
     # Reads on the replicas of CB_READ_DATABASE_URL (consistency tokens honoured), writes on the primary.
-    database = RoutedDatabase(settings, embedding_model=provider.model_id)
+    database = RoutedDatabase(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     register_database_metrics("query_service", database)
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))

@@ -23,8 +23,8 @@ With protection off nothing is masked, withheld or audited (explicit marks are s
 The policy (`PiiPolicy`) is built by the servicer from the caller and the settings, like
 `common.storage.visibility.Visibility`, and passed into the domain reader. Each reader discloses its own
 output: it passes its items, field by field, through the response's `PiiDisclosure` (its ``disclose_*``
-functions: `query_service.hybrid_search.disclose_hit`, `query_service.fact_reader.disclose_fact`,
-`query_service.source_reader.disclose_source`, ...) inside `PiiGuard.disclose`, which then audits what a
+functions: `query_service.retrieval.hybrid_search.disclose_hit`, `query_service.readers.facts.disclose_fact`,
+`query_service.readers.sources.disclose_source`, ...) inside `PiiGuard.disclose`, which then audits what a
 cleared caller was shown. This module knows no reader. In-process callers that pass no policy get
 `NO_PII_POLICY`: no masking, no audit. Transport free.
 """

@@ -1,5 +1,5 @@
 """Where a read-side output came from: `Provenance`, the domain form of memory.v1.Provenance, carried by
-search hits (`query_service.hybrid_search.SearchHit`) and context pack items (`query_service.context_pack`).
+search hits (`query_service.retrieval.hybrid_search.SearchHit`) and context pack items (`query_service.context.pack`).
 Transport free; `query_service.servicers.read_transport.provenance_to_proto` maps it onto the message.
 """
 

@@ -13,6 +13,7 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 
@@ -26,8 +27,8 @@ def settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def database(settings: Settings) -> Iterator[Database]:
-    db = Database(settings)
-    db.migrate()
+    db = Database(settings, prepare=migrations.apply)
+    migrations.apply(db)
     yield db
     db.close()
 

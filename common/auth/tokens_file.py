@@ -17,7 +17,7 @@ The tokens file (YAML) holds token *hashes* only, never tokens::
         note: loads the Debian corpus                     # optional, informative
 
 Tokens are random URL-safe strings prefixed ``cbt_`` (`new_token`); ``cb token create`` prints one once
-and appends its hash here (`common.tooling.token_writer.add_token`). Each entry becomes a `Principal`
+and appends its hash here (`memory_service_tools.token_writer.add_token`). Each entry becomes a `Principal`
 (`TokenEntry.to_principal`).
 
 `TokenStore` loads the file with a schema check (`TokensFileError` names the file and the field) and

@@ -60,7 +60,7 @@ from common.kernel.request_context import current_request_id
 from common.kernel.storable_values import unstorable_paths
 from common.storage.audit_store import AuditStore, event_key
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 
 # The limits every write path shares (pure validation module; no transport, no storage).
 

@@ -1,7 +1,7 @@
 """YAML frontmatter of a Markdown document mapped onto a document's fields (python-frontmatter).
 
-One mapping for both readers of Markdown files: ``cb retain`` (`common.tooling.markdown_vault`, which
-builds RetainRequests on the client) and vault ingest (`ingest_service.vault_documents`, which parses
+One mapping for both readers of Markdown files: ``cb retain`` (`memory_service_tools.markdown_vault`, which
+builds RetainRequests on the client) and vault ingest (`ingest_service.vault.documents`, which parses
 the files a VaultService.IngestVault stream sends on the server).
 
 Keys: ``natural_key``, ``title``, ``type``, ``links`` (a string or a list of natural keys), ``scopes``,

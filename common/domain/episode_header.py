@@ -1,8 +1,8 @@
 """The header line of an episode's text (issue 16 §1), shared by the writer and the readers.
 
-ingest_service writes every episode chunk as ``<header>\\n<body>`` (`ingest_service.episode_text`), so
+ingest_service writes every episode chunk as ``<header>\\n<body>`` (`ingest_service.observations.episode_text`), so
 full text finds who spoke and when; CompileContext renders a turn as its own compact line
-(``HH:MM speaker: text``, `query_service.context_pack.conversation`) and drops the header with
+(``HH:MM speaker: text``, `query_service.context.pack.conversation`) and drops the header with
 `without_episode_header` instead of repeating the date and the speaker. Transport and storage free.
 """
 

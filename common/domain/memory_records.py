@@ -1,7 +1,7 @@
 """Memory records as plain values, and the enrichment hook (issue 12; seed 001 "Memory Model").
 
 `MemoryRecord` is what both services hand to their transports: the row of the memories table
-(`common.storage.memory_store`) joined with the props of the memory's node. `MemoryEnrichment` is the
+(`common.storage.memories.store`) joined with the props of the memory's node. `MemoryEnrichment` is the
 API the asynchronous enrichment worker uses (issue 12 §4), so it never touches the tables itself:
 
 * `MemoryEnrichment.due` lists ``(namespace, memory_id, version)`` of memories whose current version is
@@ -15,7 +15,7 @@ API the asynchronous enrichment worker uses (issue 12 §4), so it never touches 
   scope) so other users never see them (`common.domain.scope_inheritance`).
 
 A job is called with ``{"namespace": ..., "memory_id": ..., "version": ...}`` (its locks:
-`ingest_service.enrichment.queue`); `MemoryWriter` (ingest_service) calls its ``on_due`` hook with
+`ingest_service.memories.enrichment.queue`); `MemoryWriter` (ingest_service) calls its ``on_due`` hook with
 those triples after each commit.
 """
 
@@ -30,9 +30,9 @@ from common.domain.memory_scope import MemoryScope
 from common.kernel.errors import InvalidArgument
 from common.kernel.memory_names import owner_scope
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore, NodeWrite
-from common.storage.memory_lifecycle_store import MemoryLifecycleStore
-from common.storage.memory_store import MEMORY_LABEL, MEMORY_NODE_TYPE, MemoryQuery, StoredMemory
+from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.memories.lifecycle import MemoryLifecycleStore
+from common.storage.memories.store import MEMORY_LABEL, MEMORY_NODE_TYPE, MemoryQuery, StoredMemory
 
 ENRICHMENT_FIELDS = ("key_points", "insights", "entities", "topics")
 """Node props the enrichment fills (lists of strings)."""

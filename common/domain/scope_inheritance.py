@@ -14,7 +14,7 @@ fragments, placeholder nodes at the ends of facts. The rule every write path app
    does not give it its title or attributes (they stay in the observation), and does not strengthen,
    adopt or supersede a fact that more readers see.
 3. **Placeholders follow the facts that name them.** A node created only as the end of facts
-   (`common.storage.graph_store.GraphStore.ensure_nodes`) carries the union of those facts' restricting
+   (`common.storage.graph.store.GraphStore.ensure_nodes`) carries the union of those facts' restricting
    scopes, and none (it is public) as soon as one visible fact or a visible entity assertion names it.
    A placeholder holds nothing but its key, so it never counts as hidden for a write
    (`common.domain.write_access.WriteAccess.hidden_nodes`): naming it is how it becomes visible.

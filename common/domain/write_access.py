@@ -12,10 +12,10 @@ caller's (`common.storage.visibility`). The write side keeps that rule from bein
    with a field violation in a batch), never revealing more than a missing one would.
 
 Development mode (auth off) and in-process callers (no RPC) are unrestricted, exactly as on the read
-side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`ingest_service.documents`,
-`ingest_service.node_deletion`), RecordObservations (`ingest_service.observations`), Redact/Purge
-(`ingest_service.observation_removal`), AssertFacts/CloseFact and the facts of every path
-(`ingest_service.fact_engine`, `ingest_service.fact_assertions`), Reconcile (`ingest_service.snapshots`)
+side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`ingest_service.documents.writer`,
+`ingest_service.documents.node_deletion`), RecordObservations (`ingest_service.observations.recorder`), Redact/Purge
+(`ingest_service.observations.removal`), AssertFacts/CloseFact and the facts of every path
+(`ingest_service.facts.engine`, `ingest_service.facts.assertions`), Reconcile (`ingest_service.snapshots.reconciler`)
 and RecordAuditEvent (`common.domain.audit`).
 
 What a scoped write derives (entities, facts, placeholders, fragments) carries its scopes, and a
@@ -38,7 +38,7 @@ from common.auth.principals import current_principal
 from common.kernel.errors import FieldViolation, NotFound, PermissionDenied
 from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility, is_restricting, visibility_for
 
 SCOPE_NOT_ALLOWED = "SCOPE_NOT_ALLOWED"

@@ -8,7 +8,7 @@
   the write still succeeds, without a token.
 * `ReadTokenInterceptor` (query_service): the ``x-consistency-token`` metadata of a read becomes
   `common.kernel.consistency.required_position_var` for the duration of the call, which
-  `common.storage.read_routing.RoutedDatabase` honours. A malformed token is INVALID_ARGUMENT (field
+  `common.storage.replicas.read_routing.RoutedDatabase` honours. A malformed token is INVALID_ARGUMENT (field
   ``x-consistency-token``) before the handler runs.
 
 Both are installed innermost (`build_server(..., interceptors=...)`), inside the error mapping.
@@ -42,7 +42,7 @@ class WriteTokenInterceptor(_UnaryInterceptor):
 
     Args:
         position: returns the primary's current WAL position (integer ``pg_lsn``), e.g.
-            `common.storage.wal_position.current_wal_position` bound to the service's database.
+            `common.storage.replicas.wal_position.current_wal_position` bound to the service's database.
     """
 
     def __init__(self, position: Callable[[], int]) -> None:

@@ -18,7 +18,7 @@ from common.domain.memory_scope import PROJECT_METADATA, MemoryScope, resolve_me
 from common.grpc.proto_mapping import dict_to_struct, instant, json_form, timestamp
 from common.kernel.errors import FieldViolation, InvalidArgument
 from common.kernel.identifiers import integral_numbers
-from common.storage.memory_store import MemoryQuery
+from common.storage.memories.store import MemoryQuery
 
 _TIER_NAMES = {
     memory_record_pb2.MEMORY_TIER_HOT: "hot",
@@ -110,7 +110,7 @@ def _instant_or_none(message: Any) -> Any:
 
 
 def new_memory_input(message: memory_service_pb2.NewMemory) -> Any:
-    """The domain form of a `memory.v1.NewMemory` (`ingest_service.memory_validation.NewMemoryInput`
+    """The domain form of a `memory.v1.NewMemory` (`ingest_service.memories.validation.NewMemoryInput`
     fields as keyword arguments; the caller builds it, so the transport stays free of service imports)."""
     # The item's JSON form: a non-finite number in a Struct is passed on for the validator to name.
     form, _ = json_form(message)

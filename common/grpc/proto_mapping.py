@@ -18,7 +18,7 @@ from memory.v1 import audit_service_pb2, knowledge_pb2
 from common.domain.audit import AuditEvent
 from common.domain.observation_view import ObservationView
 from common.kernel.identifiers import integral_numbers
-from common.storage.fact_store import FactRow
+from common.storage.fact_rows import FactRow
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:

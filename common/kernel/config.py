@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(
         20000, ge=1, description="pgvector hnsw.max_scan_tuples of the iterative index scan"
     )
-    # Per-tenant vector indexes (issue 15, common/storage/tenant_vector_indexes.py): a namespace with at
+    # Per-tenant vector indexes (issue 15, common/storage/chunks/tenant_vector_indexes.py): a namespace with at
     # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
     # partial to it (`cb index-tenants`, or the ingest service's worker every
     # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half

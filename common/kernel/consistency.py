@@ -7,7 +7,7 @@ position: a streaming replica whose ``pg_last_wal_replay_lsn()`` reached it, or 
 
 The token is opaque to clients: ``"ct1-"`` and the position as 16 hexadecimal digits (so tokens of one
 cluster compare like their positions); only this module reads or writes it. The transport sets
-`required_position_var` for the duration of a read call; `common.storage.read_routing` reads it (the
+`required_position_var` for the duration of a read call; `common.storage.replicas.read_routing` reads it (the
 same pattern as `common.kernel.request_context`).
 """
 

@@ -23,7 +23,7 @@ import psycopg
 
 from common.kernel.errors import FailedPrecondition
 from common.kernel.identifiers import graph_label
-from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
 from common.storage.visibility import EVERYTHING, Visibility
 

@@ -25,9 +25,9 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
-from common.storage.age_graph import checked_label
-from common.storage.chunk_rows import StoredChunk
-from common.storage.graph_store import GraphStore
+from common.storage.chunks.rows import StoredChunk
+from common.storage.graph.age import checked_label
+from common.storage.graph.store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility

@@ -1,9 +1,10 @@
-"""One PostgreSQL connection pool per process, versioned migrations, readiness.
+"""One PostgreSQL connection pool per process, and readiness.
 
 The pool's configure hook loads AGE, sets ``search_path`` (``"$user", public, ag_catalog``: our tables
 live in the first writable schema, never in AGE's own; ag_catalog last so agtype operators resolve) and
 registers pgvector types (STYLE.md convention 5). psycopg errors that mean "the database is not reachable" become
-`common.kernel.errors.Unavailable` at this boundary, so no psycopg type leaks into servicers.
+`common.kernel.errors.Unavailable` at this boundary, so no psycopg type leaks into servicers. The schema is
+not this module's: the schema manager (`common.storage.schema.migrations.apply`) is handed in as ``prepare``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
-from common.storage import migrations
-from common.storage.age_graph import prepare_age_session
+from common.storage.session import prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,16 +47,25 @@ def is_unavailable_error(error: BaseException) -> bool:
 
 
 class Database:
-    """The process's database access: a lazily opened pool plus schema management.
+    """The process's database access: a lazily opened pool.
 
     The pool is opened without waiting, so a service starts while PostgreSQL is down; `ensure_ready`
-    (called by the health monitor) creates the schema on first contact.
+    (called by the health monitor) runs ``prepare`` on first contact.
     """
 
-    def __init__(self, settings: Settings, *, embedding_model: str | None = None) -> None:
-        """``embedding_model``: the model id the chunks table must have been built for (None: don't check)."""
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        embedding_model: str | None = None,
+        prepare: Callable[[Database], object] | None = None,
+    ) -> None:
+        """``embedding_model``: the model id the chunks table must have been built for (None: don't check).
+        ``prepare``: run once on first contact, before the pool serves (the services pass the schema
+        manager, `common.storage.schema.migrations.apply`); None: the schema is left as it is."""
         self.settings = settings
         self.embedding_model = embedding_model
+        self._prepare = prepare
         self._ready = False
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
@@ -149,7 +158,7 @@ class Database:
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection inside one transaction (committed on success, rolled back on error).
 
-        Creates the schema on first contact.
+        Runs ``prepare`` (the schema manager) on first contact.
 
         Raises:
             Unavailable: the database cannot be reached (reason ``DATABASE_UNAVAILABLE``), or a statement
@@ -166,8 +175,8 @@ class Database:
         """A pooled connection in autocommit, for reads that need no transaction: each statement runs on
         its own snapshot, and no BEGIN or COMMIT is sent (two round trips fewer than `connection`).
 
-        Creates the schema on first contact. Use it only for a single statement or for statements that
-        need not see one snapshot together (the rankings of a search).
+        Runs ``prepare`` (the schema manager) on first contact. Use it only for a single statement or for
+        statements that need not see one snapshot together (the rankings of a search).
 
         Raises:
             Unavailable: as `connection`.
@@ -239,7 +248,8 @@ class Database:
         if self._ready:
             return
         try:
-            self.migrate()
+            if self._prepare is not None:
+                self._prepare(self)
         except (psycopg.Error, OSError) as error:
             if isinstance(error, psycopg.Error) and not is_unavailable_error(error):
                 raise
@@ -247,10 +257,13 @@ class Database:
         self._open_pool()
         self._ready = True
 
-    # -- readiness and migrations -----------------------------------------------------------------
+    # -- readiness ------------------------------------------------------------------------------
 
     def ensure_ready(self) -> bool:
-        """Connects (and migrates on first contact); False while unreachable or misconfigured. Never raises."""
+        """Connects (and runs ``prepare`` on first contact); False while unreachable or misconfigured.
+
+        Never raises.
+        """
         try:
             if not self._ready:
                 self._ensure_schema()
@@ -265,17 +278,6 @@ class Database:
             log.warning("database not ready: %s", error)
             self._ready = False
             return False
-
-    def migrate(self) -> list[str]:
-        """Creates extensions, the graph and the tables, idempotently (`common.storage.migrations.apply`).
-
-        Returns the names of migrations applied now (empty when the schema was current).
-
-        Raises:
-            psycopg.Error: the database is unreachable or refuses a statement.
-            FailedPrecondition: the chunks table was built for another embedding dimension or model.
-        """
-        return migrations.apply(self)
 
     def close(self) -> None:
         """Closes the pool (idempotent)."""

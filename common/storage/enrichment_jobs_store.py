@@ -14,7 +14,7 @@ from common.storage.named_queries import Queries
 
 
 class EnrichmentJobStore:
-    """Reads for the enrichment sweep (`ingest_service.enrichment.queue`).
+    """Reads for the enrichment sweep (`ingest_service.memories.enrichment.queue`).
 
     Args:
         settings: table names.

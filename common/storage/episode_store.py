@@ -26,7 +26,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from common.kernel.config import Settings
-from common.storage.chunk_rows import StoredChunk
+from common.storage.chunks.rows import StoredChunk
 from common.storage.visibility import EVERYTHING, Visibility
 
 _TURN_COLUMNS = (

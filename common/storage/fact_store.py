@@ -9,9 +9,7 @@ The static reads are named queries (``sql/queries/facts.sql``); `FactStore.list`
 
 from __future__ import annotations
 
-import base64
 import json
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +17,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.identifiers import MULTI_VALUED_PREDICATES, canonical_instant, graph_label
-from common.storage.graph_store import GraphStore
-from common.storage.memory_liveness import live_memory_node
+from common.kernel.identifiers import MULTI_VALUED_PREDICATES, graph_label
+from common.storage.fact_rows import FactQuery, FactRow, decode_cursor
+from common.storage.graph.store import GraphStore
+from common.storage.memories.liveness import live_memory_node
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
 from common.storage.visibility import EVERYTHING, Visibility
@@ -57,92 +56,10 @@ _FACT_COLUMN_TYPES = {
 _QUALIFIED_COLUMNS = ", ".join("f." + column.strip() for column in _COLUMNS.split(","))
 
 
-@dataclass
-class FactRow:
-    """One stored fact (columns of ``facts``)."""
-
-    fact_id: str
-    namespace: str
-    subject_key: str
-    predicate: str
-    object_key: str
-    valid_from: datetime
-    valid_to: datetime | None
-    observed_at: datetime
-    evidence: str
-    confidence: float
-    observation_ids: list[str] = field(default_factory=list)
-    supersedes: str | None = None
-    superseded_by: str | None = None
-    origin: str = "agent"
-    scopes: list[str] = field(default_factory=list)
-    attributes: dict[str, Any] = field(default_factory=dict)
-    source_path: str = ""
-    evidence_lost: bool = False
-    # Asserted directly through FactService.AssertFacts: evidence no redaction or purge can take away.
-    # A table column only (not an edge property of the seed); it decides whether an empty
-    # observation_ids means "evidence lost".
-    agent_asserted: bool = False
-
-    def edge_properties(self) -> dict[str, Any]:
-        """Properties of the AGE edge (seed 000 list); instants canonical strings, absent ones null."""
-        return {
-            "fact_id": self.fact_id,
-            "namespace": self.namespace,
-            "observed_at": canonical_instant(self.observed_at),
-            "valid_from": canonical_instant(self.valid_from),
-            "valid_to": canonical_instant(self.valid_to) if self.valid_to else None,
-            "evidence": self.evidence,
-            "confidence": self.confidence,
-            "observation_ids": list(self.observation_ids),
-            "supersedes": self.supersedes,
-            "superseded_by": self.superseded_by,
-            "source_path": self.source_path,
-            "scopes": list(self.scopes),
-            "origin": self.origin,
-            "attributes": self.attributes,
-            "evidence_lost": self.evidence_lost,
-        }
-
-
-@dataclass(frozen=True)
-class FactQuery:
-    """A ListFacts query: filters, page size and position (the one fact query shape of the read side).
-    ``as_of`` None with ``include_history`` False means "now"; ``include_lost`` also returns facts whose
-    evidence was lost (every observation behind them redacted or purged), for audit."""
-
-    namespace: str
-    subject: str = ""
-    predicate: str = ""
-    object: str = ""
-    as_of: datetime | None = None
-    include_history: bool = False
-    include_lost: bool = False
-    page_size: int = 100
-    page_token: str = ""  # `encode_cursor` of the last row of the previous page ("" from the start)
-    # The caller's visibility: facts whose scopes hide them, or whose subject or object node is hidden
-    # (no hidden node's key leaks through a fact), are left out inside the query.
-    visibility: Visibility = EVERYTHING
-
-
-def encode_cursor(row: FactRow) -> str:
-    """Opaque page token for the keyset position after ``row``."""
-    raw = json.dumps([row.subject_key, row.predicate, canonical_instant(row.valid_from), row.fact_id])
-    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
-
-
-def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
-    """Inverse of `encode_cursor`. Raises ValueError on a malformed token."""
-    from common.kernel.identifiers import parse_instant
-
-    subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-    return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)
-
-
 def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.Composable]:
     """Predicates "``visibility`` may see the fact": its own scopes, its subject and object nodes, and
     neither end is a memory hidden by a lossy summary or expired (for every caller,
-    `common.storage.memory_liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
+    `common.storage.memories.liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
     of the same names, so unqualified ones would bind to it)."""
     column = sql.SQL("{}{}").format
     live = [  # no fact of a hidden or expired memory, for any caller (issue 12)
@@ -180,13 +97,6 @@ class FactStore:
         with conn.cursor(row_factory=dict_row) as cursor:
             record = cursor.execute(query, (namespace, fact_id)).fetchone()
         return FactRow(**record) if record else None
-
-    def insert_or_strengthen(
-        self, conn: psycopg.Connection[Any], fact: FactRow, *, subject_label: str = "", object_label: str = ""
-    ) -> tuple[bool, FactRow]:
-        """Inserts the fact, or strengthens the existing one with the same fact_id (`insert_or_strengthen_many`
-        of one fact; the end labels are no longer needed and kept for callers that pass them)."""
-        return self.insert_or_strengthen_many(conn, [fact])[0]
 
     def insert_or_strengthen_many(
         self, conn: psycopg.Connection[Any], facts: list[FactRow]
@@ -405,12 +315,6 @@ class FactStore:
                 {"namespace": namespace, "key": natural_key},
             ).fetchall()
         return sorted((FactRow(**record) for record in records), key=lambda row: row.fact_id)
-
-    def superseding(self, conn: psycopg.Connection[Any], namespace: str, fact_id: str) -> list[FactRow]:
-        """Facts whose ``supersedes`` names ``fact_id`` (they may have arrived before it)."""
-        with conn.cursor(row_factory=dict_row) as cursor:
-            records = cursor.execute(self.queries["facts_superseding"], (namespace, fact_id)).fetchall()
-        return [FactRow(**record) for record in records]
 
     def open_facts(
         self, conn: psycopg.Connection[Any], namespace: str, subject_key: str, predicate: str

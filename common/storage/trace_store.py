@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from common.storage.fact_store import fact_visibility
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 from common.storage.visibility import Visibility
 
 

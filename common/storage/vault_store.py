@@ -25,8 +25,8 @@ from psycopg.types.json import Jsonb
 from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.kernel.identifiers import canonical_instant
-from common.storage.age_graph import agtype_text
-from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.graph.age import agtype_text
+from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """DocumentService transport: proto <-> domain mapping only (DESIGN §1).
 
-Validation, chunking, embedding and storage live in `ingest_service.documents`; domain errors raised there
+Validation, chunking, embedding and storage live in `ingest_service.documents.writer`; domain errors raised there
 become gRPC statuses in the server's error interceptor (`common.grpc.interceptors`).
 """
 
@@ -10,9 +10,9 @@ import grpc
 from memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
-from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
-from ingest_service.documents import DocumentWriter
-from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.writer import DocumentWriter
 
 
 class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]

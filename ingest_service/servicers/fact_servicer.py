@@ -6,7 +6,7 @@ import grpc
 from memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
-from ingest_service.fact_assertions import FactAsserter
+from ingest_service.facts.assertions import FactAsserter
 
 
 class FactServicer(fact_service_pb2_grpc.FactServiceServicer):  # type: ignore[misc]

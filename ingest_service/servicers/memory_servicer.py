@@ -1,8 +1,8 @@
 """MemoryService transport (issue 12): proto <-> domain mapping only.
 
 The caller's scope comes from the token and the ``x-project-id`` metadata (`common.grpc.memory_mapping.
-scope_of`); writing, validation and storage live in `ingest_service.memory_writer` and
-`ingest_service.memory_summaries`.
+scope_of`); writing, validation and storage live in `ingest_service.memories.writer` and
+`ingest_service.memories.summaries`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 from common.auth.principals import Right
 from common.grpc.memory_mapping import filter_query, memory_to_proto, new_memory_input, scope_of
 from common.grpc.proto_mapping import struct_to_dict
-from ingest_service.memory_summaries import MemorySummarizer, SummaryInput
-from ingest_service.memory_validation import NewMemoryInput
-from ingest_service.memory_writer import MemoryWriter
+from ingest_service.memories.summaries import MemorySummarizer, SummaryInput
+from ingest_service.memories.validation import NewMemoryInput
+from ingest_service.memories.writer import MemoryWriter
 
 
 class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):  # type: ignore[misc]

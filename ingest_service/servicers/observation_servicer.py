@@ -6,9 +6,9 @@ import grpc
 from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
 from common.grpc.proto_mapping import json_form, observation_to_proto, timestamp
-from ingest_service.episode_embedder import EpisodeEmbedder
-from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observations import ObservationRecorder
+from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 
 
 class ObservationServicer(observation_service_pb2_grpc.ObservationServiceServicer):

@@ -12,8 +12,8 @@ from memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 from common.grpc.proto_mapping import fact_assertion_to_dict, instant
 from common.kernel.errors import FieldViolation, InvalidArgument, ViolationCollector
 from ingest_service.servicers.client_stream import ClientStream
-from ingest_service.snapshot_model import SnapshotHeader, SnapshotPart
-from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots.reconciler import SnapshotReconciler
 
 
 class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # type: ignore[misc]

@@ -12,8 +12,8 @@ from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
 from common.kernel.errors import DomainError, FieldViolation, InvalidArgument
 from ingest_service.servicers.client_stream import ClientStream
-from ingest_service.vault_documents import VaultFile
-from ingest_service.vault_ingest import VaultHeader, VaultIngestor, VaultRunReport
+from ingest_service.vault.documents import VaultFile
+from ingest_service.vault.ingest import VaultHeader, VaultIngestor, VaultRunReport
 
 log = logging.getLogger(__name__)
 

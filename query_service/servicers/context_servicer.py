@@ -1,5 +1,5 @@
 """ContextService transport: proto <-> domain mapping only (DESIGN §1-2); CompileContext is
-`query_service.context_compiler`, CompileTypedContext `query_service.typed_context`."""
+`query_service.context.compiler`, CompileTypedContext `query_service.context.typed_context`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from memory.v1 import context_service_pb2, context_service_pb2_grpc
 
 from common.grpc.proto_mapping import instant
 from common.kernel.config import Settings
-from query_service.context_compiler import ContextCompiler
-from query_service.context_pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
-from query_service.context_pack.request import ContextRequest
+from query_service.context.compiler import ContextCompiler
+from query_service.context.pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
+from query_service.context.pack.request import ContextRequest
+from query_service.context.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
-from query_service.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
 
 
 def _item_fields(item: ContextItem) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """FactQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
-`query_service.fact_reader`."""
+`query_service.readers.facts`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import grpc
 from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_to_proto, instant
-from common.storage.fact_store import FactQuery
-from query_service.fact_reader import FactReader
+from common.storage.fact_rows import FactQuery
+from query_service.readers.facts import FactReader
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
 
 

@@ -1,7 +1,7 @@
 """MemoryQueryService transport (issue 12): proto <-> domain mapping only.
 
 The caller's scope comes from the token and the ``x-project-id`` metadata (`common.grpc.memory_mapping.
-scope_of`); ranking and reads live in `query_service.memory_recall`.
+scope_of`); ranking and reads live in `query_service.readers.memory_recall`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from memory.v1 import memory_query_service_pb2, memory_query_service_pb2_grpc
 
 from common.auth.principals import Right
 from common.grpc.memory_mapping import filter_query, memory_to_proto, scope_of
-from query_service.memory_recall import MemoryReader, RecallInput
+from query_service.readers.memory_recall import MemoryReader, RecallInput
 
 
 class MemoryQueryServicer(memory_query_service_pb2_grpc.MemoryQueryServiceServicer):  # type: ignore[misc]

@@ -1,5 +1,5 @@
 """ObservationQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
-`query_service.observation_reader`."""
+`query_service.readers.observations`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import grpc
 from memory.v1 import observation_query_service_pb2, observation_query_service_pb2_grpc
 
 from common.grpc.proto_mapping import observation_to_proto
-from query_service.observation_reader import ObservationReader
+from query_service.readers.observations import ObservationReader
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
 
 

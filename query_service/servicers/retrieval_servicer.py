@@ -1,5 +1,5 @@
 """RetrievalService transport: proto <-> domain mapping only (DESIGN §1-2); the search is
-`query_service.hybrid_search`."""
+`query_service.retrieval.hybrid_search`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import grpc
 from memory.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
-from query_service.hybrid_search import HybridSearcher, SearchHit, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 
 

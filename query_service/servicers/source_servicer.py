@@ -1,5 +1,5 @@
 """SourceService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
-`query_service.source_reader`."""
+`query_service.readers.sources`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import grpc
 from memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from query_service.provenance import Provenance
+from query_service.readers.sources import SourceReader
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
-from query_service.source_reader import SourceReader
 
 
 class SourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]

@@ -1,5 +1,5 @@
 """TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур"); the
-reading is `query_service.trace_reader`."""
+reading is `query_service.readers.traces`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import grpc
 from memory.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from common.grpc.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
+from query_service.readers.traces import TraceEntry, TraceReader
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
-from query_service.trace_reader import TraceEntry, TraceReader
 
 
 def _entry_to_proto(entry: TraceEntry) -> trace_service_pb2.TraceEntry:

@@ -36,7 +36,7 @@ from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.auth.principals import Right
 from common.kernel.memory_names import memory_namespace
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 
 PROJECT = "p1"
 

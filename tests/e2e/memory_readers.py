@@ -30,8 +30,9 @@ from memory.v1 import (
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from ingest_service.enrichment.jobs import EnrichmentJob
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from common.storage.schema import migrations
+from ingest_service.memories.enrichment.jobs import EnrichmentJob
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from tests.unit.test_domain_packs import delivery_pack
 
 PACK_VERSION = "memory-readers-1"
@@ -164,7 +165,7 @@ class Caller:
 
 def enrich(settings: Settings, namespace: str, memory_id: str, version: int = 1) -> None:
     """The worker's enrichment job for one version, run here (the enqueue may race it: idempotent)."""
-    database = Database(settings)
+    database = Database(settings, prepare=migrations.apply)
     try:
         EnrichmentJob(database, RuleEnricher()).run(namespace, memory_id, version)
     finally:

@@ -30,7 +30,7 @@ from memory.v1 import (
 
 from common.auth.principals import Right
 from common.kernel.identifiers import fact_id, parse_instant
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 
 SCOPE = "workspace:x"
 WHEN = "2024-05-01T10:00:00Z"

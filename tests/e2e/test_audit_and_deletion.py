@@ -564,7 +564,7 @@ def test_cli_delete_and_trace(
 ) -> None:
     from typer.testing import CliRunner
 
-    from common.tooling.cli import app
+    from memory_service_tools.cli import app
 
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     documents.Retain(

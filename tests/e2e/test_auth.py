@@ -1,7 +1,7 @@
 """Bearer tokens on the real services over real channels (DESIGN §8, issue 5 section 1).
 
 Both services run in-process on 127.0.0.1:0 with a tokens file (auth on), the real database and the
-real embedder. Tokens are made with `common.tooling.token_writer.add_token` (what ``cb token create`` calls), and
+real embedder. Tokens are made with `memory_service_tools.token_writer.add_token` (what ``cb token create`` calls), and
 each test module run uses namespaces of its own.
 """
 
@@ -36,9 +36,9 @@ from typer.testing import CliRunner
 from common.auth.principals import Right
 from common.grpc.security import ServerSetupError
 from common.kernel.config import Settings
-from common.tooling.cli import app
-from common.tooling.token_writer import add_token
 from ingest_service.main import create_ingest_host
+from memory_service_tools.cli import app
+from memory_service_tools.token_writer import add_token
 from query_service.main import create_query_host
 from tests.e2e.conftest import token_secured_services
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost
-from common.tooling.cli import app
+from memory_service_tools.cli import app
 
 pytestmark = pytest.mark.e2e
 

@@ -117,7 +117,7 @@ def _long_texts(marker: str, subject: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from common.tooling.token_writer import add_token
+    from memory_service_tools.token_writer import add_token
 
     tokens_file: Path = tmp_path_factory.mktemp("summaries") / "tokens.yaml"
     organization = "sum" + uuid.uuid4().hex[:10]

@@ -22,7 +22,7 @@ from memory_service_client import health_status
 
 from common.kernel.identifiers import fact_id, parse_instant
 from common.storage.database import Database
-from common.tooling.embedded_db import database_down, database_status, database_up
+from memory_service_tools.embedded_db import database_down, database_status, database_up
 from tests.conftest import CORPORA
 from tests.integration.test_fact_engine import portable_snapshot
 

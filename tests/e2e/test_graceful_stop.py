@@ -49,7 +49,7 @@ def query_process(settings: Settings) -> Iterator[tuple[subprocess.Popen[bytes],
         "CB_SHUTDOWN_GRACE_SECONDS": "5",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "common.tooling.cli", "serve", "query"],
+        [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -33,8 +33,8 @@ from memory_service_client import ClientSecurity, MemoryClient
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.tooling.mcp_server import TOOL_NAMES, build_mcp_server
-from common.tooling.token_writer import add_token
+from memory_service_tools.mcp_server import TOOL_NAMES, build_mcp_server
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e

@@ -37,10 +37,11 @@ from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from common.tooling.token_writer import add_token
-from ingest_service.memory_maintenance import MemoryMaintenance
-from ingest_service.memory_writer import MemoryWriter
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
+from memory_service_tools.token_writer import add_token
 from tests.conftest import CORPORA
 from tests.e2e.conftest import token_secured_services
 
@@ -157,7 +158,7 @@ def corpus(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture(scope="module")
 def maintenance(settings: Settings) -> MemoryMaintenance:
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 

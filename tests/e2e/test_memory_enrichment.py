@@ -45,11 +45,11 @@ from memory_service_client import ClientSecurity, make_channel
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.tooling.token_writer import add_token
-from ingest_service.enrichment.model import Enrichment, MemoryText
-from ingest_service.enrichment.queue import ENRICH_TASK
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from ingest_service.memories.enrichment.model import Enrichment, MemoryText
+from ingest_service.memories.enrichment.queue import ENRICH_TASK
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.worker import build_worker
+from memory_service_tools.token_writer import add_token
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
 from tests.unit.test_domain_packs import delivery_pack
@@ -323,10 +323,11 @@ def test_a_memory_committed_without_its_enqueue_is_found_by_the_sweep(world: Wor
     the worker's periodic sweep enqueues it, and it is enriched."""
     from common.domain.memory_scope import MemoryScope
     from common.storage.database import Database
-    from ingest_service.memory_validation import NewMemoryInput
-    from ingest_service.memory_writer import MemoryWriter
+    from common.storage.schema import migrations
+    from ingest_service.memories.validation import NewMemoryInput
+    from ingest_service.memories.writer import MemoryWriter
 
-    database = Database(world.settings, embedding_model=provider.model_id)
+    database = Database(world.settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         writer = MemoryWriter(database, provider)  # on_due=None: nothing is enqueued at the commit
         (result,) = writer.add(
@@ -356,9 +357,10 @@ def test_the_worker_runs_the_expiry_sweep(world: World) -> None:
 
 def build_worker_job(world: World) -> Any:
     from common.storage.database import Database
-    from ingest_service.enrichment.jobs import EnrichmentJob
+    from common.storage.schema import migrations
+    from ingest_service.memories.enrichment.jobs import EnrichmentJob
 
-    return EnrichmentJob(Database(world.settings), RuleEnricher())
+    return EnrichmentJob(Database(world.settings, prepare=migrations.apply), RuleEnricher())
 
 
 def test_other_users_and_tenants_never_see_the_entities(world: World) -> None:

@@ -26,7 +26,7 @@ from memory_service_client import ClientSecurity, make_channel
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.memory_readers import Caller, enrich
 

@@ -31,8 +31,9 @@ from memory_service_client import rpc_failure
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from ingest_service.memory_maintenance import MemoryMaintenance
-from ingest_service.memory_writer import MemoryWriter
+from common.storage.schema import migrations
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
 
 pytestmark = pytest.mark.e2e
 
@@ -122,7 +123,7 @@ def maintenance(settings: Settings) -> MemoryMaintenance:
     from common.text_models.embeddings.factory import build_embedding_provider
 
     provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 

@@ -56,7 +56,7 @@ from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.auth.principals import Right, is_open_method
 from common.kernel.config import Settings
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 from tests.e2e import memory_attacks
 from tests.e2e.conftest import token_secured_services
 
@@ -400,6 +400,7 @@ def _compile_typed_context(world: World) -> None:
     and B's relations find nothing of B: the anchors are not found, the walk stays in A."""
     from common.packs.domain_packs import PackRegistry
     from common.storage.database import Database
+    from common.storage.schema import migrations
 
     a, b = world.a, world.b
     pack = {
@@ -415,7 +416,9 @@ def _compile_typed_context(world: World) -> None:
             {"relation": "OWNS", "fromKinds": ["person"], "toKinds": ["doc"]},
         ],
     }
-    database = Database(Settings(database_url=world.database_url, graph_name=world.graph))
+    database = Database(
+        Settings(database_url=world.database_url, graph_name=world.graph), prepare=migrations.apply
+    )
     try:
         registry = PackRegistry(database)
         registry.register(pack)

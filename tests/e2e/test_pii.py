@@ -43,10 +43,10 @@ from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.storage.chunk_store import ChunkStore
+from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
-from common.tooling.token_writer import add_token
+from common.storage.graph.store import GraphStore
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.test_domain_packs import _observe, _register
 from tests.unit.test_domain_packs import delivery_pack

@@ -22,7 +22,7 @@ import pytest
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e

@@ -120,7 +120,7 @@ def _serve_query(
         "CB_LOG_FORMAT": "text",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "common.tooling.cli", "serve", "query"],
+        [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -34,7 +34,7 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 from common.text_models.tokenizer import TokenCounter
 
 pytestmark = pytest.mark.e2e

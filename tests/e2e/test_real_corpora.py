@@ -33,7 +33,7 @@ from memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.tooling.markdown_vault import find_documents, read_document
+from memory_service_tools.markdown_vault import find_documents, read_document
 from tests.conftest import CORPORA
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC

@@ -2,7 +2,7 @@
 
 Writes go through ingest_service to the primary; reads go through a query_service whose
 ``CB_READ_DATABASE_URL`` is the embedded database's streaming replica (``python -m
-common.tooling.embedded_db up --replica``, started by ``make db``; or ``CB_TEST_READ_DATABASE_URL``).
+memory_service_tools.embedded_db up --replica``, started by ``make db``; or ``CB_TEST_READ_DATABASE_URL``).
 With the token of its write a read sees that write every time; without one it is as fresh as the
 replica (measured, not asserted); with the replica stopped each fallback policy does what it says.
 """
@@ -39,8 +39,8 @@ from typer.testing import CliRunner
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
-from common.tooling.cli import app
-from common.tooling.embedded_db.replica import REPLICA_PORT, replica_down, replica_up
+from memory_service_tools.cli import app
+from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_down, replica_up
 from query_service.main import create_query_host
 
 pytestmark = pytest.mark.e2e
@@ -78,7 +78,7 @@ def replica_url(settings: Settings) -> str:
             row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
     except psycopg.OperationalError as error:
         pytest.fail(
-            f"no streaming replica ({error}): run `python -m common.tooling.embedded_db up --replica`"
+            f"no streaming replica ({error}): run `python -m memory_service_tools.embedded_db up --replica`"
         )
     assert row is not None and row[0], f"{url} is not a standby"
     return url

@@ -373,7 +373,7 @@ def test_cli_reconcile_streams_a_jsonl_file(
 ) -> None:
     from typer.testing import CliRunner
 
-    from common.tooling.cli import app
+    from memory_service_tools.cli import app
 
     namespace = "snap-cli-" + uuid.uuid4().hex[:8]
     entities, facts = snapshot(range(PACKAGES))

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from common.grpc.security import ServerSetupError
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
-from common.tooling.cli import app
+from memory_service_tools.cli import app
 from query_service.main import create_query_host
 
 pytestmark = pytest.mark.e2e

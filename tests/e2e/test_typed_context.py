@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
-from common.tooling.cli import app
+from memory_service_tools.cli import app
 from tests.e2e.test_domain_packs import _observe, _register, _ts
 from tests.unit.test_domain_packs import delivery_pack
 

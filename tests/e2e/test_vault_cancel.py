@@ -20,8 +20,8 @@ from google.protobuf.message import Message
 from memory.v1 import vault_service_pb2_grpc
 
 from common.storage.database import Database
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import directory_documents
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import directory_documents
 from tests.e2e.vault_helpers import ingest, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

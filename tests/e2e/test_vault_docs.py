@@ -15,8 +15,8 @@ import pytest
 from memory.v1 import source_service_pb2, source_service_pb2_grpc, vault_service_pb2, vault_service_pb2_grpc
 
 from common.storage.database import Database
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import directory_documents
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import directory_documents
 from tests.conftest import CORPORA
 from tests.e2e.vault_helpers import cut_short, ingest, statuses
 

@@ -32,8 +32,8 @@ from memory.v1 import (
 from memory_service_client import rpc_failure
 
 from common.storage.database import Database
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import directory_documents, git_documents
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import directory_documents, git_documents
 from tests.e2e.vault_helpers import cut_short, ingest, statuses, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -418,7 +418,7 @@ def test_git_repository_provenance_and_incremental(
 def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str) -> None:
     from typer.testing import CliRunner
 
-    from common.tooling.cli import app
+    from memory_service_tools.cli import app
 
     root = _vault(tmp_path / "vault")
     runner = CliRunner()

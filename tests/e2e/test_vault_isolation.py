@@ -25,7 +25,7 @@ from memory_service_client import ClientSecurity, make_channel
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.tooling.token_writer import add_token
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.vault_helpers import ingest, statuses, write
 

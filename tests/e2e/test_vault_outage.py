@@ -20,9 +20,9 @@ from memory_service_client import rpc_failure, wait_for_serving
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import directory_documents
 from ingest_service.main import create_ingest_host
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import directory_documents
 from tests.e2e.vault_helpers import ingest, statuses, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -140,7 +140,7 @@ def test_vault_takes_back_a_key_an_agent_retained_with_cb_retain(
     only, no chunk of the agent's Retain left, while the agent's PutChunks chunk and fact stay."""
     from typer.testing import CliRunner
 
-    from common.tooling.cli import app
+    from memory_service_tools.cli import app
 
     vault = tmp_path / "vault"
     write(vault, "page.md", "---\nnatural_key: doc:page\n---\n# Page\n\nVault text.\n")

@@ -34,7 +34,7 @@ def test_cb_worker_starts_and_stops_cleanly(settings: Settings, stop: signal.Sig
     with fresh_database(settings) as fresh:
         env = dict(os.environ, CB_DATABASE_URL=fresh.database_url, CB_LOG_FORMAT="text")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "common.tooling.cli", "worker", "--concurrency", "2"],
+            [sys.executable, "-m", "memory_service_tools.cli", "worker", "--concurrency", "2"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -77,7 +77,7 @@ def test_cb_worker_outlives_a_database_outage(settings: Settings) -> None:
     with fresh_database(settings) as fresh:
         env = dict(os.environ, CB_DATABASE_URL=fresh.database_url, CB_LOG_FORMAT="text")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "common.tooling.cli", "worker", "--concurrency", "1"],
+            [sys.executable, "-m", "memory_service_tools.cli", "worker", "--concurrency", "1"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

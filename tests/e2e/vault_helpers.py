@@ -10,8 +10,8 @@ import grpc
 from google.protobuf.message import Message
 from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import VaultSource, directory_documents
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import VaultSource, directory_documents
 
 STATUS = {
     vault_service_pb2.VAULT_DOCUMENT_STATUS_NEW: "new",

@@ -14,7 +14,7 @@ from common.storage.audit_store import (
     trace_key,
 )
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
 from common.storage.visibility import Visibility
 
 

@@ -1,4 +1,4 @@
-"""Set-based graph writes on the real database (issue 4 §3; DESIGN §4, §11): `FactEngine.record_many`,
+"""Set-based graph writes on the real database (issue 4 §3; DESIGN §4, §11): `FactEngine.record`,
 `GraphStore.upsert_nodes` / `ensure_nodes` / `create_edges` keep one vertex per (namespace, natural_key)
 and one edge per fact_id under concurrent writers, write the same rows as the one-by-one path, and read
 the vertex ids they join on from graph_nodes (also for rows written before migration 0006)."""
@@ -17,8 +17,8 @@ import pytest
 from common.kernel.identifiers import fact_id
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.fact_engine import FactEngine, FactInput
+from common.storage.graph.store import GraphStore, NodeWrite
+from ingest_service.facts.engine import FactEngine, FactInput, accepted
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ def test_two_bulk_writers_with_overlapping_facts_leave_one_edge_per_fact(
     def writer(name: str, writes: list[FactInput]) -> None:
         def work(conn: psycopg.Connection[Any]) -> list[Any]:
             barrier.wait(timeout=30)
-            return engine.record_many(conn, namespace, writes, now=NOW)
+            return accepted(engine.record(conn, writes, now=NOW))
 
         try:
             outcomes[name] = database.run_transaction(work)
@@ -113,7 +113,7 @@ def test_two_bulk_writers_with_overlapping_facts_leave_one_edge_per_fact(
 
 
 def test_bulk_and_one_by_one_writers_race_on_the_same_facts(database: Database, namespace: str) -> None:
-    """`record` (observations, AssertFacts) and `record_many` (snapshots) on the same keys at once."""
+    """`record` of one batch (snapshots) and of one fact at a time (AssertFacts) on the same keys at once."""
     graph = GraphStore(database)
     engine = FactEngine(graph, FactStore(graph))
     writes = [write(namespace, f"team:x{i % 5}", f"service:y{i}") for i in range(60)]
@@ -130,7 +130,7 @@ def test_bulk_and_one_by_one_writers_race_on_the_same_facts(database: Database, 
     def bulk() -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             start_together()
-            engine.record_many(conn, namespace, writes, now=NOW)
+            accepted(engine.record(conn, writes, now=NOW))
 
         try:
             database.run_transaction(work)
@@ -141,7 +141,7 @@ def test_bulk_and_one_by_one_writers_race_on_the_same_facts(database: Database, 
         def work(conn: psycopg.Connection[Any]) -> None:
             start_together()
             for item in reversed(writes):
-                engine.record(conn, item, now=NOW)
+                accepted(engine.record(conn, [item], now=NOW))
 
         try:
             database.run_transaction(work)
@@ -185,10 +185,10 @@ def test_bulk_writes_equal_one_by_one_writes(database: Database) -> None:
             entity: NodeWrite = entity,
         ) -> list[Any]:
             if mode == "bulk":
-                outcomes = engine.record_many(conn, writes[0].namespace, writes, now=NOW)
+                outcomes = accepted(engine.record(conn, writes, now=NOW))
                 result = graph.upsert_nodes(conn, [entity], now=NOW)[0]
             else:
-                outcomes = [engine.record(conn, w, now=NOW) for w in writes]
+                outcomes = [o for w in writes for o in accepted(engine.record(conn, [w], now=NOW))]
                 result = graph.upsert_node(conn, entity, now=NOW)
             assert result.completed_placeholder and result.updated and not result.created
             return outcomes
@@ -223,8 +223,8 @@ def test_rows_without_a_vertex_id_get_it_on_first_use(database: Database, namesp
         graph.ensure_nodes(conn, namespace, ["service:old", "service:older"], now=NOW)
         conn.execute("UPDATE graph_nodes SET vertex_id = NULL WHERE namespace = %s", (namespace,))
     database.run_transaction(
-        lambda conn: engine.record_many(
-            conn, namespace, [write(namespace, "service:old", "service:older")], now=NOW
+        lambda conn: accepted(
+            engine.record(conn, [write(namespace, "service:old", "service:older")], now=NOW)
         )
     )
     with database.connection() as conn:
@@ -242,7 +242,7 @@ def test_vertex_ids_come_from_each_labels_own_sequence(database: Database, names
     graph = GraphStore(database)
     engine = FactEngine(graph, FactStore(graph))
     writes = [write(namespace, f"BulkMixedCase:m{i}", f"bulk_lower:l{i}") for i in range(5)]
-    database.run_transaction(lambda conn: engine.record_many(conn, namespace, writes, now=NOW))
+    database.run_transaction(lambda conn: accepted(engine.record(conn, writes, now=NOW)))
     with database.connection() as conn:
         rows = conn.execute(
             "SELECT g.label, ag_catalog._extract_label_id(g.vertex_id)::int = l.id FROM graph_nodes g"

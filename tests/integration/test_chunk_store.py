@@ -12,12 +12,13 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import identifier_tokens
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.chunks.query_terms import identifier_tokens
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
-from query_service.hybrid_search import HybridSearcher, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
 
@@ -454,7 +455,7 @@ def test_search_never_holds_a_connection_while_waiting_for_a_ranking(
 ) -> None:
     # A pool of one connection: a search that held its connection while the lexical arms wait for theirs
     # would give up after the pool timeout instead of answering.
-    single = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
+    single = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}), prepare=migrations.apply)
     try:
         searcher = HybridSearcher(single, provider)
         # The lexical arms ask for their connections only after the vector arm is done, so the

@@ -11,7 +11,7 @@ import pytest
 
 from common.storage.database import Database
 from common.storage.key_locks import lock_node_keys, node_key_lock_id
-from ingest_service.observations import ObservationRecorder
+from ingest_service.observations.recorder import ObservationRecorder
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +89,7 @@ def test_lock_node_keys_blocks_a_second_transaction_until_commit(database: Datab
 
 
 def test_contended_keys_leave_out_existing_fact_objects(database: Database, namespace: str) -> None:
-    from ingest_service.observation_validation import validate_observation
+    from ingest_service.observations.validation import validate_observation
 
     recorder = ObservationRecorder(database)
     recorder.record_batch(_batch(namespace, ["existing"], "setup"))  # person:existing now exists

@@ -14,12 +14,12 @@ from common.storage.database import Database
 from common.storage.visibility import Visibility
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
-from ingest_service.episode_embedder import EpisodeEmbedder
-from ingest_service.observations import ObservationRecorder
-from query_service.context_compiler import ContextCompiler
-from query_service.context_pack.items import ContextPack
-from query_service.context_pack.request import ContextRequest
-from query_service.hybrid_search import HybridSearcher, search_preset
+from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.observations.recorder import ObservationRecorder
+from query_service.context.compiler import ContextCompiler
+from query_service.context.pack.items import ContextPack
+from query_service.context.pack.request import ContextRequest
+from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 
 pytestmark = pytest.mark.integration
 

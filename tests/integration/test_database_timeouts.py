@@ -14,6 +14,7 @@ import pytest
 from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.storage.database import Database
+from common.storage.schema import migrations
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +22,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def impatient(settings: Settings) -> Iterator[Database]:
     """A second pool whose statements give up after 300 ms (CB_STATEMENT_TIMEOUT_MS)."""
-    database = Database(settings.model_copy(update={"statement_timeout_ms": 300}))
-    database.migrate()
+    database = Database(settings.model_copy(update={"statement_timeout_ms": 300}), prepare=migrations.apply)
+    migrations.apply(database)
     yield database
     database.close()
 

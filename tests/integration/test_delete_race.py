@@ -11,9 +11,10 @@ import pytest
 
 from common.kernel.identifiers import fact_id, graph_label
 from common.storage.database import Database
-from common.storage.fact_store import FactRow, FactStore
-from common.storage.graph_store import GraphStore, NodeWrite
-from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
+from common.storage.fact_rows import FactRow
+from common.storage.fact_store import FactStore
+from common.storage.graph.store import GraphStore, NodeWrite
+from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 
 pytestmark = pytest.mark.integration
 

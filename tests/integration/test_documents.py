@@ -15,18 +15,18 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
 from common.kernel.identifiers import graph_label
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
-from common.storage.graph_edges import LINKS_TO_LABEL
-from common.storage.graph_store import GraphStore, NodeWrite
+from common.storage.graph.edges import LINKS_TO_LABEL
+from common.storage.graph.store import GraphStore, NodeWrite
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.chunking import bounded_chunks
-from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
-from ingest_service.documents import DocumentWriter, strip_front_matter
-from ingest_service.write_limits import MAX_DOCUMENT_CONTENT_BYTES
-from query_service.hybrid_search import HybridSearcher, SearchQuery
-from query_service.source_reader import SourceReader
+from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.writer import DocumentWriter, strip_front_matter
+from ingest_service.validation.limits import MAX_DOCUMENT_CONTENT_BYTES
+from query_service.readers.sources import SourceReader
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
 
 pytestmark = pytest.mark.integration
 
@@ -444,7 +444,7 @@ def test_an_entity_assertion_on_a_document_keeps_its_content_and_scopes(
 ) -> None:
     """An observation's entity assertion whose key names a retained document adds its attributes and
     title; the content, provenance and workspace scope stay (dropping the scope would publish the node)."""
-    from ingest_service.observations import ObservationRecorder
+    from ingest_service.observations.recorder import ObservationRecorder
 
     writer.retain(
         RetainInput(

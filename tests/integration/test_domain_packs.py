@@ -18,11 +18,11 @@ from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
-from ingest_service.documents import DocumentWriter
-from ingest_service.fact_assertions import FactAsserter
-from ingest_service.observations import ObservationRecorder
-from ingest_service.snapshots import SnapshotReconciler
+from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.writer import DocumentWriter
+from ingest_service.facts.assertions import FactAsserter
+from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.snapshots.reconciler import SnapshotReconciler
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.integration
@@ -328,7 +328,7 @@ def test_reconcile_recreates_a_deleted_node_the_source_still_states(
 ) -> None:
     """DeleteNode forgets the node in the snapshot journals: the next snapshot that still states it
     creates it and its facts again instead of counting them as unchanged."""
-    from ingest_service.node_deletion import DeleteNodeInput, NodeDeleter
+    from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 
     enable(registry, kinds, namespace, debian_pack(uuid.uuid4().hex), strict=True)
     t1, t2 = datetime(2026, 2, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)

@@ -12,8 +12,8 @@ import socket
 import psycopg
 import pytest
 
-from common.tooling import embedded_db
-from common.tooling.embedded_db import DSN, database_status, database_up
+from memory_service_tools import embedded_db
+from memory_service_tools.embedded_db import DSN, database_status, database_up
 
 pytestmark = [
     pytest.mark.integration,

@@ -15,10 +15,10 @@ import pytest
 from procrastinate.schema import SchemaManager
 
 from common.kernel.config import Settings
-from common.storage import migrations
 from common.storage.database import Database
-from common.storage.queue_migration import MIGRATION_NAME
-from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
+from common.storage.schema import migrations
+from common.storage.schema.queue_migration import MIGRATION_NAME
+from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,8 +40,8 @@ def _queue_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def fresh_database(fresh_settings: Settings) -> Iterator[Database]:
-    database = Database(fresh_settings)
-    database.migrate()
+    database = Database(fresh_settings, prepare=migrations.apply)
+    migrations.apply(database)
     yield database
     database.close()
 
@@ -73,7 +73,7 @@ def test_a_schema_applied_by_procrastinate_itself_is_kept(fresh_settings: Settin
     with psycopg.connect(fresh_settings.database_url, autocommit=True) as conn:
         conn.execute(SchemaManager.get_schema().encode())
         conn.execute("INSERT INTO procrastinate_jobs (queue_name, task_name) VALUES ('q', 'kept')")
-    database = Database(fresh_settings)
+    database = Database(fresh_settings, prepare=migrations.apply)
     try:
         assert MIGRATION_NAME in migrations.apply(database)  # recorded, and nothing recreated
     finally:
@@ -153,11 +153,11 @@ def test_due_without_job_skips_memories_with_a_job_or_a_failed_current_version(
     reason to skip it, and an enriched memory is never due."""
     from common.domain.memory_scope import MemoryScope
     from common.storage.enrichment_jobs_store import EnrichmentJobStore
-    from ingest_service.memory_validation import NewMemoryInput
-    from ingest_service.memory_writer import MemoryWriter
+    from ingest_service.memories.validation import NewMemoryInput
+    from ingest_service.memories.writer import MemoryWriter
 
     settings = fresh_database.settings
-    database = Database(settings, embedding_model=provider.model_id)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         results = MemoryWriter(database, provider).add(
             MemoryScope("acme", "production", "", "u1"),

@@ -23,12 +23,13 @@ from prometheus_client import REGISTRY
 from common.domain.episode_header import episode_header
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
-from common.storage.chunk_store import embedding_input
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.episode_embedder import EpisodeEmbedder
-from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observations import ObservationRecorder
+from ingest_service.embedding.episodes import EpisodeEmbedder
+from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -91,8 +92,8 @@ def recorder(database: Database, provider: EmbeddingProvider) -> ObservationReco
 def own_database(settings: Settings) -> Iterator[Database]:
     """A database of its own for the backlog tests (dropped at the end)."""
     with fresh_database(settings) as fresh:
-        database = Database(fresh)
-        database.migrate()
+        database = Database(fresh, prepare=migrations.apply)
+        migrations.apply(database)
         yield database
         database.close()
 
@@ -191,7 +192,7 @@ def test_the_background_thread_fills_the_backlog_when_woken(
 def test_inline_mode_embeds_in_the_write(
     settings: Settings, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    inline = Database(settings.model_copy(update={"episode_embedding": "inline"}))
+    inline = Database(settings.model_copy(update={"episode_embedding": "inline"}), prepare=migrations.apply)
     try:
         ObservationRecorder(inline, encoder=provider).record_batch(
             [turn(namespace, 1), turn(namespace, 2, content="")]
@@ -232,7 +233,7 @@ def test_participants_become_nodes_linked_by_actor_and_subject_facts_with_the_sc
 def test_a_participant_key_holding_personal_data_gets_no_node(
     settings: Settings, provider: EmbeddingProvider, namespace: str
 ) -> None:
-    protected = Database(settings.model_copy(update={"pii_protection": True}))
+    protected = Database(settings.model_copy(update={"pii_protection": True}), prepare=migrations.apply)
     try:
         [result] = ObservationRecorder(protected, encoder=provider).record_batch(
             [turn(namespace, 1, speaker="caroline@example.org")]
@@ -287,8 +288,8 @@ def test_episode_header_leaves_out_missing_parts() -> None:
     ],
 )
 def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -> None:
-    from ingest_service.chunking import bounded_chunks, chunk_markdown
-    from ingest_service.episode_text import episode_body, episode_pieces
+    from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+    from ingest_service.observations.episode_text import episode_body, episode_pieces
 
     at = datetime(2023, 5, 8, 13, 56, 10, tzinfo=UTC)
     body = episode_body(content, {"version": "1.0"})
@@ -310,7 +311,7 @@ def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -
 def test_a_key_asserted_twice_in_one_batch_ends_as_its_newest_assertion(
     database: Database, recorder: ObservationRecorder, settings: Settings
 ) -> None:
-    from common.storage.graph_store import GraphStore
+    from common.storage.graph.store import GraphStore
 
     def upload(namespace: str, index: int, occurred_at: str, urgency: str) -> dict[str, Any]:
         return {

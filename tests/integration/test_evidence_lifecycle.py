@@ -16,16 +16,17 @@ from common.domain.observation_view import observation_view
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id, graph_label
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactRow, FactStore
-from common.storage.graph_store import GraphStore
+from common.storage.fact_rows import FactQuery, FactRow
+from common.storage.fact_store import FactStore
+from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.fact_assertions import FactAsserter
-from ingest_service.observation_removal import ObservationRemover
-from ingest_service.observations import ObservationRecorder
+from ingest_service.facts.assertions import FactAsserter
+from ingest_service.observations.recorder import ObservationRecorder
+from ingest_service.observations.removal import ObservationRemover
 
 pytestmark = pytest.mark.integration
 

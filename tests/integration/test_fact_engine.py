@@ -12,9 +12,10 @@ import pytest
 from common.kernel.errors import InvalidArgument
 from common.kernel.identifiers import fact_id, graph_label
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactStore
-from common.storage.graph_store import GraphStore
-from ingest_service.observations import ObservationRecorder
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_store import FactStore
+from common.storage.graph.store import GraphStore
+from ingest_service.observations.recorder import ObservationRecorder
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.document_validation import ChunkInput, PutChunksInput, RetainInput
-from ingest_service.documents import DocumentWriter
-from ingest_service.observations import ObservationRecorder
+from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.writer import DocumentWriter
+from ingest_service.observations.recorder import ObservationRecorder
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack
 

@@ -22,18 +22,24 @@ from common.domain.audit import AuditEventInput, AuditTrail
 from common.kernel.config import Settings
 from common.kernel.identifiers import GRAPH_LABEL_PATTERN, graph_label
 from common.packs.kind_validation import KindValidator
-from common.storage import age_graph, audit_store, fact_store, graph_edges, graph_store, migrations
-from common.storage.age_graph import AgeGraph
+from common.storage import audit_store, fact_store
 from common.storage.audit_store import AuditStore
 from common.storage.database import Database
-from common.storage.fact_store import FactQuery, FactStore
-from common.storage.graph_store import GraphStore
-from common.storage.label_migration import MIGRATION_NAME, migrate_labels
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_store import FactStore
+from common.storage.graph import age as age_graph
+from common.storage.graph import edges as graph_edges
+from common.storage.graph import store as graph_store
+from common.storage.graph.age import AgeGraph
+from common.storage.graph.store import GraphStore
+from common.storage.schema import migrations
+from common.storage.schema.label_migration import MIGRATION_NAME, migrate_labels
+from common.storage.session import prepare_age_session
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.document_validation import RetainInput
-from ingest_service.documents import DocumentWriter
-from ingest_service.observations import ObservationRecorder
-from query_service.source_reader import SourceReader
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.writer import DocumentWriter
+from ingest_service.observations.recorder import ObservationRecorder
+from query_service.readers.sources import SourceReader
 
 pytestmark = pytest.mark.integration
 
@@ -169,11 +175,11 @@ def _labels(database: Database) -> dict[str, str]:
 def test_the_migration_moves_an_old_graph_to_the_new_labels_and_every_read_stays_the_same(
     fresh_settings: Settings, provider: EmbeddingProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    database = Database(fresh_settings)
+    database = Database(fresh_settings, prepare=migrations.apply)
     try:
         with monkeypatch.context() as old:
             _use_old_mapping(old)
-            database.migrate()
+            migrations.apply(database)
             _write_legacy_graph(database, provider, fresh_settings)
             before = _reads(database)
             legacy = _labels(database)
@@ -203,7 +209,7 @@ def test_the_migration_moves_an_old_graph_to_the_new_labels_and_every_read_stays
 
         # Idempotent: a second run moves nothing and drops nothing.
         with psycopg.connect(fresh_settings.database_url, autocommit=True) as conn:
-            age_graph.prepare_age_session(conn)
+            prepare_age_session(conn)
             with conn.transaction():
                 migrate_labels(database, conn)
         assert _labels(database) == labels and _reads(database) == before

@@ -14,9 +14,10 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
+from common.storage.schema import migrations
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -38,8 +39,8 @@ class RecordingCursor(psycopg.Cursor[Any]):
 @pytest.fixture(scope="module")
 def lexical_database(settings: Settings) -> Iterator[Database]:
     with fresh_database(settings) as fresh:
-        database = Database(fresh)
-        database.migrate()
+        database = Database(fresh, prepare=migrations.apply)
+        migrations.apply(database)
         store = ChunkStore(fresh)
         rng = np.random.default_rng(5)
         with database.connection() as conn:
@@ -82,8 +83,8 @@ def test_the_lexical_gin_indexes_keep_their_pending_lists_short(settings: Settin
     """Migration 0027: new entries wait in a GIN pending list of at most 256 kB (32 pages), which every
     search reads, not the server default of 4 MB; written chunks beyond that are merged into the index."""
     with fresh_database(settings) as fresh:
-        database = Database(fresh)
-        database.migrate()
+        database = Database(fresh, prepare=migrations.apply)
+        migrations.apply(database)
         table = fresh.chunks_table
         store = ChunkStore(fresh)
         rng = np.random.default_rng(27)

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rankings import _like_pattern, identifier_tokens
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.query_terms import identifier_tokens, like_pattern
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.database import Database
 
 pytestmark = pytest.mark.integration
@@ -246,7 +246,7 @@ def test_identifier_text_finds_exactly_the_rows_text_finds_for_every_identifier_
     tokens = identifier_tokens(query)
     assume(tokens)
     function = sql.Identifier(f"{settings.chunks_table}_identifier_text")
-    patterns = [_like_pattern(token) for token in tokens]
+    patterns = [like_pattern(token) for token in tokens]
     with database.connection() as conn:
         rows = conn.execute(
             sql.SQL(

@@ -13,9 +13,10 @@ from common.domain.memory_records import EnrichmentFields, MemoryEnrichment
 from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.memory_validation import NewMemoryInput
-from ingest_service.memory_writer import MemoryWriter
+from ingest_service.memories.validation import NewMemoryInput
+from ingest_service.memories.writer import MemoryWriter
 
 pytestmark = pytest.mark.integration
 
@@ -61,8 +62,8 @@ def test_concurrent_retries_of_one_batch_write_each_memory_once(
 def own_database(fresh_settings: Settings) -> Iterator[Database]:
     """A database of its own: `MemoryEnrichment.due` lists the due memories of the whole database, and
     the shared one holds every earlier run's (over 100,000 on a long-used development machine)."""
-    database = Database(fresh_settings)
-    database.migrate()
+    database = Database(fresh_settings, prepare=migrations.apply)
+    migrations.apply(database)
     yield database
     database.close()
 

@@ -14,10 +14,10 @@ import pytest
 from psycopg import pq
 
 from common.kernel.config import Settings
-from common.storage.age_graph import prepare_age_session
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.named_queries import Queries, query_file_names
+from common.storage.session import prepare_age_session
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from common.kernel.identifiers import canonical_instant, fact_id
 from common.storage.database import Database
-from ingest_service.observations import ObservationRecorder
+from ingest_service.observations.recorder import ObservationRecorder
 from tests.integration.test_fact_engine import portable_snapshot
 
 pytestmark = pytest.mark.integration

@@ -15,14 +15,15 @@ from psycopg.pq import TransactionStatus
 from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.storage import database as database_module
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
-from common.storage.graph_store import GraphStore
+from common.storage.graph.store import GraphStore
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
-from ingest_service.document_validation import RetainInput
-from ingest_service.documents import DocumentWriter
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.writer import DocumentWriter
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ TRICKY = "$$ 'single' \"double\" \\backslash ёжик 🙂 $1 $name\nnewline"
 @pytest.fixture
 def small_pool(settings: Settings) -> Iterator[Database]:
     """A database object of its own with one pooled connection (so the test knows which one it gets)."""
-    db = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}))
+    db = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}), prepare=migrations.apply)
     yield db
     db.close()
 
@@ -57,7 +58,7 @@ def test_read_connection_runs_without_a_transaction_and_leaves_the_pool_transact
 
 
 def test_read_connection_maps_a_statement_timeout_to_unavailable(settings: Settings) -> None:
-    db = Database(settings.model_copy(update={"statement_timeout_ms": 50, "pool_max_size": 1}))
+    db = Database(settings.model_copy(update={"statement_timeout_ms": 50, "pool_max_size": 1}), prepare=migrations.apply)
     try:
         with pytest.raises(Unavailable) as raised, db.read_connection() as conn:
             conn.execute("SELECT pg_sleep(2)")
@@ -132,8 +133,8 @@ def test_vector_ranking_of_one_namespace_among_many_is_exact(
 
 def test_migration_0012_adds_the_covering_namespace_index(fresh_settings: Settings) -> None:
     settings = fresh_settings
-    database = Database(settings)
-    database.migrate()
+    database = Database(settings, prepare=migrations.apply)
+    migrations.apply(database)
     database.close()
     with psycopg.connect(settings.database_url) as conn:
         row = conn.execute(

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.pool_metrics import register_database_metrics
+from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
 
 pytestmark = pytest.mark.integration
@@ -26,7 +27,7 @@ def test_sql_statements_are_spans_of_the_callers_trace(settings: Settings) -> No
     instrumentor = PsycopgInstrumentor()
     instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
     try:
-        database = Database(settings)
+        database = Database(settings, prepare=migrations.apply)
         try:
             with (
                 provider.get_tracer("test").start_as_current_span("rpc") as parent,
@@ -52,7 +53,7 @@ def test_sql_statements_are_spans_of_the_callers_trace(settings: Settings) -> No
 def test_pool_gauges_count_connections_in_use(settings: Settings) -> None:
     registry = CollectorRegistry()
     # No connections opened in the background (min size 0): the pool grows only for the callers here.
-    database = Database(settings.model_copy(update={"pool_min_size": 0}))
+    database = Database(settings.model_copy(update={"pool_min_size": 0}), prepare=migrations.apply)
     try:
         register_database_metrics("gauge_test", database, registry)
         labels = {"service": "gauge_test", "pool": "primary"}

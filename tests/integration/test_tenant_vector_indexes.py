@@ -14,11 +14,12 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunk_rows import ChunkFilter
-from common.storage.chunk_store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
 from common.storage.database import Database
-from common.storage.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
-from ingest_service.tenant_index_worker import TenantIndexWorker
+from common.storage.schema import migrations
+from ingest_service.embedding.tenant_indexes import TenantIndexWorker
 from tests.conftest import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -36,8 +37,8 @@ def tenant_settings(settings: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="module")
 def tenant_database(tenant_settings: Settings) -> Iterator[Database]:
-    database = Database(tenant_settings)
-    database.migrate()
+    database = Database(tenant_settings, prepare=migrations.apply)
+    migrations.apply(database)
     store = ChunkStore(tenant_settings)
     rng = np.random.default_rng(11)
     with database.connection() as conn:
@@ -202,7 +203,7 @@ def test_the_ingest_services_worker_builds_them_on_its_interval(
 def test_cb_index_tenants_builds_and_reports(tenant_database: Database, tenant_settings: Settings) -> None:
     from typer.testing import CliRunner
 
-    from common.tooling.cli.app import app
+    from memory_service_tools.cli.app import app
 
     TenantVectorIndexes(tenant_settings).synchronise(min_rows=0)
     runner = CliRunner()
@@ -220,8 +221,8 @@ def test_cb_index_tenants_builds_and_reports(tenant_database: Database, tenant_s
 def solo_database(settings: Settings) -> Iterator[Database]:
     """A table that one namespace (300 chunks) holds almost alone (and 20 chunks of another)."""
     with fresh_database(settings) as fresh:
-        database = Database(fresh)
-        database.migrate()
+        database = Database(fresh, prepare=migrations.apply)
+        migrations.apply(database)
         store = ChunkStore(fresh)
         rng = np.random.default_rng(13)
         with database.connection() as conn:

@@ -1,4 +1,4 @@
-"""The bounded recursive walk over the facts index (common.storage.traversal_store; issue 4 §4) on the
+"""The bounded recursive walk over the facts index (common.storage.graph.traversal; issue 4 §4) on the
 real database: depth bound, cycles, as-of, relation and kind filters, hidden nodes, lost evidence,
 fanout and row limits."""
 
@@ -12,10 +12,10 @@ import pytest
 
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph_store import GraphStore, NodeWrite
-from common.storage.traversal_store import RelationRule, TraversalStore, Walk, WalkQuery
+from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.traversal import RelationRule, TraversalStore, Walk, WalkQuery
 from common.storage.visibility import EVERYTHING, Visibility
-from ingest_service.fact_engine import FactEngine, FactInput
+from ingest_service.facts.engine import FactEngine, FactInput, accepted
 
 pytestmark = pytest.mark.integration
 
@@ -40,28 +40,28 @@ def _facts(
     engine = FactEngine(graph, FactStore(graph))
 
     def work(conn: object) -> list[str]:
-        return [
-            engine.record(
-                conn,  # type: ignore[arg-type]
-                FactInput(
-                    field="test",
-                    namespace=namespace,
-                    subject=subject,
-                    predicate=predicate,
-                    object=object_,
-                    valid_from=valid_from,
-                    valid_to=valid_to,
-                    evidence="asserted",
-                    confidence=confidence,
-                    supersedes=None,
-                    scopes=[],
-                    attributes={},
-                    observation_id=observation_id,
-                    observed_at=valid_from,
-                ),
-                now=datetime.now(UTC),
-            ).fact_id
+        facts = [
+            FactInput(
+                field="test",
+                namespace=namespace,
+                subject=subject,
+                predicate=predicate,
+                object=object_,
+                valid_from=valid_from,
+                valid_to=valid_to,
+                evidence="asserted",
+                confidence=confidence,
+                supersedes=None,
+                scopes=[],
+                attributes={},
+                observation_id=observation_id,
+                observed_at=valid_from,
+            )
             for subject, predicate, object_ in edges
+        ]
+        return [
+            accepted(engine.record(conn, [fact], now=datetime.now(UTC)))[0].fact_id  # type: ignore[arg-type]
+            for fact in facts
         ]
 
     return database.run_transaction(work)

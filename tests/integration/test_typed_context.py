@@ -15,10 +15,10 @@ from common.storage.database import Database
 from common.storage.visibility import Visibility
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
-from ingest_service.document_validation import RetainInput
-from ingest_service.documents import DocumentWriter
-from ingest_service.fact_assertions import FactAsserter
-from query_service.typed_context import TypedContextCompiler, TypedContextRequest
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.writer import DocumentWriter
+from ingest_service.facts.assertions import FactAsserter
+from query_service.context.typed_context import TypedContextCompiler, TypedContextRequest
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack
 
@@ -105,7 +105,7 @@ def test_a_compilation_is_read_back_only_by_its_compiler(
     """GetTrace shows a compilation's query to the principal that compiled it (and to the unrestricted
     local superuser), never to another reader of the namespace (context_traces.scopes, migration 0008)."""
     from common.kernel.errors import NotFound
-    from query_service.trace_reader import TraceReader
+    from query_service.readers.traces import TraceReader
 
     enable(PackRegistry(database), kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)
     FactAsserter(database, kinds=kinds).assert_facts(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from ingest_service.chunking import Chunk, chunk_markdown
+from ingest_service.documents.chunking import Chunk, chunk_markdown
 
 VAULT_FILES = 398
 

@@ -31,11 +31,16 @@ from typer.testing import CliRunner
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from common.tooling.cli import app
-from common.tooling.cli.option_types import parse_instant
-from common.tooling.markdown_vault import DocumentError, default_natural_key, find_documents, read_document
-from common.tooling.observation_file import LineError, ParsedObservation, parse_observation_lines
-from common.tooling.observation_loader import record_observations
+from memory_service_tools.cli import app
+from memory_service_tools.cli.option_types import parse_instant
+from memory_service_tools.markdown_vault import (
+    DocumentError,
+    default_natural_key,
+    find_documents,
+    read_document,
+)
+from memory_service_tools.observation_file import LineError, ParsedObservation, parse_observation_lines
+from memory_service_tools.observation_loader import record_observations
 
 OBSERVATION = {
     "namespace": "debian",

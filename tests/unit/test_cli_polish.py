@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from common.auth.principals import Right
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
-from common.tooling.cli import app
-from common.tooling.token_writer import add_token
+from memory_service_tools.cli import app
+from memory_service_tools.token_writer import add_token
 from tests.unit.test_cli import FakeDocuments, FakeObservations, _line, _observation_server
 
 runner = CliRunner()

@@ -16,7 +16,7 @@ from common.kernel.consistency import (
     parse_lsn,
 )
 from common.kernel.errors import InvalidArgument
-from common.storage.read_routing import read_database_urls
+from common.storage.replicas.read_routing import read_database_urls
 
 
 @pytest.mark.parametrize("text", ["0/0", "0/16B3748", "16/B374D848", "FFFFFFFF/FFFFFFFF"])

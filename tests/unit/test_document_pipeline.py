@@ -1,4 +1,4 @@
-"""`EmbeddingPipeline` (ingest_service.document_pipeline): documents embedded in batches across
+"""`EmbeddingPipeline` (ingest_service.documents.pipeline): documents embedded in batches across
 documents on one thread, written in order on another, the model's next batch overlapping the writes of
 the one before; failures stop the writes and reach the caller."""
 
@@ -11,9 +11,9 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from ingest_service.document_model import PreparedDocument
-from ingest_service.document_pipeline import MAX_BATCHES_IN_FLIGHT, EmbeddingPipeline
-from ingest_service.documents import DocumentWriter
+from ingest_service.documents.model import PreparedDocument
+from ingest_service.documents.pipeline import MAX_BATCHES_IN_FLIGHT, EmbeddingPipeline
+from ingest_service.documents.writer import DocumentWriter
 
 WAIT = 30.0  # seconds: a bound on waits for the other thread, so that a broken pipeline fails, not hangs
 

@@ -1,4 +1,4 @@
-"""Unit tests of the pure parts of common.tooling.embedded_db (no root, no chroot, no database)."""
+"""Unit tests of the pure parts of memory_service_tools.embedded_db (no root, no chroot, no database)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
-from common.tooling import embedded_db
-from common.tooling.embedded_db import EmbeddedDatabaseError, chroot_commands, cluster, layout, rootfs
-from common.tooling.embedded_db.apt_sources import (
+from memory_service_tools import embedded_db
+from memory_service_tools.embedded_db import EmbeddedDatabaseError, chroot_commands, cluster, layout, rootfs
+from memory_service_tools.embedded_db.apt_sources import (
     AptSource,
     find_debian_mirror,
     is_debian_archive,
@@ -18,7 +18,7 @@ from common.tooling.embedded_db.apt_sources import (
     parse_one_line_sources,
     read_apt_sources,
 )
-from common.tooling.embedded_db.command_line import main
+from memory_service_tools.embedded_db.command_line import main
 
 MIRROR = "http://mirror.example.org/debian"
 SECURITY = "http://mirror.example.org/debian-security"

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from ingest_service.enrichment import rules
-from ingest_service.enrichment.entities import labelled_ids
-from ingest_service.enrichment.language_models import analyse, language_of
-from ingest_service.enrichment.model import MEMORY_TYPES, Enrichment, MemoryText
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from ingest_service.memories.enrichment import rules
+from ingest_service.memories.enrichment.entities import labelled_ids
+from ingest_service.memories.enrichment.language_models import analyse, language_of
+from ingest_service.memories.enrichment.model import MEMORY_TYPES, Enrichment, MemoryText
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from tests.conftest import CORPORA
 from tests.unit.test_domain_packs import delivery_pack
 from tests.unit.test_identifier_patterns import _kinds

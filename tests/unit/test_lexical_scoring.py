@@ -1,4 +1,4 @@
-"""BM25 weights and the bounded candidate plan (common/storage/lexical_scoring.py)."""
+"""BM25 weights and the bounded candidate plan (common/storage/chunks/lexical_scoring.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from common.storage.lexical_scoring import LexemeStatistics, inverse_document_frequency, plan_bm25
+from common.storage.chunks.lexical_scoring import LexemeStatistics, inverse_document_frequency, plan_bm25
 
 
 def test_inverse_document_frequency_is_the_non_negative_robertson_form() -> None:

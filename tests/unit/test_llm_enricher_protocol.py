@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ingest_service.enrichment.llm_enricher import LlmEnricher
-from ingest_service.enrichment.model import MemoryText
-from ingest_service.enrichment.rule_enricher import RuleEnricher
+from ingest_service.memories.enrichment.llm_enricher import LlmEnricher
+from ingest_service.memories.enrichment.model import MemoryText
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from tests.unit.test_domain_packs import delivery_pack
 from tests.unit.test_identifier_patterns import _kinds
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from ingest_service.field_checker import FieldChecker
-from ingest_service.memory_summaries import extractive_summary
-from ingest_service.memory_validation import NewMemoryInput, check_new_memory
-from query_service.memory_recall import decode_page_token
+from ingest_service.memories.summaries import extractive_summary
+from ingest_service.memories.validation import NewMemoryInput, check_new_memory
+from ingest_service.validation.fields import FieldChecker
+from query_service.readers.memory_recall import decode_page_token
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 

@@ -29,20 +29,20 @@ STORAGE = Path(named_queries.__file__).parent
 # The modules that look up the queries of each file (a store and the bases it inherits from).
 FILE_USERS = {
     "audit.sql": ["audit_store"],
-    "chunks.sql": ["chunk_store", "chunk_rankings"],
+    "chunks.sql": ["chunks/store", "chunks/rankings"],
     "context.sql": ["context_store"],
     "enrichment_jobs.sql": ["enrichment_jobs_store"],
     "facts.sql": ["fact_store"],
-    "graph.sql": ["age_graph", "node_registry", "graph_edges", "graph_store"],
+    "graph.sql": ["graph/age", "graph/node_registry", "graph/edges", "graph/store"],
     "key_locks.sql": ["key_locks"],
-    "label_migration.sql": ["label_migration"],
-    "migrations.sql": ["migrations", "queue_migration"],
+    "label_migration.sql": ["schema/label_migration"],
+    "migrations.sql": ["schema/migrations", "schema/queue_migration"],
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],
-    "session.sql": ["age_graph"],
-    "replication.sql": ["wal_position", "read_routing"],
+    "session.sql": ["session"],
+    "replication.sql": ["replicas/wal_position", "replicas/read_routing"],
     "snapshots.sql": ["snapshot_store"],
-    "tenant_indexes.sql": ["tenant_vector_indexes"],
+    "tenant_indexes.sql": ["chunks/tenant_vector_indexes"],
     "vault.sql": ["vault_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)
@@ -130,11 +130,12 @@ def test_every_named_query_is_used_and_every_lookup_exists() -> None:
 
 def test_only_the_listed_modules_load_query_files() -> None:
     users = {module for modules in FILE_USERS.values() for module in modules}
-    for path in STORAGE.glob("*.py"):
+    for path in STORAGE.rglob("*.py"):
+        module = path.relative_to(STORAGE).with_suffix("").as_posix()
         loaded = set(_QUERY_FILE.findall(path.read_text("utf-8")))
-        if path.stem == "named_queries":
+        if module == "named_queries":
             continue
         for file_name in loaded:
-            assert path.stem in FILE_USERS[file_name], f"{path.name} loads {file_name}"
-        if _lookups(path.stem):
-            assert path.stem in users, f"{path.name} looks up named queries but is not in FILE_USERS"
+            assert module in FILE_USERS[file_name], f"{module}.py loads {file_name}"
+        if _lookups(module):
+            assert module in users, f"{module}.py looks up named queries but is not in FILE_USERS"

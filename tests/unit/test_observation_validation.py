@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ingest_service.observation_validation import validate_observation
+from ingest_service.observations.validation import validate_observation
 from tests.conftest import CORPORA
 
 FIRST = json.loads((CORPORA / "debian-uploads" / "observations.jsonl").read_text("utf-8").splitlines()[0])

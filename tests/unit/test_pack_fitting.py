@@ -1,5 +1,5 @@
-"""`PackFitter` (query_service/context_pack/fitting.py) and the turn rendering and redundancy checks
-(query_service/context_pack/conversation.py), with the real tokenizer."""
+"""`PackFitter` (query_service/context/pack/fitting.py) and the turn rendering and redundancy checks
+(query_service/context/pack/conversation.py), with the real tokenizer."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 from common.storage.episode_store import EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
-from query_service.context_pack.conversation import (
+from query_service.context.pack.conversation import (
     RedundancyFilter,
     rarer_first,
     speaker_of,
     turn_header,
     turn_line,
 )
-from query_service.context_pack.fitting import FitCandidate, FitSettings, PackFitter
+from query_service.context.pack.fitting import FitCandidate, FitSettings, PackFitter
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_redundancy_finds_duplicates_and_near_duplicates_only() -> None:
 
 def _brute_force_redundancy(texts: list[str], threshold: float) -> list[tuple[str, str]]:
     """Every text against every earlier kept one (the definition the prefix filter must equal)."""
-    from query_service.context_pack.conversation import NEAR_DUPLICATE_MIN_WORDS, normalised_words
+    from query_service.context.pack.conversation import NEAR_DUPLICATE_MIN_WORDS, normalised_words
 
     exact: dict[tuple[str, ...], str] = {}
     kept: list[tuple[frozenset[str], str]] = []
@@ -199,7 +199,7 @@ def test_the_prefix_filters_word_order_is_longest_first_then_alphabetical(words:
 
 
 def test_the_search_depth_follows_the_budget_within_searchs_limit() -> None:
-    from query_service.context_pack.settings import ContextSettings
+    from query_service.context.pack.settings import ContextSettings
 
     settings = ContextSettings()
     assert settings.search_depth(1000) == 40 and settings.search_depth(2000) == 80

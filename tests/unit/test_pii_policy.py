@@ -13,20 +13,20 @@ from common.auth.principals import Principal, development_principal
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
-from common.storage.chunk_rows import StoredChunk
-from common.storage.fact_store import FactRow
-from ingest_service.document_validation import (
+from common.storage.chunks.rows import StoredChunk
+from common.storage.fact_rows import FactRow
+from ingest_service.documents.validation import (
     ChunkInput,
     PutChunksInput,
     RetainInput,
     validate_put_chunks,
     validate_retain,
 )
-from ingest_service.observation_validation import validate_observation
-from query_service.fact_reader import disclose_fact
-from query_service.hybrid_search import SearchHit, disclose_chunk, disclose_hit
+from ingest_service.observations.validation import validate_observation
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiPolicy, withheld_text
 from query_service.provenance import Provenance
+from query_service.readers.facts import disclose_fact
+from query_service.retrieval.hybrid_search import SearchHit, disclose_chunk, disclose_hit
 
 PHONE = "+7 916 123-45-67"
 EMAIL = "anna.k@example.org"

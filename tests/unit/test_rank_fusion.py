@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.storage.chunk_rows import Candidate
-from query_service.hybrid_search import (
+from common.storage.chunks.rows import Candidate
+from query_service.retrieval.hybrid_search import (
     SEARCH_PRESETS,
     SearchQuery,
     SearchSettings,
@@ -16,7 +16,7 @@ from query_service.hybrid_search import (
     search_preset,
     validate_search,
 )
-from query_service.rank_fusion import normalised_scores, propagate_to_similar
+from query_service.retrieval.rank_fusion import normalised_scores, propagate_to_similar
 
 
 def test_single_ranking_keeps_its_order_with_rrf_scores() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from common.domain.scope_inheritance import inherited_scopes, reaches_beyond, restricting_scopes
-from ingest_service.observation_projection import entity_props
+from ingest_service.observations.projection import entity_props
 
 
 def test_restricting_scopes_keep_order_and_drop_relevance_and_repeats() -> None:

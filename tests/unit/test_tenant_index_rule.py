@@ -1,8 +1,8 @@
-"""Which namespaces get a tenant vector index, and the index names (`common.storage.tenant_vector_indexes`)."""
+"""Which namespaces get a tenant vector index, and the index names (`common.storage.chunks.tenant_vector_indexes`)."""
 
 from __future__ import annotations
 
-from common.storage.tenant_vector_indexes import tenant_index_name, wanted
+from common.storage.chunks.tenant_vector_indexes import tenant_index_name, wanted
 
 
 def test_large_tenants_among_many_get_an_index() -> None:
@@ -31,7 +31,7 @@ def test_names_are_stable_distinct_and_fit_an_identifier() -> None:
 
 
 def test_the_namespace_holding_most_of_the_table_uses_the_tables_index() -> None:
-    from common.storage.tenant_vector_indexes import majority
+    from common.storage.chunks.tenant_vector_indexes import majority
 
     assert majority({"only": 50_000}, 5000) == {"only"}
     assert majority({"main": 10_000, "side": 10_000}, 5000) == {"main", "side"}

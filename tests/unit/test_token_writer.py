@@ -1,4 +1,4 @@
-"""common.tooling.token_writer: add_token (what ``cb token create`` calls), and the CLI's grant syntax."""
+"""memory_service_tools.token_writer: add_token (what ``cb token create`` calls), and the CLI's grant syntax."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from common.auth.principals import Right
 from common.auth.tokens_file import TokensFileError, hash_token, load_tokens_file
-from common.tooling.cli.token_commands import parse_namespace_grant
-from common.tooling.token_writer import add_token
+from memory_service_tools.cli.token_commands import parse_namespace_grant
+from memory_service_tools.token_writer import add_token
 from tests.unit.tokens_file_samples import write_tokens_file
 
 

@@ -1,4 +1,4 @@
-"""Pure parts of CompileTypedContext (query_service.typed_context): anchor resolution and relation rules."""
+"""Pure parts of CompileTypedContext (query_service.context.typed_context): anchor resolution and relation rules."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from common.packs.domain_packs import validate_pack
 from common.packs.kind_validation import NamespaceKinds
-from query_service.typed_traversal import relation_rules, resolve_anchors
+from query_service.context.typed_traversal import relation_rules, resolve_anchors
 from tests.unit.test_domain_packs import delivery_pack
 
 

@@ -1,4 +1,4 @@
-"""Issue 11: `ingest_service.vault_claims.KeyClaims`, which file of a run gets a natural key several
+"""Issue 11: `ingest_service.vault.claims.KeyClaims`, which file of a run gets a natural key several
 files name (the journaled file, else the smallest path), decided as the ascending stream goes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from ingest_service.vault_claims import LOSE, TAKE, WAIT, Claimant, KeyClaims
+from ingest_service.vault.claims import LOSE, TAKE, WAIT, Claimant, KeyClaims
 
 
 def _claimant(index: int, path: str) -> Claimant:

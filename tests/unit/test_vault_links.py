@@ -15,10 +15,8 @@ from common.domain.document_frontmatter import (
     read_frontmatter,
 )
 from common.kernel.errors import InvalidArgument
-from common.tooling.cli.vault_commands import vault_messages
-from common.tooling.vault_source import SourceDocument, VaultSource, directory_documents
-from ingest_service.vault_documents import VaultFile, check_path, file_fingerprint, parse_file
-from ingest_service.vault_links import (
+from ingest_service.vault.documents import VaultFile, check_path, file_fingerprint, parse_file
+from ingest_service.vault.links import (
     LinkReference,
     VaultEntry,
     VaultIndex,
@@ -26,6 +24,8 @@ from ingest_service.vault_links import (
     body_outline,
     link_names,
 )
+from memory_service_tools.cli.vault_commands import vault_messages
+from memory_service_tools.vault_source import SourceDocument, VaultSource, directory_documents
 
 
 def test_body_links_skip_code_and_images() -> None:

@@ -1,4 +1,4 @@
-"""Group commit of the write lanes (`ingest_service.write_lanes`): which requests share one write, and
+"""Group commit of the write lanes (`ingest_service.observations.write_lanes`): which requests share one write, and
 that each request still gets its own results and its own failure.
 
 The write function here records its calls and can be held, so the tests decide which requests are
@@ -13,7 +13,7 @@ import pytest
 
 from common.auth.principals import Principal, principal_context
 from common.kernel.errors import Unavailable
-from ingest_service.write_lanes import WriteLanes
+from ingest_service.observations.write_lanes import WriteLanes
 
 
 class HeldWrite:

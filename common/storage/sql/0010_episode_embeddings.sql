@@ -1,6 +1,6 @@
 -- Episode chunks are embedded after they are written (issue 16 §1, issue 15): an observation's episode
 -- chunk is stored with embedding NULL and embedding_pending true, and the background embedder of
--- ingest_service (ingest_service/episode_embedder.py) fills the vector in batches and clears the flag.
+-- ingest_service (ingest_service/embedding/episodes.py) fills the vector in batches and clears the flag.
 -- The partial index holds only the backlog, so claiming a batch and counting it stay cheap at any table
 -- size. Episode chunks stored before this migration are not queued here (a large table would keep every
 -- ingest process busy at start-up); ChunkStore.queue_unembedded_episodes queues a namespace's.

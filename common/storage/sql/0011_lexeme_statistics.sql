@@ -1,4 +1,4 @@
--- Lexeme statistics of the chunks table for BM25 ranking (common/storage/lexical_scoring.py): per namespace,
+-- Lexeme statistics of the chunks table for BM25 ranking (common/storage/chunks/lexical_scoring.py): per namespace,
 -- for every lexeme of search_document, the number of chunks holding it; and per namespace (lexeme '', which
 -- no tsvector holds) the number of chunks and the sum of their lengths (distinct lexemes, length(tsvector)).
 --

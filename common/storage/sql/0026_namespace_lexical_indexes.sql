@@ -5,7 +5,7 @@
 -- the other tenants' heap rows (4,939 heap blocks for 51 kept). A multi-column GIN index intersects the
 -- namespace's posting list with the lexemes' (trigrams') inside the index, so only the namespace's rows
 -- reach the heap (bench/RESULTS.md, `bench/bench_lexical_indexes.py`). Every statement that used the
--- table-wide indexes has `namespace = ...` (`common/storage/chunk_rankings.py`: the full-text and trigram
+-- table-wide indexes has `namespace = ...` (`common/storage/chunks/rankings.py`: the full-text and trigram
 -- rankings); a GIN index also serves a condition on its second column alone, so nothing loses its index.
 -- The BM25 statistics come from the trigger-kept tables of 0011, not from these indexes.
 -- On an existing large table the builds hold a write lock for their duration (1M chunks: ~45 s).

@@ -1,6 +1,6 @@
 -- The trigram index of the chunks table covers the chunk's identifier-like pieces only, not its whole text
 -- (issue 15, ingest). The trigram ranking looks up identifier-like query tokens, which always hold an ASCII
--- digit and no whitespace (`common.storage.chunk_rankings.identifier_tokens`), as case-insensitive
+-- digit and no whitespace (`common.storage.chunks.query_terms.identifier_tokens`), as case-insensitive
 -- substrings. Such a token found in a chunk lies inside one run of the text between the whitespace
 -- characters below (a subset of what Python's str.split() splits on), and that run then holds a digit too,
 -- so `identifier_text ILIKE '%token%'` is true exactly when `text ILIKE '%token%'` is: the ranking finds the

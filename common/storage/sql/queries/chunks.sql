@@ -1,4 +1,4 @@
--- Static SQL of the chunks table (common/storage/chunk_store.py, chunk_rankings.py). Loaded by
+-- Static SQL of the chunks table (common/storage/chunks/store.py, rankings.py). Loaded by
 -- common/storage/named_queries.py; see there for the placeholders ({chunks}, ...) and parameters. Reads
 -- that take a caller's visibility predicate and the three rankings (optional filters) are composed in
 -- Python.
@@ -96,7 +96,7 @@ WHERE c.namespace = x.namespace AND c.node_key = x.node_key AND c.chunk_order >=
 DELETE FROM {chunks} WHERE namespace = %s AND node_key = %s
 
 -- name: lexeme_statistics
--- BM25 statistics of a query in a namespace (common/storage/lexical_scoring.py; tables of
+-- BM25 statistics of a query in a namespace (common/storage/chunks/lexical_scoring.py; tables of
 -- sql/0011_lexeme_statistics.sql): each distinct lexeme of the query under the configuration, and the
 -- namespace totals row (lexeme ''), with the number of chunks holding it and (totals row) their summed
 -- lengths; folded rows and not yet folded deltas added up (parameters: config, query, namespace).
@@ -159,7 +159,7 @@ SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_ru
 -- again: 10 x 150 pairs took 27 ms), and the cosine is their inner product (`<#>` is its negative). A zero
 -- vector (a remote model may return one) stays zero, so its similarity with every chunk is 0; the cosine
 -- distance `<=>` would be NaN there, which PostgreSQL orders above every number (`NaN >= threshold`).
--- Used by Search's similar-chunk propagation (query_service/rank_fusion.py).
+-- Used by Search's similar-chunk propagation (query_service/retrieval/rank_fusion.py).
 WITH wanted AS MATERIALIZED (
     SELECT c.id, c.node_key, c.chunk_order, c.id = ANY(%(sources)s::bigint[]) AS source,
         c.id = ANY(%(targets)s::bigint[]) AS target, l2_normalize(c.embedding) AS unit

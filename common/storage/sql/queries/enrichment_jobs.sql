@@ -1,7 +1,7 @@
 -- The enrichment queue's reads of procrastinate's jobs table (common/storage/enrichment_jobs_store.py;
 -- migration 0016 created the table and the index procrastinate_jobs_enrichment_lock_idx).
 -- A memory's jobs carry the queueing lock 'memory:<namespace>/<memory_id>'
--- (ingest_service/enrichment/queue.py: memory_lock).
+-- (ingest_service/memories/enrichment/queue.py: memory_lock).
 
 -- name: due_without_job
 -- Memories whose current version is not enriched (memories_enrichment_due_idx) and that have no job

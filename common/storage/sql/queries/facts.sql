@@ -19,10 +19,6 @@ SELECT {fact_columns} FROM {facts} WHERE namespace = %s AND fact_id = %s FOR UPD
 SELECT subject_key FROM {facts} WHERE namespace = %(namespace)s AND subject_key = ANY(%(keys)s)
 UNION SELECT object_key FROM {facts} WHERE namespace = %(namespace)s AND object_key = ANY(%(keys)s)
 
--- name: facts_superseding
--- The facts whose supersedes names a fact (parameters: namespace, fact id), by valid_from, fact_id.
-SELECT {fact_columns} FROM {facts} WHERE namespace = %s AND supersedes = %s ORDER BY valid_from, fact_id
-
 -- name: open_facts_of_subject_predicate
 -- The facts of (subject, predicate) whose interval is open, lost ones included (parameters: namespace,
 -- subject key, predicate), by object and fact_id (facts_subject_idx).

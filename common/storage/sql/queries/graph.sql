@@ -1,4 +1,4 @@
--- Static SQL of the graph modules: labels (common/storage/age_graph.py), the graph_nodes registry
+-- Static SQL of the graph modules: labels (common/storage/graph/age.py), the graph_nodes registry
 -- (node_registry.py) and vertices (graph_store.py). Loaded by common/storage/named_queries.py; see there
 -- for the placeholders ({graph_nodes}, ...) and parameters. Statements naming a label table are composed
 -- in Python.

@@ -1,4 +1,4 @@
--- Static SQL of migration 0009 (common/storage/label_migration.py): the graph's labels, their renaming
+-- Static SQL of migration 0009 (common/storage/schema/label_migration.py): the graph's labels, their renaming
 -- and dropping, the id map of moved vertices. Statements naming a label table are composed in Python.
 -- Loaded by common/storage/named_queries.py; see there for the placeholders and parameters.
 

@@ -1,4 +1,4 @@
--- Static SQL of the migration runner (common/storage/migrations.py): its lock, the graph, the journal of
+-- Static SQL of the migration runner (common/storage/schema/migrations.py): its lock, the graph, the journal of
 -- applied migrations and the index settings check. The migrations themselves are common/storage/sql/NNNN_*.sql.
 -- Loaded by common/storage/named_queries.py; see there for the placeholders and parameters.
 
@@ -49,7 +49,7 @@ VALUES (%s, %s, %s, %s) ON CONFLICT (table_name) DO NOTHING
 SELECT embedding_model, text_search_config FROM memory_index_settings WHERE table_name = %s
 
 -- name: queue_schema_exists
--- True when procrastinate's jobs table exists (migration 0016, common/storage/queue_migration.py).
+-- True when procrastinate's jobs table exists (migration 0016, common/storage/schema/queue_migration.py).
 SELECT to_regclass('procrastinate_jobs') IS NOT NULL
 
 -- name: create_enrichment_job_index

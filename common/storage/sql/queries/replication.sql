@@ -1,5 +1,5 @@
--- Static SQL of WAL positions: consistency tokens and read replicas (common/storage/wal_position.py,
--- common/storage/read_routing.py). Positions travel as pg_lsn text (common/kernel/consistency.py parses it).
+-- Static SQL of WAL positions: consistency tokens and read replicas (common/storage/replicas/wal_position.py,
+-- common/storage/replicas/read_routing.py). Positions travel as pg_lsn text (common/kernel/consistency.py parses it).
 
 -- name: current_wal_position
 -- The primary's current WAL write position: run after a write committed, it is at or past its commit

@@ -1,4 +1,4 @@
--- Session set-up of every connection (common/storage/age_graph.py: prepare_age_session), used by the
+-- Session set-up of every connection (common/storage/session.py: prepare_age_session), used by the
 -- pool (database.py), the migration runner and label creation. Loaded by common/storage/named_queries.py.
 
 -- name: load_age

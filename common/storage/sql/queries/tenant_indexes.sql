@@ -1,4 +1,4 @@
--- Queries of the per-tenant vector indexes (`common/storage/tenant_vector_indexes.py`, migration 0017).
+-- Queries of the per-tenant vector indexes (`common/storage/chunks/tenant_vector_indexes.py`, migration 0017).
 
 -- name: indexed_namespaces
 -- The registered namespaces and whether each has an index of its own (the read side's registry copy).

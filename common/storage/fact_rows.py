@@ -1,0 +1,96 @@
+"""The values of the fact store: one stored fact (`FactRow`), a ListFacts query (`FactQuery`) and its
+page cursor (`encode_cursor`, `decode_cursor`). `common.storage.fact_store.FactStore` reads and writes them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from common.kernel.identifiers import canonical_instant
+from common.storage.visibility import EVERYTHING, Visibility
+
+
+@dataclass
+class FactRow:
+    """One stored fact (columns of ``facts``)."""
+
+    fact_id: str
+    namespace: str
+    subject_key: str
+    predicate: str
+    object_key: str
+    valid_from: datetime
+    valid_to: datetime | None
+    observed_at: datetime
+    evidence: str
+    confidence: float
+    observation_ids: list[str] = field(default_factory=list)
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    origin: str = "agent"
+    scopes: list[str] = field(default_factory=list)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    source_path: str = ""
+    evidence_lost: bool = False
+    # Asserted directly through FactService.AssertFacts: evidence no redaction or purge can take away.
+    # A table column only (not an edge property of the seed); it decides whether an empty
+    # observation_ids means "evidence lost".
+    agent_asserted: bool = False
+
+    def edge_properties(self) -> dict[str, Any]:
+        """Properties of the AGE edge (seed 000 list); instants canonical strings, absent ones null."""
+        return {
+            "fact_id": self.fact_id,
+            "namespace": self.namespace,
+            "observed_at": canonical_instant(self.observed_at),
+            "valid_from": canonical_instant(self.valid_from),
+            "valid_to": canonical_instant(self.valid_to) if self.valid_to else None,
+            "evidence": self.evidence,
+            "confidence": self.confidence,
+            "observation_ids": list(self.observation_ids),
+            "supersedes": self.supersedes,
+            "superseded_by": self.superseded_by,
+            "source_path": self.source_path,
+            "scopes": list(self.scopes),
+            "origin": self.origin,
+            "attributes": self.attributes,
+            "evidence_lost": self.evidence_lost,
+        }
+
+
+@dataclass(frozen=True)
+class FactQuery:
+    """A ListFacts query: filters, page size and position (the one fact query shape of the read side).
+    ``as_of`` None with ``include_history`` False means "now"; ``include_lost`` also returns facts whose
+    evidence was lost (every observation behind them redacted or purged), for audit."""
+
+    namespace: str
+    subject: str = ""
+    predicate: str = ""
+    object: str = ""
+    as_of: datetime | None = None
+    include_history: bool = False
+    include_lost: bool = False
+    page_size: int = 100
+    page_token: str = ""  # `encode_cursor` of the last row of the previous page ("" from the start)
+    # The caller's visibility: facts whose scopes hide them, or whose subject or object node is hidden
+    # (no hidden node's key leaks through a fact), are left out inside the query.
+    visibility: Visibility = EVERYTHING
+
+
+def encode_cursor(row: FactRow) -> str:
+    """Opaque page token for the keyset position after ``row``."""
+    raw = json.dumps([row.subject_key, row.predicate, canonical_instant(row.valid_from), row.fact_id])
+    return base64.urlsafe_b64encode(raw.encode("utf-8")).decode("ascii")
+
+
+def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
+    """Inverse of `encode_cursor`. Raises ValueError on a malformed token."""
+    from common.kernel.identifiers import parse_instant
+
+    subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)

@@ -1,0 +1,25 @@
+"""The session set-up of every connection (pool, migrations, label creation): load AGE, ``search_path``.
+
+Below both `common.storage.database` (the pool's configure hook) and `common.storage.graph.age`, so the
+pool, the graph and the schema manager do not import each other in a circle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from common.storage.named_queries import Queries
+
+_SESSION_QUERIES = Queries("session.sql", {})
+
+
+def prepare_age_session(conn: psycopg.Connection[Any]) -> None:
+    """Loads AGE into the session of ``conn`` (when the role may) and sets its ``search_path``
+    (``"$user", public, ag_catalog``); run on every new connection (pool, migrations, label creation)."""
+    try:
+        conn.execute(_SESSION_QUERIES["load_age"])
+    except psycopg.Error:
+        pass  # non-superusers cannot LOAD; the server then must have age in shared_preload_libraries
+    conn.execute(_SESSION_QUERIES["set_age_search_path"])

@@ -1,0 +1,463 @@
+"""Documents and their chunks (seed 000 "Чанки и документы", "Оригинал статьи хранится в узле").
+
+`DocumentWriter.retain` stores an article: the node (type ``document`` by default) keeps the FULL original
+text, byte for byte, in ``props.content``; the body (the text without a leading YAML front matter block)
+is cut into Markdown-aware chunks, each embedded as ``"<title> — <heading>\\n<text>"`` and stored with
+``meta`` = request meta + ``scopes``; ``links`` become LINKS_TO edges to the nodes that exist (the others
+are reported, not an error). `DocumentWriter.put_chunks` stores a pre-chunked document (no original text).
+
+Embedding happens before the transaction, so the transaction only holds rows for the writes; chunks
+whose embedding input did not change reuse their stored vector. A write is three steps,
+`DocumentWriter.prepare_retain` (checks, chunks, the inputs to embed), `DocumentWriter.embed` (one model
+call for any number of prepared documents) and `DocumentWriter.write_prepared` (the transaction), which
+`retain` runs in a row and a vault run overlaps across documents (`ingest_service.documents.pipeline`).
+One transaction writes the node, its chunks and its links. Writing the same input twice changes nothing
+but the node's ``last_seen``: the vertex properties are compared by hash (`GraphStore.upsert_node`),
+equal chunk rows are not rewritten (`ChunkStore.replace_chunks`), and the LINKS_TO edges are rewritten
+only when the node itself changed (the resolved link targets are part of its properties,
+``props.links``).
+
+The requests and their validation are in `ingest_service.documents.validation`. This module is transport
+free: errors are `common.kernel.errors` exceptions, which the transport maps to status codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from common.domain.write_access import WriteAccess
+from common.kernel.config import Settings
+from common.kernel.errors import FailedPrecondition, InvalidArgument
+from common.kernel.pii import PiiMarks
+from common.packs.kind_validation import KindValidator
+from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.database import Database
+from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.vault_store import VaultStore
+from common.text_models.embeddings.provider import PassageEncoder
+from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.model import (
+    AgentOwnedKey,
+    DocumentResult,
+    PreparedChunk,
+    PreparedDocument,
+    VaultProjection,
+)
+from ingest_service.documents.validation import (
+    PutChunksInput,
+    RetainInput,
+    validate_put_chunks,
+    validate_retain,
+)
+from ingest_service.facts.mentions import MentionLinker, MentionSource
+from ingest_service.validation.limits import PROTECTED_TYPES
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TYPE = "document"
+# A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
+# exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
+# block belongs to the body (the docs vault has 101 files with one, see the corpora README).
+_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+
+
+def strip_front_matter(content: str) -> str:
+    """The body of a Markdown document: ``content`` without a leading YAML front matter block.
+
+    Only a block that starts on the very first line (``---``, optionally after a BOM) and is closed by a
+    line ``---`` or ``...`` counts; otherwise ``content`` is returned unchanged. The YAML is not parsed,
+    so malformed front matter never fails a write.
+    """
+    match = _FRONT_MATTER.match(content)
+    return content[match.end() :] if match else content
+
+
+# -- the writer ----------------------------------------------------------------------------------------
+
+
+class DocumentWriter:
+    """Writes documents and their chunks; shared by the DocumentService and observation text fragments.
+
+    Args:
+        database: the process's database.
+        encoder: the embedding provider (``encode_passages``).
+        settings: reads ``chunk_max_chars`` and the table names.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        encoder: PassageEncoder,
+        settings: Settings,
+        *,
+        kinds: KindValidator | None = None,
+    ) -> None:
+        self.database = database
+        self.encoder = encoder
+        self.settings = settings
+        self.kinds = kinds or KindValidator(database)
+        self.graph = GraphStore(database)
+        self.chunks = ChunkStore(settings)
+        self.mentions = MentionLinker(self.graph)
+        self.vault_claims = VaultStore(settings)
+
+    # -- Retain ------------------------------------------------------------------------------------
+
+    def retain(self, request: RetainInput, *, vault: VaultProjection | None = None) -> DocumentResult:
+        """Upserts a document node with its full text, chunks and links (see the module doc).
+
+        ``vault``: the write is a vault run's projection of the document (`VaultProjection`).
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            FailedPrecondition: the key belongs to a protected audit node.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
+            AgentOwnedKey: with ``vault``, the key's node was written through the API.
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        pending = self.prepare_retain(request, vault=vault is not None)
+        self.embed([pending])
+        return self.write_prepared(pending, vault=vault)
+
+    def prepare_retain(self, request: RetainInput, *, vault: bool = False) -> PreparedDocument:
+        """The first step of `retain`, without the model or a write: validates ``request``, checks the
+        node's kind and the caller's scopes, cuts the body into chunks and finds which embedding inputs
+        the node holds no vector for yet. `embed` then fills the vectors (of many documents at once) and
+        `write_prepared` writes the document; `retain` is the three in a row, and a vault run embeds one
+        batch of documents while it writes the one before (`ingest_service.vault.ingest`).
+
+        ``vault``: the document is a vault run's projection (origin ``vault``).
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            Unavailable: the database cannot be reached.
+        """
+        node, prepared = self._prepared_retain(request)
+        if vault:
+            node.origin = "vault"
+        return self._prepare(node, prepared, list(request.links), delete_beyond=True)
+
+    def plan_retain(self, request: RetainInput) -> DocumentResult:
+        """What `retain` of ``request`` would write, writing nothing (a dry vault run): the chunks the
+        document is cut into (``chunk_count``, ``chunks_written``: every one is written, a run marks each
+        with its id) and the chunk texts the embedding model would get (``chunks_embedded``: those whose
+        embedding input the node does not hold yet). The encoder is not called.
+
+        Raises:
+            InvalidArgument: field violations named like the RetainRequest fields.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+        """
+        document = self.prepare_retain(request)
+        return DocumentResult(
+            natural_key=document.node.natural_key,
+            created=False,
+            updated=False,
+            chunk_count=len(document.chunks),
+            chunks_written=len(document.chunks),
+            chunks_deleted=0,
+            linked=(),
+            missing_links=(),
+            chunks_embedded=len(document.missing),
+        )
+
+    def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[PreparedChunk]]:
+        """The node (origin ``agent``) and the chunks of a Retain request, validated."""
+        validate_retain(request)
+        title = request.title or request.natural_key
+        # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
+        # what the detector finds; mirrored into every chunk's meta for the output masking.
+        marks = PiiMarks.of(
+            pii=request.pii,
+            categories=request.pii_categories,
+            values=(title, request.content, request.meta, request.provenance),
+            protection=self.settings.pii_protection,
+        )
+        meta = _chunk_meta(request.meta, request.scopes, marks)
+        body = strip_front_matter(request.content)
+        pieces = bounded_chunks(
+            [(chunk.heading, chunk.text) for chunk in chunk_markdown(body, self.settings.chunk_max_chars)]
+        )
+        prepared = [PreparedChunk(order, heading, text, meta) for order, (heading, text) in enumerate(pieces)]
+        props: dict[str, Any] = {
+            "content": request.content,
+            "provenance": dict(request.provenance),
+            "scopes": list(request.scopes),
+            "meta": dict(request.meta),
+            **marks.as_props(),
+            "trace_id": request.trace_id,
+        }
+        return _document_node(request, props), prepared
+
+    # -- PutChunks ---------------------------------------------------------------------------------
+
+    def put_chunks(self, request: PutChunksInput) -> DocumentResult:
+        """Upserts a document node from pre-cut chunks; chunk i replaces (namespace, natural_key, chunk_order).
+
+        The node keeps no original text (GetSource re-assembles the chunks). Chunks of the node whose
+        order is not in the request stay as they are, so a long document may be sent in several calls;
+        they keep the title they were embedded with, so a changed title should be sent with every chunk.
+
+        Raises:
+            InvalidArgument: field violations named like the PutChunksRequest fields (``chunks[0].text``).
+            FailedPrecondition: the key belongs to a protected audit node.
+            PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        validate_put_chunks(request)
+        title = request.title or request.natural_key
+        base_meta = dict(request.meta)
+        # Marks add up over calls (a document may come in several PutChunks calls): this call's explicit
+        # and detected marks joined with those the node holds.
+        marks = self._stored_marks(request.namespace, request.natural_key).union(
+            PiiMarks.of(
+                pii=request.pii,
+                categories=request.pii_categories,
+                values=(
+                    title,
+                    request.meta,
+                    request.provenance,
+                    *((chunk.heading, chunk.text, chunk.meta) for chunk in request.chunks),
+                ),
+                protection=self.settings.pii_protection,
+            )
+        )
+        prepared = [
+            PreparedChunk(
+                chunk.chunk_order,
+                chunk.heading,
+                chunk.text,
+                _chunk_meta({**base_meta, **chunk.meta}, request.scopes, marks),
+            )
+            for chunk in sorted(request.chunks, key=lambda c: c.chunk_order)
+        ]
+        props: dict[str, Any] = {
+            "provenance": dict(request.provenance),
+            "scopes": list(request.scopes),
+            "meta": base_meta,
+        }
+        if marks.marked:
+            props.update(marks.as_props())
+        pending = self._prepare(
+            _document_node(request, props), prepared, list(request.links), delete_beyond=False
+        )
+        self.embed([pending])
+        return self.write_prepared(pending)
+
+    # -- shared ------------------------------------------------------------------------------------
+
+    def _stored_marks(self, namespace: str, natural_key: str) -> PiiMarks:
+        """The personal data marks the node holds now (none when it does not exist)."""
+        with self.database.connection() as conn:
+            node = self.graph.get_node(conn, namespace, natural_key)
+        return PiiMarks.from_props((node or {}).get("props"))
+
+    def embed(self, documents: Sequence[PreparedDocument]) -> int:
+        """Fills the vectors of prepared documents: one ``encode_passages`` call for the distinct
+        embedding inputs of all of them that no node holds a vector for; returns how many texts the
+        model got. A document's vectors are filled once (a second call skips it).
+
+        Raises:
+            whatever the encoder raises (no document is changed then).
+        """
+        missing = sorted(
+            {text for document in documents if document.vectors is None for text in document.missing}
+        )
+        vectors = dict(zip(missing, self.encoder.encode_passages(missing))) if missing else {}
+        for document in documents:
+            if document.vectors is None:
+                document.vectors = [
+                    np.asarray(vectors[text] if text in vectors else document.stored[text], dtype=np.float32)
+                    for text in document.inputs
+                ]
+        return len(missing)
+
+    def _missing_inputs(
+        self, namespace: str, natural_key: str, inputs: Sequence[str]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The distinct embedding inputs of ``inputs`` the node holds no vector for (sorted), and the
+        node's stored vectors by embedding input."""
+        if not inputs:
+            return [], {}
+        with self.database.connection() as conn:
+            stored: dict[str, Any] = dict(self.chunks.existing_embeddings(conn, namespace, natural_key))
+        return sorted({text for text in inputs if stored.get(text) is None}), stored
+
+    def _prepare(
+        self, node: NodeWrite, prepared: list[PreparedChunk], links: list[str], *, delete_beyond: bool
+    ) -> PreparedDocument:
+        """The checks before the model (kind, write scopes) and the embedding inputs of ``prepared``."""
+        kinds = self.kinds.for_namespace(node.namespace)
+        if kinds.active:
+            # Strict mode: the type must be a base kind or a pack kind, a pack kind's key must fit its
+            # naturalKey (fields named like the request: type, natural_key). Checked before embedding.
+            _, node.node_type, violations = kinds.check_entity(
+                node.natural_key, node.node_type, None, "", key_path="natural_key"
+            )
+            if violations:
+                raise InvalidArgument(violations)
+        # Write-side visibility scopes (issue 5 §3): only scopes the caller holds; no hidden node overwritten.
+        access = WriteAccess.of_caller()
+        access.require_scopes(node.scopes())
+        inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
+        missing, stored = self._missing_inputs(node.namespace, node.natural_key, inputs)
+        return PreparedDocument(node, prepared, links, delete_beyond, kinds, access, inputs, missing, stored)
+
+    def write_prepared(
+        self, document: PreparedDocument, *, vault: VaultProjection | None = None
+    ) -> DocumentResult:
+        """The last step of `retain` (and of `put_chunks`): writes an embedded `PreparedDocument` in one
+        transaction (see the module doc).
+
+        ``vault``: the write is a vault run's projection of the document (`VaultProjection`).
+
+        Raises:
+            ValueError: ``document`` has no vectors yet (`embed` first).
+            FailedPrecondition: the key belongs to a protected audit node.
+            NotFound: the key's node exists but is hidden from the caller's scopes (`common.domain.write_access`).
+            AgentOwnedKey: with ``vault``, the key's node was written through the API.
+            Unavailable: the database cannot be reached (nothing was written).
+        """
+        if document.vectors is None:
+            raise ValueError("write_prepared: the document has no vectors yet (call embed first)")
+        node, prepared, links, delete_beyond = (
+            document.node,
+            document.chunks,
+            document.links,
+            document.delete_beyond,
+        )
+        kinds, access, embedded = document.kinds, document.access, len(document.missing)
+        writes = [
+            ChunkWrite(
+                chunk_order=chunk.order,
+                heading=chunk.heading,
+                text=chunk.text,
+                embedding=vector,
+                meta=chunk.meta,
+            )
+            for chunk, vector in zip(prepared, document.vectors)
+        ]
+        now = datetime.now(UTC)
+        with self.database.connection() as conn:
+            access.require_visible_nodes(conn, self.graph, node.namespace, [node.natural_key])
+            existing = self.graph.lock_node(conn, node.namespace, node.natural_key)  # its type, not its label
+            if existing is not None and existing["node_type"] in PROTECTED_TYPES:
+                raise FailedPrecondition(
+                    f"{node.natural_key!r} is a protected {existing['node_type']} node and cannot be overwritten",
+                    reason="PROTECTED_NODE",
+                )
+            if vault is not None and existing is not None and existing["origin"] != "vault":
+                if not existing["placeholder"]:
+                    raise AgentOwnedKey(
+                        f"{node.natural_key!r} was written through the API: the vault leaves it as it is",
+                        reason="AGENT_OWNED_KEY",
+                    )
+                self.vault_claims.claim_node(conn, node.namespace, node.natural_key)
+            elif existing is not None and existing["origin"] == "vault" and not existing["placeholder"]:
+                # The creator owns the key (issue 11 §3): an agent's Retain of a vault-owned key is
+                # journaled and its chunks replaced when the next vault run takes the key back.
+                if vault is None and delete_beyond:  # a Retain; PutChunks adds the agent's own chunks
+                    self.vault_claims.record_agent_retain(
+                        conn,
+                        node.namespace,
+                        node.natural_key,
+                        [(c.order, c.heading, c.text) for c in prepared],
+                    )
+                elif vault is not None:
+                    self.vault_claims.delete_agent_retained_chunks(conn, node.namespace, node.natural_key)
+            targets = self.graph.node_labels(conn, node.namespace, links, visibility=access.visibility)
+            linked = [link for link in links if link in targets]
+            missing = [link for link in links if link not in targets]
+            if vault is None:  # a vault run writes its links at the end of the run
+                node.props["links"] = sorted(linked)
+            result = self.graph.upsert_node(conn, node, now=now, overwrite=True)
+            written = self.chunks.replace_chunks(
+                conn,
+                NodeRef(
+                    namespace=node.namespace,
+                    node_key=node.natural_key,
+                    node_type=node.node_type,
+                    title=node.title,
+                    source_path=node.source_path,
+                ),
+                writes,
+                delete_beyond=delete_beyond,
+                seen_run=vault.run_id if vault is not None else None,
+            )
+            if vault is None and (result.created or result.updated):
+                self.graph.replace_links(
+                    conn,
+                    node.namespace,
+                    node.natural_key,
+                    result.label,
+                    {key: targets[key] for key in linked},
+                )
+            # Identifiers of pack kinds in the text link the document to existing nodes (issue 4 §4).
+            self.mentions.link(
+                conn,
+                kinds,
+                MentionSource(
+                    namespace=node.namespace,
+                    natural_key=node.natural_key,
+                    texts=[node.title, *(chunk.text for chunk in prepared)],
+                    scopes=node.scopes(),
+                    source_path=node.source_path,
+                    complete=delete_beyond,
+                ),
+                now=now,
+            )
+            if vault is not None:
+                vault.record(conn)
+        if missing:
+            log.info(
+                "%s %s: %d link(s) to missing nodes skipped", node.namespace, node.natural_key, len(missing)
+            )
+        return DocumentResult(
+            natural_key=node.natural_key,
+            created=result.created,
+            updated=result.updated,
+            chunk_count=written.chunk_count,
+            chunks_written=written.written,
+            chunks_deleted=written.deleted,
+            linked=tuple(linked),
+            missing_links=tuple(missing),
+            chunks_embedded=embedded,
+        )
+
+
+def _document_node(request: RetainInput | PutChunksInput, props: dict[str, Any]) -> NodeWrite:
+    """The document node of a Retain or PutChunks request (type ``document`` and the key as title by
+    default), holding ``props``."""
+    return NodeWrite(
+        namespace=request.namespace,
+        natural_key=request.natural_key,
+        node_type=request.type or DEFAULT_TYPE,
+        title=request.title or request.natural_key,
+        source_path=request.source_path,
+        origin="agent",
+        props=props,
+    )
+
+
+def _chunk_meta(
+    meta: Mapping[str, Any], scopes: Sequence[str], marks: PiiMarks | None = None
+) -> dict[str, Any]:
+    """Chunk meta: the request's consumer tags plus ``scopes`` (when there are any) and the node's
+    personal data marks ``pii`` / ``pii_categories`` (when it has any)."""
+    out = dict(meta)
+    if scopes:
+        out["scopes"] = list(scopes)
+    if marks is not None and marks.marked:
+        out.update(marks.as_props())
+    return out
+
+
+__all__ = ["DocumentWriter", "strip_front_matter"]

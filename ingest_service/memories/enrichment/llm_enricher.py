@@ -1,0 +1,228 @@
+"""The optional LLM enricher: any server with the OpenAI chat-completions API, over HTTP (off by default;
+``CB_ENRICHMENT_ENRICHER=llm`` with ``CB_ENRICHMENT_LLM_URL`` and ``CB_ENRICHMENT_LLM_MODEL``).
+
+``POST {url}/v1/chat/completions`` with ``{"model", "messages": [system `INSTRUCTIONS`, user: the text],
+"temperature": 0, "response_format": {"type": "json_object"}}`` and ``Authorization: Bearer <key>`` when
+a key is set. The answer's ``choices[0].message.content`` must be one JSON object (a Markdown code fence
+around it is accepted) with the fields of `Enrichment` (`_Answer` checks them: memory_type one of the
+seven, quality_score in [0, 1], entities as ``{"name", "kind"}`` with a kind of `ENTITY_KINDS`; lists
+are cut to the rule enricher's limits).
+
+Its output has evidence class ``inferred`` (seed 000: a model's reading, not a rule over the text). The
+domain packs' identifiers and the labelled ids of the id rule are added to the model's entities
+(`ingest_service.memories.enrichment.entities.collect_entities`), so pack links do not depend on the model.
+
+**Failure**: each request has a time-out (``CB_ENRICHMENT_LLM_TIMEOUT_SECONDS``); time-outs, refused or
+broken connections, HTTP 5xx and 429 are retried with exponential back-off, ``CB_ENRICHMENT_LLM_ATTEMPTS``
+tries in all. When every try failed, or the server answered something unusable (another HTTP error,
+not JSON, fields out of range), the memory is enriched by the rule enricher instead (evidence
+``extracted``), and a warning is logged: a memory is never left unenriched because the model is down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from http.client import HTTPException
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from ingest_service.memories.enrichment.entities import MAX_ENTITIES, collect_entities
+from ingest_service.memories.enrichment.key_phrases import MAX_KEY_POINTS, MAX_TOPICS
+from ingest_service.memories.enrichment.language_models import RecognisedEntity, language_of
+from ingest_service.memories.enrichment.model import (
+    ENTITY_KINDS,
+    LLM_EVIDENCE,
+    MEMORY_TYPES,
+    Enricher,
+    Enrichment,
+    MemoryText,
+)
+from ingest_service.memories.enrichment.rules import MAX_INSIGHTS
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "You extract the semantic fields of one memory record of an application (a support desk, a chat"
+    " product). Answer with one JSON object and nothing else, with these keys:\n"
+    '"key_points": concrete, atomic facts stated in the text (at most 3 short sentences);\n'
+    '"insights": higher-order observations the text supports: causes, comparisons (at most 3);\n'
+    '"entities": named entities as {"name": ..., "kind": ...}, kind one of person, organization,'
+    " location, product, identifier (ids such as 'Customer 8821');\n"
+    '"topics": at most 5 lower-case labels for filtering;\n'
+    '"memory_type": one of fact, event, decision, insight, narrative, analysis, reference;\n'
+    '"quality_score": a number from 0 to 1, how useful the memory is to recall later.\n'
+    "Use only what the text says; keep the text's language."
+)
+
+
+class _Transient(Exception):
+    """A failure worth retrying (5xx, 429, connection refused or reset, time-out)."""
+
+
+class _Unusable(Exception):
+    """An answer that retrying will not fix (other HTTP errors, not JSON, fields out of range)."""
+
+
+class _AnswerEntity(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    kind: str
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value not in ENTITY_KINDS:
+            raise ValueError(f"kind {value!r} is not one of {ENTITY_KINDS}")
+        return value
+
+
+class _Answer(BaseModel):
+    key_points: list[str] = Field(default_factory=list)
+    insights: list[str] = Field(default_factory=list)
+    entities: list[_AnswerEntity] = Field(default_factory=list)
+    topics: list[str] = Field(default_factory=list)
+    memory_type: str
+    quality_score: float = Field(ge=0.0, le=1.0)
+
+    @field_validator("memory_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in MEMORY_TYPES:
+            raise ValueError(f"memory_type {value!r} is not one of {MEMORY_TYPES}")
+        return value
+
+
+class LlmEnricher:
+    """`Enricher` through an OpenAI-compatible chat-completions server (see the module doc).
+
+    Args:
+        url: base URL of the server (``http://host:8000``); a trailing ``/v1`` is accepted too.
+        model: model name sent to the server.
+        api_key: bearer token, ``""`` for none.
+        fallback: the enricher used when the server fails (the rule enricher).
+        timeout_s: time-out of one request, seconds.
+        attempts: tries per memory, ``>= 1``.
+        backoff_s: first back-off wait, seconds (doubles per retry, at most 10 s).
+
+    Raises:
+        ValueError: ``url`` or ``model`` is empty or malformed, or ``attempts < 1``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key: str,
+        fallback: Enricher,
+        *,
+        timeout_s: float = 20.0,
+        attempts: int = 2,
+        backoff_s: float = 0.5,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"CB_ENRICHMENT_LLM_URL={url!r} must start with http:// or https://")
+        if not model:
+            raise ValueError("CB_ENRICHMENT_ENRICHER=llm needs CB_ENRICHMENT_LLM_MODEL")
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        base = url.rstrip("/")
+        self.endpoint = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
+        self.model = model
+        self.name = f"llm:{model}"
+        self._api_key = api_key
+        self.fallback = fallback
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+
+    def enrich(self, item: MemoryText) -> Enrichment:
+        """The model's fields for ``item``, or the fallback's when the server fails (module doc)."""
+        if not item.text.strip():
+            return self.fallback.enrich(item)
+        try:
+            answer = self._ask(item.text)
+        except _Unusable as exc:
+            log.warning("LLM enricher: unusable answer, enriched by rules instead: %s", exc)
+            return self.fallback.enrich(item)
+        recognised = [RecognisedEntity(" ".join(e.name.split()), e.kind) for e in answer.entities]
+        return Enrichment(
+            key_points=tuple(_clean(answer.key_points))[:MAX_KEY_POINTS],
+            insights=tuple(_clean(answer.insights))[:MAX_INSIGHTS],
+            entities=collect_entities(item.text, recognised, item.kinds, source="llm")[:MAX_ENTITIES],
+            topics=tuple(dict.fromkeys(t.lower() for t in _clean(answer.topics)))[:MAX_TOPICS],
+            memory_type=answer.memory_type,
+            quality_score=round(answer.quality_score, 3),
+            language=language_of(item.text),
+            evidence=LLM_EVIDENCE,
+            enricher=self.name,
+        )
+
+    def _ask(self, text: str) -> _Answer:
+        body = json.dumps(
+            {
+                "model": self.model,
+                "messages": [
+                    {"role": "system", "content": INSTRUCTIONS},
+                    {"role": "user", "content": text},
+                ],
+                "temperature": 0,
+                "response_format": {"type": "json_object"},
+            },
+            ensure_ascii=False,
+        ).encode("utf-8")
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.backoff_s, max=10),
+            retry=retry_if_exception(lambda exc: isinstance(exc, _Transient)),
+        )
+        try:
+            payload = retrying(self._post, body)
+        except RetryError as exc:
+            raise _Unusable(
+                f"{exc.last_attempt.exception()} (gave up after {self.attempts} attempts)"
+            ) from exc
+        try:
+            content = payload["choices"][0]["message"]["content"]
+            return _Answer.model_validate(json.loads(_strip_fence(content)))
+        except (KeyError, IndexError, TypeError, ValueError, ValidationError) as exc:
+            raise _Unusable(f"{self.endpoint}: {str(exc)[:300]}") from exc
+
+    def _post(self, body: bytes) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode("utf-8", errors="replace")
+            exc.close()
+            message = f"LLM server {self.endpoint} answered HTTP {exc.code}: {detail}"
+            if exc.code >= 500 or exc.code == 429:
+                raise _Transient(message) from exc
+            raise _Unusable(message) from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException) as exc:
+            raise _Transient(
+                f"LLM server {self.endpoint} unreachable: {getattr(exc, 'reason', exc)}"
+            ) from exc
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise _Unusable(f"LLM server {self.endpoint} answered invalid JSON: {raw[:200]!r}") from exc
+
+
+def _strip_fence(content: str) -> str:
+    text = content.strip()
+    if text.startswith("```"):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+        text = text.rsplit("```", 1)[0]
+    return text
+
+
+def _clean(values: list[str]) -> list[str]:
+    return [" ".join(value.split()) for value in values if value and value.strip()]

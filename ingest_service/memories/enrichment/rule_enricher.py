@@ -1,0 +1,38 @@
+"""The default enricher: registry-shipped language models plus documented rules, deterministic and
+offline (evidence class ``extracted``).
+
+Sentences and named entities: `language_models`; ids: `entities`; topics and key points:
+`key_phrases`; insights, memory_type and quality_score: `rules`.
+"""
+
+from __future__ import annotations
+
+from ingest_service.memories.enrichment import key_phrases, rules
+from ingest_service.memories.enrichment.entities import collect_entities
+from ingest_service.memories.enrichment.language_models import analyse
+from ingest_service.memories.enrichment.model import RULE_EVIDENCE, Enrichment, MemoryText
+
+
+class RuleEnricher:
+    """`Enricher` by rules (see the module doc); the models load on first use (`load_models` to preload)."""
+
+    name = "rules"
+
+    def enrich(self, item: MemoryText) -> Enrichment:
+        """The semantic fields of ``item.text``; empty fields for an empty text."""
+        analysis = analyse(item.text)
+        entities = collect_entities(item.text, analysis.entities, item.kinds)
+        found_insights = rules.insights(analysis.sentences)
+        return Enrichment(
+            key_points=key_phrases.key_points(analysis.sentences, analysis.language),
+            insights=found_insights,
+            entities=entities,
+            topics=key_phrases.topics(item.text, analysis.language, analysis.nominal_words),
+            memory_type=rules.memory_type(
+                item.text, analysis.sentences, len(found_insights), item.event_type
+            ),
+            quality_score=rules.quality_score(item.text, analysis.sentences, len(entities)),
+            language=analysis.language,
+            evidence=RULE_EVIDENCE,
+            enricher=self.name,
+        )

@@ -1,0 +1,118 @@
+"""The ``cb`` typer application: the global options and every command, registered in help order.
+
+Each command lives in the module of its group; this module only names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+
+from memory_service_tools.cli.cli_state import CliState
+from memory_service_tools.cli.context_commands import context, typed_context
+from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
+from memory_service_tools.cli.health_commands import health
+from memory_service_tools.cli.mcp_commands import mcp
+from memory_service_tools.cli.memory_commands import memory_app
+from memory_service_tools.cli.pack_commands import pack_app
+from memory_service_tools.cli.read_commands import facts, search, source, trace
+from memory_service_tools.cli.service_commands import serve, up
+from memory_service_tools.cli.token_commands import token_app
+from memory_service_tools.cli.vault_commands import ingest
+from memory_service_tools.cli.worker_commands import worker
+from memory_service_tools.cli.write_commands import delete_node, observe, reconcile, retain
+
+app = typer.Typer(
+    name="cb",
+    help="memory-service: run the services and talk to them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed = version("memory-service")
+        except PackageNotFoundError:
+            installed = "unknown (not installed)"
+        typer.echo(f"cb (memory-service) {installed}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    ingest_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--ingest-addr", help="ingest_service host:port (default: CB_INGEST_ADDR or 127.0.0.1:50051)"
+        ),
+    ] = None,
+    query_addr: Annotated[
+        str | None,
+        typer.Option(
+            "--query-addr", help="query_service host:port (default: CB_QUERY_ADDR or 127.0.0.1:50052)"
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="bearer token sent with every call (default: CB_TOKEN)",
+            show_default=False,
+        ),
+    ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit"),
+    ] = False,
+    consistent: Annotated[
+        bool,
+        typer.Option(
+            "--consistent",
+            help="reads see the last write made by cb (its consistency token, kept in "
+            "CB_CONSISTENCY_TOKEN_FILE or ~/.local/state/memory-service/consistency-token)",
+        ),
+    ] = False,
+) -> None:
+    ctx.obj = CliState(ingest_addr=ingest_addr, query_addr=query_addr, token=token, consistent=consistent)
+
+
+COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
+    ("init-db", init_db),  # database and services
+    ("index-tenants", index_tenants),
+    ("serve", serve),
+    ("up", up),
+    ("worker", worker),
+    ("health", health),
+    ("observe", observe),  # writes (ingest_service)
+    ("reconcile", reconcile),
+    ("retain", retain),
+    ("ingest", ingest),
+    ("search", search),  # reads (query_service)
+    ("facts", facts),
+    ("source", source),
+    ("context", context),
+    ("typed-context", typed_context),
+    ("delete", delete_node),
+    ("trace", trace),
+    ("mcp", mcp),  # agents (MCP server over both services)
+)
+COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
+    ("db", db_app),
+    ("token", token_app),
+    ("pack", pack_app),
+    ("memory", memory_app),
+)
+
+for name, command in COMMANDS:
+    app.command(name)(command)
+for name, group in COMMAND_GROUPS:
+    app.add_typer(group, name=name)

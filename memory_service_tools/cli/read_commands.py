@@ -1,0 +1,219 @@
+"""The read commands: ``cb search``, ``cb facts``, ``cb source``, ``cb trace`` (query_service).
+
+Each builds its request, calls it with `call_and_print` (``--json`` prints the response as proto3
+JSON) and renders the response for humans: results on stdout, details on stderr. The context packs
+(``cb context``, ``cb typed-context``) are in `memory_service_tools.cli.context_commands`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from google.protobuf import json_format, timestamp_pb2
+from memory.v1 import (
+    fact_query_service_pb2,
+    retrieval_service_pb2,
+    source_service_pb2,
+    trace_service_pb2,
+)
+from rich.markup import escape
+from rich.table import Table
+
+from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
+from common.kernel.identifiers import canonical_instant
+from memory_service_tools.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
+from memory_service_tools.cli.rpc_output import call_and_print, memory_client
+from memory_service_tools.cli.terminal import err, out, print_text, print_wide
+
+
+def _excerpt(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _format_instant(stamp: timestamp_pb2.Timestamp) -> str:
+    return canonical_instant(instant(stamp))
+
+
+def _meta_filters(values: list[str] | None) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for value in values or []:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{value!r}: expected key=value", param_hint="--meta")
+        result[key] = item
+    return result
+
+
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="what to look for")],
+    namespace: NamespaceOption,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=100)] = 10,
+    types: Annotated[list[str] | None, typer.Option("--type", help="node type to keep (repeatable)")] = None,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", help="chunk meta filter key=value (repeatable)")
+    ] = None,
+    preset: Annotated[
+        str,
+        typer.Option("--preset", help="ranking preset: documents or conversations (default: the service's)"),
+    ] = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Hybrid search (vector + full text + trigram) over the chunks of a namespace."""
+    request = retrieval_service_pb2.SearchRequest(
+        namespace=namespace, query=query, top_k=top_k, types=types or [], preset=preset
+    )
+    filters = _meta_filters(meta)
+    if filters:
+        request.meta.CopyFrom(dict_to_struct(filters))
+    call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
+
+
+def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
+    if not response.hits:
+        out.print("no hits")
+        return
+    table = Table(show_lines=True)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("document")
+    table.add_column("text")
+    for rank, hit in enumerate(response.hits, start=1):
+        where = f"{hit.node_key}#{hit.chunk_order}"
+        if hit.title and hit.title != hit.node_key:
+            where += f"\n{hit.title}"
+        if hit.heading:
+            where += f"\n§ {hit.heading}"
+        if hit.source_path:
+            where += f"\n{hit.source_path}"
+        scores = (
+            f"{hit.score:.4f}\nv {hit.vector_score:.3f}\nt {hit.text_score:.3f}\ng {hit.trigram_score:.3f}"
+        )
+        table.add_row(str(rank), scores, escape(where), escape(_excerpt(hit.text, 300)))
+    out.print(table)
+
+
+def facts(
+    ctx: typer.Context,
+    namespace: NamespaceOption,
+    subject: Annotated[str | None, typer.Option(help="subject natural key, e.g. package:openssl")] = None,
+    predicate: Annotated[str | None, typer.Option(help="edge type, e.g. HAS_VERSION")] = None,
+    object_: Annotated[str | None, typer.Option("--object", help="object natural key")] = None,
+    as_of: AsOfOption = None,
+    history: Annotated[bool, typer.Option("--history", help="include superseded and closed facts")] = False,
+    page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 500,
+    as_json: JsonOption = False,
+) -> None:
+    """List facts by subject / predicate / object, valid at an instant or with their history."""
+    request = fact_query_service_pb2.ListFactsRequest(
+        namespace=namespace,
+        subject=subject or "",
+        predicate=predicate or "",
+        object=object_ or "",
+        include_history=history,
+        page_size=page_size,
+        as_of=as_of_timestamp(as_of),
+    )
+    # Every page, following next_page_token, in one response.
+    call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
+
+
+def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
+    if not collected.facts:
+        out.print("no facts")
+        return
+    table = Table()
+    for name in ("subject", "predicate", "object", "valid", "evidence", "flags"):
+        table.add_column(name)
+    for fact in collected.facts:
+        flags = [
+            flag
+            for flag, on in (
+                ("conflict", fact.conflict),
+                ("evidence lost", fact.evidence_lost),
+                (f"superseded by {fact.superseded_by}", bool(fact.superseded_by)),
+            )
+            if on
+        ]
+        valid_from = _format_instant(fact.valid_from) if fact.HasField("valid_from") else "?"
+        valid_to = _format_instant(fact.valid_to) if fact.HasField("valid_to") else "now"
+        table.add_row(
+            escape(fact.subject),
+            escape(fact.predicate),
+            escape(fact.object),
+            f"{valid_from} → {valid_to}",
+            escape(f"{fact.evidence} {fact.confidence:.2f}".strip()),
+            escape(", ".join(flags)),
+        )
+    print_wide(table)  # keys and fact ids whole, however narrow the terminal
+    out.print(f"{len(collected.facts)} facts")
+
+
+def source(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="natural key of the node, e.g. doc:apt/README")],
+    namespace: NamespaceOption,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the original text of a node (or its chunks re-assembled) with its provenance."""
+    request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
+    call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+
+
+def _print_source(response: source_service_pb2.GetSourceResponse) -> None:
+    found = response.source
+    err.print(f"[bold]{escape(found.title or found.natural_key)}[/bold]  ({escape(found.natural_key)})")
+    details = [f"content: {found.content_source}"]
+    if found.type:
+        details.append(f"type: {found.type}")
+    if found.provenance.source_path:
+        details.append(f"source: {found.provenance.source_path}")
+    if found.chunk_count:
+        details.append(f"chunks: {found.chunk_count}")
+    err.print(escape("; ".join(details)))
+    if found.provenance.HasField("metadata") and found.provenance.metadata.fields:
+        err.print(escape("provenance: " + json.dumps(json_format.MessageToDict(found.provenance.metadata))))
+    print_text(found.content)
+
+
+def trace(
+    ctx: typer.Context,
+    trace_id: Annotated[str, typer.Argument(help="the trace id (a CompileContext trace_id, a request id)")],
+    namespace: NamespaceOption,
+    as_json: JsonOption = False,
+) -> None:
+    """Print the trail of a trace (TraceService.GetTrace): audit events and context compilations, by time."""
+    request = trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id)
+    call_and_print(
+        memory_client(ctx).get_trace,
+        request,
+        as_json=as_json,
+        render=lambda response: _print_trace(trace_id, response),
+    )
+
+
+def _print_trace(trace_id: str, response: trace_service_pb2.GetTraceResponse) -> None:
+    table = Table(title=f"trace {trace_id}: {len(response.trace.entries)} entries")
+    for name in ("time", "entry", "who / request", "what"):
+        table.add_column(name)
+    for entry in response.trace.entries:
+        when = _format_instant(entry.time)
+        if entry.HasField("audit_event"):
+            event = entry.audit_event
+            details = json.dumps(struct_to_dict(event.details), ensure_ascii=False)
+            what = _excerpt(f"{event.target_key} {details}")
+            table.add_row(when, f"audit: {event.action}", escape(event.principal), escape(what))
+        else:
+            compilation = entry.context_compilation
+            asked = json_format.MessageToDict(compilation.request)
+            kept = sum(1 for d in compilation.decisions if d.fields["decision"].string_value == "kept")
+            table.add_row(
+                when,
+                "context compilation",
+                escape(_excerpt(str(asked.get("query", "")))),
+                f"{kept} kept of {len(compilation.decisions)} shown ({compilation.hidden_decision_count} hidden)",
+            )
+    err.print(table)

@@ -1,0 +1,396 @@
+"""CompileContext (DESIGN §7; issue 16 §3-4; protos/memory/v1/context_service.proto).
+
+Steps:
+
+1. **Candidates**, each with the rule that brought it (`query_service.context.pack.items.Selection`):
+   - ``hit``: the best chunks for the query (`HybridSearcher`), as many as the budget could hold
+     (``token_budget / search_tokens_per_hit``, within ``min_search_hits..max_search_hits``);
+   - ``neighbour``: the turns next to the best ``neighbour_origins`` hits that are turns (episodes of
+     observations) in the same source system and stream, up to ``neighbour_window`` on each side and
+     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.conversation`,
+     one statement with the hits' turns and the recent turns):
+     the question and its answer are often in consecutive turns;
+   - ``recent``: the ``recent_limit`` most recent turns that occurred by ``as_of``;
+   - ``anchor_fact``: the facts valid at ``as_of`` whose subject or object is an anchor;
+     ``graph_neighbour``: the facts of the nodes one such fact away from an anchor;
+     ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
+     key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
+     most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
+   - ``summary``: a summary memory (issue 12 §5) that is a hit, or that covers memory hits; it never
+     shares the pack with the originals it covers: the side with less value per token is dropped
+     (`query_service.context.pack.summaries`).
+2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
+   origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
+   ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
+   (``anchor_weight``; ``anchor_weight`` x ``graph_neighbour_weight`` one fact further;
+   ``mention_weight`` x the naming hit's score) x confidence x evidence rank / 3 (asserted 3, extracted 2,
+   inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
+   predicate with a different object overlaps) are kept and flagged, never resolved.
+3. **Redundancy.** A chunk found by two rules is one candidate (its best score; the other rules are
+   listed in ``Selection.also``); chunks whose words equal, or nearly equal, a better chunk's are dropped
+   (`query_service.context.pack.conversation.RedundancyFilter`).
+4. **Render.** A turn is one line ``HH:MM speaker: text`` under a header ``[YYYY-MM-DD system/stream]``
+   shared by the turns of its stream on that day (`query_service.context.pack.conversation`); other
+   chunks keep a header line with title, heading and ``node_key#chunk_order``; facts are
+   ``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)``.
+5. **Fit** (`query_service.context.pack.fitting.PackFitter`, shared with CompileTypedContext) in score
+   order (preset ``default``; a candidate that does not fit is skipped and the next one tried) or by
+   score per token added (preset ``value_per_token``), with incremental token counts and one exact
+   count of the pack text. A chunk that does not fit whole may be cut; no chunk takes more than
+   ``max_item_share`` of the budget. ``pack.token_count`` is the exact count and never exceeds the budget.
+6. **Explain and trace.** Every item carries its `Selection`; with ``ContextRequest.dropped_limit`` the
+   pack lists the best dropped candidates with why they were dropped. Every candidate's decision is
+   appended to ``context_traces`` under the pack's trace id (`query_service.context.pack.compiler`).
+
+Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
+every query — chunk rankings, neighbouring and recent turns (observation, episode chunk and episode node
+must all be visible), facts about anchors and their neighbours, the registry look-up of entities named
+in chunks and their facts — and a fact whose subject or object node is hidden is never a candidate, so
+no hidden node's key, title or text reaches the pack, an item's selection or the dropped list.
+
+Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
+and a caller without clearance (``ContextRequest.pii``), every candidate (its text, a turn's speaker and
+stream) is masked (or withheld, by its chunk's marks) when it is rendered — before fitting, so the
+budget holds for the text actually returned and dropped candidates are listed masked. For a cleared
+caller the pack is unmasked and, when the kept items hold personal data, one ``pii_access`` audit event
+is recorded under the pack's trace id. The trace journal (``context_traces``) stores keys and decisions
+unmasked; GetTrace masks them on the way out.
+
+Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``,
+``"value_per_token"``; `query_service.context.pack.settings`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import cast
+
+from common.storage.database import Database
+from common.storage.episode_store import EpisodeStore, EpisodeTurn
+from common.text_models.tokenizer import TokenCounter
+from query_service.context.pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
+from query_service.context.pack.compiler import PackCompiler
+from query_service.context.pack.conversation import RedundancyFilter, normalised_words
+from query_service.context.pack.fact_candidates import fact_candidates
+from query_service.context.pack.fitting import DROPPED, FitResult
+from query_service.context.pack.items import (
+    HIT,
+    NEIGHBOUR,
+    RECENT,
+    ContextItem,
+    ContextPack,
+    DroppedCandidate,
+    Selection,
+)
+from query_service.context.pack.request import (
+    ContextRequest,
+    context_request_violations,
+    with_context_defaults,
+)
+from query_service.context.pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.context.pack.summaries import add_summaries
+from query_service.pii_output import PiiDisclosure
+from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
+
+__all__ = ["CONTEXT_PRESETS", "ContextCompiler", "ContextSettings", "context_preset", "validate_context"]
+
+log = logging.getLogger(__name__)
+
+
+def validate_context(request: ContextRequest) -> ContextRequest:
+    """Checks a request and fills defaults (budget 0 -> 2000, as_of None -> now, trace id ``ctx-...``).
+
+    Raises:
+        InvalidArgument: field violations named like the CompileContextRequest fields.
+    """
+    context_request_violations(request).raise_if_any()
+    return with_context_defaults(request, trace_prefix="ctx-")
+
+
+def hit_components(hit: SearchHit, best: float, place: int) -> dict[str, float]:
+    """The parts of a hit's score: its place in the fused list (1-based), fused retrieval score, its share
+    of the best possible one, each ranking's score and rank (1-based)."""
+    components = {
+        "fused_rank": float(place),
+        "retrieval_score": hit.score,
+        "relative_score": min(1.0, hit.score / best),
+        "vector_score": hit.vector_score,
+        "text_score": hit.text_score,
+        "trigram_score": hit.trigram_score,
+    }
+    components.update({f"rank_{name}": float(rank) for name, rank in hit.ranks.items()})
+    return components
+
+
+class ContextCompiler(PackCompiler):
+    """Compiles context packs (see the module doc).
+
+    Args:
+        database: the process's database.
+        searcher: the hybrid searcher for the hits.
+        tokens: the token counter of the configured encoding (``Settings.tokenizer_encoding``).
+        settings: a `ContextSettings` (default preset when None).
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        searcher: HybridSearcher,
+        tokens: TokenCounter,
+        settings: ContextSettings | None = None,
+    ) -> None:
+        self.settings = settings or context_preset("default")
+        super().__init__(database, tokens, self.settings.fitting)
+        self.searcher = searcher
+        self.episodes = EpisodeStore(database.settings)
+
+    def compile(self, request: ContextRequest) -> ContextPack:
+        """Compiles the pack for ``request`` and records the decisions under its trace id.
+
+        Raises:
+            InvalidArgument: see `validate_context`.
+            Unavailable: the database cannot be reached.
+        """
+        request = validate_context(request)
+        as_of = request.as_of or datetime.now(UTC)
+        config = self.settings
+        depth = config.search_depth(request.token_budget)
+        hits: list[SearchHit] = []
+        if request.query.strip():
+            hits = self.searcher.search(
+                SearchQuery(
+                    namespace=request.namespace,
+                    query=request.query,
+                    top_k=depth,
+                    visibility=request.visibility,
+                ),
+                settings=config.search,
+            )
+        shown = self.pii.start(request.pii)  # masks what the caller may not see, before fitting
+        pool = CandidatePool()
+        scores = self._chunk_candidates(request, as_of, hits, pool, shown)
+        add_summaries(
+            self.database,
+            self.store,
+            self.tokens,
+            request,
+            hits,
+            pool,
+            shown,
+            summary_weight=config.summary_weight,
+        )
+        for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
+            pool.add(candidate)
+        _weigh_participants(pool, request.query, config.participant_weight)
+        candidates = pool.ranked()
+        _mark_redundant(candidates, config.near_duplicate_threshold)
+        fitted = self.fitter.fit(candidates, request.token_budget)
+        kept = [cast(PackCandidate, piece.candidate) for piece in fitted.kept]
+        items = [
+            ContextItem(
+                kind=candidate.kind,
+                key=candidate.key,
+                text=piece.text,
+                score=candidate.score,
+                provenance=candidate.provenance,
+                conflict=candidate.conflict,
+                token_count=piece.token_count,
+                selection=candidate.selection,
+                group=candidate.group,
+            )
+            for candidate, piece in zip(kept, fitted.kept, strict=True)
+        ]
+        self.audit_kept(request, lambda exposed: _note_kept(exposed, items, kept))
+        with self.database.primary_connection() as conn:  # the journal is a write: never on a replica
+            self.record(conn, request, fitted, {"search_depth": depth})
+        return ContextPack(
+            items=items,
+            text=fitted.text,
+            token_count=fitted.token_count,
+            trace_id=request.trace_id,
+            token_budget=request.token_budget,
+            dropped_count=fitted.dropped_count,
+            as_of=as_of,
+            dropped=_best_dropped(candidates, fitted, request.dropped_limit),
+        )
+
+    # -- chunk candidates: hits, their neighbouring turns, recent turns ------------------------------
+
+    def _chunk_candidates(
+        self,
+        request: ContextRequest,
+        as_of: datetime,
+        hits: Sequence[SearchHit],
+        pool: CandidatePool,
+        shown: PiiDisclosure,
+    ) -> dict[str, float]:
+        """Adds the hits, their neighbours and the recent turns to ``pool``; returns the hits' scores by
+        chunk key."""
+        config = self.settings
+        best = config.search.max_score() or 1.0
+        origin_ids = [
+            ids[0]
+            for hit in hits
+            if hit.chunk.node_type == "episode" and (ids := hit.provenance.observation_ids)
+        ]
+        with self.database.read_connection() as conn:  # one statement: no BEGIN/COMMIT round trips
+            conversation = self.episodes.conversation(
+                conn,
+                request.namespace,
+                origin_ids,
+                origins=config.neighbour_origins,
+                window=config.neighbour_window,
+                max_gap=config.neighbour_max_gap,
+                as_of=as_of,
+                recent_limit=config.recent_limit,
+                visibility=request.visibility,
+            )
+        turns = conversation.turns
+        scores: dict[str, float] = {}
+        origin_score: dict[str, float] = {}
+        for place, hit in enumerate(hits):
+            score = min(1.0, hit.score / best)
+            if config.hit_half_rank > 0:
+                score = 1.0 / (1.0 + place / config.hit_half_rank)
+            key = chunk_key(hit.chunk)
+            scores[key] = score
+            turn = _turn_of(hit.chunk.node_key, turns)
+            if turn is not None and len(origin_score) < config.neighbour_origins:
+                origin_score.setdefault(turn.observation_id, score)
+            pool.add(
+                chunk_candidate(
+                    hit.chunk,
+                    turn,
+                    shown,
+                    score=score,
+                    selection=Selection(HIT, "found by hybrid search", hit_components(hit, best, place + 1)),
+                    metadata=hit.provenance.metadata,
+                    source_path=hit.provenance.source_path,
+                )
+            )
+        neighbours = [near for near in conversation.neighbours if near.origin_id in origin_score]
+        recent = conversation.recent
+        for near in neighbours:
+            decay = config.neighbour_decay ** (abs(near.distance) - 1)
+            base = origin_score[near.origin_id]
+            side = "before" if near.distance < 0 else "after"
+            count = abs(near.distance)
+            reason = f"{count} turn{'s' if count > 1 else ''} {side} episode:{near.origin_id} (a hit)"
+            for chunk in near.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        near.turn,
+                        shown,
+                        score=base * config.neighbour_weight * decay,
+                        selection=Selection(
+                            NEIGHBOUR,
+                            reason,
+                            {
+                                "origin_score": base,
+                                "neighbour_weight": config.neighbour_weight,
+                                "decay": decay,
+                                "distance": float(near.distance),
+                            },
+                        ),
+                    )
+                )
+        for place, latest in enumerate(recent):
+            decay = config.neighbour_decay**place
+            for chunk in latest.chunks:
+                pool.add(
+                    chunk_candidate(
+                        chunk,
+                        latest.turn,
+                        shown,
+                        score=config.recent_weight * decay,
+                        selection=Selection(
+                            RECENT,
+                            f"the {_ordinal(place + 1)} most recent observation",
+                            {"recent_weight": config.recent_weight, "decay": decay},
+                        ),
+                    )
+                )
+        return scores
+
+    # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
+
+
+def _turn_of(node_key: str, turns: dict[str, EpisodeTurn]) -> EpisodeTurn | None:
+    """The turn of an episode node key (``episode:<observation_id>``), when it was read."""
+    return turns.get(node_key.removeprefix("episode:")) if node_key.startswith("episode:") else None
+
+
+def _weigh_participants(pool: CandidatePool, query: str, weight: float) -> None:
+    """Scales the turns whose actor or subject the query names by ``1 + weight`` (the module doc)."""
+    if weight <= 0:
+        return
+    words = set(normalised_words(query))
+    for candidate in pool.by_key.values():
+        named = [p for p in candidate.participants if (parts := normalised_words(p)) and set(parts) <= words]
+        if named:
+            candidate.score *= 1 + weight
+            candidate.selection = replace(
+                candidate.selection,
+                components={**candidate.selection.components, "participant_boost": 1 + weight},
+            )
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _mark_redundant(candidates: Sequence[PackCandidate], threshold: float) -> None:
+    """Sets the drop reason of chunks that repeat a better chunk (``candidates`` best first)."""
+    check = RedundancyFilter(threshold)
+    for candidate in candidates:
+        if candidate.kind != "chunk" or candidate.drop_reason:
+            continue
+        reason = check.offer(candidate.key, candidate.words_text or candidate.text)
+        if reason:
+            candidate.drop_reason = reason
+    for candidate in candidates:  # the trace records the rule of every candidate (no other item's key:
+        # another reader of the trace may not see the hit a neighbour was found next to)
+        candidate.detail.setdefault("rule", candidate.selection.rule)
+        if candidate.kind == "chunk":
+            candidate.detail.setdefault("components", dict(candidate.selection.components))
+
+
+def _best_dropped(
+    candidates: Sequence[PackCandidate], fitted: FitResult, limit: int
+) -> list[DroppedCandidate]:
+    """The ``limit`` best-scored dropped candidates with why they were dropped (decisions are in
+    candidate order)."""
+    if limit <= 0:
+        return []
+    dropped = [
+        DroppedCandidate(
+            kind=candidate.kind,
+            text=candidate.text,
+            score=candidate.score,
+            provenance=candidate.provenance,
+            selection=candidate.selection,
+            drop_reason=decision["reason"],
+            token_count=int(decision["tokens"]),
+        )
+        for candidate, decision in zip(candidates, fitted.decisions, strict=True)
+        if decision["decision"] == DROPPED
+    ]
+    dropped.sort(key=lambda d: -d.score)
+    return dropped[:limit]
+
+
+def _note_kept(exposed: PiiDisclosure, items: Sequence[ContextItem], kept: Sequence[PackCandidate]) -> None:
+    """Passes the kept items' texts through a cleared caller's disclosure (with their chunks' marks), so
+    the audit names what the caller received."""
+    for item, candidate in zip(items, kept, strict=True):
+        exposed.text(
+            item.text,
+            marks=candidate.pii_marks,
+            key=item.provenance.fact_id or item.provenance.node_key,
+            observation_ids=item.provenance.observation_ids,
+        )
