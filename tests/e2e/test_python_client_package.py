@@ -1,4 +1,4 @@
-"""memory-service-client installs and works on its own (issue 14 §2).
+"""memory-service-grpc-client installs and works on its own (issue 14 §2).
 
 Its wheel is built from clients/python and installed into a fresh virtual environment (no system site
 packages, no memory-service): pip brings in only grpcio, protobuf and googleapis-common-protos (from its
@@ -29,10 +29,10 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "clients" / "python"
-# What a venv holds after `pip install memory-service-client` besides pip itself; typing-extensions comes
+# What a venv holds after `pip install memory-service-grpc-client` besides pip itself; typing-extensions comes
 # with grpcio.
 EXPECTED = {
-    "memory-service-client",
+    "memory-service-grpc-client",
     "grpcio",
     "protobuf",
     "googleapis-common-protos",
@@ -75,7 +75,7 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ],
         timeout=300,
     )
-    (wheel,) = wheels.glob("memory_service_client-*.whl")
+    (wheel,) = wheels.glob("memory_service_grpc_client-*.whl")
     venv = where / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], timeout=300)
     python = venv / "bin" / "python"
@@ -92,7 +92,7 @@ def test_the_wheel_holds_the_stubs_and_the_client_and_needs_nothing_of_memory_se
     forbidden = ("common", "ingest_service", "query_service", "grpc_status", "grpc_health", "tenacity")
     script = (
         "import importlib.util, json, sys\n"
-        "import memory.v1.knowledge_pb2, memory_service_client\n"
+        "import memory_service_grpc_client.memory.v1.knowledge_pb2, memory_service_grpc_client\n"
         "print(json.dumps({name: importlib.util.find_spec(name) is not None for name in sys.argv[1:]}))"
     )
     probe = _run([str(client_venv), "-c", script, *forbidden], cwd="/", timeout=120)
