@@ -9,7 +9,12 @@
 # LOCK defaults to requirements/service.txt; the wheels are kept in WHEEL_DIR when it is given.
 # Run from anywhere: paths are taken from the repository root.
 set -eu
-python=$(realpath "$1")
+# Absolute, not resolved: a venv's bin/python is a symlink to the base interpreter.
+case $1 in /*) python=$1 ;; *) python=$PWD/$1 ;; esac
+"$python" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' || {
+  echo "install_from_lock.sh: $python is not a virtualenv's python" >&2
+  exit 2
+}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 lock=$(realpath "${2:-$root/requirements/service.txt}")
 work=$(mktemp -d)
