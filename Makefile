@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
+.PHONY: run test deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -18,12 +18,15 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-# clients/python (memory-service-client: the Python client and the generated stubs) is installed from its
-# path in the same pip run, which is how the project's dependency on it resolves.
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+# The environment comes from the lock requirements/dev.txt (hashes of every file pip may take; pip refuses
+# anything unpinned or unhashed), then clients/python (memory-service-grpc-client: the Python client and the
+# generated stubs) and the project, editable, without dependencies and built with the locked setuptools
+# (--no-build-isolation: nothing is fetched to build them); `pip check` proves the lock covers them.
+$(STAMP): pyproject.toml clients/python/pyproject.toml requirements/dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ./clients/python -e '.[test,docs]'
+	$(PY) -m pip install -q --require-hashes -r requirements/dev.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e ./clients/python -e .
+	$(PY) -m pip check
 	@touch $(STAMP)
 
 deps: system-deps $(STAMP)
@@ -35,9 +38,12 @@ db: deps
 	$(PY) -m memory_service_tools.embedded_db up
 	$(PY) -m memory_service_tools.embedded_db up --replica
 
-# Regenerates the checked-in stubs from protos/ (grpcio-tools + mypy-protobuf) into the client package
-# clients/python/src/memory (package `memory.v1` of the distribution memory-service-client).
-STUBS := clients/python/src
+# Regenerates the checked-in stubs from protos/ (grpcio-tools + mypy-protobuf) into the client package:
+# clients/python/src/memory_service_grpc_client/memory/v1 (`memory_service_grpc_client.memory.v1`). protoc
+# names the proto files memory/v1/*.proto (their names in descriptors and reflection stay so) and writes
+# the stubs' imports of each other as `memory.v1`: sed moves those imports and the module names under the
+# client package.
+STUBS := clients/python/src/memory_service_grpc_client
 protos: $(STAMP)
 	rm -rf $(STUBS)/memory
 	mkdir -p $(STUBS)/memory/v1
@@ -45,7 +51,45 @@ protos: $(STAMP)
 	  --python_out=$(STUBS) --grpc_python_out=$(STUBS) \
 	  --mypy_out=$(STUBS) --mypy_grpc_out=$(STUBS) \
 	  protos/memory/v1/*.proto
+	sed -i -E -e 's/^from memory\.v1 import /from memory_service_grpc_client.memory.v1 import /' \
+	  -e "s/BuildTopDescriptorsAndMessages\(DESCRIPTOR, 'memory\.v1\./BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.memory.v1./" \
+	  $(STUBS)/memory/v1/*.py $(STUBS)/memory/v1/*.pyi
 	touch $(STUBS)/memory/__init__.py $(STUBS)/memory/v1/__init__.py
+
+# The locks (requirements/*.txt, every pin with the hashes of its files): dev.txt = the project with its
+# test and bench extras (make deps, CI); service.txt = without the extras (the image, make sbom, the install
+# test); client.txt = clients/python alone; each with pip and the build backend (requirements/build.in);
+# tools.txt = uv and cyclonedx-bom (requirements/tools.in), installed into .tools/venv. `make lock`
+# regenerates them with uv, keeping the pins that still fit (`make lock UPGRADE=1` takes the newest); the
+# service and client locks are constrained by the dev lock, so a package has one version in all of them.
+# The client is no pin of any lock: it is built from clients/python. tests/unit/test_dependency_locks.py
+# fails when a pyproject.toml and the locks disagree.
+TOOLS := .tools/venv
+TOOLS_STAMP := $(TOOLS)/.installed
+$(TOOLS_STAMP): requirements/tools.txt
+	@test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install -q --require-hashes -r requirements/tools.txt
+	@touch $(TOOLS_STAMP)
+
+UV_COMPILE := $(TOOLS)/bin/uv pip compile --quiet --generate-hashes --python-version 3.11 \
+  --python-platform x86_64-unknown-linux-gnu --no-emit-package memory-service-grpc-client \
+  --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
+lock: $(TOOLS_STAMP)
+	$(UV_COMPILE) requirements/tools.in -o requirements/tools.txt
+	$(UV_COMPILE) pyproject.toml requirements/build.in --extra test --extra bench --extra docs -o requirements/dev.txt
+	$(UV_COMPILE) pyproject.toml requirements/build.in -c requirements/dev.txt -o requirements/service.txt
+	$(UV_COMPILE) clients/python/pyproject.toml requirements/build.in -c requirements/dev.txt -o requirements/client.txt
+
+# The SBOM (CycloneDX JSON) of the service's Python environment: build/service-venv installed the way the
+# image is (deploy/service/install_from_lock.sh with requirements/service.txt), read by cyclonedx-py.
+SBOM_VENV := build/service-venv
+sbom: $(TOOLS_STAMP)
+	rm -rf $(SBOM_VENV)
+	$(PYTHON) -m venv $(SBOM_VENV)
+	deploy/service/install_from_lock.sh $(SBOM_VENV)/bin/python requirements/service.txt
+	$(TOOLS)/bin/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible --output-format JSON \
+	  --output-file build/sbom.cdx.json $(SBOM_VENV)/bin/python
+	@echo "sbom: build/sbom.cdx.json ($$($(PYTHON) -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["components"]))' build/sbom.cdx.json) components)"
 
 # buf comes from the npm package @bufbuild/buf, installed into .tools/ on first use.
 lint-protos:
@@ -99,18 +143,15 @@ bench: db
 	$(PY) bench/run_bench.py
 
 bench-context: db
-	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_context_quality.py
 
 bench-compile: db
 	$(PY) bench/bench_compile_cost.py $(if $(BASELINE),--baseline-root $(BASELINE))
 
 bench-scale: db
-	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_scale.py
 
 bench-retrieval: db
-	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/bench_retrieval.py --presets documents,conversations,
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ (--strict: a broken link or
@@ -122,4 +163,4 @@ docs-serve: $(STAMP)
 	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 clean:
-	rm -rf $(VENV) site .tools .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin
+	rm -rf $(VENV) site .tools build .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin

@@ -45,13 +45,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory.v1 import (
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import wait_for_serving
 
 from bench.run_bench import (
     distinctive_sentences,

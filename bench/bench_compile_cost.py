@@ -123,7 +123,7 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
 def measure_grpc(root: Path, prefix: str, every: int) -> dict[str, Any]:
     """CompileContext over gRPC against a query service of the code tree ``root``."""
     import grpc
-    from memory.v1 import context_service_pb2, context_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import context_service_pb2, context_service_pb2_grpc
 
     from bench.run_bench import percentiles, services
 
@@ -155,7 +155,7 @@ def measure_grpc(root: Path, prefix: str, every: int) -> dict[str, Any]:
 def load_locomo(prefix: str) -> dict[str, Any]:
     """The three conversations through RecordObservations, embedded (GetEmbeddingBacklog)."""
     import grpc
-    from memory.v1 import observation_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
     from bench.bench_context_quality import observation, turns_of
     from bench.run_bench import load_observations, services, wait_for_embeddings

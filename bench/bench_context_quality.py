@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:
 import grpc
 import numpy as np
 from google.protobuf import struct_pb2, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     knowledge_pb2,

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc
 import psycopg
-from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from bench.run_bench import UPLOADS, percentiles, run_in_database, services
 from bench.service_results import print_report, heading, load_average, machine, write_json

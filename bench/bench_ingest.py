@@ -46,8 +46,8 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory.v1 import observation_service_pb2_grpc
-from memory_service_client import wait_for_serving
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 from bench.run_bench import (
     debian_observations,

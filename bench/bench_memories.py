@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc
 import psycopg
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2,
     memory_query_service_pb2_grpc,
     memory_service_pb2,

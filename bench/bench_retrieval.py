@@ -43,7 +43,7 @@ import grpc
 import numpy as np
 import psycopg
 from google.protobuf import struct_pb2
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     retrieval_service_pb2,

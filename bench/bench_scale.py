@@ -44,7 +44,8 @@ Usage: .venv/bin/python bench/bench_scale.py [--sizes 10k,100k,1m] [--layouts si
 (``--synthetic-base N``: the base is N chunks of `bench/bench_capacity.py`'s loader, real sentences
 with vectors from the real model, written through `DocumentWriter.put_chunks`, instead of the corpora
 through Retain; for a quick run on a loaded machine)
-(needs ``pip install -e '.[bench]'`` for the picture; the embedded database must be up).
+(matplotlib for the picture comes with the bench extra of requirements/dev.txt, installed by ``make deps``;
+the embedded database must be up).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     retrieval_service_pb2,

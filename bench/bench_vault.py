@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc
-from memory.v1 import vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from bench.run_bench import fresh_database, run_in_database, services
 from bench.service_results import print_report, heading, load_average, machine, tree_commit, write_json

@@ -55,7 +55,8 @@ from google.protobuf import json_format, timestamp_pb2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory.v1 import (
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2_grpc,
@@ -67,7 +68,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import wait_for_serving
 
 from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings

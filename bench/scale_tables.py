@@ -13,7 +13,11 @@ from typing import Any
 
 import grpc
 import psycopg
-from memory.v1 import document_service_pb2, document_service_pb2_grpc, observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import (
+    document_service_pb2,
+    document_service_pb2_grpc,
+    observation_service_pb2_grpc,
+)
 from psycopg import sql
 
 from bench.run_bench import CORPORA, VAULT, debian_observations, load_observations, services

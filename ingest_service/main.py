@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 import grpc
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2_grpc,
     document_service_pb2_grpc,
     domain_pack_service_pb2_grpc,

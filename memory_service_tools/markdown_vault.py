@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2
 
 from common.domain.document_frontmatter import (
     FrontmatterError,

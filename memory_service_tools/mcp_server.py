@@ -1,6 +1,6 @@
 """The MCP server: the memory as tools for agents (official ``mcp`` SDK), over stdio or streamable HTTP.
 
-It is a gRPC client of the two services (`memory_service_client.MemoryClient`), never a second
+It is a gRPC client of the two services (`memory_service_grpc_client.MemoryClient`), never a second
 path to the database, so every access rule of the services holds for an agent too:
 
 * over **stdio** (a local agent starts ``cb mcp``) every call carries the process's token (``--token``
@@ -31,7 +31,8 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from memory.v1 import (
+from memory_service_grpc_client import MemoryClient, ServiceError
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     fact_query_service_pb2,
     knowledge_pb2,
@@ -42,7 +43,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     source_service_pb2,
 )
-from memory_service_client import MemoryClient, ServiceError
 from pydantic import BaseModel, ConfigDict, Field
 
 from common.grpc.proto_mapping import timestamp

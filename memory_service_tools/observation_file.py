@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Iterator
 
 from google.protobuf import json_format
-from memory.v1 import knowledge_pb2, observation_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2, observation_service_pb2
 
 from common.grpc.proto_mapping import explain_parse_error
 

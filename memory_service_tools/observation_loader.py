@@ -3,7 +3,7 @@
 `record_observations` sends parsed observations with RecordObservations in batches, several calls in
 flight: observations are split into lanes by subject (`observation_lane`), each lane sends its batches
 in file order, the lanes run side by side, and every call is retried while the service is UNAVAILABLE
-(`memory_service_client.call_policy`).
+(`memory_service_grpc_client.call_policy`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import grpc
-from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
-from memory_service_client import call_policy
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client.memory.v1 import (
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+)
 
 from memory_service_tools.observation_file import LineError, ParsedObservation
 

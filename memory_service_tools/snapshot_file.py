@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 
 from google.protobuf import json_format
-from memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 
 from common.grpc.proto_mapping import explain_parse_error
 

@@ -12,7 +12,7 @@ import functools
 import logging
 
 import grpc
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,

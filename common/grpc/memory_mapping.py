@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from memory.v1 import memory_record_pb2, memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_record_pb2, memory_service_pb2
 
 from common.auth.principals import Right, current_principal
 from common.domain.memory_records import MemoryRecord, memory_query

@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
-from memory.v1 import audit_service_pb2, knowledge_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2, knowledge_pb2
 
 from common.domain.audit import AuditEvent
 from common.domain.observation_view import ObservationView

@@ -8,7 +8,7 @@ built afterwards (`common.grpc.server.build_server`) gets the OpenTelemetry gRPC
 (``opentelemetry-instrumentation-grpc``) outermost: it continues the caller's W3C ``traceparent``
 (metadata) or starts a trace, so the spans of the call, of its SQL and the log lines share one trace
 id. Clients add the client interceptor with `traced_channel` (the tooling passes it to
-`memory_service_client` as the channel wrapper, `memory_service_tools.cli.cli_state.traced`), which sends the
+`memory_service_grpc_client` as the channel wrapper, `memory_service_tools.cli.cli_state.traced`), which sends the
 current trace as ``traceparent``.
 
 **Logs** (`configure_logging`): one JSON object per line (``python-json-logger``) with ``time`` (ISO 8601, UTC),

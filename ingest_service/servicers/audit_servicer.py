@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import audit_service_pb2, audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import audit_service_pb2, audit_service_pb2_grpc
 
 from common.domain.audit import AuditEventInput, AuditTrail
 from common.grpc.proto_mapping import audit_event_to_proto, struct_to_dict

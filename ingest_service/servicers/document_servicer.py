@@ -7,7 +7,7 @@ become gRPC statuses in the server's error interceptor (`common.grpc.interceptor
 from __future__ import annotations
 
 import grpc
-from memory.v1 import document_service_pb2, document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter

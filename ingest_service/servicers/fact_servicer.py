@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import fact_service_pb2, fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
 from ingest_service.facts.assertions import FactAsserter

@@ -8,7 +8,7 @@ scope_of`); writing, validation and storage live in `ingest_service.memories.wri
 from __future__ import annotations
 
 import grpc
-from memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from common.auth.principals import Right
 from common.grpc.memory_mapping import filter_query, memory_to_proto, new_memory_input, scope_of

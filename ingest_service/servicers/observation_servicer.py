@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import observation_service_pb2, observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
 from common.grpc.proto_mapping import json_form, observation_to_proto, timestamp
 from ingest_service.embedding.episodes import EpisodeEmbedder

@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import grpc
 from google.protobuf import json_format
-from memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_assertion_to_dict, instant
 from common.kernel.errors import FieldViolation, InvalidArgument, ViolationCollector

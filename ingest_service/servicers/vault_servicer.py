@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import grpc
 from google.protobuf import json_format
-from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
 from common.kernel.errors import DomainError, FieldViolation, InvalidArgument
 from ingest_service.servicers.client_stream import ClientStream

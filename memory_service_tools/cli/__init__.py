@@ -21,7 +21,7 @@ Global options (`app`) ``--ingest-addr`` / ``--query-addr`` default to ``CB_INGE
 ``CB_QUERY_ADDR``; ``--token`` (default ``CB_TOKEN``) is sent as ``authorization: Bearer <token>`` on
 every call, and TLS files come from ``CB_TLS_CA_FILE`` / ``CB_TLS_CLIENT_CERT_FILE`` /
 ``CB_TLS_CLIENT_KEY_FILE`` (every command calls the services through `cli_state.CliState.client`, a
-`memory_service_client.MemoryClient` whose channels come from `memory_service_client.make_channel`).
+`memory_service_grpc_client.MemoryClient` whose channels come from `memory_service_grpc_client.make_channel`).
 ``cb --version`` prints the version. Server errors print as ``error: CODE: message`` plus one line per
 field violation, exit code 1 (`terminal`). Heavy modules (database, services, embedded database) are
 imported inside the commands that use them.

@@ -2,9 +2,9 @@
 
 `CliState` is stored on the root typer context by the app's callback (`memory_service_tools.cli.app`); a
 command reaches it with `cli_state`. Every command calls the services through `CliState.client`, a
-`memory_service_client.MemoryClient` (the client package, clients/python) with the addresses, the token and
-the TLS files of the settings, the `memory_service_client.ConsistencyTokens` of the run (``--consistent``)
-on its channels and, with tracing on, OpenTelemetry's client layer (`traced`); `CliState.channel` opens a
+`memory_service_grpc_client.MemoryClient` (the client package, clients/python) with the addresses, the
+token and the TLS files of the settings, the `memory_service_grpc_client.ConsistencyTokens` of the run
+(``--consistent``) on its channels and, with tracing on, OpenTelemetry's client layer (`traced`); `CliState.channel` opens a
 channel the same way.
 """
 
@@ -14,8 +14,8 @@ import dataclasses
 
 import grpc
 import typer
-from memory_service_client import ClientSecurity, ConsistencyTokens, MemoryClient, make_channel
-from memory_service_client.consistency_tokens import default_token_file
+from memory_service_grpc_client import ClientSecurity, ConsistencyTokens, MemoryClient, make_channel
+from memory_service_grpc_client.consistency_tokens import default_token_file
 
 from common.grpc.telemetry import configured_tracer_provider, traced_channel
 from common.kernel.config import Settings
@@ -99,7 +99,7 @@ class CliState:
         """A `MemoryClient` of both services with the CLI's addresses, token and TLS settings.
 
         Reads are sent once (an unreachable service is reported at once); idempotent writes are retried
-        on UNAVAILABLE (`memory_service_client.call_policy`). Exits 1 on bad TLS files.
+        on UNAVAILABLE (`memory_service_grpc_client.call_policy`). Exits 1 on bad TLS files.
         """
         security = self.security()
         try:

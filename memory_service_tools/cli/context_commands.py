@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Annotated, TypeVar
 
 import typer
-from memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2
 from rich.markup import escape
 from rich.table import Table
 

@@ -83,7 +83,7 @@ def health(
     Exit code: 0 healthy, 1 degraded (a service NOT_SERVING, the database or a replica unreachable, or a
     replica that is not a standby), 3 a service unreachable.
     """
-    from memory_service_client import health_status
+    from memory_service_grpc_client import health_status
 
     state = cli_state(ctx)
     settings = state.settings()

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Annotated, Literal
 
 import typer
-from memory_service_client import MemoryClient
+from memory_service_grpc_client import MemoryClient
 
 from memory_service_tools.cli.cli_state import cli_state, traced
 from memory_service_tools.cli.terminal import fail

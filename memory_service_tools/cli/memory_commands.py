@@ -13,7 +13,11 @@ from typing import Annotated
 
 import typer
 from google.protobuf import duration_pb2, json_format
-from memory.v1 import memory_query_service_pb2, memory_record_pb2, memory_service_pb2
+from memory_service_grpc_client.memory.v1 import (
+    memory_query_service_pb2,
+    memory_record_pb2,
+    memory_service_pb2,
+)
 from rich.markup import escape
 from rich.table import Table
 

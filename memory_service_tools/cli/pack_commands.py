@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 from google.protobuf import json_format
-from memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
 from rich.markup import escape
 
 from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     retrieval_service_pb2,
     source_service_pb2,

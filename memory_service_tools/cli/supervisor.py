@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from memory_service_client import ClientSecurity, health_status, make_channel
+from memory_service_grpc_client import ClientSecurity, health_status, make_channel
 from rich.markup import escape
 
 from common.kernel.config import EMBEDDED_DATABASE_URL

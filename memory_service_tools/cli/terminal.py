@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import grpc
 import typer
-from memory_service_client import ServiceError, rpc_failure
+from memory_service_grpc_client import ServiceError, rpc_failure
 from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
@@ -38,8 +38,11 @@ def fail(lines: Sequence[str], code: int = 1) -> NoReturn:
 
 
 def error_lines(exc: BaseException) -> list[str]:
-    """``error: CODE: message`` and the field violations of a failed call (a `grpc.RpcError`, or the
-    `memory_service_client.ServiceError` that `MemoryClient` raises for it) or of a local domain error."""
+    """``error: CODE: message`` and the field violations of a failed call or of a local domain error.
+
+    A failed call is a `grpc.RpcError`, or the `memory_service_grpc_client.ServiceError` that `MemoryClient`
+    raises for it.
+    """
     if isinstance(exc, grpc.RpcError):
         return rpc_failure(exc).lines()
     if isinstance(exc, ServiceError):

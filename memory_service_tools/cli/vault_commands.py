@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 from google.protobuf.message import Message
-from memory_service_client import ServiceError
+from memory_service_grpc_client import ServiceError
 from rich.markup import escape
 
 from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption
@@ -36,7 +36,7 @@ def vault_messages(
     """The IngestVault stream of ``source``: the header, the documents in messages of at most
     `DOCUMENTS_PER_MESSAGE` documents (or about `MESSAGE_BYTES` of text), then the end message.
     ``on_document(n)`` is called after the n-th document was handed to the stream."""
-    from memory.v1 import vault_service_pb2
+    from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
     from common.grpc.proto_mapping import dict_to_struct
 
@@ -149,7 +149,7 @@ def ingest(
 
 
 def _print_report(response: Message) -> None:
-    from memory.v1 import vault_service_pb2
+    from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
     rejected = vault_service_pb2.VAULT_DOCUMENT_STATUS_REJECTED
     conflict = vault_service_pb2.VAULT_DOCUMENT_STATUS_CONFLICT

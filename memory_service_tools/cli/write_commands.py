@@ -1,8 +1,8 @@
 """The write commands (ingest_service): ``cb observe``, ``cb reconcile``, ``cb retain``, ``cb delete``.
 
 ``observe`` and ``retain`` send many calls with a progress bar, retry each on UNAVAILABLE (the RPCs are
-idempotent, `memory_service_client.call_policy`) and report every failed line or file; ``reconcile`` streams
-a snapshot file; ``delete`` is one call printed with `call_and_print`.
+idempotent, `memory_service_grpc_client.call_policy`) and report every failed line or file; ``reconcile``
+streams a snapshot file; ``delete`` is one call printed with `call_and_print`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ from typing import Annotated
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory.v1 import document_service_pb2, observation_service_pb2, observation_service_pb2_grpc
-from memory_service_client import ServiceError, call_policy, is_unavailable, rpc_failure
+from memory_service_grpc_client import ServiceError, call_policy, is_unavailable, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
+    document_service_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+)
 from rich.markup import escape
 
 from memory_service_tools.cli.cli_state import cli_state

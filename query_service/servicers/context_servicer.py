@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from memory.v1 import context_service_pb2, context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import context_service_pb2, context_service_pb2_grpc
 
 from common.grpc.proto_mapping import instant
 from common.kernel.config import Settings

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 
 from common.grpc.proto_mapping import fact_to_proto, instant
 from common.storage.fact_rows import FactQuery

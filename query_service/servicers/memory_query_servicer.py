@@ -7,7 +7,7 @@ scope_of`); ranking and reads live in `query_service.readers.memory_recall`.
 from __future__ import annotations
 
 import grpc
-from memory.v1 import memory_query_service_pb2, memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_query_service_pb2_grpc
 
 from common.auth.principals import Right
 from common.grpc.memory_mapping import filter_query, memory_to_proto, scope_of

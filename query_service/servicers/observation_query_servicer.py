@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import observation_query_service_pb2, observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import (
+    observation_query_service_pb2,
+    observation_query_service_pb2_grpc,
+)
 
 from common.grpc.proto_mapping import observation_to_proto
 from query_service.readers.observations import ObservationReader

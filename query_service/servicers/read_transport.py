@@ -5,7 +5,7 @@ message of a domain `query_service.provenance.Provenance`.
 
 from __future__ import annotations
 
-from memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
 from common.auth.principals import current_principal
 from common.grpc.proto_mapping import dict_to_struct

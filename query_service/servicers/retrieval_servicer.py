@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
 from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery

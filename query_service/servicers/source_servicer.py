@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import grpc
-from memory.v1 import source_service_pb2, source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from query_service.provenance import Provenance
 from query_service.readers.sources import SourceReader

@@ -4,7 +4,7 @@ reading is `query_service.readers.traces`."""
 from __future__ import annotations
 
 import grpc
-from memory.v1 import trace_service_pb2, trace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from common.grpc.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
 from query_service.readers.traces import TraceEntry, TraceReader

@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_client import wait_for_serving
+from memory_service_grpc_client import wait_for_serving
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings

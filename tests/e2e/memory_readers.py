@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     domain_pack_service_pb2,

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_service_pb2,

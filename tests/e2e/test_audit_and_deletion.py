@@ -19,7 +19,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import RpcFailure, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
     context_service_pb2,
@@ -40,7 +41,6 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_client import RpcFailure, rpc_failure
 
 from common.storage.database import Database
 

@@ -15,7 +15,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
     fact_service_pb2,
@@ -28,7 +29,6 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

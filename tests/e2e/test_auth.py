@@ -19,7 +19,8 @@ import pytest
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -30,7 +31,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel, rpc_failure
 from typer.testing import CliRunner
 
 from common.auth.principals import Right

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     memory_service_pb2,
     memory_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -17,8 +17,12 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory.v1 import knowledge_pb2, observation_service_pb2, observation_service_pb2_grpc
-from memory_service_client import health_status
+from memory_service_grpc_client import health_status
+from memory_service_grpc_client.memory.v1 import (
+    knowledge_pb2,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+)
 
 from common.kernel.identifiers import fact_id, parse_instant
 from common.storage.database import Database

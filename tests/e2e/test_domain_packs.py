@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     domain_pack_service_pb2,
     domain_pack_service_pb2_grpc,
     fact_query_service_pb2,
@@ -24,7 +25,6 @@ from memory.v1 import (
     snapshot_service_pb2,
     snapshot_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 from common.kernel.identifiers import entity_key, fact_id, parse_instant
 from tests.conftest import CORPORA

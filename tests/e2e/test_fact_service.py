@@ -12,7 +12,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     fact_query_service_pb2,
@@ -27,7 +28,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 from common.kernel.identifiers import fact_id
 

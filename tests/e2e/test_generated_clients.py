@@ -19,8 +19,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from memory.v1 import fact_query_service_pb2
-from memory_service_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -11,7 +11,8 @@ import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -24,7 +25,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -20,7 +20,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -29,7 +30,6 @@ from memory.v1 import (
     observation_service_pb2,
     observation_service_pb2_grpc,
 )
-from memory_service_client import wait_for_serving
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import entity_key, fact_id, parse_instant

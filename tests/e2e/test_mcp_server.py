@@ -27,8 +27,8 @@ import uvicorn
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from memory.v1 import document_service_pb2
-from memory_service_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client.memory.v1 import document_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

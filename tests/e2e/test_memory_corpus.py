@@ -20,7 +20,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2,
     memory_query_service_pb2_grpc,
     memory_record_pb2,
@@ -29,7 +30,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.auth.principals import Right
 from common.domain.memory_records import memory_query

@@ -23,7 +23,8 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     domain_pack_service_pb2,
@@ -40,7 +41,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import memory_service_pb2
-from memory_service_client import ClientSecurity, make_channel
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

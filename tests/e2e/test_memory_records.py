@@ -15,18 +15,18 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2, json_format
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2 as q,
 )
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2_grpc,
     memory_record_pb2,
     memory_service_pb2_grpc,
 )
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     memory_service_pb2 as m,
 )
-from memory_service_client import rpc_failure
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace

@@ -29,7 +29,8 @@ import psycopg
 import pytest
 from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
     context_service_pb2,
@@ -52,7 +53,6 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.auth.principals import Right, is_open_method
 from common.kernel.config import Settings

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import (
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -29,7 +30,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import wait_for_serving
 
 from common.kernel.config import Settings
 

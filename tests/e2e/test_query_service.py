@@ -13,7 +13,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -28,7 +29,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id

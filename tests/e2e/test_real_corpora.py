@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,

@@ -21,7 +21,9 @@ import psycopg
 import pytest
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure, wait_for_serving
+from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -32,8 +34,6 @@ from memory.v1 import (
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure, wait_for_serving
-from memory_service_client.consistency_tokens import ConsistencyTokens
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     context_service_pb2,
     document_service_pb2,
@@ -235,7 +235,7 @@ def test_every_rpc_is_fuzzed() -> None:
     names = {method.full_name for _, method in METHODS}
     contract = set()
     for proto in Path(__file__).resolve().parents[2].joinpath("protos/memory/v1").glob("*.proto"):
-        module = importlib.import_module(f"memory.v1.{proto.stem}_pb2")
+        module = importlib.import_module(f"memory_service_grpc_client.memory.v1.{proto.stem}_pb2")
         for service in module.DESCRIPTOR.services_by_name.values():
             contract.update(method.full_name for method in service.methods)
     assert names == contract

@@ -25,7 +25,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     fact_query_service_pb2,
@@ -41,7 +42,6 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.kernel.config import Settings
 from tests.e2e.conftest import token_secured_services

@@ -13,7 +13,7 @@ import uuid
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     observation_service_pb2,

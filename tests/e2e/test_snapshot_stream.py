@@ -14,14 +14,14 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     knowledge_pb2,
     snapshot_service_pb2,
     snapshot_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 pytestmark = pytest.mark.e2e
 

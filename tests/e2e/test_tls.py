@@ -19,8 +19,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
-from memory_service_client import ClientSecurity, health_status, make_channel, wait_for_serving
+from memory_service_grpc_client import ClientSecurity, health_status, make_channel, wait_for_serving
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 from typer.testing import CliRunner
 
 from common.grpc.security import ServerSetupError

@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -19,7 +20,6 @@ from memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
-from memory.v1 import vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from common.storage.database import Database
 from memory_service_tools.cli.vault_commands import vault_messages

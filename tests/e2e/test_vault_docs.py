@@ -12,7 +12,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import source_service_pb2, source_service_pb2_grpc, vault_service_pb2, vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import (
+    source_service_pb2,
+    source_service_pb2_grpc,
+    vault_service_pb2,
+    vault_service_pb2_grpc,
+)
 
 from common.storage.database import Database
 from memory_service_tools.cli.vault_commands import vault_messages
@@ -138,7 +143,7 @@ def test_agent_data_kept(
     on one that is then deleted (kept on its placeholder), an agent's own document (never swept), and an
     agent's Retain of a vault-owned key (taken back by the next run: its chunks go)."""
     from google.protobuf import json_format
-    from memory.v1 import (
+    from memory_service_grpc_client.memory.v1 import (
         document_service_pb2,
         document_service_pb2_grpc,
         fact_service_pb2,

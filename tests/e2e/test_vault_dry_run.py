@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
 from common.storage.database import Database
 from tests.conftest import CORPORA

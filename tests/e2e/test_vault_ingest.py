@@ -12,7 +12,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -29,7 +30,6 @@ from memory.v1 import (
     vault_service_pb2,
     vault_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 from common.storage.database import Database
 from memory_service_tools.cli.vault_commands import vault_messages

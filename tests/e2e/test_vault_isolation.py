@@ -10,7 +10,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     fact_query_service_pb2,
@@ -20,7 +21,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

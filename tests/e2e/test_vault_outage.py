@@ -15,8 +15,8 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf.message import Message
-from memory.v1 import vault_service_pb2_grpc
-from memory_service_client import rpc_failure, wait_for_serving
+from memory_service_grpc_client import rpc_failure, wait_for_serving
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from common.kernel.config import Settings
 from common.storage.database import Database

@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_service_pb2,
@@ -22,7 +23,6 @@ from memory.v1 import (
     vault_service_pb2,
     vault_service_pb2_grpc,
 )
-from memory_service_client import rpc_failure
 
 from common.storage.database import Database
 from tests.e2e.vault_helpers import ingest, statuses, write

@@ -19,7 +19,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -36,7 +37,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -20,7 +20,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, RpcFailure, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
     document_service_pb2,
@@ -41,7 +42,6 @@ from memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, RpcFailure, make_channel, rpc_failure
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from memory.v1 import vault_service_pb2, vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import VaultSource, directory_documents

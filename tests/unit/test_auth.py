@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import source_service_pb2, source_service_pb2_grpc
-from memory_service_client import ClientSecurity, make_channel
+from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from common.auth.principals import current_principal
 from common.grpc.security import ServerSetupError

@@ -1,10 +1,10 @@
-"""The client's retry loop (memory_service_client.call_policy): backoff, budget, and what is retried."""
+"""The client's retry loop (memory_service_grpc_client.call_policy): backoff, budget, and what is retried."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
-from memory_service_client import call_policy
+from memory_service_grpc_client import call_policy
 
 
 class Failure(grpc.RpcError):  # type: ignore[misc]

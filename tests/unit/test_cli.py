@@ -14,7 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory.v1 import (
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -25,7 +26,6 @@ from memory.v1 import (
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import call_policy
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost, build_server

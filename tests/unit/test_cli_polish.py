@@ -10,8 +10,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
-from memory_service_client import wait_for_serving
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
 from typer.testing import CliRunner
 
 from common.auth.principals import Right

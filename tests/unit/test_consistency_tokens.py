@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memory_service_client.consistency_tokens import ConsistencyTokens
+from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
 
 from common.kernel.config import Settings
 from common.kernel.consistency import (

@@ -424,3 +424,34 @@ def test_services_bound_to_all_interfaces_get_a_tokens_file() -> None:
         folder = str(PurePosixPath(environment["CB_TOKENS_FILE"]).parent)
         targets = [volume.rsplit(":", 2)[1:] for volume in compose[component]["volumes"]]
         assert [folder, "ro"] in targets, component
+
+
+def test_the_service_image_installs_from_the_lock_and_its_context_holds_what_it_copies() -> None:
+    """pip runs in the image only with --require-hashes or through install_from_lock.sh, and every file the
+    Dockerfile copies is let through by its .dockerignore (which admits only what it names)."""
+    service = DEPLOY / "service"
+    dockerfile = (service / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    for line in dockerfile.splitlines():
+        if "pip install" in line:
+            assert "--require-hashes" in line, f"an unlocked install in the image: {line!r}"
+    assert (
+        "deploy/service/install_from_lock.sh /opt/memory-service/bin/python requirements/service.txt"
+        in dockerfile
+    )
+    admitted = [
+        line[1:].rstrip("/")
+        for line in (service / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.startswith("!")
+    ]
+    copied = [
+        source.rstrip("/").removeprefix("./")
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY ") and "--from=" not in line
+        for source in line.split()[1:-1]
+    ]
+    assert "clients/python" in copied and "requirements/service.txt" in copied
+    for source in copied:
+        assert any(source == entry or source.startswith(entry + "/") for entry in admitted), (
+            f"{source} is copied but Dockerfile.dockerignore keeps it out of the build context"
+        )
+        assert (DEPLOY.parent / source).exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory.v1 import memory_service_pb2, observation_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2, observation_service_pb2
 
 from common.grpc.proto_mapping import json_form
 from common.grpc.request_checks import request_violations

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
-from memory_service_client import MemoryClient
+from memory_service_grpc_client import MemoryClient
 
 from memory_service_tools.mcp_server import TOOL_NAMES, build_mcp_server
 

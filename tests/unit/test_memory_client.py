@@ -7,15 +7,15 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
-from memory.v1 import (
+from memory_service_grpc_client import ClientSecurity, MemoryClient, call_policy
+from memory_service_grpc_client import errors as client_errors
+from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     knowledge_pb2,
     source_service_pb2,
     source_service_pb2_grpc,
 )
-from memory_service_client import ClientSecurity, MemoryClient, call_policy
-from memory_service_client import errors as client_errors
 
 from common.grpc.server import ServiceHost, build_server
 from common.kernel.config import Settings
@@ -171,11 +171,11 @@ def test_the_client_has_a_typed_method_for_every_rpc_of_the_contract() -> None:
     from importlib import import_module
     from pathlib import Path
 
-    from memory_service_client import MemoryClient
+    from memory_service_grpc_client import MemoryClient
 
     missing = []
     for proto in sorted(Path(__file__).resolve().parents[2].joinpath("protos/memory/v1").glob("*.proto")):
-        module = import_module(f"memory.v1.{proto.stem}_pb2")
+        module = import_module(f"memory_service_grpc_client.memory.v1.{proto.stem}_pb2")
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 name = re.sub(r"(?<!^)(?=[A-Z])", "_", method.name).lower()

@@ -6,7 +6,7 @@ import hashlib
 import types
 
 import pytest
-from memory.v1 import memory_query_service_pb2, memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
 
 from common.auth.principals import MEMORY_METHODS, Principal, Right, authorize, development_principal
 from common.auth.tokens_file import TokenEntry

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-import memory.v1
 import pytest
-from memory.v1 import observation_service_pb2, source_service_pb2
+from memory_service_grpc_client.memory import v1 as stubs
+from memory_service_grpc_client.memory.v1 import observation_service_pb2, source_service_pb2
 
 from common.auth.principals import (
     GLOBAL_METHODS,
@@ -59,10 +59,10 @@ def test_right_parse() -> None:
 def _all_rpcs() -> list[tuple[str, object]]:
     """Every RPC of every service in the generated descriptors: (full method name, input descriptor)."""
     found = []
-    for module_info in pkgutil.iter_modules(memory.v1.__path__):
+    for module_info in pkgutil.iter_modules(stubs.__path__):
         if not module_info.name.endswith("_pb2"):
             continue
-        module = importlib.import_module(f"memory.v1.{module_info.name}")
+        module = importlib.import_module(f"{stubs.__name__}.{module_info.name}")
         for service in module.DESCRIPTOR.services_by_name.values():
             for method in service.methods:
                 found.append((f"/{service.full_name}/{method.name}", method.input_type))

@@ -15,14 +15,13 @@ import urllib.request
 from collections.abc import Iterator
 
 import grpc
-import memory_service_client as client
+import memory_service_grpc_client as client
 import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
-from memory.v1 import source_service_pb2, source_service_pb2_grpc
-from memory_service_client import (
+from memory_service_grpc_client import (
     error_from_rpc,
     field_violations,
     format_rpc_error,
@@ -30,6 +29,7 @@ from memory_service_client import (
     rpc_failure,
     wait_for_serving,
 )
+from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from common.grpc.readiness import LIVENESS_SERVICE
 from common.grpc.server import ServiceHost, build_server

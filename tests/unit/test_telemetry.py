@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from memory.v1 import source_service_pb2, source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

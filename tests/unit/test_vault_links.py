@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
 from common.domain.document_frontmatter import (
     VAULT_FIELDS,

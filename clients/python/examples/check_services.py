@@ -1,4 +1,4 @@
-"""Calls the running services with memory-service-client alone and prints what it saw as one JSON object.
+"""Calls the running services with memory-service-grpc-client alone and prints what it saw as one JSON object.
 
 Run by tests/e2e/test_python_client_package.py from a fresh virtual environment that holds only this
 package and its three dependencies (no memory-service). Environment (the names the services and ``cb``
@@ -13,21 +13,21 @@ import os
 import sys
 
 from google.protobuf import struct_pb2, timestamp_pb2
-from memory.v1 import (
-    document_service_pb2,
-    fact_query_service_pb2,
-    knowledge_pb2,
-    observation_service_pb2,
-    retrieval_service_pb2,
-    source_service_pb2,
-)
-from memory_service_client import (
+from memory_service_grpc_client import (
     ClientSecurity,
     ConsistencyTokens,
     InvalidArgument,
     MemoryClient,
     NotFound,
     Unauthenticated,
+)
+from memory_service_grpc_client.memory.v1 import (
+    document_service_pb2,
+    fact_query_service_pb2,
+    knowledge_pb2,
+    observation_service_pb2,
+    retrieval_service_pb2,
+    source_service_pb2,
 )
 
 
