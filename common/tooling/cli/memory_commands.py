@@ -19,7 +19,7 @@ from rich.table import Table
 
 from common.tooling.cli.option_types import JsonOption
 from common.tooling.cli.rpc_output import call_and_print, memory_client
-from common.tooling.cli.terminal import out
+from common.tooling.cli.terminal import err, out
 
 memory_app = typer.Typer(
     help="Memory records of seed 001: add, recall, read, summarise, maintain.", no_args_is_help=True
@@ -272,9 +272,19 @@ def maintain(
             "--namespace", help="Only the memories of this namespace (repeatable; default: every namespace)."
         ),
     ] = None,
+    allow_mass_sweep: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-sweep",
+            help="expire memories even where that removes more than the share of a namespace (clock jump)",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL)."""
+    """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL).
+
+    A namespace where the pass would expire more than CB_MASS_SWEEP_SHARE of its memories (at least
+    CB_MEMORY_EXPIRY_MASS_FLOOR) is left alone and named; exits 1 then, unless --allow-mass-sweep."""
     from common.kernel.errors import DomainError
     from common.storage.database import Database
     from common.text_models.embeddings.factory import build_embedding_provider
@@ -288,7 +298,7 @@ def maintain(
     database = Database(settings, embedding_model=provider.model_id)
     try:
         report = MemoryMaintenance(database, MemoryWriter(database, provider), settings).run(
-            namespaces=tuple(namespaces or ())
+            namespaces=tuple(namespaces or ()), allow_mass_sweep=allow_mass_sweep or None
         )
     except (DomainError, OSError) as exc:
         fail(error_lines(exc))
@@ -299,11 +309,23 @@ def maintain(
         "movedToCold": report.moved_to_cold,
         "expiredDeleted": report.expired_deleted,
         "auditEventIds": list(report.audit_event_ids),
+        "refused": [
+            {"namespace": item.namespace, "wouldSweep": item.due, "total": item.total} for item in report.refused
+        ],
     }
     if as_json:
         typer.echo(json.dumps(result, indent=2))
-        return
-    out.print(
-        f"{report.moved_to_warm} moved to warm, {report.moved_to_cold} moved to cold, "
-        f"{report.expired_deleted} expired memories deleted"
-    )
+    else:
+        out.print(
+            f"{report.moved_to_warm} moved to warm, {report.moved_to_cold} moved to cold, "
+            f"{report.expired_deleted} expired memories deleted"
+        )
+        for item in report.refused:
+            err.print(
+                escape(
+                    f"{item.namespace}: refused as a mass sweep: {item.due} of {item.total} memories would "
+                    "expire; nothing expired there (add --allow-mass-sweep if the clock is right)"
+                )
+            )
+    if report.refused:
+        raise typer.Exit(1)
