@@ -34,7 +34,9 @@ class MassDeletionGuard:
             return False
         return count >= total or count > self.share * total
 
-    def check(self, count: int, total: int, *, allowed: bool, what: str, flag: str) -> None:
+    def check(
+        self, count: int, total: int, *, allowed: bool, what: str, flag: str, items: str = "items"
+    ) -> None:
         """Raises when removing ``count`` of ``total`` is a mass deletion the caller did not allow.
 
         Args:
@@ -44,6 +46,7 @@ class MassDeletionGuard:
             allowed: the caller's explicit word.
             what: the operation and its set, for the message ("the vault sweep of namespace acme").
             flag: how the caller says so (request field and CLI option).
+            items: what is counted ("documents", "open facts").
 
         Raises:
             FailedPrecondition: reason ``MASS_SWEEP_REFUSED``, metadata ``would_sweep``, ``total`` and
@@ -52,7 +55,7 @@ class MassDeletionGuard:
         if allowed or not self.is_mass(count, total):
             return
         raise FailedPrecondition(
-            f"{what} would remove {count} of {total} items (all of them, or more than "
+            f"{what} would remove {count} of {total} {items} (all of them, or more than "
             f"{self.share:.0%}): refused, nothing was changed; set {flag} to remove them",
             reason=MASS_SWEEP_REFUSED,
             metadata={"would_sweep": str(count), "total": str(total), "share": f"{self.share:g}"},

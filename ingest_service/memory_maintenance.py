@@ -129,7 +129,9 @@ class MemoryMaintenance:
         events: list[str] = []
         while True:
             with self.database.connection() as conn:
-                due = self.lifecycle.expired_before(conn, before, self.settings.memory_maintenance_batch, sweep_in)
+                due = self.lifecycle.expired_before(
+                    conn, before, self.settings.memory_maintenance_batch, sweep_in
+                )
             for namespace, key, user_id in due:
                 try:
                     events.append(

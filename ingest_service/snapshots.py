@@ -296,6 +296,7 @@ class _Run:
             allowed=False,
             what=f"the snapshot {header.snapshot_id} of {header.source}/{header.scope} in {header.namespace}",
             flag="allow_mass_sweep (cb reconcile --allow-mass-sweep)",
+            items="open facts",
         )
 
     def _violation(self, field: str, description: str) -> None:

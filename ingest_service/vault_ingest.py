@@ -54,8 +54,8 @@ from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.document_model import AgentOwnedKey, DocumentResult, PreparedDocument, VaultProjection
 from ingest_service.document_pipeline import EmbeddingPipeline
-from ingest_service.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
 from ingest_service.documents import DocumentWriter
+from ingest_service.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
 from ingest_service.node_deletion import NodeDeleter
 from ingest_service.vault_claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault_documents import (
@@ -203,6 +203,7 @@ class VaultIngestor:
                 allowed=header.allow_mass_sweep,
                 what=f"the vault sweep of namespace {namespace}",
                 flag="allow_mass_sweep (cb ingest --allow-mass-sweep)",
+                items="documents",
             )
         if not header.dry_run:
             with self.database.connection() as conn:

@@ -325,8 +325,7 @@ class RoutedDatabase(Database):
         try:
             conn = replica.pool.getconn(timeout=self._replica_wait)
         except Exception as error:  # noqa: BLE001 - PoolTimeout or a refused connection: try elsewhere
-            if replica.usable():  # a dead replica is no longer waited for by the reads that follow
-                replica.failed(error)
+            replica.failed(error)  # the reads that follow no longer wait for it
             return None
         if not replica.usable():  # marked dead while this read waited: do not use what it handed out
             replica.pool.putconn(conn)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,8 @@ def _state(database: Database, namespace: str) -> tuple[int, int, int]:
         documents = len(VaultStore(database.settings).documents(conn, namespace))
         chunks = conn.execute("SELECT count(*) FROM chunks WHERE namespace = %s", (namespace,)).fetchone()
         deletes = conn.execute(
-            "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND node_type = 'audit_event'", (namespace,)
+            "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND node_type = 'audit_event'",
+            (namespace,),
         ).fetchone()
     assert chunks is not None and deletes is not None
     return documents, int(chunks[0]), int(deletes[0])
@@ -63,7 +63,9 @@ def test_the_guard_judges_all_or_more_than_the_share() -> None:
     guard = MassDeletionGuard(0.5)
     assert guard.is_mass(4, 4) and guard.is_mass(1, 1) and guard.is_mass(3, 5)
     assert not guard.is_mass(2, 4) and not guard.is_mass(0, 4) and not guard.is_mass(1, 3)
-    assert not MassDeletionGuard(0.5, floor=10).is_mass(5, 5) and MassDeletionGuard(0.5, floor=10).is_mass(10, 12)
+    assert not MassDeletionGuard(0.5, floor=10).is_mass(5, 5) and MassDeletionGuard(0.5, floor=10).is_mass(
+        10, 12
+    )
 
 
 def test_a_typo_folder_is_refused_the_flag_sweeps_a_partial_change_sweeps(
@@ -141,7 +143,9 @@ def _facts(count: int, offset: int = 0) -> list[knowledge_pb2.FactAssertion]:
     ]
 
 
-def _reconcile(channel: grpc.Channel, namespace: str, snapshot_id: str, day: int, facts: list[Any], **extra: Any) -> Any:
+def _reconcile(
+    channel: grpc.Channel, namespace: str, snapshot_id: str, day: int, facts: list[Any], **extra: Any
+) -> Any:
     stub = snapshot_service_pb2_grpc.SnapshotServiceStub(channel)
     return stub.Reconcile(
         snapshot_service_pb2.ReconcileRequest(

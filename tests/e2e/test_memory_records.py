@@ -197,12 +197,16 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
     )
     code, fields = _code(lambda: memories.recall(user, "x", preset="nonsense"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["preset"]
-    code, fields = _code(lambda: memories.recall(user, "x", project="bad_project"))
+    code, fields = _code(lambda: memories.recall(user, "x", project="bad:project"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["x-project-id"]
-    # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial)
+    # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial): an
+    # undefined number by the transport's check of every request, the unspecified value by the filter's
     unknown = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 99, 0])
     code, fields = _code(lambda: memories.recall(user, "x", filter=unknown))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]", "filter.tiers[2]"]
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
+    unspecified = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 0])
+    code, fields = _code(lambda: memories.recall(user, "x", filter=unspecified))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
     code, fields = _code(
         lambda: memories.list(user, filter=memory_record_pb2.MemoryFilter(memory_types=[42]))
     )
@@ -422,7 +426,9 @@ def test_an_expiry_pass_after_a_clock_jump_is_refused_unless_allowed(
     assert allowed.expired_deleted == 12 and not allowed.refused
     assert len(memories.list(user, project)) == 2
     # Ordinary expiry: 1 due of 13 is swept without any word.
-    more = [{"text": f"Build log {i}: green."} for i in range(10)] + [{"text": "Short-lived note.", "ttl": "3600s"}]
+    more = [{"text": f"Build log {i}: green."} for i in range(10)] + [
+        {"text": "Short-lived note.", "ttl": "3600s"}
+    ]
     memories.add(user, *more, project=project)
     ordinary = maintenance.run(now=jumped, namespaces=only)
     assert ordinary.expired_deleted == 1 and not ordinary.refused

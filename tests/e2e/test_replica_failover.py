@@ -81,7 +81,8 @@ class Read:
 
 def _assert_fact(channel: grpc.Channel, namespace: str, subject: str) -> str:
     assertion = json_format.ParseDict(
-        {"subject": subject, "predicate": "MEMBER_OF", "object": "team:failover"}, knowledge_pb2.FactAssertion()
+        {"subject": subject, "predicate": "MEMBER_OF", "object": "team:failover"},
+        knowledge_pb2.FactAssertion(),
     )
     response = fact_service_pb2_grpc.FactServiceStub(channel).AssertFacts(
         fact_service_pb2.AssertFactsRequest(namespace=namespace, facts=[assertion]), timeout=60
@@ -134,7 +135,8 @@ def test_a_replica_stopped_mid_load_costs_no_read_more_than_the_wait(
         address = f"127.0.0.1:{host.port}"
         assert wait_for_serving(address, timeout=120)
         readers = [
-            threading.Thread(target=_load, args=(address, namespace, token, stop, reads)) for _ in range(READERS)
+            threading.Thread(target=_load, args=(address, namespace, token, stop, reads))
+            for _ in range(READERS)
         ]
         for reader in readers:
             reader.start()

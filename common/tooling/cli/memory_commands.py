@@ -304,15 +304,17 @@ def maintain(
         fail(error_lines(exc))
     finally:
         database.close()
-    result = {  # lowerCamelCase, as the proto3 JSON the other --json outputs print
+    result: dict[str, object] = {  # lowerCamelCase, as the proto3 JSON the other --json outputs print
         "movedToWarm": report.moved_to_warm,
         "movedToCold": report.moved_to_cold,
         "expiredDeleted": report.expired_deleted,
         "auditEventIds": list(report.audit_event_ids),
-        "refused": [
-            {"namespace": item.namespace, "wouldSweep": item.due, "total": item.total} for item in report.refused
-        ],
     }
+    if report.refused:  # omitted when empty, as proto3 JSON omits an empty list
+        result["refused"] = [
+            {"namespace": item.namespace, "wouldSweep": item.due, "total": item.total}
+            for item in report.refused
+        ]
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:

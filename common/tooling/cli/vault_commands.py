@@ -155,7 +155,9 @@ def ingest(
             raise typer.Exit(130) from None
         except ServiceError as exc:
             if exc.reason == MASS_SWEEP_REFUSED:
-                fail([*error_lines(exc), "nothing was swept; if that is what you mean, add --allow-mass-sweep"])
+                fail(
+                    [*error_lines(exc), "nothing was swept; if that is what you mean, add --allow-mass-sweep"]
+                )
             fail([*error_lines(exc), "nothing was swept; run the command again"])
     if as_json:
         print_json(response)

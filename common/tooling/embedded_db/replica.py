@@ -238,9 +238,7 @@ def _start(layout: Layout, paths: ReplicaPaths) -> None:
 
 
 def _stop(layout: Layout, paths: ReplicaPaths) -> None:
-    command = shlex.join(
-        [f"{PG_BIN}/pg_ctl", "-D", paths.data_dir, "-m", "fast", "-w", "-t", "120", "stop"]
-    )
+    command = shlex.join([f"{PG_BIN}/pg_ctl", "-D", paths.data_dir, "-m", "fast", "-w", "-t", "120", "stop"])
     result: subprocess.CompletedProcess[str] = as_postgres(layout.rootfs, command)
     if result.returncode != 0:
         raise EmbeddedDatabaseError(f"pg_ctl stop (replica) failed:\n{result.stdout.strip()}")
