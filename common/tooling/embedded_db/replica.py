@@ -9,9 +9,10 @@ readers of the shared one.
 
 What the primary needs is what ``initdb`` gives the embedded database anyway: ``wal_level`` ``replica``,
 ``max_wal_senders`` > 0 and the ``host replication all 127.0.0.1/32 trust`` line of its ``pg_hba.conf``;
-``up --replica`` checks them and names what is missing. No replication slot is kept (a stopped replica
-must never make the shared primary keep WAL without bound), so a replica that was stopped for long may
-not catch up: ``up --replica --rebuild`` copies the primary again.
+``up --replica`` checks them and names what is missing. No permanent replication slot is kept (a stopped
+replica must never make the shared primary keep WAL without bound; the WAL receiver's temporary slot
+lives only while it streams), so a replica that was stopped for long may not catch up: ``up --replica
+--rebuild`` copies the primary again.
 """
 
 from __future__ import annotations
@@ -211,6 +212,9 @@ def _start(layout: Layout, paths: ReplicaPaths) -> None:
     options = (
         f"-p {paths.port} -c listen_addresses={HOST} -c shared_preload_libraries=age "
         f"-c max_connections={MAX_CONNECTIONS} -c hot_standby=on"
+        # A slot of the WAL receiver's connection only: the primary keeps WAL while the replica streams
+        # (a busy primary recycles it within seconds) and never after it stopped.
+        " -c wal_receiver_create_temp_slot=on"
     )
     command = shlex.join(
         [
