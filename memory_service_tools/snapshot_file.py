@@ -32,6 +32,7 @@ def stream_requests(
     lines: Iterable[bytes | str],
     *,
     namespace: str | None = None,
+    allow_mass_sweep: bool = False,
     part_items: int = 1000,
     on_line: Callable[[int], None] | None = None,
 ) -> Iterator[snapshot_service_pb2.ReconcileStreamRequest]:
@@ -40,6 +41,7 @@ def stream_requests(
     Args:
         lines: the file's lines (bytes or text, UTF-8).
         namespace: replaces the header's namespace when given.
+        allow_mass_sweep: sets the header's allow_mass_sweep (the file's own value is kept when False).
         part_items: entities + facts per part message (>= 1).
         on_line: called with the number of the line just read (progress).
 
@@ -66,6 +68,8 @@ def stream_requests(
                 raise SnapshotFileError(number, 'the first line must be the header: {"header": {...}}')
             if namespace is not None:
                 message.header.namespace = namespace
+            if allow_mass_sweep:
+                message.header.allow_mass_sweep = True
             header_seen = True
             yield message
         elif which != "items":

@@ -3,9 +3,11 @@
 - `tolerant_deserializer`: a request protobuf cannot parse (invalid UTF-8 in a string field, nesting
   deeper than protobuf's limit of 100, malformed wire data) is INVALID_ARGUMENT naming the problem,
   where gRPC itself would answer INTERNAL ("Exception deserializing request!").
-- `request_violations`: out-of-range Timestamps anywhere in the request, and strings, Struct keys or
-  values the database cannot store (`common.kernel.storable_values.unstorable_paths`: U+0000,
-  non-finite numbers), each as a field violation with its path.
+- `request_violations`: enum numbers their enum does not define anywhere in the request, batch items
+  included (`common.grpc.enum_checks`), read filters beyond the write side's limits
+  (`common.grpc.read_filter_limits`), out-of-range Timestamps anywhere in the request, and strings,
+  Struct keys or values the database cannot store (`common.kernel.storable_values.unstorable_paths`:
+  U+0000, non-finite numbers), each as a field violation with its path.
 
 The request-check interceptor (`common.grpc.interceptors`, innermost, after auth) installs the
 deserializer and runs `raise_if_invalid` (for a client stream `checked_stream`, message by message); the
@@ -23,7 +25,9 @@ from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 
+from common.grpc.enum_checks import enum_violations
 from common.grpc.proto_mapping import json_form
+from common.grpc.read_filter_limits import read_filter_violations
 from common.kernel.errors import FieldViolation, InvalidArgument
 from common.kernel.storable_values import unstorable_paths
 
@@ -88,7 +92,9 @@ def tolerant_deserializer(
 
 def request_violations(message: Message, prefix: str = "") -> list[FieldViolation]:
     """Field violations of ``message`` as a whole request: out-of-range Timestamps and unstorable values
-    (`unstorable_paths`), outside the batch item fields of `BATCH_ITEM_FIELDS`."""
+    (`unstorable_paths`), outside the batch item fields of `BATCH_ITEM_FIELDS`; unknown enum numbers
+    (`enum_violations`) everywhere; read filters beyond their limits (`read_filter_violations`)."""
+    checked = [*enum_violations(message, prefix), *read_filter_violations(message, prefix)]
     skipped = BATCH_ITEM_FIELDS.get(message.DESCRIPTOR.full_name, frozenset())
     if skipped:
         copy = type(message)()
@@ -99,7 +105,7 @@ def request_violations(message: Message, prefix: str = "") -> list[FieldViolatio
     form, timestamps = json_form(message)
     found = list(dict.fromkeys([*timestamps, *unstorable_paths(form)]))
     join = (lambda path: f"{prefix}.{path}" if path else prefix) if prefix else (lambda path: path)
-    return [FieldViolation(join(path), description) for path, description in found]
+    return checked + [FieldViolation(join(path), description) for path, description in found]
 
 
 def raise_if_unparsed(request: Any) -> None:

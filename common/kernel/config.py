@@ -211,6 +211,21 @@ class Settings(BaseSettings):
     memory_maintenance_batch: int = Field(
         1000, ge=1, le=100000, description="rows per tier move or sweep round"
     )
+    # The mass-deletion guard (docs/how-to/safe-bulk-deletion.md): a vault sweep, a snapshot's closing
+    # step or an expiry pass that would remove all of its set, or more than this share, is refused
+    # unless the caller says so explicitly.
+    mass_sweep_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="a bulk deletion removing more than this share of its set (or all of it) is refused",
+    )
+    memory_expiry_mass_floor: int = Field(
+        10, ge=1, description="an expiry pass removing fewer memories of a namespace is never a mass sweep"
+    )
+    memory_expiry_allow_mass_sweep: bool = Field(
+        False, description="the worker's expiry pass may expire more than the share (after a clock jump)"
+    )
     memory_quota_per_user: int = Field(
         0,
         ge=0,

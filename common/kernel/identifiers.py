@@ -24,6 +24,8 @@ NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
 MAX_SCOPES = 20
 MAX_KEY_LENGTH = 512  # characters of a natural key
+MAX_PREDICATE_LENGTH = 128  # characters of a fact predicate (the write side's PREDICATE_PATTERN)
+MAX_TYPE_LENGTH = 64  # characters of a node type (the write side's TYPE_PATTERN)
 
 
 def canonical_instant(value: datetime) -> str:

@@ -5,8 +5,10 @@ physically scoped (seed 001 "Vector layout": a collection per ``org/env/project`
 visibility scope of its owner, so that inside the namespace one user never sees another's memories:
 
 * namespace: ``"org:<organization_id>:env:<environment>"`` plus ``":proj:<project_id>"`` when the request
-  has a project (`memory_namespace`). Namespace names hold no ``_`` (``NAMESPACE_PATTERN``), so the scope
-  keys are restricted to ``[A-Za-z0-9.-]`` (the seed's ``prj_xxxx`` is written ``prj-xxxx``).
+  has a project (`memory_namespace`). A project id is ``[A-Za-z0-9][A-Za-z0-9._-]{0,39}`` (the seed's
+  ``prj_8f3a`` as it is), characters every namespace may hold (``NAMESPACE_PATTERN``) and never ``:``,
+  so the project is the rest of the namespace after ``:proj:``: the mapping is one-to-one
+  (`memory_scope_of_namespace` inverts it), and ``prj_8f3a`` and ``prj-8f3a`` are two projects.
 * owner scope: ``"principal:memory-user/<organization_id>/<environment>/<user_id>"`` (`owner_scope`), a
   restricting visibility scope (`common.storage.visibility`) on the memory's node, chunk and row.
 * ``memory_id = "mem-" + sha256(f"{namespace}|{user_id}|{identity}")[:24]`` (hex of the UTF-8 bytes),
@@ -29,13 +31,14 @@ ENVIRONMENTS: tuple[str, ...] = ("development", "staging", "production")
 """Seed 001: the environments of an API key."""
 
 ORGANIZATION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")
-PROJECT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")
+PROJECT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")
 USER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.@-]{0,127}$")
 OWNER_SCOPE_PREFIX = "principal:memory-user/"
+MAX_MEMORY_LABEL_LENGTH = 64  # characters of a memory's source, event type and each tag
 
 _NAMESPACE = re.compile(
     r"^org:(?P<org>[A-Za-z0-9][A-Za-z0-9.-]{0,39}):env:(?P<env>development|staging|production)"
-    r"(?::proj:(?P<project>[A-Za-z0-9][A-Za-z0-9.-]{0,39}))?$"
+    r"(?::proj:(?P<project>[A-Za-z0-9][A-Za-z0-9._-]{0,39}))?$"
 )
 
 
@@ -52,6 +55,15 @@ def memory_base_namespace(namespace: str) -> str | None:
     if match is None:
         return None
     return memory_namespace(match["org"], match["env"])
+
+
+def memory_scope_of_namespace(namespace: str) -> tuple[str, str, str] | None:
+    """(organization, environment, project or "") of a memory namespace, or None for any other: the
+    inverse of `memory_namespace`."""
+    match = _NAMESPACE.match(namespace)
+    if match is None:
+        return None
+    return match["org"], match["env"], match["project"] or ""
 
 
 def owner_scope(organization_id: str, environment: str, user_id: str) -> str:
@@ -90,6 +102,7 @@ def summary_group_id(member_ids: Sequence[str]) -> str:
 
 __all__ = [
     "ENVIRONMENTS",
+    "MAX_MEMORY_LABEL_LENGTH",
     "ORGANIZATION_PATTERN",
     "OWNER_SCOPE_PREFIX",
     "PROJECT_PATTERN",
@@ -98,6 +111,7 @@ __all__ = [
     "memory_base_namespace",
     "memory_id",
     "memory_namespace",
+    "memory_scope_of_namespace",
     "owner_scope",
     "summary_group_id",
 ]

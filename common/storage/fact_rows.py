@@ -89,8 +89,13 @@ def encode_cursor(row: FactRow) -> str:
 
 
 def decode_cursor(token: str) -> tuple[str, str, datetime, str]:
-    """Inverse of `encode_cursor`. Raises ValueError on a malformed token."""
+    """Inverse of `encode_cursor`. Raises ValueError on a malformed token (one holding a value the
+    database cannot compare, such as U+0000, included: it was not issued here)."""
     from common.kernel.identifiers import parse_instant
+    from common.kernel.storable_values import unstorable_paths
 
-    subject, predicate, valid_from, fact_id = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    decoded = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+    subject, predicate, valid_from, fact_id = decoded
+    if unstorable_paths(decoded):
+        raise ValueError("the page token holds a value no fact has")
     return str(subject), str(predicate), parse_instant(str(valid_from)), str(fact_id)

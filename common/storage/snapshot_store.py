@@ -197,6 +197,16 @@ class SnapshotStore:
         fact_ids = [str(row[1]) for row in rows if row[1] is not None]
         return fact_ids, (max(keys) if len(keys) == limit else None)
 
+    def open_scope_fact_count(
+        self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, snapshot_time: datetime
+    ) -> int:
+        """How many facts of (source, scope) are open and valid from no later than ``snapshot_time``."""
+        row = conn.execute(
+            self.queries["open_scope_fact_count"],
+            {"namespace": namespace, "source": source, "scope": scope, "snapshot_time": snapshot_time},
+        ).fetchone()
+        return int(row[0]) if row else 0
+
     def item_hashes(
         self, conn: psycopg.Connection[Any], row_id: int, kind: str, keys: list[str]
     ) -> dict[str, str]:

@@ -12,7 +12,13 @@ periodically):
 * expiry sweep: a memory whose ``expire_time`` lies more than ``CB_MEMORY_EXPIRY_GRACE_HOURS`` in the past
   is deleted like DeleteMemory (node, chunk, row; one audit event ``delete`` each, reason
   ``"expired"``), each in its own transaction. Between its expiry and the sweep it is hidden from recall
-  and lists but readable by GetMemory (``expired`` true).
+  and lists but readable by GetMemory (``expired`` true);
+* the mass-deletion guard (`ingest_service.validation.mass_deletion`): a namespace where one pass would expire at
+  least ``CB_MEMORY_EXPIRY_MASS_FLOOR`` memories and more than ``CB_MASS_SWEEP_SHARE`` of all it holds
+  (a clock jumped forward, a bulk import with one TTL) is left out of the pass and reported in
+  ``refused``, unless the run allows it (``cb memory maintain --allow-mass-sweep``; the worker:
+  ``CB_MEMORY_EXPIRY_ALLOW_MASS_SWEEP``). Memories expiring as time goes by are a small share per pass
+  (the worker runs every few minutes), so ordinary expiry is never refused.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from common.kernel.errors import NotFound
 from common.storage.database import Database
 from common.storage.memories.lifecycle import MemoryLifecycleStore
 from common.storage.memories.store import MemoryStore
+from ingest_service.validation.mass_deletion import MassDeletionGuard
 from ingest_service.memories.writer import MemoryWriter
 
 log = logging.getLogger(__name__)
@@ -41,6 +48,16 @@ class MaintenanceReport:
     moved_to_cold: int
     expired_deleted: int
     audit_event_ids: tuple[str, ...] = ()
+    refused: tuple[RefusedExpiry, ...] = ()
+
+
+@dataclass(frozen=True)
+class RefusedExpiry:
+    """A namespace the expiry sweep left alone as a mass sweep: ``due`` of its ``total`` memories."""
+
+    namespace: str
+    due: int
+    total: int
 
 
 class MemoryMaintenance:
@@ -58,6 +75,7 @@ class MemoryMaintenance:
         self.settings = settings
         self.store = MemoryStore(settings)
         self.lifecycle = MemoryLifecycleStore(settings)
+        self.guard = MassDeletionGuard(settings.mass_sweep_share, floor=settings.memory_expiry_mass_floor)
 
     def apply_tier_policy(self, now: datetime, namespaces: Sequence[str] = ()) -> tuple[int, int]:
         """Moves unused memories down one tier (``namespaces``: only in these; empty: all); returns (moved
@@ -81,16 +99,38 @@ class MemoryMaintenance:
             ):
                 return to_warm, to_cold
 
-    def sweep_expired(self, now: datetime, namespaces: Sequence[str] = ()) -> list[str]:
+    def sweep_expired(
+        self, now: datetime, namespaces: Sequence[str] = (), *, allow_mass_sweep: bool = False
+    ) -> tuple[list[str], list[RefusedExpiry]]:
         """Deletes memories expired for longer than the grace period (``namespaces``: only in these; empty:
-        all); returns the audit event ids."""
+        all) except in namespaces where that is a mass sweep the run does not allow; returns the audit
+        event ids and the namespaces left alone."""
         before = now - timedelta(hours=self.settings.memory_expiry_grace_hours)
+        with self.database.connection() as conn:
+            counts = self.lifecycle.expiry_counts(conn, before, namespaces)
+        refused = [
+            RefusedExpiry(namespace, due, total)
+            for namespace, (due, total) in sorted(counts.items())
+            if not allow_mass_sweep and self.guard.is_mass(due, total)
+        ]
+        for item in refused:
+            log.warning(
+                "memory expiry of %s refused as a mass sweep: %d of %d memories due; nothing expired there "
+                "(cb memory maintain --allow-mass-sweep, or CB_MEMORY_EXPIRY_ALLOW_MASS_SWEEP)",
+                item.namespace,
+                item.due,
+                item.total,
+            )
+        left_out = {item.namespace for item in refused}
+        sweep_in = [namespace for namespace in sorted(counts) if namespace not in left_out]
+        if not sweep_in:
+            return [], refused
         AuditTrail(self.database).prepare()
         events: list[str] = []
         while True:
             with self.database.connection() as conn:
                 due = self.lifecycle.expired_before(
-                    conn, before, self.settings.memory_maintenance_batch, namespaces
+                    conn, before, self.settings.memory_maintenance_batch, sweep_in
                 )
             for namespace, key, user_id in due:
                 try:
@@ -104,18 +144,30 @@ class MemoryMaintenance:
                 except NotFound:  # deleted meanwhile (DeleteMemory or a concurrent sweep)
                     continue
             if len(due) < self.settings.memory_maintenance_batch:
-                return events
+                return events, refused
 
-    def run(self, now: datetime | None = None, *, namespaces: Sequence[str] = ()) -> MaintenanceReport:
+    def run(
+        self,
+        now: datetime | None = None,
+        *,
+        namespaces: Sequence[str] = (),
+        allow_mass_sweep: bool | None = None,
+    ) -> MaintenanceReport:
         """The tier policy, then the expiry sweep, judged at ``now`` (default: the current instant), in
-        ``namespaces`` (empty: every namespace)."""
+        ``namespaces`` (empty: every namespace); ``allow_mass_sweep`` (default: the setting
+        ``memory_expiry_allow_mass_sweep``) lets the sweep expire a mass of memories."""
         at = now or datetime.now(UTC)
+        allow = self.settings.memory_expiry_allow_mass_sweep if allow_mass_sweep is None else allow_mass_sweep
         to_warm, to_cold = self.apply_tier_policy(at, namespaces)
-        events = self.sweep_expired(at, namespaces)
+        events, refused = self.sweep_expired(at, namespaces, allow_mass_sweep=allow)
         log.info(
-            "memory maintenance: %d to warm, %d to cold, %d expired deleted", to_warm, to_cold, len(events)
+            "memory maintenance: %d to warm, %d to cold, %d expired deleted, %d namespaces refused",
+            to_warm,
+            to_cold,
+            len(events),
+            len(refused),
         )
-        return MaintenanceReport(to_warm, to_cold, len(events), tuple(events))
+        return MaintenanceReport(to_warm, to_cold, len(events), tuple(events), tuple(refused))
 
 
-__all__ = ["MaintenanceReport", "MemoryMaintenance"]
+__all__ = ["MaintenanceReport", "MemoryMaintenance", "RefusedExpiry"]

@@ -14,13 +14,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from common.domain.memory_records import MEMORY_TYPES
+from common.kernel.memory_names import MAX_MEMORY_LABEL_LENGTH
 from common.storage.memories.store import TIERS
 from ingest_service.validation.fields import FieldChecker
 
 MAX_BATCH = 500
 MAX_TEXT = 8000
 MAX_SUMMARY = 2000
-MAX_LABEL = 64
+MAX_LABEL = MAX_MEMORY_LABEL_LENGTH
 MAX_TAGS = 32
 MAX_KEY = 200
 MAX_METADATA_BYTES = 16 * 1024

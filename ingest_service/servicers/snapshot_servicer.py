@@ -37,6 +37,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
                 for entity in request.entities
             ],
             [fact_assertion_to_dict(fact) for fact in request.facts],
+            allow_mass_sweep=request.allow_mass_sweep,
         )
         return snapshot_service_pb2.ReconcileResponse(
             snapshot_id=result.snapshot_id,
@@ -66,6 +67,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
                 header.scope,
                 header.snapshot_id,
                 instant(header.snapshot_time) if header.HasField("snapshot_time") else None,
+                header.allow_mass_sweep,
             ),
             _parts(request_iterator),
         )

@@ -53,6 +53,7 @@ class VaultServicer(vault_service_pb2_grpc.VaultServiceServicer):  # type: ignor
                     branch=header.branch,
                     commit_sha=header.commit_sha,
                     trace_id=header.trace_id,
+                    allow_mass_sweep=header.allow_mass_sweep,
                 ),
                 _documents(request_iterator),
                 still_wanted=context.is_active,
@@ -117,6 +118,7 @@ def _response(report: VaultRunReport) -> vault_service_pb2.IngestVaultResponse:
         namespace=report.namespace,
         dry_run=report.dry_run,
         swept=report.swept,
+        sweep_refused=report.sweep_refused,
         counts=counts,
         documents=[
             vault_service_pb2.VaultDocumentResult(

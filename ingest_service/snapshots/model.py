@@ -58,6 +58,7 @@ class SnapshotHeader:
     scope: str
     snapshot_id: str
     snapshot_time: datetime | None
+    allow_mass_sweep: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,10 @@ Compared with what earlier snapshots of that ``(source, scope)`` left:
   attributes changed is updated, an open one with the same attributes is not touched, and facts the
   previous snapshot listed but this one does not are closed (``valid_to = snapshot_time``) when they
   are still open facts of this ``(source, scope)``. Facts of other origins or other scopes are never
-  touched. A fact's ``snapshot_id`` names the snapshot that last created or changed it.
+  touched. A fact's ``snapshot_id`` names the snapshot that last created or changed it. A closing step
+  that would close every open fact of the ``(source, scope)``, or more than ``CB_MASS_SWEEP_SHARE`` of
+  them (counted after the snapshot's own writes, so a snapshot that replaces its facts is not one), is
+  refused unless the header allows it (`ingest_service.validation.mass_deletion`); the run rolls back.
 
 Streaming (bounded memory): one implementation, `SnapshotReconciler.reconcile_stream`, consumes the
 items part by part (the unary `reconcile` is a stream of one part). Items are validated
@@ -61,6 +64,7 @@ from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
 from ingest_service.facts.engine import AGENT_ORIGIN, FactEngine, FactInput, accepted
+from ingest_service.validation.mass_deletion import MassDeletionGuard
 from ingest_service.snapshots.model import (
     ReconcileCounts,
     ReconcileResult,
@@ -95,6 +99,7 @@ class SnapshotReconciler:
         self.facts = FactStore(self.graph)  # reads only: facts are written by the engine
         self.engine = FactEngine(self.graph, self.facts)
         self.store = SnapshotStore(database.settings)
+        self.guard = MassDeletionGuard(database.settings.mass_sweep_share)
 
     def reconcile(
         self,
@@ -105,6 +110,8 @@ class SnapshotReconciler:
         snapshot_time: datetime | None,
         raw_entities: Sequence[Any],
         raw_facts: Sequence[Any],
+        *,
+        allow_mass_sweep: bool = False,
     ) -> ReconcileResult:
         """Reconciles one snapshot given whole (SnapshotService.Reconcile): `reconcile_stream` of one
         part. Retried as a whole on a deadlock with a concurrent writer.
@@ -113,8 +120,10 @@ class SnapshotReconciler:
             InvalidArgument: bad request fields, more than `MAX_SNAPSHOT_ITEMS` items, invalid items (paths
                 ``entities[i].key``, ``facts[j].valid_from``), duplicate items, or strict-mode violations.
             Unavailable: the database cannot be reached; nothing was written, retrying is safe.
+            FailedPrecondition: a mass closing the caller did not allow (``MASS_SWEEP_REFUSED``); nothing
+                was written.
         """
-        header = SnapshotHeader(namespace, source, scope, snapshot_id, snapshot_time)
+        header = SnapshotHeader(namespace, source, scope, snapshot_id, snapshot_time, allow_mass_sweep)
         check = header_violations(header)
         if len(raw_entities) + len(raw_facts) > MAX_SNAPSHOT_ITEMS:
             check.add(
@@ -255,6 +264,39 @@ class _Run:
         self.store.set_counts(self.conn, row_id, asdict(self.counts))
         return ReconcileResult(
             header.snapshot_id, self.counts, False, self.previous.snapshot_id if self.previous else ""
+        )
+
+    def _guard_closing(self, previous: SnapshotRow) -> None:
+        """Counts what the closing step would close (a first pass over the same pages) and refuses a mass
+        closing (`MassDeletionGuard`): every open fact of the scope, or more than the share."""
+        header = self.header
+        dropping = 0
+        after: str | None = ""
+        while after is not None:
+            fact_ids, after = self.store.dropped_open_facts(
+                self.conn,
+                header.namespace,
+                header.source,
+                header.scope,
+                previous.row_id,
+                self.row_id,
+                self.snapshot_time,
+                after,
+                SNAPSHOT_BATCH,
+            )
+            dropping += len(set(fact_ids))
+        if not dropping:
+            return
+        total = self.store.open_scope_fact_count(
+            self.conn, header.namespace, header.source, header.scope, self.snapshot_time
+        )
+        self.owner.guard.check(
+            dropping,
+            total,
+            allowed=False,
+            what=f"the snapshot {header.snapshot_id} of {header.source}/{header.scope} in {header.namespace}",
+            flag="allow_mass_sweep (cb reconcile --allow-mass-sweep)",
+            items="open facts",
         )
 
     def _violation(self, field: str, description: str) -> None:
@@ -442,6 +484,8 @@ class _Run:
 
     def _close_dropped(self, previous: SnapshotRow) -> None:
         header = self.header
+        if not header.allow_mass_sweep:
+            self._guard_closing(previous)
         after: str | None = ""
         while after is not None:
             fact_ids, after = self.store.dropped_open_facts(

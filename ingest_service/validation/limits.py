@@ -13,13 +13,16 @@ import json
 import re
 from typing import Protocol
 
+from common.kernel.identifiers import MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH
 from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
 
 # -- shapes --------------------------------------------------------------------------------------------
 
 KIND_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")  # observation kinds
-PREDICATE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-TYPE_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")  # node (entity, document) types
+PREDICATE_PATTERN = re.compile(rf"^[A-Za-z_][A-Za-z0-9_]{{0,{MAX_PREDICATE_LENGTH - 1}}}$")
+TYPE_PATTERN = re.compile(
+    rf"^[A-Za-z_][A-Za-z0-9_.-]{{0,{MAX_TYPE_LENGTH - 1}}}$"
+)  # node (entity, document) types
 FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
 # Evidence classes of a fact and their rank (seed 000 "Факты").
 EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}

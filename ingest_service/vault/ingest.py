@@ -20,7 +20,12 @@ is the specification, this is how it is met.
    LINKS_TO edges and relation facts rewritten, so an unchanged vault writes nothing here either.
    Relation facts have origin ``vault``, evidence ``asserted``, the document's scopes, and valid_from =
    when the relation was first seen; a relation that disappears is closed (facts keep their history).
-4. **Sweep** (`ingest_service.vault.sweep`) only after the end message when no document was rejected.
+4. **Sweep** (`ingest_service.vault.sweep`) only after the end message when no document was rejected,
+   and only when it is not a mass sweep (`ingest_service.validation.mass_deletion`: every document of the
+   namespace, or more than ``CB_MASS_SWEEP_SHARE`` of them) or the header allows one
+   (``allow_mass_sweep``). A refused run raises FAILED_PRECONDITION ``MASS_SWEEP_REFUSED`` before it
+   marks documents seen, rewrites links or sweeps: what the stream carried new or changed is projected
+   as in any run, nothing is removed. A dry run reports the count and ``sweep_refused``.
 
 A dry run goes through the same steps and writes nothing: `DocumentWriter.plan_retain` counts the chunks
 each document would get and the texts that would be embedded.
@@ -48,9 +53,10 @@ from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.documents.model import AgentOwnedKey, DocumentResult, PreparedDocument, VaultProjection
-from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.pipeline import EmbeddingPipeline
 from ingest_service.documents.writer import DocumentWriter
+from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.vault.claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault.documents import (
     ParsedDocument,
@@ -87,6 +93,7 @@ class VaultIngestor:
         self.vault = VaultStore(database.settings)
         self.sweeper = VaultSweeper(database, deleter, audit)
         self.links = VaultLinkWriter(database)
+        self.guard = MassDeletionGuard(database.settings.mass_sweep_share)
 
     def run(
         self,
@@ -130,11 +137,16 @@ class VaultIngestor:
             try:
                 self._run(header, batches, report, access, still_wanted)
             except BaseException as error:
+                refused = getattr(error, "reason", "") == MASS_SWEEP_REFUSED
                 log.info(
-                    "vault run %s of %s interrupted (%s): nothing swept", run_id, header.namespace, error
+                    "vault run %s of %s %s (%s): nothing swept",
+                    run_id,
+                    header.namespace,
+                    "refused" if refused else "interrupted",
+                    error,
                 )
                 if not header.dry_run:
-                    self._finish(report, "interrupted")
+                    self._finish(report, "refused" if refused else "interrupted")
                 raise
             if not header.dry_run:
                 self._finish(report, "completed")
@@ -183,17 +195,29 @@ class VaultIngestor:
         for outcome in report.documents:
             rejected += outcome.status == REJECTED
             report.count(f"documents_{_COUNTER[outcome.status]}")
+        unseen = sorted(key for key in stored if key not in run.seen)
+        if not rejected and not header.dry_run:
+            self.guard.check(
+                len(unseen),
+                len(stored),
+                allowed=header.allow_mass_sweep,
+                what=f"the vault sweep of namespace {namespace}",
+                flag="allow_mass_sweep (cb ingest --allow-mass-sweep)",
+                items="documents",
+            )
         if not header.dry_run:
             with self.database.connection() as conn:
                 self.vault.mark_seen(conn, namespace, report.run_id, run.unchanged)
         self.links.write(namespace, run.seen, stored, report, access, write=not header.dry_run)
-        unseen = sorted(key for key in stored if key not in run.seen)
         if rejected:
             log.info("vault run %s: %d document(s) rejected, nothing swept", report.run_id, rejected)
             return
         if header.dry_run:
             report.swept_keys = unseen
             report.count("documents_swept", len(unseen))
+            report.sweep_refused = not header.allow_mass_sweep and self.guard.is_mass(
+                len(unseen), len(stored)
+            )
             return
         for key in unseen:
             outcome = self.sweeper.sweep(

@@ -23,6 +23,7 @@ class VaultHeader:
     branch: str = ""
     commit_sha: str = ""
     trace_id: str = ""
+    allow_mass_sweep: bool = False
 
 
 @dataclass
@@ -45,6 +46,7 @@ class VaultRunReport:
     dry_run: bool
     trace_id: str
     swept: bool = False
+    sweep_refused: bool = False
     counts: dict[str, int] = field(default_factory=dict)
     documents: list[DocumentOutcome] = field(default_factory=list)
     swept_keys: list[str] = field(default_factory=list)

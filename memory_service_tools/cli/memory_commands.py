@@ -23,7 +23,7 @@ from rich.table import Table
 
 from memory_service_tools.cli.option_types import JsonOption
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import err, out
 
 memory_app = typer.Typer(
     help="Memory records of seed 001: add, recall, read, summarise, maintain.", no_args_is_help=True
@@ -276,9 +276,19 @@ def maintain(
             "--namespace", help="Only the memories of this namespace (repeatable; default: every namespace)."
         ),
     ] = None,
+    allow_mass_sweep: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-sweep",
+            help="expire memories even where that removes more than the share of a namespace (clock jump)",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL)."""
+    """Run the tier policy and the expiry sweep once on the database (CB_DATABASE_URL).
+
+    A namespace where the pass would expire more than CB_MASS_SWEEP_SHARE of its memories (at least
+    CB_MEMORY_EXPIRY_MASS_FLOOR) is left alone and named; exits 1 then, unless --allow-mass-sweep."""
     from common.kernel.errors import DomainError
     from common.storage.database import Database
     from common.storage.schema import migrations
@@ -293,22 +303,36 @@ def maintain(
     database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     try:
         report = MemoryMaintenance(database, MemoryWriter(database, provider), settings).run(
-            namespaces=tuple(namespaces or ())
+            namespaces=tuple(namespaces or ()), allow_mass_sweep=allow_mass_sweep or None
         )
     except (DomainError, OSError) as exc:
         fail(error_lines(exc))
     finally:
         database.close()
-    result = {  # lowerCamelCase, as the proto3 JSON the other --json outputs print
+    result: dict[str, object] = {  # lowerCamelCase, as the proto3 JSON the other --json outputs print
         "movedToWarm": report.moved_to_warm,
         "movedToCold": report.moved_to_cold,
         "expiredDeleted": report.expired_deleted,
         "auditEventIds": list(report.audit_event_ids),
     }
+    if report.refused:  # omitted when empty, as proto3 JSON omits an empty list
+        result["refused"] = [
+            {"namespace": item.namespace, "wouldSweep": item.due, "total": item.total}
+            for item in report.refused
+        ]
     if as_json:
         typer.echo(json.dumps(result, indent=2))
-        return
-    out.print(
-        f"{report.moved_to_warm} moved to warm, {report.moved_to_cold} moved to cold, "
-        f"{report.expired_deleted} expired memories deleted"
-    )
+    else:
+        out.print(
+            f"{report.moved_to_warm} moved to warm, {report.moved_to_cold} moved to cold, "
+            f"{report.expired_deleted} expired memories deleted"
+        )
+        for item in report.refused:
+            err.print(
+                escape(
+                    f"{item.namespace}: refused as a mass sweep: {item.due} of {item.total} memories would "
+                    "expire; nothing expired there (add --allow-mass-sweep if the clock is right)"
+                )
+            )
+    if report.refused:
+        raise typer.Exit(1)

@@ -22,6 +22,7 @@ MESSAGE_BYTES = (
     2 * 1024 * 1024
 )  # a message is closed once it holds this much text (one big file may exceed it)
 UNRESOLVED_SHOWN = 20
+MASS_SWEEP_REFUSED = "MASS_SWEEP_REFUSED"  # the ErrorInfo reason of the server's mass-deletion guard
 SENT = "documents sent to the server"
 WAITING = "all documents sent; waiting for the server's report"
 
@@ -31,6 +32,7 @@ def vault_messages(
     namespace: str,
     *,
     dry_run: bool = False,
+    allow_mass_sweep: bool = False,
     on_document: Callable[[int], None] | None = None,
 ) -> Iterator[Message]:
     """The IngestVault stream of ``source``: the header, the documents in messages of at most
@@ -44,6 +46,7 @@ def vault_messages(
         header=vault_service_pb2.IngestVaultHeader(
             namespace=namespace,
             dry_run=dry_run,
+            allow_mass_sweep=allow_mass_sweep,
             source=source.source,
             branch=source.branch,
             commit_sha=source.commit_sha,
@@ -97,6 +100,13 @@ def ingest(
         bool, typer.Option("--dry-run", help="report what a run would do, write nothing")
     ] = False,
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole run")] = 3600.0,
+    allow_mass_sweep: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-sweep",
+            help="let the sweep remove every document of NAMESPACE, or more than the server's share",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Project a Markdown vault (or a Git repository's Markdown) into NAMESPACE: mark-and-sweep.
@@ -104,7 +114,9 @@ def ingest(
     Every ``*.md`` file (hidden folders skipped, ``.gitignore`` honoured) becomes a document of origin
     ``vault`` with its chunks, LINKS_TO edges for links that resolve and facts for frontmatter relations;
     unchanged files are only marked seen; documents of an earlier run that are gone are swept (each
-    deletion audited). A run cut short sweeps nothing: run it again. The progress bar counts documents
+    deletion audited). A sweep that would remove every document of NAMESPACE, or more than the server's
+    share (CB_MASS_SWEEP_SHARE, default 50%), is refused and removes nothing unless --allow-mass-sweep is
+    given; --dry-run shows the count and whether it would be refused. A run cut short sweeps nothing: run it again. The progress bar counts documents
     sent; the server's own counts are the final report. Exits 1 when documents were rejected (then
     nothing was swept) or the run failed, 130 when interrupted (Ctrl-C cancels the run: nothing swept).
     """
@@ -129,7 +141,10 @@ def ingest(
 
         try:
             response = client.ingest_vault(
-                vault_messages(source, namespace, dry_run=dry_run, on_document=sent), timeout=timeout
+                vault_messages(
+                    source, namespace, dry_run=dry_run, allow_mass_sweep=allow_mass_sweep, on_document=sent
+                ),
+                timeout=timeout,
             )
         except KeyboardInterrupt:
             progress.stop()
@@ -139,6 +154,10 @@ def ingest(
             )
             raise typer.Exit(130) from None
         except ServiceError as exc:
+            if exc.reason == MASS_SWEEP_REFUSED:
+                fail(
+                    [*error_lines(exc), "nothing was swept; if that is what you mean, add --allow-mass-sweep"]
+                )
             fail([*error_lines(exc), "nothing was swept; run the command again"])
     if as_json:
         print_json(response)
@@ -174,6 +193,11 @@ def _print_report(response: Message) -> None:
         out.print(escape(f"  unresolved {link.relation}: {link.path} -> {link.target}"))
     if len(unresolved) > UNRESOLVED_SHOWN:
         out.print(f"  ... and {len(unresolved) - UNRESOLVED_SHOWN} more (--json lists all)")
+    if response.sweep_refused:  # type: ignore[attr-defined]
+        out.print(
+            f"the sweep of {c.documents_swept} documents would be refused as a mass sweep; "
+            "add --allow-mass-sweep to let it run"
+        )
     if not response.swept and not response.dry_run:  # type: ignore[attr-defined]
         out.print("not swept: documents were rejected; fix them and run again")
 

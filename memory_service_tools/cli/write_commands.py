@@ -227,6 +227,13 @@ def reconcile(
     ] = None,
     part_items: Annotated[int, typer.Option(min=1, max=10_000, help="entities + facts per message")] = 1000,
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
+    allow_mass_sweep: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-sweep",
+            help="let the snapshot close every open fact of its scope, or more than the server's share",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Reconcile a snapshot from a JSONL file with SnapshotService.ReconcileStream (`memory_service_tools.snapshot_file`).
@@ -242,7 +249,13 @@ def reconcile(
 
     def messages(lines: Iterable[bytes], advance: Callable[[int], None]) -> Iterator[Message]:
         try:
-            yield from stream_requests(lines, namespace=namespace, part_items=part_items, on_line=advance)
+            yield from stream_requests(
+                lines,
+                namespace=namespace,
+                part_items=part_items,
+                on_line=advance,
+                allow_mass_sweep=allow_mass_sweep,
+            )
         except SnapshotFileError as error:
             bad_line.append(error)
             raise  # cancels the stream: the server rolls the run back

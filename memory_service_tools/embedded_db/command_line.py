@@ -8,14 +8,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memory_service_tools.embedded_db.cluster import (
-    DatabaseStatus,
-    database_down,
-    database_status,
-    database_up,
-)
+from memory_service_tools.embedded_db.cluster import DatabaseStatus, database_down, database_status, database_up
 from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
-from memory_service_tools.embedded_db.replica import replica_down, replica_status, replica_up
+from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_down, replica_status, replica_up
 
 
 def _format_status(status: DatabaseStatus) -> str:
@@ -33,14 +28,14 @@ def _format_status(status: DatabaseStatus) -> str:
     return "\n".join(lines)
 
 
-def _replica_command(command: str, *, rebuild: bool) -> int:
+def _replica_command(command: str, *, rebuild: bool, port: int) -> int:
     if command == "up":
-        print(replica_up(rebuild=rebuild), flush=True)
+        print(replica_up(rebuild=rebuild, port=port), flush=True)
         return 0
     if command == "down":
-        replica_down()
+        replica_down(port)
         return 0
-    status = replica_status()
+    status = replica_status(port)
     state = f"running (pid {status.pid})" if status.running else "stopped"
     print(f"state:    {state}\ndsn:      {status.dsn}", flush=True)
     return 0 if status.running else 1
@@ -70,13 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the streaming replica of the running database (127.0.0.1:55433) instead of the database",
     )
     parser.add_argument("--rebuild", action="store_true", help="with up --replica: copy the primary again")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=REPLICA_PORT,
+        help=f"with --replica: another replica of the primary on this port (default {REPLICA_PORT})",
+    )
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
     except SystemExit as exit_request:  # usage errors exit 1 (not argparse's 2); --help exits 0
         return 0 if exit_request.code in (0, None) else 1
     try:
         if args.replica:
-            return _replica_command(args.command, rebuild=args.rebuild)
+            return _replica_command(args.command, rebuild=args.rebuild, port=args.port)
         if args.command == "up":
             print(database_up(), flush=True)
             return 0

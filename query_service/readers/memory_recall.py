@@ -27,6 +27,7 @@ from common.domain.memory_records import MemoryRecord, ensure_memory_label, reco
 from common.domain.memory_scope import MemoryScope
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound
 from common.kernel.identifiers import canonical_instant, parse_instant
+from common.kernel.storable_values import unstorable_paths
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights
@@ -87,6 +88,8 @@ def decode_page_token(token: str) -> tuple[datetime, str] | None:
         return None
     try:
         value = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if unstorable_paths(value):  # U+0000: not a token of ours, and the database cannot compare it
+            raise ValueError("the page token holds a value no memory has")
         return parse_instant(str(value["t"])), str(value["id"])
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise InvalidArgument.single(

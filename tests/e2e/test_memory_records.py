@@ -198,12 +198,16 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
     )
     code, fields = _code(lambda: memories.recall(user, "x", preset="nonsense"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["preset"]
-    code, fields = _code(lambda: memories.recall(user, "x", project="bad_project"))
+    code, fields = _code(lambda: memories.recall(user, "x", project="bad:project"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["x-project-id"]
-    # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial)
+    # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial): an
+    # undefined number by the transport's check of every request, the unspecified value by the filter's
     unknown = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 99, 0])
     code, fields = _code(lambda: memories.recall(user, "x", filter=unknown))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]", "filter.tiers[2]"]
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
+    unspecified = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 0])
+    code, fields = _code(lambda: memories.recall(user, "x", filter=unspecified))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
     code, fields = _code(
         lambda: memories.list(user, filter=memory_record_pb2.MemoryFilter(memory_types=[42]))
     )
@@ -398,3 +402,34 @@ def test_tiers_age_and_a_recall_brings_a_memory_back(
     maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1), only)
     maintenance.apply_tier_policy(datetime.now(UTC) + timedelta(days=cold_days + 1), only)
     assert memories.get(user, memory_id, project).tier == memory_record_pb2.MEMORY_TIER_COLD
+
+
+def test_an_expiry_pass_after_a_clock_jump_is_refused_unless_allowed(
+    memories: Memories, maintenance: MemoryMaintenance
+) -> None:
+    """12 memories with a one-hour TTL, 2 without: a pass judged a day later would expire 12 of 14, more
+    than the share (and the floor of 10): left alone and named; the explicit word expires them. A pass
+    where few memories are due (the ordinary case) expires them without it."""
+    user, project = _user(), _project_id()
+    items = [{"text": f"Deploy note {i}: release train {i} shipped.", "ttl": "3600s"} for i in range(12)]
+    items += [{"text": f"Standing preference {i}: keep replies short."} for i in range(2)]
+    ids = [r.memory_id for r in memories.add(user, *items, project=project).results]
+    assert len(ids) == 14 and all(ids)
+    only = [_namespace(memories.get(user, ids[0], project))]
+    grace = timedelta(hours=maintenance.settings.memory_expiry_grace_hours)
+    jumped = datetime.now(UTC) + timedelta(hours=2) + grace
+    report = maintenance.run(now=jumped, namespaces=only)
+    assert report.expired_deleted == 0 and [(r.namespace, r.due, r.total) for r in report.refused] == [
+        (only[0], 12, 14)
+    ]
+    assert len(memories.list(user, project)) == 14  # listed as judged now: nothing was removed
+    allowed = maintenance.run(now=jumped, namespaces=only, allow_mass_sweep=True)
+    assert allowed.expired_deleted == 12 and not allowed.refused
+    assert len(memories.list(user, project)) == 2
+    # Ordinary expiry: 1 due of 13 is swept without any word.
+    more = [{"text": f"Build log {i}: green."} for i in range(10)] + [
+        {"text": "Short-lived note.", "ttl": "3600s"}
+    ]
+    memories.add(user, *more, project=project)
+    ordinary = maintenance.run(now=jumped, namespaces=only)
+    assert ordinary.expired_deleted == 1 and not ordinary.refused

@@ -679,6 +679,7 @@ def _reconcile(world: World) -> None:
                 "snapshot_id": snapshot_id,
                 "snapshot_time": "2024-06-01T00:00:00Z",
                 "facts": facts,
+                "allow_mass_sweep": True,  # an empty snapshot closes all of the scope: said so explicitly
             },
             _request_class("/memory.v1.SnapshotService/Reconcile")[0](),
         )
@@ -796,6 +797,7 @@ def _reconcile_stream(world: World) -> None:
             "scope": "team:stream",
             "snapshot_id": snapshot_id,
             "snapshot_time": "2024-06-01T00:00:00Z",
+            "allow_mass_sweep": True,  # an empty snapshot closes all of the scope: said so explicitly
         }
         return [
             json_format.ParseDict({"header": header}, request_class()),

@@ -28,6 +28,7 @@ def ingest(
     namespace: str,
     *,
     dry_run: bool = False,
+    allow_mass_sweep: bool = False,
     metadata: Any = None,
 ) -> vault_service_pb2.IngestVaultResponse:
     """One IngestVault run of ``source`` (a folder or a read source), as `cb ingest` sends it."""
@@ -35,7 +36,9 @@ def ingest(
         source = directory_documents(source)
     stub = vault_service_pb2_grpc.VaultServiceStub(channel)
     response: vault_service_pb2.IngestVaultResponse = stub.IngestVault(
-        vault_messages(source, namespace, dry_run=dry_run), timeout=3600, metadata=metadata
+        vault_messages(source, namespace, dry_run=dry_run, allow_mass_sweep=allow_mass_sweep),
+        timeout=3600,
+        metadata=metadata,
     )
     return response
 

@@ -528,7 +528,7 @@ def _source_server(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -
         def GetSource(
             self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
         ) -> source_service_pb2.GetSourceResponse:
-            if not request.namespace.strip():
+            if request.natural_key == "doc:refused":
                 raise InvalidArgument(
                     [
                         FieldViolation("namespace", "must not be empty"),
@@ -559,7 +559,7 @@ def test_server_errors_print_code_message_and_violations(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str],
 ) -> None:
     address = _source_server(serve)
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "--namespace", " "])
+    result = runner.invoke(app, ["--query-addr", address, "source", "doc:refused", "--namespace", "ns"])
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         "error: INVALID_ARGUMENT: namespace: must not be empty; natural_key: bad [key]",

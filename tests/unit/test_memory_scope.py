@@ -100,7 +100,7 @@ def test_a_token_without_a_memory_scope_or_without_the_right_is_denied() -> None
 
 def test_bad_project_or_user_is_invalid_argument_with_the_field() -> None:
     with pytest.raises(InvalidArgument) as raised:
-        resolve_memory_scope(_token(), "prj_with_underscore", "", Right.READ)
+        resolve_memory_scope(_token(), "prj:with:colons", "", Right.READ)
     assert raised.value.violations[0].field == "x-project-id"
     with pytest.raises(InvalidArgument) as bad_user:
         resolve_memory_scope(_token(), "", "bad user", Right.READ)

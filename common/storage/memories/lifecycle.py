@@ -1,7 +1,7 @@
 """The lifecycle statements of the memories table (migration 0015; issue 12 §3, §4).
 
 `MemoryLifecycleStore` holds what runs across owners: the tier policy (`age_tiers`), the expiry sweep's
-selection (`expired_before`), and the enrichment hook used by the enrichment worker: `due_enrichments`
+selection (`expired_before`) and its size per namespace for the mass-deletion guard (`expiry_counts`), and the enrichment hook used by the enrichment worker: `due_enrichments`
 lists rows whose current ``version`` is not enriched yet (index ``memories_enrichment_due_idx``),
 `version_state` reads one row's versions, `mark_enriched` records ``enriched_version`` for one version
 only if it is still current (idempotent per version).
@@ -82,6 +82,22 @@ class MemoryLifecycleStore:
             {"before": before, "limit": limit, "namespaces": list(namespaces)},
         ).fetchall()
         return [(str(a), str(b), str(c)) for a, b, c in rows]
+
+    def expiry_counts(
+        self, conn: psycopg.Connection[Any], before: datetime, namespaces: Sequence[str] = ()
+    ) -> dict[str, tuple[int, int]]:
+        """For each namespace (``namespaces``: only these; empty: every one) holding memories whose
+        ``expires_at`` is before ``before``: (how many, how many memories it holds in all)."""
+        rows = conn.execute(
+            sql.SQL(
+                "WITH due AS (SELECT namespace, count(*) AS due FROM {table} WHERE expires_at < %(before)s"
+                " AND {filter} GROUP BY namespace)"
+                " SELECT d.namespace, d.due, (SELECT count(*) FROM {table} m WHERE m.namespace = d.namespace)"
+                " FROM due d"
+            ).format(table=self.table, filter=_in_namespaces(namespaces)),
+            {"before": before, "namespaces": list(namespaces)},
+        ).fetchall()
+        return {str(namespace): (int(due), int(total)) for namespace, due, total in rows}
 
     # -- the enrichment hook -----------------------------------------------------------------------
 

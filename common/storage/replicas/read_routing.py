@@ -16,6 +16,13 @@ or a JSON list of DSNs: one pool each). The policy, per read:
   retryable.
 
 A replica that fails is skipped until a readiness check (every 2 s) reaches it again. Each outcome is counted (`memory_consistent_reads_total`, `memory_replica_reads_total`).
+
+A dying replica costs a read at most the policy's wait (``CB_CONSISTENCY_WAIT_MS``, at least
+`MIN_REPLICA_WAIT_SECONDS`; docs/how-to/replicas.md), token or not: a replica connection is waited for
+that long (the pool's checkout; new connections with a libpq ``connect_timeout`` of about as long), a
+token's replay is polled only for what is left of it, and TCP keepalives (`REPLICA_KEEPALIVES`) end a
+read whose replica vanished without closing its sockets. After that the replica is marked unusable and
+reads go elsewhere at once.
 Readiness stays the primary's: without it nothing migrates and nothing can be written.
 """
 
@@ -25,6 +32,7 @@ import contextvars
 import itertools
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,11 +50,22 @@ from common.kernel.errors import Unavailable
 from common.storage.database import Database, is_unavailable_error
 from common.storage.named_queries import Queries
 
-__all__ = ["ReplicaState", "RoutedDatabase", "read_database_urls"]
+__all__ = [
+    "MIN_REPLICA_WAIT_SECONDS",
+    "REPLICA_KEEPALIVES",
+    "ReplicaState",
+    "RoutedDatabase",
+    "read_database_urls",
+    "replica_connect_options",
+    "replica_wait_seconds",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+MIN_REPLICA_WAIT_SECONDS = 0.25  # with CB_CONSISTENCY_WAIT_MS=0 a busy pool still gets this long
+# libpq keepalives of replica connections: a peer gone without a FIN/RST is noticed in about 1 + 1 * 2 s.
+REPLICA_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 2}
 _POLL_FIRST_SECONDS = 0.001
 _POLL_MAX_SECONDS = 0.02
 _QUERIES = Queries("replication.sql", {})
@@ -104,20 +123,35 @@ class ReplicaState:
     in_recovery: bool = True
 
 
+def replica_wait_seconds(settings: Settings) -> float:
+    """The longest a read waits for a replica (its connection, then a token's replay): the policy's
+    ``consistency_wait_ms``, at least `MIN_REPLICA_WAIT_SECONDS`."""
+    return max(settings.consistency_wait_ms / 1000.0, MIN_REPLICA_WAIT_SECONDS)
+
+
+def replica_connect_options(settings: Settings) -> dict[str, int]:
+    """libpq options of every replica connection: a ``connect_timeout`` within the wait (whole seconds,
+    libpq takes no less than 2) and `REPLICA_KEEPALIVES`."""
+    return {"connect_timeout": max(2, math.ceil(replica_wait_seconds(settings))), **REPLICA_KEEPALIVES}
+
+
 class _Replica:
     def __init__(self, name: str, dsn: str, settings: Settings, database: RoutedDatabase) -> None:
         self.state = ReplicaState(name)
         self.dsn = dsn
         self.lock = threading.Lock()
+        self.connect_options = replica_connect_options(settings)
         self.pool = ConnectionPool(
             dsn,
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
+            kwargs=dict(self.connect_options),
             configure=database.configure_connection,
             check=ConnectionPool.check_connection,
             open=False,
-            timeout=5.0,
+            timeout=replica_wait_seconds(settings),
             reconnect_timeout=0,
+            reconnect_failed=self._reconnect_failed,
             name=f"memory-{name}",
         )
         self.opened = False
@@ -130,6 +164,11 @@ class _Replica:
 
     def usable(self) -> bool:
         return self.state.usable
+
+    def _reconnect_failed(self, pool: ConnectionPool) -> None:
+        """The pool could not open a connection (refused, timed out): the reads that follow skip the
+        replica at once instead of each waiting for the pool."""
+        self.failed(ConnectionError(f"pool {pool.name} could not reconnect"))
 
     def failed(self, error: BaseException) -> None:
         if self.state.usable:
@@ -160,6 +199,7 @@ class RoutedDatabase(Database):
         ]
         self._turn = itertools.count()
         self._wait_seconds = settings.consistency_wait_ms / 1000.0
+        self._replica_wait = replica_wait_seconds(settings)
         self._fallback = settings.consistency_fallback
 
     def configure_connection(self, conn: psycopg.Connection[Any]) -> None:
@@ -278,19 +318,24 @@ class RoutedDatabase(Database):
         return [max(ordered, key=lambda replica: replica.state.replayed)]
 
     def _checkout(self, replica: _Replica, required: int | None) -> psycopg.Connection[Any] | None:
-        """A connection of ``replica`` that has replayed ``required`` (idle, no transaction), or None."""
+        """A connection of ``replica`` that has replayed ``required`` (idle, no transaction), or None;
+        within the replica wait, checkout and replay together (see the module doc)."""
         replica.open()
+        deadline = time.monotonic() + self._replica_wait
         try:
-            conn = replica.pool.getconn()
+            conn = replica.pool.getconn(timeout=self._replica_wait)
         except Exception as error:  # noqa: BLE001 - PoolTimeout or a refused connection: try elsewhere
-            replica.failed(error)
+            replica.failed(error)  # the reads that follow no longer wait for it
+            return None
+        if not replica.usable():  # marked dead while this read waited: do not use what it handed out
+            replica.pool.putconn(conn)
             return None
         try:
             if required is None or replica.state.replayed >= required:
                 if required is not None:
                     CONSISTENT_READS.labels("replica").inc()
                 return conn
-            if self._wait_for(conn, replica, required):
+            if self._wait_for(conn, replica, required, min(deadline, time.monotonic() + self._wait_seconds)):
                 CONSISTENT_READS.labels("replica_waited").inc()
                 return conn
         except psycopg.Error as error:
@@ -298,8 +343,9 @@ class RoutedDatabase(Database):
         replica.pool.putconn(conn)
         return None
 
-    def _wait_for(self, conn: psycopg.Connection[Any], replica: _Replica, required: int) -> bool:
-        deadline = time.monotonic() + self._wait_seconds
+    def _wait_for(
+        self, conn: psycopg.Connection[Any], replica: _Replica, required: int, deadline: float
+    ) -> bool:
         pause = _POLL_FIRST_SECONDS
         while True:
             row = conn.execute(_QUERIES["replayed_wal_position"]).fetchone()
@@ -351,7 +397,7 @@ class RoutedDatabase(Database):
 
     def _refresh(self, replica: _Replica, primary_position: int | None) -> None:
         try:
-            with psycopg.connect(replica.dsn, connect_timeout=3, autocommit=True) as conn:
+            with psycopg.connect(replica.dsn, autocommit=True, **replica.connect_options) as conn:
                 row = conn.execute(_QUERIES["replica_status"]).fetchone()
         except Exception as error:  # noqa: BLE001 - readiness must never raise
             replica.failed(error)

@@ -88,6 +88,13 @@ SELECT d.item_key, f.fact_id FROM dropped d LEFT JOIN LATERAL (
 ) AS f ON true
 ORDER BY d.item_key, f.fact_id
 
+-- name: open_scope_fact_count
+-- How many facts of (%(source)s, %(scope)s) in %(namespace)s are open and valid from no later than
+-- %(snapshot_time)s: the set the mass-deletion guard measures a snapshot's closing step against.
+SELECT count(*) FROM {facts}
+WHERE namespace = %(namespace)s AND snapshot_source = %(source)s AND snapshot_scope = %(scope)s
+    AND valid_to IS NULL AND valid_from <= %(snapshot_time)s
+
 -- name: journaled_item_hashes
 -- Key and hash of the journaled items of a run and kind among a list of keys (parameters: row id, kind,
 -- keys).

@@ -109,7 +109,8 @@ class MemoryScope(_message.Message):
     """The four authoritative scope keys of a memory (seed 001 "Ownership and scope"). organization_id,
     environment and user_id come from the caller's token, project_id from the `x-project-id` request
     metadata; they are never taken from a request body. They map onto the namespace
-    "org_<organization_id>_env_<environment>[_proj_<project_id>]" and the visibility scope
+    "org:<organization_id>:env:<environment>[:proj:<project_id>]" (one namespace per project, one project
+    per namespace) and the visibility scope
     "principal:memory-user/<organization_id>/<environment>/<user_id>" (README "Memory records").
     """
 
@@ -124,7 +125,9 @@ class MemoryScope(_message.Message):
     environment: _builtins.str
     """"development", "staging" or "production"."""
     project_id: _builtins.str
-    """Project inside the organisation, e.g. "prj_support"; empty when the request had no `x-project-id`."""
+    """Project inside the organisation, e.g. "prj_8f3a"; [A-Za-z0-9][A-Za-z0-9._-]{0,39}; empty when the
+    request had no `x-project-id` (INVALID_ARGUMENT "x-project-id" for any other value).
+    """
     user_id: _builtins.str
     """Owner of the memory, e.g. "8821"; [A-Za-z0-9][A-Za-z0-9._@-]{0,127}."""
     def __init__(

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from memory_service_grpc_client.memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memory/v1/snapshot_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\xe3\x01\n\x10ReconcileRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x31\n\rsnapshot_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65ntities\x18\x06 \x03(\x0b\x32\x1a.memory.v1.EntityAssertion\x12\'\n\x05\x66\x61\x63ts\x18\x07 \x03(\x0b\x32\x18.memory.v1.FactAssertion\"\xbe\x01\n\x0fReconcileCounts\x12\x18\n\x10\x65ntities_created\x18\x01 \x01(\x05\x12\x18\n\x10\x65ntities_updated\x18\x02 \x01(\x05\x12\x1a\n\x12\x65ntities_unchanged\x18\x03 \x01(\x05\x12\x15\n\rfacts_created\x18\x04 \x01(\x05\x12\x15\n\rfacts_updated\x18\x05 \x01(\x05\x12\x17\n\x0f\x66\x61\x63ts_unchanged\x18\x06 \x01(\x05\x12\x14\n\x0c\x66\x61\x63ts_closed\x18\x07 \x01(\x05\"\xa0\x01\n\x11ReconcileResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12*\n\x06\x63ounts\x18\x02 \x01(\x0b\x32\x1a.memory.v1.ReconcileCounts\x12\x11\n\tunchanged\x18\x03 \x01(\x08\x12\x1c\n\x14previous_snapshot_id\x18\x04 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x05 \x01(\t\"\xb4\x01\n\x16ReconcileStreamRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .memory.v1.ReconcileStreamHeaderH\x00\x12\x30\n\x05items\x18\x02 \x01(\x0b\x32\x1f.memory.v1.ReconcileStreamItemsH\x00\x12,\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x1d.memory.v1.ReconcileStreamEndH\x00\x42\x06\n\x04part\"\x91\x01\n\x15ReconcileStreamHeader\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x31\n\rsnapshot_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"m\n\x14ReconcileStreamItems\x12,\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\x1a.memory.v1.EntityAssertion\x12\'\n\x05\x66\x61\x63ts\x18\x02 \x03(\x0b\x32\x18.memory.v1.FactAssertion\">\n\x12ReconcileStreamEnd\x12\x14\n\x0c\x65ntity_count\x18\x01 \x01(\x03\x12\x12\n\nfact_count\x18\x02 \x01(\x03\"\xa6\x01\n\x17ReconcileStreamResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12*\n\x06\x63ounts\x18\x02 \x01(\x0b\x32\x1a.memory.v1.ReconcileCounts\x12\x11\n\tunchanged\x18\x03 \x01(\x08\x12\x1c\n\x14previous_snapshot_id\x18\x04 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x05 \x01(\t2\xb5\x01\n\x0fSnapshotService\x12\x46\n\tReconcile\x12\x1b.memory.v1.ReconcileRequest\x1a\x1c.memory.v1.ReconcileResponse\x12Z\n\x0fReconcileStream\x12!.memory.v1.ReconcileStreamRequest\x1a\".memory.v1.ReconcileStreamResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memory/v1/snapshot_service.proto\x12\tmemory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19memory/v1/knowledge.proto\"\xfd\x01\n\x10ReconcileRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x31\n\rsnapshot_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65ntities\x18\x06 \x03(\x0b\x32\x1a.memory.v1.EntityAssertion\x12\'\n\x05\x66\x61\x63ts\x18\x07 \x03(\x0b\x32\x18.memory.v1.FactAssertion\x12\x18\n\x10\x61llow_mass_sweep\x18\x08 \x01(\x08\"\xbe\x01\n\x0fReconcileCounts\x12\x18\n\x10\x65ntities_created\x18\x01 \x01(\x05\x12\x18\n\x10\x65ntities_updated\x18\x02 \x01(\x05\x12\x1a\n\x12\x65ntities_unchanged\x18\x03 \x01(\x05\x12\x15\n\rfacts_created\x18\x04 \x01(\x05\x12\x15\n\rfacts_updated\x18\x05 \x01(\x05\x12\x17\n\x0f\x66\x61\x63ts_unchanged\x18\x06 \x01(\x05\x12\x14\n\x0c\x66\x61\x63ts_closed\x18\x07 \x01(\x05\"\xa0\x01\n\x11ReconcileResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12*\n\x06\x63ounts\x18\x02 \x01(\x0b\x32\x1a.memory.v1.ReconcileCounts\x12\x11\n\tunchanged\x18\x03 \x01(\x08\x12\x1c\n\x14previous_snapshot_id\x18\x04 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x05 \x01(\t\"\xb4\x01\n\x16ReconcileStreamRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .memory.v1.ReconcileStreamHeaderH\x00\x12\x30\n\x05items\x18\x02 \x01(\x0b\x32\x1f.memory.v1.ReconcileStreamItemsH\x00\x12,\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x1d.memory.v1.ReconcileStreamEndH\x00\x42\x06\n\x04part\"\xab\x01\n\x15ReconcileStreamHeader\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x13\n\x0bsnapshot_id\x18\x04 \x01(\t\x12\x31\n\rsnapshot_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x61llow_mass_sweep\x18\x06 \x01(\x08\"m\n\x14ReconcileStreamItems\x12,\n\x08\x65ntities\x18\x01 \x03(\x0b\x32\x1a.memory.v1.EntityAssertion\x12\'\n\x05\x66\x61\x63ts\x18\x02 \x03(\x0b\x32\x18.memory.v1.FactAssertion\">\n\x12ReconcileStreamEnd\x12\x14\n\x0c\x65ntity_count\x18\x01 \x01(\x03\x12\x12\n\nfact_count\x18\x02 \x01(\x03\"\xa6\x01\n\x17ReconcileStreamResponse\x12\x13\n\x0bsnapshot_id\x18\x01 \x01(\t\x12*\n\x06\x63ounts\x18\x02 \x01(\x0b\x32\x1a.memory.v1.ReconcileCounts\x12\x11\n\tunchanged\x18\x03 \x01(\x08\x12\x1c\n\x14previous_snapshot_id\x18\x04 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x05 \x01(\t2\xb5\x01\n\x0fSnapshotService\x12\x46\n\tReconcile\x12\x1b.memory.v1.ReconcileRequest\x1a\x1c.memory.v1.ReconcileResponse\x12Z\n\x0fReconcileStream\x12!.memory.v1.ReconcileStreamRequest\x1a\".memory.v1.ReconcileStreamResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,21 +34,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RECONCILEREQUEST']._serialized_start=108
-  _globals['_RECONCILEREQUEST']._serialized_end=335
-  _globals['_RECONCILECOUNTS']._serialized_start=338
-  _globals['_RECONCILECOUNTS']._serialized_end=528
-  _globals['_RECONCILERESPONSE']._serialized_start=531
-  _globals['_RECONCILERESPONSE']._serialized_end=691
-  _globals['_RECONCILESTREAMREQUEST']._serialized_start=694
-  _globals['_RECONCILESTREAMREQUEST']._serialized_end=874
-  _globals['_RECONCILESTREAMHEADER']._serialized_start=877
-  _globals['_RECONCILESTREAMHEADER']._serialized_end=1022
-  _globals['_RECONCILESTREAMITEMS']._serialized_start=1024
-  _globals['_RECONCILESTREAMITEMS']._serialized_end=1133
-  _globals['_RECONCILESTREAMEND']._serialized_start=1135
-  _globals['_RECONCILESTREAMEND']._serialized_end=1197
-  _globals['_RECONCILESTREAMRESPONSE']._serialized_start=1200
-  _globals['_RECONCILESTREAMRESPONSE']._serialized_end=1366
-  _globals['_SNAPSHOTSERVICE']._serialized_start=1369
-  _globals['_SNAPSHOTSERVICE']._serialized_end=1550
+  _globals['_RECONCILEREQUEST']._serialized_end=361
+  _globals['_RECONCILECOUNTS']._serialized_start=364
+  _globals['_RECONCILECOUNTS']._serialized_end=554
+  _globals['_RECONCILERESPONSE']._serialized_start=557
+  _globals['_RECONCILERESPONSE']._serialized_end=717
+  _globals['_RECONCILESTREAMREQUEST']._serialized_start=720
+  _globals['_RECONCILESTREAMREQUEST']._serialized_end=900
+  _globals['_RECONCILESTREAMHEADER']._serialized_start=903
+  _globals['_RECONCILESTREAMHEADER']._serialized_end=1074
+  _globals['_RECONCILESTREAMITEMS']._serialized_start=1076
+  _globals['_RECONCILESTREAMITEMS']._serialized_end=1185
+  _globals['_RECONCILESTREAMEND']._serialized_start=1187
+  _globals['_RECONCILESTREAMEND']._serialized_end=1249
+  _globals['_RECONCILESTREAMRESPONSE']._serialized_start=1252
+  _globals['_RECONCILESTREAMRESPONSE']._serialized_end=1418
+  _globals['_SNAPSHOTSERVICE']._serialized_start=1421
+  _globals['_SNAPSHOTSERVICE']._serialized_end=1602
 # @@protoc_insertion_point(module_scope)

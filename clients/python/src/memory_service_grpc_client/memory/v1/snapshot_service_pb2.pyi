@@ -33,6 +33,7 @@ class ReconcileRequest(_message.Message):
     SNAPSHOT_TIME_FIELD_NUMBER: _builtins.int
     ENTITIES_FIELD_NUMBER: _builtins.int
     FACTS_FIELD_NUMBER: _builtins.int
+    ALLOW_MASS_SWEEP_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
     it.
@@ -43,6 +44,11 @@ class ReconcileRequest(_message.Message):
     """Scope of the source the snapshot covers completely, e.g. "suite:bookworm"; 1..256 characters."""
     snapshot_id: _builtins.str
     """Identifier of this snapshot; 1..256 characters."""
+    allow_mass_sweep: _builtins.bool
+    """The caller's explicit word that this snapshot may close every open fact of its (source, scope),
+    or more than the server's share of them; without it such a run fails with FAILED_PRECONDITION
+    (MASS_SWEEP_REFUSED) and writes nothing.
+    """
     @_builtins.property
     def snapshot_time(self) -> _timestamp_pb2.Timestamp:
         """When the state was taken; valid_from of new facts without one and valid_to of closed facts."""
@@ -65,10 +71,11 @@ class ReconcileRequest(_message.Message):
         snapshot_time: _timestamp_pb2.Timestamp | None = ...,
         entities: _abc.Iterable[_knowledge_pb2.EntityAssertion] | None = ...,
         facts: _abc.Iterable[_knowledge_pb2.FactAssertion] | None = ...,
+        allow_mass_sweep: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_time", b"snapshot_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entities", b"entities", "facts", b"facts", "namespace", b"namespace", "scope", b"scope", "snapshot_id", b"snapshot_id", "snapshot_time", b"snapshot_time", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_mass_sweep", b"allow_mass_sweep", "entities", b"entities", "facts", b"facts", "namespace", b"namespace", "scope", b"scope", "snapshot_id", b"snapshot_id", "snapshot_time", b"snapshot_time", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -214,6 +221,7 @@ class ReconcileStreamHeader(_message.Message):
     SCOPE_FIELD_NUMBER: _builtins.int
     SNAPSHOT_ID_FIELD_NUMBER: _builtins.int
     SNAPSHOT_TIME_FIELD_NUMBER: _builtins.int
+    ALLOW_MASS_SWEEP_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
     it.
@@ -224,6 +232,11 @@ class ReconcileStreamHeader(_message.Message):
     """Scope of the source the snapshot covers completely; 1..256 characters."""
     snapshot_id: _builtins.str
     """Identifier of this snapshot; 1..256 characters."""
+    allow_mass_sweep: _builtins.bool
+    """The caller's explicit word that this snapshot may close every open fact of its (source, scope),
+    or more than the server's share of them; without it such a run fails with FAILED_PRECONDITION
+    (MASS_SWEEP_REFUSED) and writes nothing.
+    """
     @_builtins.property
     def snapshot_time(self) -> _timestamp_pb2.Timestamp:
         """When the state was taken; valid_from of new facts without one and valid_to of closed facts."""
@@ -236,10 +249,11 @@ class ReconcileStreamHeader(_message.Message):
         scope: _builtins.str = ...,
         snapshot_id: _builtins.str = ...,
         snapshot_time: _timestamp_pb2.Timestamp | None = ...,
+        allow_mass_sweep: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["snapshot_time", b"snapshot_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "scope", b"scope", "snapshot_id", b"snapshot_id", "snapshot_time", b"snapshot_time", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_mass_sweep", b"allow_mass_sweep", "namespace", b"namespace", "scope", b"scope", "snapshot_id", b"snapshot_id", "snapshot_time", b"snapshot_time", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

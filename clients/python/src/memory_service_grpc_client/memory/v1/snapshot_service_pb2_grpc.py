@@ -58,7 +58,11 @@ class SnapshotServiceServicer:
         relations are checked against the namespace's packs (strict mode rejects the request, including a
         second open fact of a relation with cardinality one for one subject). Every run is journaled; the
         same snapshot_id again changes nothing (unchanged true).
-        Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE;
+        FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+        "share"): the snapshot would close every open fact of this (source, scope), or more than the
+        server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+        is written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -79,7 +83,11 @@ class SnapshotServiceServicer:
         Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
         message that differ from what arrived, a message after the end, field violations such as
         "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
-        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE;
+        FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+        "share"): the snapshot would close every open fact of this (source, scope), or more than the
+        server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+        is written.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,7 +40,11 @@ class SnapshotServiceStub:
     relations are checked against the namespace's packs (strict mode rejects the request, including a
     second open fact of a relation with cardinality one for one subject). Every run is journaled; the
     same snapshot_id again changes nothing (unchanged true).
-    Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE;
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the snapshot would close every open fact of this (source, scope), or more than the
+    server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+    is written.
     """
     ReconcileStream: _grpc.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]
     """Reconcile for snapshots too large for one message (client streaming, in the manner of
@@ -57,7 +61,11 @@ class SnapshotServiceStub:
     Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
     message that differ from what arrived, a message after the end, field violations such as
     "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
-    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE;
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the snapshot would close every open fact of this (source, scope), or more than the
+    server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+    is written.
     """
 
 @_typing.type_check_only
@@ -72,7 +80,11 @@ class SnapshotServiceAsyncStub(SnapshotServiceStub):
     relations are checked against the namespace's packs (strict mode rejects the request, including a
     second open fact of a relation with cardinality one for one subject). Every run is journaled; the
     same snapshot_id again changes nothing (unchanged true).
-    Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE;
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the snapshot would close every open fact of this (source, scope), or more than the
+    server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+    is written.
     """
     ReconcileStream: _aio.StreamUnaryMultiCallable[_snapshot_service_pb2.ReconcileStreamRequest, _snapshot_service_pb2.ReconcileStreamResponse]  # type: ignore[assignment]
     """Reconcile for snapshots too large for one message (client streaming, in the manner of
@@ -89,7 +101,11 @@ class SnapshotServiceAsyncStub(SnapshotServiceStub):
     Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
     message that differ from what arrived, a message after the end, field violations such as
     "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
-    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+    DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE;
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the snapshot would close every open fact of this (source, scope), or more than the
+    server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+    is written.
     """
 
 class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -107,7 +123,11 @@ class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
         relations are checked against the namespace's packs (strict mode rejects the request, including a
         second open fact of a relation with cardinality one for one subject). Every run is journaled; the
         same snapshot_id again changes nothing (unchanged true).
-        Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (field violations such as "facts[3].predicate"); UNAVAILABLE;
+        FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+        "share"): the snapshot would close every open fact of this (source, scope), or more than the
+        server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+        is written.
         """
 
     @_abc_1.abstractmethod
@@ -130,7 +150,11 @@ class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (no header first, a second header, no end message, numbers in the end
         message that differ from what arrived, a message after the end, field violations such as
         "facts[120034].subject"); PERMISSION_DENIED (the header's namespace is not granted); CANCELLED,
-        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE.
+        DEADLINE_EXCEEDED (the stream broke: nothing written); UNAVAILABLE;
+        FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+        "share"): the snapshot would close every open fact of this (source, scope), or more than the
+        server's share of them (CB_MASS_SWEEP_SHARE, default 0.5), and allow_mass_sweep is false; nothing
+        is written.
         """
 
 def add_SnapshotServiceServicer_to_server(servicer: SnapshotServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

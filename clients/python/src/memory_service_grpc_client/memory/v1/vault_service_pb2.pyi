@@ -110,6 +110,7 @@ class IngestVaultHeader(_message.Message):
     BRANCH_FIELD_NUMBER: _builtins.int
     COMMIT_SHA_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    ALLOW_MASS_SWEEP_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """The namespace the vault is projected into (write right required; PERMISSION_DENIED otherwise).
     Required: INVALID_ARGUMENT "header.namespace" when empty or malformed.
@@ -126,6 +127,11 @@ class IngestVaultHeader(_message.Message):
     """The commit the documents were read at (40 hex digits for Git; empty for a directory)."""
     trace_id: _builtins.str
     """Trace the run's audit events (sweep deletions) are linked to; default: the run id."""
+    allow_mass_sweep: _builtins.bool
+    """The caller's explicit word that the sweep may remove every vault document of the namespace, or
+    more than the server's share of them; without it such a run fails with FAILED_PRECONDITION
+    (MASS_SWEEP_REFUSED) and removes nothing. A dry run reports the refusal in sweep_refused.
+    """
     def __init__(
         self,
         *,
@@ -135,10 +141,11 @@ class IngestVaultHeader(_message.Message):
         branch: _builtins.str = ...,
         commit_sha: _builtins.str = ...,
         trace_id: _builtins.str = ...,
+        allow_mass_sweep: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["branch", b"branch", "commit_sha", b"commit_sha", "dry_run", b"dry_run", "namespace", b"namespace", "source", b"source", "trace_id", b"trace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_mass_sweep", b"allow_mass_sweep", "branch", b"branch", "commit_sha", b"commit_sha", "dry_run", b"dry_run", "namespace", b"namespace", "source", b"source", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -383,6 +390,7 @@ class IngestVaultResponse(_message.Message):
     UNRESOLVED_LINKS_FIELD_NUMBER: _builtins.int
     AUDIT_EVENT_IDS_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    SWEEP_REFUSED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run's id (journal vault_runs; chunks written by the run carry it in seen_run)."""
     namespace: _builtins.str
@@ -393,6 +401,10 @@ class IngestVaultResponse(_message.Message):
     """True when the run was complete and the sweep ran (false with rejected documents or dry_run)."""
     trace_id: _builtins.str
     """The trace of the sweep's audit events (the header's trace_id, else the run id)."""
+    sweep_refused: _builtins.bool
+    """Dry run only: the sweep counted in counts.documents_swept would be refused as a mass sweep (every
+    document of the namespace, or more than the server's share) unless allow_mass_sweep is set.
+    """
     @_builtins.property
     def counts(self) -> Global___VaultRunCounts:
         """The run's totals."""
@@ -426,10 +438,11 @@ class IngestVaultResponse(_message.Message):
         unresolved_links: _abc.Iterable[Global___UnresolvedLink] | None = ...,
         audit_event_ids: _abc.Iterable[_builtins.str] | None = ...,
         trace_id: _builtins.str = ...,
+        sweep_refused: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_ids", b"audit_event_ids", "counts", b"counts", "documents", b"documents", "dry_run", b"dry_run", "namespace", b"namespace", "run_id", b"run_id", "swept", b"swept", "swept_keys", b"swept_keys", "trace_id", b"trace_id", "unresolved_links", b"unresolved_links"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_ids", b"audit_event_ids", "counts", b"counts", "documents", b"documents", "dry_run", b"dry_run", "namespace", b"namespace", "run_id", b"run_id", "sweep_refused", b"sweep_refused", "swept", b"swept", "swept_keys", b"swept_keys", "trace_id", b"trace_id", "unresolved_links", b"unresolved_links"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -88,6 +88,11 @@ class VaultServiceStub:
     ("documents[i].path"), header field violations such as "header.namespace");
     PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
     client went away while waiting for another run, or the database is down: nothing swept).
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the sweep would remove every vault document of the namespace, or more than the server's
+    share (CB_MASS_SWEEP_SHARE, default 0.5), and the header's allow_mass_sweep is false; it is checked
+    after the end message, before anything is marked seen, linked or swept, so nothing is removed (the
+    documents the stream carried new or changed are projected as in any run).
     Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
     write, a node hidden from the caller): each is a document result with
     status REJECTED and its reason, and the run is not swept.
@@ -153,6 +158,11 @@ class VaultServiceAsyncStub(VaultServiceStub):
     ("documents[i].path"), header field violations such as "header.namespace");
     PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
     client went away while waiting for another run, or the database is down: nothing swept).
+    FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+    "share"): the sweep would remove every vault document of the namespace, or more than the server's
+    share (CB_MASS_SWEEP_SHARE, default 0.5), and the header's allow_mass_sweep is false; it is checked
+    after the end message, before anything is marked seen, linked or swept, so nothing is removed (the
+    documents the stream carried new or changed are projected as in any run).
     Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
     write, a node hidden from the caller): each is a document result with
     status REJECTED and its reason, and the run is not swept.
@@ -221,6 +231,11 @@ class VaultServiceServicer(metaclass=_abc_1.ABCMeta):
         ("documents[i].path"), header field violations such as "header.namespace");
         PERMISSION_DENIED (the header's namespace is not granted); UNAVAILABLE (the stream broke, the
         client went away while waiting for another run, or the database is down: nothing swept).
+        FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
+        "share"): the sweep would remove every vault document of the namespace, or more than the server's
+        share (CB_MASS_SWEEP_SHARE, default 0.5), and the header's allow_mass_sweep is false; it is checked
+        after the end message, before anything is marked seen, linked or swept, so nothing is removed (the
+        documents the stream carried new or changed are projected as in any run).
         Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
         write, a node hidden from the caller): each is a document result with
         status REJECTED and its reason, and the run is not swept.
