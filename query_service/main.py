@@ -13,6 +13,7 @@ import logging
 
 import grpc
 from memory.v1 import (
+    audit_service_pb2_grpc,
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
@@ -38,6 +39,8 @@ from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
 from query_service.memory_recall import MemoryReader
 from query_service.observation_reader import ObservationReader
+from query_service.audit_reader import AuditReader
+from query_service.servicers.audit_query_servicer import AuditQueryServicer
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -57,6 +60,7 @@ SERVICE_NAMES = (
     "memory.v1.ObservationQueryService",
     "memory.v1.TraceService",
     "memory.v1.MemoryQueryService",
+    "memory.v1.AuditService",
 )
 
 
@@ -115,6 +119,9 @@ def create_query_host(
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             TraceServicer(TraceReader(database)), server
+        )
+        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
+            AuditQueryServicer(AuditReader(database)), server
         )
         return list(SERVICE_NAMES)
 

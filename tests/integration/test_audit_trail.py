@@ -10,6 +10,7 @@ from common.storage.audit_store import (
     AUDIT_EVENT_LABEL,
     TRACE_EDGE_LABEL,
     TRACE_LABEL,
+    AuditReadAccess,
     AuditStore,
     trace_key,
 )
@@ -80,10 +81,10 @@ def test_scoped_events_are_hidden_from_other_scopes(database: Database, namespac
     store = AuditStore(GraphStore(database))
     with database.connection() as conn:
         outsider = store.events_of_trace(
-            conn, namespace, "t", visibility=Visibility.of_scopes(["workspace:ops"])
+            conn, namespace, "t", access=AuditReadAccess(Visibility.of_scopes(["workspace:ops"]))
         )
         insider = store.events_of_trace(
-            conn, namespace, "t", visibility=Visibility.of_scopes(["workspace:hr"])
+            conn, namespace, "t", access=AuditReadAccess(Visibility.of_scopes(["workspace:hr"]))
         )
     assert len(outsider) == 1 and len(insider) == 2
 

@@ -17,6 +17,7 @@ from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
 from common.tooling.cli.memory_commands import memory_app
 from common.tooling.cli.pack_commands import pack_app
+from common.tooling.cli.audit_commands import audit
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app
@@ -103,6 +104,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("audit", audit),
     ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
