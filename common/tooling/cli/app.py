@@ -14,7 +14,7 @@ from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
-from common.tooling.cli.mcp_commands import mcp
+from common.tooling.cli.mcp_commands import McpCommand, mcp
 from common.tooling.cli.memory_commands import memory_app
 from common.tooling.cli.pack_commands import pack_app
 from common.tooling.cli.audit_commands import audit
@@ -115,6 +115,6 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
 )
 
 for name, command in COMMANDS:
-    app.command(name)(command)
+    app.command(name, cls=McpCommand if command is mcp else None)(command)
 for name, group in COMMAND_GROUPS:
     app.add_typer(group, name=name)
