@@ -34,12 +34,12 @@ from common.storage.read_routing import RoutedDatabase
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
+from query_service.audit_reader import AuditReader
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
 from query_service.memory_recall import MemoryReader
 from query_service.observation_reader import ObservationReader
-from query_service.audit_reader import AuditReader
 from query_service.servicers.audit_query_servicer import AuditQueryServicer
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer

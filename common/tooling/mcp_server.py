@@ -65,7 +65,14 @@ from common.grpc.proto_mapping import timestamp
 from common.kernel.identifiers import canonical_instant, parse_instant
 from common.tooling.cli.terminal import error_lines
 
-__all__ = ["DISTRIBUTION", "TOOL_NAMES", "build_mcp_server", "memory_tools", "refused_items", "server_version"]
+__all__ = [
+    "DISTRIBUTION",
+    "TOOL_NAMES",
+    "build_mcp_server",
+    "memory_tools",
+    "refused_items",
+    "server_version",
+]
 
 DISTRIBUTION = "memory-service"  # whose version ``initialize`` reports (pyproject.toml [project].name)
 
@@ -154,7 +161,9 @@ def refused_items(response: dict[str, Any], failures: Sequence[str]) -> CallTool
     block of every failed item (``failures``) followed by the JSON of the whole ``response``, which is
     also its structured content."""
     text = "\n".join([*failures, json.dumps(response, ensure_ascii=False, indent=2)])
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=response, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=response, is_error=True
+    )
 
 
 def _failure_block(head: str, violations: Sequence[str]) -> str:
@@ -290,7 +299,8 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
         response = tools.call(ctx, "record_observations", request)
         result = response.results[0]
         if result.status == "failed":
-            return refused_items(
+            # The SDK passes a CallToolResult through as it is (the declared dict stays the output schema).
+            return refused_items(  # type: ignore[return-value]
                 _as_json(result),
                 [_failure_block(f"error: INVALID_ARGUMENT: {result.error}", list(result.field_violations))],
             )
@@ -444,12 +454,16 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
                 message.ttl.seconds = item.ttl_seconds
         response = tools.call(ctx, "add_memories", request, project_id=project)
         failures = [
-            _failure_block(f"error: {result.error_code or 'FAILED'}: memories[{index}] was not stored", list(result.field_violations))
+            _failure_block(
+                f"error: {result.error_code or 'FAILED'}: memories[{index}] was not stored",
+                list(result.field_violations),
+            )
             for index, result in enumerate(response.results)
             if result.status == "failed"
         ]
         if failures:
-            return refused_items(_as_json(response), failures)
+            # The SDK passes a CallToolResult through as it is (the declared dict stays the output schema).
+            return refused_items(_as_json(response), failures)  # type: ignore[return-value]
         return _as_json(response)
 
     @tool
@@ -482,6 +496,7 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
         return _as_json(tools.call(ctx, "recall_memories", request, project_id=project))
 
     return [_closed(Tool.from_function(function)) for function in functions]
+
 
 """The registered tools' names (``cb mcp --help`` lists them)."""
 

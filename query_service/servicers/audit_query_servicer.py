@@ -38,7 +38,8 @@ class AuditQueryServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: 
             pii=caller_pii_policy(self.reader.database.settings, LIST_METHOD),
         )
         return audit_service_pb2.ListAuditEventsResponse(
-            events=[audit_event_to_proto(event) for event in page.events], next_page_token=page.next_page_token
+            events=[audit_event_to_proto(event) for event in page.events],
+            next_page_token=page.next_page_token,
         )
 
     def RecordAuditEvent(

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from memory.v1 import (
     audit_service_pb2,
@@ -260,7 +260,9 @@ def listed_events(world: World) -> list[str]:
         for index in range(3):
             documents.Retain(
                 document_service_pb2.RetainRequest(
-                    namespace=world.listed, natural_key=f"doc:gone-{index}", content=f"# Gone {index}\n\nold.\n"
+                    namespace=world.listed,
+                    natural_key=f"doc:gone-{index}",
+                    content=f"# Gone {index}\n\nold.\n",
                 ),
                 timeout=120,
             )
@@ -365,10 +367,17 @@ def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_event
                 {"page_token"},
             ),
             (
-                {"namespace": world.listed, "action": "export", "page_token": first.next_page_token[:-1] + "0"},
+                {
+                    "namespace": world.listed,
+                    "action": "export",
+                    "page_token": first.next_page_token[:-1] + "0",
+                },
                 {"page_token"},
             ),
-            ({"namespace": world.listed, "action": "export", "page_token": "bm90IGEgdG9rZW4"}, {"page_token"}),
+            (
+                {"namespace": world.listed, "action": "export", "page_token": "bm90IGEgdG9rZW4"},
+                {"page_token"},
+            ),
         ]
         for fields, wanted in bad_requests:
             with pytest.raises(grpc.RpcError) as refused:
@@ -376,7 +385,9 @@ def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_event
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
             assert set(_violations(refused.value)) == wanted, fields
         # The token still works with the request it was issued for.
-        second = _list(channel, namespace=world.listed, page_size=2, action="export", page_token=first.next_page_token)
+        second = _list(
+            channel, namespace=world.listed, page_size=2, action="export", page_token=first.next_page_token
+        )
         assert second.events and second.events[0].event_id not in {e.event_id for e in first.events}
     # A writer is not an admin; ingest_service does not serve the read.
     with world.query(world.writer) as channel, pytest.raises(grpc.RpcError) as refused:
@@ -400,7 +411,20 @@ def test_cb_audit_answers_who_deleted_what(world: World, listed_events: list[str
     assert sorted(e["eventId"] for e in events) == sorted(listed_events[-3:])
     since = events[-1]["recordTime"]
     windowed = runner.invoke(
-        app, [*base, "audit", "-n", world.listed, "--principal", "aud-deleter", "--since", since, "--until", events[0]["recordTime"], "--json"]
+        app,
+        [
+            *base,
+            "audit",
+            "-n",
+            world.listed,
+            "--principal",
+            "aud-deleter",
+            "--since",
+            since,
+            "--until",
+            events[0]["recordTime"],
+            "--json",
+        ],
     )
     assert windowed.exit_code == 0, windowed.output
     assert [e["eventId"] for e in json.loads(windowed.output)["events"]] == [e["eventId"] for e in events[1:]]

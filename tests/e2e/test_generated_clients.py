@@ -134,13 +134,20 @@ def _python_calls(client: MemoryClient, namespace: str) -> None:
     asserted = client.assert_facts(
         fact_service_pb2.AssertFactsRequest(
             namespace=namespace,
-            facts=[json_format.ParseDict({"subject": "service:billing", "predicate": "DEPENDS_ON", "object": "service:ledger"}, knowledge_pb2.FactAssertion())],
+            facts=[
+                json_format.ParseDict(
+                    {"subject": "service:billing", "predicate": "DEPENDS_ON", "object": "service:ledger"},
+                    knowledge_pb2.FactAssertion(),
+                )
+            ],
         )
     )
     assert asserted.results[0].fact_id
     client.retain(
         document_service_pb2.RetainRequest(
-            namespace=namespace, natural_key="doc:py-runbook", content="# Billing\n\nClose the ledger monthly.\n"
+            namespace=namespace,
+            natural_key="doc:py-runbook",
+            content="# Billing\n\nClose the ledger monthly.\n",
         )
     )
     reconciled = client.reconcile(
@@ -157,17 +164,26 @@ def _python_calls(client: MemoryClient, namespace: str) -> None:
         )
     )
     assert reconciled.HasField("counts")
-    assert client.get_namespace_kinds(domain_pack_service_pb2.GetNamespaceKindsRequest(namespace=namespace)).namespace == namespace
+    assert (
+        client.get_namespace_kinds(
+            domain_pack_service_pb2.GetNamespaceKindsRequest(namespace=namespace)
+        ).namespace
+        == namespace
+    )
     event = client.record_audit_event(
         audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="export", trace_id="py-trace")
     ).event
     added = client.add_memories(
-        memory_service_pb2.AddMemoriesRequest(memories=[memory_service_pb2.NewMemory(text="Python prefers tables.")])
+        memory_service_pb2.AddMemoriesRequest(
+            memories=[memory_service_pb2.NewMemory(text="Python prefers tables.")]
+        )
     ).results[0]
     assert added.memory_id.startswith("mem-")
     run = client.ingest_vault(
         [
-            vault_service_pb2.IngestVaultRequest(header=vault_service_pb2.IngestVaultHeader(namespace=namespace, dry_run=True)),
+            vault_service_pb2.IngestVaultRequest(
+                header=vault_service_pb2.IngestVaultHeader(namespace=namespace, dry_run=True)
+            ),
             vault_service_pb2.IngestVaultRequest(
                 documents=vault_service_pb2.IngestVaultDocuments(
                     documents=[vault_service_pb2.VaultDocument(path="notes/py.md", content="# Py\n")]
@@ -179,17 +195,31 @@ def _python_calls(client: MemoryClient, namespace: str) -> None:
     )
     assert run.dry_run and len(run.documents) == 1
     observed = client.get_observation(
-        observation_query_service_pb2.GetObservationRequest(namespace=namespace, observation_id=recorded.observation_id)
+        observation_query_service_pb2.GetObservationRequest(
+            namespace=namespace, observation_id=recorded.observation_id
+        )
     ).observation
     assert canonical_instant(instant(observed.occurred_at)) == "2026-11-01T10:00:00.123456Z"
-    assert client.search(retrieval_service_pb2.SearchRequest(namespace=namespace, query="close the ledger")).hits
-    assert client.list_facts(fact_query_service_pb2.ListFactsRequest(namespace=namespace, subject="service:billing")).facts
-    assert client.get_source(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:py-runbook")).source.content
+    assert client.search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query="close the ledger")
+    ).hits
+    assert client.list_facts(
+        fact_query_service_pb2.ListFactsRequest(namespace=namespace, subject="service:billing")
+    ).facts
+    assert client.get_source(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:py-runbook")
+    ).source.content
     assert client.compile_context(
-        context_service_pb2.CompileContextRequest(namespace=namespace, query="billing", anchors=["service:billing"], token_budget=300)
+        context_service_pb2.CompileContextRequest(
+            namespace=namespace, query="billing", anchors=["service:billing"], token_budget=300
+        )
     ).pack.text
-    assert client.get_trace(trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id="py-trace")).trace.entries
-    listed = client.list_audit_events(audit_service_pb2.ListAuditEventsRequest(namespace=namespace, action="export"))
+    assert client.get_trace(
+        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id="py-trace")
+    ).trace.entries
+    listed = client.list_audit_events(
+        audit_service_pb2.ListAuditEventsRequest(namespace=namespace, action="export")
+    )
     assert [e.event_id for e in listed.events] == [event.event_id]
     memories = client.list_memories(memory_query_service_pb2.ListMemoriesRequest(page_size=50)).memories
     assert added.memory_id in {m.memory_id for m in memories}
@@ -225,13 +255,25 @@ def test_python_typescript_and_go_each_call_every_service(
     tokens_file, token, namespaces = every_client_token
     with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
         recorder = SucceededCalls()
-        with MemoryClient(ingest_addr, query_addr, security=ClientSecurity(token=token), interceptors=[recorder]) as client:
+        with MemoryClient(
+            ingest_addr, query_addr, security=ClientSecurity(token=token), interceptors=[recorder]
+        ) as client:
             _python_calls(client, namespaces["py"])
         assert _services_of(recorder.methods) == services
 
-        environment = {**os.environ, "CB_INGEST_ADDR": ingest_addr, "CB_QUERY_ADDR": query_addr, "CB_TOKEN": token}
+        environment = {
+            **os.environ,
+            "CB_INGEST_ADDR": ingest_addr,
+            "CB_QUERY_ADDR": query_addr,
+            "CB_TOKEN": token,
+        }
         run = subprocess.run(
-            ["node", str(script), namespaces["ts"]], env=environment, capture_output=True, text=True, timeout=300, check=False
+            ["node", str(script), namespaces["ts"]],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert run.returncode == 0, run.stderr
         seen = json.loads(run.stdout)
@@ -244,7 +286,9 @@ def test_python_typescript_and_go_each_call_every_service(
         assert seen["occurredAt"] == "2026-11-01T10:00:00.123456Z"
         with MemoryClient(ingest_addr, query_addr, security=ClientSecurity(token=token)) as client:
             facts = client.list_facts(
-                fact_query_service_pb2.ListFactsRequest(namespace=namespaces["ts"], subject="service:checkout")
+                fact_query_service_pb2.ListFactsRequest(
+                    namespace=namespaces["ts"], subject="service:checkout"
+                )
             ).facts
             events = client.list_audit_events(
                 audit_service_pb2.ListAuditEventsRequest(namespace=namespaces["ts"], action="export")
@@ -253,24 +297,36 @@ def test_python_typescript_and_go_each_call_every_service(
         assert [fact.object for fact in facts] == ["service:quokkapay"]
         assert [e.event_id for e in events] == [seen["auditEventId"]]
         stored = canonical_instant(instant(events[0].record_time))
-        assert seen["auditRecordTime"] == stored and re.search(r"\.\d{6}Z$", stored), (seen["auditRecordTime"], stored)
+        assert seen["auditRecordTime"] == stored and re.search(r"\.\d{6}Z$", stored), (
+            seen["auditRecordTime"],
+            stored,
+        )
 
         every = subprocess.run(
             [str(go_check), "every", ingest_addr, query_addr, namespaces["go"], token],
-            capture_output=True, text=True, timeout=300, check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
         )
         assert every.returncode == 0, every.stdout + every.stderr
         assert set(json.loads(every.stdout)["services"]) == services
         # The Go client finds the document the TypeScript client retained; without a token it is refused.
         found = subprocess.run(
             [str(go_check), query_addr, namespaces["ts"], "Quokkapay adapter", token],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert found.returncode == 0, found.stderr
         assert json.loads(found.stdout)["first"] == "doc:ts-runbook"
         refused = subprocess.run(
             [str(go_check), query_addr, namespaces["ts"], "Quokkapay adapter"],
-            capture_output=True, text=True, timeout=120, check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert refused.returncode == 1 and json.loads(refused.stdout) == {"code": "Unauthenticated"}
 
@@ -284,7 +340,9 @@ def _node_exports(consumer: Path) -> list[str]:
         " for (const item of Object.values(value)) { if (typeof item === 'function' && item.serviceName) found.push(item.serviceName); } } }"
         "process.stdout.write(JSON.stringify(found));"
     )
-    run = subprocess.run(["node", "-e", program], cwd=consumer, capture_output=True, text=True, timeout=60, check=False)
+    run = subprocess.run(
+        ["node", "-e", program], cwd=consumer, capture_output=True, text=True, timeout=60, check=False
+    )
     assert run.returncode == 0, run.stderr
     return list(json.loads(run.stdout))
 

@@ -341,7 +341,9 @@ def test_one_is_error_rule_a_partly_refused_batch_is_a_tool_error_with_every_res
     )
     assert record.is_error and record.structured_content is None, _text(record)
     # Nothing refused: not an error.
-    (clean,) = _http_calls(world, world.memory_user, [("add_memories", {"memories": [stored], "project": "support"})])
+    (clean,) = _http_calls(
+        world, world.memory_user, [("add_memories", {"memories": [stored], "project": "support"})]
+    )
     assert not clean.is_error and clean.structured_content["results"][0]["status"] == "duplicate"
 
 

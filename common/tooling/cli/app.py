@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from common.tooling.cli.audit_commands import audit
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
@@ -17,7 +18,6 @@ from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import McpCommand, mcp
 from common.tooling.cli.memory_commands import memory_app
 from common.tooling.cli.pack_commands import pack_app
-from common.tooling.cli.audit_commands import audit
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app

@@ -39,7 +39,9 @@ def audit(
     action: Annotated[
         str, typer.Option("--action", help="only this action: pii_access, delete, redact, or an explicit one")
     ] = "",
-    principal: Annotated[str, typer.Option("--principal", help="only events recorded by this principal")] = "",
+    principal: Annotated[
+        str, typer.Option("--principal", help="only events recorded by this principal")
+    ] = "",
     node_key: Annotated[
         str, typer.Option("--node-key", help="only events about this node (target key or a key it lists)")
     ] = "",
@@ -64,7 +66,9 @@ def audit(
     )
     client = memory_client(ctx)
 
-    def every_page(first: audit_service_pb2.ListAuditEventsRequest) -> audit_service_pb2.ListAuditEventsResponse:
+    def every_page(
+        first: audit_service_pb2.ListAuditEventsRequest,
+    ) -> audit_service_pb2.ListAuditEventsResponse:
         return audit_service_pb2.ListAuditEventsResponse(events=list(client.iter_audit_events(first)))
 
     call_and_print(every_page, request, as_json=as_json, render=_print_events)

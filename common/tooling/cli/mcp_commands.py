@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-import click
 import typer
-from typer.core import TyperCommand
 from memory_service_client import MemoryClient
+from typer.core import TyperCommand
 
 from common.tooling.cli.cli_state import cli_state, traced
 from common.tooling.cli.terminal import fail
@@ -21,7 +20,7 @@ class McpCommand(TyperCommand):
     """``cb mcp``: its help names the registered tools (`common.tooling.mcp_server.TOOL_NAMES`), read
     only when the help is shown, so other commands do not import the MCP SDK."""
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # typer's own click types
         if self.help and TOOLS_PLACEHOLDER in self.help:
             from common.tooling.mcp_server import TOOL_NAMES
 
