@@ -97,6 +97,24 @@ class World:
         self.reader, _ = add_token(
             tokens_file, principal="aud-reader", namespaces={ns: [Right.READ] for ns in both}
         )
+        self.masked_admin, _ = add_token(
+            tokens_file, principal="aud-masked-admin", namespaces={ns: [Right.ADMIN] for ns in both}
+        )
+        self.other_admin, _ = add_token(
+            tokens_file,
+            principal="aud-other-admin",
+            namespaces={"aud-other-" + uuid.uuid4().hex[:8]: [Right.ADMIN]},
+        )
+        # One principal, two tokens: with the workspace:hr scope, and later without it.
+        self.hr_scoped, _ = add_token(
+            tokens_file,
+            principal="aud-hr",
+            namespaces={self.namespace: [Right.WRITE]},
+            scopes=["workspace:hr"],
+        )
+        self.hr_unscoped, _ = add_token(
+            tokens_file, principal="aud-hr", namespaces={self.namespace: [Right.READ]}
+        )
         self.ingest_addr = self.query_addr = ""
 
     def ingest(self, token: str) -> grpc.Channel:
@@ -236,6 +254,61 @@ def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) ->
     with world.query(world.officer) as channel, pytest.raises(grpc.RpcError) as refused:
         _list(channel, namespace=world.namespace, principal="aud-officer")
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_an_admin_without_clearance_reads_the_listing_masked(world: World) -> None:
+    key = "contact:olga.smirnova@example.ru"
+    with world.ingest(world.writer) as channel:
+        document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.namespace, natural_key=key, content="# Contact\n\nCall +7 (916) 123-45-67.\n"
+            ),
+            timeout=120,
+        )
+    with world.query(world.officer) as channel:
+        source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=world.namespace, natural_key=key), timeout=60
+        )
+    with world.query(world.masked_admin) as channel:
+        masked = _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+    with world.query(world.auditor) as channel:
+        shown = _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+    assert [e.event_id for e in masked] == [e.event_id for e in shown] and len(shown) == 1
+    assert shown[0].target_key == key and shown[0].principal == "aud-officer"
+    assert masked[0].target_key == "contact:[email]" and masked[0].principal == "aud-officer"
+    assert "olga.smirnova@example.ru" not in json_format.MessageToJson(masked[0])
+
+
+def test_a_caller_reads_its_own_events_without_their_scope(world: World) -> None:
+    trace_id = "aud-own-" + uuid.uuid4().hex[:8]
+    with world.ingest(world.hr_scoped) as channel:
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=world.namespace, action="review", trace_id=trace_id, scopes=["workspace:hr"]
+            ),
+            timeout=60,
+        )
+    with world.query(world.hr_unscoped) as channel:
+        own = _trace_events(channel, world.namespace, trace_id)
+    assert [(e.action, e.principal) for e in own] == [("review", "aud-hr")]
+    with world.query(world.reader) as channel, pytest.raises(grpc.RpcError) as hidden:
+        _trace_events(channel, world.namespace, trace_id)
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    # The namespace admin reads it whatever its scopes, and so does an admin of every namespace ("*");
+    # an admin of another namespace reads nothing of this one.
+    with world.query(world.masked_admin) as channel:
+        assert [e.principal for e in _trace_events(channel, world.namespace, trace_id)] == ["aud-hr"]
+    with world.query(world.packs) as channel:
+        listed = _all(channel, namespace=world.namespace, action="review", principal="aud-hr")
+    assert [e.trace_id for e in listed] == [trace_id]
+    with world.query(world.other_admin) as channel:
+        for read in (
+            lambda: _trace_events(channel, world.namespace, trace_id),
+            lambda: _list(channel, namespace=world.namespace),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                read()
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 @pytest.fixture(scope="module")
