@@ -240,6 +240,14 @@ def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) ->
     of_request = [event for event in listed if event.trace_id == request_id]
     assert sorted(json_format.MessageToDict(e.details)["method"] for e in of_request) == sorted(SIX_METHODS)
     assert {e.event_id for e in of_request} == {e.event_id for e in in_trace}
+    # node_key finds an event listing the key among several (a typed context pack's pii_access).
+    with world.query(world.auditor) as channel:
+        about_alice = _all(channel, namespace=world.namespace, action="pii_access", node_key="person:alice")
+    typed = [e for e in of_request if "CompileTypedContext" in json_format.MessageToDict(e.details)["method"]]
+    assert typed and typed[0].target_key == "" and typed[0].event_id in {e.event_id for e in about_alice}
+    assert all(
+        "person:alice" in json_format.MessageToDict(e.details).get("natural_keys", []) for e in about_alice
+    )
     # The officer reads its own events; a reader of the namespace without its scope sees none of them.
     with world.query(world.officer) as channel:
         assert len(_trace_events(channel, world.namespace, request_id)) == 6
