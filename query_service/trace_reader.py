@@ -6,10 +6,10 @@ A trace's trail is, in one namespace and ordered by time (ties: audit events fir
 * the context compilations recorded under the trace id by CompileContext (``context_traces``): the
   request (query, anchors, as_of, budget, token count, encoding) and one decision per candidate.
 
-Visibility (seed 000 "Видимость внутри namespace"): audit events follow `AuditReadAccess` (a namespace
-admin reads every one; anyone else its own and those whose restricting scopes it holds); in a compilation, a decision about a chunk or node (key ``node_key#order`` or a
-natural key) or a fact (key ``fact-...``) the caller cannot see — or that no longer exists, e.g. after
-DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
+Visibility: audit events follow `AuditReadAccess` (a namespace admin reads every one; anyone else its
+own and those whose restricting scopes it holds); in a compilation, a decision about a chunk or node (key
+``node_key#order`` or a natural key) or a fact (key ``fact-...``) the caller cannot see — or that no
+longer exists, e.g. after DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
 A trace with nothing the caller may see is NOT_FOUND, like an unknown one.
 
 A compilation is as visible as an item scoped to its compiler: ``context_traces.scopes`` holds the
