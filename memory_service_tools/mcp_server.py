@@ -10,19 +10,34 @@ path to the database, so every access rule of the services holds for an agent to
   nothing else: a request without one reaches the services without a token and is refused there
   (UNAUTHENTICATED) when they check tokens. The server's own ``CB_TOKEN`` is never used in this mode.
 
-Tools (`TOOL_NAMES`): ``record_observation``, ``search``, ``compile_context``, ``list_facts``,
-``read_source``, and for memory records (issue 12) ``add_memories`` and ``recall_memories`` (their
-scope is the token's user; ``project`` becomes the ``x-project-id`` metadata). Each returns the proto3 JSON of the service's response (field names as in the
-protos, snake_case); a refused call is a tool error whose text is the gRPC code, the message and one
-line per field violation (``error: INVALID_ARGUMENT: ...`` / ``  - field: problem``). A call with an
-argument the tool's input schema does not name (``additionalProperties: false``, also in nested objects)
-is a tool error naming it, before any service is called.
+Tools (`TOOL_NAMES`, the names of the registered tools): ``record_observation``, ``search``,
+``compile_context``, ``list_facts``, ``read_source``, and for memory records ``add_memories`` and
+``recall_memories`` (their scope is the token's user; ``project`` becomes the ``x-project-id``
+metadata). Each returns the proto3 JSON of the service's response (field names as in the protos,
+snake_case).
+
+One rule for ``isError`` (docs/reference/mcp-tools.md): a tool call whose request was refused, wholly or
+in part, is a tool error (``isError: true``); every other call is not.
+
+* A refused call (the service answered an error status, or an argument failed the tool's own checks) has
+  text only: the gRPC code, the message and one line per field violation (``error: INVALID_ARGUMENT:
+  ...`` / ``  - field: problem``).
+* A batch the service answered item by item (``record_observation``, ``add_memories``) with at least one
+  item failed is a tool error too (`refused_items`): its text starts with one such error block per
+  failed item, followed by the JSON of the whole response, which is also the structured content, so the
+  agent sees which items were stored and which were not.
+
+A call with an argument the tool's input schema does not name (``additionalProperties: false``, also in
+nested objects) is a tool error naming it, before any service is called. ``initialize`` answers
+``serverInfo.version`` with the installed version of the memory-service distribution.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from typing import Annotated, Any, Literal
 
 from google.protobuf import json_format
@@ -31,6 +46,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp_types import CallToolResult, TextContent
 from memory_service_grpc_client import MemoryClient, ServiceError
 from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
@@ -49,17 +65,16 @@ from common.grpc.proto_mapping import timestamp
 from common.kernel.identifiers import canonical_instant, parse_instant
 from memory_service_tools.cli.terminal import error_lines
 
-__all__ = ["TOOL_NAMES", "build_mcp_server"]
+__all__ = [
+    "DISTRIBUTION",
+    "TOOL_NAMES",
+    "build_mcp_server",
+    "memory_tools",
+    "refused_items",
+    "server_version",
+]
 
-TOOL_NAMES = (
-    "record_observation",
-    "search",
-    "compile_context",
-    "list_facts",
-    "read_source",
-    "add_memories",
-    "recall_memories",
-)
+DISTRIBUTION = "memory-service"  # whose version ``initialize`` reports (pyproject.toml [project].name)
 
 INSTRUCTIONS = """\
 Long-term memory of this team: observations (immutable records of what happened), temporal facts
@@ -136,15 +151,36 @@ class MemoryItem(BaseModel):
     source: str = Field("", description="where it came from, e.g. 'chat'; default 'mcp'")
 
 
+def server_version() -> str:
+    """The installed version of the `DISTRIBUTION` (``serverInfo.version`` of ``initialize``)."""
+    return metadata.version(DISTRIBUTION)
+
+
+def refused_items(response: dict[str, Any], failures: Sequence[str]) -> CallToolResult:
+    """The result of a batch with failed items: a tool error (``isError: true``) whose text is the error
+    block of every failed item (``failures``) followed by the JSON of the whole ``response``, which is
+    also its structured content."""
+    text = "\n".join([*failures, json.dumps(response, ensure_ascii=False, indent=2)])
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=response, is_error=True
+    )
+
+
+def _failure_block(head: str, violations: Sequence[str]) -> str:
+    return "\n".join([head, *(f"  - {violation}" for violation in violations)])
+
+
 class _Tools:
     """The tool functions, bound to one client and to where each call's token comes from."""
 
-    def __init__(self, client: MemoryClient, *, token_from_request: bool) -> None:
+    def __init__(self, client: MemoryClient | None, *, token_from_request: bool) -> None:
         self._client = client
         self._token_from_request = token_from_request
 
     def client_for(self, ctx: Context) -> MemoryClient:
         """The client a tool call uses: over HTTP a view carrying the request's bearer token (or none)."""
+        if self._client is None:
+            raise ToolError("error: the server has no client")
         if not self._token_from_request:
             return self._client
         headers = ctx.headers or {}
@@ -171,6 +207,16 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
     Returns:
         An `MCPServer`; run it with ``run("stdio")`` or serve ``streamable_http_app()``.
     """
+    return MCPServer(
+        "memory-service",
+        version=server_version(),
+        instructions=INSTRUCTIONS,
+        tools=memory_tools(client, token_from_request=token_from_request),
+    )
+
+
+def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> list[Tool]:
+    """The tools, in order, bound to ``client`` (None: only to read their names and schemas)."""
     tools = _Tools(client, token_from_request=token_from_request)
     functions: list[Callable[..., Any]] = []
 
@@ -253,13 +299,10 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         response = tools.call(ctx, "record_observations", request)
         result = response.results[0]
         if result.status == "failed":
-            raise ToolError(
-                "\n".join(
-                    [
-                        f"error: INVALID_ARGUMENT: {result.error}",
-                        *(f"  - {v}" for v in result.field_violations),
-                    ]
-                )
+            # The SDK passes a CallToolResult through as it is (the declared dict stays the output schema).
+            return refused_items(  # type: ignore[return-value]
+                _as_json(result),
+                [_failure_block(f"error: INVALID_ARGUMENT: {result.error}", list(result.field_violations))],
             )
         return _as_json(result)
 
@@ -409,7 +452,19 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
                 message.importance = item.importance
             if item.ttl_seconds is not None:
                 message.ttl.seconds = item.ttl_seconds
-        return _as_json(tools.call(ctx, "add_memories", request, project_id=project))
+        response = tools.call(ctx, "add_memories", request, project_id=project)
+        failures = [
+            _failure_block(
+                f"error: {result.error_code or 'FAILED'}: memories[{index}] was not stored",
+                list(result.field_violations),
+            )
+            for index, result in enumerate(response.results)
+            if result.status == "failed"
+        ]
+        if failures:
+            # The SDK passes a CallToolResult through as it is (the declared dict stays the output schema).
+            return refused_items(_as_json(response), failures)  # type: ignore[return-value]
+        return _as_json(response)
 
     @tool
     def recall_memories(
@@ -440,11 +495,10 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
         )
         return _as_json(tools.call(ctx, "recall_memories", request, project_id=project))
 
-    return MCPServer(
-        "memory-service",
-        instructions=INSTRUCTIONS,
-        tools=[_closed(Tool.from_function(function)) for function in functions],
-    )
+    return [_closed(Tool.from_function(function)) for function in functions]
+
+
+"""The registered tools' names (``cb mcp --help`` lists them)."""
 
 
 def _closed(tool: Tool) -> Tool:
@@ -466,6 +520,9 @@ def _closed(tool: Tool) -> Tool:
     tool.parameters = closed.model_json_schema(by_alias=True)
     return tool
 
+
+TOOL_NAMES = tuple(tool.name for tool in memory_tools(None, token_from_request=False))
+"""The registered tools' names, in order (``cb mcp --help`` lists them)."""
 
 Transport = Literal["stdio", "http"]
 

@@ -13,6 +13,7 @@ import logging
 
 import grpc
 from memory_service_grpc_client.memory.v1 import (
+    audit_service_pb2_grpc,
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
@@ -34,6 +35,7 @@ from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
+from query_service.audit_reader import AuditReader
 from query_service.context.compiler import ContextCompiler, context_preset
 from query_service.context.typed_context import TypedContextCompiler
 from query_service.readers.facts import FactReader
@@ -42,6 +44,7 @@ from query_service.readers.observations import ObservationReader
 from query_service.readers.sources import SourceReader
 from query_service.readers.traces import TraceReader
 from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
+from query_service.servicers.audit_query_servicer import AuditQueryServicer
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -58,6 +61,7 @@ SERVICE_NAMES = (
     "memory.v1.ObservationQueryService",
     "memory.v1.TraceService",
     "memory.v1.MemoryQueryService",
+    "memory.v1.AuditService",
 )
 
 
@@ -116,6 +120,9 @@ def create_query_host(
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             TraceServicer(TraceReader(database)), server
+        )
+        audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
+            AuditQueryServicer(AuditReader(database)), server
         )
         return list(SERVICE_NAMES)
 

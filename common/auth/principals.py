@@ -112,6 +112,8 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.FactQueryService/ListFacts": _READ,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
+        # The audit trail of the whole namespace, every principal's events (served by query_service).
+        "/memory.v1.AuditService/ListAuditEvents": _ADMIN,
         # Memory records (issue 12): the namespace comes from the caller's scope, not from the request
         # (MEMORY_METHODS); `authorize` checks that the caller has a memory scope, the handler checks the
         # right on the scope's namespace (common.domain.memory_scope.resolve_memory_scope).

@@ -10,21 +10,33 @@ Events are immutable: `AuditStore.insert_event` creates the vertex only when its
 (`GraphStore.insert_node_once`), so a retried event with the same key (a client event id) changes
 nothing and returns the stored one.
 
+Every event also gets a row in the relational index ``audit_events`` (``sql/0031_audit_event_index.sql``)
+in the same transaction, which `AuditStore.list_events` filters and pages with B-tree indexes.
+
+Who may read an event (`AuditReadAccess`): a namespace admin every event of the namespace; anyone else the
+events it recorded itself (its principal) and those whose restricting scopes it holds (`Visibility`).
+
 Its SQL and Cypher are static named queries (``sql/queries/audit.sql``: the anchor's node type, the events
-of a trace); the vertices and the edge are written through `GraphStore`.
+of a trace, the index row), except the listing, whose filters and visibility predicate are composed at run
+time from fixed fragments; the vertices and the edge are written through `GraphStore`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from common.kernel.errors import FailedPrecondition
 from common.kernel.identifiers import graph_label
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
+from common.storage.tables import table_identifiers
 from common.storage.visibility import EVERYTHING, Visibility
 
 AUDIT_EVENT_TYPE = "audit_event"
@@ -36,6 +48,61 @@ TRACE_EDGE = "IN_TRACE"
 AUDIT_EVENT_LABEL = graph_label("node_type", AUDIT_EVENT_TYPE)
 TRACE_LABEL = graph_label("node_type", TRACE_TYPE)
 TRACE_EDGE_LABEL = graph_label("internal_edge", TRACE_EDGE)
+
+
+@dataclass(frozen=True)
+class AuditReadAccess:
+    """Which audit events of a namespace one caller may read.
+
+    Attributes:
+        visibility: the caller's visibility scopes (an event whose restricting scopes it holds is shown).
+        principal: the caller's principal name: the events it recorded itself are shown whatever their
+            scopes; empty for in-process and development callers.
+        admin: the caller holds the admin right on the namespace: every event is shown.
+    """
+
+    visibility: Visibility = EVERYTHING
+    principal: str = ""
+    admin: bool = False
+
+    @property
+    def everything(self) -> bool:
+        """True when no event of the namespace is hidden from the caller."""
+        return self.admin or self.visibility.unrestricted
+
+    def allows(self, event_scopes: list[str] | None, event_principal: str) -> bool:
+        """True when the caller may read an event with these scopes recorded by ``event_principal``."""
+        if self.everything or (self.principal and event_principal == self.principal):
+            return True
+        return self.visibility.allows(event_scopes)
+
+
+ALL_AUDIT_EVENTS = AuditReadAccess()
+
+
+@dataclass(frozen=True)
+class AuditEventQuery:
+    """Filters and position of one ListAuditEvents page (every set filter must hold).
+
+    Attributes:
+        namespace: the namespace listed.
+        action: only this action; "" every action.
+        principal: only events recorded by this principal; "" every principal.
+        node_key: only events whose target_key is this key or whose ``details.natural_keys`` lists it.
+        start: recorded at or after this instant (inclusive); None: no lower bound.
+        end: recorded before this instant (exclusive); None: no upper bound.
+        after: the (recorded_at, event_id) of the previous page's last event; None: the first page.
+        limit: rows to fetch.
+    """
+
+    namespace: str
+    action: str = ""
+    principal: str = ""
+    node_key: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+    after: tuple[datetime, str] | None = None
+    limit: int = 100
 
 
 def event_key(event_id: str) -> str:
@@ -54,6 +121,7 @@ class AuditStore:
     def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
         self.queries = Queries.for_settings("audit.sql", graph.database.settings)
+        self.table = table_identifiers(graph.database.settings)["audit_events"]
 
     def insert_event(
         self,
@@ -117,7 +185,63 @@ class AuditStore:
             target=(anchor.natural_key, TRACE_LABEL),
             properties={"namespace": namespace, "trace_id": trace_id},
         )
+        conn.execute(
+            self.queries["insert_audit_event_row"],
+            (
+                namespace,
+                event_id,
+                str(properties.get("action", "")),
+                str(properties.get("principal", "")),
+                str(properties.get("target_key", "")),
+                trace_id,
+                now,
+                [str(scope) for scope in properties.get("scopes") or []],
+                Jsonb(properties),
+            ),
+        )
         return True, properties
+
+    def list_events(
+        self, conn: psycopg.Connection[Any], query: AuditEventQuery, *, access: AuditReadAccess
+    ) -> list[dict[str, Any]]:
+        """The ``props`` of up to ``query.limit`` events of ``query.namespace`` that ``access`` may read and
+        every filter of ``query`` holds for, newest first (recorded_at, then event_id, descending), after
+        ``query.after``."""
+        conditions: list[sql.Composable] = [sql.SQL("namespace = %(namespace)s")]
+        params: dict[str, Any] = {"namespace": query.namespace, "limit": query.limit}
+        if query.action:
+            conditions.append(sql.SQL("action = %(action)s"))
+            params["action"] = query.action
+        if query.principal:
+            conditions.append(sql.SQL("principal = %(principal)s"))
+            params["principal"] = query.principal
+        if query.node_key:
+            conditions.append(
+                sql.SQL("(target_key = %(node_key)s OR props -> 'details' -> 'natural_keys' ? %(node_key)s)")
+            )
+            params["node_key"] = query.node_key
+        if query.start is not None:
+            conditions.append(sql.SQL("recorded_at >= %(start)s"))
+            params["start"] = query.start
+        if query.end is not None:
+            conditions.append(sql.SQL("recorded_at < %(end)s"))
+            params["end"] = query.end
+        if query.after is not None:
+            conditions.append(sql.SQL("(recorded_at, event_id) < (%(after_time)s, %(after_id)s)"))
+            params["after_time"], params["after_id"] = query.after
+        if not access.everything:
+            visible = access.visibility.array_predicate(sql.SQL("scopes"))
+            params.update(access.visibility.params)
+            if access.principal:
+                visible = sql.SQL("({} OR principal = %(reader)s)").format(visible)
+                params["reader"] = access.principal
+            conditions.append(visible)
+        statement = sql.SQL(
+            "SELECT props FROM {table} WHERE {where} ORDER BY recorded_at DESC, event_id DESC LIMIT %(limit)s"
+        ).format(table=self.table, where=sql.SQL(" AND ").join(conditions))
+        with conn.cursor(row_factory=dict_row) as cursor:
+            rows = cursor.execute(statement, params).fetchall()
+        return [dict(row["props"]) for row in rows]
 
     def events_of_trace(
         self,
@@ -125,9 +249,9 @@ class AuditStore:
         namespace: str,
         trace_id: str,
         *,
-        visibility: Visibility = EVERYTHING,
+        access: AuditReadAccess = ALL_AUDIT_EVENTS,
     ) -> list[dict[str, Any]]:
-        """The ``props`` of the audit events linked to the trace's anchor that ``visibility`` may see, in
+        """The ``props`` of the audit events linked to the trace's anchor that ``access`` may read, in
         no particular order (callers sort by ``recorded_at``)."""
         anchor = trace_key(trace_id)
         if not self.graph.node_labels(conn, namespace, [anchor]):
@@ -136,8 +260,14 @@ class AuditStore:
             conn, self.queries["audit_events_of_trace"], {"namespace": namespace, "anchor": anchor}
         )
         found = {str(key): props for key, props in rows if isinstance(props, dict)}
-        visible = self.graph.node_labels(conn, namespace, list(found), visibility=visibility)
-        return [props for key, props in found.items() if key in visible]
+        if access.everything:
+            return list(found.values())
+        visible = self.graph.node_labels(conn, namespace, list(found), visibility=access.visibility)
+        return [
+            props
+            for key, props in found.items()
+            if key in visible or (access.principal and props.get("principal") == access.principal)
+        ]
 
     def ensure_labels(self) -> None:
         """Creates the audit labels before first use (outside any transaction; DESIGN §11)."""
@@ -147,12 +277,15 @@ class AuditStore:
 
 
 __all__ = [
+    "ALL_AUDIT_EVENTS",
     "AUDIT_EVENT_LABEL",
     "AUDIT_EVENT_TYPE",
     "TRACE_EDGE",
     "TRACE_EDGE_LABEL",
     "TRACE_LABEL",
     "TRACE_TYPE",
+    "AuditEventQuery",
+    "AuditReadAccess",
     "AuditStore",
     "event_key",
     "trace_key",

@@ -32,3 +32,8 @@ class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: ignor
         return audit_service_pb2.RecordAuditEventResponse(
             event=audit_event_to_proto(event), created=event.created
         )
+
+    def ListAuditEvents(
+        self, request: audit_service_pb2.ListAuditEventsRequest, context: grpc.ServicerContext
+    ) -> audit_service_pb2.ListAuditEventsResponse:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListAuditEvents is a read: call it on query_service")

@@ -10,11 +10,12 @@ from typing import Annotated
 
 import typer
 
+from memory_service_tools.cli.audit_commands import audit
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.context_commands import context, typed_context
 from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
 from memory_service_tools.cli.health_commands import health
-from memory_service_tools.cli.mcp_commands import mcp
+from memory_service_tools.cli.mcp_commands import McpCommand, mcp
 from memory_service_tools.cli.memory_commands import memory_app
 from memory_service_tools.cli.pack_commands import pack_app
 from memory_service_tools.cli.read_commands import facts, search, source, trace
@@ -103,6 +104,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("audit", audit),
     ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
@@ -113,6 +115,6 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
 )
 
 for name, command in COMMANDS:
-    app.command(name)(command)
+    app.command(name, cls=McpCommand if command is mcp else None)(command)
 for name, group in COMMAND_GROUPS:
     app.add_typer(group, name=name)

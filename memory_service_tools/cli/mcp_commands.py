@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from memory_service_grpc_client import MemoryClient
+from typer.core import TyperCommand
 
 from memory_service_tools.cli.cli_state import cli_state, traced
 from memory_service_tools.cli.terminal import fail
 
 MCP_RETRY_SECONDS = 10.0  # how long a tool call retries a service that answers UNAVAILABLE
+TOOLS_PLACEHOLDER = "TOOLS"
+
+
+class McpCommand(TyperCommand):
+    """``cb mcp``: its help names the registered tools (`memory_service_tools.mcp_server.TOOL_NAMES`), read
+    only when the help is shown, so other commands do not import the MCP SDK."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # typer's own click types
+        if self.help and TOOLS_PLACEHOLDER in self.help:
+            from memory_service_tools.mcp_server import TOOL_NAMES
+
+            self.help = self.help.replace(TOOLS_PLACEHOLDER, ", ".join(TOOL_NAMES))
+        super().format_help(ctx, formatter)
 
 
 def mcp(
@@ -27,8 +41,9 @@ def mcp(
     host: Annotated[str, typer.Option("--host", help="address the HTTP transport binds")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="port of the HTTP transport")] = 8765,
 ) -> None:
-    """Serve the memory to agents as MCP tools: record_observation, search, compile_context, list_facts,
-    read_source. A client of the gRPC services (``--ingest-addr``, ``--query-addr``); their access rules
+    """Serve the memory to agents as MCP tools (docs/reference/mcp-tools.md).
+
+    Tools: TOOLS. A client of the gRPC services (``--ingest-addr``, ``--query-addr``); their access rules
     hold for every call."""
     from common.grpc.telemetry import configure_tracing
     from memory_service_tools.mcp_server import run_mcp_server

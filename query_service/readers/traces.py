@@ -6,10 +6,10 @@ A trace's trail is, in one namespace and ordered by time (ties: audit events fir
 * the context compilations recorded under the trace id by CompileContext (``context_traces``): the
   request (query, anchors, as_of, budget, token count, encoding) and one decision per candidate.
 
-Visibility (seed 000 "Видимость внутри namespace"): an audit event with restricting scopes the caller
-does not hold is left out; in a compilation, a decision about a chunk or node (key ``node_key#order`` or a
-natural key) or a fact (key ``fact-...``) the caller cannot see — or that no longer exists, e.g. after
-DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
+Visibility: audit events follow `AuditReadAccess` (a namespace admin reads every one; anyone else its
+own and those whose restricting scopes it holds); in a compilation, a decision about a chunk or node (key
+``node_key#order`` or a natural key) or a fact (key ``fact-...``) the caller cannot see — or that no
+longer exists, e.g. after DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.
 A trace with nothing the caller may see is NOT_FOUND, like an unknown one.
 
 A compilation is as visible as an item scoped to its compiler: ``context_traces.scopes`` holds the
@@ -29,12 +29,13 @@ from typing import Any
 
 from common.domain.audit import AuditEvent, event_from_props
 from common.kernel.errors import NotFound, ViolationCollector
-from common.storage.audit_store import AuditStore
+from common.storage.audit_store import AuditReadAccess, AuditStore
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.trace_store import TraceStore
 from common.storage.visibility import EVERYTHING, Visibility
+from query_service.audit_reader import disclose_audit_event
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
 
 MAX_TRACE_ID_LENGTH = 256
@@ -96,10 +97,15 @@ class TraceReader:
         trace_id: str,
         *,
         visibility: Visibility = EVERYTHING,
+        audit_access: AuditReadAccess | None = None,
         pii: PiiPolicy = NO_PII_POLICY,
     ) -> TraceView:
         """The trail of ``trace_id`` in ``namespace`` as ``visibility`` may see it, masked for ``pii``'s
         caller (`disclose_trace`).
+
+        Args:
+            audit_access: which audit events the caller may read (a namespace admin: all; see
+                `AuditReadAccess`); None: those ``visibility`` allows.
 
         Raises:
             InvalidArgument: empty namespace or trace_id, or a trace_id over 256 characters.
@@ -117,7 +123,9 @@ class TraceReader:
         with self.database.connection() as conn:
             events = [
                 event_from_props(namespace, props)
-                for props in self.audit.events_of_trace(conn, namespace, trace_id, visibility=visibility)
+                for props in self.audit.events_of_trace(
+                    conn, namespace, trace_id, access=audit_access or AuditReadAccess(visibility)
+                )
             ]
             rows = self.contexts.traces(conn, namespace, trace_id, visibility=visibility)
             node_keys: list[str] = []
@@ -189,13 +197,7 @@ def disclose_trace(disclosure: PiiDisclosure, view: TraceView) -> TraceView:
     for entry in view.entries:
         event, compilation = entry.audit_event, entry.compilation
         if event is not None:
-            key = event.target_key
-            event = replace(
-                event,
-                target_key=disclosure.text(event.target_key, key=key),
-                principal=disclosure.text(event.principal, key=key),
-                details=disclosure.value(dict(event.details), key=key),
-            )
+            event = disclose_audit_event(disclosure, event)
         if compilation is not None:
             compilation = replace(
                 compilation,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
-from common.auth.principals import current_principal
+from common.auth.principals import Right, current_principal
 from common.grpc.proto_mapping import dict_to_struct
 from common.kernel.config import Settings
+from common.storage.audit_store import AuditReadAccess
 from common.storage.visibility import Visibility, visibility_for
 from query_service.pii_output import PiiPolicy
 from query_service.provenance import Provenance
@@ -19,6 +20,18 @@ def caller_visibility() -> Visibility:
     """The visibility scopes of the RPC's caller (`common.storage.visibility.visibility_for`): a token's
     scopes plus its own ``principal:<name>``; development mode (auth off) sees everything."""
     return visibility_for(current_principal())
+
+
+def caller_audit_access(namespace: str) -> AuditReadAccess:
+    """Which audit events of ``namespace`` the RPC's caller may read (`AuditReadAccess`): every one with
+    the admin right on the namespace (or in development mode); otherwise its own and those whose
+    restricting scopes it holds."""
+    principal = current_principal()
+    return AuditReadAccess(
+        visibility=visibility_for(principal),
+        principal=principal.name if principal is not None and principal.authenticated else "",
+        admin=principal is not None and principal.allows(namespace, Right.ADMIN),
+    )
 
 
 def caller_pii_policy(settings: Settings, method: str) -> PiiPolicy:

@@ -8,7 +8,7 @@ from memory_service_grpc_client.memory.v1 import trace_service_pb2, trace_servic
 
 from common.grpc.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
 from query_service.readers.traces import TraceEntry, TraceReader
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
+from query_service.servicers.read_transport import caller_audit_access, caller_pii_policy, caller_visibility
 
 
 def _entry_to_proto(entry: TraceEntry) -> trace_service_pb2.TraceEntry:
@@ -43,6 +43,7 @@ class TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
             request.namespace,
             request.trace_id,
             visibility=caller_visibility(),
+            audit_access=caller_audit_access(request.namespace),
             pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.TraceService/GetTrace"),
         )
         return trace_service_pb2.GetTraceResponse(

@@ -318,3 +318,53 @@ def test_memory_tools_add_and_recall_the_callers_memories(world: World) -> None:
     assert json.loads(_text(other_project)).get("memories", []) == []  # another project, nothing
     (refused,) = _http_calls(world, world.writer, [("recall_memories", {"query": "Alice"})])
     assert refused.is_error and "PERMISSION_DENIED" in _text(refused)
+
+
+def test_one_is_error_rule_a_partly_refused_batch_is_a_tool_error_with_every_result(world: World) -> None:
+    stored = {"text": "User Bob reads the weekly digest on Mondays.", "key": "digest-" + uuid.uuid4().hex[:6]}
+    refused = {"text": "   ", "key": "blank"}
+    (added,) = _http_calls(
+        world, world.memory_user, [("add_memories", {"memories": [stored, refused], "project": "support"})]
+    )
+    assert added.is_error, _text(added)
+    results = added.structured_content["results"]
+    assert [r["status"] for r in results] == ["created", "failed"]
+    assert results[0]["memory_id"].startswith("mem-") and results[1]["error_code"] == "INVALID_ARGUMENT"
+    text = _text(added)
+    assert text.startswith("error: INVALID_ARGUMENT: memories[1] was not stored\n  - memories[1].text"), text
+    assert json.loads(text[text.index("{") :]) == added.structured_content
+    # A wholly refused call is a tool error too, with the error text only.
+    (record,) = _http_calls(
+        world,
+        world.writer,
+        [("record_observation", {"namespace": world.namespace, "content": "x", "kind": " " * 3})],
+    )
+    assert record.is_error and record.structured_content is None, _text(record)
+    # Nothing refused: not an error.
+    (clean,) = _http_calls(
+        world, world.memory_user, [("add_memories", {"memories": [stored], "project": "support"})]
+    )
+    assert not clean.is_error and clean.structured_content["results"][0]["status"] == "duplicate"
+
+
+def test_initialize_reports_the_package_version_and_help_names_every_tool(world: World) -> None:
+    from importlib import metadata
+
+    from typer.testing import CliRunner
+
+    from memory_service_tools.cli import app
+
+    async def run() -> tuple[Any, list[str]]:
+        async with (
+            httpx2.AsyncClient(timeout=60) as http,
+            Client(streamable_http_client(world.mcp_url, http_client=http)) as client,
+        ):
+            return client.server_info, [tool.name for tool in (await client.list_tools()).tools]
+
+    info, listed = anyio.run(run)
+    assert info is not None and info.version == metadata.version("memory-service") != ""
+    assert list(TOOL_NAMES) == listed and len(listed) == 7
+    shown = CliRunner().invoke(app, ["mcp", "--help"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    for name in listed:
+        assert name in shown.output, (name, shown.output)

@@ -778,6 +778,43 @@ def _get_trace(world: World) -> None:
         assert _code(functools.partial(stub.GetTrace, request, timeout=60)) == grpc.StatusCode.NOT_FOUND
 
 
+def _list_audit_events(world: World) -> None:
+    """A's admin lists A's audit trail filtered by B's principal, key and marker: none of B's events."""
+    b = world.b
+    trace_id = "iso-list-audit-" + uuid.uuid4().hex
+    with world.ingest(world.writers["b"]) as channel:
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=b.ns,
+                action="review",
+                trace_id=trace_id,
+                target_key=b.doc,
+                details={"marker": b.marker},
+            ),
+            timeout=60,
+        )
+    with world.ingest(world.attacker) as channel:  # an event of A's own, on the same trace id
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=world.a.ns, action="review", trace_id=trace_id
+            ),
+            timeout=60,
+        )
+    with world.query(world.attacker) as channel:
+        stub = audit_service_pb2_grpc.AuditServiceStub(channel)
+        every = stub.ListAuditEvents(
+            audit_service_pb2.ListAuditEventsRequest(namespace=world.a.ns, page_size=1000), timeout=60
+        ).events
+        for filters in ({"principal": "writer-b"}, {"node_key": b.doc}, {"action": "review"}):
+            listed = stub.ListAuditEvents(
+                audit_service_pb2.ListAuditEventsRequest(namespace=world.a.ns, **filters), timeout=60
+            ).events
+            assert all(event.principal != "writer-b" for event in listed), filters
+    assert [e.trace_id for e in every if e.trace_id == trace_id] == [trace_id]  # A's own event only
+    shown = json.dumps([json_format.MessageToDict(event) for event in every])
+    assert b.marker not in shown and "writer-b" not in shown
+
+
 def _reconcile_stream(world: World) -> None:
     """The streamed snapshot: same as `_reconcile`, and a later message naming B (a second header) is
     refused with PERMISSION_DENIED before the handler sees it; parts name no namespace at all."""
@@ -889,6 +926,7 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.DocumentService/DeleteNode": _delete_node,
     "/memory.v1.AuditService/RecordAuditEvent": _record_audit_event,
     "/memory.v1.TraceService/GetTrace": _get_trace,
+    "/memory.v1.AuditService/ListAuditEvents": _list_audit_events,
     "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,

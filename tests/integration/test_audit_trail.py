@@ -10,6 +10,7 @@ from common.storage.audit_store import (
     AUDIT_EVENT_LABEL,
     TRACE_EDGE_LABEL,
     TRACE_LABEL,
+    AuditReadAccess,
     AuditStore,
     trace_key,
 )
@@ -80,10 +81,10 @@ def test_scoped_events_are_hidden_from_other_scopes(database: Database, namespac
     store = AuditStore(GraphStore(database))
     with database.connection() as conn:
         outsider = store.events_of_trace(
-            conn, namespace, "t", visibility=Visibility.of_scopes(["workspace:ops"])
+            conn, namespace, "t", access=AuditReadAccess(Visibility.of_scopes(["workspace:ops"]))
         )
         insider = store.events_of_trace(
-            conn, namespace, "t", visibility=Visibility.of_scopes(["workspace:hr"])
+            conn, namespace, "t", access=AuditReadAccess(Visibility.of_scopes(["workspace:hr"]))
         )
     assert len(outsider) == 1 and len(insider) == 2
 
@@ -106,3 +107,42 @@ def test_bad_input_names_every_field_and_writes_nothing(database: Database, name
     with database.connection() as conn:
         count = conn.execute("SELECT count(*) FROM graph_nodes WHERE namespace = %s", (namespace,)).fetchone()
     assert count == (0,)
+
+
+def test_the_event_index_holds_every_event_and_migration_0031_backfills_it(
+    database: Database, namespace: str
+) -> None:
+    """Each recorded event has its row in ``audit_events`` (what ListAuditEvents reads); events recorded
+    before the table existed are copied from their vertices by the migration."""
+    from importlib import resources
+
+    from psycopg import sql
+
+    from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery
+    from common.storage.tables import query_placeholders
+
+    trail = AuditTrail(database)
+    recorded = [
+        trail.record(AuditEventInput(namespace, "export", trace_id="t", target_key=f"doc:{n}", scopes=scopes))
+        for n, scopes in enumerate([(), ("workspace:hr",), ()])
+    ]
+    store = AuditStore(GraphStore(database))
+
+    def listed() -> list[dict[str, object]]:
+        with database.connection() as conn:
+            return store.list_events(conn, AuditEventQuery(namespace=namespace), access=ALL_AUDIT_EVENTS)
+
+    before = listed()
+    assert [props["event_id"] for props in before] == [e.event_id for e in reversed(recorded)]
+    script = (
+        resources.files("common.storage").joinpath("sql", "0031_audit_event_index.sql").read_text("utf-8")
+    )
+    with database.connection() as conn:
+        conn.execute("DELETE FROM audit_events WHERE namespace = %s", (namespace,))
+        assert store.list_events(conn, AuditEventQuery(namespace=namespace), access=ALL_AUDIT_EVENTS) == []
+        conn.execute(sql.SQL(script).format(**query_placeholders(database.settings)))  # type: ignore[arg-type]
+        scopes = conn.execute(
+            "SELECT event_id, scopes FROM audit_events WHERE namespace = %s ORDER BY event_id", (namespace,)
+        ).fetchall()
+    assert listed() == before
+    assert dict(scopes)[recorded[1].event_id] == ["workspace:hr"]

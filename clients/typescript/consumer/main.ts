@@ -21,3 +21,12 @@ client.search(request, callMetadata(process.env.CB_TOKEN ?? ""), (error: Service
 // The types are real, not `any`: a wrong field type must not compile.
 // @ts-expect-error topK is a number
 retrieval.SearchRequest.fromPartial({ namespace: "demo", query: "x", topK: "3" });
+
+// Every service is reachable through the package's one entry point, memories and the vault included;
+// Timestamps keep microseconds (a Timestamp message, converted with timestampFromIso / timestampToIso).
+import { memories, memoryQuery, Timestamp, timestampFromIso, timestampToIso, vault } from "@memory-service/client";
+
+const clients = [memories.MemoryServiceClient, memoryQuery.MemoryQueryServiceClient, vault.VaultServiceClient];
+const occurred: Timestamp = timestampFromIso("2026-11-01T10:00:00.123456Z");
+const text: string = timestampToIso(occurred);
+console.log(clients.length, text);

@@ -1,5 +1,6 @@
 // The generated client of memory-service: every message and gRPC service client of memory.v1
-// (ts-proto over @grpc/grpc-js), plus `callMetadata` for the bearer token. `credentials`, `Metadata`,
+// (ts-proto over @grpc/grpc-js; every service of the protos, tests/e2e/test_generated_clients.py checks
+// the list), plus `callMetadata` for the bearer token and the Timestamp text conversions. `credentials`, `Metadata`,
 // `status` and the `ServiceError` type of @grpc/grpc-js are re-exported, so a project needs no import of
 // its own from @grpc/grpc-js (and gets the version the generated clients were built against).
 import { Metadata } from "@grpc/grpc-js";
@@ -8,6 +9,11 @@ export { credentials, Metadata, status } from "@grpc/grpc-js";
 export type { ServiceError } from "@grpc/grpc-js";
 
 export * from "./gen/memory/v1/knowledge";
+export { Timestamp, timestampFromIso, timestampToIso } from "./timestamps";
+export * as memoryRecords from "./gen/memory/v1/memory_record";
+export * as memories from "./gen/memory/v1/memory_service";
+export * as memoryQuery from "./gen/memory/v1/memory_query_service";
+export * as vault from "./gen/memory/v1/vault_service";
 export * as audit from "./gen/memory/v1/audit_service";
 export * as context from "./gen/memory/v1/context_service";
 export * as documents from "./gen/memory/v1/document_service";

@@ -16,7 +16,7 @@ token) and adds, around every call:
 * the caller's token per call (`MemoryClient.with_token`), so a server that acts for several callers
   (the MCP server over HTTP) passes each caller's token through and every access rule holds.
 
-Pagination: `iter_facts` and `iter_packages` follow ``next_page_token`` page by page
+Pagination: `iter_facts`, `iter_packages` and `iter_audit_events` follow ``next_page_token`` page by page
 (`memory_service_grpc_client.pagination.iter_pages`); `list_every_fact` collects every page into one response.
 
 Consistency tokens (read-after-write across replicas; README "Read replicas"): pass a
@@ -491,3 +491,17 @@ class MemoryClient:
         """TraceService.GetTrace."""
         stub = trace_service_pb2_grpc.TraceServiceStub(self.query_channel)
         return self._read(stub.GetTrace, request)
+
+    def list_audit_events(
+        self, request: audit_service_pb2.ListAuditEventsRequest
+    ) -> audit_service_pb2.ListAuditEventsResponse:
+        """AuditService.ListAuditEvents (served by query_service): one page, newest first."""
+        stub = audit_service_pb2_grpc.AuditServiceStub(self.query_channel)
+        return self._read(stub.ListAuditEvents, request)
+
+    def iter_audit_events(
+        self, request: audit_service_pb2.ListAuditEventsRequest, *, limit: int | None = None
+    ) -> Iterator[audit_service_pb2.AuditEvent]:
+        """Every event of a ListAuditEvents query, page after page, newest first; stops after ``limit``
+        events when given. ``request`` is not changed."""
+        return iter_pages(self.list_audit_events, request, lambda page: page.events, limit=limit)

@@ -15,3 +15,11 @@ SELECT * FROM ag_catalog.cypher({graph_name}, $$
     WHERE e.namespace = $namespace
     RETURN [e.natural_key, e.props]
 $$, %s) AS (v ag_catalog.agtype)
+
+-- name: insert_audit_event_row
+-- The relational index row of a new audit event (sql/0031_audit_event_index.sql), in the vertex's
+-- transaction (parameters: namespace, event_id, action, principal, target_key, trace_id, recorded_at,
+-- scopes, props as jsonb).
+INSERT INTO {audit_events} (namespace, event_id, action, principal, target_key, trace_id, recorded_at, scopes, props)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (namespace, event_id) DO NOTHING

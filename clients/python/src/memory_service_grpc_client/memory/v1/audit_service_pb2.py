@@ -26,19 +26,23 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemory/v1/audit_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x01\n\x17RecordAuditEventRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x12\n\ntarget_key\x18\x04 \x01(\t\x12(\n\x07\x64\x65tails\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x06 \x03(\t\x12\x17\n\x0f\x63lient_event_id\x18\x07 \x01(\t\"l\n\x18RecordAuditEventResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.memory.v1.AuditEvent\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"\xff\x01\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x12\n\ntarget_key\x18\x05 \x01(\t\x12(\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x07 \x03(\t\x12/\n\x0brecord_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x17\n\x0f\x63lient_event_id\x18\n \x01(\t2k\n\x0c\x41uditService\x12[\n\x10RecordAuditEvent\x12\".memory.v1.RecordAuditEventRequest\x1a#.memory.v1.RecordAuditEventResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemory/v1/audit_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n\x16ListAuditEventsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x11\n\tprincipal\x18\x03 \x01(\t\x12\x10\n\x08node_key\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"Y\n\x17ListAuditEventsResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.memory.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb5\x01\n\x17RecordAuditEventRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x12\n\ntarget_key\x18\x04 \x01(\t\x12(\n\x07\x64\x65tails\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x06 \x03(\t\x12\x17\n\x0f\x63lient_event_id\x18\x07 \x01(\t\"l\n\x18RecordAuditEventResponse\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.memory.v1.AuditEvent\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\"\xff\x01\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x12\n\ntarget_key\x18\x05 \x01(\t\x12(\n\x07\x64\x65tails\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x07 \x03(\t\x12/\n\x0brecord_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\x17\n\x0f\x63lient_event_id\x18\n \x01(\t2\xc5\x01\n\x0c\x41uditService\x12[\n\x10RecordAuditEvent\x12\".memory.v1.RecordAuditEventRequest\x1a#.memory.v1.RecordAuditEventResponse\x12X\n\x0fListAuditEvents\x12!.memory.v1.ListAuditEventsRequest\x1a\".memory.v1.ListAuditEventsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.memory.v1.audit_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RECORDAUDITEVENTREQUEST']._serialized_start=108
-  _globals['_RECORDAUDITEVENTREQUEST']._serialized_end=289
-  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_start=291
-  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_end=399
-  _globals['_AUDITEVENT']._serialized_start=402
-  _globals['_AUDITEVENT']._serialized_end=657
-  _globals['_AUDITSERVICE']._serialized_start=659
-  _globals['_AUDITSERVICE']._serialized_end=766
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=108
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=337
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=339
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=428
+  _globals['_RECORDAUDITEVENTREQUEST']._serialized_start=431
+  _globals['_RECORDAUDITEVENTREQUEST']._serialized_end=612
+  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_start=614
+  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_end=722
+  _globals['_AUDITEVENT']._serialized_start=725
+  _globals['_AUDITEVENT']._serialized_end=980
+  _globals['_AUDITSERVICE']._serialized_start=983
+  _globals['_AUDITSERVICE']._serialized_end=1180
 # @@protoc_insertion_point(module_scope)

@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class AuditServiceStub:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
     """
 
     def __init__(self, channel):
@@ -40,10 +44,19 @@ class AuditServiceStub:
                 request_serializer=memory_dot_v1_dot_audit__service__pb2.RecordAuditEventRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_audit__service__pb2.RecordAuditEventResponse.FromString,
                 _registered_method=True)
+        self.ListAuditEvents = channel.unary_unary(
+                '/memory.v1.AuditService/ListAuditEvents',
+                request_serializer=memory_dot_v1_dot_audit__service__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_audit__service__pb2.ListAuditEventsResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
     """
 
     def RecordAuditEvent(self, request, context):
@@ -58,6 +71,21 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """Lists the audit events of a namespace, newest first (record_time descending, then event_id
+        descending), filtered by every filter given (they combine with AND), paged per AIP-158. Needs the
+        admin right on the namespace: a namespace admin reads every event of it, whatever its scopes and
+        whoever acted (for example the pii_access events of other principals). Principals, target keys and
+        details are masked for a token without PII clearance, like every read output of query_service.
+        Served by query_service (ingest_service answers UNIMPLEMENTED).
+        Errors: INVALID_ARGUMENT with field violations (a bad filter, start_time not before end_time,
+        page_size outside 0..1000, a page_token not issued for the same namespace and filters);
+        PERMISSION_DENIED without the admin right; UNAVAILABLE when the database is down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -65,6 +93,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.RecordAuditEvent,
                     request_deserializer=memory_dot_v1_dot_audit__service__pb2.RecordAuditEventRequest.FromString,
                     response_serializer=memory_dot_v1_dot_audit__service__pb2.RecordAuditEventResponse.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=memory_dot_v1_dot_audit__service__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_audit__service__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -75,7 +108,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AuditService:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
     """
 
     @staticmethod
@@ -95,6 +132,33 @@ class AuditService:
             '/memory.v1.AuditService/RecordAuditEvent',
             memory_dot_v1_dot_audit__service__pb2.RecordAuditEventRequest.SerializeToString,
             memory_dot_v1_dot_audit__service__pb2.RecordAuditEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memory.v1.AuditService/ListAuditEvents',
+            memory_dot_v1_dot_audit__service__pb2.ListAuditEventsRequest.SerializeToString,
+            memory_dot_v1_dot_audit__service__pb2.ListAuditEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,12 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AuditServiceStub:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -41,10 +46,26 @@ class AuditServiceStub:
     workspace:/principal: scope the token may not write; NOT_FOUND when target_key names a node hidden
     from the caller; UNAVAILABLE when the database is down.
     """
+    ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.ListAuditEventsRequest, _audit_service_pb2.ListAuditEventsResponse]
+    """Lists the audit events of a namespace, newest first (record_time descending, then event_id
+    descending), filtered by every filter given (they combine with AND), paged per AIP-158. Needs the
+    admin right on the namespace: a namespace admin reads every event of it, whatever its scopes and
+    whoever acted (for example the pii_access events of other principals). Principals, target keys and
+    details are masked for a token without PII clearance, like every read output of query_service.
+    Served by query_service (ingest_service answers UNIMPLEMENTED).
+    Errors: INVALID_ARGUMENT with field violations (a bad filter, start_time not before end_time,
+    page_size outside 0..1000, a page_token not issued for the same namespace and filters);
+    PERMISSION_DENIED without the admin right; UNAVAILABLE when the database is down.
+    """
 
 @_typing.type_check_only
 class AuditServiceAsyncStub(AuditServiceStub):
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordAuditEvent: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.RecordAuditEventRequest, _audit_service_pb2.RecordAuditEventResponse]  # type: ignore[assignment]
@@ -55,9 +76,25 @@ class AuditServiceAsyncStub(AuditServiceStub):
     workspace:/principal: scope the token may not write; NOT_FOUND when target_key names a node hidden
     from the caller; UNAVAILABLE when the database is down.
     """
+    ListAuditEvents: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.ListAuditEventsRequest, _audit_service_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
+    """Lists the audit events of a namespace, newest first (record_time descending, then event_id
+    descending), filtered by every filter given (they combine with AND), paged per AIP-158. Needs the
+    admin right on the namespace: a namespace admin reads every event of it, whatever its scopes and
+    whoever acted (for example the pii_access events of other principals). Principals, target keys and
+    details are masked for a token without PII clearance, like every read output of query_service.
+    Served by query_service (ingest_service answers UNIMPLEMENTED).
+    Errors: INVALID_ARGUMENT with field violations (a bad filter, start_time not before end_time,
+    page_size outside 0..1000, a page_token not issued for the same namespace and filters);
+    PERMISSION_DENIED without the admin right; UNAVAILABLE when the database is down.
+    """
 
 class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """The audit trail: events written by every delete, by unmasked personal data handed to a cleared token
+    (pii_access) and by explicit calls. The two methods are served by different processes, like the rest of
+    the API's writes and reads: RecordAuditEvent by ingest_service (the write side, primary database), and
+    ListAuditEvents by query_service (the read side: its replica routing and its personal data masking
+    apply to the listing). Each process answers UNIMPLEMENTED for the other's method.
+    """
 
     @_abc_1.abstractmethod
     def RecordAuditEvent(
@@ -71,6 +108,23 @@ class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT with field violations; PERMISSION_DENIED (reason SCOPE_NOT_ALLOWED) for a
         workspace:/principal: scope the token may not write; NOT_FOUND when target_key names a node hidden
         from the caller; UNAVAILABLE when the database is down.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAuditEvents(
+        self,
+        request: _audit_service_pb2.ListAuditEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_service_pb2.ListAuditEventsResponse, _abc.Awaitable[_audit_service_pb2.ListAuditEventsResponse]]:
+        """Lists the audit events of a namespace, newest first (record_time descending, then event_id
+        descending), filtered by every filter given (they combine with AND), paged per AIP-158. Needs the
+        admin right on the namespace: a namespace admin reads every event of it, whatever its scopes and
+        whoever acted (for example the pii_access events of other principals). Principals, target keys and
+        details are masked for a token without PII clearance, like every read output of query_service.
+        Served by query_service (ingest_service answers UNIMPLEMENTED).
+        Errors: INVALID_ARGUMENT with field violations (a bad filter, start_time not before end_time,
+        page_size outside 0..1000, a page_token not issued for the same namespace and filters);
+        PERMISSION_DENIED without the admin right; UNAVAILABLE when the database is down.
         """
 
 def add_AuditServiceServicer_to_server(servicer: AuditServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

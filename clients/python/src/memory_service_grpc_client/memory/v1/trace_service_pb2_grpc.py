@@ -51,9 +51,11 @@ class TraceServiceServicer:
     def GetTrace(self, request, context):
         """Returns the trail of a trace in its namespace, ordered by time: its audit events (explicit ones,
         deletions with their snapshots, pii_access) and the context compilations recorded under the trace
-        id (CompileContext: request and the kept/dropped decision of every candidate). Items hidden from
-        the caller's visibility scopes are left out: events with foreign restricting scopes, and decisions
-        about nodes or facts the caller cannot see (or that no longer exist).
+        id (CompileContext: request and the kept/dropped decision of every candidate). Audit events: a
+        token with the admin right on the namespace sees every event of the trace; any other caller sees
+        the events it recorded itself and those whose restricting scopes it holds. Compilations and their
+        decisions follow the caller's visibility scopes: decisions about nodes or facts the caller cannot
+        see (or that no longer exist) are left out.
         Errors: INVALID_ARGUMENT with field violations; NOT_FOUND when the trace has nothing the caller may
         see; UNAVAILABLE when the database is down.
         """

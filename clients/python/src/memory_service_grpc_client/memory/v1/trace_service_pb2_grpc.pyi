@@ -38,9 +38,11 @@ class TraceServiceStub:
     GetTrace: _grpc.UnaryUnaryMultiCallable[_trace_service_pb2.GetTraceRequest, _trace_service_pb2.GetTraceResponse]
     """Returns the trail of a trace in its namespace, ordered by time: its audit events (explicit ones,
     deletions with their snapshots, pii_access) and the context compilations recorded under the trace
-    id (CompileContext: request and the kept/dropped decision of every candidate). Items hidden from
-    the caller's visibility scopes are left out: events with foreign restricting scopes, and decisions
-    about nodes or facts the caller cannot see (or that no longer exist).
+    id (CompileContext: request and the kept/dropped decision of every candidate). Audit events: a
+    token with the admin right on the namespace sees every event of the trace; any other caller sees
+    the events it recorded itself and those whose restricting scopes it holds. Compilations and their
+    decisions follow the caller's visibility scopes: decisions about nodes or facts the caller cannot
+    see (or that no longer exist) are left out.
     Errors: INVALID_ARGUMENT with field violations; NOT_FOUND when the trace has nothing the caller may
     see; UNAVAILABLE when the database is down.
     """
@@ -55,9 +57,11 @@ class TraceServiceAsyncStub(TraceServiceStub):
     GetTrace: _aio.UnaryUnaryMultiCallable[_trace_service_pb2.GetTraceRequest, _trace_service_pb2.GetTraceResponse]  # type: ignore[assignment]
     """Returns the trail of a trace in its namespace, ordered by time: its audit events (explicit ones,
     deletions with their snapshots, pii_access) and the context compilations recorded under the trace
-    id (CompileContext: request and the kept/dropped decision of every candidate). Items hidden from
-    the caller's visibility scopes are left out: events with foreign restricting scopes, and decisions
-    about nodes or facts the caller cannot see (or that no longer exist).
+    id (CompileContext: request and the kept/dropped decision of every candidate). Audit events: a
+    token with the admin right on the namespace sees every event of the trace; any other caller sees
+    the events it recorded itself and those whose restricting scopes it holds. Compilations and their
+    decisions follow the caller's visibility scopes: decisions about nodes or facts the caller cannot
+    see (or that no longer exist) are left out.
     Errors: INVALID_ARGUMENT with field violations; NOT_FOUND when the trace has nothing the caller may
     see; UNAVAILABLE when the database is down.
     """
@@ -75,9 +79,11 @@ class TraceServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_trace_service_pb2.GetTraceResponse, _abc.Awaitable[_trace_service_pb2.GetTraceResponse]]:
         """Returns the trail of a trace in its namespace, ordered by time: its audit events (explicit ones,
         deletions with their snapshots, pii_access) and the context compilations recorded under the trace
-        id (CompileContext: request and the kept/dropped decision of every candidate). Items hidden from
-        the caller's visibility scopes are left out: events with foreign restricting scopes, and decisions
-        about nodes or facts the caller cannot see (or that no longer exist).
+        id (CompileContext: request and the kept/dropped decision of every candidate). Audit events: a
+        token with the admin right on the namespace sees every event of the trace; any other caller sees
+        the events it recorded itself and those whose restricting scopes it holds. Compilations and their
+        decisions follow the caller's visibility scopes: decisions about nodes or facts the caller cannot
+        see (or that no longer exist) are left out.
         Errors: INVALID_ARGUMENT with field violations; NOT_FOUND when the trace has nothing the caller may
         see; UNAVAILABLE when the database is down.
         """

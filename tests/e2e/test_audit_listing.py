@@ -1,0 +1,519 @@
+"""Who reads the audit trail (AuditService.ListAuditEvents, TraceService.GetTrace, ``cb audit``) over real
+channels with bearer tokens, personal data protection on, the real database and embedder.
+
+* A cleared token makes the six reads that hand out personal data unmasked (Search, GetSource,
+  GetObservation, ListFacts, CompileContext, CompileTypedContext) under one request id: the namespace
+  admin sees all six ``pii_access`` events in the trace and in the listing; a reader of the namespace
+  without the reader's scope sees none of them, and may not list.
+* The listing pages and filters exactly: every filter and every page size is compared with the full list.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+from memory_service_grpc_client.memory.v1 import (
+    audit_service_pb2,
+    audit_service_pb2_grpc,
+    context_service_pb2,
+    context_service_pb2_grpc,
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    observation_query_service_pb2,
+    observation_query_service_pb2_grpc,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
+    source_service_pb2,
+    source_service_pb2_grpc,
+    trace_service_pb2,
+    trace_service_pb2_grpc,
+)
+from memory_service_grpc_client import ClientSecurity, make_channel
+from typer.testing import CliRunner
+
+from common.auth.principals import Right
+from common.grpc.proto_mapping import instant, timestamp
+from common.kernel.config import Settings
+from common.kernel.identifiers import observation_id
+from memory_service_tools.cli import app
+from memory_service_tools.token_writer import add_token
+from tests.e2e.conftest import token_secured_services
+from tests.e2e.test_domain_packs import _register
+from tests.e2e.test_pii import _write_corpus, _write_team
+from tests.unit.test_domain_packs import delivery_pack
+
+pytestmark = pytest.mark.e2e
+
+SIX_METHODS = {
+    "/memory.v1.RetrievalService/Search",
+    "/memory.v1.SourceService/GetSource",
+    "/memory.v1.ObservationQueryService/GetObservation",
+    "/memory.v1.FactQueryService/ListFacts",
+    "/memory.v1.ContextService/CompileContext",
+    "/memory.v1.ContextService/CompileTypedContext",
+}
+
+
+class World:
+    """Tokens, addresses and two namespaces: ``namespace`` (the personal data corpus, with a domain pack
+    for the typed context) and ``listed`` (explicit and delete events for the paging checks)."""
+
+    def __init__(self, tokens_file: Path) -> None:
+        self.tokens_file = tokens_file
+        self.namespace = "aud-" + uuid.uuid4().hex[:10]
+        self.listed = "aud-list-" + uuid.uuid4().hex[:10]
+        both = (self.namespace, self.listed)
+        self.packs, _ = add_token(tokens_file, principal="aud-packs", namespaces={"*": [Right.ADMIN]})
+        self.writer, _ = add_token(
+            tokens_file, principal="aud-writer", namespaces={ns: [Right.WRITE] for ns in both}
+        )
+        self.deleter, _ = add_token(
+            tokens_file, principal="aud-deleter", namespaces={ns: [Right.WRITE] for ns in both}
+        )
+        self.officer, _ = add_token(
+            tokens_file,
+            principal="aud-officer",
+            namespaces={ns: [Right.READ] for ns in both},
+            pii_clearance=True,
+        )
+        self.auditor, _ = add_token(
+            tokens_file,
+            principal="aud-auditor",
+            namespaces={ns: [Right.ADMIN] for ns in both},
+            pii_clearance=True,
+        )
+        self.reader, _ = add_token(
+            tokens_file, principal="aud-reader", namespaces={ns: [Right.READ] for ns in both}
+        )
+        self.masked_admin, _ = add_token(
+            tokens_file, principal="aud-masked-admin", namespaces={ns: [Right.ADMIN] for ns in both}
+        )
+        self.other_admin, _ = add_token(
+            tokens_file,
+            principal="aud-other-admin",
+            namespaces={"aud-other-" + uuid.uuid4().hex[:8]: [Right.ADMIN]},
+        )
+        # One principal, two tokens: with the workspace:hr scope, and later without it.
+        self.hr_scoped, _ = add_token(
+            tokens_file,
+            principal="aud-hr",
+            namespaces={self.namespace: [Right.WRITE]},
+            scopes=["workspace:hr"],
+        )
+        self.hr_unscoped, _ = add_token(
+            tokens_file, principal="aud-hr", namespaces={self.namespace: [Right.READ]}
+        )
+        self.ingest_addr = self.query_addr = ""
+
+    def ingest(self, token: str) -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
+
+    def query(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_addr, security=ClientSecurity(token=token))
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    world = World(tmp_path_factory.mktemp("audit") / "tokens.yaml")
+    with token_secured_services(settings, world.tokens_file, pii_protection=True) as (
+        world.ingest_addr,
+        world.query_addr,
+    ):
+        with world.ingest(world.packs) as channel:
+            _register(channel, delivery_pack(uuid.uuid4().hex), world.namespace, strict=False)
+        with world.ingest(world.writer) as channel:
+            _write_corpus(channel, world.namespace)
+            _write_team(channel, world.namespace)
+        yield world
+
+
+def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEventsResponse:
+    stub = audit_service_pb2_grpc.AuditServiceStub(channel)
+    return stub.ListAuditEvents(audit_service_pb2.ListAuditEventsRequest(**fields), timeout=60)
+
+
+def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
+    """Every page of a listing, following next_page_token."""
+    events: list[audit_service_pb2.AuditEvent] = []
+    token = ""
+    while True:
+        page = _list(channel, page_token=token, **fields)
+        events += page.events
+        token = page.next_page_token
+        if not token:
+            return events
+
+
+def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
+    trace = trace_service_pb2_grpc.TraceServiceStub(channel).GetTrace(
+        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
+    )
+    return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
+
+
+def _violations(error: grpc.RpcError) -> dict[str, str]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None
+    found: dict[str, str] = {}
+    for detail in status.details:
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            found.update({v.field: v.description for v in bad.field_violations})
+    return found
+
+
+def _six_cleared_reads(world: World, request_id: str) -> None:
+    """The six reads of the officer (PII clearance), each handing out personal data, under ``request_id``
+    (the request id of every call, and the trace id the context compilations are journaled under)."""
+    ns = world.namespace
+    metadata = (("x-request-id", request_id),)
+    with world.query(world.officer) as channel:
+        hits = retrieval_service_pb2_grpc.RetrievalServiceStub(channel).Search(
+            retrieval_service_pb2.SearchRequest(
+                namespace=ns, query="Support ticket SUP-4821", node_keys=["ticket:SUP-4821"]
+            ),
+            timeout=60,
+            metadata=metadata,
+        )
+        assert hits.hits
+        source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=ns, natural_key="doc:refund-letter"),
+            timeout=60,
+            metadata=metadata,
+        )
+        observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel).GetObservation(
+            observation_query_service_pb2.GetObservationRequest(
+                namespace=ns, observation_id=observation_id(ns, "crm", "calls", "call-1")
+            ),
+            timeout=60,
+            metadata=metadata,
+        )
+        facts = fact_query_service_pb2_grpc.FactQueryServiceStub(channel).ListFacts(
+            fact_query_service_pb2.ListFactsRequest(namespace=ns, subject="customer:c-1001"),
+            timeout=60,
+            metadata=metadata,
+        )
+        assert facts.facts
+        contexts = context_service_pb2_grpc.ContextServiceStub(channel)
+        contexts.CompileContext(
+            context_service_pb2.CompileContextRequest(
+                namespace=ns,
+                query="Support ticket SUP-4821 customer phone",
+                token_budget=800,
+                trace_id=request_id,
+            ),
+            timeout=120,
+            metadata=metadata,
+        )
+        contexts.CompileTypedContext(
+            context_service_pb2.CompileTypedContextRequest(
+                namespace=ns, anchors=["team:core"], token_budget=400, trace_id=request_id
+            ),
+            timeout=120,
+            metadata=metadata,
+        )
+
+
+def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) -> None:
+    request_id = "aud-six-" + uuid.uuid4().hex[:8]
+    _six_cleared_reads(world, request_id)
+    with world.query(world.auditor) as channel:
+        in_trace = _trace_events(channel, world.namespace, request_id)
+        listed = _all(channel, namespace=world.namespace, action="pii_access", principal="aud-officer")
+    methods = [json_format.MessageToDict(event.details)["method"] for event in in_trace]
+    assert sorted(methods) == sorted(SIX_METHODS)
+    assert {event.action for event in in_trace} == {"pii_access"}
+    assert {event.principal for event in in_trace} == {"aud-officer"}
+    of_request = [event for event in listed if event.trace_id == request_id]
+    assert sorted(json_format.MessageToDict(e.details)["method"] for e in of_request) == sorted(SIX_METHODS)
+    assert {e.event_id for e in of_request} == {e.event_id for e in in_trace}
+    # node_key finds an event listing the key among several (a typed context pack's pii_access).
+    with world.query(world.auditor) as channel:
+        about_alice = _all(channel, namespace=world.namespace, action="pii_access", node_key="person:alice")
+    typed = [e for e in of_request if "CompileTypedContext" in json_format.MessageToDict(e.details)["method"]]
+    assert typed and typed[0].target_key == "" and typed[0].event_id in {e.event_id for e in about_alice}
+    assert all(
+        "person:alice" in json_format.MessageToDict(e.details).get("natural_keys", []) for e in about_alice
+    )
+    # The officer reads its own events; a reader of the namespace without its scope sees none of them.
+    with world.query(world.officer) as channel:
+        assert len(_trace_events(channel, world.namespace, request_id)) == 6
+    with world.query(world.reader) as channel:
+        with pytest.raises(grpc.RpcError) as hidden:
+            _trace_events(channel, world.namespace, request_id)
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(grpc.RpcError) as refused:
+            _list(channel, namespace=world.namespace)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # A cleared token without the admin right may not list either (the listing shows others' events).
+    with world.query(world.officer) as channel, pytest.raises(grpc.RpcError) as refused:
+        _list(channel, namespace=world.namespace, principal="aud-officer")
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_an_admin_without_clearance_reads_the_listing_masked(world: World) -> None:
+    key = "contact:olga.smirnova@example.ru"
+    with world.ingest(world.writer) as channel:
+        document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+            document_service_pb2.RetainRequest(
+                namespace=world.namespace, natural_key=key, content="# Contact\n\nCall +7 (916) 123-45-67.\n"
+            ),
+            timeout=120,
+        )
+    with world.query(world.officer) as channel:
+        source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+            source_service_pb2.GetSourceRequest(namespace=world.namespace, natural_key=key), timeout=60
+        )
+    with world.query(world.masked_admin) as channel:
+        masked = _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+    with world.query(world.auditor) as channel:
+        shown = _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+    assert [e.event_id for e in masked] == [e.event_id for e in shown] and len(shown) == 1
+    assert shown[0].target_key == key and shown[0].principal == "aud-officer"
+    assert masked[0].target_key == "contact:[email]" and masked[0].principal == "aud-officer"
+    assert "olga.smirnova@example.ru" not in json_format.MessageToJson(masked[0])
+
+
+def test_a_caller_reads_its_own_events_without_their_scope(world: World) -> None:
+    trace_id = "aud-own-" + uuid.uuid4().hex[:8]
+    with world.ingest(world.hr_scoped) as channel:
+        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
+            audit_service_pb2.RecordAuditEventRequest(
+                namespace=world.namespace, action="review", trace_id=trace_id, scopes=["workspace:hr"]
+            ),
+            timeout=60,
+        )
+    with world.query(world.hr_unscoped) as channel:
+        own = _trace_events(channel, world.namespace, trace_id)
+    assert [(e.action, e.principal) for e in own] == [("review", "aud-hr")]
+    with world.query(world.reader) as channel, pytest.raises(grpc.RpcError) as hidden:
+        _trace_events(channel, world.namespace, trace_id)
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    # The namespace admin reads it whatever its scopes, and so does an admin of every namespace ("*");
+    # an admin of another namespace reads nothing of this one.
+    with world.query(world.masked_admin) as channel:
+        assert [e.principal for e in _trace_events(channel, world.namespace, trace_id)] == ["aud-hr"]
+    with world.query(world.packs) as channel:
+        listed = _all(channel, namespace=world.namespace, action="review", principal="aud-hr")
+    assert [e.trace_id for e in listed] == [trace_id]
+    with world.query(world.other_admin) as channel:
+        for read in (
+            lambda: _trace_events(channel, world.namespace, trace_id),
+            lambda: _list(channel, namespace=world.namespace),
+        ):
+            with pytest.raises(grpc.RpcError) as refused:
+                read()
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.fixture(scope="module")
+def listed_events(world: World) -> list[str]:
+    """Explicit events of two actions by the writer, and deletions by the deleter, in ``world.listed``;
+    returns the ids written."""
+    ids: list[str] = []
+    with world.ingest(world.writer) as channel:
+        audit = audit_service_pb2_grpc.AuditServiceStub(channel)
+        documents = document_service_pb2_grpc.DocumentServiceStub(channel)
+        for index in range(14):
+            recorded = audit.RecordAuditEvent(
+                audit_service_pb2.RecordAuditEventRequest(
+                    namespace=world.listed,
+                    action="export" if index % 3 else "review",
+                    target_key=f"doc:report-{index % 4}",
+                    trace_id=f"batch-{index % 2}",
+                ),
+                timeout=60,
+            )
+            ids.append(recorded.event.event_id)
+        for index in range(3):
+            documents.Retain(
+                document_service_pb2.RetainRequest(
+                    namespace=world.listed,
+                    natural_key=f"doc:gone-{index}",
+                    content=f"# Gone {index}\n\nold.\n",
+                ),
+                timeout=120,
+            )
+    with world.ingest(world.deleter) as channel:
+        documents = document_service_pb2_grpc.DocumentServiceStub(channel)
+        for index in range(3):
+            deleted = documents.DeleteNode(
+                document_service_pb2.DeleteNodeRequest(
+                    namespace=world.listed, natural_key=f"doc:gone-{index}", reason="retention"
+                ),
+                timeout=60,
+            )
+            ids.append(deleted.audit_event_id)
+    return ids
+
+
+def test_the_listing_is_newest_first_and_pages_exactly(world: World, listed_events: list[str]) -> None:
+    with world.query(world.auditor) as channel:
+        full = list(_list(channel, namespace=world.listed, page_size=1000).events)
+        assert sorted(e.event_id for e in full) == sorted(listed_events)
+        keys = [(instant(e.record_time), e.event_id) for e in full]
+        assert keys == sorted(keys, reverse=True)
+        for size in (1, 3, 4, 16, 17):
+            pages = []
+            token = ""
+            while True:
+                page = _list(channel, namespace=world.listed, page_size=size, page_token=token)
+                assert len(page.events) <= size
+                pages.append([e.event_id for e in page.events])
+                token = page.next_page_token
+                if not token:
+                    break
+            assert [i for p in pages for i in p] == [e.event_id for e in full], size
+            assert len(pages) == max(1, -(-len(full) // size)), size
+
+
+def test_each_filter_is_exact(world: World, listed_events: list[str]) -> None:
+    with world.query(world.auditor) as channel:
+        full = list(_list(channel, namespace=world.listed, page_size=1000).events)
+        times = [instant(e.record_time) for e in full]
+        start, end = times[-6], times[2]  # oldest first at the end: a window in the middle
+
+        def expect(keep: Any) -> list[str]:
+            return [e.event_id for e in full if keep(e)]
+
+        cases: list[tuple[dict[str, Any], list[str]]] = [
+            ({"action": "export"}, expect(lambda e: e.action == "export")),
+            ({"action": "review"}, expect(lambda e: e.action == "review")),
+            ({"action": "delete"}, expect(lambda e: e.action == "delete")),
+            ({"principal": "aud-deleter"}, expect(lambda e: e.principal == "aud-deleter")),
+            ({"principal": "aud-writer"}, expect(lambda e: e.principal == "aud-writer")),
+            ({"node_key": "doc:report-1"}, expect(lambda e: e.target_key == "doc:report-1")),
+            ({"node_key": "doc:gone-2"}, expect(lambda e: e.target_key == "doc:gone-2")),
+            (
+                {"start_time": timestamp(start), "end_time": timestamp(end)},
+                expect(lambda e: start <= instant(e.record_time) < end),
+            ),
+            ({"start_time": timestamp(start)}, expect(lambda e: start <= instant(e.record_time))),
+            ({"end_time": timestamp(end)}, expect(lambda e: instant(e.record_time) < end)),
+            (
+                {"action": "export", "node_key": "doc:report-2", "principal": "aud-writer"},
+                expect(lambda e: e.action == "export" and e.target_key == "doc:report-2"),
+            ),
+            ({"action": "export", "principal": "aud-deleter"}, []),
+        ]
+        assert len(expect(lambda e: e.action == "delete")) == 3
+        assert 0 < len(cases[7][1]) < len(full)
+        for filters, wanted in cases:
+            assert [e.event_id for e in _all(channel, namespace=world.listed, **filters)] == wanted, filters
+            paged = _all(channel, namespace=world.listed, page_size=2, **filters)
+            assert [e.event_id for e in paged] == wanted, filters
+
+
+def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_events: list[str]) -> None:
+    with world.query(world.auditor) as channel:
+        first = _list(channel, namespace=world.listed, page_size=2, action="export")
+        assert first.next_page_token
+        bad_requests: list[tuple[dict[str, Any], set[str]]] = [
+            (
+                {
+                    "namespace": world.listed,
+                    "action": "Delete Everything",
+                    "principal": "a\nb",
+                    "node_key": "k" * 600,
+                    "page_size": 1001,
+                },
+                {"action", "principal", "node_key", "page_size"},
+            ),
+            ({"namespace": world.listed, "page_size": -1}, {"page_size"}),
+            (
+                {
+                    "namespace": world.listed,
+                    "start_time": timestamp(instant(first.events[0].record_time)),
+                    "end_time": timestamp(instant(first.events[0].record_time) - timedelta(seconds=1)),
+                },
+                {"end_time"},
+            ),
+            # A token sent with other filters, altered, or made up.
+            ({"namespace": world.listed, "page_token": first.next_page_token}, {"page_token"}),
+            (
+                {"namespace": world.listed, "action": "review", "page_token": first.next_page_token},
+                {"page_token"},
+            ),
+            (
+                {
+                    "namespace": world.listed,
+                    "action": "export",
+                    "page_token": first.next_page_token[:-1] + "0",
+                },
+                {"page_token"},
+            ),
+            (
+                {"namespace": world.listed, "action": "export", "page_token": "bm90IGEgdG9rZW4"},
+                {"page_token"},
+            ),
+        ]
+        for fields, wanted in bad_requests:
+            with pytest.raises(grpc.RpcError) as refused:
+                _list(channel, **fields)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
+            assert set(_violations(refused.value)) == wanted, fields
+        # The token still works with the request it was issued for.
+        second = _list(
+            channel, namespace=world.listed, page_size=2, action="export", page_token=first.next_page_token
+        )
+        assert second.events and second.events[0].event_id not in {e.event_id for e in first.events}
+    # A writer is not an admin; ingest_service does not serve the read.
+    with world.query(world.writer) as channel, pytest.raises(grpc.RpcError) as refused:
+        _list(channel, namespace=world.listed)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with world.ingest(world.auditor) as channel, pytest.raises(grpc.RpcError) as unserved:
+        _list(channel, namespace=world.listed)
+    assert unserved.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_cb_audit_answers_who_deleted_what(world: World, listed_events: list[str]) -> None:
+    base = ["--ingest-addr", world.ingest_addr, "--query-addr", world.query_addr, "--token", world.auditor]
+    runner = CliRunner()
+    result = runner.invoke(
+        app, [*base, "audit", "--namespace", world.listed, "--action", "delete", "--page-size", "1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    events = json.loads(result.output)["events"]
+    assert sorted(e["targetKey"] for e in events) == ["doc:gone-0", "doc:gone-1", "doc:gone-2"]
+    assert {e["principal"] for e in events} == {"aud-deleter"}
+    assert sorted(e["eventId"] for e in events) == sorted(listed_events[-3:])
+    since = events[-1]["recordTime"]
+    windowed = runner.invoke(
+        app,
+        [
+            *base,
+            "audit",
+            "-n",
+            world.listed,
+            "--principal",
+            "aud-deleter",
+            "--since",
+            since,
+            "--until",
+            events[0]["recordTime"],
+            "--json",
+        ],
+    )
+    assert windowed.exit_code == 0, windowed.output
+    assert [e["eventId"] for e in json.loads(windowed.output)["events"]] == [e["eventId"] for e in events[1:]]
+    table = runner.invoke(app, [*base, "audit", "-n", world.listed, "--node-key", "doc:gone-1"])
+    assert table.exit_code == 0 and "doc:gone-1" in table.output and "1 events" in table.output, table.output
+    refused = runner.invoke(
+        app,
+        ["--ingest-addr", world.ingest_addr, "--query-addr", world.query_addr, "--token", world.reader]
+        + ["audit", "-n", world.listed],
+    )
+    assert refused.exit_code == 1 and "PERMISSION_DENIED" in refused.output, refused.output
