@@ -1,4 +1,4 @@
-"""A replica that dies under load costs no read more than the routing policy's wait (docs/how-to/replicas.md).
+"""A replica that dies under load costs no read more than the routing policy's wait (docs/how-to/read-replicas.md).
 
 A streaming replica of its own (``python -m memory_service_tools.embedded_db up --replica --port 55441``, so
 the shared one on 55433 keeps serving other tests) serves a query_service while reader threads call

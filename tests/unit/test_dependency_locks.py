@@ -58,7 +58,7 @@ def _declared(lock: str) -> list[Requirement]:
         return client + build
     if lock == "service":
         return server + client + build
-    return server + [Requirement(r) for r in extras["test"] + extras["bench"]] + client + build
+    return server + [Requirement(r) for r in extras["test"] + extras["bench"] + extras["docs"]] + client + build
 
 
 def _applies(requirement: Requirement, extras: set[str]) -> bool:

@@ -71,7 +71,7 @@ def test_every_rpc_and_message_of_the_protos_is_on_its_reference_page(site: Path
     checked = 0
     rpcs_in_source = 0
     for proto in sorted((ROOT / "protos" / "memory" / "v1").glob("*.proto")):
-        importlib.import_module(f"memory.v1.{proto.stem}_pb2")  # registers the file in the default pool
+        importlib.import_module(f"memory_service_grpc_client.memory.v1.{proto.stem}_pb2")  # registers the file in the default pool
         rpcs_in_source += len(re.findall(r"^\s*rpc\s", proto.read_text(encoding="utf-8"), flags=re.MULTILINE))
         file = pool.FindFileByName(f"memory/v1/{proto.name}")
         html = page(site, f"reference/grpc/{proto.stem}")

@@ -18,7 +18,7 @@ or a JSON list of DSNs: one pool each). The policy, per read:
 A replica that fails is skipped until a readiness check (every 2 s) reaches it again. Each outcome is counted (`memory_consistent_reads_total`, `memory_replica_reads_total`).
 
 A dying replica costs a read at most the policy's wait (``CB_CONSISTENCY_WAIT_MS``, at least
-`MIN_REPLICA_WAIT_SECONDS`; docs/how-to/replicas.md), token or not: a replica connection is waited for
+`MIN_REPLICA_WAIT_SECONDS`; docs/how-to/read-replicas.md), token or not: a replica connection is waited for
 that long (the pool's checkout; new connections with a libpq ``connect_timeout`` of about as long), a
 token's replay is polled only for what is left of it, and TCP keepalives (`REPLICA_KEEPALIVES`) end a
 read whose replica vanished without closing its sockets. After that the replica is marked unusable and
