@@ -74,9 +74,9 @@ TS_INSTALLED = TS_CONSUMER / "node_modules" / "@memory-service" / "client"
 def proto_services() -> set[str]:
     """Full names of every service declared in the ``memory.v1`` protos (from the descriptors)."""
     names: set[str] = set()
-    for module_info in pkgutil.iter_modules(memory.v1.__path__):
+    for module_info in pkgutil.iter_modules(memory_service_grpc_client.memory.v1.__path__):
         if module_info.name.endswith("_pb2"):
-            module = importlib.import_module(f"memory.v1.{module_info.name}")
+            module = importlib.import_module(f"memory_service_grpc_client.memory.v1.{module_info.name}")
             names |= {service.full_name for service in module.DESCRIPTOR.services_by_name.values()}
     return names
 

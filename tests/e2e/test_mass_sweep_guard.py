@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory.v1 import knowledge_pb2, snapshot_service_pb2, snapshot_service_pb2_grpc
-from memory_service_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import knowledge_pb2, snapshot_service_pb2, snapshot_service_pb2_grpc
+from memory_service_grpc_client import rpc_failure
 from typer.testing import CliRunner
 
 from common.storage.database import Database

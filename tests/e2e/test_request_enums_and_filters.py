@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import memory.v1
+import memory_service_grpc_client.memory.v1
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
-from memory.v1 import memory_query_service_pb2, memory_service_pb2
-from memory_service_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
+from memory_service_grpc_client import rpc_failure
 
 from common.grpc.read_filter_limits import READ_FILTER_LIMITS
 from common.kernel.memory_names import memory_namespace, memory_scope_of_namespace
@@ -41,9 +41,9 @@ MAX_DEPTH = 8  # deep enough for every request; recursive messages (Struct) stop
 
 
 def _methods() -> Iterator[MethodDescriptor]:
-    for module in pkgutil.iter_modules(memory.v1.__path__):
+    for module in pkgutil.iter_modules(memory_service_grpc_client.memory.v1.__path__):
         if module.name.endswith("_pb2"):
-            file = importlib.import_module(f"memory.v1.{module.name}").DESCRIPTOR
+            file = importlib.import_module(f"memory_service_grpc_client.memory.v1.{module.name}").DESCRIPTOR
             for service in file.services_by_name.values():
                 yield from service.methods
 
@@ -225,7 +225,7 @@ def _token(value: Any) -> str:
 def test_a_list_facts_page_token_with_u0000_is_invalid_argument(
     query_channel: grpc.Channel, token: str
 ) -> None:
-    from memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 
     with pytest.raises(grpc.RpcError) as raised:
         fact_query_service_pb2_grpc.FactQueryServiceStub(query_channel).ListFacts(
@@ -238,7 +238,7 @@ def test_a_list_facts_page_token_with_u0000_is_invalid_argument(
 
 
 def test_a_list_memories_page_token_with_u0000_is_invalid_argument(query_channel: grpc.Channel) -> None:
-    from memory.v1 import memory_query_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
 
     with pytest.raises(grpc.RpcError) as raised:
         memory_query_service_pb2_grpc.MemoryQueryServiceStub(query_channel).ListMemories(
@@ -258,7 +258,7 @@ def test_a_list_memories_page_token_with_u0000_is_invalid_argument(query_channel
 def test_the_seed_project_id_is_accepted_and_is_a_namespace_of_its_own(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel
 ) -> None:
-    from memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
 
     user = "u-" + uuid.uuid4().hex[:10]
     suffix = uuid.uuid4().hex[:6]
@@ -309,7 +309,7 @@ def test_the_project_to_namespace_mapping_is_one_to_one(project: str) -> None:
 
 @pytest.mark.parametrize("project", ["prj:8f3a", "_prj", "prj 8f3a", "a" * 41])
 def test_a_project_id_outside_the_pattern_is_refused(query_channel: grpc.Channel, project: str) -> None:
-    from memory.v1 import memory_query_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
 
     with pytest.raises(grpc.RpcError) as raised:
         memory_query_service_pb2_grpc.MemoryQueryServiceStub(query_channel).ListMemories(
