@@ -1,4 +1,4 @@
-"""Observation ingest A/B (issue 15 "debian corpus through cb observe"; issue 16 §1 embedding), one run.
+"""Observation ingest A/B ("debian corpus through cb observe"; embedding), one run.
 
 Loads the whole debian upload stream (5,415 observations) the way `cb observe` sends it (batches of 200,
 `DEFAULT_OBSERVE_CONCURRENCY` calls in flight) into a fresh namespace, once per variant and round,
@@ -15,7 +15,7 @@ every variant but ``inline``, how long after the load the service reports an emp
 then taken off it. Each load runs in a fresh database of its own, dropped after it: in one database,
 loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
 first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
-bench/RESULTS.md session 7); ``--same-database`` runs every load in the run's one database instead.
+bench/RESULTS.md); ``--same-database`` runs every load in the run's one database instead.
 Results are appended to bench/RESULTS.md and written to bench/results/ingest-<UTC time>.json, with the
 load average and the CPU time the service process and the PostgreSQL processes used during each load
 (`bench.service_results.cpu_seconds`).
@@ -155,7 +155,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
     """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
     after an earlier load and its floor measurement in one database, a load was at times 1.5-2.8x
-    slower, bench/RESULTS.md session 7), or, with ``--same-database``, the run's database itself (every
+    slower, bench/RESULTS.md), or, with ``--same-database``, the run's database itself (every
     load next to the earlier ones; also with ``--shared-database``, which measures next to what that
     database holds)."""
     if arguments.same_database:
@@ -207,7 +207,7 @@ def _measured_load(
                 load["embedding"] = wait_for_embeddings(
                     stub, namespace, limit_seconds=arguments.embedding_wait
                 )
-            except grpc.RpcError as error:  # a base from before the background embedder (issue 16)
+            except grpc.RpcError as error:  # a base from before the background embedder
                 if error.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
         channel.close()

@@ -1,4 +1,4 @@
-"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form (seed 000 "Факты"; issue 3 §1).
+"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form (docs/explanation/knowledge-model.md).
 
 **AssertFacts** applies the rules of observation facts through the same `FactEngine` (deterministic
 fact_id, idempotent strengthening, supersession both ways, rejection of a supersession of another
@@ -174,7 +174,7 @@ class FactAsserter:
 
         def work(conn: Any) -> ClosedFact:
             row = self.facts.get(conn, namespace, fact_id, lock=True)
-            # A fact hidden from the caller's scopes (its own or its ends') is not found (issue 5 §3).
+            # A fact hidden from the caller's scopes (its own or its ends') is not found.
             if row is None or access.fact_violations(
                 conn,
                 self.facts,

@@ -1,10 +1,10 @@
-"""The fact engine: the one way facts are written (seed 000 "Факты", "Потеря свидетельства").
+"""The fact engine: the one way facts are written (docs/explanation/knowledge-model.md).
 
 Every write path (observations, AssertFacts and CloseFact, Reconcile, identifier links, redaction and
 purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writing methods of
 `common.storage.fact_store.FactStore` (or `SnapshotStore.adopt_facts`) itself. The engine:
 
-- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic (DESIGN §3), so a
+- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic (docs/explanation/knowledge-model.md), so a
   repeated assertion from a new observation strengthens the existing fact (observation_ids union,
   confidence max) instead of creating an edge;
 - **supersedes** (`record` with ``supersedes``): the superseded fact's valid_to becomes the new fact's
@@ -110,7 +110,7 @@ class FactInput:
 
     @property
     def fact_id(self) -> str:
-        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from) (DESIGN §3)."""
+        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from) (docs/explanation/knowledge-model.md)."""
         return compute_fact_id(self.namespace, self.subject, self.predicate, self.object, self.valid_from)
 
 
@@ -149,7 +149,7 @@ class FactEngine:
                 the caller may not write it (`common.domain.write_access.WriteAccess.fact_violations`).
         """
         new_id = fact.fact_id
-        # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
+        # Write-side visibility scopes: nothing for development mode and in-process callers.
         refused = WriteAccess.of_caller().fact_violations(
             conn,
             self.facts,
@@ -163,7 +163,7 @@ class FactEngine:
         )
         if refused:
             raise AssertionRejected(refused[0].field, refused[0].description)
-        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
+        # Scope inheritance: a narrower write changes no fact that more readers see.
         same = self.facts.get(conn, fact.namespace, new_id) if restricting_scopes(fact.scopes) else None
         if same is not None and reaches_beyond(same.scopes, fact.scopes):
             return FactOutcome(fact_id=new_id, created=False, withheld=True)
@@ -190,7 +190,7 @@ class FactEngine:
                 raise AssertionRejected(f"{fact.field}.supersedes", "supersession cycle")
         known = {} if known is None else known
         # The ends, placeholders created for the missing ones; placeholder ends follow the fact's
-        # restricting scopes (issue 10 §2). ``known`` keeps only ends whose visibility no later fact can
+        # restricting scopes. ``known`` keeps only ends whose visibility no later fact can
         # change (a public fact's ends: completed nodes or public placeholders), so a scoped placeholder
         # is looked up again by the next fact naming it.
         scopes = restricting_scopes(fact.scopes)
@@ -229,7 +229,7 @@ class FactEngine:
         """
         if any(fact.supersedes for fact in facts) or any(fact.namespace != namespace for fact in facts):
             raise ValueError("record_many takes facts of one namespace without supersedes")
-        # Scope inheritance (issue 10 §2): a narrower write changes no fact that more readers see.
+        # Scope inheritance: a narrower write changes no fact that more readers see.
         restricted = sorted({f.fact_id for f in facts if restricting_scopes(f.scopes)})
         stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, restricted)}
         outcomes: dict[int, FactOutcome] = {}
@@ -442,8 +442,8 @@ class FactEngine:
         self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
     ) -> list[FactRow]:
         """Removes ``observation_id`` from the evidence of every fact of ``namespace`` it proved; a fact
-        left with none and not ``agent_asserted`` becomes evidence_lost (seed 000 "Потеря
-        свидетельства"). Supersession closures stay. Returns the facts changed, ordered by fact_id;
+        left with none and not ``agent_asserted`` becomes evidence_lost (docs/explanation/knowledge-model.md:
+        lost evidence). Supersession closures stay. Returns the facts changed, ordered by fact_id;
         repeating the call changes nothing."""
         return self.facts.strike_observation(conn, namespace, observation_id)
 
@@ -480,7 +480,7 @@ class FactEngine:
 
 def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
     """Placeholder scopes of the ends of ``facts`` (``ensure_nodes``' ``scopes``): per key, the union of
-    the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it (issue 10 §2)."""
+    the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it."""
     out: dict[str, list[str]] = {}
     for fact in facts:
         scopes = restricting_scopes(fact.scopes)

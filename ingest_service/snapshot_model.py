@@ -1,4 +1,4 @@
-"""What a snapshot is made of (seed 000 "Загрузка знаний"; DESIGN §6; `ingest_service.snapshots`
+"""What a snapshot is made of (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md; `ingest_service.snapshots`
 reconciles it): its header and parts, the validation of its items, the keys and hashes the snapshot
 journal keeps of them, and the counts a run reports.
 

@@ -1,4 +1,4 @@
-"""The enrichment worker process (``cb worker``; issue 12 §4): wiring of the queue's tasks, as
+"""The enrichment worker process (``cb worker``): wiring of the queue's tasks, as
 `ingest_service.main` wires the ingest service.
 
 `build_worker` migrates the database (idempotent: the queue's schema is migration 0016), then builds the

@@ -1,4 +1,4 @@
-"""CompileContext (DESIGN §7; issue 16 §3-4; protos/memory/v1/context_service.proto).
+"""CompileContext (docs/explanation/retrieval.md; protos/memory/v1/context_service.proto).
 
 Steps:
 
@@ -16,7 +16,7 @@ Steps:
      ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
      key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
      most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
-   - ``summary``: a summary memory (issue 12 §5) that is a hit, or that covers memory hits; it never
+   - ``summary``: a summary memory that is a hit, or that covers memory hits; it never
      shares the pack with the originals it covers: the side with less value per token is dropped
      (`query_service.context_pack.summaries`).
 2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
@@ -24,7 +24,7 @@ Steps:
    ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
    (``anchor_weight``; ``anchor_weight`` x ``graph_neighbour_weight`` one fact further;
    ``mention_weight`` x the naming hit's score) x confidence x evidence rank / 3 (asserted 3, extracted 2,
-   inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
+   inferred 1, derived 1; docs/explanation/knowledge-model.md). Conflicting facts (another live fact of the same subject and
    predicate with a different object overlaps) are kept and flagged, never resolved.
 3. **Redundancy.** A chunk found by two rules is one candidate (its best score; the other rules are
    listed in ``Selection.also``); chunks whose words equal, or nearly equal, a better chunk's are dropped
@@ -42,13 +42,13 @@ Steps:
    pack lists the best dropped candidates with why they were dropped. Every candidate's decision is
    appended to ``context_traces`` under the pack's trace id (`query_service.context_pack.compiler`).
 
-Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
+Visibility (docs/explanation/knowledge-model.md): ``ContextRequest.visibility`` is applied inside
 every query — chunk rankings, neighbouring and recent turns (observation, episode chunk and episode node
 must all be visible), facts about anchors and their neighbours, the registry look-up of entities named
 in chunks and their facts — and a fact whose subject or object node is hidden is never a candidate, so
 no hidden node's key, title or text reaches the pack, an item's selection or the dropped list.
 
-Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
+Personal data (docs/how-to/personal-data.md; `query_service.pii_output`): with ``CB_PII_PROTECTION``
 and a caller without clearance (``ContextRequest.pii``), every candidate (its text, a turn's speaker and
 stream) is masked (or withheld, by its chunk's marks) when it is rendered — before fitting, so the
 budget holds for the text actually returned and dropped candidates are listed masked. For a cleared

@@ -1,4 +1,4 @@
-"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking (DESIGN §7).
+"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking (docs/explanation/retrieval.md).
 
 Fusion (`query_service.rank_fusion`): weighted reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR
 2009), ``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks, or a convex combination of
@@ -77,7 +77,7 @@ class SearchSettings:
             that hit's score (share 0: off; one more statement per search, sources x candidates cosines).
         trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
             substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`;
-            no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
+            no longer through every trigram of the sentence, 84 ms p50 at 1M chunks); 0: only the
             identifier-like tokens of the query. A pasted sentence needs it: docs-vault sentence hit@5 is
             1.00 with it and 0.94 without it (200 probes, RRF k 10, bench/RESULTS.md).
         trigram_whole_query_min_words: the whole query is matched only when it has at least this many words:
@@ -336,7 +336,7 @@ class HybridSearcher:
 
         # The lexical rankings run one after the other on one worker and one connection: on 2 cores a
         # worker and a connection each (3 runnable threads and backends beside the embedding) cost 5-6%
-        # more Search latency over gRPC, 8-10% in process, and 5% more CPU (bench/RESULTS.md, session 22).
+        # more Search latency over gRPC, 8-10% in process, and 5% more CPU (bench/RESULTS.md).
         pending: Future[dict[str, list[Candidate]]] | None = None
         if config.concurrent_rankings and arms:
             # It runs in the caller's context (its consistency token: common.storage.read_routing).

@@ -1,4 +1,4 @@
-"""query_service process: wiring of the read side (DESIGN §1-2, §7): one servicer per service
+"""query_service process: wiring of the read side (ARCHITECTURE.md): one servicer per service
 (``*_servicer.py``, transport only) over its domain reader or compiler, and `SERVICE_NAMES`.
 
 `create_query_host` builds the server (used by `cb serve query` and by tests on port 0); `serve` runs it

@@ -1,4 +1,4 @@
-"""TraceService.GetTrace: the trail of one trace (seed 000 "Аудит-контур"; DESIGN §2). Transport free.
+"""TraceService.GetTrace: the trail of one trace (docs/explanation/knowledge-model.md; ARCHITECTURE.md). Transport free.
 
 A trace's trail is, in one namespace and ordered by time (ties: audit events first, then by id):
 
@@ -6,7 +6,7 @@ A trace's trail is, in one namespace and ordered by time (ties: audit events fir
 * the context compilations recorded under the trace id by CompileContext (``context_traces``): the
   request (query, anchors, as_of, budget, token count, encoding) and one decision per candidate.
 
-Visibility (seed 000 "Видимость внутри namespace"): an audit event with restricting scopes the caller
+Visibility (docs/explanation/knowledge-model.md): an audit event with restricting scopes the caller
 does not hold is left out; in a compilation, a decision about a chunk or node (key ``node_key#order`` or a
 natural key) or a fact (key ``fact-...``) the caller cannot see — or that no longer exists, e.g. after
 DeleteNode — is left out (counted in ``hidden_decision_count``), and so are anchors naming hidden nodes.

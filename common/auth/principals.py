@@ -1,4 +1,4 @@
-"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation (DESIGN §8).
+"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation (docs/how-to/tokens-and-scopes.md).
 
 Rights imply one another: admin implies write, write implies read. `METHOD_RIGHTS` says which right each
 RPC needs on the namespace(s) its request names (`request_namespaces`); a method missing from it is
@@ -95,7 +95,7 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         # Client stream: authorised on its header (the first message), see
         # common.grpc.interceptors._authorized_stream.
         "/memory.v1.SnapshotService/ReconcileStream": _WRITE,
-        # Client stream too, authorised on its header (issue 11: vault ingest).
+        # Client stream too, authorised on its header (vault ingest).
         "/memory.v1.VaultService/IngestVault": _WRITE,
         "/memory.v1.DomainPackService/RegisterPackage": _ADMIN,
         "/memory.v1.DomainPackService/SetNamespaceKinds": _ADMIN,
@@ -112,7 +112,7 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.FactQueryService/ListFacts": _READ,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
-        # Memory records (issue 12): the namespace comes from the caller's scope, not from the request
+        # Memory records: the namespace comes from the caller's scope, not from the request
         # (MEMORY_METHODS); `authorize` checks that the caller has a memory scope, the handler checks the
         # right on the scope's namespace (common.domain.memory_scope.resolve_memory_scope).
         "/memory.v1.MemoryService/AddMemories": _WRITE,
@@ -163,7 +163,7 @@ class Principal:
         allowed_scopes: visibility scopes (``workspace:x``, ``principal:y``) the caller may see.
         pii_clearance: may receive personal data unmasked.
         authenticated: False only for the development principal (auth off, loopback only).
-        organization_id: memory scope (seed 001): the tenant of the token; empty when it has none.
+        organization_id: memory scope (docs/explanation/memory-records.md): the tenant of the token; empty when it has none.
         environment: memory scope: development | staging | production; empty when none.
         user_id: memory scope: the user the token acts for; empty when none.
     """

@@ -1,12 +1,12 @@
-"""Names of memory records (issue 12; seed 001 "Ownership and scope", "Vector layout"; DESIGN §3 style).
+"""Names of memory records (docs/explanation/memory-records.md; docs/explanation/knowledge-model.md style).
 
 A memory lives in one namespace per organisation, environment and project, so that every query on it is
-physically scoped (seed 001 "Vector layout": a collection per ``org/env/project``), and carries the
+physically scoped (docs/explanation/memory-records.md: a collection per ``org/env/project``), and carries the
 visibility scope of its owner, so that inside the namespace one user never sees another's memories:
 
 * namespace: ``"org:<organization_id>:env:<environment>"`` plus ``":proj:<project_id>"`` when the request
   has a project (`memory_namespace`). Namespace names hold no ``_`` (``NAMESPACE_PATTERN``), so the scope
-  keys are restricted to ``[A-Za-z0-9.-]`` (the seed's ``prj_xxxx`` is written ``prj-xxxx``).
+  keys are restricted to ``[A-Za-z0-9.-]`` (the documented ``prj_xxxx`` is written ``prj-xxxx``).
 * owner scope: ``"principal:memory-user/<organization_id>/<environment>/<user_id>"`` (`owner_scope`), a
   restricting visibility scope (`common.storage.visibility`) on the memory's node, chunk and row.
 * ``memory_id = "mem-" + sha256(f"{namespace}|{user_id}|{identity}")[:24]`` (hex of the UTF-8 bytes),
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ENVIRONMENTS: tuple[str, ...] = ("development", "staging", "production")
-"""Seed 001: the environments of an API key."""
+"""docs/explanation/memory-records.md: the environments of an API key."""
 
 ORGANIZATION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")
 PROJECT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")

@@ -1,4 +1,4 @@
-"""The three retrieval rankings over the chunks table (seed 000 "Чанки и документы"): `ChunkRankings`, the
+"""The three retrieval rankings over the chunks table (docs/explanation/knowledge-model.md): `ChunkRankings`, the
 base of `common.storage.chunk_store.ChunkStore`, with the filter and candidate types.
 
 Every query carries the namespace predicate; the optional filters (node types, meta containment
@@ -29,7 +29,7 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   The query is a bag of lexemes (websearch operators are not interpreted). Both full-text statements
   and the trigram statement run with ``prepare=False``: psycopg otherwise prepares a statement after its
   fifth execution and PostgreSQL may then switch to a generic plan, which for these statements ignores
-  how selective the lexemes or tokens are (issue 15: trigram at 1M chunks 381 ms generic, 74 ms custom).
+  how selective the lexemes or tokens are (trigram at 1M chunks 381 ms generic, 74 ms custom).
 
   About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
   words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
@@ -50,10 +50,10 @@ the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
   ``identifier_text ILIKE '%token%'`` holds exactly when ``text ILIKE '%token%'`` does, and its index is a
   fraction of one over the whole text (78 of 561 characters per chunk on the debian episodes and the docs
   vault): one INSERT of 200 chunks 2.3x faster with the statistics triggers off, a debian load over gRPC
-  16% faster (bench/RESULTS.md, session 19). ``ILIKE``, not pg_trgm
+  16% faster (bench/RESULTS.md). ``ILIKE``, not pg_trgm
   similarity: similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match
   ``2.36-9+deb12u3``. A query without such a token does not run the ranking (a whole sentence's trigrams
-  cost 84 ms p50 at 1M chunks, issue 15). Matches are ordered by the number of tokens found, then by
+  cost 84 ms p50 at 1M chunks). Matches are ordered by the number of tokens found, then by
   ``word_similarity(query, text)``, then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s
   per sentence-long query on the 10k-chunk docs vault). An expression index over the same runs instead of
   the stored column was measured and rejected: the trigram matches are rechecked on the heap, and each
@@ -260,7 +260,7 @@ class ChunkRankings:
         pipeline up to its next sync run in one implicit transaction (PostgreSQL, "Pipeline mode" of
         libpq), so a failing statement rolls the ``SET`` back with it. The pipelined transaction block
         this replaces cost 5.9-6.4 ms against 4.6 ms for the same statement at 10k chunks
-        (bench/RESULTS.md, session 10). Inside a caller's transaction: a savepoint, as before.
+        (bench/RESULTS.md). Inside a caller's transaction: a savepoint, as before.
         """
         idle_autocommit = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
         with conn.pipeline(), nullcontext() if idle_autocommit else conn.transaction():
@@ -311,7 +311,7 @@ class ChunkRankings:
         # common, the first ``candidate_budget`` chunks holding them all. The first has no LIMIT: with one,
         # the planner, which estimates the matches of a namespace from table-wide lexeme statistics,
         # took a sequential scan that it expected to stop early, and read the whole namespace when the
-        # matches were fewer than it thought (bench/RESULTS.md, session 15: p95 38 -> 15 ms at 10k chunks
+        # matches were fewer than it thought (bench/RESULTS.md, p95 38 -> 15 ms at 10k chunks
         # while another namespace was loading).
         candidates = sql.SQL(
             "SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
@@ -364,7 +364,7 @@ class ChunkRankings:
         One statement (``similar_chunk_pairs``) computes the cosines in PostgreSQL from one unit-length
         copy of each embedding and returns only the pairs at or above ``threshold``. Reading the ~70
         vectors of a Search and comparing them here cost 1.1 ms of this process's CPU per call, the
-        statement 0.3 ms, with the same pairs (replayed Searches, bench/RESULTS.md, session 13). A zero
+        statement 0.3 ms, with the same pairs (replayed Searches, bench/RESULTS.md). A zero
         vector has similarity 0 with every chunk.
         """
         if not sources or not targets:
@@ -464,7 +464,7 @@ class ChunkRankings:
             )
         # A chunk holding the whole query verbatim scores 1.0 without word_similarity, which is 1 for it
         # unless the match starts or ends inside a word, and which costs about 0.12 ms a row: 84 ms for the
-        # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md, session 15).
+        # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md).
         similarity = sql.SQL("word_similarity(%(query)s, text)")
         if whole:
             similarity = sql.SQL(
@@ -473,7 +473,7 @@ class ChunkRankings:
         # The token part (the per-token lookups and the count of tokens each row holds) only when the query
         # has identifier tokens: without them every ``hits`` is 0, and planning the empty lookups cost more
         # than running the whole-query match (0.77 against 0.26 ms p50 on the docs vault, where 99 of 100
-        # benchmark queries have no such token; bench/RESULTS.md, session 17).
+        # benchmark queries have no such token; bench/RESULTS.md).
         tokens_part, hits = sql.SQL(""), sql.SQL("0")
         if tokens:
             tokens_part = sql.SQL(

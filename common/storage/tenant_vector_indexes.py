@@ -1,4 +1,4 @@
-"""Per-tenant vector indexes (issue 15): an HNSW index partial to one large namespace of a shared table.
+"""Per-tenant vector indexes: an HNSW index partial to one large namespace of a shared table.
 
 Why: for one namespace among many, the table's HNSW index visits mostly other tenants' rows (its
 iterative scan starves past ``hnsw.max_scan_tuples``), so the planner sorts the tenant's rows exactly

@@ -1,4 +1,4 @@
-"""Reads of a trace (seed 000 "Аудит-контур"; TraceService.GetTrace): which items named by the context
+"""Reads of a trace (docs/explanation/knowledge-model.md; TraceService.GetTrace): which items named by the context
 compilations of a trace a caller may still see. The compilations themselves are read by
 `ContextStore.traces`, the audit events by `AuditStore.events_of_trace`.
 

@@ -11,7 +11,7 @@ path to the database, so every access rule of the services holds for an agent to
   (UNAUTHENTICATED) when they check tokens. The server's own ``CB_TOKEN`` is never used in this mode.
 
 Tools (`TOOL_NAMES`): ``record_observation``, ``search``, ``compile_context``, ``list_facts``,
-``read_source``, and for memory records (issue 12) ``add_memories`` and ``recall_memories`` (their
+``read_source``, and for memory records ``add_memories`` and ``recall_memories`` (their
 scope is the token's user; ``project`` becomes the ``x-project-id`` metadata). Each returns the proto3 JSON of the service's response (field names as in the
 protos, snake_case); a refused call is a tool error whose text is the gRPC code, the message and one
 line per field violation (``error: INVALID_ARGUMENT: ...`` / ``  - field: problem``). A call with an

@@ -8,7 +8,7 @@ around it is accepted) with the fields of `Enrichment` (`_Answer` checks them: m
 seven, quality_score in [0, 1], entities as ``{"name", "kind"}`` with a kind of `ENTITY_KINDS`; lists
 are cut to the rule enricher's limits).
 
-Its output has evidence class ``inferred`` (seed 000: a model's reading, not a rule over the text). The
+Its output has evidence class ``inferred`` (docs/explanation/knowledge-model.md: a model's reading, not a rule over the text). The
 domain packs' identifiers and the labelled ids of the id rule are added to the model's entities
 (`ingest_service.enrichment.entities.collect_entities`), so pack links do not depend on the model.
 

@@ -1,5 +1,5 @@
 """The enrichment queue: procrastinate on the service's PostgreSQL (schema: migration 0016,
-`common.storage.queue_migration`), run by `cb worker` (issue 12 §4).
+`common.storage.queue_migration`), run by `cb worker`.
 
 **Jobs.** One task, `ENRICH_TASK` (queue `QUEUE`), with arguments ``(namespace, memory_id, version)``:
 the job enriches that version of the memory (`ingest_service.enrichment.jobs.EnrichmentJob`). Every job

@@ -1,4 +1,4 @@
-"""ContextService transport: proto <-> domain mapping only (DESIGN §1-2); CompileContext is
+"""ContextService transport: proto <-> domain mapping only (ARCHITECTURE.md); CompileContext is
 `query_service.context_compiler`, CompileTypedContext `query_service.typed_context`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ObservationQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+"""ObservationQueryService transport: proto <-> domain mapping only (ARCHITECTURE.md); the reading is
 `query_service.observation_reader`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SourceService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+"""SourceService transport: proto <-> domain mapping only (ARCHITECTURE.md); the reading is
 `query_service.source_reader`."""
 
 from __future__ import annotations

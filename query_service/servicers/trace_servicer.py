@@ -1,4 +1,4 @@
-"""TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур"); the
+"""TraceService transport: proto <-> domain mapping only (ARCHITECTURE.md; docs/explanation/knowledge-model.md); the
 reading is `query_service.trace_reader`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Summaries as CompileContext candidates (issue 16 §3 "summaries when present"; DESIGN §7), against real
+"""Summaries as CompileContext candidates ("summaries when present"; docs/explanation/retrieval.md), against real
 services over gRPC with bearer tokens and memory scopes.
 
 One organisation with two users (``ua`` owns the memories, ``ub`` is the hostile neighbour in the same

@@ -1,4 +1,4 @@
-"""Namespace isolation on the real services (DESIGN §8; issue 5 §2).
+"""Namespace isolation on the real services (docs/how-to/tokens-and-scopes.md).
 
 Both services run in-process with a tokens file (auth on). Namespaces A and B hold the same kinds of
 data (observations with facts and text fragments, documents, pre-cut chunks, asserted facts), each with
@@ -96,7 +96,7 @@ class World:
             )[0]
             for side in (self.a, self.b)
         }
-        # Memory records (issue 12): two users of one organisation and an outsider (tests/e2e/memory_attacks.py).
+        # Memory records: two users of one organisation and an outsider (tests/e2e/memory_attacks.py).
         self.memory = memory_attacks.MemoryWorld.create(tokens_file)
         self.ingest_addr = self.query_addr = ""
         self.database_url = ""

@@ -1,4 +1,4 @@
-"""memory-service-client installs and works on its own (issue 14 §2).
+"""memory-service-client installs and works on its own.
 
 Its wheel is built from clients/python and installed into a fresh virtual environment (no system site
 packages, no memory-service): pip brings in only grpcio, protobuf and googleapis-common-protos (from its

@@ -1,5 +1,5 @@
 """Property: no request of any RPC of either service answers INTERNAL or UNKNOWN, and a refused request
-writes nothing (issue 10 §5).
+writes nothing.
 
 Requests are built from the proto descriptors (`tests/e2e/request_strategies.py`) and sent over real
 channels to the real in-process servers (fixtures of tests/e2e/conftest.py), as typed messages and as

@@ -1,4 +1,4 @@
-"""``cb worker`` as a process (issue 12 §4): it migrates a fresh database, registers with procrastinate,
+"""``cb worker`` as a process: it migrates a fresh database, registers with procrastinate,
 and stops cleanly on SIGTERM and on Ctrl-C (SIGINT): exit code 0, its worker row removed."""
 
 from __future__ import annotations

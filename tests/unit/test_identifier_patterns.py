@@ -1,4 +1,4 @@
-"""idPatterns over text (ingest_service.identifier_extraction.find_identifiers; issue 4 §4)."""
+"""idPatterns over text (ingest_service.identifier_extraction.find_identifiers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 000 limits of an observation, each rejected with a violation naming the field (issue 2 §8)."""
+"""docs/explanation/knowledge-model.md limits of an observation, each rejected with a violation naming the field."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def test_every_rpc_of_every_service_is_in_the_method_table() -> None:
 
 def test_every_request_names_its_namespaces_or_is_global() -> None:
     for name, input_type in _all_rpcs():
-        # Memory methods act in the caller's memory scope (issue 12): their namespace is derived, not named.
+        # Memory methods act in the caller's memory scope: their namespace is derived, not named.
         assert name in GLOBAL_METHODS or name in MEMORY_METHODS or names_namespaces(input_type), (
             f"{name}: its request has no namespace field (nor items with one); add one, or list the "
             "method in GLOBAL_METHODS (then only '*' grants cover it)"

@@ -1,4 +1,4 @@
--- The lexical indexes of the chunks table lead with the namespace (issue 15; `btree_gin`, created by the
+-- The lexical indexes of the chunks table lead with the namespace (`btree_gin`, created by the
 -- migration runner, gives GIN the text equality). The table-wide GIN indexes held every tenant's postings:
 -- for one namespace of 10k chunks among 1M, the full-text lookup read every tenant's postings of a lexeme
 -- (23,700 for 237 rows of the namespace) and, when the planner estimated one row, fetched and filtered

@@ -221,7 +221,7 @@ class MemoryClient:
             "query_service": health_status(self.query_channel),
         }
 
-    # -- memory records (issue 12): project_id travels as the x-project-id metadata ------------------
+    # -- memory records: project_id travels as the x-project-id metadata ------------------
 
     def add_memories(
         self, request: memory_service_pb2.AddMemoriesRequest, *, project_id: str = ""

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class AuditServiceStub:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class AuditServiceStub:
 
 
 class AuditServiceServicer:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def RecordAuditEvent(self, request, context):
@@ -75,7 +75,7 @@ def add_AuditServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AuditService:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service.
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     @staticmethod

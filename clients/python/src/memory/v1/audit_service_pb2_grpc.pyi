@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AuditServiceStub:
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -44,7 +44,7 @@ class AuditServiceStub:
 
 @_typing.type_check_only
 class AuditServiceAsyncStub(AuditServiceStub):
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordAuditEvent: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.RecordAuditEventRequest, _audit_service_pb2.RecordAuditEventResponse]  # type: ignore[assignment]
@@ -57,7 +57,7 @@ class AuditServiceAsyncStub(AuditServiceStub):
     """
 
 class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Write side of the audit trail (seed 000 "Аудит-контур"). Served by ingest_service."""
+    """Write side of the audit trail (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_abc_1.abstractmethod
     def RecordAuditEvent(

@@ -22,10 +22,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ObservationSource(_message.Message):
-    """Shared resources of the knowledge model (seed 000, "Модель знаний"; DESIGN.md §2-3).
+    """Shared resources of the knowledge model (docs/explanation/knowledge-model.md; ARCHITECTURE.md).
 
     Entity keys are a natural key string ("person:alice") or an object {type, id} that becomes
-    "type:id" (DESIGN §3). Because proto3 JSON cannot express "string or object" in a message, key
+    "type:id" (docs/explanation/knowledge-model.md). Because proto3 JSON cannot express "string or object" in a message, key
     fields are `google.protobuf.Value`: a string value or a struct value with string fields `type`, `id`.
 
     Source identity of an observation: a repeated event with the same identity is a duplicate.
@@ -140,7 +140,7 @@ class FactAssertion(_message.Message):
     predicate: _builtins.str
     """Edge type, e.g. "WORKS_ON"; pattern [A-Za-z_][A-Za-z0-9_]{0,127}."""
     evidence: _builtins.str
-    """One of "asserted" (default), "extracted", "inferred", "derived" (seed 000 evidence classes)."""
+    """One of "asserted" (default), "extracted", "inferred", "derived" (docs/explanation/knowledge-model.md evidence classes)."""
     confidence: _builtins.float
     """In [0, 1]; default 1.0."""
     supersedes: _builtins.str
@@ -263,7 +263,7 @@ Global___Assertion: _TypeAlias = Assertion  # noqa: Y015
 
 @_typing.final
 class Observation(_message.Message):
-    """An immutable record of what an external source reported (seed 000, "Наблюдения")."""
+    """An immutable record of what an external source reported (docs/explanation/knowledge-model.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -291,11 +291,11 @@ class Observation(_message.Message):
     content: _builtins.str
     """Human-readable text, at most 1 MiB (UTF-8)."""
     observation_id: _builtins.str
-    """Output only: obs-<sha256[:24]> (DESIGN §3)."""
+    """Output only: obs-<sha256[:24]> (docs/explanation/knowledge-model.md)."""
     status: _builtins.str
     """Output only: received, processed, partially_processed, failed, redacted."""
     pii: _builtins.bool
-    """Personal data marks of the observation (seed 000 "Персональные данные"), as in RetainRequest: they
+    """Personal data marks of the observation (docs/how-to/personal-data.md), as in RetainRequest: they
     go to its episode node and text fragment nodes (not part of the observation's identity). A category
     the detector cannot find ("fio", "address"), or pii without a category, withholds the observation's
     content, data and assertions from callers without PII clearance when CB_PII_PROTECTION is on.
@@ -378,7 +378,7 @@ Global___Observation: _TypeAlias = Observation  # noqa: Y015
 
 @_typing.final
 class Fact(_message.Message):
-    """A temporal fact as stored (seed 000, "Факты: время и свидетельства")."""
+    """A temporal fact as stored (docs/explanation/knowledge-model.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -402,7 +402,7 @@ class Fact(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
-    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24] (DESIGN §3)."""
+    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24] (docs/explanation/knowledge-model.md)."""
     subject: _builtins.str
     """Natural key "type:id" of the subject node."""
     predicate: _builtins.str
@@ -410,7 +410,7 @@ class Fact(_message.Message):
     object: _builtins.str
     """Natural key of the object node."""
     evidence: _builtins.str
-    """Evidence class: "asserted", "extracted", "inferred" or "derived" (seed 000)."""
+    """Evidence class: "asserted", "extracted", "inferred" or "derived" (docs/explanation/knowledge-model.md)."""
     confidence: _builtins.float
     """In [0, 1]; the highest of its assertions."""
     supersedes: _builtins.str

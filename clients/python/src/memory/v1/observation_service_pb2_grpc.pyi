@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ObservationServiceStub:
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; ARCHITECTURE.md). Served by ingest_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -49,7 +49,7 @@ class ObservationServiceStub:
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+    Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an audit
     event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
     facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
     Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
@@ -76,7 +76,7 @@ class ObservationServiceStub:
 
 @_typing.type_check_only
 class ObservationServiceAsyncStub(ObservationServiceStub):
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; ARCHITECTURE.md). Served by ingest_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordObservations: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.RecordObservationsRequest, _observation_service_pb2.RecordObservationsResponse]  # type: ignore[assignment]
@@ -95,7 +95,7 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+    Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an audit
     event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
     facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
     Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
@@ -121,7 +121,7 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; ARCHITECTURE.md). Served by ingest_service."""
 
     @_abc_1.abstractmethod
     def RecordObservations(
@@ -150,7 +150,7 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         they leave every output but stay in the graph for audit. The searchable copies of the content go too
         (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
         transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-        Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
+        Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an audit
         event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
         facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
         Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
