@@ -1,66 +1,8 @@
-"""The three retrieval rankings over the chunks table (docs/explanation/knowledge-model.md): `ChunkRankings`, the
-base of `common.storage.chunk_store.ChunkStore`, with the filter and candidate types.
+"""The three retrieval rankings over the chunks table: `ChunkRankings`, the base of
+`common.storage.chunk_store.ChunkStore`, with the filter and candidate types.
 
-Every query carries the namespace predicate; the optional filters (node types, meta containment
-``meta @> {...}``, node keys, the caller's visibility) are applied *inside* each ranking query, so a small
-namespace inside a large table still fills its candidate list. Because of those optional filters the
-ranking queries are composed here with `psycopg.sql`; the static helpers they use (the query's lexemes,
-the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
-
-* **vector**: ``ORDER BY embedding <=> q LIMIT n`` over the HNSW cosine index. The pool sets
-  ``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8), so when the filters discard the first
-  ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
-  returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
-  re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
-  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
-  the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
-  of migration 0012 (vectors inline, no heap fetch or detoasting); the keys are joined after.
-
-* **full text**: Okapi BM25 (`common.storage.lexical_scoring`) over the stored, GIN-indexed
-  ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
-  reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
-  frequencies; kept by triggers of the chunks table, ``sql/0011_lexeme_statistics.sql``), one scores the
-  candidates: the chunks holding one of the rarest lexemes (at most `CANDIDATE_BUDGET` rows read, from
-  the GIN index, bounded by their document frequencies rather than by a LIMIT, see `text_candidates`), each scored for every query lexeme in SQL (term frequencies from the positions of the
-  query's lexemes only: ``ts_filter(setweight(search_document, 'A', lexemes), '{a}')``, ~4 µs a row,
-  against ~22 µs for unnesting the whole vector). ``ts_rank`` weighed every lexeme alike (no idf), so a
-  chunk repeating a common word outranked the only chunk with the rare one; the OR fill ranked up to
-  14k matching rows per query. Ties: the newer chunk (``created_at``, then ``id``) first, never the key.
-  The query is a bag of lexemes (websearch operators are not interpreted). Both full-text statements
-  and the trigram statement run with ``prepare=False``: psycopg otherwise prepares a statement after its
-  fifth execution and PostgreSQL may then switch to a generic plan, which for these statements ignores
-  how selective the lexemes or tokens are (trigram at 1M chunks 381 ms generic, 74 ms custom).
-
-  About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
-  words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
-  ``2.36``, ``-9``) through ``simple`` — identically for the stored vector and for the query — so English
-  words and identifiers match under ``russian`` (``installing`` and ``installation`` both become
-  ``instal``). A ``simple``-config *query* against the stemmed stored vector can only match lexemes the
-  stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
-  ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
-  ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
-* **trigram**: case-insensitive substring matches that a pg_trgm index serves: rows containing an
-  *identifier-like token* of the query verbatim and, only when configured (``whole_query_chars``, the
-  search preset's ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words'
-  lexemes through the full-text index rather than through every trigram of the sentence.
-  Identifier-like tokens are whitespace-separated pieces
-  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``. They
-  are looked up in ``identifier_text`` (GIN ``gin_trgm_ops``, migration 0028), a generated column holding
-  the runs of the chunk's text that hold a digit: a token lies inside one such run, so
-  ``identifier_text ILIKE '%token%'`` holds exactly when ``text ILIKE '%token%'`` does, and its index is a
-  fraction of one over the whole text (78 of 561 characters per chunk on the debian episodes and the docs
-  vault): one INSERT of 200 chunks 2.3x faster with the statistics triggers off, a debian load over gRPC
-  16% faster (bench/RESULTS.md). ``ILIKE``, not pg_trgm
-  similarity: similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match
-  ``2.36-9+deb12u3``. A query without such a token does not run the ranking (a whole sentence's trigrams
-  cost 84 ms p50 at 1M chunks). Matches are ordered by the number of tokens found, then by
-  ``word_similarity(query, text)``, then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s
-  per sentence-long query on the 10k-chunk docs vault). An expression index over the same runs instead of
-  the stored column was measured and rejected: the trigram matches are rechecked on the heap, and each
-  recheck computed the runs again (p50 10.7 against 2.3 ms, p95 178 against 12; bench/RESULTS.md).
-
-Every ranking returns `Candidate` rows (row id, key and score), not the chunk's columns; the rows of the
-candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).
+Filters run inside each ranking so a small namespace of a large table still fills its candidates; why each
+ranking is built as it is, with the measurements: docs/decisions/0020-chunk-rankings.md.
 """
 
 from __future__ import annotations
