@@ -137,6 +137,7 @@ class FactAssertion(_message.Message):
     SUPERSEDES_FIELD_NUMBER: _builtins.int
     SCOPES_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    SUPERSEDE_LIVE_FIELD_NUMBER: _builtins.int
     predicate: _builtins.str
     """Edge type, e.g. "WORKS_ON"; pattern [A-Za-z_][A-Za-z0-9_]{0,127}."""
     evidence: _builtins.str
@@ -145,6 +146,13 @@ class FactAssertion(_message.Message):
     """In [0, 1]; default 1.0."""
     supersedes: _builtins.str
     """fact_id of the fact this one replaces: its valid_to becomes this fact's valid_from."""
+    supersede_live: _builtins.bool
+    """FactService.AssertFacts only: supersede the live versions of this subject and predicate. Every fact of
+    (subject, predicate) the caller can see with an open interval, another object and an earlier
+    valid_from is closed at this fact's valid_from; the latest of them becomes `supersedes`. Without it a
+    second live object stays a conflict, flagged and never resolved. INVALID_ARGUMENT together with
+    `supersedes`, or anywhere but AssertFacts (observations and snapshots).
+    """
     @_builtins.property
     def subject(self) -> _struct_pb2.Value:
         """The subject entity: a string natural key or {type, id} (see the note at the top of this file). Required."""
@@ -182,10 +190,11 @@ class FactAssertion(_message.Message):
         supersedes: _builtins.str = ...,
         scopes: _abc.Iterable[_builtins.str] | None = ...,
         attributes: _struct_pb2.Struct | None = ...,
+        supersede_live: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "object", b"object", "subject", b"subject", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "evidence", b"evidence", "object", b"object", "predicate", b"predicate", "scopes", b"scopes", "subject", b"subject", "supersedes", b"supersedes", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "evidence", b"evidence", "object", b"object", "predicate", b"predicate", "scopes", b"scopes", "subject", b"subject", "supersede_live", b"supersede_live", "supersedes", b"supersedes", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__confidence: _TypeAlias = _typing.Literal["confidence"]  # noqa: Y015
     _WhichOneofArgType__confidence: _TypeAlias = _typing.Literal["_confidence", b"_confidence"]  # noqa: Y015
