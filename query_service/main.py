@@ -16,6 +16,7 @@ from memory.v1 import (
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2_grpc,
     retrieval_service_pb2_grpc,
     source_service_pb2_grpc,
@@ -37,10 +38,12 @@ from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
 from query_service.memory_recall import MemoryReader
+from query_service.namespace_reader import NamespaceReader
 from query_service.observation_reader import ObservationReader
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
+from query_service.servicers.namespace_servicer import NamespaceServicer
 from query_service.servicers.observation_query_servicer import ObservationQueryServicer
 from query_service.servicers.retrieval_servicer import RetrievalServicer
 from query_service.servicers.source_servicer import SourceServicer
@@ -57,6 +60,7 @@ SERVICE_NAMES = (
     "memory.v1.ObservationQueryService",
     "memory.v1.TraceService",
     "memory.v1.MemoryQueryService",
+    "memory.v1.NamespaceService",
 )
 
 
@@ -115,6 +119,9 @@ def create_query_host(
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             TraceServicer(TraceReader(database)), server
+        )
+        namespace_service_pb2_grpc.add_NamespaceServiceServicer_to_server(
+            NamespaceServicer(NamespaceReader(database)), server
         )
         return list(SERVICE_NAMES)
 

@@ -31,6 +31,8 @@ from common.kernel.memory_names import memory_base_namespace
 __all__ = [
     "ALL_NAMESPACES",
     "DEVELOPMENT_MEMORY_SCOPE",
+    "CALLER_FILTERED_METHODS",
+    "closest_namespace",
     "GLOBAL_METHODS",
     "MEMORY_METHODS",
     "METHOD_RIGHTS",
@@ -112,6 +114,8 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.FactQueryService/ListFacts": _READ,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
+        "/memory.v1.NamespaceService/ListNamespaces": _READ,
+        "/memory.v1.NamespaceService/GetNamespaceStats": _READ,
         # Memory records: the namespace comes from the caller's scope, not from the request
         # (MEMORY_METHODS); `authorize` checks that the caller has a memory scope, the handler checks the
         # right on the scope's namespace (common.domain.memory_scope.resolve_memory_scope).
@@ -134,6 +138,10 @@ GLOBAL_METHODS: frozenset[str] = frozenset(
     }
 )
 """Methods whose requests name no namespace (packages are global): the right is needed on ``"*"``."""
+
+CALLER_FILTERED_METHODS: frozenset[str] = frozenset({"/memory.v1.NamespaceService/ListNamespaces"})
+"""Methods whose requests name no namespace and whose answers hold only the namespaces the caller has the
+right on: any token may call them, the handler filters."""
 
 MEMORY_METHODS: frozenset[str] = frozenset(m for m in METHOD_RIGHTS if m.startswith("/memory.v1.Memory"))
 """Methods of MemoryService / MemoryQueryService: they act in the caller's memory scope (token attributes
@@ -298,11 +306,18 @@ def _granted_hint(principal: Principal, namespace: str, needed: Right) -> str:
     granted = sorted(name for name, right in principal.rights.items() if right >= needed)
     if not granted:
         return f"; this token has the {needed.label} right on no namespace"
-    close = difflib.get_close_matches(namespace, granted, n=1, cutoff=0.8)
+    close = closest_namespace(namespace, granted)
     listed = ", ".join(repr(name) for name in granted[:_HINT_NAMESPACES])
     more = f" and {len(granted) - _HINT_NAMESPACES} more" if len(granted) > _HINT_NAMESPACES else ""
     hint = f"; this token has it on {listed}{more}"
-    return hint + (f" (did you mean {close[0]!r}?)" if close else "")
+    return hint + (f" (did you mean {close!r}?)" if close else "")
+
+
+def closest_namespace(namespace: str, candidates: list[str]) -> str | None:
+    """The one of ``candidates`` that ``namespace`` looks like a typo of (difflib ratio at least 0.8), or
+    None: what a refusal or an empty answer suggests instead of a misspelt namespace."""
+    close = difflib.get_close_matches(namespace, candidates, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 _HINT_NAMESPACES = 10
@@ -333,6 +348,8 @@ def authorize(principal: Principal, full_method: str, request: Message) -> None:
                 reason="MEMORY_SCOPE_MISSING",
             )
         return
+    if full_method in CALLER_FILTERED_METHODS:
+        return  # the handler answers with the caller's own namespaces only
     namespaces = None if full_method in GLOBAL_METHODS else request_namespaces(request)
     if namespaces is None:
         if not principal.allows_everywhere(needed):

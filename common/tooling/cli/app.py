@@ -17,6 +17,7 @@ from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
 from common.tooling.cli.memory_commands import memory_app
 from common.tooling.cli.pack_commands import pack_app
+from common.tooling.cli.namespace_commands import namespaces, stats
 from common.tooling.cli.read_commands import facts, search, source, trace
 from common.tooling.cli.service_commands import serve, up
 from common.tooling.cli.token_commands import token_app
@@ -96,7 +97,9 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("reconcile", reconcile),
     ("retain", retain),
     ("ingest", ingest),
-    ("search", search),  # reads (query_service)
+    ("namespaces", namespaces),  # reads (query_service)
+    ("stats", stats),
+    ("search", search),
     ("facts", facts),
     ("source", source),
     ("context", context),

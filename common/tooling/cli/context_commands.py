@@ -16,6 +16,7 @@ from memory.v1 import context_service_pb2
 from rich.markup import escape
 from rich.table import Table
 
+from common.tooling.cli.namespace_commands import flag_empty_namespace
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
 from common.tooling.cli.rpc_output import call_and_print, memory_client
 from common.tooling.cli.terminal import err, print_text
@@ -136,7 +137,9 @@ def context(
                 )
             err.print(table)
 
-    call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
+    response = call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
+    if not response.pack.items:
+        flag_empty_namespace(ctx, namespace)
 
 
 def typed_context(

@@ -1,7 +1,8 @@
 """The read commands: ``cb search``, ``cb facts``, ``cb source``, ``cb trace`` (query_service).
 
 Each builds its request, calls it with `call_and_print` (``--json`` prints the response as proto3
-JSON) and renders the response for humans: results on stdout, details on stderr. The context packs
+JSON) and renders the response for humans: results on stdout, details on stderr. An empty answer from a
+namespace that holds nothing the caller can see exits with `flag_empty_namespace`'s code and hint. The context packs
 (``cb context``, ``cb typed-context``) are in `common.tooling.cli.context_commands`.
 """
 
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
+from common.tooling.cli.namespace_commands import flag_empty_namespace
 from common.tooling.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
 from common.tooling.cli.rpc_output import call_and_print, memory_client
 from common.tooling.cli.terminal import err, out, print_text, print_wide
@@ -69,7 +71,9 @@ def search(
     filters = _meta_filters(meta)
     if filters:
         request.meta.CopyFrom(dict_to_struct(filters))
-    call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
+    response = call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
+    if not response.hits:
+        flag_empty_namespace(ctx, namespace)
 
 
 def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
@@ -118,7 +122,9 @@ def facts(
         as_of=as_of_timestamp(as_of),
     )
     # Every page, following next_page_token, in one response.
-    call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
+    collected = call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
+    if not collected.facts:
+        flag_empty_namespace(ctx, namespace)
 
 
 def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
@@ -160,7 +166,11 @@ def source(
 ) -> None:
     """Print the original text of a node (or its chunks re-assembled) with its provenance."""
     request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
-    call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+    try:
+        call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+    except typer.Exit:
+        flag_empty_namespace(ctx, namespace)  # a misspelt namespace, rather than a missing node?
+        raise
 
 
 def _print_source(response: source_service_pb2.GetSourceResponse) -> None:

@@ -48,6 +48,8 @@ from memory.v1 import (
     memory_query_service_pb2_grpc,
     memory_service_pb2,
     memory_service_pb2_grpc,
+    namespace_service_pb2,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
     observation_service_pb2,
@@ -490,3 +492,17 @@ class MemoryClient:
         """TraceService.GetTrace."""
         stub = trace_service_pb2_grpc.TraceServiceStub(self.query_channel)
         return self._read(stub.GetTrace, request)
+
+    def list_namespaces(
+        self, request: namespace_service_pb2.ListNamespacesRequest | None = None
+    ) -> namespace_service_pb2.ListNamespacesResponse:
+        """NamespaceService.ListNamespaces: the namespaces this token can read that hold something it sees."""
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
+        return self._read(stub.ListNamespaces, request or namespace_service_pb2.ListNamespacesRequest())
+
+    def get_namespace_stats(
+        self, request: namespace_service_pb2.GetNamespaceStatsRequest
+    ) -> namespace_service_pb2.GetNamespaceStatsResponse:
+        """NamespaceService.GetNamespaceStats: one namespace's counts by kind, as this token sees them."""
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
+        return self._read(stub.GetNamespaceStats, request)
