@@ -107,7 +107,14 @@ def facts(
     predicate: Annotated[str | None, typer.Option(help="edge type, e.g. HAS_VERSION")] = None,
     object_: Annotated[str | None, typer.Option("--object", help="object natural key")] = None,
     as_of: AsOfOption = None,
-    history: Annotated[bool, typer.Option("--history", help="include superseded and closed facts")] = False,
+    include_history: Annotated[
+        bool,
+        typer.Option(
+            "--include-history",
+            "--history",  # the former spelling, accepted for one release
+            help="include superseded and closed facts (--history: deprecated spelling)",
+        ),
+    ] = False,
     page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 500,
     as_json: JsonOption = False,
 ) -> None:
@@ -117,7 +124,7 @@ def facts(
         subject=subject or "",
         predicate=predicate or "",
         object=object_ or "",
-        include_history=history,
+        include_history=include_history,
         page_size=page_size,
         as_of=as_of_timestamp(as_of),
     )
