@@ -31,7 +31,7 @@ from ingest_service.enrichment.factory import build_enricher
 from ingest_service.enrichment.jobs import EnrichmentJob
 from ingest_service.enrichment.language_models import load_models
 from ingest_service.enrichment.model import Enricher
-from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue
+from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue, quiet_routine_jobs
 from ingest_service.memory_maintenance import MemoryMaintenance
 from ingest_service.memory_writer import MemoryWriter
 
@@ -87,6 +87,7 @@ def run_worker(settings: Settings, concurrency: int) -> None:
     of the queue), so nothing is lost.
     """
     queue, database = build_worker(settings, concurrency=concurrency)
+    quiet_routine_jobs()  # an idle worker runs the sweep every second: nothing to say about it
     load_models()  # the first job does not wait for the language models
     try:
         asyncio.run(_supervise(queue, concurrency))
