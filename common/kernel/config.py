@@ -141,8 +141,8 @@ class Settings(BaseSettings):
         "", description="OTLP/gRPC collector, e.g. http://127.0.0.1:4317; empty: no traces"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="services' log level")
-    log_format: Literal["json", "text"] = Field(
-        "json", description="services' log lines: JSON objects or text"
+    log_format: Literal["json", "text", "auto"] = Field(
+        "auto", description="services' log lines: JSON objects, text, or auto (text on a terminal, else JSON)"
     )
 
     # Asynchronous enrichment of memories (README "Enrichment"): the worker (`cb worker`)
