@@ -108,17 +108,18 @@ def facts(
     object_: Annotated[str | None, typer.Option("--object", help="object natural key")] = None,
     as_of: AsOfOption = None,
     include_history: Annotated[
-        bool,
-        typer.Option(
-            "--include-history",
-            "--history",  # the former spelling, accepted for one release
-            help="include superseded and closed facts (--history: deprecated spelling)",
-        ),
+        bool, typer.Option("--include-history", help="include superseded and closed facts")
+    ] = False,
+    history: Annotated[
+        bool, typer.Option("--history", hidden=True, help="deprecated: the former name of --include-history")
     ] = False,
     page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 500,
     as_json: JsonOption = False,
 ) -> None:
     """List facts by subject / predicate / object, valid at an instant or with their history."""
+    if history:  # accepted for one release
+        err.print("--history is deprecated: use --include-history")
+        include_history = True
     request = fact_query_service_pb2.ListFactsRequest(
         namespace=namespace,
         subject=subject or "",
