@@ -69,10 +69,10 @@ class NamespaceStatistics:
         visible = self._predicates(visibility)
         chosen = sql.SQL("TRUE") if namespaces is None else sql.SQL("namespace = ANY(%(namespaces)s::text[])")
         parts = [
-            sql.SQL("SELECT namespace, {kind} AS kind, count(*) AS n FROM {table} WHERE {chosen} AND {visible}"
-                    " GROUP BY namespace").format(
-                kind=sql.Literal(kind), table=self.tables[table], chosen=chosen, visible=visible[table]
-            )
+            sql.SQL(
+                "SELECT namespace, {kind} AS kind, count(*) AS n FROM {table} WHERE {chosen} AND {visible}"
+                " GROUP BY namespace"
+            ).format(kind=sql.Literal(kind), table=self.tables[table], chosen=chosen, visible=visible[table])
             for kind, table in (
                 ("observations", "observations"),
                 ("nodes", "graph_nodes"),
@@ -85,7 +85,9 @@ class NamespaceStatistics:
                 " GROUP BY f.namespace"
             ).format(
                 table=self.tables["facts"],
-                chosen=sql.SQL("TRUE") if namespaces is None else sql.SQL("f.namespace = ANY(%(namespaces)s::text[])"),
+                chosen=sql.SQL("TRUE")
+                if namespaces is None
+                else sql.SQL("f.namespace = ANY(%(namespaces)s::text[])"),
                 visible=visible["facts"],
             )
         )
@@ -96,7 +98,9 @@ class NamespaceStatistics:
             counts.setdefault(str(namespace), {})[str(kind)] = int(number)
         return [NamespaceCounts(namespace=name, **counts[name]) for name in sorted(counts)]
 
-    def detail(self, conn: psycopg.Connection[Any], namespace: str, visibility: Visibility) -> NamespaceDetail:
+    def detail(
+        self, conn: psycopg.Connection[Any], namespace: str, visibility: Visibility
+    ) -> NamespaceDetail:
         """The counts of ``namespace`` by kind that ``visibility`` reaches (all zero for an empty one)."""
         visible = self._predicates(visibility)
         params = {"namespace": namespace, **visibility.params}

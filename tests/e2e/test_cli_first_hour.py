@@ -20,7 +20,12 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost, query_host: ServiceHost):  # type: ignore[no-untyped-def]
     runner = CliRunner()
-    addresses = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+    addresses = [
+        "--ingest-addr",
+        f"127.0.0.1:{ingest_host.port}",
+        "--query-addr",
+        f"127.0.0.1:{query_host.port}",
+    ]
 
     def run(*args: str, expect: int = 0) -> str:
         result = runner.invoke(app, [*addresses, *args])
@@ -48,9 +53,7 @@ def test_links_inside_one_folder_resolve_in_one_run(cli, tmp_path: Path) -> None
     # a.md is sent first and links to b.md, not stored yet at that moment; b.md links back.
     (folder / "a.md").write_text("---\nlinks: [doc:b, doc:nowhere]\n---\n# A\n\nsee B\n", encoding="utf-8")
     (folder / "b.md").write_text("---\nlinks: [doc:a]\n---\n# B\n\nsee A\n", encoding="utf-8")
-    summary = json.loads(
-        cli("retain", str(folder), "--namespace", namespace, "--concurrency", "1", "--json")
-    )
+    summary = json.loads(cli("retain", str(folder), "--namespace", namespace, "--concurrency", "1", "--json"))
     assert (summary["created"], summary["failed"]) == (2, 0)
     # only the link to a document stored nowhere is left missing
     assert summary["missing_links"] == [{"from": "doc:a", "to": "doc:nowhere"}]
@@ -60,7 +63,9 @@ def test_links_inside_one_folder_resolve_in_one_run(cli, tmp_path: Path) -> None
 def stored(cli, tmp_path_factory: pytest.TempPathFactory) -> str:  # type: ignore[no-untyped-def]
     namespace = "firsthour-" + uuid.uuid4().hex[:8]
     folder = tmp_path_factory.mktemp("stored")
-    (folder / "release.md").write_text("# Release\n\nThe payment release moved to Monday.\n", encoding="utf-8")
+    (folder / "release.md").write_text(
+        "# Release\n\nThe payment release moved to Monday.\n", encoding="utf-8"
+    )
     cli("retain", str(folder), "--namespace", namespace)
     return namespace
 

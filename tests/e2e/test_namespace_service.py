@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
@@ -18,7 +19,6 @@ from memory.v1 import (
     namespace_service_pb2,
     namespace_service_pb2_grpc,
 )
-from google.protobuf import json_format
 from memory_service_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
@@ -41,7 +41,9 @@ class World:
         )
         grant = {self.ns: [Right.READ]}
         self.outsider, _ = add_token(tokens_file, principal="nsl-outsider", namespaces=grant)
-        self.insider, _ = add_token(tokens_file, principal="nsl-insider", namespaces=grant, scopes=["workspace:alpha"])
+        self.insider, _ = add_token(
+            tokens_file, principal="nsl-insider", namespaces=grant, scopes=["workspace:alpha"]
+        )
         self.ingest_addr = self.query_addr = ""
 
     def stub(self, token: str) -> namespace_service_pb2_grpc.NamespaceServiceStub:
@@ -61,7 +63,11 @@ def _load(world: World) -> None:
     ):
         documents.Retain(
             document_service_pb2.RetainRequest(
-                namespace=namespace, natural_key=key, title=key, content=f"# {key}\n\nsome text", scopes=scopes
+                namespace=namespace,
+                natural_key=key,
+                title=key,
+                content=f"# {key}\n\nsome text",
+                scopes=scopes,
             ),
             timeout=120,
         )
@@ -70,7 +76,12 @@ def _load(world: World) -> None:
         {
             "namespace": world.ns,
             "facts": [
-                {"subject": "doc:public", "predicate": "CITES", "object": "doc:public-2", "valid_from": "2026-01-01T00:00:00Z"},
+                {
+                    "subject": "doc:public",
+                    "predicate": "CITES",
+                    "object": "doc:public-2",
+                    "valid_from": "2026-01-01T00:00:00Z",
+                },
                 {
                     "subject": "doc:secret-1",
                     "predicate": "CITES",

@@ -31,13 +31,19 @@ class World:
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "sl-" + uuid.uuid4().hex[:10]
         rights = {self.ns: [Right.WRITE]}
-        self.insider, _ = add_token(tokens_file, principal="sl-insider", namespaces=rights, scopes=["workspace:alpha"])
+        self.insider, _ = add_token(
+            tokens_file, principal="sl-insider", namespaces=rights, scopes=["workspace:alpha"]
+        )
         self.outsider, _ = add_token(tokens_file, principal="sl-outsider", namespaces=rights)
         self.ingest_addr = self.query_addr = ""
 
     def assert_facts(self, token: str, facts: list[dict[str, Any]]) -> fact_service_pb2.AssertFactsResponse:
-        stub = fact_service_pb2_grpc.FactServiceStub(make_channel(self.ingest_addr, security=ClientSecurity(token=token)))
-        request = json_format.ParseDict({"namespace": self.ns, "facts": facts}, fact_service_pb2.AssertFactsRequest())
+        stub = fact_service_pb2_grpc.FactServiceStub(
+            make_channel(self.ingest_addr, security=ClientSecurity(token=token))
+        )
+        request = json_format.ParseDict(
+            {"namespace": self.ns, "facts": facts}, fact_service_pb2.AssertFactsRequest()
+        )
         return stub.AssertFacts(request, timeout=60)
 
     def live(self, token: str) -> list[str]:
@@ -45,7 +51,9 @@ class World:
             make_channel(self.query_addr, security=ClientSecurity(token=token))
         )
         response = stub.ListFacts(
-            fact_query_service_pb2.ListFactsRequest(namespace=self.ns, subject="person:alice", predicate="WORKS_ON"),
+            fact_query_service_pb2.ListFactsRequest(
+                namespace=self.ns, subject="person:alice", predicate="WORKS_ON"
+            ),
             timeout=60,
         )
         return sorted(fact.object for fact in response.facts)
@@ -60,7 +68,13 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 def _works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
-    return {"subject": "person:alice", "predicate": "WORKS_ON", "object": project, "valid_from": valid_from, **extra}
+    return {
+        "subject": "person:alice",
+        "predicate": "WORKS_ON",
+        "object": project,
+        "valid_from": valid_from,
+        **extra,
+    }
 
 
 def test_a_writer_supersedes_only_the_live_versions_it_can_see(world: World) -> None:

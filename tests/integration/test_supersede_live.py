@@ -17,7 +17,13 @@ from ingest_service.fact_assertions import FactAsserter
 
 
 def works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
-    return {"subject": "person:alice", "predicate": "WORKS_ON", "object": project, "valid_from": valid_from, **extra}
+    return {
+        "subject": "person:alice",
+        "predicate": "WORKS_ON",
+        "object": project,
+        "valid_from": valid_from,
+        **extra,
+    }
 
 
 def open_objects(database: Database, namespace: str) -> dict[str, str | None]:
@@ -27,14 +33,18 @@ def open_objects(database: Database, namespace: str) -> dict[str, str | None]:
     return {row.object_key: (row.valid_to.isoformat() if row.valid_to else None) for row in rows}
 
 
-def test_supersede_live_closes_every_live_version_at_the_new_valid_from(database: Database, namespace: str) -> None:
+def test_supersede_live_closes_every_live_version_at_the_new_valid_from(
+    database: Database, namespace: str
+) -> None:
     asserter = FactAsserter(database)
     asserter.assert_facts(namespace, [works_on("project:a", "2026-01-01T00:00:00Z")])
     asserter.assert_facts(namespace, [works_on("project:b", "2026-02-01T00:00:00Z")])
     # without the flag both stay live: a conflict, not resolved
     assert open_objects(database, namespace) == {"project:a": None, "project:b": None}
 
-    [result] = asserter.assert_facts(namespace, [works_on("project:c", "2026-03-01T00:00:00Z", supersede_live=True)])
+    [result] = asserter.assert_facts(
+        namespace, [works_on("project:c", "2026-03-01T00:00:00Z", supersede_live=True)]
+    )
 
     assert result.created
     assert open_objects(database, namespace) == {
@@ -64,7 +74,11 @@ def test_supersede_live_is_refused_beside_supersedes_and_outside_assert_facts(
     with pytest.raises(InvalidArgument) as refused:
         asserter.assert_facts(
             namespace,
-            [works_on("project:c", "2026-03-01T00:00:00Z", supersede_live=True, supersedes="fact-" + "0" * 24)],
+            [
+                works_on(
+                    "project:c", "2026-03-01T00:00:00Z", supersede_live=True, supersedes="fact-" + "0" * 24
+                )
+            ],
         )
     assert [v.field for v in refused.value.violations] == ["facts[0].supersede_live"]
     assert open_objects(database, namespace) == {}

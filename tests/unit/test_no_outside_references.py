@@ -26,9 +26,11 @@ NOT_YET_SCANNED = {"README.md", "ARCHITECTURE.md", "bench/RESULTS.md"}
 
 def outside_references(root: Path = ROOT) -> list[str]:
     """Each tracked text file's lines that match, as ``path:line: text``."""
-    names = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True
-    ).stdout.decode().split("\0")
+    names = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     found = []
     for name in names:
         if not name or name in NOT_YET_SCANNED or name == "tests/unit/test_no_outside_references.py":
@@ -45,11 +47,25 @@ def outside_references(root: Path = ROOT) -> list[str]:
 
 
 def test_the_pattern_matches_what_it_is_for() -> None:
-    for text in ["see issue 12 §3", "(Issue 4)", "session 22 found", "seed 000 \"Наблюдения\"",
-                 "the seed's own label", "DESIGN §8", "DESIGN.md section 5"]:
+    for text in [
+        "see issue 12 §3",
+        "(Issue 4)",
+        "session 22 found",
+        'seed 000 "Наблюдения"',
+        "the seed's own label",
+        "DESIGN §8",
+        "DESIGN.md section 5",
+    ]:
         assert OUTSIDE_REFERENCE.search(text), text
-    for text in ["random.seed(7)", "--seed 3", "same seed", "def client(seed: int)", "the issues it solves",
-                 "a session token", "DESIGNER"]:
+    for text in [
+        "random.seed(7)",
+        "--seed 3",
+        "same seed",
+        "def client(seed: int)",
+        "the issues it solves",
+        "a session token",
+        "DESIGNER",
+    ]:
         assert not OUTSIDE_REFERENCE.search(text), text
 
 
