@@ -2,10 +2,11 @@
 
 Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
-  into a fresh namespace (fact ids and `supersedes` recomputed for it, docs/explanation/knowledge-model.md), wall time of the load,
-  twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`common.tooling.observation_loader.record_observations` with its default concurrency), each into its own namespace,
-  reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client);
+  into a fresh namespace (fact ids and `supersedes` recomputed for it, docs/explanation/knowledge-model.md),
+  wall time of the load, twice: strictly sequentially (one call in flight, the baseline) and the way `cb
+  observe` sends (`common.tooling.observation_loader.record_observations` with its default concurrency), each
+  into its own namespace, reported with their ratio; then the same from 16 concurrent clients (ratio to the
+  sequential client);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
 - Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
 - the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
@@ -145,7 +146,8 @@ def timed(calls: list[Callable[[], Any]]) -> list[float]:
 
 
 def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
-    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it (docs/explanation/knowledge-model.md formula)."""
+    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it
+    (docs/explanation/knowledge-model.md formula)."""
     records = [json.loads(line) for line in (UPLOADS / "observations.jsonl").read_text("utf-8").splitlines()]
     remap: dict[str, str] = {}
     for record in records:

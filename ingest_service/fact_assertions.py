@@ -1,4 +1,5 @@
-"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form (docs/explanation/knowledge-model.md).
+"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form
+(docs/explanation/knowledge-model.md).
 
 **AssertFacts** applies the rules of observation facts through the same `FactEngine` (deterministic
 fact_id, idempotent strengthening, supersession both ways, rejection of a supersession of another

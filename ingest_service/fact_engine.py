@@ -4,9 +4,9 @@ Every write path (observations, AssertFacts and CloseFact, Reconcile, identifier
 purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writing methods of
 `common.storage.fact_store.FactStore` (or `SnapshotStore.adopt_facts`) itself. The engine:
 
-- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic (docs/explanation/knowledge-model.md), so a
-  repeated assertion from a new observation strengthens the existing fact (observation_ids union,
-  confidence max) instead of creating an edge;
+- **creates and strengthens** (`record`, `record_many`): ``fact_id`` is deterministic
+  (docs/explanation/knowledge-model.md), so a repeated assertion from a new observation strengthens the
+  existing fact (observation_ids union, confidence max) instead of creating an edge;
 - **supersedes** (`record` with ``supersedes``): the superseded fact's valid_to becomes the new fact's
   valid_from and its superseded_by is set; history is never deleted. When the superseded fact has not
   arrived yet, the closure is applied when it arrives (delivery order does not matter). A supersession
@@ -110,7 +110,8 @@ class FactInput:
 
     @property
     def fact_id(self) -> str:
-        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from) (docs/explanation/knowledge-model.md)."""
+        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from)
+        (docs/explanation/knowledge-model.md)."""
         return compute_fact_id(self.namespace, self.subject, self.predicate, self.object, self.valid_from)
 
 

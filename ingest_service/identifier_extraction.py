@@ -8,10 +8,12 @@ to find anchors in the query text).
 observation's content (and its text fragments) and in a document's chunks (Retain, PutChunks) link the
 episode or document to the nodes of those keys that EXIST in the namespace (a placeholder counts; a
 missing node is skipped, never created) with a fact edge ``source MENTIONS target`` of evidence
-``extracted`` (docs/explanation/knowledge-model.md: a deterministic rule), confidence 1.0, in the transaction of the write:
+``extracted`` (docs/explanation/knowledge-model.md: a deterministic rule), confidence 1.0, in the transaction
+of the write:
 
 * the fact's ``valid_from`` is the observation's ``occurred_at`` for an episode (so its fact_id,
-  docs/explanation/knowledge-model.md, is the same on every replay) and the time the mention was first seen for a document;
+  docs/explanation/knowledge-model.md, is the same on every replay) and the time the mention was first seen
+  for a document;
 * a target that the source already MENTIONS with an open interval is left alone, so writing the same
   input again creates nothing;
 * Retain replaces the whole text, so its open MENTIONS facts whose target is no longer named are closed

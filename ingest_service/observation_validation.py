@@ -1,4 +1,5 @@
-"""Validation of observations against the limits of docs/explanation/knowledge-model.md, on the proto3-JSON form.
+"""Validation of observations against the limits of docs/explanation/knowledge-model.md, on the proto3-JSON
+form.
 
 Input is the dict of one observation as produced by ``json_format.MessageToDict(...,
 preserving_proto_field_name=True)`` (the same shape as the lines of the debian corpus). Output is a

@@ -1,5 +1,5 @@
-"""Snapshot reconciliation: SnapshotService.Reconcile and ReconcileStream in domain form (docs/explanation/knowledge-model.md;
-docs/how-to/domain-packs.md).
+"""Snapshot reconciliation: SnapshotService.Reconcile and ReconcileStream in domain form
+(docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md).
 
 A snapshot is the complete current state of one ``(source, scope)``: entities and facts with attributes.
 Compared with what earlier snapshots of that ``(source, scope)`` left:

@@ -1,4 +1,5 @@
-"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking (docs/explanation/retrieval.md).
+"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking
+(docs/explanation/retrieval.md).
 
 Fusion (`query_service.rank_fusion`): weighted reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR
 2009), ``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks, or a convex combination of

@@ -7,10 +7,10 @@ Recall ranks the caller's memories by a weighted sum of similarity, recency and 
     score = w_similarity * cosine(query, text) + w_recency * 0.5 ** (age_days / half_life_days)
             + w_importance * importance
 
-Until the enrichment has run, nothing else is needed (docs/explanation/memory-records.md: "retrieval works purely on vector
-similarity + recency"). Only the requested tiers (default hot), never expired memories nor originals
-hidden by a lossy summary; a lossless summary can be expanded into its originals. The returned memories
-are touched (last recall, count, back to hot) on the primary.
+Until the enrichment has run, nothing else is needed (docs/explanation/memory-records.md: "retrieval works
+purely on vector similarity + recency"). Only the requested tiers (default hot), never expired memories nor
+originals hidden by a lossy summary; a lossless summary can be expanded into its originals. The returned
+memories are touched (last recall, count, back to hot) on the primary.
 """
 
 from __future__ import annotations

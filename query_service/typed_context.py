@@ -23,8 +23,8 @@ Steps:
    CompileContext), each with the anchor and path that reached it and its
    provenance (facts: fact_id, observation_ids, source_path; nodes: key, source_path, the provenance map
    stored with the node). Conflicting facts are flagged, never resolved.
-5. **Rank.** ``score = distance_decay ** d x confidence x evidence rank / 3`` (docs/explanation/knowledge-model.md: asserted 3,
-   extracted 2, inferred and derived 1) where ``d`` is the depth of a node and ``depth - 1`` for a fact (a
+5. **Rank.** ``score = distance_decay ** d x confidence x evidence rank / 3``
+   (docs/explanation/knowledge-model.md: asserted 3, extracted 2, inferred and derived 1) where ``d`` is the depth of a node and ``depth - 1`` for a fact (a
    fact touching an anchor weighs as much as the anchor); a node's confidence and evidence are those of
    the best fact reaching it; anchors score 1. Ties: smaller depth first, then nodes before facts, then
    key.

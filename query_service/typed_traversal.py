@@ -1,7 +1,7 @@
-"""The typed traversal of CompileTypedContext (`query_service.typed_context`; docs/how-to/domain-packs.md): which relations a walk may follow (`relation_rules`, `check_relations`), where it
-starts (`resolve_anchors`; `ResolvedAnchor`, masked by `disclose_anchor`), and how the walked steps
-become each node's smallest depth and path (`reach`). The walk itself is
-`common.storage.traversal_store.TraversalStore.walk`. Transport free.
+"""The typed traversal of CompileTypedContext (`query_service.typed_context`; docs/how-to/domain-packs.md):
+which relations a walk may follow (`relation_rules`, `check_relations`), where it starts (`resolve_anchors`;
+`ResolvedAnchor`, masked by `disclose_anchor`), and how the walked steps become each node's smallest depth and
+path (`reach`). The walk itself is `common.storage.traversal_store.TraversalStore.walk`. Transport free.
 """
 
 from __future__ import annotations

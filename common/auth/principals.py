@@ -1,4 +1,5 @@
-"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation (docs/how-to/tokens-and-scopes.md).
+"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation
+(docs/how-to/tokens-and-scopes.md).
 
 Rights imply one another: admin implies write, write implies read. `METHOD_RIGHTS` says which right each
 RPC needs on the namespace(s) its request names (`request_namespaces`); a method missing from it is
@@ -171,8 +172,8 @@ class Principal:
         allowed_scopes: visibility scopes (``workspace:x``, ``principal:y``) the caller may see.
         pii_clearance: may receive personal data unmasked.
         authenticated: False only for the development principal (auth off, loopback only).
-        organization_id: memory scope (docs/explanation/memory-records.md): the tenant of the token; empty when it has none.
-        environment: memory scope: development | staging | production; empty when none.
+        organization_id: memory scope (docs/explanation/memory-records.md): the tenant of the token; empty
+        when it has none. environment: memory scope: development | staging | production; empty when none.
         user_id: memory scope: the user the token acts for; empty when none.
     """
 

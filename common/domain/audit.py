@@ -1,4 +1,5 @@
-"""The audit trail (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md). Transport free (no grpc).
+"""The audit trail (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md). Transport free (no
+grpc).
 
 Audit events are graph nodes of type ``audit_event`` linked by an ``IN_TRACE`` edge to the anchor node of
 their trace (type ``pc_trace``, one per (namespace, trace_id)), in the namespace where the event happened

@@ -14,7 +14,8 @@ current trace as ``traceparent``.
 **Logs** (`configure_logging`): one JSON object per line (``python-json-logger``) with ``time`` (ISO 8601, UTC),
 ``level``, ``logger``, ``message``, ``request_id`` (the RPC's ``x-request-id``, ``-`` outside one),
 ``trace_id`` and ``span_id`` (``-`` when tracing is off); ``CB_LOG_FORMAT=text`` prints the same
-fields as plain text, and ``auto`` (the default) picks text when stderr is a terminal, JSON otherwise. The level is ``CB_LOG_LEVEL`` (``cb serve --log-level`` overrides it).
+fields as plain text, and ``auto`` (the default) picks text when stderr is a terminal, JSON otherwise. The
+level is ``CB_LOG_LEVEL`` (``cb serve --log-level`` overrides it).
 """
 
 from __future__ import annotations

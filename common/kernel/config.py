@@ -1,4 +1,5 @@
-"""Settings of both services (pydantic-settings, prefix ``CB_``; names follow docs/explanation/knowledge-model.md).
+"""Settings of both services (pydantic-settings, prefix ``CB_``; names follow
+docs/explanation/knowledge-model.md).
 
 Built once at start-up (`Settings()` reads the environment then) and passed down; nothing reads the
 environment at import time.
@@ -115,8 +116,9 @@ class Settings(BaseSettings):
         2.0, ge=0, le=3600, description="longest wait of a background round while writes are in flight"
     )
 
-    # Security (docs/how-to/tokens-and-scopes.md). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
-    # in development mode, which binds loopback addresses only; "tokens" / "none" force either.
+    # Security (docs/how-to/tokens-and-scopes.md). Servers: "auto" checks tokens when CB_TOKENS_FILE is set
+    # and otherwise runs in development mode, which binds loopback addresses only; "tokens" / "none" force
+    # either.
     auth_mode: Literal["auto", "tokens", "none"] = Field(
         "auto", description="auto | tokens | none (development: loopback binds only)"
     )
@@ -130,9 +132,10 @@ class Settings(BaseSettings):
     tls_client_cert_file: str = Field("", description="client: PEM certificate for mTLS")
     tls_client_key_file: str = Field("", description="client: PEM private key for mTLS")
     tls_server_name: str = Field("", description="client: name to verify in the server certificate")
-    # Personal data (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md): detection marks pii/pii_categories on
-    # write, every query_service output is masked for callers without PII clearance, and unmasked output to
-    # a cleared token is audited (action "pii_access"). Off: explicit marks are stored, nothing is masked.
+    # Personal data (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md): detection marks
+    # pii/pii_categories on write, every query_service output is masked for callers without PII clearance, and
+    # unmasked output to a cleared token is audited (action "pii_access"). Off: explicit marks are stored,
+    # nothing is masked.
     pii_protection: bool = Field(
         False, description="detect and mark personal data on write, mask it on output"
     )

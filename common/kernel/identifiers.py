@@ -19,7 +19,8 @@ from typing import Any, Literal
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
 _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
 
-# Shapes of the identifiers every request carries (docs/explanation/knowledge-model.md: scopes ``type:id``, at most 20).
+# Shapes of the identifiers every request carries (docs/explanation/knowledge-model.md: scopes ``type:id``, at
+# most 20).
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
 MAX_SCOPES = 20
@@ -120,8 +121,9 @@ _LABEL_PREFIXES: dict[str, str] = {"node_type": "n", "predicate": "p", "internal
 # The edges the project writes itself that are not facts (document links, audit trail membership).
 INTERNAL_EDGES = frozenset({"LINKS_TO", "IN_TRACE"})
 # Predicates that are many-valued by construction, so two live facts with one subject and different
-# objects are not a conflict (docs/explanation/knowledge-model.md flags a conflict only where one value is expected): MENTIONS, what
-# a text names (identifier links, the entities of a memory's enrichment), names any number of things.
+# objects are not a conflict (docs/explanation/knowledge-model.md flags a conflict only where one value is
+# expected): MENTIONS, what a text names (identifier links, the entities of a memory's enrichment), names any
+# number of things.
 MULTI_VALUED_PREDICATES = frozenset({"MENTIONS"})
 # Longest label: the label's index names (``<label>_properties_gin``, ``<label>_start_id_idx``) and id
 # sequence (``<label>_id_seq``) must fit PostgreSQL's 63 bytes as well.

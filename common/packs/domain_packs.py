@@ -47,8 +47,9 @@ from common.storage.database import Database
 from common.storage.pack_store import PackStore
 
 BASE_KINDS = ("document", "entity", "fact")
-# Names of the audit trail (docs/explanation/knowledge-model.md): a pack can neither define these kinds (nor use them
-# as kind aliases, which would let writes resolve to audit_event:/pc_trace: keys) nor a relation IN_TRACE.
+# Names of the audit trail (docs/explanation/knowledge-model.md): a pack can neither define these kinds (nor
+# use them as kind aliases, which would let writes resolve to audit_event:/pc_trace: keys) nor a relation
+# IN_TRACE.
 RESERVED_KINDS = (AUDIT_EVENT_TYPE, TRACE_TYPE)
 RESERVED_RELATIONS = (TRACE_EDGE,)
 RESERVED_PACK = "default"

@@ -81,7 +81,8 @@ class WriteResult:
 
 
 def embedding_input(title: str, heading: str, text: str) -> str:
-    """The text that is embedded for a chunk (docs/explanation/knowledge-model.md): ``"<title> — <heading>\\n<text>"``."""
+    """The text that is embedded for a chunk (docs/explanation/knowledge-model.md): ``"<title> —
+    <heading>\\n<text>"``."""
     return f"{title} — {heading}\n{text}"
 
 

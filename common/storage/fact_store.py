@@ -80,12 +80,13 @@ class FactRow:
     source_path: str = ""
     evidence_lost: bool = False
     # Asserted directly through FactService.AssertFacts: evidence no redaction or purge can take away.
-    # A table column only (not one of the edge properties of docs/explanation/knowledge-model.md); it decides whether an empty
-    # observation_ids means "evidence lost".
+    # A table column only (not one of the edge properties of docs/explanation/knowledge-model.md); it decides
+    # whether an empty observation_ids means "evidence lost".
     agent_asserted: bool = False
 
     def edge_properties(self) -> dict[str, Any]:
-        """Properties of the AGE edge (docs/explanation/knowledge-model.md list); instants canonical strings, absent ones null."""
+        """Properties of the AGE edge (docs/explanation/knowledge-model.md list); instants canonical strings,
+        absent ones null."""
         return {
             "fact_id": self.fact_id,
             "namespace": self.namespace,
@@ -194,9 +195,9 @@ class FactStore:
         """Inserts each fact, or strengthens the existing one with the same fact_id; results in the order
         of ``facts``, each (created, row after the write).
 
-        Strengthening (docs/explanation/knowledge-model.md): observation_ids becomes the sorted union, confidence
-        the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost, and
-        ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
+        Strengthening (docs/explanation/knowledge-model.md): observation_ids becomes the sorted union,
+        confidence the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost,
+        and ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
 
         Set-based: one multi-row INSERT .. ON CONFLICT (rows in fact_id order, so concurrent writers lock
         in one order), then one multi-row edge INSERT per predicate for the facts created here; the edges
@@ -349,10 +350,10 @@ class FactStore:
         self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
     ) -> list[FactRow]:
         """Removes ``observation_id`` from the observation_ids of every fact of ``namespace`` it proved and
-        marks the facts left with none and not ``agent_asserted`` as evidence_lost (docs/explanation/knowledge-model.md:
-        lost evidence); their edges are rewritten. Returns the facts changed, ordered by fact_id (rows are
-        locked in that order). Facts that did not cite the observation are untouched, so repeating the call
-        changes nothing.
+        marks the facts left with none and not ``agent_asserted`` as evidence_lost
+        (docs/explanation/knowledge-model.md: lost evidence); their edges are rewritten. Returns the facts
+        changed, ordered by fact_id (rows are locked in that order). Facts that did not cite the observation
+        are untouched, so repeating the call changes nothing.
         """
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
@@ -511,9 +512,9 @@ class FactStore:
         self, conn: psycopg.Connection[Any], rows: list[FactRow], *, visibility: Visibility = EVERYTHING
     ) -> set[str]:
         """fact_ids among ``rows`` whose interval overlaps another live fact of the same (subject, predicate)
-        with a different object (docs/explanation/knowledge-model.md: conflicts are flagged, never resolved). Only facts ``visibility``
-        may see count as the other side, so a flag never reveals a hidden fact. Facts of a many-valued
-        predicate (`MULTI_VALUED_PREDICATES`: MENTIONS) never conflict."""
+        with a different object (docs/explanation/knowledge-model.md: conflicts are flagged, never resolved).
+        Only facts ``visibility`` may see count as the other side, so a flag never reveals a hidden fact.
+        Facts of a many-valued predicate (`MULTI_VALUED_PREDICATES`: MENTIONS) never conflict."""
         ids = [row.fact_id for row in rows if row.predicate not in MULTI_VALUED_PREDICATES]
         if not ids:
             return set()

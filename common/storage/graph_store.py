@@ -39,7 +39,8 @@ def type_of_key(natural_key: str) -> str:
 
 @dataclass
 class NodeWrite:
-    """Properties of one vertex (docs/explanation/knowledge-model.md); ``props`` holds content, provenance, meta, ...."""
+    """Properties of one vertex (docs/explanation/knowledge-model.md); ``props`` holds content, provenance,
+    meta, ...."""
 
     namespace: str
     natural_key: str
@@ -58,7 +59,8 @@ class NodeWrite:
         return [s for s in raw if isinstance(s, str)] if isinstance(raw, (list, tuple)) else []
 
     def vertex_properties(self, last_seen: str, placeholder: bool) -> dict[str, Any]:
-        """The vertex's property map (docs/explanation/knowledge-model.md list), ``last_seen`` a canonical instant."""
+        """The vertex's property map (docs/explanation/knowledge-model.md list), ``last_seen`` a canonical
+        instant."""
         return {
             "namespace": self.namespace,
             "natural_key": self.natural_key,

@@ -65,7 +65,8 @@ class NamespaceStatistics:
     def list(
         self, conn: psycopg.Connection[Any], visibility: Visibility, namespaces: list[str] | None
     ) -> list[NamespaceCounts]:
-        """The namespaces (all, or those of ``namespaces``) holding an item ``visibility`` reaches, by name."""
+        """The namespaces (all, or those of ``namespaces``) holding an item ``visibility`` reaches, by
+        name."""
         visible = self._predicates(visibility)
         chosen = sql.SQL("TRUE") if namespaces is None else sql.SQL("namespace = ANY(%(namespaces)s::text[])")
         parts = [

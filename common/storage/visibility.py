@@ -1,4 +1,5 @@
-"""Visibility scopes inside a namespace (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md).
+"""Visibility scopes inside a namespace (docs/explanation/knowledge-model.md;
+docs/how-to/tokens-and-scopes.md).
 
 An item (node, chunk, fact, observation) carries a list of scopes ``type:id``. Entries with the prefixes
 ``workspace:`` and ``principal:`` *restrict* it: the item is visible only to a caller whose allowed scopes

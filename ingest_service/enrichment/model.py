@@ -18,9 +18,11 @@ ENTITY_KINDS = ("person", "organization", "location", "product", "identifier")
 """Entity kinds: the node type of the entity's natural key (``person:Alice``), or a pack kind."""
 
 RULE_EVIDENCE = "extracted"
-"""Evidence class of the rule enricher's output (docs/explanation/knowledge-model.md: a deterministic rule over the text)."""
+"""Evidence class of the rule enricher's output (docs/explanation/knowledge-model.md: a deterministic rule
+over the text)."""
 LLM_EVIDENCE = "inferred"
-"""Evidence class of the LLM enricher's output (docs/explanation/knowledge-model.md: a model's reading, not the text itself)."""
+"""Evidence class of the LLM enricher's output (docs/explanation/knowledge-model.md: a model's reading, not
+the text itself)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""AuditService transport: proto <-> domain mapping only (ARCHITECTURE.md; docs/explanation/knowledge-model.md)."""
+"""AuditService transport: proto <-> domain mapping only (ARCHITECTURE.md;
+docs/explanation/knowledge-model.md)."""
 
 from __future__ import annotations
 

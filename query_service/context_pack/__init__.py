@@ -1,6 +1,6 @@
 """What CompileContext (`query_service.context_compiler`) and CompileTypedContext
-(`query_service.typed_context`) share (docs/explanation/retrieval.md): a context pack is ranked candidates, rendered as text,
-fitted into a token budget and journaled with every decision.
+(`query_service.typed_context`) share (docs/explanation/retrieval.md): a context pack is ranked candidates,
+rendered as text, fitted into a token budget and journaled with every decision.
 
 * `query_service.context_pack.request`: the request both take (`ContextRequest`), its limits and checks;
 * `query_service.context_pack.items`: the pack and its item, evidence ranks and fact scores, fact rendering;

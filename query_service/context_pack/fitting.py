@@ -1,6 +1,6 @@
 """Fitting ranked candidates into a token budget, shared by CompileContext and CompileTypedContext
-(docs/explanation/retrieval.md: "fits a token budget counted with a real tokenizer, renders text, and records why each
-candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
+(docs/explanation/retrieval.md: "fits a token budget counted with a real tokenizer, renders text, and records
+why each candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
 
 Candidates arrive rendered and scored. The *priority* in which they are offered to the budget is either
 the order given (``FitSettings.selection = "rank"``: CompileTypedContext) or value per token

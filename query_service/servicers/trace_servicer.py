@@ -1,5 +1,5 @@
-"""TraceService transport: proto <-> domain mapping only (ARCHITECTURE.md; docs/explanation/knowledge-model.md); the
-reading is `query_service.trace_reader`."""
+"""TraceService transport: proto <-> domain mapping only (ARCHITECTURE.md;
+docs/explanation/knowledge-model.md); the reading is `query_service.trace_reader`."""
 
 from __future__ import annotations
 

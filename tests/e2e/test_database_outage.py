@@ -32,7 +32,8 @@ BATCH = 1000  # the largest batch RecordObservations takes
 
 
 def corpus_in(namespace: str, count: int) -> list[knowledge_pb2.Observation]:
-    """The first ``count`` debian uploads moved to ``namespace`` (supersedes recomputed, docs/explanation/knowledge-model.md)."""
+    """The first ``count`` debian uploads moved to ``namespace`` (supersedes recomputed,
+    docs/explanation/knowledge-model.md)."""
     records = [
         json.loads(line)
         for line in (CORPORA / "debian-uploads" / "observations.jsonl")

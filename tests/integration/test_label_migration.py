@@ -42,7 +42,8 @@ _INVALID = re.compile(r"[^A-Za-z0-9_]")
 
 
 def old_age_label(name: str) -> str:
-    """The label rule (docs/explanation/knowledge-model.md): sanitised name, leading digit gets "_", empty "entity"."""
+    """The label rule (docs/explanation/knowledge-model.md): sanitised name, leading digit gets "_", empty
+    "entity"."""
     label = _INVALID.sub("_", name)
     if not label:
         return "entity"

@@ -1,4 +1,5 @@
-"""docs/explanation/knowledge-model.md limits of an observation, each rejected with a violation naming the field."""
+"""docs/explanation/knowledge-model.md limits of an observation, each rejected with a violation naming the
+field."""
 
 from __future__ import annotations
 

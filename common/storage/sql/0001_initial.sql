@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS {observations} (
 CREATE INDEX IF NOT EXISTS {observations_namespace_time_idx} ON {observations} (namespace, occurred_at);
 
 -- Registry of graph vertices: one row per (namespace, natural_key). Its primary key is what serialises
--- concurrent writers (AGE has no unique property constraints, ARCHITECTURE.md); vertex properties live in AGE.
+-- concurrent writers (AGE has no unique property constraints, ARCHITECTURE.md); vertex properties live in
+-- AGE.
 CREATE TABLE IF NOT EXISTS {graph_nodes} (
     namespace    text NOT NULL,
     natural_key  text NOT NULL,

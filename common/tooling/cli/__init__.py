@@ -1,4 +1,5 @@
-"""The ``cb`` command line (ARCHITECTURE.md): `app` is the console script and ``python -m common.tooling.cli``.
+"""The ``cb`` command line (ARCHITECTURE.md): `app` is the console script and ``python -m
+common.tooling.cli``.
 
 Commands, one module per group:
 

@@ -24,7 +24,8 @@ output on stdout (``--json`` included) is what it was, the explanation goes to s
 
 
 def namespaces(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """List the namespaces that hold something you can see, with counts (only what your token's scopes reach)."""
+    """List the namespaces that hold something you can see, with counts (only what your token's scopes
+    reach)."""
     call_and_print(
         memory_client(ctx).list_namespaces,
         namespace_service_pb2.ListNamespacesRequest(),

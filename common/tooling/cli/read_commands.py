@@ -2,8 +2,8 @@
 
 Each builds its request, calls it with `call_and_print` (``--json`` prints the response as proto3
 JSON) and renders the response for humans: results on stdout, details on stderr. An empty answer from a
-namespace that holds nothing the caller can see exits with `flag_empty_namespace`'s code and hint. The context packs
-(``cb context``, ``cb typed-context``) are in `common.tooling.cli.context_commands`.
+namespace that holds nothing the caller can see exits with `flag_empty_namespace`'s code and hint. The context
+packs (``cb context``, ``cb typed-context``) are in `common.tooling.cli.context_commands`.
 """
 
 from __future__ import annotations

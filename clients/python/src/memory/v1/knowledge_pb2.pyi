@@ -25,8 +25,9 @@ class ObservationSource(_message.Message):
     """Shared resources of the knowledge model (docs/explanation/knowledge-model.md; ARCHITECTURE.md).
 
     Entity keys are a natural key string ("person:alice") or an object {type, id} that becomes
-    "type:id" (docs/explanation/knowledge-model.md). Because proto3 JSON cannot express "string or object" in a message, key
-    fields are `google.protobuf.Value`: a string value or a struct value with string fields `type`, `id`.
+    "type:id" (docs/explanation/knowledge-model.md). Because proto3 JSON cannot express "string or object" in a
+    message, key fields are `google.protobuf.Value`: a string value or a struct value with string fields
+    `type`, `id`.
 
     Source identity of an observation: a repeated event with the same identity is a duplicate.
     """
@@ -141,7 +142,9 @@ class FactAssertion(_message.Message):
     predicate: _builtins.str
     """Edge type, e.g. "WORKS_ON"; pattern [A-Za-z_][A-Za-z0-9_]{0,127}."""
     evidence: _builtins.str
-    """One of "asserted" (default), "extracted", "inferred", "derived" (docs/explanation/knowledge-model.md evidence classes)."""
+    """One of "asserted" (default), "extracted", "inferred", "derived" (docs/explanation/knowledge-model.md
+    evidence classes).
+    """
     confidence: _builtins.float
     """In [0, 1]; default 1.0."""
     supersedes: _builtins.str
@@ -411,7 +414,9 @@ class Fact(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
-    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24] (docs/explanation/knowledge-model.md)."""
+    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24]
+    (docs/explanation/knowledge-model.md).
+    """
     subject: _builtins.str
     """Natural key "type:id" of the subject node."""
     predicate: _builtins.str

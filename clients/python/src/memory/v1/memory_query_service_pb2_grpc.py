@@ -26,9 +26,9 @@ if _version_not_supported:
 
 
 class MemoryQueryServiceStub:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def __init__(self, channel):
@@ -55,9 +55,9 @@ class MemoryQueryServiceStub:
 
 
 class MemoryQueryServiceServicer:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def RecallMemories(self, request, context):
@@ -121,9 +121,9 @@ def add_MemoryQueryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryQueryService:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @staticmethod

@@ -27,9 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class MemoryQueryServiceStub:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @_typing.overload
@@ -61,9 +61,9 @@ class MemoryQueryServiceStub:
 
 @_typing.type_check_only
 class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -91,9 +91,9 @@ class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
     """
 
 class MemoryQueryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @_abc_1.abstractmethod

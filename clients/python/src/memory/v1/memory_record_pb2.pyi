@@ -38,10 +38,10 @@ class _MemoryTierEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryTier
 
 class MemoryTier(_MemoryTier, metaclass=_MemoryTierEnumTypeWrapper):
     """Messages shared by MemoryService (write side) and MemoryQueryService (read side): the memory record of
-    docs/explanation/memory-records.md mapped onto the knowledge model (docs/explanation/memory-records.md). A memory is a graph node of type
-    "memory" whose text is one chunk (embedded like every chunk), whose semantic fields are node properties,
-    and whose filterable columns (scope, importance, tier, expiry, lineage) are a row of the `memories`
-    table (migration 0015). See ARCHITECTURE.md "The path of a memory".
+    docs/explanation/memory-records.md mapped onto the knowledge model (docs/explanation/memory-records.md). A
+    memory is a graph node of type "memory" whose text is one chunk (embedded like every chunk), whose semantic
+    fields are node properties, and whose filterable columns (scope, importance, tier, expiry, lineage) are a
+    row of the `memories` table (migration 0015). See ARCHITECTURE.md "The path of a memory".
 
     Storage tier of a memory. Recall reads the hot tier unless a request asks for colder ones; the tier
     policy (`cb memory maintain`, settings CB_MEMORY_WARM_AFTER_DAYS / CB_MEMORY_COLD_AFTER_DAYS) moves
@@ -145,8 +145,8 @@ Global___MemoryScope: _TypeAlias = MemoryScope  # noqa: Y015
 
 @_typing.final
 class Memory(_message.Message):
-    """A memory record (docs/explanation/memory-records.md). Output of every read; the fields a caller can write are
-    those of NewMemory.
+    """A memory record (docs/explanation/memory-records.md). Output of every read; the fields a caller can write
+    are those of NewMemory.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -243,8 +243,8 @@ class Memory(_message.Message):
 
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
-        """When the memory expires (expires_at, docs/explanation/memory-records.md); absent: never. After it, recall and lists hide the
-        memory; GetMemory still returns it with `expired` true until the sweep removes it
+        """When the memory expires (expires_at, docs/explanation/memory-records.md); absent: never. After it, recall
+        and lists hide the memory; GetMemory still returns it with `expired` true until the sweep removes it
         (CB_MEMORY_EXPIRY_GRACE_HOURS later).
         """
 
