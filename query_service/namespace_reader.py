@@ -13,6 +13,10 @@ from common.storage.namespace_stats import NamespaceCounts, NamespaceDetail, Nam
 from common.storage.visibility import EVERYTHING, Visibility
 
 
+MAX_PREFIX_CHARS = 128
+"""The longest namespace name, so the longest useful prefix."""
+
+
 class NamespaceReader:
     """Reads namespace counts on the read side (replicas when configured)."""
 
@@ -21,17 +25,31 @@ class NamespaceReader:
         self.statistics = NamespaceStatistics(database.settings)
 
     def list_namespaces(
-        self, *, visibility: Visibility = EVERYTHING, readable: Callable[[str], bool] | None = None
+        self,
+        prefix: str = "",
+        *,
+        visibility: Visibility = EVERYTHING,
+        readable: Callable[[str], bool] | None = None,
     ) -> list[NamespaceCounts]:
-        """The namespaces holding an item ``visibility`` reaches, by name, each with its counts;
-        ``readable`` keeps only the namespaces the caller has the read right on (None: every one).
+        """The namespaces starting with ``prefix`` that hold an item ``visibility`` reaches, by name, each
+        with its counts; ``readable`` keeps only the namespaces the caller has the read right on (None:
+        every one).
 
         Raises:
+            InvalidArgument: ``prefix`` longer than 128 characters.
             Unavailable: the database cannot be reached.
         """
+        check = ViolationCollector()
+        if len(prefix) > MAX_PREFIX_CHARS:
+            check.add("prefix", f"at most {MAX_PREFIX_CHARS} characters")
+        check.raise_if_any()
         with self.database.read_connection() as conn:
             found = self.statistics.list(conn, visibility, None)
-        return [counts for counts in found if readable is None or readable(counts.namespace)]
+        return [
+            counts
+            for counts in found
+            if counts.namespace.startswith(prefix) and (readable is None or readable(counts.namespace))
+        ]
 
     def namespace_stats(self, namespace: str, *, visibility: Visibility = EVERYTHING) -> NamespaceDetail:
         """The counts of ``namespace`` by kind that ``visibility`` reaches.

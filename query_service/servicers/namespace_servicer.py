@@ -23,6 +23,7 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):  #
     ) -> namespace_service_pb2.ListNamespacesResponse:
         principal = current_principal()
         found = self.reader.list_namespaces(
+            request.prefix,
             visibility=caller_visibility(),
             readable=None if principal is None else lambda namespace: principal.allows(namespace, Right.READ),
         )

@@ -120,6 +120,10 @@ def test_a_token_lists_only_its_namespaces_and_counts_only_what_it_sees(world: W
     assert (all_of_it.node_count, all_of_it.fact_count, all_of_it.chunk_count) == (4, 2, 3)
     writer = _listed(world, world.writer)
     assert {world.ns, world.other} <= set(writer)
+    prefixed = world.stub(world.writer).ListNamespaces(
+        namespace_service_pb2.ListNamespacesRequest(prefix=world.other[:-2]), timeout=60
+    )
+    assert [item.namespace for item in prefixed.namespaces] == [world.other]
 
 
 def test_stats_are_scope_filtered_and_need_the_read_right(world: World) -> None:

@@ -34,6 +34,7 @@ from memory.v1 import (
     fact_query_service_pb2,
     fact_service_pb2,
     memory_query_service_pb2,
+    namespace_service_pb2,
     memory_service_pb2,
     observation_query_service_pb2,
     observation_service_pb2,
@@ -69,6 +70,7 @@ QUERY_MODULES = (
     observation_query_service_pb2,
     trace_service_pb2,
     memory_query_service_pb2,
+    namespace_service_pb2,
 )
 NAMESPACED_TABLES = (
     "observations",

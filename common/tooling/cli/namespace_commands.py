@@ -23,12 +23,16 @@ EMPTY_NAMESPACE_EXIT = 3
 output on stdout (``--json`` included) is what it was, the explanation goes to stderr."""
 
 
-def namespaces(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def namespaces(
+    ctx: typer.Context,
+    prefix: Annotated[str, typer.Option("--prefix", help="only namespaces whose name starts with this")] = "",
+    as_json: JsonOption = False,
+) -> None:
     """List the namespaces that hold something you can see, with counts (only what your token's scopes
     reach)."""
     call_and_print(
         memory_client(ctx).list_namespaces,
-        namespace_service_pb2.ListNamespacesRequest(),
+        namespace_service_pb2.ListNamespacesRequest(prefix=prefix),
         as_json=as_json,
         render=_print_namespaces,
     )

@@ -24,12 +24,17 @@ class ListNamespacesRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    PREFIX_FIELD_NUMBER: _builtins.int
+    prefix: _builtins.str
+    """Only the namespaces whose name starts with this text (at most 128 characters); empty: every one."""
     def __init__(
         self,
+        *,
+        prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -58,7 +58,7 @@ class NamespaceServiceServicer:
     def ListNamespaces(self, request, context):
         """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
         call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-        Errors: UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -39,7 +39,7 @@ class NamespaceServiceStub:
     ListNamespaces: _grpc.UnaryUnaryMultiCallable[_namespace_service_pb2.ListNamespacesRequest, _namespace_service_pb2.ListNamespacesResponse]
     """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
     call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-    Errors: UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
     """
     GetNamespaceStats: _grpc.UnaryUnaryMultiCallable[_namespace_service_pb2.GetNamespaceStatsRequest, _namespace_service_pb2.GetNamespaceStatsResponse]
     """Counts of one namespace by kind: observations by status, nodes by type, live and closed facts,
@@ -59,7 +59,7 @@ class NamespaceServiceAsyncStub(NamespaceServiceStub):
     ListNamespaces: _aio.UnaryUnaryMultiCallable[_namespace_service_pb2.ListNamespacesRequest, _namespace_service_pb2.ListNamespacesResponse]  # type: ignore[assignment]
     """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
     call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-    Errors: UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
     """
     GetNamespaceStats: _aio.UnaryUnaryMultiCallable[_namespace_service_pb2.GetNamespaceStatsRequest, _namespace_service_pb2.GetNamespaceStatsResponse]  # type: ignore[assignment]
     """Counts of one namespace by kind: observations by status, nodes by type, live and closed facts,
@@ -82,7 +82,7 @@ class NamespaceServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_namespace_service_pb2.ListNamespacesResponse, _abc.Awaitable[_namespace_service_pb2.ListNamespacesResponse]]:
         """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
         call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-        Errors: UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
