@@ -41,6 +41,8 @@ from memory.v1 import (
     fact_service_pb2,
     fact_service_pb2_grpc,
     knowledge_pb2,
+    namespace_service_pb2,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
     observation_service_pb2,
@@ -54,7 +56,7 @@ from memory.v1 import (
 )
 from memory_service_client import ClientSecurity, make_channel, rpc_failure
 
-from common.auth.principals import Right, is_open_method
+from common.auth.principals import CALLER_FILTERED_METHODS, Right, is_open_method
 from common.kernel.config import Settings
 from common.tooling.token_writer import add_token
 from tests.e2e import memory_attacks
@@ -822,6 +824,41 @@ def _reconcile_stream(world: World) -> None:
     _no_cross_namespace_edges(world)
 
 
+def _list_namespaces(world: World) -> None:
+    """A's token lists A and never B, whatever prefix it asks for; the counts are A's own."""
+    with world.query(world.attacker) as channel:
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(channel)
+        listed = stub.ListNamespaces(namespace_service_pb2.ListNamespacesRequest(), timeout=60).namespaces
+        assert [item.namespace for item in listed] == [world.a.ns]
+        assert [
+            item.namespace
+            for item in stub.ListNamespaces(
+                namespace_service_pb2.ListNamespacesRequest(prefix=world.b.ns), timeout=60
+            ).namespaces
+        ] == []
+    with world.query(world.both) as channel:
+        both = namespace_service_pb2_grpc.NamespaceServiceStub(channel).ListNamespaces(
+            namespace_service_pb2.ListNamespacesRequest(), timeout=60
+        ).namespaces
+    counts = {item.namespace: item for item in both}
+    assert set(counts) == {world.a.ns, world.b.ns}
+    assert listed[0] == counts[world.a.ns]  # A's counts hold nothing of B
+
+
+def _get_namespace_stats(world: World) -> None:
+    """B's counts are refused to A (PERMISSION_DENIED, see the naming test); A's hold nothing of B."""
+    with world.query(world.both) as channel:
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(channel)
+        a_by_both = stub.GetNamespaceStats(
+            namespace_service_pb2.GetNamespaceStatsRequest(namespace=world.a.ns), timeout=60
+        )
+    with world.query(world.attacker) as channel:
+        a_by_attacker = namespace_service_pb2_grpc.NamespaceServiceStub(channel).GetNamespaceStats(
+            namespace_service_pb2.GetNamespaceStatsRequest(namespace=world.a.ns), timeout=60
+        )
+    assert a_by_attacker == a_by_both and a_by_attacker.chunk_count > 0
+
+
 def _namespace_configuration_only(world: World) -> None:
     """RPCs over namespace configuration or global packages: nothing of B is reachable by key; naming B
     is denied (`test_naming_namespace_b_is_denied_for_every_rpc`)."""
@@ -884,6 +921,8 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.DocumentService/DeleteNode": _delete_node,
     "/memory.v1.AuditService/RecordAuditEvent": _record_audit_event,
     "/memory.v1.TraceService/GetTrace": _get_trace,
+    "/memory.v1.NamespaceService/ListNamespaces": _list_namespaces,
+    "/memory.v1.NamespaceService/GetNamespaceStats": _get_namespace_stats,
     "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
@@ -934,6 +973,10 @@ def test_every_served_rpc_has_an_isolation_attack(world: World) -> None:
 def test_naming_namespace_b_is_denied_for_every_rpc(world: World) -> None:
     served = _served_methods(world.ingest_addr, world.both) + _served_methods(world.query_addr, world.both)
     for method in served:
+        if method in CALLER_FILTERED_METHODS:  # names no namespace: its answer holds the caller's own only
+            asked = _request_class(method)[0](prefix=world.b.ns)
+            assert not _call(world, method, asked, world.attacker).namespaces, method
+            continue
         code = _code(functools.partial(_call, world, method, _naming(method, world.b.ns), world.attacker))
         assert code == grpc.StatusCode.PERMISSION_DENIED, method
 
