@@ -142,7 +142,7 @@ class FactAsserter:
                         older = live[:-1]
                 try:
                     outcome = self.engine.record(conn, write, now=now, known=known)
-                    for fact_id in older:
+                    for fact_id in [] if outcome.withheld else older:
                         self.facts.close(conn, namespace, fact_id, write.valid_from, outcome.fact_id)
                 except AssertionRejected as rejection:
                     violation = FieldViolation(rejection.field, rejection.reason)
@@ -158,8 +158,9 @@ class FactAsserter:
 
     def _live_versions(self, conn: Any, fact: FactInput) -> list[str]:
         """fact_ids of the live versions ``fact`` supersedes with ``supersede_live``: open facts of its
-        (subject, predicate) with another object, valid from before it and visible to the caller, oldest
-        first. Hidden ones are left alone, as if absent."""
+        (subject, predicate) with another object, valid from before it, visible to the caller and seen by
+        no reader outside ``fact``'s scopes (a narrower write changes nothing wider), oldest first. The
+        others are left alone, as if absent."""
         access = WriteAccess.of_caller()
         rows = [
             row
@@ -169,11 +170,13 @@ class FactAsserter:
         visible = [
             row
             for row in rows
-            if access.unrestricted
-            or (
-                access.can_see(row.scopes)
-                and not access.hidden_nodes(conn, self.facts.graph, fact.namespace, [row.object_key])
-                and not reaches_beyond(row.scopes, fact.scopes)
+            if not reaches_beyond(row.scopes, fact.scopes)
+            and (
+                access.unrestricted
+                or (
+                    access.can_see(row.scopes)
+                    and not access.hidden_nodes(conn, self.facts.graph, fact.namespace, [row.object_key])
+                )
             )
         ]
         return [row.fact_id for row in sorted(visible, key=lambda row: (row.valid_from, row.fact_id))]

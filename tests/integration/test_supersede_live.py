@@ -83,3 +83,14 @@ def test_supersede_live_is_refused_beside_supersedes_and_outside_assert_facts(
     assert [v.field for v in refused.value.violations] == ["facts[0].supersede_live"]
     assert open_objects(database, namespace) == {}
     assert WriteAccess.of_caller().unrestricted  # in-process caller: development mode
+
+
+def test_a_narrower_fact_leaves_a_wider_live_version_alone(database: Database, namespace: str) -> None:
+    """A fact restricted to a workspace does not close a version every reader sees (scope inheritance)."""
+    asserter = FactAsserter(database)
+    asserter.assert_facts(namespace, [works_on("project:a", "2026-01-01T00:00:00Z")])
+    asserter.assert_facts(
+        namespace,
+        [works_on("project:b", "2026-02-01T00:00:00Z", supersede_live=True, scopes=["workspace:alpha"])],
+    )
+    assert open_objects(database, namespace) == {"project:a": None, "project:b": None}
