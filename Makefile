@@ -133,7 +133,8 @@ go-client:
 lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
-run: db
+# `cb up` starts the embedded database itself (not `db`), so Ctrl-C stops the database it started.
+run: deps
 	$(VENV)/bin/cb up
 
 test: db lint-imports

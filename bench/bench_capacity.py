@@ -1,4 +1,4 @@
-"""Capacity of the read side (issue 13 §3): Search and CompileContext throughput of query_service
+"""Capacity of the read side: Search and CompileContext throughput of query_service
 processes reading from a streaming replica, at 100k chunks.
 
 In a fresh database (`run_bench.run_in_database`; the embedded replica replays it like everything else):

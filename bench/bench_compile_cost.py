@@ -1,4 +1,4 @@
-"""What one CompileContext costs on the LoCoMo development split (issue 16 §3 target: p95 <= 60 ms over gRPC
+"""What one CompileContext costs on the LoCoMo development split (target: p95 <= 60 ms over gRPC
 on a quiet machine), with a baseline code tree measured in the same run.
 
 Loads the three conversations through the public API (as `bench/bench_context_quality.py` does: one

@@ -1,4 +1,4 @@
-"""Context quality on the LoCoMo development split (issue 16 point 5), through gRPC against real service
+"""Context quality on the LoCoMo development split, through gRPC against real service
 processes, next to a BM25 and a dense baseline computed in the same run.
 
 Data: ``../shared/corpora/locomo-dev/locomo-dev.json`` (read at run time, never copied: CC BY-NC 4.0,

@@ -1,4 +1,4 @@
-"""Asynchronous enrichment of memories (issue 12 §4, §6), through gRPC against real service processes and
+"""Asynchronous enrichment of memories, through gRPC against real service processes and
 a real ``cb worker`` process.
 
 Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped afterwards), on the
@@ -202,7 +202,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         heading(results),
         "",
         (
-            "Enrichment of memories (`bench/bench_enrichment.py`, issue 12 §4): debian changelog texts added"
+            "Enrichment of memories (`bench/bench_enrichment.py`): debian changelog texts added"
             " as memories by `AddMemories` (a `cb serve ingest` process, fresh database), enriched by a"
             " `cb worker` process (procrastinate on the same PostgreSQL, rule enricher); floor = the rule"
             " enricher alone on the same texts in the bench process, before and after."

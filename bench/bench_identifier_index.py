@@ -1,6 +1,6 @@
 """A/B of the trigram index over ``identifier_text`` (migration 0028) against the one over the whole ``text``
 it replaced (migration 0026): the cost of writing chunks and of the trigram ranking, and whether the
-ranking finds the same rows (issue 15, ingest).
+ranking finds the same rows (ingest).
 
 Method. A fresh database (`bench.run_bench.fresh_database`) migrated by this checkout holds, in one
 namespace and without embeddings (neither index reads them), the real texts: the episode chunks of the

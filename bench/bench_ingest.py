@@ -1,4 +1,4 @@
-"""Observation ingest A/B (issue 15 "debian corpus through cb observe"; issue 16 §1 embedding), one run.
+"""Observation ingest A/B ("debian corpus through cb observe"; embedding), one run.
 
 Loads the whole debian upload stream (5,415 observations) the way `cb observe` sends it (batches of 200,
 `DEFAULT_OBSERVE_CONCURRENCY` calls in flight) into a fresh namespace, once per variant and round,
@@ -14,8 +14,8 @@ every variant but ``inline``, how long after the load the service reports an emp
 (`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
 then taken off it. Each load runs in a fresh database of its own, dropped after it: in one database,
 loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
-first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found);
-``--same-database`` runs every load in the run's one database instead.
+first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
+bench/RESULTS.md (git history)); ``--same-database`` runs every load in the run's one database instead.
 Results are printed and written to bench/results/ingest-<UTC time>.json, with the
 load average and the CPU time the service process and the PostgreSQL processes used during each load
 (`bench.service_results.cpu_seconds`).
@@ -155,7 +155,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 def _load_database(arguments: argparse.Namespace, settings: Settings, name: str) -> Iterator[str]:
     """The database one load runs in: a fresh one on the server of ``CB_DATABASE_URL`` (the default:
     after an earlier load and its floor measurement in one database, a load was at times 1.5-2.8x
-    slower, cause not found), or, with ``--same-database``, the run's database itself (every
+    slower, bench/RESULTS.md (git history)), or, with ``--same-database``, the run's database itself (every
     load next to the earlier ones; also with ``--shared-database``, which measures next to what that
     database holds)."""
     if arguments.same_database:
@@ -207,7 +207,7 @@ def _measured_load(
                 load["embedding"] = wait_for_embeddings(
                     stub, namespace, limit_seconds=arguments.embedding_wait
                 )
-            except grpc.RpcError as error:  # a base from before the background embedder (issue 16)
+            except grpc.RpcError as error:  # a base from before the background embedder
                 if error.code() != grpc.StatusCode.UNIMPLEMENTED:
                     raise
         channel.close()

@@ -1,4 +1,4 @@
-"""A/B of the lexical indexes of the chunks table for one namespace among many (issue 15): the full-text
+"""A/B of the lexical indexes of the chunks table for one namespace among many: the full-text
 (BM25) and trigram rankings of `common.storage.chunks.rankings`, in-process, at 10k and 1M chunks, with
 each candidate set of GIN indexes, interleaved query by query in one run; and the insert cost of each set.
 

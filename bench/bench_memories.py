@@ -1,4 +1,4 @@
-"""Memory records (issue 12 §6): AddMemories throughput and RecallMemories latency at 100k memories.
+"""Memory records: AddMemories throughput and RecallMemories latency at 100k memories.
 
 Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped afterwards), against
 ``cb serve ingest`` / ``cb serve query`` processes in development mode (a request's user_id selects the
@@ -236,7 +236,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             heading(results),
             "",
             (
-                "Memory records (`bench/bench_memories.py`, issue 12): AddMemories and RecallMemories against "
+                "Memory records (`bench/bench_memories.py`): AddMemories and RecallMemories against "
                 "`cb serve` processes, fresh database, 20 users."
             ),
             *([f"Note: {arguments.note}", ""] if arguments.note else [""]),

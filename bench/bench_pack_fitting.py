@@ -1,4 +1,4 @@
-"""Budget fitting cost (issue 15: "`PackFitter.fit` re-tokenises the whole pack for every candidate"), A/B in
+"""Budget fitting cost ("`PackFitter.fit` re-tokenises the whole pack for every candidate"), A/B in
 one run: `query_service.context.pack.fitting.PackFitter` (each text counted once, one exact count of the
 pack) against the fitting before it (``whole_pack_fit`` below: the pack text joined and counted whole for
 every candidate that might fit), on the same candidates, interleaved.

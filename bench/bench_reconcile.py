@@ -1,4 +1,4 @@
-"""Snapshot reconciliation at scale (issue 4 §3: "a snapshot of 100k items reconciles in bounded memory
+"""Snapshot reconciliation at scale ("a snapshot of 100k items reconciles in bounded memory
 (streamed), measured in bench"): SnapshotService's domain in-process on the real database, streamed
 (`SnapshotReconciler.reconcile_stream`, parts generated lazily, as the servicer hands them over) against
 the unary path (`reconcile` of whole lists, as a unary ReconcileRequest holds them) as the baseline.

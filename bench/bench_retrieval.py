@@ -1,4 +1,4 @@
-"""Ranking quality on the bilingual Debian FAQ pairs (issue 16 §2), through gRPC against real service
+"""Ranking quality on the bilingual Debian FAQ pairs, through gRPC against real service
 processes in a fresh database, next to stemmed BM25, dense and dense + BM25 baselines computed in the
 same run.
 

@@ -1,4 +1,4 @@
-"""Scale and concurrency benchmark of the read side (issue 15), on the real corpora, in a fresh database.
+"""Scale and concurrency benchmark of the read side, on the real corpora, in a fresh database.
 
 How the tables are built:
 - the **base** is real: the docs vault (398 Markdown files) and the Debian FAQ (224 answers, English and
@@ -26,7 +26,7 @@ What is measured at each size and layout, in the same run:
   query, in-process with the query vectors computed beforehand (no model, no service);
 - the vector arm: the statement of the baseline, `ChunkRankings.vector_candidates` (of the checkout of
   this file, in-process, whatever ``--tree`` is), and the candidates of
-  issue 15 (HNSW forced at several ``hnsw.ef_search`` with iterative scans; in the multi layout an HNSW
+  (HNSW forced at several ``hnsw.ef_search`` with iterative scans; in the multi layout an HNSW
   index partial to Q, the per-tenant index, which is also what a partition of Q would hold), each with
   p50/p95 and overlap@10 against the exact top-10 (no index but the covering B-tree allowed);
 - each ranking arm in-process and the ``EXPLAIN (ANALYZE, BUFFERS)`` of its statements for the query at
@@ -96,7 +96,7 @@ from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 EF_SEARCH = (40, 100, 200)
 TOP_K = 10
-# The baseline's vector statement (before issue 15), for the A/B of the arm.
+# The baseline's vector statement, for the A/B of the arm.
 BASELINE_VECTOR = (
     "WITH nearest AS MATERIALIZED ("
     " SELECT node_key, chunk_order, node_type, source_path, title, heading, text, meta,"

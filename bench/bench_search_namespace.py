@@ -2,7 +2,7 @@
 
 The scale benchmark (`bench/bench_scale.py`) builds synthetic document nodes whose properties are small.
 A real document node carries its whole text in ``props.content``, and every read that touches its
-properties pays for that size: issue 15 session 6 found `ContextStore.node_summaries` at 17 ms of a
+properties pays for that size: found `ContextStore.node_summaries` at 17 ms of a
 53 ms search on the docs vault. This benchmark measures `query_service.retrieval.hybrid_search.HybridSearcher.search`
 as the query service builds it (real embedding model, routed database, default preset) on the given
 namespace, with no gRPC:

@@ -1,4 +1,4 @@
-"""Typed traversal (issue 4 §4; DESIGN §11: "Variable-length paths ([*..n]) are very slow: traverse with
+"""Typed traversal (docs/explanation/architecture.md: "Variable-length paths ([*..n]) are very slow: traverse with
 bounded recursive CTEs"): the recursive walk of `common.storage.graph.traversal` against the Cypher
 variable-length path over the same anchors, in the same run, on the debian namespace (the real upload
 stream: package -HAS_VERSION-> version -UPLOADED_BY-> person; run ``cb observe --file

@@ -1,4 +1,4 @@
-"""Vault ingest on the real docs vault (issue 11 §4), through gRPC against real service processes.
+"""Vault ingest on the real docs vault, through gRPC against real service processes.
 
 Measures, in one run, each ingest in an empty database of its own (dropped afterwards):
 
@@ -172,7 +172,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         heading(results),
         "",
         (
-            "Vault ingest (`bench/bench_vault.py`, issue 11): the docs vault through `VaultService.IngestVault`"
+            "Vault ingest (`bench/bench_vault.py`): the docs vault through `VaultService.IngestVault`"
             " (`cb ingest`'s stream, a `cb serve ingest` process, fresh database); floor = the embedding model"
             " alone on the same chunk texts in the bench process, before and after."
         ),

@@ -1,12 +1,12 @@
-"""Benchmark of issue 2 §7 on the real corpora, through gRPC against real service processes.
+"""Benchmark on the real corpora, through gRPC against real service processes.
 
 Measures, in one run on one machine:
 - observations/s: the whole debian upload stream (5,415 observations) sent by one client in batches of 200
-  into a fresh namespace (fact ids and `supersedes` recomputed for it, DESIGN §3), wall time of the load,
-  twice: strictly sequentially (one call in flight, the baseline) and the way `cb observe` sends
-  (`memory_service_tools.observation_loader.record_observations` with its default concurrency), each into its own namespace,
-  reported with their ratio; then the same from 16 concurrent clients (ratio to the sequential client,
-  issue 3 §4);
+  into a fresh namespace (fact ids and `supersedes` recomputed for it, docs/explanation/knowledge-model.md),
+  wall time of the load, twice: strictly sequentially (one call in flight, the baseline) and the way `cb
+  observe` sends (`memory_service_tools.observation_loader.record_observations` with its default concurrency), each
+  into its own namespace, reported with their ratio; then the same from 16 concurrent clients (ratio to the
+  sequential client);
 - chunks/s: the whole docs vault (398 Markdown files) retained by one client, chunks written / wall time;
 - Search, ListFacts, CompileContext latency p50/p95/p99 over 200 queries each, one client, sequential;
 - the same 200 searches done in-process as raw SQL (query embedding + the three candidate queries + fusion,
@@ -15,7 +15,7 @@ Measures, in one run on one machine:
   with the concurrent ones, reported as the p95 ratio concurrent / sequential.
 
 Results are printed (with the machine's description) and written as JSON to
-bench/results/service-<UTC time>.json. Targets (issue 2): debian ingest <= 60 s, Search p95 <= 100 ms,
+bench/results/service-<UTC time>.json. Targets: debian ingest <= 60 s, Search p95 <= 100 ms,
 ListFacts p95 <= 10 ms.
 
 Usage: .venv/bin/python bench/run_bench.py [--observations-only] [--note TEXT] [--shared-database]  (the
@@ -146,7 +146,8 @@ def timed(calls: list[Callable[[], Any]]) -> list[float]:
 
 
 def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
-    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it (DESIGN §3 formula)."""
+    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it
+    (docs/explanation/knowledge-model.md formula)."""
     records = [json.loads(line) for line in (UPLOADS / "observations.jsonl").read_text("utf-8").splitlines()]
     remap: dict[str, str] = {}
     for record in records:
@@ -242,7 +243,7 @@ def wait_for_embeddings(
 
 
 def set_based_floor(url: str, namespace: str) -> dict[str, Any]:
-    """The floor of an observation load (issue 15): the rows the service stored for ``namespace`` written
+    """The floor of an observation load: the rows the service stored for ``namespace`` written
     again set-based, one ``INSERT ... SELECT`` per table, into empty copies of the tables (same columns,
     defaults and indexes: ``LIKE ... INCLUDING ALL``) in a scratch schema, in one transaction: the
     observations, ``graph_nodes``, ``facts``, the chunks (embedding NULL, as the write stores episode
@@ -338,7 +339,7 @@ def fresh_database(base_url: str, name: str) -> Iterator[str]:
 
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Benchmark of issue 2 §7 on the real corpora (see the module doc)."
+        description="Benchmark on the real corpora (see the module doc)."
     )
     parser.add_argument(
         "--observations-only",

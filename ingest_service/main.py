@@ -1,4 +1,4 @@
-"""ingest_service process: wiring of the write side (DESIGN §1-2).
+"""ingest_service process: wiring of the write side (docs/explanation/architecture.md).
 
 `create_ingest_host` builds the server (used by `cb serve ingest` and by tests on port 0); `serve` runs
 it in the foreground until SIGTERM/SIGINT.

@@ -1,4 +1,4 @@
-"""The enrichment worker process (``cb worker``; issue 12 §4): wiring of the queue's tasks, as
+"""The enrichment worker process (``cb worker``): wiring of the queue's tasks, as
 `ingest_service.main` wires the ingest service.
 
 `build_worker` migrates the database (idempotent: the queue's schema is migration 0016), then builds the
@@ -32,7 +32,7 @@ from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models
 from ingest_service.memories.enrichment.model import Enricher
-from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue
+from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, quiet_routine_jobs
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
 
@@ -88,6 +88,7 @@ def run_worker(settings: Settings, concurrency: int) -> None:
     of the queue), so nothing is lost.
     """
     queue, database = build_worker(settings, concurrency=concurrency)
+    quiet_routine_jobs()  # an idle worker runs the sweep every second: nothing to say about it
     load_models()  # the first job does not wait for the language models
     try:
         asyncio.run(_supervise(queue, concurrency))

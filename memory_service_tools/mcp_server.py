@@ -333,7 +333,7 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
     def compile_context(
         ctx: Context,
         namespace: Namespace,
-        task: Annotated[str, Field(description="the task or question you need context for")],
+        query: Annotated[str, Field(description="the task or question you need context for")] = "",
         anchors: Annotated[
             list[str] | None,
             Field(
@@ -353,6 +353,9 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
                 description="also list this many of the best candidates left out, with why (0: none)",
             ),
         ] = 0,
+        task: Annotated[
+            str | None, Field(description="deprecated: the former name of query, accepted for one release")
+        ] = None,
     ) -> dict[str, Any]:
         """Prepare context for a task: the passages and facts most worth reading, within a token budget.
 
@@ -363,10 +366,15 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
         brought it and its score components, conflict), pack.token_count, pack.trace_id and, with
         dropped_limit, pack.dropped (the best candidates left out and why).
         """
+        if task is not None and query and task != query:
+            raise ToolError("query and its deprecated name task differ: pass query only")
+        query = query or task or ""
+        if not query:
+            raise ToolError("query: required (the task or question you need context for)")
         when = _instant(as_of, "as_of")
         request = context_service_pb2.CompileContextRequest(
             namespace=namespace,
-            query=task,
+            query=query,
             anchors=anchors or [],
             token_budget=token_budget,
             trace_id=trace_id or "",

@@ -1,5 +1,6 @@
-"""Snapshot files for ``cb reconcile``: JSONL in the proto3 JSON form of ReconcileStreamRequest (DESIGN §2:
-the CLI reads the JSON form of requests), turned lazily into the messages of SnapshotService.ReconcileStream.
+"""Snapshot files for ``cb reconcile``: JSONL in the proto3 JSON form of ReconcileStreamRequest
+(docs/explanation/architecture.md: the CLI reads the JSON form of requests), turned lazily into the messages of
+SnapshotService.ReconcileStream.
 
 The first non-blank line is the header, ``{"header": {"namespace", "source", "scope", "snapshot_id",
 "snapshot_time"}}``; every later line is ``{"items": {"entities": [...], "facts": [...]}}`` with any number

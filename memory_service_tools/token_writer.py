@@ -86,7 +86,7 @@ def add_token(
         scopes: allowed visibility scopes (``workspace:x``, ``principal:y``).
         pii_clearance: may receive personal data unmasked.
         note: free text kept in the file.
-        memory_scope: ``(organization, environment, user)`` of the token's memory records (issue 12);
+        memory_scope: ``(organization, environment, user)`` of the token's memory records;
             pass a grant on ``org:<organization>:env:<environment>`` in ``namespaces`` for its rights.
 
     Returns:

@@ -8,9 +8,10 @@ Two sources, each yielding `SourceDocument`s sorted by path:
   subtree and its ``!`` patterns re-include what a file above ignored, as in Git).
 * `git_documents`: the ``*.md`` blobs of a Git repository's commit (the tip of a branch, default the
   checked-out one), read with dulwich (never the working tree, never ``.git`` parsed by hand), each with
-  the provenance seed 000 names for Git: repository, branch, commit_sha, path, author, committed_at of the
-  last commit that changed the file (so an unchanged file keeps its provenance from commit to commit and
-  the server finds it unchanged). A repository URL is cloned into a temporary folder first.
+  the provenance docs/explanation/knowledge-model.md names for Git: repository, branch, commit_sha, path,
+  author, committed_at of the last commit that changed the file (so an unchanged file keeps its provenance
+  from commit to commit and the server finds it unchanged). A repository URL is cloned into a temporary folder
+  first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""query_service process: wiring of the read side (DESIGN §1-2, §7): one servicer per service
+"""query_service process: wiring of the read side (docs/explanation/architecture.md): one servicer per service
 (``*_servicer.py``, transport only) over its domain reader or compiler, and `SERVICE_NAMES`.
 
 `create_query_host` builds the server (used by `cb serve query` and by tests on port 0); `serve` runs it
@@ -17,6 +17,7 @@ from memory_service_grpc_client.memory.v1 import (
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2_grpc,
     retrieval_service_pb2_grpc,
     source_service_pb2_grpc,
@@ -45,9 +46,11 @@ from query_service.readers.sources import SourceReader
 from query_service.readers.traces import TraceReader
 from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 from query_service.servicers.audit_query_servicer import AuditQueryServicer
+from query_service.namespace_reader import NamespaceReader
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
+from query_service.servicers.namespace_servicer import NamespaceServicer
 from query_service.servicers.observation_query_servicer import ObservationQueryServicer
 from query_service.servicers.retrieval_servicer import RetrievalServicer
 from query_service.servicers.source_servicer import SourceServicer
@@ -62,6 +65,7 @@ SERVICE_NAMES = (
     "memory.v1.TraceService",
     "memory.v1.MemoryQueryService",
     "memory.v1.AuditService",
+    "memory.v1.NamespaceService",
 )
 
 
@@ -123,6 +127,9 @@ def create_query_host(
         )
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(
             AuditQueryServicer(AuditReader(database)), server
+        )
+        namespace_service_pb2_grpc.add_NamespaceServiceServicer_to_server(
+            NamespaceServicer(NamespaceReader(database)), server
         )
         return list(SERVICE_NAMES)
 

@@ -1,5 +1,5 @@
-"""The personal data guard of the read side (seed 000 "Персональные данные", "Аудит-контур"; DESIGN §8;
-issue 5 §4): the caller's policy, the disclosure of one response, and the ``pii_access`` audit.
+"""The personal data guard of the read side (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md):
+the caller's policy, the disclosure of one response, and the ``pii_access`` audit.
 
 With ``CB_PII_PROTECTION`` on, every output of the query service passes through a `PiiDisclosure`:
 
@@ -227,7 +227,7 @@ class PiiGuard:
                 details=details,
                 # The event names keys and ids of what the caller was shown, possibly scoped data: it is
                 # as visible as an item scoped to that caller (its principal and tokens granted
-                # ``principal:<name>``), like the caller's context compilations (issue 10 §2).
+                # ``principal:<name>``), like the caller's context compilations.
                 scopes=(f"principal:{disclosure.policy.principal}",) if disclosure.policy.principal else (),
             )
         )

@@ -1,4 +1,5 @@
-"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation (DESIGN §8).
+"""Who a caller is and what each RPC needs: rights, the method table, principals, authorisation
+(docs/how-to/tokens-and-scopes.md).
 
 Rights imply one another: admin implies write, write implies read. `METHOD_RIGHTS` says which right each
 RPC needs on the namespace(s) its request names (`request_namespaces`); a method missing from it is
@@ -31,6 +32,8 @@ from common.kernel.memory_names import memory_base_namespace
 __all__ = [
     "ALL_NAMESPACES",
     "DEVELOPMENT_MEMORY_SCOPE",
+    "CALLER_FILTERED_METHODS",
+    "closest_namespace",
     "GLOBAL_METHODS",
     "MEMORY_METHODS",
     "METHOD_RIGHTS",
@@ -95,7 +98,7 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         # Client stream: authorised on its header (the first message), see
         # common.grpc.interceptors._authorized_stream.
         "/memory.v1.SnapshotService/ReconcileStream": _WRITE,
-        # Client stream too, authorised on its header (issue 11: vault ingest).
+        # Client stream too, authorised on its header (vault ingest).
         "/memory.v1.VaultService/IngestVault": _WRITE,
         "/memory.v1.DomainPackService/RegisterPackage": _ADMIN,
         "/memory.v1.DomainPackService/SetNamespaceKinds": _ADMIN,
@@ -114,7 +117,10 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.TraceService/GetTrace": _READ,
         # The audit trail of the whole namespace, every principal's events (served by query_service).
         "/memory.v1.AuditService/ListAuditEvents": _ADMIN,
-        # Memory records (issue 12): the namespace comes from the caller's scope, not from the request
+        # Memory records: the namespace comes from the caller's scope, not from the request
+        "/memory.v1.NamespaceService/ListNamespaces": _READ,
+        "/memory.v1.NamespaceService/GetNamespaceStats": _READ,
+        # Memory records: the namespace comes from the caller's scope, not from the request
         # (MEMORY_METHODS); `authorize` checks that the caller has a memory scope, the handler checks the
         # right on the scope's namespace (common.domain.memory_scope.resolve_memory_scope).
         "/memory.v1.MemoryService/AddMemories": _WRITE,
@@ -136,6 +142,10 @@ GLOBAL_METHODS: frozenset[str] = frozenset(
     }
 )
 """Methods whose requests name no namespace (packages are global): the right is needed on ``"*"``."""
+
+CALLER_FILTERED_METHODS: frozenset[str] = frozenset({"/memory.v1.NamespaceService/ListNamespaces"})
+"""Methods whose requests name no namespace and whose answers hold only the namespaces the caller has the
+right on: any token may call them, the handler filters."""
 
 MEMORY_METHODS: frozenset[str] = frozenset(m for m in METHOD_RIGHTS if m.startswith("/memory.v1.Memory"))
 """Methods of MemoryService / MemoryQueryService: they act in the caller's memory scope (token attributes
@@ -165,8 +175,8 @@ class Principal:
         allowed_scopes: visibility scopes (``workspace:x``, ``principal:y``) the caller may see.
         pii_clearance: may receive personal data unmasked.
         authenticated: False only for the development principal (auth off, loopback only).
-        organization_id: memory scope (seed 001): the tenant of the token; empty when it has none.
-        environment: memory scope: development | staging | production; empty when none.
+        organization_id: memory scope (docs/explanation/memory-records.md): the tenant of the token; empty
+        when it has none. environment: memory scope: development | staging | production; empty when none.
         user_id: memory scope: the user the token acts for; empty when none.
     """
 
@@ -300,11 +310,18 @@ def _granted_hint(principal: Principal, namespace: str, needed: Right) -> str:
     granted = sorted(name for name, right in principal.rights.items() if right >= needed)
     if not granted:
         return f"; this token has the {needed.label} right on no namespace"
-    close = difflib.get_close_matches(namespace, granted, n=1, cutoff=0.8)
+    close = closest_namespace(namespace, granted)
     listed = ", ".join(repr(name) for name in granted[:_HINT_NAMESPACES])
     more = f" and {len(granted) - _HINT_NAMESPACES} more" if len(granted) > _HINT_NAMESPACES else ""
     hint = f"; this token has it on {listed}{more}"
-    return hint + (f" (did you mean {close[0]!r}?)" if close else "")
+    return hint + (f" (did you mean {close!r}?)" if close else "")
+
+
+def closest_namespace(namespace: str, candidates: list[str]) -> str | None:
+    """The one of ``candidates`` that ``namespace`` looks like a typo of (difflib ratio at least 0.8), or
+    None: what a refusal or an empty answer suggests instead of a misspelt namespace."""
+    close = difflib.get_close_matches(namespace, candidates, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 _HINT_NAMESPACES = 10
@@ -335,6 +352,8 @@ def authorize(principal: Principal, full_method: str, request: Message) -> None:
                 reason="MEMORY_SCOPE_MISSING",
             )
         return
+    if full_method in CALLER_FILTERED_METHODS:
+        return  # the handler answers with the caller's own namespaces only
     namespaces = None if full_method in GLOBAL_METHODS else request_namespaces(request)
     if namespaces is None:
         if not principal.allows_everywhere(needed):

@@ -1,4 +1,4 @@
-"""The tokens file: its schema, reading it, and the reloading `TokenStore` (DESIGN §8).
+"""The tokens file: its schema, reading it, and the reloading `TokenStore` (docs/how-to/tokens-and-scopes.md).
 
 The tokens file (YAML) holds token *hashes* only, never tokens::
 
@@ -10,7 +10,7 @@ The tokens file (YAML) holds token *hashes* only, never tokens::
           "*": [read]                # "*" grants every namespace
         scopes: [workspace:infra, principal:ci-loader]   # visibility scopes the caller may see
         pii_clearance: false         # unmasked personal data
-        organization: acme           # optional memory scope (issue 12): tenant, environment, user;
+        organization: acme           # optional memory scope: tenant, environment, user;
         environment: production      #   all three or none (MemoryService / MemoryQueryService)
         user: "8821"
         created: "2024-05-01T10:00:00Z"                   # optional, informative

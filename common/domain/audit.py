@@ -1,4 +1,5 @@
-"""The audit trail (seed 000 "Аудит-контур"; DESIGN §8; issue 5 §5). Transport free (no grpc).
+"""The audit trail (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md). Transport free (no
+grpc).
 
 Audit events are graph nodes of type ``audit_event`` linked by an ``IN_TRACE`` edge to the anchor node of
 their trace (type ``pc_trace``, one per (namespace, trace_id)), in the namespace where the event happened
@@ -230,7 +231,7 @@ class AuditTrail:
     def prepare(self) -> None:
         """Creates the audit graph labels (audit_event, pc_trace, IN_TRACE) if needed; idempotent, cached
         per process. Call it BEFORE opening a transaction that will use `record_in`: graph DDL runs in
-        its own autocommit connection (DESIGN §11) and must not wait behind the caller's open writes."""
+        its own autocommit connection (docs/explanation/architecture.md) and must not wait behind the caller's open writes."""
         self.store.ensure_labels()
 
     def record_in(self, connection: psycopg.Connection[Any], event: AuditEventInput) -> AuditEvent:

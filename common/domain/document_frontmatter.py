@@ -21,8 +21,8 @@ from pathlib import PurePath
 from typing import Any
 
 BASE_FIELDS = frozenset({"natural_key", "title", "type", "links", "scopes", "meta", "pii", "pii_categories"})
-# Frontmatter keys that name typed relations of a document (seed 000 "Рёбра и связи": SUPERSEDED_BY,
-# PART_OF_PROJECT, ...); the predicate is the key in upper case. More go under ``relations:``.
+# Frontmatter keys that name typed relations of a document (docs/explanation/knowledge-model.md:
+# SUPERSEDED_BY, PART_OF_PROJECT, ...); the predicate is the key in upper case. More go under ``relations:``.
 RELATION_KEYS = frozenset(
     {
         "superseded_by",

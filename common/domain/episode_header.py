@@ -1,4 +1,4 @@
-"""The header line of an episode's text (issue 16 §1), shared by the writer and the readers.
+"""The header line of an episode's text, shared by the writer and the readers.
 
 ingest_service writes every episode chunk as ``<header>\\n<body>`` (`ingest_service.observations.episode_text`), so
 full text finds who spoke and when; CompileContext renders a turn as its own compact line

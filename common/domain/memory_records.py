@@ -1,8 +1,8 @@
-"""Memory records as plain values, and the enrichment hook (issue 12; seed 001 "Memory Model").
+"""Memory records as plain values, and the enrichment hook (docs/explanation/memory-records.md).
 
 `MemoryRecord` is what both services hand to their transports: the row of the memories table
 (`common.storage.memories.store`) joined with the props of the memory's node. `MemoryEnrichment` is the
-API the asynchronous enrichment worker uses (issue 12 §4), so it never touches the tables itself:
+API the asynchronous enrichment worker uses, so it never touches the tables itself:
 
 * `MemoryEnrichment.due` lists ``(namespace, memory_id, version)`` of memories whose current version is
   not enriched yet: the add/update transaction leaves every new version due (``enriched_version <
@@ -38,7 +38,7 @@ ENRICHMENT_FIELDS = ("key_points", "insights", "entities", "topics")
 """Node props the enrichment fills (lists of strings)."""
 
 MEMORY_TYPES = ("fact", "event", "decision", "insight", "narrative", "analysis", "reference")
-"""Seed 001 memory types (stored lower case; "" = not known yet)."""
+"""docs/explanation/memory-records.md memory types (stored lower case; "" = not known yet)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def memory_node(namespace: str, memory_id: str, props: dict[str, Any], source_pa
 
 @dataclass(frozen=True)
 class EnrichmentFields:
-    """What one enrichment job found for one version (seed 001 "Semantic enrichment").
+    """What one enrichment job found for one version (docs/explanation/memory-records.md).
 
     Attributes:
         key_points: concrete, atomic facts extracted from the text.

@@ -1,4 +1,4 @@
-"""A stored observation as its callers see it (seed 000 "Наблюдения"), transport free.
+"""A stored observation as its callers see it (docs/explanation/knowledge-model.md), transport free.
 
 `observation_view` turns a row of the observations table into the proto3-JSON field map of
 memory.v1.Observation plus the output-only parts (id, status, received time, status details).

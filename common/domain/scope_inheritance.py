@@ -1,4 +1,4 @@
-"""Scopes follow what a scoped item produces (issue 10 §2; seed 000 "Видимость внутри namespace").
+"""Scopes follow what a scoped item produces (docs/explanation/knowledge-model.md).
 
 An observation, a fact assertion or a snapshot fact carrying restricting scopes (``workspace:``,
 ``principal:``; `common.storage.visibility`) produces other items: an episode, entity nodes, facts, text
@@ -49,7 +49,7 @@ def inherited_scopes(own: Iterable[str] | None, parent: Iterable[str] | None) ->
 
     Returns:
         ``parent`` unchanged when ``own`` is empty (the item carries its parent's scopes, relevance ones
-        included, as before issue 10); otherwise ``own`` followed by the parent's restricting scopes
+        included, as); otherwise ``own`` followed by the parent's restricting scopes
         that ``own`` lacks.
     """
     own_list = [s for s in own or () if isinstance(s, str)]

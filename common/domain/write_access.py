@@ -1,4 +1,4 @@
-"""Write-side visibility scopes (seed 000 "Видимость внутри namespace"; DESIGN §8; issue 5 §3).
+"""Write-side visibility scopes (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md).
 
 The read side hides items whose restricting scopes (``workspace:``, ``principal:``) do not meet the
 caller's (`common.storage.visibility`). The write side keeps that rule from being bypassed:
@@ -19,7 +19,7 @@ side. Every write path uses this one module: Retain/PutChunks and DeleteNode (`i
 and RecordAuditEvent (`common.domain.audit`).
 
 What a scoped write derives (entities, facts, placeholders, fragments) carries its scopes, and a
-narrower write changes nothing wider: `common.domain.scope_inheritance` (issue 10 §2).
+narrower write changes nothing wider: `common.domain.scope_inheritance`.
 
 Status of a refusal: a single-target RPC gets PERMISSION_DENIED (reason ``SCOPE_NOT_ALLOWED``) for rule 1
 and NOT_FOUND for rule 2; an item of a batch fails with the same text as a field violation.
@@ -97,7 +97,7 @@ class WriteAccess:
         """The keys among ``natural_keys`` whose node exists but is hidden from the caller. A placeholder
         (a fact end nothing has asserted) is never hidden for a write: it holds nothing but its key, and
         refusing it would tell the caller that hidden facts name the key; the write that names it
-        decides its visibility (`common.domain.scope_inheritance` rule 3; issue 10 §2)."""
+        decides its visibility (`common.domain.scope_inheritance` rule 3)."""
         if self.unrestricted:
             return set()
         return graph.hidden_keys(

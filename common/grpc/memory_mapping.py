@@ -1,4 +1,4 @@
-"""Proto <-> domain mapping of memory records, shared by MemoryService and MemoryQueryService (issue 12).
+"""Proto <-> domain mapping of memory records, shared by MemoryService and MemoryQueryService.
 
 `scope_of` resolves the caller's `MemoryScope` from the authenticated principal, the ``x-project-id``
 metadata and the request's ``user_id``; `memory_to_proto`, `new_memory_input` and `filter_query` map the

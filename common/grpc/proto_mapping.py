@@ -142,7 +142,7 @@ def _fix_unrepresentable(message: Message, steps: list[int | str], found: list[_
 
 def json_form(message: Message) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """``message`` in proto3-JSON form with proto field names, for the domain's validation, whatever it
-    holds (issue 10 §5); ``json_format`` alone raises on what proto3 JSON cannot represent.
+    holds; ``json_format`` alone raises on what proto3 JSON cannot represent.
 
     An out-of-range Timestamp (seconds 1e13, negative nanos) is passed on as the string
     ``"Timestamp(seconds=S, nanos=N)"``, which every instant check of the domain rejects under the
@@ -154,8 +154,7 @@ def json_form(message: Message) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     raises (ValueError, or SerializeToJsonError for a nested field) for everything the walk clears
     (out-of-range Timestamps and Durations, FieldMask paths that are not lower_snake_case, non-finite
     numbers in Structs; test `test_json_form_walks_only_what_json_format_refuses`), and the walk with its
-    copy of the message took a third of this function's time on valid batches (bench/RESULTS.md,
-    session 20).
+    copy of the message took a third of this function's time on valid batches (bench/RESULTS.md (git history)).
     """
     try:
         return json_format.MessageToDict(message, preserving_proto_field_name=True), []

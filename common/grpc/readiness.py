@@ -3,9 +3,9 @@
 `add_health_service` registers the standard health service on a server with every readiness status
 NOT_SERVING (``""`` and each registered service), and the liveness status `LIVENESS_SERVICE`
 (``"liveness"``) SERVING: it says the process is up and answering, whatever the database does, so a
-Kubernetes liveness or startup probe on it never restarts pods because of a database outage (issue 10
-§7), while the readiness probe (``""``) takes them out of the Service. `ReadinessMonitor` then asks the database (`ReadinessProbe`)
-every ``interval`` seconds from a daemon thread and sets every status to SERVING once
+Kubernetes liveness or startup probe on it never restarts pods because of a database outage, while the
+readiness probe (``""``) takes them out of the Service. `ReadinessMonitor` then asks the database
+(`ReadinessProbe`) every ``interval`` seconds from a daemon thread and sets every status to SERVING once
 ``ensure_ready()`` returns True, back to NOT_SERVING when it returns False again. On shutdown
 (`begin_shutdown`) every status becomes NOT_SERVING for good, before the server stops taking calls.
 """

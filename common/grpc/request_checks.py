@@ -1,4 +1,4 @@
-"""Checks every request passes before a handler sees it (issue 10 §5 "No input reaches INTERNAL").
+"""Checks every request passes before a handler sees it ("No input reaches INTERNAL").
 
 - `tolerant_deserializer`: a request protobuf cannot parse (invalid UTF-8 in a string field, nesting
   deeper than protobuf's limit of 100, malformed wire data) is INVALID_ARGUMENT naming the problem,
@@ -15,7 +15,7 @@ auth interceptor refuses an `UnparsedRequest` right after authentication (`raise
 
 The items of a batch (`BATCH_ITEM_FIELDS`: RecordObservationsRequest.observations,
 AssertFactsRequest.facts) are not checked here: their validators run the same checks per item, so a
-bad item fails alone (seed 000 "Наблюдения": per-item results).
+bad item fails alone (docs/explanation/knowledge-model.md: per-item results).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ __all__ = [
 BATCH_ITEM_FIELDS: dict[str, frozenset[str]] = {
     "memory.v1.RecordObservationsRequest": frozenset({"observations"}),
     "memory.v1.AssertFactsRequest": frozenset({"facts"}),
-    # Memory records (issue 12): each item's text and metadata are checked by its validator, per item.
+    # Memory records: each item's text and metadata are checked by its validator, per item.
     "memory.v1.AddMemoriesRequest": frozenset({"memories"}),
 }
 PROTOBUF_MAX_DEPTH = 100  # upb's default recursion limit when parsing

@@ -201,7 +201,7 @@ class ServiceHost:
         about 95,000 objects in the query service) moves to the collector's permanent generation
         (``gc.freeze``, after one collection): a full collection, which holds the interpreter lock, then
         traverses only what requests made. Measured at 10k chunks, Search at 1 and 16 clients
-        (bench/RESULTS.md, session 16): a full collection of the query service took up to 69.8 ms
+        (bench/RESULTS.md (git history)): a full collection of the query service took up to 69.8 ms
         without it, 7.5 ms with it."""
         gc.collect()
         gc.freeze()

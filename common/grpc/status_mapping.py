@@ -35,7 +35,7 @@ from common.kernel.errors import (
 __all__ = ["ERROR_DOMAIN", "bounded_bad_request", "grpc_code_for", "shorten", "status_for_exception"]
 
 ERROR_DOMAIN = "memory.v1"
-# Error details stay small whatever the input (issue 10 §5): gRPC clients refuse trailing metadata past
+# Error details stay small whatever the input: gRPC clients refuse trailing metadata past
 # 8 KiB in all (a soft limit, refused at random between it and 16 KiB: RESOURCE_EXHAUSTED), and the
 # details travel there beside the message, so the violations get 4 KiB and the message 512 characters.
 MAX_VIOLATIONS = 100
@@ -120,7 +120,7 @@ def shorten(text: str, limit: int) -> str:
 
 
 def bounded_bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadRequest:
-    """A `BadRequest` of ``violations`` that a client always accepts (issue 10 §5): at most
+    """A `BadRequest` of ``violations`` that a client always accepts: at most
     `MAX_VIOLATIONS` violations and `MAX_VIOLATION_BYTES` in all, each field path and description
     shortened (`MAX_FIELD_CHARS`, `MAX_DESCRIPTION_CHARS`); when some are left out, one last violation
     (field ``""``) says how many."""

@@ -14,12 +14,14 @@ current trace as ``traceparent``.
 **Logs** (`configure_logging`): one JSON object per line (``python-json-logger``) with ``time`` (ISO 8601, UTC),
 ``level``, ``logger``, ``message``, ``request_id`` (the RPC's ``x-request-id``, ``-`` outside one),
 ``trace_id`` and ``span_id`` (``-`` when tracing is off); ``CB_LOG_FORMAT=text`` prints the same
-fields as plain text. The level is ``CB_LOG_LEVEL`` (``cb serve --log-level`` overrides it).
+fields as plain text, and ``auto`` (the default) picks text when stderr is a terminal, JSON otherwise. The
+level is ``CB_LOG_LEVEL`` (``cb serve --log-level`` overrides it).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 
 import grpc
@@ -134,13 +136,16 @@ def configure_logging(level: str, log_format: str = "json") -> None:
 
     Args:
         level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` (any case).
-        log_format: ``json`` (one object per line) or ``text``.
+        log_format: ``json`` (one object per line), ``text``, or ``auto``: text when stderr is a
+            terminal (a person reads it), JSON otherwise (a collector parses it).
 
     Raises:
         ValueError: an unknown level or format.
     """
-    if log_format not in ("json", "text"):
-        raise ValueError(f"log format {log_format!r}: expected json or text")
+    if log_format not in ("json", "text", "auto"):
+        raise ValueError(f"log format {log_format!r}: expected json, text or auto")
+    if log_format == "auto":
+        log_format = "text" if sys.stderr.isatty() else "json"
     handler = logging.StreamHandler()
     handler.addFilter(TraceContextLogFilter())
     formatter: logging.Formatter

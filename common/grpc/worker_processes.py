@@ -1,7 +1,7 @@
 """N worker processes serving one port: gRPC's multiprocessing pattern (SO_REUSEPORT), supervised.
 
 A Python process runs its request handlers under one interpreter lock, so a service whose requests
-spend milliseconds in Python (the query service: 7-8 ms per Search, bench/RESULTS.md "s5-search") tops
+spend milliseconds in Python (the query service: 7-8 ms per Search, bench/RESULTS.md (git history) "s5-search") tops
 out at one core however many threads it has. gRPC's documented remedy (grpc/grpc
 ``examples/python/multiprocessing``) is one process per core, each with its own server bound to the same
 address with the ``grpc.so_reuseport`` option, the processes started before any gRPC object exists in

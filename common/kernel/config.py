@@ -1,4 +1,5 @@
-"""Settings of both services (pydantic-settings, prefix ``CB_``; names follow seed 000).
+"""Settings of both services (pydantic-settings, prefix ``CB_``; names follow
+docs/explanation/knowledge-model.md).
 
 Built once at start-up (`Settings()` reads the environment then) and passed down; nothing reads the
 environment at import time.
@@ -110,7 +111,7 @@ class Settings(BaseSettings):
     hnsw_max_scan_tuples: int = Field(
         20000, ge=1, description="pgvector hnsw.max_scan_tuples of the iterative index scan"
     )
-    # Per-tenant vector indexes (issue 15, common/storage/chunks/tenant_vector_indexes.py): a namespace with at
+    # Per-tenant vector indexes (common/storage/chunks/tenant_vector_indexes.py): a namespace with at
     # least this many embedded chunks, holding less than half of the chunks table, gets an HNSW index
     # partial to it (`cb index-tenants`, or the ingest service's worker every
     # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half
@@ -123,7 +124,7 @@ class Settings(BaseSettings):
     )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
-    # Episode chunks of observations (issue 16 §1): "background" stores them with the embedding pending
+    # Episode chunks of observations: "background" stores them with the embedding pending
     # and the ingest service's embedder fills it in batches (RecordObservations does not wait for the
     # model); "inline" embeds them in the write, batched across the request's observations.
     episode_embedding: Literal["background", "inline"] = Field(
@@ -137,8 +138,9 @@ class Settings(BaseSettings):
         2.0, ge=0, le=3600, description="longest wait of a background round while writes are in flight"
     )
 
-    # Security (DESIGN §8). Servers: "auto" checks tokens when CB_TOKENS_FILE is set and otherwise runs
-    # in development mode, which binds loopback addresses only; "tokens" / "none" force either.
+    # Security (docs/how-to/tokens-and-scopes.md). Servers: "auto" checks tokens when CB_TOKENS_FILE is set
+    # and otherwise runs in development mode, which binds loopback addresses only; "tokens" / "none" force
+    # either.
     auth_mode: Literal["auto", "tokens", "none"] = Field(
         "auto", description="auto | tokens | none (development: loopback binds only)"
     )
@@ -152,9 +154,10 @@ class Settings(BaseSettings):
     tls_client_cert_file: str = Field("", description="client: PEM certificate for mTLS")
     tls_client_key_file: str = Field("", description="client: PEM private key for mTLS")
     tls_server_name: str = Field("", description="client: name to verify in the server certificate")
-    # Personal data (seed 000 "Персональные данные"; DESIGN §8): detection marks pii/pii_categories on
-    # write, every query_service output is masked for callers without PII clearance, and unmasked output to
-    # a cleared token is audited (action "pii_access"). Off: explicit marks are stored, nothing is masked.
+    # Personal data (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md): detection marks
+    # pii/pii_categories on write, every query_service output is masked for callers without PII clearance, and
+    # unmasked output to a cleared token is audited (action "pii_access"). Off: explicit marks are stored,
+    # nothing is masked.
     pii_protection: bool = Field(
         False, description="detect and mark personal data on write, mask it on output"
     )
@@ -163,11 +166,11 @@ class Settings(BaseSettings):
         "", description="OTLP/gRPC collector, e.g. http://127.0.0.1:4317; empty: no traces"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="services' log level")
-    log_format: Literal["json", "text"] = Field(
-        "json", description="services' log lines: JSON objects or text"
+    log_format: Literal["json", "text", "auto"] = Field(
+        "auto", description="services' log lines: JSON objects, text, or auto (text on a terminal, else JSON)"
     )
 
-    # Asynchronous enrichment of memories (README "Enrichment"; issue 12 §4): the worker (`cb worker`)
+    # Asynchronous enrichment of memories (README "Enrichment"): the worker (`cb worker`)
     # runs the queue on this database; the LLM enricher is optional and off by default.
     enrichment_enricher: Literal["rules", "llm"] = Field(
         "rules", description="rules | llm: the enricher of the worker (llm falls back to rules on failure)"
@@ -197,7 +200,7 @@ class Settings(BaseSettings):
     memory_maintenance_cron: str = Field(
         "*/5 * * * *", description="when the worker runs the tier policy and the expiry sweep (cron)"
     )
-    # Memory records (issue 12; README "Memory records"): the tier policy and the expiry sweep of
+    # Memory records (README "Memory records"): the tier policy and the expiry sweep of
     # `cb memory maintain` (and of the worker's periodic task).
     memory_warm_after_days: float = Field(
         7.0, gt=0, description="a hot memory neither added nor recalled for this long moves to warm"

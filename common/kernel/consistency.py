@@ -1,4 +1,4 @@
-"""Consistency tokens: read-after-write across replicas (DESIGN §10), free of any transport.
+"""Consistency tokens: read-after-write across replicas (docs/explanation/architecture.md), free of any transport.
 
 A write RPC answers with a token, the WAL position (PostgreSQL LSN) of the primary right after its
 transaction committed, so at or past the commit record. A read that sends the token back (gRPC metadata

@@ -39,7 +39,7 @@ class DomainError(Exception):
 
 
 class InvalidArgument(DomainError):
-    """Bad input (seed 400/422): carries every field violation found."""
+    """Bad input (HTTP 400/422 in REST terms): carries every field violation found."""
 
     reason = "INVALID_ARGUMENT"
 

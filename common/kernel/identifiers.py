@@ -1,10 +1,10 @@
-"""Identifiers and canonical time (DESIGN.md §3; clients compute the same values).
+"""Identifiers and canonical time (docs/explanation/knowledge-model.md; clients compute the same values).
 
 - Canonical instant: UTC, ``%Y-%m-%dT%H:%M:%SZ``, with ``.%f`` before ``Z`` only when microseconds != 0.
 - ``fact_id = "fact-" + sha256(f"{namespace}|{subject_key}|{predicate}|{object_key}|{valid_from}")[:24]``.
 - ``observation_id = "obs-" + sha256(f"{namespace}|{system}|{stream}|{identity}")[:24]``.
-- AGE label of a node type, a predicate or an internal edge: `graph_label` (issue 10 §1; it replaces the
-  label rule of DESIGN §3, which let namespaces collide on one label).
+- AGE label of a node type, a predicate or an internal edge: `graph_label` (it replaces the
+  label rule of docs/explanation/knowledge-model.md, which let namespaces collide on one label).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any, Literal
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
 _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
 
-# Shapes of the identifiers every request carries (seed 000 "Наблюдения": scopes ``type:id``, at most 20).
+# Shapes of the identifiers every request carries (docs/explanation/knowledge-model.md: scopes ``type:id``, at
+# most 20).
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
 MAX_SCOPES = 20
@@ -46,7 +47,7 @@ def _canonical_utc(utc: datetime) -> str:
     value, so two wall-clock-equal datetimes of a zone's repeated hour (``fold``) never share an entry."""
     if utc.year < 1000:  # strftime writes such a year without leading zeros; isoformat would pad it
         return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if utc.microsecond else "%Y-%m-%dT%H:%M:%SZ")
-    # isoformat gives the same text 2.5x faster than strftime (issue 15: 5% of an observation batch)
+    # isoformat gives the same text 2.5x faster than strftime (5% of an observation batch)
     naive = utc.replace(tzinfo=None)
     return naive.isoformat(timespec="microseconds" if utc.microsecond else "seconds") + "Z"
 
@@ -78,7 +79,7 @@ def _sha256_hex(text: str) -> str:
 
 
 def fact_id(namespace: str, subject_key: str, predicate: str, object_key: str, valid_from: datetime) -> str:
-    """The deterministic fact identifier (seed 000 "Факты"; DESIGN §3)."""
+    """The deterministic fact identifier (docs/explanation/knowledge-model.md)."""
     material = f"{namespace}|{subject_key}|{predicate}|{object_key}|{canonical_instant(valid_from)}"
     return "fact-" + _sha256_hex(material)[:24]
 
@@ -110,7 +111,7 @@ def content_identity(content_fields: dict[str, Any]) -> str:
 
 
 def observation_id(namespace: str, system: str, stream: str, identity: str) -> str:
-    """The deterministic observation identifier (DESIGN §3)."""
+    """The deterministic observation identifier (docs/explanation/knowledge-model.md)."""
     return "obs-" + _sha256_hex(f"{namespace}|{system}|{stream}|{identity}")[:24]
 
 
@@ -122,8 +123,9 @@ _LABEL_PREFIXES: dict[str, str] = {"node_type": "n", "predicate": "p", "internal
 # The edges the project writes itself that are not facts (document links, audit trail membership).
 INTERNAL_EDGES = frozenset({"LINKS_TO", "IN_TRACE"})
 # Predicates that are many-valued by construction, so two live facts with one subject and different
-# objects are not a conflict (seed 000 flags a conflict only where one value is expected): MENTIONS, what
-# a text names (identifier links, the entities of a memory's enrichment), names any number of things.
+# objects are not a conflict (docs/explanation/knowledge-model.md flags a conflict only where one value is
+# expected): MENTIONS, what a text names (identifier links, the entities of a memory's enrichment), names any
+# number of things.
 MULTI_VALUED_PREDICATES = frozenset({"MENTIONS"})
 # Longest label: the label's index names (``<label>_properties_gin``, ``<label>_start_id_idx``) and id
 # sequence (``<label>_id_seq``) must fit PostgreSQL's 63 bytes as well.
@@ -137,7 +139,7 @@ GRAPH_LABEL_PATTERN = re.compile(
 
 
 def graph_label(kind: LabelKind, name: str) -> str:
-    """The AGE label of a node type, a fact predicate or an internal edge (issue 10 §1).
+    """The AGE label of a node type, a fact predicate or an internal edge.
 
     Every label that stores data is derived here, and the mapping is injective across kinds and names:
 

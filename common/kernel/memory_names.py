@@ -1,11 +1,11 @@
-"""Names of memory records (issue 12; seed 001 "Ownership and scope", "Vector layout"; DESIGN §3 style).
+"""Names of memory records (docs/explanation/memory-records.md; docs/explanation/knowledge-model.md style).
 
 A memory lives in one namespace per organisation, environment and project, so that every query on it is
-physically scoped (seed 001 "Vector layout": a collection per ``org/env/project``), and carries the
+physically scoped (docs/explanation/memory-records.md: a collection per ``org/env/project``), and carries the
 visibility scope of its owner, so that inside the namespace one user never sees another's memories:
 
 * namespace: ``"org:<organization_id>:env:<environment>"`` plus ``":proj:<project_id>"`` when the request
-  has a project (`memory_namespace`). A project id is ``[A-Za-z0-9][A-Za-z0-9._-]{0,39}`` (the seed's
+  has a project (`memory_namespace`). A project id is ``[A-Za-z0-9][A-Za-z0-9._-]{0,39}`` (the documented
   ``prj_8f3a`` as it is), characters every namespace may hold (``NAMESPACE_PATTERN``) and never ``:``,
   so the project is the rest of the namespace after ``:proj:``: the mapping is one-to-one
   (`memory_scope_of_namespace` inverts it), and ``prj_8f3a`` and ``prj-8f3a`` are two projects.
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ENVIRONMENTS: tuple[str, ...] = ("development", "staging", "production")
-"""Seed 001: the environments of an API key."""
+"""docs/explanation/memory-records.md: the environments of an API key."""
 
 ORGANIZATION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")
 PROJECT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")

@@ -1,4 +1,4 @@
-"""Detection and masking of personal data (seed 000 "Персональные данные"; DESIGN §8; issue 5 §4).
+"""Detection and masking of personal data (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md).
 
 Categories the detector finds (`DETECTABLE`), in Russian and international formats:
 
@@ -19,7 +19,7 @@ Categories the detector finds (`DETECTABLE`), in Russian and international forma
   ten random 10-digit numbers (Unix timestamps, ids) passes that single check digit.
 * ``snils`` — Russian insurance number (СНИЛС) with a valid checksum (`snils_is_valid`; Pension Fund of
   Russia, Resolution No. 318p of 27.12.1999), written ``XXX-XXX-XXX YY`` (dashes or spaces),
-  ``XXXXXXXXX YY`` or as 11 bare digits (``20451873645``), anywhere (issue 10 §6): about one in a hundred
+  ``XXXXXXXXX YY`` or as 11 bare digits (``20451873645``), anywhere: about one in a hundred
   random 11-digit numbers passes the checksum and is masked too, the price of never showing an
   unseparated SNILS.
 * ``passport_rf`` — Russian internal passport, series (4 digits) and number (6 digits): ``45 10 123456``
@@ -247,7 +247,7 @@ def _without_invisible(text: str) -> tuple[str, list[int]]:
     each kept character its index in ``text``.
 
     Such characters render as nothing, so ``204\u200b518 736 45`` reads as a SNILS to a person; the
-    detectors run on the visible text and a match is mapped back onto the original span (issue 10 §6).
+    detectors run on the visible text and a match is mapped back onto the original span.
     """
     kept: list[str] = []
     positions: list[int] = []
@@ -310,7 +310,7 @@ def mask(text: str) -> str:
 def mask_value(value: Any) -> Any:
     """A copy of a JSON-like value (dict/list/tuple/str/scalars, e.g. a Struct's dict) with every string
     masked by `mask`, mapping keys included (a key can be an email: ``{"anna@example.org": 1}`` ->
-    ``{"[email]": 1}``; issue 10 §6). Keys that mask to the same text stay apart with a counter
+    ``{"[email]": 1}``). Keys that mask to the same text stay apart with a counter
     (``[email]``, ``[email] #2``), so no value is lost. Other scalars are returned unchanged."""
     if isinstance(value, str):
         return mask(value)
@@ -349,7 +349,7 @@ def detect_value(value: Any) -> list[str]:
     return sorted(found)
 
 
-# -- marks on write (seed 000: "запись маркирует узел pii: true и pii_categories") -------------------
+# -- marks on write (docs/how-to/personal-data.md: a write marks the node pii: true and pii_categories) ---
 
 PII_CATEGORY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 MAX_PII_CATEGORIES = 20

@@ -1,4 +1,4 @@
-"""What PostgreSQL cannot store, found in a JSON-like value (issue 10 §5 "No input reaches INTERNAL").
+"""What PostgreSQL cannot store, found in a JSON-like value ("No input reaches INTERNAL").
 
 PostgreSQL ``text`` and ``jsonb`` cannot hold U+0000 (nor an unpaired UTF-16 surrogate, which is not
 UTF-8 at all), and ``jsonb`` holds no NaN or infinity. `unstorable_paths` walks a value (dicts, lists,
@@ -26,7 +26,7 @@ def unstorable_text(text: str) -> str | None:
     if "\x00" in text:
         return "holds U+0000 (NUL), which PostgreSQL text cannot store"
     # ASCII holds no surrogate; otherwise one compiled character-class scan (a per-character generator
-    # was 3.2 s of validating 2,000 debian observations, issue 15)
+    # was 3.2 s of validating 2,000 debian observations)
     if not text.isascii() and _SURROGATE.search(text):
         return "holds an unpaired surrogate, which is not valid UTF-8"
     return None

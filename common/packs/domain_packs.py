@@ -1,5 +1,5 @@
-"""Domain packs: validation, compilation and registration (seed 000 "Доменные пакеты и строгий режим";
-DESIGN §6; issue 4 §1-2).
+"""Domain packs: validation, compilation and registration (docs/how-to/domain-packs.md;
+docs/how-to/domain-packs.md).
 
 A pack is versioned JSON in the proto3-JSON form of ``memory.v1.DomainPackage`` (camelCase names)::
 
@@ -47,8 +47,9 @@ from common.storage.database import Database
 from common.storage.pack_store import PackStore
 
 BASE_KINDS = ("document", "entity", "fact")
-# Names of the audit trail (seed 000 "Аудит-контур"): a pack can neither define these kinds (nor use them
-# as kind aliases, which would let writes resolve to audit_event:/pc_trace: keys) nor a relation IN_TRACE.
+# Names of the audit trail (docs/explanation/knowledge-model.md): a pack can neither define these kinds (nor
+# use them as kind aliases, which would let writes resolve to audit_event:/pc_trace: keys) nor a relation
+# IN_TRACE.
 RESERVED_KINDS = (AUDIT_EVENT_TYPE, TRACE_TYPE)
 RESERVED_RELATIONS = (TRACE_EDGE,)
 RESERVED_PACK = "default"

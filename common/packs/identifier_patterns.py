@@ -1,5 +1,5 @@
-"""Identifiers of domain-pack kinds found in text (seed 000 "Доменные пакеты и строгий режим":
-``kinds[].idPatterns``; issue 4 §4). Used at write time by `ingest_service.facts.mentions` (MENTIONS
+"""Identifiers of domain-pack kinds found in text (docs/how-to/domain-packs.md:
+``kinds[].idPatterns``). Used at write time by `ingest_service.facts.mentions` (MENTIONS
 links) and at read time by CompileTypedContext (anchors named in the query text).
 
 **Finding identifiers** (`find_identifiers`, also used by CompileTypedContext to find anchors in the

@@ -1,4 +1,4 @@
-"""The one place where writes are checked against a namespace's domain packs (issue 4 §2).
+"""The one place where writes are checked against a namespace's domain packs.
 
 Every write path calls it: entity and fact assertions of observations (`ObservationRecorder`),
 ``FactService.AssertFacts``, documents (``Retain``/``PutChunks`` type and key) and snapshots

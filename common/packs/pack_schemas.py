@@ -1,7 +1,7 @@
 """What a domain pack may run on every write: its regular expressions and JSON Schemas, made safe.
 
-A pack is written by one tenant and runs on the writes and queries of every namespace that enables it
-(issue 10 §3), so nothing in it may stall a service or reach outside the pack:
+A pack is written by one tenant and runs on the writes and queries of every namespace that enables it,
+so nothing in it may stall a service or reach outside the pack:
 
 * **Regular expressions** (``idPatterns``, key templates, and the ``pattern`` / ``patternProperties``
   keywords of ``naturalKey`` and ``attributes`` schemas) run on RE2 (the ``google-re2`` binding), whose

@@ -1,4 +1,4 @@
-"""Audit events in the graph (seed 000 "Аудит-контур"; DESIGN §8; issue 5 §5).
+"""Audit events in the graph (docs/explanation/knowledge-model.md; docs/how-to/tokens-and-scopes.md).
 
 An audit event is a vertex of type ``audit_event`` (key ``audit_event:<event_id>``) linked by an
 ``IN_TRACE`` edge to the anchor vertex of its trace, type ``pc_trace`` (key ``pc_trace:<trace_id>``, one
@@ -270,7 +270,7 @@ class AuditStore:
         ]
 
     def ensure_labels(self) -> None:
-        """Creates the audit labels before first use (outside any transaction; DESIGN §11)."""
+        """Creates the audit labels before first use (outside any transaction; docs/explanation/architecture.md)."""
         self.graph.ensure_label(AUDIT_EVENT_LABEL, "vertex")
         self.graph.ensure_label(TRACE_LABEL, "vertex")
         self.graph.ensure_label(TRACE_EDGE_LABEL, "edge")

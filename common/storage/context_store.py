@@ -1,6 +1,6 @@
 """Reads and writes of the read side that are neither chunks nor facts: node summaries for provenance,
 entities named in text, the summary memories covering memories (CompileContext's ``summary`` rule), and
-the ``context_traces`` journal (DESIGN §7).
+the ``context_traces`` journal (docs/explanation/retrieval.md).
 
 Static SQL (registry rows of keys, recording a compilation) is in
 ``sql/queries/context.sql``. Composed here: the vertex read of `ContextStore.node_summaries` (one SQL
@@ -139,7 +139,7 @@ class ContextStore:
         """Type, title, source path, ``props.provenance`` and ``props.attributes`` of the existing nodes among
         ``natural_keys``.
 
-        Plain SQL, no Cypher (issue 15: Search called this on every request): the registry rows of the
+        Plain SQL, no Cypher (Search called this on every request): the registry rows of the
         keys, then one statement reading each vertex by its recorded AGE id from its label's table (the
         label's id index). Only a key whose vertex id is not recorded yet (rows older than migration 0006)
         is looked up by Cypher, one query per label. The node's ``props.content`` is never returned.
@@ -147,7 +147,7 @@ class ContextStore:
         A summary read once is kept by the store (`VertexSummaryCache`) under the vertex's id and row
         version (``xmin`` and the server's start time): the statement then returns only the id and version
         of a vertex whose version is known, without reading its properties, which for a document hold its whole text (every read
-        detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, bench/RESULTS.md session
+        detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, bench/RESULTS.md (git history) session
         19). Any write of a vertex gives its row a new version, so a changed node is read again.
         """
         keys = list(dict.fromkeys(natural_keys))
@@ -229,7 +229,7 @@ class ContextStore:
         ``OFFSET 0`` fences the subquery: without it the planner inlines ``doc`` into each of the eight
         references, and each one detoasts and re-serialises the whole vertex (a document node carries its
         full text in ``props.content``): 11-13 ms for 10 document hits of the docs vault against 1.6-1.9 ms
-        fenced (EXPLAIN ANALYZE, session 6)."""
+        fenced (EXPLAIN ANALYZE)."""
         parts = [
             sql.SQL(
                 "SELECT vertex_id, version, vertex_id || '/' || version = ANY(%(known)s::text[]) AS kept, properties"
@@ -276,7 +276,7 @@ class ContextStore:
         # One statement, the registry join MATERIALIZED first: without the fence (one plain join with ORDER
         # BY ... LIMIT) the planner chose a nested loop evaluating the id-part expression for every (node,
         # token) pair (1.5 s for 11.5k nodes x 164 tokens in the debian namespace); the hash join of the
-        # CTE plus index probes of the facts take ~10 ms, in one round trip instead of two (issue 16 cost).
+        # CTE plus index probes of the facts take ~10 ms, in one round trip instead of two (cost).
         rows = conn.execute(
             sql.SQL(
                 "WITH t AS (SELECT DISTINCT unnest(%(tokens)s::text[]) AS token),"
@@ -307,7 +307,7 @@ class ContextStore:
         now: datetime,
         visibility: Visibility = EVERYTHING,
     ) -> list[CoveringSummary]:
-        """The live summaries (issue 12 §5: ``is_summary``, not expired at ``now``) that cover memories among
+        """The live summaries (``is_summary``, not expired at ``now``) that cover memories among
         ``memory_ids`` (their ``summary_id``), each with its chunks and the covered ids among
         ``memory_ids``, in one statement.
 

@@ -100,7 +100,7 @@ class Database:
                 sql.SQL("SET statement_timeout = {}").format(sql.Literal(self.settings.statement_timeout_ms))
             )
         # No JIT compilation: every statement of the services is short, and JIT starts on the planner's
-        # cost estimate alone (jit_above_cost), then costs 50-130 ms per statement (issue 15, measured on
+        # cost estimate alone (jit_above_cost), then costs 50-130 ms per statement (measured on
         # a forced HNSW plan: 127 ms of JIT for 13 ms of execution).
         conn.execute("SET jit = off")
         conn.execute(sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(self.settings.hnsw_ef_search)))
@@ -128,7 +128,7 @@ class Database:
 
         Not a pool ``reset`` hook: with one, psycopg_pool hands every returned connection to one of its
         worker threads, and a connection waits there until that thread gets the GIL. With 16 clients
-        Searching, that handoff held 12-13% of the query service's GIL samples (py-spy, session 10), and
+        Searching, that handoff held 12-13% of the query service's GIL samples (py-spy), and
         the waiting connections were missing from the pool meanwhile."""
         with self._pool.connection() as conn:
             try:
@@ -140,7 +140,7 @@ class Database:
     def _check_connection(self, conn: psycopg.Connection[Any]) -> None:
         """Pool ``check`` hook, run on every checkout: a round trip (``ConnectionPool.check_connection``)
         unless ``conn`` came back less than `RECENTLY_USED_SECONDS` ago. Under load every connection is
-        recently used, so a checkout costs no round trip (issue 15: the check, BEGIN and COMMIT of each
+        recently used, so a checkout costs no round trip (the check, BEGIN and COMMIT of each
         of the 4 checkouts of a Search were 21% of the query service's time)."""
         with self._returned_lock:
             returned = self._returned_at.get(conn)
@@ -163,7 +163,7 @@ class Database:
         Raises:
             Unavailable: the database cannot be reached (reason ``DATABASE_UNAVAILABLE``), or a statement
                 ran into ``statement_timeout``/``lock_timeout`` (reason ``DATABASE_TIMEOUT``); nothing was
-                committed and the call may be retried (issue 15: a timeout answers a retryable status).
+                committed and the call may be retried (a timeout answers a retryable status).
             FailedPrecondition: the schema does not fit this service's settings.
         """
         self._ensure_schema()

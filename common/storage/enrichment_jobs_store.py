@@ -1,4 +1,4 @@
-"""The enrichment queue's reads of procrastinate's ``procrastinate_jobs`` (issue 12 §4), joined with the
+"""The enrichment queue's reads of procrastinate's ``procrastinate_jobs``, joined with the
 memories table (migration 0015): which due memories need a job. Named queries of
 ``sql/queries/enrichment_jobs.sql``.
 """

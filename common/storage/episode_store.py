@@ -1,4 +1,4 @@
-"""Reads of observations as the turns of a conversation, for the context compiler (issue 16 §3), in one
+"""Reads of observations as the turns of a conversation, for the context compiler, in one
 statement (`EpisodeStore.conversation`): who spoke and when in the hits, the neighbouring turns of a turn
 in its stream and the most recent turns.
 
@@ -7,7 +7,7 @@ are the nearest observations of the same namespace, source system and stream, or
 and then by ``recorded_order`` (migration 0014: turns of one chat session often share one occurred_at),
 at most ``window`` before and ``window`` after it and at most ``max_gap`` away in time.
 
-Visibility (seed 000 "Видимость внутри namespace"): a neighbour or recent turn is read only when the
+Visibility (docs/explanation/knowledge-model.md): a neighbour or recent turn is read only when the
 caller may see the observation (``scopes``), its episode's chunk (``meta.scopes``) and its episode node
 (``graph_nodes.scopes``); hidden observations are skipped inside SQL, so they neither appear nor count
 towards the window. The statements embed the caller's predicates, so they are composed here with
@@ -123,7 +123,7 @@ class EpisodeStore:
         recent_limit: int,
         visibility: Visibility = EVERYTHING,
     ) -> Conversation:
-        """In one statement (one round trip; issue 16 cost): the turns of the observations among
+        """In one statement (one round trip; cost): the turns of the observations among
         ``observation_ids`` that ``visibility`` may see; up to ``window`` visible turns before and
         ``window`` after each of the first ``origins`` of those turns (in the order given) in its stream, at
         most ``max_gap`` from it in time, nearest first (a turn near two origins is returned for each); and

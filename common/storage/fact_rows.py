@@ -37,12 +37,12 @@ class FactRow:
     source_path: str = ""
     evidence_lost: bool = False
     # Asserted directly through FactService.AssertFacts: evidence no redaction or purge can take away.
-    # A table column only (not an edge property of the seed); it decides whether an empty
+    # A table column only (not one of the edge properties of docs/explanation/knowledge-model.md); it decides whether an empty
     # observation_ids means "evidence lost".
     agent_asserted: bool = False
 
     def edge_properties(self) -> dict[str, Any]:
-        """Properties of the AGE edge (seed 000 list); instants canonical strings, absent ones null."""
+        """Properties of the AGE edge (the list of docs/explanation/knowledge-model.md); instants canonical strings, absent ones null."""
         return {
             "fact_id": self.fact_id,
             "namespace": self.namespace,

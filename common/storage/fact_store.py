@@ -62,7 +62,7 @@ def fact_visibility(visibility: Visibility, alias: sql.Composable) -> list[sql.C
     `common.storage.memories.liveness`) (``alias`` is the qualifying table prefix, e.g. ``sql.SQL("facts.")``: the node subquery has columns
     of the same names, so unqualified ones would bind to it)."""
     column = sql.SQL("{}{}").format
-    live = [  # no fact of a hidden or expired memory, for any caller (issue 12)
+    live = [  # no fact of a hidden or expired memory, for any caller
         live_memory_node(column(alias, sql.SQL("namespace")), column(alias, sql.SQL(side)))
         for side in ("subject_key", "object_key")
     ]
@@ -104,9 +104,9 @@ class FactStore:
         """Inserts each fact, or strengthens the existing one with the same fact_id; results in the order
         of ``facts``, each (created, row after the write).
 
-        Strengthening (seed 000 "Идемпотентность"): observation_ids becomes the sorted union, confidence
-        the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost, and
-        ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
+        Strengthening (docs/explanation/knowledge-model.md): observation_ids becomes the sorted union,
+        confidence the maximum, observed_at the earliest; new evidence revives a fact whose evidence was lost,
+        and ``agent_asserted`` sticks once set. The ends' vertices must exist (`GraphStore.ensure_nodes`).
 
         Set-based: one multi-row INSERT .. ON CONFLICT (rows in fact_id order, so concurrent writers lock
         in one order), then one multi-row edge INSERT per predicate for the facts created here; the edges
@@ -259,10 +259,10 @@ class FactStore:
         self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
     ) -> list[FactRow]:
         """Removes ``observation_id`` from the observation_ids of every fact of ``namespace`` it proved and
-        marks the facts left with none and not ``agent_asserted`` as evidence_lost (seed 000 "Потеря
-        свидетельства"); their edges are rewritten. Returns the facts changed, ordered by fact_id (rows are
-        locked in that order). Facts that did not cite the observation are untouched, so repeating the call
-        changes nothing.
+        marks the facts left with none and not ``agent_asserted`` as evidence_lost
+        (docs/explanation/knowledge-model.md: lost evidence); their edges are rewritten. Returns the facts
+        changed, ordered by fact_id (rows are locked in that order). Facts that did not cite the observation
+        are untouched, so repeating the call changes nothing.
         """
         with conn.cursor(row_factory=dict_row) as cursor:
             records = cursor.execute(
@@ -415,9 +415,9 @@ class FactStore:
         self, conn: psycopg.Connection[Any], rows: list[FactRow], *, visibility: Visibility = EVERYTHING
     ) -> set[str]:
         """fact_ids among ``rows`` whose interval overlaps another live fact of the same (subject, predicate)
-        with a different object (seed 000: conflicts are flagged, never resolved). Only facts ``visibility``
-        may see count as the other side, so a flag never reveals a hidden fact. Facts of a many-valued
-        predicate (`MULTI_VALUED_PREDICATES`: MENTIONS) never conflict."""
+        with a different object (docs/explanation/knowledge-model.md: conflicts are flagged, never resolved).
+        Only facts ``visibility`` may see count as the other side, so a flag never reveals a hidden fact.
+        Facts of a many-valued predicate (`MULTI_VALUED_PREDICATES`: MENTIONS) never conflict."""
         ids = [row.fact_id for row in rows if row.predicate not in MULTI_VALUED_PREDICATES]
         if not ids:
             return set()

@@ -1,4 +1,5 @@
-"""Transaction-scoped advisory locks on node keys, taken in one global order (DESIGN §11 concurrent writers).
+"""Transaction-scoped advisory locks on node keys, taken in one global order (docs/explanation/architecture.md concurrent
+writers).
 
 Two write transactions that upsert the same graph nodes in different orders deadlock: each waits for the
 other's uncommitted index tuple of ``(namespace, natural_key)`` in ``graph_nodes``. PostgreSQL detects it

@@ -49,7 +49,7 @@ EncodedObservation = NewType("EncodedObservation", str)
 def encode_observation(record: dict[str, Any]) -> EncodedObservation:
     """The JSON object of one row for `ObservationStore.insert_many`. It needs no connection, so the
     ingest service encodes each observation in its request thread, before the batch waits for the write
-    lane whose single writer then only joins the objects (bench/RESULTS.md, session 15).
+    lane whose single writer then only joins the objects (bench/RESULTS.md (git history)).
 
     ``record`` keys: observation_id, namespace, source_system, source_stream, source_external_id, kind,
     occurred_at (aware datetime), actor, subject, scopes, content, data, assertions, provenance, status.

@@ -41,7 +41,7 @@ class OpenSnapshotFact:
     object_key: str
     attributes: dict[str, Any]
     snapshot_id: str | None
-    scopes: list[str] = field(default_factory=list)  # the fact's visibility scopes (issue 10 §2)
+    scopes: list[str] = field(default_factory=list)  # the fact's visibility scopes
 
 
 class SnapshotStore:

@@ -1,5 +1,5 @@
-"""Reads of a trace (seed 000 "Аудит-контур"; TraceService.GetTrace): which items named by the context
-compilations of a trace a caller may still see. The compilations themselves are read by
+"""Reads of a trace (docs/explanation/knowledge-model.md; TraceService.GetTrace): which items named by the
+context compilations of a trace a caller may still see. The compilations themselves are read by
 `ContextStore.traces`, the audit events by `AuditStore.events_of_trace`.
 
 Both look-ups take the caller's visibility predicate, so they are composed with `psycopg.sql` (no named

@@ -1,4 +1,4 @@
-"""The journal of vault runs and the documents of each namespace's vault (issue 11; migration 0013).
+"""The journal of vault runs and the documents of each namespace's vault (migration 0013).
 
 `VaultStore` holds the SQL of ``vault_runs`` and ``vault_documents`` (named queries in
 ``sql/queries/vault.sql``), the namespace lock that serialises runs (`VaultStore.namespace_lock`), and the

@@ -1,4 +1,5 @@
-"""Visibility scopes inside a namespace (seed 000 "Видимость внутри namespace"; DESIGN §8; issue 5 §3).
+"""Visibility scopes inside a namespace (docs/explanation/knowledge-model.md;
+docs/how-to/tokens-and-scopes.md).
 
 An item (node, chunk, fact, observation) carries a list of scopes ``type:id``. Entries with the prefixes
 ``workspace:`` and ``principal:`` *restrict* it: the item is visible only to a caller whose allowed scopes
@@ -142,7 +143,7 @@ def visibility_for(principal: Principal | None) -> Visibility:
 
     * None (no RPC in progress: in-process callers) and the development principal (auth off): everything.
     * A token principal: its allowed scopes plus its own ``principal:<name>``, plus, for a token with a
-      memory scope (issue 12), the owner scope of its memories
+      memory scope, the owner scope of its memories
       (`common.kernel.memory_names.owner_scope`), so Search, CompileContext and ListFacts show a user
       their own memories and what was derived from them, never another user's.
     """

@@ -83,7 +83,7 @@ def _parser() -> MarkdownIt:
 @lru_cache(maxsize=1)
 def _block_parser() -> MarkdownIt:
     """`_parser` without its inline pass: the cut reads block tokens only (their line ranges), and the
-    inline pass over every paragraph was about 40% of the parse of a long episode (issue 15); headings
+    inline pass over every paragraph was about 40% of the parse of a long episode; headings
     are parsed inline one by one (`_heading_text`)."""
     return MarkdownIt("commonmark").enable("table").disable("inline")
 

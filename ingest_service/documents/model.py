@@ -65,7 +65,7 @@ class VaultProjection:
 
 
 class AgentOwnedKey(FailedPrecondition):
-    """A vault run met a key whose node was written through the API: the creator owns it (issue 11 §3)."""
+    """A vault run met a key whose node was written through the API: the creator owns it."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""DocumentService.DeleteNode: a node and everything of it, audited (seed 000 "Аудит-контур", "Факты";
-DESIGN §2, §8; issue 5 §5). Transport free.
+"""DocumentService.DeleteNode: a node and everything of it, audited (docs/explanation/knowledge-model.md;
+docs/explanation/architecture.md). Transport free.
 
 What goes, in ONE transaction (retried as a whole on deadlock):
 
@@ -13,14 +13,14 @@ What goes, in ONE transaction (retried as a whole on deadlock):
 * and one audit event (action ``"delete"``) with a snapshot of what was deleted, linked to the trace
   (`common.domain.audit.AuditTrail.record_in`): the removal and its record commit or roll back together.
 
-Facts: removed, not closed. Seed 000 says history is never deleted *while the knowledge stands*
-("больше не работает над X" closes an interval) and that a fact whose evidence was lost stays in the
-graph for audit. A deleted node is different: it is the request to forget the entity itself. A closed
-fact would still be listed by ListFacts with ``include_history`` (and its subject/object keys and the
-node's title through them), and in AGE an edge cannot outlive its end vertex. So the facts go with the
-node; their ids, predicates and the other ends are kept in the audit snapshot (first
-`SNAPSHOT_FACT_LIMIT`), which is where the seed wants the trail of a deletion to live. A fact of
-another subject that ``supersedes`` a removed fact keeps that id as history; it names nothing else.
+Facts: removed, not closed. docs/explanation/knowledge-model.md says history is never deleted *while the
+knowledge stands* ("больше не работает над X" closes an interval) and that a fact whose evidence was lost
+stays in the graph for audit. A deleted node is different: it is the request to forget the entity itself. A
+closed fact would still be listed by ListFacts with ``include_history`` (and its subject/object keys and the
+node's title through them), and in AGE an edge cannot outlive its end vertex. So the facts go with the node;
+their ids, predicates and the other ends are kept in the audit snapshot (first `SNAPSHOT_FACT_LIMIT`), which
+is where docs/explanation/knowledge-model.md keeps the trail of a deletion. A fact of another subject that
+``supersedes`` a removed fact keeps that id as history; it names nothing else.
 
 What stays: observations that mentioned the node (immutable evidence; their episodes' text is theirs,
 not the node's — purge or redact them to remove it), other nodes' own text, and context_traces entries

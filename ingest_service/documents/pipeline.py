@@ -1,4 +1,4 @@
-"""Embedding one batch of documents while the batch before is written (issue 15, the vault: "batch across
+"""Embedding one batch of documents while the batch before is written (the vault: "batch across
 documents, use the cores").
 
 `DocumentWriter.retain` embeds a document, then writes it: the model and the transaction never overlap,

@@ -1,5 +1,5 @@
 """Validation of DocumentService writes (Retain, PutChunks): the requests in domain form and their field
-checks (seed 000 "Чанки и документы"; field names of protos/memory/v1/document_service.proto).
+checks (docs/explanation/knowledge-model.md; field names of protos/memory/v1/document_service.proto).
 
 Transport free: violations are raised as `common.kernel.errors.InvalidArgument`.
 """

@@ -1,4 +1,4 @@
-"""Documents and their chunks (seed 000 "Чанки и документы", "Оригинал статьи хранится в узле").
+"""Documents and their chunks (docs/explanation/knowledge-model.md).
 
 `DocumentWriter.retain` stores an article: the node (type ``document`` by default) keeps the FULL original
 text, byte for byte, in ``props.content``; the body (the text without a leading YAML front matter block)
@@ -172,7 +172,7 @@ class DocumentWriter:
         """The node (origin ``agent``) and the chunks of a Retain request, validated."""
         validate_retain(request)
         title = request.title or request.natural_key
-        # Personal data marks (seed 000 "Персональные данные"): explicit ones plus, with CB_PII_PROTECTION,
+        # Personal data marks (docs/how-to/personal-data.md): explicit ones plus, with CB_PII_PROTECTION,
         # what the detector finds; mirrored into every chunk's meta for the output masking.
         marks = PiiMarks.of(
             pii=request.pii,
@@ -304,7 +304,7 @@ class DocumentWriter:
             )
             if violations:
                 raise InvalidArgument(violations)
-        # Write-side visibility scopes (issue 5 §3): only scopes the caller holds; no hidden node overwritten.
+        # Write-side visibility scopes: only scopes the caller holds; no hidden node overwritten.
         access = WriteAccess.of_caller()
         access.require_scopes(node.scopes())
         inputs = [embedding_input(node.title, chunk.heading, chunk.text) for chunk in prepared]
@@ -362,7 +362,7 @@ class DocumentWriter:
                     )
                 self.vault_claims.claim_node(conn, node.namespace, node.natural_key)
             elif existing is not None and existing["origin"] == "vault" and not existing["placeholder"]:
-                # The creator owns the key (issue 11 §3): an agent's Retain of a vault-owned key is
+                # The creator owns the key: an agent's Retain of a vault-owned key is
                 # journaled and its chunks replaced when the next vault run takes the key back.
                 if vault is None and delete_beyond:  # a Retain; PutChunks adds the agent's own chunks
                     self.vault_claims.record_agent_retain(
@@ -400,7 +400,7 @@ class DocumentWriter:
                     result.label,
                     {key: targets[key] for key in linked},
                 )
-            # Identifiers of pack kinds in the text link the document to existing nodes (issue 4 §4).
+            # Identifiers of pack kinds in the text link the document to existing nodes.
             self.mentions.link(
                 conn,
                 kinds,

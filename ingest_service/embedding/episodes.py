@@ -1,4 +1,4 @@
-"""The background embedder of episode chunks (issue 16 §1, issue 15 "embedding batched across observations").
+"""The background embedder of episode chunks ("embedding batched across observations").
 
 RecordObservations writes an episode's chunks with ``embedding`` NULL and ``embedding_pending`` true
 (`ingest_service.observations.projection`), so an observation is stored, found by full text and trigram
@@ -44,7 +44,7 @@ DEFAULT_IDLE_SECONDS = 1.0  # how long an idle embedder sleeps before looking at
 DEFAULT_MAX_DEFERRAL_SECONDS = 2.0  # longest wait for a round while writes are in flight
 # Threads taking rounds side by side: while one stores its vectors (the UPDATE, mostly PostgreSQL's HNSW
 # insertions: 30% of a round on two cores), the other's model runs. Debian backlog, 12 rounds of 128 in
-# process: model 4.90 s, UPDATE 2.07 s (bench/RESULTS.md, session 21).
+# process: model 4.90 s, UPDATE 2.07 s (bench/RESULTS.md (git history)).
 DEFAULT_WORKERS = 2
 DEFERRAL_POLL_SECONDS = 0.05
 

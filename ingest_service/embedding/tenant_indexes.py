@@ -1,5 +1,5 @@
 """The ingest service's worker that keeps the per-tenant vector indexes in step with the chunks table
-(issue 15; the mechanism and the rule: `common.storage.chunks.tenant_vector_indexes`).
+(the mechanism and the rule: `common.storage.chunks.tenant_vector_indexes`).
 
 Off unless ``CB_TENANT_VECTOR_INDEX_INTERVAL_SECONDS`` is positive (then `cb index-tenants` is the
 only way): every that many seconds a daemon thread runs `TenantVectorIndexes.synchronise` with

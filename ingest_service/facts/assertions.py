@@ -1,4 +1,5 @@
-"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form (seed 000 "Факты"; issue 3 §1).
+"""Agent-origin facts: FactService.AssertFacts and CloseFact in domain form
+(docs/explanation/knowledge-model.md).
 
 **AssertFacts** applies the rules of observation facts through the same `FactEngine` (deterministic
 fact_id, idempotent strengthening, supersession both ways, rejection of a supersession of another
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
@@ -108,9 +110,10 @@ class FactAsserter:
         for index, raw in enumerate(raw_facts):
             checker = FieldChecker()
             fact = validate_fact_assertion(
-                checker, raw, f"facts[{index}]", index=index, default_valid_from=now
+                checker, raw, f"facts[{index}]", index=index, default_valid_from=now, allow_supersede_live=True
             )
             checked.append((fact, checker.violations))
+        supersede_live = [bool(raw.get("supersede_live")) for raw in raw_facts]
         if all(fact is None for fact, _ in checked):
             raise InvalidArgument([violation for _, violations in checked for violation in violations])
 
@@ -118,7 +121,7 @@ class FactAsserter:
             results: list[AssertResult] = []
             rejections: list[FieldViolation] = []
             kinds = self.kinds.for_namespace(namespace, conn)
-            for fact, violations in checked:
+            for position, (fact, violations) in enumerate(checked):
                 if fact is None:
                     results.append(_failed(violations))
                     rejections.extend(violations)
@@ -131,18 +134,51 @@ class FactAsserter:
                 write = dataclasses.replace(
                     fact, namespace=namespace, source_path=source_path, agent_asserted=True
                 )
+                older: list[str] = []
+                if supersede_live[position]:
+                    live = self._live_versions(conn, write)
+                    if live:
+                        write = dataclasses.replace(write, supersedes=live[-1])
+                        older = live[:-1]
                 [outcome] = self.engine.record(conn, [write], now=now)
                 if isinstance(outcome, AssertionRejected):
                     violation = FieldViolation(outcome.field, outcome.reason)
                     results.append(_failed([violation]))
                     rejections.append(violation)
                     continue
+                for fact_id in [] if outcome.withheld else older:
+                    self.facts.close(conn, namespace, fact_id, write.valid_from, outcome.fact_id)
                 results.append(AssertResult(fact_id=outcome.fact_id, created=outcome.created))
             if all(result.error for result in results):
                 raise InvalidArgument(rejections)  # nothing was applied: roll back, report everything
             return results
 
         return self.database.run_transaction(work)
+
+    def _live_versions(self, conn: Any, fact: FactInput) -> list[str]:
+        """fact_ids of the live versions ``fact`` supersedes with ``supersede_live``: open facts of its
+        (subject, predicate) with another object, valid from before it, visible to the caller and seen by
+        no reader outside ``fact``'s scopes (a narrower write changes nothing wider), oldest first. The
+        others are left alone, as if absent."""
+        access = WriteAccess.of_caller()
+        rows = [
+            row
+            for row in self.facts.open_facts(conn, fact.namespace, fact.subject, fact.predicate)
+            if row.object_key != fact.object and row.valid_from < fact.valid_from and not row.evidence_lost
+        ]
+        visible = [
+            row
+            for row in rows
+            if not reaches_beyond(row.scopes, fact.scopes)
+            and (
+                access.unrestricted
+                or (
+                    access.can_see(row.scopes)
+                    and not access.hidden_nodes(conn, self.facts.graph, fact.namespace, [row.object_key])
+                )
+            )
+        ]
+        return [row.fact_id for row in sorted(visible, key=lambda row: (row.valid_from, row.fact_id))]
 
     def close_fact(
         self,
@@ -173,7 +209,7 @@ class FactAsserter:
 
         def work(conn: Any) -> ClosedFact:
             row = self.facts.get(conn, namespace, fact_id, lock=True)
-            # A fact hidden from the caller's scopes (its own or its ends') is not found (issue 5 §3).
+            # A fact hidden from the caller's scopes (its own or its ends') is not found.
             if row is None or access.fact_violations(
                 conn,
                 self.facts,

@@ -1,12 +1,12 @@
-"""The fact engine: the one way facts are written (seed 000 "Факты", "Потеря свидетельства").
+"""The fact engine: the one way facts are written (docs/explanation/knowledge-model.md).
 
 Every write path (observations, AssertFacts and CloseFact, Reconcile, identifier links, redaction and
 purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writing methods of
 `common.storage.fact_store.FactStore` (or `SnapshotStore.adopt_facts`) itself. The engine:
 
 - **creates and strengthens** (`record`, set-based; one fact is a batch of one): ``fact_id`` is
-  deterministic (DESIGN §3), so a repeated assertion from a new observation strengthens the existing
-  fact (observation_ids union, confidence max) instead of creating an edge;
+  deterministic (docs/explanation/knowledge-model.md), so a repeated assertion from a new observation
+  strengthens the existing fact (observation_ids union, confidence max) instead of creating an edge;
 - **supersedes** (`record` with ``supersedes``): the superseded fact's valid_to becomes the new fact's
   valid_from and its superseded_by is set; history is never deleted. When the superseded fact has not
   arrived yet, the closure is applied when it arrives (delivery order does not matter). A supersession
@@ -111,7 +111,8 @@ class FactInput:
 
     @property
     def fact_id(self) -> str:
-        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from) (DESIGN §3)."""
+        """The deterministic fact_id of (namespace, subject, predicate, object, valid_from)
+        (docs/explanation/knowledge-model.md)."""
         return compute_fact_id(self.namespace, self.subject, self.predicate, self.object, self.valid_from)
 
 
@@ -185,7 +186,7 @@ class FactEngine:
         accepted: list[tuple[int, FactInput]] = []
         for index, fact in facts:
             new_id = fact.fact_id
-            # Write-side visibility scopes (issue 5 §3): nothing for development mode and in-process callers.
+            # Write-side visibility scopes: nothing for development mode and in-process callers.
             refused = (
                 access.fact_violations(
                     conn,
@@ -336,8 +337,8 @@ class FactEngine:
         self, conn: psycopg.Connection[Any], namespace: str, observation_id: str
     ) -> list[FactRow]:
         """Removes ``observation_id`` from the evidence of every fact of ``namespace`` it proved; a fact
-        left with none and not ``agent_asserted`` becomes evidence_lost (seed 000 "Потеря
-        свидетельства"). Supersession closures stay. Returns the facts changed, ordered by fact_id;
+        left with none and not ``agent_asserted`` becomes evidence_lost (docs/explanation/knowledge-model.md:
+        lost evidence). Supersession closures stay. Returns the facts changed, ordered by fact_id;
         repeating the call changes nothing."""
         return self.facts.strike_observation(conn, namespace, observation_id)
 
@@ -374,7 +375,7 @@ class FactEngine:
 
 def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:
     """Placeholder scopes of the ends of ``facts`` (``ensure_nodes``' ``scopes``): per key, the union of
-    the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it (issue 10 §2)."""
+    the restricting scopes of the facts naming it, or ``[]`` once a visible fact names it."""
     out: dict[str, list[str]] = {}
     for fact in facts:
         scopes = restricting_scopes(fact.scopes)

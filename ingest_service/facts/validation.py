@@ -22,7 +22,13 @@ from ingest_service.validation.limits import (
 
 
 def validate_fact_assertion(
-    checker: FieldChecker, raw: Any, path: str, *, index: int, default_valid_from: datetime | None
+    checker: FieldChecker,
+    raw: Any,
+    path: str,
+    *,
+    index: int,
+    default_valid_from: datetime | None,
+    allow_supersede_live: bool = False,
 ) -> FactInput | None:
     """Checks one fact assertion (memory.v1.FactAssertion in proto3-JSON form) wherever it comes from: an
     observation's ``assertions[i].fact``, a ``FactService.AssertFacts`` item ``facts[i]`` or a snapshot's
@@ -67,6 +73,11 @@ def validate_fact_assertion(
     supersedes = raw.get("supersedes") or None
     if supersedes is not None and not FACT_ID_PATTERN.match(str(supersedes)):
         checker.add(join_path(path, "supersedes"), "must be a fact_id (fact-<24 hex>)")
+    if raw.get("supersede_live"):
+        if not allow_supersede_live:
+            checker.add(join_path(path, "supersede_live"), "only FactService.AssertFacts supersedes live versions")
+        elif supersedes is not None:
+            checker.add(join_path(path, "supersede_live"), "either supersedes or supersede_live, not both")
     scopes = validate_scopes(checker, raw.get("scopes"), join_path(path, "scopes"))
     attributes = raw.get("attributes") or {}
     if not isinstance(attributes, dict):

@@ -1,4 +1,4 @@
-"""The tier policy and the expiry sweep of memory records (issue 12 §3). Transport free.
+"""The tier policy and the expiry sweep of memory records. Transport free.
 
 `MemoryMaintenance.run` runs both once (``cb memory maintain``; the enrichment worker schedules it
 periodically):

@@ -1,4 +1,4 @@
-"""Validation of memory writes (issue 12 §1; limits documented in protos/memory/v1/memory_service.proto).
+"""Validation of memory writes (limits documented in protos/memory/v1/memory_service.proto).
 
 `NewMemoryInput` is one `memory.v1.NewMemory` as plain values; `check_new_memory` collects its field
 violations under a prefix (``memories[3]`` for AddMemories, ``memory`` for UpdateMemory) with the shared

@@ -1,5 +1,5 @@
-"""What an observation's episode says in text, and whom it links to (issue 16 §1; seed 000 "Эпизоды и
-сущности", "Наблюдения").
+"""What an observation's episode says in text, and whom it links to (docs/explanation/knowledge-model.md:
+episodes, entities and observations).
 
 **The episode text** (`episode_pieces`): the searchable and rendered text of an episode chunk is a header
 line, then the observation's content, then the scalar fields of ``data``::
@@ -19,14 +19,14 @@ not worth a chunk.
 **The participants** (`participant_facts`): the actor and the subject become nodes (``type:id``, e.g.
 ``person:caroline``; placeholders, completed by any entity assertion of that key) linked to the episode by
 one fact each, ``episode:<observation_id> ACTOR <actor key>`` and ``episode:<observation_id> SUBJECT
-<subject key>``, named after the observation's own fields. The facts are ``asserted`` (seed 000: the
-source states its participants as structured fields), confidence 1.0, valid from the observation's
-occurred_at (so their fact_ids are the same on every replay and in any order), proven by the observation
-(redaction re-proves them, a purge deletes them with the episode: `ingest_service.observations.removal`),
-with the observation's scopes and source path, so the participant placeholders inherit the
-observation's restricting scopes (`common.domain.scope_inheritance`). Keys are resolved by the
-namespace's domain packs like any fact end. With CB_PII_PROTECTION, a participant whose key holds
-detected personal data (an e-mail address as actor id) gets no node: natural keys are shown unmasked
+<subject key>``, named after the observation's own fields. The facts are ``asserted``
+(docs/explanation/knowledge-model.md: the source states its participants as structured fields), confidence
+1.0, valid from the observation's occurred_at (so their fact_ids are the same on every replay and in any
+order), proven by the observation (redaction re-proves them, a purge deletes them with the episode:
+`ingest_service.observations.removal`), with the observation's scopes and source path, so the participant
+placeholders inherit the observation's restricting scopes (`common.domain.scope_inheritance`). Keys are
+resolved by the namespace's domain packs like any fact end. With CB_PII_PROTECTION, a participant whose key
+holds detected personal data (an e-mail address as actor id) gets no node: natural keys are shown unmasked
 everywhere; the episode and its chunks carry the marks instead.
 """
 

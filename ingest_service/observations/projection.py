@@ -1,4 +1,4 @@
-"""Projecting one stored observation into the graph (seed 000 "Эпизоды и сущности", "Факты").
+"""Projecting one stored observation into the graph (docs/explanation/knowledge-model.md).
 
 `ObservationProjector.project` writes the projections of a batch of new observations, inside the batch
 transaction of `ingest_service.observations.recorder.ObservationRecorder`, in this order:
@@ -16,7 +16,7 @@ transaction of `ingest_service.observations.recorder.ObservationRecorder`, in th
 5. the **identifier links**: MENTIONS facts from the episode to the existing nodes its text names
    (`_identifier_links`).
 
-Personal data marks (seed 000 "Персональные данные"): the episode and its chunks carry the explicit
+Personal data marks (docs/how-to/personal-data.md): the episode and its chunks carry the explicit
 marks plus, with CB_PII_PROTECTION, what the detector finds in everything the episode stands for; each
 text fragment carries the explicit marks and what is found in the fragment itself.
 
@@ -237,9 +237,9 @@ class ObservationProjector:
     def _entities(self, conn: Any, contexts: list[_Context], now: datetime) -> None:
         """Upserts the asserted entities of every item (properties merged, an existing title kept);
         records their labels in ``context.known``. An entity whose node is hidden from the caller is not
-        overwritten (issue 5 §3; it reads "not found"); one a domain pack refuses is skipped. A new node
+        overwritten (it reads "not found"); one a domain pack refuses is skipped. A new node
         (or a placeholder) carries the observation's restricting scopes; a node more readers see than
-        the observation is left unchanged (`entity_props`, issue 10 §2).
+        the observation is left unchanged (`entity_props`).
 
         Set-based in rounds: round r upserts the r-th assertion of each key in the batch (so one key's
         assertions still apply in item order) with one `GraphStore.upsert_nodes` call."""
@@ -267,7 +267,7 @@ class ObservationProjector:
                     rounds.append([])
                 rounds[position].append((context, entity, natural_key, node_type))
         for round_ in rounds:
-            # a public write needs no node state (issue 10 §2)
+            # a public write needs no node state
             restricted_keys: dict[str, list[str]] = {}
             for context, _, natural_key, _ in round_:
                 if restricting_scopes(context.item.scopes):
@@ -285,7 +285,7 @@ class ObservationProjector:
                     restricting_scopes(item.scopes),
                     stored.get((item.namespace, natural_key)),
                 )
-                if props is None:  # more readers see the node than the observation (issue 10 §2)
+                if props is None:  # more readers see the node than the observation
                     continue
                 writes.append(
                     (
@@ -313,7 +313,7 @@ class ObservationProjector:
         """The ACTOR and SUBJECT facts of every episode (`ingest_service.observations.episode_text.participant_facts`)
         and the asserted facts of every item, in one fact engine call, each proven by its observation; an
         asserted fact without scopes of its own carries the observation's, one with scopes adds the
-        observation's restricting scopes to them (issue 10 §2). Pack violations and engine rejections
+        observation's restricting scopes to them. Pack violations and engine rejections
         skip the fact (a participant fact is never rejected for a valid item)."""
         writes: list[tuple[_Context, bool, FactInput]] = []  # (context, asserted by the item, fact)
         for context in contexts:
@@ -394,7 +394,7 @@ class ObservationProjector:
 
     def _identifier_links(self, context: _Context) -> None:
         """Identifiers of pack kinds in the content and text fragments link the episode to existing nodes
-        (MENTIONS facts valid from the observation's occurred_at; issue 4 §4,
+        (MENTIONS facts valid from the observation's occurred_at; 
         `ingest_service.facts.mentions`)."""
         conn, item, now = context.conn, context.item, context.now
         self.mentions.link(
@@ -416,7 +416,7 @@ class ObservationProjector:
 def entity_props(
     attributes: dict[str, Any], scopes: list[str], stored: tuple[bool, list[str]] | None
 ) -> dict[str, Any] | None:
-    """The ``props`` of an entity upsert by a write with restricting ``scopes`` (issue 10 §2,
+    """The ``props`` of an entity upsert by a write with restricting ``scopes`` (
     `common.domain.scope_inheritance`), given the node's registry state ``(placeholder, scopes)`` or None
     when it does not exist. None: leave the node unchanged (more readers see it than the write).
 

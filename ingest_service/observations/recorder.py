@@ -1,4 +1,4 @@
-"""Recording observations and projecting them into the graph (seed 000 "Наблюдения", "Эпизоды и сущности").
+"""Recording observations and projecting them into the graph (docs/explanation/knowledge-model.md).
 
 A batch is stored and projected in ONE transaction (one commit, one WAL flush, retried as a whole on
 deadlock); for each observation: the immutable row, then its projection
@@ -121,7 +121,7 @@ class ObservationRecorder:
         validated: list[tuple[ObservationInput | None, list[FieldViolation]]] = [
             validate_observation(raw, f"observations[{index}]") for index, raw in enumerate(raw_observations)
         ]
-        # Write-side visibility scopes (issue 5 §3): an observation carrying a workspace:/principal: scope
+        # Write-side visibility scopes: an observation carrying a workspace:/principal: scope
         # the caller does not hold fails like any invalid item.
         access = WriteAccess.of_caller()
         for index, (item, _) in enumerate(validated):
@@ -195,7 +195,7 @@ class ObservationRecorder:
         """True while a call of `record_batch` with a valid item is in progress, from its episode
         chunking to its results, waiting in a write lane included (the background embedder defers its
         rounds meanwhile, so a round does not start in the gap between two transactions of a load;
-        bench/RESULTS.md, session 8)."""
+        bench/RESULTS.md (git history))."""
         return self._in_flight > 0
 
     def _contended_keys(self, conn: Any, valid: list[ObservationInput]) -> set[tuple[str, str]]:

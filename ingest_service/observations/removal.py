@@ -1,4 +1,4 @@
-"""Redacting and purging observations (seed 000 "Наблюдения", "Потеря свидетельства"; issue 3 §2).
+"""Redacting and purging observations (docs/explanation/knowledge-model.md).
 
 Both run in ONE transaction (retried as a whole on deadlock) and both strike the observation from every
 fact's ``observation_ids`` (row and edge); a fact left with no observation and not asserted directly
@@ -29,12 +29,13 @@ without evidence: they are deleted with the episode (and, like its nodes, not co
 ``facts_affected``); otherwise they stay, lost, and so does the episode vertex. Purging an unknown (or purged)
 observation is NOT_FOUND; recording the same observation again after a purge stores it anew.
 
-**Audit** (seed 000 "Аудит-контур": every deletion is audited; a redaction deletes content). A purge and
-a first redaction each write an audit event in their own transaction (`common.domain.audit.AuditTrail.record_in`):
-action ``"delete"``, ``details.operation`` ``"purge_observation"`` / ``"redact_observation"``, target the
-observation id, a snapshot of what went (kind, source, occurred_at, nodes and chunk count removed, facts
-affected, reason), the observation's restricting scopes, linked to ``trace_id`` (default: the request
-id). A repeated redaction removes nothing and writes no event.
+**Audit** (docs/explanation/knowledge-model.md: every deletion is audited; a redaction deletes content). A
+purge and a first redaction each write an audit event in their own transaction
+(`common.domain.audit.AuditTrail.record_in`): action ``"delete"``, ``details.operation``
+``"purge_observation"`` / ``"redact_observation"``, target the observation id, a snapshot of what went (kind,
+source, occurred_at, nodes and chunk count removed, facts affected, reason), the observation's restricting
+scopes, linked to ``trace_id`` (default: the request id). A repeated redaction removes nothing and writes no
+event.
 
 **Scopes** (`common.domain.write_access`): an observation hidden from the caller's scopes is NOT_FOUND, like a
 missing one.

@@ -1,4 +1,5 @@
-"""Validation of observations against the limits of seed 000 ("Наблюдения"), on the proto3-JSON form.
+"""Validation of observations against the limits of docs/explanation/knowledge-model.md, on the proto3-JSON
+form.
 
 Input is the dict of one observation as produced by ``json_format.MessageToDict(...,
 preserving_proto_field_name=True)`` (the same shape as the lines of the debian corpus). Output is a
@@ -79,7 +80,7 @@ class ObservationInput:
     entities: list[EntityInput] = field(default_factory=list)
     facts: list[FactInput] = field(default_factory=list)
     texts: list[TextInput] = field(default_factory=list)
-    # Explicit personal data marks (seed 000 "Персональные данные"); not part of the identity.
+    # Explicit personal data marks (docs/how-to/personal-data.md); not part of the identity.
     pii: bool = False
     pii_categories: list[str] = field(default_factory=list)
 

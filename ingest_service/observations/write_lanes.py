@@ -1,4 +1,4 @@
-"""Group commit of RecordObservations batches: one writer lane per namespace in a process (issue 15).
+"""Group commit of RecordObservations batches: one writer lane per namespace in a process.
 
 Concurrent batches of one namespace nearly always write shared nodes (the debian stream: two batches of
 200 uploads in flight share about 50 packages, whose entity rows each upserts), so their transactions

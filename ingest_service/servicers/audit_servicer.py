@@ -1,4 +1,5 @@
-"""AuditService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур")."""
+"""AuditService transport: proto <-> domain mapping only (docs/explanation/architecture.md;
+docs/explanation/knowledge-model.md)."""
 
 from __future__ import annotations
 

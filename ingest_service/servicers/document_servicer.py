@@ -1,4 +1,4 @@
-"""DocumentService transport: proto <-> domain mapping only (DESIGN §1).
+"""DocumentService transport: proto <-> domain mapping only (docs/explanation/architecture.md).
 
 Validation, chunking, embedding and storage live in `ingest_service.documents.writer`; domain errors raised there
 become gRPC statuses in the server's error interceptor (`common.grpc.interceptors`).

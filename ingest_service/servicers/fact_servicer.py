@@ -1,4 +1,4 @@
-"""FactService transport: proto <-> domain mapping only (DESIGN §1)."""
+"""FactService transport: proto <-> domain mapping only (docs/explanation/architecture.md)."""
 
 from __future__ import annotations
 

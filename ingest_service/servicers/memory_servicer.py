@@ -1,4 +1,4 @@
-"""MemoryService transport (issue 12): proto <-> domain mapping only.
+"""MemoryService transport: proto <-> domain mapping only.
 
 The caller's scope comes from the token and the ``x-project-id`` metadata (`common.grpc.memory_mapping.
 scope_of`); writing, validation and storage live in `ingest_service.memories.writer` and

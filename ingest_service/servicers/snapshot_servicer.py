@@ -1,4 +1,4 @@
-"""SnapshotService transport: proto <-> domain mapping only (DESIGN §1)."""
+"""SnapshotService transport: proto <-> domain mapping only (docs/explanation/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""What a snapshot is made of (seed 000 "Загрузка знаний"; DESIGN §6; `ingest_service.snapshots.reconciler`
-reconciles it): its header and parts, the validation of its items, the keys and hashes the snapshot
-journal keeps of them, and the counts a run reports.
+"""What a snapshot is made of (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md;
+`ingest_service.snapshots.reconciler` reconciles it): its header and parts, the validation of its items, the keys and
+hashes the snapshot journal keeps of them, and the counts a run reports.
 
 An entity item is identified by its natural key, a fact item by (subject, predicate, object)
 (`fact_item_key`); the hash of an item (`SnapshotEntity.digest`, `fact_digest`) tells whether it changed

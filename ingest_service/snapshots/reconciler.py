@@ -1,5 +1,5 @@
-"""Snapshot reconciliation: SnapshotService.Reconcile and ReconcileStream in domain form (seed 000
-"Загрузка знаний"; DESIGN §6; issue 4 §3).
+"""Snapshot reconciliation: SnapshotService.Reconcile and ReconcileStream in domain form
+(docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md).
 
 A snapshot is the complete current state of one ``(source, scope)``: entities and facts with attributes.
 Compared with what earlier snapshots of that ``(source, scope)`` left:
@@ -326,7 +326,7 @@ class _Run:
             self._write_entities(entities)
 
     def _write_entities(self, entities: list[SnapshotEntity]) -> None:
-        # Write-side visibility scopes (issue 5 §3): a hidden node is NOT_FOUND.
+        # Write-side visibility scopes: a hidden node is NOT_FOUND.
         self.access.require_writable(
             self.conn, self.owner.facts, self.header.namespace, [e.key for e in entities], []
         )
@@ -414,7 +414,7 @@ class _Run:
 
     def _write_facts(self, facts: list[FactInput]) -> None:
         header = self.header
-        self.access.require_writable(  # write-side visibility scopes (issue 5 §3)
+        self.access.require_writable(  # write-side visibility scopes
             self.conn,
             self.owner.facts,
             header.namespace,
@@ -438,7 +438,7 @@ class _Run:
             if row is None:
                 new.append(fact)
             elif row.attributes == fact.attributes or reaches_beyond(row.scopes, fact.scopes):
-                # unchanged, or seen by more readers than this fact's scopes allow (issue 10 §2)
+                # unchanged, or seen by more readers than this fact's scopes allow
                 self.counts.facts_unchanged += 1
             else:
                 changed.append((row.fact_id, fact.attributes))
@@ -463,7 +463,7 @@ class _Run:
         self.counts.facts_updated += len(changed)
         adoptions: list[tuple[str, dict[str, Any] | None]] = list(changed)
         for fact, outcome in zip(new, outcomes, strict=True):
-            if outcome.withheld:  # a fact more readers see than this one's scopes: left alone (issue 10 §2)
+            if outcome.withheld:  # a fact more readers see than this one's scopes: left alone
                 self.counts.facts_unchanged += 1
             elif outcome.created:
                 self.counts.facts_created += 1

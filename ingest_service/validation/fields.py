@@ -2,7 +2,7 @@
 
 `FieldChecker` collects field violations with paths relative to a prefix (``observations[3]``,
 ``facts[1]``) and holds the checks several validators make: instants, node types, entity keys (audit
-trail keys refused, issue 10 §4), values the database cannot store (`storable`, issue 10 §5), sizes of
+trail keys refused), values the database cannot store (`storable`), sizes of
 free-form maps (`json_size`) and of titles (`text`), with the limits of `ingest_service.validation.limits`.
 """
 
@@ -91,7 +91,7 @@ class FieldChecker:
 
     def entity_key(self, value: Any, path: str) -> str | None:
         """A key is a non-empty string or {type, id}; returns the natural key. Keys of the audit trail
-        (``audit_event:``, ``pc_trace:``) are refused on every write path (issue 10 §4)."""
+        (``audit_event:``, ``pc_trace:``) are refused on every write path."""
         if isinstance(value, str):
             key = value.strip()
             if not key:

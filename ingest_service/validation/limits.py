@@ -1,4 +1,4 @@
-"""Limits and field shapes of the write side, in one place (seed 000 "Наблюдения", "Чанки и документы").
+"""Limits and field shapes of the write side, in one place (docs/explanation/knowledge-model.md).
 
 Every request limit of the ingest service (sizes, counts, batch sizes) and the patterns several write
 paths check (node types, predicates, fact ids) live here, with the two field checks that observation
@@ -24,13 +24,13 @@ TYPE_PATTERN = re.compile(
     rf"^[A-Za-z_][A-Za-z0-9_.-]{{0,{MAX_TYPE_LENGTH - 1}}}$"
 )  # node (entity, document) types
 FACT_ID_PATTERN = re.compile(r"^fact-[0-9a-f]{24}$")
-# Evidence classes of a fact and their rank (seed 000 "Факты").
+# Evidence classes of a fact and their rank (docs/explanation/knowledge-model.md).
 EVIDENCE_CLASSES = {"asserted": 3, "extracted": 2, "inferred": 1, "derived": 1}
-# Audit trail nodes (seed 000 "Аудит-контур"): no document write creates or overwrites them and
+# Audit trail nodes (docs/explanation/knowledge-model.md): no document write creates or overwrites them and
 # DeleteNode refuses them.
 PROTECTED_TYPES = frozenset({AUDIT_EVENT_TYPE, TRACE_TYPE})
 # Their keys (audit_event:<id>, pc_trace:<trace_id>) and the edge between them are the audit trail's
-# alone on every write path: observations, AssertFacts, Reconcile, Retain and PutChunks (issue 10 §4).
+# alone on every write path: observations, AssertFacts, Reconcile, Retain and PutChunks.
 PROTECTED_KEY_PREFIXES = tuple(f"{protected}:" for protected in sorted(PROTECTED_TYPES))
 PROTECTED_PREDICATES = frozenset({TRACE_EDGE})
 RESERVED_KEY_MESSAGE = "the prefixes audit_event: and pc_trace: are reserved for the audit trail"
@@ -40,7 +40,7 @@ RESERVED_KEY_MESSAGE = "the prefixes audit_event: and pc_trace: are reserved for
 MAX_REASON_CHARS = 4096  # the reason of a redaction, purge, DeleteNode or CloseFact
 MAX_TRACE_ID_CHARS = 256  # a trace id given by the caller (Retain, redaction, purge, DeleteNode)
 MAX_NAME_CHARS = 256  # an observation's source system and stream; a snapshot's source, scope and id
-# Free-form maps and titles on every write path (issue 10 §5), in line with the 1 MiB of content:
+# Free-form maps and titles on every write path, in line with the 1 MiB of content:
 MAX_TITLE_CHARS = (
     1024  # an entity's or document's title, a text assertion's title and heading, a chunk's heading
 )

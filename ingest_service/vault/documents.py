@@ -4,8 +4,8 @@ projection is reused as it is, `ingest_service.documents.writer`), its links as 
 The file's frontmatter is mapped by `common.domain.document_frontmatter` (with aliases and relations,
 `VAULT_FIELDS`); the natural key defaults to ``doc:<path without .md>``, the title to the body's first
 level-1 heading (then, as in Retain, to the key); ``source_path`` is the path;
-the provenance is the client's (Git fields, seed 000 "Provenance") plus ``path``, ``content_hash``
-(sha256 hex of the UTF-8 text) and ``indexed_at`` (when this text was first projected).
+the provenance is the client's (Git fields, docs/explanation/knowledge-model.md) plus ``path``,
+``content_hash`` (sha256 hex of the UTF-8 text) and ``indexed_at`` (when this text was first projected).
 """
 
 from __future__ import annotations

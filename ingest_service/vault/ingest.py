@@ -1,6 +1,6 @@
-"""VaultService.IngestVault: one vault run, mark-and-sweep (issue 11; seed 000 "Происхождение: vault и
-agent", "Рёбра и связи"). Transport free; the contract's comment (protos/memory/v1/vault_service.proto)
-is the specification, this is how it is met.
+"""VaultService.IngestVault: one vault run, mark-and-sweep (docs/explanation/knowledge-model.md:
+vault and agent provenance, edges). Transport free; the contract's comment
+(protos/memory/v1/vault_service.proto) is the specification, this is how it is met.
 
 1. **Serialised**: the run holds the namespace's vault lock (`VaultStore.namespace_lock`, a session lock
    on a connection of its own) from start to end; a second run of the namespace waits.

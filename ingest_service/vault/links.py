@@ -1,6 +1,6 @@
 """Links of vault documents: found in the Markdown (markdown-it-py) and resolved against the run's documents.
 
-What counts as a link of a document (seed 000 "Рёбра и связи": vault links become LINKS_TO edges):
+What counts as a link of a document (docs/explanation/knowledge-model.md: vault links become LINKS_TO edges):
 
 * Markdown links ``[text](href)`` of the body whose ``href`` has no URL scheme (``https:``, ``mailto:``
   are external and ignored) or is the natural key of a document of the run (``doc:apt/README``);

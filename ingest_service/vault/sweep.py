@@ -1,4 +1,4 @@
-"""The sweep of a complete vault run (mark-and-sweep, seed 000 "Происхождение: vault и агент"): every
+"""The sweep of a complete vault run (mark-and-sweep, docs/explanation/knowledge-model.md): every
 vault document of the namespace that the run did not see goes, each deletion audited like DeleteNode.
 
 One transaction per document, so a sweep cut short leaves every document either swept (node gone, its

@@ -1,4 +1,5 @@
-"""The ``cb`` command line (DESIGN §2 "CLI"): `app` is the console script and ``python -m memory_service_tools.cli``.
+"""The ``cb`` command line (docs/explanation/architecture.md): `app` is the console script and ``python -m
+memory_service_tools.cli``.
 
 Commands, one module per group:
 
@@ -31,7 +32,7 @@ import os
 
 # Before anything imports numpy: OpenBLAS's idle worker threads spin for 2^28 cycles (about 0.1 s) after
 # each BLAS call before they sleep. A service embeds in short calls beside its writes, so on 2 cores that
-# spin took 10.7 of the ingest process's 26.9 CPU-seconds during a debian load (issue 15, bench/RESULTS.md
+# spin took 10.7 of the ingest process's 26.9 CPU-seconds during a debian load (bench/RESULTS.md (git history)
 # "OpenBLAS"); at 2^4 cycles the workers sleep at once (also faster for the model alone: 116.6 against 104.0
 # vault chunks/s at 2 threads). Set in the environment to override.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")

@@ -24,6 +24,8 @@ from memory_service_tools.cli.token_commands import token_app
 from memory_service_tools.cli.vault_commands import ingest
 from memory_service_tools.cli.worker_commands import worker
 from memory_service_tools.cli.write_commands import delete_node, observe, reconcile, retain
+from memory_service_tools.cli.mcp_commands import mcp
+from memory_service_tools.cli.namespace_commands import namespaces, stats
 
 app = typer.Typer(
     name="cb",
@@ -97,7 +99,9 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("reconcile", reconcile),
     ("retain", retain),
     ("ingest", ingest),
-    ("search", search),  # reads (query_service)
+    ("namespaces", namespaces),  # reads (query_service)
+    ("stats", stats),
+    ("search", search),
     ("facts", facts),
     ("source", source),
     ("context", context),

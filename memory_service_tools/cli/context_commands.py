@@ -19,6 +19,7 @@ from rich.table import Table
 from memory_service_tools.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, print_text
+from memory_service_tools.cli.namespace_commands import flag_empty_namespace
 
 BudgetOption = Annotated[int, typer.Option("--budget", min=1, max=100000, help="token budget")]
 TraceIdOption = Annotated[str | None, typer.Option("--trace-id")]
@@ -136,7 +137,9 @@ def context(
                 )
             err.print(table)
 
-    call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
+    response = call_and_print(memory_client(ctx).compile_context, request, as_json=as_json, render=render)
+    if not response.pack.items:
+        flag_empty_namespace(ctx, namespace)
 
 
 def typed_context(

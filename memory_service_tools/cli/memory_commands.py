@@ -1,4 +1,4 @@
-"""``cb memory add|recall|get|list|summarize|maintain``: memory records (issue 12; README "Memory records").
+"""``cb memory add|recall|get|list|summarize|maintain``: memory records (README "Memory records").
 
 Every command but ``maintain`` calls the services through `MemoryClient` (the scope comes from the
 token, the project from ``--project``, sent as ``x-project-id``); ``--json`` prints the response as
@@ -26,7 +26,7 @@ from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, out
 
 memory_app = typer.Typer(
-    help="Memory records of seed 001: add, recall, read, summarise, maintain.", no_args_is_help=True
+    help="Memory records (docs/explanation/memory-records.md): add, recall, read, summarise, maintain.", no_args_is_help=True
 )
 
 ProjectOption = Annotated[str, typer.Option("--project", help="project (sent as x-project-id); empty: none")]

@@ -1,8 +1,9 @@
 """The read commands: ``cb search``, ``cb facts``, ``cb source``, ``cb trace`` (query_service).
 
 Each builds its request, calls it with `call_and_print` (``--json`` prints the response as proto3
-JSON) and renders the response for humans: results on stdout, details on stderr. The context packs
-(``cb context``, ``cb typed-context``) are in `memory_service_tools.cli.context_commands`.
+JSON) and renders the response for humans: results on stdout, details on stderr. An empty answer from a
+namespace that holds nothing the caller can see exits with `flag_empty_namespace`'s code and hint. The context
+packs (``cb context``, ``cb typed-context``) are in `memory_service_tools.cli.context_commands`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
+from memory_service_tools.cli.namespace_commands import flag_empty_namespace
 from memory_service_tools.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, out, print_text, print_wide
@@ -69,7 +71,9 @@ def search(
     filters = _meta_filters(meta)
     if filters:
         request.meta.CopyFrom(dict_to_struct(filters))
-    call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
+    response = call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)
+    if not response.hits:
+        flag_empty_namespace(ctx, namespace)
 
 
 def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
@@ -103,22 +107,32 @@ def facts(
     predicate: Annotated[str | None, typer.Option(help="edge type, e.g. HAS_VERSION")] = None,
     object_: Annotated[str | None, typer.Option("--object", help="object natural key")] = None,
     as_of: AsOfOption = None,
-    history: Annotated[bool, typer.Option("--history", help="include superseded and closed facts")] = False,
+    include_history: Annotated[
+        bool, typer.Option("--include-history", help="include superseded and closed facts")
+    ] = False,
+    history: Annotated[
+        bool, typer.Option("--history", hidden=True, help="deprecated: the former name of --include-history")
+    ] = False,
     page_size: Annotated[int, typer.Option("--page-size", min=1, max=1000)] = 500,
     as_json: JsonOption = False,
 ) -> None:
     """List facts by subject / predicate / object, valid at an instant or with their history."""
+    if history:  # accepted for one release
+        err.print("--history is deprecated: use --include-history")
+        include_history = True
     request = fact_query_service_pb2.ListFactsRequest(
         namespace=namespace,
         subject=subject or "",
         predicate=predicate or "",
         object=object_ or "",
-        include_history=history,
+        include_history=include_history,
         page_size=page_size,
         as_of=as_of_timestamp(as_of),
     )
     # Every page, following next_page_token, in one response.
-    call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
+    collected = call_and_print(memory_client(ctx).list_every_fact, request, as_json=as_json, render=_print_facts)
+    if not collected.facts:
+        flag_empty_namespace(ctx, namespace)
 
 
 def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
@@ -160,7 +174,11 @@ def source(
 ) -> None:
     """Print the original text of a node (or its chunks re-assembled) with its provenance."""
     request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
-    call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+    try:
+        call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+    except typer.Exit:
+        flag_empty_namespace(ctx, namespace)  # a misspelt namespace, rather than a missing node?
+        raise
 
 
 def _print_source(response: source_service_pb2.GetSourceResponse) -> None:

@@ -41,8 +41,8 @@ def call_and_print(
     *,
     as_json: bool,
     render: Callable[[ResponseT], None],
-) -> None:
-    """Calls ``method(request)`` and prints the response.
+) -> ResponseT:
+    """Calls ``method(request)``, prints the response and returns it.
 
     Args:
         method: a `MemoryClient` method, e.g. ``memory_client(ctx).get_source``.
@@ -57,5 +57,6 @@ def call_and_print(
         response = method(request)
     if as_json:
         print_json(response)
-        return
-    render(response)
+    else:
+        render(response)
+    return response

@@ -74,7 +74,9 @@ def up(
     """Start the embedded database, both services and the enrichment worker; stop them on Ctrl-C or
     SIGTERM.
 
-    The database is stopped on exit only when this command started it.
+    The database is stopped on exit only when this command started it. On the embedded server the services
+    use a database of this checkout's own (``cb_<folder>_<hash of the path>``, created on first use and
+    named on start), so two checkouts never share development data.
 
     The services run as child processes (``cb serve ingest`` / ``cb serve query``), and once both are
     SERVING the worker (``cb worker``, unless --no-worker). When CB_DATABASE_URL points to another

@@ -1,4 +1,5 @@
-"""The process supervisor of ``cb up``: the embedded database, both services as child processes
+"""The process supervisor of ``cb up``: the embedded database (a database of this checkout's own on it,
+`memory_service_tools.cli.checkout_database`), both services as child processes
 (``python -m memory_service_tools.cli serve ingest|query``), a wait until both are SERVING, then the enrichment
 worker (``python -m memory_service_tools.cli worker``, unless ``worker=False``), and an orderly stop of
 everything on Ctrl-C, SIGTERM or when a child exits.
@@ -7,6 +8,7 @@ everything on Ctrl-C, SIGTERM or when a child exits.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from common.kernel.config import EMBEDDED_DATABASE_URL
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.terminal import err, out
 from memory_service_tools.embedded_db import database_down, database_status, database_up
+from memory_service_tools.cli.checkout_database import checkout_database_name, checkout_root, ensure_checkout_database
 
 
 class _Shutdown(Exception):
@@ -56,6 +59,8 @@ def run_until_stopped(state: CliState, timeout: float, *, worker: bool = True) -
 
     The embedded database is started only when ``CB_DATABASE_URL`` is the embedded one, and stopped on
     exit only when this call started it (a database already up for other shells or tests stays up).
+    On it, the services and the worker use the checkout's own database (created on first use), named on
+    start.
 
     Args:
         state: the run's global options (service addresses, token and TLS files for health checks).
@@ -70,6 +75,7 @@ def run_until_stopped(state: CliState, timeout: float, *, worker: bool = True) -
     ingest_addr, query_addr = state.ingest(), state.query()
     embedded = settings.database_url == EMBEDDED_DATABASE_URL
     children: dict[str, subprocess.Popen[bytes]] = {}
+    environment = dict(os.environ)
     database_started = False
     exit_code = 0
 
@@ -89,7 +95,13 @@ def run_until_stopped(state: CliState, timeout: float, *, worker: bool = True) -
             # Stop on exit only what this command started: a database that was already up (other
             # shells, tests) stays up.
             database_started = not already_running
-            err.print(f"database: {dsn}")
+            root = checkout_root()
+            url, created = ensure_checkout_database(dsn, checkout_database_name(root))
+            environment["CB_DATABASE_URL"] = url
+            err.print(
+                f"development data of this checkout ({root}): {'new ' if created else ''}database {url}"
+                " (each checkout has its own on the shared embedded server)"
+            )
         else:
             err.print("using CB_DATABASE_URL (the embedded database is not managed)")
         base = [
@@ -105,6 +117,7 @@ def run_until_stopped(state: CliState, timeout: float, *, worker: bool = True) -
         def start(name: str, arguments: list[str]) -> None:
             children[name] = subprocess.Popen(
                 [*base, *arguments],
+                env=environment,
                 start_new_session=True,  # Ctrl-C reaches `cb up` only; it stops the children in order
                 # No other thread of ours runs yet, so preexec_fn is safe here.
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509

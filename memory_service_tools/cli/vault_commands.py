@@ -1,4 +1,4 @@
-"""``cb ingest``: a vault run through VaultService.IngestVault (issue 11), a gRPC client like any other."""
+"""``cb ingest``: a vault run through VaultService.IngestVault, a gRPC client like any other."""
 
 from __future__ import annotations
 

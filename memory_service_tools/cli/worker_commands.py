@@ -1,4 +1,4 @@
-"""``cb worker``: the enrichment worker (issue 12 §4) in the foreground.
+"""``cb worker``: the enrichment worker in the foreground.
 
 The worker is imported inside the command: it sits below the tooling, and ``cb --help`` stays fast.
 """

@@ -286,7 +286,7 @@ def reconcile(
 
 def retain(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files")],
+    directory: Annotated[Path, typer.Argument(exists=True, help="a folder of Markdown files, or one Markdown file")],
     namespace: WriteNamespaceOption,
     concurrency: Annotated[
         int,
@@ -299,21 +299,28 @@ def retain(
     ] = 2,
     as_json: JsonOption = False,
 ) -> None:
-    """Retain every ``*.md`` file under DIRECTORY (sorted) as a document; safe to re-run (upsert).
+    """Retain every ``*.md`` file under DIRECTORY (sorted), or the one file DIRECTORY names, as a document;
+    safe to re-run (upsert).
 
-    Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
-    Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
+    Frontmatter gives natural_key (default ``doc:<relative path without .md>``; for a single file, its name),
+    title, type, links. A link to a document of the same run that was not stored yet when its source was
+    sent is resolved in the same run: the source is sent once more after the others. Links to documents
+    stored nowhere are skipped by the server and counted at the end. ``--json``
     prints the summary as one JSON object (``created``, ``updated``, ``unchanged``, ``failed``, ``chunks``,
     ``missing_links``: ``[{"from": key, "to": key}]``). A document the server already held exactly as sent
     counts as unchanged (RetainResponse.unchanged), not as updated.
     """
-    paths = find_documents(directory)
+    if directory.is_file():
+        paths, directory = [directory], directory.parent
+    else:
+        paths = find_documents(directory)
     if not paths:
         fail([f"error: no *.md files under {directory}"])
     failures = 0
     created = updated = unchanged = chunks = 0
     missing: list[tuple[str, str]] = []
     keys: set[str] = set()
+    sent: dict[str, tuple[str, document_service_pb2.RetainRequest]] = {}
     with cli_state(ctx).client() as client, progress_bar() as progress:
         task = progress.add_task("documents", total=len(paths))
 
@@ -340,6 +347,7 @@ def retain(
                         f"{relative}: warning: natural key {request.natural_key} is used by an earlier file"
                     )
                 keys.add(request.natural_key)
+                sent[request.natural_key] = (relative, request)
                 futures[pool.submit(send, request)] = relative
             for future in as_completed(futures):
                 relative = futures[future]
@@ -356,6 +364,20 @@ def retain(
                     chunks += response.chunk_count
                     missing.extend((response.natural_key, link) for link in response.missing_links)
                 progress.advance(task)
+            # Links point both ways in a folder and Retain runs concurrently, so a source may be stored before
+            # its target: once every document is stored, those sources are sent again and their links resolve.
+            again = sorted({source for source, target in missing if target in keys and source in sent})
+            resent = {pool.submit(send, sent[source][1]): source for source in again}
+            for future in as_completed(resent):
+                source = resent[future]
+                try:
+                    response = future.result()
+                except ServiceError as exc:
+                    for text in error_lines(exc):
+                        report(f"{sent[source][0]}: {text}")
+                    continue
+                missing = [pair for pair in missing if pair[0] != source]
+                missing.extend((source, link) for link in response.missing_links)
     later = sum(1 for _, target in missing if target in keys)
     if as_json:
         _print_summary(

@@ -4,7 +4,7 @@ The database runs from a minimal Debian trixie root filesystem built once with `
 outside the checkout (``${XDG_CACHE_HOME:-~/.cache}/memory-service/pg17-trixie``). ``initdb`` and
 ``pg_ctl`` run inside ``chroot ROOTFS`` as the rootfs's ``postgres`` user; the server listens on
 ``127.0.0.1:55432`` only, with ``shared_preload_libraries=age`` and trust authentication (loopback, for
-development). See DESIGN.md section 5.
+development). See docs/explanation/architecture.md.
 
 The Debian mirror is read from the host's apt sources at build time (deb822 ``*.sources`` files or
 one-line ``sources.list`` entries), so no mirror is ever written into the repository.

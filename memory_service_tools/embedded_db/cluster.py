@@ -3,7 +3,7 @@
 
 The server runs inside ``chroot ROOTFS`` as the rootfs's ``postgres`` user, listens on
 ``127.0.0.1:55432`` only, with ``shared_preload_libraries=age`` and trust authentication (loopback, for
-development). See DESIGN.md section 5.
+development). See docs/explanation/architecture.md.
 """
 
 from __future__ import annotations

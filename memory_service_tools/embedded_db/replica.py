@@ -1,4 +1,4 @@
-"""A streaming replica of the embedded database, for read-replica tests (issue 13; stdlib only).
+"""A streaming replica of the embedded database, for read-replica tests (stdlib only).
 
 ``up --replica`` copies the running primary with ``pg_basebackup -R -X stream`` into a second data
 directory of the same rootfs (`REPLICA_DATA_DIR`) and starts it as a hot standby on `REPLICA_PORT`

@@ -1,63 +1,7 @@
-"""CompileContext (DESIGN §7; issue 16 §3-4; protos/memory/v1/context_service.proto).
+"""CompileContext: candidates by rule, scored, deduplicated, rendered, fitted to the token budget and
+traced, never showing what the caller's visibility hides (protos/memory/v1/context_service.proto).
 
-Steps:
-
-1. **Candidates**, each with the rule that brought it (`query_service.context.pack.items.Selection`):
-   - ``hit``: the best chunks for the query (`HybridSearcher`), as many as the budget could hold
-     (``token_budget / search_tokens_per_hit``, within ``min_search_hits..max_search_hits``);
-   - ``neighbour``: the turns next to the best ``neighbour_origins`` hits that are turns (episodes of
-     observations) in the same source system and stream, up to ``neighbour_window`` on each side and
-     ``neighbour_max_gap`` away in time (`common.storage.episode_store.EpisodeStore.conversation`,
-     one statement with the hits' turns and the recent turns):
-     the question and its answer are often in consecutive turns;
-   - ``recent``: the ``recent_limit`` most recent turns that occurred by ``as_of``;
-   - ``anchor_fact``: the facts valid at ``as_of`` whose subject or object is an anchor;
-     ``graph_neighbour``: the facts of the nodes one such fact away from an anchor;
-     ``mention``: the facts valid at ``as_of`` about entities *named* in the best hits (registry nodes whose
-     key's id part, ``openssl`` of ``package:openssl``, equals a word or identifier of a hit's text; at
-     most ``mentioned_entity_limit``). Facts whose evidence was lost are candidates only to be dropped.
-   - ``summary``: a summary memory (issue 12 §5) that is a hit, or that covers memory hits; it never
-     shares the pack with the originals it covers: the side with less value per token is dropped
-     (`query_service.context.pack.summaries`).
-2. **Score.** Hits: the fused retrieval score relative to the best possible one (0..1]. Neighbours: the
-   origin hit's score x ``neighbour_weight`` x ``neighbour_decay`` ^ (distance - 1). Recent turns:
-   ``recent_weight`` x ``neighbour_decay`` ^ (place among the recent). Facts: a base weight
-   (``anchor_weight``; ``anchor_weight`` x ``graph_neighbour_weight`` one fact further;
-   ``mention_weight`` x the naming hit's score) x confidence x evidence rank / 3 (asserted 3, extracted 2,
-   inferred 1, derived 1; seed 000). Conflicting facts (another live fact of the same subject and
-   predicate with a different object overlaps) are kept and flagged, never resolved.
-3. **Redundancy.** A chunk found by two rules is one candidate (its best score; the other rules are
-   listed in ``Selection.also``); chunks whose words equal, or nearly equal, a better chunk's are dropped
-   (`query_service.context.pack.conversation.RedundancyFilter`).
-4. **Render.** A turn is one line ``HH:MM speaker: text`` under a header ``[YYYY-MM-DD system/stream]``
-   shared by the turns of its stream on that day (`query_service.context.pack.conversation`); other
-   chunks keep a header line with title, heading and ``node_key#chunk_order``; facts are
-   ``subject PREDICATE object (valid from X[, to Y]; evidence, confidence C; fact_id)``.
-5. **Fit** (`query_service.context.pack.fitting.PackFitter`, shared with CompileTypedContext) in score
-   order (preset ``default``; a candidate that does not fit is skipped and the next one tried) or by
-   score per token added (preset ``value_per_token``), with incremental token counts and one exact
-   count of the pack text. A chunk that does not fit whole may be cut; no chunk takes more than
-   ``max_item_share`` of the budget. ``pack.token_count`` is the exact count and never exceeds the budget.
-6. **Explain and trace.** Every item carries its `Selection`; with ``ContextRequest.dropped_limit`` the
-   pack lists the best dropped candidates with why they were dropped. Every candidate's decision is
-   appended to ``context_traces`` under the pack's trace id (`query_service.context.pack.compiler`).
-
-Visibility (seed 000 "Видимость внутри namespace"): ``ContextRequest.visibility`` is applied inside
-every query — chunk rankings, neighbouring and recent turns (observation, episode chunk and episode node
-must all be visible), facts about anchors and their neighbours, the registry look-up of entities named
-in chunks and their facts — and a fact whose subject or object node is hidden is never a candidate, so
-no hidden node's key, title or text reaches the pack, an item's selection or the dropped list.
-
-Personal data (seed 000 "Персональные данные"; `query_service.pii_output`): with ``CB_PII_PROTECTION``
-and a caller without clearance (``ContextRequest.pii``), every candidate (its text, a turn's speaker and
-stream) is masked (or withheld, by its chunk's marks) when it is rendered — before fitting, so the
-budget holds for the text actually returned and dropped candidates are listed masked. For a cleared
-caller the pack is unmasked and, when the kept items hold personal data, one ``pii_access`` audit event
-is recorded under the pack's trace id. The trace journal (``context_traces``) stores keys and decisions
-unmasked; GetTrace masks them on the way out.
-
-Configured as data: `ContextSettings` with named presets in `CONTEXT_PRESETS` (``"default"``,
-``"value_per_token"``; `query_service.context.pack.settings`).
+The rules step by step, visibility and personal data: docs/decisions/0021-context-compilation-rules.md.
 """
 
 from __future__ import annotations

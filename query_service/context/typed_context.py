@@ -1,5 +1,5 @@
 """CompileTypedContext: a context pack built by typed traversal from anchors along the relations of the
-namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7; issue 4 §4).
+namespace's domain packs (docs/how-to/domain-packs.md).
 
 Steps:
 
@@ -23,8 +23,8 @@ Steps:
    CompileContext), each with the anchor and path that reached it and its
    provenance (facts: fact_id, observation_ids, source_path; nodes: key, source_path, the provenance map
    stored with the node). Conflicting facts are flagged, never resolved.
-5. **Rank.** ``score = distance_decay ** d x confidence x evidence rank / 3`` (seed 000: asserted 3,
-   extracted 2, inferred and derived 1) where ``d`` is the depth of a node and ``depth - 1`` for a fact (a
+5. **Rank.** ``score = distance_decay ** d x confidence x evidence rank / 3``
+   (docs/explanation/knowledge-model.md: asserted 3, extracted 2, inferred and derived 1) where ``d`` is the depth of a node and ``depth - 1`` for a fact (a
    fact touching an anchor weighs as much as the anchor); a node's confidence and evidence are those of
    the best fact reaching it; anchors score 1. Ties: smaller depth first, then nodes before facts, then
    key.
@@ -308,7 +308,7 @@ class TypedContextCompiler(PackCompiler):
             )
             fit_candidates = self._candidates(reached, summaries, excerpts, walk.steps, conflicts)
             fit_candidates.sort(key=lambda c: (-c.score, c.item.depth, 0 if c.kind == NODE else 1, c.key))
-            if request.pii.masks:  # personal data masked before fitting, so the budget holds (seed 000)
+            if request.pii.masks:  # personal data masked before fitting, so the budget holds (docs/explanation/knowledge-model.md)
                 shown = self.pii.start(request.pii)
                 for candidate in fit_candidates:
                     candidate.item = disclose_typed_item(

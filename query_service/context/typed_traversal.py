@@ -1,8 +1,7 @@
-"""The typed traversal of CompileTypedContext (`query_service.context.typed_context`; seed 000 "Доменные пакеты и
-строгий режим"): which relations a walk may follow (`relation_rules`, `check_relations`), where it
-starts (`resolve_anchors`; `ResolvedAnchor`, masked by `disclose_anchor`), and how the walked steps
-become each node's smallest depth and path (`reach`). The walk itself is
-`common.storage.graph.traversal.TraversalStore.walk`. Transport free.
+"""The typed traversal of CompileTypedContext (`query_service.context.typed_context`; docs/how-to/domain-packs.md):
+which relations a walk may follow (`relation_rules`, `check_relations`), where it starts (`resolve_anchors`;
+`ResolvedAnchor`, masked by `disclose_anchor`), and how the walked steps become each node's smallest depth and
+path (`reach`). The walk itself is `common.storage.graph.traversal.TraversalStore.walk`. Transport free.
 """
 
 from __future__ import annotations

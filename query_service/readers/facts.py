@@ -1,5 +1,6 @@
-"""ListFacts in domain form (seed 000 "Факты"): validation of a `common.storage.fact_store.FactQuery`,
-keyset pages, conflict flags, and the disclosure of facts' personal data (`disclose_fact`).
+"""ListFacts in domain form (docs/explanation/knowledge-model.md): validation of a
+`common.storage.fact_rows.FactQuery`, keyset pages, conflict flags, and the disclosure of facts' personal
+data (`disclose_fact`).
 
 Transport free; `query_service.servicers.fact_query_servicer.FactQueryServicer` maps it onto memory.v1.
 """

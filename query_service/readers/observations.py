@@ -1,5 +1,5 @@
-"""GetObservation in domain form (seed 000 "Наблюдения"): one stored observation with its status, and
-the disclosure of its personal data (`disclose_observation`).
+"""GetObservation in domain form (docs/explanation/knowledge-model.md): one stored observation with its
+status, and the disclosure of its personal data (`disclose_observation`).
 
 Transport free; `query_service.servicers.observation_query_servicer.ObservationQueryServicer` maps it onto memory.v1.
 """

@@ -1,4 +1,4 @@
-"""Source views (seed 000 "Оригинал статьи хранится в узле"): the original text of a node, byte for byte,
+"""Source views (docs/explanation/knowledge-model.md): the original text of a node, byte for byte,
 or — when the node holds no original (PutChunks, entities, episodes) — its chunks joined in order.
 
 `disclose_source` passes a view's personal data through the caller's disclosure. Transport free;

@@ -1,4 +1,5 @@
-"""TraceService.GetTrace: the trail of one trace (seed 000 "Аудит-контур"; DESIGN §2). Transport free.
+"""TraceService.GetTrace: the trail of one trace (docs/explanation/knowledge-model.md; docs/explanation/architecture.md).
+Transport free.
 
 A trace's trail is, in one namespace and ordered by time (ties: audit events first, then by id):
 

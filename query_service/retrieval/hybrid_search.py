@@ -1,4 +1,5 @@
-"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking (DESIGN §7).
+"""Hybrid retrieval over chunks: vector + full text + trigram, fused into one ranking
+(docs/explanation/retrieval.md).
 
 Fusion (`query_service.retrieval.rank_fusion`): weighted reciprocal rank fusion (Cormack, Clarke, Büttcher, SIGIR
 2009), ``sum over rankings m of weight_m / (k + rank_m)`` with 1-based ranks, or a convex combination of
@@ -76,15 +77,12 @@ class SearchSettings:
             ``similar_sources`` (at most ``top_k``) best fused hits scores at least ``similar_share`` times
             that hit's score (share 0: off; one more statement per search, sources x candidates cosines).
         trigram_max_query_chars: queries up to this length are also matched whole, as a case-insensitive
-            substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`;
-            no longer through every trigram of the sentence, 84 ms p50 at 1M chunks in issue 15); 0: only the
-            identifier-like tokens of the query. A pasted sentence needs it: docs-vault sentence hit@5 is
-            1.00 with it and 0.94 without it (200 probes, RRF k 10, bench/RESULTS.md).
+            substring, looked up as a phrase through the full-text index (`ChunkRankings.trigram_candidates`);
+            0: only the identifier-like tokens of the query. A pasted sentence needs it
+            (docs/decisions/0022-search-presets.md).
         trigram_whole_query_min_words: the whole query is matched only when it has at least this many words:
             a pasted sentence, not a question or a title, which documents cite (FAQ answers name other
-            questions by their title; matching those verbatim cost the FAQ pairs 0.03 MRR@10, 8 words:
-            0.012; bench/RESULTS.md).
-            The fuzzy ``<%`` word-similarity filter is not used (~1 s per sentence on the same vault).
+            questions by their title; docs/decisions/0022-search-presets.md).
         node_provenance: attach each hit's node provenance (``props.provenance``; one Cypher per label).
         concurrent_rankings: run the full-text and trigram rankings on a worker thread while the query is
             embedded and the vector ranking runs (False: one after another on the calling thread, the
@@ -122,16 +120,11 @@ class SearchSettings:
 
 
 DOCUMENTS = SearchSettings(rrf_k=5, similar_share=0.8)
-"""Manuals, notes, FAQs (possibly in two languages): meaning and wording weigh the same; a hit's near-identical
-chunk (its translation, a copy) rises with it (similar-chunk propagation, cosine >= 0.85, 0.8 of its score);
-RRF k 5. Measured on the Debian FAQ pairs, the docs-vault sentence probes and LoCoMo in one session
-(bench/RESULTS.md, `bench/bench_retrieval.py`)."""
+"""Manuals, notes, FAQs (possibly in two languages): meaning and wording weigh the same, and a hit's
+near-identical chunk (its translation, a copy) rises with it (docs/decisions/0022-search-presets.md)."""
 CONVERSATIONS = SearchSettings(vector_weight=0.25, rrf_k=5, candidates=100)
 """Chat turns and observations: questions name people, places and things that the turn names too, and
-general-purpose sentence embeddings are far below BM25 there. Set with the episodes embedded (LoCoMo dev,
-383 questions, Search all@10 in one in-process run, bench/RESULTS.md): vector weight 0.5 / k 10 / 50
-candidates (the old preset) 58.5, vector weight 0 58.5, 0.25 / k 5 / 100 candidates 59.5 (multi-hop 12.2
--> 18.9, temporal 90.0 -> 88.9); similar-chunk propagation did not help there (59.0)."""
+general-purpose sentence embeddings are far below BM25 there (docs/decisions/0022-search-presets.md)."""
 
 SEARCH_PRESETS: dict[str, SearchSettings] = {
     "default": DOCUMENTS,
@@ -267,7 +260,7 @@ class HybridSearcher:
     return row ids, keys and scores (`Candidate`); after fusion one more connection serves the rest: the
     similar-chunk pairs, the rows of the hits by id (`ChunkRankings.ranked_chunks`; a hit whose row was
     deleted or hidden since its ranking ran is left out) and the hits' node summaries.
-    Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md.
+    Measured on the loaded bench database (200 vault sentences, 2 cores): see bench/RESULTS.md (git history).
 
     Args:
         database: the process's database.
@@ -334,9 +327,8 @@ class HybridSearcher:
         def lexical_rankings(conn: psycopg.Connection[Any]) -> dict[str, list[Candidate]]:
             return {name: arm(conn) for name, arm in arms.items()}
 
-        # The lexical rankings run one after the other on one worker and one connection: on 2 cores a
-        # worker and a connection each (3 runnable threads and backends beside the embedding) cost 5-6%
-        # more Search latency over gRPC, 8-10% in process, and 5% more CPU (bench/RESULTS.md, session 22).
+        # The lexical rankings run one after the other on one worker and one connection: one each costs
+        # more latency and CPU on a small machine (docs/decisions/0022-search-presets.md).
         pending: Future[dict[str, list[Candidate]]] | None = None
         if config.concurrent_rankings and arms:
             # It runs in the caller's context (its consistency token: common.storage.replicas.read_routing).

@@ -1,6 +1,6 @@
-"""Fusion of the retrieval rankings into one (DESIGN §7), and score propagation between near-identical
-chunks. Pure functions over `common.storage.chunks.rows.Candidate` lists; `query_service.retrieval.hybrid_search`
-runs the rankings and calls these with its `SearchSettings`.
+"""Fusion of the retrieval rankings into one (docs/explanation/retrieval.md), and score propagation between
+near-identical chunks. Pure functions over `common.storage.chunks.rows.Candidate` lists;
+`query_service.retrieval.hybrid_search` runs the rankings and calls these with its `SearchSettings`.
 
 Two fusion functions:
 

@@ -1,4 +1,4 @@
-"""ContextService transport: proto <-> domain mapping only (DESIGN §1-2); CompileContext is
+"""ContextService transport: proto <-> domain mapping only (docs/explanation/architecture.md); CompileContext is
 `query_service.context.compiler`, CompileTypedContext `query_service.context.typed_context`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FactQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+"""FactQueryService transport: proto <-> domain mapping only (docs/explanation/architecture.md); the reading is
 `query_service.readers.facts`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MemoryQueryService transport (issue 12): proto <-> domain mapping only.
+"""MemoryQueryService transport: proto <-> domain mapping only.
 
 The caller's scope comes from the token and the ``x-project-id`` metadata (`common.grpc.memory_mapping.
 scope_of`); ranking and reads live in `query_service.readers.memory_recall`.

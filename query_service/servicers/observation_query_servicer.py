@@ -1,4 +1,4 @@
-"""ObservationQueryService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+"""ObservationQueryService transport: proto <-> domain mapping only (docs/explanation/architecture.md); the reading is
 `query_service.readers.observations`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RetrievalService transport: proto <-> domain mapping only (DESIGN §1-2); the search is
+"""RetrievalService transport: proto <-> domain mapping only (docs/explanation/architecture.md); the search is
 `query_service.retrieval.hybrid_search`."""
 
 from __future__ import annotations

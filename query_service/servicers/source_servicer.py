@@ -1,4 +1,4 @@
-"""SourceService transport: proto <-> domain mapping only (DESIGN §1-2); the reading is
+"""SourceService transport: proto <-> domain mapping only (docs/explanation/architecture.md); the reading is
 `query_service.readers.sources`."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""TraceService transport: proto <-> domain mapping only (DESIGN §1-2; seed 000 "Аудит-контур"); the
-reading is `query_service.readers.traces`."""
+"""TraceService transport: proto <-> domain mapping only (docs/explanation/architecture.md;
+docs/explanation/knowledge-model.md); the reading is `query_service.readers.traces`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scope attacks on memory records (issue 12 §2), for `tests/e2e/test_namespace_isolation.py`.
+"""Scope attacks on memory records, for `tests/e2e/test_namespace_isolation.py`.
 
 Two users of one organisation and environment (``ua`` attacks, ``ub`` is the victim) and an outsider of
 another organisation with the same user id ``ua``. The victim holds memories in the organisation's

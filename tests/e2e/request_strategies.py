@@ -1,4 +1,4 @@
-"""Hypothesis strategies that build arbitrary memory.v1 requests from the proto descriptors (issue 10 §5).
+"""Hypothesis strategies that build arbitrary memory.v1 requests from the proto descriptors.
 
 `request_strategy(descriptor, namespace)` walks a message descriptor and draws every field: strings
 (random text, values that pass the field's usual pattern, the same with U+0000 inside, now and then a

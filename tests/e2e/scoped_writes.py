@@ -1,4 +1,4 @@
-"""The write paths of the scope inheritance suite (`tests.e2e.test_scope_inheritance`; issue 10 §2).
+"""The write paths of the scope inheritance suite (`tests.e2e.test_scope_inheritance`).
 
 Each path writes data scoped ``workspace:x`` (as a writer holding it) that a reader without the scope
 must never get back, and returns a `Written`: the unique marker written into its keys, titles, texts

@@ -1,4 +1,4 @@
-"""Audit and deletion on the real services (seed 000 "Аудит-контур"; DESIGN §2, §8; issue 5 §5).
+"""Audit and deletion on the real services (docs/explanation/knowledge-model.md; docs/explanation/architecture.md).
 
 Development mode (auth off) hosts from tests/e2e/conftest.py, the real database and embedder. Checks:
 DeleteNode removes the node and everything of it (Search, GetSource, ListFacts with history,

@@ -1,4 +1,4 @@
-"""The audit trail cannot be forged through any write path (issue 10 §4).
+"""The audit trail cannot be forged through any write path.
 
 A real trace holds one explicit event. Then a writer tries, through every path that writes nodes or
 facts (RecordObservations, AssertFacts, Reconcile; Retain and PutChunks are covered by

@@ -1,4 +1,4 @@
-"""Bearer tokens on the real services over real channels (DESIGN §8, issue 5 section 1).
+"""Bearer tokens on the real services over real channels (docs/how-to/tokens-and-scopes.md).
 
 Both services run in-process on 127.0.0.1:0 with a tokens file (auth on), the real database and the
 real embedder. Tokens are made with `memory_service_tools.token_writer.add_token` (what ``cb token create`` calls), and

@@ -39,7 +39,7 @@ def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost,
 
 def test_facts_history_and_as_of(cli) -> None:  # type: ignore[no-untyped-def]
     history = json.loads(
-        cli("facts", "--namespace", "example", "--subject", "person:alice", "--history", "--json")
+        cli("facts", "--namespace", "example", "--subject", "person:alice", "--include-history", "--json")
     )
     facts = history["facts"]
     assert [f["object"] for f in facts] == ["project:alpha", "project:beta"]

@@ -1,4 +1,4 @@
-"""The database stops in the middle of a large batch and comes back (issue 2 §8, issue 3 §3 "Faults").
+"""The database stops in the middle of a large batch and comes back ("Faults").
 
 While it is down the service answers UNAVAILABLE and reports NOT_SERVING; it recovers by itself once the
 database is back; the client retries the batch and the end state equals that of a run without the fault:
@@ -36,7 +36,8 @@ BATCH = 1000  # the largest batch RecordObservations takes
 
 
 def corpus_in(namespace: str, count: int) -> list[knowledge_pb2.Observation]:
-    """The first ``count`` debian uploads moved to ``namespace`` (supersedes recomputed, DESIGN §3)."""
+    """The first ``count`` debian uploads moved to ``namespace`` (supersedes recomputed,
+    docs/explanation/knowledge-model.md)."""
     records = [
         json.loads(line)
         for line in (CORPORA / "debian-uploads" / "observations.jsonl")

@@ -1,4 +1,4 @@
-"""DomainPackService and SnapshotService over real gRPC (issue 4 §1-3, §5): a software-delivery pack in
+"""DomainPackService and SnapshotService over real gRPC: a software-delivery pack in
 strict mode on the observation path, and a debian pack whose "current version per package" snapshot,
 built from a subset of the debian corpus, reconciles to exactly the current facts ListFacts gives; a
 second snapshot that drops packages closes exactly their facts."""

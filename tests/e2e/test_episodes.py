@@ -1,4 +1,4 @@
-"""Observations as retrieval candidates over real gRPC channels (issue 16 §1): who spoke and when is in the
+"""Observations as retrieval candidates over real gRPC channels: who spoke and when is in the
 text of a hit, the episode is embedded in the background (GetEmbeddingBacklog tells when) and then reached
 by the vector arm, and the speaker is a node an anchor reaches through the ACTOR facts.
 

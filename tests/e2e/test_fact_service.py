@@ -1,4 +1,4 @@
-"""FactService, RedactObservation/PurgeObservation and GetObservation over real gRPC channels (issue 3).
+"""FactService, RedactObservation/PurgeObservation and GetObservation over real gRPC channels.
 
 Servers run in-process on 127.0.0.1:0 (tests/e2e/conftest.py) with the real database and embedder.
 Every test uses a namespace of its own.
@@ -440,7 +440,7 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
         ).pack
         return [item.provenance.fact_id for item in pack.items if item.kind == "fact"]
 
-    # the anchor is also the observation's subject: the episode's SUBJECT fact reaches it (issue 16 §1)
+    # the anchor is also the observation's subject: the episode's SUBJECT fact reaches it
     about_alice = fact_id(namespace, recorded.episode_key, "SUBJECT", "person:alice", _at(JAN))
     assert search_keys() == {recorded.episode_key, f"text:{recorded.observation_id}/1"}
     assert sorted(context_facts()) == sorted([falcon, about_alice])

@@ -1,4 +1,4 @@
-"""Input guarantees of issue 10 §5 over real channels: a bad batch item fails alone, limits name their
+"""Input guarantees over real channels: a bad batch item fails alone, limits name their
 field, error details stay small, unparsable bytes are INVALID_ARGUMENT naming the problem."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 10 §1: the types and predicates of one namespace can never break another's writes.
+"""The types and predicates of one namespace can never break another's writes.
 
 All namespaces share one AGE graph and every type and predicate becomes a label. Over real gRPC, on a
 fresh database (`fresh_settings`): an attacker namespace first writes, through observations (entity
@@ -208,7 +208,7 @@ def _listed_facts(query: grpc.Channel, namespace: str, predicates: set[str]) -> 
 
 def _corpus_facts() -> dict[str, tuple[str, str, str, str]]:
     """fact_id -> (subject, predicate, object, valid_from) of every fact assertion of the corpus, the id
-    computed with the formula of DESIGN §3 (not by the service)."""
+    computed with the formula of docs/explanation/knowledge-model.md (not by the service)."""
     expected: dict[str, tuple[str, str, str, str]] = {}
     for line in (UPLOADS / "observations.jsonl").read_text("utf-8").splitlines():
         item = json.loads(line)

@@ -155,7 +155,7 @@ def test_tools_record_search_compile_list_and_read_with_the_callers_token(world:
                 "compile_context",
                 {
                     "namespace": world.namespace,
-                    "task": "what does alice work on?",
+                    "query": "what does alice work on?",
                     "anchors": ["person:alice"],
                     "token_budget": 500,
                 },
@@ -164,7 +164,7 @@ def test_tools_record_search_compile_list_and_read_with_the_callers_token(world:
                 "compile_context",
                 {
                     "namespace": world.namespace,
-                    "task": "what does alice work on and when does billing close?",
+                    "task": "what does alice work on and when does billing close?",  # the deprecated name still works
                     "anchors": ["person:alice"],
                     "token_budget": 30,
                     "dropped_limit": 2,

@@ -1,4 +1,4 @@
-"""Memory records on real data (issue 12 §6): the 5,415 Debian upload observations' contents as memories of
+"""Memory records on real data: the 5,415 Debian upload observations' contents as memories of
 20 users in 3 projects, through token-secured servers (each user its own token of one organisation).
 
 Checks scoping (lists, recall and Search see only the caller's memories of the caller's project), bad

@@ -1,4 +1,5 @@
-"""Memory records end to end (issue 12; seed 001 worked examples): real servers, real database, real embedder.
+"""Memory records end to end (docs/explanation/memory-records.md worked examples): real servers, real
+database, real embedder.
 
 The session's servers run in development mode (scope local/development; a request's user_id selects the
 user), so each test works as users of its own (uuid) and never sees another test's memories.

@@ -1,4 +1,4 @@
-"""Namespace isolation on the real services (DESIGN §8; issue 5 §2).
+"""Namespace isolation on the real services (docs/how-to/tokens-and-scopes.md).
 
 Both services run in-process with a tokens file (auth on). Namespaces A and B hold the same kinds of
 data (observations with facts and text fragments, documents, pre-cut chunks, asserted facts), each with
@@ -42,6 +42,8 @@ from memory_service_grpc_client.memory.v1 import (
     fact_service_pb2,
     fact_service_pb2_grpc,
     knowledge_pb2,
+    namespace_service_pb2,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
     observation_service_pb2,
@@ -54,7 +56,7 @@ from memory_service_grpc_client.memory.v1 import (
     trace_service_pb2_grpc,
 )
 
-from common.auth.principals import Right, is_open_method
+from common.auth.principals import CALLER_FILTERED_METHODS, Right, is_open_method
 from common.kernel.config import Settings
 from memory_service_tools.token_writer import add_token
 from tests.e2e import memory_attacks
@@ -96,7 +98,7 @@ class World:
             )[0]
             for side in (self.a, self.b)
         }
-        # Memory records (issue 12): two users of one organisation and an outsider (tests/e2e/memory_attacks.py).
+        # Memory records: two users of one organisation and an outsider (tests/e2e/memory_attacks.py).
         self.memory = memory_attacks.MemoryWorld.create(tokens_file)
         self.ingest_addr = self.query_addr = ""
         self.database_url = ""
@@ -864,6 +866,41 @@ def _reconcile_stream(world: World) -> None:
     _no_cross_namespace_edges(world)
 
 
+def _list_namespaces(world: World) -> None:
+    """A's token lists A and never B, whatever prefix it asks for; the counts are A's own."""
+    with world.query(world.attacker) as channel:
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(channel)
+        listed = stub.ListNamespaces(namespace_service_pb2.ListNamespacesRequest(), timeout=60).namespaces
+        assert [item.namespace for item in listed] == [world.a.ns]
+        assert [
+            item.namespace
+            for item in stub.ListNamespaces(
+                namespace_service_pb2.ListNamespacesRequest(prefix=world.b.ns), timeout=60
+            ).namespaces
+        ] == []
+    with world.query(world.both) as channel:
+        both = namespace_service_pb2_grpc.NamespaceServiceStub(channel).ListNamespaces(
+            namespace_service_pb2.ListNamespacesRequest(), timeout=60
+        ).namespaces
+    counts = {item.namespace: item for item in both}
+    assert set(counts) == {world.a.ns, world.b.ns}
+    assert listed[0] == counts[world.a.ns]  # A's counts hold nothing of B
+
+
+def _get_namespace_stats(world: World) -> None:
+    """B's counts are refused to A (PERMISSION_DENIED, see the naming test); A's hold nothing of B."""
+    with world.query(world.both) as channel:
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(channel)
+        a_by_both = stub.GetNamespaceStats(
+            namespace_service_pb2.GetNamespaceStatsRequest(namespace=world.a.ns), timeout=60
+        )
+    with world.query(world.attacker) as channel:
+        a_by_attacker = namespace_service_pb2_grpc.NamespaceServiceStub(channel).GetNamespaceStats(
+            namespace_service_pb2.GetNamespaceStatsRequest(namespace=world.a.ns), timeout=60
+        )
+    assert a_by_attacker == a_by_both and a_by_attacker.chunk_count > 0
+
+
 def _namespace_configuration_only(world: World) -> None:
     """RPCs over namespace configuration or global packages: nothing of B is reachable by key; naming B
     is denied (`test_naming_namespace_b_is_denied_for_every_rpc`)."""
@@ -927,6 +964,8 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.AuditService/RecordAuditEvent": _record_audit_event,
     "/memory.v1.TraceService/GetTrace": _get_trace,
     "/memory.v1.AuditService/ListAuditEvents": _list_audit_events,
+    "/memory.v1.NamespaceService/ListNamespaces": _list_namespaces,
+    "/memory.v1.NamespaceService/GetNamespaceStats": _get_namespace_stats,
     "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
@@ -977,6 +1016,10 @@ def test_every_served_rpc_has_an_isolation_attack(world: World) -> None:
 def test_naming_namespace_b_is_denied_for_every_rpc(world: World) -> None:
     served = _served_methods(world.ingest_addr, world.both) + _served_methods(world.query_addr, world.both)
     for method in served:
+        if method in CALLER_FILTERED_METHODS:  # names no namespace: its answer holds the caller's own only
+            asked = _request_class(method)[0](prefix=world.b.ns)
+            assert not _call(world, method, asked, world.attacker).namespaces, method
+            continue
         code = _code(functools.partial(_call, world, method, _naming(method, world.b.ns), world.attacker))
         assert code == grpc.StatusCode.PERMISSION_DENIED, method
 

@@ -1,4 +1,4 @@
-"""Domain packs as an attack surface, over real gRPC (issue 10 §3): a pack whose schema points at a remote
+"""Domain packs as an attack surface, over real gRPC: a pack whose schema points at a remote
 or local file is INVALID_ARGUMENT at RegisterPackage and is never stored; a pack with an exponential
 regular expression is accepted (RE2 runs it in linear time), and strict writes of another tenant's
 namespace that enables it, with the input that makes a backtracking engine run for hours, answer at once

@@ -1,4 +1,4 @@
-"""Personal data end to end (seed 000 "Персональные данные", "Аудит-контур"; DESIGN §8; issue 5 §4).
+"""Personal data end to end (docs/how-to/personal-data.md; docs/how-to/tokens-and-scopes.md).
 
 Two pairs of real servers over real channels with the real database and embedder:
 
@@ -394,7 +394,7 @@ def test_get_observation_is_masked_or_withheld_for_an_uncleared_token(world: Wor
     assert call_1.content == "Клиентка перезвонила с номера [phone], просит чек на [email]."
     as_json = json_format.MessageToJson(call_1)
     _assert_no_secret(as_json)
-    # Keys are masked like values (issue 10 §6): an email used as a Struct key does not leak.
+    # Keys are masked like values: an email used as a Struct key does not leak.
     assert json_format.MessageToDict(call_1.data) == {
         "callback": "[phone]",
         "order": "ORD-2024-000123",
@@ -505,7 +505,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
     assert context_details["method"] == "/memory.v1.ContextService/CompileContext"
     assert "ticket:SUP-4821" in context_details["natural_keys"] and "phone" in context_details["categories"]
     # The events name what the cleared caller was shown: other readers of the namespace (the uncleared
-    # reader holds no principal:pii-officer scope) do not see them (issue 10 §2, hostile-tenant finding).
+    # reader holds no principal:pii-officer scope) do not see them (hostile-tenant finding).
     assert events[0].scopes == ["principal:pii-officer"]
     with world.query(world.reader) as channel:
         for trace_id in (request_id, pack.trace_id):

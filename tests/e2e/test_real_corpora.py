@@ -1,4 +1,4 @@
-"""Issue 2 §6: the whole debian upload stream and the whole docs vault, loaded through the gRPC API.
+"""The whole debian upload stream and the whole docs vault, loaded through the gRPC API.
 
 Checks, over real servers, the real database and the real embedder:
 - every as-of question of asof-dev.jsonl is answered exactly by ListFacts (object, fact_id, history_len);

@@ -1,4 +1,4 @@
-"""Read replicas and consistency tokens with a real streaming replica (issue 13 §1).
+"""Read replicas and consistency tokens with a real streaming replica.
 
 Writes go through ingest_service to the primary; reads go through a query_service whose
 ``CB_READ_DATABASE_URL`` is the embedded database's streaming replica (``python -m

@@ -7,7 +7,7 @@
 * Every read filter of `READ_FILTER_LIMITS` is refused beyond the write side's limit, and every string
   field of every read request is either such a filter or known free text.
 * A ListFacts or ListMemories page token holding U+0000 is INVALID_ARGUMENT, not INTERNAL.
-* The seed's project id ``prj_8f3a`` is accepted in ``x-project-id`` and is its own namespace.
+* The documented project id format ``prj_8f3a`` is accepted in ``x-project-id`` and is its own namespace.
 """
 
 from __future__ import annotations

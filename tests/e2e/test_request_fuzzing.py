@@ -1,5 +1,5 @@
 """Property: no request of any RPC of either service answers INTERNAL or UNKNOWN, and a refused request
-writes nothing (issue 10 §5).
+writes nothing.
 
 Requests are built from the proto descriptors (`tests/e2e/request_strategies.py`) and sent over real
 channels to the real in-process servers (fixtures of tests/e2e/conftest.py), as typed messages and as
@@ -34,6 +34,7 @@ from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_service_pb2,
     memory_query_service_pb2,
+    namespace_service_pb2,
     memory_service_pb2,
     observation_query_service_pb2,
     observation_service_pb2,
@@ -69,6 +70,7 @@ QUERY_MODULES = (
     observation_query_service_pb2,
     trace_service_pb2,
     memory_query_service_pb2,
+    namespace_service_pb2,
 )
 NAMESPACED_TABLES = (
     "observations",

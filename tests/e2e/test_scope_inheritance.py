@@ -1,12 +1,12 @@
-"""Scopes follow what a scoped write produces: a table-driven leak count (issue 10 §2;
-`common.domain.scope_inheritance`).
+"""Scopes follow what a scoped write produces: a table-driven leak count
+(`common.domain.scope_inheritance`).
 
 Every write path (RecordObservations with entity, fact, text and placeholder assertions, AssertFacts,
 Reconcile, Retain, PutChunks; `tests.e2e.scoped_writes`) writes data scoped ``workspace:x`` as a writer
 holding that scope; then every read RPC (Search, GetSource, ListFacts with and without history,
 CompileContext, CompileTypedContext with a pack, GetObservation, GetTrace) is called by three readers:
 ``outsider`` (no scope), ``other`` (``workspace:y``) and ``insider`` (``workspace:x``), over the real
-services with tokens. On the code before issue 10 §2 it counts 144 leaks in 44 cells.
+services with tokens. On the code before scope inheritance it counted 144 leaks in 44 cells.
 
 A *leak* is any secret of the hidden data in what a reader without the scope gets back: a unique marker
 written into its keys, titles, texts and attributes, a hidden node key, fact_id or observation_id, a

@@ -1,7 +1,8 @@
-"""Issue 3 §4: every as-of question answered exactly after loading the debian corpus in shuffled order.
+"""Every as-of question answered exactly after loading the debian corpus in shuffled order.
 
 The corpus goes into a namespace of its own (fact ids and `supersedes` recomputed for it with the
-formula of DESIGN §3), shuffled, so supersessions often arrive before the facts they close.
+formula of docs/explanation/knowledge-model.md), shuffled, so supersessions often arrive before the facts they
+close.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SnapshotService.ReconcileStream over real gRPC (issue 4 §3: a snapshot reconciles streamed, in
+"""SnapshotService.ReconcileStream over real gRPC (a snapshot reconciles streamed, in
 bounded memory): the streamed and the unary RPC give the same result, a broken stream writes and closes
 nothing, a re-run changes nothing, a drop closes exactly the dropped facts, and validation errors name
 the item's position in the stream."""

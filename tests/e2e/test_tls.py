@@ -1,4 +1,4 @@
-"""TLS and mutual TLS on the real query service over real channels (issue 5 section 6).
+"""TLS and mutual TLS on the real query service over real channels.
 
 A CA, a server certificate (``localhost`` / ``127.0.0.1``) and client certificates are generated in a
 temporary folder with `cryptography`; the server gets them through the ``CB_TLS_*`` settings and the

@@ -1,4 +1,4 @@
-"""CompileTypedContext and write-time identifier extraction over real gRPC (issue 4 §4), with the
+"""CompileTypedContext and write-time identifier extraction over real gRPC, with the
 software-delivery pack (service, endpoint, component, issue, person, team; OWNS, DEPENDS_ON, EXPOSES,
 ASSIGNED_TO, MEMBER_OF) enabled in strict mode, the real database and the real embedder."""
 

@@ -1,4 +1,4 @@
-"""Issue 11: a vault run the client cancels (a real cancelled stream; `cb ingest` interrupted by Ctrl-C)
+"""A vault run the client cancels (a real cancelled stream; `cb ingest` interrupted by Ctrl-C)
 ends as CANCELLED on the server, journaled ``interrupted``, and sweeps nothing."""
 
 from __future__ import annotations

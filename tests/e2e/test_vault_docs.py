@@ -1,4 +1,4 @@
-"""Issue 11 §4 on the real docs vault (398 Markdown files of ../shared/corpora/docs-vault, copied to a
+"""On the real docs vault (398 Markdown files of ../shared/corpora/docs-vault, copied to a
 temporary folder so files can be deleted, renamed and edited): full run, unchanged re-run (nothing
 re-chunked or re-embedded), a run after deleting, renaming and editing files, an interrupted run."""
 

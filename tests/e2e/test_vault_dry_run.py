@@ -1,4 +1,4 @@
-"""Issue 11 §4 `--dry-run` on real files of the docs vault (a few of its packages, copied to a temporary
+"""`--dry-run` on real files of the docs vault (a few of its packages, copied to a temporary
 folder): a dry run reports what the real run then does (documents new / changed / unchanged / swept, the
 chunks they produce and the texts the model would embed, links) and writes nothing."""
 

@@ -1,4 +1,4 @@
-"""Issue 11: VaultService.IngestVault on small vaults made here (links, relations, mixed origins, broken
+"""VaultService.IngestVault on small vaults made here (links, relations, mixed origins, broken
 runs, dry runs, Git, hostile readers); the real docs vault is in test_vault_docs.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 11, hostile tenants: what a vault run derives (nodes, chunks, LINKS_TO edges, relation facts; no
+"""Hostile tenants: what a vault run derives (nodes, chunks, LINKS_TO edges, relation facts; no
 placeholders for unresolved links) keeps namespaces apart and respects visibility scopes on every read
 RPC, with bearer tokens on real servers."""
 

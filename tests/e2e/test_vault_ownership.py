@@ -1,4 +1,4 @@
-"""Issue 11, who owns a key: two files of a vault naming one natural key (the journaled file keeps it,
+"""Who owns a key: two files of a vault naming one natural key (the journaled file keeps it,
 else the smallest path; the loser's text is never written), and an agent's Retain of a vault-owned key
 through `cb retain` (the next run takes the key back: the Retain's chunks go, the agent's PutChunks
 chunks and facts stay). Small real vaults built here, real services."""

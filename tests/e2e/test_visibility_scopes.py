@@ -1,5 +1,5 @@
-"""Visibility scopes inside a namespace on the real services (seed 000 "Видимость внутри namespace";
-issue 5 §3; `common.storage.visibility`).
+"""Visibility scopes inside a namespace on the real services (docs/explanation/knowledge-model.md;
+`common.storage.visibility`).
 
 Both services run in-process with a tokens file (auth on). One namespace holds public items, items with
 relevance scopes only (``task:``, ``project:``), items scoped to ``workspace:alpha`` and items scoped to
@@ -237,7 +237,7 @@ def _compile(channel: grpc.Channel, namespace: str, query: str, anchors: list[st
     return stub.CompileContext(
         context_service_pb2.CompileContextRequest(
             # 6000: the insider's pack holds the FLOOD hidden facts, the episodes' SUBJECT facts to the
-            # anchor (issue 16 §1) and the secret chunk
+            # anchor and the secret chunk
             namespace=namespace,
             query=query,
             anchors=anchors,

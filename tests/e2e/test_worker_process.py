@@ -1,4 +1,4 @@
-"""``cb worker`` as a process (issue 12 §4): it migrates a fresh database, registers with procrastinate,
+"""``cb worker`` as a process: it migrates a fresh database, registers with procrastinate,
 and stops cleanly on SIGTERM and on Ctrl-C (SIGINT): exit code 0, its worker row removed."""
 
 from __future__ import annotations
@@ -106,6 +106,43 @@ def test_cb_worker_outlives_a_database_outage(settings: Settings) -> None:
             log = worker.stderr.read().decode() if worker.stderr else ""
             assert code == 0, log
             assert "restarting" in log, log
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+def test_an_idle_worker_logs_nothing_about_its_routine_jobs(settings: Settings) -> None:
+    """The sweep runs every second: before, an idle worker printed three procrastinate lines a second
+    (deferred, started, succeeded). Once it is up, ten idle seconds add no line about routine jobs."""
+    with fresh_database(settings) as fresh:
+        env = dict(os.environ, CB_DATABASE_URL=fresh.database_url, CB_LOG_FORMAT="text")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "memory_service_tools.cli", "worker", "--concurrency", "1"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while _workers(fresh.database_url) == 0:  # a bounded wait for start-up, not a timing assertion
+                assert worker.poll() is None, worker.stderr.read().decode() if worker.stderr else ""
+                assert time.monotonic() < deadline, "the worker did not register"
+                time.sleep(0.3)
+            time.sleep(10)
+            with psycopg.connect(fresh.database_url) as conn:  # the sweep did run meanwhile
+                runs = conn.execute(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'memory.enqueue_due_enrichments'"
+                ).fetchone()
+            assert runs is not None and runs[0] >= 5
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=120) == 0
+            log = worker.stderr.read().decode() if worker.stderr else ""
+            routine = [  # its registration at start-up is said once
+                line for line in log.splitlines() if "enqueue_due_enrichments" in line and "Registering" not in line
+            ]
+            assert routine == [], "\n".join(routine[:6])
         finally:
             if worker.poll() is None:
                 worker.kill()

@@ -1,4 +1,4 @@
-"""Write-side visibility scopes on the real services (seed 000 "Видимость внутри namespace"; issue 5 §3;
+"""Write-side visibility scopes on the real services (docs/explanation/knowledge-model.md;
 `common.domain.write_access`).
 
 Both services run with a tokens file. ``alpha`` writes with ``workspace:alpha``; ``plain`` writes with no

@@ -1,4 +1,5 @@
-"""AuditTrail on the real database: audit_event vertices linked to a pc_trace anchor (seed 000 "Аудит-контур")."""
+"""AuditTrail on the real database: audit_event vertices linked to a pc_trace anchor
+(docs/explanation/knowledge-model.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Set-based graph writes on the real database (issue 4 §3; DESIGN §4, §11): `FactEngine.record`,
+"""Set-based graph writes on the real database (docs/explanation/architecture.md): `FactEngine.record_many`,
 `GraphStore.upsert_nodes` / `ensure_nodes` / `create_edges` keep one vertex per (namespace, natural_key)
 and one edge per fact_id under concurrent writers, write the same rows as the one-by-one path, and read
 the vertex ids they join on from graph_nodes (also for rows written before migration 0006)."""
@@ -250,7 +250,7 @@ def test_vertex_ids_come_from_each_labels_own_sequence(database: Database, names
             " JOIN ag_catalog.ag_graph ag ON ag.graphid = l.graph AND ag.name = %s WHERE g.namespace = %s",
             (database.settings.graph_name, namespace),
         ).fetchall()
-    assert sorted({label for label, _ in rows}) == ["n_BulkMixedCase", "n_bulk_lower"]  # issue 10 §1
+    assert sorted({label for label, _ in rows}) == ["n_BulkMixedCase", "n_bulk_lower"]  # one label per namespace
     assert len(rows) == 10 and all(same for _, same in rows)
     vertices, edges = graph_counts(database, namespace)
     assert len(vertices) == 10 and len(edges) == 5 and set(edges.values()) == {1}

@@ -1,4 +1,4 @@
-"""Concurrent RecordObservations batches that share nodes (DESIGN §11): they wait for each other in one
+"""Concurrent RecordObservations batches that share nodes (docs/explanation/architecture.md): they wait for each other in one
 order instead of deadlocking (common.storage.key_locks), and every observation is recorded once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ContextCompiler on the real database and embedder (issue 16 §3-4): neighbouring turns, compact turn
+"""ContextCompiler on the real database and embedder: neighbouring turns, compact turn
 rendering, explanations and dropped candidates, and that nothing a restricted caller may not see reaches
 a pack through a neighbour, a recent turn, a graph neighbour's fact or the dropped list."""
 

@@ -1,5 +1,5 @@
 """A statement that times out, or a transaction that keeps deadlocking, answers a retryable status and
-writes nothing (issue 15: under load one lock wait reached the 30 s statement timeout and answered
+writes nothing (under load one lock wait reached the 30 s statement timeout and answered
 INTERNAL, which clients do not retry). Real database, real lock waits."""
 
 from __future__ import annotations

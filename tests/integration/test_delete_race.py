@@ -1,4 +1,4 @@
-"""DeleteNode racing a fact write on the same node (DESIGN §11, issue 5 §5): the delete waits for the
+"""DeleteNode racing a fact write on the same node (docs/explanation/architecture.md): the delete waits for the
 writer's transaction (the writer's registry look-up holds FOR KEY SHARE, the delete FOR UPDATE), then
 removes the fact the writer committed, so no fact row outlives its edge or its end node."""
 

@@ -1,4 +1,4 @@
-"""Domain packs, strict mode on every write path, and snapshot reconciliation on the real database (issue 4).
+"""Domain packs, strict mode on every write path, and snapshot reconciliation on the real database.
 
 Packs are global, so each test registers its own version (uuid); namespaces are unique per test.
 """

@@ -1,4 +1,4 @@
-"""The enrichment queue on the real database (issue 12 §4): migration 0016 (procrastinate's schema,
+"""The enrichment queue on the real database: migration 0016 (procrastinate's schema,
 idempotent) and the queue's plumbing with a real procrastinate worker in this process: retries with
 back-off, one job at a time per memory, the periodic sweep that re-enqueues what is due."""
 

@@ -1,4 +1,4 @@
-"""Episodes as retrieval candidates on the real database and model (issue 16 §1): the header line of the
+"""Episodes as retrieval candidates on the real database and model: the header line of the
 episode text, the embedding backlog and the background embedder, the ACTOR and SUBJECT facts with their
 scopes, personal data, redaction and purge.
 
@@ -118,7 +118,7 @@ def test_episode_text_carries_date_actor_and_subject_and_waits_for_its_embedding
     embedder = EpisodeEmbedder(own_database, provider, batch_size=1, namespace=namespace)
     assert embedder.backlog(namespace).pending == 2
     assert embedder.backlog(namespace).oldest_written_at is not None
-    # Queue depth and lag on the metrics endpoint (issue 14 §3): the gauges of this embedder's backlog.
+    # Queue depth and lag on the metrics endpoint: the gauges of this embedder's backlog.
     assert REGISTRY.get_sample_value("memory_embedding_backlog_chunks") == 2
     assert (REGISTRY.get_sample_value("memory_embedding_backlog_lag_seconds") or 0) > 0
 

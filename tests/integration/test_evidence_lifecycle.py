@@ -1,4 +1,4 @@
-"""Redact and purge on the real database and embedder (seed 000 "Потеря свидетельства"; issue 3 §2).
+"""Redact and purge on the real database and embedder (docs/explanation/knowledge-model.md).
 
 Every test works in a namespace of its own; observation A asserts two facts and a text fragment,
 observation B repeats one of A's facts, so that fact is backed by two observations.

@@ -1,4 +1,4 @@
-"""Fact semantics of seed 000 ("Факты: время и свидетельства") on the real database."""
+"""Fact semantics of docs/explanation/knowledge-model.md on the real database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write-time identifier extraction on the real database (issue 4 §4): idPatterns of the namespace's packs
+"""Write-time identifier extraction on the real database: idPatterns of the namespace's packs
 link episodes and documents to EXISTING nodes with MENTIONS facts of evidence ``extracted``, in the
 transaction of the write, idempotently; missing targets are skipped."""
 

@@ -1,4 +1,4 @@
-"""Migration 0009 (issue 10 §1): a graph written with the OLD label mapping (the sanitised name itself,
+"""Migration 0009: a graph written with the OLD label mapping (the sanitised name itself,
 shared by every kind) moves to `graph_label`, and every node, fact, source, link and audit event reads
 exactly as before.
 
@@ -48,7 +48,8 @@ _INVALID = re.compile(r"[^A-Za-z0-9_]")
 
 
 def old_age_label(name: str) -> str:
-    """The label rule before issue 10 §1 (DESIGN §3): sanitised name, leading digit gets "_", empty "entity"."""
+    """The label rule (docs/explanation/knowledge-model.md): sanitised name, leading digit gets "_", empty
+    "entity"."""
     label = _INVALID.sub("_", name)
     if not label:
         return "entity"

@@ -1,4 +1,4 @@
-"""The lexical indexes of the chunks table lead with the namespace (migration 0026, issue 15): the full-text
+"""The lexical indexes of the chunks table lead with the namespace (migration 0026): the full-text
 and trigram rankings of one namespace among several are answered by one GIN index condition on the
 namespace and the lexemes (trigrams), and return that namespace's rows only, in a database of their own
 (the plans depend on what else the table holds)."""

@@ -1,4 +1,4 @@
-"""Memory records on the real database (issue 12): concurrent retries write each memory once, and the
+"""Memory records on the real database: concurrent retries write each memory once, and the
 enrichment hook is idempotent per version (what the enrichment worker relies on)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ObservationStore.insert_many on the real database: one statement for a batch (issue 15), the same rows,
+"""ObservationStore.insert_many on the real database: one statement for a batch, the same rows,
 order and duplicate rule as one insert per observation."""
 
 from __future__ import annotations

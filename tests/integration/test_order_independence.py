@@ -1,4 +1,4 @@
-"""Issue 3 §3: any permutation of delivery of the same observations yields the same nodes, facts,
+"""Any permutation of delivery of the same observations yields the same nodes, facts,
 intervals and observation_ids (property-based, on generated histories)."""
 
 from __future__ import annotations

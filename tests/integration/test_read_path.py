@@ -1,4 +1,4 @@
-"""The read path of a search on the real database (issue 15): read connections without a transaction,
+"""The read path of a search on the real database: read connections without a transaction,
 the pool's checkout check, the exact vector ranking of one namespace among many, and node summaries
 read by SQL instead of Cypher."""
 

@@ -1,4 +1,4 @@
-"""Per-tenant vector indexes (issue 15): built and dropped by `TenantVectorIndexes.synchronise`, used by
+"""Per-tenant vector indexes: built and dropped by `TenantVectorIndexes.synchronise`, used by
 `ChunkRankings.vector_candidates`, results equal to the exact ranking, in a database of their own (the
 synchronisation looks at every namespace of the table, so the shared test database stays untouched)."""
 

@@ -1,4 +1,4 @@
-"""The bounded recursive walk over the facts index (common.storage.graph.traversal; issue 4 §4) on the
+"""The bounded recursive walk over the facts index (common.storage.graph.traversal) on the
 real database: depth bound, cycles, as-of, relation and kind filters, hidden nodes, lost evidence,
 fanout and row limits."""
 

@@ -1,4 +1,4 @@
-"""TypedContextCompiler on the real database (issue 4 §4): what a restricted caller may not see never
+"""TypedContextCompiler on the real database: what a restricted caller may not see never
 reaches the typed pack — a hidden document linked by an identifier, its title, and a hidden anchor."""
 
 from __future__ import annotations

@@ -706,7 +706,7 @@ def test_observe_reads_a_pipe(
 def test_facts_table_keeps_long_keys_whole_on_a_narrow_terminal(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str],
 ) -> None:
-    """Trial leftover (issue 14): at 80 columns the table cut keys to ``…``; what a user copies is whole."""
+    """Trial leftover: at 80 columns the table cut keys to ``…``; what a user copies is whole."""
     subject = "package:libreoffice-l10n-" + "x" * 40
     obj = "version:libreoffice-l10n-" + "x" * 40 + "@4:7.4.7-1+deb12u8"
 

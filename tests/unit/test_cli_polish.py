@@ -186,7 +186,7 @@ def test_token_list_shows_the_memory_scope_of_each_token(tmp_path: Path) -> None
 
 
 def test_every_option_has_one_long_spelling_and_each_spelling_one_meaning() -> None:
-    """Issue 14 §4: one spelling for each flag across commands (``--concurrency``, not also ``--workers``),
+    """One spelling for each flag across commands (``--concurrency``, not also ``--workers``),
     and a flag spelled alike means the same option everywhere (``--json``, ``--namespace``, ...)."""
     import typer
 

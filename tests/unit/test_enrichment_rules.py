@@ -1,4 +1,4 @@
-"""The rule enricher on real texts (issue 12 §4; seed 001 "Semantic enrichment" and its two worked
+"""The rule enricher on real texts (docs/explanation/memory-records.md and its two worked
 examples, debian changelog entries of the corpus, a Russian text) and the documented rules themselves."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def keys(enrichment: Enrichment) -> list[str]:
 
 def test_seed_fact(enricher: RuleEnricher) -> None:
     result = enricher.enrich(MemoryText(SEED_FACT, tags=("preference", "ui")))
-    assert result.memory_type == "fact"  # the seed's own label
+    assert result.memory_type == "fact"  # the documented example's label (docs/explanation/memory-records.md)
     assert keys(result) == ["person:Alice"]
     assert result.key_points == (SEED_FACT,)
     assert "dark mode" in result.topics and "concise replies" in result.topics
@@ -47,7 +47,7 @@ def test_seed_fact(enricher: RuleEnricher) -> None:
 def test_seed_event(enricher: RuleEnricher) -> None:
     result = enricher.enrich(MemoryText(SEED_EVENT, event_type="incident_resolved"))
     assert result.memory_type == "event"
-    # the seed's entities: ["Customer 8821", "MFA"]
+    # the documented example's entities: ["Customer 8821", "MFA"]
     assert [entity.name for entity in result.entities] == ["Customer 8821", "MFA"]
     assert result.entities[0].natural_key == "identifier:customer 8821"
     assert result.entities[0].source == "pattern"

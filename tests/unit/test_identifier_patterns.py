@@ -1,4 +1,4 @@
-"""idPatterns over text (ingest_service.facts.mentions.find_identifiers; issue 4 §4)."""
+"""idPatterns over text (ingest_service.facts.mentions.find_identifiers)."""
 
 from __future__ import annotations
 

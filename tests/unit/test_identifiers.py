@@ -1,4 +1,5 @@
-"""Identifier formulas of DESIGN §3, checked against values computed independently (the corpus)."""
+"""Identifier formulas of docs/explanation/knowledge-model.md, checked against values computed independently
+(the corpus)."""
 
 from __future__ import annotations
 

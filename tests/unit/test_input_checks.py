@@ -1,4 +1,4 @@
-"""Unit tests of issue 10 §5's mechanisms: unstorable values, the JSON form of any message, bounded
+"""Unit tests of the mechanisms: unstorable values, the JSON form of any message, bounded
 error details."""
 
 from __future__ import annotations

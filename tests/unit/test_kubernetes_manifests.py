@@ -245,7 +245,7 @@ def test_alerts_and_dashboard_ask_for_exported_metrics() -> None:
     (rule,) = [doc for doc in render("overlays/production") if doc["kind"] == "PrometheusRule"]
     recorded = {r["record"] for group in rule["spec"]["groups"] for r in group["rules"] if "record" in r}
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
-    # What an on-call engineer needs (issue 13 §2).
+    # What an on-call engineer needs.
     for needed in (
         "MemoryServiceHighErrorRate",
         "MemoryQueryLatencyHigh",

@@ -1,4 +1,4 @@
-"""Protocol test of the LLM enricher (issue 12 §4): a local HTTP server speaking the OpenAI
+"""Protocol test of the LLM enricher: a local HTTP server speaking the OpenAI
 chat-completions format stands in for a model server (there is no model server here, and no internet).
 It checks what is sent, how the answer is read, and the documented failure path; not a model's quality."""
 

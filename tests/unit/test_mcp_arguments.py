@@ -51,3 +51,17 @@ def test_an_unknown_argument_is_an_error_naming_it(tool: str, arguments: dict[st
         anyio.run(server.call_tool, tool, arguments)
     text = str(refused.value)
     assert f"\n{named}\n  Extra inputs are not permitted" in text, text
+
+
+def test_compile_context_takes_query_as_the_proto_names_it_and_task_as_a_deprecated_alias() -> None:
+    tools = {tool.name: tool for tool in anyio.run(_server().list_tools)}
+    properties = tools["compile_context"].input_schema["properties"]
+    assert "query" in properties and "deprecated" in properties["task"]["description"]
+    server = _server()
+    for arguments, said in (
+        ({"namespace": "x"}, "query: required"),
+        ({"namespace": "x", "query": "a", "task": "b"}, "query and its deprecated name task differ"),
+    ):
+        with pytest.raises(ToolError) as refused:
+            anyio.run(server.call_tool, "compile_context", arguments)
+        assert said in str(refused.value)

@@ -165,7 +165,7 @@ def test_a_token_view_wins_over_the_clients_token(address: Callable[[Sources], s
 
 
 def test_the_client_has_a_typed_method_for_every_rpc_of_the_contract() -> None:
-    """One client for every RPC (issue 14 §2): a service or RPC added to protos/ without its
+    """One client for every RPC: a service or RPC added to protos/ without its
     MemoryClient method fails here."""
     import re
     from importlib import import_module

@@ -1,4 +1,4 @@
-"""Pure parts of memory records (issue 12): validation paths, the extractive summariser, page tokens."""
+"""Pure parts of memory records: validation paths, the extractive summariser, page tokens."""
 
 from __future__ import annotations
 

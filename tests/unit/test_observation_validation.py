@@ -1,4 +1,5 @@
-"""Seed 000 limits of an observation, each rejected with a violation naming the field (issue 2 §8)."""
+"""docs/explanation/knowledge-model.md limits of an observation, each rejected with a violation naming the
+field."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def test_a_corpus_line_is_valid_and_gets_the_documented_id() -> None:
         ),
         (lambda o: o.update(occurred_at="2026-01-01T00:00:00"), "observations[0].occurred_at"),
         (lambda o: o.update(occurred_at="not a time"), "observations[0].occurred_at"),
+        # superseding live versions is AssertFacts' word, never an observation's
+        (lambda o: o["assertions"][2]["fact"].update(supersede_live=True), "observations[0].assertions[2].fact.supersede_live"),
         (
             lambda o: o["assertions"][2]["fact"].update(valid_from="2026-13-01T00:00:00Z"),
             "observations[0].assertions[2].fact.valid_from",

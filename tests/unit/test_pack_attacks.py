@@ -1,4 +1,4 @@
-"""Domain packs as an attack surface (issue 10 §3): references stay inside the pack, regular expressions
+"""Domain packs as an attack surface: references stay inside the pack, regular expressions
 run in linear time on RE2, sizes are bounded. Each test fails with jsonschema's and Python's defaults
 (remote retrieval, backtracking ``re``), which is what `common.packs.pack_schemas` replaces."""
 

@@ -1,4 +1,4 @@
-"""Detection and masking of personal data (`common.kernel.pii`; seed 000 "Персональные данные", issue 5 §4).
+"""Detection and masking of personal data (`common.kernel.pii`; docs/how-to/personal-data.md).
 
 Every number below is synthetic: INN, SNILS and card numbers were made with their check digits (the
 invalid twins differ in the last digit), phones use unassigned or fictional subscriber numbers.
@@ -154,7 +154,7 @@ def test_bare_numbers_need_context() -> None:
 
 
 def test_unseparated_snils_is_found_anywhere() -> None:
-    # Issue 10 §6: a SNILS without separators is personal data wherever it stands; the checksum decides.
+    # A SNILS without separators is personal data wherever it stands; the checksum decides.
     assert categories("СНИЛС 20451873645") == ["snils"] and categories("id 20451873645") == ["snils"]
     assert categories("insured 204518736 45") == ["snils"]
     assert pii.mask("client 20451873645, ok") == "client [snils], ok"
@@ -224,7 +224,7 @@ def test_mask_value_walks_json_like_values() -> None:
         "order": "ORD-2024-000123",
         "total": 1299.0,
         "paid": True,
-        "[email]": None,  # keys are masked too (issue 10 §6)
+        "[email]": None,  # keys are masked too
     }
     assert pii.detect_value(value) == ["email", "phone"]
     assert pii.detect_value({"anna@example.org": 1}) == ["email"]

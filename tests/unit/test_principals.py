@@ -10,6 +10,7 @@ from memory_service_grpc_client.memory import v1 as stubs
 from memory_service_grpc_client.memory.v1 import observation_service_pb2, source_service_pb2
 
 from common.auth.principals import (
+    CALLER_FILTERED_METHODS,
     GLOBAL_METHODS,
     MEMORY_METHODS,
     METHOD_RIGHTS,
@@ -80,8 +81,8 @@ def test_every_rpc_of_every_service_is_in_the_method_table() -> None:
 
 def test_every_request_names_its_namespaces_or_is_global() -> None:
     for name, input_type in _all_rpcs():
-        # Memory methods act in the caller's memory scope (issue 12): their namespace is derived, not named.
-        assert name in GLOBAL_METHODS or name in MEMORY_METHODS or names_namespaces(input_type), (
+        # Memory methods act in the caller's memory scope: their namespace is derived, not named.
+        assert name in GLOBAL_METHODS | MEMORY_METHODS | CALLER_FILTERED_METHODS or names_namespaces(input_type), (
             f"{name}: its request has no namespace field (nor items with one); add one, or list the "
             "method in GLOBAL_METHODS (then only '*' grants cover it)"
         )

@@ -1,4 +1,4 @@
-"""Every service, RPC, message, field, enum and enum value of the contract has a comment (issue 14 §2):
+"""Every service, RPC, message, field, enum and enum value of the contract has a comment:
 the generated clients of other languages carry them, and they are the documentation other teams read.
 
 protoc (grpcio-tools) compiles protos/memory/v1 with its source info; a declaration without a leading or

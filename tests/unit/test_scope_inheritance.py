@@ -1,4 +1,4 @@
-"""The scope inheritance rules as pure functions (issue 10 §2; `common.domain.scope_inheritance`)."""
+"""The scope inheritance rules as pure functions (`common.domain.scope_inheritance`)."""
 
 from __future__ import annotations
 

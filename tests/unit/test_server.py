@@ -253,7 +253,7 @@ def test_health_not_serving_until_database_ready_then_serving() -> None:
             for name in ("", SERVICE):
                 got = health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
                 assert got.status == health_pb2.HealthCheckResponse.NOT_SERVING
-            # Liveness says the process answers, whatever the database does (issue 10 §7).
+            # Liveness says the process answers, whatever the database does.
             alive = health.Check(health_pb2.HealthCheckRequest(service=LIVENESS_SERVICE), timeout=5)
             assert alive.status == health_pb2.HealthCheckResponse.SERVING
             # RPCs themselves are still served (they fail on their own when the DB is down).

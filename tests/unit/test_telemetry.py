@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 
 import grpc
@@ -158,3 +159,29 @@ def test_the_log_filter_without_a_span_marks_ids_absent() -> None:
     record = logging.LogRecord("memory.rpc", logging.INFO, __file__, 1, "x", None, None)
     assert TraceContextLogFilter().filter(record)
     assert (record.request_id, record.trace_id, record.span_id) == ("-", "-", "-")  # type: ignore[attr-defined]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("stderr", "expect_json"), [(_Terminal(), False), (io.StringIO(), True)])
+def test_auto_log_format_is_text_on_a_terminal_and_json_otherwise(
+    monkeypatch: pytest.MonkeyPatch, stderr: io.StringIO, expect_json: bool
+) -> None:
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    monkeypatch.setattr(sys, "stderr", stderr)
+    monkeypatch.delenv("CB_LOG_FORMAT", raising=False)
+    try:
+        configure_logging("info", Settings().log_format)
+        logging.getLogger("memory.rpc").info("served")
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+    line = stderr.getvalue().strip()
+    if expect_json:
+        assert json.loads(line)["message"] == "served"
+    else:
+        assert " INFO memory.rpc " in line and line.endswith("served"), line

@@ -1,4 +1,4 @@
-"""Issue 11: `ingest_service.vault.claims.KeyClaims`, which file of a run gets a natural key several
+"""`ingest_service.vault.claims.KeyClaims`, which file of a run gets a natural key several
 files name (the journaled file, else the smallest path), decided as the ascending stream goes."""
 
 from __future__ import annotations

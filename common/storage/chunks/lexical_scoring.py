@@ -35,7 +35,7 @@ CANDIDATE_BUDGET = 300
 """At most this many chunks are read and scored per full-text ranking (module doc). Scoring costs about
 15 us a candidate on real documents (mostly reading and filtering its ``tsvector``), so the budget is most
 of the ranking's time. On the docs vault with the Debian FAQ in one namespace (9,874 chunks; 224 FAQ
-questions and 200 vault sentences, in process, bench/RESULTS.md session 16) budgets 1000 / 500 / 300 / 200
+questions and 200 vault sentences, in process, bench/RESULTS.md (git history)) budgets 1000 / 500 / 300 / 200
 gave FAQ MRR@10 0.445 / 0.449 / 0.450 / 0.444, sentence hit@5 0.99 / 0.99 / 0.99 / 0.985, and a
 full-text ranking p50 of 13.4 / 8.9 / 6.3 / 6.9 ms (p95 21.6 / 14.2 / 8.8 / 10.4)."""
 NAMESPACE_TOTALS = ""

@@ -19,7 +19,7 @@ def identifier_tokens(query: str, *, limit: int = 8) -> list[str]:
     A token is a whitespace-separated piece, stripped of surrounding quotes and sentence punctuation,
     of at least 3 characters containing a digit. Pieces with only punctuation (``https://github``,
     ``description:``, ``top-level``) matched 50-1,656 chunks of the docs vault each, every one then
-    scored with ``word_similarity``: that was the p95 of Search (bench/RESULTS.md).
+    scored with ``word_similarity``: that was the p95 of Search (bench/RESULTS.md (git history)).
     """
     tokens: list[str] = []
     for piece in query.split():

@@ -1,66 +1,8 @@
-"""The three retrieval rankings over the chunks table (seed 000 "Чанки и документы"): `ChunkRankings`, the
-base of `common.storage.chunks.store.ChunkStore`, with the filter and candidate types.
+"""The three retrieval rankings over the chunks table: `ChunkRankings`, the base of
+`common.storage.chunks.store.ChunkStore`, with the filter and candidate types.
 
-Every query carries the namespace predicate; the optional filters (node types, meta containment
-``meta @> {...}``, node keys, the caller's visibility) are applied *inside* each ranking query, so a small
-namespace inside a large table still fills its candidate list. Because of those optional filters the
-ranking queries are composed here with `psycopg.sql`; the static helpers they use (the query's lexemes,
-the lexeme statistics) are named queries in ``sql/queries/chunks.sql``.
-
-* **vector**: ``ORDER BY embedding <=> q LIMIT n`` over the HNSW cosine index. The pool sets
-  ``hnsw.iterative_scan = relaxed_order`` (pgvector >= 0.8), so when the filters discard the first
-  ``ef_search`` neighbours the index scan continues (up to ``hnsw.max_scan_tuples``) instead of
-  returning fewer rows. Relaxed order means the rows may come slightly out of order: they are
-  re-sorted by distance in a materialized CTE, as the pgvector documentation prescribes. For a small
-  namespace the planner usually prefers the namespace B-tree plus an exact sort, which is exact anyway;
-  the CTE selects only ids and distances, so that plan can be an index-only scan of the covering B-tree
-  of migration 0012 (vectors inline, no heap fetch or detoasting); the keys are joined after.
-
-* **full text**: Okapi BM25 (`common.storage.chunks.lexical_scoring`) over the stored, GIN-indexed
-  ``search_document`` (title + heading + text, configured config, ``russian`` by default). One statement
-  reads the namespace's statistics of the query's lexemes (chunk count, summed lengths, document
-  frequencies; kept by triggers of the chunks table, ``sql/0011_lexeme_statistics.sql``), one scores the
-  candidates: the chunks holding one of the rarest lexemes (at most `CANDIDATE_BUDGET` rows read, from
-  the GIN index, bounded by their document frequencies rather than by a LIMIT, see `text_candidates`), each scored for every query lexeme in SQL (term frequencies from the positions of the
-  query's lexemes only: ``ts_filter(setweight(search_document, 'A', lexemes), '{a}')``, ~4 µs a row,
-  against ~22 µs for unnesting the whole vector). ``ts_rank`` weighed every lexeme alike (no idf), so a
-  chunk repeating a common word outranked the only chunk with the rare one; the OR fill ranked up to
-  14k matching rows per query. Ties: the newer chunk (``created_at``, then ``id``) first, never the key.
-  The query is a bag of lexemes (websearch operators are not interpreted). Both full-text statements
-  and the trigram statement run with ``prepare=False``: psycopg otherwise prepares a statement after its
-  fifth execution and PostgreSQL may then switch to a generic plan, which for these statements ignores
-  how selective the lexemes or tokens are (issue 15: trigram at 1M chunks 381 ms generic, 74 ms custom).
-
-  About the ``simple`` configuration: ``ts_debug`` shows that the ``russian`` configuration sends ASCII
-  words through ``english_stem`` and numbers, versions and mixed tokens (``libc6``, ``deb12u4``,
-  ``2.36``, ``-9``) through ``simple`` — identically for the stored vector and for the query — so English
-  words and identifiers match under ``russian`` (``installing`` and ``installation`` both become
-  ``instal``). A ``simple``-config *query* against the stemmed stored vector can only match lexemes the
-  stemmer left unchanged, i.e. a subset of what the configured query already matches, and a
-  ``simple``-config *vector* has no index (computing it per query scans the whole namespace). So the
-  ``simple`` configuration is deliberately not queried; exact identifiers are the trigram ranking's job.
-* **trigram**: case-insensitive substring matches that a pg_trgm index serves: rows containing an
-  *identifier-like token* of the query verbatim and, only when configured (``whole_query_chars``, the
-  search preset's ``trigram_max_query_chars``), the whole query verbatim, looked up by its inner words'
-  lexemes through the full-text index rather than through every trigram of the sentence.
-  Identifier-like tokens are whitespace-separated pieces
-  with a digit and at least 3 characters, such as ``PROJ-1234``, ``1:2.3-4`` or ``2.36-9+deb12u4``. They
-  are looked up in ``identifier_text`` (GIN ``gin_trgm_ops``, migration 0028), a generated column holding
-  the runs of the chunk's text that hold a digit: a token lies inside one such run, so
-  ``identifier_text ILIKE '%token%'`` holds exactly when ``text ILIKE '%token%'`` does, and its index is a
-  fraction of one over the whole text (78 of 561 characters per chunk on the debian episodes and the docs
-  vault): one INSERT of 200 chunks 2.3x faster with the statistics triggers off, a debian load over gRPC
-  16% faster (bench/RESULTS.md, session 19). ``ILIKE``, not pg_trgm
-  similarity: similarity alone ignores punctuation, so ``2.36-9+deb12u4`` would also match
-  ``2.36-9+deb12u3``. A query without such a token does not run the ranking (a whole sentence's trigrams
-  cost 84 ms p50 at 1M chunks, issue 15). Matches are ordered by the number of tokens found, then by
-  ``word_similarity(query, text)``, then the newer chunk; the fuzzy ``<%`` filter is not used (0.3-0.9 s
-  per sentence-long query on the 10k-chunk docs vault). An expression index over the same runs instead of
-  the stored column was measured and rejected: the trigram matches are rechecked on the heap, and each
-  recheck computed the runs again (p50 10.7 against 2.3 ms, p95 178 against 12; bench/RESULTS.md).
-
-Every ranking returns `Candidate` rows (row id, key and score), not the chunk's columns; the rows of the
-candidates that fusion keeps are read afterwards by id (`ChunkRankings.ranked_chunks`).
+Filters run inside each ranking so a small namespace of a large table still fills its candidates; why each
+ranking is built as it is, with the measurements: docs/decisions/0020-chunk-rankings.md.
 """
 
 from __future__ import annotations
@@ -105,7 +47,7 @@ class ChunkRankings:
     custom_plans = True
     """Plan the full-text and trigram statements for their values on every call (``prepare=False``); False
     lets psycopg prepare them after five calls, and PostgreSQL may then use a generic plan (the A/B of
-    bench/RESULTS.md)."""
+    bench/RESULTS.md (git history))."""
 
     def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
         self.settings = settings
@@ -231,7 +173,7 @@ class ChunkRankings:
         pipeline up to its next sync run in one implicit transaction (PostgreSQL, "Pipeline mode" of
         libpq), so a failing statement rolls the ``SET`` back with it. The pipelined transaction block
         this replaces cost 5.9-6.4 ms against 4.6 ms for the same statement at 10k chunks
-        (bench/RESULTS.md, session 10). Inside a caller's transaction: a savepoint, as before.
+        (bench/RESULTS.md (git history)). Inside a caller's transaction: a savepoint, as before.
         """
         idle_autocommit = conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
         with conn.pipeline(), nullcontext() if idle_autocommit else conn.transaction():
@@ -282,7 +224,7 @@ class ChunkRankings:
         # common, the first ``candidate_budget`` chunks holding them all. The first has no LIMIT: with one,
         # the planner, which estimates the matches of a namespace from table-wide lexeme statistics,
         # took a sequential scan that it expected to stop early, and read the whole namespace when the
-        # matches were fewer than it thought (bench/RESULTS.md, session 15: p95 38 -> 15 ms at 10k chunks
+        # matches were fewer than it thought (bench/RESULTS.md (git history), p95 38 -> 15 ms at 10k chunks
         # while another namespace was loading).
         candidates = sql.SQL(
             "SELECT * FROM {table} WHERE {condition} AND search_document @@ %(fetch)s::tsquery"
@@ -335,7 +277,7 @@ class ChunkRankings:
         One statement (``similar_chunk_pairs``) computes the cosines in PostgreSQL from one unit-length
         copy of each embedding and returns only the pairs at or above ``threshold``. Reading the ~70
         vectors of a Search and comparing them here cost 1.1 ms of this process's CPU per call, the
-        statement 0.3 ms, with the same pairs (replayed Searches, bench/RESULTS.md, session 13). A zero
+        statement 0.3 ms, with the same pairs (replayed Searches, bench/RESULTS.md (git history)). A zero
         vector has similarity 0 with every chunk.
         """
         if not sources or not targets:
@@ -410,7 +352,7 @@ class ChunkRankings:
         # more chunks than that (`6.0`, `1.0.0` in a manual) cannot select among them, so it takes no part
         # (neither as a match nor in ``hits``), and the bitmap heap scan stops rechecking at the LIMIT
         # instead of reading every chunk that holds its trigrams (about 4,000 for `6.0`: pg_trgm indexes
-        # alphanumeric runs only). Measured on the docs vault, 200 chunk texts (bench/RESULTS.md, session
+        # alphanumeric runs only). Measured on the docs vault, 200 chunk texts (bench/RESULTS.md (git history), session
         # 16): the ranking's mean 24.0 -> 6.8 ms, p95 66.9 -> 24.8, slowest 237 -> 40; Search quality unchanged
         # on 300 Debian package-version probes and on the FAQ and vault-sentence probes.
         matched: list[sql.Composable] = []
@@ -435,7 +377,7 @@ class ChunkRankings:
             )
         # A chunk holding the whole query verbatim scores 1.0 without word_similarity, which is 1 for it
         # unless the match starts or ends inside a word, and which costs about 0.12 ms a row: 84 ms for the
-        # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md, session 15).
+        # 680 copies of one vault sentence at 100k chunks (bench/RESULTS.md (git history)).
         similarity = sql.SQL("word_similarity(%(query)s, text)")
         if whole:
             similarity = sql.SQL(
@@ -444,7 +386,7 @@ class ChunkRankings:
         # The token part (the per-token lookups and the count of tokens each row holds) only when the query
         # has identifier tokens: without them every ``hits`` is 0, and planning the empty lookups cost more
         # than running the whole-query match (0.77 against 0.26 ms p50 on the docs vault, where 99 of 100
-        # benchmark queries have no such token; bench/RESULTS.md, session 17).
+        # benchmark queries have no such token; bench/RESULTS.md (git history)).
         tokens_part, hits = sql.SQL(""), sql.SQL("0")
         if tokens:
             tokens_part = sql.SQL(

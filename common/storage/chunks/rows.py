@@ -1,4 +1,4 @@
-"""What a chunk row is as the read side sees it (seed 000 "Чанки и документы"): the row read back
+"""What a chunk row is as the read side sees it (docs/explanation/knowledge-model.md): the row read back
 (`StoredChunk`), the filter every ranking applies (`ChunkFilter`), a ranking's candidate (`Candidate`) and
 the column lists of their statements. The rankings themselves are in `common.storage.chunks.rankings`."""
 
@@ -63,7 +63,7 @@ class Candidate:
 
     A Search fuses up to three rankings of 50 candidates and returns 10 of them, so the rankings do not
     read the text, title and meta of their candidates: decoding those rows took about a fifth of the
-    query service's interpreter time at 16 clients (py-spy ``--gil``, bench/RESULTS.md, session 17).
+    query service's interpreter time at 16 clients (py-spy ``--gil``, bench/RESULTS.md (git history)).
     """
 
     chunk_id: int

@@ -1,4 +1,4 @@
-"""The chunks table (seed 000 "Чанки и документы"): writing a node's chunks and reading them back.
+"""The chunks table (docs/explanation/knowledge-model.md): writing a node's chunks and reading them back.
 
 `ChunkStore` holds all SQL on ``{chunks}`` (``Settings.chunks_table``): the writes and reads here, the
 three retrieval rankings in its base `common.storage.chunks.rankings.ChunkRankings`. The static statements
@@ -81,7 +81,8 @@ class WriteResult:
 
 
 def embedding_input(title: str, heading: str, text: str) -> str:
-    """The text that is embedded for a chunk (seed 000): ``"<title> — <heading>\\n<text>"``."""
+    """The text that is embedded for a chunk (docs/explanation/knowledge-model.md): ``"<title> —
+    <heading>\\n<text>"``."""
     return f"{title} — {heading}\n{text}"
 
 
@@ -116,7 +117,7 @@ class ChunkStore(ChunkRankings):
         writing identical chunks twice changes nothing. With ``delete_beyond`` (Retain), the node's chunks
         whose order is not below ``len(chunks)`` are deleted, so the node has exactly ``chunks``; without
         it (PutChunks) the other chunks stay. A vault run's write (``seen_run`` set) never overwrites nor
-        deletes a chunk written through the API (``seen_run`` NULL): those stay on the node (issue 11 §3).
+        deletes a chunk written through the API (``seen_run`` NULL): those stay on the node.
 
         Args:
             conn: a connection inside the caller's transaction.

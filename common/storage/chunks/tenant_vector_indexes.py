@@ -1,10 +1,10 @@
-"""Per-tenant vector indexes (issue 15): an HNSW index partial to one large namespace of a shared table.
+"""Per-tenant vector indexes: an HNSW index partial to one large namespace of a shared table.
 
 Why: for one namespace among many, the table's HNSW index visits mostly other tenants' rows (its
 iterative scan starves past ``hnsw.max_scan_tuples``), so the planner sorts the tenant's rows exactly
 instead: 136-158 ms for a 10k-chunk namespace in a 100k-chunk table under load, where an HNSW index
 holding only that namespace answered in 4.0 ms with overlap@10 0.921 against the exact top-10
-(bench/RESULTS.md, 20261202T002855Z). Chosen over list partitioning by namespace, which gives each
+(bench/RESULTS.md (git history), 20261202T002855Z). Chosen over list partitioning by namespace, which gives each
 partition the same index (same scan) but needs the namespace in the primary key and in every unique
 key, a table rewrite, and a partition (or the default partition) per tenant.
 
@@ -103,7 +103,7 @@ def majority(counts: dict[str, int], min_rows: int) -> set[str]:
     """The namespace (if any) with at least ``min_rows`` embedded chunks that holds half of them or more:
     it is registered without an index of its own, and ranked by the table's HNSW index (the planner
     would sort it exactly: 103-140 ms at 10k rows against 16.5 ms for the HNSW scan, overlap@10 0.998,
-    bench/RESULTS.md 20261202T034330Z)."""
+    bench/RESULTS.md (git history) 20261202T034330Z)."""
     if min_rows <= 0:
         return set()
     total = sum(counts.values())

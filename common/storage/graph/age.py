@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from common.storage.database import Database
 
 _SAFE_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-# Labels every namespace uses, all derived by `graph_label` (issue 10 §1): the project's own node types,
+# Labels every namespace uses, all derived by `graph_label`: the project's own node types,
 # the MENTIONS predicate of identifier links, the document links.
 BASE_VERTEX_LABELS = tuple(graph_label("node_type", t) for t in ("episode", "entity", "document", "text"))
 BASE_EDGE_LABELS = (graph_label("internal_edge", "LINKS_TO"), graph_label("predicate", "MENTIONS"))
@@ -121,7 +121,7 @@ class AgeGraph:
             store.ensure_label(label, "edge")
 
     def ensure_label(self, label: str, kind: str) -> None:
-        """Creates a vertex or edge label with its indexes, once, before first use (DESIGN §11).
+        """Creates a vertex or edge label with its indexes, once, before first use (docs/explanation/architecture.md).
 
         Runs in its own autocommit connection under an advisory lock, so concurrent writers never race
         on the implicit label creation of CREATE (error 42P07).

@@ -49,7 +49,7 @@ class GraphEdges(NodeRegistry):
     ) -> dict[str, int]:
         """Edge name -> number of edges touching the vertex of ``natural_key`` (either direction; a loop
         counts once). The name is the fact's predicate (its ``facts`` row) for a fact edge, else the
-        internal edge's name (``LINKS_TO``, ``IN_TRACE``), never a label (issue 10 §1). Plain SQL over
+        internal edge's name (``LINKS_TO``, ``IN_TRACE``), never a label. Plain SQL over
         AGE's parent edge table: each edge label has B-tree indexes on ``start_id`` and ``end_id`` (a
         Cypher match with an anonymous end plans across every label)."""
         rows = conn.execute(

@@ -1,4 +1,4 @@
-"""The ``graph_nodes`` registry: one row per vertex, keyed by (namespace, natural_key) (DESIGN §11).
+"""The ``graph_nodes`` registry: one row per vertex, keyed by (namespace, natural_key) (docs/explanation/architecture.md).
 
 AGE has no unique property constraint and MERGE does not serialise across sessions, so every vertex has a
 row in ``graph_nodes`` (primary key namespace + natural_key). A writer inserts that row first (``ON
@@ -43,7 +43,7 @@ class NodeRegistry(AgeGraph):
         Not the look-up by properties alone: the label table holds every namespace's vertices with their
         full properties (a document's whole text), and for a few hundred documents the planner scans
         them all rather than use the GIN index: 16.8 ms against 0.25 ms per look-up for the docs vault's
-        398 documents (EXPLAIN ANALYZE, bench/RESULTS.md session 21); with the GIN index the cost still
+        398 documents (EXPLAIN ANALYZE, bench/RESULTS.md (git history)); with the GIN index the cost still
         grows with the namespace (the posting list of its name).
         """
         return sql.SQL(
@@ -122,7 +122,7 @@ class NodeRegistry(AgeGraph):
     ) -> set[str]:
         """The keys among ``natural_keys`` whose node exists but ``visibility`` may not see (write-side
         checks: such a node must be neither overwritten nor extended, `common.domain.write_access`);
-        ``placeholders=False`` leaves out placeholders (they hold nothing but the key; issue 10 §2)."""
+        ``placeholders=False`` leaves out placeholders (they hold nothing but the key)."""
         if visibility.unrestricted or not natural_keys:
             return set()
         rows = _visible_registry_rows(
@@ -139,7 +139,7 @@ class NodeRegistry(AgeGraph):
         self, conn: psycopg.Connection[Any], namespace: str, natural_keys: list[str]
     ) -> dict[str, tuple[bool, list[str]]]:
         """``natural_key -> (placeholder, scopes)`` of the registered keys among ``natural_keys`` (what
-        `common.domain.scope_inheritance` compares a write with; issue 10 §2)."""
+        `common.domain.scope_inheritance` compares a write with)."""
         if not natural_keys:
             return {}
         rows = _visible_registry_rows(

@@ -3,7 +3,7 @@ and the domain.
 
 `GraphStore` is the last of a chain, one module per concern: `common.storage.graph.age.AgeGraph` (labels,
 label tables, Cypher, agtype), `common.storage.graph.node_registry.NodeRegistry` (the ``graph_nodes`` registry
-that makes a key's vertex unique, DESIGN §11), `common.storage.graph.edges.GraphEdges` (edges), and this
+that makes a key's vertex unique, docs/explanation/architecture.md), `common.storage.graph.edges.GraphEdges` (edges), and this
 module (vertex writes, reads and deletes). The registry row of a key is written or locked before its
 vertex is touched; it records the vertex's AGE id (``vertex_id``, migration 0006), so edges are created by
 set-based joins on the registry's primary key instead of a GIN look-up of each end.
@@ -39,7 +39,8 @@ def type_of_key(natural_key: str) -> str:
 
 @dataclass
 class NodeWrite:
-    """Properties of one vertex (seed 000 "Узлы графа"); ``props`` holds content, provenance, meta, ...."""
+    """Properties of one vertex (docs/explanation/knowledge-model.md); ``props`` holds content, provenance,
+    meta, ...."""
 
     namespace: str
     natural_key: str
@@ -58,7 +59,8 @@ class NodeWrite:
         return [s for s in raw if isinstance(s, str)] if isinstance(raw, (list, tuple)) else []
 
     def vertex_properties(self, last_seen: str, placeholder: bool) -> dict[str, Any]:
-        """The vertex's property map (seed 000 list), ``last_seen`` a canonical instant."""
+        """The vertex's property map (docs/explanation/knowledge-model.md list), ``last_seen`` a canonical
+        instant."""
         return {
             "namespace": self.namespace,
             "natural_key": self.natural_key,
@@ -267,7 +269,7 @@ class GraphStore(GraphEdges):
         the missing ones: a placeholder's type is the key's ``type:`` prefix; a later entity assertion
         completes it. Every returned vertex has its ``vertex_id`` recorded, so `create_edges` can join it.
 
-        ``scopes`` (issue 10 §2, `common.domain.scope_inheritance` rule 3) maps a key to the restricting
+        ``scopes`` (`common.domain.scope_inheritance` rule 3) maps a key to the restricting
         scopes of the facts naming it here (``[]``: a visible fact): a new placeholder gets them; an
         existing placeholder with scopes gets their union, or none when a visible fact names it. None
         (and a key absent from the map) is a visible reference. Completed nodes are not changed.

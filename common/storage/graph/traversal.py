@@ -1,5 +1,5 @@
-"""Bounded graph traversal over the ``facts`` index with a recursive CTE (DESIGN §11: variable-length
-Cypher paths are very slow; traverse with bounded recursive CTEs; issue 4 §4).
+"""Bounded graph traversal over the ``facts`` index with a recursive CTE (docs/explanation/architecture.md: variable-length
+Cypher paths are very slow; traverse with bounded recursive CTEs).
 
 The walk starts from anchor keys and follows, in both directions, the facts that
 

@@ -1,4 +1,4 @@
-"""The lifecycle statements of the memories table (migration 0015; issue 12 §3, §4).
+"""The lifecycle statements of the memories table (migration 0015).
 
 `MemoryLifecycleStore` holds what runs across owners: the tier policy (`age_tiers`), the expiry sweep's
 selection (`expired_before`) and its size per namespace for the mass-deletion guard (`expiry_counts`), and the enrichment hook used by the enrichment worker: `due_enrichments`

@@ -1,4 +1,5 @@
-"""Reads on streaming replicas, read-after-write with consistency tokens (DESIGN §10; README "Read replicas").
+"""Reads on streaming replicas, read-after-write with consistency tokens (docs/explanation/architecture.md; README "Read
+replicas").
 
 `RoutedDatabase` is the query service's `Database`: migrations, writes (`run_transaction`: audit events)
 and `primary_connection` (the context-trace journal) use the primary, ``CB_DATABASE_URL``, as the base

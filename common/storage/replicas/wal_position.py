@@ -1,4 +1,4 @@
-"""The primary's WAL position after a write: the consistency token of a write RPC (DESIGN §10).
+"""The primary's WAL position after a write: the consistency token of a write RPC (docs/explanation/architecture.md).
 
 `common.kernel.consistency` encodes it for clients; `common.storage.replicas.read_routing` makes reads wait for it.
 """

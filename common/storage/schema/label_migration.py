@@ -1,9 +1,9 @@
-"""Migration 0009: every vertex and edge moves to the label `graph_label` gives it (issue 10 §1).
+"""Migration 0009: every vertex and edge moves to the label `graph_label` gives it.
 
-Before 0009 a label was the sanitised type or predicate itself (DESIGN §3), shared by every namespace and
-by both kinds, so one namespace could take a name as a vertex label that another needed as an edge
-label. This step (run by `common.storage.schema.migrations.apply` in the migration's transaction, under the
-migration advisory lock) moves the graph to the new mapping:
+Before 0009 a label was the sanitised type or predicate itself (docs/explanation/knowledge-model.md), shared
+by every namespace and by both kinds, so one namespace could take a name as a vertex label that another needed
+as an edge label. This step (run by `common.storage.schema.migrations.apply` in the migration's transaction, under
+the migration advisory lock) moves the graph to the new mapping:
 
 1. legacy labels whose name is a new label of the other kind (a legacy vertex type ``p_x`` against the
    new edge label of predicate ``x``) are renamed out of the way first (table and catalogue entry);

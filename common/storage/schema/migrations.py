@@ -6,7 +6,7 @@ would have to duplicate), run and recorded the same way, and so is ``0016_enrich
 (`common.storage.schema.queue_migration.apply_queue_schema`: the schema procrastinate ships, unless present).
 
 `apply` runs every migration not yet recorded in ``memory_schema_migrations``, each in its own
-transaction, under one advisory lock shared by every process (DESIGN §4: idempotent, at start-up or on
+transaction, under one advisory lock shared by every process (docs/explanation/architecture.md: idempotent, at start-up or on
 first use), then checks that the chunks table fits the configured embedding dimension and model.
 
 The runner's own statements (lock, graph, journal, index settings) are named queries

@@ -1,4 +1,4 @@
-"""Migration 0016: the schema of the enrichment queue (issue 12 §4), procrastinate's own.
+"""Migration 0016: the schema of the enrichment queue, procrastinate's own.
 
 The worker queue is procrastinate (`ingest_service.memories.enrichment.queue`) on the service's database. Its
 tables, types and functions (``procrastinate_jobs``, ``procrastinate_events``, ``procrastinate_periodic_

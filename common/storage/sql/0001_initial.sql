@@ -1,4 +1,4 @@
--- memory-service schema, version 1 (seed 000 "Хранилище", DESIGN.md §4).
+-- memory-service schema, version 1 (docs/explanation/knowledge-model.md, docs/explanation/architecture.md).
 -- Identifiers in braces are configurable table names (CB_*_TABLE) filled in with psycopg.sql.Identifier;
 -- {text_search_config} and {embedding_dim} are validated literals. The graph is created in Python.
 
@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS {observations} (
 CREATE INDEX IF NOT EXISTS {observations_namespace_time_idx} ON {observations} (namespace, occurred_at);
 
 -- Registry of graph vertices: one row per (namespace, natural_key). Its primary key is what serialises
--- concurrent writers (AGE has no unique property constraints, DESIGN §11); vertex properties live in AGE.
+-- concurrent writers (AGE has no unique property constraints, docs/explanation/architecture.md); vertex properties live in
+-- AGE.
 CREATE TABLE IF NOT EXISTS {graph_nodes} (
     namespace    text NOT NULL,
     natural_key  text NOT NULL,

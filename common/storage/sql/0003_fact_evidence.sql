@@ -1,4 +1,4 @@
--- Evidence lifecycle (seed 000 "Потеря свидетельства"; issue 3 §2).
+-- Evidence lifecycle (docs/explanation/knowledge-model.md).
 -- agent_asserted: the fact was asserted directly through FactService.AssertFacts (origin "agent", no
 -- observation). Such evidence cannot be redacted or purged, so a fact with agent_asserted never becomes
 -- evidence_lost when its observation_ids run empty.

@@ -1,4 +1,4 @@
--- Visibility scopes of nodes (seed 000 "Видимость внутри namespace"; issue 5 §3): a copy of the vertex's
+-- Visibility scopes of nodes (docs/explanation/knowledge-model.md): a copy of the vertex's
 -- props.scopes in the registry, so read paths filter hidden nodes (and facts touching them) with one
 -- indexed join instead of reading vertex properties. Written by GraphStore.upsert_node with the vertex.
 ALTER TABLE {graph_nodes} ADD COLUMN IF NOT EXISTS scopes text[] NOT NULL DEFAULT '{{}}';

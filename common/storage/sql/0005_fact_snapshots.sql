@@ -1,4 +1,4 @@
--- Snapshot reconciliation (seed 000 "Загрузка знаний"; issue 4 §3). A fact written by
+-- Snapshot reconciliation (docs/explanation/knowledge-model.md). A fact written by
 -- SnapshotService.Reconcile carries the (source, scope) whose snapshots own it and the snapshot that last
 -- confirmed it; a later snapshot of the same (source, scope) that no longer lists it closes it. Facts of
 -- other origins keep NULL and are never closed by a snapshot.

@@ -1,4 +1,4 @@
--- Bulk graph writes and streamed snapshots (issue 4 §3).
+-- Bulk graph writes and streamed snapshots.
 -- graph_nodes.vertex_id: the AGE id of the key's vertex, recorded when the vertex is inserted, so edges
 -- are created by set-based joins on the registry's primary key (GraphStore.create_edges) instead of a GIN
 -- look-up of both ends per edge. Rows written before this migration get theirs on first use.

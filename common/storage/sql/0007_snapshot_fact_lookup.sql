@@ -1,4 +1,4 @@
--- Open facts of a snapshot scope looked up by (subject, predicate, object) (issue 4 §3). The partial index
+-- Open facts of a snapshot scope looked up by (subject, predicate, object). The partial index
 -- of open snapshot facts gains the fact's ends and predicate, so the per-batch look-up of a reconciliation
 -- is served by index conditions alone. With only (namespace, source, scope) the planner, whose statistics
 -- cannot see the facts the reconciling transaction wrote, preferred facts_predicate_idx and scanned every

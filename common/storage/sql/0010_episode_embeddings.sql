@@ -1,4 +1,4 @@
--- Episode chunks are embedded after they are written (issue 16 §1, issue 15): an observation's episode
+-- Episode chunks are embedded after they are written: an observation's episode
 -- chunk is stored with embedding NULL and embedding_pending true, and the background embedder of
 -- ingest_service (ingest_service/embedding/episodes.py) fills the vector in batches and clears the flag.
 -- The partial index holds only the backlog, so claiming a batch and counting it stay cheap at any table

@@ -1,4 +1,4 @@
--- The exact nearest neighbours of one namespace among many (issue 15): a B-tree on namespace that
+-- The exact nearest neighbours of one namespace among many: a B-tree on namespace that
 -- carries each row's id and embedding, so `ChunkRankings.vector_candidates` reads a namespace's vectors
 -- in an index-only scan (contiguous index pages, the vectors inline) instead of fetching each heap row
 -- and detoasting its embedding (44-49 ms for a 10k-chunk namespace in a 100k-chunk table before).

@@ -1,4 +1,4 @@
--- Vault ingest (issue 11; seed 000 "Происхождение: vault и agent"): the journal of vault runs and the
+-- Vault ingest (docs/explanation/knowledge-model.md): the journal of vault runs and the
 -- documents each namespace's vault holds, for mark-and-sweep and incremental re-runs.
 -- vault_runs: one row per run (VaultService.IngestVault), status running | completed | interrupted |
 -- failed; report is the run's counts. A dry run writes no row.

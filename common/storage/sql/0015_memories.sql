@@ -1,7 +1,7 @@
--- Memory records (issue 12; seed 001 "Memory Model"; DESIGN §9). A memory is a graph node of type
+-- Memory records (docs/explanation/memory-records.md). A memory is a graph node of type
 -- `memory` (its semantic fields in the vertex's props) with its text as one chunk of {chunks}; this
 -- narrow table holds what recall, lists, tiers, expiry and the enrichment queue filter and sort on,
--- with B-tree indexes (AGE property look-ups in WHERE use no index, DESIGN §11). One row per memory
+-- with B-tree indexes (AGE property look-ups in WHERE use no index, docs/explanation/architecture.md). One row per memory
 -- node, written in the node's transaction.
 --   namespace        org_<organization>_env_<environment>[_proj_<project>] (common/domain/memory_scope.py)
 --   user_scope       the owner's visibility scope, also on the node and the chunk (principal:memory-user/...)

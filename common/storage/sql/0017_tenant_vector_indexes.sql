@@ -1,4 +1,4 @@
--- The per-tenant vector indexes (issue 15): a namespace with many chunks in a table shared by many
+-- The per-tenant vector indexes: a namespace with many chunks in a table shared by many
 -- namespaces gets an HNSW index partial to it (`CREATE INDEX ... WHERE namespace = '<namespace>'`, built
 -- by `common/storage/chunks/tenant_vector_indexes.py`: `cb index-tenants` or the ingest service's worker).
 -- This table records which namespaces have one, so the vector ranking knows when to ask the planner for

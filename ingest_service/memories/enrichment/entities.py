@@ -1,5 +1,5 @@
-"""The entities of a memory (seed 001: people, organisations, products, ids), from three sources, merged
-in this order (the first source naming a natural key wins):
+"""The entities of a memory (docs/explanation/memory-records.md: people, organisations, products, ids), from
+three sources, merged in this order (the first source naming a natural key wins):
 
 1. ``pack``: the identifiers of the namespace's domain packs (``kinds[].idPatterns``, RE2, through
    `common.packs.identifier_patterns.find_identifiers`, as the MENTIONS links of observations): their

@@ -1,5 +1,5 @@
 """One enrichment job: one version of one memory through an `Enricher` into its node, its row and the
-graph (issue 12 §4; seed 001 "Semantic enrichment"). Run by the worker (`ingest_service.memories.enrichment.queue`).
+graph (docs/explanation/memory-records.md). Run by the worker (`ingest_service.memories.enrichment.queue`).
 
 `EnrichmentJob.run(namespace, memory_id, version)`:
 

@@ -8,9 +8,9 @@ around it is accepted) with the fields of `Enrichment` (`_Answer` checks them: m
 seven, quality_score in [0, 1], entities as ``{"name", "kind"}`` with a kind of `ENTITY_KINDS`; lists
 are cut to the rule enricher's limits).
 
-Its output has evidence class ``inferred`` (seed 000: a model's reading, not a rule over the text). The
-domain packs' identifiers and the labelled ids of the id rule are added to the model's entities
-(`ingest_service.memories.enrichment.entities.collect_entities`), so pack links do not depend on the model.
+Its output has evidence class ``inferred`` (docs/explanation/knowledge-model.md: a model's reading, not a rule
+over the text). The domain packs' identifiers and the labelled ids of the id rule are added to the model's
+entities (`ingest_service.memories.enrichment.entities.collect_entities`), so pack links do not depend on the model.
 
 **Failure**: each request has a time-out (``CB_ENRICHMENT_LLM_TIMEOUT_SECONDS``); time-outs, refused or
 broken connections, HTTP 5xx and 429 are retried with exponential back-off, ``CB_ENRICHMENT_LLM_ATTEMPTS``

@@ -1,4 +1,4 @@
-"""What enrichment produces (seed 001 "Semantic enrichment") and the one interface every enricher has.
+"""What enrichment produces (docs/explanation/memory-records.md) and the one interface every enricher has.
 
 An enricher is pure: text in, `Enrichment` out; no database, no gRPC. The worker
 (`ingest_service.memories.enrichment.jobs`) writes the result into the memory and the graph.
@@ -12,15 +12,17 @@ from typing import Protocol
 from common.packs.kind_validation import NamespaceKinds
 
 MEMORY_TYPES = ("fact", "event", "decision", "insight", "narrative", "analysis", "reference")
-"""The memory types of seed 001."""
+"""The memory types (docs/explanation/memory-records.md)."""
 
 ENTITY_KINDS = ("person", "organization", "location", "product", "identifier")
 """Entity kinds: the node type of the entity's natural key (``person:Alice``), or a pack kind."""
 
 RULE_EVIDENCE = "extracted"
-"""Evidence class of the rule enricher's output (seed 000: a deterministic rule over the text)."""
+"""Evidence class of the rule enricher's output (docs/explanation/knowledge-model.md: a deterministic rule
+over the text)."""
 LLM_EVIDENCE = "inferred"
-"""Evidence class of the LLM enricher's output (seed 000: a model's reading, not the text itself)."""
+"""Evidence class of the LLM enricher's output (docs/explanation/knowledge-model.md: a model's reading, not
+the text itself)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Entity:
 
 @dataclass(frozen=True)
 class Enrichment:
-    """The semantic fields of one memory (seed 001), all derived from its text.
+    """The semantic fields of one memory (docs/explanation/memory-records.md), all derived from its text.
 
     Attributes:
         key_points: concrete, atomic statements of the text (key sentences), in text order.

@@ -1,5 +1,5 @@
 """The enrichment queue: procrastinate on the service's PostgreSQL (schema: migration 0016,
-`common.storage.schema.queue_migration`), run by `cb worker` (issue 12 §4).
+`common.storage.schema.queue_migration`), run by `cb worker`.
 
 **Jobs.** One task, `ENRICH_TASK` (queue `QUEUE`), with arguments ``(namespace, memory_id, version)``:
 the job enriches that version of the memory (`ingest_service.memories.enrichment.jobs.EnrichmentJob`). Every job
@@ -54,6 +54,35 @@ STALLED_TASK = "memory.retry_stalled_enrichments"
 MAINTENANCE_TASK = "memory.maintenance"
 STALLED_AFTER_SECONDS = 60.0
 """A job is stalled when its worker sent no heartbeat for this long (procrastinate's heartbeat: 10 s)."""
+
+
+ROUTINE_TASKS = frozenset({SWEEP_TASK, STALLED_TASK})
+"""Periodic tasks that run every second or minute and usually find nothing: their procrastinate INFO lines
+(deferred, started, succeeded) are left out of the logs; their failures and what they do are logged."""
+
+PROCRASTINATE_LOGGERS = ("procrastinate.periodic", "procrastinate.worker", "procrastinate.worker.worker")
+
+
+class RoutineJobFilter(logging.Filter):
+    """Drops procrastinate's INFO records about `ROUTINE_TASKS` jobs, so an idle worker logs nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        job = getattr(record, "job", None)
+        task = job.get("task_name") if isinstance(job, dict) else None
+        if task is None:  # the periodic deferrer names the job only in its message
+            message = record.getMessage()
+            return not any(f"job {name}[" in message for name in ROUTINE_TASKS)
+        return task not in ROUTINE_TASKS
+
+
+def quiet_routine_jobs() -> None:
+    """Installs `RoutineJobFilter` on procrastinate's loggers (idempotent)."""
+    for name in PROCRASTINATE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RoutineJobFilter) for f in logger.filters):
+            logger.addFilter(RoutineJobFilter())
 
 
 def memory_lock(namespace: str, memory_id: str) -> str:

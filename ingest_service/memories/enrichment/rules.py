@@ -1,7 +1,7 @@
-"""The documented rules of enrichment: insights, memory_type and quality_score (seed 001 "Semantic
-enrichment"), over the sentences, entities and key points already found. Cues are whole words or phrases
-(a stem written ``word*`` matches at a word start), case-insensitive, English and Russian; the lists
-below are the whole rule.
+"""The documented rules of enrichment: insights, memory_type and quality_score
+(docs/explanation/memory-records.md "Semantic enrichment"), over the sentences, entities and key points
+already found. Cues are whole words or phrases (a stem written ``word*`` matches at a word start),
+case-insensitive, English and Russian; the lists below are the whole rule.
 
 **insights**: the sentences that state a cause or a comparison, in text order, at most `MAX_INSIGHTS`:
 ``CAUSAL_CUES`` (because, due to, therefore, as a result, leads to, caused, so that; потому что, из-за,

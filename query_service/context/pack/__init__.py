@@ -1,6 +1,6 @@
 """What CompileContext (`query_service.context.compiler`) and CompileTypedContext
-(`query_service.context.typed_context`) share (DESIGN §7): a context pack is ranked candidates, rendered as text,
-fitted into a token budget and journaled with every decision.
+(`query_service.context.typed_context`) share (docs/explanation/retrieval.md): a context pack is ranked candidates,
+rendered as text, fitted into a token budget and journaled with every decision.
 
 * `query_service.context.pack.request`: the request both take (`ContextRequest`), its limits and checks;
 * `query_service.context.pack.items`: the pack and its item, evidence ranks and fact scores, fact rendering;

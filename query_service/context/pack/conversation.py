@@ -1,4 +1,4 @@
-"""Compact rendering of conversation turns and redundancy checks for CompileContext (issue 16 §3).
+"""Compact rendering of conversation turns and redundancy checks for CompileContext.
 Transport free.
 
 A turn (an observation's episode chunk, `common.storage.episode_store.EpisodeTurn`) is one line,
@@ -59,7 +59,7 @@ def rarer_first(words: Iterable[str]) -> list[str]:
     "the", are the common ones whose index entries would name almost every text), then alphabetical,
     i.e. sorted by ``(-len(word), word)``. Two sorts in C (alphabetical, then stable by length, longest
     first): a key function in Python was a third of the time of a CompileContext's redundancy checks
-    (session 17)."""
+   ."""
     return sorted(sorted(words), key=len, reverse=True)
 
 

@@ -1,6 +1,6 @@
 """Fitting ranked candidates into a token budget, shared by CompileContext and CompileTypedContext
-(DESIGN §7: "fits a token budget counted with a real tokenizer, renders text, and records why each
-candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
+(docs/explanation/retrieval.md: "fits a token budget counted with a real tokenizer, renders text, and records
+why each candidate was kept or dropped"): `FitSettings`, `FitCandidate`, `PackFitter` and its `FitResult`.
 
 Candidates arrive rendered and scored. The *priority* in which they are offered to the budget is either
 the order given (``FitSettings.selection = "rank"``: CompileTypedContext) or value per token
@@ -17,7 +17,7 @@ block of its own. Blocks are joined by ``separator``, in the order of their best
 (``"value_per_token"``) or of their first kept member (``"rank"``).
 
 Token counting is incremental: each item, header and joint is counted once, when it is first offered,
-and the pack's cost is the sum of its pieces (no re-tokenising of the whole pack per candidate; issue 15).
+and the pack's cost is the sum of its pieces (no re-tokenising of the whole pack per candidate).
 Tokens can merge across a joint, so the sum is checked once against the exact count of the laid-out pack
 text; while that exact count exceeds the budget (rare: a merge only ever *saves* tokens in BPE
 encodings in practice, but nothing is assumed), the kept candidate of lowest priority is dropped again.

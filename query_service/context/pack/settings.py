@@ -81,7 +81,7 @@ class ContextSettings:
 
 CONTEXT_PRESETS: dict[str, ContextSettings] = {
     # Score order (a candidate that does not fit is skipped and the next one tried): on the LoCoMo
-    # development split it packed as many evidence turns as value per token (bench/RESULTS.md).
+    # development split it packed as many evidence turns as value per token (bench/RESULTS.md (git history)).
     "default": ContextSettings(),
     # Score per token added (greedy knapsack), items shorter than 40 tokens counted as 40: favours short
     # items when candidates differ much in length (documents next to chat turns).

@@ -1,6 +1,6 @@
-"""CompileContext's ``summary`` rule (DESIGN §7 "summaries when present"; issue 16 §3; issue 12 §5): a
-summary memory (``is_summary``, lossy or lossless; seed 001 "Summary lineage") is a candidate of its own
-rule, and never shares the pack with the originals it covers. Transport free.
+"""CompileContext's ``summary`` rule (docs/explanation/retrieval.md): a
+summary memory (``is_summary``, lossy or lossless; docs/explanation/memory-records.md) is a candidate of its
+own rule, and never shares the pack with the originals it covers. Transport free.
 
 1. **Candidates.** A hit that is a summary memory (its node's provenance names ``summarized_ids``) keeps
    its hit score under the rule ``summary`` (``hit`` in ``Selection.also``). A memory hit covered by a

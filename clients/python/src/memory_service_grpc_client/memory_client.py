@@ -53,6 +53,8 @@ from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2_grpc,
     memory_service_pb2,
     memory_service_pb2_grpc,
+    namespace_service_pb2,
+    namespace_service_pb2_grpc,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
     observation_service_pb2,
@@ -222,7 +224,7 @@ class MemoryClient:
             "query_service": health_status(self.query_channel),
         }
 
-    # -- memory records (issue 12): project_id travels as the x-project-id metadata ------------------
+    # -- memory records: project_id travels as the x-project-id metadata ------------------
 
     def add_memories(
         self, request: memory_service_pb2.AddMemoriesRequest, *, project_id: str = ""
@@ -505,3 +507,14 @@ class MemoryClient:
         """Every event of a ListAuditEvents query, page after page, newest first; stops after ``limit``
         events when given. ``request`` is not changed."""
         return iter_pages(self.list_audit_events, request, lambda page: page.events, limit=limit)
+    def list_namespaces(
+        self, request: namespace_service_pb2.ListNamespacesRequest | None = None
+    ) -> namespace_service_pb2.ListNamespacesResponse:
+        """NamespaceService.ListNamespaces: the namespaces this token can read that hold something it sees."""
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
+        return self._read(stub.ListNamespaces, request or namespace_service_pb2.ListNamespacesRequest())
+    def get_namespace_stats(
+        self, request: namespace_service_pb2.GetNamespaceStatsRequest
+    ) -> namespace_service_pb2.GetNamespaceStatsResponse:
+        """NamespaceService.GetNamespaceStats: one namespace's counts by kind, as this token sees them."""
+        return self._read(stub.GetNamespaceStats, request)

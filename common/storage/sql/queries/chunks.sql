@@ -31,7 +31,7 @@ WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_ru
 -- 0011) then run once for the rows, not once per row. Parameters: namespaces, keys, orders, types,
 -- paths, titles, headings, texts, embeddings (vector[], NULL elements for pending), metas (jsonb[]),
 -- pending (boolean[]); all sent in binary format: psycopg quotes every element of a text-format array
--- in Python (12 ms for 160 texts of 2.8 KB, against 0.04 ms in binary; issue 15).
+-- in Python (12 ms for 160 texts of 2.8 KB, against 0.04 ms in binary).
 INSERT INTO {chunks} AS c (
     namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
     embedding_pending
@@ -116,7 +116,7 @@ GROUP BY query.lexeme
 
 -- name: upsert_vault_chunk
 -- `upsert_chunk` for a vault run (seen_run set): a chunk written through the API (seen_run NULL) at the
--- same order is left as it is (the vault never overwrites agent data, issue 11 §3), so its row count is 0.
+-- same order is left as it is (the vault never overwrites agent data), so its row count is 0.
 -- Same parameters as `upsert_chunk` (the last is embedding_pending).
 INSERT INTO {chunks} AS c (
     namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
@@ -152,7 +152,7 @@ SELECT count(*) FROM {chunks} WHERE namespace = %s AND node_key = %s AND seen_ru
 -- chunk with itself, sorted by source then target (codepoint order of the keys). The chunks are given by
 -- their row ids, the sources and the targets as two arrays (parameters: namespace, sources, targets,
 -- threshold): a Search has them from its rankings, and two integer arrays cost the caller far less to
--- send than the four parallel arrays of keys, orders and flags they replace (bench/RESULTS.md, session 17);
+-- send than the four parallel arrays of keys, orders and flags they replace (bench/RESULTS.md (git history));
 -- chunks without an embedding are left out.
 -- `l2_normalize` makes one detoasted, unit-length copy of each embedding in the materialized CTE, so the
 -- pairs compare in-memory vectors (on the stored, TOASTed 2 KB column every pair fetched both vectors

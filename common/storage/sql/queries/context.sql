@@ -12,7 +12,7 @@ SELECT natural_key, label, node_type, vertex_id::text FROM {graph_nodes} WHERE n
 -- Appends one context compilation (parameters: namespace, trace id, request, decisions, scopes); returns
 -- its row id. Committed asynchronously (set_config(..., true): this transaction only): the row is visible
 -- at once, but its COMMIT does not wait for the WAL flush (a disk flush per compile was the slowest part of
--- a CompileContext on a busy disk, issue 16); a crash may lose the last fraction of a second of journal
+-- a CompileContext on a busy disk); a crash may lose the last fraction of a second of journal
 -- rows, never a pack's data. The audit events (graph) are committed as before.
 INSERT INTO {context_traces} (namespace, trace_id, request, decisions, scopes)
 SELECT %s, %s, %s, %s, %s FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit

@@ -75,7 +75,7 @@ UPDATE {graph_nodes} SET node_type = %s, placeholder = false, props_hash = %s, l
 WHERE namespace = %s AND natural_key = %s
 
 -- name: follow_placeholder_scopes
--- Placeholders among %(keys)s that carry scopes follow the facts naming them (issue 10 §2): the union
+-- Placeholders among %(keys)s that carry scopes follow the facts naming them: the union
 -- with the key's scopes (%(scopes)s: a JSON array per key, in the order of the keys), or none when it is
 -- empty (a visible fact names it). A primary-key look-up per key (= ANY), not a join the planner could
 -- turn into a scan of the namespace (NodeRegistry._registered says why).
@@ -98,7 +98,7 @@ ON CONFLICT (namespace, natural_key) DO NOTHING RETURNING label
 
 -- name: insert_placeholder_registry_rows
 -- Inserts placeholder registry rows for the missing keys %(keys)s (key order), each with a vertex id
--- from its label's sequence and the scopes of the facts naming it (a JSON array per key; issue 10 §2);
+-- from its label's sequence and the scopes of the facts naming it (a JSON array per key);
 -- keys a concurrent writer inserted meanwhile are left out of the result.
 INSERT INTO {graph_nodes} (
     namespace, natural_key, node_type, label, placeholder, created_at, last_seen, vertex_id, scopes

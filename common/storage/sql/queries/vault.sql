@@ -1,4 +1,4 @@
--- Static SQL of vault runs (common/storage/vault_store.py, issue 11). Loaded by
+-- Static SQL of vault runs (common/storage/vault_store.py). Loaded by
 -- common/storage/named_queries.py.
 
 -- name: try_lock_vault_namespace

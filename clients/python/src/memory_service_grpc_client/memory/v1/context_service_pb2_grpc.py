@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class ContextServiceStub:
-    """Context compilation (DESIGN.md §7). Served by query_service.
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service.
     """
 
     def __init__(self, channel):
@@ -48,7 +48,7 @@ class ContextServiceStub:
 
 
 class ContextServiceServicer:
-    """Context compilation (DESIGN.md §7). Served by query_service.
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service.
     """
 
     def CompileContext(self, request, context):
@@ -69,7 +69,7 @@ class ContextServiceServicer:
 
     def CompileTypedContext(self, request, context):
         """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
-        namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+        namespace's domain packs (docs/how-to/domain-packs.md). Anchors are the
         explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
         identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
         exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
@@ -108,7 +108,7 @@ def add_ContextServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ContextService:
-    """Context compilation (DESIGN.md §7). Served by query_service.
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ContextServiceStub:
-    """Context compilation (DESIGN.md §7). Served by query_service."""
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -47,7 +47,7 @@ class ContextServiceStub:
     """
     CompileTypedContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
-    namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+    namespace's domain packs (docs/how-to/domain-packs.md). Anchors are the
     explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
     identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
     exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
@@ -63,7 +63,7 @@ class ContextServiceStub:
 
 @_typing.type_check_only
 class ContextServiceAsyncStub(ContextServiceStub):
-    """Context compilation (DESIGN.md §7). Served by query_service."""
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CompileContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileContextRequest, _context_service_pb2.CompileContextResponse]  # type: ignore[assignment]
@@ -80,7 +80,7 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """
     CompileTypedContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]  # type: ignore[assignment]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
-    namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+    namespace's domain packs (docs/how-to/domain-packs.md). Anchors are the
     explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
     identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
     exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is
@@ -95,7 +95,7 @@ class ContextServiceAsyncStub(ContextServiceStub):
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Context compilation (DESIGN.md §7). Served by query_service."""
+    """Context compilation (docs/explanation/retrieval.md). Served by query_service."""
 
     @_abc_1.abstractmethod
     def CompileContext(
@@ -122,7 +122,7 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.CompileTypedContextResponse, _abc.Awaitable[_context_service_pb2.CompileTypedContextResponse]]:
         """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
-        namespace's domain packs (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6-7). Anchors are the
+        namespace's domain packs (docs/how-to/domain-packs.md). Anchors are the
         explicit keys (kindAliases and aliases resolved: "svc:checkout" -> "service:checkout-svc") and the
         identifiers the packs' idPatterns find in the query ("PROJ-123" -> "issue:PROJ-123"); those that
         exist and the caller may see start the walk. The walk follows facts valid at as_of whose predicate is

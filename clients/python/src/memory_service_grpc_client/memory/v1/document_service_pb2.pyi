@@ -53,7 +53,7 @@ class RetainRequest(_message.Message):
     source_path: _builtins.str
     """Citation target: file path, URI, agent:run/<id>."""
     pii: _builtins.bool
-    """Personal data marks (seed 000 "Персональные данные"): the document holds personal data, and which
+    """Personal data marks (docs/how-to/personal-data.md): the document holds personal data, and which
     categories (lower-case names, at most 20: "fio", "address", "phone", ...). Stored in props.pii and
     props.pii_categories; with CB_PII_PROTECTION the detected categories (phone, email, passport_rf,
     snils, card, inn) are added. A category the detector cannot find ("fio", "address"), or pii without
@@ -228,7 +228,7 @@ class PutChunksRequest(_message.Message):
     source_path: _builtins.str
     """Citation target: file path, URI, agent:run/<id>."""
     pii: _builtins.bool
-    """Personal data marks (seed 000 "Персональные данные"), as in RetainRequest. Marks add up over calls
+    """Personal data marks (docs/how-to/personal-data.md), as in RetainRequest. Marks add up over calls
     for the same natural_key (a document may be sent in several calls).
     """
     @_builtins.property

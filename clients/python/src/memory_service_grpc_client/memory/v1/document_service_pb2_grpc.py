@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class DocumentServiceStub:
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service.
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def __init__(self, channel):
@@ -53,7 +53,7 @@ class DocumentServiceStub:
 
 
 class DocumentServiceServicer:
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service.
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def Retain(self, request, context):
@@ -81,13 +81,12 @@ class DocumentServiceServicer:
         row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
         subject or object it is (rows and edges, history included), so that afterwards nothing of it is
         found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
-        (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
-        count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
-        the request id).
-        Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
-        and audit event are the record; a retry after a lost response can read them with GetTrace).
-        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
-        the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+        (action "delete", docs/explanation/knowledge-model.md) with a snapshot of what was deleted (type, title,
+        chunk count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+        the request id). Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's
+        response and audit event are the record; a retry after a lost response can read them with GetTrace).
+        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from the
+        caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
         UNAVAILABLE when the database is down (nothing was deleted).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -121,7 +120,7 @@ def add_DocumentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DocumentService:
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service.
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     @staticmethod

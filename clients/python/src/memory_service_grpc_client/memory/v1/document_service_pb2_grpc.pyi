@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class DocumentServiceStub:
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service."""
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -50,19 +50,18 @@ class DocumentServiceStub:
     row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
     subject or object it is (rows and edges, history included), so that afterwards nothing of it is
     found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
-    (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
-    count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
-    the request id).
-    Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
-    and audit event are the record; a retry after a lost response can read them with GetTrace).
-    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
-    the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+    (action "delete", docs/explanation/knowledge-model.md) with a snapshot of what was deleted (type, title,
+    chunk count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+    the request id). Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's
+    response and audit event are the record; a retry after a lost response can read them with GetTrace).
+    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from the
+    caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
     UNAVAILABLE when the database is down (nothing was deleted).
     """
 
 @_typing.type_check_only
 class DocumentServiceAsyncStub(DocumentServiceStub):
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service."""
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Retain: _aio.UnaryUnaryMultiCallable[_document_service_pb2.RetainRequest, _document_service_pb2.RetainResponse]  # type: ignore[assignment]
@@ -82,18 +81,17 @@ class DocumentServiceAsyncStub(DocumentServiceStub):
     row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
     subject or object it is (rows and edges, history included), so that afterwards nothing of it is
     found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
-    (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
-    count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
-    the request id).
-    Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
-    and audit event are the record; a retry after a lost response can read them with GetTrace).
-    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
-    the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+    (action "delete", docs/explanation/knowledge-model.md) with a snapshot of what was deleted (type, title,
+    chunk count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+    the request id). Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's
+    response and audit event are the record; a retry after a lost response can read them with GetTrace).
+    Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from the
+    caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
     UNAVAILABLE when the database is down (nothing was deleted).
     """
 
 class DocumentServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Write side for documents and their chunks (seed 000, "Чанки и документы"). Served by ingest_service."""
+    """Write side for documents and their chunks (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_abc_1.abstractmethod
     def Retain(
@@ -129,13 +127,12 @@ class DocumentServiceServicer(metaclass=_abc_1.ABCMeta):
         row), its chunks, every edge touching it (LINKS_TO in and out, IN_TRACE, ...) and every fact whose
         subject or object it is (rows and edges, history included), so that afterwards nothing of it is
         found by Search, GetSource, ListFacts (include_history too) or CompileContext. Writes an audit event
-        (action "delete", seed 000 "Аудит-контур") with a snapshot of what was deleted (type, title, chunk
-        count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
-        the request id).
-        Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's response
-        and audit event are the record; a retry after a lost response can read them with GetTrace).
-        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from
-        the caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
+        (action "delete", docs/explanation/knowledge-model.md) with a snapshot of what was deleted (type, title,
+        chunk count, facts and edges removed) in the same transaction, linked to the trace `trace_id` (default:
+        the request id). Not idempotent by design: deleting an already deleted key is NOT_FOUND (the first call's
+        response and audit event are the record; a retry after a lost response can read them with GetTrace).
+        Errors: INVALID_ARGUMENT with field violations; NOT_FOUND for an unknown key or a node hidden from the
+        caller's scopes; FAILED_PRECONDITION (reason PROTECTED_NODE) for audit_event and pc_trace nodes;
         UNAVAILABLE when the database is down (nothing was deleted).
         """
 

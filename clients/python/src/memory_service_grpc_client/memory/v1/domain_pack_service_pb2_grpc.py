@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class DomainPackServiceStub:
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 
@@ -64,7 +64,7 @@ class DomainPackServiceStub:
 
 
 class DomainPackServiceServicer:
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 
@@ -148,7 +148,7 @@ def add_DomainPackServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class DomainPackService:
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 

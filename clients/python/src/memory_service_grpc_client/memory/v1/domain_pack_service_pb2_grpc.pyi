@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class DomainPackServiceStub:
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 
@@ -60,7 +60,7 @@ class DomainPackServiceStub:
 
 @_typing.type_check_only
 class DomainPackServiceAsyncStub(DomainPackServiceStub):
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 
@@ -89,7 +89,7 @@ class DomainPackServiceAsyncStub(DomainPackServiceStub):
     """
 
 class DomainPackServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Domain packs and strict mode (seed 000 "Доменные пакеты и строгий режим"; DESIGN §6).
+    """Domain packs and strict mode (docs/how-to/domain-packs.md).
     Served by ingest_service.
     """
 

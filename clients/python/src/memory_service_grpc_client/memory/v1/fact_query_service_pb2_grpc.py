@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class FactQueryServiceStub:
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service.
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class FactQueryServiceStub:
 
 
 class FactQueryServiceServicer:
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service.
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def ListFacts(self, request, context):
@@ -76,7 +76,7 @@ def add_FactQueryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class FactQueryService:
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service.
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class FactQueryServiceStub:
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service."""
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -45,7 +45,7 @@ class FactQueryServiceStub:
 
 @_typing.type_check_only
 class FactQueryServiceAsyncStub(FactQueryServiceStub):
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service."""
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListFacts: _aio.UnaryUnaryMultiCallable[_fact_query_service_pb2.ListFactsRequest, _fact_query_service_pb2.ListFactsResponse]  # type: ignore[assignment]
@@ -59,7 +59,7 @@ class FactQueryServiceAsyncStub(FactQueryServiceStub):
     """
 
 class FactQueryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Read side for temporal facts (seed 000, "Факты: время и свидетельства"). Served by query_service."""
+    """Read side for temporal facts (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_abc_1.abstractmethod
     def ListFacts(

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class FactServiceStub:
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service.
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def __init__(self, channel):
@@ -48,7 +48,7 @@ class FactServiceStub:
 
 
 class FactServiceServicer:
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service.
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     def AssertFacts(self, request, context):
@@ -94,7 +94,7 @@ def add_FactServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class FactService:
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service.
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service.
     """
 
     @staticmethod

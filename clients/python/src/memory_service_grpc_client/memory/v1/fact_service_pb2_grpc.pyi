@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class FactServiceStub:
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service."""
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -49,7 +49,7 @@ class FactServiceStub:
 
 @_typing.type_check_only
 class FactServiceAsyncStub(FactServiceStub):
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service."""
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     AssertFacts: _aio.UnaryUnaryMultiCallable[_fact_service_pb2.AssertFactsRequest, _fact_service_pb2.AssertFactsResponse]  # type: ignore[assignment]
@@ -67,7 +67,7 @@ class FactServiceAsyncStub(FactServiceStub):
     """
 
 class FactServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Agent-origin facts (seed 000, "Факты: время и свидетельства"). Served by ingest_service."""
+    """Agent-origin facts (docs/explanation/knowledge-model.md). Served by ingest_service."""
 
     @_abc_1.abstractmethod
     def AssertFacts(

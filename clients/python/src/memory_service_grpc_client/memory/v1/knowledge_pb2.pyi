@@ -22,11 +22,12 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class ObservationSource(_message.Message):
-    """Shared resources of the knowledge model (seed 000, "Модель знаний"; DESIGN.md §2-3).
+    """Shared resources of the knowledge model (docs/explanation/knowledge-model.md; docs/explanation/architecture.md).
 
     Entity keys are a natural key string ("person:alice") or an object {type, id} that becomes
-    "type:id" (DESIGN §3). Because proto3 JSON cannot express "string or object" in a message, key
-    fields are `google.protobuf.Value`: a string value or a struct value with string fields `type`, `id`.
+    "type:id" (docs/explanation/knowledge-model.md). Because proto3 JSON cannot express "string or object" in a
+    message, key fields are `google.protobuf.Value`: a string value or a struct value with string fields
+    `type`, `id`.
 
     Source identity of an observation: a repeated event with the same identity is a duplicate.
     """
@@ -137,14 +138,24 @@ class FactAssertion(_message.Message):
     SUPERSEDES_FIELD_NUMBER: _builtins.int
     SCOPES_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    SUPERSEDE_LIVE_FIELD_NUMBER: _builtins.int
     predicate: _builtins.str
     """Edge type, e.g. "WORKS_ON"; pattern [A-Za-z_][A-Za-z0-9_]{0,127}."""
     evidence: _builtins.str
-    """One of "asserted" (default), "extracted", "inferred", "derived" (seed 000 evidence classes)."""
+    """One of "asserted" (default), "extracted", "inferred", "derived" (docs/explanation/knowledge-model.md
+    evidence classes).
+    """
     confidence: _builtins.float
     """In [0, 1]; default 1.0."""
     supersedes: _builtins.str
     """fact_id of the fact this one replaces: its valid_to becomes this fact's valid_from."""
+    supersede_live: _builtins.bool
+    """FactService.AssertFacts only: supersede the live versions of this subject and predicate. Every fact of
+    (subject, predicate) the caller can see with an open interval, another object and an earlier
+    valid_from is closed at this fact's valid_from; the latest of them becomes `supersedes`. Without it a
+    second live object stays a conflict, flagged and never resolved. INVALID_ARGUMENT together with
+    `supersedes`, or anywhere but AssertFacts (observations and snapshots).
+    """
     @_builtins.property
     def subject(self) -> _struct_pb2.Value:
         """The subject entity: a string natural key or {type, id} (see the note at the top of this file). Required."""
@@ -182,10 +193,11 @@ class FactAssertion(_message.Message):
         supersedes: _builtins.str = ...,
         scopes: _abc.Iterable[_builtins.str] | None = ...,
         attributes: _struct_pb2.Struct | None = ...,
+        supersede_live: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "object", b"object", "subject", b"subject", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "evidence", b"evidence", "object", b"object", "predicate", b"predicate", "scopes", b"scopes", "subject", b"subject", "supersedes", b"supersedes", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_confidence", b"_confidence", "attributes", b"attributes", "confidence", b"confidence", "evidence", b"evidence", "object", b"object", "predicate", b"predicate", "scopes", b"scopes", "subject", b"subject", "supersede_live", b"supersede_live", "supersedes", b"supersedes", "valid_from", b"valid_from", "valid_to", b"valid_to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__confidence: _TypeAlias = _typing.Literal["confidence"]  # noqa: Y015
     _WhichOneofArgType__confidence: _TypeAlias = _typing.Literal["_confidence", b"_confidence"]  # noqa: Y015
@@ -263,7 +275,7 @@ Global___Assertion: _TypeAlias = Assertion  # noqa: Y015
 
 @_typing.final
 class Observation(_message.Message):
-    """An immutable record of what an external source reported (seed 000, "Наблюдения")."""
+    """An immutable record of what an external source reported (docs/explanation/knowledge-model.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -291,11 +303,11 @@ class Observation(_message.Message):
     content: _builtins.str
     """Human-readable text, at most 1 MiB (UTF-8)."""
     observation_id: _builtins.str
-    """Output only: obs-<sha256[:24]> (DESIGN §3)."""
+    """Output only: obs-<sha256[:24]> (docs/explanation/knowledge-model.md)."""
     status: _builtins.str
     """Output only: received, processed, partially_processed, failed, redacted."""
     pii: _builtins.bool
-    """Personal data marks of the observation (seed 000 "Персональные данные"), as in RetainRequest: they
+    """Personal data marks of the observation (docs/how-to/personal-data.md), as in RetainRequest: they
     go to its episode node and text fragment nodes (not part of the observation's identity). A category
     the detector cannot find ("fio", "address"), or pii without a category, withholds the observation's
     content, data and assertions from callers without PII clearance when CB_PII_PROTECTION is on.
@@ -378,7 +390,7 @@ Global___Observation: _TypeAlias = Observation  # noqa: Y015
 
 @_typing.final
 class Fact(_message.Message):
-    """A temporal fact as stored (seed 000, "Факты: время и свидетельства")."""
+    """A temporal fact as stored (docs/explanation/knowledge-model.md)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -402,7 +414,9 @@ class Fact(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     SOURCE_PATH_FIELD_NUMBER: _builtins.int
     fact_id: _builtins.str
-    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24] (DESIGN §3)."""
+    """"fact-" + sha256(namespace|subject|predicate|object|valid_from)[:24]
+    (docs/explanation/knowledge-model.md).
+    """
     subject: _builtins.str
     """Natural key "type:id" of the subject node."""
     predicate: _builtins.str
@@ -410,7 +424,7 @@ class Fact(_message.Message):
     object: _builtins.str
     """Natural key of the object node."""
     evidence: _builtins.str
-    """Evidence class: "asserted", "extracted", "inferred" or "derived" (seed 000)."""
+    """Evidence class: "asserted", "extracted", "inferred" or "derived" (docs/explanation/knowledge-model.md)."""
     confidence: _builtins.float
     """In [0, 1]; the highest of its assertions."""
     supersedes: _builtins.str

@@ -26,9 +26,9 @@ if _version_not_supported:
 
 
 class MemoryQueryServiceStub:
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def __init__(self, channel):
@@ -55,16 +55,16 @@ class MemoryQueryServiceStub:
 
 
 class MemoryQueryServiceServicer:
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def RecallMemories(self, request, context):
         """The memories of the caller's scope most relevant to a query, ranked by
         score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
         + w_importance * importance
-        with the weights and half-life of a named preset (query_service/memory_recall.py RECALL_PRESETS).
+        with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
         Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
         summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
         back to hot) unless `touch` is false.
@@ -121,9 +121,9 @@ def add_MemoryQueryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryQueryService:
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @staticmethod

@@ -27,9 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class MemoryQueryServiceStub:
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @_typing.overload
@@ -40,7 +40,7 @@ class MemoryQueryServiceStub:
     """The memories of the caller's scope most relevant to a query, ranked by
     score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
             + w_importance * importance
-    with the weights and half-life of a named preset (query_service/memory_recall.py RECALL_PRESETS).
+    with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
     Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
     summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
     back to hot) unless `touch` is false.
@@ -61,9 +61,9 @@ class MemoryQueryServiceStub:
 
 @_typing.type_check_only
 class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -71,7 +71,7 @@ class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
     """The memories of the caller's scope most relevant to a query, ranked by
     score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
             + w_importance * importance
-    with the weights and half-life of a named preset (query_service/memory_recall.py RECALL_PRESETS).
+    with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
     Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
     summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
     back to hot) unless `touch` is false.
@@ -91,9 +91,9 @@ class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
     """
 
 class MemoryQueryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Memory records of seed 001, read side (DESIGN §9). Served by query_service. Scope as in MemoryService:
-    organisation, environment and user from the token, project from `x-project-id`; a request naming another
-    user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
+    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
+    naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
 
     @_abc_1.abstractmethod
@@ -105,7 +105,7 @@ class MemoryQueryServiceServicer(metaclass=_abc_1.ABCMeta):
         """The memories of the caller's scope most relevant to a query, ranked by
         score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
                 + w_importance * importance
-        with the weights and half-life of a named preset (query_service/memory_recall.py RECALL_PRESETS).
+        with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
         Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
         summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
         back to hot) unless `touch` is false.

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class ObservationQueryServiceStub:
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service.
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class ObservationQueryServiceStub:
 
 
 class ObservationQueryServiceServicer:
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service.
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def GetObservation(self, request, context):
@@ -72,7 +72,7 @@ def add_ObservationQueryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ObservationQueryService:
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service.
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     @staticmethod

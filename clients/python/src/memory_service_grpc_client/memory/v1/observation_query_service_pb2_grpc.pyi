@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ObservationQueryServiceStub:
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service."""
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -41,7 +41,7 @@ class ObservationQueryServiceStub:
 
 @_typing.type_check_only
 class ObservationQueryServiceAsyncStub(ObservationQueryServiceStub):
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service."""
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetObservation: _aio.UnaryUnaryMultiCallable[_observation_query_service_pb2.GetObservationRequest, _observation_query_service_pb2.GetObservationResponse]  # type: ignore[assignment]
@@ -51,7 +51,7 @@ class ObservationQueryServiceAsyncStub(ObservationQueryServiceStub):
     """
 
 class ObservationQueryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Read side for observations (seed 000, "Наблюдения"). Served by query_service."""
+    """Read side for observations (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_abc_1.abstractmethod
     def GetObservation(

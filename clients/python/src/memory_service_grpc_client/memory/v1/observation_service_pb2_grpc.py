@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class ObservationServiceStub:
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service.
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
     """
 
     def __init__(self, channel):
@@ -58,7 +59,8 @@ class ObservationServiceStub:
 
 
 class ObservationServiceServicer:
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service.
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
     """
 
     def RecordObservations(self, request, context):
@@ -81,11 +83,11 @@ class ObservationServiceServicer:
         they leave every output but stay in the graph for audit. The searchable copies of the content go too
         (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
         transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-        Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
-        event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
-        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
-        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
-        from the caller's scopes); UNAVAILABLE.
+        Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an
+        audit event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none. Errors:
+        INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden from the
+        caller's scopes); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -149,7 +151,8 @@ def add_ObservationServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ObservationService:
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service.
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
     """
 
     @staticmethod

@@ -27,7 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class ObservationServiceStub:
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -49,11 +51,11 @@ class ObservationServiceStub:
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
-    event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
-    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
-    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
-    from the caller's scopes); UNAVAILABLE.
+    Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an
+    audit event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none. Errors:
+    INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden from the
+    caller's scopes); UNAVAILABLE.
     """
     PurgeObservation: _grpc.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]
     """Removes an observation and what its projection alone created (its episode and text fragments with
@@ -76,7 +78,9 @@ class ObservationServiceStub:
 
 @_typing.type_check_only
 class ObservationServiceAsyncStub(ObservationServiceStub):
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecordObservations: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.RecordObservationsRequest, _observation_service_pb2.RecordObservationsResponse]  # type: ignore[assignment]
@@ -95,11 +99,11 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     they leave every output but stay in the graph for audit. The searchable copies of the content go too
     (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
     transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-    Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
-    event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
-    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
-    Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
-    from the caller's scopes); UNAVAILABLE.
+    Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an
+    audit event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+    facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none. Errors:
+    INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden from the
+    caller's scopes); UNAVAILABLE.
     """
     PurgeObservation: _aio.UnaryUnaryMultiCallable[_observation_service_pb2.PurgeObservationRequest, _observation_service_pb2.PurgeObservationResponse]  # type: ignore[assignment]
     """Removes an observation and what its projection alone created (its episode and text fragments with
@@ -121,7 +125,9 @@ class ObservationServiceAsyncStub(ObservationServiceStub):
     """
 
 class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Write side for observations (seed 000, "Наблюдения"; DESIGN.md §2-4). Served by ingest_service."""
+    """Write side for observations (docs/explanation/knowledge-model.md; docs/explanation/architecture.md). Served by
+    ingest_service.
+    """
 
     @_abc_1.abstractmethod
     def RecordObservations(
@@ -150,11 +156,11 @@ class ObservationServiceServicer(metaclass=_abc_1.ABCMeta):
         they leave every output but stay in the graph for audit. The searchable copies of the content go too
         (the episode's chunk, the text fragment nodes and their chunks); the episode node stays. One
         transaction. Idempotent (a repeat changes nothing and keeps the first reason).
-        Audited (seed 000 "Аудит-контур": a redaction deletes content): the first redaction writes an audit
-        event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
-        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none.
-        Errors: INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden
-        from the caller's scopes); UNAVAILABLE.
+        Audited (docs/explanation/knowledge-model.md: a redaction deletes content): the first redaction writes an
+        audit event, action "delete" with details.operation "redact_observation" and a snapshot (kind, source,
+        facts affected, chunks and nodes removed, reason), in the same transaction; a repeat writes none. Errors:
+        INVALID_ARGUMENT (empty namespace/observation_id); NOT_FOUND (also for an observation hidden from the
+        caller's scopes); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod

@@ -42,7 +42,7 @@ class SearchRequest(_message.Message):
     top_k: _builtins.int
     """1..100; default 10."""
     preset: _builtins.str
-    """Named ranking preset (query_service/hybrid_search.py SEARCH_PRESETS): "documents" (manuals, notes,
+    """Named ranking preset (query_service/retrieval/hybrid_search.py SEARCH_PRESETS): "documents" (manuals, notes,
     FAQs), "conversations" (chat turns, observations); empty: the service's default. Unknown names are
     INVALID_ARGUMENT.
     """

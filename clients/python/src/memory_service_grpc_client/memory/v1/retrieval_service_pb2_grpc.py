@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class RetrievalServiceStub:
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service.
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service.
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class RetrievalServiceStub:
 
 
 class RetrievalServiceServicer:
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service.
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service.
     """
 
     def Search(self, request, context):
@@ -74,7 +74,7 @@ def add_RetrievalServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class RetrievalService:
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service.
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service.
     """
 
     @staticmethod

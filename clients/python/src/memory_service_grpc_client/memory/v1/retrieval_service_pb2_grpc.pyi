@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class RetrievalServiceStub:
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service."""
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -43,7 +43,7 @@ class RetrievalServiceStub:
 
 @_typing.type_check_only
 class RetrievalServiceAsyncStub(RetrievalServiceStub):
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service."""
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Search: _aio.UnaryUnaryMultiCallable[_retrieval_service_pb2.SearchRequest, _retrieval_service_pb2.SearchResponse]  # type: ignore[assignment]
@@ -55,7 +55,7 @@ class RetrievalServiceAsyncStub(RetrievalServiceStub):
     """
 
 class RetrievalServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Hybrid retrieval over chunks (DESIGN.md §7). Served by query_service."""
+    """Hybrid retrieval over chunks (docs/explanation/retrieval.md). Served by query_service."""
 
     @_abc_1.abstractmethod
     def Search(

@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class SnapshotServiceStub:
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service.
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
     """
 
     def __init__(self, channel):
@@ -48,7 +49,8 @@ class SnapshotServiceStub:
 
 
 class SnapshotServiceServicer:
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service.
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
     """
 
     def Reconcile(self, request, context):
@@ -115,7 +117,8 @@ def add_SnapshotServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SnapshotService:
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service.
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
     """
 
     @staticmethod

@@ -27,7 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class SnapshotServiceStub:
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service."""
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -70,7 +72,9 @@ class SnapshotServiceStub:
 
 @_typing.type_check_only
 class SnapshotServiceAsyncStub(SnapshotServiceStub):
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service."""
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Reconcile: _aio.UnaryUnaryMultiCallable[_snapshot_service_pb2.ReconcileRequest, _snapshot_service_pb2.ReconcileResponse]  # type: ignore[assignment]
@@ -109,7 +113,9 @@ class SnapshotServiceAsyncStub(SnapshotServiceStub):
     """
 
 class SnapshotServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Snapshot reconciliation (seed 000 "Загрузка знаний"; DESIGN §6). Served by ingest_service."""
+    """Snapshot reconciliation (docs/explanation/knowledge-model.md; docs/how-to/domain-packs.md). Served by
+    ingest_service.
+    """
 
     @_abc_1.abstractmethod
     def Reconcile(

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class SourceServiceStub:
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service.
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class SourceServiceStub:
 
 
 class SourceServiceServicer:
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service.
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     def GetSource(self, request, context):
@@ -72,7 +72,7 @@ def add_SourceServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SourceService:
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service.
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service.
     """
 
     @staticmethod

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class SourceServiceStub:
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service."""
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
@@ -41,7 +41,7 @@ class SourceServiceStub:
 
 @_typing.type_check_only
 class SourceServiceAsyncStub(SourceServiceStub):
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service."""
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service."""
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetSource: _aio.UnaryUnaryMultiCallable[_source_service_pb2.GetSourceRequest, _source_service_pb2.GetSourceResponse]  # type: ignore[assignment]
@@ -51,7 +51,7 @@ class SourceServiceAsyncStub(SourceServiceStub):
     """
 
 class SourceServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Source views (seed 000, "Оригинал статьи хранится в узле"). Served by query_service."""
+    """Source views (docs/explanation/knowledge-model.md). Served by query_service."""
 
     @_abc_1.abstractmethod
     def GetSource(

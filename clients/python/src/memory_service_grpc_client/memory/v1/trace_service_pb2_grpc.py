@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class TraceServiceStub:
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 
@@ -44,7 +44,7 @@ class TraceServiceStub:
 
 
 class TraceServiceServicer:
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 
@@ -80,7 +80,7 @@ def add_TraceServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TraceService:
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class TraceServiceStub:
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 
@@ -49,7 +49,7 @@ class TraceServiceStub:
 
 @_typing.type_check_only
 class TraceServiceAsyncStub(TraceServiceStub):
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 
@@ -67,7 +67,7 @@ class TraceServiceAsyncStub(TraceServiceStub):
     """
 
 class TraceServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Read side of traces (seed 000 "Аудит-контур"): what happened under one trace id. Served by
+    """Read side of traces (docs/explanation/knowledge-model.md): what happened under one trace id. Served by
     query_service.
     """
 

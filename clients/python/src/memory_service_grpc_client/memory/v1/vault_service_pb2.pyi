@@ -172,7 +172,7 @@ class VaultDocument(_message.Message):
         """Provenance stored in props.provenance (GetSource returns it as provenance.metadata). The server
         adds "path", "content_hash" (sha256 hex of the UTF-8 text) and "indexed_at" (when this text was
         first projected). For Git: repository, branch, commit_sha (the last commit that changed the
-        file), author, committed_at (seed 000 "Provenance: путь до источника").
+        file), author, committed_at (docs/explanation/knowledge-model.md).
         """
 
     def __init__(

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class VaultServiceStub:
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.
@@ -46,7 +46,7 @@ class VaultServiceStub:
 
 
 class VaultServiceServicer:
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.
@@ -133,7 +133,7 @@ def add_VaultServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class VaultService:
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class VaultServiceStub:
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.
@@ -100,7 +100,7 @@ class VaultServiceStub:
 
 @_typing.type_check_only
 class VaultServiceAsyncStub(VaultServiceStub):
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.
@@ -169,7 +169,7 @@ class VaultServiceAsyncStub(VaultServiceStub):
     """
 
 class VaultServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Vault ingest (seed 000 "Происхождение: vault и agent", "Рёбра и связи"): the projection of a
+    """Vault ingest (docs/explanation/knowledge-model.md): the projection of a
     directory of Markdown documents, or of the Markdown of a Git repository, into one namespace (origin
     "vault"). Served by ingest_service. `cb ingest` is one client; any program that can read files and
     speak gRPC can run the same projection.
