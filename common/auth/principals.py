@@ -117,7 +117,6 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.TraceService/GetTrace": _READ,
         # The audit trail of the whole namespace, every principal's events (served by query_service).
         "/memory.v1.AuditService/ListAuditEvents": _ADMIN,
-        # Memory records: the namespace comes from the caller's scope, not from the request
         "/memory.v1.NamespaceService/ListNamespaces": _READ,
         "/memory.v1.NamespaceService/GetNamespaceStats": _READ,
         # Memory records: the namespace comes from the caller's scope, not from the request

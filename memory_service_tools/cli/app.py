@@ -24,7 +24,6 @@ from memory_service_tools.cli.token_commands import token_app
 from memory_service_tools.cli.vault_commands import ingest
 from memory_service_tools.cli.worker_commands import worker
 from memory_service_tools.cli.write_commands import delete_node, observe, reconcile, retain
-from memory_service_tools.cli.mcp_commands import mcp
 from memory_service_tools.cli.namespace_commands import namespaces, stats
 
 app = typer.Typer(

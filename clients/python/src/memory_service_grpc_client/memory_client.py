@@ -507,14 +507,17 @@ class MemoryClient:
         """Every event of a ListAuditEvents query, page after page, newest first; stops after ``limit``
         events when given. ``request`` is not changed."""
         return iter_pages(self.list_audit_events, request, lambda page: page.events, limit=limit)
+
     def list_namespaces(
         self, request: namespace_service_pb2.ListNamespacesRequest | None = None
     ) -> namespace_service_pb2.ListNamespacesResponse:
         """NamespaceService.ListNamespaces: the namespaces this token can read that hold something it sees."""
         stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
         return self._read(stub.ListNamespaces, request or namespace_service_pb2.ListNamespacesRequest())
+
     def get_namespace_stats(
         self, request: namespace_service_pb2.GetNamespaceStatsRequest
     ) -> namespace_service_pb2.GetNamespaceStatsResponse:
         """NamespaceService.GetNamespaceStats: one namespace's counts by kind, as this token sees them."""
+        stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
         return self._read(stub.GetNamespaceStats, request)
