@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from memory_service_tools.cli.cli_state import CliState
+from memory_service_tools.cli.console_commands import console
 from memory_service_tools.cli.context_commands import context, typed_context
 from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
 from memory_service_tools.cli.health_commands import health
@@ -104,6 +105,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("delete", delete_node),
     ("trace", trace),
     ("mcp", mcp),  # agents (MCP server over both services)
+    ("console", console),  # people (web console over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("db", db_app),
