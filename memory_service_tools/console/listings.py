@@ -1,7 +1,6 @@
 """The two reads that wait on RPCs not yet served, each in one function so switching over is one edit.
 
-`namespace_overview` counts what existing reads give (live and closed facts from one page of ListFacts,
-the embedding backlog, the domain-pack kinds); a NamespaceService with ListNamespaces/GetNamespaceStats
+`namespace_overview` shows what existing reads give (the embedding backlog, the domain-pack kinds); a NamespaceService with ListNamespaces/GetNamespaceStats
 replaces its body. `audit_events` lists the audit events of one journaled trace (TraceService.GetTrace)
 filtered here; AuditService.ListAuditEvents replaces its body with a paged, server-filtered listing.
 """
@@ -13,16 +12,12 @@ from datetime import datetime
 
 from memory.v1 import (
     domain_pack_service_pb2,
-    fact_query_service_pb2,
     observation_service_pb2,
     trace_service_pb2,
 )
 
 from memory_service_tools.console.gateway import INGEST, QUERY, Gateway
 from memory_service_tools.console.views import from_timestamp, struct_dict
-
-COUNT_PAGE = 200  # facts read to count a namespace: beyond this the page says "200+"
-
 
 @dataclass
 class NamespaceOverview:
@@ -31,52 +26,28 @@ class NamespaceOverview:
     Attributes:
         namespace: the namespace.
         readable: False when the services refused every read of it.
-        live_facts: facts valid now (at most `COUNT_PAGE`; ``more_live`` says there are more).
-        all_facts: facts with their history, closed ones included (at most `COUNT_PAGE`).
+        live_facts: facts valid now (None: not served yet).
+        all_facts: facts with their history, closed ones included (None: not served yet).
         pending_chunks: chunks waiting for their embedding (None: not readable).
         kinds: the domain-pack kinds the namespace admits (empty: any).
     """
 
     namespace: str
     readable: bool = True
-    live_facts: int = 0
-    more_live: bool = False
-    all_facts: int = 0
-    more_all: bool = False
+    live_facts: int | None = None
+    all_facts: int | None = None
     pending_chunks: int | None = None
     kinds: list[str] = field(default_factory=list)
 
 
 def namespace_overview(gateway: Gateway, namespace: str) -> NamespaceOverview:
-    """Counts of ``namespace`` as the visitor's token sees them (three reads, each at most one page)."""
+    """Counts of ``namespace`` as the visitor's token sees them (two reads of ingest_service).
+
+    Fact, node and chunk counts wait for a namespace statistics RPC: ListFacts needs a subject, predicate
+    or object, and the console reads nothing but RPCs, so they stay None here.
+    """
     overview = NamespaceOverview(namespace)
     failures_before = len(gateway.failures)
-    live = gateway.call(
-        QUERY,
-        "FactQueryService.ListFacts",
-        lambda: gateway.client.list_facts(
-            fact_query_service_pb2.ListFactsRequest(namespace=namespace, page_size=COUNT_PAGE)
-        ),
-    )
-    if live is None:
-        # A namespace the token cannot read is one row that says so, not a page of errors; a service
-        # that is down stays on the page.
-        overview.readable = False
-        if not any(f.down for f in gateway.failures[failures_before:]):
-            del gateway.failures[failures_before:]
-        return overview
-    overview.live_facts, overview.more_live = len(live.facts), bool(live.next_page_token)
-    history = gateway.call(
-        QUERY,
-        "FactQueryService.ListFacts",
-        lambda: gateway.client.list_facts(
-            fact_query_service_pb2.ListFactsRequest(
-                namespace=namespace, page_size=COUNT_PAGE, include_history=True, include_lost=True
-            )
-        ),
-    )
-    if history is not None:
-        overview.all_facts, overview.more_all = len(history.facts), bool(history.next_page_token)
     backlog = gateway.call(
         INGEST,
         "ObservationService.GetEmbeddingBacklog",
@@ -84,8 +55,14 @@ def namespace_overview(gateway: Gateway, namespace: str) -> NamespaceOverview:
             observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace)
         ),
     )
-    if backlog is not None:
-        overview.pending_chunks = backlog.pending_chunks
+    if backlog is None:
+        # A namespace the token cannot read is one row that says so, not a page of errors; a service
+        # that is down stays on the page.
+        if not any(f.down for f in gateway.failures[failures_before:]):
+            overview.readable = False
+            del gateway.failures[failures_before:]
+        return overview
+    overview.pending_chunks = backlog.pending_chunks
     kinds = gateway.call(
         INGEST,
         "DomainPackService.GetNamespaceKinds",
