@@ -42,6 +42,8 @@ def console(
         namespaces=tuple(namespace or ()),
         secure_cookie=secure_cookie,
     )
-    typer.echo(f"console on http://{host}:{port}/ (services {config.ingest_addr}, {config.query_addr})", err=True)
+    typer.echo(
+        f"console on http://{host}:{port}/ (services {config.ingest_addr}, {config.query_addr})", err=True
+    )
     # The access log prints paths and query strings only; the token travels in a cookie, never there.
     uvicorn.run(create_app(config), host=host, port=port, log_level="info")

@@ -4,6 +4,7 @@ A client like any other (`memory_service_client.MemoryClient`): it never opens t
 scopes and personal-data masking hold exactly as for the CLI. See docs/how-to/console.md.
 """
 
-from memory_service_tools.console.app import ConsoleConfig, create_app
+from memory_service_tools.console.app import create_app
+from memory_service_tools.console.page_view import ConsoleConfig
 
 __all__ = ["ConsoleConfig", "create_app"]

@@ -90,7 +90,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
             except BadAddress as exc:
                 address = Address(request.query_params.get("ns", ""), None, "")
                 gateway.failures.append(
-                    CallFailure("console", "address", "INVALID_ARGUMENT", str(exc), ((exc.name, exc.description),))
+                    CallFailure(
+                        "console", "address", "INVALID_ARGUMENT", str(exc), ((exc.name, exc.description),)
+                    )
                 )
                 status = 400
             return templates.TemplateResponse(
@@ -124,8 +126,11 @@ def create_app(config: ConsoleConfig) -> Starlette:
             return templates.TemplateResponse(
                 request,
                 "login.html",
-                {"message": "token: enter the bearer token (one word, no spaces).", "next": target,
-                 "title": "Sign in"},
+                {
+                    "message": "token: enter the bearer token (one word, no spaces).",
+                    "next": target,
+                    "title": "Sign in",
+                },
                 status_code=400,
             )
         response = RedirectResponse(target, status_code=303)
@@ -142,7 +147,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
 
     async def logout(_request: Request) -> Response:
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(TOKEN_COOKIE, path="/", httponly=True, samesite="strict", secure=config.secure_cookie)
+        response.delete_cookie(
+            TOKEN_COOKIE, path="/", httponly=True, samesite="strict", secure=config.secure_cookie
+        )
         return response
 
     async def alive(_request: Request) -> Response:

@@ -19,6 +19,7 @@ from memory.v1 import (
 from memory_service_tools.console.gateway import INGEST, QUERY, Gateway
 from memory_service_tools.console.views import from_timestamp, struct_dict
 
+
 @dataclass
 class NamespaceOverview:
     """What the token can see of one namespace.

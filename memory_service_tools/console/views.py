@@ -31,7 +31,7 @@ def parse_instant(text: str, name: str = "as_of") -> datetime | None:
     if not text:
         return None
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(text)
     except ValueError:
         raise BadAddress(name, f"{text!r} is not an ISO 8601 instant (e.g. 2026-10-15T12:00:00Z)") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)

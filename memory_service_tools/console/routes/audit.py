@@ -20,5 +20,10 @@ def build(view: PageView) -> dict[str, Any]:
         until=parse_instant(view.param("until"), "until"),
     )
     listing = audit_events(view.gateway, view.address.namespace, wanted) if view.address.namespace else None
-    return {"title": "Audit", "wanted": wanted, "listing": listing,
-            "since": view.param("since"), "until": view.param("until")}
+    return {
+        "title": "Audit",
+        "wanted": wanted,
+        "listing": listing,
+        "since": view.param("since"),
+        "until": view.param("until"),
+    }

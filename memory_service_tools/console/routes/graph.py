@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from memory.v1 import fact_query_service_pb2
@@ -42,7 +43,7 @@ def build(view: PageView) -> dict[str, Any]:
                     namespace=ns, page_size=EDGES_PER_CALL, as_of=as_of, **{direction: current}
                 )
                 response = view.gateway.call(
-                    QUERY, "FactQueryService.ListFacts", lambda r=request: view.gateway.client.list_facts(r)
+                    QUERY, "FactQueryService.ListFacts", partial(view.gateway.client.list_facts, request)
                 )
                 for fact in response.facts if response else []:
                     edges[fact.fact_id] = {

@@ -21,7 +21,9 @@ def lineage(memories: list[memory_record_pb2.Memory]) -> list[dict[str, Any]]:
         return {
             "memory": memory,
             "tier": memory_record_pb2.MemoryTier.Name(memory.tier).removeprefix("MEMORY_TIER_").lower(),
-            "type": memory_record_pb2.MemoryType.Name(memory.memory_type).removeprefix("MEMORY_TYPE_").lower(),
+            "type": memory_record_pb2.MemoryType.Name(memory.memory_type)
+            .removeprefix("MEMORY_TYPE_")
+            .lower(),
             "expires": instant_text(from_timestamp(memory.expire_time)),
             "created": instant_text(from_timestamp(memory.create_time)),
             "elsewhere": [i for i in memory.summarized_ids if i not in by_id],

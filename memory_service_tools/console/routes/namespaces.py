@@ -10,7 +10,11 @@ from memory_service_tools.console.page_view import PageView
 
 def build(view: PageView) -> dict[str, Any]:
     """Values of namespaces.html: one `NamespaceOverview` per namespace."""
-    names = list(dict.fromkeys([*view.config.namespaces, *([view.address.namespace] if view.address.namespace else [])]))
+    names = list(
+        dict.fromkeys(
+            [*view.config.namespaces, *([view.address.namespace] if view.address.namespace else [])]
+        )
+    )
     return {
         "title": "Namespaces",
         "overviews": [namespace_overview(view.gateway, name) for name in names],

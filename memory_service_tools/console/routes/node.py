@@ -36,7 +36,9 @@ def live_at(fact: knowledge_pb2.Fact, instant: datetime) -> bool:
     return (start is None or start <= instant) and (end is None or instant < end)
 
 
-def timeline(facts: list[knowledge_pb2.Fact], as_of: datetime) -> tuple[datetime, datetime, list[dict[str, Any]]]:
+def timeline(
+    facts: list[knowledge_pb2.Fact], as_of: datetime
+) -> tuple[datetime, datetime, list[dict[str, Any]]]:
     """The span the time line covers and, per fact, its bar (left and width in percent of the span)."""
     starts = [s for f in facts if (s := from_timestamp(f.valid_from))]
     ends = [e for f in facts if (e := from_timestamp(f.valid_to))]
@@ -46,14 +48,15 @@ def timeline(facts: list[knowledge_pb2.Fact], as_of: datetime) -> tuple[datetime
     rows = []
     for fact in facts:
         start = from_timestamp(fact.valid_from) or low
-        end = from_timestamp(fact.valid_to) or high
+        closed = from_timestamp(fact.valid_to)
+        end = closed or high
         rows.append(
             {
                 "fact": fact,
                 "from": instant_text(from_timestamp(fact.valid_from)),
                 "to": instant_text(from_timestamp(fact.valid_to)),
                 "from_epoch": int(start.timestamp()),
-                "to_epoch": int(from_timestamp(fact.valid_to).timestamp()) if fact.HasField("valid_to") else 0,
+                "to_epoch": int(closed.timestamp()) if closed else 0,
                 "left": round(100 * (start - low).total_seconds() / span, 2),
                 "width": max(0.5, round(100 * (end - start).total_seconds() / span, 2)),
                 "live": live_at(fact, as_of),
@@ -73,7 +76,9 @@ def build(view: PageView) -> dict[str, Any]:
     source_response = view.gateway.call(
         QUERY,
         "SourceService.GetSource",
-        lambda: view.gateway.client.get_source(source_service_pb2.GetSourceRequest(namespace=ns, natural_key=key)),
+        lambda: view.gateway.client.get_source(
+            source_service_pb2.GetSourceRequest(namespace=ns, natural_key=key)
+        ),
     )
     source = source_response.source if source_response else None
     chunks: list[retrieval_service_pb2.SearchHit] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from google.protobuf import json_format
@@ -46,10 +47,15 @@ def build(view: PageView) -> dict[str, Any]:
         facts = view.gateway.call(
             QUERY,
             "FactQueryService.ListFacts",
-            lambda s=subject: view.gateway.client.list_facts(
+            partial(
+                view.gateway.client.list_facts,
                 fact_query_service_pb2.ListFactsRequest(
-                    namespace=ns, subject=s, include_history=True, include_lost=True, page_size=FACT_PAGE
-                )
+                    namespace=ns,
+                    subject=subject,
+                    include_history=True,
+                    include_lost=True,
+                    page_size=FACT_PAGE,
+                ),
             ),
         )
         for fact in facts.facts if facts else []:

@@ -1,3 +1,5 @@
+// The search and pack forms swap only the page's main part (htmx, the address follows); a refused token
+// or a bad address answers 4xx, which htmx does not swap: load that answer as a whole page instead.
 // The node page's as-of slider (which facts are live at the chosen instant) and the graph page's
 // cytoscape view; both read what the server rendered into the page.
 (function () {
@@ -30,10 +32,12 @@
 
   var palette = ["#0b5cad", "#1a7f37", "#9a3412", "#6f42c1", "#a1121a", "#0f766e", "#7d4e00", "#3b3f46"];
 
+  var kindsSeen = [];
+
   function colour(kind) {
-    var h = 0;
-    for (var i = 0; i < kind.length; i++) h = (h * 31 + kind.charCodeAt(i)) >>> 0;
-    return palette[h % palette.length];
+    // One colour per kind in order of appearance: distinct for up to eight kinds.
+    if (kindsSeen.indexOf(kind) < 0) kindsSeen.push(kind);
+    return palette[kindsSeen.indexOf(kind) % palette.length];
   }
 
   function initGraph() {
@@ -59,6 +63,16 @@
     box.dataset.nodes = String(cy.nodes().length);
   }
 
-  initSlider();
-  initGraph();
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    if (event.detail.xhr.status >= 400) {
+      event.detail.shouldSwap = false;
+      window.location.href = event.detail.xhr.responseURL;
+    }
+  });
+
+  // Deferred scripts run in document order: cytoscape (a page's own script) may come after this one.
+  document.addEventListener("DOMContentLoaded", function () {
+    initSlider();
+    initGraph();
+  });
 })();
