@@ -10,6 +10,8 @@ from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import from_timestamp, instant_text, int_param
 
+RECALL_TOP_K = 20
+
 
 def lineage(memories: list[memory_record_pb2.Memory]) -> list[dict[str, Any]]:
     """The memories of one page as a forest: each summary above the memories it summarizes (those on
@@ -35,13 +37,14 @@ def lineage(memories: list[memory_record_pb2.Memory]) -> list[dict[str, Any]]:
 
 
 def build(view: PageView) -> dict[str, Any]:
-    """Values of memories.html (one page of ListMemories; ``page`` carries the next page's token)."""
+    """Values of memories.html: one page of ListMemories (``page`` carries the next page's token) and, with a
+    query ``q``, what RecallMemories ranks first with its score components."""
     user = view.param("user")
     project = view.param("project")
     page_size = int_param(view.request, "page_size", 50, 1, 200)
     values: dict[str, Any] = {"title": "Memories", "user": user, "project": project, "page_size": page_size}
     if not user:
-        return {**values, "tree": [], "next_page": ""}
+        return {**values, "query": "", "recalled": [], "tree": [], "next_page": ""}
     response = view.gateway.call(
         QUERY,
         "MemoryQueryService.ListMemories",
@@ -57,4 +60,24 @@ def build(view: PageView) -> dict[str, Any]:
         ),
     )
     memories = list(response.memories) if response else []
-    return {**values, "tree": lineage(memories), "next_page": response.next_page_token if response else ""}
+    recalled = []
+    if query := view.param("q"):
+        # touch=False: reading in the console leaves recall counts and times as they were.
+        found = view.gateway.call(
+            QUERY,
+            "MemoryQueryService.RecallMemories",
+            lambda: view.gateway.client.recall_memories(
+                memory_query_service_pb2.RecallMemoriesRequest(
+                    query=query, user_id=user, top_k=RECALL_TOP_K, touch=False, expand_summaries=True
+                ),
+                project_id=project,
+            ),
+        )
+        recalled = list(found.memories) if found else []
+    return {
+        **values,
+        "query": query,
+        "recalled": recalled,
+        "tree": lineage(memories),
+        "next_page": response.next_page_token if response else "",
+    }
