@@ -337,6 +337,9 @@ def test_every_page_loads_passes_axe_and_is_screenshotted(browser: Any, world: W
     admin.goto(pages(world)["namespaces"])
     row = admin.locator("tr[data-namespace=example]").inner_text()
     assert "not readable" not in row and re.search(r"\t\d+\t", row), row
+    admin.goto(url(world, "/node", ns="example", key="doc:ledger"))
+    assert "Ledger service" in admin.locator("pre.source").inner_text()
+    assert admin.locator("ol.chunks > li").count() >= 1
     admin.goto(addresses["audit"])
     assert admin.locator("details summary", has_text="compilation").count() >= 1
     admin.goto(pages(world)["health"])
