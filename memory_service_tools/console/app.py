@@ -16,6 +16,8 @@ from urllib.parse import urlencode, urlsplit
 
 from memory_service_client import ClientSecurity, MemoryClient
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -35,12 +37,43 @@ MAX_TOKEN_CHARS = 4096
 Build = Callable[[PageView], dict[str, Any]]
 
 
+# Pages carry data read under a visitor's token: no caching, no framing, no referrer (with its query) sent to
+# another site (same-origin keeps the Origin header a sign-in is checked against), and
+# scripts only from the console itself (the graph's data is a JSON block, never run).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
 def _safe_next(target: str) -> str:
     """A same-site path to return to after login (anything else goes to the start page)."""
     parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//"):
+    if (
+        parts.scheme
+        or parts.netloc
+        or not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+        or any(ord(c) < 32 for c in target)
+    ):
         return "/"
     return target
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a form post comes from the console's own pages (a browser sends Origin on every POST)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True  # not a browser (or a very old one): the cookie's SameSite=Strict still holds
+    parts = urlsplit(origin)
+    # The host only: behind a TLS-terminating proxy the console sees http while the browser says https.
+    return parts.netloc == request.headers.get("host", "")
 
 
 def create_app(config: ConsoleConfig) -> Starlette:
@@ -119,6 +152,8 @@ def create_app(config: ConsoleConfig) -> Starlette:
         )
 
     async def login(request: Request) -> Response:
+        if not _same_origin(request):
+            return PlainTextResponse("cross-site sign-in refused", status_code=403)
         form = await request.form()
         token = str(form.get("token", "")).strip()
         target = _safe_next(str(form.get("next", "/")))
@@ -145,7 +180,9 @@ def create_app(config: ConsoleConfig) -> Starlette:
         )
         return response
 
-    async def logout(_request: Request) -> Response:
+    async def logout(request: Request) -> Response:
+        if not _same_origin(request):
+            return PlainTextResponse("cross-site sign-out refused", status_code=403)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(
             TOKEN_COOKIE, path="/", httponly=True, samesite="strict", secure=config.secure_cookie
@@ -160,7 +197,14 @@ def create_app(config: ConsoleConfig) -> Starlette:
         yield
         client.close()
 
+    async def secured(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
     return Starlette(
+        middleware=[Middleware(BaseHTTPMiddleware, dispatch=secured)],
         routes=[
             Route("/login", login_form, methods=["GET"]),
             Route("/login", login, methods=["POST"]),

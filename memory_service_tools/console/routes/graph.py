@@ -18,6 +18,17 @@ MAX_NODES = 80  # a neighbourhood larger than this is cut (the page says so)
 EDGES_PER_CALL = 100
 
 
+def script_json(value: object) -> str:
+    """``value`` as JSON safe inside a ``<script type="application/json">`` block: ``<``, ``>`` and ``&``
+    escaped, so a key such as ``</script><script>...`` cannot end the block."""
+    return (
+        json.dumps(value, ensure_ascii=False)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+    )
+
+
 def kind_of(key: str) -> str:
     """The kind a natural key names: the part before its first colon (``doc:ledger`` -> ``doc``)."""
     return key.split(":", 1)[0] if ":" in key else "node"
@@ -68,7 +79,7 @@ def build(view: PageView) -> dict[str, Any]:
     ] + [{"data": edge} for edge in kept]
     return {
         **values,
-        "elements": json.dumps(elements, ensure_ascii=False),
+        "elements": script_json(elements),
         "edges": kept,
         "kinds": sorted({kind_of(name) for name in nodes}),
         "cut": cut,
