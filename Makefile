@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: run test deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
+.PHONY: console-assets run test deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -90,6 +90,20 @@ sbom: $(TOOLS_STAMP)
 	$(TOOLS)/bin/cyclonedx-py environment --pyproject pyproject.toml --output-reproducible --output-format JSON \
 	  --output-file build/sbom.cdx.json $(SBOM_VENV)/bin/python
 	@echo "sbom: build/sbom.cdx.json ($$($(PYTHON) -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["components"]))' build/sbom.cdx.json) components)"
+
+# The console's browser assets (memory_service_tools/console/static/vendor, committed so the wheel and a
+# fresh clone need no npm): htmx and cytoscape at the pinned versions, copied from their npm packages'
+# dist folders with their licences; axe-core stays in .tools for the browser tests' accessibility check.
+# CI runs this and fails when the committed files differ from the packages'.
+CONSOLE_NPM := htmx.org@2.0.11 cytoscape@3.35.0 axe-core@4.14.1
+CONSOLE_VENDOR := memory_service_tools/console/static/vendor
+console-assets:
+	@mkdir -p .tools/console && test -f .tools/console/package.json || echo '{"private": true}' > .tools/console/package.json
+	npm install --silent --no-audit --no-fund --prefix .tools/console $(CONSOLE_NPM)
+	cp .tools/console/node_modules/htmx.org/dist/htmx.min.js $(CONSOLE_VENDOR)/htmx.min.js
+	cp .tools/console/node_modules/htmx.org/LICENSE $(CONSOLE_VENDOR)/LICENSE.htmx.org
+	cp .tools/console/node_modules/cytoscape/dist/cytoscape.min.js $(CONSOLE_VENDOR)/cytoscape.min.js
+	cp .tools/console/node_modules/cytoscape/LICENSE $(CONSOLE_VENDOR)/LICENSE.cytoscape
 
 # buf comes from the npm package @bufbuild/buf, installed into .tools/ on first use.
 lint-protos:

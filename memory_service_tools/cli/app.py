@@ -12,6 +12,7 @@ import typer
 
 from memory_service_tools.cli.audit_commands import audit
 from memory_service_tools.cli.cli_state import CliState
+from memory_service_tools.cli.console_commands import console
 from memory_service_tools.cli.context_commands import context, typed_context
 from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
 from memory_service_tools.cli.health_commands import health
@@ -109,6 +110,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("trace", trace),
     ("audit", audit),
     ("mcp", mcp),  # agents (MCP server over both services)
+    ("console", console),  # people (web console over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("db", db_app),

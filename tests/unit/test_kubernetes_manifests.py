@@ -210,6 +210,87 @@ def test_network_policies_let_only_the_services_reach_the_database() -> None:
         assert not allowed("stranger", pods[service], port)
 
 
+CONSOLE_LABELS = {
+    "app.kubernetes.io/name": "memory-console",
+    "app.kubernetes.io/component": "console",
+    "app.kubernetes.io/part-of": "memory-service",
+    "memory-service/client": "true",
+}
+
+
+def _egress_allowed(policies: list[Doc], source: dict[str, str], target: dict[str, str], port: int) -> bool:
+    """Whether a pod labelled ``source`` may open ``port`` on a pod labelled ``target`` (same namespace;
+    a ``namespaceSelector`` peer names another namespace, e.g. DNS in kube-system)."""
+    selecting = [
+        p
+        for p in policies
+        if _selects(p["spec"]["podSelector"], source) and "Egress" in p["spec"]["policyTypes"]
+    ]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("egress") or []:
+            ports = {p["port"] for p in rule.get("ports", [])}
+            if ports and port not in ports:
+                continue
+            for peer in rule.get("to", []):
+                if (
+                    "podSelector" in peer
+                    and "namespaceSelector" not in peer
+                    and _selects(peer["podSelector"], target)
+                ):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_console_reaches_only_the_two_services(overlay: str) -> None:
+    docs = render(f"overlays/{overlay}")
+    by_name = {_name(doc): doc for doc in docs}
+    deployment = by_name["Deployment/memory-console"]
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"] == CONSOLE_LABELS
+    (container,) = template["spec"]["containers"]
+    assert container["command"] == ["cb"] and container["args"][0] == "console"
+    port = container["ports"][0]["containerPort"]
+    assert str(port) in container["args"], "the console listens on the port it declares"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["port"] == "http", probe
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env == {"CB_INGEST_ADDR": "memory-ingest:50051", "CB_QUERY_ADDR": "memory-query:50052"}
+    assert "envFrom" not in container, "no database settings reach the console"
+    service = by_name["Service/memory-console"]
+    assert _selects({"matchLabels": service["spec"]["selector"]}, CONSOLE_LABELS)
+
+    policies = [doc for doc in docs if doc["kind"] == "NetworkPolicy"]
+    ingest = {"app.kubernetes.io/name": "memory-service", "app.kubernetes.io/component": "ingest"}
+    query = {"app.kubernetes.io/name": "memory-service", "app.kubernetes.io/component": "query"}
+    database = {"cnpg.io/cluster": "memory-db", "cnpg.io/instanceRole": "primary"}
+    assert _egress_allowed(policies, CONSOLE_LABELS, ingest, 50051)
+    assert _egress_allowed(policies, CONSOLE_LABELS, query, 50052)
+    assert not _egress_allowed(policies, CONSOLE_LABELS, database, 5432)
+    assert not _egress_allowed(policies, CONSOLE_LABELS, ingest, 9101), "not the metrics port"
+    assert not _egress_allowed(policies, CONSOLE_LABELS, {"app": "something-else"}, 443)
+    (own,) = [
+        p for p in policies if _selects(p["spec"]["podSelector"], CONSOLE_LABELS) and p["spec"]["podSelector"]
+    ]
+    assert [rule["ports"] for rule in own["spec"]["ingress"]] == [[{"protocol": "TCP", "port": port}]]
+    dns = [rule for rule in own["spec"]["egress"] if any("namespaceSelector" in peer for peer in rule["to"])]
+    assert {p["port"] for rule in dns for p in rule["ports"]} == {53}
+    # The services admit the console (their ingress names memory-service/client), the database does not.
+    for target, grpc_port in ((ingest, 50051), (query, 50052)):
+        assert any(
+            any(
+                "podSelector" in peer and _selects(peer["podSelector"], CONSOLE_LABELS)
+                for peer in rule.get("from", [])
+            )
+            and grpc_port in {p["port"] for p in rule.get("ports", [])}
+            for policy in policies
+            if policy["spec"]["podSelector"] and _selects(policy["spec"]["podSelector"], target)
+            for rule in policy["spec"].get("ingress") or []
+        ), target
+
+
 # Every metric the alerts and the dashboard may name: what the services export (standard gRPC names;
 # see prometheus-rule.yaml), the pool and replica metrics, CloudNativePG's, Prometheus' own.
 EXPORTED_PREFIXES = (
