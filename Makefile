@@ -57,7 +57,7 @@ protos: $(STAMP)
 	touch $(STUBS)/memory/__init__.py $(STUBS)/memory/v1/__init__.py
 
 # The locks (requirements/*.txt, every pin with the hashes of its files): dev.txt = the project with its
-# test and bench extras (make deps, CI); service.txt = without the extras (the image, make sbom, the install
+# test, bench and docs extras (make deps, CI); service.txt = without the extras (the image, make sbom, the install
 # test); client.txt = clients/python alone; each with pip and the build backend (requirements/build.in);
 # tools.txt = uv and cyclonedx-bom (requirements/tools.in), installed into .tools/venv. `make lock`
 # regenerates them with uv, keeping the pins that still fit (`make lock UPGRADE=1` takes the newest); the
@@ -174,8 +174,9 @@ bench-retrieval: db
 docs: $(STAMP)
 	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+DOCS_ADDR ?= 127.0.0.1:8000
 docs-serve: $(STAMP)
-	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr $(DOCS_ADDR)
 
 clean:
 	rm -rf $(VENV) site .tools build .pytest_cache clients/typescript/node_modules clients/typescript/dist clients/typescript/src/gen clients/go/gen clients/go/bin

@@ -222,7 +222,7 @@ class Principal:
 
 
 DEVELOPMENT_MEMORY_SCOPE = ("local", "development", "local")
-"""(organization_id, environment, user_id) of the development principal's memories (README "Memory records")."""
+"""(organization_id, environment, user_id) of the development principal's memories (docs/how-to/memory-records.md)."""
 
 
 def development_principal() -> Principal:

@@ -1,4 +1,4 @@
-"""Consistency tokens on the wire (docs/explanation/architecture.md; README "Read replicas"): two server interceptors.
+"""Consistency tokens on the wire (docs/explanation/architecture.md; docs/how-to/read-replicas.md): two server interceptors.
 
 * `WriteTokenInterceptor` (ingest_service): after a write RPC returned, its response gets the token of
   the primary's WAL position (`common.kernel.consistency`), in the field ``consistency_token`` (every

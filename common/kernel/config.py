@@ -83,7 +83,7 @@ class Settings(BaseSettings):
         " 1 = one process, no port sharing",
     )
 
-    # Read replicas (README "Read replicas"): reads of query_service go to these DSNs (one DSN, or a JSON
+    # Read replicas (docs/how-to/read-replicas.md): reads of query_service go to these DSNs (one DSN, or a JSON
     # list of DSNs: one pool each, a call takes the least lagging one), writes and migrations to database_url.
     read_database_url: str = Field("", description="read replica DSN or JSON list of DSNs; empty = primary")
     consistency_wait_ms: int = Field(
@@ -170,7 +170,7 @@ class Settings(BaseSettings):
         "auto", description="services' log lines: JSON objects, text, or auto (text on a terminal, else JSON)"
     )
 
-    # Asynchronous enrichment of memories (README "Enrichment"): the worker (`cb worker`)
+    # Asynchronous enrichment of memories (docs/how-to/enrichment.md): the worker (`cb worker`)
     # runs the queue on this database; the LLM enricher is optional and off by default.
     enrichment_enricher: Literal["rules", "llm"] = Field(
         "rules", description="rules | llm: the enricher of the worker (llm falls back to rules on failure)"
@@ -200,7 +200,7 @@ class Settings(BaseSettings):
     memory_maintenance_cron: str = Field(
         "*/5 * * * *", description="when the worker runs the tier policy and the expiry sweep (cron)"
     )
-    # Memory records (README "Memory records"): the tier policy and the expiry sweep of
+    # Memory records (docs/how-to/memory-records.md): the tier policy and the expiry sweep of
     # `cb memory maintain` (and of the worker's periodic task).
     memory_warm_after_days: float = Field(
         7.0, gt=0, description="a hot memory neither added nor recalled for this long moves to warm"

@@ -13,7 +13,7 @@ so nothing in it may stall a service or reach outside the pack:
   refused. Validators are built on a ``referencing`` registry whose retrieval always fails, so no
   ``http://`` or ``file://`` reference is ever fetched, at registration or on a write.
 * **Size**: a pack is at most `MAX_PACK_BYTES` of JSON, each schema at most `MAX_SCHEMA_BYTES`, at most
-  `MAX_PATTERNS_PER_PACK` regular expressions in all (README "Domain packs").
+  `MAX_PATTERNS_PER_PACK` regular expressions in all (docs/how-to/domain-packs.md).
 
 jsonschema's own ``pattern``, ``patternProperties`` and ``additionalProperties`` keywords use Python's
 backtracking ``re``; `PackSchemaValidator` replaces those three with RE2 versions of the same semantics

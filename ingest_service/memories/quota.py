@@ -1,4 +1,4 @@
-"""The per-user memory quota on the write path (README "Memory records" Quota).
+"""The per-user memory quota on the write path (docs/how-to/memory-records.md Quota).
 
 Setting ``memory_quota_per_user`` (0 = unlimited). What counts is in `common.storage.memories.quota`:
 a user's live memories (unexpired, not summaries) within the full scope (organisation, environment,

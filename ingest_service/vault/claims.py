@@ -1,4 +1,4 @@
-"""Which file of a vault run gets a natural key that several files name (README "Vault ingest",
+"""Which file of a vault run gets a natural key that several files name (docs/how-to/vault-ingest.md,
 "One key, one file"). Used by `ingest_service.vault.ingest`.
 
 The rule, whatever order the files were listed in:

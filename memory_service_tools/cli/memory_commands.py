@@ -1,4 +1,4 @@
-"""``cb memory add|recall|get|list|summarize|maintain``: memory records (README "Memory records").
+"""``cb memory add|recall|get|list|summarize|maintain``: memory records (docs/how-to/memory-records.md).
 
 Every command but ``maintain`` calls the services through `MemoryClient` (the scope comes from the
 token, the project from ``--project``, sent as ``x-project-id``); ``--json`` prints the response as

@@ -33,10 +33,9 @@ def serve(
     """Run ingest_service or query_service in the foreground until SIGTERM/Ctrl-C.
 
     Without CB_TOKENS_FILE the service runs in development mode (no authentication), which is refused
-    unless its address is a loopback one; see README "Security". Logs are JSON lines on stderr
+    unless its address is a loopback one; see docs/explanation/security-model.md. Logs are JSON lines on stderr
     (``CB_LOG_FORMAT=text`` for text); with ``CB_OTLP_ENDPOINT`` set, traces are exported by OTLP.
-    ``CB_QUERY_PROCESSES=N`` runs the query service as N worker processes on its one port (README "Query
-    worker processes").
+    ``CB_QUERY_PROCESSES=N`` runs the query service as N worker processes on its one port (docs/decisions/0005-query-worker-processes.md).
     """
     from common.grpc.security import ServerSetupError, checked_token_store, server_credentials
     from common.grpc.telemetry import configure_logging, configure_tracing

@@ -86,7 +86,7 @@ def token_create(
 
     The file is created with mode 0600 when missing. Running services pick the new token up within
     a second, without a restart. With ``--organization acme --environment production --user 8821`` the
-    token acts for that user's memory records (README "Memory records") and, unless a ``--namespace``
+    token acts for that user's memory records (docs/how-to/memory-records.md) and, unless a ``--namespace``
     names it, is granted read and write on ``org:acme:env:production`` (which covers its projects).
     """
     from common.auth.principals import Right

@@ -26,7 +26,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run the enrichment worker until SIGTERM/Ctrl-C: memories' enrichment jobs, the sweep that enqueues
-    due memories, the tier policy and the expiry sweep (README "Enrichment").
+    due memories, the tier policy and the expiry sweep (docs/how-to/enrichment.md).
 
     It migrates the database first (idempotent), loads the language models, then runs the queue on
     CB_DATABASE_URL. On SIGTERM or Ctrl-C it stops fetching jobs and waits for the running ones

@@ -114,7 +114,7 @@ DELIVERY = Path(__file__).resolve().parents[1] / "data" / "delivery"
 
 
 def test_the_delivery_walkthrough_with_a_domain_pack(cli) -> None:  # type: ignore[no-untyped-def]
-    """README "Domain packs, typed context and identifier links": register the shipped pack, enable it,
+    """docs/how-to/domain-packs.md: register the shipped pack, enable it,
     load the delivery observations, then the three typed-context examples and the MENTIONS link."""
     cli("pack", "register", "--file", str(DELIVERY / "pack.json"))
     again = cli("pack", "register", "--file", str(DELIVERY / "pack.json"), "--json")

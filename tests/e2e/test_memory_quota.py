@@ -1,4 +1,4 @@
-"""The per-user memory quota end to end (README "Memory records" Quota): a real ingest server
+"""The per-user memory quota end to end (docs/how-to/memory-records.md Quota): a real ingest server
 with ``memory_quota_per_user`` set, the session's real query server, the real database and embedder.
 
 The servers run in development mode (organisation local, environment development; a request's user_id

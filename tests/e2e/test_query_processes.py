@@ -1,5 +1,4 @@
-"""`cb serve query` with ``CB_QUERY_PROCESSES=2``: two worker processes on one port (README "Query worker
-processes"), real processes, real channels.
+"""`cb serve query` with ``CB_QUERY_PROCESSES=2``: two worker processes on one port (docs/decisions/0005-query-worker-processes.md), real processes, real channels.
 
 Which worker answered is read from outside the API: the parent's child processes (``/proc``) and each
 worker's own Prometheus endpoint (worker i on ``CB_QUERY_METRICS_PORT + i``), whose request counters

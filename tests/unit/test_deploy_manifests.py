@@ -164,7 +164,7 @@ def test_deployment_probes_ports_resources_and_image(component: str) -> None:
     container = _container(deployment)
     assert container["args"] == [component], "the image's entrypoint is `cb serve`; args pick the service"
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
-    # Worker process i of CB_QUERY_PROCESSES serves metrics on metrics_port + i (README "Query worker processes").
+    # Worker process i of CB_QUERY_PROCESSES serves metrics on metrics_port + i (docs/decisions/0005-query-worker-processes.md).
     environment = {item["name"]: item.get("value") for item in container.get("env", [])}
     processes = int(environment.get("CB_QUERY_PROCESSES") or 1) if component == "query" else 1
     assert ports == {

@@ -1,5 +1,4 @@
-"""Reads on streaming replicas, read-after-write with consistency tokens (docs/explanation/architecture.md; README "Read
-replicas").
+"""Reads on streaming replicas, read-after-write with consistency tokens (docs/explanation/architecture.md; docs/how-to/read-replicas.md).
 
 `RoutedDatabase` is the query service's `Database`: migrations, writes (`run_transaction`: audit events)
 and `primary_connection` (the context-trace journal) use the primary, ``CB_DATABASE_URL``, as the base

@@ -2,7 +2,7 @@
 
 Every write RPC of ingest_service answers with a token (field ``consistency_token`` and trailing metadata
 ``x-consistency-token``); a read of query_service that sends it (metadata ``x-consistency-token``) is
-answered only from a database that has that write (README "Read replicas"). `ConsistencyTokens` does both
+answered only from a database that has that write (docs/how-to/read-replicas.md). `ConsistencyTokens` does both
 halves as a gRPC client interceptor: put the same object on the ingest and the query channel,
 
     tokens = ConsistencyTokens()
@@ -29,7 +29,7 @@ from memory_service_grpc_client.channels import CallDetails
 
 __all__ = ["CONSISTENCY_TOKEN_METADATA", "TOKEN_FILE_ENV", "ConsistencyTokens", "default_token_file"]
 
-# The metadata key of the contract (README "Read replicas"); the services name it the same.
+# The metadata key of the contract (docs/how-to/read-replicas.md); the services name it the same.
 CONSISTENCY_TOKEN_METADATA = "x-consistency-token"
 
 TOKEN_FILE_ENV = "CB_CONSISTENCY_TOKEN_FILE"

@@ -19,7 +19,7 @@ token) and adds, around every call:
 Pagination: `iter_facts`, `iter_packages` and `iter_audit_events` follow ``next_page_token`` page by page
 (`memory_service_grpc_client.pagination.iter_pages`); `list_every_fact` collects every page into one response.
 
-Consistency tokens (read-after-write across replicas; README "Read replicas"): pass a
+Consistency tokens (read-after-write across replicas; docs/how-to/read-replicas.md): pass a
 `memory_service_grpc_client.consistency_tokens.ConsistencyTokens` in ``interceptors`` and every read after a
 write of this client carries that write's token (the CLI's ``--consistent`` does exactly this).
 """
@@ -369,7 +369,7 @@ class MemoryClient:
     def ingest_vault(
         self, requests: Iterable[vault_service_pb2.IngestVaultRequest], *, timeout: float
     ) -> vault_service_pb2.IngestVaultResponse:
-        """VaultService.IngestVault: header, document batches, end message (README "Vault ingest"); sent
+        """VaultService.IngestVault: header, document batches, end message (docs/how-to/vault-ingest.md); sent
         once (an iterator cannot be replayed; a run cut short sweeps nothing, so the caller may send it
         again and unchanged documents are only marked seen). A KeyboardInterrupt while it runs cancels the
         call (the server then sweeps nothing) and is raised again."""
