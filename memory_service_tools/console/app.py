@@ -14,7 +14,7 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from memory_service_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client import ClientSecurity, MemoryClient
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from memory_service_client import MemoryClient, ServiceError, Unauthenticated, Unavailable
+from memory_service_grpc_client import MemoryClient, ServiceError, Unauthenticated, Unavailable
 
 T = TypeVar("T")
 

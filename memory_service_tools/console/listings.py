@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memory.v1 import (
+from memory_service_grpc_client.memory.v1 import (
     domain_pack_service_pb2,
     observation_service_pb2,
     trace_service_pb2,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memory_service_client import ClientSecurity
+from memory_service_grpc_client import ClientSecurity
 from starlette.requests import Request
 
 from memory_service_tools.console.gateway import Gateway

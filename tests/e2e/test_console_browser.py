@@ -28,8 +28,13 @@ from urllib.parse import urlencode
 import pytest
 import uvicorn
 from google.protobuf import json_format
-from memory.v1 import document_service_pb2, knowledge_pb2, memory_service_pb2, observation_service_pb2
-from memory_service_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client import ClientSecurity, MemoryClient
+from memory_service_grpc_client.memory.v1 import (
+    document_service_pb2,
+    knowledge_pb2,
+    memory_service_pb2,
+    observation_service_pb2,
+)
 from playwright import sync_api
 from typer.testing import CliRunner
 

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from memory.v1 import knowledge_pb2, memory_record_pb2, retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2, memory_record_pb2, retrieval_service_pb2
 from starlette.testclient import TestClient
 
 from memory_service_tools.console import ConsoleConfig, create_app

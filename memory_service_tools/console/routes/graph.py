@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-from memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView

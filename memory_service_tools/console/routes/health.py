@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.v1 import observation_service_pb2
-from memory_service_client import health_status
+from memory_service_grpc_client import health_status
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
 
 from memory_service_tools.console.gateway import INGEST, QUERY
 from memory_service_tools.console.page_view import PageView

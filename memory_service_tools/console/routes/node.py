@@ -5,7 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memory.v1 import fact_query_service_pb2, knowledge_pb2, retrieval_service_pb2, source_service_pb2
+from memory_service_grpc_client.memory.v1 import (
+    fact_query_service_pb2,
+    knowledge_pb2,
+    retrieval_service_pb2,
+    source_service_pb2,
+)
 
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView

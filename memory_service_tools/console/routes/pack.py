@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2
 
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
