@@ -13,6 +13,7 @@ import logging
 
 import grpc
 from memory.v1 import (
+    change_feed_service_pb2_grpc,
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
@@ -33,11 +34,14 @@ from common.storage.read_routing import RoutedDatabase
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
+from query_service.change_feed.notifier import ChangeNotifier
+from query_service.change_feed.watcher import ChangeWatcher
 from query_service.context_compiler import ContextCompiler, context_preset
 from query_service.fact_reader import FactReader
 from query_service.hybrid_search import HybridSearcher, search_preset
 from query_service.memory_recall import MemoryReader
 from query_service.observation_reader import ObservationReader
+from query_service.servicers.change_feed_servicer import ChangeFeedServicer
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -57,6 +61,7 @@ SERVICE_NAMES = (
     "memory.v1.ObservationQueryService",
     "memory.v1.TraceService",
     "memory.v1.MemoryQueryService",
+    "memory.v1.ChangeFeedService",
 )
 
 
@@ -95,6 +100,8 @@ def create_query_host(
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))
     typed = TypedContextCompiler(database, tokens, KindValidator(database))
+    notifier = ChangeNotifier(settings.database_url)
+    watcher = ChangeWatcher(database, notifier, poll_seconds=settings.change_feed_poll_seconds)
 
     def register(server: grpc.Server) -> list[str]:
         memory_query_service_pb2_grpc.add_MemoryQueryServiceServicer_to_server(
@@ -116,6 +123,7 @@ def create_query_host(
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             TraceServicer(TraceReader(database)), server
         )
+        change_feed_service_pb2_grpc.add_ChangeFeedServiceServicer_to_server(ChangeFeedServicer(watcher), server)
         return list(SERVICE_NAMES)
 
     return build_server(
@@ -127,6 +135,7 @@ def create_query_host(
         register=register,
         interceptors=(ReadTokenInterceptor(),),
         reuse_port=reuse_port,
+        background=(notifier,),
     )
 
 

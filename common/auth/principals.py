@@ -110,6 +110,7 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.ContextService/CompileTypedContext": _READ,
         "/memory.v1.SourceService/GetSource": _READ,
         "/memory.v1.FactQueryService/ListFacts": _READ,
+        "/memory.v1.ChangeFeedService/WatchChanges": _READ,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
         # Memory records (issue 12): the namespace comes from the caller's scope, not from the request

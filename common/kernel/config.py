@@ -145,6 +145,22 @@ class Settings(BaseSettings):
         "json", description="services' log lines: JSON objects or text"
     )
 
+    # The change feed (docs/how-to/change-feed.md): retention of the outbox, pruned by the ingest service,
+    # and how often a WatchChanges stream on a replica looks for new changes (NOTIFY reaches the primary
+    # only).
+    change_feed_retention_seconds: int = Field(
+        7 * 24 * 3600, ge=60, description="changes older than this are pruned from the outbox"
+    )
+    change_feed_max_events: int = Field(
+        1_000_000, ge=100, description="per namespace, only the newest this many changes are kept"
+    )
+    change_feed_prune_interval_seconds: float = Field(
+        60.0, ge=0, description="seconds between the ingest service's outbox prunings; 0 = never"
+    )
+    change_feed_poll_seconds: float = Field(
+        0.5, gt=0, le=60, description="WatchChanges: look for new changes this often without a notification"
+    )
+
     # Asynchronous enrichment of memories (README "Enrichment"; issue 12 §4): the worker (`cb worker`)
     # runs the queue on this database; the LLM enricher is optional and off by default.
     enrichment_enricher: Literal["rules", "llm"] = Field(

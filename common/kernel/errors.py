@@ -23,13 +23,17 @@ class FieldViolation:
 
 
 class DomainError(Exception):
-    """Base class of every domain error. ``reason`` is the UPPER_SNAKE ErrorInfo reason."""
+    """Base class of every domain error. ``reason`` is the UPPER_SNAKE ErrorInfo reason; ``metadata``
+    goes into the ErrorInfo's metadata (values a client acts on, e.g. ``oldest_cursor``)."""
 
     reason = "INTERNAL"
 
-    def __init__(self, message: str, *, reason: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, reason: str | None = None, metadata: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
         if reason is not None:
             self.reason = reason
 
