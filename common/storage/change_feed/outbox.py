@@ -239,11 +239,13 @@ class ChangeOutbox:
 
     # -- retention ---------------------------------------------------------------------------------
 
-    def prune(self, *, before: datetime, max_events: int, batch: int = 5000) -> int:
-        """Deletes the changes committed before ``before`` and, per namespace, all but the newest
-        ``max_events``, in transactions of at most ``batch`` rows; returns how many were deleted. A
-        namespace's ``pruned_through`` rises to the highest cursor deleted, so a later resume before it
-        fails (see `read_page`)."""
+    def prune(
+        self, *, before: datetime, max_events: int, batch: int = 5000, namespace: str | None = None
+    ) -> int:
+        """Deletes the changes committed before ``before`` and, per namespace (only ``namespace`` when
+        given), all but the newest ``max_events``, in transactions of at most ``batch`` rows; returns how
+        many were deleted. A namespace's ``pruned_through`` rises to the highest cursor deleted, so a
+        later resume before it fails (see `read_page`)."""
         deleted = 0
         while True:
             with self.database.primary_connection() as conn:
@@ -254,13 +256,13 @@ class ChangeOutbox:
                 break
         with self.database.primary_connection() as conn:
             heads = conn.execute(self.queries["heads"]).fetchall()
-        for namespace, last_cursor in heads:
+        for name, last_cursor in heads:
             through = int(last_cursor) - max_events
-            while through > 0:
+            while through > 0 and namespace in (None, name):
                 with self.database.primary_connection() as conn:
                     row = conn.execute(
                         self.queries["prune_through"],
-                        {"namespace": namespace, "through": through, "batch": batch},
+                        {"namespace": name, "through": through, "batch": batch},
                     ).fetchone()
                 count = int(row[0]) if row else 0
                 deleted += count

@@ -141,7 +141,8 @@ CREATE OR REPLACE FUNCTION change_feed_fact_payload(f {facts}) RETURNS jsonb LAN
 $body$;
 
 -- facts: created (insert; conflict_flagged too when it overlaps another live fact of its subject and
--- predicate with another object, the rule of FactStore.conflicting_ids), superseded, evidence_lost,
+-- predicate with another object, the rule of FactStore.conflicting_ids, its own predecessor or successor
+-- left aside), superseded, evidence_lost,
 -- closed, strengthened (update, in that order of precedence), deleted (DeleteNode).
 CREATE OR REPLACE FUNCTION change_feed_facts() RETURNS trigger LANGUAGE plpgsql AS $body$
 DECLARE
@@ -164,6 +165,8 @@ BEGIN
                         WHERE b.namespace = n.namespace AND b.subject_key = n.subject_key
                             AND b.predicate = n.predicate AND b.fact_id <> n.fact_id
                             AND b.object_key <> n.object_key AND NOT b.evidence_lost
+                            -- its predecessor or successor: closed by the supersession right after
+                            AND b.fact_id IS DISTINCT FROM n.supersedes AND b.supersedes IS DISTINCT FROM n.fact_id
                             AND b.valid_from < coalesce(n.valid_to, 'infinity')
                             AND n.valid_from < coalesce(b.valid_to, 'infinity'))
             ) AS e

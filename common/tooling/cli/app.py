@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from common.tooling.cli.cli_state import CliState
+from common.tooling.cli.change_feed_commands import watch
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
@@ -103,6 +104,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("watch", watch),
     ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
