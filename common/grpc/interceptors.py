@@ -218,13 +218,17 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
             token = request_id_var.set(request_id)
             started = time.perf_counter()
             failed = False
+            cancelled = False
             try:
                 yield from behavior(request, context)
+            except GeneratorExit:  # the client cancelled or went away
+                cancelled = True
+                raise
             except BaseException:
                 failed = True
                 raise
             finally:
-                code = _code_name(context, failed)
+                code = "CANCELLED" if cancelled else _code_name(context, failed)
                 rpc_log.log(
                     logging.INFO if code in ("OK", "CANCELLED") else logging.WARNING,
                     "%s %s code=%s latency_ms=%.1f request_id=%s",
