@@ -98,3 +98,23 @@ def test_a_token_of_another_namespace_is_refused_and_its_own_feed_holds_nothing_
         _events(world, world.foreign, world.ns)
     assert rpc_failure(raised.value).code == grpc.StatusCode.PERMISSION_DENIED
     assert _events(world, world.foreign, world.foreign_ns) == []
+
+
+def test_personal_data_is_masked_unless_the_token_is_cleared(
+    settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    tokens_file = tmp_path_factory.mktemp("feed-pii") / "tokens.yaml"
+    world = World(tokens_file)
+    grant = {world.ns: [Right.READ]}
+    plain, _ = add_token(tokens_file, principal="feed-plain", namespaces=grant)
+    cleared, _ = add_token(tokens_file, principal="feed-cleared", namespaces=grant, pii_clearance=True)
+    email = f"anna.{world.tag}@example.com"
+    with token_secured_services(settings, tokens_file, pii_protection=True) as (world.ingest_addr, world.query_addr):
+        with make_channel(world.ingest_addr, security=ClientSecurity(token=world.writer)) as channel:
+            record(channel, observation(world.ns, f"pii-{world.tag}", [], f"write to {email}", []))
+        masked = [e for e in _events(world, plain, world.ns) if e.event_type == "observation.recorded"]
+        shown = [e for e in _events(world, cleared, world.ns) if e.event_type == "observation.recorded"]
+    assert len(masked) == len(shown) == 1
+    assert email not in json_format.MessageToJson(masked[0])
+    assert "[email]" in masked[0].payload["content"]
+    assert shown[0].payload["content"] == f"write to {email}"
