@@ -18,6 +18,7 @@ from memory.v1 import (
     observation_service_pb2_grpc,
     snapshot_service_pb2_grpc,
     vault_service_pb2_grpc,
+    webhook_service_pb2_grpc,
 )
 
 from common.domain.audit import AuditTrail
@@ -30,6 +31,8 @@ from common.storage.database import Database
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
+from ingest_service.change_feed.pruner import ChangeFeedPruner
+from ingest_service.change_feed.subscriptions import WebhookSubscriptions
 from ingest_service.documents import DocumentWriter
 from ingest_service.enrichment.queue import EnrichmentQueue
 from ingest_service.episode_embedder import EpisodeEmbedder
@@ -47,6 +50,7 @@ from ingest_service.servicers.memory_servicer import MemoryServicer
 from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
+from ingest_service.servicers.webhook_servicer import WebhookServicer
 from ingest_service.snapshots import SnapshotReconciler
 from ingest_service.tenant_index_worker import TenantIndexWorker
 from ingest_service.vault_ingest import VaultIngestor
@@ -98,6 +102,7 @@ def create_ingest_host(
     enrichment = EnrichmentQueue(settings, max_connections=2)
     memories = MemoryWriter(database, provider, on_due=enrichment.defer_due)
     summarizer = MemorySummarizer(database, memories)
+    webhooks = WebhookSubscriptions(database, settings)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -116,6 +121,7 @@ def create_ingest_host(
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(memories, summarizer), server
         )
+        webhook_service_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
         return [
             "memory.v1.ObservationService",
             "memory.v1.FactService",
@@ -125,6 +131,7 @@ def create_ingest_host(
             "memory.v1.AuditService",
             "memory.v1.VaultService",
             "memory.v1.MemoryService",
+            "memory.v1.WebhookService",
         ]
 
     return build_server(
@@ -136,7 +143,7 @@ def create_ingest_host(
         register=register,
         # Every write response carries the WAL position of its commit (read-after-write on replicas).
         interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
-        background=[embedder, TenantIndexWorker(settings)],
+        background=[embedder, TenantIndexWorker(settings), ChangeFeedPruner(database)],
     )
 
 

@@ -27,6 +27,9 @@ from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
+from ingest_service.change_feed.delivery import WebhookDeliverer, WebhookDispatcher
+from ingest_service.change_feed.webhook_queue import QUEUE as WEBHOOK_QUEUE
+from ingest_service.change_feed.webhook_queue import register_webhook_tasks
 from ingest_service.enrichment.factory import build_enricher
 from ingest_service.enrichment.jobs import EnrichmentJob
 from ingest_service.enrichment.language_models import load_models
@@ -75,6 +78,13 @@ def build_worker(
     queue = EnrichmentQueue(
         settings, job=job.run, due=due, maintenance=maintain, max_connections=concurrency + 3
     )
+    register_webhook_tasks(
+        queue.app,
+        WebhookDispatcher(database),
+        WebhookDeliverer(database, settings),
+        dispatch_cron=settings.webhook_dispatch_cron,
+    )
+    queue.queues.append(WEBHOOK_QUEUE)
     return queue, database
 
 

@@ -161,6 +161,22 @@ class Settings(BaseSettings):
         0.5, gt=0, le=60, description="WatchChanges: look for new changes this often without a notification"
     )
 
+    # Webhooks of the change feed, delivered by the worker (docs/how-to/change-feed.md "Webhooks").
+    webhook_allowed_targets: list[str] = Field(
+        default_factory=list,
+        description="hosts, addresses or networks (CIDR) a webhook may post to although they are private,"
+        " loopback or link-local (JSON list); everything else private is refused",
+    )
+    webhook_max_attempts: int = Field(8, ge=1, le=100, description="attempts before a delivery is a dead letter")
+    webhook_retry_wait_seconds: float = Field(
+        2.0, gt=0, description="wait after the first failed attempt, doubled after each further one"
+    )
+    webhook_retry_max_wait_seconds: float = Field(300.0, gt=0, description="longest wait between attempts")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, le=120, description="an attempt's HTTP timeout")
+    webhook_dispatch_cron: str = Field(
+        "* * * * * *", description="how often the worker turns new changes into deliveries (cron, seconds)"
+    )
+
     # Asynchronous enrichment of memories (README "Enrichment"; issue 12 §4): the worker (`cb worker`)
     # runs the queue on this database; the LLM enricher is optional and off by default.
     enrichment_enricher: Literal["rules", "llm"] = Field(

@@ -57,6 +57,7 @@ MIGRATIONS = (
     "0027_lexical_index_pending_lists.sql",
     "0028_identifier_trigram_index.sql",
     "0034_change_feed.sql",
+    "0035_webhooks.sql",
 )
 
 

@@ -14,12 +14,12 @@ masked unless the token is cleared; a cleared caller's disclosures are audited p
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from common.domain.change_filters import change_filter_violations
 from common.kernel.errors import FailedPrecondition, FieldViolation, InvalidArgument
 from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.storage.change_feed.outbox import ChangeFilter, ChangeOutbox, ChangeRow
@@ -34,9 +34,6 @@ CURSOR_EXPIRED = "CURSOR_EXPIRED"
 DEFAULT_HEARTBEAT_SECONDS = 15
 MAX_HEARTBEAT_SECONDS = 300
 PAGE_SIZE = 500
-MAX_FILTER_VALUES = 64
-_EVENT_TYPE = re.compile(r"^[a-z][a-z_]{0,31}(\.([a-z][a-z_]{0,63}|\*))$")
-_PREDICATE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -95,18 +92,7 @@ class ChangeWatcher:
             violations.append(FieldViolation("resume_after", "must be 0 or a cursor received"))
         if not 0 <= request.heartbeat_seconds <= MAX_HEARTBEAT_SECONDS:
             violations.append(FieldViolation("heartbeat_seconds", f"0..{MAX_HEARTBEAT_SECONDS}"))
-        checks: list[tuple[str, tuple[str, ...], Callable[[str], bool], str]] = [
-            ("event_types", request.filters.event_types, lambda v: bool(_EVENT_TYPE.match(v)),
-             "an event type such as fact.superseded, or a family such as fact.*"),
-            ("key_prefixes", request.filters.key_prefixes, lambda v: 0 < len(v) <= 512,
-             "1..512 characters"),
-            ("predicates", request.filters.predicates, lambda v: bool(_PREDICATE.match(v)),
-             "pattern [A-Za-z_][A-Za-z0-9_]{0,127}"),
-        ]
-        for name, values, valid, description in checks:
-            if len(values) > MAX_FILTER_VALUES:
-                violations.append(FieldViolation(name, f"at most {MAX_FILTER_VALUES} values"))
-            violations += [FieldViolation(f"{name}[{i}]", description) for i, v in enumerate(values) if not valid(v)]
+        violations += change_filter_violations(request.filters)
         if violations:
             raise InvalidArgument(violations)
         return replace(request, heartbeat_seconds=request.heartbeat_seconds or DEFAULT_HEARTBEAT_SECONDS)
