@@ -16,6 +16,7 @@ the real database, ChangeFeedService.WatchChanges over a real channel.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -394,4 +395,59 @@ def test_cursor_numbering_is_commit_ordered_under_concurrent_writers(
     assert _outbox(settings, namespace) == [
         (1, "observation.recorded", f"{namespace}-committed-first"),
         (2, "observation.recorded", f"{namespace}-recorded-first"),
+    ]
+
+
+def test_iter_changes_resumes_across_a_restart_of_the_query_service_and_cb_watch_prints_them(
+    settings: Settings, database: Database, namespace: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from common.tooling.cli.app import app
+    from query_service.main import create_query_host
+
+    port = _free_port()
+    host = create_query_host(settings, address=f"127.0.0.1:{port}", metrics_port=0)
+    host.start()
+    received: list[int] = []
+    resumed: list[tuple[int, str]] = []
+    with database.connection() as conn:
+        for index in range(3):
+            _insert_observation(conn, settings, namespace, f"{namespace}-a{index}")
+    try:
+        assert wait_for_serving(f"127.0.0.1:{port}", timeout=120)
+        with MemoryClient(query_addr=f"127.0.0.1:{port}") as client:
+            changes = client.iter_changes(
+                namespace, heartbeat_seconds=1, on_resume=lambda cursor, code: resumed.append((cursor, code))
+            )
+            received += [next(changes).cursor for _ in range(3)]
+            host.stop(0)
+            with database.connection() as conn:
+                for index in range(3):
+                    _insert_observation(conn, settings, namespace, f"{namespace}-b{index}")
+            host = create_query_host(settings, address=f"127.0.0.1:{port}", metrics_port=0)
+            host.start()
+            received += [next(changes).cursor for _ in range(3)]
+            changes.close()
+    finally:
+        host.stop(0)
+    assert received == [1, 2, 3, 4, 5, 6], "every change once across the restart"
+    assert resumed and resumed[0][0] == 3, "resumed after the last cursor received"
+
+    query = create_query_host(settings, address="127.0.0.1:0", metrics_port=0)
+    query.start()
+    try:
+        assert wait_for_serving(f"127.0.0.1:{query.port}", timeout=120)
+        result = CliRunner().invoke(
+            app,
+            ["--query-addr", f"127.0.0.1:{query.port}", "watch", "-n", namespace, "--resume-after", "4",
+             "--limit", "2", "--json"],
+        )
+    finally:
+        query.stop(0)
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(line["cursor"], line["itemKey"]) for line in lines] == [
+        ("5", f"{namespace}-b1"),
+        ("6", f"{namespace}-b2"),
     ]

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from common.tooling.cli.cli_state import CliState
-from common.tooling.cli.change_feed_commands import watch
+from common.tooling.cli.change_feed_commands import watch, webhook_app
 from common.tooling.cli.context_commands import context, typed_context
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
@@ -112,6 +112,7 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("token", token_app),
     ("pack", pack_app),
     ("memory", memory_app),
+    ("webhook", webhook_app),
 )
 
 for name, command in COMMANDS:

@@ -70,6 +70,8 @@ from memory.v1 import (
     trace_service_pb2_grpc,
     vault_service_pb2,
     vault_service_pb2_grpc,
+    webhook_service_pb2,
+    webhook_service_pb2_grpc,
 )
 
 from memory_service_client import call_policy
@@ -591,3 +593,39 @@ class MemoryClient:
                 on_resume(cursor, code_name)
             time.sleep(call_policy.backoff_wait(failures) if failures > 1 else 0.05)
 
+    # -- webhooks (ingest_service) ------------------------------------------------------------------
+
+    def create_webhook_subscription(
+        self, request: webhook_service_pb2.CreateWebhookSubscriptionRequest
+    ) -> webhook_service_pb2.CreateWebhookSubscriptionResponse:
+        """WebhookService.CreateWebhookSubscription (not idempotent: sent once)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.CreateWebhookSubscription, request, idempotent=False)
+
+    def list_webhook_subscriptions(
+        self, request: webhook_service_pb2.ListWebhookSubscriptionsRequest
+    ) -> webhook_service_pb2.ListWebhookSubscriptionsResponse:
+        """WebhookService.ListWebhookSubscriptions."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._read(stub.ListWebhookSubscriptions, request)
+
+    def delete_webhook_subscription(
+        self, request: webhook_service_pb2.DeleteWebhookSubscriptionRequest
+    ) -> webhook_service_pb2.DeleteWebhookSubscriptionResponse:
+        """WebhookService.DeleteWebhookSubscription."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.DeleteWebhookSubscription, request, idempotent=False)
+
+    def list_dead_letters(
+        self, request: webhook_service_pb2.ListDeadLettersRequest
+    ) -> webhook_service_pb2.ListDeadLettersResponse:
+        """WebhookService.ListDeadLetters (admin)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._read(stub.ListDeadLetters, request)
+
+    def replay_dead_letters(
+        self, request: webhook_service_pb2.ReplayDeadLettersRequest
+    ) -> webhook_service_pb2.ReplayDeadLettersResponse:
+        """WebhookService.ReplayDeadLetters (admin)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.ReplayDeadLetters, request, idempotent=False)
