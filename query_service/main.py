@@ -123,7 +123,9 @@ def create_query_host(
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
             TraceServicer(TraceReader(database)), server
         )
-        change_feed_service_pb2_grpc.add_ChangeFeedServiceServicer_to_server(ChangeFeedServicer(watcher), server)
+        change_feed_service_pb2_grpc.add_ChangeFeedServiceServicer_to_server(
+            ChangeFeedServicer(watcher), server
+        )
         return list(SERVICE_NAMES)
 
     return build_server(

@@ -40,5 +40,7 @@ def change_filter_violations(filters: ChangeFilter) -> list[FieldViolation]:
     for name, values, valid, description in checks:
         if len(values) > MAX_FILTER_VALUES:
             violations.append(FieldViolation(name, f"at most {MAX_FILTER_VALUES} values"))
-        violations += [FieldViolation(f"{name}[{i}]", description) for i, v in enumerate(values) if not valid(v)]
+        violations += [
+            FieldViolation(f"{name}[{i}]", description) for i, v in enumerate(values) if not valid(v)
+        ]
     return violations

@@ -208,7 +208,11 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
         """A response stream runs in the request id's context and is logged once, when it ends."""
         method = details.method
         incoming = next(
-            (v for k, v in details.invocation_metadata or () if k == REQUEST_ID_METADATA_KEY and isinstance(v, str)),
+            (
+                v
+                for k, v in details.invocation_metadata or ()
+                if k == REQUEST_ID_METADATA_KEY and isinstance(v, str)
+            ),
             "",
         )
         service_name = self._service_name
@@ -290,6 +294,7 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
                     raise error
 
                 self._wrap(fail, details)(request, context)
+                raise  # not reached: the unary wrapper aborts with the mapped status
 
         return wrapped
 

@@ -167,7 +167,9 @@ class Settings(BaseSettings):
         description="hosts, addresses or networks (CIDR) a webhook may post to although they are private,"
         " loopback or link-local (JSON list); everything else private is refused",
     )
-    webhook_max_attempts: int = Field(8, ge=1, le=100, description="attempts before a delivery is a dead letter")
+    webhook_max_attempts: int = Field(
+        8, ge=1, le=100, description="attempts before a delivery is a dead letter"
+    )
     webhook_retry_wait_seconds: float = Field(
         2.0, gt=0, description="wait after the first failed attempt, doubled after each further one"
     )

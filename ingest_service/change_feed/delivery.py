@@ -184,8 +184,13 @@ class WebhookDeliverer:
                     wait_seconds=wait,
                 )
             if dead:
-                log.warning("webhook %s: event %d is a dead letter after %d attempts (%s)",
-                            subscription_id, delivery.event_id, attempts, error)
+                log.warning(
+                    "webhook %s: event %d is a dead letter after %d attempts (%s)",
+                    subscription_id,
+                    delivery.event_id,
+                    attempts,
+                    error,
+                )
                 continue
             return wait
         return 0.0 if len(pending) == DELIVERY_BATCH else None

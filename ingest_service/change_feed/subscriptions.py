@@ -85,7 +85,7 @@ class WebhookSubscriptions:
         with self.database.connection() as conn:
             return self.store.insert_subscription(conn, row), secret
 
-    def list(self, namespace: str) -> list[WebhookSubscriptionRow]:
+    def of_namespace(self, namespace: str) -> list[WebhookSubscriptionRow]:
         """The namespace's subscriptions, oldest first.
 
         Raises:
@@ -122,7 +122,9 @@ class WebhookSubscriptions:
         with self.database.connection() as conn:
             return self.store.dead_letters(conn, namespace, subscription_id, page_size or DEFAULT_PAGE_SIZE)
 
-    def replay(self, namespace: str, subscription_id: str, event_ids: Sequence[str], *, everything: bool) -> int:
+    def replay(
+        self, namespace: str, subscription_id: str, event_ids: Sequence[str], *, everything: bool
+    ) -> int:
         """Puts dead letters of a subscription back in the queue; how many.
 
         Raises:
@@ -138,7 +140,9 @@ class WebhookSubscriptions:
                 violations.append(FieldViolation(f"event_ids[{index}]", "an event id (digits)"))
         if not event_ids and not everything:
             violations.append(
-                FieldViolation("all_dead_letters", "name event_ids, or set all_dead_letters to replay every one")
+                FieldViolation(
+                    "all_dead_letters", "name event_ids, or set all_dead_letters to replay every one"
+                )
             )
         if violations:
             raise InvalidArgument(violations)

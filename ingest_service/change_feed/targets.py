@@ -69,7 +69,9 @@ def target_refusal(url: str, allowed: Sequence[str], *, resolve: bool = True) ->
         if not resolve:
             return None
         try:
-            infos = socket.getaddrinfo(host, port or (443 if parts.scheme == "https" else 80), proto=socket.IPPROTO_TCP)
+            infos = socket.getaddrinfo(
+                host, port or (443 if parts.scheme == "https" else 80), proto=socket.IPPROTO_TCP
+            )
         except OSError:
             return f"the host {host} does not resolve"
         addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]

@@ -71,7 +71,9 @@ def register_webhook_tasks(
     async def retry_stalled(timestamp: int) -> int:
         manager = app.job_manager
         stalled = list(
-            await manager.get_stalled_jobs(task_name=DELIVER_TASK, seconds_since_heartbeat=STALLED_AFTER_SECONDS)
+            await manager.get_stalled_jobs(
+                task_name=DELIVER_TASK, seconds_since_heartbeat=STALLED_AFTER_SECONDS
+            )
         )
         for job in stalled:
             await manager.retry_job(job)

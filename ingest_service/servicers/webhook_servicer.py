@@ -52,13 +52,17 @@ class WebhookServicer(webhook_service_pb2_grpc.WebhookServiceServicer):  # type:
                 pii_clearance=bool(principal and principal.pii_clearance),
             ),
         )
-        return webhook_service_pb2.CreateWebhookSubscriptionResponse(subscription=_subscription(row), secret=secret)
+        return webhook_service_pb2.CreateWebhookSubscriptionResponse(
+            subscription=_subscription(row), secret=secret
+        )
 
     def ListWebhookSubscriptions(
         self, request: webhook_service_pb2.ListWebhookSubscriptionsRequest, context: grpc.ServicerContext
     ) -> webhook_service_pb2.ListWebhookSubscriptionsResponse:
-        rows = self.subscriptions.list(request.namespace)
-        return webhook_service_pb2.ListWebhookSubscriptionsResponse(subscriptions=[_subscription(r) for r in rows])
+        rows = self.subscriptions.of_namespace(request.namespace)
+        return webhook_service_pb2.ListWebhookSubscriptionsResponse(
+            subscriptions=[_subscription(r) for r in rows]
+        )
 
     def DeleteWebhookSubscription(
         self, request: webhook_service_pb2.DeleteWebhookSubscriptionRequest, context: grpc.ServicerContext

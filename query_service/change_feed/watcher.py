@@ -14,9 +14,10 @@ masked unless the token is cleared; a cleared caller's disclosures are audited p
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from common.domain.change_filters import change_filter_violations
@@ -42,7 +43,7 @@ class WatchRequest:
 
     namespace: str
     resume_after: int = 0
-    filters: ChangeFilter = ChangeFilter()
+    filters: ChangeFilter = field(default_factory=ChangeFilter)
     heartbeat_seconds: int = 0
 
 
@@ -87,7 +88,9 @@ class ChangeWatcher:
         """
         violations: list[FieldViolation] = []
         if not NAMESPACE_PATTERN.match(request.namespace):
-            violations.append(FieldViolation("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}"))
+            violations.append(
+                FieldViolation("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            )
         if request.resume_after < 0:
             violations.append(FieldViolation("resume_after", "must be 0 or a cursor received"))
         if not 0 <= request.heartbeat_seconds <= MAX_HEARTBEAT_SECONDS:
@@ -132,7 +135,7 @@ class ChangeWatcher:
             cursor = page.cursor
             if page.changes:
                 shown = self.guard.disclose(
-                    request.namespace, pii, lambda disclosure: [_disclose(disclosure, c) for c in page.changes]
+                    request.namespace, pii, functools.partial(_disclose_all, page.changes)
                 )
                 yield ChangeBatch(changes=shown, position=page.position)
                 last_sent = time.monotonic()
@@ -145,6 +148,10 @@ class ChangeWatcher:
             self.notifier.wait(request.namespace, seen, max(0.0, min(self.poll_seconds, remaining)))
             if self.notifier.stopping:
                 return
+
+
+def _disclose_all(changes: list[ChangeRow], disclosure: PiiDisclosure) -> list[ChangeRow]:
+    return [_disclose(disclosure, change) for change in changes]
 
 
 def _disclose(disclosure: PiiDisclosure, change: ChangeRow) -> ChangeRow:

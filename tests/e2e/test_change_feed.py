@@ -106,7 +106,9 @@ def _observation(namespace: str, index: int) -> knowledge_pb2.Observation:
 
 def _head(settings: Settings, namespace: str) -> int:
     with psycopg.connect(settings.database_url) as conn:
-        row = conn.execute("SELECT last_cursor FROM change_feed_heads WHERE namespace = %s", (namespace,)).fetchone()
+        row = conn.execute(
+            "SELECT last_cursor FROM change_feed_heads WHERE namespace = %s", (namespace,)
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -180,7 +182,9 @@ def test_every_committed_change_once_in_order_across_reconnects_and_a_sigkill(
     try:
         assert wait_for_serving(address, timeout=300), "ingest_service did not become SERVING"
         subscriber.start()
-        batches = [list(range(start, min(start + BATCH, OBSERVATIONS))) for start in range(0, OBSERVATIONS, BATCH)]
+        batches = [
+            list(range(start, min(start + BATCH, OBSERVATIONS))) for start in range(0, OBSERVATIONS, BATCH)
+        ]
         pending = iter(batches)
         lock = threading.Lock()
         written = [0]
@@ -221,7 +225,9 @@ def test_every_committed_change_once_in_order_across_reconnects_and_a_sigkill(
         assert written[0] == len(batches)
         target = subscriber.target = _head(settings, namespace)
         subscriber.join(timeout=300)
-        assert not subscriber.is_alive(), f"the subscriber is stuck at {subscriber.cursor} of {subscriber.target}"
+        assert not subscriber.is_alive(), (
+            f"the subscriber is stuck at {subscriber.cursor} of {subscriber.target}"
+        )
         assert subscriber.error is None, subscriber.error
     finally:
         if ingest.poll() is None:
@@ -245,7 +251,10 @@ def test_every_committed_change_once_in_order_across_reconnects_and_a_sigkill(
                 (namespace,),
             )
         }
-        facts = {str(row[0]) for row in conn.execute("SELECT fact_id FROM facts WHERE namespace = %s", (namespace,))}
+        facts = {
+            str(row[0])
+            for row in conn.execute("SELECT fact_id FROM facts WHERE namespace = %s", (namespace,))
+        }
     recorded = [key for _, kind, key in received if kind == "observation.recorded"]
     assert len(stored) == OBSERVATIONS
     assert sorted(recorded) == sorted(stored), "one observation.recorded per stored observation"
@@ -312,7 +321,9 @@ def test_a_resume_older_than_the_retention_fails_with_the_oldest_cursor_kept(
     with database.connection() as conn:
         for index in range(5):
             _insert_observation(conn, settings, namespace, f"{namespace}-{index}")
-    pruned = ChangeOutbox(database).prune(before=datetime(2000, 1, 1, tzinfo=UTC), max_events=2, namespace=namespace)
+    pruned = ChangeOutbox(database).prune(
+        before=datetime(2000, 1, 1, tzinfo=UTC), max_events=2, namespace=namespace
+    )
     assert pruned == 3
     with pytest.raises(grpc.RpcError) as raised:
         _drain(query_channel, namespace, after=1)
@@ -321,7 +332,9 @@ def test_a_resume_older_than_the_retention_fails_with_the_oldest_cursor_kept(
     assert failure.reason == "CURSOR_EXPIRED"
     assert failure.metadata["oldest_cursor"] == "4"
     assert [c.cursor for c in _drain(query_channel, namespace, after=3)] == [4, 5]
-    assert [c.cursor for c in _drain(query_channel, namespace, after=0)] == [4, 5], "0 starts at the oldest kept"
+    assert [c.cursor for c in _drain(query_channel, namespace, after=0)] == [4, 5], (
+        "0 starts at the oldest kept"
+    )
 
 
 def test_a_service_reacts_to_a_superseded_fact_through_the_filters(
@@ -440,8 +453,18 @@ def test_iter_changes_resumes_across_a_restart_of_the_query_service_and_cb_watch
         assert wait_for_serving(f"127.0.0.1:{query.port}", timeout=120)
         result = CliRunner().invoke(
             app,
-            ["--query-addr", f"127.0.0.1:{query.port}", "watch", "-n", namespace, "--resume-after", "4",
-             "--limit", "2", "--json"],
+            [
+                "--query-addr",
+                f"127.0.0.1:{query.port}",
+                "watch",
+                "-n",
+                namespace,
+                "--resume-after",
+                "4",
+                "--limit",
+                "2",
+                "--json",
+            ],
         )
     finally:
         query.stop(0)

@@ -75,22 +75,27 @@ class Receiver:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 with receiver.lock:
                     hook = receiver.hooks[self.path]
                     answer = hook.answers.pop(0) if hook.answers else hook.default
                     timestamp = self.headers.get("webhook-timestamp", "")
-                    expected = "v1=" + hmac.new(
-                        hook.secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
-                    ).hexdigest()
+                    expected = (
+                        "v1="
+                        + hmac.new(
+                            hook.secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256
+                        ).hexdigest()
+                    )
                     event = json.loads(body)
                     hook.requests.append(
                         {
                             "id": event["id"],
                             "header_id": self.headers.get("webhook-id"),
                             "content_type": self.headers.get("content-type"),
-                            "signed": hmac.compare_digest(expected, self.headers.get("webhook-signature", "")),
+                            "signed": hmac.compare_digest(
+                                expected, self.headers.get("webhook-signature", "")
+                            ),
                             "answer": answer,
                             "event": event,
                         }
@@ -222,7 +227,12 @@ def test_a_flaky_receiver_gets_every_event_once_by_id_in_order_and_signed(
     assert {r["content_type"] for r in hook.requests} == {"application/cloudevents+json"}
     first = hook.requests[0]["id"]
     assert [r["answer"] for r in hook.requests if r["id"] == first][:6] == [
-        "500", "500", "timeout", "500", "timeout", "ok"
+        "500",
+        "500",
+        "timeout",
+        "500",
+        "timeout",
+        "ok",
     ], "the first event was retried through the failures with the same id"
     event = hook.accepted[0]
     assert event["specversion"] == "1.0" and event["type"] == "memory.observation.recorded"
@@ -255,7 +265,9 @@ def test_dead_letters_are_listed_and_replayed_by_an_admin(
     assert len(hook.requests) == 3 * MAX_ATTEMPTS and not hook.accepted
     with pytest.raises(grpc.RpcError) as refused:
         stub.ReplayDeadLetters(
-            webhook_service_pb2.ReplayDeadLettersRequest(namespace=namespace, subscription_id=subscription_id),
+            webhook_service_pb2.ReplayDeadLettersRequest(
+                namespace=namespace, subscription_id=subscription_id
+            ),
             timeout=30,
         )
     assert rpc_failure(refused.value).code == grpc.StatusCode.INVALID_ARGUMENT
@@ -312,10 +324,14 @@ def test_a_webhook_delivers_nothing_its_creator_could_not_read(
                 _, hooks[name].secret = _subscribe(channel, namespace, receiver.url(f"/{name}-{namespace}"))
         with make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel:
             stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-            stub.RecordObservations(_observations(namespace, 2, scopes=("workspace:x",), tag="hidden"), timeout=120)
+            stub.RecordObservations(
+                _observations(namespace, 2, scopes=("workspace:x",), tag="hidden"), timeout=120
+            )
             stub.RecordObservations(_observations(namespace, 2, tag="public"), timeout=120)
         everything = _event_ids(hook_settings, namespace)
-        _wait(lambda: hooks["insider"].accepted_ids >= set(everything), 120, "the insider's hook got everything")
+        _wait(
+            lambda: hooks["insider"].accepted_ids >= set(everything), 120, "the insider's hook got everything"
+        )
         _wait(lambda: len(hooks["outsider"].accepted) >= 6, 120, "the outsider's hook got the public events")
         time.sleep(2)  # a few more dispatch rounds: anything hidden would have followed by now
     outsider_text = json.dumps(hooks["outsider"].accepted)

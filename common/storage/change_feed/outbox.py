@@ -32,12 +32,12 @@ from common.storage.named_queries import Queries
 from common.storage.visibility import Visibility
 
 __all__ = [
+    "NOTIFY_CHANNEL",
     "ChangeFilter",
     "ChangeInput",
     "ChangeOutbox",
     "ChangePage",
     "ChangeRow",
-    "NOTIFY_CHANNEL",
 ]
 
 NOTIFY_CHANNEL = "memory_change_feed"
@@ -203,7 +203,11 @@ class ChangeOutbox:
         ).format(shown=sql.SQL(" AND ").join(shown))
         with self.database.read_connection() as conn:
             rows = conn.execute(statement, params).fetchall()
-            pruned = rows[0][11] if rows else conn.execute(self.queries["pruned_through"], params).fetchone()[0]  # type: ignore[index]
+            if rows:
+                pruned = rows[0][11]
+            else:
+                head = conn.execute(self.queries["pruned_through"], params).fetchone()
+                pruned = head[0] if head else 0
             position_row = conn.execute(self._replication["replayed_wal_position"]).fetchone()
         assert position_row is not None
         changes = [

@@ -141,7 +141,9 @@ class WebhookStore:
         rows = conn.execute(self.queries["subscriptions_of_namespace"], {"namespace": namespace}).fetchall()
         return [WebhookSubscriptionRow.of(row) for row in rows]
 
-    def subscription(self, conn: psycopg.Connection[Any], subscription_id: str) -> WebhookSubscriptionRow | None:
+    def subscription(
+        self, conn: psycopg.Connection[Any], subscription_id: str
+    ) -> WebhookSubscriptionRow | None:
         """One subscription, None when there is none."""
         row = conn.execute(self.queries["subscription"], {"subscription_id": subscription_id}).fetchone()
         return WebhookSubscriptionRow.of(row) if row else None
@@ -154,12 +156,16 @@ class WebhookStore:
         """Subscriptions with a pending delivery due now."""
         return [str(row[0]) for row in conn.execute(self.queries["subscriptions_due"]).fetchall()]
 
-    def lock_subscription(self, conn: psycopg.Connection[Any], subscription_id: str) -> WebhookSubscriptionRow | None:
+    def lock_subscription(
+        self, conn: psycopg.Connection[Any], subscription_id: str
+    ) -> WebhookSubscriptionRow | None:
         """The subscription locked for this transaction; None when gone or locked by another dispatcher."""
         row = conn.execute(self.queries["lock_subscription"], {"subscription_id": subscription_id}).fetchone()
         return WebhookSubscriptionRow.of(row) if row else None
 
-    def delete_subscription(self, conn: psycopg.Connection[Any], namespace: str, subscription_id: str) -> bool:
+    def delete_subscription(
+        self, conn: psycopg.Connection[Any], namespace: str, subscription_id: str
+    ) -> bool:
         """Deletes it with its deliveries; False when the namespace has no such subscription."""
         row = conn.execute(
             self.queries["delete_subscription"], {"namespace": namespace, "subscription_id": subscription_id}
@@ -188,7 +194,8 @@ class WebhookStore:
                 },
             )
         conn.execute(
-            self.queries["advance_cursor"], {"subscription_id": subscription.subscription_id, "cursor": through}
+            self.queries["advance_cursor"],
+            {"subscription_id": subscription.subscription_id, "cursor": through},
         )
 
     def pending(self, conn: psycopg.Connection[Any], subscription_id: str, limit: int) -> list[DeliveryRow]:
@@ -200,7 +207,9 @@ class WebhookStore:
 
     def mark_delivered(self, conn: psycopg.Connection[Any], subscription_id: str, event_id: int) -> None:
         """The receiver accepted the event."""
-        conn.execute(self.queries["mark_delivered"], {"subscription_id": subscription_id, "event_id": event_id})
+        conn.execute(
+            self.queries["mark_delivered"], {"subscription_id": subscription_id, "event_id": event_id}
+        )
 
     def record_failure(
         self,
@@ -239,7 +248,11 @@ class WebhookStore:
         return [DeadLetterRow(str(r[0]), int(r[1]), int(r[2]), r[3], int(r[4]), str(r[5])) for r in rows]
 
     def replay_dead_letters(
-        self, conn: psycopg.Connection[Any], namespace: str, subscription_id: str, event_ids: Sequence[int] | None
+        self,
+        conn: psycopg.Connection[Any],
+        namespace: str,
+        subscription_id: str,
+        event_ids: Sequence[int] | None,
     ) -> int:
         """Puts the dead letters back to pending (only ``event_ids`` when given); how many."""
         row = conn.execute(

@@ -25,9 +25,12 @@ webhook_app = typer.Typer(
     help="Webhooks of the change feed: CloudEvents posted to an HTTP endpoint.", no_args_is_help=True
 )
 TypesOption = Annotated[
-    list[str] | None, typer.Option("--type", help="event type or family (fact.superseded, fact.*); repeatable")
+    list[str] | None,
+    typer.Option("--type", help="event type or family (fact.superseded, fact.*); repeatable"),
 ]
-PrefixOption = Annotated[list[str] | None, typer.Option("--prefix", help="item or subject key prefix; repeatable")]
+PrefixOption = Annotated[
+    list[str] | None, typer.Option("--prefix", help="item or subject key prefix; repeatable")
+]
 PredicateOption = Annotated[list[str] | None, typer.Option("--predicate", help="fact predicate; repeatable")]
 
 
@@ -68,7 +71,11 @@ def watch(
             else:
                 typer.echo(
                     f"{change.cursor}\t{change.event_type}\t{change.item_key}"
-                    + (f"\t{change.subject_key} {change.predicate} {change.object_key}" if change.predicate else "")
+                    + (
+                        f"\t{change.subject_key} {change.predicate} {change.object_key}"
+                        if change.predicate
+                        else ""
+                    )
                 )
             if stop():
                 break
@@ -166,7 +173,9 @@ def webhook_replay(
     ctx: typer.Context,
     subscription_id: Annotated[str, typer.Argument(help="the subscription, whk-...")],
     namespace: WriteNamespaceOption,
-    event_id: Annotated[list[str] | None, typer.Option("--event", help="only this event id; repeatable")] = None,
+    event_id: Annotated[
+        list[str] | None, typer.Option("--event", help="only this event id; repeatable")
+    ] = None,
     all_dead_letters: Annotated[
         bool, typer.Option("--all", help="replay every dead letter of the subscription")
     ] = False,

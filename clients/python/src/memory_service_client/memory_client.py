@@ -29,10 +29,9 @@ write of this client carries that write's token (the CLI's ``--consistent`` does
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Self, TypeVar
-
 import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any, Self, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -533,7 +532,7 @@ class MemoryClient:
         on_heartbeat: Callable[[change_feed_service_pb2.Heartbeat], None] | None = None,
         on_resume: Callable[[int, str], None] | None = None,
         stop: Callable[[], bool] | None = None,
-    ) -> Iterator[change_feed_service_pb2.ChangeEvent]:
+    ) -> Generator[change_feed_service_pb2.ChangeEvent, None, None]:
         """Every change of ``namespace`` after ``resume_after`` that the token may see, once, in cursor
         order, forever (or until ``stop()`` returns true, checked at every message): the stream is opened
         again after the last cursor received whenever it breaks with UNAVAILABLE, INTERNAL, CANCELLED
