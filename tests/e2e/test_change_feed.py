@@ -47,6 +47,7 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.storage.change_feed.outbox import ChangeOutbox
 from common.storage.database import Database
+from tests.e2e.test_replica_reads import replica_query, replica_url  # noqa: F401 - the replica's fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -474,3 +475,108 @@ def test_iter_changes_resumes_across_a_restart_of_the_query_service_and_cb_watch
         ("5", f"{namespace}-b1"),
         ("6", f"{namespace}-b2"),
     ]
+
+
+def test_redaction_purge_close_retain_and_delete_emit_their_events(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
+) -> None:
+    """The write paths beyond recording: each change arrives as its event type, with what it changed."""
+    from google.protobuf import timestamp_pb2
+    from memory.v1 import document_service_pb2, document_service_pb2_grpc, observation_service_pb2_grpc
+
+    observations = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
+    results = observations.RecordObservations(
+        observation_service_pb2.RecordObservationsRequest(
+            observations=[_observation(namespace, i) for i in range(2)]
+        ),
+        timeout=60,
+    ).results
+    first, second = results[0].observation_id, results[1].observation_id
+    observations.RedactObservation(
+        observation_service_pb2.RedactObservationRequest(
+            namespace=namespace, observation_id=first, reason="gdpr"
+        ),
+        timeout=60,
+    )
+    observations.PurgeObservation(
+        observation_service_pb2.PurgeObservationRequest(
+            namespace=namespace, observation_id=second, reason="gdpr"
+        ),
+        timeout=60,
+    )
+    facts = fact_service_pb2_grpc.FactServiceStub(ingest_channel)
+    asserted = facts.AssertFacts(
+        json_format.ParseDict(
+            {
+                "namespace": namespace,
+                "facts": [
+                    {"subject": "service:x", "predicate": "OWNED_BY", "object": "team:y", "valid_from": WHEN}
+                ],
+            },
+            fact_service_pb2.AssertFactsRequest(),
+        ),
+        timeout=60,
+    ).results[0]
+    facts.CloseFact(
+        fact_service_pb2.CloseFactRequest(
+            namespace=namespace,
+            fact_id=asserted.fact_id,
+            valid_to=timestamp_pb2.Timestamp(seconds=1735689600),
+        ),
+        timeout=60,
+    )
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    documents.Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:runbook", content="# Runbook\n\nSteps."
+        ),
+        timeout=120,
+    )
+    documents.DeleteNode(
+        document_service_pb2.DeleteNodeRequest(
+            namespace=namespace, natural_key="doc:runbook", reason="obsolete"
+        ),
+        timeout=60,
+    )
+    changes = _drain(query_channel, namespace)
+    seen = [(c.event_type, c.item_key) for c in changes]
+    assert [c.cursor for c in changes] == list(range(1, len(changes) + 1))
+    for expected in [
+        ("observation.recorded", first),
+        ("observation.redacted", first),
+        ("observation.purged", second),
+        ("fact.evidence_lost", _fact_of(changes, "service:s1")),
+        ("fact.created", asserted.fact_id),
+        ("fact.closed", asserted.fact_id),
+        ("document.retained", "doc:runbook"),
+        ("node.deleted", "doc:runbook"),
+    ]:
+        assert expected in seen, (expected, seen)
+    assert seen.index(("observation.recorded", first)) < seen.index(("observation.redacted", first))
+    closed = next(c for c in changes if c.event_type == "fact.closed")
+    assert json_format.MessageToDict(closed.payload)["valid_to"].startswith("2025-01-01")
+    redacted = next(c for c in changes if c.event_type == "observation.redacted")
+    assert json_format.MessageToDict(redacted.payload)["reason"] == "gdpr"
+
+
+def _fact_of(changes: list[Any], subject: str) -> str:
+    """The fact_id of the first fact created about ``subject``."""
+    return next(c.item_key for c in changes if c.event_type == "fact.created" and c.subject_key == subject)
+
+
+def test_a_stream_on_a_read_replica_gets_every_change_once_in_order(
+    settings: Settings, database: Database, namespace: str, replica_url: str
+) -> None:
+    """NOTIFY reaches the primary only and may come before the replica replayed the commit: the stream's
+    poll finds the changes anyway, in order."""
+    with replica_query(settings, replica_url) as channel:
+        subscriber = ReconnectingSubscriber(channel, namespace, seed=7)
+        subscriber.start()
+        for batch in range(5):
+            with database.connection() as conn:
+                for index in range(20):
+                    _insert_observation(conn, settings, namespace, f"{namespace}-{batch}-{index}")
+        target = subscriber.target = _head(settings, namespace)
+        subscriber.join(timeout=120)
+        assert not subscriber.is_alive() and subscriber.error is None, subscriber.error
+    assert [c for c, _, _ in subscriber.received] == list(range(1, target + 1))
