@@ -565,7 +565,7 @@ def _fact_of(changes: list[Any], subject: str) -> str:
 
 
 def test_a_stream_on_a_read_replica_gets_every_change_once_in_order(
-    settings: Settings, database: Database, namespace: str, replica_url: str
+    settings: Settings, database: Database, namespace: str, replica_url: str  # noqa: F811 - the fixture
 ) -> None:
     """NOTIFY reaches the primary only and may come before the replica replayed the commit: the stream's
     poll finds the changes anyway, in order."""
