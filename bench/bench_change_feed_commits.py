@@ -28,10 +28,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run_bench import fresh_database, percentiles  # noqa: E402
-from common.kernel.config import Settings  # noqa: E402
-from common.storage import migrations  # noqa: E402
-from common.storage.database import Database  # noqa: E402
+from bench.run_bench import fresh_database, percentiles
+from common.kernel.config import Settings
+from common.storage import migrations
+from common.storage.database import Database
 
 INSERT = (
     "INSERT INTO observations (observation_id, namespace, source_system, source_stream, kind, occurred_at,"
