@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         " loopback or link-local (JSON list); everything else private is refused",
     )
     webhook_max_attempts: int = Field(
-        8, ge=1, le=100, description="attempts before a delivery is a dead letter"
+        20, ge=1, le=100, description="attempts before a delivery is a dead letter (20: about 70 min of retries)"
     )
     webhook_retry_wait_seconds: float = Field(
         2.0, gt=0, description="wait after the first failed attempt, doubled after each further one"
