@@ -26,7 +26,7 @@ webhook_app = typer.Typer(
 )
 TypesOption = Annotated[
     list[str] | None,
-    typer.Option("--type", help="event type or family (fact.superseded, fact.*); repeatable"),
+    typer.Option("--event-type", help="event type or family (fact.superseded, fact.*); repeatable"),
 ]
 PrefixOption = Annotated[
     list[str] | None, typer.Option("--prefix", help="item or subject key prefix; repeatable")
