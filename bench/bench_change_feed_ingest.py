@@ -85,7 +85,8 @@ def main() -> int:
     loads: list[dict[str, Any]] = []
     with fresh_database(base, f"memory_feedcost_{stamp.lower()}") as url:
         on = Settings().model_copy(update={"database_url": url})
-        off = on.model_copy(update={"database_url": url + "?options=-c%20memory.change_feed%3Doff"})
+        off_url = psycopg.conninfo.make_conninfo(url, options="-c memory.change_feed=off")
+        off = on.model_copy(update={"database_url": off_url})
         provider = build_embedding_provider(on)
         provider.load()
         Database(on, embedding_model=provider.model_id).migrate()

@@ -107,13 +107,14 @@ class WebhookDispatcher:
         with self.database.connection() as conn:
             return self.store.subscriptions_due(conn)
 
-    def dispatch(self, subscription_id: str) -> int:
+    def dispatch(self, subscription_id: str) -> tuple[int, bool]:
         """Stores the deliveries of the changes after the subscription's cursor (up to a page); returns
-        how many. 0 when another dispatcher holds the subscription or it is gone."""
+        how many, and whether the page was full (more may wait). (0, False) when another dispatcher holds
+        the subscription or it is gone."""
         with self.database.connection() as conn:
             subscription = self.store.lock_subscription(conn, subscription_id)
             if subscription is None:
-                return 0
+                return 0, False
             page = self.outbox.read_page(
                 subscription.namespace,
                 subscription.cursor,
@@ -135,7 +136,7 @@ class WebhookDispatcher:
             masked = self.database.settings.pii_protection and not subscription.pii_clearance
             deliveries = [(c.event_id, c.cursor, cloud_event_of(c, masked=masked)) for c in page.changes]
             self.store.add_deliveries(conn, subscription, deliveries, through=page.cursor)
-        return len(deliveries)
+        return len(deliveries), page.full
 
 
 class WebhookDeliverer:
@@ -160,30 +161,36 @@ class WebhookDeliverer:
 
     def deliver(self, subscription_id: str) -> float | None:
         """One round of deliveries; returns the seconds after which the next round should run (0: at
-        once, more is pending), or None when nothing is pending."""
+        once, more is pending), or None when nothing is pending. The round's accepted deliveries are
+        recorded together when it ends (a crash before that sends them again, with the same ids)."""
         with self.database.connection() as conn:
             subscription = self.store.subscription(conn, subscription_id)
             if subscription is None:
                 return None
             pending = self.store.pending(conn, subscription_id, DELIVERY_BATCH)
-        for delivery in pending:
-            if delivery.wait_seconds > 0:
-                return delivery.wait_seconds
-            error = self._post(subscription, delivery.body)
-            with self.database.connection() as conn:
+        delivered: list[int] = []
+        try:
+            for delivery in pending:
+                if delivery.wait_seconds > 0:
+                    return delivery.wait_seconds
+                error = self._post(subscription, delivery.body)
                 if error is None:
-                    self.store.mark_delivered(conn, subscription_id, delivery.event_id)
+                    delivered.append(delivery.event_id)
                     continue
                 wait = self.backoff(delivery.attempts + 1)
-                attempts, dead = self.store.record_failure(
-                    conn,
-                    subscription_id,
-                    delivery.event_id,
-                    error,
-                    max_attempts=self.settings.webhook_max_attempts,
-                    wait_seconds=wait,
-                )
-            if dead:
+                with self.database.connection() as conn:
+                    self.store.mark_delivered(conn, subscription_id, delivered)
+                    delivered = []
+                    attempts, dead = self.store.record_failure(
+                        conn,
+                        subscription_id,
+                        delivery.event_id,
+                        error,
+                        max_attempts=self.settings.webhook_max_attempts,
+                        wait_seconds=wait,
+                    )
+                if not dead:
+                    return wait
                 log.warning(
                     "webhook %s: event %d is a dead letter after %d attempts (%s)",
                     subscription_id,
@@ -191,8 +198,10 @@ class WebhookDeliverer:
                     attempts,
                     error,
                 )
-                continue
-            return wait
+        finally:
+            if delivered:
+                with self.database.connection() as conn:
+                    self.store.mark_delivered(conn, subscription_id, delivered)
         return 0.0 if len(pending) == DELIVERY_BATCH else None
 
     def _post(self, subscription: WebhookSubscriptionRow, event: dict[str, Any]) -> str | None:

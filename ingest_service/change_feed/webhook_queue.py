@@ -31,6 +31,7 @@ DISPATCH_TASK = "webhook.dispatch"
 DELIVER_TASK = "webhook.deliver"
 STALLED_TASK = "webhook.retry_stalled"
 STALLED_AFTER_SECONDS = 60.0
+MAX_PAGES_PER_ROUND = 20
 
 
 def _lock(subscription_id: str) -> str:
@@ -60,10 +61,13 @@ def register_webhook_tasks(
     async def dispatch(timestamp: int) -> int:
         added = 0
         for subscription_id in await asyncio.to_thread(dispatcher.subscription_ids):
-            count = await asyncio.to_thread(dispatcher.dispatch, subscription_id)
-            added += count
-            if count:
-                await defer_delivery(subscription_id)
+            for _ in range(MAX_PAGES_PER_ROUND):  # a backlog: several pages now, not one per round
+                count, full = await asyncio.to_thread(dispatcher.dispatch, subscription_id)
+                added += count
+                if count:
+                    await defer_delivery(subscription_id)
+                if not full:
+                    break
         for subscription_id in await asyncio.to_thread(dispatcher.due):
             await defer_delivery(subscription_id)
         return added

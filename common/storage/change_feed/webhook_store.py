@@ -205,11 +205,15 @@ class WebhookStore:
         ).fetchall()
         return [DeliveryRow(int(r[0]), int(r[1]), r[2], int(r[3]), float(r[4])) for r in rows]
 
-    def mark_delivered(self, conn: psycopg.Connection[Any], subscription_id: str, event_id: int) -> None:
-        """The receiver accepted the event."""
-        conn.execute(
-            self.queries["mark_delivered"], {"subscription_id": subscription_id, "event_id": event_id}
-        )
+    def mark_delivered(
+        self, conn: psycopg.Connection[Any], subscription_id: str, event_ids: Sequence[int]
+    ) -> None:
+        """The receiver accepted these events (one statement)."""
+        if event_ids:
+            conn.execute(
+                self.queries["mark_delivered"],
+                {"subscription_id": subscription_id, "event_ids": list(event_ids)},
+            )
 
     def record_failure(
         self,

@@ -58,9 +58,9 @@ FROM webhook_deliveries
 WHERE subscription_id = %(subscription_id)s AND status = 'pending' ORDER BY cursor LIMIT %(limit)s
 
 -- name: mark_delivered
--- A delivery the receiver accepted.
+-- Deliveries the receiver accepted (event ids %(event_ids)s of one subscription).
 UPDATE webhook_deliveries SET status = 'delivered', attempts = attempts + 1, delivered_at = now(), last_error = ''
-WHERE subscription_id = %(subscription_id)s AND event_id = %(event_id)s AND status = 'pending'
+WHERE subscription_id = %(subscription_id)s AND event_id = ANY(%(event_ids)s::bigint[]) AND status = 'pending'
 
 -- name: record_failure
 -- A failed attempt, the next not before %(wait)s seconds; the delivery becomes a dead letter once
