@@ -1,8 +1,8 @@
 """Change feed delivery while the debian corpus loads: stream subscribers and webhook receivers.
 
-Starts `cb serve ingest` and `cb serve query` as processes on a fresh database (`run_bench.services`), the
-worker's queue in this process (webhook dispatch and delivery), ``--subscribers`` WatchChanges streams
-(one gRPC channel each) and ``--receivers`` webhook subscriptions to `http.server` receivers on loopback,
+Starts `cb serve ingest`, `cb serve query` and `cb worker` (webhook dispatch and delivery) as processes on
+a fresh database (`run_bench.services`), ``--subscribers`` WatchChanges streams
+(one process and gRPC channel each) and ``--receivers`` webhook subscriptions to `http.server` receivers on loopback,
 then loads the debian upload stream (5,415 observations, batches of 200, 4 calls in flight, as `cb
 observe`). Every subscriber and receiver collects each change's receipt time; the lag of a change is its
 receipt time minus its commit time (``commit_time`` of the stream message, ``time`` of the CloudEvent: the
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -47,37 +49,34 @@ from bench.run_bench import (
     services,
 )
 from common.kernel.config import Settings
-from ingest_service.worker import build_worker
 
 
-class Subscriber(threading.Thread):
-    """One WatchChanges stream; records (cursor, lag seconds, receipt time) per change."""
-
-    def __init__(self, address: str, namespace: str) -> None:
-        super().__init__(daemon=True)
-        self.channel = grpc.insecure_channel(address)
-        self.namespace = namespace
-        self.samples: list[tuple[int, float, float]] = []
-        self.stream: Any = None
-
-    def run(self) -> None:
-        stub = change_feed_service_pb2_grpc.ChangeFeedServiceStub(self.channel)
-        self.stream = stub.WatchChanges(
-            change_feed_service_pb2.WatchChangesRequest(namespace=self.namespace, heartbeat_seconds=5)
+def subscribe(address: str, namespace: str, target: Any, results: Any) -> None:
+    """One WatchChanges stream in a process of its own (so receipt times do not wait for this process's
+    GIL); puts its (cursor, lag seconds, receipt time) samples on ``results`` once ``target.value``
+    (the last cursor, 0 until the load ends) is reached or the stream ends."""
+    samples: list[tuple[int, float, float]] = []
+    with grpc.insecure_channel(address) as channel:
+        stub = change_feed_service_pb2_grpc.ChangeFeedServiceStub(channel)
+        stream = stub.WatchChanges(
+            change_feed_service_pb2.WatchChangesRequest(namespace=namespace, heartbeat_seconds=1)
         )
         try:
-            for response in self.stream:
+            for response in stream:
                 if response.HasField("change"):
                     now = time.time()
                     committed = response.change.commit_time.ToDatetime(tzinfo=UTC).timestamp()
-                    self.samples.append((response.change.cursor, now - committed, now))
+                    samples.append((response.change.cursor, now - committed, now))
+                    cursor = response.change.cursor
+                else:
+                    cursor = response.heartbeat.cursor
+                if target.value and cursor >= target.value:
+                    break
         except grpc.RpcError:
             pass
-
-    def stop(self) -> None:
-        if self.stream is not None:
-            self.stream.cancel()
-        self.channel.close()
+        finally:
+            stream.cancel()
+    results.put(samples)
 
 
 class Receivers:
@@ -122,20 +121,24 @@ def summary(lags: list[float], times: list[float]) -> dict[str, Any]:
 
 
 def run(arguments: argparse.Namespace, url: str) -> dict[str, Any]:
-    settings = Settings().model_copy(
-        update={
-            "database_url": url,
-            "webhook_allowed_targets": ["127.0.0.1"],
-            "webhook_retry_wait_seconds": 0.5,
-        }
-    )
     os.environ["CB_DATABASE_URL"] = url
     namespace = "feed-bench"
     observations = debian_observations(namespace)
-    queue, database = build_worker(settings, concurrency=4)
     receivers = Receivers(arguments.receivers)
-    allowed = {"CB_WEBHOOK_ALLOWED_TARGETS": json.dumps(["127.0.0.1"])}
-    with services(extra_env=allowed) as (ingest_addr, query_addr), queue.running(4):
+    allowed = {
+        "CB_WEBHOOK_ALLOWED_TARGETS": json.dumps(["127.0.0.1"]),
+        "CB_WEBHOOK_RETRY_WAIT_SECONDS": "0.5",
+    }
+    # The worker in a process of its own, as in production (`cb worker`): here it would share this
+    # process's GIL with the subscribers and receivers whose receipt times are measured.
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "common.tooling.cli", "worker", "--concurrency", "4"],
+        cwd=ROOT,
+        env={**os.environ, **allowed},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    with services(extra_env=allowed) as (ingest_addr, query_addr):
         with grpc.insecure_channel(ingest_addr) as channel:
             hooks = webhook_service_pb2_grpc.WebhookServiceStub(channel)
             for path in receivers.samples:
@@ -145,10 +148,15 @@ def run(arguments: argparse.Namespace, url: str) -> dict[str, Any]:
                     ),
                     timeout=30,
                 )
-            subscribers = [Subscriber(query_addr, namespace) for _ in range(arguments.subscribers)]
+            context = multiprocessing.get_context("spawn")
+            target, results = context.Value("q", 0), context.Queue()
+            subscribers = [
+                context.Process(target=subscribe, args=(query_addr, namespace, target, results))
+                for _ in range(arguments.subscribers)
+            ]
             for subscriber in subscribers:
                 subscriber.start()
-            time.sleep(1)
+            time.sleep(5)
             load_before = os.getloadavg()
             load = load_observations(
                 observation_service_pb2_grpc.ObservationServiceStub(channel), observations, concurrency=4
@@ -158,17 +166,19 @@ def run(arguments: argparse.Namespace, url: str) -> dict[str, Any]:
                 "SELECT last_cursor FROM change_feed_heads WHERE namespace = %s", (namespace,)
             ).fetchone()
         total = int(row[0]) if row else 0
+        target.value = total
+        streams = [results.get(timeout=arguments.drain_seconds) for _ in subscribers]
+        for subscriber in subscribers:
+            subscriber.join(30)
         deadline = time.monotonic() + arguments.drain_seconds
-        while time.monotonic() < deadline and (
-            any(len(s.samples) < total for s in subscribers)
-            or any(len(samples) < total for samples in receivers.samples.values())
+        while time.monotonic() < deadline and any(
+            len(samples) < total for samples in receivers.samples.values()
         ):
             time.sleep(0.5)
-        for subscriber in subscribers:
-            subscriber.stop()
-    database.close()
-    stream_lags = [lag for s in subscribers for _, lag, _ in s.samples]
-    stream_times = [at for s in subscribers for _, _, at in s.samples]
+    worker.terminate()
+    worker.wait(60)
+    stream_lags = [lag for samples in streams for _, lag, _ in samples]
+    stream_times = [at for samples in streams for _, _, at in samples]
     hook_lags = [lag for samples in receivers.samples.values() for _, lag, _ in samples]
     hook_times = [at for samples in receivers.samples.values() for _, _, at in samples]
     return {
@@ -183,7 +193,7 @@ def run(arguments: argparse.Namespace, url: str) -> dict[str, Any]:
         "subscribers": arguments.subscribers,
         "receivers": arguments.receivers,
         "streams": summary(stream_lags, stream_times),
-        "streams_each_received": [len(s.samples) for s in subscribers],
+        "streams_each_received": [len(samples) for samples in streams],
         "webhooks": summary(hook_lags, hook_times),
         "webhooks_each_received": [len(samples) for samples in receivers.samples.values()],
     }
