@@ -18,6 +18,7 @@ from memory_service_grpc_client.memory.v1 import (
     observation_service_pb2_grpc,
     snapshot_service_pb2_grpc,
     vault_service_pb2_grpc,
+    webhook_service_pb2_grpc,
 )
 
 from common.domain.audit import AuditTrail
@@ -31,6 +32,8 @@ from common.storage.pool_metrics import register_database_metrics
 from common.storage.replicas.wal_position import current_wal_position
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
+from ingest_service.change_feed.pruner import ChangeFeedPruner
+from ingest_service.change_feed.subscriptions import WebhookSubscriptions
 from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.embedding.episodes import EpisodeEmbedder
@@ -49,6 +52,7 @@ from ingest_service.servicers.memory_servicer import MemoryServicer
 from ingest_service.servicers.observation_servicer import ObservationServicer
 from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
+from ingest_service.servicers.webhook_servicer import WebhookServicer
 from ingest_service.snapshots.reconciler import SnapshotReconciler
 from ingest_service.vault.ingest import VaultIngestor
 
@@ -99,6 +103,7 @@ def create_ingest_host(
     enrichment = EnrichmentQueue(settings, max_connections=2)
     memories = MemoryWriter(database, provider, on_due=enrichment.defer_due)
     summarizer = MemorySummarizer(database, memories)
+    webhooks = WebhookSubscriptions(database, settings)
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -117,6 +122,7 @@ def create_ingest_host(
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(memories, summarizer), server
         )
+        webhook_service_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
         return [
             "memory.v1.ObservationService",
             "memory.v1.FactService",
@@ -126,6 +132,7 @@ def create_ingest_host(
             "memory.v1.AuditService",
             "memory.v1.VaultService",
             "memory.v1.MemoryService",
+            "memory.v1.WebhookService",
         ]
 
     return build_server(
@@ -137,7 +144,7 @@ def create_ingest_host(
         register=register,
         # Every write response carries the WAL position of its commit (read-after-write on replicas).
         interceptors=(WriteTokenInterceptor(lambda: current_wal_position(database)),),
-        background=[embedder, TenantIndexWorker(settings)],
+        background=[embedder, TenantIndexWorker(settings), ChangeFeedPruner(database)],
     )
 
 

@@ -28,6 +28,9 @@ from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
 from common.storage.schema import migrations
+from ingest_service.change_feed.delivery import WebhookDeliverer, WebhookDispatcher
+from ingest_service.change_feed.webhook_queue import QUEUE as WEBHOOK_QUEUE
+from ingest_service.change_feed.webhook_queue import register_webhook_tasks
 from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models
@@ -76,6 +79,13 @@ def build_worker(
     queue = EnrichmentQueue(
         settings, job=job.run, due=due, maintenance=maintain, max_connections=concurrency + 3
     )
+    register_webhook_tasks(
+        queue.app,
+        WebhookDispatcher(database),
+        WebhookDeliverer(database, settings),
+        dispatch_cron=settings.webhook_dispatch_cron,
+    )
+    queue.queues.append(WEBHOOK_QUEUE)
     return queue, database
 
 

@@ -14,6 +14,7 @@ import logging
 import grpc
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2_grpc,
+    change_feed_service_pb2_grpc,
     context_service_pb2_grpc,
     fact_query_service_pb2_grpc,
     memory_query_service_pb2_grpc,
@@ -37,8 +38,11 @@ from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
 from query_service.audit_reader import AuditReader
+from query_service.change_feed.notifier import ChangeNotifier
+from query_service.change_feed.watcher import ChangeWatcher
 from query_service.context.compiler import ContextCompiler, context_preset
 from query_service.context.typed_context import TypedContextCompiler
+from query_service.namespace_reader import NamespaceReader
 from query_service.readers.facts import FactReader
 from query_service.readers.memory_recall import MemoryReader
 from query_service.readers.observations import ObservationReader
@@ -46,7 +50,7 @@ from query_service.readers.sources import SourceReader
 from query_service.readers.traces import TraceReader
 from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 from query_service.servicers.audit_query_servicer import AuditQueryServicer
-from query_service.namespace_reader import NamespaceReader
+from query_service.servicers.change_feed_servicer import ChangeFeedServicer
 from query_service.servicers.context_servicer import ContextServicer
 from query_service.servicers.fact_query_servicer import FactQueryServicer
 from query_service.servicers.memory_query_servicer import MemoryQueryServicer
@@ -66,6 +70,7 @@ SERVICE_NAMES = (
     "memory.v1.MemoryQueryService",
     "memory.v1.AuditService",
     "memory.v1.NamespaceService",
+    "memory.v1.ChangeFeedService",
 )
 
 
@@ -104,6 +109,8 @@ def create_query_host(
     searcher = HybridSearcher(database, provider, search_preset("default"))
     compiler = ContextCompiler(database, searcher, tokens, context_preset("default"))
     typed = TypedContextCompiler(database, tokens, KindValidator(database))
+    notifier = ChangeNotifier(settings.database_url)
+    watcher = ChangeWatcher(database, notifier, poll_seconds=settings.change_feed_poll_seconds)
 
     def register(server: grpc.Server) -> list[str]:
         memory_query_service_pb2_grpc.add_MemoryQueryServiceServicer_to_server(
@@ -131,6 +138,9 @@ def create_query_host(
         namespace_service_pb2_grpc.add_NamespaceServiceServicer_to_server(
             NamespaceServicer(NamespaceReader(database)), server
         )
+        change_feed_service_pb2_grpc.add_ChangeFeedServiceServicer_to_server(
+            ChangeFeedServicer(watcher), server
+        )
         return list(SERVICE_NAMES)
 
     return build_server(
@@ -142,6 +152,7 @@ def create_query_host(
         register=register,
         interceptors=(ReadTokenInterceptor(),),
         reuse_port=reuse_port,
+        background=(notifier,),
     )
 
 

@@ -113,6 +113,13 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.ContextService/CompileTypedContext": _READ,
         "/memory.v1.SourceService/GetSource": _READ,
         "/memory.v1.FactQueryService/ListFacts": _READ,
+        "/memory.v1.ChangeFeedService/WatchChanges": _READ,
+        # Webhooks: subscribing makes the service call out (write); dead letters are an admin's.
+        "/memory.v1.WebhookService/CreateWebhookSubscription": _WRITE,
+        "/memory.v1.WebhookService/ListWebhookSubscriptions": _READ,
+        "/memory.v1.WebhookService/DeleteWebhookSubscription": _WRITE,
+        "/memory.v1.WebhookService/ListDeadLetters": _ADMIN,
+        "/memory.v1.WebhookService/ReplayDeadLetters": _ADMIN,
         "/memory.v1.ObservationQueryService/GetObservation": _READ,
         "/memory.v1.TraceService/GetTrace": _READ,
         # The audit trail of the whole namespace, every principal's events (served by query_service).

@@ -121,7 +121,8 @@ def _observed_call(
 
 class _UnaryInterceptor(grpc.ServerInterceptor):
     """Base: wraps the behaviour of unary-unary and stream-unary handlers (a stream-unary behaviour takes
-    the request iterator where a unary one takes the request); other handlers pass through."""
+    the request iterator where a unary one takes the request) with `_wrap`, and of unary-stream handlers
+    (WatchChanges) with `_wrap_server_stream` (default: unchanged); other handlers pass through."""
 
     def intercept_service(
         self,
@@ -129,6 +130,12 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
         handler = continuation(handler_call_details)
+        if handler is not None and handler.unary_stream is not None and not handler.request_streaming:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_server_stream(handler.unary_stream, handler_call_details),
+                request_deserializer=self._deserializer(handler),
+                response_serializer=handler.response_serializer,
+            )
         if handler is None or handler.response_streaming:
             return handler
         if handler.request_streaming and handler.stream_unary is not None:
@@ -148,6 +155,10 @@ class _UnaryInterceptor(grpc.ServerInterceptor):
 
     def _wrap(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
         raise NotImplementedError
+
+    def _wrap_server_stream(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        """The behaviour of a unary-stream handler (returns the response iterator); unchanged by default."""
+        return behavior
 
     def _deserializer(self, handler: grpc.RpcMethodHandler) -> Any:
         return handler.request_deserializer
@@ -193,6 +204,48 @@ class _RequestIdLoggingInterceptor(_UnaryInterceptor):
 
         return wrapped
 
+    def _wrap_server_stream(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        """A response stream runs in the request id's context and is logged once, when it ends."""
+        method = details.method
+        incoming = next(
+            (
+                v
+                for k, v in details.invocation_metadata or ()
+                if k == REQUEST_ID_METADATA_KEY and isinstance(v, str)
+            ),
+            "",
+        )
+        service_name = self._service_name
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            request_id = incoming if _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
+            token = request_id_var.set(request_id)
+            started = time.perf_counter()
+            failed = False
+            cancelled = False
+            try:
+                yield from behavior(request, context)
+            except GeneratorExit:  # the client cancelled or went away
+                cancelled = True
+                raise
+            except BaseException:
+                failed = True
+                raise
+            finally:
+                code = "CANCELLED" if cancelled else _code_name(context, failed)
+                rpc_log.log(
+                    logging.INFO if code in ("OK", "CANCELLED") else logging.WARNING,
+                    "%s %s code=%s latency_ms=%.1f request_id=%s",
+                    service_name,
+                    method,
+                    code,
+                    (time.perf_counter() - started) * 1000.0,
+                    request_id,
+                )
+                request_id_var.reset(token)
+
+        return wrapped
+
 
 def _is_context_abort(exc: BaseException, context: grpc.ServicerContext) -> bool:
     """True for the bare ``Exception()`` that ``context.abort()`` raises after setting the status."""
@@ -227,6 +280,24 @@ class _ErrorMappingInterceptor(_UnaryInterceptor):
 
         return wrapped
 
+    def _wrap_server_stream(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        """A response stream's errors, raised while it runs, end it with their status (as `_wrap` maps
+        a unary call's)."""
+
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            try:
+                yield from behavior(request, context)
+            except Exception as exc:
+                error = exc
+
+                def fail(_request: Any, _context: grpc.ServicerContext) -> None:
+                    raise error
+
+                self._wrap(fail, details)(request, context)
+                raise  # not reached: the unary wrapper aborts with the mapped status
+
+        return wrapped
+
 
 class _RequestCheckInterceptor(_UnaryInterceptor):
     """Refuses what no handler should see (`common.grpc.request_checks`), innermost, once the caller is
@@ -246,12 +317,19 @@ class _RequestCheckInterceptor(_UnaryInterceptor):
 
         return wrapped
 
+    def _wrap_server_stream(self, behavior: _Behavior, details: grpc.HandlerCallDetails) -> _Behavior:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            raise_if_invalid(request)
+            yield from behavior(request, context)
+
+        return wrapped
+
 
 class _AuthInterceptor(grpc.ServerInterceptor):
     """Authenticates and authorises every RPC except health and reflection (see `common.auth.principals`).
 
-    Unary-unary and stream-unary behaviours raise `Unauthenticated` / `PermissionDenied` for the
-    error-mapping interceptor; other protected streaming methods (memory.v1 has none) are refused outright.
+    Unary-unary, stream-unary and unary-stream behaviours raise `Unauthenticated` / `PermissionDenied` for
+    the error-mapping interceptor; bidirectional streams (memory.v1 has none) are refused outright.
     """
 
     def __init__(self, authenticator: Authenticator) -> None:
@@ -278,6 +356,21 @@ class _AuthInterceptor(grpc.ServerInterceptor):
 
             return grpc.stream_unary_rpc_method_handler(
                 wrapped_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None and not handler.request_streaming:
+            stream_response = handler.unary_stream
+
+            def wrapped_server_stream(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+                principal = authenticator.authenticate(metadata)
+                raise_if_unparsed(request)
+                authorize(principal, method, request)
+                with principal_context(principal):
+                    yield from stream_response(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(
+                wrapped_server_stream,
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )

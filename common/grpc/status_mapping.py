@@ -95,7 +95,8 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
         ]
         proto = status_pb2.Status(code=code_pb2.INTERNAL, message=message, details=details)
         return rpc_status.to_status(proto)
-    metadata = {**getattr(exc, "metadata", {}), **metadata}
+    # A domain error may name values the client acts on (e.g. the oldest cursor a change feed keeps).
+    metadata.update({key: shorten(value, MAX_FIELD_CHARS) for key, value in exc.metadata.items()})
     details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata))]
     if isinstance(exc, InvalidArgument):
         details.append(_pack(bounded_bad_request(exc.violations)))

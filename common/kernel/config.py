@@ -170,6 +170,40 @@ class Settings(BaseSettings):
         "auto", description="services' log lines: JSON objects, text, or auto (text on a terminal, else JSON)"
     )
 
+    # The change feed (docs/how-to/change-feed.md): retention of the outbox, pruned by the ingest service,
+    # and how often a WatchChanges stream on a replica looks for new changes (NOTIFY reaches the primary
+    # only).
+    change_feed_retention_seconds: int = Field(
+        7 * 24 * 3600, ge=60, description="changes older than this are pruned from the outbox"
+    )
+    change_feed_max_events: int = Field(
+        1_000_000, ge=100, description="per namespace, only the newest this many changes are kept"
+    )
+    change_feed_prune_interval_seconds: float = Field(
+        60.0, ge=0, description="seconds between the ingest service's outbox prunings; 0 = never"
+    )
+    change_feed_poll_seconds: float = Field(
+        0.5, gt=0, le=60, description="WatchChanges: look for new changes this often without a notification"
+    )
+
+    # Webhooks of the change feed, delivered by the worker (docs/how-to/change-feed.md "Webhooks").
+    webhook_allowed_targets: list[str] = Field(
+        default_factory=list,
+        description="hosts, addresses or networks (CIDR) a webhook may post to although they are private,"
+        " loopback or link-local (JSON list); everything else private is refused",
+    )
+    webhook_max_attempts: int = Field(
+        20, ge=1, le=100, description="attempts before a delivery is a dead letter (20: about 70 min of retries)"
+    )
+    webhook_retry_wait_seconds: float = Field(
+        2.0, gt=0, description="wait after the first failed attempt, doubled after each further one"
+    )
+    webhook_retry_max_wait_seconds: float = Field(300.0, gt=0, description="longest wait between attempts")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, le=120, description="an attempt's HTTP timeout")
+    webhook_dispatch_cron: str = Field(
+        "* * * * * *", description="how often the worker turns new changes into deliveries (cron, seconds)"
+    )
+
     # Asynchronous enrichment of memories (docs/how-to/enrichment.md): the worker (`cb worker`)
     # runs the queue on this database; the LLM enricher is optional and off by default.
     enrichment_enricher: Literal["rules", "llm"] = Field(

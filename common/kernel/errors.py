@@ -33,7 +33,7 @@ class DomainError(Exception):
     ) -> None:
         super().__init__(message)
         self.message = message
-        self.metadata = dict(metadata or {})
+        self.metadata: dict[str, str] = dict(metadata or {})
         if reason is not None:
             self.reason = reason
 

@@ -36,6 +36,7 @@ from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, InvalidArgument
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator
+from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore, NodeWrite
@@ -106,6 +107,7 @@ class DocumentWriter:
         self.chunks = ChunkStore(settings)
         self.mentions = MentionLinker(self.graph)
         self.vault_claims = VaultStore(settings)
+        self.changes = ChangeOutbox(database)
 
     # -- Retain ------------------------------------------------------------------------------------
 
@@ -416,6 +418,8 @@ class DocumentWriter:
             )
             if vault is not None:
                 vault.record(conn)
+            if result.created or result.updated or written.written or written.deleted:
+                self.changes.append(conn, [_retained_change(node, written.chunk_count, vault)])
         if missing:
             log.info(
                 "%s %s: %d link(s) to missing nodes skipped", node.namespace, node.natural_key, len(missing)
@@ -444,6 +448,24 @@ def _document_node(request: RetainInput | PutChunksInput, props: dict[str, Any])
         source_path=request.source_path,
         origin="agent",
         props=props,
+    )
+
+
+def _retained_change(node: NodeWrite, chunk_count: int, vault: VaultProjection | None) -> ChangeInput:
+    """The change feed's ``document.retained`` event of a document write (no table row states it)."""
+    return ChangeInput(
+        namespace=node.namespace,
+        event_type="document.retained",
+        item_key=node.natural_key,
+        subject_key=node.natural_key,
+        scopes=node.scopes(),
+        payload={
+            "node_type": node.node_type,
+            "title": node.title,
+            "source_path": node.source_path,
+            "chunk_count": chunk_count,
+            "origin": "vault" if vault is not None else "agent",
+        },
     )
 
 

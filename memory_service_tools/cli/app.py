@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from memory_service_tools.cli.audit_commands import audit
+from memory_service_tools.cli.change_feed_commands import watch, webhook_app
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.console_commands import console
 from memory_service_tools.cli.context_commands import context, typed_context
@@ -18,6 +19,7 @@ from memory_service_tools.cli.database_commands import db_app, index_tenants, in
 from memory_service_tools.cli.health_commands import health
 from memory_service_tools.cli.mcp_commands import McpCommand, mcp
 from memory_service_tools.cli.memory_commands import memory_app
+from memory_service_tools.cli.namespace_commands import namespaces, stats
 from memory_service_tools.cli.pack_commands import pack_app
 from memory_service_tools.cli.read_commands import facts, search, source, trace
 from memory_service_tools.cli.service_commands import serve, up
@@ -25,7 +27,6 @@ from memory_service_tools.cli.token_commands import token_app
 from memory_service_tools.cli.vault_commands import ingest
 from memory_service_tools.cli.worker_commands import worker
 from memory_service_tools.cli.write_commands import delete_node, observe, reconcile, retain
-from memory_service_tools.cli.namespace_commands import namespaces, stats
 
 app = typer.Typer(
     name="cb",
@@ -109,6 +110,7 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("delete", delete_node),
     ("trace", trace),
     ("audit", audit),
+    ("watch", watch),
     ("mcp", mcp),  # agents (MCP server over both services)
     ("console", console),  # people (web console over both services)
 )
@@ -117,6 +119,7 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("token", token_app),
     ("pack", pack_app),
     ("memory", memory_app),
+    ("webhook", webhook_app),
 )
 
 for name, command in COMMANDS:

@@ -15,6 +15,7 @@ export * as memories from "./gen/memory/v1/memory_service";
 export * as memoryQuery from "./gen/memory/v1/memory_query_service";
 export * as vault from "./gen/memory/v1/vault_service";
 export * as audit from "./gen/memory/v1/audit_service";
+export * as changeFeed from "./gen/memory/v1/change_feed_service";
 export * as context from "./gen/memory/v1/context_service";
 export * as documents from "./gen/memory/v1/document_service";
 export * as domainPacks from "./gen/memory/v1/domain_pack_service";
@@ -26,6 +27,7 @@ export * as retrieval from "./gen/memory/v1/retrieval_service";
 export * as snapshots from "./gen/memory/v1/snapshot_service";
 export * as sources from "./gen/memory/v1/source_service";
 export * as traces from "./gen/memory/v1/trace_service";
+export * as webhooks from "./gen/memory/v1/webhook_service";
 
 /** Metadata carrying `authorization: Bearer <token>` (none when the token is empty). */
 export function callMetadata(token: string): Metadata {

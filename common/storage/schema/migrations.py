@@ -58,6 +58,8 @@ MIGRATIONS = (
     "0027_lexical_index_pending_lists.sql",
     "0028_identifier_trigram_index.sql",
     "0031_audit_event_index.sql",
+    "0034_change_feed.sql",
+    "0035_webhooks.sql",
 )
 
 

@@ -135,6 +135,9 @@ class EnrichmentQueue:
         self._maintenance = maintenance
         self._open_lock = threading.Lock()
         self._opened = False
+        # The queues the worker runs: enrichment, and those of tasks registered on `app` by others (the
+        # webhooks of `ingest_service.change_feed.webhook_queue`).
+        self.queues = [QUEUE]
         self.enrich_task = self.app.task(
             name=ENRICH_TASK,
             queue=QUEUE,
@@ -245,7 +248,7 @@ class EnrichmentQueue:
         ``CB_SHUTDOWN_GRACE_SECONDS``; jobs still running then are aborted and retried later)."""
         async with self.app.open_async():
             await self.app.run_worker_async(
-                queues=[QUEUE],
+                queues=list(self.queues),
                 concurrency=concurrency,
                 install_signal_handlers=install_signal_handlers,
                 shutdown_graceful_timeout=self.settings.shutdown_grace_seconds,

@@ -16,6 +16,10 @@ token) and adds, around every call:
 * the caller's token per call (`MemoryClient.with_token`), so a server that acts for several callers
   (the MCP server over HTTP) passes each caller's token through and every access rule holds.
 
+Change feed: `watch_changes` is the raw stream of ChangeFeedService.WatchChanges; `iter_changes` yields its
+changes and resumes after the last cursor received (of a change or a heartbeat) whenever the stream
+breaks (UNAVAILABLE, a server restart, a network cut), so a subscriber sees every change once, in order.
+
 Pagination: `iter_facts`, `iter_packages` and `iter_audit_events` follow ``next_page_token`` page by page
 (`memory_service_grpc_client.pagination.iter_pages`); `list_every_fact` collects every page into one response.
 
@@ -26,7 +30,8 @@ write of this client carries that write's token (the CLI's ``--consistent`` does
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, Self, TypeVar
 
 import grpc
@@ -34,10 +39,12 @@ from google.protobuf.message import Message
 
 from memory_service_grpc_client import call_policy
 from memory_service_grpc_client.channels import ChannelWrapper, ClientSecurity, ServiceChannels, health_status
-from memory_service_grpc_client.errors import raise_for_status
+from memory_service_grpc_client.errors import ServiceError, raise_for_status
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
+    change_feed_service_pb2,
+    change_feed_service_pb2_grpc,
     context_service_pb2,
     context_service_pb2_grpc,
     document_service_pb2,
@@ -69,6 +76,8 @@ from memory_service_grpc_client.memory.v1 import (
     trace_service_pb2_grpc,
     vault_service_pb2,
     vault_service_pb2_grpc,
+    webhook_service_pb2,
+    webhook_service_pb2_grpc,
 )
 from memory_service_grpc_client.pagination import iter_pages
 
@@ -521,3 +530,132 @@ class MemoryClient:
         """NamespaceService.GetNamespaceStats: one namespace's counts by kind, as this token sees them."""
         stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
         return self._read(stub.GetNamespaceStats, request)
+
+    # -- change feed (query_service) ----------------------------------------------------------------
+
+    def watch_changes(
+        self, request: change_feed_service_pb2.WatchChangesRequest, *, timeout: float | None = None
+    ) -> Iterator[change_feed_service_pb2.WatchChangesResponse]:
+        """ChangeFeedService.WatchChanges: the raw stream (changes and heartbeats), not resumed; ends
+        after ``timeout`` seconds when given (DEADLINE_EXCEEDED), else when cancelled or broken.
+
+        Raises:
+            ServiceError: the stream failed (the subclass of its code).
+        """
+        stub = change_feed_service_pb2_grpc.ChangeFeedServiceStub(self.query_channel)
+        responses = stub.WatchChanges(request, timeout=timeout, metadata=self._call_metadata())
+        try:
+            yield from responses
+        except grpc.RpcError as exc:
+            raise_for_status(exc)
+        finally:
+            responses.cancel()
+
+    def iter_changes(
+        self,
+        namespace: str,
+        *,
+        resume_after: int = 0,
+        event_types: Sequence[str] = (),
+        key_prefixes: Sequence[str] = (),
+        predicates: Sequence[str] = (),
+        heartbeat_seconds: int = 0,
+        on_heartbeat: Callable[[change_feed_service_pb2.Heartbeat], None] | None = None,
+        on_resume: Callable[[int, str], None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> Generator[change_feed_service_pb2.ChangeEvent, None, None]:
+        """Every change of ``namespace`` after ``resume_after`` that the token may see, once, in cursor
+        order, forever (or until ``stop()`` returns true, checked at every message): the stream is opened
+        again after the last cursor received whenever it breaks with UNAVAILABLE, INTERNAL, CANCELLED
+        by the server or DEADLINE_EXCEEDED, with backoff (`call_policy.backoff_wait`) while it keeps failing.
+
+        Args:
+            namespace: the namespace to watch.
+            resume_after: the last cursor the caller processed (0: from the oldest change kept).
+            event_types, key_prefixes, predicates, heartbeat_seconds: the request's filters and heartbeat.
+            on_heartbeat: called with each heartbeat (its cursor is where a restart may resume).
+            on_resume: called with (cursor, status name) before each reconnection.
+            stop: polled at every message; true ends the iteration.
+
+        Raises:
+            FailedPrecondition: the cursor is older than the retention (``.failure.metadata
+                ["oldest_cursor"]``); InvalidArgument, PermissionDenied, Unauthenticated: not retried.
+        """
+        cursor = resume_after
+        failures = 0
+        retried = {
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.INTERNAL,
+            grpc.StatusCode.CANCELLED,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            grpc.StatusCode.UNKNOWN,
+        }
+        while True:
+            request = change_feed_service_pb2.WatchChangesRequest(
+                namespace=namespace,
+                resume_after=cursor,
+                event_types=list(event_types),
+                key_prefixes=list(key_prefixes),
+                predicates=list(predicates),
+                heartbeat_seconds=heartbeat_seconds,
+            )
+            try:
+                for response in self.watch_changes(request):
+                    failures = 0
+                    if response.HasField("change"):
+                        cursor = response.change.cursor
+                        yield response.change
+                    else:
+                        cursor = max(cursor, response.heartbeat.cursor)
+                        if on_heartbeat is not None:
+                            on_heartbeat(response.heartbeat)
+                    if stop is not None and stop():
+                        return
+                code_name = "END"  # the server ended the stream (it is stopping): open it again
+            except ServiceError as error:
+                if error.code not in retried:
+                    raise
+                code_name = error.code.name
+            if stop is not None and stop():
+                return
+            failures += 1
+            if on_resume is not None:
+                on_resume(cursor, code_name)
+            time.sleep(call_policy.backoff_wait(failures) if failures > 1 else 0.05)
+
+    # -- webhooks (ingest_service) ------------------------------------------------------------------
+
+    def create_webhook_subscription(
+        self, request: webhook_service_pb2.CreateWebhookSubscriptionRequest
+    ) -> webhook_service_pb2.CreateWebhookSubscriptionResponse:
+        """WebhookService.CreateWebhookSubscription (not idempotent: sent once)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.CreateWebhookSubscription, request, idempotent=False)
+
+    def list_webhook_subscriptions(
+        self, request: webhook_service_pb2.ListWebhookSubscriptionsRequest
+    ) -> webhook_service_pb2.ListWebhookSubscriptionsResponse:
+        """WebhookService.ListWebhookSubscriptions."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._read(stub.ListWebhookSubscriptions, request)
+
+    def delete_webhook_subscription(
+        self, request: webhook_service_pb2.DeleteWebhookSubscriptionRequest
+    ) -> webhook_service_pb2.DeleteWebhookSubscriptionResponse:
+        """WebhookService.DeleteWebhookSubscription."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.DeleteWebhookSubscription, request, idempotent=False)
+
+    def list_dead_letters(
+        self, request: webhook_service_pb2.ListDeadLettersRequest
+    ) -> webhook_service_pb2.ListDeadLettersResponse:
+        """WebhookService.ListDeadLetters (admin)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._read(stub.ListDeadLetters, request)
+
+    def replay_dead_letters(
+        self, request: webhook_service_pb2.ReplayDeadLettersRequest
+    ) -> webhook_service_pb2.ReplayDeadLettersResponse:
+        """WebhookService.ReplayDeadLetters (admin)."""
+        stub = webhook_service_pb2_grpc.WebhookServiceStub(self.ingest_channel)
+        return self._write(stub.ReplayDeadLetters, request, idempotent=False)

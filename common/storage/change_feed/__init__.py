@@ -1,0 +1,1 @@
+"""The change feed's storage: the outbox (`common.storage.change_feed.outbox`)."""
