@@ -13,6 +13,7 @@ export { Timestamp, timestampFromIso, timestampToIso } from "./timestamps";
 export * as memoryRecords from "./gen/memory/v1/memory_record";
 export * as memories from "./gen/memory/v1/memory_service";
 export * as memoryQuery from "./gen/memory/v1/memory_query_service";
+export * as namespaces from "./gen/memory/v1/namespace_service";
 export * as vault from "./gen/memory/v1/vault_service";
 export * as audit from "./gen/memory/v1/audit_service";
 export * as changeFeed from "./gen/memory/v1/change_feed_service";
