@@ -33,7 +33,7 @@ from common.storage.graph_store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from common.text_models.embeddings.provider import QueryEncoder
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
-from query_service.provenance import Provenance
+from query_service.provenance import Provenance, chunk_citation
 from query_service.rank_fusion import (
     CONVEX,
     FUSIONS,
@@ -403,6 +403,7 @@ class HybridSearcher:
                         chunk_order=chunk.chunk_order,
                         observation_ids=meta_observation_ids(chunk.meta),
                         metadata=summary.provenance if summary else {},
+                        citation=chunk_citation(chunk.meta),
                     ),
                 )
             )

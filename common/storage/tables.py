@@ -26,6 +26,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "vault_runs": "vault_runs",
         "vault_documents": "vault_documents",
         "memories": "memories",
+        "document_originals": "document_originals",
+        "document_files": "document_files",
     }
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
     index_suffixes = {
@@ -57,6 +59,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "memories_expiry_idx": ("memories", "expiry_idx"),
         "memories_enrichment_due_idx": ("memories", "enrichment_due_idx"),
         "memories_summary_idx": ("memories", "summary_idx"),
+        "document_files_sha256_idx": ("document_files", "sha256_idx"),
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")

@@ -1,0 +1,120 @@
+"""Document conversion in its child process: formats to Markdown with their places, media types that lie,
+and hostile files (zip bomb, million-page and looping PDFs, oversize, CPU, memory and wall limits), each
+refused with a precise violation or converted to a bounded result."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from common.kernel.errors import InvalidArgument
+from ingest_service.document_conversion import media_types as mt
+from ingest_service.document_conversion.conversion import DocumentConverter
+from ingest_service.document_conversion.converted_chunks import converted_chunks
+from ingest_service.document_conversion.limits import MIB, ConversionLimits
+from tests.document_files import HOSTILE_HTML, docx_bomb, looping_pdf, million_page_pdf, pdf, pptx, xlsx
+
+
+def _refusal(converter: DocumentConverter, data: bytes, media_type: str = "") -> tuple[str, str]:
+    with pytest.raises(InvalidArgument) as raised:
+        converter.convert(data, media_type)
+    (violation,) = raised.value.violations
+    return violation.field, violation.description
+
+
+def test_pdf_pages_are_parts_and_a_page_without_text_is_reported() -> None:
+    converted = DocumentConverter().convert(pdf(["Open the valve first.", None, "Close it after use."]), "")
+    assert converted.original.media_type == mt.PDF
+    assert [p.location for p in converted.converted.parts] == [{"page": 1}, {"page": 3}]
+    assert [p["status"] for p in converted.converted.pages] == ["text", "no_text_layer", "text"]
+    chunks = converted_chunks(converted.converted, "manual.pdf", 1500)
+    assert [meta["citation"] for _, _, meta in chunks] == ["manual.pdf, p. 1", "manual.pdf, p. 3"]
+    assert "Close it after use." in chunks[1][1]
+
+
+def test_slides_and_sheets_carry_their_place() -> None:
+    deck = DocumentConverter().convert(pptx([("Intro", "Hello slide"), ("Plan", "Step two")]), "").converted
+    assert deck.media_type == mt.PPTX
+    assert [p.location for p in deck.parts] == [{"slide": 1}, {"slide": 2}]
+    assert deck.parts[1].markdown == "## Plan\n\nStep two"
+    book = DocumentConverter().convert(xlsx({"Q1": [["Part", "Qty"], ["Bolt", 4]]}), "").converted
+    assert book.parts[0].location == {"sheet": "Q1", "cells": "B2:C3"}
+    assert "| Part | Qty |\n|---|---|\n| Bolt | 4 |" in book.parts[0].markdown
+    chunks = converted_chunks(book, "stock.xlsx", 1500)
+    assert chunks[0][2]["citation"] == "stock.xlsx, sheet Q1, B2:C3"
+
+
+def test_html_loses_scripts_and_trackers_and_keeps_its_table() -> None:
+    markdown = DocumentConverter().convert(HOSTILE_HTML.encode(), "text/html").converted.markdown
+    assert "Open the valve before starting the pump." in markdown
+    assert "| Bolt M8 | 25 Nm |" in markdown
+    for hostile in ("tracker", "fetch(", "secretTrackerCall", "color: red", "ads.example", "cdn.example"):
+        assert hostile not in markdown
+
+
+def test_a_lying_media_type_is_refused_naming_the_field() -> None:
+    converter = DocumentConverter()
+    assert _refusal(converter, pdf(["text"]), mt.DOCX) == (
+        "media_type",
+        f"declared {mt.DOCX} but the bytes are {mt.PDF}",
+    )
+    assert _refusal(converter, b"just text", mt.PDF) == ("media_type", f"declared {mt.PDF} but the bytes are {mt.PLAIN}")
+    assert _refusal(converter, pptx([("a", "b")]), mt.XLSX)[0] == "media_type"
+    assert _refusal(converter, b"x", "image/png")[1].startswith("'image/png' is not converted")
+
+
+def test_a_zip_bomb_is_refused_before_it_is_opened() -> None:
+    started = time.monotonic()
+    field, description = _refusal(DocumentConverter(), docx_bomb(600))
+    assert field == "original"
+    assert description == "the zip container expands to 629145608 bytes, more than the limit of 536870912"
+    assert time.monotonic() - started < 10
+
+
+def test_a_document_that_needs_too_much_memory_meets_the_memory_limit() -> None:
+    # 33 MB of HTML, three million elements: the parser's tree needs far more than 300 MiB.
+    page = b"<html><body>" + b"<p>word</p>" * 3_000_000 + b"</body></html>"
+    limits = ConversionLimits(memory_bytes=300 * MIB)
+    started = time.monotonic()
+    assert _refusal(DocumentConverter(limits), page, "text/html") == (
+        "original",
+        f"the conversion needed more than {300 * MIB} bytes of memory",
+    )
+    assert time.monotonic() - started < 60
+
+
+def test_a_million_page_pdf_is_refused_by_its_declared_count() -> None:
+    assert _refusal(DocumentConverter(), million_page_pdf()) == (
+        "original",
+        "the PDF declares 1000000 pages, more than the limit of 5000",
+    )
+
+
+def test_cpu_and_wall_limits_stop_a_conversion_that_runs_long() -> None:
+    # Walking a million page references takes the parser seconds of CPU: with the page limit lifted,
+    # the CPU-time limit (or the wall limit) ends it.
+    cpu = DocumentConverter(ConversionLimits(max_pages=10**7, cpu_seconds=1, wall_seconds=60))
+    assert _refusal(cpu, million_page_pdf()) == ("original", "the conversion used more than the limit of 1 s of CPU time")
+    wall = DocumentConverter(ConversionLimits(max_pages=10**7, cpu_seconds=60, wall_seconds=1.0))
+    assert _refusal(wall, million_page_pdf()) == ("original", "the conversion took longer than the limit of 1 s")
+
+
+def test_a_page_tree_that_loops_gives_a_bounded_result() -> None:
+    started = time.monotonic()
+    converted = DocumentConverter().convert(looping_pdf(), "").converted
+    assert len(converted.pages) <= 2
+    assert time.monotonic() - started < 20
+
+
+def test_an_oversize_file_is_refused_before_conversion() -> None:
+    big = b"%PDF-1.4\n" + b"0" * (200 * MIB)
+    started = time.monotonic()
+    assert _refusal(DocumentConverter(), big) == ("original", f"at most {48 * MIB} bytes, got {len(big)}")
+    assert time.monotonic() - started < 2
+
+
+def test_garbage_declared_as_pdf_gets_a_precise_error() -> None:
+    field, description = _refusal(DocumentConverter(), b"%PDF-1.7\n" + bytes(range(256)) * 40)
+    assert field == "original"
+    assert description.startswith("not a readable PDF") or description.startswith("no text found")
