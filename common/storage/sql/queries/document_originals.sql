@@ -25,7 +25,7 @@ ON CONFLICT (namespace, natural_key) DO UPDATE SET
     page_status = excluded.page_status,
     converted_at = CASE WHEN f.sha256 = excluded.sha256 AND f.converter_version = excluded.converter_version
                         THEN f.converted_at ELSE now() END
-RETURNING (SELECT sha256 FROM previous WHERE sha256 <> excluded.sha256)
+RETURNING (SELECT p.sha256 FROM previous p WHERE p.sha256 <> f.sha256)
 
 -- name: delete_document_file
 -- Forgets which original a document came from (parameters: namespace, natural key). Returns its sha256.
