@@ -269,7 +269,7 @@ def reconcile(
 
 def retain(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files")],
+    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files and documents (PDF, DOCX, HTML, ...)")],
     namespace: WriteNamespaceOption,
     concurrency: Annotated[
         int,
@@ -284,6 +284,9 @@ def retain(
 ) -> None:
     """Retain every ``*.md`` file under DIRECTORY (sorted) as a document; safe to re-run (upsert).
 
+    PDF, DOCX, PPTX, XLSX, HTML, EPUB, EML, MBOX and TXT files are sent as their bytes and converted on
+    the server (key ``doc:<relative path>``, extension kept; docs/how-to/documents.md).
+
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``), title, type, links.
     Links to documents not yet stored are skipped by the server and counted at the end. ``--json``
     prints the summary as one JSON object (``created``, ``updated``, ``unchanged``, ``failed``, ``chunks``,
@@ -292,7 +295,7 @@ def retain(
     """
     paths = find_documents(directory)
     if not paths:
-        fail([f"error: no *.md files under {directory}"])
+        fail([f"error: no *.md or other document files (pdf, docx, html, ...) under {directory}"])
     failures = 0
     created = updated = unchanged = chunks = 0
     missing: list[tuple[str, str]] = []
