@@ -38,4 +38,3 @@ def chunk_citation(meta: Mapping[str, Any] | None) -> str:
     """The citation a chunk of a converted document carries in its meta ("manual.pdf, p. 12"), or ""."""
     value = (meta or {}).get("citation")
     return value if isinstance(value, str) else ""
-

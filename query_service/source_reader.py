@@ -14,9 +14,9 @@ from typing import Any
 from common.kernel.errors import NotFound, ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.kernel.pii import PiiMarks
-from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
 from common.storage.chunk_store import ChunkStore
 from common.storage.database import Database
+from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
 from common.storage.graph_store import GraphStore
 from common.storage.memory_liveness import gone_memories
 from common.storage.visibility import EVERYTHING, Visibility

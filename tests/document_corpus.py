@@ -60,12 +60,15 @@ def words(text: str) -> Counter[str]:
 
 
 def markdown_words(markdown: str) -> Counter[str]:
-    """The words a reader sees in Markdown: front matter, URLs of links and images, and HTML tags left out."""
+    """The words a reader sees in Markdown: the text of its rendering (markdown-it, CommonMark with
+    tables), so front matter, HTML comments, link targets, reference definitions and the info strings
+    of code fences do not count; code and table text do."""
+    from bs4 import BeautifulSoup
+    from markdown_it import MarkdownIt
+
     body = re.sub(r"\A---\n.*?\n(?:---|\.\.\.)\n", "", markdown, flags=re.DOTALL)
-    body = re.sub(r"\]\([^)]*\)", "]", body)  # link targets
-    body = re.sub(r"<[^>\n]+>", " ", body)  # inline HTML and autolinks
-    body = re.sub(r"https?://\S+", " ", body)
-    return words(body)
+    html = MarkdownIt("commonmark").enable("table").render(body)
+    return words(BeautifulSoup(html, "lxml").get_text(" "))
 
 
 def recovered(expected: Counter[str], got: Counter[str]) -> float:
@@ -76,6 +79,26 @@ def recovered(expected: Counter[str], got: Counter[str]) -> float:
     return sum(min(count, got[word]) for word, count in expected.items()) / total
 
 
+SENTENCE = re.compile(r"[^.!?\n]{40,220}[.!?]")  # as the docs-vault search test draws its probes
+
+
+def distinctive_sentences(documents: list[CorpusDocument], seed: int = 20261129) -> list[tuple[str, str]]:
+    """(key, sentence) per document that has one: a sentence of at least 8 words of its Markdown body
+    found in no other document of ``documents`` (the docs-vault sentence search's probes)."""
+    texts = {d.key: d.markdown.read_text("utf-8") for d in documents}
+    rng = random.Random(seed)
+    chosen: list[tuple[str, str]] = []
+    for key in sorted(texts):
+        body = texts[key].split("\n---\n", 1)[-1]
+        candidates = [s.strip() for s in SENTENCE.findall(body) if len(s.split()) >= 8]
+        rng.shuffle(candidates)
+        for sentence in candidates:
+            if sum(sentence in other for other in texts.values()) == 1:
+                chosen.append((key, sentence))
+                break
+    return chosen
+
+
 def build(pages: list[Path], formats: tuple[str, ...] = FORMATS) -> list[CorpusDocument]:
     """The converted files of ``pages`` (cached by the page's hash), built with pandoc and LibreOffice.
 
@@ -84,7 +107,9 @@ def build(pages: list[Path], formats: tuple[str, ...] = FORMATS) -> list[CorpusD
     """
     missing = tools_missing()
     if missing:
-        raise RuntimeError(f"not installed: {', '.join(missing)} (Debian packages pandoc, libreoffice-writer-nogui)")
+        raise RuntimeError(
+            f"not installed: {', '.join(missing)} (Debian packages pandoc, libreoffice-writer-nogui)"
+        )
     documents = []
     pdf_todo: list[tuple[Path, Path]] = []
     for page in pages:
@@ -139,4 +164,14 @@ def _pandoc(page: Path, target: Path, fmt: str) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=120)
 
 
-__all__ = ["FORMATS", "CorpusDocument", "build", "markdown_words", "recovered", "tools_missing", "vault_pages", "words"]
+__all__ = [
+    "FORMATS",
+    "CorpusDocument",
+    "build",
+    "distinctive_sentences",
+    "markdown_words",
+    "recovered",
+    "tools_missing",
+    "vault_pages",
+    "words",
+]

@@ -19,13 +19,18 @@ def pdf(pages: list[str | None], *, kids: str | None = None, count: int | None =
     page_ids = [4 + 2 * i for i in range(len(pages))]
     objects.append(b"<< /Type /Catalog /Pages 2 0 R >>")
     tree_kids = kids or " ".join(f"{i} 0 R" for i in page_ids)
-    objects.append(f"<< /Type /Pages /Kids [{tree_kids}] /Count {count if count is not None else len(pages)} >>".encode())
+    objects.append(
+        f"<< /Type /Pages /Kids [{tree_kids}] /Count {count if count is not None else len(pages)} >>".encode()
+    )
     objects.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
     for page_id, text in zip(page_ids, pages):
         if text is None:
             stream = b"0 0 1 rg 100 100 400 600 re f"
         else:
-            lines = [line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") for line in text.split("\n")]
+            lines = [
+                line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
+                for line in text.split("\n")
+            ]
             body = " T* ".join(f"({line}) Tj" for line in lines)
             stream = f"BT /F1 11 Tf 14 TL 72 760 Td {body} ET".encode("latin-1")
         objects.append(
@@ -58,7 +63,9 @@ def million_page_pdf() -> bytes:
     1000 leaves of each node are the same page object listed 1000 times, which readers count."""
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
     node_ids = list(range(4, 4 + 1000))
-    objects.append(f"<< /Type /Pages /Kids [{' '.join(f'{i} 0 R' for i in node_ids)}] /Count 1000000 >>".encode())
+    objects.append(
+        f"<< /Type /Pages /Kids [{' '.join(f'{i} 0 R' for i in node_ids)}] /Count 1000000 >>".encode()
+    )
     objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] >>")
     leaves = " ".join("3 0 R" for _ in range(1000))
     for _ in node_ids:
@@ -74,6 +81,23 @@ def million_page_pdf() -> bytes:
     for offset in offsets:
         out.write(b"%010d 00000 n \n" % offset)
     out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"  # Debian fonts-dejavu-core (CI installs it)
+
+
+def scanned_pdf(lines: list[str]) -> bytes:
+    """A one-page PDF holding only a picture of ``lines`` (an A4 scan at 200 dpi): no text layer."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", (1654, 2339), 255)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(DEJAVU, 44)
+    for number, line in enumerate(lines):
+        draw.text((150, 200 + 90 * number), line, fill=0, font=font)
+    out = io.BytesIO()
+    image.save(out, "PDF", resolution=200)
     return out.getvalue()
 
 
@@ -131,4 +155,13 @@ HOSTILE_HTML = """<!doctype html><html><head><title>Pump manual</title>
 </body></html>"""
 
 
-__all__ = ["HOSTILE_HTML", "docx_bomb", "looping_pdf", "million_page_pdf", "pdf", "pptx", "xlsx"]
+__all__ = [
+    "HOSTILE_HTML",
+    "docx_bomb",
+    "looping_pdf",
+    "million_page_pdf",
+    "pdf",
+    "pptx",
+    "scanned_pdf",
+    "xlsx",
+]

@@ -80,7 +80,9 @@ class DocumentOriginalStore:
         self._drop_unreferenced(conn, namespace, [row[0]])
         return True
 
-    def _drop_unreferenced(self, conn: psycopg.Connection[Any], namespace: str, hashes: Sequence[str]) -> None:
+    def _drop_unreferenced(
+        self, conn: psycopg.Connection[Any], namespace: str, hashes: Sequence[str]
+    ) -> None:
         for sha256 in hashes:
             conn.execute(self.queries["delete_unreferenced_original"], (namespace, sha256, namespace))
 

@@ -66,7 +66,9 @@ class DocumentConverter:
                 f"{path}original", f"at most {self.limits.max_bytes} bytes, got {len(data)}"
             )
         if declared and not media_types.MEDIA_TYPE_PATTERN.match(media_types.normalize(declared)):
-            raise InvalidArgument.single(f"{path}media_type", "must look like type/subtype, e.g. application/pdf")
+            raise InvalidArgument.single(
+                f"{path}media_type", "must look like type/subtype, e.g. application/pdf"
+            )
         media_type, refusal = media_types.resolve(declared, data)
         if refusal:
             raise InvalidArgument.single(f"{path}media_type", refusal)

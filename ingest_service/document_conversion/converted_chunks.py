@@ -13,7 +13,9 @@ from ingest_service.document_conversion.converted import Converted
 from ingest_service.document_conversion.limits import MIB, ConversionLimits
 
 
-def converted_chunks(converted: Converted, name: str, max_chars: int) -> list[tuple[str, str, dict[str, Any]]]:
+def converted_chunks(
+    converted: Converted, name: str, max_chars: int
+) -> list[tuple[str, str, dict[str, Any]]]:
     """(heading, text, meta) of each chunk of ``converted``, in order; ``name`` starts each citation.
 
     A part's headings nest under the headings of the parts before it (a PDF page that continues a

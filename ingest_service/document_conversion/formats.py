@@ -94,9 +94,7 @@ def html_to_markdown(html: str) -> str:
 
 
 def convert_html(data: bytes, limits: ConversionLimits) -> Converted:
-    return Converted(
-        mt.HTML, "markdownify", version("markdownify"), (Part(html_to_markdown(_decode(data))),)
-    )
+    return Converted(mt.HTML, "markdownify", version("markdownify"), (Part(html_to_markdown(_decode(data))),))
 
 
 # -- PDF -------------------------------------------------------------------------------------------
@@ -113,7 +111,9 @@ def convert_pdf(data: bytes, limits: ConversionLimits) -> Converted:
     try:
         declared = _declared_page_count(data)
         if declared > limits.max_pages:
-            raise ConversionError(f"the PDF declares {declared} pages, more than the limit of {limits.max_pages}")
+            raise ConversionError(
+                f"the PDF declares {declared} pages, more than the limit of {limits.max_pages}"
+            )
         with pdfplumber.open(io.BytesIO(data)) as pdf:
             count = len(pdf.pages)
             if count > limits.max_pages:
@@ -213,7 +213,10 @@ def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
     except (zipfile.BadZipFile, KeyError, ValueError, ElementTree.ParseError) as error:
         raise ConversionError(f"not a readable DOCX: {type(error).__name__}: {error}"[:500]) from error
     return Converted(
-        mt.DOCX, "mammoth+markdownify", f"{version('mammoth')}+{version('markdownify')}", (Part(html_to_markdown(html)),)
+        mt.DOCX,
+        "mammoth+markdownify",
+        f"{version('mammoth')}+{version('markdownify')}",
+        (Part(html_to_markdown(html)),),
     )
 
 
@@ -401,7 +404,9 @@ def convert(data: bytes, media_type: str, limits: ConversionLimits) -> Converted
     except (ConversionError, MemoryError, RecursionError):
         raise
     except Exception as error:  # parsers of hostile bytes raise every kind of error
-        raise ConversionError(f"not a readable {media_type} file: {type(error).__name__}: {error}"[:500]) from error
+        raise ConversionError(
+            f"not a readable {media_type} file: {type(error).__name__}: {error}"[:500]
+        ) from error
 
 
 __all__ = ["CONVERTERS", "STRIPPED_ELEMENTS", "convert", "html_to_markdown"]

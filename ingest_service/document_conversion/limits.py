@@ -65,7 +65,9 @@ def check_zip(data: bytes, limits: ConversionLimits) -> None:
     except (zipfile.BadZipFile, OSError, ValueError) as error:
         raise ConversionError(f"not a readable zip container: {error}") from error
     if len(infos) > limits.max_zip_entries:
-        raise ConversionError(f"the zip container has {len(infos)} entries, more than {limits.max_zip_entries}")
+        raise ConversionError(
+            f"the zip container has {len(infos)} entries, more than {limits.max_zip_entries}"
+        )
     total = sum(info.file_size for info in infos)
     if total > limits.max_unzipped_bytes:
         raise ConversionError(

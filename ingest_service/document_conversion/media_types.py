@@ -43,7 +43,9 @@ EXTENSIONS = {
 }
 
 MEDIA_TYPE_PATTERN = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
-_HTML_START = re.compile(rb"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE | re.DOTALL)
+_HTML_START = re.compile(
+    rb"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE | re.DOTALL
+)
 _MAIL_HEADER = re.compile(rb"^(?:[A-Za-z0-9-]+:[^\r\n]*\r?\n)+", re.DOTALL)
 _ZIP_KINDS = (("word/document.xml", DOCX), ("ppt/presentation.xml", PPTX), ("xl/workbook.xml", XLSX))
 
@@ -72,7 +74,9 @@ def sniff(data: bytes) -> str:
         return HTML
     if text.startswith(b"From ") and b"\n" in text:
         return MBOX
-    if _MAIL_HEADER.match(text) and re.search(rb"^(?:From|Subject|Message-ID|Date):", text, re.I | re.M):
+    if _MAIL_HEADER.match(text) and re.search(
+        rb"^(?:From|Subject|Message-ID|Date):", text, re.IGNORECASE | re.MULTILINE
+    ):
         return EML
     return PLAIN
 
@@ -111,9 +115,8 @@ def resolve(declared: str, data: bytes) -> tuple[str, str]:
         return "", f"the bytes are {actual}, which is not converted; supported: {', '.join(SUPPORTED)}"
     if declared not in SUPPORTED:
         return "", f"{declared!r} is not converted; supported: {', '.join(SUPPORTED)}"
-    if declared in BINARY or actual in BINARY or actual in (ZIP, OLE):
-        if declared != actual:
-            return "", f"declared {declared} but the bytes are {actual}"
+    if (declared in BINARY or actual in BINARY or actual in (ZIP, OLE)) and declared != actual:
+        return "", f"declared {declared} but the bytes are {actual}"
     return declared, ""
 
 

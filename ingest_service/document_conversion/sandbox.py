@@ -42,7 +42,7 @@ class ConversionSandbox:
         command = [sys.executable, "-m", "ingest_service.document_conversion.child", media_type]
         command.append(json.dumps(limits.as_json()))
         with self._slots:
-            process = subprocess.Popen(  # noqa: S603 - our own module, argv without a shell
+            process = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -59,7 +59,9 @@ class ConversionSandbox:
                     f"the conversion took longer than the limit of {limits.wall_seconds:g} s"
                 ) from None
         if process.returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not out:
-            raise ConversionError(f"the conversion used more than the limit of {limits.cpu_seconds} s of CPU time")
+            raise ConversionError(
+                f"the conversion used more than the limit of {limits.cpu_seconds} s of CPU time"
+            )
         try:
             answer = json.loads(out)
         except ValueError:

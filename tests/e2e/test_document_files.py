@@ -46,7 +46,9 @@ def _violations(error: grpc.RpcError) -> list[tuple[str, str]]:
     return []
 
 
-def _retain(channel: grpc.Channel, namespace: str, key: str, data: bytes, **fields: str) -> document_service_pb2.RetainResponse:
+def _retain(
+    channel: grpc.Channel, namespace: str, key: str, data: bytes, **fields: str
+) -> document_service_pb2.RetainResponse:
     stub = document_service_pb2_grpc.DocumentServiceStub(channel)
     return stub.Retain(
         document_service_pb2.RetainRequest(namespace=namespace, natural_key=key, original=data, **fields),
@@ -67,7 +69,9 @@ def test_a_pdf_is_converted_kept_and_cited_to_the_page(
 
     sources = source_service_pb2_grpc.SourceServiceStub(query_channel)
     source = sources.GetSource(
-        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:manual", include_original=True),
+        source_service_pb2.GetSourceRequest(
+            namespace=namespace, natural_key="doc:manual", include_original=True
+        ),
         timeout=30,
     ).source
     assert source.original.data == data
@@ -82,14 +86,17 @@ def test_a_pdf_is_converted_kept_and_cited_to_the_page(
 
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
     hits = search.Search(
-        retrieval_service_pb2.SearchRequest(namespace=namespace, query="flange bolt torque", top_k=5), timeout=30
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query="flange bolt torque", top_k=5),
+        timeout=30,
     ).hits
     assert hits[0].node_key == "doc:manual" and hits[0].provenance.citation == "manual.pdf, p. 3"
 
     pack = (
         context_service_pb2_grpc.ContextServiceStub(query_channel)
         .CompileContext(
-            context_service_pb2.CompileContextRequest(namespace=namespace, query="flange bolt torque", token_budget=500),
+            context_service_pb2.CompileContextRequest(
+                namespace=namespace, query="flange bolt torque", token_budget=500
+            ),
             timeout=60,
         )
         .pack
@@ -104,12 +111,29 @@ def test_a_pdf_is_converted_kept_and_cited_to_the_page(
 def test_slides_and_sheets_are_cited_by_slide_and_cell_range(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
-    _retain(ingest_channel, namespace, "doc:deck", pptx([("Intro", "Welcome"), ("Valves", "Gate valves seal with a wedge")]), source_path="deck.pptx")
-    _retain(ingest_channel, namespace, "doc:stock", xlsx({"Spares": [["Part", "Count"], ["Impeller gasket", 12]]}), source_path="stock.xlsx")
+    _retain(
+        ingest_channel,
+        namespace,
+        "doc:deck",
+        pptx([("Intro", "Welcome"), ("Valves", "Gate valves seal with a wedge")]),
+        source_path="deck.pptx",
+    )
+    _retain(
+        ingest_channel,
+        namespace,
+        "doc:stock",
+        xlsx({"Spares": [["Part", "Count"], ["Impeller gasket", 12]]}),
+        source_path="stock.xlsx",
+    )
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
-    deck = search.Search(retrieval_service_pb2.SearchRequest(namespace=namespace, query="gate valves wedge", top_k=1), timeout=30).hits[0]
+    deck = search.Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query="gate valves wedge", top_k=1),
+        timeout=30,
+    ).hits[0]
     assert deck.provenance.citation == "deck.pptx, slide 2"
-    sheet = search.Search(retrieval_service_pb2.SearchRequest(namespace=namespace, query="impeller gasket", top_k=1), timeout=30).hits[0]
+    sheet = search.Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query="impeller gasket", top_k=1), timeout=30
+    ).hits[0]
     assert sheet.provenance.citation == "stock.xlsx, sheet Spares, B2:C3"
     assert "| Impeller gasket | 12 |" in sheet.text
 
@@ -118,10 +142,19 @@ def test_a_lying_media_type_and_a_zip_bomb_write_nothing(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
     with pytest.raises(grpc.RpcError) as lying:
-        _retain(ingest_channel, namespace, "doc:lie", pdf(["text"]), media_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document")
+        _retain(
+            ingest_channel,
+            namespace,
+            "doc:lie",
+            pdf(["text"]),
+            media_type="application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        )
     assert lying.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _violations(lying.value) == [
-        ("media_type", "declared application/vnd.openxmlformats-officedocument.wordprocessingml.document but the bytes are application/pdf")
+        (
+            "media_type",
+            "declared application/vnd.openxmlformats-officedocument.wordprocessingml.document but the bytes are application/pdf",
+        )
     ]
     with pytest.raises(grpc.RpcError) as bomb:
         _retain(ingest_channel, namespace, "doc:bomb", docx_bomb(600))
@@ -131,11 +164,15 @@ def test_a_lying_media_type_and_a_zip_bomb_write_nothing(
     ]
     with pytest.raises(grpc.RpcError) as both:
         _retain(ingest_channel, namespace, "doc:both", b"text", content="text")
-    assert _violations(both.value) == [("content", "must be empty when original is sent (the text is converted from it)")]
+    assert _violations(both.value) == [
+        ("content", "must be empty when original is sent (the text is converted from it)")
+    ]
     sources = source_service_pb2_grpc.SourceServiceStub(query_channel)
     for key in ("doc:lie", "doc:bomb", "doc:both"):
         with pytest.raises(grpc.RpcError) as missing:
-            sources.GetSource(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=30)
+            sources.GetSource(
+                source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=30
+            )
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -148,13 +185,17 @@ def test_the_service_answers_while_a_conversion_runs_and_delete_takes_the_origin
     worker.start()
     time.sleep(0.5)
     started = time.monotonic()
-    _retain(ingest_channel, namespace, "doc:short", b"A short note about the overhaul.", media_type="text/plain")
+    _retain(
+        ingest_channel, namespace, "doc:short", b"A short note about the overhaul.", media_type="text/plain"
+    )
     answered = time.monotonic() - started
     worker.join(120)
     assert done and done[0].chunk_count >= 1
     assert answered < 30  # a second conversion ran beside the first one, not after it
     stub = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    deleted = stub.DeleteNode(document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:long"), timeout=30)
+    deleted = stub.DeleteNode(
+        document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:long"), timeout=30
+    )
     assert deleted.chunks_deleted == done[0].chunk_count
     with psycopg.connect(settings.database_url) as conn:
         kept = conn.execute(

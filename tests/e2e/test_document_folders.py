@@ -20,7 +20,9 @@ def _folder(root: Path) -> Path:
     root.mkdir(parents=True)
     (root / "guide.md").write_text("# Guide\n\nStart with the manual.\n", "utf-8")
     (root / "manuals").mkdir()
-    (root / "manuals" / "pump.pdf").write_bytes(pdf(["Prime the pump before the first start.", "Check the seal weekly."]))
+    (root / "manuals" / "pump.pdf").write_bytes(
+        pdf(["Prime the pump before the first start.", "Check the seal weekly."])
+    )
     (root / "deck.pptx").write_bytes(pptx([("Overview", "Quarterly maintenance plan")]))
     (root / "stock.xlsx").write_bytes(xlsx({"Spares": [["Part", "Count"], ["Seal kit", 3]]}))
     (root / "page.html").write_bytes(HOSTILE_HTML.encode())
@@ -31,15 +33,29 @@ def _folder(root: Path) -> Path:
 
 def _source(channel: grpc.Channel, namespace: str, key: str) -> Any:
     stub = source_service_pb2_grpc.SourceServiceStub(channel)
-    return stub.GetSource(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=30).source
+    return stub.GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=30
+    ).source
 
 
-def test_cb_ingest_of_a_mixed_folder(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str) -> None:
+def test_cb_ingest_of_a_mixed_folder(
+    tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str
+) -> None:
     root = _folder(tmp_path / "vault")
 
     def run(*args: str) -> dict[str, Any]:
         result = CliRunner().invoke(
-            app, ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "ingest", str(root), "--namespace", namespace, "--json", *args]
+            app,
+            [
+                "--ingest-addr",
+                f"127.0.0.1:{ingest_host.port}",
+                "ingest",
+                str(root),
+                "--namespace",
+                namespace,
+                "--json",
+                *args,
+            ],
         )
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
@@ -58,10 +74,21 @@ def test_cb_ingest_of_a_mixed_folder(tmp_path: Path, ingest_host: Any, query_cha
     assert "Yearly" in _source(query_channel, namespace, "doc:deck.pptx").content
 
 
-def test_cb_retain_of_a_mixed_folder(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str) -> None:
+def test_cb_retain_of_a_mixed_folder(
+    tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str
+) -> None:
     root = _folder(tmp_path / "docs")
     result = CliRunner().invoke(
-        app, ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "retain", str(root), "--namespace", namespace, "--json"]
+        app,
+        [
+            "--ingest-addr",
+            f"127.0.0.1:{ingest_host.port}",
+            "retain",
+            str(root),
+            "--namespace",
+            namespace,
+            "--json",
+        ],
     )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

@@ -13,7 +13,16 @@ from ingest_service.document_conversion import media_types as mt
 from ingest_service.document_conversion.conversion import DocumentConverter
 from ingest_service.document_conversion.converted_chunks import converted_chunks
 from ingest_service.document_conversion.limits import MIB, ConversionLimits
-from tests.document_files import HOSTILE_HTML, docx_bomb, looping_pdf, million_page_pdf, pdf, pptx, xlsx
+from tests.document_files import (
+    HOSTILE_HTML,
+    docx_bomb,
+    looping_pdf,
+    million_page_pdf,
+    pdf,
+    pptx,
+    scanned_pdf,
+    xlsx,
+)
 
 
 def _refusal(converter: DocumentConverter, data: bytes, media_type: str = "") -> tuple[str, str]:
@@ -59,7 +68,10 @@ def test_a_lying_media_type_is_refused_naming_the_field() -> None:
         "media_type",
         f"declared {mt.DOCX} but the bytes are {mt.PDF}",
     )
-    assert _refusal(converter, b"just text", mt.PDF) == ("media_type", f"declared {mt.PDF} but the bytes are {mt.PLAIN}")
+    assert _refusal(converter, b"just text", mt.PDF) == (
+        "media_type",
+        f"declared {mt.PDF} but the bytes are {mt.PLAIN}",
+    )
     assert _refusal(converter, pptx([("a", "b")]), mt.XLSX)[0] == "media_type"
     assert _refusal(converter, b"x", "image/png")[1].startswith("'image/png' is not converted")
 
@@ -95,9 +107,15 @@ def test_cpu_and_wall_limits_stop_a_conversion_that_runs_long() -> None:
     # Walking a million page references takes the parser seconds of CPU: with the page limit lifted,
     # the CPU-time limit (or the wall limit) ends it.
     cpu = DocumentConverter(ConversionLimits(max_pages=10**7, cpu_seconds=1, wall_seconds=60))
-    assert _refusal(cpu, million_page_pdf()) == ("original", "the conversion used more than the limit of 1 s of CPU time")
+    assert _refusal(cpu, million_page_pdf()) == (
+        "original",
+        "the conversion used more than the limit of 1 s of CPU time",
+    )
     wall = DocumentConverter(ConversionLimits(max_pages=10**7, cpu_seconds=60, wall_seconds=1.0))
-    assert _refusal(wall, million_page_pdf()) == ("original", "the conversion took longer than the limit of 1 s")
+    assert _refusal(wall, million_page_pdf()) == (
+        "original",
+        "the conversion took longer than the limit of 1 s",
+    )
 
 
 def test_a_page_tree_that_loops_gives_a_bounded_result() -> None:
@@ -117,4 +135,32 @@ def test_an_oversize_file_is_refused_before_conversion() -> None:
 def test_garbage_declared_as_pdf_gets_a_precise_error() -> None:
     field, description = _refusal(DocumentConverter(), b"%PDF-1.7\n" + bytes(range(256)) * 40)
     assert field == "original"
-    assert description.startswith("not a readable PDF") or description.startswith("no text found")
+    assert description.startswith(("not a readable PDF", "no text found"))
+
+
+def test_a_scanned_page_is_reported_and_read_by_tesseract_when_ocr_is_on() -> None:
+    scan = scanned_pdf(["Replace the impeller seal every year.", "Замените уплотнение крыльчатки."])
+    off = DocumentConverter().convert(scan, "application/pdf").converted
+    assert off.pages == ({"page": 1, "status": "no_text_layer"},) and off.markdown == ""
+    on = DocumentConverter(ConversionLimits(ocr=True)).convert(scan, "application/pdf").converted
+    assert on.pages == ({"page": 1, "status": "ocr"},) and on.converter == "pdfplumber+tesseract"
+    assert "Replace the impeller seal every year." in on.markdown
+    assert "Замените уплотнение крыльчатки." in on.markdown
+    assert on.parts[0].location == {"page": 1}
+
+
+def test_mail_converts_with_its_headers_and_messages() -> None:
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"], message["To"], message["Subject"] = "ops@example.org", "team@example.org", "Pump outage"
+    message.set_content("The pump in hall 3 stops at noon for the seal change.")
+    eml = DocumentConverter().convert(message.as_bytes(), "").converted
+    assert eml.media_type == mt.EML
+    assert eml.markdown.startswith("## Pump outage\n\nFrom: ops@example.org")
+    assert "stops at noon" in eml.markdown
+    mbox = b"From ops@example.org Mon Jan  5 10:00:00 2026\n" + message.as_bytes() + b"\n"
+    mbox += b"From ops@example.org Mon Jan  5 11:00:00 2026\nSubject: Back up\n\nThe pump runs again.\n"
+    box = DocumentConverter().convert(mbox, "").converted
+    assert box.media_type == mt.MBOX and [p.location for p in box.parts] == [{"message": 1}, {"message": 2}]
+    assert "The pump runs again." in box.parts[1].markdown

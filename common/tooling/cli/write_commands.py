@@ -269,7 +269,12 @@ def reconcile(
 
 def retain(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(exists=True, file_okay=False, help="folder of Markdown files and documents (PDF, DOCX, HTML, ...)")],
+    directory: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, file_okay=False, help="folder of Markdown files and documents (PDF, DOCX, HTML, ...)"
+        ),
+    ],
     namespace: WriteNamespaceOption,
     concurrency: Annotated[
         int,
