@@ -95,3 +95,30 @@ def test_cb_retain_of_a_mixed_folder(
     assert summary["created"] == 6 and summary["failed"] == 0, summary
     page = _source(query_channel, namespace, "doc:page.html")
     assert "Open the valve" in page.content and "tracker" not in page.content
+
+
+def test_a_file_that_cannot_be_converted_is_rejected_with_its_violation(
+    tmp_path: Path, ingest_host: Any, namespace: str
+) -> None:
+    root = tmp_path / "vault"
+    root.mkdir()
+    (root / "guide.md").write_text("# Guide\n\nText.\n", "utf-8")
+    (root / "fake.pdf").write_bytes(b"PK\x03\x04 this is no PDF")
+    result = CliRunner().invoke(
+        app,
+        [
+            "--ingest-addr",
+            f"127.0.0.1:{ingest_host.port}",
+            "ingest",
+            str(root),
+            "--namespace",
+            namespace,
+            "--json",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    rejected = [d for d in report["documents"] if d.get("status") == "VAULT_DOCUMENT_STATUS_REJECTED"]
+    assert [d["path"] for d in rejected] == ["fake.pdf"]
+    assert rejected[0]["detail"] == "media_type: declared application/pdf but the bytes are application/zip"
+    assert report["counts"]["documentsNew"] == 1 and not report.get("swept")
