@@ -23,7 +23,6 @@ def main() -> int:
     media_type, limits_json = sys.argv[1], sys.argv[2]
     raw_limits = json.loads(limits_json)
     _limit(raw_limits)
-    sys.setrecursionlimit(5000)
     data = sys.stdin.buffer.read()
     # Imported after the limits, so that even the parsers' import runs inside them.
     from ingest_service.document_conversion.converted import ConversionError

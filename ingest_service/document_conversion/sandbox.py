@@ -19,6 +19,9 @@ from ingest_service.document_conversion.converted import ConversionError, Conver
 from ingest_service.document_conversion.limits import ConversionLimits
 
 
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "TESSDATA_PREFIX")
+
+
 class ConversionSandbox:
     """Converts in child processes (see the module doc).
 
@@ -38,7 +41,9 @@ class ConversionSandbox:
             ConversionError: unreadable bytes, a limit exceeded (with which), or the child died.
         """
         limits = self.limits
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_THREAD_LIMIT": "1", "PYTHONHASHSEED": "0"}
+        # Only what the parsers and tesseract need: never the service's database URL or secrets.
+        env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+        env.update(OMP_NUM_THREADS="1", OMP_THREAD_LIMIT="1", PYTHONHASHSEED="0")
         command = [sys.executable, "-m", "ingest_service.document_conversion.child", media_type]
         command.append(json.dumps(limits.as_json()))
         with self._slots:
