@@ -18,7 +18,6 @@ import threading
 from ingest_service.document_conversion.converted import ConversionError, Converted
 from ingest_service.document_conversion.limits import ConversionLimits
 
-
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "TESSDATA_PREFIX")
 
 
