@@ -49,6 +49,8 @@ STRIPPED_ELEMENTS = (
     "link",
     "meta",
 )
+# A vertical gap between two lines larger than this share of a line's height starts a new paragraph.
+PARAGRAPH_GAP = 0.5
 # A page with fewer non-blank characters than this is taken as having no text layer (a scan).
 MIN_PAGE_TEXT_CHARS = 8
 
@@ -154,18 +156,26 @@ def _declared_page_count(data: bytes) -> int:
 
 
 def _pdf_page_markdown(page: Any) -> str:
-    """A page's text in reading order with its ruled tables as Markdown tables in their place."""
+    """A page's text in reading order, paragraphs apart (a blank line where the gap between two lines
+    exceeds half a line's height, so the chunker sees paragraphs, not one block per page), with its
+    ruled tables as Markdown tables in their place."""
     tables = page.find_tables()
-    if not tables:
-        return page.extract_text() or ""
     outside = page
     for table in tables:
         outside = outside.outside_bbox(table.bbox)
-    blocks: list[tuple[float, str]] = [(table.bbox[1], _markdown_table(table.extract())) for table in tables]
-    lines = outside.extract_text_lines() or []
-    blocks.extend((line["top"], line["text"]) for line in lines)
+    blocks: list[tuple[float, float, str]] = [
+        (table.bbox[1], table.bbox[3], _markdown_table(table.extract())) for table in tables
+    ]
+    blocks.extend((line["top"], line["bottom"], line["text"]) for line in outside.extract_text_lines() or [])
     blocks.sort(key=lambda block: block[0])
-    return "\n".join(text for _, text in blocks)
+    out: list[str] = []
+    previous_bottom: float | None = None
+    for top, bottom, text in blocks:
+        if previous_bottom is not None and top - previous_bottom > PARAGRAPH_GAP * max(bottom - top, 1.0):
+            out.append("")
+        out.append(text)
+        previous_bottom = bottom
+    return "\n".join(out)
 
 
 def _markdown_table(rows: list[list[Any]]) -> str:
