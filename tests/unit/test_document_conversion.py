@@ -155,3 +155,13 @@ def test_mail_converts_with_its_headers_and_messages() -> None:
     box = DocumentConverter().convert(mbox, "").converted
     assert box.media_type == mt.MBOX and [p.location for p in box.parts] == [{"message": 1}, {"message": 2}]
     assert "The pump runs again." in box.parts[1].markdown
+
+
+def test_html_and_docx_chunks_are_cited_by_their_heading_path() -> None:
+    page = b"<html><body><h1>Pump</h1><p>Intro text.</p><h2>Install</h2><p>Bolt it down.</p></body></html>"
+    converted = DocumentConverter().convert(page, "text/html").converted
+    chunks = converted_chunks(converted, "pump.html", 1500)
+    assert [(heading, meta) for heading, _, meta in chunks] == [
+        ("Pump", {"citation": "pump.html, Pump"}),
+        ("Pump / Install", {"citation": "pump.html, Pump / Install"}),
+    ]
