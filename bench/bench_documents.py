@@ -201,7 +201,11 @@ def measure_retrieval(corpus: list[CorpusDocument], arguments: argparse.Namespac
 
     from bench.run_bench import run_in_database, services
 
-    formats = {"md": mt.MARKDOWN, "pdf": mt.PDF, "docx": mt.DOCX}
+    formats = {
+        fmt: media_type
+        for fmt, media_type in {"md": mt.MARKDOWN, "pdf": mt.PDF, "docx": mt.DOCX}.items()
+        if fmt in arguments.retrieval_formats.split(",")
+    }
     probes = distinctive_sentences(corpus)
     out: dict[str, Any] = {"probes": len(probes)}
 
@@ -255,6 +259,8 @@ def main() -> int:
         "--retrieval", action="store_true", help="also run the sentence search (needs the database)"
     )
     parser.add_argument("--shared-database", action="store_true", help="use CB_DATABASE_URL itself")
+    parser.add_argument("--retrieval-formats", default="md,pdf,docx", help="versions searched (md,pdf,docx)")
+    parser.add_argument("--only-retrieval", action="store_true", help="skip the conversion and model figures")
     arguments = parser.parse_args()
     settings = Settings()
     started = time.perf_counter()
@@ -267,8 +273,9 @@ def main() -> int:
         "pages": len(corpus),
         "corpus_build_seconds": round(time.perf_counter() - started, 1),
         "embedding_provider": settings.embedding_provider,
-        "formats": measure_formats(corpus, settings),
     }
+    if not arguments.only_retrieval:
+        results["formats"] = measure_formats(corpus, settings)
     if arguments.candidates:
         results["candidates"] = measure_candidates(corpus)
     if arguments.retrieval:
@@ -277,6 +284,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"documents-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
     print(f"written bench/results/documents-{stamp}.json")
+    print("retrieval probes", results.get("retrieval", {}).get("probes"))
     return 0
 
 
