@@ -1,5 +1,6 @@
 """Markdown vaults for ``cb retain``: the ``*.md`` files of a folder, each read into the RetainRequest of
-one document (content byte-for-byte, YAML frontmatter mapped onto the request's fields).
+one document (content byte-for-byte, YAML frontmatter mapped onto the request's fields), and the files
+the server converts (PDF, DOCX, HTML, ...), sent as their bytes with a media type.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from common.domain.document_frontmatter import (
     read_frontmatter,
 )
 from common.grpc.proto_mapping import dict_to_struct
+from ingest_service.document_conversion.media_types import EXTENSIONS, MARKDOWN
 
 __all__ = ["DocumentError", "default_natural_key", "find_documents", "read_document"]
 
@@ -25,9 +27,12 @@ class DocumentError(ValueError):
 
 
 def find_documents(root: Path) -> list[Path]:
-    """Every ``*.md`` file under ``root`` sorted by relative path; hidden folders (``.git``, ...) skipped."""
+    """Every ``*.md`` file, and every file of a format the server converts (``*.pdf``, ``*.docx``,
+    ``*.html``, ...: `EXTENSIONS`), under ``root`` sorted by relative path; hidden folders skipped."""
     found = []
-    for path in root.rglob("*.md"):
+    for path in root.rglob("*"):
+        if path.suffix.lower() not in EXTENSIONS:
+            continue
         relative = path.relative_to(root)
         if any(part.startswith(".") for part in relative.parts[:-1]):
             continue
@@ -54,6 +59,18 @@ def read_document(path: Path, root: Path, *, namespace: str) -> document_service
         data = path.read_bytes()
     except OSError as exc:
         raise DocumentError(f"cannot read: {exc.strerror or exc}") from exc
+    media_type = EXTENSIONS.get(path.suffix.lower(), MARKDOWN)
+    if media_type != MARKDOWN:
+        # Converted on the server; the key keeps the extension (manual.pdf and manual.md do not collide).
+        return document_service_pb2.RetainRequest(
+            namespace=namespace,
+            natural_key=f"doc:{relative}",
+            title=path.name,
+            original=data,
+            media_type=media_type,
+            source_path=relative,
+            provenance=dict_to_struct({"path": relative, "sha256": hashlib.sha256(data).hexdigest()}),
+        )
     try:
         content = data.decode("utf-8")  # same text as open(path, encoding="utf-8", newline="")
     except UnicodeDecodeError as exc:

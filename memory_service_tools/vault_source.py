@@ -2,11 +2,12 @@
 
 Two sources, each yielding `SourceDocument`s sorted by path:
 
-* `directory_documents`: the ``*.md`` files under a folder, recursively; hidden folders (``.git``,
+* `directory_documents`: the ``*.md`` files (and the formats the server converts: ``*.pdf``, ``*.docx``,
+  ``*.html``, ...; docs/how-to/documents.md) under a folder, recursively; hidden folders (``.git``,
   ``.obsidian``, ...) skipped; ``.gitignore`` files honoured at every level, with Git's rules (pathspec's
   ``GitIgnoreSpec``: negation, anchoring, directory patterns; a nested ``.gitignore`` applies to its own
   subtree and its ``!`` patterns re-include what a file above ignored, as in Git).
-* `git_documents`: the ``*.md`` blobs of a Git repository's commit (the tip of a branch, default the
+* `git_documents`: the ``*.md`` blobs (and those formats) of a Git repository's commit (the tip of a branch, default the
   checked-out one), read with dulwich (never the working tree, never ``.git`` parsed by hand), each with
   the provenance docs/explanation/knowledge-model.md names for Git: repository, branch, commit_sha, path,
   author, committed_at of the last commit that changed the file (so an unchanged file keeps its provenance
@@ -23,8 +24,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from ingest_service.document_conversion.media_types import EXTENSIONS, MARKDOWN
 
 
 class SourceError(ValueError):
@@ -33,11 +36,14 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class SourceDocument:
-    """One document: ``path`` relative to the root (POSIX), the UTF-8 ``content``, its ``provenance``."""
+    """One document: ``path`` relative to the root (POSIX), the UTF-8 ``content``, its ``provenance``;
+    a file that is not Markdown (PDF, DOCX, HTML, ...) has its bytes in ``original`` and no content."""
 
     path: str
     content: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    original: bytes = b""
+    media_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,20 @@ class VaultSource:
 
 
 def _is_markdown(name: str) -> bool:
-    return name.lower().endswith(".md")
+    """A file sent to the vault: Markdown, or a format the server converts (media_types.EXTENSIONS)."""
+    return PurePosixPath(name.lower()).suffix in EXTENSIONS
+
+
+def _document(path: str, data: bytes, provenance: dict[str, Any] | None = None) -> SourceDocument:
+    """The document of a file's bytes: Markdown as text, other formats as an original with its type.
+
+    Raises:
+        UnicodeDecodeError: a Markdown file that is not UTF-8.
+    """
+    media_type = EXTENSIONS[PurePosixPath(path.lower()).suffix]
+    if media_type == MARKDOWN:
+        return SourceDocument(path, data.decode("utf-8"), provenance or {})
+    return SourceDocument(path, "", provenance or {}, original=data, media_type=media_type)
 
 
 def directory_documents(root: Path) -> VaultSource:
@@ -88,11 +107,11 @@ def directory_documents(root: Path) -> VaultSource:
             if not _is_markdown(name) or _ignored(specs, relative, False):
                 continue
             try:
-                content = (Path(folder) / name).read_bytes().decode("utf-8")
+                document = _document(relative, (Path(folder) / name).read_bytes())
             except (OSError, UnicodeDecodeError) as error:
                 skipped.append((relative, str(error)))
                 continue
-            documents.append(SourceDocument(relative, content))
+            documents.append(document)
     documents.sort(key=lambda d: d.path)
     return VaultSource(documents, source=str(root.resolve()), skipped=skipped)
 
@@ -191,16 +210,11 @@ def git_documents(location: str, branch: str = "") -> VaultSource:
         last = _last_commits(repo, tip, set(blobs))
         documents, skipped = [], []
         for path in sorted(blobs):
-            try:
-                content = repo[blobs[path]].data.decode("utf-8")
-            except UnicodeDecodeError as error:
-                skipped.append((path, str(error)))
-                continue
             changed = last.get(path, commit)
-            documents.append(
-                SourceDocument(
+            try:
+                document = _document(
                     path,
-                    content,
+                    repo[blobs[path]].data,
                     {
                         "repository": repository,
                         "branch": branch,
@@ -209,7 +223,10 @@ def git_documents(location: str, branch: str = "") -> VaultSource:
                         "committed_at": _instant(changed.commit_time),
                     },
                 )
-            )
+            except UnicodeDecodeError as error:
+                skipped.append((path, str(error)))
+                continue
+            documents.append(document)
         return VaultSource(
             documents, source=repository, branch=branch, commit_sha=tip.decode(), skipped=skipped
         )

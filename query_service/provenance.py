@@ -21,6 +21,8 @@ class Provenance:
         fact_id: the fact's id, for a fact item ("" otherwise).
         chunk_order: the chunk's position in its node, for a chunk (0 otherwise).
         metadata: the provenance map stored with the node (repository, commit, author, ...).
+        citation: for a chunk of a document converted from a file, the file and the place
+            ("manual.pdf, p. 12"; the chunk's ``meta.citation``), else "".
     """
 
     node_key: str
@@ -29,3 +31,10 @@ class Provenance:
     fact_id: str = ""
     chunk_order: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    citation: str = ""
+
+
+def chunk_citation(meta: Mapping[str, Any] | None) -> str:
+    """The citation a chunk of a converted document carries in its meta ("manual.pdf, p. 12"), or ""."""
+    value = (meta or {}).get("citation")
+    return value if isinstance(value, str) else ""

@@ -161,6 +161,15 @@ class Settings(BaseSettings):
     pii_protection: bool = Field(
         False, description="detect and mark personal data on write, mask it on output"
     )
+    # Documents retained from a file (docs/how-to/documents.md): limits of the conversion's child process.
+    document_max_bytes: int = Field(48 * 1024 * 1024, ge=1024, description="largest original file accepted")
+    document_max_pages: int = Field(5000, ge=1, description="most pages of a PDF converted")
+    document_cpu_seconds: int = Field(120, ge=1, description="CPU time of one conversion")
+    document_memory_mb: int = Field(2048, ge=256, description="address space of one conversion, MiB")
+    document_wall_seconds: float = Field(180.0, gt=0, description="wall time of one conversion")
+    document_parallel: int = Field(2, ge=1, description="conversions running at once")
+    document_ocr: bool = Field(False, description="read PDF pages without a text layer with Tesseract")
+    document_ocr_languages: str = Field("eng+rus", description="Tesseract languages for OCR")
     # Telemetry (common/grpc/telemetry.py): traces are exported by OTLP/gRPC only when an endpoint is set.
     otlp_endpoint: str = Field(
         "", description="OTLP/gRPC collector, e.g. http://127.0.0.1:4317; empty: no traces"

@@ -27,6 +27,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "vault_documents": "vault_documents",
         "memories": "memories",
         "audit_events": "audit_events",
+        "document_originals": "document_originals",
+        "document_files": "document_files",
     }
     identifiers: dict[str, sql.Composable] = {key: sql.Identifier(value) for key, value in names.items()}
     index_suffixes = {
@@ -60,6 +62,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "memories_summary_idx": ("memories", "summary_idx"),
         "audit_events_time_idx": ("audit_events", "time_idx"),
         "audit_events_principal_idx": ("audit_events", "principal_idx"),
+        "document_files_sha256_idx": ("document_files", "sha256_idx"),
     }
     for key, (table, suffix) in index_suffixes.items():
         identifiers[key] = sql.Identifier(f"{names[table]}_{suffix}")

@@ -13,6 +13,7 @@ import numpy as np
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition
 from common.packs.kind_validation import NamespaceKinds
+from common.storage.document_original_store import DocumentFile
 from common.storage.graph.store import NodeWrite
 
 
@@ -30,6 +31,7 @@ class DocumentResult:
         linked: links whose target exists (LINKS_TO edges), in request order.
         missing_links: links skipped because no such node exists in the namespace.
         chunks_embedded: chunk texts sent to the embedding model (the others reused a stored vector).
+        original: for a document retained from a file, what it was converted as and by what.
     """
 
     natural_key: str
@@ -41,6 +43,7 @@ class DocumentResult:
     linked: tuple[str, ...]
     missing_links: tuple[str, ...]
     chunks_embedded: int = 0
+    original: DocumentFile | None = None
 
     @property
     def unchanged(self) -> bool:
@@ -94,6 +97,7 @@ class PreparedDocument:
         missing: the distinct inputs the node holds no vector for (sorted): what the model gets.
         stored: the node's stored vectors by embedding input (reused).
         vectors: one float32 vector (dimension,) per chunk once `DocumentWriter.embed` ran, else None.
+        original: for a document retained from a file, its `DocumentFile` and bytes, else None.
     """
 
     node: NodeWrite
@@ -106,6 +110,8 @@ class PreparedDocument:
     missing: list[str]
     stored: dict[str, Any]
     vectors: list[np.ndarray] | None = None
+    # The original file of a Retain with ``original``: what it is, and its bytes (kept with the write).
+    original: tuple[DocumentFile, bytes] | None = None
 
 
 __all__ = ["AgentOwnedKey", "DocumentResult", "PreparedChunk", "PreparedDocument", "VaultProjection"]

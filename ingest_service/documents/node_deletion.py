@@ -45,6 +45,7 @@ from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollecto
 from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
+from common.storage.document_original_store import DocumentOriginalStore
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
@@ -105,6 +106,7 @@ class NodeDeleter:
         self.engine = FactEngine(self.graph, FactStore(self.graph))
         self.chunks = ChunkStore(database.settings)
         self.snapshots = SnapshotStore(database.settings)
+        self.originals = DocumentOriginalStore(database.settings)
         self.audit = audit or AuditTrail(database)
 
     def delete(self, request: DeleteNodeInput, *, access: WriteAccess | None = None) -> DeleteNodeResult:
@@ -160,6 +162,7 @@ class NodeDeleter:
         facts = self.engine.delete_touching(conn, namespace, key)  # removed, not closed: see above
         self.graph.delete_nodes(conn, namespace, [key])
         journal_items = self.snapshots.forget_node(conn, namespace, key)
+        original_removed = self.originals.forget(conn, namespace, key)
         fact_ids = {row.fact_id for row in facts}
         # An edge is a fact edge when its row was just removed; the rest are links and relations.
         edges_deleted = max(0, sum(edges.values()) - len(fact_ids))
@@ -185,6 +188,7 @@ class NodeDeleter:
             ],
             "edges_removed": edges,
             "snapshot_items_forgotten": journal_items,
+            "original_file_removed": original_removed,
             "reason": request.reason,
         }
         event = self.audit.record_in(

@@ -52,6 +52,8 @@ class RetainInput:
     pii: bool = False
     pii_categories: tuple[str, ...] = ()
     trace_id: str = ""
+    original: bytes = b""
+    media_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,10 @@ def validate_retain(request: RetainInput) -> None:
         check.add("content", f"at most {MAX_DOCUMENT_CONTENT_BYTES} bytes (8 MiB) of UTF-8, got {size}")
     elif _has_nul(request.content):
         check.add("content", "must not contain NUL characters")
+    elif request.original and request.content:
+        check.add("content", "must be empty when original is sent (the text is converted from it)")
+    if request.media_type and not request.original:
+        check.add("media_type", "only with original")
     if len(request.trace_id) > MAX_TRACE_ID_CHARS or _has_nul(request.trace_id):
         check.add("trace_id", f"at most {MAX_TRACE_ID_CHARS} characters, no NUL")
     check_pii_categories(check, "pii_categories", request.pii_categories)

@@ -44,6 +44,10 @@ from common.storage.vault_store import VaultStore
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
 from ingest_service.documents.model import (
+from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
+from ingest_service.document_conversion.citations import document_name
+from ingest_service.document_conversion.conversion import DocumentConverter
+from ingest_service.document_conversion.converted_chunks import converted_chunks, converter_of
     AgentOwnedKey,
     DocumentResult,
     PreparedChunk,
@@ -98,8 +102,11 @@ class DocumentWriter:
         settings: Settings,
         *,
         kinds: KindValidator | None = None,
+        converter: DocumentConverter | None = None,
     ) -> None:
         self.database = database
+        self.converter = converter or converter_of(settings)
+        self.originals = DocumentOriginalStore(settings)
         self.encoder = encoder
         self.settings = settings
         self.kinds = kinds or KindValidator(database)
@@ -142,10 +149,12 @@ class DocumentWriter:
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
             Unavailable: the database cannot be reached.
         """
-        node, prepared = self._prepared_retain(request)
+        node, prepared, original = self._prepared_retain(request)
         if vault:
             node.origin = "vault"
-        return self._prepare(node, prepared, list(request.links), delete_beyond=True)
+        document = self._prepare(node, prepared, list(request.links), delete_beyond=True)
+        document.original = original
+        return document
 
     def plan_retain(self, request: RetainInput) -> DocumentResult:
         """What `retain` of ``request`` would write, writing nothing (a dry vault run): the chunks the
@@ -170,10 +179,15 @@ class DocumentWriter:
             chunks_embedded=len(document.missing),
         )
 
-    def _prepared_retain(self, request: RetainInput) -> tuple[NodeWrite, list[PreparedChunk]]:
-        """The node (origin ``agent``) and the chunks of a Retain request, validated."""
+    def _prepared_retain(
+        self, request: RetainInput
+    ) -> tuple[NodeWrite, list[PreparedChunk], tuple[DocumentFile, bytes] | None]:
+        """The node (origin ``agent``), the chunks of a Retain request, validated, and the original file
+        to keep (a request with ``original``: converted here, in a child process)."""
         validate_retain(request)
         title = request.title or request.natural_key
+        if request.original:
+            return self._prepared_file(request, title)
         # Personal data marks (docs/how-to/personal-data.md): explicit ones plus, with CB_PII_PROTECTION,
         # what the detector finds; mirrored into every chunk's meta for the output masking.
         marks = PiiMarks.of(
@@ -196,7 +210,54 @@ class DocumentWriter:
             **marks.as_props(),
             "trace_id": request.trace_id,
         }
-        return _document_node(request, props), prepared
+        return _document_node(request, props), prepared, None
+
+    def _prepared_file(
+        self, request: RetainInput, title: str
+    ) -> tuple[NodeWrite, list[PreparedChunk], tuple[DocumentFile, bytes]]:
+        """`_prepared_retain` of a request with ``original``: converted to Markdown (the node's content),
+        chunked part by part, each chunk with its place and citation in its meta."""
+        conversion = self.converter.convert(request.original, request.media_type)
+        converted, original = conversion.converted, conversion.original
+        markdown = converted.markdown
+        marks = PiiMarks.of(
+            pii=request.pii,
+            categories=request.pii_categories,
+            values=(title, markdown, request.meta, request.provenance),
+            protection=self.settings.pii_protection,
+        )
+        meta = _chunk_meta(request.meta, request.scopes, marks)
+        name = document_name(request.source_path, request.title, request.natural_key)
+        prepared = [
+            PreparedChunk(order, heading, text, {**meta, **place})
+            for order, (heading, text, place) in enumerate(
+                converted_chunks(converted, name, self.settings.chunk_max_chars)
+            )
+        ]
+        file = DocumentFile(
+            sha256=original.sha256,
+            media_type=original.media_type,
+            size_bytes=original.size,
+            converter=converted.converter,
+            converter_version=converted.converter_version,
+            page_status=tuple(str(page["status"]) for page in converted.pages),
+        )
+        props: dict[str, Any] = {
+            "content": markdown,
+            "original": {
+                "sha256": file.sha256,
+                "media_type": file.media_type,
+                "size_bytes": file.size_bytes,
+                "converter": file.converter,
+                "converter_version": file.converter_version,
+            },
+            "provenance": dict(request.provenance),
+            "scopes": list(request.scopes),
+            "meta": dict(request.meta),
+            **marks.as_props(),
+            "trace_id": request.trace_id,
+        }
+        return _document_node(request, props), prepared, (file, original.data)
 
     # -- PutChunks ---------------------------------------------------------------------------------
 
@@ -381,6 +442,10 @@ class DocumentWriter:
             if vault is None:  # a vault run writes its links at the end of the run
                 node.props["links"] = sorted(linked)
             result = self.graph.upsert_node(conn, node, now=now, overwrite=True)
+            if document.original is not None:
+                self.originals.put(conn, node.namespace, node.natural_key, *document.original)
+            elif delete_beyond:  # a Retain of text replaces a document converted from a file
+                self.originals.forget(conn, node.namespace, node.natural_key)
             written = self.chunks.replace_chunks(
                 conn,
                 NodeRef(
@@ -434,6 +499,7 @@ class DocumentWriter:
             linked=tuple(linked),
             missing_links=tuple(missing),
             chunks_embedded=embedded,
+            original=document.original[0] if document.original is not None else None,
         )
 
 

@@ -10,9 +10,27 @@ import grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
+from common.storage.document_original_store import DocumentFile
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents.writer import DocumentWriter
+
+
+def _conversion(file: DocumentFile | None) -> document_service_pb2.Conversion | None:
+    """RetainResponse.conversion of a document retained from a file (None for text)."""
+    if file is None:
+        return None
+    return document_service_pb2.Conversion(
+        media_type=file.media_type,
+        sha256=file.sha256,
+        size_bytes=file.size_bytes,
+        converter=file.converter,
+        converter_version=file.converter_version,
+        pages=[
+            document_service_pb2.ConversionPage(page=number, status=status)
+            for number, status in enumerate(file.page_status, start=1)
+        ],
+    )
 
 
 class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
@@ -40,6 +58,8 @@ class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer)
                 pii=request.pii,
                 pii_categories=tuple(request.pii_categories),
                 trace_id=request.trace_id,
+                original=request.original,
+                media_type=request.media_type,
             )
         )
         return document_service_pb2.RetainResponse(
@@ -49,6 +69,7 @@ class DocumentServiceServicer(document_service_pb2_grpc.DocumentServiceServicer)
             linked=list(result.linked),
             missing_links=list(result.missing_links),
             unchanged=result.unchanged,
+            conversion=_conversion(result.original),
         )
 
     def PutChunks(

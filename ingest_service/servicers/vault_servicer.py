@@ -94,6 +94,8 @@ def _documents(messages: Iterator[vault_service_pb2.IngestVaultRequest]) -> Iter
             VaultFile(
                 path=document.path,
                 content=document.content,
+                original=document.original,
+                media_type=document.media_type,
                 provenance=json_format.MessageToDict(document.provenance)
                 if document.HasField("provenance")
                 else {},

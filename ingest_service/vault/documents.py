@@ -34,11 +34,14 @@ MAX_PATH_LENGTH = 4096
 
 @dataclass(frozen=True)
 class VaultFile:
-    """A document as a client sends it: path relative to the vault's root, full text, provenance."""
+    """A document as a client sends it: path relative to the vault's root, full text, provenance; or,
+    for a file that is not Markdown (PDF, DOCX, HTML, ...), its bytes and media type instead of text."""
 
     path: str
     content: str
     provenance: Mapping[str, Any] = field(default_factory=dict)
+    original: bytes = b""
+    media_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,11 +87,12 @@ def check_path(path: str, index: int) -> None:
 
 def file_provenance(file: VaultFile) -> dict[str, Any]:
     """The provenance a document is projected with, ``indexed_at`` aside: the client's plus ``path`` and
-    ``content_hash`` (sha256 hex of the UTF-8 text)."""
+    ``content_hash`` (sha256 hex of the UTF-8 text, or of the original file's bytes)."""
+    data = file.original or file.content.encode("utf-8")
     return {
         **dict(file.provenance),
         "path": file.path,
-        "content_hash": hashlib.sha256(file.content.encode("utf-8")).hexdigest(),
+        "content_hash": hashlib.sha256(data).hexdigest(),
     }
 
 
@@ -105,6 +109,8 @@ def parse_file(namespace: str, file: VaultFile, index: int, *, indexed_at: str =
         InvalidArgument: a bad path, or frontmatter that cannot be mapped (field ``documents[i].content``).
     """
     check_path(file.path, index)
+    if file.original:
+        return _parse_original(namespace, file, index, indexed_at)
     try:
         fields = document_fields(read_frontmatter(file.content), consumed=VAULT_FIELDS)
     except FrontmatterError as error:
@@ -141,6 +147,35 @@ def parse_file(namespace: str, file: VaultFile, index: int, *, indexed_at: str =
         retain=retain,
         entry=VaultEntry(natural_key, file.path, title or natural_key, fields.aliases),
         references=tuple(references),
+        fingerprint=fingerprint(file.path, file.content, provenance),
+    )
+
+
+def _parse_original(namespace: str, file: VaultFile, index: int, indexed_at: str) -> ParsedDocument:
+    """`parse_file` of a file sent as bytes: no frontmatter or links are read; the key is
+    ``doc:<path>`` (extension kept, so manual.pdf and manual.md do not collide), the title the file name;
+    the conversion happens when the document is prepared (`DocumentWriter.prepare_retain`)."""
+    if file.content:
+        raise InvalidArgument.single(f"documents[{index}].content", "must be empty when original is sent")
+    provenance = file_provenance(file)
+    if indexed_at:
+        provenance["indexed_at"] = indexed_at
+    natural_key = f"doc:{file.path}"
+    title = posixpath.basename(file.path)
+    retain = RetainInput(
+        namespace=namespace,
+        natural_key=natural_key,
+        content="",
+        title=title,
+        source_path=file.path,
+        provenance=provenance,
+        original=file.original,
+        media_type=file.media_type,
+    )
+    return ParsedDocument(
+        retain=retain,
+        entry=VaultEntry(natural_key, file.path, title, ()),
+        references=(),
         fingerprint=fingerprint(file.path, file.content, provenance),
     )
 

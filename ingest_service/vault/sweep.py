@@ -116,6 +116,7 @@ class VaultSweeper:
             now=now,
         )
         self.vault.forget_document(conn, namespace, key)
+        self.deleter.originals.forget(conn, namespace, key)  # the file went with the vault's text
         event = self.audit.record_in(
             conn,
             AuditEventInput(

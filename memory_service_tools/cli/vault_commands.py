@@ -62,6 +62,8 @@ def vault_messages(
                     vault_service_pb2.VaultDocument(
                         path=d.path,
                         content=d.content,
+                        original=d.original,
+                        media_type=d.media_type,
                         provenance=dict_to_struct(d.provenance) if d.provenance else None,
                     )
                     for d in documents
@@ -70,14 +72,15 @@ def vault_messages(
         )
 
     for document in source.documents:
-        if batch and (len(batch) >= DOCUMENTS_PER_MESSAGE or size + len(document.content) > MESSAGE_BYTES):
+        weight = len(document.content) + len(document.original)
+        if batch and (len(batch) >= DOCUMENTS_PER_MESSAGE or size + weight > MESSAGE_BYTES):
             yield message(batch)
             sent += len(batch)
             if on_document:
                 on_document(sent)
             batch, size = [], 0
         batch.append(document)
-        size += len(document.content)
+        size += weight
     if batch:
         yield message(batch)
         sent += len(batch)

@@ -286,7 +286,7 @@ def reconcile(
 
 def retain(
     ctx: typer.Context,
-    directory: Annotated[Path, typer.Argument(exists=True, help="a folder of Markdown files, or one Markdown file")],
+    directory: Annotated[Path, typer.Argument(exists=True, help="a folder of Markdown files and documents (PDF, DOCX, HTML, ...), or one such file")],
     namespace: WriteNamespaceOption,
     concurrency: Annotated[
         int,
@@ -302,6 +302,9 @@ def retain(
     """Retain every ``*.md`` file under DIRECTORY (sorted), or the one file DIRECTORY names, as a document;
     safe to re-run (upsert).
 
+    PDF, DOCX, PPTX, XLSX, HTML, EPUB, EML, MBOX and TXT files are sent as their bytes and converted on
+    the server (key ``doc:<relative path>``, extension kept; docs/how-to/documents.md).
+
     Frontmatter gives natural_key (default ``doc:<relative path without .md>``; for a single file, its name),
     title, type, links. A link to a document of the same run that was not stored yet when its source was
     sent is resolved in the same run: the source is sent once more after the others. Links to documents
@@ -315,7 +318,7 @@ def retain(
     else:
         paths = find_documents(directory)
     if not paths:
-        fail([f"error: no *.md files under {directory}"])
+        fail([f"error: no *.md or other document files (pdf, docx, html, ...) under {directory}"])
     failures = 0
     created = updated = unchanged = chunks = 0
     missing: list[tuple[str, str]] = []

@@ -16,6 +16,7 @@ from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.kernel.pii import PiiMarks
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
+from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
 from common.storage.graph.store import GraphStore
 from common.storage.memories.liveness import gone_memories
 from common.storage.visibility import EVERYTHING, Visibility
@@ -40,6 +41,9 @@ class SourceView:
     chunk_count: int
     provenance: Mapping[str, Any] = field(default_factory=dict)
     observation_ids: tuple[str, ...] = ()
+    # For a document retained from a file: what it was converted from, and (when asked) its bytes.
+    original: DocumentFile | None = None
+    original_data: bytes | None = None
 
 
 class SourceReader:
@@ -50,6 +54,7 @@ class SourceReader:
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
         self.pii = PiiGuard(database)
+        self.originals = DocumentOriginalStore(database.settings)
 
     def get_source(
         self,
@@ -58,12 +63,14 @@ class SourceReader:
         *,
         visibility: Visibility = EVERYTHING,
         pii: PiiPolicy = NO_PII_POLICY,
+        include_original: bool = False,
     ) -> SourceView:
         """The source view of ``natural_key`` in ``namespace``.
 
         A node ``visibility`` may not see is reported exactly like an absent one (NotFound). ``pii`` is
         the caller's personal data policy: the view is masked, withheld (by the node's marks) or audited
-        (`disclose_source`).
+        (`disclose_source`). ``include_original``: also read the bytes of the file the document was
+        converted from (withheld, like the text, from a caller the node's personal data marks hide it from).
 
         Raises:
             InvalidArgument: empty ``namespace`` or ``natural_key``, a key longer than `MAX_KEY_LENGTH`
@@ -92,6 +99,12 @@ class SourceReader:
             else:
                 stored = self.chunks.list_chunks(conn, namespace, natural_key, visibility=visibility)
                 text, origin = CHUNK_SEPARATOR.join(chunk.text for chunk in stored), CHUNKS
+            original = self.originals.file(conn, namespace, natural_key)
+            data = (
+                self.originals.data(conn, namespace, original.sha256)
+                if original is not None and include_original
+                else None
+            )
         raw_provenance = props.get("provenance")
         provenance: dict[str, Any] = raw_provenance if isinstance(raw_provenance, dict) else {}
         observation_ids: list[str] = []
@@ -108,6 +121,8 @@ class SourceReader:
             chunk_count=chunk_count,
             provenance=provenance,
             observation_ids=tuple(observation_ids),
+            original=original,
+            original_data=data,
         )
         marks = PiiMarks.from_props(props)
         return self.pii.disclose(namespace, pii, lambda disclosure: disclose_source(disclosure, view, marks))
@@ -119,11 +134,15 @@ def disclose_source(disclosure: PiiDisclosure, view: SourceView, marks: PiiMarks
     if not disclosure.policy.protection:
         return view
     key, ids = view.natural_key, view.observation_ids
+    content = disclosure.text(view.content, marks=marks, key=key, observation_ids=ids)
+    # The file's bytes cannot be masked: shown only when the converted text is shown unmasked.
+    data = view.original_data if content == view.content else None
     return replace(
         view,
         natural_key=disclosure.text(view.natural_key, key=key),
         title=disclosure.text(view.title, marks=marks, key=key, observation_ids=ids),
-        content=disclosure.text(view.content, marks=marks, key=key, observation_ids=ids),
+        content=content,
+        original_data=data,
         source_path=disclosure.text(view.source_path, key=key),
         provenance=disclosure.value(view.provenance, key=key, observation_ids=ids),
     )

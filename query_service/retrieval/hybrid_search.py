@@ -36,6 +36,7 @@ from common.text_models.embeddings.provider import QueryEncoder
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
 from query_service.provenance import Provenance
 from query_service.retrieval.rank_fusion import (
+from query_service.provenance import Provenance, chunk_citation
     CONVEX,
     FUSIONS,
     RANKINGS,
@@ -395,6 +396,7 @@ class HybridSearcher:
                         chunk_order=chunk.chunk_order,
                         observation_ids=meta_observation_ids(chunk.meta),
                         metadata=summary.provenance if summary else {},
+                        citation=chunk_citation(chunk.meta),
                     ),
                 )
             )

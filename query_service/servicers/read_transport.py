@@ -50,4 +50,5 @@ def provenance_to_proto(provenance: Provenance) -> knowledge_pb2.Provenance:
         fact_id=provenance.fact_id,
         chunk_order=provenance.chunk_order,
         metadata=dict_to_struct(provenance.metadata or {}),
+        citation=provenance.citation,
     )

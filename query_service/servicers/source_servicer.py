@@ -7,7 +7,7 @@ import grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from query_service.provenance import Provenance
-from query_service.readers.sources import SourceReader
+from query_service.readers.sources import SourceReader, SourceView
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
 
 
@@ -26,6 +26,7 @@ class SourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type: ig
             request.natural_key,
             visibility=caller_visibility(),
             pii=caller_pii_policy(self.reader.database.settings, "/memory.v1.SourceService/GetSource"),
+            include_original=request.include_original,
         )
         provenance = Provenance(
             node_key=view.natural_key,
@@ -42,5 +43,22 @@ class SourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type: ig
                 type=view.node_type,
                 chunk_count=view.chunk_count,
                 provenance=provenance_to_proto(provenance),
+                original=_original(view),
             )
         )
+
+
+def _original(view: SourceView) -> source_service_pb2.SourceOriginal | None:
+    """Source.original of a document converted from a file (None for text)."""
+    file = view.original
+    if file is None:
+        return None
+    return source_service_pb2.SourceOriginal(
+        media_type=file.media_type,
+        size_bytes=file.size_bytes,
+        sha256=file.sha256,
+        converter=file.converter,
+        converter_version=file.converter_version,
+        data=view.original_data or b"",
+        page_status=list(file.page_status),
+    )

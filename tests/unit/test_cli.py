@@ -170,7 +170,7 @@ def test_find_documents_sorted_and_skips_hidden_folders(tmp_path: Path) -> None:
         "A.md",
         ".obsidian/x.md",
         "a/.hidden/y.md",
-        "c.txt",
+        "c.png",
         "_github/r.md",
     ):
         path = tmp_path / name

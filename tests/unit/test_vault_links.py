@@ -181,7 +181,7 @@ def test_bad_paths(path: str) -> None:
 def test_directory_reader_honours_gitignore_and_hidden_folders(tmp_path: Path) -> None:
     for relative in (
         "a.md",
-        "b.txt",
+        "b.png",
         "drafts/x.md",
         "sub/keep.md",
         "sub/tmp.md",

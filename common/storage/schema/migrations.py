@@ -60,6 +60,7 @@ MIGRATIONS = (
     "0031_audit_event_index.sql",
     "0034_change_feed.sql",
     "0035_webhooks.sql",
+    "0032_document_originals.sql",
 )
 
 

@@ -18,7 +18,7 @@ from query_service.context.pack.conversation import speaker_of, turn_header, tur
 from query_service.context.pack.fitting import FitCandidate
 from query_service.context.pack.items import Selection
 from query_service.pii_output import PiiDisclosure, withheld_text
-from query_service.provenance import Provenance
+from query_service.provenance import Provenance, chunk_citation
 from query_service.retrieval.hybrid_search import disclose_chunk
 
 
@@ -69,6 +69,7 @@ def chunk_candidate(
         chunk_order=chunk.chunk_order,
         observation_ids=ids,
         metadata=shown.value(dict(metadata or {}), key=chunk.node_key, observation_ids=ids),
+        citation=shown.text(chunk_citation(chunk.meta), key=chunk.node_key),
     )
     candidate = PackCandidate(
         kind="chunk",

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memory/v1/document_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xa4\x02\n\rRetainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\r\n\x05links\x18\x06 \x03(\t\x12\x13\n\x0bsource_path\x18\x07 \x01(\t\x12+\n\nprovenance\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\t \x03(\t\x12%\n\x04meta\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0b\n\x03pii\x18\x0b \x01(\x08\x12\x16\n\x0epii_categories\x18\x0c \x03(\t\x12\x10\n\x08trace_id\x18\r \x01(\t\"\xa0\x01\n\x0eRetainResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x05\x12\x0e\n\x06linked\x18\x04 \x03(\t\x12\x15\n\rmissing_links\x18\x05 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x06 \x01(\t\x12\x11\n\tunchanged\x18\x07 \x01(\x08\"g\n\nChunkInput\x12\x13\n\x0b\x63hunk_order\x18\x01 \x01(\x05\x12\x0f\n\x07heading\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12%\n\x04meta\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xab\x02\n\x10PutChunksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x13\n\x0bsource_path\x18\x05 \x01(\t\x12%\n\x06\x63hunks\x18\x06 \x03(\x0b\x32\x15.memory.v1.ChunkInput\x12+\n\nprovenance\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x08 \x03(\t\x12%\n\x04meta\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05links\x18\n \x03(\t\x12\x0b\n\x03pii\x18\x0b \x01(\x08\x12\x16\n\x0epii_categories\x18\x0c \x03(\t\"i\n\x11PutChunksResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x04 \x01(\t\"]\n\x11\x44\x65leteNodeRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\xc2\x01\n\x12\x44\x65leteNodeResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x16\n\x0e\x63hunks_deleted\x18\x03 \x01(\x05\x12\x15\n\rfacts_deleted\x18\x04 \x01(\x05\x12\x15\n\redges_deleted\x18\x05 \x01(\x05\x12\x16\n\x0e\x61udit_event_id\x18\x06 \x01(\t\x12\x10\n\x08trace_id\x18\x07 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x08 \x01(\t2\xe3\x01\n\x0f\x44ocumentService\x12=\n\x06Retain\x12\x18.memory.v1.RetainRequest\x1a\x19.memory.v1.RetainResponse\x12\x46\n\tPutChunks\x12\x1b.memory.v1.PutChunksRequest\x1a\x1c.memory.v1.PutChunksResponse\x12I\n\nDeleteNode\x12\x1c.memory.v1.DeleteNodeRequest\x1a\x1d.memory.v1.DeleteNodeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n memory/v1/document_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xca\x02\n\rRetainRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\r\n\x05links\x18\x06 \x03(\t\x12\x13\n\x0bsource_path\x18\x07 \x01(\t\x12+\n\nprovenance\x18\x08 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\t \x03(\t\x12%\n\x04meta\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0b\n\x03pii\x18\x0b \x01(\x08\x12\x16\n\x0epii_categories\x18\x0c \x03(\t\x12\x10\n\x08trace_id\x18\r \x01(\t\x12\x10\n\x08original\x18\x0e \x01(\x0c\x12\x12\n\nmedia_type\x18\x0f \x01(\t\"\x9c\x01\n\nConversion\x12\x12\n\nmedia_type\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x11\n\tconverter\x18\x04 \x01(\t\x12\x19\n\x11\x63onverter_version\x18\x05 \x01(\t\x12(\n\x05pages\x18\x06 \x03(\x0b\x32\x19.memory.v1.ConversionPage\".\n\x0e\x43onversionPage\x12\x0c\n\x04page\x18\x01 \x01(\x05\x12\x0e\n\x06status\x18\x02 \x01(\t\"\xcb\x01\n\x0eRetainResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x05\x12\x0e\n\x06linked\x18\x04 \x03(\t\x12\x15\n\rmissing_links\x18\x05 \x03(\t\x12\x19\n\x11\x63onsistency_token\x18\x06 \x01(\t\x12\x11\n\tunchanged\x18\x07 \x01(\x08\x12)\n\nconversion\x18\x08 \x01(\x0b\x32\x15.memory.v1.Conversion\"g\n\nChunkInput\x12\x13\n\x0b\x63hunk_order\x18\x01 \x01(\x05\x12\x0f\n\x07heading\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12%\n\x04meta\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xab\x02\n\x10PutChunksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0c\n\x04type\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\x12\x13\n\x0bsource_path\x18\x05 \x01(\t\x12%\n\x06\x63hunks\x18\x06 \x03(\x0b\x32\x15.memory.v1.ChunkInput\x12+\n\nprovenance\x18\x07 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0e\n\x06scopes\x18\x08 \x03(\t\x12%\n\x04meta\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12\r\n\x05links\x18\n \x03(\t\x12\x0b\n\x03pii\x18\x0b \x01(\x08\x12\x16\n\x0epii_categories\x18\x0c \x03(\t\"i\n\x11PutChunksResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x63hunk_count\x18\x03 \x01(\x05\x12\x19\n\x11\x63onsistency_token\x18\x04 \x01(\t\"]\n\x11\x44\x65leteNodeRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08trace_id\x18\x04 \x01(\t\"\xc2\x01\n\x12\x44\x65leteNodeResponse\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\t\x12\x16\n\x0e\x63hunks_deleted\x18\x03 \x01(\x05\x12\x15\n\rfacts_deleted\x18\x04 \x01(\x05\x12\x15\n\redges_deleted\x18\x05 \x01(\x05\x12\x16\n\x0e\x61udit_event_id\x18\x06 \x01(\t\x12\x10\n\x08trace_id\x18\x07 \x01(\t\x12\x19\n\x11\x63onsistency_token\x18\x08 \x01(\t2\xe3\x01\n\x0f\x44ocumentService\x12=\n\x06Retain\x12\x18.memory.v1.RetainRequest\x1a\x19.memory.v1.RetainResponse\x12\x46\n\tPutChunks\x12\x1b.memory.v1.PutChunksRequest\x1a\x1c.memory.v1.PutChunksResponse\x12I\n\nDeleteNode\x12\x1c.memory.v1.DeleteNodeRequest\x1a\x1d.memory.v1.DeleteNodeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,19 +33,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RETAINREQUEST']._serialized_start=78
-  _globals['_RETAINREQUEST']._serialized_end=370
-  _globals['_RETAINRESPONSE']._serialized_start=373
-  _globals['_RETAINRESPONSE']._serialized_end=533
-  _globals['_CHUNKINPUT']._serialized_start=535
-  _globals['_CHUNKINPUT']._serialized_end=638
-  _globals['_PUTCHUNKSREQUEST']._serialized_start=641
-  _globals['_PUTCHUNKSREQUEST']._serialized_end=940
-  _globals['_PUTCHUNKSRESPONSE']._serialized_start=942
-  _globals['_PUTCHUNKSRESPONSE']._serialized_end=1047
-  _globals['_DELETENODEREQUEST']._serialized_start=1049
-  _globals['_DELETENODEREQUEST']._serialized_end=1142
-  _globals['_DELETENODERESPONSE']._serialized_start=1145
-  _globals['_DELETENODERESPONSE']._serialized_end=1339
-  _globals['_DOCUMENTSERVICE']._serialized_start=1342
-  _globals['_DOCUMENTSERVICE']._serialized_end=1569
+  _globals['_RETAINREQUEST']._serialized_end=408
+  _globals['_CONVERSION']._serialized_start=411
+  _globals['_CONVERSION']._serialized_end=567
+  _globals['_CONVERSIONPAGE']._serialized_start=569
+  _globals['_CONVERSIONPAGE']._serialized_end=615
+  _globals['_RETAINRESPONSE']._serialized_start=618
+  _globals['_RETAINRESPONSE']._serialized_end=821
+  _globals['_CHUNKINPUT']._serialized_start=823
+  _globals['_CHUNKINPUT']._serialized_end=926
+  _globals['_PUTCHUNKSREQUEST']._serialized_start=929
+  _globals['_PUTCHUNKSREQUEST']._serialized_end=1228
+  _globals['_PUTCHUNKSRESPONSE']._serialized_start=1230
+  _globals['_PUTCHUNKSRESPONSE']._serialized_end=1335
+  _globals['_DELETENODEREQUEST']._serialized_start=1337
+  _globals['_DELETENODEREQUEST']._serialized_end=1430
+  _globals['_DELETENODERESPONSE']._serialized_start=1433
+  _globals['_DELETENODERESPONSE']._serialized_end=1627
+  _globals['_DOCUMENTSERVICE']._serialized_start=1630
+  _globals['_DOCUMENTSERVICE']._serialized_end=1857
 # @@protoc_insertion_point(module_scope)

@@ -38,6 +38,8 @@ class RetainRequest(_message.Message):
     PII_FIELD_NUMBER: _builtins.int
     PII_CATEGORIES_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
+    ORIGINAL_FIELD_NUMBER: _builtins.int
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to write; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the write right on
     it.
@@ -49,7 +51,7 @@ class RetainRequest(_message.Message):
     title: _builtins.str
     """Default: the natural key."""
     content: _builtins.str
-    """The full original text (Markdown), at most 8 MiB."""
+    """The full original text (Markdown), at most 8 MiB. Leave empty when `original` is sent."""
     source_path: _builtins.str
     """Citation target: file path, URI, agent:run/<id>."""
     pii: _builtins.bool
@@ -61,6 +63,21 @@ class RetainRequest(_message.Message):
     """
     trace_id: _builtins.str
     """Caller's trace id of this write (at most 256 characters), stored with the document (props.trace_id)."""
+    original: _builtins.bytes
+    """The document as a file (PDF, DOCX, PPTX, XLSX, HTML, EPUB, EML, MBOX, Markdown or plain text), at
+    most 48 MiB by default (the message limit is 64 MiB): converted to Markdown on the server in a child process with CPU, memory and
+    time limits, then chunked like `content` (which must then be empty). The exact bytes are kept
+    (content-addressed by sha256) and returned by GetSource with include_original. Chunks carry the
+    place they came from (page, slide, sheet and cell range, heading path) as meta.location and
+    meta.citation ("manual.pdf, p. 12"). INVALID_ARGUMENT (field "original") when the bytes cannot be
+    converted or exceed a limit (size, zip expansion, pages, CPU time, memory, wall time).
+    """
+    media_type: _builtins.str
+    """Media type of `original` ("application/pdf"); empty: sniffed from the bytes. A declared type the
+    bytes contradict (a PDF declared as DOCX, a zip declared as PDF) is refused with INVALID_ARGUMENT
+    (field "media_type"); textual types (text/html, text/plain, text/markdown, message/rfc822,
+    application/mbox) are taken as declared when the bytes carry no binary signature.
+    """
     @_builtins.property
     def links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Natural keys of nodes this document links to."""
@@ -97,14 +114,88 @@ class RetainRequest(_message.Message):
         pii: _builtins.bool = ...,
         pii_categories: _abc.Iterable[_builtins.str] | None = ...,
         trace_id: _builtins.str = ...,
+        original: _builtins.bytes = ...,
+        media_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "links", b"links", "meta", b"meta", "namespace", b"namespace", "natural_key", b"natural_key", "pii", b"pii", "pii_categories", b"pii_categories", "provenance", b"provenance", "scopes", b"scopes", "source_path", b"source_path", "title", b"title", "trace_id", b"trace_id", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "links", b"links", "media_type", b"media_type", "meta", b"meta", "namespace", b"namespace", "natural_key", b"natural_key", "original", b"original", "pii", b"pii", "pii_categories", b"pii_categories", "provenance", b"provenance", "scopes", b"scopes", "source_path", b"source_path", "title", b"title", "trace_id", b"trace_id", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RetainRequest: _TypeAlias = RetainRequest  # noqa: Y015
+
+@_typing.final
+class Conversion(_message.Message):
+    """What the server made of a RetainRequest.original."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    CONVERTER_FIELD_NUMBER: _builtins.int
+    CONVERTER_VERSION_FIELD_NUMBER: _builtins.int
+    PAGES_FIELD_NUMBER: _builtins.int
+    media_type: _builtins.str
+    """The media type the original was converted as."""
+    sha256: _builtins.str
+    """sha256 (hex) of the original's bytes."""
+    size_bytes: _builtins.int
+    """Size of the original in bytes."""
+    converter: _builtins.str
+    """The library that made the Markdown ("pdfplumber", "mammoth+markdownify", ...)."""
+    converter_version: _builtins.str
+    """Its version."""
+    @_builtins.property
+    def pages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversionPage]:
+        """Per page of a PDF, whether it had a text layer (see ConversionPage)."""
+
+    def __init__(
+        self,
+        *,
+        media_type: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        converter: _builtins.str = ...,
+        converter_version: _builtins.str = ...,
+        pages: _abc.Iterable[Global___ConversionPage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["converter", b"converter", "converter_version", b"converter_version", "media_type", b"media_type", "pages", b"pages", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Conversion: _TypeAlias = Conversion  # noqa: Y015
+
+@_typing.final
+class ConversionPage(_message.Message):
+    """The text status of one page of a converted PDF."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    page: _builtins.int
+    """Page number, from 1."""
+    status: _builtins.str
+    """"text" (a text layer), "no_text_layer" (a scan, OCR off: the page has no text in the document),
+    "ocr" (read by Tesseract), "ocr_empty" (OCR found no text).
+    """
+    def __init__(
+        self,
+        *,
+        page: _builtins.int = ...,
+        status: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page", b"page", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConversionPage: _TypeAlias = ConversionPage  # noqa: Y015
 
 @_typing.final
 class RetainResponse(_message.Message):
@@ -119,6 +210,7 @@ class RetainResponse(_message.Message):
     MISSING_LINKS_FIELD_NUMBER: _builtins.int
     CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
     UNCHANGED_FIELD_NUMBER: _builtins.int
+    CONVERSION_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The document's natural key, as stored."""
     created: _builtins.bool
@@ -142,6 +234,10 @@ class RetainResponse(_message.Message):
     def missing_links(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Links skipped because no such node exists in the namespace."""
 
+    @_builtins.property
+    def conversion(self) -> Global___Conversion:
+        """Set when the request sent `original`: what it was converted as and by what, page by page."""
+
     def __init__(
         self,
         *,
@@ -152,10 +248,11 @@ class RetainResponse(_message.Message):
         missing_links: _abc.Iterable[_builtins.str] | None = ...,
         consistency_token: _builtins.str = ...,
         unchanged: _builtins.bool = ...,
+        conversion: Global___Conversion | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversion", b"conversion"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key", "unchanged", b"unchanged"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "consistency_token", b"consistency_token", "conversion", b"conversion", "created", b"created", "linked", b"linked", "missing_links", b"missing_links", "natural_key", b"natural_key", "unchanged", b"unchanged"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

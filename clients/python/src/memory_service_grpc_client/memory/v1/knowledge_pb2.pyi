@@ -508,6 +508,7 @@ class Provenance(_message.Message):
     FACT_ID_FIELD_NUMBER: _builtins.int
     CHUNK_ORDER_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    CITATION_FIELD_NUMBER: _builtins.int
     node_key: _builtins.str
     """Natural key of the node (document, text fragment, entity) that holds the item."""
     source_path: _builtins.str
@@ -516,6 +517,10 @@ class Provenance(_message.Message):
     """Set for fact items."""
     chunk_order: _builtins.int
     """Set for chunk items."""
+    citation: _builtins.str
+    """For chunk items of a document converted from a file: the file and the place, e.g. "manual.pdf, p. 12",
+    "deck.pptx, slide 3", "budget.xlsx, sheet Q1, A1:D20", "guide.docx, Install / Linux"; else empty.
+    """
     @_builtins.property
     def observation_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Observations that proved the item."""
@@ -533,10 +538,11 @@ class Provenance(_message.Message):
         fact_id: _builtins.str = ...,
         chunk_order: _builtins.int = ...,
         metadata: _struct_pb2.Struct | None = ...,
+        citation: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_order", b"chunk_order", "fact_id", b"fact_id", "metadata", b"metadata", "node_key", b"node_key", "observation_ids", b"observation_ids", "source_path", b"source_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_order", b"chunk_order", "citation", b"citation", "fact_id", b"fact_id", "metadata", b"metadata", "node_key", b"node_key", "observation_ids", b"observation_ids", "source_path", b"source_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

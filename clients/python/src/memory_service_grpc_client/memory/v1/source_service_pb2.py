@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from memory_service_grpc_client.memory.v1 import knowledge_pb2 as memory_dot_v1_dot_knowledge__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememory/v1/source_service.proto\x12\tmemory.v1\x1a\x19memory/v1/knowledge.proto\":\n\x10GetSourceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\"\xa3\x01\n\x06Source\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x16\n\x0e\x63ontent_source\x18\x04 \x01(\t\x12)\n\nprovenance\x18\x05 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x0c\n\x04type\x18\x06 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x07 \x01(\x05\"6\n\x11GetSourceResponse\x12!\n\x06source\x18\x01 \x01(\x0b\x32\x11.memory.v1.Source2W\n\rSourceService\x12\x46\n\tGetSource\x12\x1b.memory.v1.GetSourceRequest\x1a\x1c.memory.v1.GetSourceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ememory/v1/source_service.proto\x12\tmemory.v1\x1a\x19memory/v1/knowledge.proto\"T\n\x10GetSourceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12\x18\n\x10include_original\x18\x03 \x01(\x08\"\xd0\x01\n\x06Source\x12\x13\n\x0bnatural_key\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x16\n\x0e\x63ontent_source\x18\x04 \x01(\t\x12)\n\nprovenance\x18\x05 \x01(\x0b\x32\x15.memory.v1.Provenance\x12\x0c\n\x04type\x18\x06 \x01(\t\x12\x13\n\x0b\x63hunk_count\x18\x07 \x01(\x05\x12+\n\x08original\x18\x08 \x01(\x0b\x32\x19.memory.v1.SourceOriginal\"\x99\x01\n\x0eSourceOriginal\x12\x12\n\nmedia_type\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x11\n\tconverter\x18\x04 \x01(\t\x12\x19\n\x11\x63onverter_version\x18\x05 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x06 \x01(\x0c\x12\x13\n\x0bpage_status\x18\x07 \x03(\t\"6\n\x11GetSourceResponse\x12!\n\x06source\x18\x01 \x01(\x0b\x32\x11.memory.v1.Source2W\n\rSourceService\x12\x46\n\tGetSource\x12\x1b.memory.v1.GetSourceRequest\x1a\x1c.memory.v1.GetSourceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,11 +33,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GETSOURCEREQUEST']._serialized_start=72
-  _globals['_GETSOURCEREQUEST']._serialized_end=130
-  _globals['_SOURCE']._serialized_start=133
-  _globals['_SOURCE']._serialized_end=296
-  _globals['_GETSOURCERESPONSE']._serialized_start=298
-  _globals['_GETSOURCERESPONSE']._serialized_end=352
-  _globals['_SOURCESERVICE']._serialized_start=354
-  _globals['_SOURCESERVICE']._serialized_end=441
+  _globals['_GETSOURCEREQUEST']._serialized_end=156
+  _globals['_SOURCE']._serialized_start=159
+  _globals['_SOURCE']._serialized_end=367
+  _globals['_SOURCEORIGINAL']._serialized_start=370
+  _globals['_SOURCEORIGINAL']._serialized_end=523
+  _globals['_GETSOURCERESPONSE']._serialized_start=525
+  _globals['_GETSOURCERESPONSE']._serialized_end=579
+  _globals['_SOURCESERVICE']._serialized_start=581
+  _globals['_SOURCESERVICE']._serialized_end=668
 # @@protoc_insertion_point(module_scope)

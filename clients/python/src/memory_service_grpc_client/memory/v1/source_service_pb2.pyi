@@ -3,9 +3,11 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from memory_service_grpc_client.memory.v1 import knowledge_pb2 as _knowledge_pb2
+from google.protobuf.internal import containers as _containers
+from memory.v1 import knowledge_pb2 as _knowledge_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -25,21 +27,25 @@ class GetSourceRequest(_message.Message):
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
     NATURAL_KEY_FIELD_NUMBER: _builtins.int
+    INCLUDE_ORIGINAL_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to read; required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}; a token needs the read right on
     it.
     """
     natural_key: _builtins.str
     """Natural key of the node, e.g. "doc:apt/README" (at most 512 characters). Required."""
+    include_original: _builtins.bool
+    """Also return the original file's bytes (Source.original.data) of a document retained from a file."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         natural_key: _builtins.str = ...,
+        include_original: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "natural_key", b"natural_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_original", b"include_original", "namespace", b"namespace", "natural_key", b"natural_key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -58,6 +64,7 @@ class Source(_message.Message):
     PROVENANCE_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
     CHUNK_COUNT_FIELD_NUMBER: _builtins.int
+    ORIGINAL_FIELD_NUMBER: _builtins.int
     natural_key: _builtins.str
     """The node's natural key."""
     title: _builtins.str
@@ -74,6 +81,10 @@ class Source(_message.Message):
     def provenance(self) -> _knowledge_pb2.Provenance:
         """Where the text came from: source path and the provenance map given at write time."""
 
+    @_builtins.property
+    def original(self) -> Global___SourceOriginal:
+        """Set for a document retained from a file (RetainRequest.original); `content` is then its Markdown."""
+
     def __init__(
         self,
         *,
@@ -84,14 +95,65 @@ class Source(_message.Message):
         provenance: _knowledge_pb2.Provenance | None = ...,
         type: _builtins.str = ...,
         chunk_count: _builtins.int = ...,
+        original: Global___SourceOriginal | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["original", b"original", "provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "content", b"content", "content_source", b"content_source", "natural_key", b"natural_key", "provenance", b"provenance", "title", b"title", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_count", b"chunk_count", "content", b"content", "content_source", b"content_source", "natural_key", b"natural_key", "original", b"original", "provenance", b"provenance", "title", b"title", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Source: _TypeAlias = Source  # noqa: Y015
+
+@_typing.final
+class SourceOriginal(_message.Message):
+    """The file a document was converted from, and what converted it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    CONVERTER_FIELD_NUMBER: _builtins.int
+    CONVERTER_VERSION_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    PAGE_STATUS_FIELD_NUMBER: _builtins.int
+    media_type: _builtins.str
+    """Media type it was converted as."""
+    size_bytes: _builtins.int
+    """Size in bytes."""
+    sha256: _builtins.str
+    """sha256 (hex) of the bytes."""
+    converter: _builtins.str
+    """The library that made the Markdown, and its version."""
+    converter_version: _builtins.str
+    """Version of the converter."""
+    data: _builtins.bytes
+    """The exact bytes; only with GetSourceRequest.include_original."""
+    @_builtins.property
+    def page_status(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Per page of a PDF (element i is page i + 1): "text", "no_text_layer", "ocr" or "ocr_empty"
+        (see DocumentService's ConversionPage).
+        """
+
+    def __init__(
+        self,
+        *,
+        media_type: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        converter: _builtins.str = ...,
+        converter_version: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+        page_status: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["converter", b"converter", "converter_version", b"converter_version", "data", b"data", "media_type", b"media_type", "page_status", b"page_status", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SourceOriginal: _TypeAlias = SourceOriginal  # noqa: Y015
 
 @_typing.final
 class GetSourceResponse(_message.Message):

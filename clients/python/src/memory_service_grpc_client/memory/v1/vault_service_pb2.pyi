@@ -160,6 +160,8 @@ class VaultDocument(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     PROVENANCE_FIELD_NUMBER: _builtins.int
+    ORIGINAL_FIELD_NUMBER: _builtins.int
+    MEDIA_TYPE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """Path relative to the vault's root, POSIX separators ("apt/README.md"); the citation target
     (source_path) and the default natural key "doc:<path without .md>". Required; the documents of a
@@ -167,6 +169,14 @@ class VaultDocument(_message.Message):
     """
     content: _builtins.str
     """The full text of the file, UTF-8, frontmatter included, at most 8 MiB."""
+    original: _builtins.bytes
+    """The file's bytes when it is not Markdown (PDF, DOCX, HTML, ...; see RetainRequest.original):
+    converted on the server, `content` must then be empty. The server's "content_hash" is then the
+    sha256 of these bytes, so an unchanged file is not converted again. The default natural key is
+    "doc:<path>" with the extension kept ("doc:manuals/pump.pdf").
+    """
+    media_type: _builtins.str
+    """Media type of `original`; empty: sniffed from the bytes (see RetainRequest.media_type)."""
     @_builtins.property
     def provenance(self) -> _struct_pb2.Struct:
         """Provenance stored in props.provenance (GetSource returns it as provenance.metadata). The server
@@ -181,10 +191,12 @@ class VaultDocument(_message.Message):
         path: _builtins.str = ...,
         content: _builtins.str = ...,
         provenance: _struct_pb2.Struct | None = ...,
+        original: _builtins.bytes = ...,
+        media_type: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["provenance", b"provenance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path", "provenance", b"provenance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "media_type", b"media_type", "original", b"original", "path", b"path", "provenance", b"provenance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,422 @@
+"""One converter per media type: bytes to `Converted` Markdown parts with their places.
+
+Run inside the child process of `sandbox` (these libraries parse hostile bytes); each imports its
+library when called, so a child loads only what its format needs. The choices and their measured
+word recovery are in docs/decisions/0040-document-converters.md.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import io
+import mailbox
+import posixpath
+import re
+import tempfile
+import zipfile
+from collections.abc import Callable
+from email.message import EmailMessage
+from importlib.metadata import version
+from typing import Any
+from xml.etree import ElementTree
+
+from ingest_service.document_conversion import media_types as mt
+from ingest_service.document_conversion.converted import (
+    PAGE_NO_TEXT_LAYER,
+    PAGE_OCR,
+    PAGE_OCR_EMPTY,
+    PAGE_TEXT,
+    ConversionError,
+    Converted,
+    Part,
+)
+from ingest_service.document_conversion.limits import ConversionLimits, check_zip
+
+# HTML elements whose content is never document text: scripts, styles, trackers, embedded frames, forms.
+STRIPPED_ELEMENTS = (
+    "script",
+    "style",
+    "noscript",
+    "iframe",
+    "frame",
+    "object",
+    "embed",
+    "template",
+    "svg",
+    "canvas",
+    "form",
+    "link",
+    "meta",
+)
+# A vertical gap between two lines larger than this share of a line's height starts a new paragraph.
+PARAGRAPH_GAP = 0.5
+# A page with fewer non-blank characters than this is taken as having no text layer (a scan).
+MIN_PAGE_TEXT_CHARS = 8
+
+
+def _decode(data: bytes) -> str:
+    for encoding in ("utf-8-sig", "cp1251", "latin-1"):
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    raise ConversionError("the bytes are not text")  # unreachable: latin-1 decodes every byte
+
+
+def _clean(text: str) -> str:
+    """Text without NUL and other C0 controls the database and the chunker do not take."""
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "", text)
+
+
+# -- HTML ------------------------------------------------------------------------------------------
+
+
+def html_to_markdown(html: str) -> str:
+    """Markdown of an HTML page: scripts, styles, trackers and frames removed (BeautifulSoup), then
+    markdownify with ATX headings; tables stay tables, images keep only their alt text."""
+    import warnings
+
+    from bs4 import BeautifulSoup, Comment, XMLParsedAsHTMLWarning
+    from markdownify import MarkdownConverter
+
+    with warnings.catch_warnings():  # EPUB chapters are XHTML; the HTML parser reads them as it should
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        soup = BeautifulSoup(html, "lxml")
+    for element in soup(list(STRIPPED_ELEMENTS)):
+        element.decompose()
+    for comment in soup.find_all(string=lambda s: isinstance(s, Comment)):
+        comment.extract()
+    for image in soup("img"):  # tracking pixels and remote images: keep the words, drop the fetch
+        alt = image.get("alt") or ""
+        image.replace_with(alt)
+    body = soup.body or soup
+    markdown = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
+    return _clean(re.sub(r"\n{3,}", "\n\n", markdown)).strip()
+
+
+def convert_html(data: bytes, limits: ConversionLimits) -> Converted:
+    return Converted(mt.HTML, "markdownify", version("markdownify"), (Part(html_to_markdown(_decode(data))),))
+
+
+# -- PDF -------------------------------------------------------------------------------------------
+
+
+def convert_pdf(data: bytes, limits: ConversionLimits) -> Converted:
+    """Per page with pdfplumber: words in reading order, tables as Markdown tables; a page without a
+    text layer is reported (and read by Tesseract when ``limits.ocr`` is on)."""
+    import pdfplumber
+    from pdfminer.pdfparser import PDFSyntaxError
+
+    parts: list[Part] = []
+    pages: list[dict[str, Any]] = []
+    try:
+        declared = _declared_page_count(data)
+        if declared > limits.max_pages:
+            raise ConversionError(
+                f"the PDF declares {declared} pages, more than the limit of {limits.max_pages}"
+            )
+        with pdfplumber.open(io.BytesIO(data)) as pdf:
+            count = len(pdf.pages)
+            if count > limits.max_pages:
+                raise ConversionError(f"the PDF has {count} pages, more than the limit of {limits.max_pages}")
+            for number, page in enumerate(pdf.pages, start=1):
+                text = _pdf_page_markdown(page)
+                status = PAGE_TEXT
+                if len(text.strip()) < MIN_PAGE_TEXT_CHARS:
+                    status = PAGE_NO_TEXT_LAYER
+                    if limits.ocr:
+                        text = _ocr_page(data, number - 1, limits.ocr_languages)
+                        status = PAGE_OCR if text.strip() else PAGE_OCR_EMPTY
+                pages.append({"page": number, "status": status})
+                if text.strip():
+                    parts.append(Part(_clean(text), {"page": number}))
+                page.close()
+    except ConversionError:
+        raise
+    except (PDFSyntaxError, RecursionError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ConversionError(f"not a readable PDF: {type(error).__name__}: {error}"[:500]) from error
+    except Exception as error:  # pdfminer raises many private error types for broken files
+        raise ConversionError(f"not a readable PDF: {type(error).__name__}: {error}"[:500]) from error
+    converter = "pdfplumber" + ("+tesseract" if any(p["status"] == PAGE_OCR for p in pages) else "")
+    return Converted(mt.PDF, converter, version("pdfplumber"), tuple(parts), tuple(pages))
+
+
+def _declared_page_count(data: bytes) -> int:
+    """The /Count of the PDF's root page tree (0 when absent): read before any page is walked, so a
+    million-page tree is refused at once."""
+    from pdfminer.pdfdocument import PDFDocument
+    from pdfminer.pdfparser import PDFParser
+    from pdfminer.pdftypes import resolve1
+
+    document = PDFDocument(PDFParser(io.BytesIO(data)))
+    pages = resolve1(document.catalog.get("Pages"))
+    count = resolve1(pages.get("Count")) if isinstance(pages, dict) else 0
+    return count if isinstance(count, int) else 0
+
+
+def _pdf_page_markdown(page: Any) -> str:
+    """A page's text in reading order, paragraphs apart (a blank line where the gap between two lines
+    exceeds half a line's height, so the chunker sees paragraphs, not one block per page), with its
+    ruled tables as Markdown tables in their place."""
+    tables = page.find_tables()
+    outside = page
+    for table in tables:
+        outside = outside.outside_bbox(table.bbox)
+    blocks: list[tuple[float, float, str]] = [
+        (table.bbox[1], table.bbox[3], _markdown_table(table.extract())) for table in tables
+    ]
+    blocks.extend((line["top"], line["bottom"], line["text"]) for line in outside.extract_text_lines() or [])
+    blocks.sort(key=lambda block: block[0])
+    out: list[str] = []
+    previous_bottom: float | None = None
+    for top, bottom, text in blocks:
+        if previous_bottom is not None and top - previous_bottom > PARAGRAPH_GAP * max(bottom - top, 1.0):
+            out.append("")
+        out.append(text)
+        previous_bottom = bottom
+    return "\n".join(out)
+
+
+def _markdown_table(rows: list[list[Any]]) -> str:
+    """A GitHub Markdown table of ``rows`` (the first row is the header); pipes escaped."""
+    cells = [[_cell(value) for value in row] for row in rows if row is not None]
+    if not cells:
+        return ""
+    width = max(len(row) for row in cells)
+    cells = [row + [""] * (width - len(row)) for row in cells]
+    lines = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * width]
+    lines += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+    return "\n\n" + "\n".join(lines) + "\n\n"
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else re.sub(r"\s+", " ", str(value)).replace("|", "\\|").strip()
+
+
+def _ocr_page(data: bytes, index: int, languages: str) -> str:
+    """Tesseract's text of page ``index`` rendered at 300 dpi (pypdfium2, which pdfplumber brings)."""
+    import pypdfium2
+    import pytesseract
+
+    document = pypdfium2.PdfDocument(data)
+    try:
+        image = document[index].render(scale=300 / 72).to_pil()
+    finally:
+        document.close()
+    try:
+        return str(pytesseract.image_to_string(image, lang=languages))
+    except pytesseract.TesseractNotFoundError as error:
+        raise ConversionError("OCR is on but the tesseract program is not installed") from error
+
+
+# -- Office ------------------------------------------------------------------------------------------
+
+
+def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
+    """mammoth's semantic HTML (headings, lists, tables) to Markdown: the heading path is the place."""
+    import mammoth
+
+    check_zip(data, limits)
+    try:
+        html = mammoth.convert_to_html(io.BytesIO(data)).value
+    except (zipfile.BadZipFile, KeyError, ValueError, ElementTree.ParseError) as error:
+        raise ConversionError(f"not a readable DOCX: {type(error).__name__}: {error}"[:500]) from error
+    return Converted(
+        mt.DOCX,
+        "mammoth+markdownify",
+        f"{version('mammoth')}+{version('markdownify')}",
+        (Part(html_to_markdown(html)),),
+    )
+
+
+def convert_pptx(data: bytes, limits: ConversionLimits) -> Converted:
+    """One part per slide (python-pptx): title as a heading, text frames, tables, notes."""
+    from pptx import Presentation
+
+    check_zip(data, limits)
+    try:
+        deck = Presentation(io.BytesIO(data))
+    except (zipfile.BadZipFile, KeyError, ValueError) as error:
+        raise ConversionError(f"not a readable PPTX: {type(error).__name__}: {error}"[:500]) from error
+    parts = []
+    for number, slide in enumerate(deck.slides, start=1):
+        lines: list[str] = []
+        title = slide.shapes.title
+        if title is not None and title.has_text_frame and title.text_frame.text.strip():
+            lines.append(f"## {title.text_frame.text.strip()}")
+        for shape in slide.shapes:
+            if title is not None and shape.shape_id == title.shape_id:
+                continue
+            if shape.has_text_frame and shape.text_frame.text.strip():
+                lines.append(shape.text_frame.text.strip())
+            if getattr(shape, "has_table", False) and shape.has_table:
+                rows = [[cell.text for cell in row.cells] for row in shape.table.rows]
+                lines.append(_markdown_table(rows).strip())
+        if slide.has_notes_slide and slide.notes_slide.notes_text_frame is not None:
+            notes = slide.notes_slide.notes_text_frame.text.strip()
+            if notes:
+                lines.append(f"Notes: {notes}")
+        if lines:
+            parts.append(Part(_clean("\n\n".join(lines)), {"slide": number}))
+    return Converted(mt.PPTX, "python-pptx", version("python-pptx"), tuple(parts))
+
+
+def convert_xlsx(data: bytes, limits: ConversionLimits) -> Converted:
+    """One part per sheet (openpyxl, cached values): a Markdown table of the used range, with the range."""
+    import openpyxl
+    from openpyxl.utils import get_column_letter
+
+    check_zip(data, limits)
+    try:
+        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    except (zipfile.BadZipFile, KeyError, ValueError, TypeError) as error:
+        raise ConversionError(f"not a readable XLSX: {type(error).__name__}: {error}"[:500]) from error
+    parts = []
+    cells_seen = 0
+    for sheet in book.worksheets:
+        rows: list[list[Any]] = []
+        first_row = last_row = 0
+        first_col, last_col = 1 << 20, 0
+        for row_number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
+            cells_seen += len(row)
+            if cells_seen > limits.max_cells:
+                raise ConversionError(f"the workbook has more than {limits.max_cells} cells")
+            if any(value is not None and str(value).strip() for value in row):
+                first_row = first_row or row_number
+                last_row = row_number
+                used = [i for i, value in enumerate(row, start=1) if value is not None and str(value).strip()]
+                first_col, last_col = min(first_col, used[0]), max(last_col, used[-1])
+            if first_row:
+                rows.append(list(row))
+        if not first_row:
+            continue
+        rows = [row[first_col - 1 : last_col] for row in rows[: last_row - first_row + 1]]
+        cells = f"{get_column_letter(first_col)}{first_row}:{get_column_letter(last_col)}{last_row}"
+        table = _markdown_table(rows).strip()
+        parts.append(Part(_clean(f"## {sheet.title}\n\n{table}"), {"sheet": sheet.title, "cells": cells}))
+    book.close()
+    return Converted(mt.XLSX, "openpyxl", version("openpyxl"), tuple(parts))
+
+
+# -- EPUB ------------------------------------------------------------------------------------------
+
+_OPF = "{http://www.idpf.org/2007/opf}"
+_CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
+
+
+def convert_epub(data: bytes, limits: ConversionLimits) -> Converted:
+    """The spine's XHTML documents in reading order (the stdlib zip and XML readers: the EPUB library on
+    the index is AGPL), each converted as HTML; the chapter file is the place."""
+    check_zip(data, limits)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            container = ElementTree.fromstring(archive.read("META-INF/container.xml"))
+            rootfile = container.find(f".//{_CONTAINER}rootfile")
+            if rootfile is None:
+                raise ConversionError("EPUB without a rootfile in META-INF/container.xml")
+            opf_path = rootfile.attrib["full-path"]
+            opf = ElementTree.fromstring(archive.read(opf_path))
+            base = posixpath.dirname(opf_path)
+            items = {
+                item.attrib["id"]: item.attrib["href"]
+                for item in opf.iter(f"{_OPF}item")
+                if "id" in item.attrib and "href" in item.attrib
+            }
+            parts = []
+            for ref in opf.iter(f"{_OPF}itemref"):
+                href = items.get(ref.attrib.get("idref", ""))
+                if href is None:
+                    continue
+                name = posixpath.normpath(posixpath.join(base, href))
+                markdown = html_to_markdown(_decode(archive.read(name)))
+                if markdown.strip():
+                    parts.append(Part(markdown, {"chapter": name}))
+    except ConversionError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ElementTree.ParseError, ValueError) as error:
+        raise ConversionError(f"not a readable EPUB: {type(error).__name__}: {error}"[:500]) from error
+    return Converted(mt.EPUB, "zipfile+markdownify", version("markdownify"), tuple(parts))
+
+
+# -- mail and text -----------------------------------------------------------------------------------
+
+
+def _message_markdown(message: EmailMessage) -> str:
+    """A mail as Markdown: the subject as a heading, From/To/Date lines, the body (HTML converted)."""
+    subject = str(message.get("Subject") or "(no subject)")
+    lines = [f"## {subject}", ""]
+    for header in ("From", "To", "Date"):
+        if message.get(header):
+            lines.append(f"{header}: {message.get(header)}  ")
+    body = message.get_body(preferencelist=("plain", "html"))
+    text = ""
+    if body is not None:
+        content = body.get_content()
+        text = html_to_markdown(content) if body.get_content_type() == "text/html" else str(content)
+    attachments = [part.get_filename() for part in message.iter_attachments() if part.get_filename()]
+    if attachments:
+        lines.append(f"Attachments: {', '.join(str(name) for name in attachments)}  ")
+    return _clean("\n".join(lines) + "\n\n" + text.strip())
+
+
+def convert_eml(data: bytes, limits: ConversionLimits) -> Converted:
+    message = email.message_from_bytes(data, policy=email.policy.default)
+    assert isinstance(message, EmailMessage)
+    return Converted(mt.EML, "email", "stdlib", (Part(_message_markdown(message)),))
+
+
+def convert_mbox(data: bytes, limits: ConversionLimits) -> Converted:
+    """One part per message of the mailbox (the stdlib mailbox reader needs a file)."""
+    with tempfile.NamedTemporaryFile(suffix=".mbox") as handle:
+        handle.write(data)
+        handle.flush()
+        box = mailbox.mbox(handle.name, factory=None, create=False)
+        parts = []
+        for number, raw in enumerate(box, start=1):
+            message = email.message_from_bytes(raw.as_bytes(), policy=email.policy.default)
+            assert isinstance(message, EmailMessage)
+            parts.append(Part(_message_markdown(message), {"message": number}))
+        box.close()
+    return Converted(mt.MBOX, "mailbox", "stdlib", tuple(parts))
+
+
+def convert_text(data: bytes, limits: ConversionLimits) -> Converted:
+    return Converted(mt.PLAIN, "text", "stdlib", (Part(_clean(_decode(data))),))
+
+
+def convert_markdown(data: bytes, limits: ConversionLimits) -> Converted:
+    return Converted(mt.MARKDOWN, "text", "stdlib", (Part(_clean(_decode(data))),))
+
+
+CONVERTERS: dict[str, Callable[[bytes, ConversionLimits], Converted]] = {
+    mt.PDF: convert_pdf,
+    mt.DOCX: convert_docx,
+    mt.PPTX: convert_pptx,
+    mt.XLSX: convert_xlsx,
+    mt.EPUB: convert_epub,
+    mt.HTML: convert_html,
+    mt.EML: convert_eml,
+    mt.MBOX: convert_mbox,
+    mt.PLAIN: convert_text,
+    mt.MARKDOWN: convert_markdown,
+}
+
+
+def convert(data: bytes, media_type: str, limits: ConversionLimits) -> Converted:
+    """``data`` converted as ``media_type`` (one of `media_types.SUPPORTED`), in this process.
+
+    Raises:
+        ConversionError: the bytes cannot be read as that type, or exceed a limit.
+    """
+    try:
+        return CONVERTERS[media_type](data, limits)
+    except (ConversionError, MemoryError, RecursionError):
+        raise
+    except Exception as error:  # parsers of hostile bytes raise every kind of error
+        raise ConversionError(
+            f"not a readable {media_type} file: {type(error).__name__}: {error}"[:500]
+        ) from error
+
+
+__all__ = ["CONVERTERS", "STRIPPED_ELEMENTS", "convert", "html_to_markdown"]
