@@ -59,7 +59,7 @@ from bench.run_bench import (
     percentiles,
     run_in_database,
 )
-from bench.service_results import print_report, machine, write_json
+from bench.service_results import machine, print_report, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations

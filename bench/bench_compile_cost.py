@@ -209,7 +209,7 @@ def main() -> int:
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
-    from bench.service_results import print_report, heading, machine, write_json
+    from bench.service_results import heading, machine, print_report, write_json
 
     started = time.perf_counter()
     prefix = f"cost-{stamp}"

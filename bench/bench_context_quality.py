@@ -66,7 +66,7 @@ from memory_service_grpc_client.memory.v1 import (
 from rank_bm25 import BM25Okapi
 
 from bench.run_bench import load_observations, percentiles, run_in_database, services, wait_for_embeddings
-from bench.service_results import print_report, heading, machine, write_json
+from bench.service_results import heading, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
 from common.text_models.embeddings.factory import build_embedding_provider

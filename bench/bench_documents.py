@@ -40,11 +40,11 @@ sys.path.insert(0, str(ROOT))
 from bench.service_results import load_average, machine, tree_commit
 from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
-from ingest_service.document_conversion import media_types as mt
-from ingest_service.document_conversion.conversion import DocumentConverter
-from ingest_service.document_conversion.converted_chunks import converted_chunks
-from ingest_service.document_conversion.formats import convert
-from ingest_service.document_conversion.limits import ConversionLimits
+from ingest_service.documents.conversion import media_types as mt
+from ingest_service.documents.conversion.conversion import DocumentConverter
+from ingest_service.documents.conversion.converted_chunks import converted_chunks
+from ingest_service.documents.conversion.formats import convert
+from ingest_service.documents.conversion.limits import ConversionLimits
 from tests.document_corpus import (
     CorpusDocument,
     build,

@@ -40,7 +40,7 @@ from psycopg import sql
 from bench.bench_lexical_indexes import copy_rows
 from bench.run_bench import fresh_database, percentiles
 from bench.scale_arms import RecordingCursor
-from bench.service_results import print_report, heading, load_average, machine, write_json
+from bench.service_results import heading, load_average, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import parse_instant
 from common.storage.chunks.query_terms import identifier_tokens

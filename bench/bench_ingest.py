@@ -59,12 +59,12 @@ from bench.run_bench import (
     wait_for_embeddings,
 )
 from bench.service_results import (
-    print_report,
     cpu_seconds,
     heading,
     load_average,
     machine,
     postgres_cpu_seconds,
+    print_report,
     write_json,
 )
 from common.kernel.config import Settings

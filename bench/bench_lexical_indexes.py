@@ -46,7 +46,7 @@ from bench.scale_arms import (
     explained,
 )
 from bench.scale_tables import FAQ, droppable_indexes
-from bench.service_results import print_report, heading, machine, write_json
+from bench.service_results import heading, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore

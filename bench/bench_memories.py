@@ -46,7 +46,7 @@ from memory_service_grpc_client.memory.v1 import (
 )
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import print_report, heading, load_average, machine, write_json
+from bench.service_results import heading, load_average, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_id
 from common.storage.chunks.store import embedding_input

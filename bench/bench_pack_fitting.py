@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.bench_context_quality import DATA, turns_of
-from bench.service_results import print_report, heading, machine, write_json
+from bench.service_results import heading, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
 from query_service.context.pack.fitting import FitCandidate, FitSettings, PackFitter

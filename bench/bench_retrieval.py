@@ -52,7 +52,7 @@ from memory_service_grpc_client.memory.v1 import (
 from rank_bm25 import BM25Okapi
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import print_report, heading, machine, write_json
+from bench.service_results import heading, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore, embedding_input

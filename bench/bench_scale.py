@@ -87,7 +87,7 @@ from bench.run_bench import (
 from bench.scale_arms import arm_breakdown
 from bench.scale_report import draw, entry
 from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
-from bench.service_results import print_report, machine, tree_commit, write_json
+from bench.service_results import machine, print_report, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore

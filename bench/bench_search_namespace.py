@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run_bench import percentiles
 from bench.service_results import (
-    print_report,
     heading,
     load_average,
     machine,
+    print_report,
     tree_commit,
     write_json,
 )

@@ -43,7 +43,7 @@ import grpc
 from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from bench.run_bench import fresh_database, run_in_database, services
-from bench.service_results import print_report, heading, load_average, machine, tree_commit, write_json
+from bench.service_results import heading, load_average, machine, print_report, tree_commit, write_json
 from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider

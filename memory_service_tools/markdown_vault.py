@@ -17,7 +17,7 @@ from common.domain.document_frontmatter import (
     read_frontmatter,
 )
 from common.grpc.proto_mapping import dict_to_struct
-from ingest_service.document_conversion.media_types import EXTENSIONS, MARKDOWN
+from ingest_service.documents.conversion.media_types import EXTENSIONS, MARKDOWN
 
 __all__ = ["DocumentError", "default_natural_key", "find_documents", "read_document"]
 

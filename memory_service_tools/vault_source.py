@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ingest_service.document_conversion.media_types import EXTENSIONS, MARKDOWN
+from ingest_service.documents.conversion.media_types import EXTENSIONS, MARKDOWN
 
 
 class SourceError(ValueError):

@@ -39,15 +39,15 @@ from common.packs.kind_validation import KindValidator
 from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
+from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.vault_store import VaultStore
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.conversion.citations import document_name
+from ingest_service.documents.conversion.conversion import DocumentConverter
+from ingest_service.documents.conversion.converted_chunks import converted_chunks, converter_of
 from ingest_service.documents.model import (
-from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
-from ingest_service.document_conversion.citations import document_name
-from ingest_service.document_conversion.conversion import DocumentConverter
-from ingest_service.document_conversion.converted_chunks import converted_chunks, converter_of
     AgentOwnedKey,
     DocumentResult,
     PreparedChunk,

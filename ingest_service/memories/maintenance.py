@@ -34,8 +34,8 @@ from common.kernel.errors import NotFound
 from common.storage.database import Database
 from common.storage.memories.lifecycle import MemoryLifecycleStore
 from common.storage.memories.store import MemoryStore
-from ingest_service.validation.mass_deletion import MassDeletionGuard
 from ingest_service.memories.writer import MemoryWriter
+from ingest_service.validation.mass_deletion import MassDeletionGuard
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,6 @@ from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow, SnapshotStore
 from ingest_service.facts.engine import AGENT_ORIGIN, FactEngine, FactInput, accepted
-from ingest_service.validation.mass_deletion import MassDeletionGuard
 from ingest_service.snapshots.model import (
     ReconcileCounts,
     ReconcileResult,
@@ -83,6 +82,7 @@ from ingest_service.validation.limits import (
     MAX_STREAM_ITEMS,
     SNAPSHOT_BATCH,
 )
+from ingest_service.validation.mass_deletion import MassDeletionGuard
 
 log = logging.getLogger(__name__)
 

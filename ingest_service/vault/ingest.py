@@ -53,10 +53,10 @@ from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.documents.model import AgentOwnedKey, DocumentResult, PreparedDocument, VaultProjection
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.pipeline import EmbeddingPipeline
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
-from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.vault.claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
 from ingest_service.vault.documents import (
     ParsedDocument,

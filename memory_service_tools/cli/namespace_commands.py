@@ -8,8 +8,8 @@ from typing import Annotated
 
 import grpc
 import typer
-from memory_service_grpc_client.memory.v1 import namespace_service_pb2
 from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
 from rich.markup import escape
 from rich.table import Table
 

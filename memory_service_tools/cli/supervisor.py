@@ -18,10 +18,14 @@ from memory_service_grpc_client import ClientSecurity, health_status, make_chann
 from rich.markup import escape
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
+from memory_service_tools.cli.checkout_database import (
+    checkout_database_name,
+    checkout_root,
+    ensure_checkout_database,
+)
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.terminal import err, out
 from memory_service_tools.embedded_db import database_down, database_status, database_up
-from memory_service_tools.cli.checkout_database import checkout_database_name, checkout_root, ensure_checkout_database
 
 
 class _Shutdown(Exception):

@@ -8,7 +8,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memory_service_tools.embedded_db.cluster import DatabaseStatus, database_down, database_status, database_up
+from memory_service_tools.embedded_db.cluster import (
+    DatabaseStatus,
+    database_down,
+    database_status,
+    database_up,
+)
 from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
 from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_down, replica_status, replica_up
 

@@ -34,9 +34,8 @@ from common.storage.graph.store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from common.text_models.embeddings.provider import QueryEncoder
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
-from query_service.provenance import Provenance
-from query_service.retrieval.rank_fusion import (
 from query_service.provenance import Provenance, chunk_citation
+from query_service.retrieval.rank_fusion import (
     CONVEX,
     FUSIONS,
     RANKINGS,

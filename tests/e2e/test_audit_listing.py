@@ -22,6 +22,7 @@ import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from memory_service_grpc_client import ClientSecurity, make_channel
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -40,7 +41,6 @@ from memory_service_grpc_client.memory.v1 import (
     trace_service_pb2,
     trace_service_pb2_grpc,
 )
-from memory_service_grpc_client import ClientSecurity, make_channel
 from typer.testing import CliRunner
 
 from common.auth.principals import Right

@@ -33,6 +33,7 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
+from memory_service_grpc_client import MemoryClient, rpc_failure, wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
     change_feed_service_pb2,
     change_feed_service_pb2_grpc,
@@ -41,7 +42,6 @@ from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     observation_service_pb2,
 )
-from memory_service_grpc_client import MemoryClient, rpc_failure, wait_for_serving
 from psycopg import sql
 
 from common.kernel.config import Settings
@@ -482,7 +482,11 @@ def test_redaction_purge_close_retain_and_delete_emit_their_events(
 ) -> None:
     """The write paths beyond recording: each change arrives as its event type, with what it changed."""
     from google.protobuf import timestamp_pb2
-    from memory_service_grpc_client.memory.v1 import document_service_pb2, document_service_pb2_grpc, observation_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import (
+        document_service_pb2,
+        document_service_pb2_grpc,
+        observation_service_pb2_grpc,
+    )
 
     observations = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
     results = observations.RecordObservations(

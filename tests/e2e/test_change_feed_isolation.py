@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2, change_feed_service_pb2_grpc
 from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2, change_feed_service_pb2_grpc
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

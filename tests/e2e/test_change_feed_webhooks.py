@@ -29,6 +29,7 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     observation_service_pb2,
@@ -36,13 +37,12 @@ from memory_service_grpc_client.memory.v1 import (
     webhook_service_pb2,
     webhook_service_pb2_grpc,
 )
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
-from memory_service_tools.token_writer import add_token
 from ingest_service.main import create_ingest_host
 from ingest_service.worker import build_worker
+from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import memory_service_grpc_client.memory.v1
 import pytest
 from google.protobuf import json_format
-import memory_service_grpc_client.memory.v1
 from memory_service_grpc_client import ClientSecurity, MemoryClient
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from google.protobuf import json_format
+from memory_service_grpc_client import ClientSecurity, make_channel
 from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
@@ -19,7 +20,6 @@ from memory_service_grpc_client.memory.v1 import (
     namespace_service_pb2,
     namespace_service_pb2_grpc,
 )
-from memory_service_grpc_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

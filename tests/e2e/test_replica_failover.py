@@ -19,6 +19,7 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
+from memory_service_grpc_client import rpc_failure, wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
@@ -26,7 +27,6 @@ from memory_service_grpc_client.memory.v1 import (
     fact_service_pb2_grpc,
     knowledge_pb2,
 )
-from memory_service_grpc_client import rpc_failure, wait_for_serving
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA

@@ -27,8 +27,8 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
 from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
 
 from common.grpc.read_filter_limits import READ_FILTER_LIMITS
 from common.kernel.memory_names import memory_namespace, memory_scope_of_namespace

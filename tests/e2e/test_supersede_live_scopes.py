@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from memory_service_grpc_client import ClientSecurity, make_channel
 from memory_service_grpc_client.memory.v1 import (
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
     fact_service_pb2,
     fact_service_pb2_grpc,
 )
-from memory_service_grpc_client import ClientSecurity, make_channel
 
 from common.auth.principals import Right
 from common.kernel.config import Settings

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from ingest_service.document_conversion import media_types as mt
-from ingest_service.document_conversion.conversion import DocumentConverter
-from ingest_service.document_conversion.converted_chunks import converted_chunks
-from ingest_service.document_conversion.limits import MIB, ConversionLimits
+from ingest_service.documents.conversion import media_types as mt
+from ingest_service.documents.conversion.conversion import DocumentConverter
+from ingest_service.documents.conversion.converted_chunks import converted_chunks
+from ingest_service.documents.conversion.limits import MIB, ConversionLimits
 from tests.document_files import (
     HOSTILE_HTML,
     docx_bomb,

@@ -1,7 +1,7 @@
 """The child process of a conversion (`sandbox`): limits itself, reads the bytes from stdin, writes the
 Markdown parts as JSON to stdout. Never run by hand.
 
-Usage: ``python -m ingest_service.document_conversion.child MEDIA_TYPE LIMITS_JSON < original``
+Usage: ``python -m ingest_service.documents.conversion.child MEDIA_TYPE LIMITS_JSON < original``
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def main() -> int:
     _limit(raw_limits)
     data = sys.stdin.buffer.read()
     # Imported after the limits, so that even the parsers' import runs inside them.
-    from ingest_service.document_conversion.converted import ConversionError
-    from ingest_service.document_conversion.formats import convert
-    from ingest_service.document_conversion.limits import ConversionLimits
+    from ingest_service.documents.conversion.converted import ConversionError
+    from ingest_service.documents.conversion.formats import convert
+    from ingest_service.documents.conversion.limits import ConversionLimits
 
     try:
         converted = convert(data, media_type, ConversionLimits(**raw_limits))

@@ -11,7 +11,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ingest_service.document_conversion.converted import ConversionError
+from ingest_service.documents.conversion.converted import ConversionError
 
 MIB = 1024 * 1024
 

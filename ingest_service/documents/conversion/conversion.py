@@ -7,10 +7,10 @@ import hashlib
 from dataclasses import dataclass
 
 from common.kernel.errors import InvalidArgument
-from ingest_service.document_conversion import media_types
-from ingest_service.document_conversion.converted import ConversionError, Converted
-from ingest_service.document_conversion.limits import ConversionLimits
-from ingest_service.document_conversion.sandbox import ConversionSandbox
+from ingest_service.documents.conversion import media_types
+from ingest_service.documents.conversion.converted import ConversionError, Converted
+from ingest_service.documents.conversion.limits import ConversionLimits
+from ingest_service.documents.conversion.sandbox import ConversionSandbox
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from common.kernel.config import Settings
-from ingest_service.document_conversion.citations import citation
-from ingest_service.document_conversion.conversion import DocumentConverter
-from ingest_service.document_conversion.converted import Converted
-from ingest_service.document_conversion.limits import MIB, ConversionLimits
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.conversion.citations import citation
+from ingest_service.documents.conversion.conversion import DocumentConverter
+from ingest_service.documents.conversion.converted import Converted
+from ingest_service.documents.conversion.limits import MIB, ConversionLimits
 
 
 def converted_chunks(

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import threading
 
-from ingest_service.document_conversion.converted import ConversionError, Converted
-from ingest_service.document_conversion.limits import ConversionLimits
+from ingest_service.documents.conversion.converted import ConversionError, Converted
+from ingest_service.documents.conversion.limits import ConversionLimits
 
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "TESSDATA_PREFIX")
 
@@ -43,7 +43,7 @@ class ConversionSandbox:
         # Only what the parsers and tesseract need: never the service's database URL or secrets.
         env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
         env.update(OMP_NUM_THREADS="1", OMP_THREAD_LIMIT="1", PYTHONHASHSEED="0")
-        command = [sys.executable, "-m", "ingest_service.document_conversion.child", media_type]
+        command = [sys.executable, "-m", "ingest_service.documents.conversion.child", media_type]
         command.append(json.dumps(limits.as_json()))
         with self._slots:
             process = subprocess.Popen(

@@ -21,8 +21,8 @@ from importlib.metadata import version
 from typing import Any
 from xml.etree import ElementTree
 
-from ingest_service.document_conversion import media_types as mt
-from ingest_service.document_conversion.converted import (
+from ingest_service.documents.conversion import media_types as mt
+from ingest_service.documents.conversion.converted import (
     PAGE_NO_TEXT_LAYER,
     PAGE_OCR,
     PAGE_OCR_EMPTY,
@@ -31,7 +31,7 @@ from ingest_service.document_conversion.converted import (
     Converted,
     Part,
 )
-from ingest_service.document_conversion.limits import ConversionLimits, check_zip
+from ingest_service.documents.conversion.limits import ConversionLimits, check_zip
 
 # HTML elements whose content is never document text: scripts, styles, trackers, embedded frames, forms.
 STRIPPED_ELEMENTS = (
