@@ -37,6 +37,7 @@ from google.protobuf import json_format
 from memory_service_grpc_client import ClientSecurity, MemoryClient
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
+    change_feed_service_pb2,
     context_service_pb2,
     document_service_pb2,
     domain_pack_service_pb2,
@@ -45,6 +46,7 @@ from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     memory_query_service_pb2,
     memory_service_pb2,
+    namespace_service_pb2,
     observation_query_service_pb2,
     observation_service_pb2,
     retrieval_service_pb2,
@@ -52,6 +54,7 @@ from memory_service_grpc_client.memory.v1 import (
     source_service_pb2,
     trace_service_pb2,
     vault_service_pb2,
+    webhook_service_pb2,
 )
 
 from common.auth.principals import Right
@@ -223,6 +226,20 @@ def _python_calls(client: MemoryClient, namespace: str) -> None:
     assert [e.event_id for e in listed.events] == [event.event_id]
     memories = client.list_memories(memory_query_service_pb2.ListMemoriesRequest(page_size=50)).memories
     assert added.memory_id in {m.memory_id for m in memories}
+    stats = client.get_namespace_stats(namespace_service_pb2.GetNamespaceStatsRequest(namespace=namespace))
+    assert stats.namespace == namespace and stats.chunk_count >= 1
+    assert not client.list_webhook_subscriptions(
+        webhook_service_pb2.ListWebhookSubscriptionsRequest(namespace=namespace)
+    ).subscriptions
+    first = next(
+        iter(
+            client.watch_changes(
+                change_feed_service_pb2.WatchChangesRequest(namespace=namespace, heartbeat_seconds=1),
+                timeout=30,
+            )
+        )
+    )
+    assert first.HasField("change") and first.change.cursor >= 1
 
 
 @pytest.fixture(scope="module")

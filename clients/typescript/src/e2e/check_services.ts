@@ -8,6 +8,7 @@ import { credentials, Metadata, ServiceError, status } from "@grpc/grpc-js";
 import {
   audit,
   callMetadata,
+  changeFeed,
   context,
   documents,
   domainPacks,
@@ -15,6 +16,7 @@ import {
   facts,
   memories,
   memoryQuery,
+  namespaces,
   observationQuery,
   observations,
   retrieval,
@@ -24,6 +26,7 @@ import {
   timestampToIso,
   traces,
   vault,
+  webhooks,
 } from "../index";
 
 type Callback<Res> = (error: ServiceError | null, response: Res) => void;
@@ -75,6 +78,9 @@ async function main(): Promise<void> {
   const traceClient = new traces.TraceServiceClient(queryAddr, insecure);
   const auditReadClient = new audit.AuditServiceClient(queryAddr, insecure);
   const memoryQueryClient = new memoryQuery.MemoryQueryServiceClient(queryAddr, insecure);
+  const webhookClient = new webhooks.WebhookServiceClient(ingestAddr, insecure);
+  const namespaceClient = new namespaces.NamespaceServiceClient(queryAddr, insecure);
+  const changeFeedClient = new changeFeed.ChangeFeedServiceClient(queryAddr, insecure);
 
   // ingest_service
   const recorded = await call<observations.RecordObservationsResponse>((done) => observationClient.recordObservations(observations.RecordObservationsRequest.fromPartial({
@@ -189,6 +195,28 @@ async function main(): Promise<void> {
   note(memoryQuery.MemoryQueryServiceService.listMemories.path);
   check(memoryPage.memories.some((memory) => memory.memoryId === added.results[0].memoryId), "the memory is listed");
 
+  const subscriptions = await call<webhooks.ListWebhookSubscriptionsResponse>((done) => webhookClient.listWebhookSubscriptions(webhooks.ListWebhookSubscriptionsRequest.fromPartial({ namespace }), metadata, done));
+  note(webhooks.WebhookServiceService.listWebhookSubscriptions.path);
+  check(subscriptions.subscriptions.length === 0, "no webhook subscriptions");
+
+  const stats = await call<namespaces.GetNamespaceStatsResponse>((done) => namespaceClient.getNamespaceStats(namespaces.GetNamespaceStatsRequest.fromPartial({ namespace }), metadata, done));
+  note(namespaces.NamespaceServiceService.getNamespaceStats.path);
+  check(stats.namespace === namespace && stats.chunkCount >= 1, "namespace stats counted");
+
+  // A server stream: the first message (a change this run wrote) is enough, then the call is cancelled.
+  const firstChange = await new Promise<changeFeed.WatchChangesResponse>((resolve, reject) => {
+    const stream = changeFeedClient.watchChanges(changeFeed.WatchChangesRequest.fromPartial({ namespace, heartbeatSeconds: 1 }), metadata);
+    stream.once("data", (message: changeFeed.WatchChangesResponse) => {
+      resolve(message);
+      stream.cancel();
+    });
+    stream.on("error", (error: ServiceError) => {
+      if (error.code !== status.CANCELLED) reject(error);
+    });
+  });
+  note(changeFeed.ChangeFeedServiceService.watchChanges.path);
+  check(firstChange.change !== undefined && Number(firstChange.change.cursor) >= 1, "a change is streamed");
+
   let missingCode: number | undefined;
   try {
     await call<sources.GetSourceResponse>((done) => sourceClient.getSource(sources.GetSourceRequest.fromPartial({ namespace, naturalKey: "doc:none" }), metadata, done));
@@ -207,6 +235,7 @@ async function main(): Promise<void> {
   for (const client of [
     observationClient, factClient, documentClient, snapshotClient, packClient, auditWriteClient, memoryClient, vaultClient,
     searchClient, factQueryClient, sourceClient, contextClient, observationQueryClient, traceClient, auditReadClient, memoryQueryClient,
+    webhookClient, namespaceClient, changeFeedClient,
   ]) {
     client.close();
   }
