@@ -257,12 +257,6 @@ def test_help_shows_no_value_type_after_a_flag() -> None:
     assert re.search(r"--namespace\s+-n\s+<str>", helps["cb search"][0])
 
 
-def test_no_help_text_says_seed() -> None:
-    helps = every_help()
-    assert len(helps) > 30
-    assert [path for path, (text, _) in helps.items() if re.search("seed", text, re.IGNORECASE)] == []
-
-
 @pytest.mark.parametrize(
     ("metadata", "message"),
     [("[1]", "a JSON object is required, got a JSON list"), ("{bad", "not JSON")],
