@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from memory_service_tools.cli.audit_commands import audit
 from memory_service_tools.cli.change_feed_commands import watch, webhook_app
@@ -17,6 +18,7 @@ from memory_service_tools.cli.console_commands import console
 from memory_service_tools.cli.context_commands import context, typed_context
 from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
 from memory_service_tools.cli.health_commands import health
+from memory_service_tools.cli.help_format import FlagsCommand, FlagsGroup
 from memory_service_tools.cli.mcp_commands import McpCommand, mcp
 from memory_service_tools.cli.memory_commands import memory_app
 from memory_service_tools.cli.namespace_commands import namespaces, stats
@@ -35,6 +37,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
+    cls=FlagsGroup,
 )
 
 
@@ -123,6 +126,9 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
 )
 
 for name, command in COMMANDS:
-    app.command(name, cls=McpCommand if command is mcp else None)(command)
+    app.command(name, cls=McpCommand if command is mcp else FlagsCommand)(command)
 for name, group in COMMAND_GROUPS:
-    app.add_typer(group, name=name)
+    for info in group.registered_commands:
+        if info.cls in (None, TyperCommand):  # registered with typer's default class
+            info.cls = FlagsCommand
+    app.add_typer(group, name=name, cls=FlagsGroup)

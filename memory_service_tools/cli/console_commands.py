@@ -16,7 +16,9 @@ def console(
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP port of the console")] = 8780,
     namespace: Annotated[
         list[str] | None,
-        typer.Option("--namespace", "-n", help="a namespace the start page lists (repeatable)"),
+        typer.Option(
+            "--namespace", "-n", help="a namespace the start page lists even when empty (repeatable)"
+        ),
     ] = None,
     secure_cookie: Annotated[
         bool,

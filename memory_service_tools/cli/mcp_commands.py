@@ -7,16 +7,15 @@ from typing import Annotated, Any, Literal
 
 import typer
 from memory_service_grpc_client import MemoryClient
-from typer.core import TyperCommand
-
 from memory_service_tools.cli.cli_state import cli_state, traced
+from memory_service_tools.cli.help_format import FlagsCommand
 from memory_service_tools.cli.terminal import fail
 
 MCP_RETRY_SECONDS = 10.0  # how long a tool call retries a service that answers UNAVAILABLE
 TOOLS_PLACEHOLDER = "TOOLS"
 
 
-class McpCommand(TyperCommand):
+class McpCommand(FlagsCommand):
     """``cb mcp``: its help names the registered tools (`memory_service_tools.mcp_server.TOOL_NAMES`), read
     only when the help is shown, so other commands do not import the MCP SDK."""
 

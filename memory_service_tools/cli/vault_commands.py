@@ -122,6 +122,7 @@ def ingest(
     given; --dry-run shows the count and whether it would be refused. A run cut short sweeps nothing: run it again. The progress bar counts documents
     sent; the server's own counts are the final report. Exits 1 when documents were rejected (then
     nothing was swept) or the run failed, 130 when interrupted (Ctrl-C cancels the run: nothing swept).
+    A LOCATION that holds no ``*.md`` file changes nothing and is said so on stderr (exit 0).
     """
     from memory_service_tools.vault_source import directory_documents, git_documents
 
@@ -166,6 +167,16 @@ def ingest(
         print_json(response)
     else:
         _print_report(response)
+    if not total and not response.counts.documents_swept:
+        # A run of nothing says nothing wrong, yet the folder was likely not what was meant: for example
+        # documents stored with cb retain are no vault documents, so such a run leaves them as they are.
+        err.print(
+            escape(
+                f"warning: {location} holds no document the vault reads (no *.md file outside hidden "
+                f"folders and ignored files): the run changed nothing in {namespace!r}"
+            ),
+            soft_wrap=True,
+        )
     if response.counts.documents_rejected:
         raise typer.Exit(1)
 

@@ -19,7 +19,7 @@ class ConsoleConfig:
         ingest_addr: ``host:port`` of ingest_service.
         query_addr: ``host:port`` of query_service.
         security: TLS settings of the channels; its token is ignored (each visitor brings one).
-        namespaces: namespaces the start page lists (until the services list what a token can see).
+        namespaces: namespaces the start page lists besides those the token can see (even when empty).
         secure_cookie: mark the token cookie ``Secure`` (set when the console is served over HTTPS).
     """
 

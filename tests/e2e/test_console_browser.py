@@ -5,8 +5,11 @@ scoped items (the patterns of tests/e2e/test_visibility_scopes.py).
 Every page loads and passes axe-core with no serious or critical violation; a search shows each ranking's
 score; a pack shows why each item is in it; the as-of slider moves which facts are live; a fact links to
 the observation that proves it; a reader without ``workspace:alpha`` sees no scoped item on any page while
-a reader with it does; a missing token gets the login page; a service that is down is named; a service's
-field violations are shown. Screenshots of each page go to build/console-screenshots.
+a reader with it does; the start page lists the namespaces a token can see with counts that leave out what
+its scopes do not reach; the audit page lists an admin's namespace events with the service's filters and
+paging, and shows a reader the service's refusal; a missing token gets the login page; a service that is
+down is named; a service's field violations are shown. Screenshots of each page go to
+build/console-screenshots.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import uvicorn
 from google.protobuf import json_format
 from memory_service_grpc_client import ClientSecurity, MemoryClient
 from memory_service_grpc_client.memory.v1 import (
+    audit_service_pb2,
     document_service_pb2,
     knowledge_pb2,
     memory_service_pb2,
@@ -102,6 +106,16 @@ class World:
     scoped_ns: str
     secret_observation: str
     memory_user: str
+    audit: AuditTrail
+
+
+@dataclass(frozen=True)
+class AuditTrail:
+    """The explicit audit events recorded in the scoped namespace, oldest first, all in ``trace_id``:
+    ``(event_id, action, principal, target_key, record_time)``."""
+
+    trace_id: str
+    events: tuple[tuple[str, str, str, str, datetime], ...]
 
 
 def _observation(
@@ -155,6 +169,30 @@ def _load_scoped(ingest_addr: str, query_addr: str, token: str, ns: str) -> str:
         ).results
     assert [r.status for r in results] == ["processed", "processed"], [r.error for r in results]
     return results[0].observation_id
+
+
+def _record_audit_events(ingest_addr: str, query_addr: str, tokens: dict[str, str], ns: str) -> AuditTrail:
+    """Four explicit events in one trace: three by the writer (one restricted to ``workspace:alpha``, whose
+    details name the secret) and one by the admin."""
+    trace_id = "console-audit-" + uuid.uuid4().hex[:10]
+    wanted = (
+        ("writer", "review", "doc:public", [], {"note": "menu checked"}),
+        ("writer", "export", "doc:public", [], {"format": "pdf"}),
+        ("writer", "review", "person:ivan", ["workspace:alpha"], {"note": "the secret merger staffing"}),
+        ("admin", "approve", "person:ivan", [], {"note": "approved"}),
+    )
+    events = []
+    for who, action, target, scopes, details in wanted:
+        with MemoryClient(ingest_addr, query_addr, security=ClientSecurity(token=tokens[who])) as client:
+            request = audit_service_pb2.RecordAuditEventRequest(
+                namespace=ns, action=action, trace_id=trace_id, target_key=target, scopes=scopes
+            )
+            request.details.update(details)
+            event = client.record_audit_event(request).event
+        events.append(
+            (event.event_id, action, event.principal, target, event.record_time.ToDatetime(tzinfo=UTC))
+        )
+    return AuditTrail(trace_id, tuple(events))
 
 
 def _load_memories(ingest_addr: str, query_addr: str, token: str, user: str) -> None:
@@ -228,12 +266,13 @@ def world(
             result = runner.invoke(cli_app, [*base, *args])
             assert result.exit_code == 0, result.output
         secret = _load_scoped(ingest_addr, query_addr, tokens["writer"], scoped_ns)
+        trail = _record_audit_events(ingest_addr, query_addr, tokens, scoped_ns)
         _load_memories(ingest_addr, query_addr, tokens["memory"], "u1")
         console = serve_console(
             ConsoleConfig(ingest_addr=ingest_addr, query_addr=query_addr, namespaces=("example", scoped_ns))
         )
         try:
-            yield World(ingest_addr, query_addr, console, tokens, scoped_ns, secret, "u1")
+            yield World(ingest_addr, query_addr, console, tokens, scoped_ns, secret, "u1", trail)
         finally:
             console.stop()
 
@@ -290,6 +329,7 @@ def pages(world: World) -> dict[str, str]:
         "graph": url(world, "/graph", ns="example", key="person:alice", depth="2"),
         "observation": url(world, "/observation", ns=world.scoped_ns, id=world.secret_observation),
         "audit": url(world, "/audit", ns="example"),
+        "audit-namespace": url(world, "/audit", ns=world.scoped_ns),
         "memories": url(world, "/memories", user=world.memory_user, q="invoices"),
         "health": url(world, "/health", ns="example"),
     }
@@ -462,6 +502,141 @@ def test_a_reader_without_the_scope_never_sees_a_scoped_item(browser: Any, world
     assert trace_link.count() == 1
     outsider.goto(world.console.url + (trace_link.get_attribute("href") or ""))
     assert not SECRET.search(outsider.locator("main").inner_text())
+
+
+COUNTED = ("observations", "nodes", "live-facts", "closed-facts", "chunks", "backlog", "memories")
+
+
+def namespace_counts(page: Any, namespace: str) -> dict[str, Any]:
+    """The start page's counts of ``namespace``: each column's total, and the breakdowns by kind as
+    ``{"<column> by kind": {kind: count}}``."""
+    row = page.locator(f"#namespaces tr[data-namespace='{namespace}']")
+    assert row.count() == 1, namespace
+    counts: dict[str, Any] = {
+        name: int(row.locator(f"td.{name}").get_attribute("data-count") or "-1") for name in COUNTED
+    }
+    for name in ("observations", "nodes", "memories"):
+        kinds = {}
+        for item in row.locator(f"td.{name} ul.counts li").all_inner_texts():
+            kind, count = item.rsplit(" ", 1)
+            kinds[kind] = int(count)
+        assert sum(kinds.values()) == counts[name], (name, kinds, counts[name])
+        counts[f"{name} by kind"] = kinds
+    return counts
+
+
+def test_the_start_page_lists_visible_namespaces_with_counts_that_leave_out_scoped_items(
+    browser: Any, world: World
+) -> None:
+    admin = signed_in(browser, world, "admin")
+    admin.goto(url(world, "/"))
+    listed = admin.locator("#namespaces tbody th[scope=row]").all_inner_texts()
+    assert listed == sorted(["example", world.scoped_ns]), listed
+    # The example data: three observations, three documents, Alice's move closed one fact.
+    example = namespace_counts(admin, "example")
+    assert example["observations"] == 3 and example["observations by kind"] == {"processed": 3}, example
+    assert example["nodes by kind"]["document"] == 3, example
+    assert example["live-facts"] >= 2 and example["closed-facts"] >= 1, example
+    assert example["chunks"] >= 3 and example["memories"] == 0, example
+    # The scoped namespace: the reader without workspace:alpha counts only the public half.
+    outsider = signed_in(browser, world, "outsider")
+    insider = signed_in(browser, world, "insider")
+    outsider.goto(url(world, "/"))
+    insider.goto(url(world, "/"))
+    seen_out = namespace_counts(outsider, world.scoped_ns)
+    seen_in = namespace_counts(insider, world.scoped_ns)
+    assert seen_in["observations"] == 2 and seen_out["observations"] == 1, (seen_in, seen_out)
+    assert seen_in["nodes by kind"]["document"] == 2, seen_in
+    assert seen_out["nodes by kind"]["document"] == 1, seen_out
+    # Each observation projects its assertion and the facts of its episode: the secret one's are not counted.
+    for column in ("live-facts", "chunks", "nodes"):
+        assert 0 < seen_out[column] < seen_in[column], (column, seen_in, seen_out)
+    # The admin holds the scope: it counts what the insider does.
+    admin.goto(url(world, "/", ns=world.scoped_ns))
+    assert namespace_counts(admin, world.scoped_ns)["observations"] == 2
+    # A namespace the console lists but the token may not read is one row that says so.
+    assert "not readable with this token" in insider.locator("tr[data-namespace=example]").inner_text()
+    assert insider.locator(".failure").count() == 0
+    # The prefix narrows the list to what starts with it.
+    admin.goto(url(world, "/", prefix="console-"))
+    assert admin.locator("#namespaces tbody th[scope=row]").all_inner_texts() == [world.scoped_ns]
+
+
+def event_rows(page: Any) -> list[tuple[str, str, str]]:
+    """``(action, principal, node)`` of each row of the audit page's events table, in page order."""
+    rows = page.locator("#events tr.event")
+    return [
+        (
+            row.locator("td.action").inner_text(),
+            row.locator("td.principal").inner_text(),
+            row.locator("td.node").inner_text(),
+        )
+        for row in rows.all()
+    ]
+
+
+def test_the_audit_page_lists_an_admins_events_with_filters_and_pages(browser: Any, world: World) -> None:
+    page = signed_in(browser, world, "admin")
+    ns = world.scoped_ns
+    newest_first = [(a, p, t) for _, a, p, t, _ in reversed(world.audit.events)]
+    page.goto(url(world, "/audit", ns=ns))
+    assert page.locator(".failure").count() == 0, page.locator(".failure").all_inner_texts()
+    assert event_rows(page) == newest_first
+    assert page.locator("#next-page").count() == 0
+    # The service filters: each one alone, then combined.
+    page.goto(url(world, "/audit", ns=ns, action="review"))
+    assert event_rows(page) == [row for row in newest_first if row[0] == "review"]
+    page.goto(url(world, "/audit", ns=ns, principal="console-admin"))
+    assert event_rows(page) == [("approve", "console-admin", "person:ivan")]
+    page.goto(url(world, "/audit", ns=ns, node="doc:public"))
+    assert event_rows(page) == [row for row in newest_first if row[2] == "doc:public"]
+    page.goto(url(world, "/audit", ns=ns, action="review", node="person:ivan"))
+    assert event_rows(page) == [("review", "console-writer", "person:ivan")]
+    # The time range: since is inclusive, until exclusive.
+    times = [when for *_, when in world.audit.events]
+    page.goto(url(world, "/audit", ns=ns, since=times[1].isoformat(), until=times[3].isoformat()))
+    assert event_rows(page) == newest_first[1:3]
+    # Pages of two, the filters kept on the "next page" link.
+    page.goto(url(world, "/audit", ns=ns, page_size="2"))
+    assert event_rows(page) == newest_first[:2]
+    page.click("#next-page")
+    page.wait_for_load_state()
+    assert event_rows(page) == newest_first[2:]
+    assert page.locator("#next-page").count() == 0
+    reviews = [row for row in newest_first if row[0] == "review"]
+    page.goto(url(world, "/audit", ns=ns, action="review", page_size="1"))
+    assert event_rows(page) == reviews[:1]
+    page.click("#next-page")
+    page.wait_for_load_state()
+    assert "action=review" in page.url and event_rows(page) == reviews[1:]
+    assert page.locator("#next-page").count() == 0
+    # A page token sent with other filters is the service's INVALID_ARGUMENT, shown with its field.
+    page.goto(url(world, "/audit", ns=ns, page_size="2"))
+    token = (page.get_attribute("#next-page", "href") or "").split("page=")[-1]
+    page.goto(url(world, "/audit", ns=ns, page_size="2", action="export") + f"&page={token}")
+    assert "INVALID_ARGUMENT" in page.locator(".failure").inner_text()
+    assert page.locator(".failure .violations code", has_text="page_token").count() == 1
+
+
+def test_a_reader_gets_the_audit_listings_refusal_and_still_reads_a_trace(browser: Any, world: World) -> None:
+    for who in ("outsider", "insider"):
+        page = signed_in(browser, world, who)
+        page.goto(url(world, "/audit", ns=world.scoped_ns))
+        failure = page.locator(".failure").inner_text()
+        assert "PERMISSION_DENIED" in failure and "AuditService.ListAuditEvents" in failure, failure
+        assert page.locator("#events").count() == 0
+    # Through the trace, a reader sees the events whose scopes it holds, as TraceService decides.
+    outsider = signed_in(browser, world, "outsider")
+    outsider.goto(url(world, "/audit", ns=world.scoped_ns, trace_id=world.audit.trace_id))
+    assert outsider.locator(".failure").count() == 0
+    seen = event_rows(outsider)
+    assert ("export", "console-writer", "doc:public") in seen, seen
+    assert ("review", "console-writer", "person:ivan") not in seen, seen
+    assert not SECRET.search(outsider.locator("main").inner_text())
+    insider = signed_in(browser, world, "insider")
+    insider.goto(url(world, "/audit", ns=world.scoped_ns, trace_id=world.audit.trace_id))
+    assert ("review", "console-writer", "person:ivan") in event_rows(insider)
+    assert SECRET.search(insider.locator("main").inner_text())
 
 
 def test_missing_or_refused_token_gets_the_login_page(browser: Any, world: World) -> None:

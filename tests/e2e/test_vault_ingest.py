@@ -448,6 +448,50 @@ def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channe
     assert "not a Git repository" in run(str(root), "--git", "--namespace", namespace, expect=1)
 
 
+def test_cli_ingest_of_a_folder_without_documents_warns(
+    tmp_path: Path,
+    ingest_host: Any,
+    ingest_channel: grpc.Channel,
+    query_channel: grpc.Channel,
+    namespace: str,
+) -> None:
+    """A folder with no Markdown, into a namespace whose documents came from Retain: the run changes
+    nothing and exits 0 as before, and stderr says the folder holds no document the vault reads."""
+    from typer.testing import CliRunner
+
+    from memory_service_tools.cli import app
+
+    document_service_pb2_grpc.DocumentServiceStub(ingest_channel).Retain(
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:retained", title="Retained", content="Kept by Retain."
+        ),
+        timeout=60,
+    )
+    empty = tmp_path / "papers"
+    write(empty, "notes.txt", "plain text, not Markdown\n")
+    write(empty, ".hidden/inside.md", "# Hidden\n")
+    runner = CliRunner()
+    base = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "ingest", str(empty), "--namespace", namespace]
+    warning = f"warning: {empty} holds no document the vault reads"
+    report = runner.invoke(app, base)
+    assert report.exit_code == 0, report.output
+    assert "the server handled 0 documents" in " ".join(report.stdout.split())
+    assert warning in " ".join(report.stderr.split()) and warning not in report.stdout
+    as_json = runner.invoke(app, [*base, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    parsed = json.loads(as_json.stdout)  # stdout holds the response alone, as without the warning
+    assert parsed.get("documents", []) == [] and parsed.get("counts", {}).get("documentsSwept", 0) == 0
+    assert warning in " ".join(as_json.stderr.split())
+    source = _source(query_channel, namespace, "doc:retained")
+    assert source is not None and source.title == "Retained", "the retained document stays"
+    # A folder that holds a document gets no warning.
+    write(empty, "paper.md", "# Paper\n\nNow there is Markdown.\n")
+    with_document = runner.invoke(app, base)
+    assert with_document.exit_code == 0, with_document.output
+    assert "warning:" not in with_document.stderr
+    assert "the server handled 1 documents: 1 new" in " ".join(with_document.stdout.split())
+
+
 def test_git_repository_by_url(tmp_path: Path) -> None:
     """A repository URL is cloned (here a file:// URL) and read like the local path, named by its URL."""
     repo = _vault(tmp_path / "repo")

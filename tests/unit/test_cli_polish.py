@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -209,6 +211,50 @@ def test_every_option_has_one_long_spelling_and_each_spelling_one_meaning() -> N
     walk(root, "cb")
     assert several == []
     assert {flag: names for flag, names in meanings.items() if len(names) > 1} == {}
+
+
+def every_help() -> dict[str, tuple[str, list[Any]]]:
+    """``{"cb memory list": (its --help text, its options)}`` for ``cb`` and every command and group."""
+    import typer
+
+    found: dict[str, tuple[str, list[Any]]] = {}
+
+    def walk(command: Any, path: list[str]) -> None:
+        result = runner.invoke(app, [*path, "--help"], terminal_width=200)
+        assert result.exit_code == 0 and "Usage:" in result.output, (path, result.output)
+        options = [
+            p for p in command.params if getattr(p, "param_type_name", "") == "option" and not p.hidden
+        ]
+        found[" ".join(["cb", *path])] = (result.output, options)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def test_help_shows_no_value_type_after_a_flag() -> None:
+    # new-user trial: "--json <bool>" read as if --json took a value
+    helps = every_help()
+    typed = 0
+    for path, (text, options) in helps.items():
+        for option in [*options, None]:
+            flags = ["--help"] if option is None else [f for f in option.opts if f.startswith("--")]
+            for flag in flags:
+                # The option's own row: "│ [*] --flag [-f] [<type>]  help" (not a mention in a help text).
+                row = re.search(
+                    r"^│\s+(?:\*\s+)?" + re.escape(flag) + r"(?![\w-])(?:\s+-\w)?\s+(<[^>]+>)?",
+                    text,
+                    re.MULTILINE,
+                )
+                assert row is not None, (path, flag)
+                if option is None or option.is_flag:
+                    assert row.group(1) is None, (path, flag, row.group(0))
+                else:
+                    typed += row.group(1) is not None
+    # Options that take a value still name its type (so the check above reads the right column).
+    assert typed > 50, typed
+    assert re.search(r"--namespace\s+-n\s+<str>", helps["cb search"][0])
 
 
 @pytest.mark.parametrize(

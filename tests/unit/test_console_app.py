@@ -107,6 +107,25 @@ def test_a_service_that_is_down_is_named_and_a_bad_address_is_a_field_violation(
     assert "INVALID_ARGUMENT" in client.get("/search?ns=example&q=x&top_k=1000").text
 
 
+@pytest.mark.parametrize(("query", "name"), [("since=yesterday", "since"), ("page_size=0", "page_size")])
+def test_a_bad_audit_filter_is_a_field_violation(client: TestClient, query: str, name: str) -> None:
+    client.cookies.set(TOKEN_COOKIE, "t")
+    page = client.get(f"/audit?ns=example&{query}")
+    assert page.status_code == 400
+    assert f"<code>{name}</code>:" in page.text
+    assert 'name="action"' in page.text, "the form is still there"
+
+
+def test_with_the_services_down_the_start_page_keeps_the_named_namespaces() -> None:
+    named = TestClient(create_app(ConsoleConfig("127.0.0.1:1", "127.0.0.1:1", namespaces=("b", "a"))))
+    named.cookies.set(TOKEN_COOKIE, "t")
+    page = named.get("/?ns=c")
+    assert page.status_code == 200
+    assert re.findall(r'<tr data-namespace="([^"]+)"', page.text) == ["a", "b", "c"]
+    assert page.text.count("counts unknown") == 3
+    assert "query_service</strong> is unreachable" in page.text and 'class="failure"' not in page.text
+
+
 def test_instants() -> None:
     assert parse_instant("") is None
     assert parse_instant("2026-10-15T12:00:00Z") == datetime(2026, 10, 15, 12, tzinfo=UTC)

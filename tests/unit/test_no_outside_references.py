@@ -72,3 +72,20 @@ def test_the_pattern_matches_what_it_is_for() -> None:
 def test_no_tracked_file_points_outside_the_repository() -> None:
     found = outside_references()
     assert not found, "references to things outside the repository:\n" + "\n".join(found)
+
+
+def test_no_cli_help_points_outside_the_repository() -> None:
+    """The help of ``cb`` and of every command names nothing outside the repository, and does not use
+    the word for the notes the project was started from, even alone ("the built-in seed kinds")."""
+    from tests.unit.test_cli_polish import every_help
+
+    helps = every_help()
+    assert len(helps) > 30, "every command's help was read"
+    alone = re.compile(r"\bseeds?\b", re.IGNORECASE)
+    found = [
+        f"{path}: {line.strip()}"
+        for path, (text, _) in helps.items()
+        for line in text.splitlines()
+        if OUTSIDE_REFERENCE.search(line) or alone.search(line)
+    ]
+    assert not found, found
