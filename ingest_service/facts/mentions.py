@@ -1,5 +1,5 @@
 """Identifiers of domain-pack kinds found in text, and the MENTIONS links they make at write time
-(seed 000 "Доменные пакеты и строгий режим": ``kinds[].idPatterns``; issue 4 §4).
+(docs/how-to/domain-packs.md: ``kinds[].idPatterns``).
 
 Identifiers are found by `common.packs.identifier_patterns.find_identifiers` (also used by CompileTypedContext
 to find anchors in the query text).
@@ -8,10 +8,10 @@ to find anchors in the query text).
 observation's content (and its text fragments) and in a document's chunks (Retain, PutChunks) link the
 episode or document to the nodes of those keys that EXIST in the namespace (a placeholder counts; a
 missing node is skipped, never created) with a fact edge ``source MENTIONS target`` of evidence
-``extracted`` (seed 000: a deterministic rule), confidence 1.0, in the transaction of the write:
+``extracted`` (a deterministic rule, docs/explanation/knowledge-model.md), confidence 1.0, in the transaction of the write:
 
-* the fact's ``valid_from`` is the observation's ``occurred_at`` for an episode (so its fact_id, DESIGN
-  §3, is the same on every replay) and the time the mention was first seen for a document;
+* the fact's ``valid_from`` is the observation's ``occurred_at`` for an episode (so its fact_id,
+  docs/explanation/knowledge-model.md, is the same on every replay) and the time the mention was first seen for a document;
 * a target that the source already MENTIONS with an open interval is left alone, so writing the same
   input again creates nothing;
 * Retain replaces the whole text, so its open MENTIONS facts whose target is no longer named are closed
@@ -96,7 +96,7 @@ class MentionLinker:
             for match in find_identifiers(kinds, source.texts)
             if match.natural_key != source.natural_key
         ]
-        # Nodes hidden from the writer's scopes count as missing (issue 5 §3, `common.domain.write_access`).
+        # Nodes hidden from the writer's scopes count as missing (`common.domain.write_access`).
         visible = WriteAccess.of_caller().visibility
         existing = self.graph.node_labels(conn, source.namespace, keys, visibility=visible) if keys else {}
         targets = [key for key in keys if key in existing]
@@ -108,7 +108,7 @@ class MentionLinker:
     ) -> MentionResult:
         """Links ``source`` to the entities ``keys`` found in its text by an enricher
         (`ingest_service.memories.enrichment`), CREATING the missing ones: `FactEngine` makes them placeholders
-        that carry the source's restricting scopes (issue 10 §2), so an entity of a user's memory is seen
+        that carry the source's restricting scopes, so an entity of a user's memory is seen
         by that user's readers only. Same rules as `link` otherwise (open mentions kept, ``complete``
         closes the targets no longer named); ``evidence`` is the enricher's (``extracted``, ``inferred``).
         """
