@@ -203,6 +203,22 @@ func every(ingestAddress, queryAddress, namespace, token string) {
 		listedMemory = listedMemory || memory.MemoryId == added.Results[0].MemoryId
 	}
 	check(listedMemory, "the memory is listed")
+	subscriptions, _ := memoryv1.NewWebhookServiceClient(ingest).ListWebhookSubscriptions(ctx, &memoryv1.ListWebhookSubscriptionsRequest{Namespace: namespace})
+	check(len(subscriptions.Subscriptions) == 0, "no webhook subscriptions")
+	stats, _ := memoryv1.NewNamespaceServiceClient(query).GetNamespaceStats(ctx, &memoryv1.GetNamespaceStatsRequest{Namespace: namespace})
+	check(stats.Namespace == namespace && stats.ChunkCount >= 1, "namespace stats counted")
+	// A server stream: its first message (a change this run wrote) is enough, then the call is cancelled.
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	changes, err := memoryv1.NewChangeFeedServiceClient(query).WatchChanges(watchCtx, &memoryv1.WatchChangesRequest{Namespace: namespace, HeartbeatSeconds: 1})
+	if err != nil {
+		fail("/memory.v1.ChangeFeedService/WatchChanges", err)
+	}
+	firstChange, err := changes.Recv()
+	if err != nil {
+		fail("/memory.v1.ChangeFeedService/WatchChanges", err)
+	}
+	stopWatching()
+	check(firstChange.GetChange().GetCursor() >= 1, "a change is streamed")
 
 	out, _ := json.Marshal(map[string]interface{}{"services": called})
 	fmt.Println(string(out))
