@@ -11,6 +11,7 @@ import logging
 import grpc
 from memory.v1 import (
     audit_service_pb2_grpc,
+    data_protection_service_pb2_grpc,
     document_service_pb2_grpc,
     domain_pack_service_pb2_grpc,
     fact_service_pb2_grpc,
@@ -30,6 +31,9 @@ from common.storage.database import Database
 from common.storage.pool_metrics import register_database_metrics
 from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
+from ingest_service.data_protection.erasure import SubjectEraser
+from ingest_service.data_protection.legal_holds import LegalHolds
+from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.documents import DocumentWriter
 from ingest_service.enrichment.queue import EnrichmentQueue
 from ingest_service.episode_embedder import EpisodeEmbedder
@@ -40,6 +44,7 @@ from ingest_service.node_deletion import NodeDeleter
 from ingest_service.observation_removal import ObservationRemover
 from ingest_service.observations import ObservationRecorder
 from ingest_service.servicers.audit_servicer import AuditServicer
+from ingest_service.servicers.data_protection_servicer import DataProtectionServicer
 from ingest_service.servicers.document_servicer import DocumentServiceServicer
 from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
 from ingest_service.servicers.fact_servicer import FactServicer
@@ -98,6 +103,11 @@ def create_ingest_host(
     enrichment = EnrichmentQueue(settings, max_connections=2)
     memories = MemoryWriter(database, provider, on_due=enrichment.defer_due)
     summarizer = MemorySummarizer(database, memories)
+    protection = DataProtectionServicer(
+        SubjectEraser(database, remover, deleter, audit),
+        LegalHolds(database, audit),
+        RetentionEnforcer(database, remover, memories, audit),
+    )
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -116,7 +126,9 @@ def create_ingest_host(
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(memories, summarizer), server
         )
+        data_protection_service_pb2_grpc.add_DataProtectionServiceServicer_to_server(protection, server)
         return [
+            "memory.v1.DataProtectionService",
             "memory.v1.ObservationService",
             "memory.v1.FactService",
             "memory.v1.DocumentService",

@@ -95,6 +95,8 @@ def status_for_exception(exc: BaseException, request_id: str | None) -> grpc.Sta
         ]
         proto = status_pb2.Status(code=code_pb2.INTERNAL, message=message, details=details)
         return rpc_status.to_status(proto)
+    extra = getattr(exc, "metadata", None) or {}
+    metadata = {**{str(k)[:64]: str(v)[:256] for k, v in list(extra.items())[:8]}, **metadata}
     details = [_pack(error_details_pb2.ErrorInfo(reason=exc.reason, domain=ERROR_DOMAIN, metadata=metadata))]
     if isinstance(exc, InvalidArgument):
         details.append(_pack(bounded_bad_request(exc.violations)))

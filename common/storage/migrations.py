@@ -56,6 +56,7 @@ MIGRATIONS = (
     "0026_namespace_lexical_indexes.sql",
     "0027_lexical_index_pending_lists.sql",
     "0028_identifier_trigram_index.sql",
+    "0036_data_protection.sql",
 )
 
 
