@@ -6,7 +6,8 @@
 
 * the job: `ingest_service.enrichment.jobs.EnrichmentJob` with the configured enricher;
 * the sweep's look-up: `common.storage.enrichment_jobs_store.EnrichmentJobStore.due_without_job`;
-* the maintenance: `ingest_service.memory_maintenance.MemoryMaintenance.run` (tier policy, expiry sweep).
+* the maintenance: `ingest_service.memory_maintenance.MemoryMaintenance.run` (tier policy, expiry sweep),
+  then the namespaces' retention rules (`ingest_service.data_protection.retention.RetentionEnforcer`).
 
 `run_worker` runs it until SIGTERM/SIGINT, and runs it again when it stops by itself: procrastinate stops a
 worker whose side task (the LISTEN connection, the heartbeat) fails, which a database restart causes, and
@@ -32,7 +33,9 @@ from ingest_service.enrichment.jobs import EnrichmentJob
 from ingest_service.enrichment.language_models import load_models
 from ingest_service.enrichment.model import Enricher
 from ingest_service.enrichment.queue import ENRICH_TASK, EnrichmentQueue
+from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.memory_maintenance import MemoryMaintenance
+from ingest_service.observation_removal import ObservationRemover
 from ingest_service.memory_writer import MemoryWriter
 
 log = logging.getLogger("memory.worker")
@@ -67,10 +70,14 @@ def build_worker(
         with database.connection() as conn:
             return jobs.due_without_job(conn, task=ENRICH_TASK, limit=limit)
 
-    maintenance = MemoryMaintenance(database, MemoryWriter(database, _NoPassages()), settings)
+    writer = MemoryWriter(database, _NoPassages())
+    maintenance = MemoryMaintenance(database, writer, settings)
+    retention = RetentionEnforcer(database, ObservationRemover(database), writer)
 
     def maintain() -> Any:
-        return maintenance.run()
+        report = maintenance.run()
+        retention.enforce()  # the namespaces' retention rules, in the same round
+        return report
 
     queue = EnrichmentQueue(
         settings, job=job.run, due=due, maintenance=maintain, max_connections=concurrency + 3
