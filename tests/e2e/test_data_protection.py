@@ -31,7 +31,10 @@ from memory.v1 import (
     observation_service_pb2_grpc,
 )
 
+from typer.testing import CliRunner
+
 from common.kernel.config import Settings
+from common.tooling.cli.app import app
 from common.storage.database import Database
 from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.memory_maintenance import MemoryMaintenance
@@ -358,3 +361,33 @@ def test_erasure_while_writers_name_the_subject_ends_without_deadlock_or_residue
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         assert residue(conn, settings.graph_name, person) == {}
     assert written[0] > 0
+
+
+def test_the_cli_previews_erases_reads_the_receipt_holds_and_explains_retention(
+    namespace: str, ingest_channel: grpc.Channel, ingest_host: Any, query_host: Any
+) -> None:
+    email = f"jo-{uuid.uuid4().hex[:6]}@example.net"
+    record_all(ingest_channel, [_observation(namespace, 1, "mail", datetime.now(UTC), f"mail from {email}")])
+    base = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+    runner = CliRunner()
+
+    def cb(*args: str) -> str:
+        result = runner.invoke(app, [*base, *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    preview = cb("erase", "-n", namespace, "--value", email)
+    assert "preview (nothing erased)" in preview and "observations_redacted" in preview
+    assert "1" in preview.split("observations_redacted")[1].split("\n")[0]
+    done = cb("erase", "-n", namespace, "--value", email, "--yes", "--json")
+    receipt_id = json_format.Parse(done, dp.EraseSubjectResponse()).receipt.receipt_id
+    assert email not in done
+    assert receipt_id in cb("receipt", receipt_id, "-n", namespace)
+    held = cb("hold", "set", "-n", namespace, "--reason", "case 7")
+    hold_id = held.split()[0]
+    assert hold_id in cb("hold", "list", "-n", namespace)
+    cb("retention", "set", "observations", "--days", "30", "-n", namespace, "--selector", "mail")
+    shown = cb("retention", "show", "-n", namespace)
+    assert "observations/mail: kept 30 days" in shown and f"stopped by legal hold {hold_id}" in shown
+    cb("hold", "lift", hold_id, "-n", namespace)
+    assert "no retention rules" not in cb("retention", "show", "-n", namespace)

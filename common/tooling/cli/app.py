@@ -12,6 +12,7 @@ import typer
 
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
+from common.tooling.cli.data_protection_commands import erase, hold_app, receipt, retention_app
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
@@ -103,6 +104,8 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("typed-context", typed_context),
     ("delete", delete_node),
     ("trace", trace),
+    ("erase", erase),  # data protection (admin)
+    ("receipt", receipt),
     ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
@@ -110,6 +113,8 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("token", token_app),
     ("pack", pack_app),
     ("memory", memory_app),
+    ("hold", hold_app),
+    ("retention", retention_app),
 )
 
 for name, command in COMMANDS:

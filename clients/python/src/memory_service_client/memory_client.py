@@ -35,6 +35,8 @@ from memory.v1 import (
     audit_service_pb2_grpc,
     context_service_pb2,
     context_service_pb2_grpc,
+    data_protection_service_pb2,
+    data_protection_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
     domain_pack_service_pb2,
@@ -341,6 +343,62 @@ class MemoryClient:
         """DocumentService.DeleteNode (sent once: a repeated delete is NOT_FOUND)."""
         stub = document_service_pb2_grpc.DocumentServiceStub(self.ingest_channel)
         return self._write(stub.DeleteNode, request, idempotent=False)
+
+    def erase_subject(
+        self, request: data_protection_service_pb2.EraseSubjectRequest
+    ) -> data_protection_service_pb2.EraseSubjectResponse:
+        """DataProtectionService.EraseSubject (all or nothing; a repeat finds nothing: retried on UNAVAILABLE)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.EraseSubject, request, idempotent=True)
+
+    def get_erasure_receipt(
+        self, request: data_protection_service_pb2.GetErasureReceiptRequest
+    ) -> data_protection_service_pb2.GetErasureReceiptResponse:
+        """DataProtectionService.GetErasureReceipt."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.GetErasureReceipt, request, idempotent=True)
+
+    def create_legal_hold(
+        self, request: data_protection_service_pb2.CreateLegalHoldRequest
+    ) -> data_protection_service_pb2.CreateLegalHoldResponse:
+        """DataProtectionService.CreateLegalHold (sent once: a repeat places a second hold)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.CreateLegalHold, request, idempotent=False)
+
+    def lift_legal_hold(
+        self, request: data_protection_service_pb2.LiftLegalHoldRequest
+    ) -> data_protection_service_pb2.LiftLegalHoldResponse:
+        """DataProtectionService.LiftLegalHold (sent once: a repeat is NOT_FOUND)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.LiftLegalHold, request, idempotent=False)
+
+    def list_legal_holds(
+        self, request: data_protection_service_pb2.ListLegalHoldsRequest
+    ) -> data_protection_service_pb2.ListLegalHoldsResponse:
+        """DataProtectionService.ListLegalHolds."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.ListLegalHolds, request, idempotent=True)
+
+    def set_retention_rule(
+        self, request: data_protection_service_pb2.SetRetentionRuleRequest
+    ) -> data_protection_service_pb2.SetRetentionRuleResponse:
+        """DataProtectionService.SetRetentionRule (a replace: retried on UNAVAILABLE)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.SetRetentionRule, request, idempotent=True)
+
+    def delete_retention_rule(
+        self, request: data_protection_service_pb2.DeleteRetentionRuleRequest
+    ) -> data_protection_service_pb2.DeleteRetentionRuleResponse:
+        """DataProtectionService.DeleteRetentionRule (sent once: a repeat is NOT_FOUND)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.DeleteRetentionRule, request, idempotent=False)
+
+    def preview_retention(
+        self, request: data_protection_service_pb2.PreviewRetentionRequest
+    ) -> data_protection_service_pb2.PreviewRetentionResponse:
+        """DataProtectionService.PreviewRetention."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        return self._write(stub.PreviewRetention, request, idempotent=True)
 
     def reconcile(
         self, request: snapshot_service_pb2.ReconcileRequest
