@@ -33,6 +33,7 @@ from common.storage.wal_position import current_wal_position
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.data_protection.erasure import SubjectEraser
 from ingest_service.data_protection.legal_holds import LegalHolds
+from ingest_service.data_protection.namespace_archive import NamespaceArchive
 from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.documents import DocumentWriter
 from ingest_service.enrichment.queue import EnrichmentQueue
@@ -107,6 +108,7 @@ def create_ingest_host(
         SubjectEraser(database, remover, deleter, audit),
         LegalHolds(database, audit),
         RetentionEnforcer(database, remover, memories, audit),
+        NamespaceArchive(database),
     )
 
     def register(server: grpc.Server) -> list[str]:

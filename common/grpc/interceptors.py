@@ -51,7 +51,7 @@ from common.grpc.request_checks import (
     tolerant_deserializer,
 )
 from common.grpc.status_mapping import grpc_code_for, status_for_exception
-from common.kernel.errors import PermissionDenied
+from common.kernel.errors import DomainError, PermissionDenied
 from common.kernel.request_context import request_id_var
 
 __all__ = ["REQUEST_ID_METADATA_KEY", "server_interceptors"]
@@ -281,6 +281,8 @@ class _AuthInterceptor(grpc.ServerInterceptor):
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
+        if not handler.request_streaming and handler.response_streaming and handler.unary_stream is not None:
+            return _authorized_server_stream(authenticator, metadata, method, handler)
         if handler.unary_unary is None or handler.request_streaming or handler.response_streaming:
             return _refused_streaming_handler(handler, method)
         behavior = handler.unary_unary
@@ -297,6 +299,31 @@ class _AuthInterceptor(grpc.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+
+def _authorized_server_stream(
+    authenticator: Authenticator, metadata: tuple[Any, ...], method: str, handler: grpc.RpcMethodHandler
+) -> grpc.RpcMethodHandler:
+    """A server-streaming handler authorised on its request like a unary one; the error mapping and
+    logging interceptors pass response streams through, so a domain error raised while streaming is
+    mapped to its status here."""
+    behavior = handler.unary_stream
+
+    def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            principal = authenticator.authenticate(metadata)
+            raise_if_unparsed(request)
+            authorize(principal, method, request)
+            with principal_context(principal):
+                yield from behavior(request, context)
+        except DomainError as exc:
+            context.abort_with_status(status_for_exception(exc, request_id_var.get()))
+
+    return grpc.unary_stream_rpc_method_handler(
+        wrapped,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
 
 
 def _authorized_stream(principal: Principal, method: str, requests: Any) -> Iterator[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import grpc
@@ -12,7 +13,10 @@ from common.grpc.proto_mapping import instant, timestamp
 from common.storage.data_protection_store import HoldRow, RetentionRule
 from ingest_service.data_protection.erasure import EraseInput, ErasureReceipt, SubjectEraser
 from ingest_service.data_protection.legal_holds import LegalHolds
+from ingest_service.data_protection.namespace_archive import NamespaceArchive
 from ingest_service.data_protection.retention import RetentionEnforcer
+
+ARCHIVE_CHUNK_BYTES = 256 * 1024
 
 
 def receipt_to_proto(receipt: ErasureReceipt) -> pb.ErasureReceipt:
@@ -57,10 +61,40 @@ def rule_to_proto(rule: RetentionRule) -> pb.RetentionRule:
 class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServiceServicer):  # type: ignore[misc]
     """memory.v1.DataProtectionService over the erasure, hold and retention domain objects."""
 
-    def __init__(self, eraser: SubjectEraser, holds: LegalHolds, retention: RetentionEnforcer) -> None:
+    def __init__(
+        self, eraser: SubjectEraser, holds: LegalHolds, retention: RetentionEnforcer, archive: NamespaceArchive
+    ) -> None:
         self.eraser = eraser
         self.holds = holds
         self.retention = retention
+        self.archive = archive
+
+    def ExportNamespace(
+        self, request: pb.ExportNamespaceRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExportNamespaceResponse]:
+        pending = bytearray()
+        for line in self.archive.export(request.namespace):
+            pending += line
+            if len(pending) >= ARCHIVE_CHUNK_BYTES:
+                yield pb.ExportNamespaceResponse(data=bytes(pending))
+                pending.clear()
+        if pending:
+            yield pb.ExportNamespaceResponse(data=bytes(pending))
+
+    def ImportNamespace(
+        self, request_iterator: Iterator[pb.ImportNamespaceRequest], context: grpc.ServicerContext
+    ) -> pb.ImportNamespaceResponse:
+        first = next(request_iterator, None)
+        namespace = first.namespace if first is not None else ""
+
+        def data() -> Iterator[bytes]:
+            if first is not None:
+                yield first.data
+            for message in request_iterator:
+                yield message.data
+
+        report = self.archive.import_archive(namespace, data())
+        return pb.ImportNamespaceResponse(read_counts=report.read, written_counts=report.written)
 
     def EraseSubject(self, request: pb.EraseSubjectRequest, context: grpc.ServicerContext) -> pb.EraseSubjectResponse:
         receipt = self.eraser.erase(

@@ -21,6 +21,150 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ExportNamespaceRequest(_message.Message):
+    """Request of DataProtectionService.ExportNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace to export; required."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportNamespaceRequest: _TypeAlias = ExportNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class ExportNamespaceResponse(_message.Message):
+    """One piece of an archive."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the archive."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportNamespaceResponse: _TypeAlias = ExportNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class ImportNamespaceRequest(_message.Message):
+    """One message of DataProtectionService.ImportNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Namespace to import into; required in the first message (the archive's namespace)."""
+    data: _builtins.bytes
+    """The next bytes of the archive."""
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportNamespaceRequest: _TypeAlias = ImportNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class ImportNamespaceResponse(_message.Message):
+    """Response of DataProtectionService.ImportNamespace."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ReadCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class WrittenCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    READ_COUNTS_FIELD_NUMBER: _builtins.int
+    WRITTEN_COUNTS_FIELD_NUMBER: _builtins.int
+    CONSISTENCY_TOKEN_FIELD_NUMBER: _builtins.int
+    consistency_token: _builtins.str
+    """Opaque read-after-write token of the import's commit."""
+    @_builtins.property
+    def read_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records read per kind."""
+
+    @_builtins.property
+    def written_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Records written per kind (the others existed already)."""
+
+    def __init__(
+        self,
+        *,
+        read_counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        written_counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        consistency_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consistency_token", b"consistency_token", "read_counts", b"read_counts", "written_counts", b"written_counts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportNamespaceResponse: _TypeAlias = ImportNamespaceResponse  # noqa: Y015
+
+@_typing.final
 class EraseSubjectRequest(_message.Message):
     """Request of DataProtectionService.EraseSubject: exactly one of node_key, memory_user, value."""
 

@@ -76,6 +76,16 @@ class DataProtectionServiceStub:
                 request_serializer=memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionRequest.SerializeToString,
                 response_deserializer=memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionResponse.FromString,
                 _registered_method=True)
+        self.ExportNamespace = channel.unary_stream(
+                '/memory.v1.DataProtectionService/ExportNamespace',
+                request_serializer=memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceResponse.FromString,
+                _registered_method=True)
+        self.ImportNamespace = channel.stream_unary(
+                '/memory.v1.DataProtectionService/ImportNamespace',
+                request_serializer=memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceRequest.SerializeToString,
+                response_deserializer=memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceResponse.FromString,
+                _registered_method=True)
 
 
 class DataProtectionServiceServicer:
@@ -161,6 +171,31 @@ class DataProtectionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportNamespace(self, request, context):
+        """Streams the archive of a namespace: JSON lines (UTF-8) cut into chunks of at most 256 KiB, the
+        first line a header {"kind": "header", "format": "memory-service-archive", "version": 1, ...},
+        the last an end record with the record count and, per kind, the items left out because the
+        caller's scopes do not reach them (the header's scopes_filtered is then true). One consistent
+        snapshot of the database. See docs/how-to/data-protection.md for the record kinds.
+        Errors: INVALID_ARGUMENT; PERMISSION_DENIED; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportNamespace(self, request_iterator, context):
+        """Imports an archive made by ExportNamespace into this database, in one transaction: the ids the
+        API names (observation ids, natural keys, fact ids, memory ids, snapshot ids) are kept; a record
+        whose key exists is left as it is, so importing the same archive again writes nothing. The
+        first message names the namespace (it must be the archive's); every message carries the next
+        bytes of the archive.
+        Errors: INVALID_ARGUMENT (not an archive of this format and version, another namespace, a
+        truncated archive: nothing written); PERMISSION_DENIED; UNAVAILABLE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DataProtectionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -203,6 +238,16 @@ def add_DataProtectionServiceServicer_to_server(servicer, server):
                     servicer.PreviewRetention,
                     request_deserializer=memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionRequest.FromString,
                     response_serializer=memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionResponse.SerializeToString,
+            ),
+            'ExportNamespace': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportNamespace,
+                    request_deserializer=memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceResponse.SerializeToString,
+            ),
+            'ImportNamespace': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportNamespace,
+                    request_deserializer=memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceRequest.FromString,
+                    response_serializer=memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -423,6 +468,60 @@ class DataProtectionService:
             '/memory.v1.DataProtectionService/PreviewRetention',
             memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionRequest.SerializeToString,
             memory_dot_v1_dot_data__protection__service__pb2.PreviewRetentionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/memory.v1.DataProtectionService/ExportNamespace',
+            memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceRequest.SerializeToString,
+            memory_dot_v1_dot_data__protection__service__pb2.ExportNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportNamespace(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/memory.v1.DataProtectionService/ImportNamespace',
+            memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceRequest.SerializeToString,
+            memory_dot_v1_dot_data__protection__service__pb2.ImportNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

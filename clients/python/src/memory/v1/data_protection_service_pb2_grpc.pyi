@@ -81,6 +81,23 @@ class DataProtectionServiceStub:
     as_time) and how many items are past it and due for the worker's next sweep.
     Errors: INVALID_ARGUMENT; PERMISSION_DENIED.
     """
+    ExportNamespace: _grpc.UnaryStreamMultiCallable[_data_protection_service_pb2.ExportNamespaceRequest, _data_protection_service_pb2.ExportNamespaceResponse]
+    """Streams the archive of a namespace: JSON lines (UTF-8) cut into chunks of at most 256 KiB, the
+    first line a header {"kind": "header", "format": "memory-service-archive", "version": 1, ...},
+    the last an end record with the record count and, per kind, the items left out because the
+    caller's scopes do not reach them (the header's scopes_filtered is then true). One consistent
+    snapshot of the database. See docs/how-to/data-protection.md for the record kinds.
+    Errors: INVALID_ARGUMENT; PERMISSION_DENIED; UNAVAILABLE.
+    """
+    ImportNamespace: _grpc.StreamUnaryMultiCallable[_data_protection_service_pb2.ImportNamespaceRequest, _data_protection_service_pb2.ImportNamespaceResponse]
+    """Imports an archive made by ExportNamespace into this database, in one transaction: the ids the
+    API names (observation ids, natural keys, fact ids, memory ids, snapshot ids) are kept; a record
+    whose key exists is left as it is, so importing the same archive again writes nothing. The
+    first message names the namespace (it must be the archive's); every message carries the next
+    bytes of the archive.
+    Errors: INVALID_ARGUMENT (not an archive of this format and version, another namespace, a
+    truncated archive: nothing written); PERMISSION_DENIED; UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class DataProtectionServiceAsyncStub(DataProtectionServiceStub):
@@ -134,6 +151,23 @@ class DataProtectionServiceAsyncStub(DataProtectionServiceStub):
     """The rules of a namespace and, for each, what will go when: the cut-off instant as of now (or
     as_time) and how many items are past it and due for the worker's next sweep.
     Errors: INVALID_ARGUMENT; PERMISSION_DENIED.
+    """
+    ExportNamespace: _aio.UnaryStreamMultiCallable[_data_protection_service_pb2.ExportNamespaceRequest, _data_protection_service_pb2.ExportNamespaceResponse]  # type: ignore[assignment]
+    """Streams the archive of a namespace: JSON lines (UTF-8) cut into chunks of at most 256 KiB, the
+    first line a header {"kind": "header", "format": "memory-service-archive", "version": 1, ...},
+    the last an end record with the record count and, per kind, the items left out because the
+    caller's scopes do not reach them (the header's scopes_filtered is then true). One consistent
+    snapshot of the database. See docs/how-to/data-protection.md for the record kinds.
+    Errors: INVALID_ARGUMENT; PERMISSION_DENIED; UNAVAILABLE.
+    """
+    ImportNamespace: _aio.StreamUnaryMultiCallable[_data_protection_service_pb2.ImportNamespaceRequest, _data_protection_service_pb2.ImportNamespaceResponse]  # type: ignore[assignment]
+    """Imports an archive made by ExportNamespace into this database, in one transaction: the ids the
+    API names (observation ids, natural keys, fact ids, memory ids, snapshot ids) are kept; a record
+    whose key exists is left as it is, so importing the same archive again writes nothing. The
+    first message names the namespace (it must be the archive's); every message carries the next
+    bytes of the archive.
+    Errors: INVALID_ARGUMENT (not an archive of this format and version, another namespace, a
+    truncated archive: nothing written); PERMISSION_DENIED; UNAVAILABLE.
     """
 
 class DataProtectionServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -233,6 +267,35 @@ class DataProtectionServiceServicer(metaclass=_abc_1.ABCMeta):
         """The rules of a namespace and, for each, what will go when: the cut-off instant as of now (or
         as_time) and how many items are past it and due for the worker's next sweep.
         Errors: INVALID_ARGUMENT; PERMISSION_DENIED.
+        """
+
+    @_abc_1.abstractmethod
+    def ExportNamespace(
+        self,
+        request: _data_protection_service_pb2.ExportNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_data_protection_service_pb2.ExportNamespaceResponse], _abc.AsyncIterator[_data_protection_service_pb2.ExportNamespaceResponse]]:
+        """Streams the archive of a namespace: JSON lines (UTF-8) cut into chunks of at most 256 KiB, the
+        first line a header {"kind": "header", "format": "memory-service-archive", "version": 1, ...},
+        the last an end record with the record count and, per kind, the items left out because the
+        caller's scopes do not reach them (the header's scopes_filtered is then true). One consistent
+        snapshot of the database. See docs/how-to/data-protection.md for the record kinds.
+        Errors: INVALID_ARGUMENT; PERMISSION_DENIED; UNAVAILABLE.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportNamespace(
+        self,
+        request_iterator: _MaybeAsyncIterator[_data_protection_service_pb2.ImportNamespaceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_data_protection_service_pb2.ImportNamespaceResponse, _abc.Awaitable[_data_protection_service_pb2.ImportNamespaceResponse]]:
+        """Imports an archive made by ExportNamespace into this database, in one transaction: the ids the
+        API names (observation ids, natural keys, fact ids, memory ids, snapshot ids) are kept; a record
+        whose key exists is left as it is, so importing the same archive again writes nothing. The
+        first message names the namespace (it must be the archive's); every message carries the next
+        bytes of the archive.
+        Errors: INVALID_ARGUMENT (not an archive of this format and version, another namespace, a
+        truncated archive: nothing written); PERMISSION_DENIED; UNAVAILABLE.
         """
 
 def add_DataProtectionServiceServicer_to_server(servicer: DataProtectionServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
