@@ -30,8 +30,11 @@ from memory.v1 import (
 )
 from memory_service_client import ClientSecurity, make_channel, wait_for_serving
 
+from typer.testing import CliRunner
+
 from common.auth.principals import Right
 from common.kernel.config import Settings
+from common.tooling.cli.app import app
 from common.tooling.token_writer import add_token
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
@@ -189,3 +192,21 @@ def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
     assert lines[-1]["hidden_left_out"]["node"] == 1 and lines[-1]["hidden_left_out"]["chunk"] >= 1
     assert b"confidential" not in partial and b"doc:salaries" not in partial
     assert b"confidential" in full and b"doc:open" in partial
+
+
+def test_cb_export_and_import_round_trip_a_namespace_file(
+    namespace: str, ingest_channel: grpc.Channel, ingest_host: Any, query_host: Any, tmp_path: Path
+) -> None:
+    document_service_pb2_grpc.DocumentServiceStub(ingest_channel).Retain(
+        document_service_pb2.RetainRequest(namespace=namespace, natural_key="doc:x", content="# X\n\nexported\n"),
+        timeout=120,
+    )
+    base = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+    archive = tmp_path / "ns.jsonl"
+    result = CliRunner().invoke(app, [*base, "export", "-n", namespace, "-o", str(archive)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(archive.read_text().splitlines()[0])["namespace"] == namespace
+    result = CliRunner().invoke(app, [*base, "import", str(archive), "-n", namespace, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert int(report["readCounts"]["node"]) >= 1 and not report.get("writtenCounts")  # it was all there

@@ -12,7 +12,7 @@ import typer
 
 from common.tooling.cli.cli_state import CliState
 from common.tooling.cli.context_commands import context, typed_context
-from common.tooling.cli.data_protection_commands import erase, hold_app, receipt, retention_app
+from common.tooling.cli.data_protection_commands import erase, export, hold_app, import_, receipt, retention_app
 from common.tooling.cli.database_commands import db_app, index_tenants, init_db
 from common.tooling.cli.health_commands import health
 from common.tooling.cli.mcp_commands import mcp
@@ -106,6 +106,8 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("trace", trace),
     ("erase", erase),  # data protection (admin)
     ("receipt", receipt),
+    ("export", export),
+    ("import", import_),
     ("mcp", mcp),  # agents (MCP server over both services)
 )
 COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (

@@ -421,6 +421,31 @@ class MemoryClient:
             raise_for_status(exc)
         return response
 
+    def export_namespace(
+        self, request: data_protection_service_pb2.ExportNamespaceRequest, *, timeout: float
+    ) -> Iterator[bytes]:
+        """DataProtectionService.ExportNamespace: the archive's bytes as the server streams them."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        try:
+            for message in stub.ExportNamespace(request, timeout=timeout, metadata=self._call_metadata()):
+                yield message.data
+        except grpc.RpcError as exc:
+            raise_for_status(exc)
+
+    def import_namespace(
+        self, requests: Iterable[data_protection_service_pb2.ImportNamespaceRequest], *, timeout: float
+    ) -> data_protection_service_pb2.ImportNamespaceResponse:
+        """DataProtectionService.ImportNamespace: the first message names the namespace; sent once (a
+        failed import wrote nothing, and a repeated one writes nothing new)."""
+        stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(self.ingest_channel)
+        try:
+            response: data_protection_service_pb2.ImportNamespaceResponse = stub.ImportNamespace(
+                iter(requests), timeout=timeout, metadata=self._call_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for_status(exc)
+        return response
+
     def ingest_vault(
         self, requests: Iterable[vault_service_pb2.IngestVaultRequest], *, timeout: float
     ) -> vault_service_pb2.IngestVaultResponse:
