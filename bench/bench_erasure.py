@@ -5,7 +5,9 @@ embedder) records ``--copies`` copies of the debian corpus in one namespace, eac
 ids made distinct (so a person of one copy is one subject among N = copies x 5,415 observations), then
 erases one person of median activity with EraseSubject: first a preview (``validate_only``, rolled back),
 then for real; it reports the wall time of each, the rows touched (the receipt's counts), and checks with
-a scan of every text column of every table that the person's id is gone. Writes
+a scan of every text column of every table that the person's id is gone. Then it exports the namespace
+(ExportNamespace) and imports the archive twice into a new database through a second ingest service
+(ImportNamespace; the second import writes nothing), reporting MB/s of each. Writes
 bench/results/erasure-<UTC time>.json.
 
 Usage: .venv/bin/python bench/bench_erasure.py [--copies N] [--note TEXT] [--shared-database]
@@ -72,6 +74,36 @@ def corpus(namespace: str, copies: int) -> tuple[list[dict[str, Any]], str]:
     return records, subject
 
 
+def import_into_fresh_database(settings: Settings, namespace: str, archive: bytes) -> dict[str, float]:
+    """Imports ``archive`` twice into a new database through its own ingest service; the seconds of each."""
+    piece = 256 * 1024
+
+    def messages() -> Any:
+        for start in range(0, len(archive), piece):
+            yield dp.ImportNamespaceRequest(namespace=namespace if start == 0 else "", data=archive[start : start + piece])
+
+    url = settings.database_url.rsplit("/", 1)[0] + "/" + settings.database_url.rsplit("/", 1)[1] + "_import"
+    with psycopg.connect(settings.database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{url.rsplit("/", 1)[1]}"')
+    target = settings.model_copy(update={"database_url": url})
+    host = create_ingest_host(target, address="127.0.0.1:0", metrics_port=0)
+    host.start()
+    timings: dict[str, float] = {}
+    try:
+        assert wait_for_serving(f"127.0.0.1:{host.port}", timeout=120)
+        with grpc.insecure_channel(f"127.0.0.1:{host.port}") as channel:
+            stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(channel)
+            for name in ("import_seconds", "reimport_seconds"):
+                started = time.perf_counter()
+                stub.ImportNamespace(messages(), timeout=3600)
+                timings[name] = time.perf_counter() - started
+    finally:
+        host.stop(5)
+        with psycopg.connect(settings.database_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    return timings
+
+
 def run(arguments: argparse.Namespace, stamp: str) -> int:
     settings = Settings()
     namespace = f"bench-erasure-{stamp.lower()}"
@@ -112,6 +144,12 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             dp.EraseSubjectRequest(namespace=namespace, node_key=key, confirm=True), timeout=1800
         ).receipt
         timings["repeat_erase_seconds"] = time.perf_counter() - started
+        started = time.perf_counter()
+        archive = b"".join(
+            m.data for m in protection.ExportNamespace(dp.ExportNamespaceRequest(namespace=namespace), timeout=3600)
+        )
+        timings["export_seconds"] = time.perf_counter() - started
+        timings.update(import_into_fresh_database(settings, namespace, archive))
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             left = residue(conn, settings.graph_name, person)
             scanned = columns_scanned(conn, settings.graph_name)
@@ -132,6 +170,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "counts": counts,
         "preview_matches_erase": dict(preview.counts) == counts,
         "repeat_counts_nonzero": {k: v for k, v in again.counts.items() if v},
+        "archive_megabytes": round(len(archive) / 1e6, 2),
+        "export_megabytes_per_second": round(len(archive) / 1e6 / timings["export_seconds"], 2),
+        "import_megabytes_per_second": round(len(archive) / 1e6 / timings["import_seconds"], 2),
+        "reimport_megabytes_per_second": round(len(archive) / 1e6 / timings["reimport_seconds"], 2),
         "residue_columns_scanned": scanned,
         "residue": left,
         "database_bytes": int(sizes[0]) if sizes else 0,

@@ -32,7 +32,7 @@ def _receipt_lines(receipt: dp.ErasureReceipt) -> None:
 def erase(
     ctx: typer.Context,
     namespace: WriteNamespaceOption,
-    node_key: Annotated[str, typer.Option("--key", help="the subject's node key, e.g. person:alice")] = "",
+    key: Annotated[str, typer.Option("--key", help="the subject's node key, e.g. person:alice")] = "",
     value: Annotated[str, typer.Option("--value", help="an exact personal-data value (e-mail, phone)")] = "",
     memory_user: Annotated[str, typer.Option("--memory-user", help="a memory user id")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (only its length is kept)")] = "",
@@ -42,7 +42,7 @@ def erase(
     """Erase one data subject everywhere in a namespace and print the receipt (admin right).
     Without --yes it only previews what would go."""
     request = dp.EraseSubjectRequest(
-        namespace=namespace, node_key=node_key, value=value, memory_user=memory_user, reason=reason,
+        namespace=namespace, node_key=key, value=value, memory_user=memory_user, reason=reason,
         confirm=yes, validate_only=not yes,
     )
     call_and_print(memory_client(ctx).erase_subject, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt))
