@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
-from common.kernel.errors import NotFound
+from common.kernel.errors import FailedPrecondition, NotFound
 from common.storage.database import Database
 from common.storage.memory_lifecycle_store import MemoryLifecycleStore
 from common.storage.memory_store import MemoryStore
@@ -87,12 +87,14 @@ class MemoryMaintenance:
         before = now - timedelta(hours=self.settings.memory_expiry_grace_hours)
         AuditTrail(self.database).prepare()
         events: list[str] = []
+        held: set[tuple[str, str]] = set()
         while True:
             with self.database.connection() as conn:
                 due = self.lifecycle.expired_before(
-                    conn, before, self.settings.memory_maintenance_batch, namespaces
+                    conn, before, self.settings.memory_maintenance_batch + len(held), namespaces
                 )
-            for namespace, key, user_id in due:
+            fresh = [item for item in due if (item[0], item[1]) not in held]
+            for namespace, key, user_id in fresh:
                 try:
                     events.append(
                         self.database.run_transaction(
@@ -103,7 +105,10 @@ class MemoryMaintenance:
                     )
                 except NotFound:  # deleted meanwhile (DeleteMemory or a concurrent sweep)
                     continue
-            if len(due) < self.settings.memory_maintenance_batch:
+                except FailedPrecondition as refused:  # a legal hold: the memory stays until it is lifted
+                    log.info("expired memory %s in %s kept: %s", key, namespace, refused.message)
+                    held.add((namespace, key))
+            if len(due) < self.settings.memory_maintenance_batch + len(held) or not fresh:
                 return events
 
     def run(self, now: datetime | None = None, *, namespaces: Sequence[str] = ()) -> MaintenanceReport:

@@ -175,15 +175,31 @@ def test_a_subject_hold_stops_memory_deletion_and_expiry(
     settings: Settings, ingest_channel: grpc.Channel, protection: Any
 ) -> None:
     user = "u-" + uuid.uuid4().hex[:10]
-    [memory_id] = _memories(ingest_channel, user, ["A note to keep for the audit."])
-    namespace = _memory_namespace(settings, user)
-    hold = protection.CreateLegalHold(
-        dp.CreateLegalHoldRequest(namespace=namespace, subject_key=memory_id, reason="audit"), timeout=30
-    ).hold
     stub = memory_service_pb2_grpc.MemoryServiceStub(ingest_channel)
+    added = stub.AddMemories(json_format.ParseDict(
+        {"userId": user, "memories": [{"text": "A note to keep for the audit.", "idempotencyKey": "1"},
+                                      {"text": "A note that expires.", "idempotencyKey": "2", "ttl": "3600s"}]},
+        memory_service_pb2.AddMemoriesRequest()), timeout=120).results
+    memory_id, expiring = added[0].memory_id, added[1].memory_id
+    namespace = _memory_namespace(settings, user)
+    holds = [
+        protection.CreateLegalHold(
+            dp.CreateLegalHoldRequest(namespace=namespace, subject_key=key, reason="audit"), timeout=30
+        ).hold
+        for key in (memory_id, expiring)
+    ]
     _held(lambda: stub.DeleteMemory(memory_service_pb2.DeleteMemoryRequest(memory_id=memory_id, user_id=user),
-                                    timeout=30), hold.hold_id)
-    protection.LiftLegalHold(dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30)
+                                    timeout=30), holds[0].hold_id)
+    database = Database(settings)
+    try:
+        maintenance = MemoryMaintenance(database, MemoryWriter(database, _NoPassages()), settings)
+        later = datetime.now(UTC) + timedelta(days=30)
+        assert maintenance.run(now=later, namespaces=[namespace]).expired_deleted == 0  # held: kept
+        for hold in holds:
+            protection.LiftLegalHold(dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30)
+        assert maintenance.run(now=later, namespaces=[namespace]).expired_deleted == 1
+    finally:
+        database.close()
     stub.DeleteMemory(memory_service_pb2.DeleteMemoryRequest(memory_id=memory_id, user_id=user), timeout=30)
 
 
