@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
+import psycopg.sql
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -82,9 +84,10 @@ def import_into_fresh_database(settings: Settings, namespace: str, archive: byte
         for start in range(0, len(archive), piece):
             yield dp.ImportNamespaceRequest(namespace=namespace if start == 0 else "", data=archive[start : start + piece])
 
-    url = settings.database_url.rsplit("/", 1)[0] + "/" + settings.database_url.rsplit("/", 1)[1] + "_import"
+    name = str(psycopg.conninfo.conninfo_to_dict(settings.database_url)["dbname"]) + "_import"
+    url = psycopg.conninfo.make_conninfo(settings.database_url, dbname=name)
     with psycopg.connect(settings.database_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{url.rsplit("/", 1)[1]}"')
+        admin.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name)))
     target = settings.model_copy(update={"database_url": url})
     host = create_ingest_host(target, address="127.0.0.1:0", metrics_port=0)
     host.start()
@@ -100,7 +103,7 @@ def import_into_fresh_database(settings: Settings, namespace: str, archive: byte
     finally:
         host.stop(5)
         with psycopg.connect(settings.database_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+            admin.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
     return timings
 
 
