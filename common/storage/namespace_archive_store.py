@@ -60,7 +60,7 @@ class NamespaceArchiveStore:
             ids = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
             target = sql.SQL(f"ON CONFLICT {conflict} DO NOTHING" if conflict else "")
             self._inserts[table] = sql.SQL(
-                "INSERT INTO {t} ({c}) SELECT {c} FROM jsonb_populate_record(NULL::{t}, %s::jsonb) {target}"
+                "INSERT INTO {t} ({c}) SELECT {c} FROM jsonb_populate_recordset(NULL::{t}, %s::jsonb) {target}"
             ).format(t=self.t[table], c=ids, target=target)
         return self._inserts[table]
 
@@ -146,10 +146,13 @@ class NamespaceArchiveStore:
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def insert_row(self, conn: psycopg.Connection[Any], table: str, row: dict[str, Any]) -> bool:
-        """Inserts one exported row unless its key exists; True when inserted."""
-        cursor = conn.execute(self._insert_statement(conn, table), (json.dumps(row),))
-        return cursor.rowcount > 0
+    def insert_rows(self, conn: psycopg.Connection[Any], table: str, rows: list[dict[str, Any]]) -> int:
+        """Inserts exported rows of ``table`` in one statement, except those whose key exists; returns
+        how many were inserted."""
+        if not rows:
+            return 0
+        cursor = conn.execute(self._insert_statement(conn, table), (json.dumps(rows),))
+        return max(cursor.rowcount, 0)
 
     def insert_domain_pack(self, conn: psycopg.Connection[Any], row: dict[str, Any]) -> bool:
         """Inserts a domain pack version unless it exists."""

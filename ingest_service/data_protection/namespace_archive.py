@@ -37,6 +37,7 @@ from common.storage.namespace_archive_store import NamespaceArchiveStore
 from ingest_service.data_protection.legal_holds import caller_name
 
 FORMAT = "memory-service-archive"
+IMPORT_BATCH = 500  # rows of one table per INSERT
 VERSION = 1
 TABLE_KINDS = (
     ("vault_runs", "vault_run"),
@@ -184,11 +185,26 @@ class NamespaceArchive:
         def work(conn: Any) -> Counter[str]:
             written: Counter[str] = Counter()
             new_nodes: set[str] = set()
+            batch: list[dict[str, Any]] = []
+            batch_kind = ""
+
+            def flush() -> None:
+                if batch:
+                    written[batch_kind] += self.store.insert_rows(conn, _TABLE_OF[batch_kind], batch)
+                    batch.clear()
+
             for record in body:
                 kind, row = str(record.get("kind")), record.get("row")
                 if not isinstance(row, dict):
                     raise InvalidArgument.single("data", f"a {kind} record without a row")
-                if kind == "node":
+                if kind != batch_kind or len(batch) >= IMPORT_BATCH:
+                    flush()
+                    batch_kind = kind
+                if kind in _TABLE_OF:
+                    if row.get("namespace", namespace) != namespace:
+                        raise InvalidArgument.single("data", f"a {kind} record of another namespace")
+                    batch.append(row)
+                elif kind == "node":
                     if self.store.insert_node(conn, dict(row)):
                         new_nodes.add(row["natural_key"])
                         written[kind] += 1
@@ -203,13 +219,10 @@ class NamespaceArchive:
                     written[kind] += self.store.insert_snapshot(conn, dict(row))
                 elif kind == "context_trace":
                     if not self.store.trace_exists(conn, namespace, row):
-                        written[kind] += self.store.insert_row(conn, "context_traces", row)
-                elif kind in _TABLE_OF:
-                    if row.get("namespace", namespace) != namespace:
-                        raise InvalidArgument.single("data", f"a {kind} record of another namespace")
-                    written[kind] += self.store.insert_row(conn, _TABLE_OF[kind], row)
+                        written[kind] += self.store.insert_rows(conn, "context_traces", [row])
                 else:
                     raise InvalidArgument.single("data", f"unknown record kind {kind!r}")
+            flush()
             return written
 
         written = self.database.run_transaction(work)
