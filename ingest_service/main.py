@@ -11,6 +11,7 @@ import logging
 import grpc
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2_grpc,
+    data_protection_service_pb2_grpc,
     document_service_pb2_grpc,
     domain_pack_service_pb2_grpc,
     fact_service_pb2_grpc,
@@ -34,6 +35,9 @@ from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.change_feed.pruner import ChangeFeedPruner
 from ingest_service.change_feed.subscriptions import WebhookSubscriptions
+from ingest_service.data_protection.erasure import SubjectEraser
+from ingest_service.data_protection.namespace_archive import NamespaceArchive
+from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.embedding.episodes import EpisodeEmbedder
@@ -45,6 +49,7 @@ from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
 from ingest_service.servicers.audit_servicer import AuditServicer
+from ingest_service.servicers.data_protection_servicer import DataProtectionServicer
 from ingest_service.servicers.document_servicer import DocumentServiceServicer
 from ingest_service.servicers.domain_pack_servicer import DomainPackServicer
 from ingest_service.servicers.fact_servicer import FactServicer
@@ -54,6 +59,7 @@ from ingest_service.servicers.snapshot_servicer import SnapshotServicer
 from ingest_service.servicers.vault_servicer import VaultServicer
 from ingest_service.servicers.webhook_servicer import WebhookServicer
 from ingest_service.snapshots.reconciler import SnapshotReconciler
+from ingest_service.validation.legal_holds import LegalHolds
 from ingest_service.vault.ingest import VaultIngestor
 
 
@@ -104,6 +110,12 @@ def create_ingest_host(
     memories = MemoryWriter(database, provider, on_due=enrichment.defer_due)
     summarizer = MemorySummarizer(database, memories)
     webhooks = WebhookSubscriptions(database, settings)
+    protection = DataProtectionServicer(
+        SubjectEraser(database, remover, deleter, audit),
+        LegalHolds(database, audit),
+        RetentionEnforcer(database, remover, memories, audit),
+        NamespaceArchive(database),
+    )
 
     def register(server: grpc.Server) -> list[str]:
         observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(
@@ -123,7 +135,9 @@ def create_ingest_host(
             MemoryServicer(memories, summarizer), server
         )
         webhook_service_pb2_grpc.add_WebhookServiceServicer_to_server(WebhookServicer(webhooks), server)
+        data_protection_service_pb2_grpc.add_DataProtectionServiceServicer_to_server(protection, server)
         return [
+            "memory.v1.DataProtectionService",
             "memory.v1.ObservationService",
             "memory.v1.FactService",
             "memory.v1.DocumentService",

@@ -6,7 +6,8 @@
 
 * the job: `ingest_service.memories.enrichment.jobs.EnrichmentJob` with the configured enricher;
 * the sweep's look-up: `common.storage.enrichment_jobs_store.EnrichmentJobStore.due_without_job`;
-* the maintenance: `ingest_service.memories.maintenance.MemoryMaintenance.run` (tier policy, expiry sweep).
+* the maintenance: `ingest_service.memories.maintenance.MemoryMaintenance.run` (tier policy, expiry sweep),
+  then the namespaces' retention rules (`ingest_service.data_protection.retention.RetentionEnforcer`).
 
 `run_worker` runs it until SIGTERM/SIGINT, and runs it again when it stops by itself: procrastinate stops a
 worker whose side task (the LISTEN connection, the heartbeat) fails, which a database restart causes, and
@@ -31,6 +32,7 @@ from common.storage.schema import migrations
 from ingest_service.change_feed.delivery import WebhookDeliverer, WebhookDispatcher
 from ingest_service.change_feed.webhook_queue import QUEUE as WEBHOOK_QUEUE
 from ingest_service.change_feed.webhook_queue import register_webhook_tasks
+from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models
@@ -38,6 +40,7 @@ from ingest_service.memories.enrichment.model import Enricher
 from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, quiet_routine_jobs
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
+from ingest_service.observations.removal import ObservationRemover
 
 log = logging.getLogger("memory.worker")
 # Seconds between restarts of a worker that stopped by itself (the database unreachable), doubling to the cap.
@@ -71,10 +74,14 @@ def build_worker(
         with database.connection() as conn:
             return jobs.due_without_job(conn, task=ENRICH_TASK, limit=limit)
 
-    maintenance = MemoryMaintenance(database, MemoryWriter(database, _NoPassages()), settings)
+    writer = MemoryWriter(database, _NoPassages())
+    maintenance = MemoryMaintenance(database, writer, settings)
+    retention = RetentionEnforcer(database, ObservationRemover(database), writer)
 
     def maintain() -> Any:
-        return maintenance.run()
+        report = maintenance.run()
+        retention.enforce()  # the namespaces' retention rules, in the same round
+        return report
 
     queue = EnrichmentQueue(
         settings, job=job.run, due=due, maintenance=maintain, max_connections=concurrency + 3

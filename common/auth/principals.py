@@ -107,6 +107,18 @@ METHOD_RIGHTS: Mapping[str, Right] = types.MappingProxyType(
         "/memory.v1.DomainPackService/GetPackage": _READ,
         "/memory.v1.DomainPackService/ListPackages": _READ,
         "/memory.v1.AuditService/RecordAuditEvent": _WRITE,
+        # Data protection: erasure, holds and retention are the namespace administrator's.
+        "/memory.v1.DataProtectionService/EraseSubject": _ADMIN,
+        "/memory.v1.DataProtectionService/GetErasureReceipt": _ADMIN,
+        "/memory.v1.DataProtectionService/CreateLegalHold": _ADMIN,
+        "/memory.v1.DataProtectionService/LiftLegalHold": _ADMIN,
+        "/memory.v1.DataProtectionService/ListLegalHolds": _ADMIN,
+        "/memory.v1.DataProtectionService/SetRetentionRule": _ADMIN,
+        "/memory.v1.DataProtectionService/DeleteRetentionRule": _ADMIN,
+        "/memory.v1.DataProtectionService/PreviewRetention": _ADMIN,
+        # Server stream; and a client stream authorised on its first message (which names the namespace).
+        "/memory.v1.DataProtectionService/ExportNamespace": _ADMIN,
+        "/memory.v1.DataProtectionService/ImportNamespace": _ADMIN,
         # query_service (read side).
         "/memory.v1.RetrievalService/Search": _READ,
         "/memory.v1.ContextService/CompileContext": _READ,

@@ -62,7 +62,13 @@ class AlreadyExists(DomainError):
 
 
 class FailedPrecondition(DomainError):
+    """A state forbids the call (a protected node, a legal hold). ``metadata`` goes into the ErrorInfo."""
+
     reason = "FAILED_PRECONDITION"
+
+    def __init__(self, message: str, *, reason: str | None = None, metadata: dict[str, str] | None = None) -> None:
+        super().__init__(message, reason=reason)
+        self.metadata = dict(metadata or {})
 
 
 class PermissionDenied(DomainError):

@@ -27,6 +27,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "vault_documents": "vault_documents",
         "memories": "memories",
         "audit_events": "audit_events",
+        "change_events": "change_events",
+        "webhook_deliveries": "webhook_deliveries",
         "document_originals": "document_originals",
         "document_files": "document_files",
     }

@@ -51,6 +51,7 @@ from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
 from ingest_service.facts.engine import FactEngine
+from ingest_service.validation.legal_holds import ensure_not_held
 from ingest_service.validation.limits import PROTECTED_TYPES, check_reason, check_trace_id
 
 log = logging.getLogger(__name__)
@@ -139,18 +140,26 @@ class NodeDeleter:
         )
         return result
 
-    def delete_in(self, conn: Any, request: DeleteNodeInput, *, access: WriteAccess) -> DeleteNodeResult:
+    def delete_in(
+        self, conn: Any, request: DeleteNodeInput, *, access: WriteAccess, audited: bool = True
+    ) -> DeleteNodeResult:
         """`delete` inside the caller's transaction (a vault sweep deletes each node like this); the
         caller validated ``request`` and ran `AuditTrail.prepare` before its transaction.
 
+        Args:
+            audited: False only for an erasure, whose own event records the deletion without the
+                values (`ingest_service.data_protection.erasure`).
+
         Raises:
-            NotFound, FailedPrecondition: as `delete`.
+            NotFound, FailedPrecondition: as `delete`; FailedPrecondition (reason LEGAL_HOLD) when a
+                legal hold covers the namespace or the key.
         """
         trace_id = request.trace_id or default_trace_id()
         namespace, key = request.namespace, request.natural_key
         node = self.graph.lock_node(conn, namespace, key, visibility=access.visibility)
         if node is None:
             raise NotFound(f"node {key!r} not found in namespace {namespace}")
+        ensure_not_held(conn, self.database.settings, namespace, [key])
         if node["node_type"] in PROTECTED_TYPES:
             raise FailedPrecondition(
                 f"{key!r} is a protected {node['node_type']} node: the audit trail cannot be deleted",
@@ -191,6 +200,8 @@ class NodeDeleter:
             "original_file_removed": original_removed,
             "reason": request.reason,
         }
+        if not audited:
+            return DeleteNodeResult(key, str(node["node_type"]), chunk_count, len(facts), edges_deleted, "", trace_id)
         event = self.audit.record_in(
             conn,
             AuditEventInput(

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
-from common.kernel.errors import NotFound
+from common.kernel.errors import FailedPrecondition, NotFound
 from common.storage.database import Database
 from common.storage.memories.lifecycle import MemoryLifecycleStore
 from common.storage.memories.store import MemoryStore
@@ -127,12 +127,14 @@ class MemoryMaintenance:
             return [], refused
         AuditTrail(self.database).prepare()
         events: list[str] = []
+        held: set[tuple[str, str]] = set()
         while True:
             with self.database.connection() as conn:
                 due = self.lifecycle.expired_before(
-                    conn, before, self.settings.memory_maintenance_batch, sweep_in
+                    conn, before, self.settings.memory_maintenance_batch + len(held), sweep_in
                 )
-            for namespace, key, user_id in due:
+            fresh = [item for item in due if (item[0], item[1]) not in held]
+            for namespace, key, user_id in fresh:
                 try:
                     events.append(
                         self.database.run_transaction(
@@ -143,7 +145,10 @@ class MemoryMaintenance:
                     )
                 except NotFound:  # deleted meanwhile (DeleteMemory or a concurrent sweep)
                     continue
-            if len(due) < self.settings.memory_maintenance_batch:
+                except FailedPrecondition as hold:  # a legal hold: the memory stays until it is lifted
+                    log.info("expired memory %s in %s kept: %s", key, namespace, hold.message)
+                    held.add((namespace, key))
+            if len(due) < self.settings.memory_maintenance_batch + len(held) or not fresh:
                 return events, refused
 
     def run(

@@ -63,6 +63,7 @@ from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
 from ingest_service.facts.engine import FactEngine, accepted
 from ingest_service.observations.episode_text import participant_facts
+from ingest_service.validation.legal_holds import ensure_not_held
 from ingest_service.validation.limits import check_reason, check_trace_id
 
 log = logging.getLogger(__name__)
@@ -153,31 +154,9 @@ class ObservationRemover:
             Unavailable: the database cannot be reached (nothing was changed).
         """
         access, trace_id = self._prepare(namespace, observation_id, reason, trace_id, access)
-
-        def work(conn: Any) -> RedactOutcome:
-            row, struck = self._strike(conn, namespace, observation_id, access)
-            reproven = self._reprove_participants(conn, row)
-            struck = [fact for fact in struck if fact.fact_id not in reproven]
-            texts = text_fragment_keys(observation_id, row["assertions"])
-            _, episode_chunks = self._remove_content(
-                conn, namespace, [episode_key(observation_id)], delete_nodes=False
-            )
-            nodes, text_chunks = self._remove_content(conn, namespace, texts, delete_nodes=True)
-            event_id = ""
-            if row["status"] != REDACTED:
-                snapshot = _snapshot(
-                    row, "redact_observation", reason, nodes, episode_chunks + text_chunks, struck
-                )
-                detail = {"reason": reason, "previous_status": row["status"]}
-                updated = self.observations.redact(
-                    conn, namespace, observation_id, content=REDACTED_CONTENT, detail=detail
-                )
-                assert updated is not None
-                event_id = self._audit(conn, row, trace_id, snapshot)
-                row = updated
-            return RedactOutcome(observation_view(row), len(struck), _lost(struck), event_id)
-
-        outcome = self.database.run_transaction(work)
+        outcome = self.database.run_transaction(
+            lambda conn: self.redact_in(conn, namespace, observation_id, reason, trace_id=trace_id, access=access)
+        )
         log.info(
             "redacted %s in %s (reason %r): %d facts lost it, %d now without evidence",
             observation_id,
@@ -187,6 +166,36 @@ class ObservationRemover:
             outcome.facts_evidence_lost,
         )
         return outcome
+
+    def redact_in(
+        self,
+        conn: Any,
+        namespace: str,
+        observation_id: str,
+        reason: str,
+        *,
+        trace_id: str,
+        access: WriteAccess,
+        audited: bool = True,
+    ) -> RedactOutcome:
+        """`redact` inside the caller's transaction (an erasure redacts each observation like this, with
+        ``audited`` False: its own event records the redactions without the values)."""
+        row, struck = self._strike(conn, namespace, observation_id, access)
+        reproven = self._reprove_participants(conn, row)
+        struck = [fact for fact in struck if fact.fact_id not in reproven]
+        texts = text_fragment_keys(observation_id, row["assertions"])
+        _, episode_chunks = self._remove_content(conn, namespace, [episode_key(observation_id)], delete_nodes=False)
+        nodes, text_chunks = self._remove_content(conn, namespace, texts, delete_nodes=True)
+        event_id = ""
+        if row["status"] != REDACTED:
+            snapshot = _snapshot(row, "redact_observation", reason, nodes, episode_chunks + text_chunks, struck)
+            detail = {"reason": reason, "previous_status": row["status"]}
+            updated = self.observations.redact(conn, namespace, observation_id, content=REDACTED_CONTENT, detail=detail)
+            assert updated is not None
+            if audited:
+                event_id = self._audit(conn, row, trace_id, snapshot)
+            row = updated
+        return RedactOutcome(observation_view(row), len(struck), _lost(struck), event_id)
 
     def purge(
         self,
@@ -212,6 +221,7 @@ class ObservationRemover:
 
         def work(conn: Any) -> PurgeOutcome:
             row, struck = self._strike(conn, namespace, observation_id, access)
+            ensure_not_held(conn, self.database.settings, namespace, [observation_id, episode_key(observation_id)])
             keys = [episode_key(observation_id), *text_fragment_keys(observation_id, row["assertions"])]
             episode_facts = self.facts.touching(conn, namespace, episode_key(observation_id))
             if episode_facts and all(fact.evidence_lost for fact in episode_facts):

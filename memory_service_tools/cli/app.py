@@ -16,6 +16,14 @@ from memory_service_tools.cli.change_feed_commands import watch, webhook_app
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.console_commands import console
 from memory_service_tools.cli.context_commands import context, typed_context
+from memory_service_tools.cli.data_protection_commands import (
+    erase,
+    export,
+    hold_app,
+    import_,
+    receipt,
+    retention_app,
+)
 from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
 from memory_service_tools.cli.health_commands import health
 from memory_service_tools.cli.help_format import FlagsCommand, FlagsGroup
@@ -114,6 +122,10 @@ COMMANDS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("trace", trace),
     ("audit", audit),
     ("watch", watch),
+    ("erase", erase),  # data protection (admin)
+    ("receipt", receipt),
+    ("export", export),
+    ("import", import_),
     ("mcp", mcp),  # agents (MCP server over both services)
     ("console", console),  # people (web console over both services)
 )
@@ -123,6 +135,8 @@ COMMAND_GROUPS: tuple[tuple[str, typer.Typer], ...] = (
     ("pack", pack_app),
     ("memory", memory_app),
     ("webhook", webhook_app),
+    ("hold", hold_app),
+    ("retention", retention_app),
 )
 
 for name, command in COMMANDS:

@@ -61,6 +61,7 @@ MIGRATIONS = (
     "0034_change_feed.sql",
     "0035_webhooks.sql",
     "0032_document_originals.sql",
+    "0036_data_protection.sql",
 )
 
 

@@ -1,0 +1,238 @@
+"""Storage of namespace export and import: every row of a namespace as JSON, and back.
+
+Rows are read with ``to_jsonb`` and written with ``jsonb_populate_record`` over the table's own row type,
+so every column type round-trips through its text form (vectors, tsvector-free: the generated columns
+``search_document`` and ``identifier_text`` of chunks are computed again). Surrogate ids (chunk ids,
+trace ids, snapshot row ids, vertex and edge graph ids, observation recording order) are allocated anew
+by the target; everything the API names (observation ids, natural keys, fact ids, memory ids, snapshot
+ids, run ids) keeps its value. Writes are ``ON CONFLICT DO NOTHING`` on each table's key, so importing
+the same archive twice changes nothing. Composed with `psycopg.sql` (label tables are known at run time).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from common.kernel.config import Settings
+from common.storage.graph.age import agtype_text, decode_agtype
+from common.storage.tables import table_identifiers
+
+# table key -> (columns left out on write, conflict target)
+TABLES: dict[str, tuple[tuple[str, ...], str]] = {
+    "namespace_settings": ((), "(namespace)"),
+    "observations": (("recorded_order",), "(observation_id)"),
+    "facts": ((), "(fact_id)"),
+    "chunks": (("id", "search_document", "identifier_text"), "(namespace, node_key, chunk_order)"),
+    "memories": ((), "(namespace, memory_id)"),
+    "vault_runs": ((), "(run_id)"),
+    "vault_documents": ((), "(namespace, natural_key)"),
+    "context_traces": (("id",), ""),
+}
+ORDER = {"observations": "recorded_order", "chunks": "id", "context_traces": "id"}
+
+
+class NamespaceArchiveStore:
+    """Reads and writes the rows of one namespace (see the module doc)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.t = table_identifiers(settings)
+        self.graph = settings.graph_name
+        self._inserts: dict[str, sql.Composed] = {}
+
+    def _insert_statement(self, conn: psycopg.Connection[Any], table: str) -> sql.Composed:
+        """The INSERT of one exported row of ``table`` (its columns read once from the catalog)."""
+        if table not in self._inserts:
+            left_out, conflict = TABLES[table]
+            columns = [
+                str(r[0])
+                for r in conn.execute(
+                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0"
+                    " AND NOT attisdropped ORDER BY attnum",
+                    (self.t[table].as_string(conn),),
+                )
+                if str(r[0]) not in left_out
+            ]
+            ids = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+            target = sql.SQL(f"ON CONFLICT {conflict} DO NOTHING" if conflict else "")
+            self._inserts[table] = sql.SQL(
+                "INSERT INTO {t} ({c}) SELECT {c} FROM jsonb_populate_recordset(NULL::{t}, %s::jsonb) {target}"
+            ).format(t=self.t[table], c=ids, target=target)
+        return self._inserts[table]
+
+    def rows(self, conn: psycopg.Connection[Any], table: str, namespace: str) -> Iterator[dict[str, Any]]:
+        """The rows of ``table`` in ``namespace`` as JSON objects (every column)."""
+        order = sql.Identifier(ORDER.get(table, "namespace"))
+        cursor = conn.cursor(name=f"export_{table}")
+        cursor.execute(
+            sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE namespace = %s ORDER BY {o}").format(t=self.t[table], o=order),
+            (namespace,),
+        )
+        for (row,) in cursor:
+            yield row
+        cursor.close()
+
+    def domain_packs(self, conn: psycopg.Connection[Any], packages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The domain pack rows named by a namespace's ``packages`` setting."""
+        out: list[dict[str, Any]] = []
+        for package in packages:
+            row = conn.execute(
+                sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE name = %s AND version = %s").format(t=self.t["domain_packs"]),
+                (package.get("name"), package.get("version")),
+            ).fetchone()
+            if row:
+                out.append(row[0])
+        return out
+
+    def snapshots(self, conn: psycopg.Connection[Any], namespace: str) -> list[dict[str, Any]]:
+        """The snapshot journal of ``namespace``: each snapshot row with its items (``items``)."""
+        return [
+            row
+            for (row,) in conn.execute(
+                sql.SQL(
+                    "SELECT to_jsonb(s) || jsonb_build_object('items', coalesce((SELECT jsonb_agg(to_jsonb(i))"
+                    " FROM {items} i WHERE i.snapshot_row = s.id), '[]'::jsonb))"
+                    " FROM {snapshots} s WHERE s.namespace = %s ORDER BY s.id"
+                ).format(items=self.t["snapshot_items"], snapshots=self.t["snapshots"]),
+                (namespace,),
+            )
+        ]
+
+    def nodes(self, conn: psycopg.Connection[Any], namespace: str) -> Iterator[dict[str, Any]]:
+        """The ``graph_nodes`` rows of ``namespace`` with their vertex's properties (``properties``)."""
+        labels = [
+            str(r[0])
+            for r in conn.execute("SELECT DISTINCT label FROM graph_nodes WHERE namespace = %s", (namespace,))
+        ]
+        for label in sorted(labels):
+            cursor = conn.execute(
+                sql.SQL(
+                    "SELECT to_jsonb(g) - 'vertex_id', ag_catalog.agtype_out(v.properties)::text FROM graph_nodes g"
+                    " LEFT JOIN {v} v ON v.id = g.vertex_id WHERE g.namespace = %s AND g.label = %s"
+                    " ORDER BY g.natural_key"
+                ).format(v=sql.Identifier(self.graph, label)),
+                (namespace, label),
+            )
+            for row, props in cursor:
+                row["properties"] = decode_agtype(props) if props is not None else None
+                yield row
+
+    def edge_labels(self, conn: psycopg.Connection[Any]) -> list[str]:
+        """The graph's edge label tables."""
+        rows = conn.execute(
+            "SELECT l.name FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid"
+            " WHERE g.name = %s AND l.kind = 'e' AND l.name <> '_ag_label_edge' ORDER BY l.name",
+            (self.graph,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def edges(self, conn: psycopg.Connection[Any], namespace: str) -> Iterator[dict[str, Any]]:
+        """Every edge starting at a vertex of ``namespace``: label, end keys, properties."""
+        for label in self.edge_labels(conn):
+            cursor = conn.execute(
+                sql.SQL(
+                    "SELECT s.natural_key, t.natural_key, ag_catalog.agtype_out(e.properties)::text FROM {e} e"
+                    " JOIN graph_nodes s ON s.vertex_id = e.start_id JOIN graph_nodes t ON t.vertex_id = e.end_id"
+                    " WHERE s.namespace = %s ORDER BY e.id"
+                ).format(e=sql.Identifier(self.graph, label)),
+                (namespace,),
+            )
+            for start, end, props in cursor:
+                yield {"label": label, "start": start, "end": end, "properties": decode_agtype(props)}
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def insert_rows(self, conn: psycopg.Connection[Any], table: str, rows: list[dict[str, Any]]) -> int:
+        """Inserts exported rows of ``table`` in one statement, except those whose key exists; returns
+        how many were inserted."""
+        if not rows:
+            return 0
+        cursor = conn.execute(self._insert_statement(conn, table), (json.dumps(rows),))
+        return max(cursor.rowcount, 0)
+
+    def insert_domain_pack(self, conn: psycopg.Connection[Any], row: dict[str, Any]) -> bool:
+        """Inserts a domain pack version unless it exists."""
+        cursor = conn.execute(
+            sql.SQL(
+                "INSERT INTO {t} SELECT * FROM jsonb_populate_record(NULL::{t}, %s::jsonb) ON CONFLICT DO NOTHING"
+            ).format(t=self.t["domain_packs"]),
+            (json.dumps(row),),
+        )
+        return cursor.rowcount > 0
+
+    def insert_snapshot(self, conn: psycopg.Connection[Any], row: dict[str, Any]) -> bool:
+        """Inserts a snapshot with its items unless the snapshot exists."""
+        items = row.pop("items", [])
+        row.pop("id", None)
+        new = conn.execute(
+            sql.SQL(
+                "INSERT INTO {s} (namespace, source, scope, snapshot_id, snapshot_time, counts, created_at)"
+                " SELECT namespace, source, scope, snapshot_id, snapshot_time, counts, created_at"
+                " FROM jsonb_populate_record(NULL::{s}, %s::jsonb) ON CONFLICT DO NOTHING RETURNING id"
+            ).format(s=self.t["snapshots"]),
+            (json.dumps(row),),
+        ).fetchone()
+        if new is None:
+            return False
+        for item in items:
+            item["snapshot_row"] = new[0]
+            conn.execute(
+                sql.SQL("INSERT INTO {i} SELECT * FROM jsonb_populate_record(NULL::{i}, %s::jsonb)").format(
+                    i=self.t["snapshot_items"]
+                ),
+                (json.dumps(item),),
+            )
+        return True
+
+    def insert_node(self, conn: psycopg.Connection[Any], row: dict[str, Any]) -> bool:
+        """Inserts a registry row and its vertex unless the key exists; True when inserted."""
+        properties = row.pop("properties", None)
+        inserted = conn.execute(
+            "INSERT INTO graph_nodes SELECT * FROM jsonb_populate_record(NULL::graph_nodes, %s::jsonb)"
+            " ON CONFLICT DO NOTHING RETURNING label",
+            (json.dumps(row),),
+        ).fetchone()
+        if inserted is None:
+            return False
+        if properties is not None:
+            conn.execute(
+                sql.SQL(
+                    "WITH v AS (INSERT INTO {v} (properties) VALUES (%s::ag_catalog.agtype) RETURNING id)"
+                    " UPDATE graph_nodes SET vertex_id = (SELECT id FROM v) WHERE namespace = %s AND natural_key = %s"
+                ).format(v=sql.Identifier(self.graph, str(inserted[0]))),
+                (agtype_text(properties), row["namespace"], row["natural_key"]),
+            )
+        return True
+
+    def insert_edge(self, conn: psycopg.Connection[Any], namespace: str, edge: dict[str, Any]) -> bool:
+        """Inserts an edge between two vertices (looked up by key; the end may be in another namespace
+        only when it exists there); False when an end is missing."""
+        cursor = conn.execute(
+            sql.SQL(
+                "INSERT INTO {e} (start_id, end_id, properties) SELECT s.vertex_id, t.vertex_id, %s::ag_catalog.agtype"
+                " FROM graph_nodes s, graph_nodes t WHERE s.namespace = %s AND s.natural_key = %s"
+                " AND t.natural_key = %s AND t.namespace = %s AND s.vertex_id IS NOT NULL AND t.vertex_id IS NOT NULL"
+            ).format(e=sql.Identifier(self.graph, edge["label"])),
+            (agtype_text(edge["properties"]), namespace, edge["start"], edge["end"], edge.get("end_namespace", namespace)),
+        )
+        return cursor.rowcount > 0
+
+    def node_exists(self, conn: psycopg.Connection[Any], namespace: str, key: str) -> bool:
+        """True when ``key`` is registered in ``namespace``."""
+        return conn.execute(
+            "SELECT 1 FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, key)
+        ).fetchone() is not None
+
+    def trace_exists(self, conn: psycopg.Connection[Any], namespace: str, row: dict[str, Any]) -> bool:
+        """True when a context trace of the same trace id and instant exists (traces have no key of
+        their own)."""
+        return conn.execute(
+            sql.SQL("SELECT 1 FROM {t} WHERE namespace = %s AND trace_id = %s AND created_at = %s::timestamptz").format(
+                t=self.t["context_traces"]
+            ),
+            (namespace, row.get("trace_id"), row.get("created_at")),
+        ).fetchone() is not None

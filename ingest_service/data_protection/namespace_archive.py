@@ -1,0 +1,266 @@
+"""ExportNamespace / ImportNamespace: a namespace as a versioned, streamed archive, and back.
+
+The archive is JSON lines (UTF-8), one record per line, ``{"kind": K, "row": {...}}``; the first line is
+the header ``{"kind": "header", "format": "memory-service-archive", "version": 1, "namespace",
+"export_time", "principal", "scopes_filtered"}``, the last the end record ``{"kind": "end", "records": n,
+"hidden_left_out": {kind: n}}``. Kinds, in order: ``namespace_settings``, ``domain_pack``,
+``observation``, ``node`` (registry row and vertex properties), ``edge`` (label, end keys, properties:
+fact edges, links, trace edges), ``fact`` (intervals, evidence, supersession), ``chunk`` (text, meta and
+embedding), ``snapshot`` (with its journal items), ``memory`` (with lineage: parent, summary), ``vault_run``,
+``vault_document``, ``context_trace``. Audit events are nodes and edges of the graph, so they travel too.
+
+Export reads one snapshot of the database (a single transaction). With a token whose scopes do not reach
+everything, items it cannot see (observations, nodes, facts, traces with a restricting scope it lacks,
+and the chunks, memories and edges of hidden nodes) are left out; the header says ``scopes_filtered``
+and the end record counts what was left out per kind.
+
+Import refuses an archive of another format or version, or whose namespace differs from the request's,
+and writes everything in one transaction: ids the API names are kept, surrogate ids are new, rows
+whose key exists are left as they are (a second import of the same archive writes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from common.domain.write_access import WriteAccess
+from common.kernel.errors import InvalidArgument, ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.storage.database import Database
+from common.storage.graph.store import GraphStore
+from common.storage.namespace_archive_store import NamespaceArchiveStore
+from ingest_service.validation.legal_holds import caller_name
+
+FORMAT = "memory-service-archive"
+IMPORT_BATCH = 500  # rows of one table per INSERT
+VERSION = 1
+TABLE_KINDS = (
+    ("vault_runs", "vault_run"),
+    ("vault_documents", "vault_document"),
+    ("context_traces", "context_trace"),
+)
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """Records read per kind, and how many of them were written (the rest existed)."""
+
+    read: dict[str, int]
+    written: dict[str, int]
+
+
+def _check_namespace(namespace: str) -> None:
+    check = ViolationCollector()
+    if not namespace:
+        check.add("namespace", "required")
+    elif not NAMESPACE_PATTERN.match(namespace):
+        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check.raise_if_any()
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+
+
+class NamespaceArchive:
+    """Exports and imports namespaces (see the module doc)."""
+
+    def __init__(self, database: Database) -> None:
+        self.database = database
+        self.store = NamespaceArchiveStore(database.settings)
+        self.graph = GraphStore(database)
+
+    def export(self, namespace: str, *, access: WriteAccess | None = None) -> Iterator[bytes]:
+        """The archive of ``namespace``, line by line (see the module doc).
+
+        Raises:
+            InvalidArgument: a bad namespace (raised before the first line).
+        """
+        _check_namespace(namespace)
+        visibility = (access or WriteAccess.of_caller()).visibility
+        return self._export(namespace, visibility)
+
+    def _export(self, namespace: str, visibility: Any) -> Iterator[bytes]:
+        hidden: Counter[str] = Counter()
+        records = 0
+        yield _line({
+            "kind": "header", "format": FORMAT, "version": VERSION, "namespace": namespace,
+            "export_time": datetime.now(UTC).isoformat(), "principal": caller_name(),
+            "scopes_filtered": not visibility.unrestricted,
+        })
+        with self.database.connection() as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            settings = list(self.store.rows(conn, "namespace_settings", namespace))
+            for row in settings:
+                records += 1
+                yield _line({"kind": "namespace_settings", "row": row})
+                for pack in self.store.domain_packs(conn, list(row.get("packages") or [])):
+                    records += 1
+                    yield _line({"kind": "domain_pack", "row": pack})
+            for row in self.store.rows(conn, "observations", namespace):
+                if not visibility.allows(row.get("scopes")):
+                    hidden["observation"] += 1
+                    continue
+                records += 1
+                yield _line({"kind": "observation", "row": row})
+            hidden_keys: set[str] = set()
+            for row in self.store.nodes(conn, namespace):
+                if not visibility.allows(row.get("scopes")):
+                    hidden["node"] += 1
+                    hidden_keys.add(row["natural_key"])
+                    continue
+                records += 1
+                yield _line({"kind": "node", "row": row})
+            for edge in self.store.edges(conn, namespace):
+                if edge["start"] in hidden_keys or edge["end"] in hidden_keys:
+                    hidden["edge"] += 1
+                    continue
+                records += 1
+                yield _line({"kind": "edge", "row": edge})
+            for row in self.store.rows(conn, "facts", namespace):
+                if not visibility.allows(row.get("scopes")):
+                    hidden["fact"] += 1
+                    continue
+                records += 1
+                yield _line({"kind": "fact", "row": row})
+            for row in self.store.rows(conn, "chunks", namespace):
+                if row.get("node_key") in hidden_keys:
+                    hidden["chunk"] += 1
+                    continue
+                for generated in ("id", "search_document", "identifier_text"):
+                    row.pop(generated, None)
+                records += 1
+                yield _line({"kind": "chunk", "row": row})
+            for row in self.store.snapshots(conn, namespace):
+                records += 1
+                yield _line({"kind": "snapshot", "row": row})
+            for row in self.store.rows(conn, "memories", namespace):
+                if row.get("memory_id") in hidden_keys:
+                    hidden["memory"] += 1
+                    continue
+                records += 1
+                yield _line({"kind": "memory", "row": row})
+            for table, kind in TABLE_KINDS:
+                for row in self.store.rows(conn, table, namespace):
+                    if kind == "context_trace" and not visibility.allows(row.get("scopes")):
+                        hidden[kind] += 1
+                        continue
+                    records += 1
+                    yield _line({"kind": kind, "row": row})
+        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+
+    def import_archive(self, namespace: str, data: Iterable[bytes]) -> ImportReport:
+        """Imports an archive of ``namespace`` (its byte chunks, in order) in one transaction.
+
+        Raises:
+            InvalidArgument: a bad namespace; an archive that is not JSON lines of this format and
+                version, names another namespace, or lacks its end record (nothing was written).
+        """
+        _check_namespace(namespace)
+        records = list(_records(data))
+        header, end = (records[0] if records else {}), (records[-1] if records else {})
+        check = ViolationCollector()
+        if header.get("kind") != "header" or header.get("format") != FORMAT:
+            check.add("data", f"not a {FORMAT} archive (the first line must be its header)")
+        elif header.get("version") != VERSION:
+            check.add("data", f"archive version {header.get('version')!r}; this service reads version {VERSION}")
+        elif header.get("namespace") != namespace:
+            check.add("namespace", f"the archive holds namespace {header.get('namespace')!r}")
+        if end.get("kind") != "end" or end.get("records") != len(records) - 2:
+            check.add("data", "the archive is truncated (no end record, or a record count that differs)")
+        check.raise_if_any()
+        body = records[1:-1]
+        for record in body:
+            if record.get("kind") == "node":
+                self.graph.ensure_label(str(record["row"]["label"]), "vertex")
+            elif record.get("kind") == "edge":
+                self.graph.ensure_label(str(record["row"]["label"]), "edge")
+        read: Counter[str] = Counter(str(r.get("kind")) for r in body)
+
+        def work(conn: Any) -> Counter[str]:
+            written: Counter[str] = Counter()
+            new_nodes: set[str] = set()
+            batch: list[dict[str, Any]] = []
+            batch_kind = ""
+
+            def flush() -> None:
+                if batch:
+                    written[batch_kind] += self.store.insert_rows(conn, _TABLE_OF[batch_kind], batch)
+                    batch.clear()
+
+            for record in body:
+                kind, row = str(record.get("kind")), record.get("row")
+                if not isinstance(row, dict):
+                    raise InvalidArgument.single("data", f"a {kind} record without a row")
+                if kind != batch_kind or len(batch) >= IMPORT_BATCH:
+                    flush()
+                    batch_kind = kind
+                if kind in _TABLE_OF:
+                    if row.get("namespace", namespace) != namespace:
+                        raise InvalidArgument.single("data", f"a {kind} record of another namespace")
+                    batch.append(row)
+                elif kind == "node":
+                    if self.store.insert_node(conn, dict(row)):
+                        new_nodes.add(row["natural_key"])
+                        written[kind] += 1
+                elif kind == "edge":  # only edges of vertices this import created: a re-import adds none
+                    if (row["start"] in new_nodes or row["end"] in new_nodes) and self.store.insert_edge(
+                        conn, namespace, row
+                    ):
+                        written[kind] += 1
+                elif kind == "domain_pack":
+                    written[kind] += self.store.insert_domain_pack(conn, row)
+                elif kind == "snapshot":
+                    written[kind] += self.store.insert_snapshot(conn, dict(row))
+                elif kind == "context_trace":
+                    if not self.store.trace_exists(conn, namespace, row):
+                        written[kind] += self.store.insert_rows(conn, "context_traces", [row])
+                else:
+                    raise InvalidArgument.single("data", f"unknown record kind {kind!r}")
+            flush()
+            return written
+
+        written = self.database.run_transaction(work)
+        return ImportReport(dict(read), {k: int(v) for k, v in written.items()})
+
+
+_TABLE_OF = {
+    "namespace_settings": "namespace_settings",
+    "observation": "observations",
+    "fact": "facts",
+    "chunk": "chunks",
+    "memory": "memories",
+    "vault_run": "vault_runs",
+    "vault_document": "vault_documents",
+}
+
+
+def _records(data: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON records of an archive's byte chunks (lines may span chunks)."""
+    pending = b""
+    for chunk in data:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for number, line in enumerate(lines):
+            if line.strip():
+                yield _parsed(line, number)
+    if pending.strip():
+        yield _parsed(pending, -1)
+
+
+def _parsed(line: bytes, number: int) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        raise InvalidArgument.single("data", "a line of the archive is not JSON") from None
+    if not isinstance(record, dict):
+        raise InvalidArgument.single("data", "a line of the archive is not a JSON object")
+    return record
+
+
+__all__ = ["FORMAT", "VERSION", "ImportReport", "NamespaceArchive"]

@@ -1,0 +1,222 @@
+"""Retention per data class: namespace rules saying how long data lives, enforced by the worker.
+
+A rule names a namespace, a data class and a selector, and a maximum age:
+
+* ``observations`` (selector: a kind, or '' for every kind), aged by ``occurred_at``: purged as
+  PurgeObservation purges (audited per observation);
+* ``memories`` (selector: a tier hot / warm / cold, or ''), aged by the last use: deleted as
+  DeleteMemory deletes (audited);
+* ``context_traces`` (selector ''), aged by creation: deleted in batches, one audit event per batch.
+
+`RetentionEnforcer.enforce` runs every rule judged at ``now`` (a parameter: tests move the clock), in
+batches of `Settings.memory_maintenance_batch` items per transaction; a legal hold on the namespace
+stops the rule (reported, nothing deleted), a hold on one subject stops only the items it covers. The
+worker (`ingest_service.worker`) calls it with the maintenance round. `preview` says what is due.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
+from common.domain.write_access import WriteAccess
+from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.storage.data_protection_store import DataProtectionStore, RetentionRule
+from common.storage.database import Database
+from common.storage.visibility import EVERYTHING
+from ingest_service.memories.writer import MemoryWriter
+from ingest_service.observations.removal import ObservationRemover
+from ingest_service.validation.legal_holds import ensure_not_held
+
+log = logging.getLogger(__name__)
+
+DATA_CLASSES = ("observations", "memories", "context_traces")
+MEMORY_TIERS = ("hot", "warm", "cold")
+MIN_MAX_AGE = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class RulePreview:
+    """One rule judged at an instant: its cut-off, how many items are due, the hold that stops it."""
+
+    rule: RetentionRule
+    cutoff: datetime
+    due: int
+    blocked_by_hold: str = ""
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    """What one rule deleted in a sweep (``blocked_by_hold``: the hold that stopped it)."""
+
+    rule: RetentionRule
+    deleted: int
+    blocked_by_hold: str = ""
+
+
+def validate_rule(rule: RetentionRule) -> None:
+    """Raises `InvalidArgument` with the field violations of a rule (names of RetentionRule)."""
+    check = ViolationCollector()
+    if not rule.namespace:
+        check.add("rule.namespace", "required")
+    elif not NAMESPACE_PATTERN.match(rule.namespace):
+        check.add("rule.namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    if rule.data_class not in DATA_CLASSES:
+        check.add("rule.data_class", f"one of {', '.join(DATA_CLASSES)}")
+    if rule.data_class == "memories" and rule.selector not in ("", *MEMORY_TIERS):
+        check.add("rule.selector", "a memory tier: hot, warm or cold (or empty for all)")
+    if rule.data_class == "context_traces" and rule.selector:
+        check.add("rule.selector", "context traces have no selector")
+    if len(rule.selector) > 200:
+        check.add("rule.selector", "at most 200 characters")
+    if rule.max_age < MIN_MAX_AGE:
+        check.add("rule.max_age", "at least one hour")
+    check.raise_if_any()
+
+
+class RetentionEnforcer:
+    """Stores retention rules, previews and enforces them (see the module doc)."""
+
+    def __init__(
+        self,
+        database: Database,
+        remover: ObservationRemover,
+        memories: MemoryWriter,
+        audit: AuditTrail | None = None,
+    ) -> None:
+        self.database = database
+        self.remover = remover
+        self.memories = memories
+        self.audit = audit or AuditTrail(database)
+        self.store = DataProtectionStore(database.settings)
+        self.batch = max(1, database.settings.memory_maintenance_batch)
+
+    def set_rule(self, rule: RetentionRule) -> RetentionRule:
+        """Creates or replaces ``rule``.
+
+        Raises:
+            InvalidArgument: see `validate_rule`.
+        """
+        validate_rule(rule)
+        self.database.run_transaction(lambda conn: self.store.put_rule(conn, rule, datetime.now(UTC)))
+        return rule
+
+    def delete_rule(self, namespace: str, data_class: str, selector: str) -> None:
+        """Removes a rule.
+
+        Raises:
+            NotFound: no such rule.
+        """
+        if not self.database.run_transaction(lambda conn: self.store.delete_rule(conn, namespace, data_class, selector)):
+            raise NotFound(f"no retention rule {data_class}/{selector or '*'} in namespace {namespace}")
+
+    def preview(self, namespace: str, now: datetime | None = None) -> list[RulePreview]:
+        """Every rule of ``namespace`` with its cut-off at ``now`` and how many items are due."""
+        at = now or datetime.now(UTC)
+        out: list[RulePreview] = []
+        with self.database.connection() as conn:
+            for rule in self.store.rules(conn, namespace):
+                cutoff = at - rule.max_age
+                out.append(RulePreview(rule, cutoff, self._due(conn, rule, cutoff), self._hold(conn, rule)))
+        return out
+
+    def enforce(self, now: datetime | None = None, namespaces: tuple[str, ...] = ()) -> list[RuleOutcome]:
+        """Deletes what every rule (of ``namespaces``; all when empty) says is past its age at ``now``."""
+        at = now or datetime.now(UTC)
+        self.audit.prepare()
+        with self.database.connection() as conn:
+            rules = [r for r in self.store.rules(conn) if not namespaces or r.namespace in namespaces]
+        outcomes: list[RuleOutcome] = []
+        for rule in rules:
+            outcomes.append(self._enforce_rule(rule, at - rule.max_age))
+        for outcome in outcomes:
+            if outcome.deleted or outcome.blocked_by_hold:
+                log.info("retention %s: %d deleted %s", outcome.rule, outcome.deleted, outcome.blocked_by_hold)
+        return outcomes
+
+    # -- per class ---------------------------------------------------------------------------------
+
+    def _hold(self, conn: Any, rule: RetentionRule) -> str:
+        try:
+            ensure_not_held(conn, self.database.settings, rule.namespace, [])
+        except FailedPrecondition as held:
+            return str(getattr(held, "metadata", {}).get("hold_id", "held"))
+        return ""
+
+    def _due(self, conn: Any, rule: RetentionRule, cutoff: datetime) -> int:
+        if rule.data_class == "observations":
+            return self.store.count_observations_older_than(conn, rule.namespace, rule.selector, cutoff)
+        if rule.data_class == "memories":
+            return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
+        return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
+
+    def _enforce_rule(self, rule: RetentionRule, cutoff: datetime) -> RuleOutcome:
+        with self.database.connection() as conn:
+            hold = self._hold(conn, rule)
+        if hold:
+            return RuleOutcome(rule, 0, hold)
+        deleted = 0
+        skipped: set[str] = set()
+        held_by = ""
+        while True:
+            with self.database.connection() as conn:
+                batch = self._batch(conn, rule, cutoff, len(skipped) + self.batch)
+            batch = [item for item in batch if item[0] not in skipped]
+            if not batch:
+                return RuleOutcome(rule, deleted, held_by)
+            for item in batch:
+                try:
+                    deleted += self._delete(rule, item)
+                except FailedPrecondition as held:  # a hold on one subject: the item stays
+                    held_by = str(getattr(held, "metadata", {}).get("hold_id", "held"))
+                    skipped.add(item[0])
+                except NotFound:  # gone meanwhile
+                    skipped.add(item[0])
+            if rule.data_class == "context_traces":
+                continue
+
+    def _batch(self, conn: Any, rule: RetentionRule, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
+        if rule.data_class == "observations":
+            ids = self.store.observations_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+            return [(i, "") for i in ids]
+        if rule.data_class == "memories":
+            return self.store.memories_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+        due = self.store.count_traces_older_than(conn, rule.namespace, cutoff)
+        return [("traces", str(cutoff))] if due else []
+
+    def _delete(self, rule: RetentionRule, item: tuple[str, str]) -> int:
+        access = WriteAccess(EVERYTHING)
+        if rule.data_class == "observations":
+            self.remover.purge(rule.namespace, item[0], f"retention {rule.data_class}/{rule.selector or '*'}", access=access)
+            return 1
+        if rule.data_class == "memories":
+            self.database.run_transaction(
+                lambda conn: self.memories.delete_in(conn, rule.namespace, item[1], item[0], "retention")
+            )
+            return 1
+        cutoff = datetime.fromisoformat(item[1])
+
+        def traces(conn: Any) -> int:
+            ensure_not_held(conn, self.database.settings, rule.namespace, [])
+            gone = self.store.delete_traces_older_than(conn, rule.namespace, cutoff, self.batch)
+            self.audit.record_in(
+                conn,
+                AuditEventInput(
+                    namespace=rule.namespace,
+                    action=DELETE_ACTION,
+                    trace_id=default_trace_id(),
+                    target_key="context_traces",
+                    details={"operation": "retention", "data_class": "context_traces", "deleted": gone,
+                             "cutoff": cutoff.isoformat()},
+                ),
+            )
+            return gone
+
+        return self.database.run_transaction(traces)
+
+
+__all__ = ["DATA_CLASSES", "RetentionEnforcer", "RuleOutcome", "RulePreview", "validate_rule"]
