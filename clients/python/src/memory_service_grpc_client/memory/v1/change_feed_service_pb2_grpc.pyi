@@ -5,7 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from memory.v1 import change_feed_service_pb2 as _change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2 as _change_feed_service_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

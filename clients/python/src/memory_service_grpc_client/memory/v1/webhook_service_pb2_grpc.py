@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from memory.v1 import webhook_service_pb2 as memory_dot_v1_dot_webhook__service__pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2 as memory_dot_v1_dot_webhook__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
