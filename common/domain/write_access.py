@@ -134,7 +134,8 @@ class WriteAccess:
         (``<path>.scopes[i]``), a hidden subject or object node (``<path>.subject`` / ``<path>.object``), or
         an existing fact of the same id it cannot see (``<path>``: strengthening would change it). Hidden
         things read "not found". A superseded fact the caller cannot see is no violation: the fact
-        engine treats it as not arrived yet (`sees_fact`), so it answers like a fact id that does not exist."""
+        engine treats it as not arrived yet (`sees_fact`), so it answers like a fact id that does not
+        exist."""
         if self.unrestricted:
             return []
         violations = self.scope_violations(scopes, f"{path}.scopes")
@@ -147,7 +148,9 @@ class WriteAccess:
             violations.append(FieldViolation(path, f"fact {fact_id} not found"))
         return violations
 
-    def sees_fact(self, conn: psycopg.Connection[Any], facts: FactStore, namespace: str, row: FactRow) -> bool:
+    def sees_fact(
+        self, conn: psycopg.Connection[Any], facts: FactStore, namespace: str, row: FactRow
+    ) -> bool:
         """True when the caller sees the stored fact ``row``: its scopes and both its end nodes."""
         if self.unrestricted:
             return True

@@ -46,7 +46,9 @@ class Limit:
         """Why ``value`` breaks the limit, or None."""
         if self.as_json:
             size = json_bytes(value)
-            return f"at most {self.chars} bytes as JSON ({self.what}), got {size}" if size > self.chars else None
+            if size > self.chars:
+                return f"at most {self.chars} bytes as JSON ({self.what}), got {size}"
+            return None
         if len(value) > self.chars:
             return f"at most {self.chars} characters ({self.what}), got {len(value)}"
         if value and self.pattern is not None and not self.pattern.match(value):
@@ -96,8 +98,8 @@ READ_FILTER_LIMITS: dict[str, dict[str, Limit]] = {
 }
 
 
-def _values(message: Message, dotted: str) -> list[tuple[str, str]]:
-    """(path, value) of the string field ``dotted`` of ``message`` (one level of nesting, repeated
+def _values(message: Message, dotted: str) -> list[tuple[str, Any]]:
+    """(path, value) of the string or Struct field ``dotted`` of ``message`` (one level of nesting, repeated
     fields indexed); nothing when an enclosing message is not set."""
     head, _, rest = dotted.partition(".")
     if rest:
