@@ -115,7 +115,7 @@ def _counts(database: Database, excluding: list[str] | tuple[str, ...] = ()) -> 
             column = _KEY_COLUMN.get(table)
             where = f" WHERE NOT ({column} = ANY(%s))" if column else ""
             params = (list(excluding),) if column else ()
-            row = conn.execute(f"SELECT count(*) FROM {table}{where}", params).fetchone()  # noqa: S608
+            row = conn.execute(f"SELECT count(*) FROM {table}{where}", params).fetchone()
             assert row is not None
             found[table] = int(row[0])
     return found
@@ -240,17 +240,15 @@ def _with_value(method: MethodDescriptor, site: Site, value: Any) -> Message:
 
     def prefill(message: Any) -> None:  # a valid namespace, so the violation is about the bad field
         ns = message.DESCRIPTOR.fields_by_name.get("namespace")
-        if ns is not None and ns.type == FieldDescriptor.TYPE_STRING and not ns.is_repeated:
-            if not (message is target and name == "namespace") and not message.namespace:
-                message.namespace = "atk-bad-input"
+        plain = ns is not None and ns.type == FieldDescriptor.TYPE_STRING and not ns.is_repeated
+        if plain and not (message is target and name == "namespace") and not message.namespace:
+            message.namespace = "atk-bad-input"
 
     for step in site.steps:
         target = getattr(target, step.name).add() if step.is_repeated else getattr(target, step.name)
     holder: Any = request
     for step in (*site.steps, None):
-        if holder is not target:
-            prefill(holder)
-        elif name != "namespace":
+        if holder is not target or name != "namespace":
             prefill(holder)
         if step is None:
             break
@@ -311,7 +309,7 @@ def _expect_invalid(
     def names(field: str) -> bool:
         return field == expected or (
             prefix_match
-            and (field.startswith(expected) or expected.startswith(field + ".") or expected.startswith(field + "["))
+            and (field.startswith(expected) or expected.startswith((field + ".", field + "[")))
             and field != ""
         )
 
@@ -434,14 +432,14 @@ def test_x_project_id(dev_channels: Any, database: Database, project: str, accep
     ingest, query = dev_channels
     user = "atk-" + uuid.uuid4().hex[:8]
     before = _counts(database)["memories"]
-    add = lambda: memory_service_pb2_grpc.MemoryServiceStub(ingest).AddMemories(  # noqa: E731
+    add = lambda: memory_service_pb2_grpc.MemoryServiceStub(ingest).AddMemories(
         memory_service_pb2.AddMemoriesRequest(
             user_id=user, memories=[memory_service_pb2.NewMemory(text="The user ships on Fridays.")]
         ),
         metadata=(("x-project-id", project),),
         timeout=120,
     )
-    listing = lambda: memory_query_service_pb2_grpc.MemoryQueryServiceStub(query).ListMemories(  # noqa: E731
+    listing = lambda: memory_query_service_pb2_grpc.MemoryQueryServiceStub(query).ListMemories(
         memory_query_service_pb2.ListMemoriesRequest(user_id=user),
         metadata=(("x-project-id", project),),
         timeout=60,
@@ -534,7 +532,7 @@ class World:
         return make_channel(self.query_addr, security=ClientSecurity(token=token))
 
 
-def _seed(world: World) -> None:
+def _populate(world: World) -> None:
     a, b = world.a, world.b
     with world.ingest(world.a_writer) as channel:
         docs = document_service_pb2_grpc.DocumentServiceStub(channel)
@@ -601,7 +599,7 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         world.ingest_addr,
         world.query_addr,
     ):
-        _seed(world)
+        _populate(world)
         yield world
 
 
@@ -709,7 +707,7 @@ def test_nobody_but_an_admin_of_a_lists_a_or_learns_anything(world: World, who: 
         for namespace in (world.a, world.ghost):
             seen = []
             for fields in [*_denied_variants(world, namespace), {"page_token": b_token}]:
-                failure = _failure(lambda: _list(channel, namespace=namespace, **fields))
+                failure = _failure(lambda: _list(channel, namespace=namespace, **fields))  # noqa: B023 - called at once
                 meta = {k: v for k, v in failure.metadata.items() if k != "request_id"}
                 seen.append((failure.code, failure.message.replace(namespace, "<NS>"), json.dumps(meta, sort_keys=True).replace(namespace, "<NS>")))
                 assert failure.code == expected, (fields, _describe(failure))
@@ -729,7 +727,7 @@ def test_get_trace_keeps_others_events_hidden(world: World, who: str) -> None:
     with world.query(token) as channel:
         results = {}
         for trace_id in (world.pii_trace, world.hr_trace, ghost_trace):
-            failure = _failure(lambda: _trace(channel, world.a, trace_id))
+            failure = _failure(lambda: _trace(channel, world.a, trace_id))  # noqa: B023 - called at once
             results[trace_id] = (failure.code, failure.message.replace(trace_id, "<T>"))
     if who in ("a_reader", "a_writer"):
         assert {code for code, _ in results.values()} == {grpc.StatusCode.NOT_FOUND}, results
@@ -824,7 +822,7 @@ def test_out_of_range_times_and_sizes_on_the_listing(world: World) -> None:
     wrong = []
     with world.query(world.a_admin) as channel:
         for name, (fields, path) in cases.items():
-            failure = _failure(lambda: _list(channel, namespace=world.a, **fields))
+            failure = _failure(lambda: _list(channel, namespace=world.a, **fields))  # noqa: B023 - called at once
             if failure.code != grpc.StatusCode.INVALID_ARGUMENT or path not in _fields(failure):
                 wrong.append(f"{name}: {_describe(failure)}")
     assert not wrong, "\n".join(wrong)
