@@ -107,13 +107,20 @@ class FactInput(BaseModel):
     supersedes: str | None = Field(None, description="fact_id this fact replaces (that one is closed)")
 
 
+def _bad_argument(field: str, problem: str) -> ToolError:
+    """An argument the tool's own checks refuse, in the documented ``error: CODE: message`` form."""
+    return ToolError(_failure_block(f"error: INVALID_ARGUMENT: {field}: {problem}", [f"{field}: {problem}"]))
+
+
 def _instant(text: str | None, field: str) -> str | None:
     if text is None or not text.strip():
         return None
     try:
         return canonical_instant(parse_instant(text, assume_utc=True))
-    except ValueError as exc:
-        raise ToolError(f"{field}: {text!r} is not an ISO 8601 instant (e.g. 2026-09-01T00:00:00Z)") from exc
+    except (ValueError, OverflowError) as exc:  # OverflowError: an offset past year 1 or 9999 in UTC
+        raise _bad_argument(
+            field, f"{text!r} is not an ISO 8601 instant in years 1..9999 UTC (e.g. 2026-09-01T00:00:00Z)"
+        ) from exc
 
 
 def _participant(key: str | None, field: str) -> dict[str, str] | None:
@@ -121,7 +128,7 @@ def _participant(key: str | None, field: str) -> dict[str, str] | None:
         return None
     type_, sep, id_ = key.partition(":")
     if not sep or not type_ or not id_:
-        raise ToolError(f"{field}: {key!r} is not a natural key type:id (e.g. person:alice)")
+        raise _bad_argument(field, f"{key!r} is not a natural key type:id (e.g. person:alice)")
     return {"type": type_, "id": id_}
 
 
@@ -298,8 +305,10 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
         )
         response = tools.call(ctx, "record_observations", request)
         result = response.results[0]
-        if result.status == "failed":
-            # The SDK passes a CallToolResult through as it is (the declared dict stays the output schema).
+        if result.status == "failed" or result.field_violations:
+            # Partly refused (partially_processed: an assertion failed) is a tool error too (the isError
+            # rule). The SDK passes a CallToolResult through as it is (the declared dict stays the
+            # output schema).
             return refused_items(  # type: ignore[return-value]
                 _as_json(result),
                 [_failure_block(f"error: INVALID_ARGUMENT: {result.error}", list(result.field_violations))],
@@ -367,10 +376,10 @@ def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> li
         dropped_limit, pack.dropped (the best candidates left out and why).
         """
         if task is not None and query and task != query:
-            raise ToolError("query and its deprecated name task differ: pass query only")
+            raise _bad_argument("task", "query and its deprecated name task differ: pass query only")
         query = query or task or ""
         if not query:
-            raise ToolError("query: required (the task or question you need context for)")
+            raise _bad_argument("query", "required (the task or question you need context for)")
         when = _instant(as_of, "as_of")
         request = context_service_pb2.CompileContextRequest(
             namespace=namespace,

@@ -20,7 +20,6 @@ keys and details are masked by patterns for a token without PII clearance.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 from dataclasses import dataclass, replace
@@ -28,7 +27,9 @@ from datetime import datetime
 
 from common.domain.audit import ACTION_PATTERN, MAX_PRINCIPAL_LENGTH, AuditEvent, event_from_props
 from common.kernel.errors import InvalidArgument, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN, canonical_instant, parse_instant
+from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN, canonical_instant
+from common.kernel.page_tokens import MalformedPageToken, token_bytes, token_instant
+from common.kernel.page_tokens import decode_page_token as decode_token
 from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery, AuditReadAccess, AuditStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
@@ -38,6 +39,7 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 _TOKEN_CONTEXT = b"memory.v1.AuditService/ListAuditEvents"
 _TOKEN_ERROR = "not a token of a previous response to this request: pass next_page_token unchanged, with the same namespace and filters"
+_TOKEN_KEYS = frozenset({"t", "id", "f"})  # recorded_at, event_id, the filter digest
 
 
 @dataclass(frozen=True)
@@ -104,15 +106,16 @@ def decode_page_token(request: AuditListInput) -> tuple[datetime, str] | None:
         return None
     try:
         encoded, _, check = token.partition(".")
-        payload = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        payload = token_bytes(encoded)
         if not check or check != _check_value(payload):
-            raise ValueError("check value")
-        value = json.loads(payload)
+            raise MalformedPageToken("check value")
+        value = decode_token(payload, keys=_TOKEN_KEYS)
         if value["f"] != _filter_digest(request):
-            raise ValueError("other filters")
-        return parse_instant(str(value["t"])), str(value["id"])
-    except (ValueError, KeyError, TypeError, binascii.Error, UnicodeError):
+            raise MalformedPageToken("other filters")
+        return token_instant(value["t"]), value["id"]
+    except MalformedPageToken:
         raise InvalidArgument.single("page_token", _TOKEN_ERROR) from None
+
 
 
 def validate_list_request(request: AuditListInput) -> None:
@@ -140,8 +143,9 @@ def validate_list_request(request: AuditListInput) -> None:
 
 
 def disclose_audit_event(disclosure: PiiDisclosure, event: AuditEvent) -> AuditEvent:
-    """An event as ``disclosure``'s caller may see it: its target key, principal and details masked by
-    patterns for a caller without clearance (`query_service.pii_output`)."""
+    """An event as ``disclosure``'s caller may see it: its target key, principal, scopes and details
+    masked by patterns for a caller without clearance (`query_service.pii_output`); a scope such as
+    ``principal:<e-mail>`` names a person as much as the principal does."""
     if not disclosure.policy.protection:
         return event
     key = event.target_key
@@ -149,6 +153,7 @@ def disclose_audit_event(disclosure: PiiDisclosure, event: AuditEvent) -> AuditE
         event,
         target_key=disclosure.text(event.target_key, key=key),
         principal=disclosure.text(event.principal, key=key),
+        scopes=tuple(disclosure.text(scope, key=key) for scope in event.scopes),
         details=disclosure.value(dict(event.details), key=key),
     )
 

@@ -37,6 +37,7 @@ import psycopg
 from common.auth.principals import current_principal
 from common.kernel.errors import FieldViolation, NotFound, PermissionDenied
 from common.kernel.identifiers import fact_id as compute_fact_id
+from common.storage.fact_rows import FactRow
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility, is_restricting, visibility_for
@@ -128,12 +129,13 @@ class WriteAccess:
         subject: str,
         object_: str,
         scopes: Sequence[str],
-        supersedes: str | None = None,
     ) -> list[FieldViolation]:
         """Why the caller may not write this fact (empty when it may): a scope it may not grant
-        (``<path>.scopes[i]``), a hidden subject or object node (``<path>.subject`` / ``<path>.object``), an
-        existing fact of the same id it cannot see (``<path>``: strengthening would change it), or a
-        superseded fact it cannot see (``<path>.supersedes``). Hidden things read "not found"."""
+        (``<path>.scopes[i]``), a hidden subject or object node (``<path>.subject`` / ``<path>.object``), or
+        an existing fact of the same id it cannot see (``<path>``: strengthening would change it). Hidden
+        things read "not found". A superseded fact the caller cannot see is no violation: the fact
+        engine treats it as not arrived yet (`sees_fact`), so it answers like a fact id that does not
+        exist."""
         if self.unrestricted:
             return []
         violations = self.scope_violations(scopes, f"{path}.scopes")
@@ -141,16 +143,20 @@ class WriteAccess:
         for name, key in (("subject", subject), ("object", object_)):
             if key in hidden:
                 violations.append(FieldViolation(f"{path}.{name}", f"node {key!r} not found"))
-        for name, target in ((path, fact_id), (f"{path}.supersedes", supersedes)):
-            if not target:
-                continue
-            row = facts.get(conn, namespace, target)
-            if row is not None and (
-                not self.can_see(row.scopes)
-                or self.hidden_nodes(conn, facts.graph, namespace, [row.subject_key, row.object_key])
-            ):
-                violations.append(FieldViolation(name, f"fact {target} not found"))
+        row = facts.get(conn, namespace, fact_id)
+        if row is not None and not self.sees_fact(conn, facts, namespace, row):
+            violations.append(FieldViolation(path, f"fact {fact_id} not found"))
         return violations
+
+    def sees_fact(
+        self, conn: psycopg.Connection[Any], facts: FactStore, namespace: str, row: FactRow
+    ) -> bool:
+        """True when the caller sees the stored fact ``row``: its scopes and both its end nodes."""
+        if self.unrestricted:
+            return True
+        return self.can_see(row.scopes) and not self.hidden_nodes(
+            conn, facts.graph, namespace, [row.subject_key, row.object_key]
+        )
 
     def require_writable(
         self,

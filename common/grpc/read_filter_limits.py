@@ -1,23 +1,30 @@
-"""The write side's limits on the filters of every read request (keys, predicates, types, namespaces).
+"""The write side's limits on the filters of every read request (keys, predicates, types, namespaces,
+a meta containment filter).
 
 A read filter names what a write stored, so it can never be longer than the write side accepts: a 1 MB
 subject only makes the database compare it. `READ_FILTER_LIMITS` lists, per request message of the read
 RPCs, each string field that names stored data and the limit of the thing it names;
-`read_filter_violations` gives a field violation for each value beyond it. `common.grpc.request_checks`
-runs it on every request before a handler sees it, so no reader has to remember it.
+`read_filter_violations` gives a field violation for each value beyond it (a Struct filter such as
+Search's ``meta`` is measured as compact JSON, as the write side measures what it names).
+`common.grpc.request_checks` runs it on every request before a handler sees it, so no reader has to
+remember it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from google.protobuf import json_format
 from google.protobuf.message import Message
+from google.protobuf.struct_pb2 import Struct
 
 from common.domain.audit import MAX_TRACE_ID_LENGTH
 from common.kernel.errors import FieldViolation
 from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH, NAMESPACE_PATTERN
 from common.kernel.memory_names import MAX_MEMORY_LABEL_LENGTH, USER_PATTERN
+from common.kernel.value_sizes import MAX_META_BYTES, json_bytes
 
 __all__ = ["READ_FILTER_LIMITS", "Limit", "read_filter_violations"]
 
@@ -33,9 +40,15 @@ class Limit:
     chars: int
     what: str
     pattern: re.Pattern[str] | None = None
+    as_json: bool = False  # a Struct filter: ``chars`` counts bytes of its compact JSON (`json_bytes`)
 
-    def violation(self, value: str) -> str | None:
+    def violation(self, value: Any) -> str | None:
         """Why ``value`` breaks the limit, or None."""
+        if self.as_json:
+            size = json_bytes(value)
+            if size > self.chars:
+                return f"at most {self.chars} bytes as JSON ({self.what}), got {size}"
+            return None
         if len(value) > self.chars:
             return f"at most {self.chars} characters ({self.what}), got {len(value)}"
         if value and self.pattern is not None and not self.pattern.match(value):
@@ -51,6 +64,7 @@ TRACE_ID = Limit(MAX_TRACE_ID_LENGTH, "the longest trace id a write accepts")
 PAGE_TOKEN = Limit(MAX_PAGE_TOKEN_LENGTH, "pass the next_page_token of a previous response unchanged")
 MEMORY_LABEL = Limit(MAX_MEMORY_LABEL_LENGTH, "the longest memory source, event type or tag a write accepts")
 USER = Limit(MAX_USER_LENGTH, "a user id", USER_PATTERN)
+META = Limit(MAX_META_BYTES, "the largest document meta a write accepts", as_json=True)
 
 _MEMORY_FILTER = {
     "filter.tags": MEMORY_LABEL,
@@ -66,7 +80,7 @@ READ_FILTER_LIMITS: dict[str, dict[str, Limit]] = {
         "object": KEY,
         "page_token": PAGE_TOKEN,
     },
-    "memory.v1.SearchRequest": {"namespace": NAMESPACE, "node_keys": KEY, "types": TYPE},
+    "memory.v1.SearchRequest": {"namespace": NAMESPACE, "node_keys": KEY, "types": TYPE, "meta": META},
     "memory.v1.GetSourceRequest": {"namespace": NAMESPACE, "natural_key": KEY},
     "memory.v1.CompileContextRequest": {"namespace": NAMESPACE, "anchors": KEY, "trace_id": TRACE_ID},
     "memory.v1.CompileTypedContextRequest": {
@@ -84,8 +98,8 @@ READ_FILTER_LIMITS: dict[str, dict[str, Limit]] = {
 }
 
 
-def _values(message: Message, dotted: str) -> list[tuple[str, str]]:
-    """(path, value) of the string field ``dotted`` of ``message`` (one level of nesting, repeated
+def _values(message: Message, dotted: str) -> list[tuple[str, Any]]:
+    """(path, value) of the string or Struct field ``dotted`` of ``message`` (one level of nesting, repeated
     fields indexed); nothing when an enclosing message is not set."""
     head, _, rest = dotted.partition(".")
     if rest:
@@ -93,6 +107,8 @@ def _values(message: Message, dotted: str) -> list[tuple[str, str]]:
             return []
         return [(f"{head}.{path}", value) for path, value in _values(getattr(message, head), rest)]
     value = getattr(message, head)
+    if isinstance(value, Struct):
+        return [(head, json_format.MessageToDict(value))] if message.HasField(head) else []
     if isinstance(value, str):
         return [(head, value)] if value else []
     return [(f"{head}[{index}]", item) for index, item in enumerate(value)]

@@ -22,7 +22,6 @@ content is ALREADY_EXISTS.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import re2
 from jsonschema import Draft202012Validator
 
 from common.kernel.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.kernel.page_tokens import MalformedPageToken, decode_page_token, encode_page_token
 from common.packs.pack_schemas import (
     MAX_PACK_BYTES,
     MAX_PATTERNS_PER_PACK,
@@ -394,16 +394,16 @@ class PackRegistry:
         after = None
         if page_token:
             try:
-                name, version = json.loads(base64.urlsafe_b64decode(page_token.encode()).decode())
-                after = (str(name), str(version))
-            except (ValueError, TypeError) as error:
-                raise InvalidArgument.single("page_token", "not a token of this listing") from error
+                name, version = decode_page_token(page_token, length=2)
+            except MalformedPageToken:
+                raise InvalidArgument.single("page_token", "not a token of this listing") from None
+            after = (name, version)
         with self.database.connection() as conn:
             rows = self.store.list_packs(conn, after, limit + 1)
         token = ""
         if len(rows) > limit:
             rows = rows[:limit]
-            token = base64.urlsafe_b64encode(json.dumps([rows[-1].name, rows[-1].version]).encode()).decode()
+            token = encode_page_token([rows[-1].name, rows[-1].version])
         return [PackView(row.content, row.created_at) for row in rows], token
 
     def set_namespace_kinds(

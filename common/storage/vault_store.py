@@ -55,6 +55,8 @@ class StoredVaultDocument:
         resolved: what they resolved to (``{"LINKS_TO": [...], "relations": [...]}``).
         current_hash: the node's props hash now (None: the node is gone).
         placeholder: the node is a placeholder now.
+        origin: the node's origin now (``vault`` while the vault owns it; None: the node is gone).
+        scopes: the node's visibility scopes now (None: the node is gone).
     """
 
     natural_key: str
@@ -67,6 +69,8 @@ class StoredVaultDocument:
     resolved: dict[str, Any]
     current_hash: str | None
     placeholder: bool | None
+    origin: str | None
+    scopes: list[str] | None
 
     @property
     def node_intact(self) -> bool:

@@ -11,7 +11,8 @@ purge, DeleteNode) writes facts through `FactEngine`; none calls the fact-writin
   valid_from and its superseded_by is set; history is never deleted. When the superseded fact has not
   arrived yet, the closure is applied when it arrives (delivery order does not matter). A supersession
   naming a fact of another subject or predicate is rejected (`AssertionRejected`), and the assertion
-  writes nothing;
+  writes nothing. A superseded fact hidden from the caller counts as not arrived yet (never closed by
+  this write, answered like a fact id that does not exist);
 - **closes** (`close`, `close_many`): CloseFact, mentions no longer named, facts a snapshot dropped;
   an interval is never widened;
 - **strikes** an observation from the facts it proved (`strike_observation`); a fact left without
@@ -182,6 +183,13 @@ class FactEngine:
             | {f.fact_id for _, f in facts if restricting_scopes(f.scopes)}
         )
         stored = {row.fact_id: row for row in self.facts.get_many(conn, namespace, wanted)}
+        # A superseded fact hidden from the caller answers like one that has not arrived yet: no rule is
+        # checked against it (its subject would leak) and it is never closed.
+        superseded = {
+            fact_id: row
+            for fact_id, row in stored.items()
+            if access is None or access.sees_fact(conn, self.facts, namespace, row)
+        }
         earlier: dict[str, FactInput] = {}  # accepted facts of this batch, by fact_id, as `record` sees them
         accepted: list[tuple[int, FactInput]] = []
         for index, fact in facts:
@@ -197,7 +205,6 @@ class FactEngine:
                     subject=fact.subject,
                     object_=fact.object,
                     scopes=fact.scopes,
-                    supersedes=fact.supersedes,
                 )
                 if access is not None
                 else []
@@ -209,7 +216,7 @@ class FactEngine:
             if same is not None and reaches_beyond(same.scopes, fact.scopes):
                 results[index] = FactOutcome(fact_id=new_id, created=False, withheld=True)
                 continue
-            rejection = self._supersession_rejection(fact, stored.get(fact.supersedes or ""), earlier)
+            rejection = self._supersession_rejection(fact, superseded.get(fact.supersedes or ""), earlier)
             if rejection is not None:
                 results[index] = rejection
                 continue
@@ -249,7 +256,7 @@ class FactEngine:
         closes += [
             (fact.supersedes, fact.valid_from, fact.fact_id)
             for _, fact in accepted
-            if fact.supersedes and (fact.supersedes in stored or fact.supersedes in written)
+            if fact.supersedes and (fact.supersedes in superseded or fact.supersedes in written)
         ]
         self.facts.close_superseded_many(conn, namespace, closes)
         return results

@@ -9,11 +9,11 @@ themselves (`MAX_KEY_LENGTH`, `MAX_SCOPES`, `NAMESPACE_PATTERN`, `SCOPE_PATTERN`
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Protocol
 
 from common.kernel.identifiers import MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH
+from common.kernel.value_sizes import MAX_META_BYTES, json_bytes  # noqa: F401 - shared with the read side
 from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
 
 # -- shapes --------------------------------------------------------------------------------------------
@@ -46,7 +46,6 @@ MAX_TITLE_CHARS = (
 )
 MAX_ATTRIBUTES_BYTES = 256 * 1024  # an entity's or a fact's attributes, as compact JSON
 MAX_PROVENANCE_BYTES = 64 * 1024  # an observation's or a document's provenance, as compact JSON
-MAX_META_BYTES = 64 * 1024  # a document's meta, as compact JSON
 
 # -- observations (RecordObservations) -----------------------------------------------------------------
 
@@ -77,11 +76,6 @@ SNAPSHOT_BATCH = 1000  # items validated, journaled and written per statement gr
 MAX_SNAPSHOT_ITEMS = 200_000  # entities + facts of one unary ReconcileRequest
 MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one transaction)
 MAX_SNAPSHOT_VIOLATIONS = 100  # field violations reported before a run stops reading
-
-
-def json_bytes(value: object) -> int:
-    """The size of ``value`` as compact JSON in UTF-8 (non-ASCII kept), as the size limits count it."""
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
 
 
 class _Violations(Protocol):

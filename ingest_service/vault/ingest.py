@@ -22,7 +22,8 @@ vault and agent provenance, edges). Transport free; the contract's comment
    when the relation was first seen; a relation that disappears is closed (facts keep their history).
 4. **Sweep** (`ingest_service.vault.sweep`) only after the end message when no document was rejected,
    and only when it is not a mass sweep (`ingest_service.validation.mass_deletion`: every document of the
-   namespace, or more than ``CB_MASS_SWEEP_SHARE`` of them) or the header allows one
+   namespace, or more than ``CB_MASS_SWEEP_SHARE`` of them, counting only documents the vault still owns
+   and the caller sees, so a hidden one is neither counted nor named) or the header allows one
    (``allow_mass_sweep``). A refused run raises FAILED_PRECONDITION ``MASS_SWEEP_REFUSED`` before it
    marks documents seen, rewrites links or sweeps: what the stream carried new or changed is projected
    as in any run, nothing is removed. A dry run reports the count and ``sweep_refused``.
@@ -196,10 +197,15 @@ class VaultIngestor:
             rejected += outcome.status == REJECTED
             report.count(f"documents_{_COUNTER[outcome.status]}")
         unseen = sorted(key for key in stored if key not in run.seen)
+        # What the sweep would remove, of the documents it could: those the vault still owns and the
+        # caller sees (`VaultSweeper` leaves a hidden one alone and forgets a gone one), so a document
+        # hidden from the caller is neither counted nor named, exactly like a missing one.
+        sweepable = [key for key in stored if _sweepable(stored[key], access)]
+        doomed = [key for key in unseen if _sweepable(stored[key], access)]
         if not rejected and not header.dry_run:
             self.guard.check(
-                len(unseen),
-                len(stored),
+                len(doomed),
+                len(sweepable),
                 allowed=header.allow_mass_sweep,
                 what=f"the vault sweep of namespace {namespace}",
                 flag="allow_mass_sweep (cb ingest --allow-mass-sweep)",
@@ -213,10 +219,10 @@ class VaultIngestor:
             log.info("vault run %s: %d document(s) rejected, nothing swept", report.run_id, rejected)
             return
         if header.dry_run:
-            report.swept_keys = unseen
-            report.count("documents_swept", len(unseen))
+            report.swept_keys = doomed
+            report.count("documents_swept", len(doomed))
             report.sweep_refused = not header.allow_mass_sweep and self.guard.is_mass(
-                len(unseen), len(stored)
+                len(doomed), len(sweepable)
             )
             return
         for key in unseen:
@@ -387,6 +393,12 @@ _COUNTER = {
     CONFLICT: "conflicting",
     REJECTED: "rejected",
 }
+
+
+def _sweepable(document: StoredVaultDocument, access: WriteAccess) -> bool:
+    """Whether `VaultSweeper` would remove ``document`` if the run did not see it: its node is still the
+    vault's and visible to the caller."""
+    return document.origin == "vault" and access.can_see(document.scopes)
 
 
 def _violations(error: InvalidArgument) -> str:

@@ -7,11 +7,11 @@ Transport free; `query_service.servicers.fact_query_servicer.FactQueryServicer` 
 
 from __future__ import annotations
 
-import binascii
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from common.kernel.errors import ViolationCollector
+from common.kernel.page_tokens import MalformedPageToken
 from common.storage.database import Database
 from common.storage.fact_rows import FactQuery, FactRow, decode_cursor, encode_cursor
 from common.storage.fact_store import FactStore
@@ -52,7 +52,7 @@ def validate_fact_query(query: FactQuery) -> FactQuery:
     if query.page_token:
         try:
             decode_cursor(query.page_token)
-        except (ValueError, TypeError, binascii.Error, UnicodeError):
+        except MalformedPageToken:
             check.add("page_token", "malformed: pass the next_page_token of a previous response unchanged")
     check.raise_if_any()
     return replace(query, page_size=query.page_size or DEFAULT_PAGE_SIZE)

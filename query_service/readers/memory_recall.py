@@ -15,9 +15,6 @@ memories are touched (last recall, count, back to hot) on the primary.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -26,8 +23,10 @@ from typing import Any
 from common.domain.memory_records import MemoryRecord, ensure_memory_label, record_of
 from common.domain.memory_scope import MemoryScope
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound
-from common.kernel.identifiers import canonical_instant, parse_instant
-from common.kernel.storable_values import unstorable_paths
+from common.kernel.identifiers import canonical_instant
+from common.kernel.page_tokens import MalformedPageToken, token_instant
+from common.kernel.page_tokens import decode_page_token as decode_token
+from common.kernel.page_tokens import encode_page_token as encode_token
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights
@@ -72,10 +71,12 @@ class RecallInput:
     touch: bool = True
 
 
+_TOKEN_KEYS = frozenset({"t", "id"})  # created_at, memory_id
+
+
 def encode_page_token(last: MemoryRecord) -> str:
     """The opaque token of the page after ``last``: base64url of ``{"t": created_at, "id": memory_id}``."""
-    text = json.dumps({"t": canonical_instant(last.created_at), "id": last.memory_id}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(text.encode()).decode()
+    return encode_token({"t": canonical_instant(last.created_at), "id": last.memory_id})
 
 
 def decode_page_token(token: str) -> tuple[datetime, str] | None:
@@ -87,11 +88,9 @@ def decode_page_token(token: str) -> tuple[datetime, str] | None:
     if not token:
         return None
     try:
-        value = json.loads(base64.urlsafe_b64decode(token.encode()))
-        if unstorable_paths(value):  # U+0000: not a token of ours, and the database cannot compare it
-            raise ValueError("the page token holds a value no memory has")
-        return parse_instant(str(value["t"])), str(value["id"])
-    except (ValueError, KeyError, TypeError, binascii.Error):
+        value = decode_token(token, keys=_TOKEN_KEYS)
+        return token_instant(value["t"]), value["id"]
+    except MalformedPageToken:
         raise InvalidArgument.single(
             "page_token", "not a token of a previous ListMemories response"
         ) from None

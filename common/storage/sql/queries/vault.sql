@@ -33,10 +33,10 @@ UPDATE {vault_runs} SET status = %s, finished_at = %s, report = %s WHERE run_id 
 SELECT run_id, namespace, status, started_at, finished_at, report FROM {vault_runs} WHERE run_id = %s
 
 -- name: vault_documents_of_namespace
--- Every document of a namespace's vault with the registry's current props hash, origin and placeholder
--- flag of its node (NULL when the node is gone) (parameter: namespace).
+-- Every document of a namespace's vault with the registry's current props hash, placeholder flag, origin
+-- and scopes of its node (NULL when the node is gone) (parameter: namespace).
 SELECT d.natural_key, d.source_path, d.fingerprint, d.indexed_at, d.node_hash, d.seen_run, d.links,
-    d.resolved, g.props_hash, g.placeholder
+    d.resolved, g.props_hash, g.placeholder, g.origin, g.scopes
 FROM {vault_documents} d
 LEFT JOIN {graph_nodes} g ON g.namespace = d.namespace AND g.natural_key = d.natural_key
 WHERE d.namespace = %s

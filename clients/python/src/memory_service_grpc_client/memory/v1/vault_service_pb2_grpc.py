@@ -105,7 +105,9 @@ class VaultServiceServicer:
         client went away while waiting for another run, or the database is down: nothing swept).
         FAILED_PRECONDITION, ErrorInfo reason MASS_SWEEP_REFUSED (metadata "would_sweep", "total",
         "share"): the sweep would remove every vault document of the namespace, or more than the server's
-        share (CB_MASS_SWEEP_SHARE, default 0.5), and the header's allow_mass_sweep is false; it is checked
+        share (CB_MASS_SWEEP_SHARE, default 0.5), and the header's allow_mass_sweep is false (both counts,
+        like a dry run's documents_swept and swept_keys, take only documents the vault still owns and the
+        caller can see: the sweep leaves a hidden one alone, and it answers like a missing one); it is checked
         after the end message, before anything is marked seen, linked or swept, so nothing is removed (the
         documents the stream carried new or changed are projected as in any run).
         Rejected documents do not fail the call (bad frontmatter or path, a scope the caller may not
