@@ -305,7 +305,7 @@ class ErasureReceipt(_message.Message):
         """Rows erased per kind: observations_redacted, nodes_deleted, chunks_deleted, facts_deleted,
         facts_evidence_struck, facts_evidence_lost, memories_deleted, summaries_removed,
         context_traces_deleted, vault_journal_rows_deleted, vault_runs_deleted, snapshot_items_deleted,
-        queue_jobs_deleted, audit_events_scrubbed.
+        change_events_deleted, webhook_deliveries_deleted, queue_jobs_deleted, audit_events_scrubbed.
         """
 
     def __init__(
