@@ -39,6 +39,7 @@ from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     change_feed_service_pb2,
     context_service_pb2,
+    data_protection_service_pb2,
     document_service_pb2,
     domain_pack_service_pb2,
     fact_query_service_pb2,
@@ -226,6 +227,9 @@ def _python_calls(client: MemoryClient, namespace: str) -> None:
     assert [e.event_id for e in listed.events] == [event.event_id]
     memories = client.list_memories(memory_query_service_pb2.ListMemoriesRequest(page_size=50)).memories
     assert added.memory_id in {m.memory_id for m in memories}
+    assert not client.list_legal_holds(
+        data_protection_service_pb2.ListLegalHoldsRequest(namespace=namespace)
+    ).holds
     stats = client.get_namespace_stats(namespace_service_pb2.GetNamespaceStatsRequest(namespace=namespace))
     assert stats.namespace == namespace and stats.chunk_count >= 1
     assert not client.list_webhook_subscriptions(

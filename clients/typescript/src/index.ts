@@ -18,6 +18,7 @@ export * as vault from "./gen/memory/v1/vault_service";
 export * as audit from "./gen/memory/v1/audit_service";
 export * as changeFeed from "./gen/memory/v1/change_feed_service";
 export * as context from "./gen/memory/v1/context_service";
+export * as dataProtection from "./gen/memory/v1/data_protection_service";
 export * as documents from "./gen/memory/v1/document_service";
 export * as domainPacks from "./gen/memory/v1/domain_pack_service";
 export * as factQuery from "./gen/memory/v1/fact_query_service";

@@ -205,6 +205,8 @@ func every(ingestAddress, queryAddress, namespace, token string) {
 	check(listedMemory, "the memory is listed")
 	subscriptions, _ := memoryv1.NewWebhookServiceClient(ingest).ListWebhookSubscriptions(ctx, &memoryv1.ListWebhookSubscriptionsRequest{Namespace: namespace})
 	check(len(subscriptions.Subscriptions) == 0, "no webhook subscriptions")
+	holds, _ := memoryv1.NewDataProtectionServiceClient(ingest).ListLegalHolds(ctx, &memoryv1.ListLegalHoldsRequest{Namespace: namespace})
+	check(len(holds.Holds) == 0, "no legal holds")
 	stats, _ := memoryv1.NewNamespaceServiceClient(query).GetNamespaceStats(ctx, &memoryv1.GetNamespaceStatsRequest{Namespace: namespace})
 	check(stats.Namespace == namespace && stats.ChunkCount >= 1, "namespace stats counted")
 	// A server stream: its first message (a change this run wrote) is enough, then the call is cancelled.

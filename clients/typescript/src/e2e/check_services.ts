@@ -10,6 +10,7 @@ import {
   callMetadata,
   changeFeed,
   context,
+  dataProtection,
   documents,
   domainPacks,
   factQuery,
@@ -79,6 +80,7 @@ async function main(): Promise<void> {
   const auditReadClient = new audit.AuditServiceClient(queryAddr, insecure);
   const memoryQueryClient = new memoryQuery.MemoryQueryServiceClient(queryAddr, insecure);
   const webhookClient = new webhooks.WebhookServiceClient(ingestAddr, insecure);
+  const dataProtectionClient = new dataProtection.DataProtectionServiceClient(ingestAddr, insecure);
   const namespaceClient = new namespaces.NamespaceServiceClient(queryAddr, insecure);
   const changeFeedClient = new changeFeed.ChangeFeedServiceClient(queryAddr, insecure);
 
@@ -199,6 +201,10 @@ async function main(): Promise<void> {
   note(webhooks.WebhookServiceService.listWebhookSubscriptions.path);
   check(subscriptions.subscriptions.length === 0, "no webhook subscriptions");
 
+  const holds = await call<dataProtection.ListLegalHoldsResponse>((done) => dataProtectionClient.listLegalHolds(dataProtection.ListLegalHoldsRequest.fromPartial({ namespace }), metadata, done));
+  note(dataProtection.DataProtectionServiceService.listLegalHolds.path);
+  check(holds.holds.length === 0, "no legal holds");
+
   const stats = await call<namespaces.GetNamespaceStatsResponse>((done) => namespaceClient.getNamespaceStats(namespaces.GetNamespaceStatsRequest.fromPartial({ namespace }), metadata, done));
   note(namespaces.NamespaceServiceService.getNamespaceStats.path);
   check(stats.namespace === namespace && stats.chunkCount >= 1, "namespace stats counted");
@@ -235,7 +241,7 @@ async function main(): Promise<void> {
   for (const client of [
     observationClient, factClient, documentClient, snapshotClient, packClient, auditWriteClient, memoryClient, vaultClient,
     searchClient, factQueryClient, sourceClient, contextClient, observationQueryClient, traceClient, auditReadClient, memoryQueryClient,
-    webhookClient, namespaceClient, changeFeedClient,
+    webhookClient, namespaceClient, changeFeedClient, dataProtectionClient,
   ]) {
     client.close();
   }
