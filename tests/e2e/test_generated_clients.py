@@ -94,8 +94,11 @@ def _built(path: Path, target: str) -> Path:
     return path
 
 
-class SucceededCalls(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInterceptor):  # type: ignore[misc]
-    """Records the method path of every unary and client-streaming call that succeeded."""
+class SucceededCalls(  # type: ignore[misc]
+    grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor
+):
+    """Records the method path of every unary and client-streaming call that succeeded, and of every
+    server stream that opened (its first message is checked by the caller)."""
 
     def __init__(self) -> None:
         self.methods: list[str] = []
@@ -110,6 +113,11 @@ class SucceededCalls(grpc.UnaryUnaryClientInterceptor, grpc.StreamUnaryClientInt
 
     def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
         return self._after(details, continuation(details, requests))
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        stream = continuation(details, request)
+        self.methods.append(details.method)
+        return stream
 
 
 def _services_of(methods: list[str]) -> set[str]:

@@ -56,7 +56,8 @@ STALLED_AFTER_SECONDS = 60.0
 """A job is stalled when its worker sent no heartbeat for this long (procrastinate's heartbeat: 10 s)."""
 
 
-ROUTINE_TASKS = frozenset({SWEEP_TASK, STALLED_TASK})
+# "webhook.dispatch": the change feed's periodic dispatch (ingest_service.change_feed.webhook_queue), every second.
+ROUTINE_TASKS = frozenset({SWEEP_TASK, STALLED_TASK, "webhook.dispatch"})
 """Periodic tasks that run every second or minute and usually find nothing: their procrastinate INFO lines
 (deferred, started, succeeded) are left out of the logs; their failures and what they do are logged."""
 
