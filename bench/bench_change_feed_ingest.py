@@ -36,6 +36,7 @@ from bench.service_results import cpu_seconds
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.observations.recorder import ObservationRecorder
 
@@ -89,7 +90,7 @@ def main() -> int:
         off = on.model_copy(update={"database_url": off_url})
         provider = build_embedding_provider(on)
         provider.load()
-        Database(on, embedding_model=provider.model_id).migrate()
+        migrations.apply(Database(on, embedding_model=provider.model_id))
         for round_ in range(1, arguments.rounds + 1):
             arms = [("off", off), ("on", on)] if round_ % 2 else [("on", on), ("off", off)]
             for name, settings in arms:

@@ -12,6 +12,7 @@ import pytest
 from common.kernel.config import Settings
 from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
 from common.storage.database import Database
+from common.storage.schema import migrations
 from common.storage.visibility import EVERYTHING
 from ingest_service.change_feed.pruner import ChangeFeedPruner
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def fresh_database(fresh_settings: Settings) -> Iterator[Database]:
     database = Database(fresh_settings.model_copy(update={"change_feed_max_events": 100}))
-    database.migrate()
+    migrations.apply(database)
     yield database
     database.close()
 
