@@ -252,6 +252,7 @@ class FactEngine:
         closes = [
             (fact_id, first.valid_from, first.fact_id)
             for fact_id, first in self.facts.first_superseding(conn, namespace, created_ids).items()
+            if _pending_supersession_holds(written[fact_id], first)
         ]
         closes += [
             (fact.supersedes, fact.valid_from, fact.fact_id)
@@ -378,6 +379,17 @@ class FactEngine:
         itself (`ingest_service.documents.node_deletion`); the caller deletes the node's vertex, and with it the
         facts' edges, in the same transaction. Knowledge that merely stops holding is closed instead."""
         return self.facts.delete_touching(conn, namespace, natural_key)
+
+
+def _pending_supersession_holds(arrived: FactRow, successor: FactRow) -> bool:
+    """Whether a supersession recorded before its target arrived closes that target now: under the rules
+    of a direct one (same subject and predicate; a successor with narrower scopes never closes what more
+    readers see), so a fact id computed in advance cannot close a fact its writer would not be allowed to."""
+    return (
+        arrived.subject_key == successor.subject_key
+        and arrived.predicate == successor.predicate
+        and not reaches_beyond(arrived.scopes, successor.scopes)
+    )
 
 
 def _end_scopes(facts: Iterable[FactInput]) -> dict[str, list[str]]:

@@ -332,3 +332,115 @@ def test_concurrent_writers_leave_one_node_per_key_and_one_edge_per_fact(
     assert all(count == 1 for _, count in nodes)
     works = {fid: n for fid, n in facts}
     assert sum(works.values()) == 16 * 6 * 2  # every observation's evidence is kept, none twice
+
+
+def test_a_supersession_waiting_for_its_target_follows_the_rules_of_a_direct_one(
+    database: Database, namespace: str
+) -> None:
+    """A fact id can be computed in advance: a supersession recorded before its target arrives closes the
+    target only if it could have closed it directly (same subject and predicate, scopes no narrower)."""
+    recorder = ObservationRecorder(database)
+    future_hidden = fact_id(
+        namespace, "person:alice", "WORKS_ON", "project:secret", at("2026-05-01T00:00:00Z")
+    )
+    future_other = fact_id(namespace, "person:alice", "WORKS_ON", "project:gamma", at("2026-05-01T00:00:00Z"))
+    # Written first: a scoped successor naming a fact that does not exist yet, and one of another subject.
+    recorder.record_batch(
+        [
+            observation(
+                namespace,
+                "early-1",
+                "2026-06-01T00:00:00Z",
+                [
+                    {
+                        "fact": {
+                            **works_on("delta", "2026-06-01T00:00:00Z", supersedes=future_hidden)["fact"],
+                            "scopes": ["workspace:narrow"],
+                        }
+                    }
+                ],
+            ),
+            observation(
+                namespace,
+                "early-2",
+                "2026-06-01T00:00:00Z",
+                [
+                    {
+                        "fact": {
+                            "subject": "person:bob",
+                            "predicate": "WORKS_ON",
+                            "object": "project:omega",
+                            "valid_from": "2026-06-01T00:00:00Z",
+                            "supersedes": future_other,
+                        }
+                    }
+                ],
+            ),
+        ]
+    )
+    # Then the targets arrive, visible to everyone.
+    recorder.record_batch(
+        [
+            observation(
+                namespace, "late-1", "2026-05-01T00:00:00Z", [works_on("secret", "2026-05-01T00:00:00Z")]
+            ),
+            observation(
+                namespace, "late-2", "2026-05-01T00:00:00Z", [works_on("gamma", "2026-05-01T00:00:00Z")]
+            ),
+        ]
+    )
+    with database.connection() as conn:
+        rows = dict(
+            conn.execute(
+                "SELECT fact_id, valid_to FROM facts WHERE namespace = %s AND fact_id = ANY(%s)",
+                (namespace, [future_hidden, future_other]),
+            ).fetchall()
+        )
+    assert rows == {future_hidden: None, future_other: None}  # both stay open
+
+    # A successor that could have closed it directly still does, whatever the order.
+    later = fact_id(namespace, "person:carol", "WORKS_ON", "project:one", at("2026-07-01T00:00:00Z"))
+    recorder.record_batch(
+        [
+            observation(
+                namespace,
+                "early-3",
+                "2026-08-01T00:00:00Z",
+                [
+                    {
+                        "fact": {
+                            "subject": "person:carol",
+                            "predicate": "WORKS_ON",
+                            "object": "project:two",
+                            "valid_from": "2026-08-01T00:00:00Z",
+                            "supersedes": later,
+                        }
+                    }
+                ],
+            )
+        ]
+    )
+    recorder.record_batch(
+        [
+            observation(
+                namespace,
+                "late-3",
+                "2026-07-01T00:00:00Z",
+                [
+                    {
+                        "fact": {
+                            "subject": "person:carol",
+                            "predicate": "WORKS_ON",
+                            "object": "project:one",
+                            "valid_from": "2026-07-01T00:00:00Z",
+                        }
+                    }
+                ],
+            )
+        ]
+    )
+    with database.connection() as conn:
+        (valid_to,) = conn.execute(
+            "SELECT valid_to FROM facts WHERE namespace = %s AND fact_id = %s", (namespace, later)
+        ).fetchone()
+    assert valid_to == at("2026-08-01T00:00:00Z")
