@@ -863,10 +863,10 @@ def vault_world(world: World, tmp_path_factory: pytest.TempPathFactory, database
     assert loaded["vault_documents"] == 3 and loaded["chunks"] > 0 and loaded["facts"] > 0, loaded
     empty = tmp_path_factory.mktemp("typo")
     other = tmp_path_factory.mktemp("not-markdown")
-    (other / "notes.txt").write_text("# not markdown\n")
-    (other / "readme.markdown").write_text("# markdown by another name\n")
+    (other / "picture.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not a format the vault reads
+    (other / "notes.orig").write_text("# a file of no format the vault reads\n")
     (other / "doc.md.bak").write_text("# a backup\n")
-    (other / "scan.pdf").write_bytes(b"%PDF-1.4\n\x00\x01")
+    (other / "data.bin").write_bytes(b"\x00\x01")
     (other / ".hidden").mkdir()
     (other / ".hidden" / "x.md").write_text("# in a hidden folder\n")
     return {"root": root, "empty": empty, "other": other, "loaded": loaded}
