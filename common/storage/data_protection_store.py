@@ -336,6 +336,41 @@ class DataProtectionStore:
         )
         return cursor.rowcount
 
+    def audit_rows_matching(
+        self, conn: psycopg.Connection[Any], namespace: str, patterns: list[str]
+    ) -> list[dict[str, Any]]:
+        """The rows of the audit list (``audit_events``, what ListAuditEvents reads) of ``namespace`` that
+        hold a pattern."""
+        if not patterns:
+            return []
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT event_id, principal, target_key, trace_id, scopes, props FROM {t} x"
+                " WHERE x.namespace = %s AND (x.*)::text ILIKE ANY(%s)"
+            ).format(t=self.t["audit_events"]),
+            (namespace, patterns),
+        ).fetchall()
+        names = ("event_id", "principal", "target_key", "trace_id", "scopes", "props")
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def replace_audit_row(self, conn: psycopg.Connection[Any], namespace: str, row: dict[str, Any]) -> None:
+        """Writes back one audit list row scrubbed of erased values (same event id)."""
+        conn.execute(
+            sql.SQL(
+                "UPDATE {t} SET principal = %s, target_key = %s, trace_id = %s, scopes = %s, props = %s::jsonb"
+                " WHERE namespace = %s AND event_id = %s"
+            ).format(t=self.t["audit_events"]),
+            (
+                row["principal"],
+                row["target_key"],
+                row["trace_id"],
+                list(row["scopes"]),
+                json.dumps(row["props"], ensure_ascii=False),
+                namespace,
+                row["event_id"],
+            ),
+        )
+
     def replace_vertex_properties(
         self, conn: psycopg.Connection[Any], label: str, namespace: str, key: str, properties: dict[str, Any]
     ) -> None:

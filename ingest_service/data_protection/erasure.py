@@ -334,6 +334,9 @@ class SubjectEraser:
                 key = str(props["natural_key"])
                 self.store.replace_vertex_properties(conn, label, namespace, key, scrub(props, matcher, marker))
                 counts["audit_events_scrubbed"] += 1
+            # The same events in the audit list (the rows ListAuditEvents reads), scrubbed alike.
+            for row in self.store.audit_rows_matching(conn, namespace, patterns):
+                self.store.replace_audit_row(conn, namespace, scrub(row, matcher, marker))
 
         hashes = sorted({value_hash(salt, v) for v in values})
         receipt = ErasureReceipt(
