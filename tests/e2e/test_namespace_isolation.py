@@ -290,7 +290,27 @@ def _call(world: World, full_method: str, request: Any, token: str) -> Any:
         .methods_by_name[method_name]
         .client_streaming
     )
+    server_streaming = (
+        descriptor_pool.Default()
+        .FindServiceByName(service_name)
+        .methods_by_name[method_name]
+        .server_streaming
+    )
     with make_channel(address, security=ClientSecurity(token=token)) as channel:
+        if server_streaming:  # the messages sent within a few seconds (WatchChanges never ends by itself)
+            stream = channel.unary_stream(
+                full_method,
+                request_serializer=lambda message: message.SerializeToString(),
+                response_deserializer=response_class.FromString,
+            )
+            received: list[Any] = []
+            try:
+                for message in stream(request, timeout=5):
+                    received.append(message)
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise
+            return received
         if streaming:  # a client stream of ``request`` (one message, or a list of messages)
             stream = channel.stream_unary(
                 full_method,
@@ -879,9 +899,11 @@ def _list_namespaces(world: World) -> None:
             ).namespaces
         ] == []
     with world.query(world.both) as channel:
-        both = namespace_service_pb2_grpc.NamespaceServiceStub(channel).ListNamespaces(
-            namespace_service_pb2.ListNamespacesRequest(), timeout=60
-        ).namespaces
+        both = (
+            namespace_service_pb2_grpc.NamespaceServiceStub(channel)
+            .ListNamespaces(namespace_service_pb2.ListNamespacesRequest(), timeout=60)
+            .namespaces
+        )
     counts = {item.namespace: item for item in both}
     assert set(counts) == {world.a.ns, world.b.ns}
     assert listed[0] == counts[world.a.ns]  # A's counts hold nothing of B
@@ -942,6 +964,200 @@ def _vault_run(world: World) -> None:
         assert _list_facts(channel, b.ns, subject=b.target_doc) == []
 
 
+def _holds_nothing_of_b(world: World, what: Any) -> None:
+    """No text of ``what`` (messages or bytes) names B: its namespace, marker or keys."""
+    text = what.decode("utf-8", "replace") if isinstance(what, bytes) else str(what)
+    b = world.b
+    assert not any(value in text for value in (b.ns, b.marker, b.doc, b.person)), text[:500]
+
+
+def _answer_or_refusal(world: World, method: str, request: Any) -> Any:
+    """``request`` by A's admin; a refusal is an answer too (B's data is checked after every attack)."""
+    try:
+        return _call(world, method, request, world.attacker)
+    except grpc.RpcError as error:
+        assert error.code() in (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.NOT_FOUND,
+        ), error
+        return None
+
+
+def _erase_subject(world: World) -> None:
+    """A's admin erasing B's keys and marker inside A erases nothing of B; the receipt names nothing of B."""
+    b = world.b
+    from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+
+    for request in (
+        dp.EraseSubjectRequest(namespace=world.a.ns, node_key=b.person, reason="iso", confirm=True),
+        dp.EraseSubjectRequest(namespace=world.a.ns, value=b.marker, reason="iso", confirm=True),
+    ):
+        answer = _answer_or_refusal(world, "/memory.v1.DataProtectionService/EraseSubject", request)
+        if answer is not None:
+            _holds_nothing_of_b(world, answer)
+
+
+def _erasure_receipt(world: World) -> None:
+    """A receipt made in A is readable in A only: asked for in B's name it is refused."""
+    from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+
+    made = _call(
+        world,
+        "/memory.v1.DataProtectionService/EraseSubject",
+        dp.EraseSubjectRequest(
+            namespace=world.a.ns, node_key="person:iso-nobody", reason="iso", confirm=True
+        ),
+        world.attacker,
+    )
+    method = "/memory.v1.DataProtectionService/GetErasureReceipt"
+    read = _call(
+        world,
+        method,
+        dp.GetErasureReceiptRequest(namespace=world.a.ns, receipt_id=made.receipt.receipt_id),
+        world.attacker,
+    )
+    assert read.receipt.receipt_id == made.receipt.receipt_id
+    asked_in_b = dp.GetErasureReceiptRequest(namespace=world.b.ns, receipt_id=made.receipt.receipt_id)
+    code = _code(functools.partial(_call, world, method, asked_in_b, world.both))
+    assert code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND), code
+
+
+def _legal_holds(world: World) -> None:
+    """A hold made in A on B's key is A's: listed in A only, lifted in A; nothing of B changes."""
+    from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+
+    made = _call(
+        world,
+        "/memory.v1.DataProtectionService/CreateLegalHold",
+        dp.CreateLegalHoldRequest(namespace=world.a.ns, subject_key=world.b.doc, reason="iso"),
+        world.attacker,
+    )
+    listed = _call(
+        world,
+        "/memory.v1.DataProtectionService/ListLegalHolds",
+        dp.ListLegalHoldsRequest(namespace=world.a.ns),
+        world.attacker,
+    )
+    assert made.hold.hold_id in {hold.hold_id for hold in listed.holds}
+    _call(
+        world,
+        "/memory.v1.DataProtectionService/LiftLegalHold",
+        dp.LiftLegalHoldRequest(namespace=world.a.ns, hold_id=made.hold.hold_id),
+        world.attacker,
+    )
+
+
+def _retention(world: World) -> None:
+    """A retention rule of A previews and deletes only A's data (B's is checked untouched afterwards)."""
+    from google.protobuf import duration_pb2, timestamp_pb2
+    from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+
+    rule = dp.RetentionRule(
+        namespace=world.a.ns,
+        data_class="context_traces",
+        max_age=duration_pb2.Duration(seconds=86_400 * 3650),
+    )
+    _call(
+        world,
+        "/memory.v1.DataProtectionService/SetRetentionRule",
+        dp.SetRetentionRuleRequest(rule=rule),
+        world.attacker,
+    )
+    preview = _call(
+        world,
+        "/memory.v1.DataProtectionService/PreviewRetention",
+        dp.PreviewRetentionRequest(
+            namespace=world.a.ns, as_time=timestamp_pb2.Timestamp(seconds=4_102_444_800)
+        ),
+        world.attacker,
+    )
+    _holds_nothing_of_b(world, preview)
+    _call(
+        world,
+        "/memory.v1.DataProtectionService/DeleteRetentionRule",
+        dp.DeleteRetentionRuleRequest(namespace=world.a.ns, data_class="context_traces"),
+        world.attacker,
+    )
+
+
+def _export_import(world: World) -> None:
+    """A's export holds nothing of B; the same archive relabelled as B's is refused into A."""
+    from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+
+    parts = _call(
+        world,
+        "/memory.v1.DataProtectionService/ExportNamespace",
+        dp.ExportNamespaceRequest(namespace=world.a.ns),
+        world.attacker,
+    )
+    archive = b"".join(part.data for part in parts)
+    assert archive
+    _holds_nothing_of_b(world, archive)
+    forged = archive.replace(world.a.ns.encode(), world.b.ns.encode())
+    method = "/memory.v1.DataProtectionService/ImportNamespace"
+    code = _code(
+        functools.partial(
+            _call,
+            world,
+            method,
+            [dp.ImportNamespaceRequest(namespace=world.a.ns, data=forged)],
+            world.attacker,
+        )
+    )
+    assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED), code
+
+
+def _webhooks(world: World) -> None:
+    """A's subscriptions and dead letters are A's: none of B's are listed, replayed or deleted from A."""
+    from memory_service_grpc_client.memory.v1 import webhook_service_pb2 as wh
+
+    # Loopback is not allow-listed here: the subscription is refused, and nothing else exists in A.
+    _answer_or_refusal(
+        world,
+        "/memory.v1.WebhookService/CreateWebhookSubscription",
+        wh.CreateWebhookSubscriptionRequest(namespace=world.a.ns, target_url="http://127.0.0.1:9/hook"),
+    )
+    listed = _call(
+        world,
+        "/memory.v1.WebhookService/ListWebhookSubscriptions",
+        wh.ListWebhookSubscriptionsRequest(namespace=world.a.ns),
+        world.attacker,
+    )
+    _holds_nothing_of_b(world, listed)
+    for method, request in (
+        ("ListDeadLetters", wh.ListDeadLettersRequest(namespace=world.a.ns, subscription_id="wh-none")),
+        (
+            "ReplayDeadLetters",
+            wh.ReplayDeadLettersRequest(
+                namespace=world.a.ns, subscription_id="wh-none", all_dead_letters=True
+            ),
+        ),
+        (
+            "DeleteWebhookSubscription",
+            wh.DeleteWebhookSubscriptionRequest(namespace=world.a.ns, subscription_id="wh-none"),
+        ),
+    ):
+        answer = _answer_or_refusal(world, f"/memory.v1.WebhookService/{method}", request)
+        if answer is not None:
+            _holds_nothing_of_b(world, answer)
+
+
+def _watch_changes(world: World) -> None:
+    """A's change feed from its first cursor holds A's changes only: nothing names B."""
+    from memory_service_grpc_client.memory.v1 import change_feed_service_pb2 as cf
+
+    received = _call(
+        world,
+        "/memory.v1.ChangeFeedService/WatchChanges",
+        cf.WatchChangesRequest(namespace=world.a.ns, heartbeat_seconds=1),
+        world.attacker,
+    )
+    changes = [message.change for message in received if message.HasField("change")]
+    assert changes and all(change.namespace == world.a.ns for change in changes)
+    _holds_nothing_of_b(world, changes)
+
+
 ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.RetrievalService/Search": _search,
     "/memory.v1.ContextService/CompileContext": _compile_context,
@@ -966,6 +1182,22 @@ ATTACKS: dict[str, Callable[[World], None]] = {
     "/memory.v1.AuditService/ListAuditEvents": _list_audit_events,
     "/memory.v1.NamespaceService/ListNamespaces": _list_namespaces,
     "/memory.v1.NamespaceService/GetNamespaceStats": _get_namespace_stats,
+    "/memory.v1.DataProtectionService/EraseSubject": _erase_subject,
+    "/memory.v1.DataProtectionService/GetErasureReceipt": _erasure_receipt,
+    "/memory.v1.DataProtectionService/CreateLegalHold": _legal_holds,
+    "/memory.v1.DataProtectionService/LiftLegalHold": _legal_holds,
+    "/memory.v1.DataProtectionService/ListLegalHolds": _legal_holds,
+    "/memory.v1.DataProtectionService/SetRetentionRule": _retention,
+    "/memory.v1.DataProtectionService/DeleteRetentionRule": _retention,
+    "/memory.v1.DataProtectionService/PreviewRetention": _retention,
+    "/memory.v1.DataProtectionService/ExportNamespace": _export_import,
+    "/memory.v1.DataProtectionService/ImportNamespace": _export_import,
+    "/memory.v1.WebhookService/CreateWebhookSubscription": _webhooks,
+    "/memory.v1.WebhookService/ListWebhookSubscriptions": _webhooks,
+    "/memory.v1.WebhookService/DeleteWebhookSubscription": _webhooks,
+    "/memory.v1.WebhookService/ListDeadLetters": _webhooks,
+    "/memory.v1.WebhookService/ReplayDeadLetters": _webhooks,
+    "/memory.v1.ChangeFeedService/WatchChanges": _watch_changes,
     "/memory.v1.DomainPackService/RegisterPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/GetPackage": _namespace_configuration_only,
     "/memory.v1.DomainPackService/ListPackages": _namespace_configuration_only,
