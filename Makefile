@@ -22,8 +22,9 @@ system-deps:
 # anything unpinned or unhashed), then clients/python (memory-service-grpc-client: the Python client and the
 # generated stubs) and the project, editable, without dependencies and built with the locked setuptools
 # (--no-build-isolation: nothing is fetched to build them); `pip check` proves the lock covers them.
-$(STAMP): pyproject.toml clients/python/pyproject.toml requirements/dev.txt
+$(STAMP): pyproject.toml clients/python/pyproject.toml requirements/dev.txt requirements/pip.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --require-hashes -r requirements/pip.txt
 	$(PY) -m pip install -q --require-hashes -r requirements/dev.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e ./clients/python -e .
 	$(PY) -m pip check
@@ -76,6 +77,7 @@ UV_COMPILE := $(TOOLS)/bin/uv pip compile --quiet --generate-hashes --python-ver
   --custom-compile-command "make lock" $(if $(UPGRADE),--upgrade)
 lock: $(TOOLS_STAMP)
 	$(UV_COMPILE) requirements/tools.in -o requirements/tools.txt
+	$(UV_COMPILE) requirements/pip.in -c requirements/dev.txt -o requirements/pip.txt
 	$(UV_COMPILE) pyproject.toml requirements/build.in --extra test --extra bench --extra docs -o requirements/dev.txt
 	$(UV_COMPILE) pyproject.toml requirements/build.in -c requirements/dev.txt -o requirements/service.txt
 	$(UV_COMPILE) clients/python/pyproject.toml requirements/build.in -c requirements/dev.txt -o requirements/client.txt

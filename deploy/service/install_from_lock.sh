@@ -23,12 +23,13 @@ wheels=${3:-$work/wheels}
 mkdir -p "$wheels"
 wheels=$(realpath "$wheels")
 
+"$python" -m pip install -q --require-hashes -r "$root/requirements/pip.txt"
 "$python" -m pip install -q --require-hashes -r "$lock"
 # A copy of the sources: setuptools writes build/ and *.egg-info beside them, and a stale build/lib of an
 # earlier build would end up in the wheel.
 mkdir -p "$work/src/clients"
 (cd "$root" && tar -cf - --exclude=__pycache__ --exclude='*.egg-info' --exclude=build \
-  pyproject.toml README.md common ingest_service query_service clients/python) | (cd "$work/src" && tar -xf -)
+  pyproject.toml README.md common ingest_service query_service memory_service_tools clients/python) | (cd "$work/src" && tar -xf -)
 "$python" -m pip wheel -q --no-deps --no-build-isolation -w "$wheels" "$work/src/clients/python" "$work/src"
 "$python" -m pip install -q --no-deps "$wheels"/memory_service_grpc_client-*.whl "$wheels"/memory_service-*.whl
 "$python" -m pip check
