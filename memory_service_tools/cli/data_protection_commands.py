@@ -98,7 +98,7 @@ def hold_lift(
 def hold_list(
     ctx: typer.Context,
     namespace: WriteNamespaceOption,
-    include_lifted: Annotated[bool, typer.Option("--all", help="lifted holds too")] = False,
+    include_lifted: Annotated[bool, typer.Option("--include-lifted", help="lifted holds too")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List the legal holds of a namespace."""

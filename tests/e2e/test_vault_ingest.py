@@ -468,7 +468,7 @@ def test_cli_ingest_of_a_folder_without_documents_warns(
         timeout=60,
     )
     empty = tmp_path / "papers"
-    write(empty, "notes.txt", "plain text, not Markdown\n")
+    write(empty, "notes.orig", "a file of no format the vault reads\n")
     write(empty, ".hidden/inside.md", "# Hidden\n")
     runner = CliRunner()
     base = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "ingest", str(empty), "--namespace", namespace]

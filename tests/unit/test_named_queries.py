@@ -29,6 +29,9 @@ STORAGE = Path(named_queries.__file__).parent
 # The modules that look up the queries of each file (a store and the bases it inherits from).
 FILE_USERS = {
     "audit.sql": ["audit_store"],
+    "change_feed.sql": ["change_feed/outbox"],
+    "document_originals.sql": ["document_original_store"],
+    "webhooks.sql": ["change_feed/webhook_store"],
     "chunks.sql": ["chunks/store", "chunks/rankings"],
     "context.sql": ["context_store"],
     "enrichment_jobs.sql": ["enrichment_jobs_store"],
@@ -40,7 +43,7 @@ FILE_USERS = {
     "observations.sql": ["observation_store"],
     "packs.sql": ["pack_store"],
     "session.sql": ["session"],
-    "replication.sql": ["replicas/wal_position", "replicas/read_routing"],
+    "replication.sql": ["replicas/wal_position", "replicas/read_routing", "change_feed/outbox"],
     "snapshots.sql": ["snapshot_store"],
     "tenant_indexes.sql": ["chunks/tenant_vector_indexes"],
     "vault.sql": ["vault_store"],
