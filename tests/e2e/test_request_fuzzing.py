@@ -28,7 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
+    change_feed_service_pb2,
     context_service_pb2,
+    data_protection_service_pb2,
     document_service_pb2,
     domain_pack_service_pb2,
     fact_query_service_pb2,
@@ -43,6 +45,7 @@ from memory_service_grpc_client.memory.v1 import (
     source_service_pb2,
     trace_service_pb2,
     vault_service_pb2,
+    webhook_service_pb2,
 )
 from psycopg import sql
 
@@ -61,6 +64,8 @@ INGEST_MODULES = (
     audit_service_pb2,
     vault_service_pb2,
     memory_service_pb2,
+    webhook_service_pb2,
+    data_protection_service_pb2,
 )
 QUERY_MODULES = (
     retrieval_service_pb2,
@@ -71,6 +76,7 @@ QUERY_MODULES = (
     trace_service_pb2,
     memory_query_service_pb2,
     namespace_service_pb2,
+    change_feed_service_pb2,
 )
 NAMESPACED_TABLES = (
     "observations",
@@ -141,6 +147,17 @@ def _call(channel: grpc.Channel, method: MethodDescriptor, request: Any, raw: bo
     if method.client_streaming:
         call = channel.stream_unary(path, request_serializer=serializer, response_deserializer=None)
         call(iter(request), timeout=120)
+    elif method.server_streaming:  # its first message or its refusal; a live feed is cut after 3 s
+        stream = channel.unary_stream(path, request_serializer=serializer, response_deserializer=None)(
+            request, timeout=3
+        )
+        try:
+            next(stream, None)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        finally:
+            stream.cancel()
     else:
         channel.unary_unary(path, request_serializer=serializer, response_deserializer=None)(
             request, timeout=120
