@@ -72,9 +72,9 @@ class RoutineJobFilter(logging.Filter):
             return True
         job = getattr(record, "job", None)
         task = job.get("task_name") if isinstance(job, dict) else None
-        if task is None:  # the periodic deferrer names the job only in its message
+        if task is None:  # the periodic deferrer and the shutdown wait name the job only in the message
             message = record.getMessage()
-            return not any(f"job {name}[" in message for name in ROUTINE_TASKS)
+            return not any(f"{name}[" in message for name in ROUTINE_TASKS)
         return task not in ROUTINE_TASKS
 
 
