@@ -95,7 +95,7 @@ READ_FILTER_LIMITS: dict[str, dict[str, Limit]] = {
     "memory.v1.ListMemoriesRequest": {**_MEMORY_FILTER, "user_id": USER, "page_token": PAGE_TOKEN},
     "memory.v1.GetMemoryRequest": {"memory_id": KEY, "user_id": USER},
     "memory.v1.SummarizeMemoriesRequest": dict(_MEMORY_FILTER),
-    "memory.v1.ListNamespacesRequest": {"prefix": Limit(128, "a namespace prefix")},
+    "memory.v1.ListNamespacesRequest": {"prefix": Limit(128, "a namespace prefix"), "page_token": PAGE_TOKEN},
     "memory.v1.GetNamespaceStatsRequest": {"namespace": NAMESPACE},
 }
 

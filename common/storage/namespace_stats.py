@@ -62,6 +62,24 @@ class NamespaceStatistics:
             "memories": visibility.array_predicate(sql.SQL("ARRAY[user_scope]")),
         }
 
+    def names(self, conn: psycopg.Connection[Any]) -> set[str]:
+        """Every namespace holding a row of a counted kind, whatever its visibility (the caller filters
+        by read right and counts only a page of them). One index probe per namespace and table (a loose
+        index scan, https://wiki.postgresql.org/wiki/Loose_indexscan), so the cost follows the number of
+        namespaces, not of rows."""
+        walks = [
+            sql.SQL(
+                "(WITH RECURSIVE walk(namespace) AS ("
+                "(SELECT namespace FROM {table} ORDER BY namespace LIMIT 1)"
+                " UNION ALL SELECT (SELECT t.namespace FROM {table} t WHERE t.namespace > walk.namespace"
+                " ORDER BY t.namespace LIMIT 1) FROM walk WHERE walk.namespace IS NOT NULL)"
+                " SELECT namespace FROM walk WHERE namespace IS NOT NULL)"
+            ).format(table=self.tables[table])
+            for table in ("observations", "graph_nodes", "facts", "chunks")
+        ]
+        rows = conn.execute(sql.SQL(" UNION ").join(walks)).fetchall()
+        return {str(row[0]) for row in rows}
+
     def list(
         self, conn: psycopg.Connection[Any], visibility: Visibility, namespaces: list[str] | None
     ) -> list[NamespaceCounts]:

@@ -22,6 +22,10 @@ EMPTY_NAMESPACE_EXIT = 3
 """Exit code of a read whose namespace holds nothing the caller can see (a misspelt name, usually); the
 output on stdout (``--json`` included) is what it was, the explanation goes to stderr."""
 
+HINT_NAMESPACES = 1000
+"""At most this many namespaces are read to name the closest one to a misspelt name (every page counts
+what its namespaces hold, so the hint does not read a whole large deployment)."""
+
 
 def namespaces(
     ctx: typer.Context,
@@ -31,7 +35,7 @@ def namespaces(
     """List the namespaces that hold something you can see, with counts (only what your token's scopes
     reach)."""
     call_and_print(
-        memory_client(ctx).list_namespaces,
+        memory_client(ctx).list_every_namespace,
         namespace_service_pb2.ListNamespacesRequest(prefix=prefix),
         as_json=as_json,
         render=_print_namespaces,
@@ -98,12 +102,17 @@ def flag_empty_namespace(ctx: typer.Context, namespace: str) -> None:
     """When ``namespace`` holds nothing the caller can see: says so on stderr, names the closest namespace
     that does hold something, and exits with `EMPTY_NAMESPACE_EXIT`. Returns quietly when it holds
     something (an empty answer is then a real one) or when the service cannot list namespaces."""
+    client = memory_client(ctx)
     try:
-        listed = [item.namespace for item in memory_client(ctx).list_namespaces().namespaces]
+        # the name itself sorts first among the names it prefixes: a page of one tells if it holds something
+        first = client.list_namespaces(
+            namespace_service_pb2.ListNamespacesRequest(prefix=namespace, page_size=1)
+        )
+        if [item.namespace for item in first.namespaces] == [namespace]:
+            return
+        listed = [item.namespace for item in client.iter_namespaces(limit=HINT_NAMESPACES)]
     except (grpc.RpcError, ServiceError):
         return  # a service without NamespaceService: the empty answer stands as it is
-    if namespace in listed:
-        return
     close = closest_namespace(namespace, listed)
     if close:
         hint = f"; did you mean {close!r}?"

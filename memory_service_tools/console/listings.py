@@ -59,10 +59,12 @@ class NamespaceOverview:
 
 @dataclass
 class NamespaceListing:
-    """The start page's rows and how many listed namespaces did not fit."""
+    """The start page's rows, how many listed namespaces did not fit, and whether the service has more
+    namespaces after the first page it was asked for."""
 
     overviews: list[NamespaceOverview] = field(default_factory=list)
     not_shown: int = 0
+    more: bool = False
 
 
 def namespace_overviews(gateway: Gateway, also: Iterable[str], prefix: str = "") -> NamespaceListing:
@@ -75,11 +77,16 @@ def namespace_overviews(gateway: Gateway, also: Iterable[str], prefix: str = "")
     listed = gateway.call(
         QUERY,
         "NamespaceService.ListNamespaces",
-        lambda: gateway.client.list_namespaces(namespace_service_pb2.ListNamespacesRequest(prefix=prefix)),
+        lambda: gateway.client.list_namespaces(
+            namespace_service_pb2.ListNamespacesRequest(prefix=prefix, page_size=MAX_NAMESPACE_ROWS)
+        ),
     )
     seen = {item.namespace for item in listed.namespaces} if listed is not None else set()
     names = sorted(seen | set(also))
-    listing = NamespaceListing(not_shown=max(0, len(names) - MAX_NAMESPACE_ROWS))
+    listing = NamespaceListing(
+        not_shown=max(0, len(names) - MAX_NAMESPACE_ROWS),
+        more=listed is not None and bool(listed.next_page_token),
+    )
     query_down = listed is None and QUERY in gateway.down_services()
     for name in names[:MAX_NAMESPACE_ROWS]:
         overview = NamespaceOverview(name)

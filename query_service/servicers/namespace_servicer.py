@@ -22,8 +22,10 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):  #
         self, request: namespace_service_pb2.ListNamespacesRequest, context: grpc.ServicerContext
     ) -> namespace_service_pb2.ListNamespacesResponse:
         principal = current_principal()
-        found = self.reader.list_namespaces(
+        page = self.reader.list_namespaces(
             request.prefix,
+            page_size=request.page_size,
+            page_token=request.page_token,
             visibility=caller_visibility(),
             readable=None if principal is None else lambda namespace: principal.allows(namespace, Right.READ),
         )
@@ -36,8 +38,9 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):  #
                     fact_count=counts.facts,
                     chunk_count=counts.chunks,
                 )
-                for counts in found
-            ]
+                for counts in page.namespaces
+            ],
+            next_page_token=page.next_page_token,
         )
 
     def GetNamespaceStats(

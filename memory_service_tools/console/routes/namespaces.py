@@ -23,5 +23,6 @@ def build(view: PageView) -> dict[str, Any]:
         "prefix": prefix,
         "overviews": listing.overviews,
         "not_shown": listing.not_shown,
+        "more": listing.more,
         "max_rows": MAX_NAMESPACE_ROWS,
     }

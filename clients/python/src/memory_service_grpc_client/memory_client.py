@@ -20,8 +20,9 @@ Change feed: `watch_changes` is the raw stream of ChangeFeedService.WatchChanges
 changes and resumes after the last cursor received (of a change or a heartbeat) whenever the stream
 breaks (UNAVAILABLE, a server restart, a network cut), so a subscriber sees every change once, in order.
 
-Pagination: `iter_facts`, `iter_packages` and `iter_audit_events` follow ``next_page_token`` page by page
-(`memory_service_grpc_client.pagination.iter_pages`); `list_every_fact` collects every page into one response.
+Pagination: `iter_facts`, `iter_packages`, `iter_audit_events` and `iter_namespaces` follow
+``next_page_token`` page by page (`memory_service_grpc_client.pagination.iter_pages`); `list_every_fact`
+and `list_every_namespace` collect every page into one response.
 
 Consistency tokens (read-after-write across replicas; docs/how-to/read-replicas.md): pass a
 `memory_service_grpc_client.consistency_tokens.ConsistencyTokens` in ``interceptors`` and every read after a
@@ -603,9 +604,28 @@ class MemoryClient:
     def list_namespaces(
         self, request: namespace_service_pb2.ListNamespacesRequest | None = None
     ) -> namespace_service_pb2.ListNamespacesResponse:
-        """NamespaceService.ListNamespaces: the namespaces this token can read that hold something it sees."""
+        """NamespaceService.ListNamespaces: one page of the namespaces this token can read that hold
+        something it sees (see `iter_namespaces` and `list_every_namespace`)."""
         stub = namespace_service_pb2_grpc.NamespaceServiceStub(self.query_channel)
         return self._read(stub.ListNamespaces, request or namespace_service_pb2.ListNamespacesRequest())
+
+    def iter_namespaces(
+        self, request: namespace_service_pb2.ListNamespacesRequest | None = None, *, limit: int | None = None
+    ) -> Iterator[namespace_service_pb2.NamespaceSummary]:
+        """Every namespace of a ListNamespaces query, page after page, by name; stops after ``limit``
+        namespaces when given. ``request`` is not changed."""
+        return iter_pages(
+            self.list_namespaces,
+            request or namespace_service_pb2.ListNamespacesRequest(),
+            lambda page: page.namespaces,
+            limit=limit,
+        )
+
+    def list_every_namespace(
+        self, request: namespace_service_pb2.ListNamespacesRequest | None = None
+    ) -> namespace_service_pb2.ListNamespacesResponse:
+        """Every page of a ListNamespaces query collected into one response (no ``next_page_token``)."""
+        return namespace_service_pb2.ListNamespacesResponse(namespaces=list(self.iter_namespaces(request)))
 
     def get_namespace_stats(
         self, request: namespace_service_pb2.GetNamespaceStatsRequest

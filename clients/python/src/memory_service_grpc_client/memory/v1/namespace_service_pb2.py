@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!memory/v1/namespace_service.proto\x12\tmemory.v1\"\'\n\x15ListNamespacesRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\"}\n\x10NamespaceSummary\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x19\n\x11observation_count\x18\x02 \x01(\x03\x12\x12\n\nnode_count\x18\x03 \x01(\x03\x12\x12\n\nfact_count\x18\x04 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x03\"I\n\x16ListNamespacesResponse\x12/\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1b.memory.v1.NamespaceSummary\"-\n\x18GetNamespaceStatsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\xbc\x04\n\x19GetNamespaceStatsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12^\n\x16observations_by_status\x18\x02 \x03(\x0b\x32>.memory.v1.GetNamespaceStatsResponse.ObservationsByStatusEntry\x12L\n\rnodes_by_type\x18\x03 \x03(\x0b\x32\x35.memory.v1.GetNamespaceStatsResponse.NodesByTypeEntry\x12\x17\n\x0flive_fact_count\x18\x04 \x01(\x03\x12\x19\n\x11\x63losed_fact_count\x18\x05 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\x12\x19\n\x11\x65mbedding_backlog\x18\x07 \x01(\x03\x12R\n\x10memories_by_tier\x18\x08 \x03(\x0b\x32\x38.memory.v1.GetNamespaceStatsResponse.MemoriesByTierEntry\x1a;\n\x19ObservationsByStatusEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10NodesByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x35\n\x13MemoriesByTierEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xc9\x01\n\x10NamespaceService\x12U\n\x0eListNamespaces\x12 .memory.v1.ListNamespacesRequest\x1a!.memory.v1.ListNamespacesResponse\x12^\n\x11GetNamespaceStats\x12#.memory.v1.GetNamespaceStatsRequest\x1a$.memory.v1.GetNamespaceStatsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!memory/v1/namespace_service.proto\x12\tmemory.v1\"N\n\x15ListNamespacesRequest\x12\x0e\n\x06prefix\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"}\n\x10NamespaceSummary\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x19\n\x11observation_count\x18\x02 \x01(\x03\x12\x12\n\nnode_count\x18\x03 \x01(\x03\x12\x12\n\nfact_count\x18\x04 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x05 \x01(\x03\"b\n\x16ListNamespacesResponse\x12/\n\nnamespaces\x18\x01 \x03(\x0b\x32\x1b.memory.v1.NamespaceSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"-\n\x18GetNamespaceStatsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\xbc\x04\n\x19GetNamespaceStatsResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12^\n\x16observations_by_status\x18\x02 \x03(\x0b\x32>.memory.v1.GetNamespaceStatsResponse.ObservationsByStatusEntry\x12L\n\rnodes_by_type\x18\x03 \x03(\x0b\x32\x35.memory.v1.GetNamespaceStatsResponse.NodesByTypeEntry\x12\x17\n\x0flive_fact_count\x18\x04 \x01(\x03\x12\x19\n\x11\x63losed_fact_count\x18\x05 \x01(\x03\x12\x13\n\x0b\x63hunk_count\x18\x06 \x01(\x03\x12\x19\n\x11\x65mbedding_backlog\x18\x07 \x01(\x03\x12R\n\x10memories_by_tier\x18\x08 \x03(\x0b\x32\x38.memory.v1.GetNamespaceStatsResponse.MemoriesByTierEntry\x1a;\n\x19ObservationsByStatusEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x32\n\x10NodesByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x35\n\x13MemoriesByTierEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xc9\x01\n\x10NamespaceService\x12U\n\x0eListNamespaces\x12 .memory.v1.ListNamespacesRequest\x1a!.memory.v1.ListNamespacesResponse\x12^\n\x11GetNamespaceStats\x12#.memory.v1.GetNamespaceStatsRequest\x1a$.memory.v1.GetNamespaceStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,21 +38,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._loaded_options = None
   _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._serialized_options = b'8\001'
   _globals['_LISTNAMESPACESREQUEST']._serialized_start=48
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=87
-  _globals['_NAMESPACESUMMARY']._serialized_start=89
-  _globals['_NAMESPACESUMMARY']._serialized_end=214
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=216
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=289
-  _globals['_GETNAMESPACESTATSREQUEST']._serialized_start=291
-  _globals['_GETNAMESPACESTATSREQUEST']._serialized_end=336
-  _globals['_GETNAMESPACESTATSRESPONSE']._serialized_start=339
-  _globals['_GETNAMESPACESTATSRESPONSE']._serialized_end=911
-  _globals['_GETNAMESPACESTATSRESPONSE_OBSERVATIONSBYSTATUSENTRY']._serialized_start=745
-  _globals['_GETNAMESPACESTATSRESPONSE_OBSERVATIONSBYSTATUSENTRY']._serialized_end=804
-  _globals['_GETNAMESPACESTATSRESPONSE_NODESBYTYPEENTRY']._serialized_start=806
-  _globals['_GETNAMESPACESTATSRESPONSE_NODESBYTYPEENTRY']._serialized_end=856
-  _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._serialized_start=858
-  _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._serialized_end=911
-  _globals['_NAMESPACESERVICE']._serialized_start=914
-  _globals['_NAMESPACESERVICE']._serialized_end=1115
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=126
+  _globals['_NAMESPACESUMMARY']._serialized_start=128
+  _globals['_NAMESPACESUMMARY']._serialized_end=253
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=255
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=353
+  _globals['_GETNAMESPACESTATSREQUEST']._serialized_start=355
+  _globals['_GETNAMESPACESTATSREQUEST']._serialized_end=400
+  _globals['_GETNAMESPACESTATSRESPONSE']._serialized_start=403
+  _globals['_GETNAMESPACESTATSRESPONSE']._serialized_end=975
+  _globals['_GETNAMESPACESTATSRESPONSE_OBSERVATIONSBYSTATUSENTRY']._serialized_start=809
+  _globals['_GETNAMESPACESTATSRESPONSE_OBSERVATIONSBYSTATUSENTRY']._serialized_end=868
+  _globals['_GETNAMESPACESTATSRESPONSE_NODESBYTYPEENTRY']._serialized_start=870
+  _globals['_GETNAMESPACESTATSRESPONSE_NODESBYTYPEENTRY']._serialized_end=920
+  _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._serialized_start=922
+  _globals['_GETNAMESPACESTATSRESPONSE_MEMORIESBYTIERENTRY']._serialized_end=975
+  _globals['_NAMESPACESERVICE']._serialized_start=978
+  _globals['_NAMESPACESERVICE']._serialized_end=1179
 # @@protoc_insertion_point(module_scope)

@@ -25,16 +25,24 @@ class ListNamespacesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PREFIX_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     prefix: _builtins.str
     """Only the namespaces whose name starts with this text (at most 128 characters); empty: every one."""
+    page_size: _builtins.int
+    """Namespaces examined by this page: 0 means 100; at most 1000."""
+    page_token: _builtins.str
+    """next_page_token of the previous response to the same prefix; empty for the first page."""
     def __init__(
         self,
         *,
         prefix: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prefix", b"prefix"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "prefix", b"prefix"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -85,18 +93,22 @@ class ListNamespacesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
     @_builtins.property
     def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___NamespaceSummary]:
-        """The namespaces, ordered by name."""
+        """The namespaces of this page holding something the caller sees, ordered by name."""
 
     def __init__(
         self,
         *,
         namespaces: _abc.Iterable[Global___NamespaceSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespaces", b"namespaces", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

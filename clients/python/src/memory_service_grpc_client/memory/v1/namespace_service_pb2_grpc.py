@@ -56,9 +56,13 @@ class NamespaceServiceServicer:
     """
 
     def ListNamespaces(self, request, context):
-        """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
-        call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-        Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
+        """Lists the namespaces that hold at least one item the caller can see, with counts, a page at a time
+        in name order. Any token may call it: the list holds only namespaces the token has the read right
+        on ("*" grants every one). A page counts at most page_size namespaces, so its cost follows what those
+        namespaces hold, not the whole database; a namespace with nothing the caller sees is left out, so a
+        page may hold fewer entries (even none) while next_page_token is set: follow it until it is empty.
+        Errors: INVALID_ARGUMENT (prefix too long, page_size outside 0..1000, a page_token not issued for
+        the same prefix); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -37,9 +37,13 @@ class NamespaceServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> NamespaceServiceAsyncStub: ...
     ListNamespaces: _grpc.UnaryUnaryMultiCallable[_namespace_service_pb2.ListNamespacesRequest, _namespace_service_pb2.ListNamespacesResponse]
-    """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
-    call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-    Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
+    """Lists the namespaces that hold at least one item the caller can see, with counts, a page at a time
+    in name order. Any token may call it: the list holds only namespaces the token has the read right
+    on ("*" grants every one). A page counts at most page_size namespaces, so its cost follows what those
+    namespaces hold, not the whole database; a namespace with nothing the caller sees is left out, so a
+    page may hold fewer entries (even none) while next_page_token is set: follow it until it is empty.
+    Errors: INVALID_ARGUMENT (prefix too long, page_size outside 0..1000, a page_token not issued for
+    the same prefix); UNAVAILABLE.
     """
     GetNamespaceStats: _grpc.UnaryUnaryMultiCallable[_namespace_service_pb2.GetNamespaceStatsRequest, _namespace_service_pb2.GetNamespaceStatsResponse]
     """Counts of one namespace by kind: observations by status, nodes by type, live and closed facts,
@@ -57,9 +61,13 @@ class NamespaceServiceAsyncStub(NamespaceServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ListNamespaces: _aio.UnaryUnaryMultiCallable[_namespace_service_pb2.ListNamespacesRequest, _namespace_service_pb2.ListNamespacesResponse]  # type: ignore[assignment]
-    """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
-    call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-    Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
+    """Lists the namespaces that hold at least one item the caller can see, with counts, a page at a time
+    in name order. Any token may call it: the list holds only namespaces the token has the read right
+    on ("*" grants every one). A page counts at most page_size namespaces, so its cost follows what those
+    namespaces hold, not the whole database; a namespace with nothing the caller sees is left out, so a
+    page may hold fewer entries (even none) while next_page_token is set: follow it until it is empty.
+    Errors: INVALID_ARGUMENT (prefix too long, page_size outside 0..1000, a page_token not issued for
+    the same prefix); UNAVAILABLE.
     """
     GetNamespaceStats: _aio.UnaryUnaryMultiCallable[_namespace_service_pb2.GetNamespaceStatsRequest, _namespace_service_pb2.GetNamespaceStatsResponse]  # type: ignore[assignment]
     """Counts of one namespace by kind: observations by status, nodes by type, live and closed facts,
@@ -80,9 +88,13 @@ class NamespaceServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _namespace_service_pb2.ListNamespacesRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_namespace_service_pb2.ListNamespacesResponse, _abc.Awaitable[_namespace_service_pb2.ListNamespacesResponse]]:
-        """Lists the namespaces that hold at least one item the caller can see, with counts. Any token may
-        call it: the list holds only namespaces the token has the read right on ("*" grants every one).
-        Errors: INVALID_ARGUMENT (prefix too long); UNAVAILABLE.
+        """Lists the namespaces that hold at least one item the caller can see, with counts, a page at a time
+        in name order. Any token may call it: the list holds only namespaces the token has the read right
+        on ("*" grants every one). A page counts at most page_size namespaces, so its cost follows what those
+        namespaces hold, not the whole database; a namespace with nothing the caller sees is left out, so a
+        page may hold fewer entries (even none) while next_page_token is set: follow it until it is empty.
+        Errors: INVALID_ARGUMENT (prefix too long, page_size outside 0..1000, a page_token not issued for
+        the same prefix); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
