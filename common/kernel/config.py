@@ -117,7 +117,9 @@ class Settings(BaseSettings):
     # tenant_vector_index_interval_seconds, when positive); 0 builds none. Its index is dropped below half
     # the threshold.
     tenant_vector_index_min_rows: int = Field(
-        5000, ge=0, description="embedded chunks a namespace needs for an HNSW index of its own; 0 builds none"
+        5000,
+        ge=0,
+        description="embedded chunks a namespace needs for an HNSW index of its own; 0 builds none",
     )
     tenant_vector_index_interval_seconds: float = Field(
         0.0, ge=0, description="the ingest service's check for tenant indexes (e.g. 600); 0: only the command"
@@ -202,7 +204,10 @@ class Settings(BaseSettings):
         " loopback or link-local (JSON list); everything else private is refused",
     )
     webhook_max_attempts: int = Field(
-        20, ge=1, le=100, description="attempts before a delivery is a dead letter (20: about 70 min of retries)"
+        20,
+        ge=1,
+        le=100,
+        description="attempts before a delivery is a dead letter (20: about 70 min of retries)",
     )
     webhook_retry_wait_seconds: float = Field(
         2.0, gt=0, description="wait after the first failed attempt, doubled after each further one"
@@ -265,6 +270,11 @@ class Settings(BaseSettings):
         ge=0,
         le=1,
         description="a bulk deletion removing more than this share of its set (or all of it) is refused",
+    )
+    # Retention of audit events (docs/how-to/data-protection.md): a namespace rule may not keep them for
+    # less than this operator-set floor, so a tenant admin cannot shorten the trail an auditor relies on.
+    audit_retention_floor_days: int = Field(
+        365, ge=1, description="the shortest max_age a retention rule may give audit events, in days"
     )
     memory_expiry_mass_floor: int = Field(
         10, ge=1, description="an expiry pass removing fewer memories of a namespace is never a mass sweep"

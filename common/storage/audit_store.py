@@ -201,6 +201,41 @@ class AuditStore:
         )
         return True, properties
 
+    def events_recorded_before(
+        self, conn: psycopg.Connection[Any], namespace: str, before: datetime, limit: int
+    ) -> list[tuple[str, str]]:
+        """[(event_id, trace_id)] of at most ``limit`` events of ``namespace`` recorded before ``before``,
+        oldest first (retention)."""
+        rows = conn.execute(
+            self.queries["audit_events_recorded_before"], (namespace, before, limit)
+        ).fetchall()
+        return [(str(event_id), str(trace_id)) for event_id, trace_id in rows]
+
+    def count_events_recorded_before(
+        self, conn: psycopg.Connection[Any], namespace: str, before: datetime
+    ) -> int:
+        """How many events of ``namespace`` were recorded before ``before`` (retention preview)."""
+        row = conn.execute(self.queries["count_audit_events_recorded_before"], (namespace, before)).fetchone()
+        return int(row[0]) if row else 0
+
+    def delete_events(
+        self, conn: psycopg.Connection[Any], namespace: str, events: list[tuple[str, str]]
+    ) -> int:
+        """Deletes the events ``[(event_id, trace_id)]`` of ``namespace``: their vertices (with their
+        IN_TRACE edges), registry and index rows, and the anchors of traces no event names any more.
+        Returns how many events were deleted."""
+        if not events:
+            return 0
+        event_ids = sorted({event_id for event_id, _ in events})
+        gone = self.graph.delete_nodes(conn, namespace, [event_key(event_id) for event_id in event_ids])
+        conn.execute(self.queries["delete_audit_event_rows"], (namespace, event_ids))
+        traces = sorted({trace_id for _, trace_id in events})
+        orphaned = [
+            str(row[0]) for row in conn.execute(self.queries["traces_without_events"], (traces, namespace))
+        ]
+        self.graph.delete_nodes(conn, namespace, [trace_key(trace_id) for trace_id in orphaned])
+        return len(gone)
+
     def list_events(
         self, conn: psycopg.Connection[Any], query: AuditEventQuery, *, access: AuditReadAccess
     ) -> list[dict[str, Any]]:

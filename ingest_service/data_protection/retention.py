@@ -6,7 +6,10 @@ A rule names a namespace, a data class and a selector, and a maximum age:
   PurgeObservation purges (audited per observation);
 * ``memories`` (selector: a tier hot / warm / cold, or ''), aged by the last use: deleted as
   DeleteMemory deletes (audited);
-* ``context_traces`` (selector ''), aged by creation: deleted in batches, one audit event per batch.
+* ``context_traces`` (selector ''), aged by creation: deleted in batches, one audit event per batch;
+* ``audit_events`` (selector ''), aged by when they were recorded, never younger than the operator's
+  floor (`Settings.audit_retention_floor_days`): deleted in batches, one audit event per batch that says
+  how many went and the cut-off (the trail keeps that it was shortened).
 
 `RetentionEnforcer.enforce` runs every rule judged at ``now`` (a parameter: tests move the clock), in
 batches of `Settings.memory_maintenance_batch` items per transaction; a legal hold on the namespace
@@ -34,7 +37,8 @@ from ingest_service.validation.legal_holds import ensure_not_held
 
 log = logging.getLogger(__name__)
 
-DATA_CLASSES = ("observations", "memories", "context_traces")
+DATA_CLASSES = ("observations", "memories", "context_traces", "audit_events")
+BATCHED_CLASSES = ("context_traces", "audit_events")  # deleted by age in one statement per batch
 MEMORY_TIERS = ("hot", "warm", "cold")
 MIN_MAX_AGE = timedelta(hours=1)
 
@@ -58,8 +62,9 @@ class RuleOutcome:
     blocked_by_hold: str = ""
 
 
-def validate_rule(rule: RetentionRule) -> None:
-    """Raises `InvalidArgument` with the field violations of a rule (names of RetentionRule)."""
+def validate_rule(rule: RetentionRule, audit_floor: timedelta = timedelta(days=365)) -> None:
+    """Raises `InvalidArgument` with the field violations of a rule (names of RetentionRule);
+    ``audit_floor`` is the shortest age audit events may be given."""
     check = ViolationCollector()
     if not rule.namespace:
         check.add("rule.namespace", "required")
@@ -69,12 +74,18 @@ def validate_rule(rule: RetentionRule) -> None:
         check.add("rule.data_class", f"one of {', '.join(DATA_CLASSES)}")
     if rule.data_class == "memories" and rule.selector not in ("", *MEMORY_TIERS):
         check.add("rule.selector", "a memory tier: hot, warm or cold (or empty for all)")
-    if rule.data_class == "context_traces" and rule.selector:
-        check.add("rule.selector", "context traces have no selector")
+    if rule.data_class in BATCHED_CLASSES and rule.selector:
+        check.add("rule.selector", f"{rule.data_class.replace('_', ' ')} have no selector")
     if len(rule.selector) > 200:
         check.add("rule.selector", "at most 200 characters")
     if rule.max_age < MIN_MAX_AGE:
         check.add("rule.max_age", "at least one hour")
+    elif rule.data_class == "audit_events" and rule.max_age < audit_floor:
+        check.add(
+            "rule.max_age",
+            f"audit events are kept at least {audit_floor.days} days (the operator's floor,"
+            " CB_AUDIT_RETENTION_FLOOR_DAYS)",
+        )
     check.raise_if_any()
 
 
@@ -101,7 +112,7 @@ class RetentionEnforcer:
         Raises:
             InvalidArgument: see `validate_rule`.
         """
-        validate_rule(rule)
+        validate_rule(rule, timedelta(days=self.database.settings.audit_retention_floor_days))
         self.database.run_transaction(lambda conn: self.store.put_rule(conn, rule, datetime.now(UTC)))
         return rule
 
@@ -111,7 +122,9 @@ class RetentionEnforcer:
         Raises:
             NotFound: no such rule.
         """
-        if not self.database.run_transaction(lambda conn: self.store.delete_rule(conn, namespace, data_class, selector)):
+        if not self.database.run_transaction(
+            lambda conn: self.store.delete_rule(conn, namespace, data_class, selector)
+        ):
             raise NotFound(f"no retention rule {data_class}/{selector or '*'} in namespace {namespace}")
 
     def preview(self, namespace: str, now: datetime | None = None) -> list[RulePreview]:
@@ -135,7 +148,9 @@ class RetentionEnforcer:
             outcomes.append(self._enforce_rule(rule, at - rule.max_age))
         for outcome in outcomes:
             if outcome.deleted or outcome.blocked_by_hold:
-                log.info("retention %s: %d deleted %s", outcome.rule, outcome.deleted, outcome.blocked_by_hold)
+                log.info(
+                    "retention %s: %d deleted %s", outcome.rule, outcome.deleted, outcome.blocked_by_hold
+                )
         return outcomes
 
     # -- per class ---------------------------------------------------------------------------------
@@ -152,9 +167,14 @@ class RetentionEnforcer:
             return self.store.count_observations_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "memories":
             return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
+        if rule.data_class == "audit_events":
+            return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
 
     def _enforce_rule(self, rule: RetentionRule, cutoff: datetime) -> RuleOutcome:
+        if rule.data_class == "audit_events":
+            # the sweep's own audit events are newer than its start: never due, even with a clock moved on
+            cutoff = min(cutoff, datetime.now(UTC))
         with self.database.connection() as conn:
             hold = self._hold(conn, rule)
         if hold:
@@ -176,7 +196,7 @@ class RetentionEnforcer:
                     skipped.add(item[0])
                 except NotFound:  # gone meanwhile
                     skipped.add(item[0])
-            if rule.data_class == "context_traces":
+            if rule.data_class in BATCHED_CLASSES:
                 continue
 
     def _batch(self, conn: Any, rule: RetentionRule, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
@@ -185,13 +205,15 @@ class RetentionEnforcer:
             return [(i, "") for i in ids]
         if rule.data_class == "memories":
             return self.store.memories_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-        due = self.store.count_traces_older_than(conn, rule.namespace, cutoff)
-        return [("traces", str(cutoff))] if due else []
+        due = self._due(conn, rule, cutoff)
+        return [(rule.data_class, str(cutoff))] if due else []
 
     def _delete(self, rule: RetentionRule, item: tuple[str, str]) -> int:
         access = WriteAccess(EVERYTHING)
         if rule.data_class == "observations":
-            self.remover.purge(rule.namespace, item[0], f"retention {rule.data_class}/{rule.selector or '*'}", access=access)
+            self.remover.purge(
+                rule.namespace, item[0], f"retention {rule.data_class}/{rule.selector or '*'}", access=access
+            )
             return 1
         if rule.data_class == "memories":
             self.database.run_transaction(
@@ -200,23 +222,31 @@ class RetentionEnforcer:
             return 1
         cutoff = datetime.fromisoformat(item[1])
 
-        def traces(conn: Any) -> int:
+        def by_age(conn: Any) -> int:
             ensure_not_held(conn, self.database.settings, rule.namespace, [])
-            gone = self.store.delete_traces_older_than(conn, rule.namespace, cutoff, self.batch)
+            if rule.data_class == "audit_events":
+                events = self.audit.store.events_recorded_before(conn, rule.namespace, cutoff, self.batch)
+                gone = self.audit.store.delete_events(conn, rule.namespace, events)
+            else:
+                gone = self.store.delete_traces_older_than(conn, rule.namespace, cutoff, self.batch)
             self.audit.record_in(
                 conn,
                 AuditEventInput(
                     namespace=rule.namespace,
                     action=DELETE_ACTION,
                     trace_id=default_trace_id(),
-                    target_key="context_traces",
-                    details={"operation": "retention", "data_class": "context_traces", "deleted": gone,
-                             "cutoff": cutoff.isoformat()},
+                    target_key=rule.data_class,
+                    details={
+                        "operation": "retention",
+                        "data_class": rule.data_class,
+                        "deleted": gone,
+                        "cutoff": cutoff.isoformat(),
+                    },
                 ),
             )
             return gone
 
-        return self.database.run_transaction(traces)
+        return self.database.run_transaction(by_age)
 
 
 __all__ = ["DATA_CLASSES", "RetentionEnforcer", "RuleOutcome", "RulePreview", "validate_rule"]

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     data_protection_service_pb2 as dp,
 )
@@ -32,6 +33,7 @@ from memory_service_grpc_client.memory.v1 import (
 )
 from typer.testing import CliRunner
 
+from common.domain.audit import AuditEventInput, AuditTrail
 from common.kernel.config import Settings
 from common.storage.database import Database
 from ingest_service.data_protection.retention import RetentionEnforcer
@@ -98,7 +100,9 @@ def _memories(ingest: grpc.Channel, user: str, texts: list[str]) -> list[str]:
 
 def _memory_namespace(settings: Settings, user: str) -> str:
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        return str(conn.execute("SELECT namespace FROM memories WHERE user_id = %s LIMIT 1", (user,)).fetchone()[0])
+        return str(
+            conn.execute("SELECT namespace FROM memories WHERE user_id = %s LIMIT 1", (user,)).fetchone()[0]
+        )
 
 
 def test_a_hold_stops_every_deletion_until_lifted(
@@ -125,22 +129,41 @@ def test_a_hold_stops_every_deletion_until_lifted(
             "SELECT observation_id FROM observations WHERE namespace = %s", (namespace,)
         ).fetchone()[0]
     observations = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
-    _held(lambda: documents.DeleteNode(
-        document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:a"), timeout=30), hold.hold_id)
-    _held(lambda: observations.PurgeObservation(
-        observation_service_pb2.PurgeObservationRequest(namespace=namespace, observation_id=observation_id),
-        timeout=30), hold.hold_id)
-    _held(lambda: protection.EraseSubject(
-        dp.EraseSubjectRequest(namespace=namespace, node_key="person:p1", confirm=True), timeout=30), hold.hold_id)
+    _held(
+        lambda: documents.DeleteNode(
+            document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:a"), timeout=30
+        ),
+        hold.hold_id,
+    )
+    _held(
+        lambda: observations.PurgeObservation(
+            observation_service_pb2.PurgeObservationRequest(
+                namespace=namespace, observation_id=observation_id
+            ),
+            timeout=30,
+        ),
+        hold.hold_id,
+    )
+    _held(
+        lambda: protection.EraseSubject(
+            dp.EraseSubjectRequest(namespace=namespace, node_key="person:p1", confirm=True), timeout=30
+        ),
+        hold.hold_id,
+    )
 
     # Retention is stopped too, and says so.
     database = Database(settings)
     try:
-        enforcer = RetentionEnforcer(database, ObservationRemover(database), MemoryWriter(database, _NoPassages()))
+        enforcer = RetentionEnforcer(
+            database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
+        )
         protection.SetRetentionRule(
             dp.SetRetentionRuleRequest(
-                rule=dp.RetentionRule(namespace=namespace, data_class="observations",
-                                      max_age=json_format.Parse('"2592000s"', dp.RetentionRule().max_age))
+                rule=dp.RetentionRule(
+                    namespace=namespace,
+                    data_class="observations",
+                    max_age=json_format.Parse('"2592000s"', dp.RetentionRule().max_age),
+                )
             ),
             timeout=30,
         )
@@ -154,19 +177,27 @@ def test_a_hold_stops_every_deletion_until_lifted(
         ).hold
         assert lifted.lift_principal and lifted.HasField("lift_time")
         with pytest.raises(grpc.RpcError) as again:
-            protection.LiftLegalHold(dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30)
+            protection.LiftLegalHold(
+                dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30
+            )
         assert again.value.code() == grpc.StatusCode.NOT_FOUND
         assert [o.deleted for o in enforcer.enforce(now, (namespace,))] == [1]
-        documents.DeleteNode(document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:a"), timeout=30)
+        documents.DeleteNode(
+            document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:a"), timeout=30
+        )
     finally:
         database.close()
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute("LOAD 'age'")
         conn.execute('SET search_path = ag_catalog, "$user", public')
-        actions = sorted(r[0] for r in conn.execute(
-            "SELECT ag_catalog.agtype_out(v.properties)::text FROM company_brain.n_audit_event v"
-            " JOIN graph_nodes g ON g.vertex_id = v.id WHERE g.namespace = %s", (namespace,)
-        ))
+        actions = sorted(
+            r[0]
+            for r in conn.execute(
+                "SELECT ag_catalog.agtype_out(v.properties)::text FROM company_brain.n_audit_event v"
+                " JOIN graph_nodes g ON g.vertex_id = v.id WHERE g.namespace = %s",
+                (namespace,),
+            )
+        )
     assert any('"legal_hold.set"' in a for a in actions) and any('"legal_hold.lift"' in a for a in actions)
 
 
@@ -175,10 +206,19 @@ def test_a_subject_hold_stops_memory_deletion_and_expiry(
 ) -> None:
     user = "u-" + uuid.uuid4().hex[:10]
     stub = memory_service_pb2_grpc.MemoryServiceStub(ingest_channel)
-    added = stub.AddMemories(json_format.ParseDict(
-        {"userId": user, "memories": [{"text": "A note to keep for the audit.", "idempotencyKey": "1"},
-                                      {"text": "A note that expires.", "idempotencyKey": "2", "ttl": "3600s"}]},
-        memory_service_pb2.AddMemoriesRequest()), timeout=120).results
+    added = stub.AddMemories(
+        json_format.ParseDict(
+            {
+                "userId": user,
+                "memories": [
+                    {"text": "A note to keep for the audit.", "idempotencyKey": "1"},
+                    {"text": "A note that expires.", "idempotencyKey": "2", "ttl": "3600s"},
+                ],
+            },
+            memory_service_pb2.AddMemoriesRequest(),
+        ),
+        timeout=120,
+    ).results
     memory_id, expiring = added[0].memory_id, added[1].memory_id
     namespace = _memory_namespace(settings, user)
     holds = [
@@ -187,8 +227,12 @@ def test_a_subject_hold_stops_memory_deletion_and_expiry(
         ).hold
         for key in (memory_id, expiring)
     ]
-    _held(lambda: stub.DeleteMemory(memory_service_pb2.DeleteMemoryRequest(memory_id=memory_id, user_id=user),
-                                    timeout=30), holds[0].hold_id)
+    _held(
+        lambda: stub.DeleteMemory(
+            memory_service_pb2.DeleteMemoryRequest(memory_id=memory_id, user_id=user), timeout=30
+        ),
+        holds[0].hold_id,
+    )
     database = Database(settings)
     try:
         maintenance = MemoryMaintenance(database, MemoryWriter(database, _NoPassages()), settings)
@@ -196,12 +240,16 @@ def test_a_subject_hold_stops_memory_deletion_and_expiry(
 
         def exists(key: str) -> bool:
             with psycopg.connect(settings.database_url, autocommit=True) as conn:
-                return conn.execute("SELECT 1 FROM memories WHERE memory_id = %s", (key,)).fetchone() is not None
+                return (
+                    conn.execute("SELECT 1 FROM memories WHERE memory_id = %s", (key,)).fetchone() is not None
+                )
 
         maintenance.run(now=later, namespaces=[namespace])  # the namespace is shared: other memories may go
         assert exists(expiring)  # held: kept
         for hold in holds:
-            protection.LiftLegalHold(dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30)
+            protection.LiftLegalHold(
+                dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30
+            )
         maintenance.run(now=later, namespaces=[namespace])
         assert not exists(expiring) and exists(memory_id)
     finally:
@@ -213,11 +261,14 @@ def test_retention_deletes_exactly_the_classes_whose_time_has_come(
     settings: Settings, namespace: str, ingest_channel: grpc.Channel, protection: Any
 ) -> None:
     now = datetime.now(UTC)
-    record_all(ingest_channel, [
-        _observation(namespace, 1, "chat", now - timedelta(days=10), "chat ten days ago"),
-        _observation(namespace, 2, "chat", now - timedelta(days=1), "chat yesterday"),
-        _observation(namespace, 3, "ticket", now - timedelta(days=10), "ticket ten days ago"),
-    ])
+    record_all(
+        ingest_channel,
+        [
+            _observation(namespace, 1, "chat", now - timedelta(days=10), "chat ten days ago"),
+            _observation(namespace, 2, "chat", now - timedelta(days=1), "chat yesterday"),
+            _observation(namespace, 3, "ticket", now - timedelta(days=10), "ticket ten days ago"),
+        ],
+    )
 
     def rule(data_class: str, selector: str, hours: int) -> None:
         message = dp.RetentionRule(namespace=namespace, data_class=data_class, selector=selector)
@@ -231,15 +282,23 @@ def test_retention_deletes_exactly_the_classes_whose_time_has_come(
 
     def remaining() -> list[str]:
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            return sorted(r[0] for r in conn.execute(
-                "SELECT source_external_id FROM observations WHERE namespace = %s", (namespace,)))
+            return sorted(
+                r[0]
+                for r in conn.execute(
+                    "SELECT source_external_id FROM observations WHERE namespace = %s", (namespace,)
+                )
+            )
 
     database = Database(settings)
     try:
-        enforcer = RetentionEnforcer(database, ObservationRemover(database), MemoryWriter(database, _NoPassages()))
+        enforcer = RetentionEnforcer(
+            database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
+        )
         enforcer.enforce(now, (namespace,))
         assert remaining() == ["e2", "e3"]  # only the chat older than a week
-        enforcer.enforce(now + timedelta(days=5), (namespace,))  # the clock moves: yesterday's chat is 6 days old
+        enforcer.enforce(
+            now + timedelta(days=5), (namespace,)
+        )  # the clock moves: yesterday's chat is 6 days old
         assert remaining() == ["e2", "e3"]
         enforcer.enforce(now + timedelta(days=7), (namespace,))  # now 8 days old
         assert remaining() == ["e3"]
@@ -249,16 +308,91 @@ def test_retention_deletes_exactly_the_classes_whose_time_has_come(
         database.close()
 
 
+def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_says_so(
+    settings: Settings, namespace: str, protection: Any
+) -> None:
+    database = Database(settings)
+    trail = AuditTrail(database)
+    old = [
+        trail.record(AuditEventInput(namespace=namespace, action="export", trace_id=f"t-{n}", principal="p"))
+        for n in range(3)
+    ]
+
+    def rule(days: int) -> None:
+        message = dp.RetentionRule(namespace=namespace, data_class="audit_events")
+        message.max_age.FromTimedelta(timedelta(days=days))
+        protection.SetRetentionRule(dp.SetRetentionRuleRequest(rule=message), timeout=30)
+
+    with pytest.raises(grpc.RpcError) as below_floor:  # the operator's floor is 365 days
+        rule(30)
+    failure = rpc_failure(below_floor.value)
+    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in failure.violations] == ["rule.max_age"]
+    rule(366)
+
+    def stored() -> tuple[set[str], set[str], set[str]]:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT event_id FROM audit_events WHERE namespace = %s", (namespace,)
+            ).fetchall()
+            nodes = conn.execute(
+                "SELECT natural_key FROM graph_nodes WHERE namespace = %s AND node_type IN ('audit_event', 'pc_trace')",
+                (namespace,),
+            ).fetchall()
+        keys = {str(n[0]) for n in nodes}
+        return (
+            {str(r[0]) for r in rows},
+            {k for k in keys if k.startswith("audit_event:")},
+            keys - {k for k in keys if k.startswith("audit_event:")},
+        )
+
+    now = datetime.now(UTC)
+    enforcer = RetentionEnforcer(
+        database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
+    )
+    try:
+        before, vertices, _ = stored()
+        assert {e.event_id for e in old} <= before and len(vertices) == len(before)
+        enforcer.enforce(now + timedelta(days=300), (namespace,))  # 300 days old: younger than the rule
+        assert stored()[0] == before
+        hold = protection.CreateLegalHold(
+            dp.CreateLegalHoldRequest(namespace=namespace, reason="audit under review"), timeout=30
+        ).hold
+        outcome = enforcer.enforce(now + timedelta(days=400), (namespace,))
+        assert [o.blocked_by_hold for o in outcome] == [hold.hold_id] and stored()[0] >= before
+        protection.LiftLegalHold(
+            dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30
+        )
+        outcome = enforcer.enforce(now + timedelta(days=400), (namespace,))  # 400 days old: past the rule
+        left, vertices, anchors = stored()
+        assert outcome[0].deleted >= len(before) and not (left & before)
+        assert vertices == {f"audit_event:{event_id}" for event_id in left}
+        assert not {f"pc_trace:t-{n}" for n in range(3)} & anchors  # anchors of emptied traces went too
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            kept = conn.execute(
+                "SELECT props FROM audit_events WHERE namespace = %s AND target_key = 'audit_events'",
+                (namespace,),
+            ).fetchall()
+        details = [row[0]["details"] for row in kept]
+        assert [d["deleted"] for d in details] == [outcome[0].deleted]  # the trail says it was shortened
+    finally:
+        database.close()
+
+
 def test_erasing_a_memory_user_removes_memories_and_the_summaries_that_used_them(
     settings: Settings, ingest_channel: grpc.Channel, protection: Any
 ) -> None:
     user, other = "u-" + uuid.uuid4().hex[:10], "u-" + uuid.uuid4().hex[:10]
     name = "Dana Whitfield-" + uuid.uuid4().hex[:6]  # a name no other run wrote
-    ids = _memories(ingest_channel, user, [
-        f"{name} prefers morning meetings before nine.",
-        f"{name} works on the billing migration this quarter.",
-        f"{name} asked for invoices in PDF.",
-    ])
+    ids = _memories(
+        ingest_channel,
+        user,
+        [
+            f"{name} prefers morning meetings before nine.",
+            f"{name} works on the billing migration this quarter.",
+            f"{name} asked for invoices in PDF.",
+        ],
+    )
     kept = _memories(ingest_channel, other, ["The other user likes tea."])
     stub = memory_service_pb2_grpc.MemoryServiceStub(ingest_channel)
     summary = stub.SummarizeMemories(
@@ -271,7 +405,9 @@ def test_erasing_a_memory_user_removes_memories_and_the_summaries_that_used_them
     assert receipt.counts["memories_deleted"] == 4  # three originals and their summary
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM memories WHERE user_id = %s", (user,)).fetchone()[0] == 0
-        assert conn.execute("SELECT count(*) FROM memories WHERE memory_id = %s", (kept[0],)).fetchone()[0] == 1
+        assert (
+            conn.execute("SELECT count(*) FROM memories WHERE memory_id = %s", (kept[0],)).fetchone()[0] == 1
+        )
         for value in (name, user, summary.memory_id, *ids):
             assert residue(conn, settings.graph_name, value) == {}, value
 
@@ -311,7 +447,9 @@ def test_erasure_killed_midway_changes_nothing_and_a_retry_completes(
     assert before
     child = subprocess.Popen(
         [sys.executable, "-c", _KILLABLE, namespace, subject_key],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "CB_DATABASE_URL": settings.database_url},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CB_DATABASE_URL": settings.database_url},
         cwd=os.getcwd(),
     )
     try:
@@ -330,7 +468,12 @@ def test_erasure_killed_midway_changes_nothing_and_a_retry_completes(
                 break
             time.sleep(0.5)
         assert residue(conn, settings.graph_name, person) == before  # all or nothing: nothing
-        assert conn.execute("SELECT count(*) FROM erasure_receipts WHERE namespace = %s", (namespace,)).fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM erasure_receipts WHERE namespace = %s", (namespace,)
+            ).fetchone()[0]
+            == 0
+        )
     receipt = protection.EraseSubject(
         dp.EraseSubjectRequest(namespace=namespace, node_key=subject_key, confirm=True), timeout=600
     ).receipt
@@ -352,7 +495,9 @@ def test_erasure_while_writers_name_the_subject_ends_without_deadlock_or_residue
         n = 0
         while not stop.is_set():
             n += 1
-            item = _observation(namespace, 10_000 * worker + n, "note", datetime.now(UTC), f"{person} uploaded again")
+            item = _observation(
+                namespace, 10_000 * worker + n, "note", datetime.now(UTC), f"{person} uploaded again"
+            )
             item["actor"] = {"type": "person", "id": person}
             try:
                 record_all(ingest_channel, [item])
@@ -379,7 +524,9 @@ def test_erasure_while_writers_name_the_subject_ends_without_deadlock_or_residue
     assert not any(t.is_alive() for t in threads)
     assert first.counts["observations_redacted"] > 0 and took < 120
     # What the writers committed after the erasure is new data; a second erasure takes it, then none is left.
-    protection.EraseSubject(dp.EraseSubjectRequest(namespace=namespace, node_key=subject_key, confirm=True), timeout=120)
+    protection.EraseSubject(
+        dp.EraseSubjectRequest(namespace=namespace, node_key=subject_key, confirm=True), timeout=120
+    )
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         assert residue(conn, settings.graph_name, person) == {}
     assert written[0] > 0

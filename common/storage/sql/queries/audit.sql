@@ -23,3 +23,26 @@ $$, %s) AS (v ag_catalog.agtype)
 INSERT INTO {audit_events} (namespace, event_id, action, principal, target_key, trace_id, recorded_at, scopes, props)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (namespace, event_id) DO NOTHING
+
+-- name: audit_events_recorded_before
+-- Retention: [event_id, trace_id] of at most N audit events of a namespace recorded before an instant,
+-- oldest first (parameters: namespace, instant, N); the time index serves it.
+SELECT event_id, trace_id FROM {audit_events}
+WHERE namespace = %s AND recorded_at < %s
+ORDER BY recorded_at, event_id
+LIMIT %s
+
+-- name: count_audit_events_recorded_before
+-- Retention: how many audit events of a namespace were recorded before an instant (parameters:
+-- namespace, instant).
+SELECT count(*) FROM {audit_events} WHERE namespace = %s AND recorded_at < %s
+
+-- name: delete_audit_event_rows
+-- Retention: the index rows of audit events whose vertices were deleted (parameters: namespace, event ids).
+DELETE FROM {audit_events} WHERE namespace = %s AND event_id = ANY(%s)
+
+-- name: traces_without_events
+-- Retention: the trace ids among the given ones that no audit event of the namespace names any more
+-- (parameters: namespace, trace ids), so their anchor vertices can go too.
+SELECT t.trace_id FROM unnest(%s::text[]) AS t(trace_id)
+WHERE NOT EXISTS (SELECT 1 FROM {audit_events} a WHERE a.namespace = %s AND a.trace_id = t.trace_id)
