@@ -216,9 +216,9 @@ class DataProtectionStore:
     def owner_scopes(self, conn: psycopg.Connection[Any], namespace: str, memory_ids: list[str]) -> list[str]:
         """The owner scopes of the memories ``memory_ids``."""
         rows = conn.execute(
-            sql.SQL("SELECT DISTINCT user_scope FROM {m} WHERE namespace = %s AND memory_id = ANY(%s)").format(
-                m=self.t["memories"]
-            ),
+            sql.SQL(
+                "SELECT DISTINCT user_scope FROM {m} WHERE namespace = %s AND memory_id = ANY(%s)"
+            ).format(m=self.t["memories"]),
             (namespace, memory_ids),
         ).fetchall()
         return sorted(str(r[0]) for r in rows)
@@ -399,11 +399,18 @@ class DataProtectionStore:
             },
         )
 
-    def get_receipt(self, conn: psycopg.Connection[Any], namespace: str, receipt_id: str) -> dict[str, Any] | None:
+    def get_receipt(
+        self, conn: psycopg.Connection[Any], namespace: str, receipt_id: str
+    ) -> dict[str, Any] | None:
         """One receipt of ``namespace``, or None."""
-        return conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM erasure_receipts WHERE namespace = %s AND receipt_id = %s", (namespace, receipt_id)
-        ).fetchone()
+        return (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "SELECT * FROM erasure_receipts WHERE namespace = %s AND receipt_id = %s",
+                (namespace, receipt_id),
+            )
+            .fetchone()
+        )
 
     # -- legal holds -----------------------------------------------------------------------------------
 
@@ -419,11 +426,15 @@ class DataProtectionStore:
         self, conn: psycopg.Connection[Any], namespace: str, hold_id: str, principal: str, now: datetime
     ) -> HoldRow | None:
         """Lifts an active hold; returns it as lifted, or None when there is no active hold of that id."""
-        row = conn.cursor(row_factory=dict_row).execute(
-            "UPDATE legal_holds SET lifted_by = %s, lift_time = %s"
-            " WHERE namespace = %s AND hold_id = %s AND lift_time IS NULL RETURNING *",
-            (principal, now, namespace, hold_id),
-        ).fetchone()
+        row = (
+            conn.cursor(row_factory=dict_row)
+            .execute(
+                "UPDATE legal_holds SET lifted_by = %s, lift_time = %s"
+                " WHERE namespace = %s AND hold_id = %s AND lift_time IS NULL RETURNING *",
+                (principal, now, namespace, hold_id),
+            )
+            .fetchone()
+        )
         return HoldRow(**row) if row else None
 
     def holds(
@@ -460,7 +471,9 @@ class DataProtectionStore:
             (rule.namespace, rule.data_class, rule.selector, rule.max_age, now),
         )
 
-    def delete_rule(self, conn: psycopg.Connection[Any], namespace: str, data_class: str, selector: str) -> bool:
+    def delete_rule(
+        self, conn: psycopg.Connection[Any], namespace: str, data_class: str, selector: str
+    ) -> bool:
         """Removes one retention rule; True when it existed."""
         cursor = conn.execute(
             "DELETE FROM retention_rules WHERE namespace = %s AND data_class = %s AND selector = %s",
@@ -488,6 +501,24 @@ class DataProtectionStore:
                 " AND occurred_at < %s ORDER BY occurred_at, observation_id LIMIT %s"
             ).format(obs=self.t["observations"]),
             (namespace, kind, kind, before, limit),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def documents_older_than(
+        self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime, limit: int
+    ) -> list[str]:
+        """Keys of the documents of ``namespace`` (of the consumer tag ``collection``: a chunk's meta
+        ``{"collection": ...}``; any when empty) last retained before ``before``, oldest first, at most
+        ``limit`` (``limit`` None: no limit, for counting)."""
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT g.natural_key FROM {nodes} g WHERE g.namespace = %(ns)s AND g.node_type = 'document'"
+                " AND g.last_seen < %(before)s AND (%(collection)s = '' OR EXISTS (SELECT 1 FROM {chunks} c"
+                " WHERE c.namespace = g.namespace AND c.node_key = g.natural_key"
+                " AND c.meta @> jsonb_build_object('collection', %(collection)s::text)))"
+                " ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
+            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
+            {"ns": namespace, "collection": collection, "before": before, "limit": limit},
         ).fetchall()
         return [str(r[0]) for r in rows]
 

@@ -6,6 +6,9 @@ A rule names a namespace, a data class and a selector, and a maximum age:
   PurgeObservation purges (audited per observation);
 * ``memories`` (selector: a tier hot / warm / cold, or ''), aged by the last use: deleted as
   DeleteMemory deletes (audited);
+* ``documents`` (selector: a collection, the consumer tag ``{"collection": ...}`` given at Retain, or ''
+  for every document), aged by when the document was last retained: deleted as DeleteNode deletes them
+  (chunks, embeddings, facts, original; audited per document);
 * ``context_traces`` (selector ''), aged by creation: deleted in batches, one audit event per batch;
 * ``audit_events`` (selector ''), aged by when they were recorded, never younger than the operator's
   floor (`Settings.audit_retention_floor_days`): deleted in batches, one audit event per batch that says
@@ -31,13 +34,14 @@ from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.storage.data_protection_store import DataProtectionStore, RetentionRule
 from common.storage.database import Database
 from common.storage.visibility import EVERYTHING
+from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover
 from ingest_service.validation.legal_holds import ensure_not_held
 
 log = logging.getLogger(__name__)
 
-DATA_CLASSES = ("observations", "memories", "context_traces", "audit_events")
+DATA_CLASSES = ("observations", "memories", "documents", "context_traces", "audit_events")
 BATCHED_CLASSES = ("context_traces", "audit_events")  # deleted by age in one statement per batch
 MEMORY_TIERS = ("hot", "warm", "cold")
 MIN_MAX_AGE = timedelta(hours=1)
@@ -98,11 +102,13 @@ class RetentionEnforcer:
         remover: ObservationRemover,
         memories: MemoryWriter,
         audit: AuditTrail | None = None,
+        nodes: NodeDeleter | None = None,
     ) -> None:
         self.database = database
         self.remover = remover
         self.memories = memories
         self.audit = audit or AuditTrail(database)
+        self.nodes = nodes or NodeDeleter(database, self.audit)
         self.store = DataProtectionStore(database.settings)
         self.batch = max(1, database.settings.memory_maintenance_batch)
 
@@ -167,6 +173,8 @@ class RetentionEnforcer:
             return self.store.count_observations_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "memories":
             return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
+        if rule.data_class == "documents":
+            return len(self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, None))
         if rule.data_class == "audit_events":
             return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
@@ -205,6 +213,9 @@ class RetentionEnforcer:
             return [(i, "") for i in ids]
         if rule.data_class == "memories":
             return self.store.memories_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+        if rule.data_class == "documents":
+            keys = self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+            return [(key, "") for key in keys]
         due = self._due(conn, rule, cutoff)
         return [(rule.data_class, str(cutoff))] if due else []
 
@@ -214,6 +225,10 @@ class RetentionEnforcer:
             self.remover.purge(
                 rule.namespace, item[0], f"retention {rule.data_class}/{rule.selector or '*'}", access=access
             )
+            return 1
+        if rule.data_class == "documents":
+            reason = f"retention documents/{rule.selector or '*'}"
+            self.nodes.delete(DeleteNodeInput(rule.namespace, item[0], reason=reason), access=access)
             return 1
         if rule.data_class == "memories":
             self.database.run_transaction(

@@ -308,6 +308,63 @@ def test_retention_deletes_exactly_the_classes_whose_time_has_come(
         database.close()
 
 
+def test_documents_of_a_collection_age_out_with_their_chunks_and_a_subject_hold_keeps_one(
+    settings: Settings, namespace: str, ingest_channel: grpc.Channel, protection: Any
+) -> None:
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    for key, collection in (("doc:faq-1", "faq"), ("doc:faq-2", "faq"), ("doc:manual", "manual")):
+        request = document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key=key, title=key, content=f"# {key}\n\nAnswers about {key}."
+        )
+        request.meta.update({"collection": collection})
+        documents.Retain(request, timeout=120)
+    message = dp.RetentionRule(namespace=namespace, data_class="documents", selector="faq")
+    message.max_age.FromTimedelta(timedelta(days=7))
+    protection.SetRetentionRule(dp.SetRetentionRuleRequest(rule=message), timeout=30)
+
+    def stored() -> dict[str, int]:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT g.natural_key, (SELECT count(*) FROM chunks c WHERE c.namespace = g.namespace"
+                " AND c.node_key = g.natural_key) FROM graph_nodes g WHERE g.namespace = %s"
+                " AND g.node_type = 'document'",
+                (namespace,),
+            ).fetchall()
+        return {str(key): int(chunks) for key, chunks in rows}
+
+    assert set(stored()) == {"doc:faq-1", "doc:faq-2", "doc:manual"} and all(stored().values())
+    now = datetime.now(UTC)
+    database = Database(settings)
+    try:
+        enforcer = RetentionEnforcer(
+            database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
+        )
+        assert [p.due for p in enforcer.preview(namespace, now + timedelta(days=8))] == [2]
+        enforcer.enforce(now + timedelta(days=5), (namespace,))  # five days old: kept
+        assert set(stored()) == {"doc:faq-1", "doc:faq-2", "doc:manual"}
+        hold = protection.CreateLegalHold(
+            dp.CreateLegalHoldRequest(namespace=namespace, subject_key="doc:faq-2", reason="dispute"),
+            timeout=30,
+        ).hold
+        outcome = enforcer.enforce(now + timedelta(days=8), (namespace,))  # eight days old: the faq goes
+        assert outcome[0].deleted == 1 and outcome[0].blocked_by_hold == hold.hold_id
+        assert set(stored()) == {"doc:faq-2", "doc:manual"}  # held, and of another collection
+        protection.LiftLegalHold(
+            dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold.hold_id), timeout=30
+        )
+        enforcer.enforce(now + timedelta(days=8), (namespace,))
+        assert set(stored()) == {"doc:manual"}
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            reasons = conn.execute(
+                "SELECT props -> 'details' ->> 'reason' FROM audit_events WHERE namespace = %s AND action = 'delete'"
+                " AND target_key LIKE 'doc:faq-%%'",
+                (namespace,),
+            ).fetchall()
+        assert sorted(str(r[0]) for r in reasons) == ["retention documents/faq"] * 2  # audited per document
+    finally:
+        database.close()
+
+
 def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_says_so(
     settings: Settings, namespace: str, protection: Any
 ) -> None:

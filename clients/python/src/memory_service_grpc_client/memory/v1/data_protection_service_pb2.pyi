@@ -609,11 +609,14 @@ class RetentionRule(_message.Message):
     namespace: _builtins.str
     """Namespace; required."""
     data_class: _builtins.str
-    """"observations" (age: occurred_at), "memories" (age: last use), "context_traces" (age: creation),
+    """"observations" (age: occurred_at), "memories" (age: last use), "documents" (age: last retained),
+    "context_traces" (age: creation),
     "audit_events" (age: recorded; never below the operator's floor, CB_AUDIT_RETENTION_FLOOR_DAYS).
     """
     selector: _builtins.str
-    """Observations: a kind ("package.uploaded"); memories: a tier (hot, warm, cold); empty: all."""
+    """Observations: a kind ("package.uploaded"); memories: a tier (hot, warm, cold); documents: a
+    collection (the meta tag {"collection": ...} given at Retain); empty: all.
+    """
     @_builtins.property
     def max_age(self) -> _duration_pb2.Duration:
         """Items older than this go; at least one hour."""
