@@ -522,6 +522,25 @@ class DataProtectionStore:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def personal_data_older_than(
+        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime, limit: int | None
+    ) -> list[tuple[str, str]]:
+        """[(node key, observation id or "")] of the nodes of ``namespace`` whose chunks are marked as
+        personal data (of ``category``, e.g. ``email``; any when empty) and that were last written before
+        ``before``, oldest first, at most ``limit`` (None: all). The observation id is that of an
+        episode (its chunks carry it), so the caller purges the observation rather than the node alone."""
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT g.natural_key, coalesce(min(c.meta ->> 'observation_id'), '') FROM {chunks} c"
+                " JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
+                " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(category)s = ''"
+                " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(category)s END"
+                " GROUP BY g.natural_key, g.last_seen ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
+            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
+            {"ns": namespace, "category": category, "before": before, "limit": limit},
+        ).fetchall()
+        return [(str(key), str(observation_id)) for key, observation_id in rows]
+
     def count_observations_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime
     ) -> int:

@@ -9,6 +9,9 @@ A rule names a namespace, a data class and a selector, and a maximum age:
 * ``documents`` (selector: a collection, the consumer tag ``{"collection": ...}`` given at Retain, or ''
   for every document), aged by when the document was last retained: deleted as DeleteNode deletes them
   (chunks, embeddings, facts, original; audited per document);
+* ``personal_data`` (selector: a personal-data category such as ``email``, or '' for any), the items
+  whose chunks are marked as personal data, aged by when they were last written: an episode's
+  observation is purged as PurgeObservation purges it, any other node deleted as DeleteNode deletes it;
 * ``context_traces`` (selector ''), aged by creation: deleted in batches, one audit event per batch;
 * ``audit_events`` (selector ''), aged by when they were recorded, never younger than the operator's
   floor (`Settings.audit_retention_floor_days`): deleted in batches, one audit event per batch that says
@@ -31,6 +34,7 @@ from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, defa
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.pii import PII_CATEGORY_PATTERN
 from common.storage.data_protection_store import DataProtectionStore, RetentionRule
 from common.storage.database import Database
 from common.storage.visibility import EVERYTHING
@@ -41,7 +45,7 @@ from ingest_service.validation.legal_holds import ensure_not_held
 
 log = logging.getLogger(__name__)
 
-DATA_CLASSES = ("observations", "memories", "documents", "context_traces", "audit_events")
+DATA_CLASSES = ("observations", "memories", "documents", "personal_data", "context_traces", "audit_events")
 BATCHED_CLASSES = ("context_traces", "audit_events")  # deleted by age in one statement per batch
 MEMORY_TIERS = ("hot", "warm", "cold")
 MIN_MAX_AGE = timedelta(hours=1)
@@ -78,6 +82,8 @@ def validate_rule(rule: RetentionRule, audit_floor: timedelta = timedelta(days=3
         check.add("rule.data_class", f"one of {', '.join(DATA_CLASSES)}")
     if rule.data_class == "memories" and rule.selector not in ("", *MEMORY_TIERS):
         check.add("rule.selector", "a memory tier: hot, warm or cold (or empty for all)")
+    if rule.data_class == "personal_data" and rule.selector and not PII_CATEGORY_PATTERN.match(rule.selector):
+        check.add("rule.selector", "a personal-data category such as email, phone, fio (or empty for any)")
     if rule.data_class in BATCHED_CLASSES and rule.selector:
         check.add("rule.selector", f"{rule.data_class.replace('_', ' ')} have no selector")
     if len(rule.selector) > 200:
@@ -175,6 +181,8 @@ class RetentionEnforcer:
             return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "documents":
             return len(self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, None))
+        if rule.data_class == "personal_data":
+            return len(self.store.personal_data_older_than(conn, rule.namespace, rule.selector, cutoff, None))
         if rule.data_class == "audit_events":
             return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
@@ -216,18 +224,21 @@ class RetentionEnforcer:
         if rule.data_class == "documents":
             keys = self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
             return [(key, "") for key in keys]
+        if rule.data_class == "personal_data":
+            return self.store.personal_data_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
         due = self._due(conn, rule, cutoff)
         return [(rule.data_class, str(cutoff))] if due else []
 
     def _delete(self, rule: RetentionRule, item: tuple[str, str]) -> int:
         access = WriteAccess(EVERYTHING)
+        reason = f"retention {rule.data_class}/{rule.selector or '*'}"
         if rule.data_class == "observations":
-            self.remover.purge(
-                rule.namespace, item[0], f"retention {rule.data_class}/{rule.selector or '*'}", access=access
-            )
+            self.remover.purge(rule.namespace, item[0], reason, access=access)
             return 1
-        if rule.data_class == "documents":
-            reason = f"retention documents/{rule.selector or '*'}"
+        if rule.data_class == "personal_data" and item[1]:  # an episode: its observation goes with it
+            self.remover.purge(rule.namespace, item[1], reason, access=access)
+            return 1
+        if rule.data_class in ("documents", "personal_data"):
             self.nodes.delete(DeleteNodeInput(rule.namespace, item[0], reason=reason), access=access)
             return 1
         if rule.data_class == "memories":

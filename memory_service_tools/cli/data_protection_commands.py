@@ -116,10 +116,10 @@ def hold_list(
 @retention_app.command("set")
 def retention_set(
     ctx: typer.Context,
-    data_class: Annotated[str, typer.Argument(help="observations, memories, documents, context_traces or audit_events")],
+    data_class: Annotated[str, typer.Argument(help="observations, memories, documents, personal_data, context_traces or audit_events")],
     days: Annotated[float, typer.Option("--days", help="maximum age in days")],
     namespace: WriteNamespaceOption,
-    selector: Annotated[str, typer.Option("--selector", help="observation kind, memory tier or document collection")] = "",
+    selector: Annotated[str, typer.Option("--selector", help="observation kind, memory tier, document collection or personal-data category")] = "",
     as_json: JsonOption = False,
 ) -> None:
     """Create or replace a retention rule (admin right)."""

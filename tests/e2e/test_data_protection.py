@@ -365,6 +365,65 @@ def test_documents_of_a_collection_age_out_with_their_chunks_and_a_subject_hold_
         database.close()
 
 
+def test_personal_data_of_a_category_ages_out_whatever_holds_it(
+    settings: Settings, namespace: str, ingest_channel: grpc.Channel, protection: Any
+) -> None:
+    now = datetime.now(UTC)
+    marked = [
+        {
+            **_observation(namespace, 1, "chat", now, "Write to me at dana@example.org"),
+            "pii_categories": ["email"],
+        },
+        {**_observation(namespace, 2, "chat", now, "Call me on +1 555 0100"), "pii_categories": ["phone"]},
+        _observation(namespace, 3, "chat", now, "The build is green again"),
+    ]
+    record_all(ingest_channel, marked)
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    request = document_service_pb2.RetainRequest(
+        namespace=namespace,
+        natural_key="doc:contacts",
+        title="Contacts",
+        content="# Contacts\n\nMail the team.",
+    )
+    request.pii = True
+    request.pii_categories.append("email")
+    documents.Retain(request, timeout=120)
+    message = dp.RetentionRule(namespace=namespace, data_class="personal_data", selector="email")
+    message.max_age.FromTimedelta(timedelta(days=30))
+    protection.SetRetentionRule(dp.SetRetentionRuleRequest(rule=message), timeout=30)
+    with pytest.raises(grpc.RpcError) as bad:
+        bad_rule = dp.RetentionRule(namespace=namespace, data_class="personal_data", selector="E-Mail")
+        bad_rule.max_age.FromTimedelta(timedelta(days=30))
+        protection.SetRetentionRule(dp.SetRetentionRuleRequest(rule=bad_rule), timeout=30)
+    assert [v.field for v in rpc_failure(bad.value).violations] == ["rule.selector"]
+
+    def stored() -> tuple[list[str], list[str]]:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            observations = conn.execute(
+                "SELECT source_external_id FROM observations WHERE namespace = %s ORDER BY 1", (namespace,)
+            ).fetchall()
+            nodes = conn.execute(
+                "SELECT DISTINCT node_key FROM chunks WHERE namespace = %s ORDER BY 1", (namespace,)
+            ).fetchall()
+        return [str(r[0]) for r in observations], [str(r[0]) for r in nodes]
+
+    observations, nodes = stored()
+    assert observations == ["e1", "e2", "e3"] and "doc:contacts" in nodes and len(nodes) == 4
+    database = Database(settings)
+    try:
+        enforcer = RetentionEnforcer(
+            database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
+        )
+        enforcer.enforce(now + timedelta(days=20), (namespace,))
+        assert stored() == (observations, nodes)  # 20 days old: kept
+        outcome = enforcer.enforce(now + timedelta(days=31), (namespace,))
+        assert outcome[0].deleted == 2  # the e-mail observation and the e-mail document
+        left_observations, left_nodes = stored()
+        assert left_observations == ["e2", "e3"] and "doc:contacts" not in left_nodes and len(left_nodes) == 2
+    finally:
+        database.close()
+
+
 def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_says_so(
     settings: Settings, namespace: str, protection: Any
 ) -> None:

@@ -610,12 +610,13 @@ class RetentionRule(_message.Message):
     """Namespace; required."""
     data_class: _builtins.str
     """"observations" (age: occurred_at), "memories" (age: last use), "documents" (age: last retained),
-    "context_traces" (age: creation),
+    "personal_data" (items marked as personal data; age: last written), "context_traces" (age: creation),
     "audit_events" (age: recorded; never below the operator's floor, CB_AUDIT_RETENTION_FLOOR_DAYS).
     """
     selector: _builtins.str
     """Observations: a kind ("package.uploaded"); memories: a tier (hot, warm, cold); documents: a
-    collection (the meta tag {"collection": ...} given at Retain); empty: all.
+    collection (the meta tag {"collection": ...} given at Retain); personal_data: a category ("email");
+    empty: all.
     """
     @_builtins.property
     def max_age(self) -> _duration_pb2.Duration:
