@@ -119,9 +119,24 @@ def validate_erase(request: EraseInput) -> None:
         check.add("namespace", "required")
     elif not NAMESPACE_PATTERN.match(request.namespace):
         check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_subject(check, request, required=True)
+    if not request.confirm and not request.validate_only:
+        check.add("confirm", "must be true to erase (or set validate_only to preview)")
+    check_reason(check, request.reason)
+    check.raise_if_any()
+
+
+def check_subject(check: ViolationCollector, request: EraseInput, *, required: bool) -> None:
+    """Adds the violations of a subject selector (node_key, memory_user, value): exactly one when
+    ``required``, else at most one (none: the whole namespace)."""
     given = [name for name in ("node_key", "memory_user", "value") if getattr(request, name).strip()]
-    if len(given) != 1:
-        check.add("subject", "exactly one of node_key, memory_user, value is required")
+    if len(given) > 1 or (required and not given):
+        wanted = (
+            "exactly one of node_key, memory_user, value is required"
+            if required
+            else "at most one of node_key, memory_user, value"
+        )
+        check.add("subject", wanted)
     for name in ("node_key", "memory_user", "value"):
         text = getattr(request, name)
         if len(text) > MAX_KEY_LENGTH or "\x00" in text:
@@ -130,10 +145,29 @@ def validate_erase(request: EraseInput) -> None:
         check.add("node_key", "must be a natural key type:id")
     if request.value.strip() and len(request.value.strip()) < MIN_VALUE_LENGTH:
         check.add("value", f"at least {MIN_VALUE_LENGTH} characters (a shorter value would match too much)")
-    if not request.confirm and not request.validate_only:
-        check.add("confirm", "must be true to erase (or set validate_only to preview)")
-    check_reason(check, request.reason)
-    check.raise_if_any()
+
+
+def subject_values(
+    conn: Any, graph: GraphStore, store: DataProtectionStore, request: EraseInput
+) -> tuple[str, list[str], list[str]]:
+    """(selector kind, the values searched for, the subject keys holds are checked against) of the
+    subject ``request`` names: a node's key, id and title; a memory user's owner scopes; a value."""
+    namespace = request.namespace
+    if request.node_key.strip():
+        key = request.node_key.strip()
+        values = [key, key.split(":", 1)[1]]
+        node = graph.get_node(conn, namespace, key)
+        if node and isinstance(node.get("title"), str):
+            values.append(node["title"])
+        values = [v for v in dict.fromkeys(values) if len(v) >= MIN_VALUE_LENGTH or v == key]
+        return SELECTOR_NODE_KEY, values, [key, *values]
+    if request.memory_user.strip():
+        user = request.memory_user.strip()
+        rows = store.memories_of(conn, namespace, user_id=user)
+        scopes = store.owner_scopes(conn, namespace, [str(r["memory_id"]) for r in rows])
+        return SELECTOR_MEMORY_USER, scopes, [f"memory-user:{user}", *scopes]
+    value = request.value.strip()
+    return SELECTOR_VALUE, [value], [value]
 
 
 def scrub(value: Any, pattern: re.Pattern[str], marker: str) -> Any:
@@ -220,32 +254,13 @@ class SubjectEraser:
 
     # -- the transaction -------------------------------------------------------------------------------
 
-    def _values(self, conn: Any, request: EraseInput) -> tuple[str, list[str], list[str]]:
-        """(selector kind, the values searched for, the subject keys holds are checked against)."""
-        namespace = request.namespace
-        if request.node_key.strip():
-            key = request.node_key.strip()
-            values = [key, key.split(":", 1)[1]]
-            node = self.graph.get_node(conn, namespace, key)
-            if node and isinstance(node.get("title"), str):
-                values.append(node["title"])
-            values = [v for v in dict.fromkeys(values) if len(v) >= MIN_VALUE_LENGTH or v == key]
-            return SELECTOR_NODE_KEY, values, [key, *values]
-        if request.memory_user.strip():
-            user = request.memory_user.strip()
-            rows = self.store.memories_of(conn, namespace, user_id=user)
-            scopes = self.store.owner_scopes(conn, namespace, [str(r["memory_id"]) for r in rows])
-            return SELECTOR_MEMORY_USER, scopes, [f"memory-user:{user}", *scopes]
-        value = request.value.strip()
-        return SELECTOR_VALUE, [value], [value]
-
     def _erase_in(
         self, conn: Any, request: EraseInput, receipt_id: str, salt: str, trace_id: str, principal: str
     ) -> ErasureReceipt:
         namespace = request.namespace
         if request.node_key.strip():
             lock_node_keys(conn, [(namespace, request.node_key.strip())])
-        selector, values, hold_keys = self._values(conn, request)
+        selector, values, hold_keys = subject_values(conn, self.graph, self.store, request)
         ensure_not_held(conn, self.database.settings, namespace, hold_keys)
         patterns = like_patterns(values)
         marker = "erased:" + value_hash(salt, values[0])[:12] if values else "erased"
@@ -311,15 +326,23 @@ class SubjectEraser:
 
         # 4. Journals, traces and queue jobs holding a value or a deleted key.
         key_patterns = patterns + like_patterns([*deleted_keys, *episode_keys])
-        counts["context_traces_deleted"] = self.store.delete_rows_matching(conn, "context_traces", namespace, key_patterns)
+        counts["context_traces_deleted"] = self.store.delete_rows_matching(
+            conn, "context_traces", namespace, key_patterns
+        )
         counts["vault_journal_rows_deleted"] = self.store.delete_vault_rows_of_nodes(
             conn, namespace, deleted_keys
         ) + self.store.delete_rows_matching(conn, "vault_documents", namespace, patterns)
-        counts["vault_runs_deleted"] = self.store.delete_rows_matching(conn, "vault_runs", namespace, patterns)
-        counts["snapshot_items_deleted"] = self.store.delete_snapshot_items_matching(conn, namespace, patterns)
+        counts["vault_runs_deleted"] = self.store.delete_rows_matching(
+            conn, "vault_runs", namespace, patterns
+        )
+        counts["snapshot_items_deleted"] = self.store.delete_snapshot_items_matching(
+            conn, namespace, patterns
+        )
         # The change feed's outbox and pending webhook bodies, this transaction's own events included
         # (statement triggers have written them by now): a subscriber never receives an erased value.
-        counts["change_events_deleted"] = self.store.delete_rows_matching(conn, "change_events", namespace, key_patterns)
+        counts["change_events_deleted"] = self.store.delete_rows_matching(
+            conn, "change_events", namespace, key_patterns
+        )
         counts["webhook_deliveries_deleted"] = self.store.delete_rows_matching(
             conn, "webhook_deliveries", namespace, key_patterns
         )
@@ -332,7 +355,9 @@ class SubjectEraser:
         if matcher is not None:
             for label, props in self.store.audit_vertices_matching(conn, namespace, patterns):
                 key = str(props["natural_key"])
-                self.store.replace_vertex_properties(conn, label, namespace, key, scrub(props, matcher, marker))
+                self.store.replace_vertex_properties(
+                    conn, label, namespace, key, scrub(props, matcher, marker)
+                )
                 counts["audit_events_scrubbed"] += 1
             # The same events in the audit list (the rows ListAuditEvents reads), scrubbed alike.
             for row in self.store.audit_rows_matching(conn, namespace, patterns):
@@ -405,6 +430,8 @@ __all__ = [
     "EraseInput",
     "ErasureReceipt",
     "SubjectEraser",
+    "check_subject",
+    "subject_values",
     "validate_erase",
     "value_hash",
 ]

@@ -14,6 +14,12 @@ everything, items it cannot see (observations, nodes, facts, traces with a restr
 and the chunks, memories and edges of hidden nodes) are left out; the header says ``scopes_filtered``
 and the end record counts what was left out per kind.
 
+A subject export (a data-subject access request: a node key, a memory user or a personal-data value, as
+EraseSubject takes them) holds only what an erasure of that subject would match: the observations holding
+it, the nodes holding it with their chunks, the facts and edges touching those nodes, the memory records;
+the header names the selector kind (``subject``), and import refuses such an archive (it is an answer to a
+person, not a namespace). The export is audited (action ``export``; a value only as its SHA-256).
+
 Import refuses an archive of another format or version, or whose namespace differs from the request's,
 and writes everything in one transaction: ids the API names are kept, surrogate ids are new, rows
 whose key exists are left as they are (a second import of the same archive writes nothing).
@@ -21,6 +27,7 @@ whose key exists are left as they are (a second import of the same archive write
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -28,12 +35,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.storage.data_protection_store import DataProtectionStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.namespace_archive_store import NamespaceArchiveStore
+from ingest_service.data_protection.erasure import EraseInput, check_subject, subject_values
+from ingest_service.observations.removal import episode_key
 from ingest_service.validation.legal_holds import caller_name
 
 FORMAT = "memory-service-archive"
@@ -70,31 +81,85 @@ def _line(record: dict[str, Any]) -> bytes:
 class NamespaceArchive:
     """Exports and imports namespaces (see the module doc)."""
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.store = NamespaceArchiveStore(database.settings)
+        self.subjects = DataProtectionStore(database.settings)
         self.graph = GraphStore(database)
+        self.audit = audit or AuditTrail(database)
 
-    def export(self, namespace: str, *, access: WriteAccess | None = None) -> Iterator[bytes]:
-        """The archive of ``namespace``, line by line (see the module doc).
+    def export(
+        self, namespace: str, *, access: WriteAccess | None = None, subject: EraseInput | None = None
+    ) -> Iterator[bytes]:
+        """The archive of ``namespace``, or of one subject in it (``subject``: at most one of node_key,
+        memory_user, value), line by line (see the module doc).
 
         Raises:
-            InvalidArgument: a bad namespace (raised before the first line).
+            InvalidArgument: a bad namespace or subject (raised before the first line).
         """
         _check_namespace(namespace)
+        if subject is not None:
+            check = ViolationCollector()
+            check_subject(check, subject, required=False)
+            check.raise_if_any()
+            if not (subject.node_key.strip() or subject.memory_user.strip() or subject.value.strip()):
+                subject = None
         visibility = (access or WriteAccess.of_caller()).visibility
-        return self._export(namespace, visibility)
+        if subject is not None:
+            self._audit_subject_export(namespace, subject)
+        return self._export(namespace, visibility, subject)
 
-    def _export(self, namespace: str, visibility: Any) -> Iterator[bytes]:
+    def _audit_subject_export(self, namespace: str, subject: EraseInput) -> None:
+        value = subject.value.strip()
+        self.audit.record(
+            AuditEventInput(
+                namespace=namespace,
+                action="export",
+                trace_id=default_trace_id(),
+                target_key=subject.node_key.strip()
+                or (subject.memory_user.strip() and f"memory-user:{subject.memory_user.strip()}"),
+                details={
+                    "operation": "subject_export",
+                    **({"value_sha256": hashlib.sha256(value.encode()).hexdigest()} if value else {}),
+                },
+            )
+        )
+
+    def _subject_match(self, conn: Any, subject: EraseInput) -> tuple[str, set[str], set[str]]:
+        """(selector kind, observation ids, node keys) an erasure of ``subject`` would match."""
+        selector, values, _ = subject_values(conn, self.graph, self.subjects, subject)
+        patterns = like_patterns(values)
+        observations = set(self.subjects.observations_matching(conn, subject.namespace, patterns))
+        keys = set(self.subjects.nodes_matching(conn, subject.namespace, patterns))
+        keys |= {episode_key(observation_id) for observation_id in observations}
+        return selector, observations, keys
+
+    def _export(self, namespace: str, visibility: Any, subject: EraseInput | None = None) -> Iterator[bytes]:
         hidden: Counter[str] = Counter()
         records = 0
-        yield _line({
-            "kind": "header", "format": FORMAT, "version": VERSION, "namespace": namespace,
-            "export_time": datetime.now(UTC).isoformat(), "principal": caller_name(),
-            "scopes_filtered": not visibility.unrestricted,
-        })
         with self.database.connection() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            selector, observation_ids, subject_keys = (
+                self._subject_match(conn, subject) if subject is not None else ("", set(), set())
+            )
+            user = subject.memory_user.strip() if subject is not None else ""
+            header = {
+                "kind": "header",
+                "format": FORMAT,
+                "version": VERSION,
+                "namespace": namespace,
+                "export_time": datetime.now(UTC).isoformat(),
+                "principal": caller_name(),
+                "scopes_filtered": not visibility.unrestricted,
+            }
+            if subject is not None:
+                header["subject"] = selector
+            yield _line(header)
+            if subject is not None:
+                yield from self._subject_rows(
+                    conn, namespace, visibility, observation_ids, subject_keys, user
+                )
+                return
             settings = list(self.store.rows(conn, "namespace_settings", namespace))
             for row in settings:
                 records += 1
@@ -154,6 +219,68 @@ class NamespaceArchive:
                     yield _line({"kind": kind, "row": row})
         yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
 
+    def _subject_rows(
+        self,
+        conn: Any,
+        namespace: str,
+        visibility: Any,
+        observation_ids: set[str],
+        keys: set[str],
+        user: str,
+    ) -> Iterator[bytes]:
+        """The records of one subject (see the module doc) and the end record: what the caller sees of
+        the observations and nodes that hold it, their chunks, the facts and edges touching them, the
+        memory records of the user or holding it."""
+        hidden: Counter[str] = Counter()
+        records = 0
+        for row in self.store.rows(conn, "observations", namespace):
+            if row.get("observation_id") not in observation_ids:
+                continue
+            if not visibility.allows(row.get("scopes")):
+                hidden["observation"] += 1
+                continue
+            records += 1
+            yield _line({"kind": "observation", "row": row})
+        memory_ids = {
+            str(row.get("memory_id"))
+            for row in self.store.rows(conn, "memories", namespace)
+            if str(row.get("memory_id")) in keys or (user and row.get("user_id") == user)
+        }
+        keys = keys | memory_ids
+        shown: set[str] = set()
+        for row in self.store.nodes(conn, namespace):
+            if row.get("natural_key") not in keys:
+                continue
+            if not visibility.allows(row.get("scopes")):
+                hidden["node"] += 1
+                continue
+            shown.add(str(row["natural_key"]))
+            records += 1
+            yield _line({"kind": "node", "row": row})
+        for edge in self.store.edges(conn, namespace):
+            if edge["start"] in shown or edge["end"] in shown:
+                records += 1
+                yield _line({"kind": "edge", "row": edge})
+        for row in self.store.rows(conn, "facts", namespace):
+            if row.get("subject_key") not in shown and row.get("object_key") not in shown:
+                continue
+            if not visibility.allows(row.get("scopes")):
+                hidden["fact"] += 1
+                continue
+            records += 1
+            yield _line({"kind": "fact", "row": row})
+        for row in self.store.rows(conn, "chunks", namespace):
+            if row.get("node_key") in shown:
+                for generated in ("id", "search_document", "identifier_text", "embedding"):
+                    row.pop(generated, None)
+                records += 1
+                yield _line({"kind": "chunk", "row": row})
+        for row in self.store.rows(conn, "memories", namespace):
+            if str(row.get("memory_id")) in memory_ids & shown:
+                records += 1
+                yield _line({"kind": "memory", "row": row})
+        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+
     def import_archive(self, namespace: str, data: Iterable[bytes]) -> ImportReport:
         """Imports an archive of ``namespace`` (its byte chunks, in order) in one transaction.
 
@@ -168,9 +295,15 @@ class NamespaceArchive:
         if header.get("kind") != "header" or header.get("format") != FORMAT:
             check.add("data", f"not a {FORMAT} archive (the first line must be its header)")
         elif header.get("version") != VERSION:
-            check.add("data", f"archive version {header.get('version')!r}; this service reads version {VERSION}")
+            check.add(
+                "data", f"archive version {header.get('version')!r}; this service reads version {VERSION}"
+            )
         elif header.get("namespace") != namespace:
             check.add("namespace", f"the archive holds namespace {header.get('namespace')!r}")
+        elif header.get("subject"):
+            check.add(
+                "data", "a subject export answers a person's access request; it is not a namespace to import"
+            )
         if end.get("kind") != "end" or end.get("records") != len(records) - 2:
             check.add("data", "the archive is truncated (no end record, or a record count that differs)")
         check.raise_if_any()

@@ -62,7 +62,11 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
     """memory.v1.DataProtectionService over the erasure, hold and retention domain objects."""
 
     def __init__(
-        self, eraser: SubjectEraser, holds: LegalHolds, retention: RetentionEnforcer, archive: NamespaceArchive
+        self,
+        eraser: SubjectEraser,
+        holds: LegalHolds,
+        retention: RetentionEnforcer,
+        archive: NamespaceArchive,
     ) -> None:
         self.eraser = eraser
         self.holds = holds
@@ -73,7 +77,13 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
         self, request: pb.ExportNamespaceRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ExportNamespaceResponse]:
         pending = bytearray()
-        for line in self.archive.export(request.namespace):
+        subject = EraseInput(
+            namespace=request.namespace,
+            node_key=request.node_key,
+            memory_user=request.memory_user,
+            value=request.value,
+        )
+        for line in self.archive.export(request.namespace, subject=subject):
             pending += line
             if len(pending) >= ARCHIVE_CHUNK_BYTES:
                 yield pb.ExportNamespaceResponse(data=bytes(pending))
@@ -96,7 +106,9 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
         report = self.archive.import_archive(namespace, data())
         return pb.ImportNamespaceResponse(read_counts=report.read, written_counts=report.written)
 
-    def EraseSubject(self, request: pb.EraseSubjectRequest, context: grpc.ServicerContext) -> pb.EraseSubjectResponse:
+    def EraseSubject(
+        self, request: pb.EraseSubjectRequest, context: grpc.ServicerContext
+    ) -> pb.EraseSubjectResponse:
         receipt = self.eraser.erase(
             EraseInput(
                 namespace=request.namespace,
@@ -122,7 +134,9 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
         hold = self.holds.set_hold(request.namespace, request.subject_key, request.reason)
         return pb.CreateLegalHoldResponse(hold=hold_to_proto(hold))
 
-    def LiftLegalHold(self, request: pb.LiftLegalHoldRequest, context: grpc.ServicerContext) -> pb.LiftLegalHoldResponse:
+    def LiftLegalHold(
+        self, request: pb.LiftLegalHoldRequest, context: grpc.ServicerContext
+    ) -> pb.LiftLegalHoldResponse:
         hold = self.holds.lift_hold(request.namespace, request.hold_id)
         return pb.LiftLegalHoldResponse(hold=hold_to_proto(hold))
 
@@ -140,7 +154,9 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
                 namespace=request.rule.namespace,
                 data_class=request.rule.data_class,
                 selector=request.rule.selector,
-                max_age=request.rule.max_age.ToTimedelta() if request.rule.HasField("max_age") else timedelta(0),
+                max_age=request.rule.max_age.ToTimedelta()
+                if request.rule.HasField("max_age")
+                else timedelta(0),
             )
         )
         return pb.SetRetentionRuleResponse(rule=rule_to_proto(rule))

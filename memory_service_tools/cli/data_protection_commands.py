@@ -17,7 +17,9 @@ from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOpti
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
 from memory_service_tools.cli.terminal import err, out, reported_errors
 
-hold_app = typer.Typer(help="legal holds: stop every deletion of a namespace or subject", no_args_is_help=True)
+hold_app = typer.Typer(
+    help="legal holds: stop every deletion of a namespace or subject", no_args_is_help=True
+)
 retention_app = typer.Typer(help="retention rules per data class of a namespace", no_args_is_help=True)
 
 
@@ -42,10 +44,17 @@ def erase(
     """Erase one data subject everywhere in a namespace and print the receipt (admin right).
     Without --yes it only previews what would go."""
     request = dp.EraseSubjectRequest(
-        namespace=namespace, node_key=key, value=value, memory_user=memory_user, reason=reason,
-        confirm=yes, validate_only=not yes,
+        namespace=namespace,
+        node_key=key,
+        value=value,
+        memory_user=memory_user,
+        reason=reason,
+        confirm=yes,
+        validate_only=not yes,
     )
-    call_and_print(memory_client(ctx).erase_subject, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt))
+    call_and_print(
+        memory_client(ctx).erase_subject, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt)
+    )
 
 
 def receipt(
@@ -57,7 +66,10 @@ def receipt(
     """Print a stored erasure receipt."""
     request = dp.GetErasureReceiptRequest(namespace=namespace, receipt_id=receipt_id)
     call_and_print(
-        memory_client(ctx).get_erasure_receipt, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt)
+        memory_client(ctx).get_erasure_receipt,
+        request,
+        as_json=as_json,
+        render=lambda r: _receipt_lines(r.receipt),
     )
 
 
@@ -71,14 +83,20 @@ def _hold_line(hold: dp.LegalHold) -> str:
 def hold_set(
     ctx: typer.Context,
     namespace: WriteNamespaceOption,
-    subject: Annotated[str, typer.Option("--subject", help="a node key, memory-user:<id> or value; none: all")] = "",
+    subject: Annotated[
+        str, typer.Option("--subject", help="a node key, memory-user:<id> or value; none: all")
+    ] = "",
     reason: Annotated[str, typer.Option("--reason", help="the matter or case")] = "",
     as_json: JsonOption = False,
 ) -> None:
     """Place a legal hold (admin right)."""
     request = dp.CreateLegalHoldRequest(namespace=namespace, subject_key=subject, reason=reason)
-    call_and_print(memory_client(ctx).create_legal_hold, request, as_json=as_json,
-                   render=lambda r: out.print(escape(_hold_line(r.hold))))
+    call_and_print(
+        memory_client(ctx).create_legal_hold,
+        request,
+        as_json=as_json,
+        render=lambda r: out.print(escape(_hold_line(r.hold))),
+    )
 
 
 @hold_app.command("lift")
@@ -90,8 +108,12 @@ def hold_lift(
 ) -> None:
     """Lift a legal hold (admin right)."""
     request = dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold_id)
-    call_and_print(memory_client(ctx).lift_legal_hold, request, as_json=as_json,
-                   render=lambda r: out.print(escape(_hold_line(r.hold))))
+    call_and_print(
+        memory_client(ctx).lift_legal_hold,
+        request,
+        as_json=as_json,
+        render=lambda r: out.print(escape(_hold_line(r.hold))),
+    )
 
 
 @hold_app.command("list")
@@ -116,17 +138,31 @@ def hold_list(
 @retention_app.command("set")
 def retention_set(
     ctx: typer.Context,
-    data_class: Annotated[str, typer.Argument(help="observations, memories, documents, personal_data, context_traces or audit_events")],
+    data_class: Annotated[
+        str,
+        typer.Argument(
+            help="observations, memories, documents, personal_data, context_traces or audit_events"
+        ),
+    ],
     days: Annotated[float, typer.Option("--days", help="maximum age in days")],
     namespace: WriteNamespaceOption,
-    selector: Annotated[str, typer.Option("--selector", help="observation kind, memory tier, document collection or personal-data category")] = "",
+    selector: Annotated[
+        str,
+        typer.Option(
+            "--selector", help="observation kind, memory tier, document collection or personal-data category"
+        ),
+    ] = "",
     as_json: JsonOption = False,
 ) -> None:
     """Create or replace a retention rule (admin right)."""
     rule = dp.RetentionRule(namespace=namespace, data_class=data_class, selector=selector)
     rule.max_age.FromTimedelta(timedelta(days=days))
-    call_and_print(memory_client(ctx).set_retention_rule, dp.SetRetentionRuleRequest(rule=rule), as_json=as_json,
-                   render=lambda r: err.print(escape(f"kept: {data_class}/{selector or '*'} for {days} days")))
+    call_and_print(
+        memory_client(ctx).set_retention_rule,
+        dp.SetRetentionRuleRequest(rule=rule),
+        as_json=as_json,
+        render=lambda r: err.print(escape(f"kept: {data_class}/{selector or '*'} for {days} days")),
+    )
 
 
 @retention_app.command("delete")
@@ -139,8 +175,12 @@ def retention_delete(
 ) -> None:
     """Remove a retention rule: data of that class is kept again."""
     request = dp.DeleteRetentionRuleRequest(namespace=namespace, data_class=data_class, selector=selector)
-    call_and_print(memory_client(ctx).delete_retention_rule, request, as_json=as_json,
-                   render=lambda r: err.print("removed"))
+    call_and_print(
+        memory_client(ctx).delete_retention_rule,
+        request,
+        as_json=as_json,
+        render=lambda r: err.print("removed"),
+    )
 
 
 @retention_app.command("show")
@@ -159,14 +199,20 @@ def retention_show(
         for p in response.previews:
             age = p.rule.max_age.ToTimedelta()
             cutoff = p.cutoff_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ")
-            line = (f"{p.rule.data_class}/{p.rule.selector or '*'}: kept {age.days} days; items older than"
-                    f" {cutoff} go: {p.due_count} due now")
+            line = (
+                f"{p.rule.data_class}/{p.rule.selector or '*'}: kept {age.days} days; items older than"
+                f" {cutoff} go: {p.due_count} due now"
+            )
             if p.blocked_by_hold:
                 line += f" (stopped by legal hold {p.blocked_by_hold})"
             out.print(escape(line))
 
-    call_and_print(memory_client(ctx).preview_retention, dp.PreviewRetentionRequest(namespace=namespace),
-                   as_json=as_json, render=render)
+    call_and_print(
+        memory_client(ctx).preview_retention,
+        dp.PreviewRetentionRequest(namespace=namespace),
+        as_json=as_json,
+        render=render,
+    )
 
 
 ARCHIVE_TIMEOUT_SECONDS = 3600.0
@@ -177,15 +223,20 @@ def export(
     ctx: typer.Context,
     namespace: WriteNamespaceOption,
     output: Annotated[Path, typer.Option("--output", "-o", help="archive file to write (JSON lines)")],
+    key: Annotated[str, typer.Option("--key", help="only this subject's node key, e.g. person:alice")] = "",
+    value: Annotated[str, typer.Option("--value", help="only this personal-data value (e-mail, phone)")] = "",
+    memory_user: Annotated[str, typer.Option("--memory-user", help="only this memory user's data")] = "",
 ) -> None:
     """Export a namespace as a versioned archive (admin right); items your token's scopes do not reach
-    are left out, and the archive's header says so."""
+    are left out, and the archive's header says so. With --key, --value or --memory-user: only what an
+    erasure of that subject would match (a data-subject access request)."""
     client = memory_client(ctx)
     written = 0
+    request = dp.ExportNamespaceRequest(
+        namespace=namespace, node_key=key, value=value, memory_user=memory_user
+    )
     with reported_errors(), output.open("wb") as sink:
-        for piece in client.export_namespace(
-            dp.ExportNamespaceRequest(namespace=namespace), timeout=ARCHIVE_TIMEOUT_SECONDS
-        ):
+        for piece in client.export_namespace(request, timeout=ARCHIVE_TIMEOUT_SECONDS):
             sink.write(piece)
             written += len(piece)
     with output.open("rb") as source:

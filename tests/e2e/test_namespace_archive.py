@@ -87,7 +87,7 @@ def _answers(query: grpc.Channel, namespace: str, subjects: list[str], instants:
 def _counts(url: str, namespace: str) -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
         return {
-            table: int(conn.execute(f"SELECT count(*) FROM {table} WHERE namespace = %s", (namespace,)).fetchone()[0])  # noqa: S608
+            table: int(conn.execute(f"SELECT count(*) FROM {table} WHERE namespace = %s", (namespace,)).fetchone()[0])
             for table in ("observations", "graph_nodes", "facts", "chunks", "context_traces")
         }
 
@@ -210,3 +210,67 @@ def test_cb_export_and_import_round_trip_a_namespace_file(
     report = json.loads(result.stdout)
     assert int(report["readCounts"]["node"]) >= 1
     assert all(int(v) == 0 for v in report.get("writtenCounts", {}).values())  # it was all there
+
+
+def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
+    settings: Settings, ingest_channel: grpc.Channel
+) -> None:
+    namespace = "arc-" + uuid.uuid4().hex[:10]
+    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
+    for key, title, text in (
+        ("person:dana", "Dana Whitfield", "Dana Whitfield leads billing; mail dana.w@example.org"),
+        ("doc:billing", "Billing", "The billing team meets on Mondays. Dana Whitfield chairs it."),
+        ("doc:weather", "Weather", "It rained all week in the valley."),
+    ):
+        documents.Retain(
+            document_service_pb2.RetainRequest(namespace=namespace, natural_key=key, title=title, content=text),
+            timeout=120,
+        )
+    record_all(
+        ingest_channel,
+        [
+            {
+                "namespace": namespace,
+                "source": {"system": "t", "stream": "s", "external_id": f"e{n}"},
+                "kind": "chat",
+                "occurred_at": "2026-11-01T10:00:00Z",
+                "actor": {"type": "person", "id": f"p{n}"},
+                "content": text,
+            }
+            for n, text in enumerate(("Dana Whitfield asked for the invoice.", "The build is green."))
+        ],
+    )
+    stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(ingest_channel)
+
+    def export(**subject: str) -> list[dict[str, Any]]:
+        request = dp.ExportNamespaceRequest(namespace=namespace, **subject)
+        data = b"".join(m.data for m in stub.ExportNamespace(request, timeout=600))
+        return [json.loads(line) for line in data.splitlines()]
+
+    lines = export(node_key="person:dana")
+    assert lines[0]["subject"] == "node_key" and lines[-1]["records"] == len(lines) - 2
+    nodes = {r["row"]["natural_key"] for r in lines if r["kind"] == "node"}
+    assert {"person:dana", "doc:billing"} <= nodes and "doc:weather" not in nodes
+    texts = [r["row"]["content"] for r in lines if r["kind"] == "observation"]
+    assert texts == ["Dana Whitfield asked for the invoice."]  # the build observation is not about her
+    assert all(r["row"]["node_key"] in nodes for r in lines if r["kind"] == "chunk")
+    assert not any("embedding" in r["row"] for r in lines if r["kind"] == "chunk")
+    by_value = export(value="dana.w@example.org")
+    assert {r["row"]["natural_key"] for r in by_value if r["kind"] == "node"} == {"person:dana"}
+    with pytest.raises(grpc.RpcError) as two:
+        export(node_key="person:dana", value="dana.w@example.org")
+    assert two.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "subject" in (two.value.details() or "")
+    archive = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    with pytest.raises(grpc.RpcError) as refused:
+        _import(ingest_channel, namespace, archive)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "access request" in (
+        refused.value.details() or ""
+    )
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        audited = conn.execute(
+            "SELECT target_key, props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'export'"
+            " ORDER BY recorded_at",
+            (namespace,),
+        ).fetchall()
+    assert [row[0] for row in audited[:2]] == ["person:dana", ""]
+    assert "value_sha256" in audited[1][1] and "dana.w@example.org" not in json.dumps(audited[1][1])

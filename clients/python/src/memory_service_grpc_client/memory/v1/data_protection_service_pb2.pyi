@@ -27,16 +27,33 @@ class ExportNamespaceRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMESPACE_FIELD_NUMBER: _builtins.int
+    NODE_KEY_FIELD_NUMBER: _builtins.int
+    MEMORY_USER_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """Namespace to export; required."""
+    node_key: _builtins.str
+    """At most one of the next three: export only one data subject (a data-subject access request), i.e.
+    what EraseSubject with the same selector would match: the observations and nodes holding it, their
+    chunks (without vectors), the facts and edges touching those nodes, the memory records. The archive's
+    header names the selector kind; ImportNamespace refuses such an archive. Audited (action "export").
+    The subject's node key, type:id ("person:alice").
+    """
+    memory_user: _builtins.str
+    """A memory user (user_id of memory records in this namespace)."""
+    value: _builtins.str
+    """An exact personal-data value (e-mail address, phone number), at least 4 characters."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
+        node_key: _builtins.str = ...,
+        memory_user: _builtins.str = ...,
+        value: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_user", b"memory_user", "namespace", b"namespace", "node_key", b"node_key", "value", b"value"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
