@@ -390,7 +390,7 @@ def test_every_page_loads_passes_axe_and_is_screenshotted(browser: Any, world: W
     assert "Ledger service" in admin.locator("pre.source").inner_text()
     assert admin.locator("ol.chunks > li").count() >= 1
     admin.goto(addresses["audit"])
-    assert admin.locator("details summary", has_text="compilation").count() >= 1
+    assert admin.locator("section.compilation").count() >= 1
     admin.goto(pages(world)["health"])
     assert admin.locator("tr[data-service=query_service] td.state-serving").count() == 2
     assert admin.locator("tr[data-service=ingest_service] td.state-serving").count() == 2
@@ -429,6 +429,72 @@ def test_pack_shows_reasons_dropped_candidates_budget_and_trace(browser: Any, wo
     page.wait_for_load_state()
     assert page.url.startswith(f"{world.console.url}/audit?")
     assert "compilation" in page.locator("main").inner_text()
+
+
+def test_the_trace_page_shows_a_compilation_as_tables_with_the_raw_journal_folded(
+    browser: Any, world: World
+) -> None:
+    page = signed_in(browser, world, "admin")
+    page.goto(url(world, "/pack", ns="example", task="who works on billing?", budget="60", dropped="3"))
+    items = page.locator("ol.items > li").count()
+    counted = re.search(r"(\d+) candidates dropped", page.locator("#budget-text").inner_text())
+    assert counted is not None
+    dropped = int(counted.group(1))
+    assert items > 0 and dropped > 0
+    page.click("#budget-text a")
+    page.wait_for_load_state()
+    compilation = page.locator("section.compilation").last
+    assert compilation.locator("dd.query").inner_text() == "who works on billing?"
+    assert re.fullmatch(
+        r"\d+ of 60 tokens used \(\d+%\), counted with \S+", compilation.locator(".budget-text").inner_text()
+    )
+    # One decision per candidate: the kept ones are the pack's items, the dropped ones its dropped count.
+    kept = compilation.locator("table.decisions[id^=kept] tr.decision")
+    assert kept.count() == items
+    assert compilation.locator("table.decisions[id^=dropped] tr.decision").count() == dropped
+    assert all(reason for reason in kept.locator("td.reason").all_inner_texts())
+    assert all(float(score) > 0 for score in kept.locator("td.score").all_inner_texts())
+    # The raw journal is folded away, and is the same compilation.
+    raw = compilation.locator("details.raw")
+    assert not raw.locator("pre").is_visible()
+    raw.locator("summary").click()
+    journal = json.loads(raw.locator("pre").inner_text())
+    assert journal["request"]["query"] == "who works on billing?"
+    assert len(journal["decisions"]) == items + dropped
+    # A kept chunk links to its node page at that chunk.
+    chunk_link = compilation.locator("table.decisions td.item a[href*='#chunk-']").first
+    target = chunk_link.get_attribute("href") or ""
+    page.goto(world.console.url + target)
+    assert page.locator(f"ol.chunks li#{target.rsplit('#', 1)[1]}").count() == 1
+
+
+def test_badges_link_to_what_they_name(browser: Any, world: World) -> None:
+    page = signed_in(browser, world, "admin")
+    # Fact states: the superseded fact's mark leads to the fact that superseded it, on the same page.
+    page.goto(url(world, "/node", ns="example", key="person:alice"))
+    alpha = page.locator("#facts-out tr.fact", has=page.locator("a", has_text="project:alpha"))
+    beta = page.locator("#facts-out tr.fact", has=page.locator("a", has_text="project:beta"))
+    mark = alpha.locator("a.mark", has_text="superseded by")
+    assert mark.get_attribute("href") == f"#out-{beta.get_attribute('data-fact-id')}"
+    mark.click()
+    assert page.url.endswith(f"#out-{beta.get_attribute('data-fact-id')}")
+    assert alpha.locator("a.state").get_attribute("href") == f"#{alpha.get_attribute('id')}"
+    # A fact in a pack links to its row on its subject's node page.
+    page.goto(url(world, "/pack", ns="example", task="who works on billing?", budget="2000"))
+    fact_link = page.locator("ol.items .provenance a[href*='#out-fact-']").first
+    href = fact_link.get_attribute("href") or ""
+    page.goto(world.console.url + href)
+    row = page.locator(f"tr#{href.rsplit('#', 1)[1]}")
+    assert row.count() == 1 and fact_link.inner_text().endswith(row.get_attribute("data-fact-id") or "-")
+    # A hit's node kind repeats the search among nodes of that kind only.
+    page.goto(url(world, "/search", ns="example", q="billing ledger alice", top_k="20"))
+    kinds = set(page.locator("#hits tr.hit a.kind").all_inner_texts())
+    assert len(kinds) >= 2, kinds
+    kind = sorted(kinds)[0]
+    page.locator("#hits tr.hit a.kind", has_text=kind).first.click()
+    page.wait_for_load_state()
+    assert f"types={kind}" in page.url
+    assert set(page.locator("#hits tr.hit a.kind").all_inner_texts()) == {kind}
 
 
 def test_as_of_slider_changes_which_facts_are_live(browser: Any, world: World) -> None:
@@ -583,6 +649,9 @@ def test_the_audit_page_lists_an_admins_events_with_filters_and_pages(browser: A
     assert page.locator(".failure").count() == 0, page.locator(".failure").all_inner_texts()
     assert event_rows(page) == newest_first
     assert page.locator("#next-page").count() == 0
+    # Details read as name and value, not JSON.
+    export = page.locator("#events tr.event", has=page.locator("td.action", has_text="export"))
+    assert export.locator("td.details ul.pairs li").all_inner_texts() == ["format pdf"]
     # The service filters: each one alone, then combined.
     page.goto(url(world, "/audit", ns=ns, action="review"))
     assert event_rows(page) == [row for row in newest_first if row[0] == "review"]

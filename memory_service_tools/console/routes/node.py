@@ -105,12 +105,18 @@ def build(view: PageView) -> dict[str, Any]:
     incoming, next_in = _facts(view, "object", key, view.param("in_page"))
     low, high, out_rows = timeline(outgoing + incoming, as_of)
     rows_out, rows_in = out_rows[: len(outgoing)], out_rows[len(outgoing) :]
+    # Each fact's row id on the page (a fact in both tables, subject and object alike, keeps the first).
+    anchors: dict[str, str] = {}
+    for direction, facts in (("out", outgoing), ("in", incoming)):
+        for fact in facts:
+            anchors.setdefault(fact.fact_id, f"{direction}-{fact.fact_id}")
     return {
         **values,
         "source": source,
         "chunks": chunks,
         "rows_out": rows_out,
         "rows_in": rows_in,
+        "anchors": anchors,
         "next_out": next_out,
         "next_in": next_in,
         "low": int(low.timestamp()),
