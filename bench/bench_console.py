@@ -20,10 +20,15 @@ What is measured: `cb serve ingest`, `cb serve query` and `cb console` run as pr
 the token is any word) from this checkout or ``--tree``; each page is fetched ``--repetitions`` times
 (after one warm-up fetch) with one client over HTTP: wall time at the client (loopback), the
 ``Server-Timing`` the console reports when it does, the response's bytes, and the CPU seconds the console
-process used during the fetch (``/proc``). p50/p95 per page, the load average with each page; JSON in
+process used during the fetch (``/proc``, in clock ticks of 10 ms: read its mean over the fetches).
+p50/p95 per page, the load average with each page; JSON in
 bench/results/console-<UTC time>.json.
 
+With ``--baseline-tree`` the console of another checkout runs beside it over the same services, and each
+page is fetched from both in turn (A/B interleaved, the order alternating by round).
+
 Usage: .venv/bin/python bench/bench_console.py [--chunks 100000] [--repetitions 7] [--tree DIR]
+[--baseline-tree DIR]
 [--shared-database --namespace NAME] [--note TEXT] (the embedded database must be up).
 """
 
@@ -39,7 +44,8 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -222,42 +228,66 @@ def console(root: Path, ingest: str, query: str) -> Iterator[tuple[str, int]]:
 
 
 def fetch(url: str) -> tuple[int, bytes, dict[str, str]]:
+    """Status, body and headers (names in lower case) of a GET signed in with the bench's token."""
     request = urllib.request.Request(url, headers={"Cookie": f"cb_console_token={TOKEN}"})
     try:
         with urllib.request.urlopen(request, timeout=300) as response:
-            return response.status, response.read(), dict(response.headers)
+            return response.status, response.read(), {k.lower(): v for k, v in response.headers.items()}
     except urllib.error.HTTPError as error:
-        return error.code, error.read(), dict(error.headers)
+        return error.code, error.read(), {k.lower(): v for k, v in error.headers.items()}
 
 
 SERVER_TIMING = re.compile(r"dur=([0-9.]+)")
+FAILURE = re.compile(r'class="failure"[^>]*>\s*<p><strong>(\w+)')  # the status codes a page shows
 
 
-def measure_page(base: str, pid: int, path: str, repetitions: int) -> dict[str, Any]:
-    """One warm-up fetch, then ``repetitions`` fetches of ``path``: wall ms, Server-Timing ms, bytes,
-    the console's CPU ms, status."""
-    status, body, _ = fetch(base + path)
-    wall, server, cpu, sizes = [], [], [], []
-    for _ in range(repetitions):
+@dataclass
+class Samples:
+    """What the fetches of one page from one console measured."""
+
+    wall: list[float] = field(default_factory=list)
+    server: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    status: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def fetch(self, base: str, pid: int, path: str) -> None:
         cpu_before = cpu_seconds(pid)
         started = time.perf_counter()
-        status, body, headers = fetch(base + path)
-        wall.append((time.perf_counter() - started) * 1000)
-        cpu.append((cpu_seconds(pid) - cpu_before) * 1000)
-        sizes.append(len(body))
-        if match := SERVER_TIMING.search(headers.get("Server-Timing", "")):
-            server.append(float(match.group(1)))
-    failures = re.findall(r'class="failure"[^>]*>(.*?)<', body.decode("utf-8", "replace"))
-    return {
-        "path": path,
-        "status": status,
-        "wall": percentiles(wall),
-        "server_timing": percentiles(server) if server else None,
-        "console_cpu": percentiles(cpu),
-        "bytes": max(sizes),
-        "failures_shown": failures[:3],
-        **load_average(),
-    }
+        self.status, body, headers = fetch(base + path)
+        self.wall.append((time.perf_counter() - started) * 1000)
+        self.cpu.append((cpu_seconds(pid) - cpu_before) * 1000)
+        self.sizes.append(len(body))
+        if match := SERVER_TIMING.search(headers.get("server-timing", "")):
+            self.server.append(float(match.group(1)))
+        self.failures = FAILURE.findall(body.decode("utf-8", "replace"))
+
+    def summary(self, path: str) -> dict[str, Any]:
+        return {
+            "path": path,
+            "status": self.status,
+            "wall": percentiles(self.wall),
+            "server_timing": percentiles(self.server) if self.server else None,
+            "console_cpu": percentiles(self.cpu),
+            "bytes": max(self.sizes),
+            "failures_shown": self.failures,
+            **load_average(),
+        }
+
+
+def measure_page(consoles: dict[str, tuple[str, int]], path: str, repetitions: int) -> dict[str, Any]:
+    """One warm-up fetch per console, then ``repetitions`` rounds fetching ``path`` from each console in
+    turn (the order alternating by round): per console, wall ms, Server-Timing ms, bytes, the console's
+    CPU ms, the status and the failures the page shows."""
+    samples = {name: Samples() for name in consoles}
+    for base, _ in consoles.values():
+        fetch(base + path)
+    names = list(consoles)
+    for index in range(repetitions):
+        for name in names if index % 2 == 0 else names[::-1]:
+            samples[name].fetch(*consoles[name], path)
+    return {name: found.summary(path) for name, found in samples.items()}
 
 
 def pages(q: str, base: str) -> dict[str, str]:
@@ -276,6 +306,7 @@ def pages(q: str, base: str) -> dict[str, str]:
         "pack": page("/pack", ns=q, task=query, budget="1500"),
         "graph depth 1": page("/graph", ns=q, key=package),
         "graph depth 2": page("/graph", ns=q, key=package, depth="2"),
+        "graph depth 3": page("/graph", ns=q, key=package, depth="3"),
         "audit": page("/audit", ns=q),
         "memories": page("/memories", user=MEMORY_USER),
         "memories with recall": page(
@@ -302,6 +333,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--memories", type=int, default=1_000, help="memory records of the one user")
     parser.add_argument("--repetitions", type=int, default=7, help="timed fetches per page")
     parser.add_argument("--tree", default="", help="checkout whose services and console are measured")
+    parser.add_argument(
+        "--baseline-tree", default="", help="checkout whose console is measured beside, page by page"
+    )
     parser.add_argument("--namespace", default="", help="the namespace (reused when already loaded)")
     parser.add_argument("--load-only", action="store_true", help="load the namespace and stop")
     parser.add_argument("--note", default="")
@@ -341,13 +375,21 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     if arguments.load_only:
         return 0
     results["pages"] = {}
-    with services(root=tree) as (ingest, query), console(tree, ingest, query) as (base, pid):
-        for name, path in pages(q, base).items():
-            results["pages"][name] = measure_page(base, pid, path, arguments.repetitions)
-            page = results["pages"][name]
+    trees = {"this tree": tree}
+    if arguments.baseline_tree:
+        trees["baseline"] = Path(arguments.baseline_tree).resolve()
+    results["trees"] = {name: str(root) for name, root in trees.items()}
+    with ExitStack() as stack:
+        ingest, query = stack.enter_context(services(root=tree))
+        consoles = {name: stack.enter_context(console(root, ingest, query)) for name, root in trees.items()}
+        for name, path in pages(q, consoles["this tree"][0]).items():
+            results["pages"][name] = measure_page(consoles, path, arguments.repetitions)
             print(
-                f"{name}: p50 {page['wall']['p50_ms']} / p95 {page['wall']['p95_ms']} ms,"
-                f" {page['bytes']} bytes, console CPU p50 {page['console_cpu']['p50_ms']} ms",
+                name,
+                {
+                    tree_name: (found["wall"]["p50_ms"], found["wall"]["p95_ms"], found["bytes"])
+                    for tree_name, found in results["pages"][name].items()
+                },
                 flush=True,
             )
     write_json(results, prefix="console")
@@ -359,16 +401,17 @@ def report(results: dict[str, Any]) -> list[str]:
     lines = [
         f"\n## {results['time']} — console pages at {results['q_chunks']} chunks",
         "",
-        "| page | p50 ms | p95 ms | server p50 ms | console CPU p50 ms | bytes | over 1 s |",
-        "|---|---|---|---|---|---|---|",
+        "| page | tree | p50 ms | p95 ms | server p50 ms | console CPU ms (mean) | bytes | p95 over 1 s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, page in results["pages"].items():
-        server = page["server_timing"]["p50_ms"] if page["server_timing"] else ""
-        over = "yes" if page["wall"]["p95_ms"] > TARGET_MS else ""
-        lines.append(
-            f"| {name} | {page['wall']['p50_ms']} | {page['wall']['p95_ms']} | {server}"
-            f" | {page['console_cpu']['p50_ms']} | {page['bytes']} | {over} |"
-        )
+    for name, trees in results["pages"].items():
+        for tree_name, page in trees.items():
+            server = page["server_timing"]["p50_ms"] if page["server_timing"] else ""
+            over = "yes" if page["wall"]["p95_ms"] > TARGET_MS else ""
+            lines.append(
+                f"| {name} | {tree_name} | {page['wall']['p50_ms']} | {page['wall']['p95_ms']} | {server}"
+                f" | {page['console_cpu']['mean_ms']} | {page['bytes']} | {over} |"
+            )
     return lines
 
 

@@ -38,6 +38,7 @@ from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     memory_service_pb2,
     observation_service_pb2,
+    source_service_pb2,
 )
 from playwright import sync_api
 from typer.testing import CliRunner
@@ -480,12 +481,14 @@ def test_badges_link_to_what_they_name(browser: Any, world: World) -> None:
     assert page.url.endswith(f"#out-{beta.get_attribute('data-fact-id')}")
     assert alpha.locator("a.state").get_attribute("href") == f"#{alpha.get_attribute('id')}"
     # A fact in a pack links to its row on its subject's node page.
-    page.goto(url(world, "/pack", ns="example", task="who works on billing?", budget="2000"))
+    page.goto(
+        url(world, "/pack", ns="example", task="where does alice work?", anchors="person:alice", budget="2000")
+    )
     fact_link = page.locator("ol.items .provenance a[href*='#out-fact-']").first
-    href = fact_link.get_attribute("href") or ""
+    href, label = fact_link.get_attribute("href") or "", fact_link.inner_text()
     page.goto(world.console.url + href)
     row = page.locator(f"tr#{href.rsplit('#', 1)[1]}")
-    assert row.count() == 1 and fact_link.inner_text().endswith(row.get_attribute("data-fact-id") or "-")
+    assert row.count() == 1 and label == f"fact {row.get_attribute('data-fact-id')}"
     # A hit's node kind repeats the search among nodes of that kind only.
     page.goto(url(world, "/search", ns="example", q="billing ledger alice", top_k="20"))
     kinds = set(page.locator("#hits tr.hit a.kind").all_inner_texts())
@@ -495,6 +498,45 @@ def test_badges_link_to_what_they_name(browser: Any, world: World) -> None:
     page.wait_for_load_state()
     assert f"types={kind}" in page.url
     assert set(page.locator("#hits tr.hit a.kind").all_inner_texts()) == {kind}
+
+
+def test_a_long_text_is_shown_a_part_at_a_time(browser: Any, world: World) -> None:
+    admin = ClientSecurity(token=world.tokens["admin"])
+    with MemoryClient(world.ingest_addr, world.query_addr, security=admin) as client:
+        whole = client.get_source(
+            source_service_pb2.GetSourceRequest(namespace="example", natural_key="doc:ledger")
+        )
+    content = whole.source.content
+    size = 100
+    assert len(content) > 2 * size, "the example document is longer than two parts"
+    small = serve_console(
+        ConsoleConfig(ingest_addr=world.ingest_addr, query_addr=world.query_addr, text_page_chars=size)
+    )
+    try:
+        page = browser.new_context().new_page()
+        page.goto(f"{small.url}/login")
+        page.fill("#token", world.tokens["admin"])
+        page.click("button[type=submit]")
+        page.goto(f"{small.url}/node?" + urlencode({"ns": "example", "key": "doc:ledger"}))
+        assert page.locator("#text-previous").count() == 0
+        assert page.locator("#text-position").inner_text() == f"Characters 1–100 of {len(content):,}."
+        # Parts follow one another without a gap until the end of the text.
+        shown = page.locator("pre.source").text_content() or ""
+        while page.locator("#text-next").count():
+            page.click("#text-next")
+            page.wait_for_load_state()
+            assert page.locator("#text-previous").count() == 1
+            shown += page.locator("pre.source").text_content() or ""
+        assert shown == content
+        # Past the end is the console's own field violation.
+        response = page.goto(
+            f"{small.url}/node?"
+            + urlencode({"ns": "example", "key": "doc:ledger", "text_from": len(content)})
+        )
+        assert response is not None and response.status == 400
+        assert page.locator(".failure .violations code", has_text="text_from").count() == 1
+    finally:
+        small.stop()
 
 
 def test_as_of_slider_changes_which_facts_are_live(browser: Any, world: World) -> None:
