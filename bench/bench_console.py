@@ -9,6 +9,8 @@ What is loaded into one namespace Q (``--chunks``, default 100,000 chunks in Q):
 - the Debian upload stream (5,415 observations: their packages, versions and people as nodes, about
   10,000 facts, one episode chunk each, embedded by the service) recorded through a real ingest service;
 - ``--memories`` memory records (default 1,000) of one user through AddMemories (each text embedded);
+- ``--audit-events`` explicit audit events (default 2,000) through RecordAuditEvent, when the services
+  start for the measurement and Q holds none yet;
 - then copies of Q's rows up to ``--chunks`` in one ``INSERT ... SELECT`` (`bench.scale_tables.add_copies`:
   the scale benchmark's fast path; a copy gets the key ``<node_key>~copy<c>`` and a perturbed vector, and
   exists only in the chunks table), with the indexes dropped and rebuilt around it.
@@ -57,7 +59,9 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from memory_service_grpc_client import MemoryClient
 from memory_service_grpc_client.memory.v1 import (
+    audit_service_pb2,
     memory_service_pb2,
     memory_service_pb2_grpc,
     observation_service_pb2_grpc,
@@ -165,6 +169,26 @@ def load(settings: Settings, q: str, arguments: argparse.Namespace) -> dict[str,
                 "indexes": timings,
             }
     return build
+
+
+def audit_events(ingest: str, query: str, q: str, count: int) -> dict[str, Any]:
+    """Records ``count`` explicit audit events in Q (reviews of its documents, in 20 traces) unless Q
+    already holds audit events; what was done."""
+    with MemoryClient(ingest, query) as client:
+        present = client.list_audit_events(audit_service_pb2.ListAuditEventsRequest(namespace=q, page_size=1))
+        if present.events:
+            return {"reused": True}
+        started = time.perf_counter()
+        for index in range(count):
+            request = audit_service_pb2.RecordAuditEventRequest(
+                namespace=q,
+                action=("review", "export", "approve")[index % 3],
+                trace_id=f"console-bench-{index % 20}",
+                target_key=f"doc:capacity-{index % 40}",
+            )
+            request.details.update({"note": f"bench event {index}"})
+            client.record_audit_event(request)
+    return {"recorded": count, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def memory_texts() -> list[str]:
@@ -301,6 +325,9 @@ def pages(q: str, base: str) -> dict[str, str]:
     listed = {
         "namespaces (start page)": page("/"),
         "node: big document": page("/node", ns=q, key=BIG_DOCUMENT),
+        "node: big document, second part of its text": page(
+            "/node", ns=q, key=BIG_DOCUMENT, text_from="20000"
+        ),
         "node: busiest package": page("/node", ns=q, key=package),
         "search": page("/search", ns=q, q=query),
         "pack": page("/pack", ns=q, task=query, budget="1500"),
@@ -308,6 +335,8 @@ def pages(q: str, base: str) -> dict[str, str]:
         "graph depth 2": page("/graph", ns=q, key=package, depth="2"),
         "graph depth 3": page("/graph", ns=q, key=package, depth="3"),
         "audit": page("/audit", ns=q),
+        "audit, one action": page("/audit", ns=q, action="export"),
+        "trace of 100 audit events": page("/audit", ns=q, trace_id="console-bench-0"),
         "memories": page("/memories", user=MEMORY_USER),
         "memories with recall": page(
             "/memories", user=MEMORY_USER, q="release notes for the new upstream version"
@@ -331,6 +360,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--base-chunks", type=int, default=10_000, help="chunks written through the domain")
     parser.add_argument("--big-document", type=int, default=5_000, help="chunks of the one big document")
     parser.add_argument("--memories", type=int, default=1_000, help="memory records of the one user")
+    parser.add_argument("--audit-events", type=int, default=2_000, help="explicit audit events in Q")
     parser.add_argument("--repetitions", type=int, default=7, help="timed fetches per page")
     parser.add_argument("--tree", default="", help="checkout whose services and console are measured")
     parser.add_argument(
@@ -381,6 +411,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     results["trees"] = {name: str(root) for name, root in trees.items()}
     with ExitStack() as stack:
         ingest, query = stack.enter_context(services(root=tree))
+        results["build"]["audit_events"] = audit_events(ingest, query, q, arguments.audit_events)
         consoles = {name: stack.enter_context(console(root, ingest, query)) for name, root in trees.items()}
         for name, path in pages(q, consoles["this tree"][0]).items():
             results["pages"][name] = measure_page(consoles, path, arguments.repetitions)
