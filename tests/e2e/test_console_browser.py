@@ -449,6 +449,9 @@ def test_the_trace_page_shows_a_compilation_as_tables_with_the_raw_journal_folde
     assert re.fullmatch(
         r"\d+ of 60 tokens used \(\d+%\), counted with \S+", compilation.locator(".budget-text").inner_text()
     )
+    # What the compiler adds to the request is listed too; a Struct's whole numbers read without decimals.
+    depth = compilation.locator("dl.request dt:text-is('search_depth') + dd")
+    assert re.fullmatch(r"\d+", depth.inner_text())
     # One decision per candidate: the kept ones are the pack's items, the dropped ones its dropped count.
     kept = compilation.locator("table.decisions[id^=kept] tr.decision")
     assert kept.count() == items
@@ -481,9 +484,8 @@ def test_badges_link_to_what_they_name(browser: Any, world: World) -> None:
     assert page.url.endswith(f"#out-{beta.get_attribute('data-fact-id')}")
     assert alpha.locator("a.state").get_attribute("href") == f"#{alpha.get_attribute('id')}"
     # A fact in a pack links to its row on its subject's node page.
-    page.goto(
-        url(world, "/pack", ns="example", task="where does alice work?", anchors="person:alice", budget="2000")
-    )
+    asked = {"task": "where does alice work?", "anchors": "person:alice", "budget": "2000"}
+    page.goto(url(world, "/pack", ns="example", **asked))
     fact_link = page.locator("ol.items .provenance a[href*='#out-fact-']").first
     href, label = fact_link.get_attribute("href") or "", fact_link.inner_text()
     page.goto(world.console.url + href)
