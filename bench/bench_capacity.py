@@ -97,8 +97,17 @@ class SentenceEncoder:
         return out
 
 
-def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: str = NAMESPACE) -> float:
-    """Writes ``chunks`` chunks into ``namespace`` (see the module doc); returns the seconds it took."""
+def load(
+    settings: Settings,
+    sentences: list[str],
+    chunks: int,
+    *,
+    namespace: str = NAMESPACE,
+    per_document: int = CHUNKS_PER_DOCUMENT,
+    key_prefix: str = "doc:capacity-",
+) -> float:
+    """Writes ``chunks`` chunks into ``namespace`` (see the module doc), ``per_document`` chunks per
+    document keyed ``<key_prefix><number>``; returns the seconds it took."""
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
     migrations.apply(database)
@@ -106,17 +115,17 @@ def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: st
     writer = DocumentWriter(database, encoder, settings)
     started = time.perf_counter()
     rng = random.Random(7)
-    for document in range(chunks // CHUNKS_PER_DOCUMENT):
+    for document in range(chunks // per_document):
         pieces = []
-        for order in range(CHUNKS_PER_DOCUMENT):
+        for order in range(per_document):
             first, second = rng.sample(sentences, 2)
-            text = f"{first} {second} (doc {document}, REF-{document * CHUNKS_PER_DOCUMENT + order})"
+            text = f"{first} {second} (doc {document}, REF-{document * per_document + order})"
             encoder.pairs[text] = (first, second)
             pieces.append(ChunkInput(chunk_order=order, heading=f"Part {order}", text=text))
         writer.put_chunks(
             PutChunksInput(
                 namespace=namespace,
-                natural_key=f"doc:capacity-{document}",
+                natural_key=f"{key_prefix}{document}",
                 chunks=tuple(pieces),
                 title=f"Doc {document}",
             )
@@ -124,7 +133,7 @@ def load(settings: Settings, sentences: list[str], chunks: int, *, namespace: st
         encoder.pairs.clear()
         if document % 40 == 39:
             print(
-                f"  {(document + 1) * CHUNKS_PER_DOCUMENT} chunks, {time.perf_counter() - started:.0f} s",
+                f"  {(document + 1) * per_document} chunks, {time.perf_counter() - started:.0f} s",
                 flush=True,
             )
     database.close()

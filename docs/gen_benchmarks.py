@@ -182,7 +182,19 @@ def traversal(d: dict) -> list[Row]:
     ]
 
 
+def console(d: dict) -> list[Row]:
+    """Each page's p95 (ms, at the client) and bytes; the baseline tree's beside when the run had one."""
+    rows = []
+    for page, trees in d.get("pages", {}).items():
+        mine, base = trees.get("this tree", {}), trees.get("baseline")
+        for label, path in (("p95 ms", "wall|p95_ms"), ("bytes", "bytes")):
+            baseline = f"{fmt(get(base, path))} (baseline tree)" if base else ""
+            rows.append((f"{page}: {label}", get(mine, path), baseline))
+    return rows
+
+
 SPECS: dict[str, Callable[[Any], list[Row]]] = {
+    "console": console,
     "lexical-indexes": lexical_indexes,
     "embeddings": embeddings,
     "reconcile": reconcile,

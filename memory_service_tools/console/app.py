@@ -8,6 +8,7 @@ or a log line. Every page is a GET (read-only); the only POSTs set and clear tha
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
@@ -198,7 +199,11 @@ def create_app(config: ConsoleConfig) -> Starlette:
         client.close()
 
     async def secured(request: Request, call_next: RequestResponseEndpoint) -> Response:
+        started = time.perf_counter()
         response = await call_next(request)
+        # The time the console spent on the page (its calls to the services and the rendering), for the
+        # browser's developer tools and bench/bench_console.py (W3C Server Timing).
+        response.headers["Server-Timing"] = f"page;dur={(time.perf_counter() - started) * 1000:.1f}"
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response

@@ -20,6 +20,7 @@ from memory_service_grpc_client.memory.v1 import (
 )
 
 from memory_service_tools.console.gateway import INGEST, QUERY, Gateway
+from memory_service_tools.console.trace_view import Compilation, compilation_of
 from memory_service_tools.console.views import from_timestamp, struct_dict, to_timestamp
 
 MAX_NAMESPACE_ROWS = 50
@@ -158,11 +159,11 @@ class AuditFilter:
 
 @dataclass
 class AuditListing:
-    """Audit events and, for one trace, its journaled context compilations (rows as dicts for the
-    template); ``next_page_token`` is empty on the last page."""
+    """Audit events (rows as dicts for the template) and, for one trace, its journaled context
+    compilations; ``next_page_token`` is empty on the last page."""
 
     events: list[dict[str, object]] = field(default_factory=list)
-    compilations: list[dict[str, object]] = field(default_factory=list)
+    compilations: list[Compilation] = field(default_factory=list)
     next_page_token: str = ""
     read: bool = False
 
@@ -241,12 +242,12 @@ def _trace_events(gateway: Gateway, namespace: str, wanted: AuditFilter) -> Audi
         elif entry.HasField("context_compilation"):
             compilation = entry.context_compilation
             listing.compilations.append(
-                {
-                    "time": when,
-                    "compilation_id": compilation.compilation_id,
-                    "request": struct_dict(compilation.request),
-                    "decisions": [struct_dict(d) for d in compilation.decisions],
-                    "hidden": compilation.hidden_decision_count,
-                }
+                compilation_of(
+                    when,
+                    compilation.compilation_id,
+                    struct_dict(compilation.request),
+                    [struct_dict(d) for d in compilation.decisions],
+                    compilation.hidden_decision_count,
+                )
             )
     return listing

@@ -21,6 +21,8 @@ class ConsoleConfig:
         security: TLS settings of the channels; its token is ignored (each visitor brings one).
         namespaces: namespaces the start page lists besides those the token can see (even when empty).
         secure_cookie: mark the token cookie ``Secure`` (set when the console is served over HTTPS).
+        text_page_chars: characters of a node's text one node page shows (the rest by next / previous
+            links), so a document of megabytes is not one page of megabytes.
     """
 
     ingest_addr: str
@@ -28,6 +30,7 @@ class ConsoleConfig:
     security: ClientSecurity = field(default_factory=ClientSecurity)
     namespaces: tuple[str, ...] = ()
     secure_cookie: bool = False
+    text_page_chars: int = 20_000
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     memory_service_pb2,
     observation_service_pb2,
+    source_service_pb2,
 )
 from playwright import sync_api
 from typer.testing import CliRunner
@@ -390,7 +391,7 @@ def test_every_page_loads_passes_axe_and_is_screenshotted(browser: Any, world: W
     assert "Ledger service" in admin.locator("pre.source").inner_text()
     assert admin.locator("ol.chunks > li").count() >= 1
     admin.goto(addresses["audit"])
-    assert admin.locator("details summary", has_text="compilation").count() >= 1
+    assert admin.locator("section.compilation").count() >= 1
     admin.goto(pages(world)["health"])
     assert admin.locator("tr[data-service=query_service] td.state-serving").count() == 2
     assert admin.locator("tr[data-service=ingest_service] td.state-serving").count() == 2
@@ -429,6 +430,115 @@ def test_pack_shows_reasons_dropped_candidates_budget_and_trace(browser: Any, wo
     page.wait_for_load_state()
     assert page.url.startswith(f"{world.console.url}/audit?")
     assert "compilation" in page.locator("main").inner_text()
+
+
+def test_the_trace_page_shows_a_compilation_as_tables_with_the_raw_journal_folded(
+    browser: Any, world: World
+) -> None:
+    page = signed_in(browser, world, "admin")
+    page.goto(url(world, "/pack", ns="example", task="who works on billing?", budget="60", dropped="3"))
+    items = page.locator("ol.items > li").count()
+    counted = re.search(r"(\d+) candidates dropped", page.locator("#budget-text").inner_text())
+    assert counted is not None
+    dropped = int(counted.group(1))
+    assert items > 0 and dropped > 0
+    page.click("#budget-text a")
+    page.wait_for_load_state()
+    compilation = page.locator("section.compilation").last
+    assert compilation.locator("dd.query").inner_text() == "who works on billing?"
+    assert re.fullmatch(
+        r"\d+ of 60 tokens used \(\d+%\), counted with \S+", compilation.locator(".budget-text").inner_text()
+    )
+    # What the compiler adds to the request is listed too; a Struct's whole numbers read without decimals.
+    depth = compilation.locator("dl.request dt:text-is('search_depth') + dd")
+    assert re.fullmatch(r"\d+", depth.inner_text())
+    # One decision per candidate: the kept ones are the pack's items, the dropped ones its dropped count.
+    kept = compilation.locator("table.decisions[id^=kept] tr.decision")
+    assert kept.count() == items
+    assert compilation.locator("table.decisions[id^=dropped] tr.decision").count() == dropped
+    assert all(reason for reason in kept.locator("td.reason").all_inner_texts())
+    assert all(float(score) > 0 for score in kept.locator("td.score").all_inner_texts())
+    # The raw journal is folded away, and is the same compilation.
+    raw = compilation.locator("details.raw")
+    assert not raw.locator("pre").is_visible()
+    raw.locator("summary").click()
+    journal = json.loads(raw.locator("pre").inner_text())
+    assert journal["request"]["query"] == "who works on billing?"
+    assert len(journal["decisions"]) == items + dropped
+    # A kept chunk links to its node page at that chunk.
+    chunk_link = compilation.locator("table.decisions td.item a[href*='#chunk-']").first
+    target = chunk_link.get_attribute("href") or ""
+    page.goto(world.console.url + target)
+    assert page.locator(f"ol.chunks li#{target.rsplit('#', 1)[1]}").count() == 1
+
+
+def test_badges_link_to_what_they_name(browser: Any, world: World) -> None:
+    page = signed_in(browser, world, "admin")
+    # Fact states: the superseded fact's mark leads to the fact that superseded it, on the same page.
+    page.goto(url(world, "/node", ns="example", key="person:alice"))
+    alpha = page.locator("#facts-out tr.fact", has=page.locator("a", has_text="project:alpha"))
+    beta = page.locator("#facts-out tr.fact", has=page.locator("a", has_text="project:beta"))
+    mark = alpha.locator("a.mark", has_text="superseded by")
+    assert mark.get_attribute("href") == f"#out-{beta.get_attribute('data-fact-id')}"
+    mark.click()
+    assert page.url.endswith(f"#out-{beta.get_attribute('data-fact-id')}")
+    assert alpha.locator("a.state").get_attribute("href") == f"#{alpha.get_attribute('id')}"
+    # A fact in a pack links to its row on its subject's node page.
+    asked = {"task": "where does alice work?", "anchors": "person:alice", "budget": "2000"}
+    page.goto(url(world, "/pack", ns="example", **asked))
+    fact_link = page.locator("ol.items .provenance a[href*='#out-fact-']").first
+    href, label = fact_link.get_attribute("href") or "", fact_link.inner_text()
+    page.goto(world.console.url + href)
+    row = page.locator(f"tr#{href.rsplit('#', 1)[1]}")
+    assert row.count() == 1 and label == f"fact {row.get_attribute('data-fact-id')}"
+    # A hit's node kind repeats the search among nodes of that kind only.
+    page.goto(url(world, "/search", ns="example", q="billing ledger alice", top_k="20"))
+    kinds = set(page.locator("#hits tr.hit a.kind").all_inner_texts())
+    assert len(kinds) >= 2, kinds
+    kind = sorted(kinds)[0]
+    page.locator("#hits tr.hit a.kind", has_text=kind).first.click()
+    page.wait_for_load_state()
+    assert f"types={kind}" in page.url
+    assert set(page.locator("#hits tr.hit a.kind").all_inner_texts()) == {kind}
+
+
+def test_a_long_text_is_shown_a_part_at_a_time(browser: Any, world: World) -> None:
+    admin = ClientSecurity(token=world.tokens["admin"])
+    with MemoryClient(world.ingest_addr, world.query_addr, security=admin) as client:
+        whole = client.get_source(
+            source_service_pb2.GetSourceRequest(namespace="example", natural_key="doc:ledger")
+        )
+    content = whole.source.content
+    size = 100
+    assert len(content) > 2 * size, "the example document is longer than two parts"
+    small = serve_console(
+        ConsoleConfig(ingest_addr=world.ingest_addr, query_addr=world.query_addr, text_page_chars=size)
+    )
+    try:
+        page = browser.new_context().new_page()
+        page.goto(f"{small.url}/login")
+        page.fill("#token", world.tokens["admin"])
+        page.click("button[type=submit]")
+        page.goto(f"{small.url}/node?" + urlencode({"ns": "example", "key": "doc:ledger"}))
+        assert page.locator("#text-previous").count() == 0
+        assert page.locator("#text-position").inner_text() == f"Characters 1–100 of {len(content):,}."
+        # Parts follow one another without a gap until the end of the text.
+        shown = page.locator("pre.source").text_content() or ""
+        while page.locator("#text-next").count():
+            page.click("#text-next")
+            page.wait_for_load_state()
+            assert page.locator("#text-previous").count() == 1
+            shown += page.locator("pre.source").text_content() or ""
+        assert shown == content
+        # Past the end is the console's own field violation.
+        response = page.goto(
+            f"{small.url}/node?"
+            + urlencode({"ns": "example", "key": "doc:ledger", "text_from": len(content)})
+        )
+        assert response is not None and response.status == 400
+        assert page.locator(".failure .violations code", has_text="text_from").count() == 1
+    finally:
+        small.stop()
 
 
 def test_as_of_slider_changes_which_facts_are_live(browser: Any, world: World) -> None:
@@ -583,6 +693,9 @@ def test_the_audit_page_lists_an_admins_events_with_filters_and_pages(browser: A
     assert page.locator(".failure").count() == 0, page.locator(".failure").all_inner_texts()
     assert event_rows(page) == newest_first
     assert page.locator("#next-page").count() == 0
+    # Details read as name and value, not JSON.
+    export = page.locator("#events tr.event", has=page.locator("td.action", has_text="export"))
+    assert export.locator("td.details ul.pairs li").all_inner_texts() == ["format pdf"]
     # The service filters: each one alone, then combined.
     page.goto(url(world, "/audit", ns=ns, action="review"))
     assert event_rows(page) == [row for row in newest_first if row[0] == "review"]

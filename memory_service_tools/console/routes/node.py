@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ from memory_service_grpc_client.memory.v1 import (
 
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import from_timestamp, instant_text
+from memory_service_tools.console.views import BadAddress, from_timestamp, instant_text, int_param
 
 FACT_PAGE = 100  # facts per direction per page
 CHUNK_LIMIT = 50  # chunks shown per node (Search's top_k within the node)
@@ -33,6 +34,41 @@ def _facts(view: PageView, direction: str, key: str, page_token: str) -> tuple[l
         QUERY, "FactQueryService.ListFacts", lambda: view.gateway.client.list_facts(request)
     )
     return (list(response.facts), response.next_page_token) if response else ([], "")
+
+
+MAX_TEXT_FROM = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class TextPage:
+    """The part of a node's text one page shows: characters ``start`` to ``end`` (exclusive) of
+    ``total``; ``previous`` and ``next`` are the starts of the neighbouring parts (None at either end)."""
+
+    text: str
+    start: int
+    end: int
+    total: int
+    previous: int | None
+    next: int | None
+
+
+def text_page(content: str, start: int, size: int) -> TextPage:
+    """The part of ``content`` from ``start``, ``size`` characters at most.
+
+    Raises:
+        BadAddress: ``start`` is past the end of a non-empty text.
+    """
+    if content and start >= len(content):
+        raise BadAddress("text_from", f"{start} is past the end of the text ({len(content)} characters)")
+    end = min(len(content), start + size)
+    return TextPage(
+        text=content[start:end],
+        start=start,
+        end=end,
+        total=len(content),
+        previous=max(0, start - size) if start > 0 else None,
+        next=end if end < len(content) else None,
+    )
 
 
 def live_at(fact: knowledge_pb2.Fact, instant: datetime) -> bool:
@@ -86,6 +122,11 @@ def build(view: PageView) -> dict[str, Any]:
         ),
     )
     source = source_response.source if source_response else None
+    text = text_page(
+        source.content if source is not None else "",
+        int_param(view.request, "text_from", 0, 0, MAX_TEXT_FROM),
+        view.config.text_page_chars,
+    )
     chunks: list[retrieval_service_pb2.SearchHit] = []
     if source is not None and source.chunk_count:
         found = view.gateway.call(
@@ -105,12 +146,19 @@ def build(view: PageView) -> dict[str, Any]:
     incoming, next_in = _facts(view, "object", key, view.param("in_page"))
     low, high, out_rows = timeline(outgoing + incoming, as_of)
     rows_out, rows_in = out_rows[: len(outgoing)], out_rows[len(outgoing) :]
+    # Each fact's row id on the page (a fact in both tables, subject and object alike, keeps the first).
+    anchors: dict[str, str] = {}
+    for direction, facts in (("out", outgoing), ("in", incoming)):
+        for fact in facts:
+            anchors.setdefault(fact.fact_id, f"{direction}-{fact.fact_id}")
     return {
         **values,
         "source": source,
+        "text": text,
         "chunks": chunks,
         "rows_out": rows_out,
         "rows_in": rows_in,
+        "anchors": anchors,
         "next_out": next_out,
         "next_in": next_in,
         "low": int(low.timestamp()),
