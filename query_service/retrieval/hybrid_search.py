@@ -442,6 +442,7 @@ def disclose_hit(disclosure: PiiDisclosure, hit: SearchHit) -> SearchHit:
             provenance,
             node_key=chunk.node_key,
             source_path=disclosure.text(provenance.source_path, key=hit.chunk.node_key),
+            citation=disclosure.text(provenance.citation, key=hit.chunk.node_key),
             metadata=disclosure.value(
                 provenance.metadata, key=hit.chunk.node_key, observation_ids=provenance.observation_ids
             ),

@@ -181,11 +181,16 @@ def test_hits_and_facts_are_masked_everywhere_they_carry_text() -> None:
         trigram_score=0.0,
         ranks={"vector": 1},
         provenance=Provenance(
-            node_key="doc:card", source_path="crm", chunk_order=0, metadata={"author": f"Anna <{EMAIL}>"}
+            node_key="doc:card",
+            source_path="crm",
+            chunk_order=0,
+            metadata={"author": f"Anna <{EMAIL}>"},
+            citation=f"{EMAIL}.pdf, p. 2",
         ),
     )
     shown = disclose_hit(PiiDisclosure(MASKING), hit)
     assert shown.chunk.text == "mail [email]" and shown.provenance.metadata == {"author": "Anna <[email]>"}
+    assert EMAIL not in shown.provenance.citation  # a file named after a person is masked too
     assert shown.score == hit.score and shown.ranks == hit.ranks
     now = datetime(2026, 11, 1, tzinfo=UTC)
     row = FactRow(
