@@ -188,38 +188,65 @@ class NamespaceArchiveStore:
             )
         return True
 
-    def insert_node(self, conn: psycopg.Connection[Any], row: dict[str, Any]) -> bool:
-        """Inserts a registry row and its vertex unless the key exists; True when inserted."""
-        properties = row.pop("properties", None)
+    def insert_nodes(self, conn: psycopg.Connection[Any], rows: list[dict[str, Any]]) -> list[str]:
+        """Inserts registry rows and their vertices, except keys that exist, in one statement per table
+        and label; returns the keys inserted."""
+        if not rows:
+            return []
+        properties = {str(row["natural_key"]): row.get("properties") for row in rows}
+        # vertex ids are this database's: set below for the vertices written, never taken from the archive
+        registry = [{**{k: v for k, v in row.items() if k != "properties"}, "vertex_id": None} for row in rows]
         inserted = conn.execute(
-            "INSERT INTO graph_nodes SELECT * FROM jsonb_populate_record(NULL::graph_nodes, %s::jsonb)"
-            " ON CONFLICT DO NOTHING RETURNING label",
-            (json.dumps(row),),
-        ).fetchone()
-        if inserted is None:
-            return False
-        if properties is not None:
+            "INSERT INTO graph_nodes SELECT * FROM jsonb_populate_recordset(NULL::graph_nodes, %s::jsonb)"
+            " ON CONFLICT DO NOTHING RETURNING natural_key, label",
+            (json.dumps(registry),),
+        ).fetchall()
+        namespace = str(rows[0]["namespace"])
+        by_label: dict[str, list[str]] = {}
+        for key, label in inserted:
+            if properties.get(str(key)) is not None:
+                by_label.setdefault(str(label), []).append(agtype_text(properties[str(key)]))
+        for label, vertices in by_label.items():
+            # each vertex's properties carry its natural key, which finds its registry row
             conn.execute(
                 sql.SQL(
-                    "WITH v AS (INSERT INTO {v} (properties) VALUES (%s::ag_catalog.agtype) RETURNING id)"
-                    " UPDATE graph_nodes SET vertex_id = (SELECT id FROM v) WHERE namespace = %s AND natural_key = %s"
-                ).format(v=sql.Identifier(self.graph, str(inserted[0]))),
-                (agtype_text(properties), row["namespace"], row["natural_key"]),
+                    "WITH v AS (INSERT INTO {v} (properties) SELECT p::ag_catalog.agtype FROM unnest(%s::text[]) p"
+                    " RETURNING id, (ag_catalog.agtype_out(properties)::text)::jsonb ->> 'natural_key' AS natural_key)"
+                    " UPDATE graph_nodes g SET vertex_id = v.id FROM v WHERE g.namespace = %s"
+                    " AND g.natural_key = v.natural_key"
+                ).format(v=sql.Identifier(self.graph, label)),
+                (vertices, namespace),
             )
-        return True
+        return [str(key) for key, _ in inserted]
 
-    def insert_edge(self, conn: psycopg.Connection[Any], namespace: str, edge: dict[str, Any]) -> bool:
-        """Inserts an edge between two vertices (looked up by key; the end may be in another namespace
-        only when it exists there); False when an end is missing."""
-        cursor = conn.execute(
-            sql.SQL(
-                "INSERT INTO {e} (start_id, end_id, properties) SELECT s.vertex_id, t.vertex_id, %s::ag_catalog.agtype"
-                " FROM graph_nodes s, graph_nodes t WHERE s.namespace = %s AND s.natural_key = %s"
-                " AND t.natural_key = %s AND t.namespace = %s AND s.vertex_id IS NOT NULL AND t.vertex_id IS NOT NULL"
-            ).format(e=sql.Identifier(self.graph, edge["label"])),
-            (agtype_text(edge["properties"]), namespace, edge["start"], edge["end"], edge.get("end_namespace", namespace)),
-        )
-        return cursor.rowcount > 0
+    def insert_edges(self, conn: psycopg.Connection[Any], namespace: str, edges: list[dict[str, Any]]) -> int:
+        """Inserts edges between vertices looked up by key (an end may be in another namespace only when
+        it exists there), one statement per label; an edge with a missing end is left out. Returns how
+        many were inserted."""
+        by_label: dict[str, list[dict[str, Any]]] = {}
+        for edge in edges:
+            by_label.setdefault(str(edge["label"]), []).append(edge)
+        inserted = 0
+        for label, group in by_label.items():
+            cursor = conn.execute(
+                sql.SQL(
+                    "INSERT INTO {e} (start_id, end_id, properties)"
+                    " SELECT s.vertex_id, t.vertex_id, x.props::ag_catalog.agtype"
+                    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS x(start_key, end_key, end_ns, props)"
+                    " JOIN graph_nodes s ON s.namespace = %s AND s.natural_key = x.start_key"
+                    " JOIN graph_nodes t ON t.namespace = x.end_ns AND t.natural_key = x.end_key"
+                    " WHERE s.vertex_id IS NOT NULL AND t.vertex_id IS NOT NULL"
+                ).format(e=sql.Identifier(self.graph, label)),
+                (
+                    [e["start"] for e in group],
+                    [e["end"] for e in group],
+                    [e.get("end_namespace", namespace) for e in group],
+                    [agtype_text(e["properties"]) for e in group],
+                    namespace,
+                ),
+            )
+            inserted += max(cursor.rowcount, 0)
+        return inserted
 
     def node_exists(self, conn: psycopg.Connection[Any], namespace: str, key: str) -> bool:
         """True when ``key`` is registered in ``namespace``."""

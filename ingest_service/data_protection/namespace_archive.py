@@ -322,9 +322,18 @@ class NamespaceArchive:
             batch_kind = ""
 
             def flush() -> None:
-                if batch:
+                if not batch:
+                    return
+                if batch_kind == "node":
+                    keys = self.store.insert_nodes(conn, batch)
+                    new_nodes.update(keys)
+                    written[batch_kind] += len(keys)
+                elif batch_kind == "edge":  # only edges of vertices this import created: a re-import adds none
+                    fresh = [edge for edge in batch if edge["start"] in new_nodes or edge["end"] in new_nodes]
+                    written[batch_kind] += self.store.insert_edges(conn, namespace, fresh)
+                else:
                     written[batch_kind] += self.store.insert_rows(conn, _TABLE_OF[batch_kind], batch)
-                    batch.clear()
+                batch.clear()
 
             for record in body:
                 kind, row = str(record.get("kind")), record.get("row")
@@ -333,19 +342,12 @@ class NamespaceArchive:
                 if kind != batch_kind or len(batch) >= IMPORT_BATCH:
                     flush()
                     batch_kind = kind
-                if kind in _TABLE_OF:
+                if kind in _TABLE_OF or kind == "node":
                     if row.get("namespace", namespace) != namespace:
                         raise InvalidArgument.single("data", f"a {kind} record of another namespace")
                     batch.append(row)
-                elif kind == "node":
-                    if self.store.insert_node(conn, dict(row)):
-                        new_nodes.add(row["natural_key"])
-                        written[kind] += 1
-                elif kind == "edge":  # only edges of vertices this import created: a re-import adds none
-                    if (row["start"] in new_nodes or row["end"] in new_nodes) and self.store.insert_edge(
-                        conn, namespace, row
-                    ):
-                        written[kind] += 1
+                elif kind == "edge":
+                    batch.append(row)
                 elif kind == "domain_pack":
                     written[kind] += self.store.insert_domain_pack(conn, row)
                 elif kind == "snapshot":
