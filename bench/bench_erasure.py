@@ -7,7 +7,9 @@ erases one person of median activity with EraseSubject: first a preview (``valid
 then for real; it reports the wall time of each, the rows touched (the receipt's counts), and checks with
 a scan of every text column of every table that the person's id is gone. Then it exports the namespace
 (ExportNamespace) and imports the archive twice into a new database through a second ingest service
-(ImportNamespace; the second import writes nothing), reporting MB/s of each. Writes
+(ImportNamespace; the second import writes nothing), reporting MB/s of each, and asks 420 as-of
+questions (the corpus's 180 dev questions and 240 more at the start of stored facts' intervals) of a
+query service on each database: the fact ids must be the same. Writes
 bench/results/erasure-<UTC time>.json.
 
 Usage: .venv/bin/python bench/bench_erasure.py [--copies N] [--note TEXT] [--shared-database]
@@ -39,6 +41,8 @@ from memory_service_grpc_client import wait_for_serving  # noqa: E402
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp  # noqa: E402
 from memory_service_grpc_client.memory.v1 import (  # noqa: E402
     data_protection_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
     observation_service_pb2,
     observation_service_pb2_grpc,
 )
@@ -46,6 +50,7 @@ from memory_service_grpc_client.memory.v1 import (  # noqa: E402
 from bench.run_bench import run_in_database  # noqa: E402
 from common.kernel.config import Settings  # noqa: E402
 from ingest_service.main import create_ingest_host  # noqa: E402
+from query_service.main import create_query_host  # noqa: E402
 from tests.e2e.data_protection_helpers import DEBIAN, columns_scanned, residue  # noqa: E402
 
 PERSON = re.compile(r"person-([0-9a-f]{4})\b")
@@ -76,8 +81,49 @@ def corpus(namespace: str, copies: int) -> tuple[list[dict[str, Any]], str]:
     return records, subject
 
 
-def import_into_fresh_database(settings: Settings, namespace: str, archive: bytes) -> dict[str, float]:
-    """Imports ``archive`` twice into a new database through its own ingest service; the seconds of each."""
+AS_OF_DEV = DEBIAN.parent / "asof-dev.jsonl"
+GENERATED_QUESTIONS = 240
+
+
+def as_of_questions(settings: Settings, namespace: str) -> list[tuple[str, str, str]]:
+    """(subject, predicate, as-of instant): the dev questions, then the first facts by id at their start."""
+    questions = [
+        (q["subject"], q["predicate"], q["as_of"])
+        for q in (json.loads(line) for line in AS_OF_DEV.read_text().splitlines() if line.strip())
+    ]
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT subject_key, predicate, valid_from FROM facts WHERE namespace = %s ORDER BY fact_id LIMIT %s",
+            (namespace, GENERATED_QUESTIONS),
+        ).fetchall()
+    return questions + [(str(s), str(p), v.strftime("%Y-%m-%dT%H:%M:%SZ")) for s, p, v in rows]
+
+
+def as_of_answers(settings: Settings, namespace: str, questions: list[tuple[str, str, str]]) -> list[list[str]]:
+    """The fact ids ListFacts answers to each question, through a query service on ``settings``' database."""
+    host = create_query_host(settings, address="127.0.0.1:0", metrics_port=0)
+    host.start()
+    try:
+        assert wait_for_serving(f"127.0.0.1:{host.port}", timeout=120)
+        with grpc.insecure_channel(f"127.0.0.1:{host.port}") as channel:
+            facts = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
+            answers = []
+            for subject, predicate, instant in questions:
+                request = fact_query_service_pb2.ListFactsRequest(
+                    namespace=namespace, subject=subject, predicate=predicate, page_size=200
+                )
+                request.as_of.FromJsonString(instant)
+                answers.append(sorted(f.fact_id for f in facts.ListFacts(request, timeout=60).facts))
+            return answers
+    finally:
+        host.stop(5)
+
+
+def import_into_fresh_database(
+    settings: Settings, namespace: str, archive: bytes, questions: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    """Imports ``archive`` twice into a new database through its own ingest service; the seconds of each,
+    and the as-of answers of the imported namespace."""
     piece = 256 * 1024
 
     def messages() -> Any:
@@ -100,6 +146,7 @@ def import_into_fresh_database(settings: Settings, namespace: str, archive: byte
                 started = time.perf_counter()
                 stub.ImportNamespace(messages(), timeout=3600)
                 timings[name] = time.perf_counter() - started
+        timings["imported_answers"] = as_of_answers(target, namespace, questions)
     finally:
         host.stop(5)
         with psycopg.connect(settings.database_url, autocommit=True) as admin:
@@ -152,7 +199,11 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             m.data for m in protection.ExportNamespace(dp.ExportNamespaceRequest(namespace=namespace), timeout=3600)
         )
         timings["export_seconds"] = time.perf_counter() - started
-        timings.update(import_into_fresh_database(settings, namespace, archive))
+        questions = as_of_questions(settings, namespace)
+        source_answers = as_of_answers(settings, namespace, questions)
+        imported = import_into_fresh_database(settings, namespace, archive, questions)
+        imported_answers = imported.pop("imported_answers")
+        timings.update(imported)
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             left = residue(conn, settings.graph_name, person)
             scanned = columns_scanned(conn, settings.graph_name)
@@ -177,6 +228,9 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "export_megabytes_per_second": round(len(archive) / 1e6 / timings["export_seconds"], 2),
         "import_megabytes_per_second": round(len(archive) / 1e6 / timings["import_seconds"], 2),
         "reimport_megabytes_per_second": round(len(archive) / 1e6 / timings["reimport_seconds"], 2),
+        "as_of_questions": len(questions),
+        "as_of_questions_answered": sum(1 for answer in source_answers if answer),
+        "as_of_answers_identical_after_import": sum(a == b for a, b in zip(source_answers, imported_answers, strict=True)),
         "residue_columns_scanned": scanned,
         "residue": left,
         "database_bytes": int(sizes[0]) if sizes else 0,
@@ -186,7 +240,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     out = ROOT / "bench" / "results" / f"erasure-{stamp}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
-    return 0 if not left and result["preview_matches_erase"] else 1
+    identical = result["as_of_answers_identical_after_import"] == len(questions)
+    return 0 if not left and result["preview_matches_erase"] and identical else 1
 
 
 if __name__ == "__main__":
