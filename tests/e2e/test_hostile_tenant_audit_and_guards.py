@@ -78,7 +78,7 @@ from common.grpc.proto_mapping import timestamp
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from memory_service_tools.mcp_server import build_mcp_server
+from memory_service_tools.mcp import build_mcp_server
 from memory_service_tools.token_writer import add_token
 from query_service.main import SERVICE_NAMES as QUERY_SERVICES
 from tests.e2e.conftest import token_secured_services

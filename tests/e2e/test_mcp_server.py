@@ -33,7 +33,7 @@ from memory_service_grpc_client.memory.v1 import document_service_pb2
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from memory_service_tools.mcp_server import TOOL_NAMES, build_mcp_server
+from memory_service_tools.mcp import TOOL_NAMES, build_mcp_server
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 
