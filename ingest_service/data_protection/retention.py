@@ -25,7 +25,7 @@ from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, defa
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
-from common.storage.data_protection_store import DataProtectionStore, RetentionRule
+from common.storage.data_protection.retention_store import RetentionRule, RetentionStore
 from common.storage.database import Database
 from common.storage.visibility import EVERYTHING
 from ingest_service.memories.writer import MemoryWriter
@@ -92,7 +92,7 @@ class RetentionEnforcer:
         self.remover = remover
         self.memories = memories
         self.audit = audit or AuditTrail(database)
-        self.store = DataProtectionStore(database.settings)
+        self.store = RetentionStore(database.settings)
         self.batch = max(1, database.settings.memory_maintenance_batch)
 
     def set_rule(self, rule: RetentionRule) -> RetentionRule:
