@@ -17,7 +17,8 @@ token) and adds, around every call:
   (the MCP server over HTTP) passes each caller's token through and every access rule holds.
 
 The methods are grouped by service in `memory_service_grpc_client.services` (one mixin a service over
-`memory_service_grpc_client.service_calls.ServiceCalls`, the call plumbing), composed here.
+`memory_service_grpc_client.service_calls.ServiceCalls`, the call plumbing; the modules `knowledge`,
+`administration` and `sync` hold them), composed here.
 
 Change feed: `watch_changes` is the raw stream of ChangeFeedService.WatchChanges; `iter_changes` yields its
 changes and resumes after the last cursor received (of a change or a heartbeat) whenever the stream
@@ -37,19 +38,20 @@ from collections.abc import Sequence
 from typing import Any, Self
 
 from memory_service_grpc_client.channels import ChannelWrapper, ClientSecurity, ServiceChannels, health_status
-from memory_service_grpc_client.services.audit import AuditCalls
-from memory_service_grpc_client.services.change_feed import ChangeFeedCalls
-from memory_service_grpc_client.services.data_protection import DataProtectionCalls
-from memory_service_grpc_client.services.documents import DocumentCalls
-from memory_service_grpc_client.services.domain_packs import DomainPackCalls
-from memory_service_grpc_client.services.facts import FactCalls
-from memory_service_grpc_client.services.memories import MemoryCalls
-from memory_service_grpc_client.services.namespaces import NamespaceCalls
-from memory_service_grpc_client.services.observations import ObservationCalls
-from memory_service_grpc_client.services.retrieval import RetrievalCalls
-from memory_service_grpc_client.services.snapshots import SnapshotCalls
-from memory_service_grpc_client.services.vault import VaultCalls
-from memory_service_grpc_client.services.webhooks import WebhookCalls
+from memory_service_grpc_client.services.administration import (
+    AuditCalls,
+    DataProtectionCalls,
+    DomainPackCalls,
+    NamespaceCalls,
+)
+from memory_service_grpc_client.services.knowledge import (
+    DocumentCalls,
+    FactCalls,
+    MemoryCalls,
+    ObservationCalls,
+    RetrievalCalls,
+)
+from memory_service_grpc_client.services.sync import ChangeFeedCalls, SnapshotCalls, VaultCalls, WebhookCalls
 
 __all__ = ["MemoryClient"]
 
