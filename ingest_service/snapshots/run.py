@@ -124,21 +124,7 @@ class SnapshotRun:
         """Counts what the closing step would close (a first pass over the same pages) and refuses a mass
         closing (`MassDeletionGuard`): every open fact of the scope, or more than the share."""
         header = self.header
-        dropping = 0
-        after: str | None = ""
-        while after is not None:
-            fact_ids, after = self.store.dropped_open_facts(
-                self.conn,
-                header.namespace,
-                header.source,
-                header.scope,
-                previous.row_id,
-                self.row_id,
-                self.snapshot_time,
-                after,
-                SNAPSHOT_BATCH,
-            )
-            dropping += len(set(fact_ids))
+        dropping = sum(len(set(fact_ids)) for fact_ids in self._dropped_pages(previous))
         if not dropping:
             return
         total = self.store.open_scope_fact_count(
@@ -336,10 +322,11 @@ class SnapshotRun:
 
     # -- closing -----------------------------------------------------------------------------------
 
-    def _close_dropped(self, previous: SnapshotRow) -> None:
+    def _dropped_pages(self, previous: SnapshotRow) -> Iterator[list[str]]:
+        """The open facts of the scope that ``previous`` listed and this snapshot does not, page by page
+        (`SnapshotStore.dropped_open_facts`, `SNAPSHOT_BATCH` a page); the next page is read only when
+        the caller asks for it, so the caller may close the facts of a page first."""
         header = self.header
-        if not header.allow_mass_sweep:
-            self._guard_closing(previous)
         after: str | None = ""
         while after is not None:
             fact_ids, after = self.store.dropped_open_facts(
@@ -353,5 +340,12 @@ class SnapshotRun:
                 after,
                 SNAPSHOT_BATCH,
             )
+            yield fact_ids
+
+    def _close_dropped(self, previous: SnapshotRow) -> None:
+        header = self.header
+        if not header.allow_mass_sweep:
+            self._guard_closing(previous)
+        for fact_ids in self._dropped_pages(previous):
             closed = self.owner.engine.close_many(self.conn, header.namespace, fact_ids, self.snapshot_time)
             self.counts.facts_closed += len(closed)
