@@ -13,11 +13,8 @@ from memory_service_grpc_client import MemoryClient
 
 from memory_service_tools.mcp.arguments import closed_tool
 from memory_service_tools.mcp.tool_calls import ToolCalls
-from memory_service_tools.mcp.tools.facts import fact_tools
+from memory_service_tools.mcp.tools.knowledge import knowledge_tools
 from memory_service_tools.mcp.tools.memories import memory_record_tools
-from memory_service_tools.mcp.tools.observations import observation_tools
-from memory_service_tools.mcp.tools.retrieval import retrieval_tools
-from memory_service_tools.mcp.tools.sources import source_tools
 
 __all__ = [
     "DISTRIBUTION",
@@ -70,13 +67,7 @@ def build_mcp_server(client: MemoryClient, *, token_from_request: bool) -> MCPSe
 def memory_tools(client: MemoryClient | None, *, token_from_request: bool) -> list[Tool]:
     """The tools, in order, bound to ``client`` (None: only to read their names and schemas)."""
     calls = ToolCalls(client, token_from_request=token_from_request)
-    functions: list[Callable[..., Any]] = [
-        *observation_tools(calls),
-        *retrieval_tools(calls),
-        *fact_tools(calls),
-        *source_tools(calls),
-        *memory_record_tools(calls),
-    ]
+    functions: list[Callable[..., Any]] = [*knowledge_tools(calls), *memory_record_tools(calls)]
     return [closed_tool(Tool.from_function(function)) for function in functions]
 
 
