@@ -44,7 +44,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -606,14 +606,13 @@ def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEv
 
 
 def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
-    events: list[Any] = []
-    token = ""
-    while True:
-        page = _list(channel, page_token=token, **fields)
-        events += page.events
-        token = page.next_page_token
-        if not token:
-            return events
+    return list(
+        iter_pages(
+            lambda request: _list(channel, **{**fields, "page_token": request.page_token}),
+            audit_service_pb2.ListAuditEventsRequest(),
+            lambda page: page.events,
+        )
+    )
 
 
 def _trace(channel: grpc.Channel, namespace: str, trace_id: str) -> Any:
