@@ -41,6 +41,7 @@ from common.kernel.config import Settings
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.chunking import chunk_markdown
+from ingest_service.documents.front_matter import strip_front_matter
 
 RESULTS = ROOT / "bench" / "results" / "embeddings.json"
 
@@ -49,15 +50,6 @@ def default_corpora() -> Path:
     """``shared/corpora`` beside the repository, else ``/work/shared/corpora``."""
     beside = ROOT.parent / "shared" / "corpora"
     return beside if beside.is_dir() else Path("/work/shared/corpora")
-
-
-def strip_front_matter(text: str) -> str:
-    """Remove a leading ``---`` ... ``---`` block."""
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 3)
-        if end != -1:
-            return text[end + len("\n---\n") :]
-    return text
 
 
 def evenly(items: list[Any], count: int) -> list[Any]:

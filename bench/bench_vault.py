@@ -48,7 +48,7 @@ from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
-from ingest_service.documents.writer import strip_front_matter
+from ingest_service.documents.front_matter import strip_front_matter
 from ingest_service.vault.documents import VaultFile, parse_file
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import VaultSource, directory_documents

@@ -48,7 +48,7 @@ from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 from common.storage.chunks.store import ChunkStore
-from common.storage.data_protection_store import AUDIT_TYPES, DataProtectionStore, like_patterns
+from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
@@ -148,7 +148,7 @@ def check_subject(check: ViolationCollector, request: EraseInput, *, required: b
 
 
 def subject_values(
-    conn: Any, graph: GraphStore, store: DataProtectionStore, request: EraseInput
+    conn: Any, graph: GraphStore, store: ErasureStore, request: EraseInput
 ) -> tuple[str, list[str], list[str]]:
     """(selector kind, the values searched for, the subject keys holds are checked against) of the
     subject ``request`` names: a node's key, id and title; a memory user's owner scopes; a value."""
@@ -195,7 +195,7 @@ class SubjectEraser:
         self.remover = remover
         self.deleter = deleter
         self.audit = audit or AuditTrail(database)
-        self.store = DataProtectionStore(database.settings)
+        self.store = ErasureStore(database.settings)
         self.graph = GraphStore(database)
         self.memories = MemoryStore(database.settings)
         self.chunks = ChunkStore(database.settings)

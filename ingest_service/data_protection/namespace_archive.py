@@ -39,7 +39,7 @@ from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
-from common.storage.data_protection_store import DataProtectionStore, like_patterns
+from common.storage.data_protection.erasure_store import ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.namespace_archive_store import NamespaceArchiveStore
@@ -84,7 +84,7 @@ class NamespaceArchive:
     def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.store = NamespaceArchiveStore(database.settings)
-        self.subjects = DataProtectionStore(database.settings)
+        self.subjects = ErasureStore(database.settings)
         self.graph = GraphStore(database)
         self.audit = audit or AuditTrail(database)
 

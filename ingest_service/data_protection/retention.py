@@ -35,7 +35,7 @@ from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.kernel.pii import PII_CATEGORY_PATTERN
-from common.storage.data_protection_store import DataProtectionStore, RetentionRule
+from common.storage.data_protection.retention_store import RetentionRule, RetentionStore
 from common.storage.database import Database
 from common.storage.visibility import EVERYTHING
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
@@ -115,7 +115,7 @@ class RetentionEnforcer:
         self.memories = memories
         self.audit = audit or AuditTrail(database)
         self.nodes = nodes or NodeDeleter(database, self.audit)
-        self.store = DataProtectionStore(database.settings)
+        self.store = RetentionStore(database.settings)
         self.batch = max(1, database.settings.memory_maintenance_batch)
 
     def set_rule(self, rule: RetentionRule) -> RetentionRule:

@@ -17,15 +17,14 @@ equal chunk rows are not rewritten (`ChunkStore.replace_chunks`), and the LINKS_
 only when the node itself changed (the resolved link targets are part of its properties,
 ``props.links``).
 
-The requests and their validation are in `ingest_service.documents.validation`. This module is transport
-free: errors are `common.kernel.errors` exceptions, which the transport maps to status codes.
+The requests and their validation are in `ingest_service.documents.validation`, the node and chunks a
+request becomes in `ingest_service.documents.preparation`. This module is transport free: errors are `common.kernel.errors` exceptions, which the transport maps to status codes.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,14 +38,12 @@ from common.packs.kind_validation import KindValidator
 from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
 from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
 from common.storage.database import Database
-from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
+from common.storage.document_original_store import DocumentOriginalStore
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.vault_store import VaultStore
 from common.text_models.embeddings.provider import PassageEncoder
-from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
-from ingest_service.documents.conversion.citations import document_name
 from ingest_service.documents.conversion.conversion import DocumentConverter
-from ingest_service.documents.conversion.converted_chunks import converted_chunks, converter_of
+from ingest_service.documents.conversion.converted_chunks import converter_of
 from ingest_service.documents.model import (
     AgentOwnedKey,
     DocumentResult,
@@ -54,6 +51,7 @@ from ingest_service.documents.model import (
     PreparedDocument,
     VaultProjection,
 )
+from ingest_service.documents.preparation import put_chunks_parts, retain_parts
 from ingest_service.documents.validation import (
     PutChunksInput,
     RetainInput,
@@ -64,24 +62,6 @@ from ingest_service.facts.mentions import MentionLinker, MentionSource
 from ingest_service.validation.limits import PROTECTED_TYPES
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TYPE = "document"
-# A leading YAML front matter block: "---" on the first line, then everything up to the next line that is
-# exactly "---" or "..." (trailing blanks allowed). Only the first block is front matter; a second "---"
-# block belongs to the body (the docs vault has 101 files with one, see the corpora README).
-_FRONT_MATTER = re.compile(r"\A\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL)
-
-
-def strip_front_matter(content: str) -> str:
-    """The body of a Markdown document: ``content`` without a leading YAML front matter block.
-
-    Only a block that starts on the very first line (``---``, optionally after a BOM) and is closed by a
-    line ``---`` or ``...`` counts; otherwise ``content`` is returned unchanged. The YAML is not parsed,
-    so malformed front matter never fails a write.
-    """
-    match = _FRONT_MATTER.match(content)
-    return content[match.end() :] if match else content
-
 
 # -- the writer ----------------------------------------------------------------------------------------
 
@@ -149,7 +129,8 @@ class DocumentWriter:
             PermissionDenied: a workspace:/principal: scope the caller may not write (SCOPE_NOT_ALLOWED).
             Unavailable: the database cannot be reached.
         """
-        node, prepared, original = self._prepared_retain(request)
+        validate_retain(request)
+        node, prepared, original = retain_parts(request, self.settings, self.converter)
         if vault:
             node.origin = "vault"
         document = self._prepare(node, prepared, list(request.links), delete_beyond=True)
@@ -179,86 +160,6 @@ class DocumentWriter:
             chunks_embedded=len(document.missing),
         )
 
-    def _prepared_retain(
-        self, request: RetainInput
-    ) -> tuple[NodeWrite, list[PreparedChunk], tuple[DocumentFile, bytes] | None]:
-        """The node (origin ``agent``), the chunks of a Retain request, validated, and the original file
-        to keep (a request with ``original``: converted here, in a child process)."""
-        validate_retain(request)
-        title = request.title or request.natural_key
-        if request.original:
-            return self._prepared_file(request, title)
-        # Personal data marks (docs/how-to/personal-data.md): explicit ones plus, with CB_PII_PROTECTION,
-        # what the detector finds; mirrored into every chunk's meta for the output masking.
-        marks = PiiMarks.of(
-            pii=request.pii,
-            categories=request.pii_categories,
-            values=(title, request.content, request.meta, request.provenance),
-            protection=self.settings.pii_protection,
-        )
-        meta = _chunk_meta(request.meta, request.scopes, marks)
-        body = strip_front_matter(request.content)
-        pieces = bounded_chunks(
-            [(chunk.heading, chunk.text) for chunk in chunk_markdown(body, self.settings.chunk_max_chars)]
-        )
-        prepared = [PreparedChunk(order, heading, text, meta) for order, (heading, text) in enumerate(pieces)]
-        props: dict[str, Any] = {
-            "content": request.content,
-            "provenance": dict(request.provenance),
-            "scopes": list(request.scopes),
-            "meta": dict(request.meta),
-            **marks.as_props(),
-            "trace_id": request.trace_id,
-        }
-        return _document_node(request, props), prepared, None
-
-    def _prepared_file(
-        self, request: RetainInput, title: str
-    ) -> tuple[NodeWrite, list[PreparedChunk], tuple[DocumentFile, bytes]]:
-        """`_prepared_retain` of a request with ``original``: converted to Markdown (the node's content),
-        chunked part by part, each chunk with its place and citation in its meta."""
-        conversion = self.converter.convert(request.original, request.media_type)
-        converted, original = conversion.converted, conversion.original
-        markdown = converted.markdown
-        marks = PiiMarks.of(
-            pii=request.pii,
-            categories=request.pii_categories,
-            values=(title, markdown, request.meta, request.provenance),
-            protection=self.settings.pii_protection,
-        )
-        meta = _chunk_meta(request.meta, request.scopes, marks)
-        name = document_name(request.source_path, request.title, request.natural_key)
-        prepared = [
-            PreparedChunk(order, heading, text, {**meta, **place})
-            for order, (heading, text, place) in enumerate(
-                converted_chunks(converted, name, self.settings.chunk_max_chars)
-            )
-        ]
-        file = DocumentFile(
-            sha256=original.sha256,
-            media_type=original.media_type,
-            size_bytes=original.size,
-            converter=converted.converter,
-            converter_version=converted.converter_version,
-            page_status=tuple(str(page["status"]) for page in converted.pages),
-        )
-        props: dict[str, Any] = {
-            "content": markdown,
-            "original": {
-                "sha256": file.sha256,
-                "media_type": file.media_type,
-                "size_bytes": file.size_bytes,
-                "converter": file.converter,
-                "converter_version": file.converter_version,
-            },
-            "provenance": dict(request.provenance),
-            "scopes": list(request.scopes),
-            "meta": dict(request.meta),
-            **marks.as_props(),
-            "trace_id": request.trace_id,
-        }
-        return _document_node(request, props), prepared, (file, original.data)
-
     # -- PutChunks ---------------------------------------------------------------------------------
 
     def put_chunks(self, request: PutChunksInput) -> DocumentResult:
@@ -276,42 +177,10 @@ class DocumentWriter:
             Unavailable: the database cannot be reached (nothing was written).
         """
         validate_put_chunks(request)
-        title = request.title or request.natural_key
-        base_meta = dict(request.meta)
-        # Marks add up over calls (a document may come in several PutChunks calls): this call's explicit
-        # and detected marks joined with those the node holds.
-        marks = self._stored_marks(request.namespace, request.natural_key).union(
-            PiiMarks.of(
-                pii=request.pii,
-                categories=request.pii_categories,
-                values=(
-                    title,
-                    request.meta,
-                    request.provenance,
-                    *((chunk.heading, chunk.text, chunk.meta) for chunk in request.chunks),
-                ),
-                protection=self.settings.pii_protection,
-            )
+        node, prepared = put_chunks_parts(
+            request, self._stored_marks(request.namespace, request.natural_key), self.settings
         )
-        prepared = [
-            PreparedChunk(
-                chunk.chunk_order,
-                chunk.heading,
-                chunk.text,
-                _chunk_meta({**base_meta, **chunk.meta}, request.scopes, marks),
-            )
-            for chunk in sorted(request.chunks, key=lambda c: c.chunk_order)
-        ]
-        props: dict[str, Any] = {
-            "provenance": dict(request.provenance),
-            "scopes": list(request.scopes),
-            "meta": base_meta,
-        }
-        if marks.marked:
-            props.update(marks.as_props())
-        pending = self._prepare(
-            _document_node(request, props), prepared, list(request.links), delete_beyond=False
-        )
+        pending = self._prepare(node, prepared, list(request.links), delete_beyond=False)
         self.embed([pending])
         return self.write_prepared(pending)
 
@@ -503,20 +372,6 @@ class DocumentWriter:
         )
 
 
-def _document_node(request: RetainInput | PutChunksInput, props: dict[str, Any]) -> NodeWrite:
-    """The document node of a Retain or PutChunks request (type ``document`` and the key as title by
-    default), holding ``props``."""
-    return NodeWrite(
-        namespace=request.namespace,
-        natural_key=request.natural_key,
-        node_type=request.type or DEFAULT_TYPE,
-        title=request.title or request.natural_key,
-        source_path=request.source_path,
-        origin="agent",
-        props=props,
-    )
-
-
 def _retained_change(node: NodeWrite, chunk_count: int, vault: VaultProjection | None) -> ChangeInput:
     """The change feed's ``document.retained`` event of a document write (no table row states it)."""
     return ChangeInput(
@@ -535,17 +390,4 @@ def _retained_change(node: NodeWrite, chunk_count: int, vault: VaultProjection |
     )
 
 
-def _chunk_meta(
-    meta: Mapping[str, Any], scopes: Sequence[str], marks: PiiMarks | None = None
-) -> dict[str, Any]:
-    """Chunk meta: the request's consumer tags plus ``scopes`` (when there are any) and the node's
-    personal data marks ``pii`` / ``pii_categories`` (when it has any)."""
-    out = dict(meta)
-    if scopes:
-        out["scopes"] = list(scopes)
-    if marks is not None and marks.marked:
-        out.update(marks.as_props())
-    return out
-
-
-__all__ = ["DocumentWriter", "strip_front_matter"]
+__all__ = ["DocumentWriter"]

@@ -10,7 +10,8 @@ from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as 
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 from common.grpc.proto_mapping import instant, timestamp
-from common.storage.data_protection_store import HoldRow, RetentionRule
+from common.storage.data_protection.legal_hold_store import HoldRow
+from common.storage.data_protection.retention_store import RetentionRule
 from ingest_service.data_protection.erasure import EraseInput, ErasureReceipt, SubjectEraser
 from ingest_service.data_protection.namespace_archive import NamespaceArchive
 from ingest_service.data_protection.retention import RetentionEnforcer

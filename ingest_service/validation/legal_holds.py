@@ -21,7 +21,7 @@ from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
-from common.storage.data_protection_store import DataProtectionStore, HoldRow
+from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
 from common.storage.database import Database
 from ingest_service.validation.limits import check_reason
 
@@ -41,7 +41,7 @@ def ensure_not_held(conn: Any, settings: Settings, namespace: str, subject_keys:
     Raises:
         FailedPrecondition: reason ``LEGAL_HOLD``, ErrorInfo metadata ``hold_id`` and ``hold_subject``.
     """
-    store = DataProtectionStore(settings)
+    store = LegalHoldStore()
     holds = store.active_holds_touching(conn, namespace, subject_keys)
     if holds:
         hold = holds[0]
@@ -60,7 +60,7 @@ class LegalHolds:
     def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.audit = audit or AuditTrail(database)
-        self.store = DataProtectionStore(database.settings)
+        self.store = LegalHoldStore()
 
     def set_hold(self, namespace: str, subject_key: str, reason: str) -> HoldRow:
         """Places a hold on ``namespace`` (``subject_key`` empty) or on one subject; audited.

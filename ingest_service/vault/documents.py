@@ -25,8 +25,8 @@ from common.domain.document_frontmatter import (
 )
 from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.storage.vault_store import fingerprint
+from ingest_service.documents.front_matter import strip_front_matter
 from ingest_service.documents.validation import RetainInput
-from ingest_service.documents.writer import strip_front_matter
 from ingest_service.vault.links import PREDICATE_PATTERN, LinkReference, VaultEntry, body_outline
 
 MAX_PATH_LENGTH = 4096

@@ -16,7 +16,7 @@ Commands, one module per group:
 * `pack_commands`: ``cb pack register|enable``; `token_commands`: ``cb token create|list`` (bearer tokens
   of the tokens file: hashes only, the token is printed once).
 * `health_commands`: ``cb health`` (both services and the database; exit code by state);
-  `mcp_commands`: ``cb mcp`` (the MCP server for agents, `memory_service_tools.mcp_server`).
+  `mcp_commands`: ``cb mcp`` (the MCP server for agents, `memory_service_tools.mcp`).
 
 Global options (`app`) ``--ingest-addr`` / ``--query-addr`` default to ``CB_INGEST_ADDR`` /
 ``CB_QUERY_ADDR``; ``--token`` (default ``CB_TOKEN``) is sent as ``authorization: Bearer <token>`` on

@@ -1,4 +1,4 @@
-"""``cb mcp``: the MCP server for agents (`memory_service_tools.mcp_server`), over stdio or streamable HTTP."""
+"""``cb mcp``: the MCP server for agents (`memory_service_tools.mcp`), over stdio or streamable HTTP."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ TOOLS_PLACEHOLDER = "TOOLS"
 
 
 class McpCommand(FlagsCommand):
-    """``cb mcp``: its help names the registered tools (`memory_service_tools.mcp_server.TOOL_NAMES`), read
+    """``cb mcp``: its help names the registered tools (`memory_service_tools.mcp.TOOL_NAMES`), read
     only when the help is shown, so other commands do not import the MCP SDK."""
 
     def format_help(self, ctx: Any, formatter: Any) -> None:  # typer's own click types
         if self.help and TOOLS_PLACEHOLDER in self.help:
-            from memory_service_tools.mcp_server import TOOL_NAMES
+            from memory_service_tools.mcp import TOOL_NAMES
 
             self.help = self.help.replace(TOOLS_PLACEHOLDER, ", ".join(TOOL_NAMES))
         super().format_help(ctx, formatter)
@@ -45,7 +45,7 @@ def mcp(
     Tools: TOOLS. A client of the gRPC services (``--ingest-addr``, ``--query-addr``); their access rules
     hold for every call."""
     from common.grpc.telemetry import configure_tracing
-    from memory_service_tools.mcp_server import run_mcp_server
+    from memory_service_tools.mcp import run_mcp_server
 
     if transport not in ("stdio", "http"):
         raise typer.BadParameter(f"{transport!r}: expected stdio or http", param_hint="--transport")

@@ -22,7 +22,7 @@ import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from memory_service_grpc_client import ClientSecurity, make_channel
+from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -145,15 +145,14 @@ def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEv
 
 
 def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
-    """Every page of a listing, following next_page_token."""
-    events: list[audit_service_pb2.AuditEvent] = []
-    token = ""
-    while True:
-        page = _list(channel, page_token=token, **fields)
-        events += page.events
-        token = page.next_page_token
-        if not token:
-            return events
+    """Every page of a listing, following next_page_token (`iter_pages`)."""
+    return list(
+        iter_pages(
+            lambda request: _list(channel, **{**fields, "page_token": request.page_token}),
+            audit_service_pb2.ListAuditEventsRequest(),
+            lambda page: page.events,
+        )
+    )
 
 
 def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:

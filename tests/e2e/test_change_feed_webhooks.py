@@ -257,7 +257,7 @@ def test_dead_letters_are_listed_and_replayed_by_an_admin(
         request = webhook_service_pb2.ListDeadLettersRequest(namespace=namespace)
         return list(stub.ListDeadLetters(request, timeout=30).dead_letters)
 
-    _wait(lambda: len(dead()) == 3, 180, "three dead letters")
+    _wait(lambda: len(dead()) == 3, 420, "three dead letters")
     letters = dead()
     assert {letter.attempts for letter in letters} == {MAX_ATTEMPTS}
     assert {letter.last_error for letter in letters} == {"HTTP 500"}

@@ -28,6 +28,7 @@ from memory_service_grpc_client.memory.v1 import (
 
 from common.kernel.identifiers import entity_key, fact_id, parse_instant
 from tests.conftest import CORPORA
+from tests.e2e.fact_pages import every_fact
 from tests.integration.test_domain_packs import debian_pack
 from tests.unit.test_domain_packs import delivery_pack
 
@@ -72,20 +73,8 @@ def _observe(channel: grpc.Channel, observations: list[dict[str, Any]]) -> list[
 
 
 def _current(channel: grpc.Channel, namespace: str, predicate: str) -> dict[str, tuple[str, str]]:
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
-    facts: dict[str, tuple[str, str]] = {}
-    token = ""
-    while True:
-        response = stub.ListFacts(
-            fact_query_service_pb2.ListFactsRequest(
-                namespace=namespace, predicate=predicate, page_size=1000, page_token=token
-            ),
-            timeout=60,
-        )
-        facts.update({fact.fact_id: (fact.subject, fact.object) for fact in response.facts})
-        token = response.next_page_token
-        if not token:
-            return facts
+    facts = every_fact(channel, namespace, predicate, include_history=False)
+    return {fact.fact_id: (fact.subject, fact.object) for fact in facts}
 
 
 def _reconcile(channel: grpc.Channel, request: dict[str, Any]) -> Any:

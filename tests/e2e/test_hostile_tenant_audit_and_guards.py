@@ -26,7 +26,6 @@ import pkgutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,18 +36,15 @@ from typing import Any
 
 import anyio
 import grpc
-import httpx2
 import memory_service_grpc_client.memory.v1 as memory_v1
 import pytest
-import uvicorn
 from google.protobuf import json_format, timestamp_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from memory_service_grpc_client import ClientSecurity, MemoryClient, make_channel, rpc_failure
+from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -78,10 +74,10 @@ from common.grpc.proto_mapping import timestamp
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
-from memory_service_tools.mcp_server import build_mcp_server
 from memory_service_tools.token_writer import add_token
 from query_service.main import SERVICE_NAMES as QUERY_SERVICES
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.mcp_http import free_port, http_tool_calls, mcp_over_http, tool_text
 from tests.e2e.vault_helpers import ingest, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -610,14 +606,13 @@ def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEv
 
 
 def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
-    events: list[Any] = []
-    token = ""
-    while True:
-        page = _list(channel, page_token=token, **fields)
-        events += page.events
-        token = page.next_page_token
-        if not token:
-            return events
+    return list(
+        iter_pages(
+            lambda request: _list(channel, **{**fields, "page_token": request.page_token}),
+            audit_service_pb2.ListAuditEventsRequest(),
+            lambda page: page.events,
+        )
+    )
 
 
 def _trace(channel: grpc.Channel, namespace: str, trace_id: str) -> Any:
@@ -981,24 +976,8 @@ def test_an_empty_snapshot_is_refused_and_the_flag_works(world: World, database:
 # ======================================================================================================
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def mcp_url(world: World) -> Iterator[str]:
-    client = MemoryClient(world.ingest_addr, world.query_addr, security=ClientSecurity(), retry_seconds=5.0)
-    port = _free_port()
-    app = build_mcp_server(client, token_from_request=True).streamable_http_app()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
     with world.ingest(world.m_scoped) as channel:
         document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
             document_service_pb2.RetainRequest(
@@ -1014,31 +993,12 @@ def mcp_url(world: World) -> Iterator[str]:
             ),
             timeout=120,
         )
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        client.close()
-
-
-def _http_calls(url: str, headers: dict[str, str], calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    async def run() -> list[Any]:
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=120) as http,
-            Client(streamable_http_client(url, http_client=http)) as client,
-        ):
-            return [await client.call_tool(name, arguments) for name, arguments in calls]
-
-    return anyio.run(run)
+    with mcp_over_http(world.ingest_addr, world.query_addr) as url:
+        yield url
 
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def _text(result: Any) -> str:
-    return "\n".join(getattr(part, "text", "") for part in result.content)
 
 
 def _namespace_tools(ns: str) -> list[tuple[str, dict[str, Any]]]:
@@ -1062,11 +1022,11 @@ def test_mcp_tools_honour_the_tokens_namespaces(world: World, mcp_url: str, data
         headers, calls, code = {}, _namespace_tools(world.m), "UNAUTHENTICATED"
     else:
         headers, calls, code = {"Authorization": f"Bearer {world.m_reader} {world.m_writer}"}, _namespace_tools(world.m)[:1], "UNAUTHENTICATED"
-    results = _http_calls(mcp_url, headers, calls)
+    results = http_tool_calls(mcp_url, headers, calls)
     wrong = [
-        f"{name}: isError={r.is_error} {_text(r)[:300]}"
+        f"{name}: isError={r.is_error} {tool_text(r)[:300]}"
         for (name, _), r in zip(calls, results, strict=True)
-        if not (r.is_error and code in _text(r))
+        if not (r.is_error and code in tool_text(r))
     ]
     assert not wrong, "\n".join(wrong)
     assert _ns_counts(database, world.m) == before
@@ -1093,22 +1053,22 @@ def test_mcp_is_error_is_consistent_for_refused_items(world: World, mcp_url: str
         ("a clean write", "record_observation",
          {"namespace": world.m, "content": "Billing closed on time.", "external_id": f"ok-{tag}"}, False),
     ]
-    results = _http_calls(mcp_url, _bearer(world.m_writer), [(tool, args) for _, tool, args, _ in cases])
+    results = http_tool_calls(mcp_url, _bearer(world.m_writer), [(tool, args) for _, tool, args, _ in cases])
     wrong = []
     for (label, tool, _args, refused), result in zip(cases, results, strict=True):
         if bool(result.is_error) != refused:
-            wrong.append(f"{label} ({tool}): isError={result.is_error}, expected {refused}: {_text(result)[:600]}")
-        elif refused and "INTERNAL" in _text(result):
-            wrong.append(f"{label} ({tool}): refused as INTERNAL: {_text(result)[:300]}")
-        elif refused and "error: " not in _text(result):
+            wrong.append(f"{label} ({tool}): isError={result.is_error}, expected {refused}: {tool_text(result)[:600]}")
+        elif refused and "INTERNAL" in tool_text(result):
+            wrong.append(f"{label} ({tool}): refused as INTERNAL: {tool_text(result)[:300]}")
+        elif refused and "error: " not in tool_text(result):
             # (the SDK prefixes "Error executing tool NAME: "; what matters is the documented error line)
-            wrong.append(f"{label} ({tool}): refused without an 'error: CODE: message' line: {_text(result)[:300]}")
+            wrong.append(f"{label} ({tool}): refused without an 'error: CODE: message' line: {tool_text(result)[:300]}")
     assert not wrong, "\n".join(wrong)
 
 
 def test_mcp_memory_tools_project_and_batch(world: World, mcp_url: str, database: Database) -> None:
     before = _counts(database)["memories"]
-    good, colon, empty_batch_bad = _http_calls(
+    good, colon, empty_batch_bad = http_tool_calls(
         mcp_url,
         _bearer(world.m_user),
         [
@@ -1117,19 +1077,19 @@ def test_mcp_memory_tools_project_and_batch(world: World, mcp_url: str, database
             ("add_memories", {"memories": [{"text": "   "}, {"text": "a\u0000b"}]}),
         ],
     )
-    assert not good.is_error, _text(good)
-    assert colon.is_error and "x-project-id" in _text(colon), _text(colon)
-    assert empty_batch_bad.is_error and "INTERNAL" not in _text(empty_batch_bad), _text(empty_batch_bad)
+    assert not good.is_error, tool_text(good)
+    assert colon.is_error and "x-project-id" in tool_text(colon), tool_text(colon)
+    assert empty_batch_bad.is_error and "INTERNAL" not in tool_text(empty_batch_bad), tool_text(empty_batch_bad)
     assert _counts(database)["memories"] == before + 1
     # a namespace token without a memory scope may not touch memories
-    (refused,) = _http_calls(mcp_url, _bearer(world.m_writer), [("recall_memories", {"query": "tea"})])
-    assert refused.is_error and "PERMISSION_DENIED" in _text(refused), _text(refused)
+    (refused,) = http_tool_calls(mcp_url, _bearer(world.m_writer), [("recall_memories", {"query": "tea"})])
+    assert refused.is_error and "PERMISSION_DENIED" in tool_text(refused), tool_text(refused)
 
 
 def test_cb_mcp_http_never_lends_its_own_token(world: World, database: Database) -> None:
     """``cb mcp --transport http`` started with CB_TOKEN of an admin of every namespace: a request
     without a token (or with a bad one) must not borrow it."""
-    port = _free_port()
+    port = free_port()
     cb = str(Path(sys.executable).with_name("cb"))
     env = {**os.environ, "CB_TOKEN": world.m_admin_all, "CB_INGEST_ADDR": world.ingest_addr, "CB_QUERY_ADDR": world.query_addr}
     process = subprocess.Popen(
@@ -1147,9 +1107,9 @@ def test_cb_mcp_http_never_lends_its_own_token(world: World, database: Database)
         before = _ns_counts(database, world.m)
         url = f"http://127.0.0.1:{port}/mcp"
         for headers in ({}, {"Authorization": "Bearer"}, {"Authorization": "Basic Zm9vOmJhcg=="}):
-            search, record = _http_calls(url, headers, _namespace_tools(world.m)[1:2] + _namespace_tools(world.m)[:1])
-            assert search.is_error and "UNAUTHENTICATED" in _text(search), (headers, _text(search))
-            assert record.is_error and "UNAUTHENTICATED" in _text(record), (headers, _text(record))
+            search, record = http_tool_calls(url, headers, _namespace_tools(world.m)[1:2] + _namespace_tools(world.m)[:1])
+            assert search.is_error and "UNAUTHENTICATED" in tool_text(search), (headers, tool_text(search))
+            assert record.is_error and "UNAUTHENTICATED" in tool_text(record), (headers, tool_text(record))
         assert _ns_counts(database, world.m) == before
     finally:
         process.terminate()
@@ -1165,7 +1125,7 @@ def test_cb_mcp_stdio_honours_the_process_tokens_namespaces(world: World) -> Non
             return [await client.call_tool(n, a) for n, a in _namespace_tools(world.m)[:2]]
 
     for result in anyio.run(run):
-        assert result.is_error and "PERMISSION_DENIED" in _text(result), _text(result)
+        assert result.is_error and "PERMISSION_DENIED" in tool_text(result), tool_text(result)
 
 
 def test_a_supersedes_naming_no_fact_is_a_pending_supersession(world: World, mcp_url: str, database: Database) -> None:
@@ -1173,7 +1133,7 @@ def test_a_supersedes_naming_no_fact_is_a_pending_supersession(world: World, mcp
     like any accepted fact (docs/explanation/knowledge-model.md: delivery order does not matter)."""
     # (changed from "not silently ignored": a supersession whose target has not arrived is legitimate by design)
     tag = uuid.uuid4().hex[:6]
-    (result,) = _http_calls(
+    (result,) = http_tool_calls(
         mcp_url,
         _bearer(world.m_writer),
         [("record_observation", {
@@ -1183,8 +1143,8 @@ def test_a_supersedes_naming_no_fact_is_a_pending_supersession(world: World, mcp
         })],
     )
     content = dict(result.structured_content or {})
-    assert not result.is_error and content.get("status") == "processed", _text(result)
-    assert not content.get("field_violations"), _text(result)
+    assert not result.is_error and content.get("status") == "processed", tool_text(result)
+    assert not content.get("field_violations"), tool_text(result)
     with database.connection() as conn:
         row = conn.execute(
             "SELECT supersedes, valid_to FROM facts WHERE namespace = %s AND subject_key = %s"
@@ -1197,7 +1157,7 @@ def test_a_hostile_writer_cannot_supersede_a_hidden_fact(world: World, mcp_url: 
     """A fact scoped workspace:hr (written by the HR token) must stay open when a writer without that scope
     names it in ``supersedes``, and the answer must look like the one for a fact id that does not exist."""
     tag = uuid.uuid4().hex[:6]
-    (hidden,) = _http_calls(
+    (hidden,) = http_tool_calls(
         mcp_url,
         _bearer(world.m_scoped),
         [("record_observation", {
@@ -1206,7 +1166,7 @@ def test_a_hostile_writer_cannot_supersede_a_hidden_fact(world: World, mcp_url: 
             "facts": [{"subject": f"person:bob-{tag}", "predicate": "STATUS", "object": "state:leaving"}],
         })],
     )
-    assert not hidden.is_error, _text(hidden)
+    assert not hidden.is_error, tool_text(hidden)
     with database.connection() as conn:
         row = conn.execute(
             "SELECT fact_id FROM facts WHERE namespace = %s AND subject_key = %s", (world.m, f"person:bob-{tag}")
@@ -1215,7 +1175,7 @@ def test_a_hostile_writer_cannot_supersede_a_hidden_fact(world: World, mcp_url: 
     fact_id = str(row[0])
     answers = []
     for target in (fact_id, "fact-" + "1" * 24):
-        (result,) = _http_calls(
+        (result,) = http_tool_calls(
             mcp_url,
             _bearer(world.m_writer),
             [("record_observation", {

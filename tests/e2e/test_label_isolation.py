@@ -24,8 +24,6 @@ from memory_service_grpc_client import wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
     knowledge_pb2,
     observation_service_pb2,
     observation_service_pb2_grpc,
@@ -36,6 +34,7 @@ from common.kernel.identifiers import entity_key, fact_id, parse_instant
 from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 from tests.conftest import fresh_database
+from tests.e2e.fact_pages import every_fact
 from tests.e2e.test_real_corpora import UPLOADS, _observations, _record_all, as_of_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]  # loads the debian corpus through gRPC
@@ -184,26 +183,7 @@ def _attack(ingest: grpc.Channel, namespace: str) -> dict[tuple[str, str], str]:
 
 def _listed_facts(query: grpc.Channel, namespace: str, predicates: set[str]) -> list[knowledge_pb2.Fact]:
     """Every fact (history included) of ``predicates`` in ``namespace``, through ListFacts."""
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(query)
-    facts: list[knowledge_pb2.Fact] = []
-    for predicate in sorted(predicates):
-        token = ""
-        while True:
-            page = stub.ListFacts(
-                fact_query_service_pb2.ListFactsRequest(
-                    namespace=namespace,
-                    predicate=predicate,
-                    include_history=True,
-                    page_size=1000,
-                    page_token=token,
-                ),
-                timeout=60,
-            )
-            facts.extend(page.facts)
-            token = page.next_page_token
-            if not token:
-                break
-    return facts
+    return [fact for predicate in sorted(predicates) for fact in every_fact(query, namespace, predicate)]
 
 
 def _corpus_facts() -> dict[str, tuple[str, str, str, str]]:

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +20,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -33,9 +29,10 @@ from memory_service_grpc_client.memory.v1 import document_service_pb2
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from memory_service_tools.mcp_server import TOOL_NAMES, build_mcp_server
+from memory_service_tools.mcp import TOOL_NAMES
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.mcp_http import http_tool_calls, mcp_over_http, tool_text
 
 pytestmark = pytest.mark.e2e
 
@@ -52,13 +49,6 @@ class World:
     memory_user: str = ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     tokens_file = tmp_path_factory.mktemp("mcp") / "tokens.yaml"
@@ -73,51 +63,25 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         namespaces={memory_namespace(organization, "production"): [Right.READ, Right.WRITE]},
         memory_scope=(organization, "production", "8821"),
     )
-    with token_secured_services(settings, tokens_file) as (ingest_addr, query_addr):
-        # The HTTP server's client has no token of its own: only the callers' tokens reach the services.
-        client = MemoryClient(ingest_addr, query_addr, security=ClientSecurity(), retry_seconds=5.0)
-        port = _free_port()
-        app = build_mcp_server(client, token_from_request=True).streamable_http_app()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started, "the MCP HTTP server did not start"
-        try:
-            yield World(
-                namespace,
-                other_namespace,
-                writer,
-                other,
-                ingest_addr,
-                query_addr,
-                f"http://127.0.0.1:{port}/mcp",
-                memory_user,
-            )
-        finally:
-            server.should_exit = True
-            thread.join(10)
-            client.close()
+    with (
+        token_secured_services(settings, tokens_file) as (ingest_addr, query_addr),
+        mcp_over_http(ingest_addr, query_addr) as mcp_url,
+    ):
+        yield World(
+            namespace,
+            other_namespace,
+            writer,
+            other,
+            ingest_addr,
+            query_addr,
+            mcp_url,
+            memory_user,
+        )
 
 
 def _http_calls(world: World, token: str | None, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
     """Runs the tool calls in order over one MCP session to the HTTP server; returns their results."""
-
-    async def run() -> list[Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=120) as http,
-            Client(streamable_http_client(world.mcp_url, http_client=http)) as client,
-        ):
-            return [await client.call_tool(name, arguments) for name, arguments in calls]
-
-    return anyio.run(run)
-
-
-def _text(result: Any) -> str:
-    return "\n".join(getattr(part, "text", "") for part in result.content)
+    return http_tool_calls(world.mcp_url, {"Authorization": f"Bearer {token}"} if token else {}, calls)
 
 
 def test_tools_record_search_compile_list_and_read_with_the_callers_token(world: World) -> None:
@@ -175,7 +139,7 @@ def test_tools_record_search_compile_list_and_read_with_the_callers_token(world:
         ],
     )
     for result in (record, search, context, small, facts, source):
-        assert not result.is_error, _text(result)
+        assert not result.is_error, tool_text(result)
     recorded = record.structured_content
     assert recorded["created"] is True and recorded["observation_id"].startswith("obs-")
     assert recorded["facts_created"] == 1
@@ -222,8 +186,8 @@ def test_a_call_without_a_token_is_refused_by_the_services_and_writes_nothing(wo
             ),
         ],
     )
-    assert search.is_error and "UNAUTHENTICATED" in _text(search)
-    assert record.is_error and "UNAUTHENTICATED" in _text(record)
+    assert search.is_error and "UNAUTHENTICATED" in tool_text(search)
+    assert record.is_error and "UNAUTHENTICATED" in tool_text(record)
     (listed,) = _http_calls(
         world, world.writer, [("search", {"namespace": world.namespace, "query": "no token"})]
     )
@@ -234,7 +198,7 @@ def test_another_namespaces_token_is_denied(world: World) -> None:
     (search,) = _http_calls(
         world, world.other, [("search", {"namespace": world.namespace, "query": "billing"})]
     )
-    assert search.is_error and "PERMISSION_DENIED" in _text(search)
+    assert search.is_error and "PERMISSION_DENIED" in tool_text(search)
 
 
 def test_field_violations_reach_the_agent(world: World) -> None:
@@ -243,13 +207,13 @@ def test_field_violations_reach_the_agent(world: World) -> None:
         world.writer,
         [("record_observation", {"namespace": world.namespace, "content": "x", "occurred_at": "yesterday"})],
     )
-    assert record.is_error and "occurred_at: 'yesterday' is not an ISO 8601 instant" in _text(record)
+    assert record.is_error and "occurred_at: 'yesterday' is not an ISO 8601 instant" in tool_text(record)
     (record,) = _http_calls(
         world,
         world.writer,
         [("record_observation", {"namespace": world.namespace, "content": "x", "kind": " " * 3})],
     )
-    text = _text(record)
+    text = tool_text(record)
     assert record.is_error and "error: INVALID_ARGUMENT: observations[0].kind: " in text, text
     assert "  - observations[0].kind: " in text
     # An argument the tool does not have (a misspelt one) is refused by name, nothing is recorded.
@@ -258,7 +222,7 @@ def test_field_violations_reach_the_agent(world: World) -> None:
         world.writer,
         [("record_observation", {"namespace": world.namespace, "content": "x", "ocurred_at": "2026-01-01"})],
     )
-    text = _text(record)
+    text = tool_text(record)
     assert record.is_error and "ocurred_at\n  Extra inputs are not permitted" in text, text
 
 
@@ -287,12 +251,12 @@ def test_stdio_server_carries_the_process_token(world: World) -> None:
         world, world.writer, [("list_facts", {"namespace": world.namespace, "subject": "person:alice"})]
     )
     assert sorted(tools) == sorted(TOOL_NAMES)
-    assert not facts.is_error, _text(facts)
-    assert json.loads(_text(facts))["facts"][0]["object"] == "project:zephyrine"
+    assert not facts.is_error, tool_text(facts)
+    assert json.loads(tool_text(facts))["facts"][0]["object"] == "project:zephyrine"
     _tools, (refused,) = _stdio_session(
         world, "not-a-token", [("list_facts", {"namespace": world.namespace, "subject": "person:alice"})]
     )
-    assert refused.is_error and "UNAUTHENTICATED" in _text(refused)
+    assert refused.is_error and "UNAUTHENTICATED" in tool_text(refused)
 
 
 def test_memory_tools_add_and_recall_the_callers_memories(world: World) -> None:
@@ -307,17 +271,17 @@ def test_memory_tools_add_and_recall_the_callers_memories(world: World) -> None:
             ("recall_memories", {"query": "how should I answer Alice?"}),
         ],
     )
-    assert not added.is_error, _text(added)
-    first = json.loads(_text(added))["results"][0]
+    assert not added.is_error, tool_text(added)
+    first = json.loads(tool_text(added))["results"][0]
     assert first["created"] and first["memory_id"].startswith("mem-")
-    again = json.loads(_text(retried))["results"][0]
+    again = json.loads(tool_text(retried))["results"][0]
     assert again["memory_id"] == first["memory_id"] and not again.get("created", False)
-    memories = json.loads(_text(recalled))["memories"]
+    memories = json.loads(tool_text(recalled))["memories"]
     assert memories[0]["memory"]["memory_id"] == first["memory_id"]
     assert memories[0]["memory"]["scope"]["user_id"] == "8821"
-    assert json.loads(_text(other_project)).get("memories", []) == []  # another project, nothing
+    assert json.loads(tool_text(other_project)).get("memories", []) == []  # another project, nothing
     (refused,) = _http_calls(world, world.writer, [("recall_memories", {"query": "Alice"})])
-    assert refused.is_error and "PERMISSION_DENIED" in _text(refused)
+    assert refused.is_error and "PERMISSION_DENIED" in tool_text(refused)
 
 
 def test_one_is_error_rule_a_partly_refused_batch_is_a_tool_error_with_every_result(world: World) -> None:
@@ -326,11 +290,11 @@ def test_one_is_error_rule_a_partly_refused_batch_is_a_tool_error_with_every_res
     (added,) = _http_calls(
         world, world.memory_user, [("add_memories", {"memories": [stored, refused], "project": "support"})]
     )
-    assert added.is_error, _text(added)
+    assert added.is_error, tool_text(added)
     results = added.structured_content["results"]
     assert [r["status"] for r in results] == ["created", "failed"]
     assert results[0]["memory_id"].startswith("mem-") and results[1]["error_code"] == "INVALID_ARGUMENT"
-    text = _text(added)
+    text = tool_text(added)
     assert text.startswith("error: INVALID_ARGUMENT: memories[1] was not stored\n  - memories[1].text"), text
     assert json.loads(text[text.index("{") :]) == added.structured_content
     # A wholly refused call is a tool error too, with the error text only.
@@ -339,7 +303,7 @@ def test_one_is_error_rule_a_partly_refused_batch_is_a_tool_error_with_every_res
         world.writer,
         [("record_observation", {"namespace": world.namespace, "content": "x", "kind": " " * 3})],
     )
-    assert record.is_error and record.structured_content is None, _text(record)
+    assert record.is_error and record.structured_content is None, tool_text(record)
     # Nothing refused: not an error.
     (clean,) = _http_calls(
         world, world.memory_user, [("add_memories", {"memories": [stored], "project": "support"})]

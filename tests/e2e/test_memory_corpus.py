@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2,
     memory_query_service_pb2_grpc,
@@ -103,20 +103,17 @@ class Corpus:
             return list(stub.AddMemories(request, timeout=600, metadata=(("x-project-id", project),)).results)
 
     def list_ids(self, user: str, project: str, **fields: Any) -> list[memory_record_pb2.Memory]:
-        out: list[memory_record_pb2.Memory] = []
-        token = ""
         with self.channel("query", user) as channel:
             stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(channel)
-            while True:
-                page = stub.ListMemories(
-                    memory_query_service_pb2.ListMemoriesRequest(page_size=100, page_token=token, **fields),
-                    timeout=60,
-                    metadata=(("x-project-id", project),),
+            return list(
+                iter_pages(
+                    lambda request: stub.ListMemories(
+                        request, timeout=60, metadata=(("x-project-id", project),)
+                    ),
+                    memory_query_service_pb2.ListMemoriesRequest(page_size=100, **fields),
+                    lambda page: page.memories,
                 )
-                out.extend(page.memories)
-                token = page.next_page_token
-                if not token:
-                    return out
+            )
 
     def recall(self, user: str, project: str, query: str, **fields: Any) -> list[Any]:
         with self.channel("query", user) as channel:

@@ -12,7 +12,6 @@ hostile tenant evil/production.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from ingest_service.memories.enrichment.queue import ENRICH_TASK
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.worker import build_worker
 from memory_service_tools.token_writer import add_token
+from tests import waiting
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
 from tests.unit.test_domain_packs import delivery_pack
@@ -158,13 +158,9 @@ class World:
             return stub.CompileContext(request, timeout=60).pack.text
 
 
-def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 180.0) -> None:
-    """Polls ``condition``: a bounded wait for the worker, not a timing assertion."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {limit_s} s: {what}")
-        time.sleep(0.2)
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """`tests.waiting.wait_for` with the worker's bound (180 s, polled every 0.2 s)."""
+    waiting.wait_for(condition, what, limit_s=180.0, interval_s=0.2)
 
 
 @pytest.fixture(scope="module")

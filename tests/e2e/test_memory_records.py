@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2, json_format
-from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import iter_pages, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2 as q,
 )
@@ -80,18 +80,13 @@ class Memories:
         ).memory
 
     def list(self, user: str, project: str = "", **fields: Any) -> list[memory_record_pb2.Memory]:
-        out: list[memory_record_pb2.Memory] = []
-        token = ""
-        while True:
-            page = self.read.ListMemories(
-                q.ListMemoriesRequest(user_id=user, page_size=50, page_token=token, **fields),
-                timeout=60,
-                metadata=_project(project),
+        return list(
+            iter_pages(
+                lambda request: self.read.ListMemories(request, timeout=60, metadata=_project(project)),
+                q.ListMemoriesRequest(user_id=user, page_size=50, **fields),
+                lambda page: page.memories,
             )
-            out.extend(page.memories)
-            token = page.next_page_token
-            if not token:
-                return out
+        )
 
 
 def _project_id() -> str:

@@ -35,6 +35,7 @@ from memory_service_grpc_client.memory.v1 import (
 
 from memory_service_tools.markdown_vault import find_documents, read_document
 from tests.conftest import CORPORA
+from tests.e2e.fact_pages import every_fact
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC
 
@@ -64,35 +65,19 @@ def _record_all(channel: grpc.Channel, observations: list[knowledge_pb2.Observat
 
 
 def _fact_state(channel: grpc.Channel) -> list[tuple[Any, ...]]:
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
     state: list[tuple[Any, ...]] = []
     for predicate in ("HAS_VERSION", "UPLOADED_BY"):
-        token = ""
-        while True:
-            page = stub.ListFacts(
-                fact_query_service_pb2.ListFactsRequest(
-                    namespace="debian",
-                    predicate=predicate,
-                    include_history=True,
-                    page_size=1000,
-                    page_token=token,
-                ),
-                timeout=60,
+        state.extend(
+            (
+                f.fact_id,
+                f.valid_from.ToJsonString(),
+                f.valid_to.ToJsonString() if f.HasField("valid_to") else "",
+                tuple(f.observation_ids),
+                f.superseded_by,
+                f.confidence,
             )
-            state.extend(
-                (
-                    f.fact_id,
-                    f.valid_from.ToJsonString(),
-                    f.valid_to.ToJsonString() if f.HasField("valid_to") else "",
-                    tuple(f.observation_ids),
-                    f.superseded_by,
-                    f.confidence,
-                )
-                for f in page.facts
-            )
-            token = page.next_page_token
-            if not token:
-                break
+            for f in every_fact(channel, "debian", predicate)
+        )
     return sorted(state)
 
 
@@ -171,29 +156,12 @@ def test_every_as_of_question_is_answered_exactly(
 def test_corpus_supersedes_ids_are_the_service_fact_ids(
     debian_loaded: list[Any], query_channel: grpc.Channel
 ) -> None:
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(query_channel)
     expected_links = 0
     for observation in _observations():
         for assertion in observation.assertions:
             if assertion.WhichOneof("assertion") == "fact" and assertion.fact.supersedes:
                 expected_links += 1
-    facts = []
-    token = ""
-    while True:
-        page = stub.ListFacts(
-            fact_query_service_pb2.ListFactsRequest(
-                namespace="debian",
-                predicate="HAS_VERSION",
-                include_history=True,
-                page_size=1000,
-                page_token=token,
-            ),
-            timeout=60,
-        )
-        facts.extend(page.facts)
-        token = page.next_page_token
-        if not token:
-            break
+    facts = every_fact(query_channel, "debian", "HAS_VERSION")
     ids = {f.fact_id for f in facts}
     linked = [f for f in facts if f.supersedes]
     assert len(facts) == 5415  # one HAS_VERSION fact per upload

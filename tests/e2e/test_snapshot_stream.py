@@ -16,12 +16,12 @@ import pytest
 from google.protobuf import json_format, timestamp_pb2
 from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
     knowledge_pb2,
     snapshot_service_pb2,
     snapshot_service_pb2_grpc,
 )
+
+from tests.e2e.fact_pages import every_fact
 
 pytestmark = pytest.mark.e2e
 
@@ -112,27 +112,12 @@ def reconcile_unary(
 
 def all_facts(channel: grpc.Channel, namespace: str) -> dict[str, dict[str, Any]]:
     """Every fact of ``namespace`` with its history (fact_id -> proto3 JSON without observation times)."""
-    stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
     facts: dict[str, dict[str, Any]] = {}
-    token = ""
-    while True:
-        response = stub.ListFacts(
-            fact_query_service_pb2.ListFactsRequest(
-                namespace=namespace,
-                predicate="HAS_VERSION",
-                include_history=True,
-                page_size=500,
-                page_token=token,
-            ),
-            timeout=60,
-        )
-        for fact in response.facts:
-            shown = json_format.MessageToDict(fact, preserving_proto_field_name=True)
-            shown.pop("observed_at", None)
-            facts[fact.fact_id] = shown
-        token = response.next_page_token
-        if not token:
-            return facts
+    for fact in every_fact(channel, namespace, "HAS_VERSION"):
+        shown = json_format.MessageToDict(fact, preserving_proto_field_name=True)
+        shown.pop("observed_at", None)
+        facts[fact.fact_id] = shown
+    return facts
 
 
 def _without_namespace(facts: dict[str, dict[str, Any]]) -> list[tuple[Any, ...]]:

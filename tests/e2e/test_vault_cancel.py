@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,9 @@ from common.storage.database import Database
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
 from tests.e2e.vault_helpers import ingest, write
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
-
-def _eventually(condition: Callable[[], Any], what: str, attempts: int = 600) -> Any:
-    """Polls ``condition`` (every 0.2 s, bounded) until it returns something true; fails naming ``what``."""
-    for _ in range(attempts):
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"never happened: {what}")
 
 
 def _runs(database: Database, namespace: str) -> list[tuple[str, str]]:
@@ -85,18 +75,18 @@ def test_a_cancelled_stream_ends_cancelled_and_sweeps_nothing(
     stub = vault_service_pb2_grpc.VaultServiceStub(ingest_channel)
     call = stub.IngestVault.future(held_open(), timeout=600)
     try:
-        running = _eventually(
+        running = eventually(
             lambda: next((run for run, status in _runs(database, namespace) if status == "running"), None),
             "the second run started",
         )
-        _eventually(lambda: _keys(database, namespace).get("doc:a") == running, "a.md projected")
+        eventually(lambda: _keys(database, namespace).get("doc:a") == running, "a.md projected")
         assert call.cancel()
     finally:
         release.set()
-    _eventually(lambda: dict(_runs(database, namespace))[running] != "running", "the run ended")
+    eventually(lambda: dict(_runs(database, namespace))[running] != "running", "the run ended")
     assert dict(_runs(database, namespace))[running] == "interrupted"
     assert "doc:c" in _keys(database, namespace)  # nothing swept
-    _eventually(lambda: _cancelled_logged(caplog), "the server logged IngestVault code=CANCELLED")
+    eventually(lambda: _cancelled_logged(caplog), "the server logged IngestVault code=CANCELLED")
     assert not any(
         "IngestVault" in r.getMessage() and "code=UNAVAILABLE" in r.getMessage() for r in caplog.records
     )
@@ -133,7 +123,7 @@ def test_ctrl_c_cancels_cb_ingest(
         env={**os.environ, "COLUMNS": "200"},
     )
     try:
-        _eventually(lambda: _keys(database, namespace), "the first document projected")
+        eventually(lambda: _keys(database, namespace), "the first document projected")
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=120)
     finally:
@@ -143,7 +133,7 @@ def test_ctrl_c_cancels_cb_ingest(
     assert process.returncode == 130, stderr
     assert "interrupted: the run was cancelled and nothing was swept" in " ".join(stderr.split())
     (run,) = _runs(database, namespace)
-    _eventually(
+    eventually(
         lambda: _runs(database, namespace) == [(run[0], "interrupted")], "the run journaled interrupted"
     )
-    _eventually(lambda: _cancelled_logged(caplog), "the server logged IngestVault code=CANCELLED")
+    eventually(lambda: _cancelled_logged(caplog), "the server logged IngestVault code=CANCELLED")

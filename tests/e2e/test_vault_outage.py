@@ -5,11 +5,9 @@ UNAVAILABLE, retryable, never INTERNAL; running it again projects every document
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import psycopg
@@ -24,18 +22,9 @@ from ingest_service.main import create_ingest_host
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
 from tests.e2e.vault_helpers import ingest, statuses, write
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
-
-
-def _eventually(condition: Callable[[], Any], what: str, attempts: int = 600) -> Any:
-    """Polls ``condition`` (every 0.2 s, bounded) until it returns something true; fails naming ``what``."""
-    for _ in range(attempts):
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"never happened: {what}")
 
 
 def _running_run(database: Database, namespace: str) -> str | None:
@@ -96,8 +85,8 @@ def test_killed_connections_mid_run_answer_unavailable_and_lose_nothing(
             stub = vault_service_pb2_grpc.VaultServiceStub(channel)
             call = stub.IngestVault.future(held_until_killed(), timeout=600)
             try:
-                run_id = _eventually(lambda: _running_run(database, namespace), "the run started")
-                _eventually(
+                run_id = eventually(lambda: _running_run(database, namespace), "the run started")
+                eventually(
                     lambda: _projected_by(database, namespace, run_id) == len(paths),
                     "the documents projected",
                 )

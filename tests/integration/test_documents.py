@@ -22,8 +22,9 @@ from common.storage.graph.edges import LINKS_TO_LABEL
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.front_matter import strip_front_matter
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
-from ingest_service.documents.writer import DocumentWriter, strip_front_matter
+from ingest_service.documents.writer import DocumentWriter
 from ingest_service.validation.limits import MAX_DOCUMENT_CONTENT_BYTES
 from query_service.readers.sources import SourceReader
 from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -19,17 +19,9 @@ from common.storage.database import Database
 from common.storage.schema import migrations
 from common.storage.schema.queue_migration import MIGRATION_NAME
 from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def wait_for(condition: Callable[[], bool], what: str, limit_s: float = 90.0) -> None:
-    """Polls ``condition`` (a bounded wait for the worker, not a timing assertion)."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {limit_s} s: {what}")
-        time.sleep(0.1)
 
 
 def _queue_settings(settings: Settings) -> Settings:

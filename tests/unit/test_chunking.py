@@ -9,6 +9,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from ingest_service.documents.chunking import Chunk, chunk_markdown
+from ingest_service.documents.front_matter import strip_front_matter
 
 VAULT_FILES = 398
 
@@ -20,15 +21,6 @@ def _corpora_dir() -> Path | None:
         if candidate.is_dir():
             return candidate
     return None
-
-
-def strip_front_matter(text: str) -> str:
-    """Remove the first leading ``---`` ... ``---`` block, as the ingest caller does."""
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 3)
-        if end != -1:
-            return text[end + len("\n---\n") :]
-    return text
 
 
 def assert_covers(source: str, chunks: list[Chunk]) -> None:

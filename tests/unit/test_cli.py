@@ -1,37 +1,15 @@
-"""The pure parts of the CLI (JSONL parsing, frontmatter, natural keys, instants) and its error
-reporting, the latter over real gRPC channels to small in-process servicers built with `build_server`.
-"""
+"""The pure parts of the CLI: JSONL parsing, frontmatter, natural keys, instants (its commands:
+`tests/unit/test_cli_commands.py`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import threading
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import call_policy
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
-from typer.testing import CliRunner
 
-from common.grpc.server import ServiceHost, build_server
-from common.kernel.config import Settings
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-from memory_service_tools.cli import app
 from memory_service_tools.cli.option_types import parse_instant
 from memory_service_tools.markdown_vault import (
     DocumentError,
@@ -40,37 +18,7 @@ from memory_service_tools.markdown_vault import (
     read_document,
 )
 from memory_service_tools.observation_file import LineError, ParsedObservation, parse_observation_lines
-from memory_service_tools.observation_loader import record_observations
-
-OBSERVATION = {
-    "namespace": "debian",
-    "source": {"system": "debian", "stream": "changelog/time", "external_id": "time/1.7-5"},
-    "kind": "package.uploaded",
-    "occurred_at": "1999-10-02T20:00:28Z",
-    "actor": {"type": "person", "id": "person-a084"},
-    "subject": {"type": "package", "id": "time"},
-    "scopes": [],
-    "content": "  * debian/rules: Adapted to use /usr/share/",
-    "data": {"version": "1.7-5", "urgency": "low"},
-    "provenance": {"uri": "debian-changelog:time/1.7-5"},
-    "assertions": [
-        {"entity": {"key": {"type": "package", "id": "time"}, "title": "time"}},
-        {
-            "fact": {
-                "subject": {"type": "package", "id": "time"},
-                "predicate": "HAS_VERSION",
-                "object": "version:time@1.7-5",
-                "valid_from": "1999-10-02T20:00:28Z",
-                "confidence": 1.0,
-            }
-        },
-    ],
-}
-
-
-def _line(**changes: object) -> str:
-    return json.dumps({**OBSERVATION, **changes}, ensure_ascii=False)
-
+from tests.unit.cli_fakes import OBSERVATION, observation_line
 
 # --------------------------------------------------------------------------------------------------
 # JSONL parsing
@@ -78,15 +26,15 @@ def _line(**changes: object) -> str:
 
 def test_parse_observation_lines_reports_bad_lines_with_numbers() -> None:
     lines = [
-        _line(),
+        observation_line(),
         "",
         "{not json",
-        _line(kind="x", unknown_field=1),
+        observation_line(kind="x", unknown_field=1),
         "[1, 2]",
-        _line(occurred_at="yesterday"),
+        observation_line(occurred_at="yesterday"),
         json.dumps({"observations": [OBSERVATION, {**OBSERVATION, "kind": "second"}]}),
         b"\xff\xfe",
-        _line(content="Привет, мир"),
+        observation_line(content="Привет, мир"),
     ]
     items = list(parse_observation_lines(lines))
     assert [(type(i).__name__, i.line) for i in items] == [
@@ -121,7 +69,7 @@ def test_parse_errors_name_the_fix_for_naive_instants_and_string_participants() 
     naive, participant = (
         item.error
         for item in parse_observation_lines(
-            [_line(occurred_at="2026-01-01T00:00:00"), _line(subject="package:time")]
+            [observation_line(occurred_at="2026-01-01T00:00:00"), observation_line(subject="package:time")]
         )
         if isinstance(item, LineError)
     )
@@ -130,12 +78,14 @@ def test_parse_errors_name_the_fix_for_naive_instants_and_string_participants() 
 
 
 def test_parse_observation_lines_namespace_override() -> None:
-    items = list(parse_observation_lines([_line(), _line(namespace="")], namespace="other"))
+    items = list(
+        parse_observation_lines([observation_line(), observation_line(namespace="")], namespace="other")
+    )
     assert [i.observation.namespace for i in items if isinstance(i, ParsedObservation)] == ["other", "other"]
 
 
 def test_parse_observation_round_trips_proto3_json() -> None:
-    (item,) = parse_observation_lines([_line()])
+    (item,) = parse_observation_lines([observation_line()])
     assert isinstance(item, ParsedObservation)
     again = json_format.MessageToDict(item.observation, preserving_proto_field_name=True)
     assert again["occurred_at"] == "1999-10-02T20:00:28Z"
@@ -246,491 +196,3 @@ def test_read_document_errors(tmp_path: Path, data: bytes, message: str) -> None
     path.write_bytes(data)
     with pytest.raises(DocumentError, match=message):
         read_document(path, tmp_path, namespace="ns")
-
-
-# --------------------------------------------------------------------------------------------------
-# Commands against small in-process servicers
-
-
-class AlwaysReady:
-    def ensure_ready(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[grpc.Server], list[str]]], str]]:
-    hosts: list[ServiceHost] = []
-
-    def start(register: Callable[[grpc.Server], list[str]]) -> str:
-        host = build_server(
-            Settings(),
-            service_name="cli_test",
-            address="127.0.0.1:0",
-            metrics_port=0,
-            database=AlwaysReady(),
-            register=register,
-        )
-        host.start()
-        hosts.append(host)
-        return f"127.0.0.1:{host.port}"
-
-    yield start
-    for host in hosts:
-        host.stop(0)
-
-
-runner = CliRunner()
-
-
-class FakeObservations(observation_service_pb2_grpc.ObservationServiceServicer):  # type: ignore[misc]
-    """created for kind "package.uploaded", duplicate for "dup", failed for "bad"; optional outages."""
-
-    def __init__(self, outages: int = 0) -> None:
-        self.outages = outages
-        self.calls = 0
-        self.received: list[knowledge_pb2.Observation] = []
-        self.lock = threading.Lock()
-
-    def RecordObservations(
-        self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
-    ) -> observation_service_pb2.RecordObservationsResponse:
-        with self.lock:
-            self.calls += 1
-            if self.outages > 0:
-                self.outages -= 1
-                raise Unavailable("database unavailable")
-            self.received.extend(request.observations)
-        results = []
-        for number, observation in enumerate(request.observations):
-            oid = f"obs-{len(self.received)}-{number}"
-            if observation.kind == "bad":
-                results.append(
-                    observation_service_pb2.ObservationResult(
-                        observation_id=oid,
-                        status="failed",
-                        error="kind: must not be 'bad'",
-                        field_violations=["kind: must not be 'bad'", "content: too short"],
-                    )
-                )
-            elif observation.kind == "dup":
-                results.append(
-                    observation_service_pb2.ObservationResult(observation_id=oid, status="processed")
-                )
-            else:
-                results.append(
-                    observation_service_pb2.ObservationResult(
-                        observation_id=oid, created=True, status="processed"
-                    )
-                )
-        return observation_service_pb2.RecordObservationsResponse(results=results)
-
-
-def _observation_server(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str], fake: FakeObservations
-) -> str:
-    def register(server: grpc.Server) -> list[str]:
-        observation_service_pb2_grpc.add_ObservationServiceServicer_to_server(fake, server)
-        return ["memory.v1.ObservationService"]
-
-    return serve(register)
-
-
-def test_observe_counts_and_reports_per_item_errors(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
-) -> None:
-    fake = FakeObservations()
-    address = _observation_server(serve, fake)
-    file = tmp_path / "obs.jsonl"
-    file.write_text(
-        "\n".join(
-            [_line(), "{broken", _line(kind="dup"), "", _line(kind="bad"), _line(kind="package.uploaded")]
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    result = runner.invoke(
-        app,
-        ["--ingest-addr", address, "observe", "--file", str(file), "--batch-size", "2", "--namespace", "ns2"],
-    )
-    assert result.exit_code == 1, result.output
-    assert "created 2, duplicate 1, failed 1, unparsable lines 1" in result.stdout
-    assert "line 2: invalid JSON" in result.stderr and "(not sent)" in result.stderr
-    assert "line 5: obs-" in result.stderr and "kind: must not be 'bad'" in result.stderr
-    assert "  - content: too short" in result.stderr
-    assert "Traceback" not in result.output
-    assert [o.kind for o in fake.received] == ["package.uploaded", "dup", "bad", "package.uploaded"]
-    assert {o.namespace for o in fake.received} == {"ns2"}
-    assert fake.calls == 2  # batches of two observations; the bad line does not count
-
-
-def test_observe_retries_unavailable(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
-    fake = FakeObservations(outages=2)
-    address = _observation_server(serve, fake)
-    file = tmp_path / "obs.jsonl"
-    file.write_text(_line() + "\n", encoding="utf-8")
-    result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file)])
-    assert result.exit_code == 0, result.output
-    assert fake.calls == 3
-    assert "created 1, duplicate 0, failed 0" in result.stdout
-    assert "retrying" in result.stderr
-
-
-def test_observe_gives_up_when_unavailable_too_long(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(call_policy, "RETRY_INITIAL_WAIT", 0.01)
-    monkeypatch.setattr(call_policy, "RETRY_MAX_SECONDS", 0.3)
-    fake = FakeObservations(outages=10_000)
-    address = _observation_server(serve, fake)
-    file = tmp_path / "obs.jsonl"
-    file.write_text("\n".join([_line()] * 5) + "\n", encoding="utf-8")
-    result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file), "--batch-size", "2"])
-    assert result.exit_code == 1
-    assert "lines 1-2: error: UNAVAILABLE: database unavailable" in result.stderr
-    assert "giving up" in result.stderr
-    assert "failed 2" in result.stdout and "lines not sent 3" in result.stdout
-    assert fake.calls >= 2
-
-
-class SlowObservations(FakeObservations):
-    """Answers the first batches slowest (so later ones finish first) and records the calls in flight."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def RecordObservations(
-        self, request: observation_service_pb2.RecordObservationsRequest, context: grpc.ServicerContext
-    ) -> observation_service_pb2.RecordObservationsResponse:
-        with self.lock:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            order = self.calls
-        time.sleep(max(0.0, 0.2 - 0.04 * order))
-        try:
-            return super().RecordObservations(request, context)
-        finally:
-            with self.lock:
-                self.in_flight -= 1
-
-
-def test_observe_sends_lanes_concurrently_and_keeps_each_subject_in_order(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
-) -> None:
-    fake = SlowObservations()
-    address = _observation_server(serve, fake)
-    file = tmp_path / "obs.jsonl"
-    # Twelve subjects with two observations each; the first line of each subject is 'bad', the last 'dup'.
-    lines = []
-    for number in range(12):
-        subject = {"type": "package", "id": f"p{number}"}
-        lines.append(_line(subject=subject, kind="bad" if number == 0 else "package.uploaded"))
-        lines.append(_line(subject=subject, kind="dup" if number == 11 else "package.uploaded"))
-    file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = runner.invoke(
-        app,
-        ["--ingest-addr", address, "observe", "-f", str(file), "--batch-size", "2", "--concurrency", "3"],
-    )
-    assert result.exit_code == 1, result.output
-    assert "created 22, duplicate 1, failed 1" in result.stdout
-    assert "line 1: obs-" in result.stderr and "kind: must not be 'bad'" in result.stderr
-    assert len(fake.received) == 24
-    assert fake.max_in_flight == 3  # one call until the first answer, then one per lane
-    # Within a subject the file order is kept.
-    order = [(o.subject.id, o.kind) for o in fake.received]
-    for number in range(12):
-        mine = [kind for subject, kind in order if subject == f"p{number}"]
-        assert mine[0] == ("bad" if number == 0 else "package.uploaded")
-        assert mine[1] == ("dup" if number == 11 else "package.uploaded")
-
-
-def test_record_observations_one_call_at_a_time_in_file_order_when_concurrency_is_one(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
-) -> None:
-    fake = SlowObservations()
-    address = _observation_server(serve, fake)
-    lines = [_line(subject={"type": "package", "id": f"p{number}"}) for number in range(6)] + ["{broken"]
-    items = list(parse_observation_lines(lines))
-    with grpc.insecure_channel(address) as channel:
-        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        outcomes = list(record_observations(stub, items, batch_size=2, concurrency=1))
-    sent = [outcome for outcome in outcomes if outcome.parsed]
-    assert [[item.line for item in outcome.parsed] for outcome in sent] == [[1, 2], [3, 4], [5, 6]]
-    assert all(outcome.response is not None and outcome.error is None for outcome in sent)
-    assert [outcome.batch for outcome in outcomes if not outcome.parsed] == [[items[-1]]]
-    assert fake.max_in_flight == 1
-
-
-class FakeDocuments(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.received: list[document_service_pb2.RetainRequest] = []
-        self.lock = threading.Lock()
-
-    def Retain(
-        self, request: document_service_pb2.RetainRequest, context: grpc.ServicerContext
-    ) -> document_service_pb2.RetainResponse:
-        if "reject" in request.natural_key:
-            raise InvalidArgument.single("natural_key", "rejected by the test")
-        with self.lock:
-            self.received.append(request)
-            known = {r.natural_key for r in self.received}
-        linked = [link for link in request.links if link in known]
-        missing = [link for link in request.links if link not in known]
-        return document_service_pb2.RetainResponse(
-            natural_key=request.natural_key, created=True, chunk_count=2, linked=linked, missing_links=missing
-        )
-
-
-def test_retain_sends_every_file_and_counts_missing_links(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
-) -> None:
-    fake = FakeDocuments()
-
-    def register(server: grpc.Server) -> list[str]:
-        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
-        return ["memory.v1.DocumentService"]
-
-    address = serve(register)
-    vault = tmp_path / "vault"
-    (vault / "sub").mkdir(parents=True)
-    (vault / "a.md").write_bytes(b"---\nlinks: [doc:sub/b, doc:nowhere]\n---\n# A\r\n")
-    (vault / "sub" / "b.md").write_bytes("# B\n\nтекст\n".encode())
-    (vault / "sub" / "reject.md").write_bytes(b"# rejected\n")
-    (vault / "sub" / "broken.md").write_bytes(b"---\ntitle: [x\n---\n")
-    result = runner.invoke(app, ["--ingest-addr", address, "retain", str(vault), "--namespace", "docs"])
-    assert result.exit_code == 1, result.output
-    sent = {r.natural_key: r for r in fake.received}
-    assert set(sent) == {"doc:a", "doc:sub/b"}
-    assert sent["doc:a"].content.encode() == (vault / "a.md").read_bytes()
-    assert sent["doc:sub/b"].content == "# B\n\nтекст\n"
-    assert sent["doc:sub/b"].source_path == "sub/b.md"
-    assert "sub/broken.md: error: bad frontmatter" in result.stderr
-    assert "sub/reject.md: error: INVALID_ARGUMENT: natural_key: rejected by the test" in result.stderr
-    assert "  - natural_key: rejected by the test" in result.stderr
-    assert "2 failed" in result.stdout
-    # Links to doc:nowhere and (order permitting) doc:sub/b were skipped by the server.
-    assert "missing links" in result.stdout
-
-
-def _source_server(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> str:
-    class Sources(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]
-        def GetSource(
-            self, request: source_service_pb2.GetSourceRequest, context: grpc.ServicerContext
-        ) -> source_service_pb2.GetSourceResponse:
-            if request.natural_key == "doc:refused":
-                raise InvalidArgument(
-                    [
-                        FieldViolation("namespace", "must not be empty"),
-                        FieldViolation("natural_key", "bad [key]"),
-                    ]
-                )
-            if request.natural_key == "doc:missing":
-                raise NotFound("no node doc:missing")
-            if request.natural_key == "doc:boom":
-                raise RuntimeError("hidden detail")
-            return source_service_pb2.GetSourceResponse(
-                source=source_service_pb2.Source(
-                    natural_key=request.natural_key,
-                    title="T",
-                    content="line 1\n[b]line 2[/b]",
-                    content_source="original",
-                )
-            )
-
-    def register(server: grpc.Server) -> list[str]:
-        source_service_pb2_grpc.add_SourceServiceServicer_to_server(Sources(), server)
-        return ["memory.v1.SourceService"]
-
-    return serve(register)
-
-
-def test_server_errors_print_code_message_and_violations(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
-) -> None:
-    address = _source_server(serve)
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:refused", "--namespace", "ns"])
-    assert result.exit_code == 1
-    assert result.stderr.splitlines() == [
-        "error: INVALID_ARGUMENT: namespace: must not be empty; natural_key: bad [key]",
-        "  - namespace: must not be empty",
-        "  - natural_key: bad [key]",
-    ]
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:missing", "-n", "ns"])
-    assert result.exit_code == 1 and result.stderr.strip() == "error: NOT_FOUND: no node doc:missing"
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:boom", "-n", "ns"])
-    assert result.exit_code == 1 and result.stderr.startswith("error: INTERNAL: internal error (request id ")
-    assert "Traceback" not in result.output and "hidden detail" not in result.output
-
-
-def test_source_prints_content_or_json(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> None:
-    address = _source_server(serve)
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "-n", "ns"])
-    assert result.exit_code == 0, result.output
-    assert result.stdout == "line 1\n[b]line 2[/b]\n"
-    result = runner.invoke(app, ["--query-addr", address, "source", "doc:x", "-n", "ns", "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["source"]["contentSource"] == "original"
-
-
-def test_unreachable_service_is_reported_without_traceback() -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # bound, not listening: connections are refused
-        result = runner.invoke(app, ["--query-addr", f"127.0.0.1:{port}", "search", "q", "-n", "ns"])
-    assert result.exit_code == 1
-    assert result.stderr.startswith("error: UNAVAILABLE: ")
-    assert "Traceback" not in result.output
-
-
-def test_facts_follows_page_tokens(serve: Callable[[Callable[[grpc.Server], list[str]]], str]) -> None:
-    seen: list[fact_query_service_pb2.ListFactsRequest] = []
-
-    class Facts(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
-        def ListFacts(
-            self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
-        ) -> fact_query_service_pb2.ListFactsResponse:
-            seen.append(request)
-            page = int(request.page_token or "0")
-            fact = knowledge_pb2.Fact(
-                fact_id=f"fact-{page}",
-                subject=request.subject,
-                predicate="HAS_VERSION",
-                object=f"version:{page}",
-            )
-            fact.valid_from.FromJsonString("2024-01-01T00:00:00Z")
-            return fact_query_service_pb2.ListFactsResponse(
-                facts=[fact], next_page_token=str(page + 1) if page < 2 else ""
-            )
-
-    def register(server: grpc.Server) -> list[str]:
-        fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(Facts(), server)
-        return ["memory.v1.FactQueryService"]
-
-    address = serve(register)
-    args = [
-        "--query-addr",
-        address,
-        "facts",
-        "-n",
-        "ns",
-        "--subject",
-        "package:time",
-        "--as-of",
-        "2024-06-01",
-    ]
-    result = runner.invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
-    assert [f["factId"] for f in json.loads(result.stdout)["facts"]] == ["fact-0", "fact-1", "fact-2"]
-    assert [r.page_token for r in seen] == ["", "1", "2"]
-    assert seen[0].as_of.ToJsonString() == "2024-06-01T00:00:00Z" and not seen[0].include_history
-    result = runner.invoke(app, [*args, "--history"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0, result.output
-    assert "3 facts" in result.stdout and "package:time" in result.stdout
-    assert seen[-1].include_history
-
-    bad = runner.invoke(app, ["--query-addr", address, "facts", "-n", "ns", "--as-of", "someday"])
-    assert bad.exit_code == 2 and "ISO 8601" in bad.output
-
-
-def test_token_create_then_list_round_trips_through_the_tokens_file(tmp_path: Path) -> None:
-    """cb token create / list end to end (the commands import the tokens file and its writer lazily)."""
-    from common.auth.tokens_file import hash_token, load_tokens_file
-
-    path = tmp_path / "tokens.yaml"
-    created = runner.invoke(
-        app,
-        [
-            "token",
-            "create",
-            "--principal",
-            "ci-loader",
-            "--namespace",
-            "sales:write",
-            "--scope",
-            "workspace:x",
-            "--tokens-file",
-            str(path),
-        ],
-    )
-    assert created.exit_code == 0, created.output
-    token = created.stdout.strip()
-    assert token.startswith("cbt_") and token not in path.read_text("utf-8")
-    assert hash_token(token) in path.read_text("utf-8")
-    principal = load_tokens_file(path)[hash_token(token)]
-    assert principal.name == "ci-loader"
-    listed = runner.invoke(app, ["token", "list", "--tokens-file", str(path)])
-    assert listed.exit_code == 0, listed.output
-    assert "ci-loader" in listed.stdout and "sales" in listed.stdout and token not in listed.stdout
-
-
-@pytest.mark.timeout(30)  # without the spooling the second open of the pipe waits for a writer forever
-def test_observe_reads_a_pipe(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
-) -> None:
-    """``cb observe --file /dev/stdin`` and other pipes: the input is read once and every line is sent."""
-    import os
-    import threading
-
-    fake = FakeObservations()
-    address = _observation_server(serve, fake)
-    pipe = tmp_path / "observations.pipe"
-    os.mkfifo(pipe)
-    lines = "".join(_line() + "\n" for _ in range(3))
-
-    def write() -> None:
-        with pipe.open("w", encoding="utf-8") as writer:
-            writer.write(lines)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    result = runner.invoke(app, ["--ingest-addr", address, "observe", "--file", str(pipe)])
-    writer.join(10)
-    assert result.exit_code == 0, result.output
-    assert "created 3, duplicate 0, failed 0" in result.stdout
-    assert len(fake.received) == 3
-
-
-def test_facts_table_keeps_long_keys_whole_on_a_narrow_terminal(
-    serve: Callable[[Callable[[grpc.Server], list[str]]], str],
-) -> None:
-    """Trial leftover: at 80 columns the table cut keys to ``…``; what a user copies is whole."""
-    subject = "package:libreoffice-l10n-" + "x" * 40
-    obj = "version:libreoffice-l10n-" + "x" * 40 + "@4:7.4.7-1+deb12u8"
-
-    class Facts(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]
-        def ListFacts(
-            self, request: fact_query_service_pb2.ListFactsRequest, context: grpc.ServicerContext
-        ) -> fact_query_service_pb2.ListFactsResponse:
-            fact = knowledge_pb2.Fact(
-                fact_id="fact-" + "0123456789abcdef" * 2,
-                subject=subject,
-                predicate="HAS_VERSION",
-                object=obj,
-                superseded_by="fact-" + "fedcba9876543210" * 2,
-            )
-            return fact_query_service_pb2.ListFactsResponse(facts=[fact])
-
-    def register(server: grpc.Server) -> list[str]:
-        fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(Facts(), server)
-        return ["memory.v1.FactQueryService"]
-
-    address = serve(register)
-    result = runner.invoke(app, ["--query-addr", address, "facts", "-n", "ns"], env={"COLUMNS": "80"})
-    assert result.exit_code == 0, result.output
-    assert "…" not in result.stdout
-    for value in (subject, obj, "fact-" + "fedcba9876543210" * 2):
-        assert any(value in line for line in result.stdout.splitlines()), value
-    assert "1 facts" in result.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,47 +17,11 @@ from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc, sour
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
-from common.grpc.server import ServiceHost, build_server
-from common.kernel.config import Settings
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
-from tests.unit.test_cli import FakeDocuments, FakeObservations, _line, _observation_server
+from tests.unit.cli_fakes import FakeDocuments, FakeObservations, observation_line, observation_server
 
 runner = CliRunner()
-
-
-class Readiness:
-    def __init__(self, ready: bool) -> None:
-        self.ready = ready
-
-    def ensure_ready(self) -> bool:
-        return self.ready
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., str]]:
-    hosts: list[ServiceHost] = []
-
-    def start(register: Callable[[grpc.Server], list[str]], ready: bool = True) -> str:
-        host = build_server(
-            Settings(),
-            service_name="cli_test",
-            address="127.0.0.1:0",
-            metrics_port=0,
-            database=Readiness(ready),
-            register=register,
-            readiness_interval=0.05,
-        )
-        host.start()
-        hosts.append(host)
-        return f"127.0.0.1:{host.port}"
-
-    yield start
-    for host in hosts:
-        host.stop(0)
 
 
 def _sources(server: grpc.Server) -> list[str]:
@@ -118,9 +82,12 @@ def test_health_reports_an_unreachable_database(
 
 def test_observe_json_prints_the_summary_object(serve: Callable[..., str], tmp_path: Path) -> None:
     fake = FakeObservations()
-    address = _observation_server(serve, fake)
+    address = observation_server(serve, fake)
     file = tmp_path / "obs.jsonl"
-    file.write_text("\n".join([_line(), _line(kind="dup"), _line(kind="bad"), "{broken"]) + "\n")
+    file.write_text(
+        "\n".join([observation_line(), observation_line(kind="dup"), observation_line(kind="bad"), "{broken"])
+        + "\n"
+    )
     result = runner.invoke(app, ["--ingest-addr", address, "observe", "-f", str(file), "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout) == {

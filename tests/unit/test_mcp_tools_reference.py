@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memory_service_tools.mcp_server import TOOL_NAMES
+from memory_service_tools.mcp import TOOL_NAMES
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "mcp-tools.md"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -17,17 +17,8 @@ from memory_service_grpc_client.memory.v1 import (
     source_service_pb2_grpc,
 )
 
-from common.grpc.server import ServiceHost, build_server
-from common.kernel.config import Settings
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
-
-
-class AlwaysReady:
-    def ensure_ready(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
+from tests.unit.servicer_host import Serve
 
 
 class Sources(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]
@@ -75,30 +66,16 @@ class Facts(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: igno
 
 
 @pytest.fixture
-def address() -> Iterator[Callable[[Sources], str]]:
-    hosts: list[ServiceHost] = []
-
+def address(serve: Serve) -> Callable[[Sources], str]:
     def start(sources: Sources) -> str:
         def register(server: grpc.Server) -> list[str]:
             source_service_pb2_grpc.add_SourceServiceServicer_to_server(sources, server)
             fact_query_service_pb2_grpc.add_FactQueryServiceServicer_to_server(Facts(), server)
             return ["memory.v1.SourceService", "memory.v1.FactQueryService"]
 
-        host = build_server(
-            Settings(),
-            service_name="client_test",
-            address="127.0.0.1:0",
-            metrics_port=0,
-            database=AlwaysReady(),
-            register=register,
-        )
-        host.start()
-        hosts.append(host)
-        return f"127.0.0.1:{host.port}"
+        return serve(register)
 
-    yield start
-    for host in hosts:
-        host.stop(0)
+    return start
 
 
 def _request(key: str) -> source_service_pb2.GetSourceRequest:

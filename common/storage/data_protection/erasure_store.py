@@ -1,4 +1,4 @@
-"""Storage of data protection: erasure look-ups and sweeps, receipts, legal holds, retention rules.
+"""Storage of erasure: the look-ups and sweeps of an erasure, and its receipts.
 
 The erasure reads here find every row of a namespace that holds a value (a case-insensitive substring
 match, ``ILIKE ANY``, over the row's text form), in each table that can hold one: observations, chunks,
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -23,6 +21,8 @@ from psycopg.rows import dict_row
 from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text, decode_agtype
 from common.storage.tables import table_identifiers
+
+__all__ = ["AUDIT_TYPES", "ErasureStore", "like_patterns"]
 
 # Node types an erasure never deletes: the audit trail is scrubbed of values instead.
 AUDIT_TYPES = ("audit_event", "pc_trace")
@@ -34,32 +34,8 @@ def like_patterns(values: Sequence[str]) -> list[str]:
     return [f"%{v}%" for v in escaped]
 
 
-@dataclass(frozen=True)
-class HoldRow:
-    """One legal hold as stored."""
-
-    hold_id: str
-    namespace: str
-    subject_key: str
-    reason: str
-    created_by: str
-    create_time: datetime
-    lifted_by: str
-    lift_time: datetime | None
-
-
-@dataclass(frozen=True)
-class RetentionRule:
-    """How long data of one class (and selector: kind or tier, '' for all) lives in a namespace."""
-
-    namespace: str
-    data_class: str
-    selector: str
-    max_age: timedelta
-
-
-class DataProtectionStore:
-    """SQL of erasure, receipts, holds and retention (see the module doc)."""
+class ErasureStore:
+    """SQL of erasure and its receipts (see the module doc)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -411,192 +387,3 @@ class DataProtectionStore:
             )
             .fetchone()
         )
-
-    # -- legal holds -----------------------------------------------------------------------------------
-
-    def insert_hold(self, conn: psycopg.Connection[Any], hold: HoldRow) -> None:
-        """Stores a new hold."""
-        conn.execute(
-            "INSERT INTO legal_holds (hold_id, namespace, subject_key, reason, created_by, create_time)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (hold.hold_id, hold.namespace, hold.subject_key, hold.reason, hold.created_by, hold.create_time),
-        )
-
-    def lift_hold(
-        self, conn: psycopg.Connection[Any], namespace: str, hold_id: str, principal: str, now: datetime
-    ) -> HoldRow | None:
-        """Lifts an active hold; returns it as lifted, or None when there is no active hold of that id."""
-        row = (
-            conn.cursor(row_factory=dict_row)
-            .execute(
-                "UPDATE legal_holds SET lifted_by = %s, lift_time = %s"
-                " WHERE namespace = %s AND hold_id = %s AND lift_time IS NULL RETURNING *",
-                (principal, now, namespace, hold_id),
-            )
-            .fetchone()
-        )
-        return HoldRow(**row) if row else None
-
-    def holds(
-        self, conn: psycopg.Connection[Any], namespace: str, *, include_lifted: bool = False
-    ) -> list[HoldRow]:
-        """The holds of ``namespace``, oldest first (active ones only unless ``include_lifted``)."""
-        rows = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM legal_holds WHERE namespace = %s AND (%s OR lift_time IS NULL)"
-            " ORDER BY create_time, hold_id",
-            (namespace, include_lifted),
-        )
-        return [HoldRow(**row) for row in rows]
-
-    def active_holds_touching(
-        self, conn: psycopg.Connection[Any], namespace: str, subject_keys: Sequence[str]
-    ) -> list[HoldRow]:
-        """Active holds on the whole namespace or on one of ``subject_keys``; the rows are share-locked so
-        a hold set concurrently waits for the deletion that checked it (or the deletion for the hold)."""
-        rows = conn.cursor(row_factory=dict_row).execute(
-            "SELECT * FROM legal_holds WHERE namespace = %s AND lift_time IS NULL"
-            " AND (subject_key = '' OR subject_key = ANY(%s)) ORDER BY create_time, hold_id FOR SHARE",
-            (namespace, list(subject_keys)),
-        )
-        return [HoldRow(**row) for row in rows]
-
-    # -- retention -------------------------------------------------------------------------------------
-
-    def put_rule(self, conn: psycopg.Connection[Any], rule: RetentionRule, now: datetime) -> None:
-        """Creates or replaces one retention rule."""
-        conn.execute(
-            "INSERT INTO retention_rules (namespace, data_class, selector, max_age, update_time)"
-            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, data_class, selector)"
-            " DO UPDATE SET max_age = EXCLUDED.max_age, update_time = EXCLUDED.update_time",
-            (rule.namespace, rule.data_class, rule.selector, rule.max_age, now),
-        )
-
-    def delete_rule(
-        self, conn: psycopg.Connection[Any], namespace: str, data_class: str, selector: str
-    ) -> bool:
-        """Removes one retention rule; True when it existed."""
-        cursor = conn.execute(
-            "DELETE FROM retention_rules WHERE namespace = %s AND data_class = %s AND selector = %s",
-            (namespace, data_class, selector),
-        )
-        return cursor.rowcount > 0
-
-    def rules(self, conn: psycopg.Connection[Any], namespace: str = "") -> list[RetentionRule]:
-        """The rules of ``namespace`` (every namespace when empty)."""
-        rows = conn.execute(
-            "SELECT namespace, data_class, selector, max_age FROM retention_rules"
-            " WHERE %s = '' OR namespace = %s ORDER BY namespace, data_class, selector",
-            (namespace, namespace),
-        ).fetchall()
-        return [RetentionRule(str(a), str(b), str(c), d) for a, b, c, d in rows]
-
-    def observations_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime, limit: int
-    ) -> list[str]:
-        """Observation ids of ``namespace`` (of ``kind``; any kind when empty) that occurred before
-        ``before``, oldest first, at most ``limit``."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT observation_id FROM {obs} WHERE namespace = %s AND (%s = '' OR kind = %s)"
-                " AND occurred_at < %s ORDER BY occurred_at, observation_id LIMIT %s"
-            ).format(obs=self.t["observations"]),
-            (namespace, kind, kind, before, limit),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    def documents_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime, limit: int
-    ) -> list[str]:
-        """Keys of the documents of ``namespace`` (of the consumer tag ``collection``: a chunk's meta
-        ``{"collection": ...}``; any when empty) last retained before ``before``, oldest first, at most
-        ``limit`` (``limit`` None: no limit, for counting)."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT g.natural_key FROM {nodes} g WHERE g.namespace = %(ns)s AND g.node_type = 'document'"
-                " AND g.last_seen < %(before)s AND (%(collection)s = '' OR EXISTS (SELECT 1 FROM {chunks} c"
-                " WHERE c.namespace = g.namespace AND c.node_key = g.natural_key"
-                " AND c.meta @> jsonb_build_object('collection', %(collection)s::text)))"
-                " ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
-            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
-            {"ns": namespace, "collection": collection, "before": before, "limit": limit},
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    def personal_data_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime, limit: int | None
-    ) -> list[tuple[str, str]]:
-        """[(node key, observation id or "")] of the nodes of ``namespace`` whose chunks are marked as
-        personal data (of ``category``, e.g. ``email``; any when empty) and that were last written before
-        ``before``, oldest first, at most ``limit`` (None: all). The observation id is that of an
-        episode (its chunks carry it), so the caller purges the observation rather than the node alone."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT g.natural_key, coalesce(min(c.meta ->> 'observation_id'), '') FROM {chunks} c"
-                " JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
-                " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(category)s = ''"
-                " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(category)s END"
-                " GROUP BY g.natural_key, g.last_seen ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
-            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
-            {"ns": namespace, "category": category, "before": before, "limit": limit},
-        ).fetchall()
-        return [(str(key), str(observation_id)) for key, observation_id in rows]
-
-    def count_observations_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime
-    ) -> int:
-        """How many observations `observations_older_than` would find without a limit."""
-        row = conn.execute(
-            sql.SQL(
-                "SELECT count(*) FROM {obs} WHERE namespace = %s AND (%s = '' OR kind = %s) AND occurred_at < %s"
-            ).format(obs=self.t["observations"]),
-            (namespace, kind, kind, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def memories_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime, limit: int
-    ) -> list[tuple[str, str]]:
-        """(memory_id, user_id) of ``namespace`` (of ``tier``; any when empty) last used before ``before``."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT memory_id, user_id FROM {m} WHERE namespace = %s AND (%s = '' OR tier = %s)"
-                " AND last_used_at < %s ORDER BY last_used_at, memory_id LIMIT %s"
-            ).format(m=self.t["memories"]),
-            (namespace, tier, tier, before, limit),
-        ).fetchall()
-        return [(str(a), str(b)) for a, b in rows]
-
-    def count_memories_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime
-    ) -> int:
-        """How many memories `memories_older_than` would find without a limit."""
-        row = conn.execute(
-            sql.SQL(
-                "SELECT count(*) FROM {m} WHERE namespace = %s AND (%s = '' OR tier = %s) AND last_used_at < %s"
-            ).format(m=self.t["memories"]),
-            (namespace, tier, tier, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def delete_traces_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, before: datetime, limit: int
-    ) -> int:
-        """Deletes at most ``limit`` context traces of ``namespace`` created before ``before``."""
-        cursor = conn.execute(
-            sql.SQL(
-                "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE namespace = %s AND created_at < %s"
-                " ORDER BY id LIMIT %s)"
-            ).format(t=self.t["context_traces"]),
-            (namespace, before, limit),
-        )
-        return cursor.rowcount
-
-    def count_traces_older_than(self, conn: psycopg.Connection[Any], namespace: str, before: datetime) -> int:
-        """How many context traces of ``namespace`` were created before ``before``."""
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {t} WHERE namespace = %s AND created_at < %s").format(
-                t=self.t["context_traces"]
-            ),
-            (namespace, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
