@@ -131,11 +131,12 @@ def test_memory_writes_arrive_as_their_events_in_cursor_order(
     )
 
     changes = _changes(query_channel, namespace, ["memory.*"])
-    # One statement's events come in item key order (both adds, both tier changes).
+    # AddMemories inserts one row after the other (request order); the tier policy moves both memories
+    # in one statement, whose events come in item key order.
     both = sorted([kept, fleeting])
     assert [(c.event_type, c.item_key) for c in changes] == [
-        ("memory.added", both[0]),
-        ("memory.added", both[1]),
+        ("memory.added", kept),
+        ("memory.added", fleeting),
         ("memory.updated", kept),
         ("memory.enriched", kept),
         ("memory.tier_changed", both[0]),

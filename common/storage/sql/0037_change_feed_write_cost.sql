@@ -13,7 +13,11 @@
 --    (a statement trigger fires for every statement), the join stayed a nested loop over the two
 --    transition tables, quadratic in the statement's rows. The trigger functions plan without nested
 --    loops (SET enable_nestloop = off), so the join is hashed whatever the first call saw; the lateral
---    lists of event types, which only a nested loop can run, stay nested loops.
+--    lists of event types, which only a nested loop can run, stay nested loops. Their plans' costs then
+--    carry the planner's penalty for a disabled node, which would make PostgreSQL JIT-compile every
+--    trigger statement (jit_above_cost): SET jit = off (a trigger statement's work is far too small).
+--    The fact events' payload function is STABLE (what jsonb_build_object is): declared IMMUTABLE, it was
+--    not inlined and ran as a function call per event.
 -- 3. 0034 inserted every event with cursor NULL and updated it when numbering (a second heap tuple, its
 --    index entries and a dead row per event). Now the events of a transaction wait in a temporary table
 --    of the session (change_feed_staged: no WAL, no index, emptied at every commit) and the numbering at
@@ -76,7 +80,7 @@ DROP INDEX IF EXISTS change_events_pending_idx;
 
 -- observations: recorded (insert), redacted (status becomes 'redacted'), purged (delete).
 CREATE OR REPLACE FUNCTION change_feed_observations() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
@@ -112,12 +116,21 @@ BEGIN
 END
 $body$;
 
+-- The payload of a fact event (0034's), STABLE so that the planner inlines it into the statements.
+CREATE OR REPLACE FUNCTION change_feed_fact_payload(f {facts}) RETURNS jsonb LANGUAGE sql STABLE AS $body$
+    SELECT jsonb_build_object('fact_id', f.fact_id, 'subject', f.subject_key, 'predicate', f.predicate,
+        'object', f.object_key, 'valid_from', f.valid_from, 'valid_to', f.valid_to,
+        'evidence', f.evidence, 'confidence', f.confidence, 'observation_ids', to_jsonb(f.observation_ids),
+        'supersedes', f.supersedes, 'superseded_by', f.superseded_by, 'evidence_lost', f.evidence_lost,
+        'origin', f.origin, 'attributes', f.attributes)
+$body$;
+
 -- facts: created (insert; conflict_flagged too when it overlaps another live fact of its subject and
 -- predicate with another object, the rule of FactStore.conflicting_ids, its own predecessor or successor
 -- left aside), superseded, evidence_lost,
 -- closed, strengthened (update, in that order of precedence), deleted (DeleteNode).
 CREATE OR REPLACE FUNCTION change_feed_facts() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
@@ -184,7 +197,7 @@ $body$;
 -- graph_nodes: upserted (insert, or an update of what the node holds: properties, scopes, type,
 -- placeholder state; not the last_seen of a mention), deleted. Memory nodes have their own events.
 CREATE OR REPLACE FUNCTION change_feed_nodes() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
@@ -247,7 +260,7 @@ $body$;
 
 -- vault_runs: a run left 'running' (completed, interrupted, failed).
 CREATE OR REPLACE FUNCTION change_feed_vault_runs() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
@@ -273,7 +286,7 @@ $body$;
 
 -- snapshots: a reconciliation ends by writing the snapshot's counts.
 CREATE OR REPLACE FUNCTION change_feed_snapshots() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
@@ -300,7 +313,7 @@ $body$;
 -- memories: added, updated (text or semantic fields: version; hidden by a summary), enriched, tier
 -- changed, expired (deleted past expires_at), deleted. Recall bookkeeping (last_used_at) is no event.
 CREATE OR REPLACE FUNCTION change_feed_memories() RETURNS trigger LANGUAGE plpgsql
-    SET enable_nestloop = off AS $body$
+    SET enable_nestloop = off SET jit = off AS $body$
 DECLARE
     written bigint;
 BEGIN
