@@ -18,12 +18,15 @@ Results are printed (with the machine's description) and written as JSON to
 bench/results/service-<UTC time>.json. Targets: debian ingest <= 60 s, Search p95 <= 100 ms,
 ListFacts p95 <= 10 ms.
 
-Usage: .venv/bin/python bench/run_bench.py [--observations-only] [--note TEXT] [--shared-database]  (the
+Usage: .venv/bin/python bench/run_bench.py [--observations-only] [--note TEXT] [--shared-database]
+[--change-feed off]  (the
 embedded database must be up: `make db`). By default the run creates a fresh database on the server of
 ``CB_DATABASE_URL`` and drops it afterwards, so figures do not depend on leftovers of earlier runs and
 tests; ``--shared-database`` measures in ``CB_DATABASE_URL`` itself (a multi-tenant table). ``--observations-only`` measures the two 1-client observation loads only and
 prints them (JSON written). ``--note`` adds a line to the entry, e.g.
-"taken under load from other processes".
+"taken under load from other processes". ``--change-feed off`` runs everything with the change feed's
+outbox switched off (``PGOPTIONS=-c memory.change_feed=off`` for this process and the services it starts:
+nothing is recorded; docs/how-to/change-feed.md, "What the feed costs").
 """
 
 from __future__ import annotations
@@ -352,7 +355,17 @@ def parse_arguments() -> argparse.Namespace:
         action="store_true",
         help="measure in CB_DATABASE_URL itself, next to whatever it holds (default: a fresh database on its server)",
     )
-    return parser.parse_args()
+    parser.add_argument(
+        "--change-feed",
+        choices=("on", "off"),
+        default="on",
+        help="off: the change feed's outbox records nothing (the write path's cost without it)",
+    )
+    arguments = parser.parse_args()
+    if arguments.change_feed == "off":
+        # libpq reads PGOPTIONS: this process's connections and the service processes' (they inherit it)
+        os.environ["PGOPTIONS"] = f"{os.environ.get('PGOPTIONS', '')} -c memory.change_feed=off".strip()
+    return arguments
 
 
 def run_in_database(
@@ -384,6 +397,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "machine": machine(),
         "embedding_provider": settings.embedding_provider,
         "note": note,
+        "change_feed": arguments.change_feed,
         "database": "shared (CB_DATABASE_URL as is)"
         if arguments.shared_database
         else "fresh (created for the run)",

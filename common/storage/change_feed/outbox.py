@@ -1,9 +1,10 @@
 """The change feed's outbox: what every write records in its own transaction, read back in cursor order.
 
-Most events are written by the statement-level triggers of migration ``0034_change_feed.sql`` (one INSERT
-per statement, so a batch write records its events set-based, whatever the write path); a write path
-whose change no table row states records its events with `ChangeOutbox.append` in its transaction (a
-document retained). Cursors are numbered at commit, per namespace, in commit order
+Most events are written by the statement-level triggers of migrations ``0034_change_feed.sql`` and
+``0037_change_feed_write_cost.sql`` (one INSERT per statement, so a batch write records its events
+set-based, whatever the write path); a write path whose change no table row states records its events
+with `ChangeOutbox.append` in its transaction (a document retained). Both stage them in a temporary table
+of the session; at commit they are inserted into ``change_events`` numbered, per namespace, in commit order
 (docs/decisions/0041-change-feed-cursor.md): a reader that has seen cursor N never later finds a
 smaller one.
 
@@ -137,6 +138,7 @@ class ChangeOutbox:
         when it commits, and vanish if it rolls back. Nothing when the feed is switched off."""
         if not changes:
             return
+        conn.execute(self.queries["stage_transaction"])
         conn.execute(
             self.queries["append_events"],
             {

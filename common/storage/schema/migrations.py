@@ -62,6 +62,7 @@ MIGRATIONS = (
     "0035_webhooks.sql",
     "0032_document_originals.sql",
     "0036_data_protection.sql",
+    "0037_change_feed_write_cost.sql",
 )
 
 

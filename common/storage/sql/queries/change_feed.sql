@@ -1,11 +1,12 @@
 -- Static SQL of the change feed's outbox (common/storage/change_feed/outbox.py; the table, its triggers
--- and the numbering at commit are migration 0034). The page read with the caller's visibility predicate
+-- and the numbering at commit are migrations 0034 and 0037). The page read with the caller's visibility predicate
 -- and filters is composed in Python.
 
 -- name: append_events
 -- Appends events given as parallel arrays (namespace, event_type, item_key, subject_key, predicate,
--- object_key, scopes as JSON arrays, payload) in one statement, in array order; they are numbered at commit.
-INSERT INTO change_events (namespace, event_type, item_key, subject_key, predicate, object_key, scopes, payload)
+-- object_key, scopes as JSON arrays, payload) in one statement, in array order, to the transaction's staged
+-- events (stage_transaction first); the numbering at commit inserts them into change_events.
+INSERT INTO pg_temp.change_feed_staged (namespace, event_type, item_key, subject_key, predicate, object_key, scopes, payload)
 SELECT x.namespace, x.event_type, x.item_key, x.subject_key, x.predicate, x.object_key,
     ARRAY(SELECT jsonb_array_elements_text(x.scopes)), x.payload
 FROM unnest(%(namespaces)s::text[], %(event_types)s::text[], %(item_keys)s::text[], %(subject_keys)s::text[],
@@ -13,6 +14,10 @@ FROM unnest(%(namespaces)s::text[], %(event_types)s::text[], %(item_keys)s::text
     WITH ORDINALITY AS x(namespace, event_type, item_key, subject_key, predicate, object_key, scopes, payload, ordinal)
 WHERE change_feed_enabled()
 ORDER BY x.ordinal
+
+-- name: stage_transaction
+-- Makes sure this session has its staging table (migration 0037).
+SELECT change_feed_stage()
 
 -- name: mark_transaction
 -- Makes the numbering of this transaction's events run at its commit.
