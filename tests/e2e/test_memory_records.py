@@ -150,6 +150,26 @@ def test_the_seed_examples_are_added_recalled_and_read_back(memories: Memories) 
     assert {r.memory_id for r in memories.list(user)} == {alice_id, incident_id}
 
 
+def test_importance_does_not_lift_an_unrelated_preference_over_the_matching_incident(
+    memories: Memories,
+) -> None:
+    # What a user saw with the "important" preset: a preference at similarity 0.05 above the incident
+    # the query is about (0.2); importance orders related memories, it never makes one related.
+    from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
+
+    user = _user()
+    preference = {"text": "The user prefers dark mode and short answers.", "importance": 1.0}
+    incident = {"text": "Payments API incident: duplicate invoices after a retry loop.", "importance": 0.3}
+    added = memories.add(user, preference, incident)
+    preference_id, incident_id = (r.memory_id for r in added.results)
+    recalled = memories.recall(user, "why were customers charged twice", preset="important").memories
+    similarity = {r.memory.memory_id: r.similarity for r in recalled}
+    assert similarity[preference_id] < MIN_RELEVANT_SIMILARITY <= similarity[incident_id]
+    assert [r.memory.memory_id for r in recalled] == [incident_id, preference_id]
+    assert recalled[1].score == pytest.approx(0.5 * recalled[1].similarity)  # no importance bonus
+    assert recalled[0].score > 0.5 * recalled[0].similarity  # the related one keeps its bonus
+
+
 def test_retries_with_the_same_key_return_the_same_id_and_write_nothing(memories: Memories) -> None:
     user = _user()
     first = memories.add(user, ALICE).results[0]
