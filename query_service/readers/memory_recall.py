@@ -4,12 +4,11 @@ Recall ranks the caller's memories by a weighted sum of similarity, recency and 
 (`MemoryStore.recall`); the weights are data, one named preset per use (`RECALL_PRESETS`, chosen by
 ``RecallMemoriesRequest.preset`` like ``SearchRequest.preset``):
 
-    score = w_similarity * cosine(query, text)
-            + (w_recency * 0.5 ** (age_days / half_life_days) + w_importance * importance
-               when cosine(query, text) >= MIN_RELEVANT_SIMILARITY, else 0)
+    score = max(cosine(query, text), 0)
+            * (w_similarity + w_recency * 0.5 ** (age_days / half_life_days) + w_importance * importance)
 
-Recency and importance order the memories that relate to the query; they never lift an unrelated one
-(below `common.text_models.embeddings.relevance.MIN_RELEVANT_SIMILARITY`) over a related one.
+Recency and importance scale how related a memory is to the query (the "important" preset at most
+doubles it): they order related memories and never lift an unrelated one over a related one.
 
 Until the enrichment has run, nothing else is needed (docs/explanation/memory-records.md: "retrieval works
 purely on vector similarity + recency"). Only the requested tiers (default hot), never expired memories nor
@@ -35,23 +34,16 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights
 from common.text_models.embeddings.provider import QueryEncoder
-from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
-
-
-def _gated(*, similarity: float, recency: float, importance: float, half_life_days: float) -> RecallWeights:
-    """Recall weights whose recency and importance count only above the relevance floor."""
-    return RecallWeights(similarity, recency, importance, half_life_days, MIN_RELEVANT_SIMILARITY)
-
 
 RECALL_PRESETS: Mapping[str, RecallWeights] = {
     # What most turns want: relevant first, fresher and more important ones a little ahead.
-    "balanced": _gated(similarity=0.7, recency=0.15, importance=0.15, half_life_days=30.0),
+    "balanced": RecallWeights(similarity=0.7, recency=0.15, importance=0.15, half_life_days=30.0),
     # Pure semantic similarity (docs/explanation/memory-records.md: before enrichment, similarity + recency).
-    "similarity": _gated(similarity=1.0, recency=0.0, importance=0.0, half_life_days=30.0),
+    "similarity": RecallWeights(similarity=1.0, recency=0.0, importance=0.0, half_life_days=30.0),
     # The latest context of a conversation: a week's half-life weighs heavily.
-    "recent": _gated(similarity=0.4, recency=0.5, importance=0.1, half_life_days=7.0),
+    "recent": RecallWeights(similarity=0.4, recency=0.5, importance=0.1, half_life_days=7.0),
     # Preferences and incidents the caller marked important.
-    "important": _gated(similarity=0.5, recency=0.1, importance=0.4, half_life_days=30.0),
+    "important": RecallWeights(similarity=0.5, recency=0.1, importance=0.4, half_life_days=30.0),
 }
 DEFAULT_PRESET = "balanced"
 MAX_QUERY = 4000

@@ -154,20 +154,19 @@ def test_importance_does_not_lift_an_unrelated_preference_over_the_matching_inci
     memories: Memories,
 ) -> None:
     # What a user saw with the "important" preset: a preference at similarity 0.05 above the incident
-    # the query is about (0.2); importance orders related memories, it never makes one related.
-    from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
-
+    # the query is about (0.2); importance and recency scale relevance, they never make a memory related.
     user = _user()
     preference = {"text": "The user prefers dark mode and short answers.", "importance": 1.0}
     incident = {"text": "Payments API incident: duplicate invoices after a retry loop.", "importance": 0.3}
     added = memories.add(user, preference, incident)
     preference_id, incident_id = (r.memory_id for r in added.results)
     recalled = memories.recall(user, "why were customers charged twice", preset="important").memories
-    similarity = {r.memory.memory_id: r.similarity for r in recalled}
-    assert similarity[preference_id] < MIN_RELEVANT_SIMILARITY <= similarity[incident_id]
+    by_id = {r.memory.memory_id: r for r in recalled}
+    assert 0 < by_id[preference_id].similarity < 0.1 < 0.15 < by_id[incident_id].similarity
     assert [r.memory.memory_id for r in recalled] == [incident_id, preference_id]
-    assert recalled[1].score == pytest.approx(0.5 * recalled[1].similarity)  # no importance bonus
-    assert recalled[0].score > 0.5 * recalled[0].similarity  # the related one keeps its bonus
+    for r in recalled:  # important: similarity x (0.5 + 0.1 recency + 0.4 importance)
+        expected = r.similarity * (0.5 + 0.1 * r.recency + 0.4 * r.importance)
+        assert r.score == pytest.approx(expected, rel=1e-6)
 
 
 def test_retries_with_the_same_key_return_the_same_id_and_write_nothing(memories: Memories) -> None:

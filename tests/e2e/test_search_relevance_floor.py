@@ -25,7 +25,7 @@ pytestmark = pytest.mark.e2e
 NOTES = {
     "doc:postmortem": "Postmortem BILL-42: invoices were sent twice after the payments-api retry storm.\n\n"
     "Action items: idempotency keys on invoice creation.",
-    "doc:canteen": "Canteen menu: soup on Mondays, fish on Fridays.",
+    "doc:parking": "Parking: the garage under building B is free for staff.",
     "doc:vpn": "Remote access: install the WireGuard client and import the profile the IT desk sends you.",
     "doc:holidays": "Holiday calendar: the office is closed between Christmas and New Year.",
     "doc:onboarding": "Onboarding checklist: laptop, badge, accounts.",

@@ -115,15 +115,12 @@ class MemoryQuery:
 
 @dataclass(frozen=True)
 class RecallWeights:
-    """Weights of the recall score (see `MemoryStore.recall`). ``relevance_floor``: recency and importance
-    count only for a memory at least this similar to the query, so neither lifts an unrelated memory over
-    a related one (0: always)."""
+    """Weights of the recall score (see `MemoryStore.recall`)."""
 
     similarity: float
     recency: float
     importance: float
     half_life_days: float
-    relevance_floor: float = 0.0
 
 
 @dataclass
@@ -403,8 +400,10 @@ class MemoryStore:
     ) -> list[StoredMemory]:
         """The best ``limit`` records of ``query`` by
 
-        ``score = w_sim * similarity + (w_rec * 0.5 ^ (age_days / half_life_days) + w_imp * importance
-        when similarity >= relevance_floor, else 0)``, similarity = 1 - cosine_distance(vector, chunk 0)
+        ``score = max(similarity, 0) * (w_sim + w_rec * 0.5 ^ (age_days / half_life_days) + w_imp * importance)``,
+        similarity = 1 - cosine_distance(vector, chunk 0): recency and importance scale a memory's relevance
+        (by at most ``(w_sim + w_rec + w_imp) / w_sim``), so they never lift an unrelated memory over a
+        related one; ties (no similarity) by similarity, then id
 
         (age from ``created_at`` to ``query.now``), exact over the owner's rows (the owner index narrows
         them first, then the distance is computed for those chunks only), best first.
@@ -416,7 +415,6 @@ class MemoryStore:
             "w_rec": weights.recency,
             "w_imp": weights.importance,
             "half_life": max(weights.half_life_days, 1e-6),
-            "floor": weights.relevance_floor,
         }
         where = self._where(query, params)
         statement = sql.SQL(
@@ -428,15 +426,14 @@ class MemoryStore:
             " FROM {memories} m JOIN {chunks} c ON c.namespace = m.namespace AND c.node_key = m.memory_id"
             " AND c.chunk_order = 0 WHERE {where}),"
             " best AS (SELECT memory_id, similarity, recency,"
-            " %(w_sim)s * similarity + CASE WHEN similarity >= %(floor)s"
-            " THEN %(w_rec)s * recency + %(w_imp)s * importance ELSE 0 END AS score"
-            " FROM scored ORDER BY score DESC, memory_id LIMIT %(limit)s)"
+            " greatest(similarity, 0) * (%(w_sim)s + %(w_rec)s * recency + %(w_imp)s * importance) AS score"
+            " FROM scored ORDER BY score DESC, similarity DESC, memory_id LIMIT %(limit)s)"
             " SELECT m.*, (ag_catalog.agtype_out(v.properties)::text)::jsonb -> 'props' AS props,"
             " b.score, b.similarity, b.recency"
             " FROM best b JOIN {memories} m ON m.namespace = %(namespace)s AND m.memory_id = b.memory_id"
             " JOIN {graph_nodes} g ON g.namespace = m.namespace AND g.natural_key = m.memory_id"
             " JOIN {vertices} v ON v.id = g.vertex_id"
-            " ORDER BY b.score DESC, m.memory_id"
+            " ORDER BY b.score DESC, b.similarity DESC, m.memory_id"
         ).format(
             memories=self.table,
             chunks=self.chunks,
