@@ -160,15 +160,12 @@ def fact_candidates(
         if row.evidence_lost:
             candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
         elif is_participant_link(row):
-            candidate.score, candidate.drop_reason = participant_link_value(
-                row, score, candidate_episodes, has_query=bool(request.query.strip())
+            relevance, candidate.drop_reason = participant_link_value(
+                row, candidate_episodes, has_query=bool(request.query.strip())
             )
-            candidate.selection = replace(
-                candidate.selection,
-                components={**candidate.selection.components, "episode_relevance": candidate.score / score}
-                if score
-                else candidate.selection.components,
-            )
+            candidate.score = score * relevance
+            components = {**candidate.selection.components, "episode_relevance": relevance}
+            candidate.selection = replace(candidate.selection, components=components)
         out.append(candidate)
     return out
 
@@ -179,11 +176,12 @@ def is_participant_link(row: FactRow) -> bool:
 
 
 def participant_link_value(
-    row: FactRow, score: float, candidate_episodes: Collection[str], *, has_query: bool
+    row: FactRow, candidate_episodes: Collection[str], *, has_query: bool
 ) -> tuple[float, str]:
-    """(score, drop reason) of a participant link scored ``score`` as a fact (the module doc): dropped when
-    its episode is a candidate itself; 0 when a query ranks the episodes and its episode was not retrieved;
-    else ``score`` (no query: the anchor is all the relevance there is)."""
+    """(its episode's relevance, drop reason) of a participant link (the module doc): dropped when its
+    episode is a candidate itself; relevance 0 when a query ranks the episodes and its episode was not
+    retrieved; else 1 (no query: the anchor is all the relevance there is). The link's score is its fact
+    score times that relevance."""
     if row.subject_key in candidate_episodes:
-        return score, "adds nothing: its episode is a candidate itself and shows who took part"
-    return (0.0 if has_query else score), ""
+        return 1.0, "adds nothing: its episode is a candidate itself and shows who took part"
+    return (0.0 if has_query else 1.0), ""
