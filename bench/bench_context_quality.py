@@ -22,6 +22,8 @@ per category and over all of them, with ``all`` (every evidence turn found), ``a
   each as top-5/10/20 lists and as packs: "Speaker: content" lines in rank order, a line that does not
   fit the budget skipped and the next one tried, tokens counted with the service's tokenizer
   (``common.text_models.tokenizer.TokenCounter``, one token per line break added);
+- per conversation: ``all`` of Search@10 and of the packs at 1000 and 2000 tokens (a change that helps
+  one conversation may hurt another);
 - Search and CompileContext latency p50/p95 over all those calls (one client, sequential).
 
 Results are printed (figures only, no excerpts) and written as JSON to
@@ -183,6 +185,21 @@ def aggregate(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
     return table
 
 
+PER_CONVERSATION = ("service_search@10", "service_pack@1000", "service_pack@2000")
+
+
+def per_conversation(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, float]]:
+    """Per conversation (sample_id) and method: ``all`` in percent over its questions, and n."""
+    out: dict[str, dict[str, float]] = {}
+    for sample_id in dict.fromkeys(row["conversation"] for row in rows):
+        members = [row for row in rows if row["conversation"] == sample_id]
+        out[sample_id] = {
+            method: round(100 * sum(row[method]["all"] for row in members) / len(members), 1)
+            for method in methods
+        } | {"n": len(members)}
+    return out
+
+
 def timed_call(samples: list[float], call: Callable[[], Any]) -> Any:
     start = time.perf_counter()
     answer = call()
@@ -281,7 +298,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 if not evidence:
                     continue
                 text = question["question"]
-                row: dict[str, Any] = {"category": question["category"]}
+                row: dict[str, Any] = {"category": question["category"], "conversation": sample_id}
                 response = timed_call(
                     latency["search"],
                     lambda n=namespace, q=text: search.Search(
@@ -316,7 +333,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 rows.append(row)
             print(f"{sample_id}: {len(rows)} questions measured so far", flush=True)
 
-    methods = [key for key in rows[0] if key != "category"]
+    methods = [key for key in rows[0] if key not in ("category", "conversation")]
     results: dict[str, Any] = {
         "time": stamp,
         "machine": machine(),
@@ -332,6 +349,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         "questions": len(rows),
         "load": loaded | {"seconds": round(loaded["seconds"], 2)},
         "table": aggregate(rows, methods),
+        "per_conversation": per_conversation(rows, [m for m in PER_CONVERSATION if m in methods]),
         "pack_tokens_mean": {key: round(sum(v) / len(v), 1) for key, v in pack_tokens.items() if v},
         "search_grpc": percentiles(latency["search"]),
     }
@@ -376,6 +394,13 @@ def entry(results: dict[str, Any]) -> list[str]:
         cells = [f"{overall['all']} ({overall['any']} / {overall['frac']})"]
         cells += [str(figures[g]["all"]) for g in groups[1:] if g in figures]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if results.get("per_conversation"):
+        shown = [m for m in PER_CONVERSATION if m in next(iter(results["per_conversation"].values()))]
+        lines += ["", "| conversation (n) | " + " | ".join(f"{m} all" for m in shown) + " |"]
+        lines.append("|---|" + "---|" * len(shown))
+        for sample_id, figures in results["per_conversation"].items():
+            cells = " | ".join(str(figures[m]) for m in shown)
+            lines.append(f"| {sample_id} ({figures['n']}) | {cells} |")
     for key, label in (
         ("search_grpc", "Search (top_k 20)"),
         ("compile_context_grpc", "CompileContext (1000 and 2000)"),

@@ -46,6 +46,7 @@ from ingest_service.documents.conversion.converted_chunks import converted_chunk
 from ingest_service.documents.conversion.formats import convert
 from ingest_service.documents.conversion.limits import ConversionLimits
 from tests.document_corpus import (
+    FORMATS,
     CorpusDocument,
     build,
     distinctive_sentences,
@@ -264,7 +265,10 @@ def main() -> int:
     arguments = parser.parse_args()
     settings = Settings()
     started = time.perf_counter()
-    corpus = build(vault_pages(arguments.sample))
+    # --only-retrieval converts only the versions it searches (the Markdown needs no conversion).
+    searched = arguments.retrieval_formats.split(",")
+    needed = tuple(fmt for fmt in FORMATS if fmt in searched) if arguments.only_retrieval else FORMATS
+    corpus = build(vault_pages(arguments.sample), formats=needed)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     results: dict[str, Any] = {
         "time": stamp,

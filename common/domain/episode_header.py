@@ -13,6 +13,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 HEADER_SEPARATOR = " · "
+ACTOR = "ACTOR"
+SUBJECT = "SUBJECT"
+PARTICIPANT_PREDICATES = frozenset({ACTOR, SUBJECT})
+"""Predicates of the facts linking an episode to who or what took part (``episode:<id> ACTOR <key>``)."""
 
 
 def participant_key(participant: Mapping[str, Any] | None) -> str:

@@ -37,14 +37,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from common.domain.episode_header import episode_header, participant_key
+from common.domain.episode_header import ACTOR, SUBJECT, episode_header, participant_key
 from common.kernel.pii import detect_value
 from common.packs.kind_validation import NamespaceKinds
 from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
 from ingest_service.facts.engine import FactInput
 
-ACTOR = "ACTOR"
-SUBJECT = "SUBJECT"
 PARTICIPANT_EVIDENCE = "asserted"
 PARTICIPANT_CONFIDENCE = 1.0
 # A line that may start a Markdown section (ATX heading, setext underline): such a body is cut by sections.

@@ -126,7 +126,10 @@ class ContextCompiler(PackCompiler):
             shown,
             summary_weight=config.summary_weight,
         )
-        for candidate in fact_candidates(self, config, request, as_of, hits, scores, shown):
+        episodes = {key.rsplit("#", 1)[0] for key, c in pool.by_key.items() if c.kind == "chunk"}
+        for candidate in fact_candidates(
+            self, config, request, as_of, hits, scores, shown, candidate_episodes=episodes
+        ):
             pool.add(candidate)
         _weigh_participants(pool, request.query, config.participant_weight)
         candidates = pool.ranked()

@@ -4,8 +4,11 @@ Recall ranks the caller's memories by a weighted sum of similarity, recency and 
 (`MemoryStore.recall`); the weights are data, one named preset per use (`RECALL_PRESETS`, chosen by
 ``RecallMemoriesRequest.preset`` like ``SearchRequest.preset``):
 
-    score = w_similarity * cosine(query, text) + w_recency * 0.5 ** (age_days / half_life_days)
-            + w_importance * importance
+    score = max(cosine(query, text), 0)
+            * (w_similarity + w_recency * 0.5 ** (age_days / half_life_days) + w_importance * importance)
+
+Recency and importance scale how related a memory is to the query (the "important" preset at most
+doubles it): they order related memories and never lift an unrelated one over a related one.
 
 Until the enrichment has run, nothing else is needed (docs/explanation/memory-records.md: "retrieval works
 purely on vector similarity + recency"). Only the requested tiers (default hot), never expired memories nor

@@ -33,6 +33,7 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.visibility import EVERYTHING, Visibility
 from common.text_models.embeddings.provider import QueryEncoder
+from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
 from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
 from query_service.provenance import Provenance, chunk_citation
 from query_service.retrieval.rank_fusion import (
@@ -72,6 +73,10 @@ class SearchSettings:
             query is weak evidence, and in RRF it pushes the vector ranking's finds (the other language's
             page, a paraphrase) down by rank alone.
             Convex fusion needs no such floor (a weak candidate adds its small share) and ignores it.
+        vector_min_similarity: a vector candidate takes part in fusion only when its cosine similarity
+            with the query is at least this (`common.text_models.embeddings.relevance`): the vector
+            ranking always returns ``candidates`` chunks, related or not, so without it a query nothing
+            matches (an identifier no chunk names) returns the whole namespace. Lexical hits stay.
         similar_threshold, similar_share: similar-chunk propagation (`query_service.retrieval.rank_fusion`): a
             candidate whose embedding has at least ``similar_threshold`` cosine similarity with one of the
             ``similar_sources`` (at most ``top_k``) best fused hits scores at least ``similar_share`` times
@@ -96,6 +101,7 @@ class SearchSettings:
     text_weight: float = 1.0
     trigram_weight: float = 1.0
     text_min_share: float = 0.2
+    vector_min_similarity: float = MIN_RELEVANT_SIMILARITY
     similar_threshold: float = 0.85
     similar_share: float = 0.0
     similar_sources: int = 10
@@ -145,11 +151,18 @@ def search_preset(name: str = "default") -> SearchSettings:
         raise KeyError(f"unknown search preset {name!r}; known: {', '.join(SEARCH_PRESETS)}") from None
 
 
+def related_only(vector_ranking: Sequence[Candidate], min_similarity: float) -> list[Candidate]:
+    """The vector candidates at least ``min_similarity`` cosine-similar to the query (the ranking stores
+    cosine distance, 1 - similarity), in their order; their ranks stay as the ranking gave them."""
+    return [candidate for candidate in vector_ranking if 1.0 - candidate.score >= min_similarity]
+
+
 def fuse_rankings(
     rankings: Mapping[str, Sequence[Candidate]], config: SearchSettings, top_k: int
 ) -> list[tuple[tuple[str, int], float]]:
     """The ``top_k`` best chunk keys of the rankings with their fused score, best first.
 
+    The vector ranking is first cut at ``config.vector_min_similarity`` (`related_only`).
     Convex fusion (``config.fusion``): `convex_combination` with ``config.weights``. Otherwise weighted
     reciprocal rank fusion (`reciprocal_rank_fusion`, ``config.rrf_k``, ``config.weights``) of the
     rankings, the full-text one cut at ``config.text_min_share`` of its best score. When fewer than
@@ -157,6 +170,8 @@ def fuse_rankings(
     with its own weighted reciprocal rank as score (never above the score before it), so a lexical-only
     search still returns every match it has.
     """
+    if VECTOR in rankings:
+        rankings = {**rankings, VECTOR: related_only(rankings[VECTOR], config.vector_min_similarity)}
     if config.fusion == CONVEX:
         return convex_combination(rankings, config.weights)[:top_k]
     lists = {name: [candidate.key for candidate in ranking] for name, ranking in rankings.items()}
@@ -460,6 +475,7 @@ __all__ = [
     "disclose_hit",
     "fuse_rankings",
     "reciprocal_rank_fusion",
+    "related_only",
     "search_preset",
     "validate_search",
 ]

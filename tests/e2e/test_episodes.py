@@ -121,11 +121,23 @@ def test_turns_are_found_with_speaker_and_date_then_by_vector_and_through_the_sp
     context = context_service_pb2_grpc.ContextServiceStub(query_channel)
     pack = context.CompileContext(
         context_service_pb2.CompileContextRequest(
-            namespace=namespace, query="adoption", anchors=["person:caroline"], token_budget=2000
+            namespace=namespace,
+            query="adoption",
+            anchors=["person:caroline"],
+            token_budget=2000,
+            dropped_limit=20,
         ),
         timeout=60,
     ).pack
-    anchored = {item.provenance.fact_id for item in pack.items if item.kind == "fact"}
+    # her ACTOR facts are candidates; each repeats a turn the pack holds, so it gives way to that turn
+    assert {results[0].episode_key, results[2].episode_key} <= {
+        item.provenance.node_key for item in pack.items if item.kind == "chunk"
+    }
+    anchored = {
+        item.provenance.fact_id
+        for item in pack.dropped
+        if item.kind == "fact" and item.drop_reason.startswith("adds nothing: its episode")
+    }
     caroline = {
         fact_id(
             namespace,

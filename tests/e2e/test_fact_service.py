@@ -431,19 +431,31 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
         ).hits
         return {hit.node_key for hit in hits}
 
-    def context_facts() -> list[str]:
+    def context_facts(*, redundant: bool = False) -> list[str]:
         pack = context.CompileContext(
             context_service_pb2.CompileContextRequest(
-                namespace=namespace, query="who works on falcon", anchors=["person:alice"], token_budget=2000
+                namespace=namespace,
+                query="who works on falcon",
+                anchors=["person:alice"],
+                token_budget=2000,
+                dropped_limit=20,
             ),
             timeout=120,
         ).pack
+        if redundant:  # facts left out because their episode is in the pack
+            return [
+                item.provenance.fact_id
+                for item in pack.dropped
+                if item.drop_reason.startswith("adds nothing: its episode")
+            ]
         return [item.provenance.fact_id for item in pack.items if item.kind == "fact"]
 
-    # the anchor is also the observation's subject: the episode's SUBJECT fact reaches it
+    # the anchor is also the observation's subject: the episode's SUBJECT fact reaches it, and gives
+    # way to the episode itself, a hit
     about_alice = fact_id(namespace, recorded.episode_key, "SUBJECT", "person:alice", _at(JAN))
     assert search_keys() == {recorded.episode_key, f"text:{recorded.observation_id}/1"}
-    assert sorted(context_facts()) == sorted([falcon, about_alice])
+    assert context_facts() == [falcon]
+    assert context_facts(redundant=True) == [about_alice]
 
     purged = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel).PurgeObservation(
         observation_service_pb2.PurgeObservationRequest(

@@ -145,6 +145,25 @@ def test_the_seed_examples_are_added_recalled_and_read_back(memories: Memories) 
     assert {r.memory_id for r in memories.list(user)} == {alice_id, incident_id}
 
 
+def test_importance_does_not_lift_an_unrelated_preference_over_the_matching_incident(
+    memories: Memories,
+) -> None:
+    # What a user saw with the "important" preset: a preference at similarity 0.05 above the incident
+    # the query is about (0.2); importance and recency scale relevance, they never make a memory related.
+    user = _user()
+    preference = {"text": "The user prefers dark mode and short answers.", "importance": 1.0}
+    incident = {"text": "Payments API incident: duplicate invoices after a retry loop.", "importance": 0.3}
+    added = memories.add(user, preference, incident)
+    preference_id, incident_id = (r.memory_id for r in added.results)
+    recalled = memories.recall(user, "why were customers charged twice", preset="important").memories
+    by_id = {r.memory.memory_id: r for r in recalled}
+    assert 0 < by_id[preference_id].similarity < 0.1 < 0.15 < by_id[incident_id].similarity
+    assert [r.memory.memory_id for r in recalled] == [incident_id, preference_id]
+    for r in recalled:  # important: similarity x (0.5 + 0.1 recency + 0.4 importance)
+        expected = r.similarity * (0.5 + 0.1 * r.recency + 0.4 * r.importance)
+        assert r.score == pytest.approx(expected, rel=1e-6)
+
+
 def test_retries_with_the_same_key_return_the_same_id_and_write_nothing(memories: Memories) -> None:
     user = _user()
     first = memories.add(user, ALICE).results[0]

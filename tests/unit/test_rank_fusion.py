@@ -123,6 +123,20 @@ def test_fusion_cuts_weak_text_candidates_and_fills_with_them_last() -> None:
     assert [key[0] for key, _ in text_only] == ["strong", "weak-1", "weak-2"]
 
 
+@pytest.mark.parametrize("fusion", ["rrf", "convex"])
+def test_fusion_leaves_out_vector_only_candidates_below_the_relevance_floor(fusion: str) -> None:
+    config = SearchSettings(fusion=fusion, vector_min_similarity=0.05)
+    rankings = {  # the vector ranking holds cosine distances: 1.2 is a similarity of -0.2
+        "vector": _ranking(("related", 0.5), ("unrelated", 0.96), ("named", 1.2)),
+        "trigram": _ranking(("named", 1.0)),
+    }
+    fused = [key[0] for key, _ in fuse_rankings(rankings, config, 10)]
+    assert sorted(fused) == ["named", "related"]  # the lexical hit stays, whatever its similarity
+    assert fuse_rankings({"vector": rankings["vector"][1:]}, config, 10) == []
+    unfloored = fuse_rankings(rankings, SearchSettings(fusion=fusion, vector_min_similarity=-1.0), 10)
+    assert "unrelated" in [key[0] for key, _ in unfloored]
+
+
 def test_validate_search_defaults_and_field_violations() -> None:
     assert validate_search(SearchQuery(namespace="ns", query="q", top_k=0)).top_k == 10
     with pytest.raises(InvalidArgument) as raised:

@@ -400,8 +400,10 @@ class MemoryStore:
     ) -> list[StoredMemory]:
         """The best ``limit`` records of ``query`` by
 
-        ``score = w_sim * (1 - cosine_distance(vector, chunk 0)) + w_rec * 0.5 ^ (age_days / half_life_days)
-        + w_imp * importance``
+        ``score = max(similarity, 0) * (w_sim + w_rec * 0.5 ^ (age_days / half_life_days) + w_imp * importance)``,
+        similarity = 1 - cosine_distance(vector, chunk 0): recency and importance scale a memory's relevance
+        (by at most ``(w_sim + w_rec + w_imp) / w_sim``), so they never lift an unrelated memory over a
+        related one; ties (no similarity) by similarity, then id
 
         (age from ``created_at`` to ``query.now``), exact over the owner's rows (the owner index narrows
         them first, then the distance is computed for those chunks only), best first.
@@ -424,14 +426,14 @@ class MemoryStore:
             " FROM {memories} m JOIN {chunks} c ON c.namespace = m.namespace AND c.node_key = m.memory_id"
             " AND c.chunk_order = 0 WHERE {where}),"
             " best AS (SELECT memory_id, similarity, recency,"
-            " %(w_sim)s * similarity + %(w_rec)s * recency + %(w_imp)s * importance AS score"
-            " FROM scored ORDER BY score DESC, memory_id LIMIT %(limit)s)"
+            " greatest(similarity, 0) * (%(w_sim)s + %(w_rec)s * recency + %(w_imp)s * importance) AS score"
+            " FROM scored ORDER BY score DESC, similarity DESC, memory_id LIMIT %(limit)s)"
             " SELECT m.*, (ag_catalog.agtype_out(v.properties)::text)::jsonb -> 'props' AS props,"
             " b.score, b.similarity, b.recency"
             " FROM best b JOIN {memories} m ON m.namespace = %(namespace)s AND m.memory_id = b.memory_id"
             " JOIN {graph_nodes} g ON g.namespace = m.namespace AND g.natural_key = m.memory_id"
             " JOIN {vertices} v ON v.id = g.vertex_id"
-            " ORDER BY b.score DESC, m.memory_id"
+            " ORDER BY b.score DESC, b.similarity DESC, m.memory_id"
         ).format(
             memories=self.table,
             chunks=self.chunks,

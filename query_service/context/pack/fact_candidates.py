@@ -1,14 +1,21 @@
 """CompileContext's fact candidates: facts about the anchors, about nodes one fact away from an anchor and
 about entities named in the best hits, scored by base weight x confidence x evidence rank
-(`query_service.context.compiler` steps 1-2). Transport free."""
+(`query_service.context.compiler` steps 1-2). Transport free.
+
+A participant link (``episode:<id> ACTOR|SUBJECT <key>``) is valued by what it adds to the pack, not by
+its kind (docs/explanation/context-compilation.md): nothing when its episode is a candidate itself (the
+turn shows who took part), dropped as redundant; otherwise, for a request with a query, its episode's
+relevance, which is below every retrieved turn's (the episode was not among the hits), so it scores 0
+and only fills budget that nothing else wants."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from common.domain.episode_header import PARTICIPANT_PREDICATES
 from common.storage.context_store import key_tokens
 from common.storage.fact_rows import FactQuery, FactRow
 from query_service.context.pack.candidates import PackCandidate, chunk_key
@@ -38,9 +45,12 @@ def fact_candidates(
     hits: Sequence[SearchHit],
     chunk_scores: dict[str, float],
     shown: PiiDisclosure,
+    candidate_episodes: Collection[str] = (),
 ) -> list[PackCandidate]:
     """The fact candidates of ``request`` (anchor facts, graph neighbours' facts, facts of entities named
-    in the best ``hits``; `query_service.context.compiler` steps 1-2), rendered and masked for ``shown``.
+    in the best ``hits``; `query_service.context.compiler` steps 1-2), rendered and masked for ``shown``;
+    participant links valued against ``candidate_episodes`` (the episode keys of the chunk candidates;
+    `participant_link_value`).
 
     Raises:
         Unavailable: the database cannot be reached.
@@ -149,5 +159,29 @@ def fact_candidates(
         )
         if row.evidence_lost:
             candidate.drop_reason = "evidence lost (every observation behind it was redacted or purged)"
+        elif is_participant_link(row):
+            relevance, candidate.drop_reason = participant_link_value(
+                row, candidate_episodes, has_query=bool(request.query.strip())
+            )
+            candidate.score = score * relevance
+            components = {**candidate.selection.components, "episode_relevance": relevance}
+            candidate.selection = replace(candidate.selection, components=components)
         out.append(candidate)
     return out
+
+
+def is_participant_link(row: FactRow) -> bool:
+    """Whether ``row`` links an episode to who or what took part (``episode:<id> ACTOR|SUBJECT <key>``)."""
+    return row.subject_key.startswith("episode:") and row.predicate in PARTICIPANT_PREDICATES
+
+
+def participant_link_value(
+    row: FactRow, candidate_episodes: Collection[str], *, has_query: bool
+) -> tuple[float, str]:
+    """(its episode's relevance, drop reason) of a participant link (the module doc): dropped when its
+    episode is a candidate itself; relevance 0 when a query ranks the episodes and its episode was not
+    retrieved; else 1 (no query: the anchor is all the relevance there is). The link's score is its fact
+    score times that relevance."""
+    if row.subject_key in candidate_episodes:
+        return 1.0, "adds nothing: its episode is a candidate itself and shows who took part"
+    return (0.0 if has_query else 1.0), ""

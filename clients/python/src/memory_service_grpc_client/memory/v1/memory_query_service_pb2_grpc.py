@@ -62,8 +62,8 @@ class MemoryQueryServiceServicer:
 
     def RecallMemories(self, request, context):
         """The memories of the caller's scope most relevant to a query, ranked by
-        score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
-        + w_importance * importance
+        score = max(cosine(query, text), 0)
+        * (w_similarity + w_recency * 0.5^(age_days / half_life_days) + w_importance * importance)
         with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
         Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
         summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves

@@ -38,8 +38,8 @@ class MemoryQueryServiceStub:
     def __new__(cls, channel: _aio.Channel) -> MemoryQueryServiceAsyncStub: ...
     RecallMemories: _grpc.UnaryUnaryMultiCallable[_memory_query_service_pb2.RecallMemoriesRequest, _memory_query_service_pb2.RecallMemoriesResponse]
     """The memories of the caller's scope most relevant to a query, ranked by
-    score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
-            + w_importance * importance
+    score = max(cosine(query, text), 0)
+            * (w_similarity + w_recency * 0.5^(age_days / half_life_days) + w_importance * importance)
     with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
     Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
     summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
@@ -69,8 +69,8 @@ class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     RecallMemories: _aio.UnaryUnaryMultiCallable[_memory_query_service_pb2.RecallMemoriesRequest, _memory_query_service_pb2.RecallMemoriesResponse]  # type: ignore[assignment]
     """The memories of the caller's scope most relevant to a query, ranked by
-    score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
-            + w_importance * importance
+    score = max(cosine(query, text), 0)
+            * (w_similarity + w_recency * 0.5^(age_days / half_life_days) + w_importance * importance)
     with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
     Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
     summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
@@ -103,8 +103,8 @@ class MemoryQueryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memory_query_service_pb2.RecallMemoriesResponse, _abc.Awaitable[_memory_query_service_pb2.RecallMemoriesResponse]]:
         """The memories of the caller's scope most relevant to a query, ranked by
-        score = w_similarity * cosine(query, text) + w_recency * 0.5^(age_days / half_life_days)
-                + w_importance * importance
+        score = max(cosine(query, text), 0)
+                * (w_similarity + w_recency * 0.5^(age_days / half_life_days) + w_importance * importance)
         with the weights and half-life of a named preset (query_service/readers/memory_recall.py RECALL_PRESETS).
         Only the requested tiers (default: hot), never expired memories, never originals hidden by a lossy
         summary. Every returned memory is touched (last_recall_time, recall_count; a warm or cold one moves
