@@ -79,6 +79,7 @@ def target_refusal(url: str, allowed: Sequence[str], *, resolve: bool = True) ->
         if _internal(address) and not _allowed(host, address, allowed):
             return (
                 f"{host} is an internal address ({address}); only hosts or networks named by"
-                " CB_WEBHOOK_ALLOWED_TARGETS may be"
+                " CB_WEBHOOK_ALLOWED_TARGETS (a JSON list, e.g. '[\"127.0.0.1\"]', set on the ingest"
+                " service and the worker) may be called"
             )
     return None

@@ -39,7 +39,7 @@ from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
-from common.storage.data_protection.erasure_store import ErasureStore, like_patterns
+from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.namespace_archive_store import NamespaceArchiveStore
@@ -130,7 +130,13 @@ class NamespaceArchive:
         selector, values, _ = subject_values(conn, self.graph, self.subjects, subject)
         patterns = like_patterns(values)
         observations = set(self.subjects.observations_matching(conn, subject.namespace, patterns))
-        keys = set(self.subjects.nodes_matching(conn, subject.namespace, patterns))
+        # audit events and trace anchors stay out, as an erasure leaves them: they record the service's
+        # own acts (a hold's reason, who exported), not the subject's data
+        keys = {
+            key
+            for key, node_type in self.subjects.nodes_matching(conn, subject.namespace, patterns).items()
+            if node_type not in AUDIT_TYPES
+        }
         keys |= {episode_key(observation_id) for observation_id in observations}
         return selector, observations, keys
 

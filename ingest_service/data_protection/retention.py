@@ -119,25 +119,54 @@ class RetentionEnforcer:
         self.batch = max(1, database.settings.memory_maintenance_batch)
 
     def set_rule(self, rule: RetentionRule) -> RetentionRule:
-        """Creates or replaces ``rule``.
+        """Creates or replaces ``rule``; audited (action ``retention_rule.set``) in the same transaction.
 
         Raises:
             InvalidArgument: see `validate_rule`.
         """
         validate_rule(rule, timedelta(days=self.database.settings.audit_retention_floor_days))
-        self.database.run_transaction(lambda conn: self.store.put_rule(conn, rule, datetime.now(UTC)))
+        self.audit.prepare()
+
+        def work(conn: Any) -> None:
+            self.store.put_rule(conn, rule, datetime.now(UTC))
+            self._audit_rule(conn, rule.namespace, "retention_rule.set", rule.data_class, rule.selector, rule.max_age)
+
+        self.database.run_transaction(work)
         return rule
 
     def delete_rule(self, namespace: str, data_class: str, selector: str) -> None:
-        """Removes a rule.
+        """Removes a rule; audited (action ``retention_rule.delete``) in the same transaction.
 
         Raises:
             NotFound: no such rule.
         """
-        if not self.database.run_transaction(
-            lambda conn: self.store.delete_rule(conn, namespace, data_class, selector)
-        ):
+        self.audit.prepare()
+
+        def work(conn: Any) -> bool:
+            if not self.store.delete_rule(conn, namespace, data_class, selector):
+                return False
+            self._audit_rule(conn, namespace, "retention_rule.delete", data_class, selector, None)
+            return True
+
+        if not self.database.run_transaction(work):
             raise NotFound(f"no retention rule {data_class}/{selector or '*'} in namespace {namespace}")
+
+    def _audit_rule(
+        self, conn: Any, namespace: str, action: str, data_class: str, selector: str, max_age: timedelta | None
+    ) -> None:
+        details: dict[str, Any] = {"data_class": data_class, "selector": selector}
+        if max_age is not None:
+            details["max_age_seconds"] = int(max_age.total_seconds())
+        self.audit.record_in(
+            conn,
+            AuditEventInput(
+                namespace=namespace,
+                action=action,
+                trace_id=default_trace_id(),
+                target_key=f"{data_class}/{selector or '*'}",
+                details=details,
+            ),
+        )
 
     def preview(self, namespace: str, now: datetime | None = None) -> list[RulePreview]:
         """Every rule of ``namespace`` with its cut-off at ``now`` and how many items are due."""

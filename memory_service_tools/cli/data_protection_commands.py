@@ -161,7 +161,7 @@ def retention_set(
         memory_client(ctx).set_retention_rule,
         dp.SetRetentionRuleRequest(rule=rule),
         as_json=as_json,
-        render=lambda r: err.print(escape(f"kept: {data_class}/{selector or '*'} for {days} days")),
+        render=lambda r: err.print(escape(f"kept: {data_class}/{selector or '*'} for {_age(timedelta(days=days))}")),
     )
 
 
@@ -200,7 +200,7 @@ def retention_show(
             age = p.rule.max_age.ToTimedelta()
             cutoff = p.cutoff_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ")
             line = (
-                f"{p.rule.data_class}/{p.rule.selector or '*'}: kept {age.days} days; items older than"
+                f"{p.rule.data_class}/{p.rule.selector or '*'}: kept {_age(age)}; items older than"
                 f" {cutoff} go: {p.due_count} due now"
             )
             if p.blocked_by_hold:
@@ -271,3 +271,12 @@ def import_(
 
 
 __all__ = ["erase", "export", "hold_app", "import_", "receipt", "retention_app"]
+
+
+def _age(age: timedelta) -> str:
+    """A rule's maximum age as a person reads it: "30 days", "1 day", "12 hours", "1.5 days"."""
+    days = age.total_seconds() / 86400
+    if days < 1:
+        hours = round(age.total_seconds() / 3600, 1)
+        return f"{hours:g} hour{'' if hours == 1 else 's'}"
+    return f"{round(days, 2):g} day{'' if days == 1 else 's'}"

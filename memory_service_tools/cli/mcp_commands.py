@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 from memory_service_grpc_client import MemoryClient
+
 from memory_service_tools.cli.cli_state import cli_state, traced
 from memory_service_tools.cli.help_format import FlagsCommand
 from memory_service_tools.cli.terminal import fail

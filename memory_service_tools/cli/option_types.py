@@ -57,3 +57,18 @@ def as_of_timestamp(text: str | None) -> timestamp_pb2.Timestamp | None:
         return parse_instant(text)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--as-of") from exc
+
+
+def key_value_pairs(values: list[str] | None, option: str) -> dict[str, str]:
+    """``key=value`` texts of a repeatable option as a dict (a later key wins).
+
+    Raises:
+        typer.BadParameter: a text without ``=`` or with an empty key (named by ``option``).
+    """
+    result: dict[str, str] = {}
+    for value in values or []:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{value!r}: expected key=value", param_hint=option)
+        result[key] = item
+    return result

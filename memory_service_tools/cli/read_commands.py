@@ -25,7 +25,13 @@ from rich.table import Table
 from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
 from common.kernel.identifiers import canonical_instant
 from memory_service_tools.cli.namespace_commands import flag_empty_namespace
-from memory_service_tools.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
+from memory_service_tools.cli.option_types import (
+    AsOfOption,
+    JsonOption,
+    NamespaceOption,
+    as_of_timestamp,
+    key_value_pairs,
+)
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, out, print_text, print_wide
 
@@ -37,16 +43,6 @@ def _excerpt(text: str, limit: int = 160) -> str:
 
 def _format_instant(stamp: timestamp_pb2.Timestamp) -> str:
     return canonical_instant(instant(stamp))
-
-
-def _meta_filters(values: list[str] | None) -> dict[str, str]:
-    result: dict[str, str] = {}
-    for value in values or []:
-        key, sep, item = value.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{value!r}: expected key=value", param_hint="--meta")
-        result[key] = item
-    return result
 
 
 def search(
@@ -68,7 +64,7 @@ def search(
     request = retrieval_service_pb2.SearchRequest(
         namespace=namespace, query=query, top_k=top_k, types=types or [], preset=preset
     )
-    filters = _meta_filters(meta)
+    filters = key_value_pairs(meta, "--meta")
     if filters:
         request.meta.CopyFrom(dict_to_struct(filters))
     response = call_and_print(memory_client(ctx).search, request, as_json=as_json, render=_print_hits)

@@ -32,7 +32,12 @@ from memory_service_grpc_client.memory.v1 import (
 from rich.markup import escape
 
 from memory_service_tools.cli.cli_state import cli_state
-from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
+from memory_service_tools.cli.option_types import (
+    JsonOption,
+    WriteNamespaceOption,
+    input_file_option,
+    key_value_pairs,
+)
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
 from memory_service_tools.cli.terminal import err, error_lines, fail, out, progress_bar
 from memory_service_tools.markdown_vault import DocumentError, find_documents, read_document
@@ -297,6 +302,10 @@ def retain(
             help="Retain calls in flight",
         ),
     ] = 2,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option("--meta", help="consumer tag key=value on every document, e.g. collection=faq (repeatable)"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Retain every ``*.md`` file under DIRECTORY (sorted), or the one file DIRECTORY names, as a document;
@@ -313,6 +322,7 @@ def retain(
     ``missing_links``: ``[{"from": key, "to": key}]``). A document the server already held exactly as sent
     counts as unchanged (RetainResponse.unchanged), not as updated.
     """
+    tags = key_value_pairs(meta, "--meta")
     if directory.is_file():
         paths, directory = [directory], directory.parent
     else:
@@ -340,6 +350,7 @@ def retain(
                 relative = path.relative_to(directory).as_posix()
                 try:
                     request = read_document(path, directory, namespace=namespace)
+                    request.meta.update(tags)
                 except DocumentError as exc:
                     failures += 1
                     report(f"{relative}: error: {exc}")

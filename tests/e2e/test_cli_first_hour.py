@@ -46,6 +46,20 @@ def test_a_single_file_is_retained(cli, tmp_path: Path) -> None:  # type: ignore
     assert "The release moved to Monday." in json.dumps(source)
 
 
+def test_retain_tags_every_document_with_meta_that_search_filters_by(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    namespace = "first-" + uuid.uuid4().hex[:8]
+    note = tmp_path / "refunds.md"
+    note.write_text("# Refunds\n\nRefunds take five working days.\n", encoding="utf-8")
+    summary = json.loads(cli("retain", str(note), "-n", namespace, "--meta", "collection=faq", "--json"))
+    assert (summary["created"], summary["failed"]) == (1, 0)
+    tagged = json.loads(cli("search", "refunds", "-n", namespace, "--meta", "collection=faq", "--json"))
+    other = json.loads(cli("search", "refunds", "-n", namespace, "--meta", "collection=manual", "--json"))
+    assert [hit.get("nodeKey", hit.get("node_key")) for hit in tagged["hits"]] == ["doc:refunds"]
+    assert other.get("hits", []) == []
+    bad = cli.invoke("retain", str(note), "-n", namespace, "--meta", "collection")
+    assert bad.exit_code == 2 and "expected key=value" in bad.output
+
+
 def test_links_inside_one_folder_resolve_in_one_run(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     namespace = "first-" + uuid.uuid4().hex[:8]
     folder = tmp_path / "vault"

@@ -361,6 +361,14 @@ def test_documents_of_a_collection_age_out_with_their_chunks_and_a_subject_hold_
                 (namespace,),
             ).fetchall()
         assert sorted(str(r[0]) for r in reasons) == ["retention documents/faq"] * 2  # audited per document
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            rule_set = conn.execute(
+                "SELECT props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'retention_rule.set'",
+                (namespace,),
+            ).fetchall()
+        assert [row[0] for row in rule_set] == [
+            {"data_class": "documents", "selector": "faq", "max_age_seconds": 7 * 86400}
+        ]
     finally:
         database.close()
 
@@ -491,6 +499,17 @@ def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_
             ).fetchall()
         details = [row[0]["details"] for row in kept]
         assert [d["deleted"] for d in details] == [outcome[0].deleted]  # the trail says it was shortened
+        protection.DeleteRetentionRule(
+            dp.DeleteRetentionRuleRequest(namespace=namespace, data_class="audit_events"), timeout=30
+        )
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            changes = conn.execute(
+                "SELECT action, target_key FROM audit_events WHERE namespace = %s AND action LIKE 'retention_rule.%%'"
+                " ORDER BY recorded_at",
+                (namespace,),
+            ).fetchall()
+        # the rule set before the sweep went with the old events; its removal is on record
+        assert changes[-1] == ("retention_rule.delete", "audit_events/*")
     finally:
         database.close()
 

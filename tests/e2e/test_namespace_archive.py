@@ -251,6 +251,7 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
     assert lines[0]["subject"] == "node_key" and lines[-1]["records"] == len(lines) - 2
     nodes = {r["row"]["natural_key"] for r in lines if r["kind"] == "node"}
     assert {"person:dana", "doc:billing"} <= nodes and "doc:weather" not in nodes
+    assert not [key for key in nodes if key.startswith(("audit_event:", "pc_trace:"))]
     texts = [r["row"]["content"] for r in lines if r["kind"] == "observation"]
     assert texts == ["Dana Whitfield asked for the invoice."]  # the build observation is not about her
     assert all(r["row"]["node_key"] in nodes for r in lines if r["kind"] == "chunk")
