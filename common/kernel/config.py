@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(
         30000, ge=0, description="PostgreSQL statement_timeout of the services' sessions"
     )
+    erasure_statement_timeout_ms: int = Field(
+        600000,
+        ge=0,
+        description="statement_timeout inside an EraseSubject transaction (its scans read the whole namespace)",
+    )
     hnsw_ef_search: int = Field(
         100, ge=1, le=1000, description="pgvector hnsw.ef_search of the vector ranking"
     )

@@ -23,3 +23,9 @@ def prepare_age_session(conn: psycopg.Connection[Any]) -> None:
     except psycopg.Error:
         pass  # non-superusers cannot LOAD; the server then must have age in shared_preload_libraries
     conn.execute(_SESSION_QUERIES["set_age_search_path"])
+
+
+def set_transaction_statement_timeout(conn: psycopg.Connection[Any], milliseconds: int) -> None:
+    """Gives the rest of the current transaction of ``conn`` a statement timeout of ``milliseconds``
+    (0: none); the session's own timeout returns at its end."""
+    conn.execute(_SESSION_QUERIES["set_local_statement_timeout"], (str(milliseconds),))

@@ -53,6 +53,7 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.memories.store import MemoryStore
+from common.storage.session import set_transaction_statement_timeout
 from common.storage.visibility import EVERYTHING
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.observations.removal import ObservationRemover, episode_key
@@ -258,6 +259,9 @@ class SubjectEraser:
         self, conn: Any, request: EraseInput, receipt_id: str, salt: str, trace_id: str, principal: str
     ) -> ErasureReceipt:
         namespace = request.namespace
+        # the matching scans read every row of the namespace: at 100k observations one takes longer than
+        # the services' statement timeout
+        set_transaction_statement_timeout(conn, self.database.settings.erasure_statement_timeout_ms)
         if request.node_key.strip():
             lock_node_keys(conn, [(namespace, request.node_key.strip())])
         selector, values, hold_keys = subject_values(conn, self.graph, self.store, request)

@@ -10,3 +10,8 @@ LOAD 'age'
 -- Our tables in the first writable schema, never in AGE's own; ag_catalog last so agtype operators
 -- resolve.
 SET search_path = "$user", public, ag_catalog
+
+-- name: set_local_statement_timeout
+-- The statement timeout of the rest of this transaction only, in milliseconds as text (parameter); a
+-- long administrative write (an erasure scanning a large namespace) gets its own budget.
+SELECT set_config('statement_timeout', %s, true)
