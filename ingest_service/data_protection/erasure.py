@@ -343,10 +343,11 @@ class SubjectEraser:
             conn, namespace, patterns
         )
         # The change feed's outbox and pending webhook bodies, this transaction's own events included
-        # (statement triggers have written them by now): a subscriber never receives an erased value.
+        # (staged by the statement triggers until the commit numbers them): a subscriber never receives
+        # an erased value.
         counts["change_events_deleted"] = self.store.delete_rows_matching(
             conn, "change_events", namespace, key_patterns
-        )
+        ) + self.store.delete_staged_changes_matching(conn, namespace, key_patterns)
         counts["webhook_deliveries_deleted"] = self.store.delete_rows_matching(
             conn, "webhook_deliveries", namespace, key_patterns
         )

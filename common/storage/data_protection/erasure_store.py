@@ -268,6 +268,23 @@ class ErasureStore:
         )
         return cursor.rowcount
 
+    def delete_staged_changes_matching(
+        self, conn: psycopg.Connection[Any], namespace: str, patterns: list[str]
+    ) -> int:
+        """Deletes the change events this transaction has staged but not yet numbered (the session's
+        ``change_feed_staged`` table, sql/0037_change_feed_write_cost.sql) of ``namespace`` whose text
+        form holds a pattern, so the commit does not publish them; returns how many."""
+        if not patterns:
+            return 0
+        staged = conn.execute("SELECT to_regclass('pg_temp.change_feed_staged')").fetchone()
+        if staged is None or staged[0] is None:
+            return 0
+        cursor = conn.execute(
+            "DELETE FROM pg_temp.change_feed_staged x WHERE x.namespace = %s AND (x.*)::text ILIKE ANY(%s)",
+            (namespace, patterns),
+        )
+        return cursor.rowcount
+
     def delete_vault_rows_of_nodes(
         self, conn: psycopg.Connection[Any], namespace: str, keys: Sequence[str]
     ) -> int:
