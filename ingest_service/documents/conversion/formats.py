@@ -51,6 +51,9 @@ STRIPPED_ELEMENTS = (
 )
 # A vertical gap between two lines larger than this share of a line's height starts a new paragraph.
 PARAGRAPH_GAP = 0.5
+# Two letters further apart than this fraction of their font size are two words. pdfplumber's default, a
+# fixed 3 pt, glues the words of TeX-made PDFs (dvipdfmx, pdfTeX), whose spaces are gaps, not characters.
+WORD_GAP_RATIO = 0.15
 # A page with fewer non-blank characters than this is taken as having no text layer (a scan).
 MIN_PAGE_TEXT_CHARS = 8
 
@@ -164,9 +167,11 @@ def _pdf_page_markdown(page: Any) -> str:
     for table in tables:
         outside = outside.outside_bbox(table.bbox)
     blocks: list[tuple[float, float, str]] = [
-        (table.bbox[1], table.bbox[3], _markdown_table(table.extract())) for table in tables
+        (table.bbox[1], table.bbox[3], _markdown_table(table.extract(x_tolerance_ratio=WORD_GAP_RATIO)))
+        for table in tables
     ]
-    blocks.extend((line["top"], line["bottom"], line["text"]) for line in outside.extract_text_lines() or [])
+    lines = outside.extract_text_lines(x_tolerance_ratio=WORD_GAP_RATIO) or []
+    blocks.extend((line["top"], line["bottom"], line["text"]) for line in lines)
     blocks.sort(key=lambda block: block[0])
     out: list[str] = []
     previous_bottom: float | None = None
