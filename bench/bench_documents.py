@@ -242,6 +242,7 @@ def measure_retrieval(
                     )
                 retain_seconds = time.perf_counter() - started
                 hits = 0
+                missed = []
                 started = time.perf_counter()
                 for key, sentence in probes:
                     found = search.Search(
@@ -250,7 +251,10 @@ def measure_retrieval(
                         ),
                         timeout=60,
                     ).hits
-                    hits += f"doc:{key}" in [hit.node_key for hit in found]
+                    found_it = f"doc:{key}" in [hit.node_key for hit in found]
+                    hits += found_it
+                    if not found_it:
+                        missed.append(key)
                 search_seconds = time.perf_counter() - started
                 out[fmt] = {
                     "hit_at_5": round(hits / len(probes), 4),
@@ -266,6 +270,7 @@ def measure_retrieval(
                     ),
                     "search_seconds_per_query": round(search_seconds / len(probes), 3),
                     "load_average": load_average(),
+                    "missed": missed,  # the pages whose sentence was not in the top 5
                 }
                 if "md" in out and fmt != "md":
                     out[fmt]["hit_at_5_minus_md"] = round(out[fmt]["hit_at_5"] - out["md"]["hit_at_5"], 4)
