@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets run test deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
+.PHONY: console-assets run test test-documents-data deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -153,7 +153,14 @@ lint-imports: $(STAMP)
 run: deps
 	$(VENV)/bin/cb up
 
-test: db lint-imports
+# The real documents of tests/e2e/test_real_pdfs.py and test_real_mail.py: PDF books from Debian's
+# documentation packages and CPython's e-mail test messages (Debian packages, installed when missing).
+DOC_DEBS := debian-history maint-guide libpython3.11-testsuite
+test-documents-data:
+	@missing=""; for pkg in $(DOC_DEBS); do dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+
+test: db lint-imports test-documents-data
 	$(PY) -m pytest
 
 bench: db

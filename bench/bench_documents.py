@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -127,15 +128,23 @@ def _fidelity(expected: list[Any], texts: list[str]) -> dict[str, float]:
     return {"recovery": round(found / total, 4), "worst_file": round(worst, 4)}
 
 
-def measure_formats(corpus: list[CorpusDocument], settings: Settings) -> dict[str, Any]:
-    """Per format: the service's conversion (child process per file) and the model on its chunks."""
+def measure_formats(
+    corpus: list[CorpusDocument],
+    settings: Settings,
+    formats: list[str],
+    results: dict[str, Any],
+    save: Callable[[], None],
+) -> dict[str, Any]:
+    """Per format: the service's conversion (child process per file) and the model on its chunks;
+    ``results`` is filled and ``save`` called after each format."""
     from common.text_models.embeddings.factory import build_embedding_provider
 
     provider = build_embedding_provider(settings)
+    provider.encode_passages(["warm-up: the model loads on first use, not in the first format's time"])
     converter = DocumentConverter()
     expected = [markdown_words(d.markdown.read_text("utf-8")) for d in corpus]
-    results: dict[str, Any] = {}
-    for fmt, media_type in TYPES.items():
+    for fmt in formats:
+        media_type = TYPES[fmt]
         files = [d.files[fmt].read_bytes() for d in corpus]
         started = time.perf_counter()
         converted = [converter.convert(data, media_type).converted for data in files]
@@ -169,6 +178,7 @@ def measure_formats(corpus: list[CorpusDocument], settings: Settings) -> dict[st
             "load_average": load_average(),
         }
         print(fmt, json.dumps(results[fmt]), flush=True)
+        save()
     return results
 
 
@@ -190,8 +200,11 @@ def measure_candidates(corpus: list[CorpusDocument]) -> dict[str, Any]:
     return results
 
 
-def measure_retrieval(corpus: list[CorpusDocument], arguments: argparse.Namespace) -> dict[str, Any]:
-    """hit@5 of a distinctive sentence per page, on the Markdown, PDF and DOCX versions."""
+def measure_retrieval(
+    corpus: list[CorpusDocument], arguments: argparse.Namespace, out: dict[str, Any], save: Callable[[], None]
+) -> dict[str, Any]:
+    """hit@5 of a distinctive sentence per page, on the Markdown, PDF, DOCX (and HTML) versions, each in
+    a namespace of its own; ``out`` is filled and ``save`` called after each version."""
     import grpc
     from memory_service_grpc_client.memory.v1 import (
         document_service_pb2,
@@ -204,11 +217,11 @@ def measure_retrieval(corpus: list[CorpusDocument], arguments: argparse.Namespac
 
     formats = {
         fmt: media_type
-        for fmt, media_type in {"md": mt.MARKDOWN, "pdf": mt.PDF, "docx": mt.DOCX}.items()
+        for fmt, media_type in {"md": mt.MARKDOWN, "pdf": mt.PDF, "docx": mt.DOCX, "html": mt.HTML}.items()
         if fmt in arguments.retrieval_formats.split(",")
     }
     probes = distinctive_sentences(corpus)
-    out: dict[str, Any] = {"probes": len(probes)}
+    out["probes"] = len(probes)
 
     def run(args: argparse.Namespace, stamp: str) -> int:
         with services() as (ingest_addr, query_addr):
@@ -230,6 +243,8 @@ def measure_retrieval(corpus: list[CorpusDocument], arguments: argparse.Namespac
                     )
                 retain_seconds = time.perf_counter() - started
                 hits = 0
+                missed = []
+                started = time.perf_counter()
                 for key, sentence in probes:
                     found = search.Search(
                         retrieval_service_pb2.SearchRequest(
@@ -237,13 +252,31 @@ def measure_retrieval(corpus: list[CorpusDocument], arguments: argparse.Namespac
                         ),
                         timeout=60,
                     ).hits
-                    hits += f"doc:{key}" in [hit.node_key for hit in found]
+                    found_it = f"doc:{key}" in [hit.node_key for hit in found]
+                    hits += found_it
+                    if not found_it:
+                        missed.append(key)
+                search_seconds = time.perf_counter() - started
                 out[fmt] = {
                     "hit_at_5": round(hits / len(probes), 4),
                     "retain_seconds": round(retain_seconds, 1),
                     "retain_documents_per_s": round(len(corpus) / retain_seconds, 2),
+                    "retain_mb_per_s": round(
+                        sum(
+                            (d.markdown if fmt == "md" else d.files[fmt]).stat().st_size for d in corpus
+                        )
+                        / MB
+                        / retain_seconds,
+                        3,
+                    ),
+                    "search_seconds_per_query": round(search_seconds / len(probes), 3),
+                    "load_average": load_average(),
+                    "missed": missed,  # the pages whose sentence was not in the top 5
                 }
+                if "md" in out and fmt != "md":
+                    out[fmt]["hit_at_5_minus_md"] = round(out[fmt]["hit_at_5"] - out["md"]["hit_at_5"], 4)
                 print("retrieval", fmt, json.dumps(out[fmt]), flush=True)
+                save()
         return 0
 
     run_in_database(run, arguments, "bench_documents")
@@ -260,7 +293,18 @@ def main() -> int:
         "--retrieval", action="store_true", help="also run the sentence search (needs the database)"
     )
     parser.add_argument("--shared-database", action="store_true", help="use CB_DATABASE_URL itself")
-    parser.add_argument("--retrieval-formats", default="md,pdf,docx", help="versions searched (md,pdf,docx)")
+    parser.add_argument(
+        "--formats", default="pdf,docx,html,epub", help="formats converted and embedded (pdf,docx,html,epub)"
+    )
+    parser.add_argument(
+        "--retrieval-formats", default="md,pdf,docx,html", help="versions searched (md,pdf,docx,html)"
+    )
+    parser.add_argument("--note", default="", help="a note kept with the results")
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the sentence search beside the conversion figures (shorter run; both share the CPU)",
+    )
     parser.add_argument("--only-retrieval", action="store_true", help="skip the conversion and model figures")
     arguments = parser.parse_args()
     settings = Settings()
@@ -277,16 +321,42 @@ def main() -> int:
         "pages": len(corpus),
         "corpus_build_seconds": round(time.perf_counter() - started, 1),
         "embedding_provider": settings.embedding_provider,
+        "note": arguments.note,
+        "parallel": arguments.parallel,
     }
+    path = ROOT / "bench" / "results" / f"documents-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    lock = threading.Lock()
+
+    def save() -> None:  # after every step, so a run cut short still leaves what it measured
+        with lock:
+            for _ in range(5):  # the other thread may add a figure while this one serialises
+                try:
+                    text = json.dumps(results, indent=2) + "\n"
+                    break
+                except RuntimeError:
+                    time.sleep(0.1)
+            path.write_text(text)
+
+    retrieval = None
+    if arguments.retrieval:
+        results["retrieval"] = {}
+        retrieval = threading.Thread(
+            target=measure_retrieval, args=(corpus, arguments, results["retrieval"], save), daemon=True
+        )
+        if arguments.parallel:
+            retrieval.start()
     if not arguments.only_retrieval:
-        results["formats"] = measure_formats(corpus, settings)
+        results["formats"] = {}
+        measure_formats(corpus, settings, arguments.formats.split(","), results["formats"], save)
     if arguments.candidates:
         results["candidates"] = measure_candidates(corpus)
-    if arguments.retrieval:
-        results["retrieval"] = measure_retrieval(corpus, arguments)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"documents-{stamp}.json").write_text(json.dumps(results, indent=2) + "\n")
+    if retrieval is not None:
+        if not arguments.parallel:
+            retrieval.start()
+        retrieval.join()
+    save()
     print(f"written bench/results/documents-{stamp}.json")
     print("retrieval probes", results.get("retrieval", {}).get("probes"))
     return 0

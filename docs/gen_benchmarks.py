@@ -130,6 +130,29 @@ def retrieval(d: dict) -> list[Row]:
     return rows
 
 
+def documents(d: dict) -> list[Row]:
+    """Per format: sentence-search hit@5 (baseline: the Markdown versions), word recovery, and the
+    conversion's documents/s and MB/s (baseline: the embedding model on the same converted text)."""
+    rows: list[Row] = []
+    search = d.get("retrieval") or {}
+    md = get(search, "md|hit_at_5")
+    for fmt_name in ("md", "pdf", "docx", "html"):
+        value = get(search, f"{fmt_name}|hit_at_5")
+        if value is not None:
+            base = "" if fmt_name == "md" or md is None else f"{fmt(md)} (Markdown)"
+            rows.append((f"{fmt_name}: sentence search hit@5 ({search.get('probes')} probes)", value, base))
+    for fmt_name, figures in (d.get("formats") or {}).items():
+        if not isinstance(figures, dict):
+            continue
+        rows.append((f"{fmt_name}: words recovered (worst file {fmt(figures.get('worst_file'))})",
+                     figures.get("recovery"), ""))
+        rows.append((f"{fmt_name}: conversion documents/s", figures.get("conversion_documents_per_s"),
+                     f"{fmt(figures.get('model_documents_per_s'))} (embedding model)"))
+        rows.append((f"{fmt_name}: conversion MB/s", figures.get("conversion_mb_per_s"),
+                     f"{fmt(figures.get('model_mb_per_s'))} (embedding model, MB of text)"))
+    return rows
+
+
 def lexical_indexes(d: dict) -> list[Row]:
     """Each ranking's p50 per index set and size; the baseline is the table-wide index set."""
     rows = []
@@ -204,6 +227,7 @@ SPECS: dict[str, Callable[[Any], list[Row]]] = {
     "scale": scale,
     "context-quality": context_quality,
     "retrieval": retrieval,
+    "documents": documents,
     "vault": lambda d: pairs(d, [
         ("vault ingest chunks/s", "full|chunks_per_second", "floor_after|per_second"),
         ("unchanged re-run s", "rerun|seconds", ""),

@@ -22,6 +22,7 @@ VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 if not VAULT.is_dir():  # a worktree sits one level deeper than a clone
     VAULT = Path("/work/shared/corpora/docs-vault")
 CACHE = Path(tempfile.gettempdir()) / "memory-service-document-corpus"
+NO_IMAGES = Path(__file__).resolve().parent / "data" / "pandoc_no_images.lua"
 FORMATS = ("html", "docx", "epub", "pdf")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 
@@ -156,12 +157,18 @@ def build(pages: list[Path], formats: tuple[str, ...] = FORMATS) -> list[CorpusD
 
 
 def _pandoc(page: Path, target: Path, fmt: str) -> None:
-    command = ["pandoc", "--from", "gfm", str(page), "-o", str(target), "--standalone"]
-    if fmt == "html":
+    # Two passes: pandoc fetches the pictures of a DOCX or EPUB before a filter of the same run could drop
+    # them, so the filter runs on the parsed document first (no picture fetched, none missing).
+    parsed = subprocess.run(
+        ["pandoc", "--from", "gfm", str(page), "--to", "json", "--lua-filter", str(NO_IMAGES)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    ).stdout
+    command = ["pandoc", "--from", "json", "-o", str(target), "--standalone"]
+    if fmt in ("html", "epub"):
         command += ["--metadata", f"title={page.stem}"]
-    if fmt == "epub":
-        command += ["--metadata", f"title={page.stem}"]
-    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    subprocess.run(command, input=parsed, check=True, capture_output=True, timeout=120)
 
 
 __all__ = [

@@ -51,6 +51,9 @@ STRIPPED_ELEMENTS = (
 )
 # A vertical gap between two lines larger than this share of a line's height starts a new paragraph.
 PARAGRAPH_GAP = 0.5
+# Two letters further apart than this fraction of their font size are two words. pdfplumber's default, a
+# fixed 3 pt, glues the words of TeX-made PDFs (dvipdfmx, pdfTeX), whose spaces are gaps, not characters.
+WORD_GAP_RATIO = 0.15
 # A page with fewer non-blank characters than this is taken as having no text layer (a scan).
 MIN_PAGE_TEXT_CHARS = 8
 
@@ -164,9 +167,11 @@ def _pdf_page_markdown(page: Any) -> str:
     for table in tables:
         outside = outside.outside_bbox(table.bbox)
     blocks: list[tuple[float, float, str]] = [
-        (table.bbox[1], table.bbox[3], _markdown_table(table.extract())) for table in tables
+        (table.bbox[1], table.bbox[3], _markdown_table(table.extract(x_tolerance_ratio=WORD_GAP_RATIO)))
+        for table in tables
     ]
-    blocks.extend((line["top"], line["bottom"], line["text"]) for line in outside.extract_text_lines() or [])
+    lines = outside.extract_text_lines(x_tolerance_ratio=WORD_GAP_RATIO) or []
+    blocks.extend((line["top"], line["bottom"], line["text"]) for line in lines)
     blocks.sort(key=lambda block: block[0])
     out: list[str] = []
     previous_bottom: float | None = None
@@ -342,10 +347,16 @@ def convert_epub(data: bytes, limits: ConversionLimits) -> Converted:
 # -- mail and text -----------------------------------------------------------------------------------
 
 
-def _message_markdown(message: EmailMessage) -> str:
-    """A mail as Markdown: the subject as a heading, From/To/Date lines, the body (HTML converted)."""
+# A forwarded message inside a forwarded message ... is followed this deep, no deeper.
+ENCLOSED_DEPTH = 5
+
+
+def _message_markdown(message: EmailMessage, depth: int = 0) -> str:
+    """A mail as Markdown: the subject as a heading, From/To/Date lines, the body (HTML converted), the
+    attachments named (by file name, else by content type), and each enclosed message (a forward,
+    ``message/rfc822``) in full below it."""
     subject = str(message.get("Subject") or "(no subject)")
-    lines = [f"## {subject}", ""]
+    lines = [f"{'#' * min(2 + depth, 6)} {subject}", ""]
     for header in ("From", "To", "Date"):
         if message.get(header):
             lines.append(f"{header}: {message.get(header)}  ")
@@ -354,10 +365,29 @@ def _message_markdown(message: EmailMessage) -> str:
     if body is not None:
         content = body.get_content()
         text = html_to_markdown(content) if body.get_content_type() == "text/html" else str(content)
-    attachments = [part.get_filename() for part in message.iter_attachments() if part.get_filename()]
+    enclosed = _enclosed(message)
+    attachments = [
+        str(part.get_filename() or part.get_content_type())
+        for part in message.iter_attachments()
+        if part.get_content_type() != "message/rfc822"
+    ]
     if attachments:
-        lines.append(f"Attachments: {', '.join(str(name) for name in attachments)}  ")
-    return _clean("\n".join(lines) + "\n\n" + text.strip())
+        lines.append(f"Attachments: {', '.join(attachments)}  ")
+    out = "\n".join(lines) + "\n\n" + text.strip()
+    for part in enclosed if depth < ENCLOSED_DEPTH else []:
+        inner = part.get_content()
+        if isinstance(inner, EmailMessage):
+            out += "\n\nEnclosed message:\n\n" + _message_markdown(inner, depth + 1)
+    return _clean(out)
+
+
+def _enclosed(part: EmailMessage) -> list[EmailMessage]:
+    """The ``message/rfc822`` parts of ``part`` (itself when it is one), not those inside them."""
+    if part.get_content_type() == "message/rfc822":
+        return [part]
+    if part.is_multipart():
+        return [found for sub in part.iter_parts() for found in _enclosed(sub)]  # type: ignore[arg-type]
+    return []
 
 
 def convert_eml(data: bytes, limits: ConversionLimits) -> Converted:
