@@ -144,6 +144,8 @@ go-client:
 	mkdir -p $(GO_PATH)/src && ln -sfn $(CURDIR)/clients/go $(GO_PATH)/src/memoryservice
 	cd $(GO_PATH)/src/memoryservice && GO111MODULE=off GOPATH=$(GO_PATH):/usr/share/gocode GOCACHE=$(CURDIR)/.tools/gocache \
 	  go build -o $(CURDIR)/clients/go/bin/check ./cmd/check
+	cd $(GO_PATH)/src/memoryservice && GO111MODULE=off GOPATH=$(GO_PATH):/usr/share/gocode GOCACHE=$(CURDIR)/.tools/gocache \
+	  go build -o $(CURDIR)/clients/go/bin/watchsuperseded ./cmd/watchsuperseded
 
 # The import layers of docs/explanation/architecture.md (import-linter contracts in pyproject.toml).
 lint-imports: $(STAMP)
