@@ -58,6 +58,8 @@ def test_every_named_query_prepares(database: Database, settings: Settings) -> N
     refused: list[str] = []
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         prepare_age_session(conn)
+        # the change feed's staging table lives per session: a writer creates it first (stage_transaction)
+        conn.execute(Queries.for_settings("change_feed.sql", settings)["stage_transaction"])
         for file_name, name, queries in _all_queries(settings):
             text = _numbered(queries[name].as_string(conn))
             result = conn.pgconn.prepare(b"", text.encode("utf-8"))
