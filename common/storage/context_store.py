@@ -147,8 +147,8 @@ class ContextStore:
         A summary read once is kept by the store (`VertexSummaryCache`) under the vertex's id and row
         version (``xmin`` and the server's start time): the statement then returns only the id and version
         of a vertex whose version is known, without reading its properties, which for a document hold its whole text (every read
-        detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, bench/RESULTS.md (git history) session
-        19). Any write of a vertex gives its row a new version, so a changed node is read again.
+        detoasted and parsed it: 2.35 ms of a 13.9 ms Search on the docs vault, in the
+        benchmark history in git). Any write of a vertex gives its row a new version, so a changed node is read again.
         """
         keys = list(dict.fromkeys(natural_keys))
         if not keys:

@@ -40,10 +40,24 @@ def outside_references(root: Path = ROOT) -> list[str]:
             text = path.read_text(encoding="utf-8")
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
             continue  # binary files, submodules, files deleted in the working tree
-        for number, line in enumerate(text.splitlines(), 1):
-            if OUTSIDE_REFERENCE.search(line):
+        lines = text.splitlines()
+        for number, line in enumerate(lines, 1):
+            if OUTSIDE_REFERENCE.search(line) or OUTSIDE_REFERENCE.search(joined_with_next(line, lines, number)):
                 found.append(f"{name}:{number}: {line.strip()[:120]}")
     return found
+
+
+def joined_with_next(line: str, lines: list[str], number: int) -> str:
+    """The line's last word followed by the next line's text without its comment or docstring lead, so a
+    reference wrapped across a line break ("...; seed" / "000: asserted") is matched as well."""
+    if number >= len(lines) or not line.split():
+        return ""
+    following = LINE_LEAD.sub("", lines[number])
+    return f"{line.split()[-1]} {following}"
+
+
+# What opens a wrapped line of a comment or a docstring: indentation, ``#``, ``*``, ``//``, ``--``.
+LINE_LEAD = re.compile(r"^\s*(?:#+|\*|//|--)?\s*")
 
 
 def test_the_pattern_matches_what_it_is_for() -> None:
@@ -67,6 +81,14 @@ def test_the_pattern_matches_what_it_is_for() -> None:
         "DESIGNER",
     ]:
         assert not OUTSIDE_REFERENCE.search(text), text
+
+
+def test_a_reference_wrapped_across_a_line_break_is_found() -> None:
+    lines = ["    # weighed by evidence (seed", "    # 000: asserted 3)", "a session", "token"]
+    assert joined_with_next(lines[0], lines, 1) == "(seed 000: asserted 3)"
+    assert OUTSIDE_REFERENCE.search(joined_with_next(lines[0], lines, 1))
+    assert not OUTSIDE_REFERENCE.search(joined_with_next(lines[2], lines, 3))
+    assert joined_with_next(lines[3], lines, 4) == ""
 
 
 def test_no_tracked_file_points_outside_the_repository() -> None:

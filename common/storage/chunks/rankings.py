@@ -352,8 +352,8 @@ class ChunkRankings:
         # more chunks than that (`6.0`, `1.0.0` in a manual) cannot select among them, so it takes no part
         # (neither as a match nor in ``hits``), and the bitmap heap scan stops rechecking at the LIMIT
         # instead of reading every chunk that holds its trigrams (about 4,000 for `6.0`: pg_trgm indexes
-        # alphanumeric runs only). Measured on the docs vault, 200 chunk texts (bench/RESULTS.md (git history), session
-        # 16): the ranking's mean 24.0 -> 6.8 ms, p95 66.9 -> 24.8, slowest 237 -> 40; Search quality unchanged
+        # alphanumeric runs only). Measured on the docs vault, 200 chunk texts (the benchmark history in git):
+        # the ranking's mean 24.0 -> 6.8 ms, p95 66.9 -> 24.8, slowest 237 -> 40; Search quality unchanged
         # on 300 Debian package-version probes and on the FAQ and vault-sentence probes.
         matched: list[sql.Composable] = []
         if tokens:

@@ -1,5 +1,5 @@
-"""The compiled pack (`ContextPack`) and its item (`ContextItem`), how facts are weighed by their evidence (`fact_score`; seed
-000: asserted 3, extracted 2, inferred and derived 1) and how a fact is rendered in the pack text
+"""The compiled pack (`ContextPack`) and its item (`ContextItem`), how facts are weighed by their evidence (`fact_score`;
+docs/explanation/knowledge-model.md: asserted 3, extracted 2, inferred and derived 1) and how a fact is rendered in the pack text
 (`render_fact`). Shared by both compilers; transport free.
 """
 
