@@ -209,9 +209,9 @@ class RetentionEnforcer:
         if rule.data_class == "memories":
             return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "documents":
-            return len(self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, None))
+            return self.store.count_documents_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "personal_data":
-            return len(self.store.personal_data_older_than(conn, rule.namespace, rule.selector, cutoff, None))
+            return self.store.count_personal_data_older_than(conn, rule.namespace, rule.selector, cutoff)
         if rule.data_class == "audit_events":
             return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)

@@ -422,6 +422,8 @@ def test_personal_data_of_a_category_ages_out_whatever_holds_it(
         enforcer = RetentionEnforcer(
             database, ObservationRemover(database), MemoryWriter(database, _NoPassages())
         )
+        assert [p.due for p in enforcer.preview(namespace, now + timedelta(days=20))] == [0]
+        assert [p.due for p in enforcer.preview(namespace, now + timedelta(days=31))] == [2]
         enforcer.enforce(now + timedelta(days=20), (namespace,))
         assert stored() == (observations, nodes)  # 20 days old: kept
         outcome = enforcer.enforce(now + timedelta(days=31), (namespace,))

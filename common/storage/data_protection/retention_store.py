@@ -76,42 +76,74 @@ class RetentionStore:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def _documents_due(self) -> sql.Composed:
+        """The documents of ``%(ns)s`` (of the consumer tag ``%(collection)s``: a chunk's meta
+        ``{"collection": ...}``; any when empty) last retained before ``%(before)s``, with that time."""
+        return sql.SQL(
+            "SELECT g.natural_key, g.last_seen FROM {nodes} g WHERE g.namespace = %(ns)s"
+            " AND g.node_type = 'document' AND g.last_seen < %(before)s AND (%(collection)s = ''"
+            " OR EXISTS (SELECT 1 FROM {chunks} c WHERE c.namespace = g.namespace AND c.node_key = g.natural_key"
+            " AND c.meta @> jsonb_build_object('collection', %(collection)s::text)))"
+        ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"])
+
     def documents_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime, limit: int
     ) -> list[str]:
-        """Keys of the documents of ``namespace`` (of the consumer tag ``collection``: a chunk's meta
-        ``{"collection": ...}``; any when empty) last retained before ``before``, oldest first, at most
-        ``limit`` (``limit`` None: no limit, for counting)."""
+        """Keys of the documents of ``namespace`` (of the consumer tag ``collection``; any when empty) last
+        retained before ``before``, oldest first, at most ``limit``."""
         rows = conn.execute(
             sql.SQL(
-                "SELECT g.natural_key FROM {nodes} g WHERE g.namespace = %(ns)s AND g.node_type = 'document'"
-                " AND g.last_seen < %(before)s AND (%(collection)s = '' OR EXISTS (SELECT 1 FROM {chunks} c"
-                " WHERE c.namespace = g.namespace AND c.node_key = g.natural_key"
-                " AND c.meta @> jsonb_build_object('collection', %(collection)s::text)))"
-                " ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
-            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
+                "SELECT natural_key FROM ({due}) d ORDER BY last_seen, natural_key LIMIT %(limit)s"
+            ).format(due=self._documents_due()),
             {"ns": namespace, "collection": collection, "before": before, "limit": limit},
         ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def count_documents_older_than(
+        self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime
+    ) -> int:
+        """How many documents `documents_older_than` would find without a limit."""
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM ({due}) d").format(due=self._documents_due()),
+            {"ns": namespace, "collection": collection, "before": before},
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _personal_data_due(self) -> sql.Composed:
+        """(node key, observation id or "", last written) of the nodes of ``%(ns)s`` whose chunks are
+        marked as personal data (of ``%(category)s``; any when empty), last written before ``%(before)s``."""
+        return sql.SQL(
+            "SELECT g.natural_key, coalesce(min(c.meta ->> 'observation_id'), '') AS observation_id, g.last_seen"
+            " FROM {chunks} c JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
+            " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(category)s = ''"
+            " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(category)s END"
+            " GROUP BY g.natural_key, g.last_seen"
+        ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"])
+
     def personal_data_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime, limit: int | None
+        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime, limit: int
     ) -> list[tuple[str, str]]:
         """[(node key, observation id or "")] of the nodes of ``namespace`` whose chunks are marked as
         personal data (of ``category``, e.g. ``email``; any when empty) and that were last written before
-        ``before``, oldest first, at most ``limit`` (None: all). The observation id is that of an
-        episode (its chunks carry it), so the caller purges the observation rather than the node alone."""
+        ``before``, oldest first, at most ``limit``. The observation id is that of an episode (its chunks
+        carry it), so the caller purges the observation rather than the node alone."""
         rows = conn.execute(
             sql.SQL(
-                "SELECT g.natural_key, coalesce(min(c.meta ->> 'observation_id'), '') FROM {chunks} c"
-                " JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
-                " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(category)s = ''"
-                " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(category)s END"
-                " GROUP BY g.natural_key, g.last_seen ORDER BY g.last_seen, g.natural_key LIMIT %(limit)s"
-            ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"]),
+                "SELECT natural_key, observation_id FROM ({due}) p ORDER BY last_seen, natural_key LIMIT %(limit)s"
+            ).format(due=self._personal_data_due()),
             {"ns": namespace, "category": category, "before": before, "limit": limit},
         ).fetchall()
         return [(str(key), str(observation_id)) for key, observation_id in rows]
+
+    def count_personal_data_older_than(
+        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime
+    ) -> int:
+        """How many nodes `personal_data_older_than` would find without a limit."""
+        row = conn.execute(
+            sql.SQL("SELECT count(*) FROM ({due}) p").format(due=self._personal_data_due()),
+            {"ns": namespace, "category": category, "before": before},
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def count_observations_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime
