@@ -26,8 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from common.domain.audit import ACTION_PATTERN, MAX_PRINCIPAL_LENGTH, AuditEvent, event_from_props
-from common.kernel import pii as personal_data
-from common.kernel.errors import InvalidArgument, PermissionDenied, ViolationCollector
+from common.kernel.errors import InvalidArgument, ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN, canonical_instant
 from common.kernel.page_tokens import MalformedPageToken, token_bytes, token_instant
 from common.kernel.page_tokens import decode_page_token as decode_token
@@ -118,7 +117,6 @@ def decode_page_token(request: AuditListInput) -> tuple[datetime, str] | None:
         raise InvalidArgument.single("page_token", _TOKEN_ERROR) from None
 
 
-
 def validate_list_request(request: AuditListInput) -> None:
     """Raises `InvalidArgument` with one field violation per bad field (names of ListAuditEventsRequest)."""
     check = ViolationCollector()
@@ -159,24 +157,6 @@ def disclose_audit_event(disclosure: PiiDisclosure, event: AuditEvent) -> AuditE
     )
 
 
-def refuse_personal_data_filters(request: AuditListInput, pii: PiiPolicy) -> None:
-    """Raises `PermissionDenied` (reason PII_CLEARANCE_REQUIRED) when a caller whose output is masked
-    filters by a value holding personal data: the answer would tell whether a masked principal or key is
-    that value. The refusal depends on the filter alone, never on what is stored.
-    """
-    if not pii.protection or pii.clearance:
-        return
-    for name in ("principal", "node_key"):
-        found = personal_data.detect(getattr(request, name))
-        if found:
-            raise PermissionDenied(
-                f"{name} holds personal data ({', '.join(found)}); filtering by it needs a token with PII"
-                " clearance (docs/how-to/personal-data.md)",
-                reason="PII_CLEARANCE_REQUIRED",
-                metadata={"field": name},
-            )
-
-
 class AuditReader:
     """Lists audit events (see the module doc). Thread-safe.
 
@@ -203,7 +183,7 @@ class AuditReader:
             Unavailable: the database cannot be reached.
         """
         validate_list_request(request)
-        refuse_personal_data_filters(request, pii)
+        pii.refuse_personal_data_lookups({"principal": request.principal, "node_key": request.node_key})
         after = decode_page_token(request)
         size = request.page_size or DEFAULT_PAGE_SIZE
         query = AuditEventQuery(
@@ -237,6 +217,5 @@ __all__ = [
     "decode_page_token",
     "disclose_audit_event",
     "encode_page_token",
-    "refuse_personal_data_filters",
     "validate_list_request",
 ]

@@ -32,13 +32,14 @@ cleared caller was shown. This module knows no reader. In-process callers that p
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from common.auth.principals import Principal
 from common.domain.audit import PII_ACCESS_ACTION, AuditEventInput, AuditTrail
 from common.kernel.config import Settings
+from common.kernel.errors import PermissionDenied
 from common.kernel.pii import PiiMarks, detect, detect_value, mask, mask_value
 from common.storage.database import Database
 
@@ -86,6 +87,24 @@ class PiiPolicy:
     def masks(self) -> bool:
         """Output is masked (protection on, caller not cleared)."""
         return self.protection and not self.clearance
+
+    def refuse_personal_data_lookups(self, fields: Mapping[str, str]) -> None:
+        """Raises `PermissionDenied` (reason PII_CLEARANCE_REQUIRED) when this caller's output is masked
+        and a key or filter it looks up by holds personal data: whether the answer is empty would tell
+        whether that value is stored, though every output masks it. The refusal depends on the request
+        alone, never on what is stored. ``fields``: the request's field names and values.
+        """
+        if not self.masks:
+            return
+        for name, value in fields.items():
+            found = detect(value)
+            if found:
+                raise PermissionDenied(
+                    f"{name} holds personal data ({', '.join(found)}); looking up by it needs a token with"
+                    " PII clearance (docs/how-to/personal-data.md)",
+                    reason="PII_CLEARANCE_REQUIRED",
+                    metadata={"field": name},
+                )
 
     @property
     def audits(self) -> bool:

@@ -94,9 +94,12 @@ class FactReader:
 
         Raises:
             InvalidArgument: see `validate_fact_query`.
+            PermissionDenied: the subject or object filter holds personal data and ``pii`` masks the
+                caller's output (reason PII_CLEARANCE_REQUIRED).
             Unavailable: the database cannot be reached.
         """
         query = validate_fact_query(query)
+        pii.refuse_personal_data_lookups({"subject": query.subject, "object": query.object})
         with self.database.connection() as conn:
             rows = self.facts.list(conn, query, now or datetime.now(UTC))
             page = rows[: query.page_size]

@@ -76,6 +76,8 @@ class SourceReader:
             InvalidArgument: empty ``namespace`` or ``natural_key``, a key longer than `MAX_KEY_LENGTH`
                 (fields named as in GetSourceRequest).
             NotFound: no such node in the namespace (or a memory hidden by a lossy summary or expired).
+            PermissionDenied: ``natural_key`` holds personal data and ``pii`` masks the caller's output
+                (reason PII_CLEARANCE_REQUIRED; `PiiPolicy.refuse_personal_data_lookups`).
             Unavailable: the database cannot be reached.
         """
         check = ViolationCollector()
@@ -86,6 +88,7 @@ class SourceReader:
         elif len(natural_key) > MAX_KEY_LENGTH:
             check.add("natural_key", f"at most {MAX_KEY_LENGTH} characters")
         check.raise_if_any()
+        pii.refuse_personal_data_lookups({"natural_key": natural_key})
         with self.database.connection() as conn:
             node = self.graph.get_node(conn, namespace, natural_key, visibility=visibility)
             if node is None or gone_memories(conn, namespace, [natural_key]):  # hidden or expired memory

@@ -421,6 +421,13 @@ def test_each_filter_is_exact(world: World, listed_events: list[str]) -> None:
             assert [e.event_id for e in paged] == wanted, filters
 
 
+def altered(token: str) -> str:
+    """``token`` with one character of its middle changed: a middle base64 character carries six bits of
+    the token's bytes (the last may carry only padding bits, and may already be the replacement)."""
+    middle = len(token) // 2
+    return token[:middle] + ("B" if token[middle] == "A" else "A") + token[middle + 1 :]
+
+
 def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_events: list[str]) -> None:
     with world.query(world.auditor) as channel:
         first = _list(channel, namespace=world.listed, page_size=2, action="export")
@@ -455,7 +462,7 @@ def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_event
                 {
                     "namespace": world.listed,
                     "action": "export",
-                    "page_token": first.next_page_token[:-1] + "0",
+                    "page_token": altered(first.next_page_token),
                 },
                 {"page_token"},
             ),

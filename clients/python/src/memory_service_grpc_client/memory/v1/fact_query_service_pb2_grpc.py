@@ -53,7 +53,9 @@ class FactQueryServiceServicer:
         superseded and closed ones included; with as_of too, the versions that had begun by as_of
         (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
         out unless include_lost. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
-        Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); PERMISSION_DENIED
+        (reason PII_CLEARANCE_REQUIRED) when the subject or object filter holds personal data and the token's
+        output is masked; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -40,7 +40,9 @@ class FactQueryServiceStub:
     superseded and closed ones included; with as_of too, the versions that had begun by as_of
     (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
     out unless include_lost. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
-    Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); PERMISSION_DENIED
+    (reason PII_CLEARANCE_REQUIRED) when the subject or object filter holds personal data and the token's
+    output is masked; UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -55,7 +57,9 @@ class FactQueryServiceAsyncStub(FactQueryServiceStub):
     superseded and closed ones included; with as_of too, the versions that had begun by as_of
     (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
     out unless include_lost. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
-    Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); PERMISSION_DENIED
+    (reason PII_CLEARANCE_REQUIRED) when the subject or object filter holds personal data and the token's
+    output is masked; UNAVAILABLE.
     """
 
 class FactQueryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -73,7 +77,9 @@ class FactQueryServiceServicer(metaclass=_abc_1.ABCMeta):
         superseded and closed ones included; with as_of too, the versions that had begun by as_of
         (valid_from <= as_of), i.e. the history as it stood then. Facts whose evidence was lost are left
         out unless include_lost. Ordered by subject, predicate, valid_from, fact_id; keyset-paginated.
-        Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace, no filter, bad page_token or page_size); PERMISSION_DENIED
+        (reason PII_CLEARANCE_REQUIRED) when the subject or object filter holds personal data and the token's
+        output is masked; UNAVAILABLE.
         """
 
 def add_FactQueryServiceServicer_to_server(servicer: FactQueryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -49,7 +49,9 @@ class SourceServiceServicer:
     def GetSource(self, request, context):
         """Returns the original text of a node (content_source "original") or, when the node holds no
         original, its chunks joined in chunk_order (content_source "chunks").
-        Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; PERMISSION_DENIED (reason
+        PII_CLEARANCE_REQUIRED) when natural_key holds personal data and the token's output is masked, whether
+        or not the node exists; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,7 +36,9 @@ class SourceServiceStub:
     GetSource: _grpc.UnaryUnaryMultiCallable[_source_service_pb2.GetSourceRequest, _source_service_pb2.GetSourceResponse]
     """Returns the original text of a node (content_source "original") or, when the node holds no
     original, its chunks joined in chunk_order (content_source "chunks").
-    Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; PERMISSION_DENIED (reason
+    PII_CLEARANCE_REQUIRED) when natural_key holds personal data and the token's output is masked, whether
+    or not the node exists; UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -47,7 +49,9 @@ class SourceServiceAsyncStub(SourceServiceStub):
     GetSource: _aio.UnaryUnaryMultiCallable[_source_service_pb2.GetSourceRequest, _source_service_pb2.GetSourceResponse]  # type: ignore[assignment]
     """Returns the original text of a node (content_source "original") or, when the node holds no
     original, its chunks joined in chunk_order (content_source "chunks").
-    Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; UNAVAILABLE.
+    Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; PERMISSION_DENIED (reason
+    PII_CLEARANCE_REQUIRED) when natural_key holds personal data and the token's output is masked, whether
+    or not the node exists; UNAVAILABLE.
     """
 
 class SourceServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -61,7 +65,9 @@ class SourceServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_source_service_pb2.GetSourceResponse, _abc.Awaitable[_source_service_pb2.GetSourceResponse]]:
         """Returns the original text of a node (content_source "original") or, when the node holds no
         original, its chunks joined in chunk_order (content_source "chunks").
-        Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or natural_key); NOT_FOUND; PERMISSION_DENIED (reason
+        PII_CLEARANCE_REQUIRED) when natural_key holds personal data and the token's output is masked, whether
+        or not the node exists; UNAVAILABLE.
         """
 
 def add_SourceServiceServicer_to_server(servicer: SourceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,151 @@
+"""A lookup by a value that holds personal data is no membership oracle (docs/how-to/personal-data.md).
+
+Real servers with ``CB_PII_PROTECTION=true`` and a tokens file: a writer, a reader without PII clearance
+and a reader with it. The uncleared reader's output masks every e-mail; if GetSource of
+``contact:anna@example.org`` answered with a (masked) view where an unknown address answers NOT_FOUND,
+the reader would learn that Anna is stored. So such lookups are refused alike, whatever is stored, and
+the cleared reader still looks up by the value.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client.memory.v1 import (
+    document_service_pb2,
+    document_service_pb2_grpc,
+    fact_query_service_pb2,
+    fact_query_service_pb2_grpc,
+    fact_service_pb2,
+    fact_service_pb2_grpc,
+    knowledge_pb2,
+    source_service_pb2,
+    source_service_pb2_grpc,
+)
+
+from common.auth.principals import Right
+from common.kernel.config import Settings
+from memory_service_tools.token_writer import add_token
+from tests.e2e.conftest import token_secured_services
+
+pytestmark = pytest.mark.e2e
+
+STORED = "anna.petrova@example.org"
+UNKNOWN = "nobody.here@example.org"
+
+
+@dataclass
+class Lookups:
+    namespace: str
+    query_address: str
+    uncleared: str
+    cleared: str
+
+    def channel(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_address, security=ClientSecurity(token=token))
+
+
+@pytest.fixture(scope="module")
+def lookups(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lookups]:
+    namespace = "pii-lookups-" + uuid.uuid4().hex[:8]
+    tokens = tmp_path_factory.mktemp("lookups") / "tokens.yaml"
+    writer, _ = add_token(tokens, principal="lookup-writer", namespaces={namespace: [Right.WRITE]})
+    uncleared, _ = add_token(tokens, principal="lookup-reader", namespaces={namespace: [Right.READ]})
+    cleared, _ = add_token(
+        tokens, principal="lookup-officer", namespaces={namespace: [Right.READ]}, pii_clearance=True
+    )
+    with token_secured_services(settings, tokens, pii_protection=True) as (ingest_address, query_address):
+        with make_channel(ingest_address, security=ClientSecurity(token=writer)) as channel:
+            document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
+                document_service_pb2.RetainRequest(
+                    namespace=namespace,
+                    natural_key=f"contact:{STORED}",
+                    content=f"# Contact\n\nAnna answers at {STORED}.\n",
+                ),
+                timeout=120,
+            )
+            fact_service_pb2_grpc.FactServiceStub(channel).AssertFacts(
+                fact_service_pb2.AssertFactsRequest(
+                    namespace=namespace,
+                    facts=[
+                        json_format.ParseDict(
+                            {
+                                "subject": f"contact:{STORED}",
+                                "predicate": "WORKS_ON",
+                                "object": "project:atlas",
+                            },
+                            knowledge_pb2.FactAssertion(),
+                        )
+                    ],
+                ),
+                timeout=60,
+            )
+        yield Lookups(namespace, query_address, uncleared, cleared)
+
+
+def _get_source(channel: grpc.Channel, namespace: str, key: str) -> source_service_pb2.GetSourceResponse:
+    return source_service_pb2_grpc.SourceServiceStub(channel).GetSource(
+        source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
+    )
+
+
+def _list_facts(
+    channel: grpc.Channel, namespace: str, **filters: str
+) -> fact_query_service_pb2.ListFactsResponse:
+    return fact_query_service_pb2_grpc.FactQueryServiceStub(channel).ListFacts(
+        fact_query_service_pb2.ListFactsRequest(namespace=namespace, **filters), timeout=60
+    )
+
+
+def _refusal(call: object) -> tuple[grpc.StatusCode, str, dict[str, str]]:
+    with pytest.raises(grpc.RpcError) as refused:
+        call()  # type: ignore[operator]
+    failure = rpc_failure(refused.value)
+    return failure.code, failure.reason, {k: v for k, v in failure.metadata.items() if k != "request_id"}
+
+
+def test_an_uncleared_reader_is_refused_alike_for_a_stored_and_an_unknown_address(lookups: Lookups) -> None:
+    ns = lookups.namespace
+    with lookups.channel(lookups.uncleared) as channel:
+
+        def refusals(address: str) -> list[tuple[grpc.StatusCode, str, dict[str, str]]]:
+            key = f"contact:{address}"
+            return [
+                _refusal(lambda: _get_source(channel, ns, key)),
+                _refusal(lambda: _list_facts(channel, ns, subject=key)),
+                _refusal(lambda: _list_facts(channel, ns, object=key)),
+            ]
+
+        answers = {address: refusals(address) for address in (STORED, UNKNOWN)}
+    assert answers[STORED] == answers[UNKNOWN], answers
+    assert answers[STORED] == [
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "natural_key"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "subject"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "object"}),
+    ]
+
+
+def test_an_uncleared_reader_still_reads_by_keys_without_personal_data(lookups: Lookups) -> None:
+    with lookups.channel(lookups.uncleared) as channel:
+        facts = _list_facts(channel, lookups.namespace, object="project:atlas").facts
+        with pytest.raises(grpc.RpcError) as missing:
+            _get_source(channel, lookups.namespace, "contact:nobody")
+    assert [(f.subject, f.predicate) for f in facts] == [("contact:[email]", "WORKS_ON")]  # found, masked
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_cleared_reader_looks_up_by_the_address(lookups: Lookups) -> None:
+    with lookups.channel(lookups.cleared) as channel:
+        source = _get_source(channel, lookups.namespace, f"contact:{STORED}").source
+        facts = _list_facts(channel, lookups.namespace, subject=f"contact:{STORED}").facts
+        with pytest.raises(grpc.RpcError) as missing:
+            _get_source(channel, lookups.namespace, f"contact:{UNKNOWN}")
+    assert STORED in source.content and source.natural_key == f"contact:{STORED}"
+    assert [f.object for f in facts] == ["project:atlas"]
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
