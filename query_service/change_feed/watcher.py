@@ -112,11 +112,16 @@ class ChangeWatcher:
 
         Raises:
             InvalidArgument: see `validate`.
+            PermissionDenied: a key prefix filter holds personal data and ``pii`` masks the caller's output
+                (reason PII_CLEARANCE_REQUIRED).
             FailedPrecondition: reason ``CURSOR_EXPIRED``: changes after ``resume_after`` were pruned;
                 ErrorInfo metadata ``oldest_cursor`` is the oldest cursor kept.
             Unavailable: the database cannot be reached (resume from the last cursor received).
         """
         request = self.validate(request)
+        pii.refuse_personal_data_lookups(
+            {f"key_prefixes[{i}]": prefix for i, prefix in enumerate(request.filters.key_prefixes)}
+        )
         cursor = request.resume_after
         last_sent = time.monotonic()
         while active():

@@ -314,9 +314,14 @@ class HybridSearcher:
 
         Raises:
             InvalidArgument: see `validate_search`.
+            PermissionDenied: a ``node_keys`` value holds personal data and the caller's output is masked
+                (reason PII_CLEARANCE_REQUIRED).
             Unavailable: the database cannot be reached.
         """
         query = validate_search(query)
+        query.pii.refuse_personal_data_lookups(
+            {f"node_keys[{i}]": key for i, key in enumerate(query.node_keys)}
+        )
         config = settings or (SEARCH_PRESETS[query.preset] if query.preset else self.settings)
         where = ChunkFilter(
             namespace=query.namespace,

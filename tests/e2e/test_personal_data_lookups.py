@@ -18,6 +18,8 @@ import pytest
 from google.protobuf import json_format
 from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
+    change_feed_service_pb2,
+    change_feed_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -25,6 +27,8 @@ from memory_service_grpc_client.memory.v1 import (
     fact_service_pb2,
     fact_service_pb2_grpc,
     knowledge_pb2,
+    retrieval_service_pb2,
+    retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
 )
@@ -103,6 +107,22 @@ def _list_facts(
     )
 
 
+def _search(channel: grpc.Channel, namespace: str, key: str) -> retrieval_service_pb2.SearchResponse:
+    return retrieval_service_pb2_grpc.RetrievalServiceStub(channel).Search(
+        retrieval_service_pb2.SearchRequest(namespace=namespace, query="contact", node_keys=[key]), timeout=60
+    )
+
+
+def _first_change(channel: grpc.Channel, namespace: str, prefix: str) -> object:
+    stream = change_feed_service_pb2_grpc.ChangeFeedServiceStub(channel).WatchChanges(
+        change_feed_service_pb2.WatchChangesRequest(namespace=namespace, key_prefixes=[prefix]), timeout=60
+    )
+    try:
+        return next(stream)
+    finally:
+        stream.cancel()
+
+
 def _refusal(call: object) -> tuple[grpc.StatusCode, str, dict[str, str]]:
     with pytest.raises(grpc.RpcError) as refused:
         call()  # type: ignore[operator]
@@ -120,6 +140,8 @@ def test_an_uncleared_reader_is_refused_alike_for_a_stored_and_an_unknown_addres
                 _refusal(lambda: _get_source(channel, ns, key)),
                 _refusal(lambda: _list_facts(channel, ns, subject=key)),
                 _refusal(lambda: _list_facts(channel, ns, object=key)),
+                _refusal(lambda: _search(channel, ns, key)),
+                _refusal(lambda: _first_change(channel, ns, key)),
             ]
 
         answers = {address: refusals(address) for address in (STORED, UNKNOWN)}
@@ -128,6 +150,8 @@ def test_an_uncleared_reader_is_refused_alike_for_a_stored_and_an_unknown_addres
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "natural_key"}),
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "subject"}),
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "object"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "node_keys[0]"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "key_prefixes[0]"}),
     ]
 
 
@@ -144,8 +168,13 @@ def test_a_cleared_reader_looks_up_by_the_address(lookups: Lookups) -> None:
     with lookups.channel(lookups.cleared) as channel:
         source = _get_source(channel, lookups.namespace, f"contact:{STORED}").source
         facts = _list_facts(channel, lookups.namespace, subject=f"contact:{STORED}").facts
+        hits = _search(channel, lookups.namespace, f"contact:{STORED}").hits
+        change = _first_change(channel, lookups.namespace, f"contact:{STORED}")
         with pytest.raises(grpc.RpcError) as missing:
             _get_source(channel, lookups.namespace, f"contact:{UNKNOWN}")
     assert STORED in source.content and source.natural_key == f"contact:{STORED}"
     assert [f.object for f in facts] == ["project:atlas"]
+    assert hits and {hit.node_key for hit in hits} == {f"contact:{STORED}"}
+    assert isinstance(change, change_feed_service_pb2.WatchChangesResponse) and change.HasField("change")
+    assert f"contact:{STORED}" in (change.change.item_key, change.change.subject_key), change
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
