@@ -58,7 +58,8 @@ class ChangeFeedServiceServicer:
         Errors: INVALID_ARGUMENT (empty namespace, bad filter, negative resume_after or heartbeat_seconds);
         FAILED_PRECONDITION (reason CURSOR_EXPIRED: resume_after is older than the retention; the
         ErrorInfo metadata "oldest_cursor" is the oldest cursor still kept, resume from one before it, or
-        from 0 to start over); PERMISSION_DENIED; UNAVAILABLE (resume from the last cursor).
+        from 0 to start over); PERMISSION_DENIED (also reason PII_CLEARANCE_REQUIRED when a key prefix holds
+        personal data and the token's output is masked); UNAVAILABLE (resume from the last cursor).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -45,7 +45,8 @@ class ChangeFeedServiceStub:
     Errors: INVALID_ARGUMENT (empty namespace, bad filter, negative resume_after or heartbeat_seconds);
     FAILED_PRECONDITION (reason CURSOR_EXPIRED: resume_after is older than the retention; the
     ErrorInfo metadata "oldest_cursor" is the oldest cursor still kept, resume from one before it, or
-    from 0 to start over); PERMISSION_DENIED; UNAVAILABLE (resume from the last cursor).
+    from 0 to start over); PERMISSION_DENIED (also reason PII_CLEARANCE_REQUIRED when a key prefix holds
+    personal data and the token's output is masked); UNAVAILABLE (resume from the last cursor).
     """
 
 @_typing.type_check_only
@@ -65,7 +66,8 @@ class ChangeFeedServiceAsyncStub(ChangeFeedServiceStub):
     Errors: INVALID_ARGUMENT (empty namespace, bad filter, negative resume_after or heartbeat_seconds);
     FAILED_PRECONDITION (reason CURSOR_EXPIRED: resume_after is older than the retention; the
     ErrorInfo metadata "oldest_cursor" is the oldest cursor still kept, resume from one before it, or
-    from 0 to start over); PERMISSION_DENIED; UNAVAILABLE (resume from the last cursor).
+    from 0 to start over); PERMISSION_DENIED (also reason PII_CLEARANCE_REQUIRED when a key prefix holds
+    personal data and the token's output is masked); UNAVAILABLE (resume from the last cursor).
     """
 
 class ChangeFeedServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -88,7 +90,8 @@ class ChangeFeedServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty namespace, bad filter, negative resume_after or heartbeat_seconds);
         FAILED_PRECONDITION (reason CURSOR_EXPIRED: resume_after is older than the retention; the
         ErrorInfo metadata "oldest_cursor" is the oldest cursor still kept, resume from one before it, or
-        from 0 to start over); PERMISSION_DENIED; UNAVAILABLE (resume from the last cursor).
+        from 0 to start over); PERMISSION_DENIED (also reason PII_CLEARANCE_REQUIRED when a key prefix holds
+        personal data and the token's output is masked); UNAVAILABLE (resume from the last cursor).
         """
 
 def add_ChangeFeedServiceServicer_to_server(servicer: ChangeFeedServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

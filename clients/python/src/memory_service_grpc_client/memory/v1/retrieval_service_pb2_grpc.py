@@ -51,7 +51,9 @@ class RetrievalServiceServicer:
         score = sum over methods of 1 / (k + rank), k = 60) of three rankings: vector (HNSW, cosine),
         full text (Okapi BM25 over title + heading + text) and identifier tokens (pg_trgm index).
         Filters (types, meta, node_keys) apply inside each ranking, so a small namespace still gets top_k.
-        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset); UNAVAILABLE.
+        Errors: INVALID_ARGUMENT (empty namespace or query, top_k out of 1..100, unknown preset);
+        PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED) when a node_keys value holds personal data and the
+        token's output is masked; UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
