@@ -73,7 +73,10 @@ def _print_pack(
     if note:
         err.print(note)
     if pack.dropped_count:
-        err.print(f"{pack.dropped_count} candidates did not fit the budget")
+        err.print(
+            f"{pack.dropped_count} candidates left out: over the budget, or adding nothing to what was kept"
+            " (cb trace TRACE_ID gives each reason)"
+        )
     if pack.trace_id:
         err.print(f"trace: {escape(pack.trace_id)}")
     print_text(pack.text)

@@ -46,6 +46,17 @@ def test_rank_order_keeps_the_given_order_and_skips_what_does_not_fit(tokens: To
     assert fitted.decisions[1]["reason"].startswith("over budget")
 
 
+def test_a_drop_reason_states_the_budget_really_left(tokens: TokenCounter) -> None:
+    fitter = PackFitter(tokens, FitSettings(separator="\n\n"))
+    first = "alpha beta gamma"
+    budget = tokens.count(first) + 1  # one token left after the first item, less than any joint and item
+    fitted = fitter.fit([_candidate("a", first, 0.9), _candidate("b", "delta epsilon", 0.8)], budget=budget)
+    assert [f.candidate.key for f in fitted.kept] == ["a"]
+    assert fitted.decisions[1]["reason"] == (
+        f"over budget ({tokens.count('delta epsilon')} tokens, 1 of the budget left)"
+    )
+
+
 def test_value_per_token_prefers_the_better_score_per_token(tokens: TokenCounter) -> None:
     fitter = PackFitter(tokens, FitSettings(selection="value_per_token", min_cost_tokens=1))
     wordy = " ".join(["filler"] * 30)  # ~30 tokens, score 0.9: ~0.03 per token

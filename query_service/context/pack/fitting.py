@@ -211,7 +211,7 @@ class PackFitter:
             decisions[index] = _decision(
                 candidate,
                 DROPPED,
-                f"over budget ({item_tokens} tokens, {max(remaining, 0)} left)",
+                f"over budget ({item_tokens} tokens, {budget - used} of the budget left)",
                 item_tokens,
             )
 

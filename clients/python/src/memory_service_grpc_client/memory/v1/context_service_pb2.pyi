@@ -272,7 +272,9 @@ class ContextPack(_message.Message):
     token_budget: _builtins.int
     """The budget the pack was fitted to."""
     dropped_count: _builtins.int
-    """Candidates that did not fit the budget."""
+    """Candidates left out: over the budget, or adding nothing to what was kept (a repeat of a kept item);
+    the trace gives each one's reason.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]:
         """The kept items, in rank order."""
@@ -549,7 +551,9 @@ class TypedContextPack(_message.Message):
     token_budget: _builtins.int
     """The budget the pack was fitted to."""
     dropped_count: _builtins.int
-    """Candidates that did not fit the budget."""
+    """Candidates left out: over the budget, or adding nothing to what was kept (a repeat of a kept item);
+    the trace gives each one's reason.
+    """
     max_depth: _builtins.int
     """The depth used."""
     truncated: _builtins.bool
