@@ -28,7 +28,8 @@ commit leaves the namespace as it was, a retry erases everything; see docs/how-t
 
 A legal hold on the namespace or on the subject refuses the erasure (FAILED_PRECONDITION,
 ``LEGAL_HOLD``). ``validate_only`` runs everything and rolls back: the receipt then says what an erasure
-would remove. A second erasure of the same subject finds nothing and returns a receipt with zero counts.
+would remove, and under a hold names the hold (``blocked_by_hold``) instead of refusing. A second
+erasure of the same subject finds nothing and returns a receipt with zero counts.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ import re
 import secrets
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,7 +59,7 @@ from common.storage.session import set_transaction_statement_timeout
 from common.storage.visibility import EVERYTHING
 from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
 from ingest_service.observations.removal import ObservationRemover, episode_key
-from ingest_service.validation.legal_holds import caller_name, ensure_not_held
+from ingest_service.validation.legal_holds import caller_name, ensure_not_held, holds_noted_for_a_preview
 from ingest_service.validation.limits import check_reason
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,8 @@ class ErasureReceipt:
     counts: dict[str, int]
     audit_event_id: str = ""
     validate_only: bool = False
+    # validate_only: the legal hold that refuses this erasure until it is lifted ("" when none)
+    blocked_by_hold: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -215,12 +219,14 @@ class SubjectEraser:
         salt = secrets.token_hex(8)
         trace_id = default_trace_id()
         principal = caller_name()
-        try:
-            receipt = self.database.run_transaction(
-                lambda conn: self._erase_in(conn, request, receipt_id, salt, trace_id, principal)
-            )
-        except _RollBack as preview:
-            return preview.receipt
+        # a preview is answered under a legal hold (its transaction always rolls back) and names the hold
+        with holds_noted_for_a_preview() if request.validate_only else nullcontext([]) as held:
+            try:
+                receipt = self.database.run_transaction(
+                    lambda conn: self._erase_in(conn, request, receipt_id, salt, trace_id, principal)
+                )
+            except _RollBack as preview:
+                return replace(preview.receipt, blocked_by_hold=held[0].hold_id if held else "")
         log.info("erasure %s in %s: %s", receipt.receipt_id, request.namespace, receipt.counts)
         return receipt
 

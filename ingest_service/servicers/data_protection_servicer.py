@@ -33,6 +33,7 @@ def receipt_to_proto(receipt: ErasureReceipt) -> pb.ErasureReceipt:
         counts=receipt.counts,
         audit_event_id=receipt.audit_event_id,
         validate_only=receipt.validate_only,
+        blocked_by_hold=receipt.blocked_by_hold,
     )
 
 

@@ -12,7 +12,9 @@ lifting a hold are audited (actions ``legal_hold.set`` / ``legal_hold.lift``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,22 +38,45 @@ def caller_name() -> str:
 
 def ensure_not_held(conn: Any, settings: Settings, namespace: str, subject_keys: Sequence[str] = ()) -> None:
     """Raises when an active hold covers ``namespace`` or one of ``subject_keys``; call it in the
-    deleting transaction, before the deletion (the hold row is share-locked until the commit).
+    deleting transaction, before the deletion (the hold row is share-locked until the commit). Inside
+    `holds_noted_for_a_preview` the hold is noted instead.
 
     Raises:
         FailedPrecondition: reason ``LEGAL_HOLD``, ErrorInfo metadata ``hold_id`` and ``hold_subject``.
     """
-    store = LegalHoldStore()
-    holds = store.active_holds_touching(conn, namespace, subject_keys)
-    if holds:
-        hold = holds[0]
-        what = f"subject {hold.subject_key!r}" if hold.subject_key else "the whole namespace"
-        raise FailedPrecondition(
-            f"legal hold {hold.hold_id} on {what} of namespace {namespace} forbids this deletion"
-            f" (reason: {hold.reason or '-'}); an admin must lift it first",
-            reason=HOLD_REASON,
-            metadata={"hold_id": hold.hold_id, "hold_subject": hold.subject_key},
-        )
+    holds = LegalHoldStore().active_holds_touching(conn, namespace, subject_keys)
+    if not holds:
+        return
+    hold = holds[0]
+    noted = _preview_holds.get()
+    if noted is not None:
+        noted.append(hold)
+        return
+    what = f"subject {hold.subject_key!r}" if hold.subject_key else "the whole namespace"
+    raise FailedPrecondition(
+        f"legal hold {hold.hold_id} on {what} of namespace {namespace} forbids this deletion"
+        f" (reason: {hold.reason or '-'}); an admin must lift it first",
+        reason=HOLD_REASON,
+        metadata={"hold_id": hold.hold_id, "hold_subject": hold.subject_key},
+    )
+
+
+# The holds met by a preview in progress on this thread (None: no preview, holds refuse).
+_preview_holds: ContextVar[list[HoldRow] | None] = ContextVar("preview_holds", default=None)
+
+
+@contextmanager
+def holds_noted_for_a_preview() -> Iterator[list[HoldRow]]:
+    """For a transaction that is always rolled back (a ``validate_only`` erasure): every hold
+    `ensure_not_held` meets is noted in the yielded list instead of refusing, so the preview tells what
+    the deletion removes once the holds are lifted, and which hold stands in its way. Never wrap a
+    transaction that may commit."""
+    noted: list[HoldRow] = []
+    token = _preview_holds.set(noted)
+    try:
+        yield noted
+    finally:
+        _preview_holds.reset(token)
 
 
 class LegalHolds:
@@ -148,4 +173,4 @@ def _check_namespace(check: ViolationCollector, namespace: str) -> None:
         check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
 
 
-__all__ = ["HOLD_REASON", "LegalHolds", "caller_name", "ensure_not_held"]
+__all__ = ["HOLD_REASON", "LegalHolds", "caller_name", "ensure_not_held", "holds_noted_for_a_preview"]

@@ -29,6 +29,12 @@ def _receipt_lines(receipt: dp.ErasureReceipt) -> None:
     for kind, count in sorted(receipt.counts.items()):
         out.print(escape(f"  {kind:28} {count}"))
     out.print(escape(f"  matched (sha256 of salt {receipt.salt} + value): {', '.join(receipt.match_hashes)}"))
+    if receipt.blocked_by_hold:
+        out.print(
+            escape(
+                f"  refused while legal hold {receipt.blocked_by_hold} stands: an admin must lift it first"
+            )
+        )
 
 
 def erase(
@@ -161,7 +167,9 @@ def retention_set(
         memory_client(ctx).set_retention_rule,
         dp.SetRetentionRuleRequest(rule=rule),
         as_json=as_json,
-        render=lambda r: err.print(escape(f"kept: {data_class}/{selector or '*'} for {_age(timedelta(days=days))}")),
+        render=lambda r: err.print(
+            escape(f"kept: {data_class}/{selector or '*'} for {_age(timedelta(days=days))}")
+        ),
     )
 
 

@@ -150,6 +150,12 @@ def test_a_hold_stops_every_deletion_until_lifted(
         ),
         hold.hold_id,
     )
+    # A preview is answered under the hold, and names it: what the erasure removes once it is lifted.
+    held_preview = protection.EraseSubject(
+        dp.EraseSubjectRequest(namespace=namespace, node_key="doc:a", validate_only=True), timeout=60
+    ).receipt
+    assert held_preview.validate_only and held_preview.blocked_by_hold == hold.hold_id
+    assert held_preview.counts["nodes_deleted"] == 1 and held_preview.counts["chunks_deleted"] >= 1
 
     # Retention is stopped too, and says so.
     database = Database(settings)
@@ -182,6 +188,10 @@ def test_a_hold_stops_every_deletion_until_lifted(
             )
         assert again.value.code() == grpc.StatusCode.NOT_FOUND
         assert [o.deleted for o in enforcer.enforce(now, (namespace,))] == [1]
+        unheld = protection.EraseSubject(
+            dp.EraseSubjectRequest(namespace=namespace, node_key="doc:a", validate_only=True), timeout=60
+        ).receipt
+        assert unheld.blocked_by_hold == "" and unheld.counts == held_preview.counts
         documents.DeleteNode(
             document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:a"), timeout=30
         )

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'memory/v1/data_protection_service.proto\x12\tmemory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n\x16\x45xportNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08node_key\x18\x02 \x01(\t\x12\x13\n\x0bmemory_user\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\"\'\n\x17\x45xportNamespaceResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"9\n\x16ImportNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xb5\x02\n\x17ImportNamespaceResponse\x12G\n\x0bread_counts\x18\x01 \x03(\x0b\x32\x32.memory.v1.ImportNamespaceResponse.ReadCountsEntry\x12M\n\x0ewritten_counts\x18\x02 \x03(\x0b\x32\x35.memory.v1.ImportNamespaceResponse.WrittenCountsEntry\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\x1a\x31\n\x0fReadCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x34\n\x12WrittenCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x96\x01\n\x13\x45raseSubjectRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08node_key\x18\x02 \x01(\t\x12\x13\n\x0bmemory_user\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07\x63onfirm\x18\x06 \x01(\x08\x12\x15\n\rvalidate_only\x18\x07 \x01(\x08\"]\n\x14\x45raseSubjectResponse\x12*\n\x07receipt\x18\x01 \x01(\x0b\x32\x19.memory.v1.ErasureReceipt\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xca\x02\n\x0e\x45rasureReceipt\x12\x12\n\nreceipt_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12.\n\nerase_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x15\n\rselector_kind\x18\x05 \x01(\t\x12\x0c\n\x04salt\x18\x06 \x01(\t\x12\x14\n\x0cmatch_hashes\x18\x07 \x03(\t\x12\x35\n\x06\x63ounts\x18\x08 \x03(\x0b\x32%.memory.v1.ErasureReceipt.CountsEntry\x12\x16\n\x0e\x61udit_event_id\x18\t \x01(\t\x12\x15\n\rvalidate_only\x18\n \x01(\x08\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"A\n\x18GetErasureReceiptRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\nreceipt_id\x18\x02 \x01(\t\"G\n\x19GetErasureReceiptResponse\x12*\n\x07receipt\x18\x01 \x01(\x0b\x32\x19.memory.v1.ErasureReceipt\"\xe6\x01\n\tLegalHold\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x13\n\x0bsubject_key\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10\x63reate_principal\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0elift_principal\x18\x07 \x01(\t\x12-\n\tlift_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"P\n\x16\x43reateLegalHoldRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bsubject_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"X\n\x17\x43reateLegalHoldResponse\x12\"\n\x04hold\x18\x01 \x01(\x0b\x32\x14.memory.v1.LegalHold\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\":\n\x14LiftLegalHoldRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\"V\n\x15LiftLegalHoldResponse\x12\"\n\x04hold\x18\x01 \x01(\x0b\x32\x14.memory.v1.LegalHold\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"B\n\x15ListLegalHoldsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0einclude_lifted\x18\x02 \x01(\x08\"=\n\x16ListLegalHoldsResponse\x12#\n\x05holds\x18\x01 \x03(\x0b\x32\x14.memory.v1.LegalHold\"t\n\rRetentionRule\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ndata_class\x18\x02 \x01(\t\x12\x10\n\x08selector\x18\x03 \x01(\t\x12*\n\x07max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x17SetRetentionRuleRequest\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\"]\n\x18SetRetentionRuleResponse\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"U\n\x1a\x44\x65leteRetentionRuleRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ndata_class\x18\x02 \x01(\t\x12\x10\n\x08selector\x18\x03 \x01(\t\"8\n\x1b\x44\x65leteRetentionRuleResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"Y\n\x17PreviewRetentionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12+\n\x07\x61s_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x10RetentionPreview\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\x12/\n\x0b\x63utoff_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tdue_count\x18\x03 \x01(\x03\x12\x17\n\x0f\x62locked_by_hold\x18\x04 \x01(\t\"I\n\x18PreviewRetentionResponse\x12-\n\x08previews\x18\x01 \x03(\x0b\x32\x1b.memory.v1.RetentionPreview2\xa5\x07\n\x15\x44\x61taProtectionService\x12O\n\x0c\x45raseSubject\x12\x1e.memory.v1.EraseSubjectRequest\x1a\x1f.memory.v1.EraseSubjectResponse\x12^\n\x11GetErasureReceipt\x12#.memory.v1.GetErasureReceiptRequest\x1a$.memory.v1.GetErasureReceiptResponse\x12X\n\x0f\x43reateLegalHold\x12!.memory.v1.CreateLegalHoldRequest\x1a\".memory.v1.CreateLegalHoldResponse\x12R\n\rLiftLegalHold\x12\x1f.memory.v1.LiftLegalHoldRequest\x1a .memory.v1.LiftLegalHoldResponse\x12U\n\x0eListLegalHolds\x12 .memory.v1.ListLegalHoldsRequest\x1a!.memory.v1.ListLegalHoldsResponse\x12[\n\x10SetRetentionRule\x12\".memory.v1.SetRetentionRuleRequest\x1a#.memory.v1.SetRetentionRuleResponse\x12\x64\n\x13\x44\x65leteRetentionRule\x12%.memory.v1.DeleteRetentionRuleRequest\x1a&.memory.v1.DeleteRetentionRuleResponse\x12[\n\x10PreviewRetention\x12\".memory.v1.PreviewRetentionRequest\x1a#.memory.v1.PreviewRetentionResponse\x12Z\n\x0f\x45xportNamespace\x12!.memory.v1.ExportNamespaceRequest\x1a\".memory.v1.ExportNamespaceResponse0\x01\x12Z\n\x0fImportNamespace\x12!.memory.v1.ImportNamespaceRequest\x1a\".memory.v1.ImportNamespaceResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'memory/v1/data_protection_service.proto\x12\tmemory.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n\x16\x45xportNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08node_key\x18\x02 \x01(\t\x12\x13\n\x0bmemory_user\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\"\'\n\x17\x45xportNamespaceResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"9\n\x16ImportNamespaceRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xb5\x02\n\x17ImportNamespaceResponse\x12G\n\x0bread_counts\x18\x01 \x03(\x0b\x32\x32.memory.v1.ImportNamespaceResponse.ReadCountsEntry\x12M\n\x0ewritten_counts\x18\x02 \x03(\x0b\x32\x35.memory.v1.ImportNamespaceResponse.WrittenCountsEntry\x12\x19\n\x11\x63onsistency_token\x18\x03 \x01(\t\x1a\x31\n\x0fReadCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a\x34\n\x12WrittenCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x96\x01\n\x13\x45raseSubjectRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x10\n\x08node_key\x18\x02 \x01(\t\x12\x13\n\x0bmemory_user\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07\x63onfirm\x18\x06 \x01(\x08\x12\x15\n\rvalidate_only\x18\x07 \x01(\x08\"]\n\x14\x45raseSubjectResponse\x12*\n\x07receipt\x18\x01 \x01(\x0b\x32\x19.memory.v1.ErasureReceipt\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"\xe3\x02\n\x0e\x45rasureReceipt\x12\x12\n\nreceipt_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12.\n\nerase_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tprincipal\x18\x04 \x01(\t\x12\x15\n\rselector_kind\x18\x05 \x01(\t\x12\x0c\n\x04salt\x18\x06 \x01(\t\x12\x14\n\x0cmatch_hashes\x18\x07 \x03(\t\x12\x35\n\x06\x63ounts\x18\x08 \x03(\x0b\x32%.memory.v1.ErasureReceipt.CountsEntry\x12\x16\n\x0e\x61udit_event_id\x18\t \x01(\t\x12\x15\n\rvalidate_only\x18\n \x01(\x08\x12\x17\n\x0f\x62locked_by_hold\x18\x0b \x01(\t\x1a-\n\x0b\x43ountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"A\n\x18GetErasureReceiptRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\nreceipt_id\x18\x02 \x01(\t\"G\n\x19GetErasureReceiptResponse\x12*\n\x07receipt\x18\x01 \x01(\x0b\x32\x19.memory.v1.ErasureReceipt\"\xe6\x01\n\tLegalHold\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x13\n\x0bsubject_key\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x18\n\x10\x63reate_principal\x18\x05 \x01(\t\x12/\n\x0b\x63reate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0elift_principal\x18\x07 \x01(\t\x12-\n\tlift_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"P\n\x16\x43reateLegalHoldRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bsubject_key\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"X\n\x17\x43reateLegalHoldResponse\x12\"\n\x04hold\x18\x01 \x01(\x0b\x32\x14.memory.v1.LegalHold\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\":\n\x14LiftLegalHoldRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07hold_id\x18\x02 \x01(\t\"V\n\x15LiftLegalHoldResponse\x12\"\n\x04hold\x18\x01 \x01(\x0b\x32\x14.memory.v1.LegalHold\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"B\n\x15ListLegalHoldsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x16\n\x0einclude_lifted\x18\x02 \x01(\x08\"=\n\x16ListLegalHoldsResponse\x12#\n\x05holds\x18\x01 \x03(\x0b\x32\x14.memory.v1.LegalHold\"t\n\rRetentionRule\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ndata_class\x18\x02 \x01(\t\x12\x10\n\x08selector\x18\x03 \x01(\t\x12*\n\x07max_age\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"A\n\x17SetRetentionRuleRequest\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\"]\n\x18SetRetentionRuleResponse\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\x12\x19\n\x11\x63onsistency_token\x18\x02 \x01(\t\"U\n\x1a\x44\x65leteRetentionRuleRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x12\n\ndata_class\x18\x02 \x01(\t\x12\x10\n\x08selector\x18\x03 \x01(\t\"8\n\x1b\x44\x65leteRetentionRuleResponse\x12\x19\n\x11\x63onsistency_token\x18\x01 \x01(\t\"Y\n\x17PreviewRetentionRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12+\n\x07\x61s_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x10RetentionPreview\x12&\n\x04rule\x18\x01 \x01(\x0b\x32\x18.memory.v1.RetentionRule\x12/\n\x0b\x63utoff_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tdue_count\x18\x03 \x01(\x03\x12\x17\n\x0f\x62locked_by_hold\x18\x04 \x01(\t\"I\n\x18PreviewRetentionResponse\x12-\n\x08previews\x18\x01 \x03(\x0b\x32\x1b.memory.v1.RetentionPreview2\xa5\x07\n\x15\x44\x61taProtectionService\x12O\n\x0c\x45raseSubject\x12\x1e.memory.v1.EraseSubjectRequest\x1a\x1f.memory.v1.EraseSubjectResponse\x12^\n\x11GetErasureReceipt\x12#.memory.v1.GetErasureReceiptRequest\x1a$.memory.v1.GetErasureReceiptResponse\x12X\n\x0f\x43reateLegalHold\x12!.memory.v1.CreateLegalHoldRequest\x1a\".memory.v1.CreateLegalHoldResponse\x12R\n\rLiftLegalHold\x12\x1f.memory.v1.LiftLegalHoldRequest\x1a .memory.v1.LiftLegalHoldResponse\x12U\n\x0eListLegalHolds\x12 .memory.v1.ListLegalHoldsRequest\x1a!.memory.v1.ListLegalHoldsResponse\x12[\n\x10SetRetentionRule\x12\".memory.v1.SetRetentionRuleRequest\x1a#.memory.v1.SetRetentionRuleResponse\x12\x64\n\x13\x44\x65leteRetentionRule\x12%.memory.v1.DeleteRetentionRuleRequest\x1a&.memory.v1.DeleteRetentionRuleResponse\x12[\n\x10PreviewRetention\x12\".memory.v1.PreviewRetentionRequest\x1a#.memory.v1.PreviewRetentionResponse\x12Z\n\x0f\x45xportNamespace\x12!.memory.v1.ExportNamespaceRequest\x1a\".memory.v1.ExportNamespaceResponse0\x01\x12Z\n\x0fImportNamespace\x12!.memory.v1.ImportNamespaceRequest\x1a\".memory.v1.ImportNamespaceResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -56,43 +56,43 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERASESUBJECTRESPONSE']._serialized_start=783
   _globals['_ERASESUBJECTRESPONSE']._serialized_end=876
   _globals['_ERASURERECEIPT']._serialized_start=879
-  _globals['_ERASURERECEIPT']._serialized_end=1209
-  _globals['_ERASURERECEIPT_COUNTSENTRY']._serialized_start=1164
-  _globals['_ERASURERECEIPT_COUNTSENTRY']._serialized_end=1209
-  _globals['_GETERASURERECEIPTREQUEST']._serialized_start=1211
-  _globals['_GETERASURERECEIPTREQUEST']._serialized_end=1276
-  _globals['_GETERASURERECEIPTRESPONSE']._serialized_start=1278
-  _globals['_GETERASURERECEIPTRESPONSE']._serialized_end=1349
-  _globals['_LEGALHOLD']._serialized_start=1352
-  _globals['_LEGALHOLD']._serialized_end=1582
-  _globals['_CREATELEGALHOLDREQUEST']._serialized_start=1584
-  _globals['_CREATELEGALHOLDREQUEST']._serialized_end=1664
-  _globals['_CREATELEGALHOLDRESPONSE']._serialized_start=1666
-  _globals['_CREATELEGALHOLDRESPONSE']._serialized_end=1754
-  _globals['_LIFTLEGALHOLDREQUEST']._serialized_start=1756
-  _globals['_LIFTLEGALHOLDREQUEST']._serialized_end=1814
-  _globals['_LIFTLEGALHOLDRESPONSE']._serialized_start=1816
-  _globals['_LIFTLEGALHOLDRESPONSE']._serialized_end=1902
-  _globals['_LISTLEGALHOLDSREQUEST']._serialized_start=1904
-  _globals['_LISTLEGALHOLDSREQUEST']._serialized_end=1970
-  _globals['_LISTLEGALHOLDSRESPONSE']._serialized_start=1972
-  _globals['_LISTLEGALHOLDSRESPONSE']._serialized_end=2033
-  _globals['_RETENTIONRULE']._serialized_start=2035
-  _globals['_RETENTIONRULE']._serialized_end=2151
-  _globals['_SETRETENTIONRULEREQUEST']._serialized_start=2153
-  _globals['_SETRETENTIONRULEREQUEST']._serialized_end=2218
-  _globals['_SETRETENTIONRULERESPONSE']._serialized_start=2220
-  _globals['_SETRETENTIONRULERESPONSE']._serialized_end=2313
-  _globals['_DELETERETENTIONRULEREQUEST']._serialized_start=2315
-  _globals['_DELETERETENTIONRULEREQUEST']._serialized_end=2400
-  _globals['_DELETERETENTIONRULERESPONSE']._serialized_start=2402
-  _globals['_DELETERETENTIONRULERESPONSE']._serialized_end=2458
-  _globals['_PREVIEWRETENTIONREQUEST']._serialized_start=2460
-  _globals['_PREVIEWRETENTIONREQUEST']._serialized_end=2549
-  _globals['_RETENTIONPREVIEW']._serialized_start=2552
-  _globals['_RETENTIONPREVIEW']._serialized_end=2703
-  _globals['_PREVIEWRETENTIONRESPONSE']._serialized_start=2705
-  _globals['_PREVIEWRETENTIONRESPONSE']._serialized_end=2778
-  _globals['_DATAPROTECTIONSERVICE']._serialized_start=2781
-  _globals['_DATAPROTECTIONSERVICE']._serialized_end=3714
+  _globals['_ERASURERECEIPT']._serialized_end=1234
+  _globals['_ERASURERECEIPT_COUNTSENTRY']._serialized_start=1189
+  _globals['_ERASURERECEIPT_COUNTSENTRY']._serialized_end=1234
+  _globals['_GETERASURERECEIPTREQUEST']._serialized_start=1236
+  _globals['_GETERASURERECEIPTREQUEST']._serialized_end=1301
+  _globals['_GETERASURERECEIPTRESPONSE']._serialized_start=1303
+  _globals['_GETERASURERECEIPTRESPONSE']._serialized_end=1374
+  _globals['_LEGALHOLD']._serialized_start=1377
+  _globals['_LEGALHOLD']._serialized_end=1607
+  _globals['_CREATELEGALHOLDREQUEST']._serialized_start=1609
+  _globals['_CREATELEGALHOLDREQUEST']._serialized_end=1689
+  _globals['_CREATELEGALHOLDRESPONSE']._serialized_start=1691
+  _globals['_CREATELEGALHOLDRESPONSE']._serialized_end=1779
+  _globals['_LIFTLEGALHOLDREQUEST']._serialized_start=1781
+  _globals['_LIFTLEGALHOLDREQUEST']._serialized_end=1839
+  _globals['_LIFTLEGALHOLDRESPONSE']._serialized_start=1841
+  _globals['_LIFTLEGALHOLDRESPONSE']._serialized_end=1927
+  _globals['_LISTLEGALHOLDSREQUEST']._serialized_start=1929
+  _globals['_LISTLEGALHOLDSREQUEST']._serialized_end=1995
+  _globals['_LISTLEGALHOLDSRESPONSE']._serialized_start=1997
+  _globals['_LISTLEGALHOLDSRESPONSE']._serialized_end=2058
+  _globals['_RETENTIONRULE']._serialized_start=2060
+  _globals['_RETENTIONRULE']._serialized_end=2176
+  _globals['_SETRETENTIONRULEREQUEST']._serialized_start=2178
+  _globals['_SETRETENTIONRULEREQUEST']._serialized_end=2243
+  _globals['_SETRETENTIONRULERESPONSE']._serialized_start=2245
+  _globals['_SETRETENTIONRULERESPONSE']._serialized_end=2338
+  _globals['_DELETERETENTIONRULEREQUEST']._serialized_start=2340
+  _globals['_DELETERETENTIONRULEREQUEST']._serialized_end=2425
+  _globals['_DELETERETENTIONRULERESPONSE']._serialized_start=2427
+  _globals['_DELETERETENTIONRULERESPONSE']._serialized_end=2483
+  _globals['_PREVIEWRETENTIONREQUEST']._serialized_start=2485
+  _globals['_PREVIEWRETENTIONREQUEST']._serialized_end=2574
+  _globals['_RETENTIONPREVIEW']._serialized_start=2577
+  _globals['_RETENTIONPREVIEW']._serialized_end=2728
+  _globals['_PREVIEWRETENTIONRESPONSE']._serialized_start=2730
+  _globals['_PREVIEWRETENTIONRESPONSE']._serialized_end=2803
+  _globals['_DATAPROTECTIONSERVICE']._serialized_start=2806
+  _globals['_DATAPROTECTIONSERVICE']._serialized_end=3739
 # @@protoc_insertion_point(module_scope)

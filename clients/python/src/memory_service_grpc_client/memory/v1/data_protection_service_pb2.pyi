@@ -295,6 +295,7 @@ class ErasureReceipt(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     AUDIT_EVENT_ID_FIELD_NUMBER: _builtins.int
     VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
+    BLOCKED_BY_HOLD_FIELD_NUMBER: _builtins.int
     receipt_id: _builtins.str
     """"era-" + 24 hex characters."""
     namespace: _builtins.str
@@ -309,6 +310,10 @@ class ErasureReceipt(_message.Message):
     """The audit event of the erasure (action "erase")."""
     validate_only: _builtins.bool
     """True when the request was validate_only (nothing was changed)."""
+    blocked_by_hold: _builtins.str
+    """validate_only only: the legal hold that would refuse this erasure (empty when none). A preview is
+    answered under a hold, so the counts say what the erasure removes once the hold is lifted.
+    """
     @_builtins.property
     def erase_time(self) -> _timestamp_pb2.Timestamp:
         """When the erasure committed."""
@@ -338,10 +343,11 @@ class ErasureReceipt(_message.Message):
         counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         audit_event_id: _builtins.str = ...,
         validate_only: _builtins.bool = ...,
+        blocked_by_hold: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["erase_time", b"erase_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_id", b"audit_event_id", "counts", b"counts", "erase_time", b"erase_time", "match_hashes", b"match_hashes", "namespace", b"namespace", "principal", b"principal", "receipt_id", b"receipt_id", "salt", b"salt", "selector_kind", b"selector_kind", "validate_only", b"validate_only"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audit_event_id", b"audit_event_id", "blocked_by_hold", b"blocked_by_hold", "counts", b"counts", "erase_time", b"erase_time", "match_hashes", b"match_hashes", "namespace", b"namespace", "principal", b"principal", "receipt_id", b"receipt_id", "salt", b"salt", "selector_kind", b"selector_kind", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

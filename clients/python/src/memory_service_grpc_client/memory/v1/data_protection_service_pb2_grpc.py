@@ -103,7 +103,8 @@ class DataProtectionServiceServicer:
         Erasing the same subject again finds nothing: a receipt with zero counts.
         Errors: INVALID_ARGUMENT (not exactly one of node_key/memory_user/value, a value shorter than 4
         characters, confirm not set); FAILED_PRECONDITION (reason LEGAL_HOLD, ErrorInfo metadata hold_id
-        and hold_subject) when a legal hold covers the namespace or the subject; PERMISSION_DENIED without
+        and hold_subject) when a legal hold covers the namespace or the subject (a validate_only preview is
+        answered, its receipt's blocked_by_hold naming the hold); PERMISSION_DENIED without
         the admin right; UNAVAILABLE (nothing was erased).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -45,7 +45,8 @@ class DataProtectionServiceStub:
     Erasing the same subject again finds nothing: a receipt with zero counts.
     Errors: INVALID_ARGUMENT (not exactly one of node_key/memory_user/value, a value shorter than 4
     characters, confirm not set); FAILED_PRECONDITION (reason LEGAL_HOLD, ErrorInfo metadata hold_id
-    and hold_subject) when a legal hold covers the namespace or the subject; PERMISSION_DENIED without
+    and hold_subject) when a legal hold covers the namespace or the subject (a validate_only preview is
+    answered, its receipt's blocked_by_hold naming the hold); PERMISSION_DENIED without
     the admin right; UNAVAILABLE (nothing was erased).
     """
     GetErasureReceipt: _grpc.UnaryUnaryMultiCallable[_data_protection_service_pb2.GetErasureReceiptRequest, _data_protection_service_pb2.GetErasureReceiptResponse]
@@ -116,7 +117,8 @@ class DataProtectionServiceAsyncStub(DataProtectionServiceStub):
     Erasing the same subject again finds nothing: a receipt with zero counts.
     Errors: INVALID_ARGUMENT (not exactly one of node_key/memory_user/value, a value shorter than 4
     characters, confirm not set); FAILED_PRECONDITION (reason LEGAL_HOLD, ErrorInfo metadata hold_id
-    and hold_subject) when a legal hold covers the namespace or the subject; PERMISSION_DENIED without
+    and hold_subject) when a legal hold covers the namespace or the subject (a validate_only preview is
+    answered, its receipt's blocked_by_hold naming the hold); PERMISSION_DENIED without
     the admin right; UNAVAILABLE (nothing was erased).
     """
     GetErasureReceipt: _aio.UnaryUnaryMultiCallable[_data_protection_service_pb2.GetErasureReceiptRequest, _data_protection_service_pb2.GetErasureReceiptResponse]  # type: ignore[assignment]
@@ -190,7 +192,8 @@ class DataProtectionServiceServicer(metaclass=_abc_1.ABCMeta):
         Erasing the same subject again finds nothing: a receipt with zero counts.
         Errors: INVALID_ARGUMENT (not exactly one of node_key/memory_user/value, a value shorter than 4
         characters, confirm not set); FAILED_PRECONDITION (reason LEGAL_HOLD, ErrorInfo metadata hold_id
-        and hold_subject) when a legal hold covers the namespace or the subject; PERMISSION_DENIED without
+        and hold_subject) when a legal hold covers the namespace or the subject (a validate_only preview is
+        answered, its receipt's blocked_by_hold naming the hold); PERMISSION_DENIED without
         the admin right; UNAVAILABLE (nothing was erased).
         """
 
