@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,3 +74,20 @@ def token_secured_services(
     finally:
         ingest.stop(5)
         query.stop(5)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium (``CB_CHROMIUM``), headless, driven by Playwright, which downloads no browser."""
+    from playwright import sync_api
+
+    chromium = Path(os.environ.get("CB_CHROMIUM", "/usr/bin/chromium"))
+    if not chromium.is_file():
+        pytest.fail(f"{chromium} is missing: apt-get install chromium")
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield launched
+        launched.close()
