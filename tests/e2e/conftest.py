@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 import pytest
 from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
@@ -74,6 +75,12 @@ def token_secured_services(
     finally:
         ingest.stop(5)
         query.stop(5)
+
+
+@pytest.fixture
+def protection(ingest_channel: grpc.Channel) -> data_protection_service_pb2_grpc.DataProtectionServiceStub:
+    """DataProtectionService of the session's ingest service."""
+    return data_protection_service_pb2_grpc.DataProtectionServiceStub(ingest_channel)
 
 
 @pytest.fixture(scope="module")
