@@ -51,7 +51,7 @@ from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.test_domain_packs import _register
-from tests.e2e.test_pii import _write_corpus, _write_team
+from tests.e2e.test_pii import write_corpus, write_team
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
@@ -134,8 +134,8 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         with world.ingest(world.packs) as channel:
             _register(channel, delivery_pack(uuid.uuid4().hex), world.namespace, strict=False)
         with world.ingest(world.writer) as channel:
-            _write_corpus(channel, world.namespace)
-            _write_team(channel, world.namespace)
+            write_corpus(channel, world.namespace)
+            write_team(channel, world.namespace)
         yield world
 
 
