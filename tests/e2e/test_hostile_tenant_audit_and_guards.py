@@ -24,10 +24,8 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import iter_pages, rpc_failure
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
     knowledge_pb2,
     snapshot_service_pb2,
     snapshot_service_pb2_grpc,
@@ -40,6 +38,7 @@ from memory_service_grpc_client.memory.v1 import (
 from common.grpc.proto_mapping import timestamp
 from common.kernel.config import Settings
 from common.storage.database import Database
+from tests.e2e.audit_reads import every_audit_event, list_audit_events
 from tests.e2e.hostile_tenant_world import (
     DEEP,
     EMAIL,
@@ -59,22 +58,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with running_world(settings, tmp_path_factory) as world:
         yield world
-
-
-def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEventsResponse:
-    return audit_service_pb2_grpc.AuditServiceStub(channel).ListAuditEvents(
-        audit_service_pb2.ListAuditEventsRequest(**fields), timeout=60
-    )
-
-
-def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
-    return list(
-        iter_pages(
-            lambda request: _list(channel, **{**fields, "page_token": request.page_token}),
-            audit_service_pb2.ListAuditEventsRequest(),
-            lambda page: page.events,
-        )
-    )
 
 
 def _trace(channel: grpc.Channel, namespace: str, trace_id: str) -> Any:
@@ -103,7 +86,7 @@ def _forge(namespace: str, payload: dict[str, Any] | bytes, **filters: Any) -> s
 def test_the_admin_of_a_sees_every_event_of_a_and_nothing_else(world: World, database: Database) -> None:
     stored = _db_event_ids(database, world.a)
     with world.query(world.a_admin) as channel:
-        listed = _all(channel, namespace=world.a, page_size=2)
+        listed = every_audit_event(channel, namespace=world.a, page_size=2)
     ids = {e.event_id for e in listed}
     # the cleared admin's own listing is audited (one pii_access event) after it was read
     assert stored <= ids <= _db_event_ids(database, world.a), (stored - ids, ids - stored)
@@ -120,7 +103,7 @@ def test_the_admin_of_a_sees_every_event_of_a_and_nothing_else(world: World, dat
 
 def test_an_uncleared_admin_reads_every_value_masked(world: World) -> None:
     with world.query(world.a_masked_admin) as channel:
-        listed = _all(channel, namespace=world.a, action="pii_access")
+        listed = every_audit_event(channel, namespace=world.a, action="pii_access")
         trace = _trace(channel, world.a, world.pii_trace)
     assert listed and all(e.principal != EMAIL for e in listed)
     leaks = [
@@ -157,14 +140,14 @@ def test_nobody_but_an_admin_of_a_lists_a_or_learns_anything(world: World, who: 
     expected = grpc.StatusCode.UNAUTHENTICATED if who == "unknown" else grpc.StatusCode.PERMISSION_DENIED
     # a page token issued for B's listing, used on A
     with world.query(world.b_admin) as channel:
-        b_token = _list(channel, namespace=world.b, page_size=1).next_page_token
+        b_token = list_audit_events(channel, namespace=world.b, page_size=1).next_page_token
     assert b_token
     answers: dict[str, list[tuple[Any, str, str]]] = {}
     with world.query(token) as channel:
         for namespace in (world.a, world.ghost):
             seen = []
             for fields in [*_denied_variants(world, namespace), {"page_token": b_token}]:
-                failure = failure_of(lambda: _list(channel, namespace=namespace, **fields))  # noqa: B023 - called at once
+                failure = failure_of(lambda: list_audit_events(channel, namespace=namespace, **fields))  # noqa: B023 - called at once
                 meta = {k: v for k, v in failure.metadata.items() if k != "request_id"}
                 seen.append((failure.code, failure.message.replace(namespace, "<NS>"), json.dumps(meta, sort_keys=True).replace(namespace, "<NS>")))
                 assert failure.code == expected, (fields, describe(failure))
@@ -240,15 +223,15 @@ def _page_token_cases(world: World, issued: str, b_token: str) -> dict[str, tupl
 
 def test_page_tokens_are_invalid_argument_never_internal(world: World) -> None:
     with world.query(world.a_admin) as channel:
-        first = _list(channel, namespace=world.a, page_size=1)
+        first = list_audit_events(channel, namespace=world.a, page_size=1)
     with world.query(world.b_admin) as channel:
-        b_token = _list(channel, namespace=world.b, page_size=1).next_page_token
+        b_token = list_audit_events(channel, namespace=world.b, page_size=1).next_page_token
     assert first.next_page_token and b_token
     wrong: list[str] = []
     with world.query(world.a_admin) as channel:
         for name, (filters, token) in _page_token_cases(world, first.next_page_token, b_token).items():
             try:
-                _list(channel, namespace=world.a, page_size=1, page_token=token, **filters)
+                list_audit_events(channel, namespace=world.a, page_size=1, page_token=token, **filters)
             except grpc.RpcError as error:
                 failure = rpc_failure(error)
                 if failure.code != grpc.StatusCode.INVALID_ARGUMENT or violated_fields(failure) != ["page_token"]:
@@ -256,7 +239,7 @@ def test_page_tokens_are_invalid_argument_never_internal(world: World) -> None:
                 continue
             wrong.append(f"{name}: accepted")
         # the issued token still works with its own request
-        again = _list(channel, namespace=world.a, page_size=1, page_token=first.next_page_token)
+        again = list_audit_events(channel, namespace=world.a, page_size=1, page_token=first.next_page_token)
         assert again.events and again.events[0].event_id != first.events[0].event_id
     assert not wrong, "\n".join(wrong)
 
@@ -279,7 +262,7 @@ def test_out_of_range_times_and_sizes_on_the_listing(world: World) -> None:
     wrong = []
     with world.query(world.a_admin) as channel:
         for name, (fields, path) in cases.items():
-            failure = failure_of(lambda: _list(channel, namespace=world.a, **fields))  # noqa: B023 - called at once
+            failure = failure_of(lambda: list_audit_events(channel, namespace=world.a, **fields))  # noqa: B023 - called at once
             if failure.code != grpc.StatusCode.INVALID_ARGUMENT or path not in violated_fields(failure):
                 wrong.append(f"{name}: {describe(failure)}")
     assert not wrong, "\n".join(wrong)
@@ -435,7 +418,7 @@ def test_an_uncleared_admin_cannot_unmask_by_filtering(world: World) -> None:
         for value in (EMAIL, "nobody-" + EMAIL):
             for fields in ({"principal": value}, {"node_key": f"contact:{value}"}):
                 with pytest.raises(grpc.RpcError) as refused:
-                    _all(channel, namespace=world.a, **fields)
+                    every_audit_event(channel, namespace=world.a, **fields)
                 failure = rpc_failure(refused.value)
                 metadata = {k: v for k, v in failure.metadata.items() if k != "request_id"}
                 answers.append((failure.code, failure.reason, metadata))
@@ -446,4 +429,4 @@ def test_an_uncleared_admin_cannot_unmask_by_filtering(world: World) -> None:
     ]
     assert all(a[0] == grpc.StatusCode.PERMISSION_DENIED for a in answers)
     with world.query(world.a_admin) as channel:  # a cleared admin still filters by it
-        assert _all(channel, namespace=world.a, principal=EMAIL)
+        assert every_audit_event(channel, namespace=world.a, principal=EMAIL)

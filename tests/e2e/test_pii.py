@@ -34,8 +34,6 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
 )
 
 from common.auth.principals import Right
@@ -44,6 +42,7 @@ from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from memory_service_tools.token_writer import add_token
+from tests.e2e.audit_reads import trace_audit_events
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.pii_corpus import (
     CARD,
@@ -138,14 +137,6 @@ def _source(channel: grpc.Channel, namespace: str, key: str, **kwargs: Any) -> A
     return stub.GetSource(
         source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60, **kwargs
     ).source
-
-
-def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
-    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
-    trace = stub.GetTrace(
-        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
-    )
-    return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
 
 
 def test_marks_on_write(world: World, database: Database) -> None:
@@ -305,7 +296,7 @@ def test_compile_typed_context_is_masked_for_an_uncleared_token(world: World) ->
             .CompileTypedContext(request, timeout=120)
             .pack
         )
-        events = _trace_events(channel, world.typed_namespace, shown.trace_id)
+        events = trace_audit_events(channel, world.typed_namespace, shown.trace_id)
     alice = next(item for item in masked.items if item.kind == "node" and item.natural_key == "person:alice")
     assert '"email":"[email]"' in alice.text and '"phone":"[phone]"' in alice.text and "on-call" in alice.text
     _assert_no_secret(masked.text)
@@ -328,7 +319,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
             channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),)
         )
         card = _source(channel, world.namespace, "doc:client-card")
-        events = _trace_events(channel, world.namespace, request_id)
+        events = trace_audit_events(channel, world.namespace, request_id)
         hits = _search(
             channel, world.namespace, "Support ticket SUP-4821", node_keys=["ticket:SUP-4821"]
         ).hits
@@ -344,7 +335,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
             )
             .pack
         )
-        context_events = _trace_events(channel, world.namespace, pack.trace_id)
+        context_events = trace_audit_events(channel, world.namespace, pack.trace_id)
     assert letter.content == RU_LETTER and card.content == CLIENT_CARD and FIO in card.title
     assert [event.action for event in events] == ["pii_access"]
     event = events[0]
@@ -365,7 +356,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
     with world.query(world.reader) as channel:
         for trace_id in (request_id, pack.trace_id):
             with pytest.raises(grpc.RpcError) as hidden:
-                _trace_events(channel, world.namespace, trace_id)
+                trace_audit_events(channel, world.namespace, trace_id)
             assert hidden.value.code() == grpc.StatusCode.NOT_FOUND, trace_id
 
 
@@ -379,7 +370,7 @@ def test_cleared_token_without_personal_data_writes_no_audit_event(world: World)
             metadata=(("x-request-id", request_id),),
         )
         with pytest.raises(grpc.RpcError) as raised:
-            _trace_events(channel, world.namespace, request_id)
+            trace_audit_events(channel, world.namespace, request_id)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -388,7 +379,7 @@ def test_uncleared_reads_write_no_audit_event(world: World) -> None:
     with world.query(world.reader) as channel:
         _source(channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),))
     with world.query(world.cleared) as channel, pytest.raises(grpc.RpcError) as raised:
-        _trace_events(channel, world.namespace, request_id)
+        trace_audit_events(channel, world.namespace, request_id)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
 
 
