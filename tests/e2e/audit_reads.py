@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from memory_service_grpc_client import iter_pages
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
@@ -38,3 +39,14 @@ def trace_audit_events(channel: grpc.Channel, namespace: str, trace_id: str) -> 
         trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
     )
     return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
+
+
+def get_trace(channel: grpc.Channel, namespace: str, trace_id: str) -> trace_service_pb2.Trace:
+    """The trace ``trace_id`` of ``namespace`` (GetTrace)."""
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    return stub.GetTrace(trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60).trace
+
+
+def details_of(event: audit_service_pb2.AuditEvent) -> dict[str, Any]:
+    """An audit event's details as a dict."""
+    return json_format.MessageToDict(event.details)
