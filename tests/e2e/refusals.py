@@ -15,3 +15,9 @@ def refusal(call: Callable[[], Any]) -> RpcFailure:
     with pytest.raises(grpc.RpcError) as raised:
         call()
     return rpc_failure(raised.value)
+
+
+def code_and_fields(call: Callable[[], Any]) -> tuple[grpc.StatusCode, list[str]]:
+    """Runs ``call``, which must raise `grpc.RpcError`; returns the status code and the violated fields."""
+    failure = refusal(call)
+    return failure.code, [violation.field for violation in failure.violations]
