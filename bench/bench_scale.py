@@ -75,11 +75,8 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from bench.run_bench import (
-    distinctive_sentences,
-    run_in_database,
-    services,
-)
+from bench.corpus_loading import distinctive_sentences
+from bench.run_bench import run_in_database, services
 from bench.scale_arms import arm_breakdown
 from bench.scale_measures import (
     TOP_K,
