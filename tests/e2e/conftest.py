@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client import ClientSecurity, make_channel, wait_for_serving
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 from common.grpc.server import ServiceHost
@@ -19,38 +19,44 @@ from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 
 
-@pytest.fixture(scope="session")
-def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
-    host = create_ingest_host(settings, address="127.0.0.1:0", metrics_port=0)
+@contextmanager
+def _running(host: ServiceHost) -> Iterator[ServiceHost]:
     host.start()
     yield host
     host.stop(5)
+
+
+@contextmanager
+def _serving_channel(host: ServiceHost, service: str) -> Iterator[grpc.Channel]:
+    address = f"127.0.0.1:{host.port}"
+    assert wait_for_serving(address, timeout=60), f"{service} did not become SERVING"
+    channel = grpc.insecure_channel(address)
+    yield channel
+    channel.close()
+
+
+@pytest.fixture(scope="session")
+def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
+    with _running(create_ingest_host(settings, address="127.0.0.1:0", metrics_port=0)) as host:
+        yield host
 
 
 @pytest.fixture(scope="session")
 def query_host(settings: Settings) -> Iterator[ServiceHost]:
-    host = create_query_host(settings, address="127.0.0.1:0", metrics_port=0)
-    host.start()
-    yield host
-    host.stop(5)
+    with _running(create_query_host(settings, address="127.0.0.1:0", metrics_port=0)) as host:
+        yield host
 
 
 @pytest.fixture(scope="session")
 def ingest_channel(ingest_host: ServiceHost) -> Iterator[grpc.Channel]:
-    address = f"127.0.0.1:{ingest_host.port}"
-    assert wait_for_serving(address, timeout=60), "ingest_service did not become SERVING"
-    channel = grpc.insecure_channel(address)
-    yield channel
-    channel.close()
+    with _serving_channel(ingest_host, "ingest_service") as channel:
+        yield channel
 
 
 @pytest.fixture(scope="session")
 def query_channel(query_host: ServiceHost) -> Iterator[grpc.Channel]:
-    address = f"127.0.0.1:{query_host.port}"
-    assert wait_for_serving(address, timeout=60), "query_service did not become SERVING"
-    channel = grpc.insecure_channel(address)
-    yield channel
-    channel.close()
+    with _serving_channel(query_host, "query_service") as channel:
+        yield channel
 
 
 @contextmanager
@@ -98,3 +104,17 @@ def browser() -> Iterator[Any]:
         )
         yield launched
         launched.close()
+
+
+class TokenChannels:
+    """The addresses of services started by `token_secured_services`, and channels to them that carry a
+    bearer token."""
+
+    ingest_addr = ""
+    query_addr = ""
+
+    def ingest(self, token: str) -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
+
+    def query(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_addr, security=ClientSecurity(token=token))

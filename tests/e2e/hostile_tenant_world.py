@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -27,7 +27,7 @@ from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
 from memory_service_tools.token_writer import add_token
-from tests.e2e.conftest import token_secured_services
+from tests.e2e.conftest import TokenChannels, token_secured_services
 
 EMAIL = "olga.smirnova@example.ru"
 
@@ -108,7 +108,7 @@ def describe(failure: Any) -> str:
 DEEP = b"[" * 50_000 + b"]" * 50_000
 
 
-class World:
+class World(TokenChannels):
     def __init__(self, tokens_file: Path) -> None:
         tag = uuid.uuid4().hex[:8]
         self.tokens_file = tokens_file
@@ -156,12 +156,6 @@ class World:
         self.export_trace = f"atk-export-{tag}"
         self.b_trace = f"atk-b-{tag}"
         self.ids: dict[str, list[str]] = {}
-
-    def ingest(self, token: str) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
-
-    def query(self, token: str) -> grpc.Channel:
-        return make_channel(self.query_addr, security=ClientSecurity(token=token))
 
 
 def populate(world: World) -> None:

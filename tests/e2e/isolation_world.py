@@ -36,6 +36,7 @@ from memory_service_grpc_client.memory.v1 import (
 from common.auth.principals import Right, is_open_method
 from memory_service_tools.token_writer import add_token
 from tests.e2e import memory_attacks
+from tests.e2e.conftest import TokenChannels
 
 
 class Side:
@@ -58,7 +59,7 @@ class Side:
         self.text_key = ""
 
 
-class World:
+class World(TokenChannels):
     def __init__(self, tokens_file: Path) -> None:
         self.a, self.b = Side("a"), Side("b")
         self.attacker, _ = add_token(tokens_file, principal="attacker", namespaces={self.a.ns: [Right.ADMIN]})
@@ -77,12 +78,6 @@ class World:
         self.database_url = ""
         self.graph = ""
         self.traces_table = ""
-
-    def query(self, token: str) -> grpc.Channel:
-        return make_channel(self.query_addr, security=ClientSecurity(token=token))
-
-    def ingest(self, token: str) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
 
 
 def load(world: World, side: Side) -> None:

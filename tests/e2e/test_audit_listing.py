@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -46,7 +46,7 @@ from common.kernel.identifiers import observation_id
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.audit_reads import every_audit_event, list_audit_events, trace_audit_events
-from tests.e2e.conftest import token_secured_services
+from tests.e2e.conftest import TokenChannels, token_secured_services
 from tests.e2e.test_domain_packs import _register
 from tests.e2e.test_pii import write_corpus, write_team
 from tests.unit.test_domain_packs import delivery_pack
@@ -63,7 +63,7 @@ SIX_METHODS = {
 }
 
 
-class World:
+class World(TokenChannels):
     """Tokens, addresses and two namespaces: ``namespace`` (the personal data corpus, with a domain pack
     for the typed context) and ``listed`` (explicit and delete events for the paging checks)."""
 
@@ -113,12 +113,6 @@ class World:
             tokens_file, principal="aud-hr", namespaces={self.namespace: [Right.READ]}
         )
         self.ingest_addr = self.query_addr = ""
-
-    def ingest(self, token: str) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
-
-    def query(self, token: str) -> grpc.Channel:
-        return make_channel(self.query_addr, security=ClientSecurity(token=token))
 
 
 @pytest.fixture(scope="module")
