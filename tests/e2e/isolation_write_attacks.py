@@ -35,34 +35,26 @@ from tests.e2e.isolation_world import (
 )
 
 
-def redact(world: World) -> None:
+def _remove_b_observation(world: World, rpc: str, request_class: Any) -> None:
+    """A removal of B's observation named from A (``rpc`` of ObservationService): NOT_FOUND, B unchanged."""
     with world.ingest(world.attacker) as channel:
-        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
+        call = getattr(observation_service_pb2_grpc.ObservationServiceStub(channel), rpc)
         code = refusal_code(
-            lambda: stub.RedactObservation(
-                observation_service_pb2.RedactObservationRequest(
-                    namespace=world.a.ns, observation_id=world.b.observation_id, reason="attack"
-                ),
+            lambda: call(
+                request_class(namespace=world.a.ns, observation_id=world.b.observation_id, reason="attack"),
                 timeout=60,
             )
         )
     assert code == grpc.StatusCode.NOT_FOUND
     b_untouched(world)
+
+
+def redact(world: World) -> None:
+    _remove_b_observation(world, "RedactObservation", observation_service_pb2.RedactObservationRequest)
 
 
 def purge(world: World) -> None:
-    with world.ingest(world.attacker) as channel:
-        stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
-        code = refusal_code(
-            lambda: stub.PurgeObservation(
-                observation_service_pb2.PurgeObservationRequest(
-                    namespace=world.a.ns, observation_id=world.b.observation_id, reason="attack"
-                ),
-                timeout=60,
-            )
-        )
-    assert code == grpc.StatusCode.NOT_FOUND
-    b_untouched(world)
+    _remove_b_observation(world, "PurgeObservation", observation_service_pb2.PurgeObservationRequest)
 
 
 def embedding_backlog(world: World) -> None:
