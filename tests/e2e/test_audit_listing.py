@@ -47,8 +47,8 @@ from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.audit_reads import every_audit_event, list_audit_events, trace_audit_events
 from tests.e2e.conftest import TokenChannels, token_secured_services
+from tests.e2e.pii_corpus import write_corpus, write_team
 from tests.e2e.test_domain_packs import _register
-from tests.e2e.test_pii import write_corpus, write_team
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
