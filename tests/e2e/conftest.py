@@ -59,6 +59,12 @@ def query_channel(query_host: ServiceHost) -> Iterator[grpc.Channel]:
         yield channel
 
 
+@pytest.fixture(scope="session")
+def cli_addresses(ingest_host: ServiceHost, query_host: ServiceHost) -> list[str]:
+    """``cb``'s options naming the session's two services."""
+    return ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
+
+
 @contextmanager
 def token_secured_services(
     settings: Settings, tokens_file: Path, **overrides: Any

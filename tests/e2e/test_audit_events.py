@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from typing import Any
 
 import grpc
 import pytest
@@ -100,7 +99,7 @@ def test_record_audit_event_bad_input_writes_nothing(
 
 
 def test_cli_delete_and_trace(
-    ingest_host: Any, query_host: Any, ingest_channel: grpc.Channel, namespace: str
+    cli_addresses: list[str], ingest_channel: grpc.Channel, namespace: str
 ) -> None:
     from typer.testing import CliRunner
 
@@ -114,16 +113,10 @@ def test_cli_delete_and_trace(
         timeout=120,
     )
     runner = CliRunner()
-    addresses = [
-        "--ingest-addr",
-        f"127.0.0.1:{ingest_host.port}",
-        "--query-addr",
-        f"127.0.0.1:{query_host.port}",
-    ]
     trace_id = "cli-" + uuid.uuid4().hex
 
     def run(*args: str, expect: int = 0) -> str:
-        result = runner.invoke(app, [*addresses, *args])
+        result = runner.invoke(app, [*cli_addresses, *args])
         assert result.exit_code == expect, result.output
         return result.output
 
