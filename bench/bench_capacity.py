@@ -53,12 +53,8 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
-from bench.run_bench import (
-    distinctive_sentences,
-    free_port,
-    percentiles,
-    run_in_database,
-)
+from bench.corpus_loading import distinctive_sentences
+from bench.run_bench import free_port, percentiles, run_in_database
 from bench.service_results import machine, print_report, write_json
 from common.kernel.config import Settings
 from common.storage.database import Database

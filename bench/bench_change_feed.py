@@ -41,13 +41,8 @@ from memory_service_grpc_client.memory.v1 import (
     webhook_service_pb2_grpc,
 )
 
-from bench.run_bench import (
-    debian_observations,
-    fresh_database,
-    load_observations,
-    percentiles,
-    services,
-)
+from bench.corpus_loading import debian_observations, load_observations
+from bench.run_bench import fresh_database, percentiles, services
 from common.kernel.config import Settings
 
 

@@ -42,7 +42,8 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run_bench import debian_observations, fresh_database
+from bench.corpus_loading import debian_observations
+from bench.run_bench import fresh_database
 from bench.service_results import cpu_seconds
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator

@@ -158,7 +158,8 @@ def load_locomo(prefix: str) -> dict[str, Any]:
     from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
     from bench.bench_context_quality import observation, turns_of
-    from bench.run_bench import load_observations, services, wait_for_embeddings
+    from bench.corpus_loading import load_observations, wait_for_embeddings
+    from bench.run_bench import services
     from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
     loaded: dict[str, Any] = {"turns": 0}

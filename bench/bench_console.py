@@ -68,17 +68,14 @@ from memory_service_grpc_client.memory.v1 import (
 )
 
 from bench.bench_capacity import load as load_chunks
-from bench.run_bench import (
+from bench.corpus_loading import (
     UPLOADS,
     debian_observations,
     distinctive_sentences,
-    free_port,
     load_observations,
-    percentiles,
-    run_in_database,
-    services,
     wait_for_embeddings,
 )
+from bench.run_bench import free_port, percentiles, run_in_database, services
 from bench.scale_tables import add_copies, indexes_rebuilt
 from bench.service_results import cpu_seconds, machine, print_report, tree_commit, write_json
 from common.kernel.config import Settings

@@ -67,7 +67,8 @@ from memory_service_grpc_client.memory.v1 import (
 )
 from rank_bm25 import BM25Okapi
 
-from bench.run_bench import load_observations, percentiles, run_in_database, services, wait_for_embeddings
+from bench.corpus_loading import load_observations, wait_for_embeddings
+from bench.run_bench import percentiles, run_in_database, services
 from bench.service_results import heading, machine, print_report, write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id

@@ -43,7 +43,8 @@ import grpc
 import psycopg
 from memory_service_grpc_client.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
-from bench.run_bench import UPLOADS, percentiles, run_in_database, services
+from bench.corpus_loading import UPLOADS
+from bench.run_bench import percentiles, run_in_database, services
 from bench.service_results import heading, load_average, machine, print_report, write_json
 from common.kernel.config import Settings
 from ingest_service.memories.enrichment.language_models import load_models

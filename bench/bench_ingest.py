@@ -11,7 +11,7 @@ service processes:
 
 After each load it measures the set-based floor of the same rows (`run_bench.set_based_floor`) and, for
 every variant but ``inline``, how long after the load the service reports an empty embedding backlog
-(`run_bench.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
+(`corpus_loading.wait_for_embeddings`, at most ``--embedding-wait`` seconds); what is left of the backlog is
 then taken off it. Each load runs in a fresh database of its own, dropped after it: in one database,
 loads after an earlier load and its floor measurement were at times much slower (58.7 s against the
 first's 21.0 s, with 2.3x and 4.7x the CPU time of the service and of PostgreSQL; cause not found, see
@@ -49,15 +49,8 @@ sys.path.insert(0, str(ROOT))
 from memory_service_grpc_client import wait_for_serving
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
-from bench.run_bench import (
-    debian_observations,
-    free_port,
-    fresh_database,
-    load_observations,
-    run_in_database,
-    set_based_floor,
-    wait_for_embeddings,
-)
+from bench.corpus_loading import debian_observations, load_observations, wait_for_embeddings
+from bench.run_bench import free_port, fresh_database, run_in_database, set_based_floor
 from bench.service_results import (
     cpu_seconds,
     heading,

@@ -37,7 +37,8 @@ import psycopg
 from psycopg import sql
 
 from bench.bench_capacity import CHUNKS_PER_DOCUMENT
-from bench.run_bench import distinctive_sentences, fresh_database, percentiles
+from bench.corpus_loading import distinctive_sentences
+from bench.run_bench import fresh_database, percentiles
 from bench.scale_arms import (
     LIMIT,
     TRIGRAM_WHOLE_QUERY_CHARS,

@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
-import re
 import socket
 import statistics
 import subprocess
@@ -53,7 +51,7 @@ import grpc
 import psycopg
 import psycopg.conninfo
 import psycopg.sql
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import timestamp_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -72,20 +70,21 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
 )
 
+from bench.corpus_loading import (
+    UPLOADS,
+    VAULT,
+    debian_observations,
+    distinctive_sentences,
+    load_observations,
+    wait_for_embeddings,
+)
 from bench.service_results import machine, write_json, write_results
 from common.kernel.config import Settings
-from common.kernel.identifiers import fact_id, graph_label, parse_instant
+from common.kernel.identifiers import graph_label
 from memory_service_tools.markdown_vault import find_documents, read_document
-from memory_service_tools.observation_file import ParsedObservation
-from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
+from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
-CORPORA = ROOT.parent / "shared" / "corpora"
-UPLOADS = CORPORA / "debian-uploads"
-VAULT = CORPORA / "docs-vault"
 QUERIES = 200
-SENTENCE = re.compile(r"[^.!?\n]{40,220}[.!?]")
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -146,103 +145,6 @@ def timed(calls: list[Callable[[], Any]]) -> list[float]:
         call()
         samples.append((time.perf_counter() - start) * 1000)
     return samples
-
-
-def debian_observations(namespace: str) -> list[knowledge_pb2.Observation]:
-    """The corpus moved to ``namespace``, with each `supersedes` recomputed for it
-    (docs/explanation/knowledge-model.md formula)."""
-    records = [json.loads(line) for line in (UPLOADS / "observations.jsonl").read_text("utf-8").splitlines()]
-    remap: dict[str, str] = {}
-    for record in records:
-        record["namespace"] = namespace
-        for assertion in record["assertions"]:
-            fact = assertion.get("fact")
-            if fact is None:
-                continue
-            original = fact_id(
-                "debian",
-                f"{fact['subject']['type']}:{fact['subject']['id']}",
-                fact["predicate"],
-                f"{fact['object']['type']}:{fact['object']['id']}",
-                parse_instant(fact["valid_from"]),
-            )
-            remap[original] = fact_id(
-                namespace,
-                f"{fact['subject']['type']}:{fact['subject']['id']}",
-                fact["predicate"],
-                f"{fact['object']['type']}:{fact['object']['id']}",
-                parse_instant(fact["valid_from"]),
-            )
-    for record in records:
-        for assertion in record["assertions"]:
-            fact = assertion.get("fact")
-            if fact and "supersedes" in fact:
-                fact["supersedes"] = remap[fact["supersedes"]]
-    return [json_format.ParseDict(record, knowledge_pb2.Observation()) for record in records]
-
-
-def distinctive_sentences(count: int) -> list[str]:
-    texts = [path.read_text("utf-8") for path in find_documents(VAULT)]
-    rng = random.Random(7)
-    chosen: list[str] = []
-    for index in rng.sample(range(len(texts)), len(texts)):
-        for sentence in SENTENCE.findall(texts[index].split("\n---\n", 1)[-1]):
-            sentence = sentence.strip()
-            if len(sentence.split()) >= 8 and sum(sentence in other for other in texts) == 1:
-                chosen.append(sentence)
-                break
-        if len(chosen) == count:
-            break
-    return chosen
-
-
-def load_observations(
-    stub: observation_service_pb2_grpc.ObservationServiceStub,
-    observations: list[knowledge_pb2.Observation],
-    *,
-    concurrency: int,
-) -> dict[str, Any]:
-    """Sends ``observations`` in batches of 200 through `record_observations` (what `cb observe`
-    runs) with ``concurrency`` calls in flight; wall time from the first call to the last answer."""
-    items = [ParsedObservation(line, observation) for line, observation in enumerate(observations, 1)]
-    start = time.perf_counter()
-    created = failed = 0
-    for outcome in record_observations(stub, items, batch_size=200, concurrency=concurrency):
-        if outcome.error is not None or outcome.response is None:
-            raise RuntimeError(f"batch at line {outcome.batch[0].line} failed: {outcome.error}")
-        created += sum(result.created for result in outcome.response.results)
-        failed += sum(result.status == "failed" for result in outcome.response.results)
-    seconds = time.perf_counter() - start
-    return {
-        "count": len(observations),
-        "created": created,
-        "failed": failed,
-        "concurrency": concurrency,
-        "seconds": round(seconds, 2),
-        "per_second": round(len(observations) / seconds, 1),
-        "target_seconds": 60,
-    }
-
-
-def wait_for_embeddings(
-    stub: observation_service_pb2_grpc.ObservationServiceStub, namespace: str, *, limit_seconds: float = 600
-) -> dict[str, Any]:
-    """Polls ``GetEmbeddingBacklog`` every 0.2 s until the namespace ("": all) has no chunk waiting for
-    its embedding, or ``limit_seconds`` passed; the wait in seconds, the backlog when it began and what
-    was left (0 unless the limit was reached)."""
-    request = observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace)
-    start = time.perf_counter()
-    first = pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
-    while pending and time.perf_counter() - start < limit_seconds:
-        time.sleep(0.2)
-        pending = stub.GetEmbeddingBacklog(request, timeout=60).pending_chunks
-    seconds = time.perf_counter() - start
-    return {
-        "backlog_at_end_of_load": first,
-        "seconds_until_embedded": round(seconds, 2),
-        "left_pending": pending,
-        "embedded_per_second": round((first - pending) / seconds, 1) if seconds else 0.0,
-    }
 
 
 def set_based_floor(url: str, namespace: str) -> dict[str, Any]:

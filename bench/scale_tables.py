@@ -20,7 +20,8 @@ from memory_service_grpc_client.memory.v1 import (
 )
 from psycopg import sql
 
-from bench.run_bench import CORPORA, VAULT, debian_observations, load_observations, services
+from bench.corpus_loading import CORPORA, VAULT, debian_observations, load_observations
+from bench.run_bench import services
 from memory_service_tools.markdown_vault import find_documents, read_document
 
 FAQ = CORPORA / "retrieval-eval"

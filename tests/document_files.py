@@ -11,6 +11,23 @@ import openpyxl
 from pptx import Presentation
 
 
+def _pdf_file(objects: list[bytes]) -> bytes:
+    """The PDF file of ``objects`` (numbered from 1, the first the catalog): header, bodies, the
+    cross-reference table and the trailer."""
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
 def pdf(pages: list[str | None], *, kids: str | None = None, count: int | None = None) -> bytes:
     """A PDF with one page per entry of ``pages``: text drawn in Helvetica, or ``None`` for a page
     holding only an image-less drawing (no text layer, like a scan). ``kids``/``count`` replace the
@@ -38,18 +55,7 @@ def pdf(pages: list[str | None], *, kids: str | None = None, count: int | None =
             f"/Resources << /Font << /F1 3 0 R >> >> >>".encode()
         )
         objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return _pdf_file(objects)
 
 
 def looping_pdf() -> bytes:
@@ -70,18 +76,7 @@ def million_page_pdf() -> bytes:
     leaves = " ".join("3 0 R" for _ in range(1000))
     for _ in node_ids:
         objects.append(f"<< /Type /Pages /Parent 2 0 R /Kids [{leaves}] /Count 1000 >>".encode())
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return _pdf_file(objects)
 
 
 DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"  # Debian fonts-dejavu-core (CI installs it)

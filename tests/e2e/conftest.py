@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,7 +10,8 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client import ClientSecurity, make_channel, wait_for_serving
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
@@ -17,38 +19,50 @@ from ingest_service.main import create_ingest_host
 from query_service.main import create_query_host
 
 
-@pytest.fixture(scope="session")
-def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
-    host = create_ingest_host(settings, address="127.0.0.1:0", metrics_port=0)
+@contextmanager
+def _running(host: ServiceHost) -> Iterator[ServiceHost]:
     host.start()
     yield host
     host.stop(5)
+
+
+@contextmanager
+def _serving_channel(host: ServiceHost, service: str) -> Iterator[grpc.Channel]:
+    address = f"127.0.0.1:{host.port}"
+    assert wait_for_serving(address, timeout=60), f"{service} did not become SERVING"
+    channel = grpc.insecure_channel(address)
+    yield channel
+    channel.close()
+
+
+@pytest.fixture(scope="session")
+def ingest_host(settings: Settings) -> Iterator[ServiceHost]:
+    with _running(create_ingest_host(settings, address="127.0.0.1:0", metrics_port=0)) as host:
+        yield host
 
 
 @pytest.fixture(scope="session")
 def query_host(settings: Settings) -> Iterator[ServiceHost]:
-    host = create_query_host(settings, address="127.0.0.1:0", metrics_port=0)
-    host.start()
-    yield host
-    host.stop(5)
+    with _running(create_query_host(settings, address="127.0.0.1:0", metrics_port=0)) as host:
+        yield host
 
 
 @pytest.fixture(scope="session")
 def ingest_channel(ingest_host: ServiceHost) -> Iterator[grpc.Channel]:
-    address = f"127.0.0.1:{ingest_host.port}"
-    assert wait_for_serving(address, timeout=60), "ingest_service did not become SERVING"
-    channel = grpc.insecure_channel(address)
-    yield channel
-    channel.close()
+    with _serving_channel(ingest_host, "ingest_service") as channel:
+        yield channel
 
 
 @pytest.fixture(scope="session")
 def query_channel(query_host: ServiceHost) -> Iterator[grpc.Channel]:
-    address = f"127.0.0.1:{query_host.port}"
-    assert wait_for_serving(address, timeout=60), "query_service did not become SERVING"
-    channel = grpc.insecure_channel(address)
-    yield channel
-    channel.close()
+    with _serving_channel(query_host, "query_service") as channel:
+        yield channel
+
+
+@pytest.fixture(scope="session")
+def cli_addresses(ingest_host: ServiceHost, query_host: ServiceHost) -> list[str]:
+    """``cb``'s options naming the session's two services."""
+    return ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
 
 
 @contextmanager
@@ -73,3 +87,40 @@ def token_secured_services(
     finally:
         ingest.stop(5)
         query.stop(5)
+
+
+@pytest.fixture
+def protection(ingest_channel: grpc.Channel) -> data_protection_service_pb2_grpc.DataProtectionServiceStub:
+    """DataProtectionService of the session's ingest service."""
+    return data_protection_service_pb2_grpc.DataProtectionServiceStub(ingest_channel)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium (``CB_CHROMIUM``), headless, driven by Playwright, which downloads no browser."""
+    from playwright import sync_api
+
+    chromium = Path(os.environ.get("CB_CHROMIUM", "/usr/bin/chromium"))
+    if not chromium.is_file():
+        pytest.fail(f"{chromium} is missing: apt-get install chromium")
+    os.environ["PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD"] = "1"
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=str(chromium), headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        yield launched
+        launched.close()
+
+
+class TokenChannels:
+    """The addresses of services started by `token_secured_services`, and channels to them that carry a
+    bearer token."""
+
+    ingest_addr = ""
+    query_addr = ""
+
+    def ingest(self, token: str) -> grpc.Channel:
+        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
+
+    def query(self, token: str) -> grpc.Channel:
+        return make_channel(self.query_addr, security=ClientSecurity(token=token))

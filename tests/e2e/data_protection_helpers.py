@@ -1,4 +1,5 @@
-"""What the data protection tests share: a slice of the debian corpus for one subject, the residue scan."""
+"""What the data protection tests share: a slice of the debian corpus for one subject, the residue scan,
+observations and memories to delete, and the refusal a legal hold answers."""
 
 from __future__ import annotations
 
@@ -6,13 +7,24 @@ import json
 import re
 import uuid
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psycopg
+import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import observation_service_pb2, observation_service_pb2_grpc
+from google.rpc import error_details_pb2, status_pb2
+from memory_service_grpc_client.memory.v1 import (
+    memory_service_pb2,
+    memory_service_pb2_grpc,
+    observation_service_pb2,
+    observation_service_pb2_grpc,
+)
 from psycopg import sql
+
+from common.kernel.config import Settings
 
 DEBIAN = Path(__file__).resolve().parents[2].parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"
 
@@ -85,3 +97,57 @@ def residue(conn: psycopg.Connection[Any], graph: str, value: str) -> dict[str, 
 def columns_scanned(conn: psycopg.Connection[Any], graph: str) -> int:
     """How many columns `residue` scans."""
     return len(text_columns(conn, graph))
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo:
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return info
+    raise AssertionError("no ErrorInfo")
+
+
+def assert_held(call: Any, hold_id: str) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        call()
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value.details()
+    info = error_info(refused.value)
+    assert info.reason == "LEGAL_HOLD" and info.metadata["hold_id"] == hold_id
+    assert hold_id in refused.value.details()
+
+
+class NoPassages:
+    def encode_passages(self, texts: Any) -> Any:
+        raise AssertionError("retention writes no text")
+
+
+def observation_of(namespace: str, n: int, kind: str, occurred: datetime, text: str) -> dict[str, Any]:
+    return {
+        "namespace": namespace,
+        "source": {"system": "test", "stream": "s", "external_id": f"e{n}"},
+        "kind": kind,
+        "occurred_at": occurred.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "actor": {"type": "person", "id": f"p{n}"},
+        "content": text,
+    }
+
+
+def add_memories(ingest: grpc.Channel, user: str, texts: list[str]) -> list[str]:
+    stub = memory_service_pb2_grpc.MemoryServiceStub(ingest)
+    request = json_format.ParseDict(
+        {"userId": user, "memories": [{"text": t, "idempotencyKey": str(i)} for i, t in enumerate(texts)]},
+        memory_service_pb2.AddMemoriesRequest(),
+    )
+    response = stub.AddMemories(request, timeout=120)
+    assert all(r.memory_id for r in response.results), response
+    return [r.memory_id for r in response.results]
+
+
+def memory_namespace(settings: Settings, user: str) -> str:
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        return str(
+            conn.execute("SELECT namespace FROM memories WHERE user_id = %s LIMIT 1", (user,)).fetchone()[0]
+        )

@@ -4,8 +4,8 @@ Development mode (auth off) hosts from tests/e2e/conftest.py, the real database 
 DeleteNode removes the node and everything of it (Search, GetSource, ListFacts with history,
 CompileContext, and the tables underneath), protected audit nodes are refused and unchanged, every
 deletion (DeleteNode, PurgeObservation, RedactObservation) writes an audit event with a snapshot
-readable through GetTrace, GetTrace includes the context compilations of the trace, explicit events
-are idempotent by client_event_id, and bad input names its fields.
+readable through GetTrace, GetTrace includes the context compilations of the trace, and bad input names
+its fields. Explicit audit events and the CLI are in test_audit_events.py.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import RpcFailure, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -38,19 +36,13 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
 )
 
 from common.storage.database import Database
+from tests.e2e.audit_reads import details_of, get_trace, trace_audit_events
+from tests.e2e.refusals import refusal
 
 pytestmark = pytest.mark.e2e
-
-
-def _failure(call: Callable[[], Any]) -> RpcFailure:
-    with pytest.raises(grpc.RpcError) as raised:
-        call()
-    return rpc_failure(raised.value)
 
 
 def _fact(subject: str, predicate: str, obj: str, when: str, **extra: Any) -> knowledge_pb2.FactAssertion:
@@ -66,21 +58,6 @@ def _list_facts(query: grpc.Channel, namespace: str, **filters: str) -> list[Any
         namespace=namespace, include_history=True, include_lost=True, **filters
     )
     return list(stub.ListFacts(request, timeout=60).facts)
-
-
-def _trace(query: grpc.Channel, namespace: str, trace_id: str) -> trace_service_pb2.Trace:
-    stub = trace_service_pb2_grpc.TraceServiceStub(query)
-    return stub.GetTrace(
-        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
-    ).trace
-
-
-def _events(trace: trace_service_pb2.Trace) -> list[audit_service_pb2.AuditEvent]:
-    return [entry.audit_event for entry in trace.entries if entry.HasField("audit_event")]
-
-
-def _details(event: audit_service_pb2.AuditEvent) -> dict[str, Any]:
-    return json_format.MessageToDict(event.details)
 
 
 def _row_counts(database: Database, namespace: str, key: str) -> dict[str, int]:
@@ -219,7 +196,7 @@ def test_delete_node_removes_everything_and_is_audited(
         retrieval_service_pb2.SearchRequest(namespace=namespace, query=marker, top_k=50), timeout=60
     )
     assert all(hit.node_key != "doc:target" and marker not in hit.text for hit in hits.hits)
-    failure = _failure(
+    failure = refusal(
         functools.partial(
             sources.GetSource,
             source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:target"),
@@ -251,11 +228,11 @@ def test_delete_node_removes_everything_and_is_audited(
     )
 
     # The audit event with its snapshot, in the same namespace, linked to the trace.
-    events = _events(_trace(query_channel, namespace, trace_id))
+    events = trace_audit_events(query_channel, namespace, trace_id)
     assert [(e.action, e.target_key, e.event_id) for e in events] == [
         ("delete", "doc:target", response.audit_event_id)
     ]
-    snapshot = _details(events[0])
+    snapshot = details_of(events[0])
     assert snapshot["type"] == "document" and snapshot["title"] == f"Target runbook {marker}"
     assert snapshot["chunk_count"] == before["chunks"] and snapshot["facts_removed"] == 2
     assert snapshot["reason"] == "GDPR request 42" and events[0].principal == "development"
@@ -266,7 +243,7 @@ def test_delete_node_removes_everything_and_is_audited(
     assert snapshot["edges_removed"]["LINKS_TO"] == 2
 
     # Deleting it again: NOT_FOUND, no second event.
-    again = _failure(
+    again = refusal(
         lambda: document_service_pb2_grpc.DocumentServiceStub(ingest_channel).DeleteNode(
             document_service_pb2.DeleteNodeRequest(
                 namespace=namespace, natural_key="doc:target", trace_id=trace_id
@@ -275,7 +252,7 @@ def test_delete_node_removes_everything_and_is_audited(
         )
     )
     assert again.code == grpc.StatusCode.NOT_FOUND
-    assert len(_events(_trace(query_channel, namespace, trace_id))) == 1
+    assert len(trace_audit_events(query_channel, namespace, trace_id)) == 1
 
 
 def test_audit_nodes_are_protected(
@@ -295,7 +272,7 @@ def test_audit_nodes_are_protected(
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     for key in (f"audit_event:{event.event_id}", f"pc_trace:{trace_id}"):
         before = _row_counts(database, namespace, key)
-        failure = _failure(
+        failure = refusal(
             functools.partial(
                 documents.DeleteNode,
                 document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key=key),
@@ -314,7 +291,7 @@ def test_audit_nodes_are_protected(
             }
         )
         # Nor can a document write overwrite it.
-        overwrite = _failure(
+        overwrite = refusal(
             functools.partial(
                 documents.Retain,
                 document_service_pb2.RetainRequest(
@@ -326,7 +303,7 @@ def test_audit_nodes_are_protected(
         assert overwrite.code == grpc.StatusCode.INVALID_ARGUMENT
         assert [v.field for v in overwrite.violations] == ["natural_key"]
     # A document cannot take the key of a trace anchor before the trace exists either.
-    reserved = _failure(
+    reserved = refusal(
         functools.partial(
             documents.Retain,
             document_service_pb2.RetainRequest(
@@ -336,13 +313,13 @@ def test_audit_nodes_are_protected(
         )
     )
     assert reserved.code == grpc.StatusCode.INVALID_ARGUMENT
-    events = _events(_trace(query_channel, namespace, trace_id))
-    assert [(e.event_id, _details(e)) for e in events] == [(event.event_id, {"rows": 12})]
+    events = trace_audit_events(query_channel, namespace, trace_id)
+    assert [(e.event_id, details_of(e)) for e in events] == [(event.event_id, {"rows": 12})]
 
 
 def test_delete_node_bad_input_and_unknown_key(ingest_channel: grpc.Channel, namespace: str) -> None:
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    failure = _failure(
+    failure = refusal(
         functools.partial(
             documents.DeleteNode,
             document_service_pb2.DeleteNodeRequest(
@@ -353,7 +330,7 @@ def test_delete_node_bad_input_and_unknown_key(ingest_channel: grpc.Channel, nam
     )
     assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
     assert {v.field for v in failure.violations} == {"namespace", "natural_key", "reason"}
-    missing = _failure(
+    missing = refusal(
         functools.partial(
             documents.DeleteNode,
             document_service_pb2.DeleteNodeRequest(namespace=namespace, natural_key="doc:never-written"),
@@ -361,79 +338,6 @@ def test_delete_node_bad_input_and_unknown_key(ingest_channel: grpc.Channel, nam
         )
     )
     assert missing.code == grpc.StatusCode.NOT_FOUND
-
-
-def test_record_audit_event_idempotent_and_request_id_trace(
-    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
-) -> None:
-    stub = audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
-    trace_id = "exp-" + uuid.uuid4().hex
-    request = audit_service_pb2.RecordAuditEventRequest(
-        namespace=namespace,
-        action="export",
-        trace_id=trace_id,
-        target_key="report:q3",
-        details={"rows": 3, "format": "csv", "note": "квартальный отчёт $$ 'quoted' \\ back"},
-        scopes=["task:PROJ-7"],
-        client_event_id="job-7",
-    )
-    first = stub.RecordAuditEvent(request, timeout=60)
-    retry = stub.RecordAuditEvent(request, timeout=60)
-    assert first.created and not retry.created and retry.event.event_id == first.event.event_id
-    assert _details(retry.event)["note"] == "квартальный отчёт $$ 'quoted' \\ back"
-    events = _events(_trace(query_channel, namespace, trace_id))
-    assert [e.event_id for e in events] == [first.event.event_id]
-    assert list(events[0].scopes) == ["task:PROJ-7"] and events[0].client_event_id == "job-7"
-
-    # Without a trace id, the event belongs to the request's id (x-request-id).
-    request_id = "req-" + uuid.uuid4().hex
-    event = stub.RecordAuditEvent(
-        audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="review"),
-        metadata=(("x-request-id", request_id),),
-        timeout=60,
-    ).event
-    assert event.trace_id == request_id and event.request_id == request_id
-    assert [e.event_id for e in _events(_trace(query_channel, namespace, request_id))] == [event.event_id]
-
-
-def test_record_audit_event_bad_input_writes_nothing(
-    ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
-) -> None:
-    stub = audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
-    failure = _failure(
-        functools.partial(
-            stub.RecordAuditEvent,
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=namespace,
-                action="Not A Verb",
-                trace_id="t" * 300,
-                target_key="line\nbreak",
-                scopes=["noscope"],
-                client_event_id="c" * 200,
-            ),
-            timeout=60,
-        )
-    )
-    assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert {v.field for v in failure.violations} == {
-        "action",
-        "trace_id",
-        "target_key",
-        "scopes[0]",
-        "client_event_id",
-    }
-    empty = _failure(
-        functools.partial(
-            stub.RecordAuditEvent, audit_service_pb2.RecordAuditEventRequest(namespace=namespace), timeout=60
-        )
-    )
-    assert [v.field for v in empty.violations] == ["action"]
-    trace_failure = _failure(lambda: _trace(query_channel, namespace, "t" * 300))
-    assert trace_failure.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert [v.field for v in trace_failure.violations] == ["trace_id"]
-    assert (
-        _failure(lambda: _trace(query_channel, namespace, "no-such-trace")).code == grpc.StatusCode.NOT_FOUND
-    )
 
 
 def _observation(namespace: str, external_id: str, content: str) -> knowledge_pb2.Observation:
@@ -495,9 +399,9 @@ def test_purge_and_redact_are_audited(
         ),
         timeout=60,
     )
-    events = _events(_trace(query_channel, namespace, trace_id))
+    events = trace_audit_events(query_channel, namespace, trace_id)
     assert [(e.action, e.target_key) for e in events] == [("delete", purge_id), ("delete", redact_id)]
-    purge, redact = (_details(e) for e in events)
+    purge, redact = (details_of(e) for e in events)
     assert purge["operation"] == "purge_observation" and purge["reason"] == "wrong channel"
     assert purge["kind"] == "note" and purge["source"] == {
         "system": "audit-test",
@@ -527,7 +431,7 @@ def test_get_trace_includes_context_compilations(
         audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="review", trace_id=trace_id),
         timeout=60,
     )
-    trace = _trace(query_channel, namespace, trace_id)
+    trace = get_trace(query_channel, namespace, trace_id)
     kinds = [entry.WhichOneof("entry") for entry in trace.entries]
     assert kinds == ["context_compilation", "audit_event"]  # ordered by time
     times = [entry.time.ToDatetime() for entry in trace.entries]
@@ -546,7 +450,7 @@ def test_get_trace_includes_context_compilations(
         ),
         timeout=60,
     )
-    trace = _trace(query_channel, namespace, trace_id)
+    trace = get_trace(query_channel, namespace, trace_id)
     assert [entry.WhichOneof("entry") for entry in trace.entries] == [
         "context_compilation",
         "audit_event",
@@ -557,57 +461,3 @@ def test_get_trace_includes_context_compilations(
     assert all(not key.startswith("doc:target") for key in kept)
     assert loaded["maintains_target"] not in kept
     assert compilation.hidden_decision_count >= 1
-
-
-def test_cli_delete_and_trace(
-    ingest_host: Any, query_host: Any, ingest_channel: grpc.Channel, namespace: str
-) -> None:
-    from typer.testing import CliRunner
-
-    from memory_service_tools.cli import app
-
-    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace, natural_key="doc:cli", title="CLI doc", content="# CLI doc\n\nbody"
-        ),
-        timeout=120,
-    )
-    runner = CliRunner()
-    addresses = [
-        "--ingest-addr",
-        f"127.0.0.1:{ingest_host.port}",
-        "--query-addr",
-        f"127.0.0.1:{query_host.port}",
-    ]
-    trace_id = "cli-" + uuid.uuid4().hex
-
-    def run(*args: str, expect: int = 0) -> str:
-        result = runner.invoke(app, [*addresses, *args])
-        assert result.exit_code == expect, result.output
-        return result.output
-
-    deleted = json.loads(
-        run(
-            "delete",
-            "doc:cli",
-            "--namespace",
-            namespace,
-            "--reason",
-            "cli test",
-            "--trace-id",
-            trace_id,
-            "--json",
-        )
-    )
-    assert (
-        deleted["naturalKey"] == "doc:cli"
-        and deleted["chunksDeleted"] == 1
-        and deleted["traceId"] == trace_id
-    )
-    trace = json.loads(run("trace", trace_id, "--namespace", namespace, "--json"))["trace"]
-    [entry] = trace["entries"]
-    assert entry["auditEvent"]["action"] == "delete" and entry["auditEvent"]["details"]["title"] == "CLI doc"
-    table = run("trace", trace_id, "--namespace", namespace)
-    assert "audit: delete" in table and "doc:cli" in table
-    assert "NOT_FOUND" in run("delete", "doc:cli", "--namespace", namespace, expect=1)

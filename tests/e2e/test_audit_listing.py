@@ -20,9 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
-from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -38,8 +36,6 @@ from memory_service_grpc_client.memory.v1 import (
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
 )
 from typer.testing import CliRunner
 
@@ -49,9 +45,10 @@ from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
-from tests.e2e.conftest import token_secured_services
+from tests.e2e.audit_reads import every_audit_event, list_audit_events, trace_audit_events
+from tests.e2e.conftest import TokenChannels, token_secured_services
+from tests.e2e.pii_corpus import write_corpus, write_team
 from tests.e2e.test_domain_packs import _register
-from tests.e2e.test_pii import _write_corpus, _write_team
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
@@ -66,7 +63,7 @@ SIX_METHODS = {
 }
 
 
-class World:
+class World(TokenChannels):
     """Tokens, addresses and two namespaces: ``namespace`` (the personal data corpus, with a domain pack
     for the typed context) and ``listed`` (explicit and delete events for the paging checks)."""
 
@@ -117,12 +114,6 @@ class World:
         )
         self.ingest_addr = self.query_addr = ""
 
-    def ingest(self, token: str) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
-
-    def query(self, token: str) -> grpc.Channel:
-        return make_channel(self.query_addr, security=ClientSecurity(token=token))
-
 
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
@@ -134,44 +125,9 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         with world.ingest(world.packs) as channel:
             _register(channel, delivery_pack(uuid.uuid4().hex), world.namespace, strict=False)
         with world.ingest(world.writer) as channel:
-            _write_corpus(channel, world.namespace)
-            _write_team(channel, world.namespace)
+            write_corpus(channel, world.namespace)
+            write_team(channel, world.namespace)
         yield world
-
-
-def _list(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEventsResponse:
-    stub = audit_service_pb2_grpc.AuditServiceStub(channel)
-    return stub.ListAuditEvents(audit_service_pb2.ListAuditEventsRequest(**fields), timeout=60)
-
-
-def _all(channel: grpc.Channel, **fields: Any) -> list[audit_service_pb2.AuditEvent]:
-    """Every page of a listing, following next_page_token (`iter_pages`)."""
-    return list(
-        iter_pages(
-            lambda request: _list(channel, **{**fields, "page_token": request.page_token}),
-            audit_service_pb2.ListAuditEventsRequest(),
-            lambda page: page.events,
-        )
-    )
-
-
-def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
-    trace = trace_service_pb2_grpc.TraceServiceStub(channel).GetTrace(
-        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
-    )
-    return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
-
-
-def _violations(error: grpc.RpcError) -> dict[str, str]:
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    assert status is not None
-    found: dict[str, str] = {}
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            found.update({v.field: v.description for v in bad.field_violations})
-    return found
 
 
 def _six_cleared_reads(world: World, request_id: str) -> None:
@@ -230,8 +186,8 @@ def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) ->
     request_id = "aud-six-" + uuid.uuid4().hex[:8]
     _six_cleared_reads(world, request_id)
     with world.query(world.auditor) as channel:
-        in_trace = _trace_events(channel, world.namespace, request_id)
-        listed = _all(channel, namespace=world.namespace, action="pii_access", principal="aud-officer")
+        in_trace = trace_audit_events(channel, world.namespace, request_id)
+        listed = every_audit_event(channel, namespace=world.namespace, action="pii_access", principal="aud-officer")
     methods = [json_format.MessageToDict(event.details)["method"] for event in in_trace]
     assert sorted(methods) == sorted(SIX_METHODS)
     assert {event.action for event in in_trace} == {"pii_access"}
@@ -241,7 +197,7 @@ def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) ->
     assert {e.event_id for e in of_request} == {e.event_id for e in in_trace}
     # node_key finds an event listing the key among several (a typed context pack's pii_access).
     with world.query(world.auditor) as channel:
-        about_alice = _all(channel, namespace=world.namespace, action="pii_access", node_key="person:alice")
+        about_alice = every_audit_event(channel, namespace=world.namespace, action="pii_access", node_key="person:alice")
     typed = [e for e in of_request if "CompileTypedContext" in json_format.MessageToDict(e.details)["method"]]
     assert typed and typed[0].target_key == "" and typed[0].event_id in {e.event_id for e in about_alice}
     assert all(
@@ -249,17 +205,17 @@ def test_the_admin_sees_the_six_cleared_reads_and_a_reader_none(world: World) ->
     )
     # The officer reads its own events; a reader of the namespace without its scope sees none of them.
     with world.query(world.officer) as channel:
-        assert len(_trace_events(channel, world.namespace, request_id)) == 6
+        assert len(trace_audit_events(channel, world.namespace, request_id)) == 6
     with world.query(world.reader) as channel:
         with pytest.raises(grpc.RpcError) as hidden:
-            _trace_events(channel, world.namespace, request_id)
+            trace_audit_events(channel, world.namespace, request_id)
         assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
         with pytest.raises(grpc.RpcError) as refused:
-            _list(channel, namespace=world.namespace)
+            list_audit_events(channel, namespace=world.namespace)
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # A cleared token without the admin right may not list either (the listing shows others' events).
     with world.query(world.officer) as channel, pytest.raises(grpc.RpcError) as refused:
-        _list(channel, namespace=world.namespace, principal="aud-officer")
+        list_audit_events(channel, namespace=world.namespace, principal="aud-officer")
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
@@ -277,12 +233,12 @@ def test_an_admin_without_clearance_reads_the_listing_masked(world: World) -> No
             source_service_pb2.GetSourceRequest(namespace=world.namespace, natural_key=key), timeout=60
         )
     with world.query(world.auditor) as channel:
-        shown = _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+        shown = every_audit_event(channel, namespace=world.namespace, action="pii_access", node_key=key)
     with world.query(world.masked_admin) as channel:
-        listed = _all(channel, namespace=world.namespace, action="pii_access")
+        listed = every_audit_event(channel, namespace=world.namespace, action="pii_access")
         # filtering by the unmasked key would confirm who "contact:[email]" is: refused, whatever is stored
         with pytest.raises(grpc.RpcError) as refused:
-            _all(channel, namespace=world.namespace, action="pii_access", node_key=key)
+            every_audit_event(channel, namespace=world.namespace, action="pii_access", node_key=key)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     masked = [e for e in listed if e.event_id in {s.event_id for s in shown}]
     assert [e.event_id for e in masked] == [e.event_id for e in shown] and len(shown) == 1
@@ -301,22 +257,22 @@ def test_a_caller_reads_its_own_events_without_their_scope(world: World) -> None
             timeout=60,
         )
     with world.query(world.hr_unscoped) as channel:
-        own = _trace_events(channel, world.namespace, trace_id)
+        own = trace_audit_events(channel, world.namespace, trace_id)
     assert [(e.action, e.principal) for e in own] == [("review", "aud-hr")]
     with world.query(world.reader) as channel, pytest.raises(grpc.RpcError) as hidden:
-        _trace_events(channel, world.namespace, trace_id)
+        trace_audit_events(channel, world.namespace, trace_id)
     assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
     # The namespace admin reads it whatever its scopes, and so does an admin of every namespace ("*");
     # an admin of another namespace reads nothing of this one.
     with world.query(world.masked_admin) as channel:
-        assert [e.principal for e in _trace_events(channel, world.namespace, trace_id)] == ["aud-hr"]
+        assert [e.principal for e in trace_audit_events(channel, world.namespace, trace_id)] == ["aud-hr"]
     with world.query(world.packs) as channel:
-        listed = _all(channel, namespace=world.namespace, action="review", principal="aud-hr")
+        listed = every_audit_event(channel, namespace=world.namespace, action="review", principal="aud-hr")
     assert [e.trace_id for e in listed] == [trace_id]
     with world.query(world.other_admin) as channel:
         for read in (
-            lambda: _trace_events(channel, world.namespace, trace_id),
-            lambda: _list(channel, namespace=world.namespace),
+            lambda: trace_audit_events(channel, world.namespace, trace_id),
+            lambda: list_audit_events(channel, namespace=world.namespace),
         ):
             with pytest.raises(grpc.RpcError) as refused:
                 read()
@@ -366,7 +322,7 @@ def listed_events(world: World) -> list[str]:
 
 def test_the_listing_is_newest_first_and_pages_exactly(world: World, listed_events: list[str]) -> None:
     with world.query(world.auditor) as channel:
-        full = list(_list(channel, namespace=world.listed, page_size=1000).events)
+        full = list(list_audit_events(channel, namespace=world.listed, page_size=1000).events)
         assert sorted(e.event_id for e in full) == sorted(listed_events)
         keys = [(instant(e.record_time), e.event_id) for e in full]
         assert keys == sorted(keys, reverse=True)
@@ -374,7 +330,7 @@ def test_the_listing_is_newest_first_and_pages_exactly(world: World, listed_even
             pages = []
             token = ""
             while True:
-                page = _list(channel, namespace=world.listed, page_size=size, page_token=token)
+                page = list_audit_events(channel, namespace=world.listed, page_size=size, page_token=token)
                 assert len(page.events) <= size
                 pages.append([e.event_id for e in page.events])
                 token = page.next_page_token
@@ -386,7 +342,7 @@ def test_the_listing_is_newest_first_and_pages_exactly(world: World, listed_even
 
 def test_each_filter_is_exact(world: World, listed_events: list[str]) -> None:
     with world.query(world.auditor) as channel:
-        full = list(_list(channel, namespace=world.listed, page_size=1000).events)
+        full = list(list_audit_events(channel, namespace=world.listed, page_size=1000).events)
         times = [instant(e.record_time) for e in full]
         start, end = times[-6], times[2]  # oldest first at the end: a window in the middle
 
@@ -416,8 +372,8 @@ def test_each_filter_is_exact(world: World, listed_events: list[str]) -> None:
         assert len(expect(lambda e: e.action == "delete")) == 3
         assert 0 < len(cases[7][1]) < len(full)
         for filters, wanted in cases:
-            assert [e.event_id for e in _all(channel, namespace=world.listed, **filters)] == wanted, filters
-            paged = _all(channel, namespace=world.listed, page_size=2, **filters)
+            assert [e.event_id for e in every_audit_event(channel, namespace=world.listed, **filters)] == wanted, filters
+            paged = every_audit_event(channel, namespace=world.listed, page_size=2, **filters)
             assert [e.event_id for e in paged] == wanted, filters
 
 
@@ -430,7 +386,7 @@ def altered(token: str) -> str:
 
 def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_events: list[str]) -> None:
     with world.query(world.auditor) as channel:
-        first = _list(channel, namespace=world.listed, page_size=2, action="export")
+        first = list_audit_events(channel, namespace=world.listed, page_size=2, action="export")
         assert first.next_page_token
         bad_requests: list[tuple[dict[str, Any], set[str]]] = [
             (
@@ -473,20 +429,20 @@ def test_bad_filters_and_tokens_are_refused_precisely(world: World, listed_event
         ]
         for fields, wanted in bad_requests:
             with pytest.raises(grpc.RpcError) as refused:
-                _list(channel, **fields)
+                list_audit_events(channel, **fields)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, fields
-            assert set(_violations(refused.value)) == wanted, fields
+            assert {v.field for v in rpc_failure(refused.value).violations} == wanted, fields
         # The token still works with the request it was issued for.
-        second = _list(
+        second = list_audit_events(
             channel, namespace=world.listed, page_size=2, action="export", page_token=first.next_page_token
         )
         assert second.events and second.events[0].event_id not in {e.event_id for e in first.events}
     # A writer is not an admin; ingest_service does not serve the read.
     with world.query(world.writer) as channel, pytest.raises(grpc.RpcError) as refused:
-        _list(channel, namespace=world.listed)
+        list_audit_events(channel, namespace=world.listed)
     assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
     with world.ingest(world.auditor) as channel, pytest.raises(grpc.RpcError) as unserved:
-        _list(channel, namespace=world.listed)
+        list_audit_events(channel, namespace=world.listed)
     assert unserved.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

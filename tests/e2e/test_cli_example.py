@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from common.grpc.server import ServiceHost
 from memory_service_tools.cli import app
 
 pytestmark = pytest.mark.e2e
@@ -18,17 +17,11 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "data" / "example"
 
 
 @pytest.fixture(scope="module")
-def cli(ingest_channel: object, query_channel: object, ingest_host: ServiceHost, query_host: ServiceHost):  # type: ignore[no-untyped-def]
+def cli(ingest_channel: object, query_channel: object, cli_addresses: list[str]):  # type: ignore[no-untyped-def]
     runner = CliRunner()
-    addresses = [
-        "--ingest-addr",
-        f"127.0.0.1:{ingest_host.port}",
-        "--query-addr",
-        f"127.0.0.1:{query_host.port}",
-    ]
 
     def run(*args: str, expect: int = 0, stdout: bool = False) -> str:
-        result = runner.invoke(app, [*addresses, *args])
+        result = runner.invoke(app, [*cli_addresses, *args])
         assert result.exit_code == expect, result.output
         return result.stdout if stdout else result.output
 

@@ -18,7 +18,6 @@ from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2_grpc,
     context_service_pb2,
     context_service_pb2_grpc,
-    data_protection_service_pb2_grpc,
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
@@ -111,11 +110,6 @@ def _measure(conn: psycopg.Connection[Any], namespace: str, values: list[str], g
         "queue_jobs_deleted": int(jobs),
         "audit_events_scrubbed": int(audit),
     }
-
-
-@pytest.fixture
-def protection(ingest_channel: grpc.Channel) -> Any:
-    return data_protection_service_pb2_grpc.DataProtectionServiceStub(ingest_channel)
 
 
 def test_erase_a_person_leaves_no_residue_and_a_matching_receipt(

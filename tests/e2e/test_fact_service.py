@@ -12,7 +12,6 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
     context_service_pb2_grpc,
@@ -30,6 +29,7 @@ from memory_service_grpc_client.memory.v1 import (
 )
 
 from common.kernel.identifiers import fact_id
+from tests.e2e.refusals import code_and_fields
 
 pytestmark = pytest.mark.e2e
 
@@ -47,13 +47,6 @@ def _ts(text: str) -> timestamp_pb2.Timestamp:
 
 def _at(text: str) -> datetime:
     return datetime.fromisoformat(text)
-
-
-def _failure(call: Any) -> tuple[grpc.StatusCode, list[str]]:
-    with pytest.raises(grpc.RpcError) as raised:
-        call()
-    failure = rpc_failure(raised.value)
-    return failure.code, [violation.field for violation in failure.violations]
 
 
 def _assertion(subject: Any, predicate: str, obj: Any, **fields: Any) -> knowledge_pb2.FactAssertion:
@@ -202,7 +195,7 @@ def test_assert_facts_reports_bad_items_and_rejects_a_request_with_none_valid(
         _assertion("person:carol", "WORKS ON", "project:x", valid_from=MAR, valid_to=JAN, confidence=1.5),
         _assertion({"type": "person"}, "WORKS_ON", "project:x", supersedes="fact-nothex", evidence="rumour"),
     ]
-    code, fields = _failure(lambda: _assert(ingest_channel, namespace, *bad_items))
+    code, fields = code_and_fields(lambda: _assert(ingest_channel, namespace, *bad_items))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert fields == [
         "facts[0].subject",
@@ -232,7 +225,7 @@ def test_assert_facts_reports_bad_items_and_rejects_a_request_with_none_valid(
 
     # superseding another subject's fact is rejected; alone in a request it is INVALID_ARGUMENT
     carol_x = ok.fact_id
-    code, fields = _failure(
+    code, fields = code_and_fields(
         lambda: _assert(
             ingest_channel,
             namespace,
@@ -252,7 +245,7 @@ def test_assert_facts_reports_bad_items_and_rejects_a_request_with_none_valid(
             "namespace",
         ),
     ):
-        code, fields = _failure(lambda: stub.AssertFacts(request, timeout=60))  # noqa: B023
+        code, fields = code_and_fields(lambda: stub.AssertFacts(request, timeout=60))  # noqa: B023
         assert (code, fields) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
 
 
@@ -288,16 +281,16 @@ def test_close_fact_closes_never_widens_and_is_idempotent(
     now_closed = _close(ingest_channel, namespace, other.fact_id).fact
     assert before <= now_closed.valid_to.ToDatetime(tzinfo=UTC) <= datetime.now(UTC)
 
-    assert _failure(lambda: _close(ingest_channel, namespace, fid, "2025-12-31T23:59:59Z")) == (
+    assert code_and_fields(lambda: _close(ingest_channel, namespace, fid, "2025-12-31T23:59:59Z")) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         ["valid_to"],
     )
     assert (
-        _failure(lambda: _close(ingest_channel, namespace, "fact-" + "0" * 24))[0]
+        code_and_fields(lambda: _close(ingest_channel, namespace, "fact-" + "0" * 24))[0]
         == grpc.StatusCode.NOT_FOUND
     )
-    assert _failure(lambda: _close(ingest_channel, namespace + "x", fid))[0] == grpc.StatusCode.NOT_FOUND
-    assert _failure(lambda: _close(ingest_channel, namespace, "not-a-fact")) == (
+    assert code_and_fields(lambda: _close(ingest_channel, namespace + "x", fid))[0] == grpc.StatusCode.NOT_FOUND
+    assert code_and_fields(lambda: _close(ingest_channel, namespace, "not-a-fact")) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         ["fact_id"],
     )
@@ -369,7 +362,7 @@ def test_get_observation_shows_processed_partially_processed_and_redacted(
 
     get = observation_query_service_pb2_grpc.ObservationQueryServiceStub(query_channel).GetObservation
     assert (
-        _failure(
+        code_and_fields(
             lambda: get(
                 observation_query_service_pb2.GetObservationRequest(
                     namespace=namespace, observation_id="obs-" + "0" * 24
@@ -380,7 +373,7 @@ def test_get_observation_shows_processed_partially_processed_and_redacted(
         == grpc.StatusCode.NOT_FOUND
     )
     assert (
-        _failure(
+        code_and_fields(
             lambda: get(
                 observation_query_service_pb2.GetObservationRequest(
                     namespace=namespace + "x", observation_id=r1.observation_id
@@ -390,7 +383,7 @@ def test_get_observation_shows_processed_partially_processed_and_redacted(
         )[0]
         == grpc.StatusCode.NOT_FOUND
     )
-    assert _failure(lambda: get(observation_query_service_pb2.GetObservationRequest(), timeout=60)) == (
+    assert code_and_fields(lambda: get(observation_query_service_pb2.GetObservationRequest(), timeout=60)) == (
         grpc.StatusCode.INVALID_ARGUMENT,
         ["namespace", "observation_id"],
     )
@@ -475,7 +468,7 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
     assert context_facts() == []
 
     assert (
-        _failure(lambda: _get(query_channel, namespace, recorded.observation_id))[0]
+        code_and_fields(lambda: _get(query_channel, namespace, recorded.observation_id))[0]
         == grpc.StatusCode.NOT_FOUND
     )
     stub = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
@@ -485,8 +478,8 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
     )
     for call, request_type in requests:
         known = request_type(namespace=namespace, observation_id=recorded.observation_id)
-        assert _failure(lambda: call(known, timeout=60))[0] == grpc.StatusCode.NOT_FOUND  # noqa: B023
-        assert _failure(lambda: call(request_type(), timeout=60)) == (  # noqa: B023
+        assert code_and_fields(lambda: call(known, timeout=60))[0] == grpc.StatusCode.NOT_FOUND  # noqa: B023
+        assert code_and_fields(lambda: call(request_type(), timeout=60)) == (  # noqa: B023
             grpc.StatusCode.INVALID_ARGUMENT,
             ["namespace", "observation_id"],
         )

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2, json_format
-from memory_service_grpc_client import iter_pages, rpc_failure
+from memory_service_grpc_client import iter_pages
 from memory_service_grpc_client.memory.v1 import (
     memory_query_service_pb2 as q,
 )
@@ -35,6 +34,7 @@ from common.storage.database import Database
 from common.storage.schema import migrations
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
+from tests.e2e.refusals import code_and_fields
 
 pytestmark = pytest.mark.e2e
 
@@ -100,13 +100,6 @@ def _namespace(record: memory_record_pb2.Memory) -> str:
 
 def _project(project: str) -> tuple[tuple[str, str], ...]:
     return (("x-project-id", project),) if project else ()
-
-
-def _code(call: Callable[[], Any]) -> tuple[grpc.StatusCode, list[str]]:
-    with pytest.raises(grpc.RpcError) as raised:
-        call()
-    failure = rpc_failure(raised.value)
-    return failure.code, [v.field for v in failure.violations]
 
 
 @pytest.fixture
@@ -194,7 +187,7 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
         "memories[0].metadata.k",
     }
     assert len(memories.list(user)) == 1
-    code, fields = _code(lambda: memories.add(user))
+    code, fields = code_and_fields(lambda: memories.add(user))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memories"]
     memory_id = results[0].memory_id
     update = m.UpdateMemoryRequest(
@@ -203,7 +196,7 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
         memory=m.NewMemory(importance=3.0, text="new"),
         update_mask=field_mask_pb2.FieldMask(paths=["importance", "text"]),
     )
-    code, fields = _code(lambda: memories.write.UpdateMemory(update, timeout=60))
+    code, fields = code_and_fields(lambda: memories.write.UpdateMemory(update, timeout=60))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["memory.importance"]
     unchanged = memories.get(user, memory_id)
     assert (
@@ -211,23 +204,23 @@ def test_bad_items_fail_with_their_field_path_and_nothing_of_them_is_stored(memo
         and unchanged.importance == pytest.approx(0.7)
         and unchanged.version == 1
     )
-    code, fields = _code(lambda: memories.recall(user, "x", preset="nonsense"))
+    code, fields = code_and_fields(lambda: memories.recall(user, "x", preset="nonsense"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["preset"]
-    code, fields = _code(lambda: memories.recall(user, "x", project="bad:project"))
+    code, fields = code_and_fields(lambda: memories.recall(user, "x", project="bad:project"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["x-project-id"]
     # unknown or unspecified enum values in a filter are refused, not ignored (new-user trial): an
     # undefined number by the transport's check of every request, the unspecified value by the filter's
     unknown = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 99, 0])
-    code, fields = _code(lambda: memories.recall(user, "x", filter=unknown))
+    code, fields = code_and_fields(lambda: memories.recall(user, "x", filter=unknown))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
     unspecified = memory_record_pb2.MemoryFilter(tiers=[memory_record_pb2.MEMORY_TIER_HOT, 0])
-    code, fields = _code(lambda: memories.recall(user, "x", filter=unspecified))
+    code, fields = code_and_fields(lambda: memories.recall(user, "x", filter=unspecified))
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.tiers[1]"]
-    code, fields = _code(
+    code, fields = code_and_fields(
         lambda: memories.list(user, filter=memory_record_pb2.MemoryFilter(memory_types=[42]))
     )
     assert code == grpc.StatusCode.INVALID_ARGUMENT and fields == ["filter.memory_types[0]"]
-    code, _ = _code(lambda: memories.get(user, "mem-000000000000000000000000"))
+    code, _ = code_and_fields(lambda: memories.get(user, "mem-000000000000000000000000"))
     assert code == grpc.StatusCode.NOT_FOUND
 
 
@@ -243,7 +236,7 @@ def test_update_re_embeds_and_makes_the_enrichment_due_again(memories: Memories)
     changed = memories.write.UpdateMemory(update, timeout=60).memory
     assert changed.version == 2 and changed.importance == pytest.approx(0.9)
     assert memories.recall(user, "code samples for Bob").memories[0].memory.text.startswith("Bob wants")
-    code, fields = _code(
+    code, fields = code_and_fields(
         lambda: memories.write.UpdateMemory(
             m.UpdateMemoryRequest(
                 memory_id=memory_id, user_id=user, update_mask=field_mask_pb2.FieldMask(paths=["id"])
@@ -260,7 +253,7 @@ def test_projects_are_separate_and_delete_is_audited(memories: Memories) -> None
     in_b = memories.add(user, ALICE, project="prj-b").results[0].memory_id
     assert in_a != in_b  # the namespace is part of the id
     assert [r.memory_id for r in memories.list(user, project="prj-a")] == [in_a]
-    code, _ = _code(lambda: memories.get(user, in_b, project="prj-a"))
+    code, _ = code_and_fields(lambda: memories.get(user, in_b, project="prj-a"))
     assert code == grpc.StatusCode.NOT_FOUND
     deleted = memories.write.DeleteMemory(
         m.DeleteMemoryRequest(memory_id=in_a, user_id=user, reason="user asked"),
@@ -268,7 +261,7 @@ def test_projects_are_separate_and_delete_is_audited(memories: Memories) -> None
         metadata=_project("prj-a"),
     )
     assert deleted.audit_event_id.startswith("aud-")
-    code, _ = _code(lambda: memories.get(user, in_a, project="prj-a"))
+    code, _ = code_and_fields(lambda: memories.get(user, in_a, project="prj-a"))
     assert code == grpc.StatusCode.NOT_FOUND
     assert memories.recall(user, "Alice", project="prj-a").memories == []
 
@@ -288,7 +281,7 @@ def test_expired_memories_are_hidden_readable_by_id_then_swept(
     grace = timedelta(hours=maintenance.settings.memory_expiry_grace_hours)
     report = maintenance.run(now=later + grace, namespaces=only)
     assert report.expired_deleted == 1 and len(report.audit_event_ids) == 1
-    code, _ = _code(lambda: memories.get(user, expiring, project))
+    code, _ = code_and_fields(lambda: memories.get(user, expiring, project))
     assert code == grpc.StatusCode.NOT_FOUND
     assert [r.memory_id for r in memories.list(user, project)] == [kept]
 
@@ -307,7 +300,7 @@ def test_maintenance_confined_to_namespaces_leaves_the_others_alone(
     later = datetime.now(UTC) + timedelta(days=maintenance.settings.memory_warm_after_days + 1) + grace
     report = maintenance.run(now=later, namespaces=[_namespace(memories.get(user, aging_in, inside))])
     assert report.expired_deleted == 1 and report.moved_to_warm == 2  # both aged, one then swept
-    assert _code(lambda: memories.get(user, expiring_in, inside))[0] == grpc.StatusCode.NOT_FOUND
+    assert code_and_fields(lambda: memories.get(user, expiring_in, inside))[0] == grpc.StatusCode.NOT_FOUND
     assert memories.get(user, aging_in, inside).tier == memory_record_pb2.MEMORY_TIER_WARM
     for memory_id in (expiring_out, aging_out):  # the other namespace: neither swept nor aged
         assert memories.get(user, memory_id, outside).tier == memory_record_pb2.MEMORY_TIER_HOT
@@ -376,7 +369,7 @@ def test_lossy_summaries_replace_originals_lossless_ones_expand(memories: Memori
     memories.write.DeleteMemory(m.DeleteMemoryRequest(memory_id=lossy.memory_id, user_id=user), timeout=60)
     assert set(others) <= {r.memory_id for r in memories.list(user)}  # its originals are back
     assert memories.get(user, others[0]).summary_id == ""
-    code, fields = _code(
+    code, fields = code_and_fields(
         lambda: memories.write.SummarizeMemories(
             m.SummarizeMemoriesRequest(memory_ids=[ids[0], "mem-unknown"], user_id=user), timeout=60
         )

@@ -28,17 +28,12 @@ from memory_service_grpc_client.memory.v1 import (
     document_service_pb2_grpc,
     fact_query_service_pb2,
     fact_query_service_pb2_grpc,
-    knowledge_pb2,
     observation_query_service_pb2,
     observation_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
     source_service_pb2,
     source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
 )
 
 from common.auth.principals import Right
@@ -47,41 +42,28 @@ from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from memory_service_tools.token_writer import add_token
+from tests.e2e.audit_reads import trace_audit_events
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.test_domain_packs import _observe, _register
+from tests.e2e.pii_corpus import (
+    CARD,
+    CLIENT_CARD,
+    EMAIL,
+    EN_EMAIL,
+    EN_PHONE,
+    FIO,
+    INN_12,
+    PASSPORT,
+    PHONE,
+    RU_LETTER,
+    SECRETS,
+    SNILS,
+    write_corpus,
+    write_team,
+)
+from tests.e2e.test_domain_packs import _register
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
-
-PHONE = "+7 (916) 123-45-67"
-EMAIL = "olga.smirnova@example.ru"
-INN_12 = "772415839270"
-SNILS = "204-518-736 45"
-CARD = "4276 3820 1945 7762"
-PASSPORT = "45 10 123456"
-EN_PHONE = "+44 20 7946 0958"
-EN_EMAIL = "john.doe@acme-corp.co.uk"
-FIO = "Смирнова Ольга Петровна"
-SECRETS = (PHONE, EMAIL, INN_12, SNILS, CARD, PASSPORT, EN_PHONE, EN_EMAIL)
-
-RU_LETTER = f"""# Заявление на возврат
-
-Добрый день! Прошу оформить возврат по заказу ORD-2024-000123 от 30.11.2026 на сумму 1 299,00 ₽.
-Паспорт {PASSPORT}, ИНН {INN_12}, СНИЛС {SNILS}. Деньги верните на карту {CARD}.
-Связаться со мной можно по телефону {PHONE} или по почте {EMAIL}.
-Версия приложения 2.36-9+deb12u4, обращение PROJ-1234.
-"""
-
-EN_TICKET = f"""# Support ticket SUP-4821
-
-The customer called from {EN_PHONE} about a double charge of $12,345.67 (order ORD-2024-000124).
-Reply to {EN_EMAIL}. Build 3b18e512dba79e4c8300dd08aeb37f8e728b8dad, host 192.168.100.200.
-"""
-
-CLIENT_CARD = f"""# Карточка клиента
-
-Клиент: {FIO}. Адрес: г. Москва, ул. Ленина, д. 5, кв. 12. Предпочитает звонки после обеда.
-"""
 
 
 class World:
@@ -124,131 +106,12 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         world.query_addr,
     ):
         with world.ingest() as channel:
-            _write_corpus(channel, world.namespace)
+            write_corpus(channel, world.namespace)
         with world.ingest(world.admin) as channel:
             _register(channel, delivery_pack(uuid.uuid4().hex), world.typed_namespace, strict=False)
         with world.ingest() as channel:
-            _write_team(channel, world.typed_namespace)
+            write_team(channel, world.typed_namespace)
         yield world
-
-
-def _observation(namespace: str, external_id: str, **fields: Any) -> knowledge_pb2.Observation:
-    raw = {
-        "namespace": namespace,
-        "source": {"system": "crm", "stream": "calls", "external_id": external_id},
-        "kind": "call-note",
-        "occurred_at": "2026-11-01T10:00:00Z",
-        "subject": {"type": "customer", "id": "c-1001"},
-        **fields,
-    }
-    return json_format.ParseDict(raw, knowledge_pb2.Observation())
-
-
-def _write_corpus(channel: grpc.Channel, namespace: str) -> None:
-    """Two documents with detectable data, one marked fio/address, a PutChunks ticket, and observations."""
-    documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:refund-letter",
-            title="Заявление на возврат",
-            content=RU_LETTER,
-        ),
-        timeout=120,
-    )
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:client-card",
-            title=f"Карточка клиента {FIO}",
-            content=CLIENT_CARD,
-            pii=True,
-            pii_categories=["fio", "address"],
-        ),
-        timeout=120,
-    )
-    documents.PutChunks(
-        document_service_pb2.PutChunksRequest(
-            namespace=namespace,
-            natural_key="ticket:SUP-4821",
-            title="Support ticket SUP-4821",
-            chunks=[document_service_pb2.ChunkInput(chunk_order=0, heading="Call", text=EN_TICKET)],
-        ),
-        timeout=120,
-    )
-    observations = observation_service_pb2_grpc.ObservationServiceStub(channel)
-    response = observations.RecordObservations(
-        observation_service_pb2.RecordObservationsRequest(
-            observations=[
-                _observation(
-                    namespace,
-                    "call-1",
-                    content=f"Клиентка перезвонила с номера {PHONE}, просит чек на {EMAIL}.",
-                    data={"callback": PHONE, "order": "ORD-2024-000123", EMAIL: "receipt address"},
-                    assertions=[
-                        {
-                            "fact": {
-                                "subject": "customer:c-1001",
-                                "predicate": "HAS_CONTACT",
-                                "object": f"email:{EMAIL}",
-                                "attributes": {"phone": PHONE, "order": "ORD-2024-000123", EN_EMAIL: "cc"},
-                            }
-                        },
-                        {"text": {"text": f"Запасной телефон {EN_PHONE}", "title": "Контакты"}},
-                    ],
-                ),
-                _observation(
-                    namespace,
-                    "call-2",
-                    content=f"Звонила {FIO}, просила перенести доставку.",
-                    pii=True,
-                    pii_categories=["fio"],
-                ),
-            ]
-        ),
-        timeout=120,
-    )
-    assert [r.status for r in response.results] == ["processed", "processed"], response
-
-
-def _write_team(channel: grpc.Channel, namespace: str) -> None:
-    """A team, a member whose entity attributes hold an e-mail and a phone, and a member whose node was
-    written with an explicit fio mark, under the delivery pack."""
-    document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="person:p-2002",
-            type="person",
-            title=FIO,
-            content=f"{FIO}, инженер дежурной смены.",
-            pii_categories=["fio"],
-        ),
-        timeout=120,
-    )
-    results = _observe(
-        channel,
-        [
-            {
-                "namespace": namespace,
-                "source": {"system": "hr", "stream": "org", "external_id": "org-1"},
-                "kind": "org.snapshot",
-                "occurred_at": "2026-11-01T00:00:00Z",
-                "assertions": [
-                    {"entity": {"key": "team:core", "title": "Core team"}},
-                    {
-                        "entity": {
-                            "key": "person:alice",
-                            "title": "Alice W.",
-                            "attributes": {"email": EN_EMAIL, "phone": EN_PHONE, "role": "on-call"},
-                        }
-                    },
-                    {"fact": {"subject": "person:alice", "predicate": "MEMBER_OF", "object": "team:core"}},
-                    {"fact": {"subject": "person:p-2002", "predicate": "MEMBER_OF", "object": "team:core"}},
-                ],
-            }
-        ],
-    )
-    assert [r.status for r in results] == ["processed"], [r.error for r in results]
 
 
 def _observation_id(world: World, external_id: str) -> str:
@@ -274,17 +137,6 @@ def _source(channel: grpc.Channel, namespace: str, key: str, **kwargs: Any) -> A
     return stub.GetSource(
         source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60, **kwargs
     ).source
-
-
-def _trace_events(channel: grpc.Channel, namespace: str, trace_id: str) -> list[Any]:
-    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
-    trace = stub.GetTrace(
-        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=trace_id), timeout=60
-    )
-    return [entry.audit_event for entry in trace.trace.entries if entry.HasField("audit_event")]
-
-
-# -- write side ------------------------------------------------------------------------------------
 
 
 def test_marks_on_write(world: World, database: Database) -> None:
@@ -317,9 +169,6 @@ def test_marks_on_write(world: World, database: Database) -> None:
     assert letter_chunks and all(
         chunk.meta.get("pii_categories") == marks["doc:refund-letter"][1] for chunk in letter_chunks
     )
-
-
-# -- uncleared reader: masked or withheld ----------------------------------------------------------
 
 
 def test_search_is_masked_for_an_uncleared_token(world: World) -> None:
@@ -447,7 +296,7 @@ def test_compile_typed_context_is_masked_for_an_uncleared_token(world: World) ->
             .CompileTypedContext(request, timeout=120)
             .pack
         )
-        events = _trace_events(channel, world.typed_namespace, shown.trace_id)
+        events = trace_audit_events(channel, world.typed_namespace, shown.trace_id)
     alice = next(item for item in masked.items if item.kind == "node" and item.natural_key == "person:alice")
     assert '"email":"[email]"' in alice.text and '"phone":"[phone]"' in alice.text and "on-call" in alice.text
     _assert_no_secret(masked.text)
@@ -463,9 +312,6 @@ def test_compile_typed_context_is_masked_for_an_uncleared_token(world: World) ->
     assert {"person:alice", "person:p-2002"} <= set(details["natural_keys"])
 
 
-# -- cleared reader: unmasked and audited ----------------------------------------------------------
-
-
 def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> None:
     request_id = "pii-e2e-" + uuid.uuid4().hex[:8]
     with world.query(world.cleared) as channel:
@@ -473,7 +319,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
             channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),)
         )
         card = _source(channel, world.namespace, "doc:client-card")
-        events = _trace_events(channel, world.namespace, request_id)
+        events = trace_audit_events(channel, world.namespace, request_id)
         hits = _search(
             channel, world.namespace, "Support ticket SUP-4821", node_keys=["ticket:SUP-4821"]
         ).hits
@@ -489,7 +335,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
             )
             .pack
         )
-        context_events = _trace_events(channel, world.namespace, pack.trace_id)
+        context_events = trace_audit_events(channel, world.namespace, pack.trace_id)
     assert letter.content == RU_LETTER and card.content == CLIENT_CARD and FIO in card.title
     assert [event.action for event in events] == ["pii_access"]
     event = events[0]
@@ -510,7 +356,7 @@ def test_cleared_token_gets_unmasked_output_and_an_audit_event(world: World) -> 
     with world.query(world.reader) as channel:
         for trace_id in (request_id, pack.trace_id):
             with pytest.raises(grpc.RpcError) as hidden:
-                _trace_events(channel, world.namespace, trace_id)
+                trace_audit_events(channel, world.namespace, trace_id)
             assert hidden.value.code() == grpc.StatusCode.NOT_FOUND, trace_id
 
 
@@ -524,7 +370,7 @@ def test_cleared_token_without_personal_data_writes_no_audit_event(world: World)
             metadata=(("x-request-id", request_id),),
         )
         with pytest.raises(grpc.RpcError) as raised:
-            _trace_events(channel, world.namespace, request_id)
+            trace_audit_events(channel, world.namespace, request_id)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -533,11 +379,8 @@ def test_uncleared_reads_write_no_audit_event(world: World) -> None:
     with world.query(world.reader) as channel:
         _source(channel, world.namespace, "doc:refund-letter", metadata=(("x-request-id", request_id),))
     with world.query(world.cleared) as channel, pytest.raises(grpc.RpcError) as raised:
-        _trace_events(channel, world.namespace, request_id)
+        trace_audit_events(channel, world.namespace, request_id)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
-
-
-# -- protection off --------------------------------------------------------------------------------
 
 
 def test_protection_off_masks_nothing_and_keeps_explicit_marks(

@@ -1,5 +1,5 @@
-"""VaultService.IngestVault on small vaults made here (links, relations, mixed origins, broken
-runs, dry runs, Git, hostile readers); the real docs vault is in test_vault_docs.py."""
+"""VaultService.IngestVault on small vaults made here (links, relations, mixed origins, broken runs, dry runs,
+hostile readers, the CLI); Git repositories are in test_vault_git.py, the real docs vault in test_vault_docs.py."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from memory_service_grpc_client.memory.v1 import (
     knowledge_pb2,
     retrieval_service_pb2,
     retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
     trace_service_pb2,
     trace_service_pb2_grpc,
     vault_service_pb2,
@@ -33,50 +31,19 @@ from memory_service_grpc_client.memory.v1 import (
 
 from common.storage.database import Database
 from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import directory_documents, git_documents
-from tests.e2e.vault_helpers import cut_short, ingest, statuses, write
+from memory_service_tools.vault_source import directory_documents
+from tests.e2e.vault_helpers import (
+    API,
+    GUIDE,
+    cut_short,
+    ingest,
+    small_vault,
+    source_or_none,
+    statuses,
+    write,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
-
-GUIDE = """---
-title: Setup Guide
-aliases: [setup]
-superseded_by: guide-v2.md
----
-# Setup
-
-Install the widget with `make install`. See [the reference](ref/api.md#calls) and [[Glossary]].
-External [site](https://example.org) and a broken [[Nowhere Page]].
-
-```
-[[not a link inside code]]
-```
-"""
-GUIDE_V2 = "---\ntitle: Setup Guide v2\n---\n# Setup v2\n\nThe new guide links back to [[setup]].\n"
-API = "# API\n\nCalls of the widget: `widget.start()` and [up](../guide.md).\n"
-GLOSSARY = "---\nnatural_key: doc:glossary\n---\n# Glossary\n\nWidget: a thing.\n"
-
-
-def _vault(root: Path) -> Path:
-    write(root, "guide.md", GUIDE)
-    write(root, "guide-v2.md", GUIDE_V2)
-    write(root, "ref/api.md", API)
-    write(root, "notes/Glossary.md", GLOSSARY)
-    write(root, "todo.md", "# Todo\n\nBack to the [guide](guide.md).\n")
-    write(root, "old/obsolete.md", "# Obsolete\n\nNothing here.\n")
-    return root
-
-
-def _source(query: grpc.Channel, namespace: str, key: str) -> source_service_pb2.Source | None:
-    stub = source_service_pb2_grpc.SourceServiceStub(query)
-    try:
-        return stub.GetSource(
-            source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
-        ).source
-    except grpc.RpcError as error:
-        if error.code() == grpc.StatusCode.NOT_FOUND:
-            return None
-        raise
 
 
 def _facts(query: grpc.Channel, namespace: str, **filters: str) -> list[knowledge_pb2.Fact]:
@@ -114,7 +81,7 @@ def test_first_run_projects_links_and_relations(
     database: Database,
     namespace: str,
 ) -> None:
-    response = ingest(ingest_channel, _vault(tmp_path), namespace)
+    response = ingest(ingest_channel, small_vault(tmp_path), namespace)
     assert set(statuses(response).values()) == {"new"} and len(response.documents) == 6
     assert response.swept and response.counts.documents_new == 6
     # Relative path with anchor, wiki link by file name, wiki link by alias, relative ".." link.
@@ -126,7 +93,7 @@ def test_first_run_projects_links_and_relations(
     # The frontmatter relation is a vault fact with the document's provenance.
     (fact,) = _facts(query_channel, namespace, subject="doc:guide", predicate="SUPERSEDED_BY")
     assert fact.object == "doc:guide-v2" and fact.origin == "vault" and not fact.HasField("valid_to")
-    source = _source(query_channel, namespace, "doc:guide")
+    source = source_or_none(query_channel, namespace, "doc:guide")
     assert source is not None and source.content == GUIDE and source.content_source == "original"
     provenance = json_format.MessageToDict(source.provenance)["metadata"]
     assert provenance["path"] == "guide.md" and len(provenance["content_hash"]) == 64
@@ -158,8 +125,8 @@ def test_labelled_wiki_links_and_h1_titles(
     (fact,) = _facts(query_channel, namespace, subject="doc:notes", predicate="SUPERSEDED_BY")
     assert fact.object == "doc:plan"
     assert [(u.path, u.target) for u in response.unresolved_links] == [("notes.md", "Gone")]
-    plan = _source(query_channel, namespace, "doc:plan")
-    notes = _source(query_channel, namespace, "doc:notes")
+    plan = source_or_none(query_channel, namespace, "doc:plan")
+    notes = source_or_none(query_channel, namespace, "doc:notes")
     assert plan is not None and plan.title == "Release Plan"
     assert notes is not None and notes.title == "doc:notes"  # no H1 either: the key, as in Retain
 
@@ -171,7 +138,7 @@ def test_rerun_edit_rename_delete(
     database: Database,
     namespace: str,
 ) -> None:
-    root = _vault(tmp_path)
+    root = small_vault(tmp_path)
     ingest(ingest_channel, root, namespace)
     again = ingest(ingest_channel, root, namespace)
     assert set(statuses(again).values()) == {"unchanged"}
@@ -194,10 +161,10 @@ def test_rerun_edit_rename_delete(
         "terms/Glossary.md": "changed",
     }
     assert list(third.swept_keys) == ["doc:old/obsolete", "doc:todo"]
-    assert _source(query_channel, namespace, "doc:todo") is None
-    assert _source(query_channel, namespace, "doc:old/obsolete") is None
-    assert _source(query_channel, namespace, "doc:done") is not None
-    moved = _source(query_channel, namespace, "doc:glossary")
+    assert source_or_none(query_channel, namespace, "doc:todo") is None
+    assert source_or_none(query_channel, namespace, "doc:old/obsolete") is None
+    assert source_or_none(query_channel, namespace, "doc:done") is not None
+    moved = source_or_none(query_channel, namespace, "doc:glossary")
     assert (
         moved is not None
         and json_format.MessageToDict(moved.provenance)["metadata"]["path"] == "terms/Glossary.md"
@@ -221,7 +188,7 @@ def test_rerun_edit_rename_delete(
 def test_broken_runs_and_rejected_documents_sweep_nothing(
     tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
-    root = _vault(tmp_path)
+    root = small_vault(tmp_path)
     ingest(ingest_channel, root, namespace)
     (root / "notes" / "Glossary.md").unlink()
     write(root, "new.md", "# New\n\nA new page.\n")
@@ -230,20 +197,20 @@ def test_broken_runs_and_rejected_documents_sweep_nothing(
     # The client dies after the header and one message of documents: nothing swept.
     with pytest.raises(grpc.RpcError):
         stub.IngestVault(cut_short(vault_messages(source, namespace), 2), timeout=120)
-    assert _source(query_channel, namespace, "doc:glossary") is not None
+    assert source_or_none(query_channel, namespace, "doc:glossary") is not None
     # A stream closed without its end message: INVALID_ARGUMENT, nothing swept.
     messages = list(vault_messages(source, namespace))[:-1]
     with pytest.raises(grpc.RpcError) as closed:
         stub.IngestVault(iter(messages), timeout=120)
     assert closed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "end" in {v.field for v in rpc_failure(closed.value).violations}
-    assert _source(query_channel, namespace, "doc:glossary") is not None
+    assert source_or_none(query_channel, namespace, "doc:glossary") is not None
     # A rejected document (bad frontmatter): the run answers, lists it, and sweeps nothing.
     write(root, "broken.md", "---\ntitle: [unclosed\n---\n# Broken\n")
     response = ingest(ingest_channel, root, namespace)
     assert statuses(response)["broken.md"] == "rejected" and not response.swept
     assert "frontmatter" in next(d.detail for d in response.documents if d.path == "broken.md")
-    assert _source(query_channel, namespace, "doc:glossary") is not None
+    assert source_or_none(query_channel, namespace, "doc:glossary") is not None
     # Fixed: the next run completes the work.
     (root / "broken.md").unlink()
     final = ingest(ingest_channel, root, namespace)
@@ -254,15 +221,15 @@ def test_broken_runs_and_rejected_documents_sweep_nothing(
 def test_dry_run_writes_nothing(
     tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
-    root = _vault(tmp_path)
+    root = small_vault(tmp_path)
     dry = ingest(ingest_channel, root, namespace, dry_run=True)
     assert dry.dry_run and set(statuses(dry).values()) == {"new"} and not dry.swept
-    assert _source(query_channel, namespace, "doc:guide") is None
+    assert source_or_none(query_channel, namespace, "doc:guide") is None
     ingest(ingest_channel, root, namespace)
     (root / "ref" / "api.md").unlink()
     dry = ingest(ingest_channel, root, namespace, dry_run=True)
     assert list(dry.swept_keys) == ["doc:ref/api"] and dry.counts.documents_swept == 1
-    assert _source(query_channel, namespace, "doc:ref/api") is not None
+    assert source_or_none(query_channel, namespace, "doc:ref/api") is not None
 
 
 def _agent_chunk_found(query: grpc.Channel, namespace: str) -> bool:
@@ -284,7 +251,7 @@ def test_agent_data_survives_reingest_and_sweep(
     database: Database,
     namespace: str,
 ) -> None:
-    root = _vault(tmp_path)
+    root = small_vault(tmp_path)
     ingest(ingest_channel, root, namespace)
     facts = fact_service_pb2_grpc.FactServiceStub(ingest_channel)
     facts.AssertFacts(
@@ -332,9 +299,9 @@ def test_agent_data_survives_reingest_and_sweep(
     assert statuses(dry)["mine.md"] == "conflict" and statuses(dry)["ref/api.md"] == "changed"
     response = ingest(ingest_channel, root, namespace)
     assert statuses(response)["mine.md"] == "conflict" and statuses(response)["ref/api.md"] == "changed"
-    assert _source(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]
+    assert source_or_none(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]
     assert [f.object for f in _facts(query_channel, namespace, subject="doc:ref/api")] == ["person:alice"]
-    assert _source(query_channel, namespace, "doc:ref/api").content == API + "\nEdited.\n"  # type: ignore[union-attr]
+    assert source_or_none(query_channel, namespace, "doc:ref/api").content == API + "\nEdited.\n"  # type: ignore[union-attr]
     assert _agent_chunk_found(query_channel, namespace)
     # The vault document goes: its node stays as a placeholder holding the agent's fact.
     (root / "ref" / "api.md").unlink()
@@ -343,8 +310,8 @@ def test_agent_data_survives_reingest_and_sweep(
     assert list(swept.swept_keys) == ["doc:ref/api"]
     assert [f.object for f in _facts(query_channel, namespace, subject="doc:ref/api")] == ["person:alice"]
     assert _origin(database, namespace, "doc:ref/api") == ("vault", True)
-    assert _source(query_channel, namespace, "note:agent") is not None
-    assert _source(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]
+    assert source_or_none(query_channel, namespace, "note:agent") is not None
+    assert source_or_none(query_channel, namespace, "doc:mine").content == "agent text"  # type: ignore[union-attr]
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel).Search(
         retrieval_service_pb2.SearchRequest(namespace=namespace, query="widget.start", top_k=10), timeout=60
     )
@@ -361,7 +328,7 @@ def test_agent_data_survives_reingest_and_sweep(
 def test_runs_of_one_namespace_are_serialised(
     tmp_path: Path, ingest_channel: grpc.Channel, namespace: str
 ) -> None:
-    root = _vault(tmp_path)
+    root = small_vault(tmp_path)
     results: list[vault_service_pb2.IngestVaultResponse] = []
     threads = [
         threading.Thread(target=lambda: results.append(ingest(ingest_channel, root, namespace)))
@@ -376,51 +343,12 @@ def test_runs_of_one_namespace_are_serialised(
     assert kinds == [("new",), ("unchanged",)]
 
 
-def test_git_repository_provenance_and_incremental(
-    tmp_path: Path, ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
-) -> None:
-    repo = _vault(tmp_path / "repo")
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=Ann", "-c", "user.email=ann@example.invalid", *args],
-            cwd=repo,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    git("init", "-q", "-b", "main")
-    git("add", "-A")
-    git("commit", "-qm", "first")
-    first = git("rev-parse", "HEAD")
-    response = ingest(ingest_channel, git_documents(str(repo)), namespace)
-    assert response.counts.documents_new == 6
-    write(repo, "ref/api.md", API + "\nChanged in the second commit.\n")
-    git("rm", "-q", "notes/Glossary.md")
-    git("commit", "-qam", "second")
-    second = git("rev-parse", "HEAD")
-    rerun = ingest(ingest_channel, git_documents(str(repo)), namespace)
-    assert statuses(rerun)["ref/api.md"] == "changed"
-    assert {status for path, status in statuses(rerun).items() if path != "ref/api.md"} == {"unchanged"}
-    assert list(rerun.swept_keys) == ["doc:glossary"]
-    meta = {
-        key: json_format.MessageToDict(_source(query_channel, namespace, key).provenance)["metadata"]  # type: ignore[union-attr]
-        for key in ("doc:guide", "doc:ref/api")
-    }
-    assert meta["doc:guide"]["commit_sha"] == first and meta["doc:ref/api"]["commit_sha"] == second
-    for value in meta.values():
-        assert value["branch"] == "main" and value["repository"] == str(repo.resolve())
-        assert value["author"] == "Ann <ann@example.invalid>" and value["committed_at"].endswith("Z")
-        assert {"path", "content_hash", "indexed_at"} <= set(value)
-
-
 def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channel, namespace: str) -> None:
     from typer.testing import CliRunner
 
     from memory_service_tools.cli import app
 
-    root = _vault(tmp_path / "vault")
+    root = small_vault(tmp_path / "vault")
     runner = CliRunner()
 
     def run(*args: str, expect: int = 0, stdout: bool = False) -> str:
@@ -430,7 +358,7 @@ def test_cli_ingest(tmp_path: Path, ingest_host: Any, query_channel: grpc.Channe
 
     dry = json.loads(run(str(root), "--namespace", namespace, "--dry-run", "--json", stdout=True))
     assert dry["dryRun"] and dry["counts"]["documentsNew"] == 6
-    assert _source(query_channel, namespace, "doc:guide") is None
+    assert source_or_none(query_channel, namespace, "doc:guide") is None
     report = run(str(root), "--namespace", namespace)
     assert "the server handled 6 documents: 6 new, 0 changed, 0 unchanged, 0 swept" in report
     assert "all documents sent; waiting for the server's report" in report  # the bar says what it counts
@@ -482,7 +410,7 @@ def test_cli_ingest_of_a_folder_without_documents_warns(
     parsed = json.loads(as_json.stdout)  # stdout holds the response alone, as without the warning
     assert parsed.get("documents", []) == [] and parsed.get("counts", {}).get("documentsSwept", 0) == 0
     assert warning in " ".join(as_json.stderr.split())
-    source = _source(query_channel, namespace, "doc:retained")
+    source = source_or_none(query_channel, namespace, "doc:retained")
     assert source is not None and source.title == "Retained", "the retained document stays"
     # A folder that holds a document gets no warning.
     write(empty, "paper.md", "# Paper\n\nNow there is Markdown.\n")
@@ -490,20 +418,3 @@ def test_cli_ingest_of_a_folder_without_documents_warns(
     assert with_document.exit_code == 0, with_document.output
     assert "warning:" not in with_document.stderr
     assert "the server handled 1 documents: 1 new" in " ".join(with_document.stdout.split())
-
-
-def test_git_repository_by_url(tmp_path: Path) -> None:
-    """A repository URL is cloned (here a file:// URL) and read like the local path, named by its URL."""
-    repo = _vault(tmp_path / "repo")
-    for args in (["init", "-q", "-b", "trunk"], ["add", "-A"], ["commit", "-qm", "only"]):
-        subprocess.run(
-            ["git", "-c", "user.name=Ann", "-c", "user.email=ann@example.invalid", *args],
-            cwd=repo,
-            check=True,
-        )
-    local, cloned = git_documents(str(repo)), git_documents(f"file://{repo}")
-    assert cloned.branch == local.branch == "trunk" and cloned.commit_sha == local.commit_sha
-    assert [(d.path, d.content, d.provenance["commit_sha"]) for d in cloned.documents] == [
-        (d.path, d.content, d.provenance["commit_sha"]) for d in local.documents
-    ]
-    assert {d.provenance["repository"] for d in cloned.documents} == {f"file://{repo}"}

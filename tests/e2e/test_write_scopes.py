@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, RpcFailure, make_channel, rpc_failure
+from memory_service_grpc_client import RpcFailure, rpc_failure
 from memory_service_grpc_client.memory.v1 import (
     audit_service_pb2,
     audit_service_pb2_grpc,
@@ -46,7 +46,7 @@ from memory_service_grpc_client.memory.v1 import (
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from memory_service_tools.token_writer import add_token
-from tests.e2e.conftest import token_secured_services
+from tests.e2e.conftest import TokenChannels, token_secured_services
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ SECRET = "doc:alpha-secret"
 SECRET_TEXT = "Alpha secret: the merger closes in May."
 
 
-class World:
+class World(TokenChannels):
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "wsc-" + uuid.uuid4().hex[:12]
         write = {self.ns: [Right.WRITE]}
@@ -70,12 +70,6 @@ class World:
         self.ingest_addr = self.query_addr = ""
         self.secret_observation = ""
         self.secret_fact = ""
-
-    def ingest(self, token: str) -> grpc.Channel:
-        return make_channel(self.ingest_addr, security=ClientSecurity(token=token))
-
-    def query(self, token: str) -> grpc.Channel:
-        return make_channel(self.query_addr, security=ClientSecurity(token=token))
 
 
 def _failure(call: Callable[[], Any]) -> RpcFailure:

@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 
-from common.kernel.config import Settings
 from common.kernel.errors import AlreadyExists, InvalidArgument, NotFound
 from common.kernel.identifiers import fact_id
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.facts.assertions import FactAsserter
@@ -31,30 +29,8 @@ T0 = "2026-01-01T00:00:00Z"
 
 
 @pytest.fixture(scope="module")
-def kinds(database: Database) -> KindValidator:
-    return KindValidator(database)
-
-
-@pytest.fixture(scope="module")
-def registry(database: Database) -> PackRegistry:
-    return PackRegistry(database)
-
-
-@pytest.fixture(scope="module")
-def recorder(database: Database, provider: EmbeddingProvider, kinds: KindValidator) -> ObservationRecorder:
-    return ObservationRecorder(database, encoder=provider, kinds=kinds)
-
-
-@pytest.fixture(scope="module")
 def asserter(database: Database, kinds: KindValidator) -> FactAsserter:
     return FactAsserter(database, kinds=kinds)
-
-
-@pytest.fixture(scope="module")
-def writer(
-    database: Database, provider: EmbeddingProvider, settings: Settings, kinds: KindValidator
-) -> DocumentWriter:
-    return DocumentWriter(database, provider, settings, kinds=kinds)
 
 
 @pytest.fixture(scope="module")

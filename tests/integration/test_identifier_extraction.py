@@ -15,7 +15,6 @@ from common.kernel.identifiers import fact_id, graph_label
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.observations.recorder import ObservationRecorder
@@ -25,28 +24,6 @@ from tests.unit.test_domain_packs import delivery_pack
 pytestmark = pytest.mark.integration
 
 T0 = "2026-03-01T09:00:00Z"
-
-
-@pytest.fixture(scope="module")
-def kinds(database: Database) -> KindValidator:
-    return KindValidator(database)
-
-
-@pytest.fixture(scope="module")
-def registry(database: Database) -> PackRegistry:
-    return PackRegistry(database)
-
-
-@pytest.fixture(scope="module")
-def recorder(database: Database, provider: EmbeddingProvider, kinds: KindValidator) -> ObservationRecorder:
-    return ObservationRecorder(database, encoder=provider, kinds=kinds)
-
-
-@pytest.fixture(scope="module")
-def writer(
-    database: Database, provider: EmbeddingProvider, settings: Settings, kinds: KindValidator
-) -> DocumentWriter:
-    return DocumentWriter(database, provider, settings, kinds=kinds)
 
 
 def _observation(

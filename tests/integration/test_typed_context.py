@@ -26,11 +26,6 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def kinds(database: Database) -> KindValidator:
-    return KindValidator(database)
-
-
-@pytest.fixture(scope="module")
 def compiler(database: Database, settings: Settings, kinds: KindValidator) -> TypedContextCompiler:
     return TypedContextCompiler(database, TokenCounter(settings.tokenizer_encoding), kinds)
 
