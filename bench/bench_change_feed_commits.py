@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.run_bench import fresh_database, percentiles
 from common.kernel.config import Settings
-from common.storage import migrations
+from common.storage.schema import migrations
 from common.storage.database import Database
 
 INSERT = (
