@@ -12,7 +12,7 @@ the same archive twice changes nothing. Composed with `psycopg.sql` (label table
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -34,6 +34,18 @@ TABLES: dict[str, tuple[tuple[str, ...], str]] = {
     "context_traces": (("id",), ""),
 }
 ORDER = {"observations": "recorded_order", "chunks": "id", "context_traces": "id"}
+
+
+def _any_of(any_of: Mapping[str, Collection[str] | None] | None) -> tuple[sql.Composable, list[list[str]]]:
+    """`` AND (col = ANY(%s) OR ...)`` over ``any_of``'s columns (dotted names are qualified) and its
+    parameters; nothing when ``any_of`` is None."""
+    if any_of is None:
+        return sql.SQL(""), []
+    columns = [sql.Identifier(*name.split(".")) for name in any_of]
+    matching = sql.SQL(" AND ({})").format(
+        sql.SQL(" OR ").join(sql.SQL("{} = ANY(%s)").format(column) for column in columns)
+    )
+    return matching, [sorted(values or ()) for values in any_of.values()]
 
 
 class NamespaceArchiveStore:
@@ -64,24 +76,38 @@ class NamespaceArchiveStore:
             ).format(t=self.t[table], c=ids, target=target)
         return self._inserts[table]
 
-    def rows(self, conn: psycopg.Connection[Any], table: str, namespace: str) -> Iterator[dict[str, Any]]:
-        """The rows of ``table`` in ``namespace`` as JSON objects (every column)."""
+    def rows(
+        self,
+        conn: psycopg.Connection[Any],
+        table: str,
+        namespace: str,
+        any_of: Mapping[str, Collection[str]] | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """The rows of ``table`` in ``namespace`` as JSON objects (every column); with ``any_of`` only
+        those where one of its columns holds one of its values (a subject export)."""
         order = sql.Identifier(ORDER.get(table, "namespace"))
+        matching, params = _any_of(any_of)
         cursor = conn.cursor(name=f"export_{table}")
         cursor.execute(
-            sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE namespace = %s ORDER BY {o}").format(t=self.t[table], o=order),
-            (namespace,),
+            sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE namespace = %s{m} ORDER BY {o}").format(
+                t=self.t[table], m=matching, o=order
+            ),
+            (namespace, *params),
         )
         for (row,) in cursor:
             yield row
         cursor.close()
 
-    def domain_packs(self, conn: psycopg.Connection[Any], packages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def domain_packs(
+        self, conn: psycopg.Connection[Any], packages: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
         """The domain pack rows named by a namespace's ``packages`` setting."""
         out: list[dict[str, Any]] = []
         for package in packages:
             row = conn.execute(
-                sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE name = %s AND version = %s").format(t=self.t["domain_packs"]),
+                sql.SQL("SELECT to_jsonb(x) FROM {t} x WHERE name = %s AND version = %s").format(
+                    t=self.t["domain_packs"]
+                ),
                 (package.get("name"), package.get("version")),
             ).fetchone()
             if row:
@@ -102,20 +128,29 @@ class NamespaceArchiveStore:
             )
         ]
 
-    def nodes(self, conn: psycopg.Connection[Any], namespace: str) -> Iterator[dict[str, Any]]:
-        """The ``graph_nodes`` rows of ``namespace`` with their vertex's properties (``properties``)."""
+    def nodes(
+        self, conn: psycopg.Connection[Any], namespace: str, keys: Collection[str] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The ``graph_nodes`` rows of ``namespace`` (of ``keys`` only, when given) with their vertex's
+        properties (``properties``)."""
+        matching, params = _any_of({"g.natural_key": keys} if keys is not None else None)
         labels = [
             str(r[0])
-            for r in conn.execute("SELECT DISTINCT label FROM graph_nodes WHERE namespace = %s", (namespace,))
+            for r in conn.execute(
+                sql.SQL("SELECT DISTINCT label FROM graph_nodes g WHERE g.namespace = %s{m}").format(
+                    m=matching
+                ),
+                (namespace, *params),
+            )
         ]
         for label in sorted(labels):
             cursor = conn.execute(
                 sql.SQL(
                     "SELECT to_jsonb(g) - 'vertex_id', ag_catalog.agtype_out(v.properties)::text FROM graph_nodes g"
-                    " LEFT JOIN {v} v ON v.id = g.vertex_id WHERE g.namespace = %s AND g.label = %s"
+                    " LEFT JOIN {v} v ON v.id = g.vertex_id WHERE g.namespace = %s AND g.label = %s{m}"
                     " ORDER BY g.natural_key"
-                ).format(v=sql.Identifier(self.graph, label)),
-                (namespace, label),
+                ).format(v=sql.Identifier(self.graph, label), m=matching),
+                (namespace, label, *params),
             )
             for row, props in cursor:
                 row["properties"] = decode_agtype(props) if props is not None else None
@@ -130,16 +165,22 @@ class NamespaceArchiveStore:
         ).fetchall()
         return [str(r[0]) for r in rows]
 
-    def edges(self, conn: psycopg.Connection[Any], namespace: str) -> Iterator[dict[str, Any]]:
-        """Every edge starting at a vertex of ``namespace``: label, end keys, properties."""
+    def edges(
+        self, conn: psycopg.Connection[Any], namespace: str, touching: Collection[str] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every edge starting at a vertex of ``namespace`` (with an end in ``touching`` only, when
+        given): label, end keys, properties."""
+        matching, params = _any_of(
+            {"s.natural_key": touching, "t.natural_key": touching} if touching is not None else None
+        )
         for label in self.edge_labels(conn):
             cursor = conn.execute(
                 sql.SQL(
                     "SELECT s.natural_key, t.natural_key, ag_catalog.agtype_out(e.properties)::text FROM {e} e"
                     " JOIN graph_nodes s ON s.vertex_id = e.start_id JOIN graph_nodes t ON t.vertex_id = e.end_id"
-                    " WHERE s.namespace = %s ORDER BY e.id"
-                ).format(e=sql.Identifier(self.graph, label)),
-                (namespace,),
+                    " WHERE s.namespace = %s{m} ORDER BY e.id"
+                ).format(e=sql.Identifier(self.graph, label), m=matching),
+                (namespace, *params),
             )
             for start, end, props in cursor:
                 yield {"label": label, "start": start, "end": end, "properties": decode_agtype(props)}
@@ -195,7 +236,9 @@ class NamespaceArchiveStore:
             return []
         properties = {str(row["natural_key"]): row.get("properties") for row in rows}
         # vertex ids are this database's: set below for the vertices written, never taken from the archive
-        registry = [{**{k: v for k, v in row.items() if k != "properties"}, "vertex_id": None} for row in rows]
+        registry = [
+            {**{k: v for k, v in row.items() if k != "properties"}, "vertex_id": None} for row in rows
+        ]
         inserted = conn.execute(
             "INSERT INTO graph_nodes SELECT * FROM jsonb_populate_recordset(NULL::graph_nodes, %s::jsonb)"
             " ON CONFLICT DO NOTHING RETURNING natural_key, label",
@@ -250,16 +293,22 @@ class NamespaceArchiveStore:
 
     def node_exists(self, conn: psycopg.Connection[Any], namespace: str, key: str) -> bool:
         """True when ``key`` is registered in ``namespace``."""
-        return conn.execute(
-            "SELECT 1 FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, key)
-        ).fetchone() is not None
+        return (
+            conn.execute(
+                "SELECT 1 FROM graph_nodes WHERE namespace = %s AND natural_key = %s", (namespace, key)
+            ).fetchone()
+            is not None
+        )
 
     def trace_exists(self, conn: psycopg.Connection[Any], namespace: str, row: dict[str, Any]) -> bool:
         """True when a context trace of the same trace id and instant exists (traces have no key of
         their own)."""
-        return conn.execute(
-            sql.SQL("SELECT 1 FROM {t} WHERE namespace = %s AND trace_id = %s AND created_at = %s::timestamptz").format(
-                t=self.t["context_traces"]
-            ),
-            (namespace, row.get("trace_id"), row.get("created_at")),
-        ).fetchone() is not None
+        return (
+            conn.execute(
+                sql.SQL(
+                    "SELECT 1 FROM {t} WHERE namespace = %s AND trace_id = %s AND created_at = %s::timestamptz"
+                ).format(t=self.t["context_traces"]),
+                (namespace, row.get("trace_id"), row.get("created_at")),
+            ).fetchone()
+            is not None
+        )

@@ -239,50 +239,42 @@ class NamespaceArchive:
         memory records of the user or holding it."""
         hidden: Counter[str] = Counter()
         records = 0
-        for row in self.store.rows(conn, "observations", namespace):
-            if row.get("observation_id") not in observation_ids:
-                continue
+        for row in self.store.rows(conn, "observations", namespace, {"observation_id": observation_ids}):
             if not visibility.allows(row.get("scopes")):
                 hidden["observation"] += 1
                 continue
             records += 1
             yield _line({"kind": "observation", "row": row})
-        memory_ids = {
-            str(row.get("memory_id"))
-            for row in self.store.rows(conn, "memories", namespace)
-            if str(row.get("memory_id")) in keys or (user and row.get("user_id") == user)
-        }
-        keys = keys | memory_ids
+        memories = list(
+            self.store.rows(
+                conn, "memories", namespace, {"memory_id": keys, "user_id": {user} if user else set()}
+            )
+        )
+        memory_ids = {str(row.get("memory_id")) for row in memories}
         shown: set[str] = set()
-        for row in self.store.nodes(conn, namespace):
-            if row.get("natural_key") not in keys:
-                continue
+        for row in self.store.nodes(conn, namespace, keys | memory_ids):
             if not visibility.allows(row.get("scopes")):
                 hidden["node"] += 1
                 continue
             shown.add(str(row["natural_key"]))
             records += 1
             yield _line({"kind": "node", "row": row})
-        for edge in self.store.edges(conn, namespace):
-            if edge["start"] in shown or edge["end"] in shown:
-                records += 1
-                yield _line({"kind": "edge", "row": edge})
-        for row in self.store.rows(conn, "facts", namespace):
-            if row.get("subject_key") not in shown and row.get("object_key") not in shown:
-                continue
+        for edge in self.store.edges(conn, namespace, shown):
+            records += 1
+            yield _line({"kind": "edge", "row": edge})
+        for row in self.store.rows(conn, "facts", namespace, {"subject_key": shown, "object_key": shown}):
             if not visibility.allows(row.get("scopes")):
                 hidden["fact"] += 1
                 continue
             records += 1
             yield _line({"kind": "fact", "row": row})
-        for row in self.store.rows(conn, "chunks", namespace):
-            if row.get("node_key") in shown:
-                for generated in ("id", "search_document", "identifier_text", "embedding"):
-                    row.pop(generated, None)
-                records += 1
-                yield _line({"kind": "chunk", "row": row})
-        for row in self.store.rows(conn, "memories", namespace):
-            if str(row.get("memory_id")) in memory_ids & shown:
+        for row in self.store.rows(conn, "chunks", namespace, {"node_key": shown}):
+            for generated in ("id", "search_document", "identifier_text", "embedding"):
+                row.pop(generated, None)
+            records += 1
+            yield _line({"kind": "chunk", "row": row})
+        for row in memories:
+            if str(row.get("memory_id")) in shown:
                 records += 1
                 yield _line({"kind": "memory", "row": row})
         yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
@@ -334,7 +326,9 @@ class NamespaceArchive:
                     keys = self.store.insert_nodes(conn, batch)
                     new_nodes.update(keys)
                     written[batch_kind] += len(keys)
-                elif batch_kind == "edge":  # only edges of vertices this import created: a re-import adds none
+                elif (
+                    batch_kind == "edge"
+                ):  # only edges of vertices this import created: a re-import adds none
                     fresh = [edge for edge in batch if edge["start"] in new_nodes or edge["end"] in new_nodes]
                     written[batch_kind] += self.store.insert_edges(conn, namespace, fresh)
                 else:

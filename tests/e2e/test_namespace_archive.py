@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from google.protobuf import json_format
 from memory_service_grpc_client import ClientSecurity, make_channel, wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
     context_service_pb2,
@@ -22,6 +23,9 @@ from memory_service_grpc_client.memory.v1 import (
     document_service_pb2,
     document_service_pb2_grpc,
     fact_query_service_pb2,
+    fact_service_pb2,
+    fact_service_pb2_grpc,
+    knowledge_pb2,
     fact_query_service_pb2_grpc,
     observation_service_pb2,
     observation_service_pb2_grpc,
@@ -46,15 +50,21 @@ pytestmark = pytest.mark.e2e
 
 def _export(channel: grpc.Channel, namespace: str) -> bytes:
     stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(channel)
-    return b"".join(m.data for m in stub.ExportNamespace(dp.ExportNamespaceRequest(namespace=namespace), timeout=600))
+    return b"".join(
+        m.data for m in stub.ExportNamespace(dp.ExportNamespaceRequest(namespace=namespace), timeout=600)
+    )
 
 
-def _import(channel: grpc.Channel, namespace: str, archive: bytes, piece: int = 100_000) -> dp.ImportNamespaceResponse:
+def _import(
+    channel: grpc.Channel, namespace: str, archive: bytes, piece: int = 100_000
+) -> dp.ImportNamespaceResponse:
     stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(channel)
 
     def messages() -> Iterator[dp.ImportNamespaceRequest]:
         for start in range(0, len(archive), piece):
-            yield dp.ImportNamespaceRequest(namespace=namespace if start == 0 else "", data=archive[start : start + piece])
+            yield dp.ImportNamespaceRequest(
+                namespace=namespace if start == 0 else "", data=archive[start : start + piece]
+            )
 
     return stub.ImportNamespace(messages(), timeout=600)
 
@@ -64,17 +74,25 @@ def _answers(query: grpc.Channel, namespace: str, subjects: list[str], instants:
     out: dict[str, Any] = {}
     for subject in subjects:
         for instant in instants:
-            request = fact_query_service_pb2.ListFactsRequest(namespace=namespace, subject=subject, page_size=200)
+            request = fact_query_service_pb2.ListFactsRequest(
+                namespace=namespace, subject=subject, page_size=200
+            )
             request.as_of.FromJsonString(instant)
-            out[f"{subject}@{instant}"] = sorted(f.fact_id for f in facts.ListFacts(request, timeout=60).facts)
+            out[f"{subject}@{instant}"] = sorted(
+                f.fact_id for f in facts.ListFacts(request, timeout=60).facts
+            )
         history = facts.ListFacts(
-            fact_query_service_pb2.ListFactsRequest(namespace=namespace, subject=subject, include_history=True,
-                                                    page_size=200), timeout=60)
+            fact_query_service_pb2.ListFactsRequest(
+                namespace=namespace, subject=subject, include_history=True, page_size=200
+            ),
+            timeout=60,
+        )
         out[f"{subject}@history"] = sorted(f.fact_id for f in history.facts)
     compiler = context_service_pb2_grpc.ContextServiceStub(query)
     for question in ("which versions of time were uploaded", "who uploaded to unstable"):
         pack = compiler.CompileContext(
-            context_service_pb2.CompileContextRequest(namespace=namespace, query=question, token_budget=600), timeout=120
+            context_service_pb2.CompileContextRequest(namespace=namespace, query=question, token_budget=600),
+            timeout=120,
         ).pack
         out[question] = [(i.kind, i.text, str(i.provenance)) for i in pack.items]
     sources = source_service_pb2_grpc.SourceServiceStub(query)
@@ -87,7 +105,9 @@ def _answers(query: grpc.Channel, namespace: str, subjects: list[str], instants:
 def _counts(url: str, namespace: str) -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
         return {
-            table: int(conn.execute(f"SELECT count(*) FROM {table} WHERE namespace = %s", (namespace,)).fetchone()[0])
+            table: int(
+                conn.execute(f"SELECT count(*) FROM {table} WHERE namespace = %s", (namespace,)).fetchone()[0]
+            )
             for table in ("observations", "graph_nodes", "facts", "chunks", "context_traces")
         }
 
@@ -99,19 +119,30 @@ def test_export_import_gives_the_same_answers_and_reimport_writes_nothing(
     record_all(ingest_channel, observations)
     document_service_pb2_grpc.DocumentServiceStub(ingest_channel).Retain(
         document_service_pb2.RetainRequest(
-            namespace=namespace, natural_key="doc:release-notes", type="document", title="Release notes",
+            namespace=namespace,
+            natural_key="doc:release-notes",
+            type="document",
+            title="Release notes",
             content="# Release notes\n\nThe time package moved to debhelper.\n\nSee also [[doc:policy]].\n",
         ),
         timeout=120,
     )
     backlog = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
     deadline = time.monotonic() + 600
-    while backlog.GetEmbeddingBacklog(
-        observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace), timeout=30
-    ).pending_chunks and time.monotonic() < deadline:
+    while (
+        backlog.GetEmbeddingBacklog(
+            observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace), timeout=30
+        ).pending_chunks
+        and time.monotonic() < deadline
+    ):
         time.sleep(1)
     subjects = sorted({o["subject"]["type"] + ":" + o["subject"]["id"] for o in observations})[:15]
-    instants = ["1999-12-31T00:00:00Z", "2002-06-30T00:00:00Z", "2005-01-01T00:00:00Z", "2030-01-01T00:00:00Z"]
+    instants = [
+        "1999-12-31T00:00:00Z",
+        "2002-06-30T00:00:00Z",
+        "2005-01-01T00:00:00Z",
+        "2030-01-01T00:00:00Z",
+    ]
     before = _answers(query_channel, namespace, subjects, instants)
     assert any(before[f"{s}@2030-01-01T00:00:00Z"] for s in subjects)
     started = time.perf_counter()
@@ -157,8 +188,10 @@ def test_export_import_gives_the_same_answers_and_reimport_writes_nothing(
             ingest.stop(5)
             query.stop(5)
     megabytes = len(archive) / 1e6
-    print(f"\narchive {megabytes:.2f} MB: export {megabytes / export_seconds:.2f} MB/s, "
-          f"import {megabytes / import_seconds:.2f} MB/s")
+    print(
+        f"\narchive {megabytes:.2f} MB: export {megabytes / export_seconds:.2f} MB/s, "
+        f"import {megabytes / import_seconds:.2f} MB/s"
+    )
 
 
 def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
@@ -166,18 +199,32 @@ def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
 ) -> None:
     namespace = "arc-" + uuid.uuid4().hex[:10]
     tokens = tmp_path / "tokens.json"
-    admin_all, _ = add_token(tokens, principal="dpo", namespaces={namespace: [Right.ADMIN]}, scopes=["workspace:hr"])
+    admin_all, _ = add_token(
+        tokens, principal="dpo", namespaces={namespace: [Right.ADMIN]}, scopes=["workspace:hr"]
+    )
     admin_plain, _ = add_token(tokens, principal="ops", namespaces={namespace: [Right.ADMIN]})
-    writer, _ = add_token(tokens, principal="w", namespaces={namespace: [Right.WRITE]}, scopes=["workspace:hr"])
+    writer, _ = add_token(
+        tokens, principal="w", namespaces={namespace: [Right.WRITE]}, scopes=["workspace:hr"]
+    )
     reader, _ = add_token(tokens, principal="r", namespaces={namespace: [Right.READ]})
     with token_secured_services(settings, tokens) as (ingest_addr, _query_addr):
         with make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel:
             documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-            documents.Retain(document_service_pb2.RetainRequest(
-                namespace=namespace, natural_key="doc:open", content="# Open\n\nfor everyone\n"), timeout=120)
-            documents.Retain(document_service_pb2.RetainRequest(
-                namespace=namespace, natural_key="doc:salaries", content="# Salaries\n\nconfidential\n",
-                scopes=["workspace:hr"]), timeout=120)
+            documents.Retain(
+                document_service_pb2.RetainRequest(
+                    namespace=namespace, natural_key="doc:open", content="# Open\n\nfor everyone\n"
+                ),
+                timeout=120,
+            )
+            documents.Retain(
+                document_service_pb2.RetainRequest(
+                    namespace=namespace,
+                    natural_key="doc:salaries",
+                    content="# Salaries\n\nconfidential\n",
+                    scopes=["workspace:hr"],
+                ),
+                timeout=120,
+            )
         with make_channel(ingest_addr, security=ClientSecurity(token=reader)) as channel:
             with pytest.raises(grpc.RpcError) as denied:
                 _export(channel, namespace)
@@ -197,7 +244,9 @@ def test_cb_export_and_import_round_trip_a_namespace_file(
     namespace: str, ingest_channel: grpc.Channel, ingest_host: Any, query_host: Any, tmp_path: Path
 ) -> None:
     document_service_pb2_grpc.DocumentServiceStub(ingest_channel).Retain(
-        document_service_pb2.RetainRequest(namespace=namespace, natural_key="doc:x", content="# X\n\nexported\n"),
+        document_service_pb2.RetainRequest(
+            namespace=namespace, natural_key="doc:x", content="# X\n\nexported\n"
+        ),
         timeout=120,
     )
     base = ["--ingest-addr", f"127.0.0.1:{ingest_host.port}", "--query-addr", f"127.0.0.1:{query_host.port}"]
@@ -223,7 +272,9 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
         ("doc:weather", "Weather", "It rained all week in the valley."),
     ):
         documents.Retain(
-            document_service_pb2.RetainRequest(namespace=namespace, natural_key=key, title=title, content=text),
+            document_service_pb2.RetainRequest(
+                namespace=namespace, natural_key=key, title=title, content=text
+            ),
             timeout=120,
         )
     record_all(
@@ -239,6 +290,21 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
             }
             for n, text in enumerate(("Dana Whitfield asked for the invoice.", "The build is green."))
         ],
+    )
+    fact_service_pb2_grpc.FactServiceStub(ingest_channel).AssertFacts(
+        fact_service_pb2.AssertFactsRequest(
+            namespace=namespace,
+            facts=[
+                json_format.ParseDict(
+                    {"subject": s, "predicate": p, "object": o}, knowledge_pb2.FactAssertion()
+                )
+                for s, p, o in (
+                    ("person:dana", "LEADS", "team:billing"),
+                    ("doc:weather", "ABOUT", "topic:rain"),
+                )
+            ],
+        ),
+        timeout=60,
     )
     stub = data_protection_service_pb2_grpc.DataProtectionServiceStub(ingest_channel)
 
@@ -256,6 +322,11 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
     assert texts == ["Dana Whitfield asked for the invoice."]  # the build observation is not about her
     assert all(r["row"]["node_key"] in nodes for r in lines if r["kind"] == "chunk")
     assert not any("embedding" in r["row"] for r in lines if r["kind"] == "chunk")
+    facts = [(r["row"]["subject_key"], r["row"]["predicate"]) for r in lines if r["kind"] == "fact"]
+    assert ("person:dana", "LEADS") in facts and ("doc:weather", "ABOUT") not in facts
+    edges = [(r["row"]["start"], r["row"]["label"], r["row"]["end"]) for r in lines if r["kind"] == "edge"]
+    assert ("person:dana", "p_LEADS", "team:billing") in edges  # edge labels carry the predicate prefix
+    assert all(start in nodes or end in nodes for start, _, end in edges), edges
     by_value = export(value="dana.w@example.org")
     assert {r["row"]["natural_key"] for r in by_value if r["kind"] == "node"} == {"person:dana"}
     with pytest.raises(grpc.RpcError) as two:
