@@ -42,10 +42,7 @@ def checked_token_store(settings: Settings, *, address: str, service_name: str) 
         ServerSetupError: development mode on a non-loopback address, tokens mode without a tokens
             file, or an invalid tokens file.
     """
-    mode = settings.auth_mode
-    if mode == "auto":
-        mode = "tokens" if settings.tokens_file else "none"
-    if mode == "none":
+    if not settings.tokens_required:
         if not is_loopback_address(address):
             raise ServerSetupError(
                 f"{service_name}: refusing to listen on {address} without authentication: development "

@@ -20,7 +20,8 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 class Settings(BaseSettings):
     """Shared settings. Every field maps to ``CB_<NAME>`` (e.g. ``CB_DATABASE_URL``)."""
 
-    model_config = SettingsConfigDict(env_prefix="CB_", extra="ignore")
+    # hide_input_in_errors: a mistyped secret (a key, a token) must not be printed in the error
+    model_config = SettingsConfigDict(env_prefix="CB_", extra="ignore", hide_input_in_errors=True)
 
     database_url: str = Field(
         EMBEDDED_DATABASE_URL, description="PostgreSQL >= 16 with age, vector, pg_trgm, btree_gin"
@@ -219,6 +220,11 @@ class Settings(BaseSettings):
     )
     webhook_retry_max_wait_seconds: float = Field(300.0, gt=0, description="longest wait between attempts")
     webhook_timeout_seconds: float = Field(10.0, gt=0, le=120, description="an attempt's HTTP timeout")
+    webhook_secret_keys: SecretStr = Field(
+        SecretStr(""),
+        description="Fernet keys (comma-separated, newest first) that seal webhook secrets at rest; required"
+        " to create webhooks when tokens are checked (docs/how-to/change-feed.md)",
+    )
     webhook_dispatch_cron: str = Field(
         "* * * * * *", description="how often the worker turns new changes into deliveries (cron, seconds)"
     )
@@ -310,6 +316,27 @@ class Settings(BaseSettings):
     def _identifier(cls, value: str) -> str:
         if not _IDENTIFIER.match(value):
             raise ValueError(f"{value!r} is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+        return value
+
+    @property
+    def tokens_required(self) -> bool:
+        """Bearer tokens are checked: ``CB_AUTH_MODE=tokens``, or ``auto`` with a tokens file."""
+        return self.auth_mode == "tokens" or (self.auth_mode == "auto" and bool(self.tokens_file))
+
+    @field_validator("webhook_secret_keys")
+    @classmethod
+    def _fernet_keys(cls, value: SecretStr) -> SecretStr:
+        from cryptography.fernet import Fernet  # only this setting needs it
+
+        for number, key in enumerate(k.strip() for k in value.get_secret_value().split(",")):
+            if not key:
+                continue
+            try:
+                Fernet(key.encode())
+            except ValueError:
+                raise ValueError(
+                    f"key {number + 1} is not a Fernet key (32 url-safe base64 bytes; docs/how-to/change-feed.md)"
+                ) from None
         return value
 
     @field_validator("log_level", mode="before")

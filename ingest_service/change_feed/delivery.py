@@ -33,6 +33,7 @@ from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
 from common.kernel.config import Settings
+from common.kernel.errors import FailedPrecondition
 from common.kernel.pii import mask, mask_value
 from common.storage.change_feed.outbox import ChangeFilter, ChangeOutbox, ChangeRow
 from common.storage.change_feed.webhook_store import WebhookStore, WebhookSubscriptionRow
@@ -209,13 +210,17 @@ class WebhookDeliverer:
         refusal = target_refusal(subscription.target_url, self.settings.webhook_allowed_targets)
         if refusal is not None:
             return f"target refused: {refusal}"
+        try:
+            secret = self.store.sealer.open(subscription.secret)
+        except FailedPrecondition as error:
+            return str(error)  # a failed attempt, retried: the operator restores the key
         body = json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
         timestamp = int(time.time())
         headers = {
             "content-type": CLOUD_EVENT_CONTENT_TYPE,
             "webhook-id": str(event.get("id", "")),
             "webhook-timestamp": str(timestamp),
-            "webhook-signature": signature(subscription.secret, timestamp, body),
+            "webhook-signature": signature(secret, timestamp, body),
         }
         try:
             response = self.client.post(subscription.target_url, content=body, headers=headers)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from common.domain.change_filters import change_filter_violations
 from common.kernel.config import Settings
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound
+from common.kernel.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound
 from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.storage.change_feed.outbox import ChangeFilter
 from common.storage.change_feed.webhook_store import DeadLetterRow, WebhookStore, WebhookSubscriptionRow
@@ -59,6 +59,8 @@ class WebhookSubscriptions:
 
         Raises:
             InvalidArgument: a bad namespace, target URL (`target_refusal`) or filter.
+            FailedPrecondition: reason WEBHOOK_SECRET_KEY_MISSING: tokens are checked and no key seals the
+                secret at rest.
         """
         violations = _namespace_violations(namespace) + change_filter_violations(filters)
         refusal = target_refusal(target_url, self.settings.webhook_allowed_targets)
@@ -66,6 +68,12 @@ class WebhookSubscriptions:
             violations.append(FieldViolation("target_url", refusal))
         if violations:
             raise InvalidArgument(violations)
+        if self.settings.tokens_required and not self.store.sealer.sealing:
+            raise FailedPrecondition(
+                "webhook secrets are stored sealed when tokens are checked: set CB_WEBHOOK_SECRET_KEYS"
+                " (docs/how-to/change-feed.md)",
+                reason="WEBHOOK_SECRET_KEY_MISSING",
+            )
         secret = secrets.token_urlsafe(32)
         row = WebhookSubscriptionRow(
             subscription_id=_SUBSCRIPTION_ID + uuid.uuid4().hex[:24],

@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
 from google.protobuf import json_format
 from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
 from memory_service_grpc_client.memory.v1 import (
@@ -37,6 +38,7 @@ from memory_service_grpc_client.memory.v1 import (
     webhook_service_pb2,
     webhook_service_pb2_grpc,
 )
+from pydantic import SecretStr
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
@@ -124,6 +126,9 @@ class Receiver:
         self.server.server_close()
 
 
+SECRET_KEY = Fernet.generate_key().decode()
+
+
 @pytest.fixture(scope="module")
 def hook_settings(settings: Settings) -> Settings:
     return settings.model_copy(
@@ -133,6 +138,8 @@ def hook_settings(settings: Settings) -> Settings:
             "webhook_retry_max_wait_seconds": 1.0,
             "webhook_max_attempts": MAX_ATTEMPTS,
             "webhook_timeout_seconds": TIMEOUT,
+            # secrets sealed at rest: every delivery below is signed with a secret opened by this key
+            "webhook_secret_keys": SecretStr(SECRET_KEY),
         }
     )
 
@@ -334,7 +341,39 @@ def test_a_webhook_delivers_nothing_its_creator_could_not_read(
         )
         _wait(lambda: len(hooks["outsider"].accepted) >= 6, 120, "the outsider's hook got the public events")
         time.sleep(2)  # a few more dispatch rounds: anything hidden would have followed by now
+    with psycopg.connect(hook_settings.database_url) as conn:
+        stored = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT secret FROM webhook_subscriptions WHERE namespace = %s", (namespace,)
+            )
+        ]
+    assert len(stored) == 2 and all(value.startswith("fernet:") for value in stored), stored
+    assert not {hook.secret for hook in hooks.values()} & set(stored)  # sealed: no secret as it is
     outsider_text = json.dumps(hooks["outsider"].accepted)
     assert "hidden" not in outsider_text
     assert "public" in outsider_text
     assert len(hooks["outsider"].accepted) == 6  # two public observations: recorded, episode, entity
+
+
+def test_with_tokens_a_webhook_needs_a_key_to_seal_its_secret(settings: Settings, tmp_path: Path) -> None:
+    tokens_file = tmp_path / "tokens.yaml"
+    namespace = "hook-" + uuid.uuid4().hex[:10]
+    writer, _ = add_token(tokens_file, principal="hook-keyless", namespaces={namespace: [Right.WRITE]})
+    keyless = settings.model_copy(update={"webhook_allowed_targets": ["127.0.0.1"]})
+    assert not keyless.webhook_secret_keys.get_secret_value()
+    with (
+        token_secured_services(keyless, tokens_file) as (ingest_addr, _query_addr),
+        make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        _subscribe(channel, namespace, "http://127.0.0.1:9/hook")
+    failure = rpc_failure(refused.value)
+    assert (failure.code, failure.reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "WEBHOOK_SECRET_KEY_MISSING",
+    )
+    with psycopg.connect(settings.database_url) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM webhook_subscriptions WHERE namespace = %s", (namespace,)
+        ).fetchone() == (0,)

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
+from common.storage.change_feed.secret_sealing import SecretSealer
 from common.storage.named_queries import Queries
 from common.storage.visibility import Visibility
 
@@ -29,7 +30,7 @@ class WebhookSubscriptionRow:
     subscription_id: str
     namespace: str
     target_url: str
-    secret: str
+    secret: str  # as stored: sealed when keys are configured (`WebhookStore.sealer` opens it)
     event_types: tuple[str, ...]
     key_prefixes: tuple[str, ...]
     predicates: tuple[str, ...]
@@ -96,18 +97,21 @@ class WebhookStore:
 
     def __init__(self, settings: Settings) -> None:
         self.queries = Queries.for_settings("webhooks.sql", settings)
+        self.sealer = SecretSealer(settings.webhook_secret_keys.get_secret_value())
 
     def insert_subscription(
         self, conn: psycopg.Connection[Any], row: WebhookSubscriptionRow
     ) -> WebhookSubscriptionRow:
-        """Stores ``row`` (its cursor and created_at are set here: after the namespace's last change)."""
+        """Stores ``row`` with its secret sealed (its cursor and created_at are set here: after the
+        namespace's last change); returns it as stored."""
+        sealed = self.sealer.seal(row.secret)
         stored = conn.execute(
             self.queries["insert_subscription"],
             {
                 "subscription_id": row.subscription_id,
                 "namespace": row.namespace,
                 "target_url": row.target_url,
-                "secret": row.secret,
+                "secret": sealed,
                 "event_types": list(row.event_types),
                 "key_prefixes": list(row.key_prefixes),
                 "predicates": list(row.predicates),
@@ -123,7 +127,7 @@ class WebhookStore:
                 row.subscription_id,
                 row.namespace,
                 row.target_url,
-                row.secret,
+                sealed,
                 row.event_types,
                 row.key_prefixes,
                 row.predicates,

@@ -78,7 +78,9 @@ class WebhookServiceServicer:
         as the caller would see it. The answer holds the signing secret, shown only here.
         Errors: INVALID_ARGUMENT (namespace, a target URL that is not http(s), or whose host resolves to a
         private, loopback or link-local address not named by CB_WEBHOOK_ALLOWED_TARGETS, bad filters);
-        PERMISSION_DENIED (the write right is needed); UNAVAILABLE.
+        PERMISSION_DENIED (the write right is needed); FAILED_PRECONDITION (reason WEBHOOK_SECRET_KEY_MISSING:
+        tokens are checked and CB_WEBHOOK_SECRET_KEYS is not set, so the secret could not be sealed at rest);
+        UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -43,7 +43,9 @@ class WebhookServiceStub:
     as the caller would see it. The answer holds the signing secret, shown only here.
     Errors: INVALID_ARGUMENT (namespace, a target URL that is not http(s), or whose host resolves to a
     private, loopback or link-local address not named by CB_WEBHOOK_ALLOWED_TARGETS, bad filters);
-    PERMISSION_DENIED (the write right is needed); UNAVAILABLE.
+    PERMISSION_DENIED (the write right is needed); FAILED_PRECONDITION (reason WEBHOOK_SECRET_KEY_MISSING:
+    tokens are checked and CB_WEBHOOK_SECRET_KEYS is not set, so the secret could not be sealed at rest);
+    UNAVAILABLE.
     """
     ListWebhookSubscriptions: _grpc.UnaryUnaryMultiCallable[_webhook_service_pb2.ListWebhookSubscriptionsRequest, _webhook_service_pb2.ListWebhookSubscriptionsResponse]
     """The namespace's subscriptions (without secrets), oldest first.
@@ -81,7 +83,9 @@ class WebhookServiceAsyncStub(WebhookServiceStub):
     as the caller would see it. The answer holds the signing secret, shown only here.
     Errors: INVALID_ARGUMENT (namespace, a target URL that is not http(s), or whose host resolves to a
     private, loopback or link-local address not named by CB_WEBHOOK_ALLOWED_TARGETS, bad filters);
-    PERMISSION_DENIED (the write right is needed); UNAVAILABLE.
+    PERMISSION_DENIED (the write right is needed); FAILED_PRECONDITION (reason WEBHOOK_SECRET_KEY_MISSING:
+    tokens are checked and CB_WEBHOOK_SECRET_KEYS is not set, so the secret could not be sealed at rest);
+    UNAVAILABLE.
     """
     ListWebhookSubscriptions: _aio.UnaryUnaryMultiCallable[_webhook_service_pb2.ListWebhookSubscriptionsRequest, _webhook_service_pb2.ListWebhookSubscriptionsResponse]  # type: ignore[assignment]
     """The namespace's subscriptions (without secrets), oldest first.
@@ -122,7 +126,9 @@ class WebhookServiceServicer(metaclass=_abc_1.ABCMeta):
         as the caller would see it. The answer holds the signing secret, shown only here.
         Errors: INVALID_ARGUMENT (namespace, a target URL that is not http(s), or whose host resolves to a
         private, loopback or link-local address not named by CB_WEBHOOK_ALLOWED_TARGETS, bad filters);
-        PERMISSION_DENIED (the write right is needed); UNAVAILABLE.
+        PERMISSION_DENIED (the write right is needed); FAILED_PRECONDITION (reason WEBHOOK_SECRET_KEY_MISSING:
+        tokens are checked and CB_WEBHOOK_SECRET_KEYS is not set, so the secret could not be sealed at rest);
+        UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
