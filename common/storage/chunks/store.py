@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from common.storage.chunks.rankings import ChunkRankings
 from common.storage.chunks.rows import CHUNK_COLUMNS, StoredChunk
+from common.storage.row_count import fetch_count
 from common.storage.visibility import EVERYTHING, Visibility
 
 
@@ -237,8 +238,7 @@ class ChunkStore(ChunkRankings):
 
     def count_api_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
         """How many chunks of a node were written through the API (``seen_run`` NULL)."""
-        row = conn.execute(self.queries["count_api_chunks_of_node"], (namespace, node_key)).fetchone()
-        return int(row[0]) if row else 0
+        return fetch_count(conn, self.queries["count_api_chunks_of_node"], (namespace, node_key))
 
     # -- reads -------------------------------------------------------------------------------------
 
