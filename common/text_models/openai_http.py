@@ -17,7 +17,7 @@ from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-__all__ = ["OpenAIServer", "ServerGaveUp", "ServerRejected", "openai_endpoint"]
+__all__ = ["OpenAIServer", "ServerAnswerNotJson", "ServerGaveUp", "ServerRejected", "openai_endpoint"]
 
 
 class _Transient(Exception):
@@ -25,12 +25,12 @@ class _Transient(Exception):
 
 
 class ServerRejected(Exception):
-    """An answer that retrying will not fix: an HTTP error other than 5xx/429 (``not_json`` False) or a
-    body that is not JSON (``not_json`` True); the message names the server and what it said."""
+    """An answer that retrying will not fix: an HTTP error other than 5xx/429; the message names the
+    server and what it said."""
 
-    def __init__(self, message: str, *, not_json: bool) -> None:
-        super().__init__(message)
-        self.not_json = not_json
+
+class ServerAnswerNotJson(ServerRejected):
+    """The server answered with a body that is not JSON."""
 
 
 class ServerGaveUp(Exception):
@@ -63,7 +63,8 @@ class OpenAIServer:
         """POSTs ``body`` (JSON, UTF-8) and returns the decoded JSON answer.
 
         Raises:
-            ServerRejected: an HTTP error other than 5xx/429, or an answer that is not JSON.
+            ServerRejected: an HTTP error other than 5xx/429; `ServerAnswerNotJson`: an answer that is not
+                JSON.
             ServerGaveUp: all ``attempts`` tries failed transiently.
         """
         retrying = Retrying(
@@ -91,13 +92,11 @@ class OpenAIServer:
             message = f"{self.label} {self.endpoint} answered HTTP {exc.code}: {detail}"
             if exc.code >= 500 or exc.code == 429:
                 raise _Transient(message) from exc
-            raise ServerRejected(message, not_json=False) from exc
+            raise ServerRejected(message) from exc
         except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
             raise _Transient(f"{self.label} {self.endpoint} unreachable: {reason}") from exc
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise ServerRejected(
-                f"{self.label} {self.endpoint} answered invalid JSON: {raw[:200]!r}", not_json=True
-            ) from exc
+            raise ServerAnswerNotJson(f"{self.label} {self.endpoint} answered invalid JSON: {raw[:200]!r}") from exc

@@ -7,7 +7,13 @@ from typing import Any
 
 from common.kernel.errors import FailedPrecondition, Unavailable
 from common.text_models.embeddings.provider import EmbeddingProvider
-from common.text_models.openai_http import OpenAIServer, ServerGaveUp, ServerRejected, openai_endpoint
+from common.text_models.openai_http import (
+    OpenAIServer,
+    ServerAnswerNotJson,
+    ServerGaveUp,
+    ServerRejected,
+    openai_endpoint,
+)
 
 __all__ = ["OpenAICompatibleProvider"]
 
@@ -66,9 +72,10 @@ class OpenAICompatibleProvider(EmbeddingProvider):
         body = json.dumps({"model": self.model_id, "input": texts}, ensure_ascii=False).encode("utf-8")
         try:
             payload = self._server.post_json(body)
+        except ServerAnswerNotJson as exc:
+            raise FailedPrecondition(str(exc), reason="EMBEDDING_FAILED") from exc
         except ServerRejected as exc:
-            reason = "EMBEDDING_FAILED" if exc.not_json else "EMBEDDING_REJECTED"
-            raise FailedPrecondition(str(exc), reason=reason) from exc
+            raise FailedPrecondition(str(exc), reason="EMBEDDING_REJECTED") from exc
         except ServerGaveUp as exc:
             raise Unavailable(str(exc), reason="EMBEDDING_UNAVAILABLE") from exc.__cause__
         try:
