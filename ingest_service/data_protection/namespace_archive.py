@@ -78,6 +78,45 @@ def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
 
 
+class _Tally:
+    """The records an export has written and, per kind, the rows the caller's scopes left out (the end
+    record carries both)."""
+
+    def __init__(self, visibility: Any) -> None:
+        self.visibility = visibility
+        self.records = 0
+        self.hidden: Counter[str] = Counter()
+
+    def line(self, kind: str, row: dict[str, Any]) -> bytes:
+        """The record of one row, counted."""
+        self.records += 1
+        return _line({"kind": kind, "row": row})
+
+    def every(self, kind: str, rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        """The records of ``rows``, each counted."""
+        for row in rows:
+            yield self.line(kind, row)
+
+    def visible_rows(
+        self, kind: str, rows: Iterable[dict[str, Any]]
+    ) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """The record and the row of each of ``rows`` the caller's scopes reach; the others are counted
+        as hidden ``kind``."""
+        for row in rows:
+            if self.visibility.allows(row.get("scopes")):
+                yield self.line(kind, row), row
+            else:
+                self.hidden[kind] += 1
+
+    def visible(self, kind: str, rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        """`visible_rows`, the records only."""
+        return (line for line, _ in self.visible_rows(kind, rows))
+
+    def end(self) -> bytes:
+        """The end record: how many records came before it and what was left out."""
+        return _line({"kind": "end", "records": self.records, "hidden_left_out": dict(self.hidden)})
+
+
 class NamespaceArchive:
     """Exports and imports namespaces (see the module doc)."""
 
@@ -141,8 +180,6 @@ class NamespaceArchive:
         return selector, observations, keys
 
     def _export(self, namespace: str, visibility: Any, subject: EraseInput | None = None) -> Iterator[bytes]:
-        hidden: Counter[str] = Counter()
-        records = 0
         with self.database.connection() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             selector, observation_ids, subject_keys = (
@@ -166,64 +203,44 @@ class NamespaceArchive:
                     conn, namespace, visibility, observation_ids, subject_keys, user
                 )
                 return
+            tally = _Tally(visibility)
             settings = list(self.store.rows(conn, "namespace_settings", namespace))
             for row in settings:
-                records += 1
-                yield _line({"kind": "namespace_settings", "row": row})
+                yield tally.line("namespace_settings", row)
                 for pack in self.store.domain_packs(conn, list(row.get("packages") or [])):
-                    records += 1
-                    yield _line({"kind": "domain_pack", "row": pack})
-            for row in self.store.rows(conn, "observations", namespace):
-                if not visibility.allows(row.get("scopes")):
-                    hidden["observation"] += 1
-                    continue
-                records += 1
-                yield _line({"kind": "observation", "row": row})
+                    yield tally.line("domain_pack", pack)
+            yield from tally.visible("observation", self.store.rows(conn, "observations", namespace))
             hidden_keys: set[str] = set()
             for row in self.store.nodes(conn, namespace):
                 if not visibility.allows(row.get("scopes")):
-                    hidden["node"] += 1
+                    tally.hidden["node"] += 1
                     hidden_keys.add(row["natural_key"])
                     continue
-                records += 1
-                yield _line({"kind": "node", "row": row})
+                yield tally.line("node", row)
             for edge in self.store.edges(conn, namespace):
                 if edge["start"] in hidden_keys or edge["end"] in hidden_keys:
-                    hidden["edge"] += 1
+                    tally.hidden["edge"] += 1
                     continue
-                records += 1
-                yield _line({"kind": "edge", "row": edge})
-            for row in self.store.rows(conn, "facts", namespace):
-                if not visibility.allows(row.get("scopes")):
-                    hidden["fact"] += 1
-                    continue
-                records += 1
-                yield _line({"kind": "fact", "row": row})
+                yield tally.line("edge", edge)
+            yield from tally.visible("fact", self.store.rows(conn, "facts", namespace))
             for row in self.store.rows(conn, "chunks", namespace):
                 if row.get("node_key") in hidden_keys:
-                    hidden["chunk"] += 1
+                    tally.hidden["chunk"] += 1
                     continue
                 for generated in ("id", "search_document", "identifier_text"):
                     row.pop(generated, None)
-                records += 1
-                yield _line({"kind": "chunk", "row": row})
+                yield tally.line("chunk", row)
             for row in self.store.snapshots(conn, namespace):
-                records += 1
-                yield _line({"kind": "snapshot", "row": row})
+                yield tally.line("snapshot", row)
             for row in self.store.rows(conn, "memories", namespace):
                 if row.get("memory_id") in hidden_keys:
-                    hidden["memory"] += 1
+                    tally.hidden["memory"] += 1
                     continue
-                records += 1
-                yield _line({"kind": "memory", "row": row})
+                yield tally.line("memory", row)
             for table, kind in TABLE_KINDS:
-                for row in self.store.rows(conn, table, namespace):
-                    if kind == "context_trace" and not visibility.allows(row.get("scopes")):
-                        hidden[kind] += 1
-                        continue
-                    records += 1
-                    yield _line({"kind": kind, "row": row})
-        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+                rows = self.store.rows(conn, table, namespace)
+                yield from tally.visible(kind, rows) if kind == "context_trace" else tally.every(kind, rows)
+        yield tally.end()
 
     def _subject_rows(
         self,
@@ -237,16 +254,11 @@ class NamespaceArchive:
         """The records of one subject (see the module doc) and the end record: what the caller sees of
         the observations and nodes that hold it, their chunks, the facts and edges touching them, the
         memory records of the user or holding it."""
-        hidden: Counter[str] = Counter()
-        records = 0
-        for row in self.store.rows(conn, "observations", namespace):
-            if row.get("observation_id") not in observation_ids:
-                continue
-            if not visibility.allows(row.get("scopes")):
-                hidden["observation"] += 1
-                continue
-            records += 1
-            yield _line({"kind": "observation", "row": row})
+        tally = _Tally(visibility)
+        observations = self.store.rows(conn, "observations", namespace)
+        yield from tally.visible(
+            "observation", (r for r in observations if r.get("observation_id") in observation_ids)
+        )
         memory_ids = {
             str(row.get("memory_id"))
             for row in self.store.rows(conn, "memories", namespace)
@@ -254,38 +266,26 @@ class NamespaceArchive:
         }
         keys = keys | memory_ids
         shown: set[str] = set()
-        for row in self.store.nodes(conn, namespace):
-            if row.get("natural_key") not in keys:
-                continue
-            if not visibility.allows(row.get("scopes")):
-                hidden["node"] += 1
-                continue
+        nodes = self.store.nodes(conn, namespace)
+        for line, row in tally.visible_rows("node", (r for r in nodes if r.get("natural_key") in keys)):
             shown.add(str(row["natural_key"]))
-            records += 1
-            yield _line({"kind": "node", "row": row})
-        for edge in self.store.edges(conn, namespace):
-            if edge["start"] in shown or edge["end"] in shown:
-                records += 1
-                yield _line({"kind": "edge", "row": edge})
-        for row in self.store.rows(conn, "facts", namespace):
-            if row.get("subject_key") not in shown and row.get("object_key") not in shown:
-                continue
-            if not visibility.allows(row.get("scopes")):
-                hidden["fact"] += 1
-                continue
-            records += 1
-            yield _line({"kind": "fact", "row": row})
+            yield line
+        edges = self.store.edges(conn, namespace)
+        yield from tally.every("edge", (e for e in edges if e["start"] in shown or e["end"] in shown))
+        facts = self.store.rows(conn, "facts", namespace)
+        yield from tally.visible(
+            "fact", (r for r in facts if r.get("subject_key") in shown or r.get("object_key") in shown)
+        )
         for row in self.store.rows(conn, "chunks", namespace):
             if row.get("node_key") in shown:
                 for generated in ("id", "search_document", "identifier_text", "embedding"):
                     row.pop(generated, None)
-                records += 1
-                yield _line({"kind": "chunk", "row": row})
-        for row in self.store.rows(conn, "memories", namespace):
-            if str(row.get("memory_id")) in memory_ids & shown:
-                records += 1
-                yield _line({"kind": "memory", "row": row})
-        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+                yield tally.line("chunk", row)
+        memories = self.store.rows(conn, "memories", namespace)
+        yield from tally.every(
+            "memory", (r for r in memories if str(r.get("memory_id")) in memory_ids & shown)
+        )
+        yield tally.end()
 
     def import_archive(self, namespace: str, data: Iterable[bytes]) -> ImportReport:
         """Imports an archive of ``namespace`` (its byte chunks, in order) in one transaction.
