@@ -23,7 +23,8 @@ hold_app = typer.Typer(
 retention_app = typer.Typer(help="retention rules per data class of a namespace", no_args_is_help=True)
 
 
-def _receipt_lines(receipt: dp.ErasureReceipt) -> None:
+def _print_receipt(response: dp.EraseSubjectResponse | dp.GetErasureReceiptResponse) -> None:
+    receipt = response.receipt
     label = "preview (nothing erased)" if receipt.validate_only else f"receipt {receipt.receipt_id}"
     out.print(escape(f"{label}: {receipt.selector_kind} in {receipt.namespace} by {receipt.principal}"))
     for kind, count in sorted(receipt.counts.items()):
@@ -52,9 +53,7 @@ def erase(
         confirm=yes,
         validate_only=not yes,
     )
-    call_and_print(
-        memory_client(ctx).erase_subject, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt)
-    )
+    call_and_print(memory_client(ctx).erase_subject, request, as_json=as_json, render=_print_receipt)
 
 
 def receipt(
@@ -65,18 +64,17 @@ def receipt(
 ) -> None:
     """Print a stored erasure receipt."""
     request = dp.GetErasureReceiptRequest(namespace=namespace, receipt_id=receipt_id)
-    call_and_print(
-        memory_client(ctx).get_erasure_receipt,
-        request,
-        as_json=as_json,
-        render=lambda r: _receipt_lines(r.receipt),
-    )
+    call_and_print(memory_client(ctx).get_erasure_receipt, request, as_json=as_json, render=_print_receipt)
 
 
 def _hold_line(hold: dp.LegalHold) -> str:
     what = hold.subject_key or "(whole namespace)"
     state = f"lifted by {hold.lift_principal}" if hold.lift_principal else "active"
     return f"{hold.hold_id}  {what}  {state}  set by {hold.create_principal}: {hold.reason}"
+
+
+def _print_hold(response: dp.CreateLegalHoldResponse | dp.LiftLegalHoldResponse) -> None:
+    out.print(escape(_hold_line(response.hold)))
 
 
 @hold_app.command("set")
@@ -91,12 +89,7 @@ def hold_set(
 ) -> None:
     """Place a legal hold (admin right)."""
     request = dp.CreateLegalHoldRequest(namespace=namespace, subject_key=subject, reason=reason)
-    call_and_print(
-        memory_client(ctx).create_legal_hold,
-        request,
-        as_json=as_json,
-        render=lambda r: out.print(escape(_hold_line(r.hold))),
-    )
+    call_and_print(memory_client(ctx).create_legal_hold, request, as_json=as_json, render=_print_hold)
 
 
 @hold_app.command("lift")
@@ -108,12 +101,7 @@ def hold_lift(
 ) -> None:
     """Lift a legal hold (admin right)."""
     request = dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold_id)
-    call_and_print(
-        memory_client(ctx).lift_legal_hold,
-        request,
-        as_json=as_json,
-        render=lambda r: out.print(escape(_hold_line(r.hold))),
-    )
+    call_and_print(memory_client(ctx).lift_legal_hold, request, as_json=as_json, render=_print_hold)
 
 
 @hold_app.command("list")
