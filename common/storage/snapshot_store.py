@@ -74,7 +74,7 @@ class SnapshotStore:
             self.queries["snapshot_run"],
             (namespace, source, scope, snapshot_id),
         ).fetchone()
-        return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
+        return _snapshot_row(row)
 
     def previous(
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, before_row: int
@@ -84,7 +84,7 @@ class SnapshotStore:
             self.queries["previous_snapshot_run"],
             (namespace, source, scope, before_row),
         ).fetchone()
-        return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
+        return _snapshot_row(row)
 
     def set_counts(self, conn: psycopg.Connection[Any], row_id: int, counts: dict[str, int]) -> None:
         conn.execute(
@@ -274,3 +274,8 @@ class SnapshotStore:
                 ],
             },
         )
+
+
+def _snapshot_row(row: Any) -> SnapshotRow | None:
+    """A ``(id, snapshot_id, snapshot_time, counts)`` row as a `SnapshotRow`; None for no row."""
+    return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
