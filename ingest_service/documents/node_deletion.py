@@ -46,7 +46,6 @@ from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.document_original_store import DocumentOriginalStore
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
@@ -104,7 +103,7 @@ class NodeDeleter:
     def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.graph = GraphStore(database)
-        self.engine = FactEngine(self.graph, FactStore(self.graph))
+        self.engine = FactEngine(self.graph)
         self.chunks = ChunkStore(database.settings)
         self.snapshots = SnapshotStore(database.settings)
         self.originals = DocumentOriginalStore(database.settings)

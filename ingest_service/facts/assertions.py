@@ -33,7 +33,6 @@ from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
@@ -73,8 +72,8 @@ class FactAsserter:
         self.database = database
         self.kinds = kinds or KindValidator(database)
         graph = GraphStore(database)
-        self.facts = FactStore(graph)
-        self.engine = FactEngine(graph, self.facts)
+        self.engine = FactEngine(graph)
+        self.facts = self.engine.facts
 
     def assert_facts(
         self,

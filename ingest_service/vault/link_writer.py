@@ -17,7 +17,6 @@ from typing import Any
 
 from common.domain.write_access import WriteAccess
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.facts.engine import FactEngine, FactInput, accepted
@@ -31,7 +30,7 @@ class VaultLinkWriter:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.graph = GraphStore(database)
-        self.engine = FactEngine(self.graph, FactStore(self.graph))
+        self.engine = FactEngine(self.graph)
         self.vault = VaultStore(database.settings)
 
     def write(
