@@ -134,10 +134,7 @@ class ChunkStore(ChunkRankings):
         if chunks:
             rows = [_upsert_row(node, chunk, seen_run) for chunk in chunks]
             with conn.cursor() as cursor:
-                upsert = (
-                    self.queries["upsert_chunk"] if seen_run is None else self.queries["upsert_vault_chunk"]
-                )
-                cursor.executemany(upsert, rows)
+                cursor.executemany(self.queries["upsert_chunk"], rows)
                 written = max(cursor.rowcount, 0)
         deleted = 0
         if delete_beyond:
@@ -319,8 +316,8 @@ _UPSERT_ARRAYS = ("namespaces", "keys", "orders", "types", "paths", "titles", "h
 
 
 def _upsert_row(node: NodeRef, chunk: ChunkWrite, seen_run: str | None) -> tuple[Any, ...]:
-    """The parameters of ``upsert_chunk`` / ``upsert_vault_chunk`` for one chunk of ``node`` (the last one,
-    embedding_pending, only for a chunk written without its vector)."""
+    """The parameters of ``upsert_chunk`` for one chunk of ``node`` (the last one, embedding_pending,
+    only for a chunk written without its vector)."""
     return (
         node.namespace,
         node.node_key,
