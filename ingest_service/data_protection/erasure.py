@@ -46,7 +46,7 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from common.kernel.identifiers import MAX_KEY_LENGTH, check_namespace
 from common.storage.chunks.store import ChunkStore
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
@@ -116,10 +116,7 @@ def value_hash(salt: str, value: str) -> str:
 def validate_erase(request: EraseInput) -> None:
     """Raises `InvalidArgument` with the field violations of an EraseSubjectRequest."""
     check = ViolationCollector()
-    if not request.namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(request.namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, request.namespace)
     check_subject(check, request, required=True)
     if not request.confirm and not request.validate_only:
         check.add("confirm", "must be true to erase (or set validate_only to preview)")

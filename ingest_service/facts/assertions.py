@@ -29,7 +29,7 @@ from typing import Any
 from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
+from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION, canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
@@ -96,7 +96,7 @@ class FactAsserter:
         now = now or datetime.now(UTC)
         request = ViolationCollector()
         if not NAMESPACE_PATTERN.match(namespace):
-            request.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            request.add("namespace", NAMESPACE_VIOLATION)
         if not raw_facts:
             request.add("facts", "at least one fact is required")
         elif len(raw_facts) > MAX_FACTS_PER_CALL:

@@ -20,7 +20,7 @@ from common.auth.principals import current_principal
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from common.kernel.identifiers import MAX_KEY_LENGTH, check_namespace
 from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
 from common.storage.database import Database
 from ingest_service.validation.limits import check_reason
@@ -69,7 +69,7 @@ class LegalHolds:
             InvalidArgument: a bad namespace, an over-long subject key or reason.
         """
         check = ViolationCollector()
-        _check_namespace(check, namespace)
+        check_namespace(check, namespace)
         if len(subject_key) > MAX_KEY_LENGTH or "\x00" in subject_key:
             check.add("subject_key", f"at most {MAX_KEY_LENGTH} characters, no NUL")
         check_reason(check, reason)
@@ -101,7 +101,7 @@ class LegalHolds:
             NotFound: no active hold of that id in ``namespace``.
         """
         check = ViolationCollector()
-        _check_namespace(check, namespace)
+        check_namespace(check, namespace)
         if not hold_id.strip():
             check.add("hold_id", "required")
         check.raise_if_any()
@@ -123,7 +123,7 @@ class LegalHolds:
             InvalidArgument: a bad namespace.
         """
         check = ViolationCollector()
-        _check_namespace(check, namespace)
+        check_namespace(check, namespace)
         check.raise_if_any()
         with self.database.connection() as conn:
             return self.store.holds(conn, namespace, include_lifted=include_lifted)
@@ -139,13 +139,6 @@ class LegalHolds:
                 details={"hold_id": hold.hold_id, "subject_key": hold.subject_key, "reason": hold.reason},
             ),
         )
-
-
-def _check_namespace(check: ViolationCollector, namespace: str) -> None:
-    if not namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
 
 
 __all__ = ["HOLD_REASON", "LegalHolds", "caller_name", "ensure_not_held"]
