@@ -28,7 +28,8 @@ from datetime import datetime
 from common.domain.audit import ACTION_PATTERN, MAX_PRINCIPAL_LENGTH, AuditEvent, event_from_props
 from common.kernel import pii as personal_data
 from common.kernel.errors import InvalidArgument, PermissionDenied, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, canonical_instant, check_namespace
+from common.kernel.field_checks import check_namespace
+from common.kernel.identifiers import MAX_KEY_LENGTH, canonical_instant
 from common.kernel.page_tokens import MalformedPageToken, token_bytes, token_instant
 from common.kernel.page_tokens import decode_page_token as decode_token
 from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery, AuditReadAccess, AuditStore

@@ -49,12 +49,12 @@ import psycopg
 from common.auth.principals import current_principal
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
+from common.kernel.field_checks import check_namespace
 from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     MAX_SCOPES,
     SCOPE_PATTERN,
     canonical_instant,
-    check_namespace,
     parse_instant,
 )
 from common.kernel.request_context import current_request_id

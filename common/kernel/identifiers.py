@@ -14,7 +14,7 @@ import hashlib
 import json
 import re
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
 _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
@@ -22,26 +22,13 @@ _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
 # Shapes of the identifiers every request carries (docs/explanation/knowledge-model.md: scopes ``type:id``, at
 # most 20).
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-# The one-message violation of a namespace that is empty or off the pattern (`check_namespace` says which).
+# The one-message violation of a namespace that is empty or off the pattern (`field_checks.check_namespace` says which).
 NAMESPACE_VIOLATION = f"required, pattern {NAMESPACE_PATTERN.pattern[1:-1]}"
 SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
 MAX_SCOPES = 20
 MAX_KEY_LENGTH = 512  # characters of a natural key
 MAX_PREDICATE_LENGTH = 128  # characters of a fact predicate (the write side's PREDICATE_PATTERN)
 MAX_TYPE_LENGTH = 64  # characters of a node type (the write side's TYPE_PATTERN)
-
-
-class _Violations(Protocol):
-    def add(self, field_path: str, description: str) -> None: ...
-
-
-def check_namespace(check: _Violations, namespace: str, path: str = "namespace") -> None:
-    """Adds a violation at ``path`` to ``check`` when ``namespace`` is empty (``required``) or does not
-    match `NAMESPACE_PATTERN` (``must match <pattern>``)."""
-    if not namespace:
-        check.add(path, "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add(path, f"must match {NAMESPACE_PATTERN.pattern}")
 
 
 def canonical_instant(value: datetime) -> str:

@@ -46,7 +46,8 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, check_namespace
+from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
@@ -136,9 +137,7 @@ def check_subject(check: ViolationCollector, request: EraseInput, *, required: b
         )
         check.add("subject", wanted)
     for name in ("node_key", "memory_user", "value"):
-        text = getattr(request, name)
-        if len(text) > MAX_KEY_LENGTH or "\x00" in text:
-            check.add(name, f"at most {MAX_KEY_LENGTH} characters, no NUL")
+        check_text(check, name, getattr(request, name), MAX_KEY_LENGTH)
     if request.node_key.strip() and ":" not in request.node_key.strip(":"):
         check.add("node_key", "must be a natural key type:id")
     if request.value.strip() and len(request.value.strip()) < MIN_VALUE_LENGTH:

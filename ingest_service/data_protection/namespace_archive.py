@@ -38,7 +38,7 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
-from common.kernel.identifiers import check_namespace
+from common.kernel.field_checks import check_namespace
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore

@@ -33,7 +33,7 @@ from typing import Any
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import check_namespace
+from common.kernel.field_checks import check_namespace
 from common.kernel.pii import PII_CATEGORY_PATTERN
 from common.storage.data_protection.retention_store import RetentionRule, RetentionStore
 from common.storage.database import Database

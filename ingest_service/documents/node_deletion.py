@@ -42,7 +42,8 @@ from typing import Any
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, check_namespace
+from common.kernel.field_checks import check_namespace
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.document_original_store import DocumentOriginalStore

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.kernel.errors import ViolationCollector
+from common.kernel.field_checks import check_namespace
 from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     MAX_SCOPES,
     SCOPE_PATTERN,
-    check_namespace,
 )
 from common.kernel.pii import check_pii_categories
 from common.kernel.storable_values import unstorable_paths

@@ -29,6 +29,7 @@ from typing import Any
 from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.kernel.field_checks import check_text
 from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION, canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
@@ -101,8 +102,7 @@ class FactAsserter:
             request.add("facts", "at least one fact is required")
         elif len(raw_facts) > MAX_FACTS_PER_CALL:
             request.add("facts", f"at most {MAX_FACTS_PER_CALL} facts per call, got {len(raw_facts)}")
-        if len(source_path) > MAX_FACT_SOURCE_PATH_CHARS or "\x00" in source_path:
-            request.add("source_path", f"at most {MAX_FACT_SOURCE_PATH_CHARS} characters, no NUL")
+        check_text(request, "source_path", source_path, MAX_FACT_SOURCE_PATH_CHARS)
         request.raise_if_any()
 
         checked: list[tuple[FactInput | None, list[FieldViolation]]] = []

@@ -20,7 +20,8 @@ from common.auth.principals import current_principal
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, check_namespace
+from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
 from common.storage.database import Database
 from ingest_service.validation.limits import check_reason
@@ -70,8 +71,7 @@ class LegalHolds:
         """
         check = ViolationCollector()
         check_namespace(check, namespace)
-        if len(subject_key) > MAX_KEY_LENGTH or "\x00" in subject_key:
-            check.add("subject_key", f"at most {MAX_KEY_LENGTH} characters, no NUL")
+        check_text(check, "subject_key", subject_key, MAX_KEY_LENGTH)
         check_reason(check, reason)
         check.raise_if_any()
         hold = HoldRow(

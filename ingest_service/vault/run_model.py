@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import check_namespace
+from common.kernel.field_checks import check_namespace, check_text
 from ingest_service.validation.limits import check_trace_id
 from ingest_service.vault.links import LinkReference, VaultEntry
 
@@ -75,8 +75,7 @@ def validate_header(header: VaultHeader) -> None:
     check = ViolationCollector()
     check_namespace(check, header.namespace, "header.namespace")
     for name in ("source", "branch", "commit_sha"):
-        if len(getattr(header, name)) > 4096 or "\x00" in getattr(header, name):
-            check.add(f"header.{name}", "at most 4096 characters, no NUL")
+        check_text(check, f"header.{name}", getattr(header, name), 4096)
     check_trace_id(check, header.trace_id, path="header.trace_id")
     check.raise_if_any()
 
