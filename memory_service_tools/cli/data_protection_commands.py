@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
-from memory_service_tools.cli.terminal import err, out, reported_errors
+from memory_service_tools.cli.terminal import err, out, print_lines, reported_errors
 
 hold_app = typer.Typer(
     help="legal holds: stop every deletion of a namespace or subject", no_args_is_help=True
@@ -115,10 +115,7 @@ def hold_list(
     request = dp.ListLegalHoldsRequest(namespace=namespace, include_lifted=include_lifted)
 
     def render(response: dp.ListLegalHoldsResponse) -> None:
-        if not response.holds:
-            err.print("no holds")
-        for hold in response.holds:
-            out.print(escape(_hold_line(hold)))
+        print_lines([_hold_line(hold) for hold in response.holds], none="no holds")
 
     call_and_print(memory_client(ctx).list_legal_holds, request, as_json=as_json, render=render)
 
