@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
 
 
@@ -21,6 +22,17 @@ def check_namespace(check: Violations, namespace: str, path: str = "namespace") 
         check.add(path, "required")
     elif not NAMESPACE_PATTERN.match(namespace):
         check.add(path, f"must match {NAMESPACE_PATTERN.pattern}")
+
+
+def require_namespace(namespace: str) -> None:
+    """`check_namespace` of a request whose only field to check is ``namespace``.
+
+    Raises:
+        InvalidArgument: ``namespace`` is empty or off the pattern (field ``namespace``).
+    """
+    check = ViolationCollector()
+    check_namespace(check, namespace)
+    check.raise_if_any()
 
 
 def check_text(check: Violations, path: str, text: str, limit: int) -> None:

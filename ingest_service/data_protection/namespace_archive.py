@@ -38,7 +38,7 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
-from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import require_namespace
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
@@ -63,12 +63,6 @@ class ImportReport:
 
     read: dict[str, int]
     written: dict[str, int]
-
-
-def _check_namespace(namespace: str) -> None:
-    check = ViolationCollector()
-    check_namespace(check, namespace)
-    check.raise_if_any()
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -133,7 +127,7 @@ class NamespaceArchive:
         Raises:
             InvalidArgument: a bad namespace or subject (raised before the first line).
         """
-        _check_namespace(namespace)
+        require_namespace(namespace)
         if subject is not None:
             check = ViolationCollector()
             check_subject(check, subject, required=False)
@@ -291,7 +285,7 @@ class NamespaceArchive:
             InvalidArgument: a bad namespace; an archive that is not JSON lines of this format and
                 version, names another namespace, or lacks its end record (nothing was written).
         """
-        _check_namespace(namespace)
+        require_namespace(namespace)
         records = list(_records(data))
         header, end = (records[0] if records else {}), (records[-1] if records else {})
         check = ViolationCollector()

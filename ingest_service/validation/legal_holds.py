@@ -20,7 +20,7 @@ from common.auth.principals import current_principal
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.field_checks import check_namespace, check_text, require_namespace
 from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
 from common.storage.database import Database
@@ -122,9 +122,7 @@ class LegalHolds:
         Raises:
             InvalidArgument: a bad namespace.
         """
-        check = ViolationCollector()
-        check_namespace(check, namespace)
-        check.raise_if_any()
+        require_namespace(namespace)
         with self.database.connection() as conn:
             return self.store.holds(conn, namespace, include_lifted=include_lifted)
 
