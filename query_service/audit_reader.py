@@ -27,7 +27,8 @@ from datetime import datetime
 
 from common.domain.audit import ACTION_PATTERN, MAX_PRINCIPAL_LENGTH, AuditEvent, event_from_props
 from common.kernel.errors import InvalidArgument, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN, canonical_instant
+from common.kernel.field_checks import check_namespace
+from common.kernel.identifiers import MAX_KEY_LENGTH, canonical_instant
 from common.kernel.page_tokens import MalformedPageToken, token_bytes, token_instant
 from common.kernel.page_tokens import decode_page_token as decode_token
 from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery, AuditReadAccess, AuditStore
@@ -120,10 +121,7 @@ def decode_page_token(request: AuditListInput) -> tuple[datetime, str] | None:
 def validate_list_request(request: AuditListInput) -> None:
     """Raises `InvalidArgument` with one field violation per bad field (names of ListAuditEventsRequest)."""
     check = ViolationCollector()
-    if not request.namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(request.namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, request.namespace)
     if request.action and not ACTION_PATTERN.match(request.action):
         check.add("action", f"must match {ACTION_PATTERN.pattern}")
     for name, value, limit in (

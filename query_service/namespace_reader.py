@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION
 from common.kernel.page_tokens import MalformedPageToken, decode_page_token, encode_page_token
 from common.storage.database import Database
 from common.storage.namespace_stats import NamespaceCounts, NamespaceDetail, NamespaceStatistics
@@ -99,7 +99,7 @@ class NamespaceReader:
         """
         check = ViolationCollector()
         if not NAMESPACE_PATTERN.match(namespace):
-            check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            check.add("namespace", NAMESPACE_VIOLATION)
         check.raise_if_any()
         with self.database.read_connection() as conn:
             return self.statistics.detail(conn, namespace, visibility)

@@ -49,10 +49,10 @@ import psycopg
 from common.auth.principals import current_principal
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
+from common.kernel.field_checks import check_namespace
 from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     MAX_SCOPES,
-    NAMESPACE_PATTERN,
     SCOPE_PATTERN,
     canonical_instant,
     parse_instant,
@@ -131,10 +131,7 @@ class AuditEvent:
 def validate_event(event: AuditEventInput) -> None:
     """Raises `InvalidArgument` with a field violation per bad field (names of RecordAuditEventRequest)."""
     check = ViolationCollector()
-    if not event.namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(event.namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, event.namespace)
     if not event.action:
         check.add("action", "required: a lower-case verb such as delete, export, pii_access")
     elif not ACTION_PATTERN.match(event.action):

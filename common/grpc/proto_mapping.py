@@ -33,6 +33,11 @@ def instant(message: timestamp_pb2.Timestamp) -> datetime:
     return message.ToDatetime(tzinfo=UTC)
 
 
+def optional_instant(message: Message, field_name: str) -> datetime | None:
+    """The instant of the Timestamp field ``field_name`` of ``message``; None when the field is unset."""
+    return instant(getattr(message, field_name)) if message.HasField(field_name) else None
+
+
 def struct_to_dict(message: struct_pb2.Struct) -> dict[str, Any]:
     """A `google.protobuf.Struct` as a plain dict; integral numbers become ints (Struct holds doubles only)."""
     return dict(integral_numbers(json_format.MessageToDict(message)))

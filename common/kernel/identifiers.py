@@ -22,6 +22,8 @@ _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")
 # Shapes of the identifiers every request carries (docs/explanation/knowledge-model.md: scopes ``type:id``, at
 # most 20).
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# The one-message violation of a namespace that is empty or off the pattern (`field_checks.check_namespace` says which).
+NAMESPACE_VIOLATION = f"required, pattern {NAMESPACE_PATTERN.pattern[1:-1]}"
 SCOPE_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}:[^\s]{1,256}$")
 MAX_SCOPES = 20
 MAX_KEY_LENGTH = 512  # characters of a natural key

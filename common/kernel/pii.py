@@ -46,11 +46,13 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import phonenumbers
 from stdnum import luhn
 from stdnum.ru import inn as ru_inn
+
+from common.kernel.field_checks import Violations
 
 PHONE = "phone"
 EMAIL = "email"
@@ -357,11 +359,7 @@ PII_PROP = "pii"
 PII_CATEGORIES_PROP = "pii_categories"
 
 
-class _Violations(Protocol):
-    def add(self, field_path: str, description: str) -> None: ...
-
-
-def check_pii_categories(check: _Violations, path: str, categories: Sequence[str]) -> None:
+def check_pii_categories(check: Violations, path: str, categories: Sequence[str]) -> None:
     """Adds to ``check`` (a `common.kernel.errors.ViolationCollector` or alike) a violation per malformed explicit category (lower-case names such as ``fio``, ``address``,
     ``phone``; at most `MAX_PII_CATEGORIES`). ``path`` is the request field (``pii_categories``)."""
     if len(categories) > MAX_PII_CATEGORIES:

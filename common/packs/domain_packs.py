@@ -32,6 +32,7 @@ import re2
 from jsonschema import Draft202012Validator
 
 from common.kernel.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION
 from common.kernel.page_tokens import MalformedPageToken, decode_page_token, encode_page_token
 from common.packs.pack_schemas import (
     MAX_PACK_BYTES,
@@ -58,7 +59,6 @@ KIND_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
 RELATION_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 MAX_KINDS = 500
 MAX_RELATIONS = 1000
-NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 1024}, "maxItems": 100}
 PACK_SCHEMA: dict[str, Any] = {
@@ -419,7 +419,7 @@ class PackRegistry:
         """
         check = ViolationCollector()
         if not NAMESPACE_PATTERN.match(namespace):
-            check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            check.add("namespace", NAMESPACE_VIOLATION)
         seen: set[str] = set()
         for index, ref in enumerate(packages):
             if not ref.get("name"):
@@ -455,7 +455,7 @@ class PackRegistry:
         Raises: InvalidArgument (namespace); Unavailable.
         """
         if not NAMESPACE_PATTERN.match(namespace):
-            raise InvalidArgument.single("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            raise InvalidArgument.single("namespace", NAMESPACE_VIOLATION)
         with self.database.connection() as conn:
             row = self.store.namespace_settings(conn, namespace)
             if row is None:

@@ -36,6 +36,7 @@ from common.kernel.errors import FailedPrecondition
 from common.kernel.identifiers import graph_label
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
+from common.storage.row_count import fetch_count
 from common.storage.tables import table_identifiers
 from common.storage.visibility import EVERYTHING, Visibility
 
@@ -215,8 +216,7 @@ class AuditStore:
         self, conn: psycopg.Connection[Any], namespace: str, before: datetime
     ) -> int:
         """How many events of ``namespace`` were recorded before ``before`` (retention preview)."""
-        row = conn.execute(self.queries["count_audit_events_recorded_before"], (namespace, before)).fetchone()
-        return int(row[0]) if row else 0
+        return fetch_count(conn, self.queries["count_audit_events_recorded_before"], (namespace, before))
 
     def delete_events(
         self, conn: psycopg.Connection[Any], namespace: str, events: list[tuple[str, str]]

@@ -24,7 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, Unavailable
-from common.storage.session import prepare_age_session
+from common.storage.session import autocommitting, prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -183,15 +183,8 @@ class Database:
             FailedPrecondition: the schema does not fit this service's settings.
         """
         self._ensure_schema()
-        with self._mapped_errors(), self._pooled() as conn:
-            conn.autocommit = True
-            try:
-                yield conn
-            finally:
-                try:
-                    conn.autocommit = False
-                except psycopg.Error:
-                    pass  # a broken connection: the pool discards it
+        with self._mapped_errors(), self._pooled() as pooled, autocommitting(pooled) as conn:
+            yield conn
 
     @contextmanager
     def _mapped_errors(self) -> Iterator[None]:

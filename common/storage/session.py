@@ -6,6 +6,8 @@ pool, the graph and the schema manager do not import each other in a circle.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -29,3 +31,18 @@ def set_transaction_statement_timeout(conn: psycopg.Connection[Any], millisecond
     """Gives the rest of the current transaction of ``conn`` a statement timeout of ``milliseconds``
     (0: none); the session's own timeout returns at its end."""
     conn.execute(_SESSION_QUERIES["set_local_statement_timeout"], (str(milliseconds),))
+
+
+@contextmanager
+def autocommitting(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """``conn`` in autocommit until the block ends (each statement on its own snapshot, no BEGIN or
+    COMMIT sent), then back in transaction mode; a connection broken meanwhile is left as it is (its
+    pool discards it)."""
+    conn.autocommit = True
+    try:
+        yield conn
+    finally:
+        try:
+            conn.autocommit = False
+        except psycopg.Error:
+            pass  # a broken connection: the pool discards it

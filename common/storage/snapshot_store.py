@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.storage.named_queries import Queries
+from common.storage.row_count import fetch_count
 
 ITEM_SEPARATOR = "\x1f"  # between subject, predicate and object in a fact's item_key
 _SCOPE_LOCK_BASE = 0x736E_0000_0000  # advisory lock namespace of (namespace, source, scope)
@@ -73,7 +74,7 @@ class SnapshotStore:
             self.queries["snapshot_run"],
             (namespace, source, scope, snapshot_id),
         ).fetchone()
-        return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
+        return _snapshot_row(row)
 
     def previous(
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, before_row: int
@@ -83,7 +84,7 @@ class SnapshotStore:
             self.queries["previous_snapshot_run"],
             (namespace, source, scope, before_row),
         ).fetchone()
-        return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None
+        return _snapshot_row(row)
 
     def set_counts(self, conn: psycopg.Connection[Any], row_id: int, counts: dict[str, int]) -> None:
         conn.execute(
@@ -201,11 +202,11 @@ class SnapshotStore:
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, snapshot_time: datetime
     ) -> int:
         """How many facts of (source, scope) are open and valid from no later than ``snapshot_time``."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             self.queries["open_scope_fact_count"],
             {"namespace": namespace, "source": source, "scope": scope, "snapshot_time": snapshot_time},
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def item_hashes(
         self, conn: psycopg.Connection[Any], row_id: int, kind: str, keys: list[str]
@@ -273,3 +274,8 @@ class SnapshotStore:
                 ],
             },
         )
+
+
+def _snapshot_row(row: Any) -> SnapshotRow | None:
+    """A ``(id, snapshot_id, snapshot_time, counts)`` row as a `SnapshotRow`; None for no row."""
+    return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None

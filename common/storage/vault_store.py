@@ -28,6 +28,7 @@ from common.kernel.identifiers import canonical_instant
 from common.storage.graph.age import agtype_text
 from common.storage.graph.store import GraphStore, NodeWrite
 from common.storage.named_queries import Queries
+from common.storage.row_count import fetch_count
 
 log = logging.getLogger(__name__)
 _LOCK_DOMAIN = b"memory-service/vault-run\x1f"
@@ -275,10 +276,10 @@ class VaultStore:
 
     def agent_facts_touching(self, conn: psycopg.Connection[Any], namespace: str, natural_key: str) -> int:
         """How many facts not of vault origin have the node as subject or object."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             self.queries["agent_facts_touching"], (namespace, natural_key, natural_key)
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def reduce_to_placeholder(
         self,

@@ -48,7 +48,8 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
@@ -120,10 +121,7 @@ def value_hash(salt: str, value: str) -> str:
 def validate_erase(request: EraseInput) -> None:
     """Raises `InvalidArgument` with the field violations of an EraseSubjectRequest."""
     check = ViolationCollector()
-    if not request.namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(request.namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, request.namespace)
     check_subject(check, request, required=True)
     if not request.confirm and not request.validate_only:
         check.add("confirm", "must be true to erase (or set validate_only to preview)")
@@ -143,9 +141,7 @@ def check_subject(check: ViolationCollector, request: EraseInput, *, required: b
         )
         check.add("subject", wanted)
     for name in ("node_key", "memory_user", "value"):
-        text = getattr(request, name)
-        if len(text) > MAX_KEY_LENGTH or "\x00" in text:
-            check.add(name, f"at most {MAX_KEY_LENGTH} characters, no NUL")
+        check_text(check, name, getattr(request, name), MAX_KEY_LENGTH)
     if request.node_key.strip() and ":" not in request.node_key.strip(":"):
         check.add("node_key", "must be a natural key type:id")
     if request.value.strip() and len(request.value.strip()) < MIN_VALUE_LENGTH:

@@ -38,7 +38,7 @@ from typing import Any
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import InvalidArgument, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.field_checks import require_namespace
 from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
@@ -65,17 +65,47 @@ class ImportReport:
     written: dict[str, int]
 
 
-def _check_namespace(namespace: str) -> None:
-    check = ViolationCollector()
-    if not namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
-    check.raise_if_any()
-
-
 def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+
+
+class _Tally:
+    """The records an export has written and, per kind, the rows the caller's scopes left out (the end
+    record carries both)."""
+
+    def __init__(self, visibility: Any) -> None:
+        self.visibility = visibility
+        self.records = 0
+        self.hidden: Counter[str] = Counter()
+
+    def line(self, kind: str, row: dict[str, Any]) -> bytes:
+        """The record of one row, counted."""
+        self.records += 1
+        return _line({"kind": kind, "row": row})
+
+    def every(self, kind: str, rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        """The records of ``rows``, each counted."""
+        for row in rows:
+            yield self.line(kind, row)
+
+    def visible_rows(
+        self, kind: str, rows: Iterable[dict[str, Any]]
+    ) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """The record and the row of each of ``rows`` the caller's scopes reach; the others are counted
+        as hidden ``kind``."""
+        for row in rows:
+            if self.visibility.allows(row.get("scopes")):
+                yield self.line(kind, row), row
+            else:
+                self.hidden[kind] += 1
+
+    def visible(self, kind: str, rows: Iterable[dict[str, Any]]) -> Iterator[bytes]:
+        """`visible_rows`, the records only."""
+        return (line for line, _ in self.visible_rows(kind, rows))
+
+    def end(self) -> bytes:
+        """The end record: how many records came before it and what was left out."""
+        return _line({"kind": "end", "records": self.records, "hidden_left_out": dict(self.hidden)})
 
 
 class NamespaceArchive:
@@ -97,7 +127,7 @@ class NamespaceArchive:
         Raises:
             InvalidArgument: a bad namespace or subject (raised before the first line).
         """
-        _check_namespace(namespace)
+        require_namespace(namespace)
         if subject is not None:
             check = ViolationCollector()
             check_subject(check, subject, required=False)
@@ -141,8 +171,6 @@ class NamespaceArchive:
         return selector, observations, keys
 
     def _export(self, namespace: str, visibility: Any, subject: EraseInput | None = None) -> Iterator[bytes]:
-        hidden: Counter[str] = Counter()
-        records = 0
         with self.database.connection() as conn:
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             selector, observation_ids, subject_keys = (
@@ -166,64 +194,44 @@ class NamespaceArchive:
                     conn, namespace, visibility, observation_ids, subject_keys, user
                 )
                 return
+            tally = _Tally(visibility)
             settings = list(self.store.rows(conn, "namespace_settings", namespace))
             for row in settings:
-                records += 1
-                yield _line({"kind": "namespace_settings", "row": row})
+                yield tally.line("namespace_settings", row)
                 for pack in self.store.domain_packs(conn, list(row.get("packages") or [])):
-                    records += 1
-                    yield _line({"kind": "domain_pack", "row": pack})
-            for row in self.store.rows(conn, "observations", namespace):
-                if not visibility.allows(row.get("scopes")):
-                    hidden["observation"] += 1
-                    continue
-                records += 1
-                yield _line({"kind": "observation", "row": row})
+                    yield tally.line("domain_pack", pack)
+            yield from tally.visible("observation", self.store.rows(conn, "observations", namespace))
             hidden_keys: set[str] = set()
             for row in self.store.nodes(conn, namespace):
                 if not visibility.allows(row.get("scopes")):
-                    hidden["node"] += 1
+                    tally.hidden["node"] += 1
                     hidden_keys.add(row["natural_key"])
                     continue
-                records += 1
-                yield _line({"kind": "node", "row": row})
+                yield tally.line("node", row)
             for edge in self.store.edges(conn, namespace):
                 if edge["start"] in hidden_keys or edge["end"] in hidden_keys:
-                    hidden["edge"] += 1
+                    tally.hidden["edge"] += 1
                     continue
-                records += 1
-                yield _line({"kind": "edge", "row": edge})
-            for row in self.store.rows(conn, "facts", namespace):
-                if not visibility.allows(row.get("scopes")):
-                    hidden["fact"] += 1
-                    continue
-                records += 1
-                yield _line({"kind": "fact", "row": row})
+                yield tally.line("edge", edge)
+            yield from tally.visible("fact", self.store.rows(conn, "facts", namespace))
             for row in self.store.rows(conn, "chunks", namespace):
                 if row.get("node_key") in hidden_keys:
-                    hidden["chunk"] += 1
+                    tally.hidden["chunk"] += 1
                     continue
                 for generated in ("id", "search_document", "identifier_text"):
                     row.pop(generated, None)
-                records += 1
-                yield _line({"kind": "chunk", "row": row})
+                yield tally.line("chunk", row)
             for row in self.store.snapshots(conn, namespace):
-                records += 1
-                yield _line({"kind": "snapshot", "row": row})
+                yield tally.line("snapshot", row)
             for row in self.store.rows(conn, "memories", namespace):
                 if row.get("memory_id") in hidden_keys:
-                    hidden["memory"] += 1
+                    tally.hidden["memory"] += 1
                     continue
-                records += 1
-                yield _line({"kind": "memory", "row": row})
+                yield tally.line("memory", row)
             for table, kind in TABLE_KINDS:
-                for row in self.store.rows(conn, table, namespace):
-                    if kind == "context_trace" and not visibility.allows(row.get("scopes")):
-                        hidden[kind] += 1
-                        continue
-                    records += 1
-                    yield _line({"kind": kind, "row": row})
-        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+                rows = self.store.rows(conn, table, namespace)
+                yield from tally.visible(kind, rows) if kind == "context_trace" else tally.every(kind, rows)
+        yield tally.end()
 
     def _subject_rows(
         self,
@@ -237,14 +245,11 @@ class NamespaceArchive:
         """The records of one subject (see the module doc) and the end record: what the caller sees of
         the observations and nodes that hold it, their chunks, the facts and edges touching them, the
         memory records of the user or holding it."""
-        hidden: Counter[str] = Counter()
-        records = 0
-        for row in self.store.rows(conn, "observations", namespace, {"observation_id": observation_ids}):
-            if not visibility.allows(row.get("scopes")):
-                hidden["observation"] += 1
-                continue
-            records += 1
-            yield _line({"kind": "observation", "row": row})
+        tally = _Tally(visibility)
+        yield from tally.visible(
+            "observation",
+            self.store.rows(conn, "observations", namespace, {"observation_id": observation_ids}),
+        )
         memories = list(
             self.store.rows(
                 conn, "memories", namespace, {"memory_id": keys, "user_id": {user} if user else set()}
@@ -252,32 +257,19 @@ class NamespaceArchive:
         )
         memory_ids = {str(row.get("memory_id")) for row in memories}
         shown: set[str] = set()
-        for row in self.store.nodes(conn, namespace, keys | memory_ids):
-            if not visibility.allows(row.get("scopes")):
-                hidden["node"] += 1
-                continue
+        for line, row in tally.visible_rows("node", self.store.nodes(conn, namespace, keys | memory_ids)):
             shown.add(str(row["natural_key"]))
-            records += 1
-            yield _line({"kind": "node", "row": row})
-        for edge in self.store.edges(conn, namespace, shown):
-            records += 1
-            yield _line({"kind": "edge", "row": edge})
-        for row in self.store.rows(conn, "facts", namespace, {"subject_key": shown, "object_key": shown}):
-            if not visibility.allows(row.get("scopes")):
-                hidden["fact"] += 1
-                continue
-            records += 1
-            yield _line({"kind": "fact", "row": row})
+            yield line
+        yield from tally.every("edge", self.store.edges(conn, namespace, shown))
+        yield from tally.visible(
+            "fact", self.store.rows(conn, "facts", namespace, {"subject_key": shown, "object_key": shown})
+        )
         for row in self.store.rows(conn, "chunks", namespace, {"node_key": shown}):
             for generated in ("id", "search_document", "identifier_text", "embedding"):
                 row.pop(generated, None)
-            records += 1
-            yield _line({"kind": "chunk", "row": row})
-        for row in memories:
-            if str(row.get("memory_id")) in shown:
-                records += 1
-                yield _line({"kind": "memory", "row": row})
-        yield _line({"kind": "end", "records": records, "hidden_left_out": dict(hidden)})
+            yield tally.line("chunk", row)
+        yield from tally.every("memory", (r for r in memories if str(r.get("memory_id")) in shown))
+        yield tally.end()
 
     def import_archive(self, namespace: str, data: Iterable[bytes]) -> ImportReport:
         """Imports an archive of ``namespace`` (its byte chunks, in order) in one transaction.
@@ -286,7 +278,7 @@ class NamespaceArchive:
             InvalidArgument: a bad namespace; an archive that is not JSON lines of this format and
                 version, names another namespace, or lacks its end record (nothing was written).
         """
-        _check_namespace(namespace)
+        require_namespace(namespace)
         records = list(_records(data))
         header, end = (records[0] if records else {}), (records[-1] if records else {})
         check = ViolationCollector()

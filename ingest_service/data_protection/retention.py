@@ -33,7 +33,7 @@ from typing import Any
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.field_checks import check_namespace
 from common.kernel.pii import PII_CATEGORY_PATTERN
 from common.storage.data_protection.retention_store import RetentionRule, RetentionStore
 from common.storage.database import Database
@@ -74,10 +74,7 @@ def validate_rule(rule: RetentionRule, audit_floor: timedelta = timedelta(days=3
     """Raises `InvalidArgument` with the field violations of a rule (names of RetentionRule);
     ``audit_floor`` is the shortest age audit events may be given."""
     check = ViolationCollector()
-    if not rule.namespace:
-        check.add("rule.namespace", "required")
-    elif not NAMESPACE_PATTERN.match(rule.namespace):
-        check.add("rule.namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, rule.namespace, "rule.namespace")
     if rule.data_class not in DATA_CLASSES:
         check.add("rule.data_class", f"one of {', '.join(DATA_CLASSES)}")
     if rule.data_class == "memories" and rule.selector not in ("", *MEMORY_TIERS):

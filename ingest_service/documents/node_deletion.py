@@ -42,11 +42,11 @@ from typing import Any
 from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from common.kernel.field_checks import check_namespace
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.document_original_store import DocumentOriginalStore
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
@@ -85,10 +85,7 @@ class DeleteNodeResult:
 def validate_delete(request: DeleteNodeInput) -> None:
     """Raises `InvalidArgument` with the field violations of a DeleteNodeRequest."""
     check = ViolationCollector()
-    if not request.namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(request.namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, request.namespace)
     if not request.natural_key.strip():
         check.add("natural_key", "required")
     elif len(request.natural_key) > MAX_KEY_LENGTH or "\x00" in request.natural_key:
@@ -104,7 +101,7 @@ class NodeDeleter:
     def __init__(self, database: Database, audit: AuditTrail | None = None) -> None:
         self.database = database
         self.graph = GraphStore(database)
-        self.engine = FactEngine(self.graph, FactStore(self.graph))
+        self.engine = FactEngine(self.graph)
         self.chunks = ChunkStore(database.settings)
         self.snapshots = SnapshotStore(database.settings)
         self.originals = DocumentOriginalStore(database.settings)

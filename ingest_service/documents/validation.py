@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_SCOPES, NAMESPACE_PATTERN, SCOPE_PATTERN
+from common.kernel.field_checks import check_namespace
+from common.kernel.identifiers import (
+    MAX_KEY_LENGTH,
+    MAX_SCOPES,
+    SCOPE_PATTERN,
+)
 from common.kernel.pii import check_pii_categories
 from common.kernel.storable_values import unstorable_paths
 from ingest_service.validation.limits import (
@@ -108,18 +113,11 @@ def _check_key(check: ViolationCollector, path: str, value: str) -> None:
         check.add(path, "must not contain NUL, tab or line break characters")
 
 
-def _check_namespace(check: ViolationCollector, namespace: str) -> None:
-    if not namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
-
-
 def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInput) -> None:
     """The checks Retain and PutChunks share: namespace, key, type, title, source_path, links, scopes,
     meta and provenance."""
     natural_key, node_type = request.natural_key, request.type
-    _check_namespace(check, request.namespace)
+    check_namespace(check, request.namespace)
     _check_key(check, "natural_key", natural_key)
     if natural_key.startswith(PROTECTED_KEY_PREFIXES):
         check.add("natural_key", RESERVED_KEY_MESSAGE)

@@ -29,11 +29,11 @@ from typing import Any
 from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant
+from common.kernel.field_checks import check_text
+from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION, canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
 from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
@@ -73,8 +73,8 @@ class FactAsserter:
         self.database = database
         self.kinds = kinds or KindValidator(database)
         graph = GraphStore(database)
-        self.facts = FactStore(graph)
-        self.engine = FactEngine(graph, self.facts)
+        self.engine = FactEngine(graph)
+        self.facts = self.engine.facts
 
     def assert_facts(
         self,
@@ -97,13 +97,12 @@ class FactAsserter:
         now = now or datetime.now(UTC)
         request = ViolationCollector()
         if not NAMESPACE_PATTERN.match(namespace):
-            request.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+            request.add("namespace", NAMESPACE_VIOLATION)
         if not raw_facts:
             request.add("facts", "at least one fact is required")
         elif len(raw_facts) > MAX_FACTS_PER_CALL:
             request.add("facts", f"at most {MAX_FACTS_PER_CALL} facts per call, got {len(raw_facts)}")
-        if len(source_path) > MAX_FACT_SOURCE_PATH_CHARS or "\x00" in source_path:
-            request.add("source_path", f"at most {MAX_FACT_SOURCE_PATH_CHARS} characters, no NUL")
+        check_text(request, "source_path", source_path, MAX_FACT_SOURCE_PATH_CHARS)
         request.raise_if_any()
 
         checked: list[tuple[FactInput | None, list[FieldViolation]]] = []

@@ -122,12 +122,13 @@ class FactEngine:
 
     Args:
         graph: the graph store (fact end nodes and edges).
-        facts: the fact store over ``graph``; its read methods are free for callers to use.
+        facts: the fact store over ``graph`` (default: a new one); its read methods are free for
+            callers to use.
     """
 
-    def __init__(self, graph: GraphStore, facts: FactStore) -> None:
+    def __init__(self, graph: GraphStore, facts: FactStore | None = None) -> None:
         self.graph = graph
-        self.facts = facts
+        self.facts = facts if facts is not None else FactStore(graph)
         self.snapshot_journal = SnapshotStore(graph.database.settings)
 
     # -- create, strengthen, supersede -------------------------------------------------------------

@@ -33,7 +33,6 @@ from typing import Any
 from common.domain.write_access import WriteAccess
 from common.packs.identifier_patterns import MENTIONS, find_identifiers
 from common.packs.kind_validation import NamespaceKinds
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.engine import FactEngine, FactInput, accepted
 
@@ -83,7 +82,7 @@ class MentionLinker:
 
     def __init__(self, graph: GraphStore) -> None:
         self.graph = graph
-        self.engine = FactEngine(graph, FactStore(graph))
+        self.engine = FactEngine(graph)
 
     def link(
         self, conn: Any, kinds: NamespaceKinds, source: MentionSource, *, now: datetime

@@ -26,7 +26,6 @@ from common.kernel.errors import FieldViolation, InvalidArgument
 from common.packs.kind_validation import KindValidator
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.observation_store import EncodedObservation, ObservationStore, encode_observation
@@ -95,7 +94,7 @@ class ObservationRecorder:
         self.lanes: WriteLanes[_Pending, RecordResult] = WriteLanes(self._write)
         self.projector = ObservationProjector(
             self.graph,
-            FactEngine(self.graph, FactStore(self.graph)),
+            FactEngine(self.graph),
             ChunkStore(database.settings),
             self.kinds,
             database.settings,

@@ -57,7 +57,6 @@ from common.packs.kind_validation import KindValidator
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
@@ -129,8 +128,8 @@ class ObservationRemover:
         self.kinds = kinds or KindValidator(database)
         self.audit = audit or AuditTrail(database)
         self.graph = GraphStore(database)
-        self.facts = FactStore(self.graph)
-        self.engine = FactEngine(self.graph, self.facts)
+        self.engine = FactEngine(self.graph)
+        self.facts = self.engine.facts
         self.observations = ObservationStore(database.settings)
         self.chunks = ChunkStore(database.settings)
 

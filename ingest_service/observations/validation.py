@@ -18,6 +18,7 @@ from common.kernel.errors import FieldViolation
 from common.kernel.identifiers import (
     MAX_KEY_LENGTH,
     NAMESPACE_PATTERN,
+    NAMESPACE_VIOLATION,
     canonical_instant,
     content_identity,
     observation_id,
@@ -123,7 +124,7 @@ def validate_observation(
     checker.storable({name: value for name, value in raw.items() if name != "assertions"}, "")
     namespace = raw.get("namespace", "")
     if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
-        checker.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+        checker.add("namespace", NAMESPACE_VIOLATION)
     source = raw.get("source") or {}
     system = source.get("system", "") if isinstance(source, dict) else ""
     stream = source.get("stream", "") if isinstance(source, dict) else ""

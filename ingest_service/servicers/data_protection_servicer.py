@@ -9,7 +9,7 @@ import grpc
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as pb
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
-from common.grpc.proto_mapping import instant, timestamp
+from common.grpc.proto_mapping import optional_instant, timestamp
 from common.storage.data_protection.legal_hold_store import HoldRow
 from common.storage.data_protection.retention_store import RetentionRule
 from ingest_service.data_protection.erasure import EraseInput, ErasureReceipt, SubjectEraser
@@ -172,7 +172,7 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
     def PreviewRetention(
         self, request: pb.PreviewRetentionRequest, context: grpc.ServicerContext
     ) -> pb.PreviewRetentionResponse:
-        now = instant(request.as_time) if request.HasField("as_time") else None
+        now = optional_instant(request, "as_time")
         previews = self.retention.preview(request.namespace, now)
         return pb.PreviewRetentionResponse(
             previews=[

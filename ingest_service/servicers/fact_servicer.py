@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from memory_service_grpc_client.memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, instant
+from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, optional_instant
 from ingest_service.facts.assertions import FactAsserter
 
 
@@ -38,7 +38,7 @@ class FactServicer(fact_service_pb2_grpc.FactServiceServicer):  # type: ignore[m
         closed = self.asserter.close_fact(
             request.namespace,
             request.fact_id,
-            valid_to=instant(request.valid_to) if request.HasField("valid_to") else None,
+            valid_to=optional_instant(request, "valid_to"),
             reason=request.reason,
         )
         return fact_service_pb2.CloseFactResponse(fact=fact_to_proto(closed.fact, conflict=closed.conflict))

@@ -9,7 +9,7 @@ import grpc
 from google.protobuf import json_format
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_assertion_to_dict, instant
+from common.grpc.proto_mapping import fact_assertion_to_dict, optional_instant
 from common.kernel.errors import FieldViolation, InvalidArgument, ViolationCollector
 from ingest_service.servicers.client_stream import ClientStream
 from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
@@ -31,7 +31,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
             request.source,
             request.scope,
             request.snapshot_id,
-            instant(request.snapshot_time) if request.HasField("snapshot_time") else None,
+            optional_instant(request, "snapshot_time"),
             [
                 json_format.MessageToDict(entity, preserving_proto_field_name=True)
                 for entity in request.entities
@@ -66,7 +66,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
                 header.source,
                 header.scope,
                 header.snapshot_id,
-                instant(header.snapshot_time) if header.HasField("snapshot_time") else None,
+                optional_instant(header, "snapshot_time"),
                 header.allow_mass_sweep,
             ),
             _parts(request_iterator),

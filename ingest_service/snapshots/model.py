@@ -17,7 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from common.kernel.errors import FieldViolation, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, canonical_instant, canonical_json
+from common.kernel.identifiers import (
+    NAMESPACE_PATTERN,
+    NAMESPACE_VIOLATION,
+    canonical_instant,
+    canonical_json,
+)
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.facts.engine import FactInput
@@ -73,7 +78,7 @@ def header_violations(header: SnapshotHeader) -> ViolationCollector:
     """The field violations of a snapshot's header (not raised: the unary call adds its size check)."""
     check = ViolationCollector()
     if not NAMESPACE_PATTERN.match(header.namespace):
-        check.add("namespace", "required, pattern [A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+        check.add("namespace", NAMESPACE_VIOLATION)
     for name in ("source", "scope", "snapshot_id"):
         value = getattr(header, name)
         if not value or len(value) > MAX_NAME_CHARS or "\x00" in value:

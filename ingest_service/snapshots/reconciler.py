@@ -58,7 +58,6 @@ from common.kernel.errors import Unavailable
 from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from ingest_service.facts.engine import FactEngine
@@ -77,8 +76,8 @@ class SnapshotReconciler:
         self.database = database
         self.kinds = kinds or KindValidator(database)
         self.graph = GraphStore(database)
-        self.facts = FactStore(self.graph)  # reads only: facts are written by the engine
-        self.engine = FactEngine(self.graph, self.facts)
+        self.engine = FactEngine(self.graph)
+        self.facts = self.engine.facts  # reads only: facts are written by the engine
         self.store = SnapshotStore(database.settings)
         self.guard = MassDeletionGuard(database.settings.mass_sweep_share)
 

@@ -22,7 +22,8 @@ from common.auth.principals import current_principal
 from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
+from common.kernel.field_checks import check_namespace, check_text, require_namespace
+from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
 from common.storage.database import Database
 from ingest_service.validation.limits import check_reason
@@ -94,9 +95,8 @@ class LegalHolds:
             InvalidArgument: a bad namespace, an over-long subject key or reason.
         """
         check = ViolationCollector()
-        _check_namespace(check, namespace)
-        if len(subject_key) > MAX_KEY_LENGTH or "\x00" in subject_key:
-            check.add("subject_key", f"at most {MAX_KEY_LENGTH} characters, no NUL")
+        check_namespace(check, namespace)
+        check_text(check, "subject_key", subject_key, MAX_KEY_LENGTH)
         check_reason(check, reason)
         check.raise_if_any()
         hold = HoldRow(
@@ -126,7 +126,7 @@ class LegalHolds:
             NotFound: no active hold of that id in ``namespace``.
         """
         check = ViolationCollector()
-        _check_namespace(check, namespace)
+        check_namespace(check, namespace)
         if not hold_id.strip():
             check.add("hold_id", "required")
         check.raise_if_any()
@@ -147,9 +147,7 @@ class LegalHolds:
         Raises:
             InvalidArgument: a bad namespace.
         """
-        check = ViolationCollector()
-        _check_namespace(check, namespace)
-        check.raise_if_any()
+        require_namespace(namespace)
         with self.database.connection() as conn:
             return self.store.holds(conn, namespace, include_lifted=include_lifted)
 
@@ -164,13 +162,6 @@ class LegalHolds:
                 details={"hold_id": hold.hold_id, "subject_key": hold.subject_key, "reason": hold.reason},
             ),
         )
-
-
-def _check_namespace(check: ViolationCollector, namespace: str) -> None:
-    if not namespace:
-        check.add("namespace", "required")
-    elif not NAMESPACE_PATTERN.match(namespace):
-        check.add("namespace", f"must match {NAMESPACE_PATTERN.pattern}")
 
 
 __all__ = ["HOLD_REASON", "LegalHolds", "caller_name", "ensure_not_held", "holds_noted_for_a_preview"]

@@ -10,8 +10,8 @@ themselves (`MAX_KEY_LENGTH`, `MAX_SCOPES`, `NAMESPACE_PATTERN`, `SCOPE_PATTERN`
 from __future__ import annotations
 
 import re
-from typing import Protocol
 
+from common.kernel.field_checks import Violations, check_text
 from common.kernel.identifiers import MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH
 from common.kernel.value_sizes import MAX_META_BYTES, json_bytes  # noqa: F401 - shared with the read side
 from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
@@ -78,17 +78,12 @@ MAX_STREAM_ITEMS = 5_000_000  # entities + facts of one streamed snapshot (one t
 MAX_SNAPSHOT_VIOLATIONS = 100  # field violations reported before a run stops reading
 
 
-class _Violations(Protocol):
-    def add(self, field_path: str, description: str) -> None: ...
-
-
-def check_reason(check: _Violations, reason: str, path: str = "reason") -> None:
+def check_reason(check: Violations, reason: str, path: str = "reason") -> None:
     """Adds a violation to ``check`` when ``reason`` is longer than `MAX_REASON_CHARS` or holds a NUL."""
-    if len(reason) > MAX_REASON_CHARS or "\x00" in reason:
-        check.add(path, f"at most {MAX_REASON_CHARS} characters, no NUL")
+    check_text(check, path, reason, MAX_REASON_CHARS)
 
 
-def check_trace_id(check: _Violations, trace_id: str, path: str = "trace_id") -> None:
+def check_trace_id(check: Violations, trace_id: str, path: str = "trace_id") -> None:
     """Adds a violation to ``check`` when ``trace_id`` is longer than `MAX_TRACE_ID_CHARS` or holds a NUL,
     tab or line break (it is printed in log lines and audit trails)."""
     if len(trace_id) > MAX_TRACE_ID_CHARS or any(ch in trace_id for ch in "\x00\r\n\t"):

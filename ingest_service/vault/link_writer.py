@@ -11,12 +11,12 @@ that disappears is closed at the run's time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from common.domain.write_access import WriteAccess
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from ingest_service.facts.engine import FactEngine, FactInput, accepted
@@ -30,7 +30,7 @@ class VaultLinkWriter:
     def __init__(self, database: Database) -> None:
         self.database = database
         self.graph = GraphStore(database)
-        self.engine = FactEngine(self.graph, FactStore(self.graph))
+        self.engine = FactEngine(self.graph)
         self.vault = VaultStore(database.settings)
 
     def write(
@@ -93,50 +93,33 @@ class VaultLinkWriter:
                 and sorted(old_relations) == wanted_relations
             ):
                 continue
-            self._rewrite(namespace, key, doc, wanted_links, wanted_relations, old_relations, report)
+            change = _LinkChange(namespace, key, doc, wanted_links, wanted_relations, old_relations)
+            self._rewrite(change, report)
 
-    def _rewrite(
-        self,
-        namespace: str,
-        key: str,
-        doc: SeenDocument,
-        links: list[str],
-        relations: list[tuple[str, str]],
-        old_relations: dict[tuple[str, str], str],
-        report: VaultRunReport,
-    ) -> None:
+    def _rewrite(self, change: _LinkChange, report: VaultRunReport) -> None:
         """`_write_links` in its own transaction; the counters only once it committed."""
-        counts = VaultRunReport(report.run_id, namespace, False, report.trace_id)
+        counts = VaultRunReport(report.run_id, change.namespace, False, report.trace_id)
 
         def work(conn: Any) -> None:
             counts.counts.clear()
-            self._write_links(conn, namespace, key, doc, links, relations, old_relations, counts)
+            self._write_links(conn, change, counts)
 
         self.database.run_transaction(work)
         for name, amount in counts.counts.items():
             report.count(name, amount)
 
-    def _write_links(
-        self,
-        conn: Any,
-        namespace: str,
-        key: str,
-        doc: SeenDocument,
-        links: list[str],
-        relations: list[tuple[str, str]],
-        old_relations: dict[tuple[str, str], str],
-        report: VaultRunReport,
-    ) -> None:
+    def _write_links(self, conn: Any, change: _LinkChange, report: VaultRunReport) -> None:
+        namespace, key, doc = change.namespace, change.key, change.doc
         now = datetime.now(UTC)
-        labels = self.graph.node_labels(conn, namespace, [key, *links])
+        labels = self.graph.node_labels(conn, namespace, [key, *change.links])
         if key not in labels:
             return
         self.graph.replace_links(
-            conn, namespace, key, labels[key], {t: labels[t] for t in links if t in labels}
+            conn, namespace, key, labels[key], {t: labels[t] for t in change.links if t in labels}
         )
         kept: list[dict[str, str]] = []
-        for predicate, target in relations:
-            fact_id = old_relations.get((predicate, target))
+        for predicate, target in change.relations:
+            fact_id = change.old_relations.get((predicate, target))
             if fact_id is None:
                 [outcome] = accepted(
                     self.engine.record(
@@ -161,9 +144,22 @@ class VaultLinkWriter:
                 fact_id = outcome.fact_id
                 report.count("relations_written")
             kept.append({"predicate": predicate, "object": target, "fact_id": fact_id})
-        gone = [fact_id for pair, fact_id in old_relations.items() if pair not in set(relations)]
+        gone = [fact_id for pair, fact_id in change.old_relations.items() if pair not in set(change.relations)]
         report.count("relations_closed", len(self.engine.close_many(conn, namespace, gone, now)))
-        self.vault.set_resolved(conn, namespace, key, {LINKS_TO: links, "relations": kept})
+        self.vault.set_resolved(conn, namespace, key, {LINKS_TO: change.links, "relations": kept})
+
+
+@dataclass(frozen=True)
+class _LinkChange:
+    """What one owned document's links and relations become, and the relation facts it has now
+    (``old_relations``: fact id by (predicate, object))."""
+
+    namespace: str
+    key: str
+    doc: SeenDocument
+    links: list[str]
+    relations: list[tuple[str, str]]
+    old_relations: dict[tuple[str, str], str]
 
 
 def _add(links: list[str], relations: list[tuple[str, str]], reference: LinkReference, target: str) -> None:

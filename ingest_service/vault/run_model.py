@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.field_checks import check_namespace, check_text
 from ingest_service.validation.limits import check_trace_id
 from ingest_service.vault.links import LinkReference, VaultEntry
 
@@ -73,13 +73,9 @@ class SeenDocument:
 def validate_header(header: VaultHeader) -> None:
     """Raises `InvalidArgument` with the violations of an IngestVaultHeader (fields ``header.*``)."""
     check = ViolationCollector()
-    if not header.namespace:
-        check.add("header.namespace", "required")
-    elif not NAMESPACE_PATTERN.match(header.namespace):
-        check.add("header.namespace", f"must match {NAMESPACE_PATTERN.pattern}")
+    check_namespace(check, header.namespace, "header.namespace")
     for name in ("source", "branch", "commit_sha"):
-        if len(getattr(header, name)) > 4096 or "\x00" in getattr(header, name):
-            check.add(f"header.{name}", "at most 4096 characters, no NUL")
+        check_text(check, f"header.{name}", getattr(header, name), 4096)
     check_trace_id(check, header.trace_id, path="header.trace_id")
     check.raise_if_any()
 

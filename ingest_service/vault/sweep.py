@@ -29,7 +29,6 @@ from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail
 from common.domain.write_access import WriteAccess
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument, VaultStore
 from common.storage.visibility import is_restricting
@@ -57,7 +56,7 @@ class VaultSweeper:
         self.audit = audit
         self.graph = GraphStore(database)
         self.chunks = ChunkStore(database.settings)
-        self.engine = FactEngine(self.graph, FactStore(self.graph))
+        self.engine = FactEngine(self.graph)
         self.vault = VaultStore(database.settings)
 
     def sweep(

@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from memory_service_tools.cli.option_types import JsonOption, NamespaceOption, WriteNamespaceOption
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, out, reported_errors
+from memory_service_tools.cli.terminal import err, out, print_lines, reported_errors
 
 webhook_app = typer.Typer(
     help="Webhooks of the change feed: CloudEvents posted to an HTTP endpoint.", no_args_is_help=True
@@ -112,11 +112,12 @@ def webhook_list(ctx: typer.Context, namespace: NamespaceOption, as_json: JsonOp
     """List the namespace's webhook subscriptions."""
 
     def render(response: webhook_service_pb2.ListWebhookSubscriptionsResponse) -> None:
-        if not response.subscriptions:
-            err.print("no webhook subscriptions")
-        for sub in response.subscriptions:
-            filters = " ".join([*sub.event_types, *sub.key_prefixes, *sub.predicates])
-            out.print(escape(f"{sub.subscription_id}\t{sub.target_url}\tcursor {sub.cursor}\t{filters}"))
+        lines = [
+            f"{sub.subscription_id}\t{sub.target_url}\tcursor {sub.cursor}\t"
+            + " ".join([*sub.event_types, *sub.key_prefixes, *sub.predicates])
+            for sub in response.subscriptions
+        ]
+        print_lines(lines, none="no webhook subscriptions")
 
     request = webhook_service_pb2.ListWebhookSubscriptionsRequest(namespace=namespace)
     call_and_print(memory_client(ctx).list_webhook_subscriptions, request, as_json=as_json, render=render)
@@ -152,15 +153,12 @@ def webhook_dead_letters(
     """List deliveries whose attempts ran out (admin)."""
 
     def render(response: webhook_service_pb2.ListDeadLettersResponse) -> None:
-        if not response.dead_letters:
-            err.print("no dead letters")
-        for letter in response.dead_letters:
-            out.print(
-                escape(
-                    f"{letter.subscription_id}\t{letter.event_id}\t{letter.cursor}\t{letter.event_type}"
-                    f"\t{letter.attempts} attempts\t{letter.last_error}"
-                )
-            )
+        lines = [
+            f"{letter.subscription_id}\t{letter.event_id}\t{letter.cursor}\t{letter.event_type}"
+            f"\t{letter.attempts} attempts\t{letter.last_error}"
+            for letter in response.dead_letters
+        ]
+        print_lines(lines, none="no dead letters")
 
     request = webhook_service_pb2.ListDeadLettersRequest(
         namespace=namespace, subscription_id=subscription_id, page_size=page_size

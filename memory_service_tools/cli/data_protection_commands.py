@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
-from memory_service_tools.cli.terminal import err, out, reported_errors
+from memory_service_tools.cli.terminal import err, out, print_lines, reported_errors
 
 hold_app = typer.Typer(
     help="legal holds: stop every deletion of a namespace or subject", no_args_is_help=True
@@ -23,7 +23,8 @@ hold_app = typer.Typer(
 retention_app = typer.Typer(help="retention rules per data class of a namespace", no_args_is_help=True)
 
 
-def _receipt_lines(receipt: dp.ErasureReceipt) -> None:
+def _print_receipt(response: dp.EraseSubjectResponse | dp.GetErasureReceiptResponse) -> None:
+    receipt = response.receipt
     label = "preview (nothing erased)" if receipt.validate_only else f"receipt {receipt.receipt_id}"
     out.print(escape(f"{label}: {receipt.selector_kind} in {receipt.namespace} by {receipt.principal}"))
     for kind, count in sorted(receipt.counts.items()):
@@ -58,9 +59,7 @@ def erase(
         confirm=yes,
         validate_only=not yes,
     )
-    call_and_print(
-        memory_client(ctx).erase_subject, request, as_json=as_json, render=lambda r: _receipt_lines(r.receipt)
-    )
+    call_and_print(memory_client(ctx).erase_subject, request, as_json=as_json, render=_print_receipt)
 
 
 def receipt(
@@ -71,18 +70,17 @@ def receipt(
 ) -> None:
     """Print a stored erasure receipt."""
     request = dp.GetErasureReceiptRequest(namespace=namespace, receipt_id=receipt_id)
-    call_and_print(
-        memory_client(ctx).get_erasure_receipt,
-        request,
-        as_json=as_json,
-        render=lambda r: _receipt_lines(r.receipt),
-    )
+    call_and_print(memory_client(ctx).get_erasure_receipt, request, as_json=as_json, render=_print_receipt)
 
 
 def _hold_line(hold: dp.LegalHold) -> str:
     what = hold.subject_key or "(whole namespace)"
     state = f"lifted by {hold.lift_principal}" if hold.lift_principal else "active"
     return f"{hold.hold_id}  {what}  {state}  set by {hold.create_principal}: {hold.reason}"
+
+
+def _print_hold(response: dp.CreateLegalHoldResponse | dp.LiftLegalHoldResponse) -> None:
+    out.print(escape(_hold_line(response.hold)))
 
 
 @hold_app.command("set")
@@ -97,12 +95,7 @@ def hold_set(
 ) -> None:
     """Place a legal hold (admin right)."""
     request = dp.CreateLegalHoldRequest(namespace=namespace, subject_key=subject, reason=reason)
-    call_and_print(
-        memory_client(ctx).create_legal_hold,
-        request,
-        as_json=as_json,
-        render=lambda r: out.print(escape(_hold_line(r.hold))),
-    )
+    call_and_print(memory_client(ctx).create_legal_hold, request, as_json=as_json, render=_print_hold)
 
 
 @hold_app.command("lift")
@@ -114,12 +107,7 @@ def hold_lift(
 ) -> None:
     """Lift a legal hold (admin right)."""
     request = dp.LiftLegalHoldRequest(namespace=namespace, hold_id=hold_id)
-    call_and_print(
-        memory_client(ctx).lift_legal_hold,
-        request,
-        as_json=as_json,
-        render=lambda r: out.print(escape(_hold_line(r.hold))),
-    )
+    call_and_print(memory_client(ctx).lift_legal_hold, request, as_json=as_json, render=_print_hold)
 
 
 @hold_app.command("list")
@@ -133,10 +121,7 @@ def hold_list(
     request = dp.ListLegalHoldsRequest(namespace=namespace, include_lifted=include_lifted)
 
     def render(response: dp.ListLegalHoldsResponse) -> None:
-        if not response.holds:
-            err.print("no holds")
-        for hold in response.holds:
-            out.print(escape(_hold_line(hold)))
+        print_lines([_hold_line(hold) for hold in response.holds], none="no holds")
 
     call_and_print(memory_client(ctx).list_legal_holds, request, as_json=as_json, render=render)
 

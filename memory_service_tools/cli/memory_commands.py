@@ -21,7 +21,7 @@ from memory_service_grpc_client.memory.v1 import (
 from rich.markup import escape
 from rich.table import Table
 
-from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import JsonOption, mass_sweep_option
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, out
 
@@ -278,9 +278,8 @@ def maintain(
     ] = None,
     allow_mass_sweep: Annotated[
         bool,
-        typer.Option(
-            "--allow-mass-sweep",
-            help="expire memories even where that removes more than the share of a namespace (clock jump)",
+        mass_sweep_option(
+            "expire memories even where that removes more than the share of a namespace (clock jump)"
         ),
     ] = False,
     as_json: JsonOption = False,

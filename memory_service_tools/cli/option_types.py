@@ -30,6 +30,12 @@ def input_file_option(help_text: str) -> Any:
     return typer.Option("--file", "-f", exists=True, dir_okay=False, readable=True, help=help_text)
 
 
+def mass_sweep_option(help_text: str) -> Any:
+    """``--allow-mass-sweep``: the explicit word a sweep needs to remove more than the server's share; for
+    `Annotated`."""
+    return typer.Option("--allow-mass-sweep", help=help_text)
+
+
 def parse_instant(text: str) -> timestamp_pb2.Timestamp:
     """Parses an ISO 8601 instant (``2024-05-01``, ``2024-05-01T10:00:00Z``, ``...+03:00``) to a Timestamp.
 

@@ -79,6 +79,14 @@ def print_wide(renderable: RenderableType) -> None:
 _UNBOUNDED = 1 << 16
 
 
+def print_lines(lines: Sequence[str], *, none: str) -> None:
+    """Prints each of ``lines`` on stdout (markup escaped), or ``none`` on stderr when there are none."""
+    if not lines:
+        err.print(none)
+    for line in lines:
+        out.print(escape(line))
+
+
 def print_text(text: str) -> None:
     """Writes ``text`` as it is to stdout (no markup), ending it with a newline when it has none."""
     sys.stdout.write(text)

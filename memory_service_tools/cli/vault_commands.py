@@ -12,7 +12,7 @@ from google.protobuf.message import Message
 from memory_service_grpc_client import ServiceError
 from rich.markup import escape
 
-from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption
+from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption, mass_sweep_option
 from memory_service_tools.cli.rpc_output import memory_client, print_json
 from memory_service_tools.cli.terminal import err, error_lines, fail, out, progress_bar
 from memory_service_tools.vault_source import SourceDocument, SourceError, VaultSource
@@ -105,9 +105,8 @@ def ingest(
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole run")] = 3600.0,
     allow_mass_sweep: Annotated[
         bool,
-        typer.Option(
-            "--allow-mass-sweep",
-            help="let the sweep remove every document of NAMESPACE, or more than the server's share",
+        mass_sweep_option(
+            "let the sweep remove every document of NAMESPACE, or more than the server's share"
         ),
     ] = False,
     as_json: JsonOption = False,

@@ -37,6 +37,7 @@ from memory_service_tools.cli.option_types import (
     WriteNamespaceOption,
     input_file_option,
     key_value_pairs,
+    mass_sweep_option,
 )
 from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
 from memory_service_tools.cli.terminal import err, error_lines, fail, out, progress_bar
@@ -234,9 +235,8 @@ def reconcile(
     timeout: Annotated[float, typer.Option(min=1.0, help="seconds for the whole stream")] = 3600.0,
     allow_mass_sweep: Annotated[
         bool,
-        typer.Option(
-            "--allow-mass-sweep",
-            help="let the snapshot close every open fact of its scope, or more than the server's share",
+        mass_sweep_option(
+            "let the snapshot close every open fact of its scope, or more than the server's share"
         ),
     ] = False,
     as_json: JsonOption = False,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from memory_service_grpc_client.memory.v1 import audit_service_pb2, audit_service_pb2_grpc
 
-from common.grpc.proto_mapping import audit_event_to_proto, instant
+from common.grpc.proto_mapping import audit_event_to_proto, optional_instant
 from query_service.audit_reader import AuditListInput, AuditReader
 from query_service.servicers.read_transport import caller_audit_access, caller_pii_policy
 
@@ -29,8 +29,8 @@ class AuditQueryServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: 
                 action=request.action,
                 principal=request.principal,
                 node_key=request.node_key,
-                start=instant(request.start_time) if request.HasField("start_time") else None,
-                end=instant(request.end_time) if request.HasField("end_time") else None,
+                start=optional_instant(request, "start_time"),
+                end=optional_instant(request, "end_time"),
                 page_size=request.page_size,
                 page_token=request.page_token,
             ),

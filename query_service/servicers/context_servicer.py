@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 from memory_service_grpc_client.memory.v1 import context_service_pb2, context_service_pb2_grpc
 
-from common.grpc.proto_mapping import instant
+from common.grpc.proto_mapping import optional_instant
 from common.kernel.config import Settings
 from query_service.context.compiler import ContextCompiler
 from query_service.context.pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
@@ -80,7 +80,7 @@ def _request_fields(
         "namespace": request.namespace,
         "query": request.query,
         "anchors": tuple(request.anchors),
-        "as_of": instant(request.as_of) if request.HasField("as_of") else None,
+        "as_of": optional_instant(request, "as_of"),
         "token_budget": request.token_budget,
         "trace_id": request.trace_id,
         "visibility": caller_visibility(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_to_proto, instant
+from common.grpc.proto_mapping import fact_to_proto, optional_instant
 from common.storage.fact_rows import FactQuery
 from query_service.readers.facts import FactReader
 from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
@@ -28,7 +28,7 @@ class FactQueryServicer(fact_query_service_pb2_grpc.FactQueryServiceServicer):  
                 subject=request.subject,
                 predicate=request.predicate,
                 object=request.object,
-                as_of=instant(request.as_of) if request.HasField("as_of") else None,
+                as_of=optional_instant(request, "as_of"),
                 include_history=request.include_history,
                 include_lost=request.include_lost,
                 page_size=request.page_size,

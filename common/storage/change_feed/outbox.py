@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from common.kernel.consistency import parse_lsn
 from common.storage.database import Database
 from common.storage.named_queries import Queries
+from common.storage.row_count import fetch_count
 from common.storage.visibility import Visibility
 
 __all__ = [
@@ -255,8 +256,7 @@ class ChangeOutbox:
         deleted = 0
         while True:
             with self.database.primary_connection() as conn:
-                row = conn.execute(self.queries["prune_older"], {"before": before, "batch": batch}).fetchone()
-            count = int(row[0]) if row else 0
+                count = fetch_count(conn, self.queries["prune_older"], {"before": before, "batch": batch})
             deleted += count
             if count < batch:
                 break
@@ -266,11 +266,11 @@ class ChangeOutbox:
             through = int(last_cursor) - max_events
             while through > 0 and namespace in (None, name):
                 with self.database.primary_connection() as conn:
-                    row = conn.execute(
+                    count = fetch_count(
+                        conn,
                         self.queries["prune_through"],
                         {"namespace": name, "through": through, "batch": batch},
-                    ).fetchone()
-                count = int(row[0]) if row else 0
+                    )
                 deleted += count
                 if count < batch:
                     break

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from common.kernel.config import Settings
 from common.storage.change_feed.secret_sealing import SecretSealer
 from common.storage.named_queries import Queries
+from common.storage.row_count import fetch_count
 from common.storage.visibility import Visibility
 
 __all__ = ["DeadLetterRow", "DeliveryRow", "WebhookStore", "WebhookSubscriptionRow"]
@@ -263,12 +264,12 @@ class WebhookStore:
         event_ids: Sequence[int] | None,
     ) -> int:
         """Puts the dead letters back to pending (only ``event_ids`` when given); how many."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             self.queries["replay_dead_letters"],
             {
                 "namespace": namespace,
                 "subscription_id": subscription_id,
                 "event_ids": None if event_ids is None else list(event_ids),
             },
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from common.storage.chunks.rankings import ChunkRankings
 from common.storage.chunks.rows import CHUNK_COLUMNS, StoredChunk
+from common.storage.row_count import fetch_count
 from common.storage.visibility import EVERYTHING, Visibility
 
 
@@ -133,10 +134,7 @@ class ChunkStore(ChunkRankings):
         if chunks:
             rows = [_upsert_row(node, chunk, seen_run) for chunk in chunks]
             with conn.cursor() as cursor:
-                upsert = (
-                    self.queries["upsert_chunk"] if seen_run is None else self.queries["upsert_vault_chunk"]
-                )
-                cursor.executemany(upsert, rows)
+                cursor.executemany(self.queries["upsert_chunk"], rows)
                 written = max(cursor.rowcount, 0)
         deleted = 0
         if delete_beyond:
@@ -237,8 +235,7 @@ class ChunkStore(ChunkRankings):
 
     def count_api_chunks(self, conn: psycopg.Connection[Any], namespace: str, node_key: str) -> int:
         """How many chunks of a node were written through the API (``seen_run`` NULL)."""
-        row = conn.execute(self.queries["count_api_chunks_of_node"], (namespace, node_key)).fetchone()
-        return int(row[0]) if row else 0
+        return fetch_count(conn, self.queries["count_api_chunks_of_node"], (namespace, node_key))
 
     # -- reads -------------------------------------------------------------------------------------
 
@@ -319,8 +316,8 @@ _UPSERT_ARRAYS = ("namespaces", "keys", "orders", "types", "paths", "titles", "h
 
 
 def _upsert_row(node: NodeRef, chunk: ChunkWrite, seen_run: str | None) -> tuple[Any, ...]:
-    """The parameters of ``upsert_chunk`` / ``upsert_vault_chunk`` for one chunk of ``node`` (the last one,
-    embedding_pending, only for a chunk written without its vector)."""
+    """The parameters of ``upsert_chunk`` for one chunk of ``node`` (the last one, embedding_pending,
+    only for a chunk written without its vector)."""
     return (
         node.namespace,
         node.node_key,

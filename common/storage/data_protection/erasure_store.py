@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 
 from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text, decode_agtype
+from common.storage.row_count import fetch_count
 from common.storage.tables import table_identifiers
 
 __all__ = ["AUDIT_TYPES", "ErasureStore", "like_patterns"]
@@ -206,20 +207,18 @@ class ErasureStore:
         if not keys and not key_prefixes:
             return 0
         prefixes = [p[1:] for p in like_patterns(key_prefixes)]  # "prefix%"
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL(
                 "SELECT count(*) FROM {chunks} WHERE namespace = %s AND (node_key = ANY(%s) OR node_key LIKE ANY(%s))"
             ).format(chunks=self.t["chunks"]),
             (namespace, keys, prefixes),
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def count_facts(self, conn: psycopg.Connection[Any], namespace: str) -> int:
         """How many fact rows ``namespace`` has."""
-        row = conn.execute(
-            sql.SQL("SELECT count(*) FROM {f} WHERE namespace = %s").format(f=self.t["facts"]), (namespace,)
-        ).fetchone()
-        return int(row[0]) if row else 0
+        query = sql.SQL("SELECT count(*) FROM {f} WHERE namespace = %s").format(f=self.t["facts"])
+        return fetch_count(conn, query, (namespace,))
 
     def fold_lexeme_statistics(self, conn: psycopg.Connection[Any], namespace: str) -> None:
         """Folds the namespace's pending lexeme-count deltas into its statistics and drops the lexemes

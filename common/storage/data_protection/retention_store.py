@@ -11,6 +11,7 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
+from common.storage.row_count import fetch_count
 from common.storage.tables import table_identifiers
 
 __all__ = ["RetentionRule", "RetentionStore"]
@@ -103,11 +104,11 @@ class RetentionStore:
         self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime
     ) -> int:
         """How many documents `documents_older_than` would find without a limit."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL("SELECT count(*) FROM ({due}) d").format(due=self._documents_due()),
             {"ns": namespace, "collection": collection, "before": before},
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def _personal_data_due(self) -> sql.Composed:
         """(node key, observation id or "", last written) of the nodes of ``%(ns)s`` whose chunks are
@@ -139,23 +140,23 @@ class RetentionStore:
         self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime
     ) -> int:
         """How many nodes `personal_data_older_than` would find without a limit."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL("SELECT count(*) FROM ({due}) p").format(due=self._personal_data_due()),
             {"ns": namespace, "category": category, "before": before},
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def count_observations_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime
     ) -> int:
         """How many observations `observations_older_than` would find without a limit."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL(
                 "SELECT count(*) FROM {obs} WHERE namespace = %s AND (%s = '' OR kind = %s) AND occurred_at < %s"
             ).format(obs=self.t["observations"]),
             (namespace, kind, kind, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def memories_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime, limit: int
@@ -174,13 +175,13 @@ class RetentionStore:
         self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime
     ) -> int:
         """How many memories `memories_older_than` would find without a limit."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL(
                 "SELECT count(*) FROM {m} WHERE namespace = %s AND (%s = '' OR tier = %s) AND last_used_at < %s"
             ).format(m=self.t["memories"]),
             (namespace, tier, tier, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
     def delete_traces_older_than(
         self, conn: psycopg.Connection[Any], namespace: str, before: datetime, limit: int
@@ -197,10 +198,10 @@ class RetentionStore:
 
     def count_traces_older_than(self, conn: psycopg.Connection[Any], namespace: str, before: datetime) -> int:
         """How many context traces of ``namespace`` were created before ``before``."""
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL("SELECT count(*) FROM {t} WHERE namespace = %s AND created_at < %s").format(
                 t=self.t["context_traces"]
             ),
             (namespace, before),
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )

@@ -49,6 +49,7 @@ from common.kernel.consistency import format_lsn, parse_lsn, required_position
 from common.kernel.errors import Unavailable
 from common.storage.database import Database, is_unavailable_error
 from common.storage.named_queries import Queries
+from common.storage.session import autocommitting
 
 __all__ = [
     "MIN_REPLICA_WAIT_SECONDS",
@@ -275,14 +276,8 @@ class RoutedDatabase(Database):
                     with checked_out.transaction():
                         yield checked_out
                 else:
-                    checked_out.autocommit = True
-                    try:
+                    with autocommitting(checked_out):
                         yield checked_out
-                    finally:
-                        try:
-                            checked_out.autocommit = False
-                        except psycopg.Error:
-                            pass  # a broken connection: the pool discards it
             except BaseException as error:
                 if is_unavailable_error(error):
                     replica.failed(error)

@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
-from http.client import HTTPException
 from typing import Any
-
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from common.kernel.errors import FailedPrecondition, Unavailable
 from common.text_models.embeddings.provider import EmbeddingProvider
+from common.text_models.openai_http import (
+    OpenAIServer,
+    ServerAnswerNotJson,
+    ServerGaveUp,
+    ServerRejected,
+    openai_endpoint,
+)
 
 __all__ = ["OpenAICompatibleProvider"]
-
-
-class _Transient(Exception):
-    """A failure worth retrying (5xx, 429, connection refused or reset, time-out)."""
 
 
 class OpenAICompatibleProvider(EmbeddingProvider):
@@ -65,53 +63,21 @@ class OpenAICompatibleProvider(EmbeddingProvider):
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
         super().__init__(model, dimension, batch_size)
-        base = url.rstrip("/")
-        self.endpoint = f"{base}/embeddings" if base.endswith("/v1") else f"{base}/v1/embeddings"
-        self._api_key = api_key
-        self.timeout_s = timeout_s
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-
-    def _post(self, body: bytes) -> Any:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode("utf-8", errors="replace")
-            exc.close()
-            message = f"embedding server {self.endpoint} answered HTTP {exc.code}: {detail}"
-            if exc.code >= 500 or exc.code == 429:
-                raise _Transient(message) from exc
-            raise FailedPrecondition(message, reason="EMBEDDING_REJECTED") from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise _Transient(f"embedding server {self.endpoint} unreachable: {reason}") from exc
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise FailedPrecondition(
-                f"embedding server {self.endpoint} answered invalid JSON: {raw[:200]!r}",
-                reason="EMBEDDING_FAILED",
-            ) from exc
+        self.endpoint = openai_endpoint(url, "embeddings")
+        self._server = OpenAIServer(
+            self.endpoint, api_key, "embedding server", timeout_s, attempts, backoff_s, detail_chars=500
+        )
 
     def _encode(self, texts: list[str], *, query: bool) -> Any:
         body = json.dumps({"model": self.model_id, "input": texts}, ensure_ascii=False).encode("utf-8")
-        retrying = Retrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=self.backoff_s, max=10),
-            retry=retry_if_exception(lambda exc: isinstance(exc, _Transient)),
-        )
         try:
-            payload = retrying(self._post, body)
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            raise Unavailable(
-                f"{last} (gave up after {self.attempts} attempts)", reason="EMBEDDING_UNAVAILABLE"
-            ) from last
+            payload = self._server.post_json(body)
+        except ServerAnswerNotJson as exc:
+            raise FailedPrecondition(str(exc), reason="EMBEDDING_FAILED") from exc
+        except ServerRejected as exc:
+            raise FailedPrecondition(str(exc), reason="EMBEDDING_REJECTED") from exc
+        except ServerGaveUp as exc:
+            raise Unavailable(str(exc), reason="EMBEDDING_UNAVAILABLE") from exc.__cause__
         try:
             items = sorted(payload["data"], key=lambda item: int(item["index"]))
             vectors = [item["embedding"] for item in items]

@@ -23,14 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.error
-import urllib.request
-from http.client import HTTPException
-from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from common.text_models.openai_http import OpenAIServer, ServerGaveUp, ServerRejected, openai_endpoint
 from ingest_service.memories.enrichment.entities import MAX_ENTITIES, collect_entities
 from ingest_service.memories.enrichment.key_phrases import MAX_KEY_POINTS, MAX_TOPICS
 from ingest_service.memories.enrichment.language_models import RecognisedEntity, language_of
@@ -58,10 +54,6 @@ INSTRUCTIONS = (
     '"quality_score": a number from 0 to 1, how useful the memory is to recall later.\n'
     "Use only what the text says; keep the text's language."
 )
-
-
-class _Transient(Exception):
-    """A failure worth retrying (5xx, 429, connection refused or reset, time-out)."""
 
 
 class _Unusable(Exception):
@@ -129,15 +121,13 @@ class LlmEnricher:
             raise ValueError("CB_ENRICHMENT_ENRICHER=llm needs CB_ENRICHMENT_LLM_MODEL")
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
-        base = url.rstrip("/")
-        self.endpoint = f"{base}/chat/completions" if base.endswith("/v1") else f"{base}/v1/chat/completions"
+        self.endpoint = openai_endpoint(url, "chat/completions")
         self.model = model
         self.name = f"llm:{model}"
-        self._api_key = api_key
         self.fallback = fallback
-        self.timeout_s = timeout_s
-        self.attempts = attempts
-        self.backoff_s = backoff_s
+        self._server = OpenAIServer(
+            self.endpoint, api_key, "LLM server", timeout_s, attempts, backoff_s, detail_chars=300
+        )
 
     def enrich(self, item: MemoryText) -> Enrichment:
         """The model's fields for ``item``, or the fallback's when the server fails (module doc)."""
@@ -174,46 +164,15 @@ class LlmEnricher:
             },
             ensure_ascii=False,
         ).encode("utf-8")
-        retrying = Retrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=self.backoff_s, max=10),
-            retry=retry_if_exception(lambda exc: isinstance(exc, _Transient)),
-        )
         try:
-            payload = retrying(self._post, body)
-        except RetryError as exc:
-            raise _Unusable(
-                f"{exc.last_attempt.exception()} (gave up after {self.attempts} attempts)"
-            ) from exc
+            payload = self._server.post_json(body)
+        except (ServerRejected, ServerGaveUp) as exc:
+            raise _Unusable(str(exc)) from exc
         try:
             content = payload["choices"][0]["message"]["content"]
             return _Answer.model_validate(json.loads(_strip_fence(content)))
         except (KeyError, IndexError, TypeError, ValueError, ValidationError) as exc:
             raise _Unusable(f"{self.endpoint}: {str(exc)[:300]}") from exc
-
-    def _post(self, body: bytes) -> Any:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", errors="replace")
-            exc.close()
-            message = f"LLM server {self.endpoint} answered HTTP {exc.code}: {detail}"
-            if exc.code >= 500 or exc.code == 429:
-                raise _Transient(message) from exc
-            raise _Unusable(message) from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError, HTTPException) as exc:
-            raise _Transient(
-                f"LLM server {self.endpoint} unreachable: {getattr(exc, 'reason', exc)}"
-            ) from exc
-        try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise _Unusable(f"LLM server {self.endpoint} answered invalid JSON: {raw[:200]!r}") from exc
 
 
 def _strip_fence(content: str) -> str:

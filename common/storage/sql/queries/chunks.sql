@@ -11,7 +11,9 @@ SELECT title, heading, text, embedding FROM {chunks} WHERE namespace = %s AND no
 -- name: upsert_chunk
 -- Inserts one chunk or updates the stored one of (namespace, node_key, chunk_order); a row whose columns
 -- and embedding are already equal is left untouched (no new row version), so its row count is 0. The
--- last parameter is embedding_pending (true: the background embedder fills the NULL embedding).
+-- last parameter is embedding_pending (true: the background embedder fills the NULL embedding). A vault
+-- run's write (seen_run set) leaves a chunk written through the API (seen_run NULL) at the same order as
+-- it is (the vault never overwrites agent data), so its row count is 0 too.
 INSERT INTO {chunks} AS c (
     namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
     embedding_pending
@@ -20,10 +22,11 @@ ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET
     node_type = excluded.node_type, source_path = excluded.source_path, title = excluded.title,
     heading = excluded.heading, text = excluded.text, embedding = excluded.embedding, meta = excluded.meta,
     seen_run = excluded.seen_run, embedding_pending = excluded.embedding_pending
-WHERE (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run, c.embedding_pending)
+WHERE (excluded.seen_run IS NULL OR c.seen_run IS NOT NULL) AND (
+    (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run, c.embedding_pending)
     IS DISTINCT FROM (excluded.node_type, excluded.source_path, excluded.title, excluded.heading,
         excluded.text, excluded.meta, excluded.seen_run, excluded.embedding_pending)
-    OR c.embedding IS DISTINCT FROM excluded.embedding
+    OR c.embedding IS DISTINCT FROM excluded.embedding)
 
 -- name: upsert_chunks
 -- `upsert_chunk` of many rows in ONE statement (parallel arrays, one element per chunk, no
@@ -113,24 +116,6 @@ FROM query LEFT JOIN (
     WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM query))
 ) AS counted USING (lexeme)
 GROUP BY query.lexeme
-
--- name: upsert_vault_chunk
--- `upsert_chunk` for a vault run (seen_run set): a chunk written through the API (seen_run NULL) at the
--- same order is left as it is (the vault never overwrites agent data), so its row count is 0.
--- Same parameters as `upsert_chunk` (the last is embedding_pending).
-INSERT INTO {chunks} AS c (
-    namespace, node_key, chunk_order, node_type, source_path, title, heading, text, embedding, meta, seen_run,
-    embedding_pending
-) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (namespace, node_key, chunk_order) DO UPDATE SET
-    node_type = excluded.node_type, source_path = excluded.source_path, title = excluded.title,
-    heading = excluded.heading, text = excluded.text, embedding = excluded.embedding, meta = excluded.meta,
-    seen_run = excluded.seen_run, embedding_pending = excluded.embedding_pending
-WHERE c.seen_run IS NOT NULL AND (
-    (c.node_type, c.source_path, c.title, c.heading, c.text, c.meta, c.seen_run, c.embedding_pending)
-    IS DISTINCT FROM (excluded.node_type, excluded.source_path, excluded.title, excluded.heading,
-        excluded.text, excluded.meta, excluded.seen_run, excluded.embedding_pending)
-    OR c.embedding IS DISTINCT FROM excluded.embedding)
 
 -- name: delete_vault_chunks_from_order
 -- `delete_chunks_from_order` for a vault run: only chunks a vault run wrote (seen_run set) (parameters:
