@@ -241,11 +241,23 @@ class MemoryWriter:
         ]
         if nodes:
             self.graph.upsert_nodes(conn, nodes, now=now, overwrite=True)
-        for p, vector in chosen:
-            self.write_chunk(
-                conn, scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector
-            )
+        # One multi-row upsert for the batch (the chunks' statement-level triggers run once).
+        self.chunks.replace_chunks_of_nodes(
+            conn,
+            [
+                self.chunk_write(scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector)
+                for p, vector in chosen
+            ],
+        )
         return inserted, refused
+
+    @staticmethod
+    def chunk_write(
+        scope: MemoryScope, key: str, text: str, tags: Sequence[str], source: str, vector: Any
+    ) -> tuple[NodeRef, list[ChunkWrite]]:
+        """The memory's node and its one chunk (chunk 0: the text and its vector)."""
+        node, meta = chunk_of(scope, key, text, tags, source)
+        return node, [ChunkWrite(0, "", text, np.asarray(vector, dtype=np.float32), meta)]
 
     def write_chunk(
         self,
@@ -257,13 +269,8 @@ class MemoryWriter:
         source: str,
         vector: Any,
     ) -> None:
-        node, meta = chunk_of(scope, key, text, tags, source)
-        self.chunks.replace_chunks(
-            conn,
-            node,
-            [ChunkWrite(0, "", text, np.asarray(vector, dtype=np.float32), meta)],
-            delete_beyond=True,
-        )
+        node, chunks = self.chunk_write(scope, key, text, tags, source, vector)
+        self.chunks.replace_chunks(conn, node, chunks, delete_beyond=True)
 
     # -- UpdateMemory --------------------------------------------------------------------------------
 
