@@ -136,7 +136,7 @@ class Settings(BaseSettings):
         1000, ge=0, description="an owner's memories below which RecallMemories scores every row exactly"
     )
     memory_recall_candidates: int = Field(
-        200,
+        100,
         ge=10,
         le=1000,
         description="nearest memories the approximate stage of RecallMemories scores (at least 10 x top_k)",

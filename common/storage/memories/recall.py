@@ -125,9 +125,14 @@ class MemoryRecall:
             "SELECT m.memory_id FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
-            " AND c.embedding IS NOT NULL AND {where}"
+            " AND c.embedding IS NOT NULL AND c.meta -> 'scopes' ? ("
+            "SELECT o.user_scope FROM {memories} o WHERE o.namespace = %(namespace)s AND o.user_id = %(user_id)s"
+            " ORDER BY o.created_at DESC LIMIT 1) AND {where}"
             " ORDER BY {ordered} <=> %(vector)s LIMIT %(wanted)s"
         ).format(chunks=self.chunks, memories=self.memories, where=where, ordered=ordered)
+        # The owner's scope on the chunk (`ingest_service.memories.writer.chunk_of`; read once) rejects
+        # another owner's chunk on the heap row the index scan fetches anyway, before the join looks up
+        # its memories row; the join's owner condition stays the authority.
         # The planner's cost model prefers sorting the owner's rows exactly (it does not count the
         # detoasting of each vector, `common.storage.chunks.tenant_vector_indexes`): sorting is turned off
         # for this statement only. ef_search: the scan's first batch holds the candidates asked for.
