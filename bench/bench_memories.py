@@ -168,7 +168,7 @@ def grow(settings: Settings, target: int) -> tuple[int, float]:
             round_number += 1
             conn.execute(
                 statement,
-                {"round": str(round_number), "users": USERS, "namespace": NAMESPACE, "limit": target - count},
+                {"round": f"{target}.{round_number}", "users": USERS, "namespace": NAMESPACE, "limit": target - count},
             )
         conn.execute("ANALYZE memories")
         conn.execute("ANALYZE chunks")
