@@ -1,35 +1,49 @@
-"""Memory records: AddMemories throughput and RecallMemories latency at 100k memories.
+"""Memory records: AddMemories throughput and RecallMemories latency and quality at 50k and 100k memories.
 
 Measures, in one run, in a fresh database (`run_bench.run_in_database`, dropped afterwards), against
 ``cb serve ingest`` / ``cb serve query`` processes in development mode (a request's user_id selects the
-user; scope local/development, no project):
+user; scope local/development, no project), and a second ``cb serve query`` whose
+``memory_recall_exact_below`` exceeds every owner: it serves the exact path (every row of the owner
+scored), the baseline of the same run:
 
 * AddMemories: the 5,395 Debian upload contents of at most 8,000 characters (the 20 longer ones are
   refused by the contract) as memories of 20 users, batches of 100, one client: memories/s (the embedding
-  of each text is part of the call). Floor in the same run: the embedding model alone on the same texts
-  in this process (before and after the load; their spread shows the noise of the shared machine).
-* Growth to 100k: the stored memories are copied in SQL (memories row, vertex with its graph_nodes row,
-  chunk with its vector) under new ids, spread over the same 20 users, until the table holds 100,000
-  memories (5,000 per user). The copies are exact duplicates of real texts and vectors: the ranking
-  work per query is that of 100k memories, their texts are not new. Said in the entry.
-* RecallMemories at 100k: 200 queries (sentences of other Debian contents), each as one of the 20 users,
-  default preset, touching the returned memories: p50/p95. Interleaved with each recall, the same
-  user's GetMemory (one round trip and one indexed read: the service floor) and, in this process, the
-  query's embedding alone (the model floor).
+  of each text is part of the call) and CPU per memory (the ingest process, the database's backends).
+  Floor in the same run: the embedding model alone on the same texts in this process (before and after
+  the load; their spread shows the noise of the shared machine).
+* Growth to each of ``--targets`` (default 50k and 100k: 2,500 and 5,000 per user): the stored memories
+  are copied in SQL (memories row, vertex with its graph_nodes row, chunk with its vector) under new ids,
+  spread over the same 20 users. The copies are exact duplicates of real texts and vectors: the ranking
+  work per query is that of the stated size, their texts are not new. Said in the entry. Then the tenant
+  vector indexes are synchronised as ``cb index-tenants`` does (the namespace holds the whole table: it is
+  registered for the table's HNSW index).
+* RecallMemories at each size: 200 queries (sentences of other Debian contents), each as one of the 20
+  users, default preset, touching the returned memories: p50/p95 of the approximate path
+  (`common.storage.memories.recall`), interleaved with the exact path's service on the same query, the
+  same user's GetMemory (one round trip and one indexed read: the service floor) and, in this process,
+  the query's embedding alone (the model floor). Then 100 recalls per path alone for CPU per call (the
+  query process and the database's backends), and recall@10 of the approximate path against exact
+  scoring in this process on the same 200 queries (also counted with ties: a copy of a result text with
+  the same score is as good a result).
 * the load average (1 min) at each step.
+
+No 1M arm: the copies take about 12 KB of disk per memory (row, vertex, chunk, indexes), 12 GB at 1M,
+more than the shared machine's free disk.
 
 Results: printed, written to bench/results/memories-<UTC time>.json.
 
-Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--target N]``.
+Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--targets N,M]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +60,21 @@ from memory_service_grpc_client.memory.v1 import (
 )
 
 from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import heading, load_average, machine, print_report, write_json
+from bench.service_results import (
+    cpu_seconds,
+    heading,
+    load_average,
+    machine,
+    print_report,
+    tree_commit,
+    write_json,
+)
 from common.kernel.config import Settings
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
+from common.storage.database import Database
+from common.storage.memories.recall import MemoryRecall
+from common.storage.memories.store import MemoryQuery
+from query_service.readers.memory_recall import RECALL_PRESETS
 from common.kernel.memory_names import memory_id
 from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
@@ -58,6 +85,9 @@ BATCH = 100
 QUERIES = 200
 MAX_TEXT = 8000
 NAMESPACE = "org:local:env:development"
+EXACT_VARIABLE = "CB_MEMORY_RECALL_EXACT_BELOW"
+EXACT_ENV = {EXACT_VARIABLE: str(10**9)}
+"""The second query service's setting: every owner below the threshold, so it serves the exact path."""
 
 # Copies of the stored memories under new ids (rows, vertices with their registry rows, chunks).
 COPY_SQL = """
@@ -138,11 +168,172 @@ def grow(settings: Settings, target: int) -> tuple[int, float]:
             round_number += 1
             conn.execute(
                 statement,
-                {"round": str(round_number), "users": USERS, "namespace": NAMESPACE, "limit": target - count},
+                {"round": f"{target}.{round_number}", "users": USERS, "namespace": NAMESPACE, "limit": target - count},
             )
         conn.execute("ANALYZE memories")
         conn.execute("ANALYZE chunks")
     return int(count), time.perf_counter() - start
+
+
+def service_pids() -> dict[str, int]:
+    """The pids of this process's ``cb serve <kind>`` children by kind; a query service started with
+    `EXACT_ENV` is ``"exact"``."""
+    pids: dict[str, int] = {}
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"serve" in command:
+                kind = command[command.index(b"serve") + 1].decode()
+                exact = f"{EXACT_VARIABLE}={EXACT_ENV[EXACT_VARIABLE]}".encode() in environment
+                pids["exact" if exact else kind] = int(pid)
+    return pids
+
+
+def backend_cpu(conn: psycopg.Connection[Any]) -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend connected to this database (other than ``conn``'s)."""
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchall()
+    return {int(pid): cpu_seconds(int(pid)) for (pid,) in rows}
+
+
+class CpuMeter:
+    """CPU seconds of one service process and of the database's backends between `start` and `stop`."""
+
+    def __init__(self, conn: psycopg.Connection[Any], pid: int) -> None:
+        self.conn, self.pid = conn, pid
+
+    def start(self) -> None:
+        self.process, self.backends = cpu_seconds(self.pid), backend_cpu(self.conn)
+
+    def stop(self, calls: int) -> dict[str, float]:
+        """Milliseconds of CPU per call: the service process, the database backends, and their sum."""
+        process = cpu_seconds(self.pid) - self.process
+        after = backend_cpu(self.conn)
+        database = sum(seconds - self.backends.get(pid, 0.0) for pid, seconds in after.items())
+        return {
+            "service_ms": round(process * 1000 / calls, 2),
+            "database_ms": round(database * 1000 / calls, 2),
+            "total_ms": round((process + database) * 1000 / calls, 2),
+        }
+
+
+def synchronise_indexes(settings: Settings) -> dict[str, Any]:
+    """What `cb index-tenants` does: the namespace's vector index registered (or built)."""
+    start = time.perf_counter()
+    changes = TenantVectorIndexes(settings).synchronise()
+    return {
+        "seconds": round(time.perf_counter() - start, 1),
+        "changes": [{"namespace": c.namespace, "action": c.action, "rows": c.rows} for c in changes],
+    }
+
+
+def recall_quality(settings: Settings, vectors: list[Any], users: list[str]) -> dict[str, Any]:
+    """recall@10 of the approximate path against exact scoring, in this process, on the same queries, and
+    both paths' statement times (the storage stage alone, no RPC, no embedding)."""
+    database = Database(settings)
+    recall = MemoryRecall(settings)
+    weights = RECALL_PRESETS["balanced"]
+    hits = tie_hits = total = 0
+    paths: dict[str, int] = {}
+    approximate_ms, exact_ms = [], []
+    try:
+        for vector, user in zip(vectors, users, strict=True):
+            query = MemoryQuery(namespace=NAMESPACE, user_id=user, now=datetime.now(UTC), tiers=("hot",))
+            with database.connection() as conn:
+                t0 = time.perf_counter()
+                approximate = recall.recall(conn, query, vector, weights, limit=10)
+                t1 = time.perf_counter()
+                exact = recall.recall(conn, query, vector, weights, limit=10, exact=True)
+                t2 = time.perf_counter()
+            approximate_ms.append((t1 - t0) * 1000)
+            exact_ms.append((t2 - t1) * 1000)
+            paths[approximate.path] = paths.get(approximate.path, 0) + 1
+            exact_ids = {m.row["memory_id"] for m in exact.memories}
+            tenth = min((m.score for m in exact.memories), default=0.0)
+            total += len(exact.memories)
+            hits += sum(m.row["memory_id"] in exact_ids for m in approximate.memories)
+            # The copies repeat texts: a different copy with the same score is as good a result.
+            tie_hits += sum(
+                m.row["memory_id"] in exact_ids or m.score >= tenth - 1e-9 for m in approximate.memories
+            )
+    finally:
+        database.close()
+    return {
+        "queries": len(vectors),
+        "paths": paths,
+        "recall_at_10": round(hits / max(total, 1), 4),
+        "recall_at_10_ties_counted": round(tie_hits / max(total, 1), 4),
+        "approximate_statements": percentiles(approximate_ms),
+        "exact_statements": percentiles(exact_ms),
+    }
+
+
+def measure_recall(
+    arguments: argparse.Namespace,
+    settings: Settings,
+    provider: Any,
+    stubs: dict[str, Any],
+    meters: dict[str, CpuMeter],
+    queries: list[str],
+    some_id: dict[str, str],
+) -> dict[str, Any]:
+    """At the table's current size: the served recall (approximate path) interleaved with the exact
+    path's service, GetMemory and the query's embedding; then CPU per call of each path alone; then
+    recall@10."""
+    recall_ms, exact_ms, get_ms, embed_ms, returned = [], [], [], [], []
+    load_before = load_average()
+    for number, text in enumerate(queries):
+        user = USERS[number % len(USERS)]
+        request = memory_query_service_pb2.RecallMemoriesRequest(query=text, top_k=10, user_id=user)
+        t0 = time.perf_counter()
+        response = stubs["approximate"].RecallMemories(request, timeout=120)
+        t1 = time.perf_counter()
+        stubs["exact"].RecallMemories(request, timeout=120)
+        t2 = time.perf_counter()
+        try:
+            stubs["approximate"].GetMemory(
+                memory_query_service_pb2.GetMemoryRequest(memory_id=some_id[user], user_id=user), timeout=60
+            )
+        except grpc.RpcError:
+            pass  # the id of another user's batch: a NOT_FOUND round trip costs the same
+        t3 = time.perf_counter()
+        provider.encode_query(text)
+        t4 = time.perf_counter()
+        recall_ms.append((t1 - t0) * 1000)
+        exact_ms.append((t2 - t1) * 1000)
+        get_ms.append((t3 - t2) * 1000)
+        embed_ms.append((t4 - t3) * 1000)
+        returned.append(len(response.memories))
+    load_after = load_average()
+    cpu: dict[str, Any] = {}
+    for path in ("approximate", "exact"):
+        meters[path].start()
+        for number, text in enumerate(queries[: arguments.cpu_calls]):
+            stubs[path].RecallMemories(
+                memory_query_service_pb2.RecallMemoriesRequest(
+                    query=text, top_k=10, user_id=USERS[number % len(USERS)]
+                ),
+                timeout=120,
+            )
+        cpu[path] = meters[path].stop(arguments.cpu_calls)
+    cpu["load"] = load_average()
+    vectors = [provider.encode_query(text) for text in queries[: arguments.quality_queries]]
+    users = [USERS[number % len(USERS)] for number in range(len(vectors))]
+    return {
+        "recall": percentiles(recall_ms),
+        "baseline_exact_recall": percentiles(exact_ms),
+        "get_memory_floor": percentiles(get_ms),
+        "query_embedding_floor": percentiles(embed_ms),
+        "cpu_per_call": cpu,
+        "quality": recall_quality(settings, vectors, users),
+        "mean_returned": round(sum(returned) / len(returned), 2),
+        "load": {"before": load_before, "after": load_after},
+    }
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
@@ -150,17 +341,34 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     provider = build_embedding_provider(settings)
     items = contents()
     texts = [text for _, text in items]
-    results: dict[str, Any] = {"time": stamp, "machine": machine(), "note": arguments.note, "load": {}}
+    results: dict[str, Any] = {
+        "time": stamp,
+        "machine": machine(),
+        "commit": tree_commit(ROOT),
+        "note": arguments.note,
+        "load": {},
+        "settings": {
+            "memory_recall_exact_below": settings.memory_recall_exact_below,
+            "memory_recall_candidates": settings.memory_recall_candidates,
+            "hnsw_ef_search": settings.hnsw_ef_search,
+            "hnsw_max_scan_tuples": settings.hnsw_max_scan_tuples,
+        },
+    }
     results["load"]["start"] = load_average()
     floor_before = floor_rate(provider, texts[:1000])
     results["load"]["floor_before"] = load_average()
-    with services() as (ingest_addr, query_addr):
+    admin = psycopg.connect(settings.database_url, autocommit=True)
+    with services() as (ingest_addr, query_addr), services(kinds=("query",), extra_env=EXACT_ENV) as (_, exact_addr):
+        pids = service_pids()
         ingest = grpc.insecure_channel(ingest_addr)
-        query = grpc.insecure_channel(query_addr)
+        channels = {"approximate": grpc.insecure_channel(query_addr), "exact": grpc.insecure_channel(exact_addr)}
         add = memory_service_pb2_grpc.MemoryServiceStub(ingest).AddMemories
-        stub = memory_query_service_pb2_grpc.MemoryQueryServiceStub(query)
+        stubs = {path: memory_query_service_pb2_grpc.MemoryQueryServiceStub(c) for path, c in channels.items()}
+        add_meter = CpuMeter(admin, pids["ingest"])
+        add_meter.start()
         start = time.perf_counter()
         created = 0
+        batches = 0
         for index in range(0, len(items), BATCH):
             batch = items[index : index + BATCH]
             user = USERS[(index // BATCH) % len(USERS)]
@@ -173,115 +381,127 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 ),
                 timeout=600,
             )
+            batches += 1
             created += sum(r.created for r in response.results)
         add_seconds = time.perf_counter() - start
+        add_cpu = add_meter.stop(created)
         results["load"]["after_add"] = load_average()
         floor_after = floor_rate(provider, texts[:1000])
         results["load"]["floor_after"] = load_average()
+        floor = (floor_before + floor_after) / 2
         results["add"] = {
             "memories": created,
             "seconds": round(add_seconds, 2),
             "memories_per_s": round(created / add_seconds, 1),
             "floor_before_per_s": round(floor_before, 1),
             "floor_after_per_s": round(floor_after, 1),
+            "share_of_floor": round(created / add_seconds / floor, 3),
+            "cpu_per_memory": add_cpu,
         }
-        rows, grow_seconds = grow(settings, arguments.target)
-        results["grow"] = {"rows": rows, "seconds": round(grow_seconds, 1)}
-        results["load"]["after_grow"] = load_average()
         rng = random.Random(12)
         queries = [" ".join(rng.choice(texts).split()[:30]) for _ in range(QUERIES)]
         some_id = {
             user: memory_id(NAMESPACE, user, items[(i * BATCH) % len(items)][0])
             for i, user in enumerate(USERS)
         }
-        recall_ms, get_ms, embed_ms, returned = [], [], [], []
-        for number, text in enumerate(queries):
-            user = USERS[number % len(USERS)]
-            t0 = time.perf_counter()
-            response = stub.RecallMemories(
-                memory_query_service_pb2.RecallMemoriesRequest(query=text, top_k=10, user_id=user),
-                timeout=120,
-            )
-            t1 = time.perf_counter()
-            try:
-                stub.GetMemory(
-                    memory_query_service_pb2.GetMemoryRequest(memory_id=some_id[user], user_id=user),
-                    timeout=60,
-                )
-            except grpc.RpcError:
-                pass  # the id of another user's batch: a NOT_FOUND round trip costs the same
-            t2 = time.perf_counter()
-            provider.encode_query(text)
-            t3 = time.perf_counter()
-            recall_ms.append((t1 - t0) * 1000)
-            get_ms.append((t2 - t1) * 1000)
-            embed_ms.append((t3 - t2) * 1000)
-            returned.append(len(response.memories))
-        results["load"]["after_recall"] = load_average()
-        results["recall"] = {
-            "recall": percentiles(recall_ms),
-            "get_memory_floor": percentiles(get_ms),
-            "query_embedding_floor": percentiles(embed_ms),
-            "mean_returned": round(sum(returned) / len(returned), 2),
-            "memories_per_user": rows // len(USERS),
-        }
+        meters = {"approximate": CpuMeter(admin, pids["query"]), "exact": CpuMeter(admin, pids["exact"])}
+        results["arms"] = []
+        for target in arguments.targets:
+            rows, grow_seconds = grow(settings, target)
+            arm: dict[str, Any] = {
+                "memories": rows,
+                "memories_per_user": rows // len(USERS),
+                "grow_seconds": round(grow_seconds, 1),
+                "load_after_grow": load_average(),
+                "indexes": synchronise_indexes(settings),
+            }
+            arm.update(measure_recall(arguments, settings, provider, stubs, meters, queries, some_id))
+            results["arms"].append(arm)
         ingest.close()
-        query.close()
+        for channel in channels.values():
+            channel.close()
+    admin.close()
+    results["load"]["end"] = load_average()
     print(json.dumps(results, indent=2))
     write_json(results, prefix="memories")
-    add_result, recall = results["add"], results["recall"]
-    load = results["load"]
-    print_report(
-        [
-            heading(results),
-            "",
+    print_report(report(results))
+    return 0
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    """The Markdown report of a run."""
+    add_result, load = results["add"], results["load"]
+    lines = [
+        heading(results),
+        "",
+        (
+            "Memory records (`bench/bench_memories.py`): AddMemories and RecallMemories against "
+            "`cb serve` processes, fresh database, 20 users; the exact path served by a second query "
+            "process (memory_recall_exact_below above every owner) in the same run."
+        ),
+        *([f"Note: {results['note']}", ""] if results["note"] else [""]),
+        "| measure | figure | load avg (1 min) |",
+        "|---|---|---|",
+        (
+            f"| AddMemories ({add_result['memories']} Debian contents, batches of {BATCH}, embedding included) | "
+            f"{add_result['memories_per_s']} memories/s ({add_result['seconds']} s), "
+            f"{add_result['share_of_floor']:.0%} of the model alone; CPU per memory: service "
+            f"{add_result['cpu_per_memory']['service_ms']} ms + database {add_result['cpu_per_memory']['database_ms']} ms"
+            f" | {load['floor_before']} -> {load['after_add']} |"
+        ),
+        (
+            f"| floor: the model alone on 1,000 of the texts, before / after | {add_result['floor_before_per_s']} / "
+            f"{add_result['floor_after_per_s']} texts/s | {load['floor_before']} / {load['floor_after']} |"
+        ),
+    ]
+    for arm in results["arms"]:
+        quality, cpu = arm["quality"], arm["cpu_per_call"]
+        lines += [
             (
-                "Memory records (`bench/bench_memories.py`): AddMemories and RecallMemories against "
-                "`cb serve` processes, fresh database, 20 users."
+                f"| RecallMemories at {arm['memories']} memories ({arm['memories_per_user']} per user), top 10, "
+                f"{QUERIES} queries: p50 / p95 | {arm['recall']['p50_ms']} / {arm['recall']['p95_ms']} ms | "
+                f"{arm['load']['before']} -> {arm['load']['after']} |"
             ),
-            *([f"Note: {arguments.note}", ""] if arguments.note else [""]),
-            "| measure | figure | load avg (1 min) |",
-            "|---|---|---|",
             (
-                f"| AddMemories ({add_result['memories']} Debian contents, batches of {BATCH}, embedding included) | "
-                f"{add_result['memories_per_s']} memories/s ({add_result['seconds']} s) | {load['floor_before']} -> {load['after_add']} |"
+                f"| baseline: the exact path, interleaved: p50 / p95 | {arm['baseline_exact_recall']['p50_ms']} / "
+                f"{arm['baseline_exact_recall']['p95_ms']} ms | |"
             ),
             (
-                f"| floor: the model alone on 1,000 of the texts, before / after | {add_result['floor_before_per_s']} / "
-                f"{add_result['floor_after_per_s']} texts/s | {load['floor_before']} / {load['floor_after']} |"
+                f"| CPU per recall, approximate / exact (service + database) | {cpu['approximate']['total_ms']} / "
+                f"{cpu['exact']['total_ms']} ms | {cpu['load']} |"
             ),
             (
-                f"| growth to {results['grow']['rows']} memories by SQL copies of the stored rows, vertices and vectors | "
-                f"{results['grow']['seconds']} s | {load['after_grow']} |"
+                f"| recall@10 of the approximate path against exact scoring ({quality['queries']} queries; ties "
+                f"counted) | {quality['recall_at_10']} ({quality['recall_at_10_ties_counted']}) | |"
             ),
             (
-                f"| RecallMemories at {results['grow']['rows']} memories ({recall['memories_per_user']} per user), "
-                f"top 10, {QUERIES} queries: p50 / p95 | {recall['recall']['p50_ms']} / {recall['recall']['p95_ms']} ms | "
-                f"{load['after_grow']} -> {load['after_recall']} |"
-            ),
-            (
-                f"| floor: GetMemory (round trip + indexed read), interleaved: p50 / p95 | "
-                f"{recall['get_memory_floor']['p50_ms']} / {recall['get_memory_floor']['p95_ms']} ms | |"
-            ),
-            (
-                f"| floor: the query's embedding alone (this process), interleaved: p50 / p95 | "
-                f"{recall['query_embedding_floor']['p50_ms']} / {recall['query_embedding_floor']['p95_ms']} ms | |"
-            ),
-            "",
-            (
-                "The 100k are the real memories plus exact SQL copies of them (rows, vertices, vectors) under new "
-                "ids: the ranking work per query is that of 100k memories, the texts repeat."
+                f"| floors: GetMemory / the query's embedding, p50 / p95 | {arm['get_memory_floor']['p50_ms']} / "
+                f"{arm['get_memory_floor']['p95_ms']} ms; {arm['query_embedding_floor']['p50_ms']} / "
+                f"{arm['query_embedding_floor']['p95_ms']} ms | |"
             ),
         ]
-    )
-    return 0
+    lines += [
+        "",
+        (
+            "Beyond the 5,395 real memories the table holds exact SQL copies of them (rows, vertices, vectors) "
+            "under new ids: the ranking work per query is that of the stated size, the texts repeat."
+        ),
+    ]
+    return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--note", default="")
     parser.add_argument("--shared-database", action="store_true")
-    parser.add_argument("--target", type=int, default=100_000, help="memories to reach by copies")
+    parser.add_argument(
+        "--targets",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[50_000, 100_000],
+        help="table sizes to measure recall at, in order (copies grow the table between them)",
+    )
+    parser.add_argument("--cpu-calls", type=int, default=100, help="recalls per path of the CPU pass")
+    parser.add_argument("--quality-queries", type=int, default=200, help="queries of the recall@10 check")
     return run_in_database(run, parser.parse_args(), "memory_records_bench")
 
 

@@ -205,6 +205,26 @@ def traversal(d: dict) -> list[Row]:
     ]
 
 
+def memories(d: dict) -> list[Row]:
+    """AddMemories against the model alone; RecallMemories at each size against the exact path of the same
+    run (older runs: a single ``recall`` entry against GetMemory)."""
+    rows = pairs(d, [("AddMemories memories/s", "add|memories_per_s", "add|floor_after_per_s")])
+    if "arms" not in d:
+        return rows + pairs(d, [
+            ("RecallMemories p50 ms", "recall|recall|p50_ms", "recall|get_memory_floor|p50_ms"),
+            ("RecallMemories p95 ms", "recall|recall|p95_ms", "recall|get_memory_floor|p95_ms"),
+        ])
+    for arm in d["arms"]:
+        size = f"{arm.get('memories')} memories"
+        rows += pairs(arm, [
+            (f"RecallMemories p50 ms at {size}", "recall|p50_ms", "baseline_exact_recall|p50_ms"),
+            (f"RecallMemories p95 ms at {size}", "recall|p95_ms", "baseline_exact_recall|p95_ms"),
+            (f"CPU ms per recall at {size}", "cpu_per_call|approximate|total_ms", "cpu_per_call|exact|total_ms"),
+            (f"recall@10 at {size}", "quality|recall_at_10", ""),
+        ])
+    return rows
+
+
 def console(d: dict) -> list[Row]:
     """Each page's p95 (ms, at the client) and bytes; the baseline tree's beside when the run had one."""
     rows = []
@@ -238,11 +258,7 @@ SPECS: dict[str, Callable[[Any], list[Row]]] = {
         ("lag p50 s", "lag|p50_s", ""),
         ("lag p95 s", "lag|p95_s", ""),
     ]),
-    "memories": lambda d: pairs(d, [
-        ("AddMemories memories/s", "add|memories_per_s", "add|floor_after_per_s"),
-        ("RecallMemories p50 ms", "recall|recall|p50_ms", "recall|get_memory_floor|p50_ms"),
-        ("RecallMemories p95 ms", "recall|recall|p95_ms", "recall|get_memory_floor|p95_ms"),
-    ]),
+    "memories": memories,
     "search-namespace": lambda d: pairs(d, [
         ("Search p50 ms (in process)", "p50_ms", ""),
         ("Search p95 ms (in process)", "p95_ms", ""),

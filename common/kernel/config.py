@@ -130,6 +130,18 @@ class Settings(BaseSettings):
     tenant_vector_index_interval_seconds: float = Field(
         0.0, ge=0, description="the ingest service's check for tenant indexes (e.g. 600); 0: only the command"
     )
+    # RecallMemories (common/storage/memories/recall.py): an owner with at least this many memories, in a
+    # namespace a vector index serves, is recalled through the approximate stage (the nearest
+    # memory_recall_candidates chunks, then exact scoring of those); below it every row is scored exactly.
+    memory_recall_exact_below: int = Field(
+        1000, ge=0, description="an owner's memories below which RecallMemories scores every row exactly"
+    )
+    memory_recall_candidates: int = Field(
+        100,
+        ge=10,
+        le=1000,
+        description="nearest memories the approximate stage of RecallMemories scores (at least 10 x top_k)",
+    )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
     # Episode chunks of observations: "background" stores them with the embedding pending

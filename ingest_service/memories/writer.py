@@ -13,6 +13,10 @@ A memory is written as the knowledge model's parts, in ONE transaction per call:
   version``: it is due for enrichment from its commit on; `MemoryWriter.on_due` (the enrichment
   worker's enqueue) is then called with ``(namespace, memory_id, version)`` triples.
 
+The texts are embedded in slices while the transaction runs on a writer thread (`EMBEDDING_SLICE`): the
+rows and nodes are written during the first slice's embedding, each slice's chunks (one multi-row
+upsert: their HNSW insertions are most of the write) during the next one's.
+
 Ids are stable (`common.kernel.memory_names.memory_id`): a retry of an item (same idempotency key, or
 same content without one) finds its row and writes nothing (status ``duplicate``). The batch takes the
 advisory locks of its keys in one order (`common.storage.key_locks`), so concurrent retries never write
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -73,6 +78,8 @@ QUOTA_EXHAUSTED = "RESOURCE_EXHAUSTED"
 """``error_code`` of an item refused by the per-user quota (the google.rpc.Code name)."""
 INVALID_INPUT = "INVALID_ARGUMENT"
 """``error_code`` of an item with field violations."""
+EMBEDDING_SLICE = 25
+"""Texts per embedding step of AddMemories: a slice's chunks are written while the next is embedded."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,9 @@ class MemoryWriter:
         self.chunks = ChunkStore(database.settings)
         self.deleter = NodeDeleter(database)
         self.quota = MemoryQuota(database.settings)
+        self._writes = ThreadPoolExecutor(
+            database.settings.pool_max_size, thread_name_prefix="memory-writes"
+        )  # AddMemories' transactions, beside their embedding (`_embed_and_insert`)
 
     # -- AddMemories ---------------------------------------------------------------------------------
 
@@ -172,14 +182,7 @@ class MemoryWriter:
             for p in prepared:
                 if p.memory_id in existing:
                     results[p.index] = AddResult(p.memory_id, False, "duplicate")
-            vectors = (
-                self.encoder.encode_passages([embedding_input("", "", p.item.text) for p in fresh])
-                if fresh
-                else []
-            )
-            inserted, refused = self.database.run_transaction(
-                lambda conn: self._insert(conn, scope, fresh, vectors, now)
-            )
+            inserted, refused = self._embed_and_insert(scope, fresh, now)
             for p in fresh:
                 created = p.memory_id in inserted
                 if p.memory_id in refused:
@@ -196,8 +199,43 @@ class MemoryWriter:
             self.notify([(scope.namespace, key, 1) for key in sorted(inserted)])
         return [results[i] for i in range(len(items))]
 
+    def _embed_and_insert(
+        self, scope: MemoryScope, fresh: Sequence[_Prepared], now: datetime
+    ) -> tuple[set[str], dict[str, int]]:
+        """Embeds ``fresh`` in slices of `EMBEDDING_SLICE` on this thread while the batch's transaction
+        runs on a writer thread (`_insert`): its rows and nodes are written during the first slice's
+        embedding, and each slice's chunks (their HNSW insertions, the largest part of the write) while
+        the next slice is embedded. One transaction as before; an embedding error rolls it back and is
+        raised, a failed transaction stops the embedding."""
+        parts = [list(fresh[i : i + EMBEDDING_SLICE]) for i in range(0, len(fresh), EMBEDDING_SLICE)]
+        vectors: list[Future[Any]] = [Future() for _ in parts]
+        writing = self._writes.submit(
+            self.database.run_transaction,
+            lambda conn: self._insert(conn, scope, fresh, list(zip(parts, vectors, strict=True)), now),
+        )
+        try:
+            for part, future in zip(parts, vectors, strict=True):
+                if writing.done():  # the transaction failed: its error is raised below
+                    break
+                try:
+                    future.set_result(
+                        self.encoder.encode_passages([embedding_input("", "", p.item.text) for p in part])
+                    )
+                except Exception as error:
+                    future.set_exception(error)
+                    break
+        finally:
+            for future in vectors:
+                future.cancel()  # a slice never embedded: the transaction stops there (no-op on the others)
+        return writing.result()
+
     def _insert(
-        self, conn: Any, scope: MemoryScope, fresh: Sequence[_Prepared], vectors: Any, now: datetime
+        self,
+        conn: Any,
+        scope: MemoryScope,
+        fresh: Sequence[_Prepared],
+        slices: Sequence[tuple[Sequence[_Prepared], Future[Any]]],
+        now: datetime,
     ) -> tuple[set[str], dict[str, int]]:
         self.quota.lock(conn, scope, [(scope.namespace, p.memory_id) for p in fresh])
         refused = self.quota.refused(conn, scope, [p.memory_id for p in fresh], now)
@@ -224,7 +262,7 @@ class MemoryWriter:
             for p in admitted
         ]
         inserted = self.store.insert_rows(conn, rows)
-        chosen = [(p, vector) for p, vector in zip(fresh, vectors) if p.memory_id in inserted]
+        chosen = [p for p in fresh if p.memory_id in inserted]
         nodes = [
             memory_node(
                 scope.namespace,
@@ -237,15 +275,28 @@ class MemoryWriter:
                     scope_keys=scope.as_dict(),
                 ),
             )
-            for p, _ in chosen
+            for p in chosen
         ]
         if nodes:
             self.graph.upsert_nodes(conn, nodes, now=now, overwrite=True)
-        for p, vector in chosen:
-            self.write_chunk(
-                conn, scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector
-            )
+        # One multi-row upsert per slice (the chunks' statement-level triggers run once per slice).
+        for part, vectors in slices:
+            writes = [
+                self.chunk_write(scope, p.memory_id, p.item.text, p.item.unique_tags(), p.item.source, vector)
+                for p, vector in zip(part, vectors.result(), strict=True)
+                if p.memory_id in inserted
+            ]
+            if writes:
+                self.chunks.replace_chunks_of_nodes(conn, writes)
         return inserted, refused
+
+    @staticmethod
+    def chunk_write(
+        scope: MemoryScope, key: str, text: str, tags: Sequence[str], source: str, vector: Any
+    ) -> tuple[NodeRef, list[ChunkWrite]]:
+        """The memory's node and its one chunk (chunk 0: the text and its vector)."""
+        node, meta = chunk_of(scope, key, text, tags, source)
+        return node, [ChunkWrite(0, "", text, np.asarray(vector, dtype=np.float32), meta)]
 
     def write_chunk(
         self,
@@ -257,13 +308,8 @@ class MemoryWriter:
         source: str,
         vector: Any,
     ) -> None:
-        node, meta = chunk_of(scope, key, text, tags, source)
-        self.chunks.replace_chunks(
-            conn,
-            node,
-            [ChunkWrite(0, "", text, np.asarray(vector, dtype=np.float32), meta)],
-            delete_beyond=True,
-        )
+        node, chunks = self.chunk_write(scope, key, text, tags, source, vector)
+        self.chunks.replace_chunks(conn, node, chunks, delete_beyond=True)
 
     # -- UpdateMemory --------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """RecallMemories, GetMemory, ListMemories (docs/explanation/memory-records.md). Transport free.
 
 Recall ranks the caller's memories by a weighted sum of similarity, recency and importance
-(`MemoryStore.recall`); the weights are data, one named preset per use (`RECALL_PRESETS`, chosen by
+(`MemoryStore.recall`; for an owner with many memories, over the nearest candidates of a vector index,
+`common.storage.memories.recall`); the weights are data, one named preset per use (`RECALL_PRESETS`, chosen by
 ``RecallMemoriesRequest.preset`` like ``SearchRequest.preset``):
 
     score = max(cosine(query, text), 0)
@@ -32,6 +33,7 @@ from common.kernel.page_tokens import decode_page_token as decode_token
 from common.kernel.page_tokens import encode_page_token as encode_token
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
+from common.storage.memories.recall import MemoryRecall
 from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights
 from common.text_models.embeddings.provider import QueryEncoder
 
@@ -111,6 +113,7 @@ class MemoryReader:
         self.database = database
         self.encoder = encoder
         self.store = MemoryStore(database.settings)
+        self.ranking = MemoryRecall(database.settings)
         self.graph = GraphStore(database)
 
     def get(self, scope: MemoryScope, key: str) -> MemoryRecord:
@@ -171,7 +174,9 @@ class MemoryReader:
         vector = self.encoder.encode_query(request.query)
         ensure_memory_label(self.database, self.graph)
         with self.database.connection() as conn:
-            stored = self.store.recall(conn, query, vector, RECALL_PRESETS[preset], limit=request.top_k or 10)
+            stored = self.ranking.recall(
+                conn, query, vector, RECALL_PRESETS[preset], limit=request.top_k or 10
+            ).memories
             records = [(s, record_of(s, query.now)) for s in stored]
             expanded: dict[str, tuple[MemoryRecord, ...]] = {}
             if request.expand_summaries:

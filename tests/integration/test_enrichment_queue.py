@@ -102,6 +102,8 @@ def test_jobs_retry_with_back_off_and_never_run_twice_at_once(fresh_database: Da
     try:
         assert queue.defer_due([("ns", "flaky", 1), ("ns", "broken", 1), ("ns", "steady", 1)]) == 3
         assert queue.defer_due([("ns", "steady", 2)]) == 0  # one job waits per memory (queueing lock)
+        # a batch holding a memory whose job waits: that one is skipped, nothing deferred twice
+        assert queue.defer_due([("ns", "broken", 2), ("ns", "steady", 3)]) == 0
     finally:
         queue.close()
     with queue.running(concurrency=3):

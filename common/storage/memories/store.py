@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.adapt import PyFormat
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import graph_label
@@ -49,6 +51,31 @@ UPDATABLE_COLUMNS = frozenset(
         "hidden",
     }
 )
+
+
+_INSERT_COLUMNS = (
+    ("namespace", "text"),
+    ("memory_id", "text"),
+    ("organization_id", "text"),
+    ("environment", "text"),
+    ("project_id", "text"),
+    ("user_id", "text"),
+    ("user_scope", "text"),
+    ("idempotency_key", "text"),
+    ("source", "text"),
+    ("event_type", "text"),
+    ("importance", "real"),
+    ("memory_type", "text"),
+    ("tier", "text"),
+    ("expires_at", "timestamptz"),
+    ("created_at", "timestamptz"),
+    ("updated_at", "timestamptz"),
+    ("last_used_at", "timestamptz"),
+    ("is_summary", "boolean"),
+    ("lossless", "boolean"),
+    ("parent_id", "text"),
+)
+"""The columns `MemoryStore.insert_rows` binds as arrays (all but ``tags``) and their types."""
 
 
 @dataclass(frozen=True)
@@ -151,52 +178,38 @@ class MemoryStore:
     # -- writes --------------------------------------------------------------------------------------
 
     def insert_rows(self, conn: psycopg.Connection[Any], rows: Sequence[MemoryRow]) -> set[str]:
-        """Inserts the rows that do not exist yet (``ON CONFLICT DO NOTHING``); returns the ids inserted."""
+        """Inserts the rows that do not exist yet (``ON CONFLICT DO NOTHING``); returns the ids inserted.
+
+        One statement for the whole batch (``unnest`` of one array per column; the tags of each row as a
+        JSON array, since a text[][] cannot be ragged): the statement-level triggers of the table (the
+        change feed) run once per batch, not once per row.
+        """
         if not rows:
             return set()
-        columns = [
-            "namespace",
-            "memory_id",
-            "organization_id",
-            "environment",
-            "project_id",
-            "user_id",
-            "user_scope",
-            "idempotency_key",
-            "source",
-            "event_type",
-            "tags",
-            "importance",
-            "memory_type",
-            "tier",
-            "expires_at",
-            "created_at",
-            "updated_at",
-            "last_used_at",
-            "is_summary",
-            "lossless",
-            "parent_id",
-        ]
+        columns = [name for name, _ in _INSERT_COLUMNS]
         statement = sql.SQL(
-            "INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT (namespace, memory_id) DO NOTHING"
-            " RETURNING memory_id"
+            "INSERT INTO {table} ({columns}, tags)"
+            " SELECT {values}, ARRAY(SELECT jsonb_array_elements_text(r.tags))"
+            " FROM unnest({arrays}, %(tags)b::jsonb[]) AS r({columns}, tags)"
+            " ON CONFLICT (namespace, memory_id) DO NOTHING RETURNING memory_id"
         ).format(
             table=self.table,
             columns=sql.SQL(", ").join(sql.Identifier(c) for c in columns),
-            values=sql.SQL(", ").join(sql.Placeholder(c) for c in columns),
+            values=sql.SQL(", ").join(sql.Identifier("r", c) for c in columns),
+            arrays=sql.SQL(", ").join(
+                sql.SQL("{}::{}[]").format(sql.Placeholder(name, PyFormat.BINARY), sql.SQL(kind))
+                for name, kind in _INSERT_COLUMNS
+            ),
         )
-        inserted: set[str] = set()
-        for row in rows:
-            params = {
-                **{name: getattr(row, name) for name in columns if hasattr(row, name)},
-                "tags": list(row.tags),
-                "updated_at": row.created_at,
-                "last_used_at": row.created_at,
-            }
-            found = conn.execute(statement, params).fetchone()
-            if found is not None:
-                inserted.add(str(found[0]))
-        return inserted
+        params: dict[str, Any] = {
+            name: [
+                row.created_at if name in ("updated_at", "last_used_at") else getattr(row, name)
+                for row in rows
+            ]
+            for name in columns
+        }
+        params["tags"] = [Jsonb(list(row.tags)) for row in rows]
+        return {str(found[0]) for found in conn.execute(statement, params).fetchall()}
 
     def existing_ids(
         self, conn: psycopg.Connection[Any], namespace: str, memory_ids: Sequence[str]
@@ -310,7 +323,9 @@ class MemoryStore:
 
     # -- reads ---------------------------------------------------------------------------------------
 
-    def _where(self, query: MemoryQuery, params: dict[str, Any], alias: str = "m") -> sql.Composable:
+    def where(self, query: MemoryQuery, params: dict[str, Any], alias: str = "m") -> sql.Composable:
+        """The conditions of ``query`` on the memories table aliased ``alias`` (values bound into
+        ``params``)."""
         column = lambda name: sql.Identifier(alias, name)
         conditions: list[sql.Composable] = [
             sql.SQL("{} = %(namespace)s").format(column("namespace")),
@@ -374,7 +389,7 @@ class MemoryStore:
         """One page of whole records, newest first (``created_at``, then ``memory_id``), after the keyset
         ``after`` (the last item of the previous page). ``oldest_first`` reverses the order."""
         params: dict[str, Any] = {"limit": limit}
-        where = self._where(query, params)
+        where = self.where(query, params)
         direction = sql.SQL("ASC" if oldest_first else "DESC")
         if after is not None:
             params.update(after_time=after[0], after_id=after[1])
@@ -397,6 +412,7 @@ class MemoryStore:
         weights: RecallWeights,
         *,
         limit: int,
+        candidates: Sequence[str] | None = None,
     ) -> list[StoredMemory]:
         """The best ``limit`` records of ``query`` by
 
@@ -407,6 +423,9 @@ class MemoryStore:
 
         (age from ``created_at`` to ``query.now``), exact over the owner's rows (the owner index narrows
         them first, then the distance is computed for those chunks only), best first.
+
+        ``candidates``: score only these ids (the approximate stage of `common.storage.memories.recall`;
+        every filter of ``query`` still applies); None scores every row of the owner.
         """
         params: dict[str, Any] = {
             "limit": limit,
@@ -416,7 +435,10 @@ class MemoryStore:
             "w_imp": weights.importance,
             "half_life": max(weights.half_life_days, 1e-6),
         }
-        where = self._where(query, params)
+        where = self.where(query, params)
+        if candidates is not None:
+            where = sql.SQL("{} AND m.memory_id = ANY(%(candidates)s)").format(where)
+            params["candidates"] = list(candidates)
         statement = sql.SQL(
             "WITH scored AS ("
             " SELECT m.memory_id,"

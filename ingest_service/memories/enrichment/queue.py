@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import procrastinate
@@ -202,7 +202,7 @@ class EnrichmentQueue:
             return 0
         return 1
 
-    def defer_due(self, due: Iterable[tuple[str, str, int]]) -> int:
+    def defer_due(self, due: Sequence[tuple[str, str, int]]) -> int:
         """Defers a job for each ``(namespace, memory_id, version)``: the ingest service's ``on_due`` hook
         after a memory's commit (`ingest_service.memories.writer.MemoryWriter`). Opens the app on first use.
         A memory with a job already waiting is skipped (that job runs first; the sweep enqueues the
@@ -216,6 +216,19 @@ class EnrichmentQueue:
                 the worker's sweep enqueues them).
         """
         self.open()
+        jobs = [
+            self._deferrer(namespace, memory_id).make_new_job(
+                namespace=namespace, memory_id=memory_id, version=int(version)
+            )
+            for namespace, memory_id, version in due
+        ]
+        if not jobs:
+            return 0
+        try:  # one statement for the batch (a commit per job cost AddMemories a round trip per memory)
+            self.app.job_manager.batch_defer_jobs(jobs)
+            return len(jobs)
+        except AlreadyEnqueued:
+            pass  # one of them has a job waiting; the statement wrote nothing: one by one, skipping those
         deferred = 0
         for namespace, memory_id, version in due:
             try:

@@ -1,0 +1,278 @@
+"""RecallMemories through the approximate stage (`common.storage.memories.recall`) on a database of its own.
+
+Two namespaces (projects) of real Debian upload texts: in ``near`` the owner holds 300 memories and a
+neighbour (another user) 150 memories with the same texts (the same vectors: were the owner filter not
+inside the index scan, they would be the nearest); in ``far`` the same owner id holds 500 memories
+with the same texts. The tenant indexes are synchronised as `cb index-tenants` does, with a threshold
+of 100: ``near`` (under half of the chunks) gets an HNSW index of its own, ``far`` (most of the table)
+is served by the table's index, so both index kinds are exercised. With ``memory_recall_exact_below``
+100 and 100 candidates per call (10 x top_k), every recall of the owner takes the approximate path.
+
+Proved: for 40 queries (sentences of other uploads) the approximate path's top 10 is the exact top 10
+(same ids, same order, through the real gRPC call too); hidden (lossy summary) and expired memories,
+the neighbour's, and the other namespace's never reach the candidates nor the results, even for a query
+that is their own text; AddMemories' batch semantics are unchanged (a retried batch writes nothing, an
+invalid item writes nothing while the valid ones are created, a key twice in one batch is a duplicate).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import (
+    memory_query_service_pb2,
+    memory_query_service_pb2_grpc,
+    memory_service_pb2,
+    memory_service_pb2_grpc,
+)
+
+from common.kernel.config import Settings
+from common.kernel.memory_names import memory_namespace
+from common.storage.chunks.tenant_vector_indexes import (
+    OWN_INDEX,
+    TABLE_INDEX,
+    TenantIndexRegistry,
+    TenantVectorIndexes,
+)
+from common.storage.database import Database
+from common.storage.memories.recall import APPROXIMATE, EXACT, MemoryRecall
+from common.storage.memories.store import MemoryQuery
+from common.storage.schema import migrations
+from common.text_models.embeddings.factory import build_embedding_provider
+from ingest_service.main import create_ingest_host
+from query_service.main import create_query_host
+from query_service.readers.memory_recall import RECALL_PRESETS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+UPLOADS = Path(__file__).resolve().parents[3] / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"
+NEAR, FAR = "recall-near", "recall-far"
+OWNER, NEIGHBOUR = "owner", "neighbour"
+QUERIES = 40
+
+
+def _texts() -> list[str]:
+    texts = []
+    for line in UPLOADS.open(encoding="utf-8"):
+        content = json.loads(line)["content"]
+        if 200 <= len(content) <= 4000:
+            texts.append(content)
+    return texts
+
+
+class Stubs:
+    def __init__(self, ingest: grpc.Channel, query: grpc.Channel) -> None:
+        self.write = memory_service_pb2_grpc.MemoryServiceStub(ingest)
+        self.read = memory_query_service_pb2_grpc.MemoryQueryServiceStub(query)
+
+    def add(self, user: str, project: str, items: list[dict[str, Any]]) -> memory_service_pb2.AddMemoriesResponse:
+        request = json_format.ParseDict({"memories": items, "userId": user}, memory_service_pb2.AddMemoriesRequest())
+        return self.write.AddMemories(request, timeout=300, metadata=(("x-project-id", project),))
+
+    def recall(self, user: str, project: str, query: str) -> list[str]:
+        request = memory_query_service_pb2.RecallMemoriesRequest(query=query, user_id=user, top_k=10, touch=False)
+        response = self.read.RecallMemories(request, timeout=60, metadata=(("x-project-id", project),))
+        return [r.memory.memory_id for r in response.memories]
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings) -> Iterator[dict[str, Any]]:
+    from tests.conftest import fresh_database
+
+    with fresh_database(settings) as fresh:
+        tuned = fresh.model_copy(
+            update={"memory_recall_exact_below": 100, "memory_recall_candidates": 10, "tenant_vector_index_min_rows": 100}
+        )
+        database = Database(tuned, prepare=migrations.apply)
+        migrations.apply(database)
+        ingest = create_ingest_host(tuned, address="127.0.0.1:0", metrics_port=0)
+        query = create_query_host(tuned, address="127.0.0.1:0", metrics_port=0)
+        ingest.start()
+        query.start()
+        channels = [grpc.insecure_channel(f"127.0.0.1:{host.port}") for host in (ingest, query)]
+        try:
+            for host in (ingest, query):
+                assert wait_for_serving(f"127.0.0.1:{host.port}", timeout=120)
+            stubs = Stubs(*channels)
+            texts = _texts()
+            ids: dict[tuple[str, str], list[str]] = {}
+            for user, project, count in ((OWNER, NEAR, 300), (NEIGHBOUR, NEAR, 150), (OWNER, FAR, 500)):
+                made: list[str] = []
+                for start in range(0, count, 100):
+                    items = [{"idempotencyKey": f"t{i}", "text": texts[i]} for i in range(start, min(count, start + 100))]
+                    made += [r.memory_id for r in stubs.add(user, project, items).results]
+                ids[(user, project)] = made
+            near_owner = ids[(OWNER, NEAR)]
+            # Hidden by a lossy summary: two of the owner's memories in `near`.
+            summary = stubs.write.SummarizeMemories(
+                memory_service_pb2.SummarizeMemoriesRequest(
+                    memory_ids=near_owner[:2], lossless=False, max_sentences=2, user_id=OWNER
+                ),
+                timeout=120,
+                metadata=(("x-project-id", NEAR),),
+            )
+            # Expired: a memory that is a copy of a stored text, with a one-second TTL.
+            (expiring,) = stubs.add(
+                OWNER, NEAR, [{"idempotencyKey": "expiring", "text": texts[2] + " (copy)", "ttl": "1s"}]
+            ).results
+            time.sleep(2.5)
+            changes = TenantVectorIndexes(tuned).synchronise(min_rows=100)
+            yield {
+                "settings": tuned,
+                "database": database,
+                "stubs": stubs,
+                "texts": texts,
+                "ids": ids,
+                "hidden": set(near_owner[:2]),
+                "summary": summary.summary.memory_id,
+                "expiring": expiring.memory_id,
+                "changes": changes,
+            }
+        finally:
+            for channel in channels:
+                channel.close()
+            ingest.stop(5)
+            query.stop(5)
+            database.close()
+
+
+def _query(project: str, user: str = OWNER) -> MemoryQuery:
+    return MemoryQuery(
+        namespace=memory_namespace("local", "development", project), user_id=user, now=datetime.now(UTC), tiers=("hot",)
+    )
+
+
+def test_both_index_kinds_serve_the_namespaces(world: dict[str, Any]) -> None:
+    database: Database = world["database"]
+    registry = TenantIndexRegistry(world["settings"], cache_seconds=0)
+    with database.connection() as conn:
+        assert registry.index_of(conn, memory_namespace("local", "development", NEAR)) == OWN_INDEX
+        assert registry.index_of(conn, memory_namespace("local", "development", FAR)) == TABLE_INDEX
+
+
+@pytest.mark.parametrize("project", [NEAR, FAR])
+def test_the_approximate_top_ten_is_the_exact_top_ten(world: dict[str, Any], project: str) -> None:
+    settings: Settings = world["settings"]
+    database: Database = world["database"]
+    stubs: Stubs = world["stubs"]
+    recall = MemoryRecall(settings)
+    encoder = build_embedding_provider(settings)
+    rng = random.Random(7)
+    queries = [" ".join(rng.choice(world["texts"][600:]).split()[:30]) for _ in range(QUERIES)]
+    same = 0
+    for text in queries:
+        vector = encoder.encode_query(text)
+        with database.connection() as conn:
+            approximate = recall.recall(conn, _query(project), vector, RECALL_PRESETS["balanced"], limit=10)
+            exact = recall.recall(conn, _query(project), vector, RECALL_PRESETS["balanced"], limit=10, exact=True)
+        assert approximate.path == APPROXIMATE and approximate.candidates == 100
+        assert exact.path == EXACT
+        approximate_ids = [m.row["memory_id"] for m in approximate.memories]
+        exact_ids = [m.row["memory_id"] for m in exact.memories]
+        assert len(exact_ids) == 10
+        same += approximate_ids == exact_ids
+        assert stubs.recall(OWNER, project, text) == approximate_ids  # the served path is this one
+    assert same >= QUERIES * 0.95, f"{same}/{QUERIES} queries with the exact top 10"
+
+
+def test_gone_and_foreign_memories_never_become_candidates(world: dict[str, Any]) -> None:
+    settings: Settings = world["settings"]
+    database: Database = world["database"]
+    stubs: Stubs = world["stubs"]
+    texts: list[str] = world["texts"]
+    ids = world["ids"]
+    recall = MemoryRecall(settings)
+    encoder = build_embedding_provider(settings)
+    gone = world["hidden"] | {world["expiring"]}
+    foreign = set(ids[(NEIGHBOUR, NEAR)]) | set(ids[(OWNER, FAR)])
+    # The texts of the hidden and expired memories themselves: their own vectors are the nearest.
+    for text in (texts[0], texts[1], texts[2] + " (copy)", texts[5]):
+        vector = encoder.encode_query(text)
+        with database.connection() as conn:
+            candidates = recall.candidates(conn, _query(NEAR), vector, 10)
+            assert candidates is not None and len(candidates) == 100
+            assert not set(candidates) & (gone | foreign)
+            assert set(candidates) <= set(ids[(OWNER, NEAR)]) | {world["summary"]}
+            # The control: without the liveness filters the hidden ones are there.
+            unfiltered = recall.candidates(
+                conn, replace(_query(NEAR), include_hidden=True, include_expired=True), vector, 10
+            )
+        assert unfiltered is not None
+        served = stubs.recall(OWNER, NEAR, text)
+        assert served and not set(served) & (gone | foreign)
+    with database.connection() as conn:
+        control = recall.candidates(
+            conn, replace(_query(NEAR), include_hidden=True, include_expired=True), encoder.encode_query(texts[0]), 10
+        )
+    assert control is not None and set(control) & world["hidden"]
+    # The neighbour, asking with the owner's texts, sees only its own memories.
+    for text in (texts[0], texts[3]):
+        with database.connection() as conn:
+            theirs = recall.candidates(conn, _query(NEAR, NEIGHBOUR), encoder.encode_query(text), 10)
+        assert theirs is not None and set(theirs) <= set(ids[(NEIGHBOUR, NEAR)])
+        assert set(stubs.recall(NEIGHBOUR, NEAR, text)) <= set(ids[(NEIGHBOUR, NEAR)])
+
+
+def test_a_small_owner_is_scored_exactly(world: dict[str, Any]) -> None:
+    settings: Settings = world["settings"].model_copy(update={"memory_recall_exact_below": 1000})
+    database: Database = world["database"]
+    recall = MemoryRecall(settings)
+    vector = build_embedding_provider(settings).encode_query(world["texts"][700])
+    with database.connection() as conn:
+        outcome = recall.recall(conn, _query(NEAR), vector, RECALL_PRESETS["balanced"], limit=10)
+    assert outcome.path == EXACT and len(outcome.memories) == 10
+
+
+def _counts(database: Database, namespace: str) -> tuple[int, int, int]:
+    with database.connection() as conn:
+        return tuple(  # type: ignore[return-value]
+            int(conn.execute(statement, (namespace,)).fetchone()[0])  # type: ignore[index]
+            for statement in (
+                "SELECT count(*) FROM memories WHERE namespace = %s",
+                "SELECT count(*) FROM chunks WHERE namespace = %s AND node_type = 'memory'",
+                "SELECT count(*) FROM graph_nodes WHERE namespace = %s AND node_type = 'memory'",
+            )
+        )
+
+
+def test_add_memories_batch_semantics_are_unchanged(world: dict[str, Any]) -> None:
+    database: Database = world["database"]
+    stubs: Stubs = world["stubs"]
+    texts: list[str] = world["texts"]
+    namespace = memory_namespace("local", "development", NEAR)
+    before = _counts(database, namespace)
+    # A retried batch: every item a duplicate with its id, nothing written.
+    retried = stubs.add(OWNER, NEAR, [{"idempotencyKey": f"t{i}", "text": texts[i]} for i in range(10, 20)])
+    assert [r.status for r in retried.results] == ["duplicate"] * 10
+    assert [r.memory_id for r in retried.results] == world["ids"][(OWNER, NEAR)][10:20]
+    assert _counts(database, namespace) == before
+    # A mixed batch: the invalid item fails and writes nothing, a key twice is one memory.
+    mixed = stubs.add(
+        OWNER,
+        NEAR,
+        [
+            {"idempotencyKey": "new-a", "text": texts[900]},
+            {"idempotencyKey": "bad", "text": texts[901], "importance": 7},
+            {"idempotencyKey": "new-a", "text": texts[900]},
+            {"idempotencyKey": "new-b", "text": texts[902]},
+        ],
+    )
+    assert [r.status for r in mixed.results] == ["created", "failed", "duplicate", "created"]
+    assert mixed.results[1].memory_id == "" and mixed.results[1].field_violations
+    assert mixed.results[2].memory_id == mixed.results[0].memory_id
+    assert _counts(database, namespace) == tuple(count + 2 for count in before)
+    # An all-invalid batch changes nothing.
+    invalid = stubs.add(OWNER, NEAR, [{"idempotencyKey": "bad-2", "text": ""}])
+    assert [r.status for r in invalid.results] == ["failed"]
+    assert _counts(database, namespace) == tuple(count + 2 for count in before)
