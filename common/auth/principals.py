@@ -193,7 +193,7 @@ class Principal:
         allowed_scopes: visibility scopes (``workspace:x``, ``principal:y``) the caller may see.
         pii_clearance: may receive personal data unmasked.
         authenticated: False only for the development principal (auth off, loopback only).
-        organization_id: memory scope (docs/explanation/memory-records.md): the tenant of the token; empty
+        organization_id: memory scope (docs/how-to/memory-records.md): the tenant of the token; empty
         when it has none. environment: memory scope: development | staging | production; empty when none.
         user_id: memory scope: the user the token acts for; empty when none.
     """

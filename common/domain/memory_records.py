@@ -1,4 +1,4 @@
-"""Memory records as plain values, and the enrichment hook (docs/explanation/memory-records.md).
+"""Memory records as plain values, and the enrichment hook (docs/how-to/memory-records.md).
 
 `MemoryRecord` is what both services hand to their transports: the row of the memories table
 (`common.storage.memories.store`) joined with the props of the memory's node. `MemoryEnrichment` is the
@@ -38,7 +38,7 @@ ENRICHMENT_FIELDS = ("key_points", "insights", "entities", "topics")
 """Node props the enrichment fills (lists of strings)."""
 
 MEMORY_TYPES = ("fact", "event", "decision", "insight", "narrative", "analysis", "reference")
-"""docs/explanation/memory-records.md memory types (stored lower case; "" = not known yet)."""
+"""docs/how-to/memory-records.md memory types (stored lower case; "" = not known yet)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def memory_node(namespace: str, memory_id: str, props: dict[str, Any], source_pa
 
 @dataclass(frozen=True)
 class EnrichmentFields:
-    """What one enrichment job found for one version (docs/explanation/memory-records.md).
+    """What one enrichment job found for one version (docs/how-to/memory-records.md).
 
     Attributes:
         key_points: concrete, atomic facts extracted from the text.

@@ -1,4 +1,4 @@
-"""The scope a memory request acts in (docs/explanation/memory-records.md).
+"""The scope a memory request acts in (docs/how-to/memory-records.md).
 
 organization_id, environment and user_id come from the caller's token (`Principal`), project_id from the
 ``x-project-id`` request metadata; a request body never sets them. `resolve_memory_scope` turns a caller,
@@ -28,7 +28,7 @@ PROJECT_METADATA = "x-project-id"
 
 @dataclass(frozen=True)
 class MemoryScope:
-    """The four scope keys (docs/explanation/memory-records.md) and what they map to.
+    """The four scope keys (docs/how-to/memory-records.md) and what they map to.
 
     Attributes:
         organization_id: tenant (token).
@@ -58,7 +58,7 @@ class MemoryScope:
         return Visibility.of_scopes([self.owner_scope])
 
     def as_dict(self) -> dict[str, str]:
-        """The four keys by their docs/explanation/memory-records.md names."""
+        """The four keys by their docs/how-to/memory-records.md names."""
         return {
             "organization_id": self.organization_id,
             "environment": self.environment,

@@ -1,7 +1,7 @@
-"""Names of memory records (docs/explanation/memory-records.md; docs/explanation/knowledge-model.md style).
+"""Names of memory records (docs/how-to/memory-records.md; docs/explanation/knowledge-model.md style).
 
 A memory lives in one namespace per organisation, environment and project, so that every query on it is
-physically scoped (docs/explanation/memory-records.md: a collection per ``org/env/project``), and carries the
+physically scoped (docs/how-to/memory-records.md: a collection per ``org/env/project``), and carries the
 visibility scope of its owner, so that inside the namespace one user never sees another's memories:
 
 * namespace: ``"org:<organization_id>:env:<environment>"`` plus ``":proj:<project_id>"`` when the request
@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 ENVIRONMENTS: tuple[str, ...] = ("development", "staging", "production")
-"""docs/explanation/memory-records.md: the environments of an API key."""
+"""docs/how-to/memory-records.md: the environments of an API key."""
 
 ORGANIZATION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,39}$")
 PROJECT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$")

@@ -1,4 +1,4 @@
-"""SummarizeMemories: summary records and their lineage (docs/explanation/memory-records.md).
+"""SummarizeMemories: summary records and their lineage (docs/how-to/memory-records.md).
 
 A group of the caller's memories (by ids, or by a filter) becomes one summary record: ``is_summary``,
 ``parent_id`` = the group id, ``summarized_ids`` = the originals (node props, and LINKS_TO edges from the

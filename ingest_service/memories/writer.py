@@ -1,4 +1,4 @@
-"""AddMemories, UpdateMemory, DeleteMemory (docs/explanation/memory-records.md). Transport free.
+"""AddMemories, UpdateMemory, DeleteMemory (docs/how-to/memory-records.md). Transport free.
 
 A memory is written as the knowledge model's parts, in ONE transaction per call:
 
@@ -108,7 +108,7 @@ class _Prepared:
 def chunk_of(
     scope: MemoryScope, memory: str, text: str, tags: Sequence[str], source: str
 ) -> tuple[NodeRef, dict[str, Any]]:
-    """The chunk's owner and meta of a memory (recall-time payload of docs/explanation/memory-records.md)."""
+    """The chunk's owner and meta of a memory (recall-time payload of docs/how-to/memory-records.md)."""
     node = NodeRef(
         namespace=scope.namespace,
         node_key=memory,

@@ -26,7 +26,7 @@ from memory_service_tools.cli.rpc_output import call_and_print, memory_client
 from memory_service_tools.cli.terminal import err, out
 
 memory_app = typer.Typer(
-    help="Memory records (docs/explanation/memory-records.md): add, recall, read, summarise, maintain.", no_args_is_help=True
+    help="Memory records (docs/how-to/memory-records.md): add, recall, read, summarise, maintain.", no_args_is_help=True
 )
 
 ProjectOption = Annotated[str, typer.Option("--project", help="project (sent as x-project-id); empty: none")]

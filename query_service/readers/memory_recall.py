@@ -1,4 +1,4 @@
-"""RecallMemories, GetMemory, ListMemories (docs/explanation/memory-records.md). Transport free.
+"""RecallMemories, GetMemory, ListMemories (docs/how-to/memory-records.md). Transport free.
 
 Recall ranks the caller's memories by a weighted sum of similarity, recency and importance
 (`MemoryStore.recall`; for an owner with many memories, over the nearest candidates of a vector index,
@@ -11,7 +11,7 @@ Recall ranks the caller's memories by a weighted sum of similarity, recency and 
 Recency and importance scale how related a memory is to the query (the "important" preset at most
 doubles it): they order related memories and never lift an unrelated one over a related one.
 
-Until the enrichment has run, nothing else is needed (docs/explanation/memory-records.md: "retrieval works
+Until the enrichment has run, nothing else is needed (docs/how-to/memory-records.md: "retrieval works
 purely on vector similarity + recency"). Only the requested tiers (default hot), never expired memories nor
 originals hidden by a lossy summary; a lossless summary can be expanded into its originals. The returned
 memories are touched (last recall, count, back to hot) on the primary.
@@ -40,7 +40,7 @@ from common.text_models.embeddings.provider import QueryEncoder
 RECALL_PRESETS: Mapping[str, RecallWeights] = {
     # What most turns want: relevant first, fresher and more important ones a little ahead.
     "balanced": RecallWeights(similarity=0.7, recency=0.15, importance=0.15, half_life_days=30.0),
-    # Pure semantic similarity (docs/explanation/memory-records.md: before enrichment, similarity + recency).
+    # Pure semantic similarity (docs/how-to/memory-records.md: before enrichment, similarity + recency).
     "similarity": RecallWeights(similarity=1.0, recency=0.0, importance=0.0, half_life_days=30.0),
     # The latest context of a conversation: a week's half-life weighs heavily.
     "recent": RecallWeights(similarity=0.4, recency=0.5, importance=0.1, half_life_days=7.0),

@@ -1,4 +1,4 @@
-"""Asynchronous enrichment end to end (docs/explanation/memory-records.md): AddMemories over
+"""Asynchronous enrichment end to end (docs/how-to/memory-records.md): AddMemories over
 gRPC -> the real procrastinate worker (in this process, `EnrichmentQueue.running`) -> GetMemory shows the
 fields, the entities are graph nodes linked to the memory (MENTIONS, evidence ``extracted``) that only the
 memory's owner sees, through Search, CompileContext and ListFacts.
@@ -247,7 +247,7 @@ def test_added_memories_are_enriched_by_the_worker(world: World) -> None:
     assert fact.memory_type == memory_record_pb2.MEMORY_TYPE_FACT
     assert 0.0 < fact.quality_score <= 1.0
     incident = world.get(world.owner, incident_id)
-    assert list(incident.entities)[:2] == ["Customer 8821", "MFA"]  # the example of docs/explanation/memory-records.md
+    assert list(incident.entities)[:2] == ["Customer 8821", "MFA"]  # the example of docs/how-to/memory-records.md
     assert incident.memory_type == memory_record_pb2.MEMORY_TYPE_EVENT
     # the incident's job failed once (FlakyEnricher) and was retried: two tries, one success
     jobs = {memory_id: (status, attempts) for memory_id, status, attempts in _jobs(world)}

@@ -1,4 +1,4 @@
-"""Hidden and expired memories reach no read RPC but Recall (docs/explanation/memory-records.md).
+"""Hidden and expired memories reach no read RPC but Recall (docs/how-to/memory-records.md).
 
 Four memories of one user in a namespace of their own (a fresh project), all naming Customer 8821 and a
 marker word, enriched by the real enrichment job (so each has ``MENTIONS`` facts to the entity

@@ -1,4 +1,4 @@
-"""Memory records end to end (docs/explanation/memory-records.md worked examples): real servers, real
+"""Memory records end to end (docs/how-to/memory-records.md worked examples): real servers, real
 database, real embedder.
 
 The session's servers run in development mode (scope local/development; a request's user_id selects the

@@ -1,5 +1,5 @@
 """A hostile user attacks the memory write paths; no read RPC derives anything of it for another user
-(docs/explanation/memory-records.md).
+(docs/how-to/memory-records.md).
 
 One organisation with the victim ``ub`` and the attacker ``ua``, and an outsider of another organisation
 whose user id is also ``ub`` (the same user id in another tenant). Every memory names the same entity

@@ -32,7 +32,17 @@ QUIET = {"DISABLE_MKDOCS_2_WARNING": "true", "NO_MKDOCS_2_WARNING": "1"}
 
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--config-file",
+            str(config),
+            "--site-dir",
+            str(site),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -71,13 +81,17 @@ def test_every_rpc_and_message_of_the_protos_is_on_its_reference_page(site: Path
     checked = 0
     rpcs_in_source = 0
     for proto in sorted((ROOT / "protos" / "memory" / "v1").glob("*.proto")):
-        importlib.import_module(f"memory_service_grpc_client.memory.v1.{proto.stem}_pb2")  # registers the file in the default pool
+        importlib.import_module(
+            f"memory_service_grpc_client.memory.v1.{proto.stem}_pb2"
+        )  # registers the file in the default pool
         rpcs_in_source += len(re.findall(r"^\s*rpc\s", proto.read_text(encoding="utf-8"), flags=re.MULTILINE))
         file = pool.FindFileByName(f"memory/v1/{proto.name}")
         html = page(site, f"reference/grpc/{proto.stem}")
         for service in file.services_by_name.values():
             for method in service.methods:
-                assert f'id="memory-v1-{service.name.lower()}-{method.name.lower()}"' in html, method.full_name
+                assert f'id="memory-v1-{service.name.lower()}-{method.name.lower()}"' in html, (
+                    method.full_name
+                )
                 checked += 1
         for message in file.message_types_by_name.values():
             assert f'id="memory-v1-{message.name.lower()}"' in html, message.full_name
@@ -115,7 +129,11 @@ def test_every_cli_command_is_on_the_cli_page(site: Path) -> None:
 
 def test_every_setting_is_in_the_configuration_table(site: Path) -> None:
     html = page(site, "reference/configuration")
-    missing = [f"CB_{name.upper()}" for name in Settings.model_fields if f"<code>CB_{name.upper()}</code>" not in html]
+    missing = [
+        f"CB_{name.upper()}"
+        for name in Settings.model_fields
+        if f"<code>CB_{name.upper()}</code>" not in html
+    ]
     assert not missing
 
 
@@ -173,7 +191,9 @@ def reasons_documented() -> set[str]:
 def test_every_error_reason_raised_in_code_is_documented() -> None:
     raised = reasons_raised_in_code()
     assert {"INVALID_ARGUMENT", "SCOPE_NOT_ALLOWED", "DATABASE_TIMEOUT"} <= set(raised)  # the scan finds them
-    undocumented = {reason: sorted(paths) for reason, paths in raised.items() if reason not in reasons_documented()}
+    undocumented = {
+        reason: sorted(paths) for reason, paths in raised.items() if reason not in reasons_documented()
+    }
     assert not undocumented, f"add these to docs/reference/errors.md: {undocumented}"
 
 
@@ -187,3 +207,27 @@ def test_the_readme_stays_short_and_points_at_the_docs() -> None:
     assert len(readme.splitlines()) <= 200
     for needle in ("make run", "make test", "make docs-serve", "docs/tutorials/first-memory.md"):
         assert needle in readme
+
+
+# A page the code points at: ``docs/how-to/memory-records.md`` in a docstring, comment or proto comment.
+DOCS_PAGE = re.compile(r"\bdocs/(?:[a-z0-9-]+/)*[a-z0-9-]+\.md\b")
+# Shipped migrations are never edited (their text is part of the schema's history).
+FROZEN = re.compile(r"^common/storage/sql/\d{4}_.*\.sql$")
+
+
+def test_every_docs_page_the_code_names_exists() -> None:
+    names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # pages the docs/gen_*.py scripts write at build time (mkdocs-gen-files) exist only in the site
+    generated = {
+        page for script in (ROOT / "docs").glob("gen_*.py") for page in DOCS_PAGE.findall(script.read_text())
+    }
+    missing = []
+    for name in names.splitlines():
+        if not name.endswith((".py", ".proto", ".sql", ".yaml", ".toml")) or FROZEN.match(name):
+            continue
+        if name.startswith(("tests/", "clients/go/", "clients/typescript/")):
+            continue  # tests name made-up vault paths; the other clients are generated from the protos
+        text = (ROOT / name).read_text(encoding="utf-8", errors="replace")
+        pages = set(DOCS_PAGE.findall(text)) - generated
+        missing += [f"{name}: {page}" for page in sorted(pages) if not (ROOT / page).is_file()]
+    assert not missing, missing

@@ -1,4 +1,4 @@
-"""The rule enricher on real texts (docs/explanation/memory-records.md and its two worked
+"""The rule enricher on real texts (docs/how-to/memory-records.md and its two worked
 examples, debian changelog entries of the corpus, a Russian text) and the documented rules themselves."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def keys(enrichment: Enrichment) -> list[str]:
 
 def test_seed_fact(enricher: RuleEnricher) -> None:
     result = enricher.enrich(MemoryText(SEED_FACT, tags=("preference", "ui")))
-    assert result.memory_type == "fact"  # the documented example's label (docs/explanation/memory-records.md)
+    assert result.memory_type == "fact"  # the documented example's label (docs/how-to/memory-records.md)
     assert keys(result) == ["person:Alice"]
     assert result.key_points == (SEED_FACT,)
     assert "dark mode" in result.topics and "concise replies" in result.topics

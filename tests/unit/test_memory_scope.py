@@ -1,4 +1,4 @@
-"""Memory scope, names and rights (docs/explanation/memory-records.md)."""
+"""Memory scope, names and rights (docs/how-to/memory-records.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_the_namespace_formula_and_its_base() -> None:
     assert memory_base_namespace("org:acme:env:production:proj:prj-support") == "org:acme:env:production"
     assert memory_base_namespace("org:acme:env:production") == "org:acme:env:production"
     assert memory_base_namespace("debian") is None
-    assert memory_base_namespace("org:acme:env:qa:proj:x") is None  # not an environment of docs/explanation/memory-records.md
+    assert memory_base_namespace("org:acme:env:qa:proj:x") is None  # not an environment of docs/how-to/memory-records.md
 
 
 def test_the_memory_id_formula() -> None:

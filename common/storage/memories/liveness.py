@@ -1,4 +1,4 @@
-"""Which memories derived things may show: the liveness predicates (docs/explanation/memory-records.md).
+"""Which memories derived things may show: the liveness predicates (docs/how-to/memory-records.md).
 
 A memory is *gone for reading* while it is hidden by a lossy summary (``memories.hidden``) or past its
 ``expires_at`` (the expiry sweep deletes it only after a grace period, `ingest_service.memories.maintenance`,

@@ -1,7 +1,7 @@
 """The per-user memory quota's statements ("quotas see only memories that match all four").
 
 What counts is a user's *live* rows of the memories table within one full scope: organisation,
-environment, project and user (exactly the four keys of docs/explanation/memory-records.md nothing else), not
+environment, project and user (exactly the four keys of docs/how-to/memory-records.md nothing else), not
 expired at the instant given, and not summaries (a summary is derived by SummarizeMemories, not added; the
 originals it covers stay stored and keep counting, also when a lossy summary hides them). An expired row that
 the sweep has not removed yet no longer counts: it is gone for its owner (hidden from recall and lists).

@@ -1,5 +1,5 @@
 """RecallMemories at scale: an approximate nearest-neighbour stage, then the exact score of its candidates
-(docs/explanation/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md).
+(docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md).
 
 Scoring every row of an owner (`MemoryStore.recall` without candidates) reads each row's chunk and
 its 2 KB vector: 76/84 ms p50/p95 for 5,000 memories per owner, growing with the owner's count. For an

@@ -1,4 +1,4 @@
-"""The memories table (migration 0015; docs/explanation/memory-records.md): every SQL statement on it.
+"""The memories table (migration 0015; docs/how-to/memory-records.md): every SQL statement on it.
 
 A memory is the node ``(namespace, memory_id)`` of type ``memory`` (label ``n_memory``) with its text as
 chunk 0 of ``{chunks}``; this table is its narrow index row (scope, importance, tier, expiry, lineage,

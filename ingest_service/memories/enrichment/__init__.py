@@ -1,4 +1,4 @@
-"""Asynchronous enrichment of memories (docs/explanation/memory-records.md).
+"""Asynchronous enrichment of memories (docs/how-to/memory-records.md).
 
 Pure extraction (no database, no gRPC) behind one interface, `model.Enricher`: `rule_enricher.RuleEnricher`
 (registry-shipped language models and documented rules, the default) and `llm_enricher.LlmEnricher`

@@ -1,4 +1,4 @@
-"""The entities of a memory (docs/explanation/memory-records.md: people, organisations, products, ids), from
+"""The entities of a memory (docs/how-to/memory-records.md: people, organisations, products, ids), from
 three sources, merged in this order (the first source naming a natural key wins):
 
 1. ``pack``: the identifiers of the namespace's domain packs (``kinds[].idPatterns``, RE2, through

@@ -1,5 +1,5 @@
 """One enrichment job: one version of one memory through an `Enricher` into its node, its row and the
-graph (docs/explanation/memory-records.md). Run by the worker (`ingest_service.memories.enrichment.queue`).
+graph (docs/how-to/memory-records.md). Run by the worker (`ingest_service.memories.enrichment.queue`).
 
 `EnrichmentJob.run(namespace, memory_id, version)`:
 

@@ -1,4 +1,4 @@
-"""What enrichment produces (docs/explanation/memory-records.md) and the one interface every enricher has.
+"""What enrichment produces (docs/how-to/memory-records.md) and the one interface every enricher has.
 
 An enricher is pure: text in, `Enrichment` out; no database, no gRPC. The worker
 (`ingest_service.memories.enrichment.jobs`) writes the result into the memory and the graph.
@@ -12,7 +12,7 @@ from typing import Protocol
 from common.packs.kind_validation import NamespaceKinds
 
 MEMORY_TYPES = ("fact", "event", "decision", "insight", "narrative", "analysis", "reference")
-"""The memory types (docs/explanation/memory-records.md)."""
+"""The memory types (docs/how-to/memory-records.md)."""
 
 ENTITY_KINDS = ("person", "organization", "location", "product", "identifier")
 """Entity kinds: the node type of the entity's natural key (``person:Alice``), or a pack kind."""
@@ -45,7 +45,7 @@ class Entity:
 
 @dataclass(frozen=True)
 class Enrichment:
-    """The semantic fields of one memory (docs/explanation/memory-records.md), all derived from its text.
+    """The semantic fields of one memory (docs/how-to/memory-records.md), all derived from its text.
 
     Attributes:
         key_points: concrete, atomic statements of the text (key sentences), in text order.

@@ -1,5 +1,5 @@
 """The documented rules of enrichment: insights, memory_type and quality_score
-(docs/explanation/memory-records.md "Semantic enrichment"), over the sentences, entities and key points
+(docs/how-to/memory-records.md "Semantic enrichment"), over the sentences, entities and key points
 already found. Cues are whole words or phrases (a stem written ``word*`` matches at a word start),
 case-insensitive, English and Russian; the lists below are the whole rule.
 

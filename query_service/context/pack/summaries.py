@@ -1,5 +1,5 @@
 """CompileContext's ``summary`` rule (docs/explanation/retrieval.md): a
-summary memory (``is_summary``, lossy or lossless; docs/explanation/memory-records.md) is a candidate of its
+summary memory (``is_summary``, lossy or lossless; docs/how-to/memory-records.md) is a candidate of its
 own rule, and never shares the pack with the originals it covers. Transport free.
 
 1. **Candidates.** A hit that is a summary memory (its node's provenance names ``summarized_ids``) keeps

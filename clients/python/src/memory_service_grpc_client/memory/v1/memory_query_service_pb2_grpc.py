@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class MemoryQueryServiceStub:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
@@ -55,7 +55,7 @@ class MemoryQueryServiceStub:
 
 
 class MemoryQueryServiceServicer:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
@@ -121,7 +121,7 @@ def add_MemoryQueryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryQueryService:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """

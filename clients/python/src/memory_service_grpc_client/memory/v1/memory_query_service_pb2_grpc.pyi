@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class MemoryQueryServiceStub:
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
@@ -61,7 +61,7 @@ class MemoryQueryServiceStub:
 
 @_typing.type_check_only
 class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """
@@ -91,7 +91,7 @@ class MemoryQueryServiceAsyncStub(MemoryQueryServiceStub):
     """
 
 class MemoryQueryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Memory records, read side (docs/explanation/memory-records.md). Served by query_service. Scope as in
+    """Memory records, read side (docs/how-to/memory-records.md). Served by query_service. Scope as in
     MemoryService: organisation, environment and user from the token, project from `x-project-id`; a request
     naming another user is PERMISSION_DENIED. Reads never see another scope's memories, chunks or entities.
     """

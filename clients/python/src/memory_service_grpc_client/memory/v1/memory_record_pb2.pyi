@@ -38,7 +38,7 @@ class _MemoryTierEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryTier
 
 class MemoryTier(_MemoryTier, metaclass=_MemoryTierEnumTypeWrapper):
     """Messages shared by MemoryService (write side) and MemoryQueryService (read side): the memory record of
-    docs/explanation/memory-records.md mapped onto the knowledge model (docs/explanation/memory-records.md). A
+    docs/how-to/memory-records.md mapped onto the knowledge model (docs/how-to/memory-records.md). A
     memory is a graph node of type "memory" whose text is one chunk (embedded like every chunk), whose semantic
     fields are node properties, and whose filterable columns (scope, importance, tier, expiry, lineage) are a
     row of the `memories` table (migration 0015). See docs/explanation/architecture.md "The path of a memory".
@@ -82,7 +82,7 @@ class _MemoryTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryType
     """A pointer to a document, link or resource."""
 
 class MemoryType(_MemoryType, metaclass=_MemoryTypeEnumTypeWrapper):
-    """Kind of a memory (docs/explanation/memory-records.md: memory_type). Set by the caller or, when unset, by
+    """Kind of a memory (docs/how-to/memory-records.md: memory_type). Set by the caller or, when unset, by
     the asynchronous enrichment.
     """
 
@@ -106,7 +106,7 @@ Global___MemoryType: _TypeAlias = MemoryType  # noqa: Y015
 
 @_typing.final
 class MemoryScope(_message.Message):
-    """The four authoritative scope keys of a memory (docs/explanation/memory-records.md). organization_id,
+    """The four authoritative scope keys of a memory (docs/how-to/memory-records.md). organization_id,
     environment and user_id come from the caller's token, project_id from the `x-project-id` request
     metadata; they are never taken from a request body. They map onto the namespace
     "org:<organization_id>:env:<environment>[:proj:<project_id>]" (one namespace per project, one project
@@ -148,7 +148,7 @@ Global___MemoryScope: _TypeAlias = MemoryScope  # noqa: Y015
 
 @_typing.final
 class Memory(_message.Message):
-    """A memory record (docs/explanation/memory-records.md). Output of every read; the fields a caller can write
+    """A memory record (docs/how-to/memory-records.md). Output of every read; the fields a caller can write
     are those of NewMemory.
     """
 
@@ -246,18 +246,18 @@ class Memory(_message.Message):
 
     @_builtins.property
     def expire_time(self) -> _timestamp_pb2.Timestamp:
-        """When the memory expires (expires_at, docs/explanation/memory-records.md); absent: never. After it, recall
+        """When the memory expires (expires_at, docs/how-to/memory-records.md); absent: never. After it, recall
         and lists hide the memory; GetMemory still returns it with `expired` true until the sweep removes it
         (CB_MEMORY_EXPIRY_GRACE_HOURS later).
         """
 
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
-        """First stored (created_at, docs/explanation/memory-records.md)."""
+        """First stored (created_at, docs/how-to/memory-records.md)."""
 
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp:
-        """Last changed by a write or by the enrichment (updated_at, docs/explanation/memory-records.md)."""
+        """Last changed by a write or by the enrichment (updated_at, docs/how-to/memory-records.md)."""
 
     @_builtins.property
     def last_recall_time(self) -> _timestamp_pb2.Timestamp:
@@ -265,7 +265,7 @@ class Memory(_message.Message):
 
     @_builtins.property
     def key_points(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Enrichment (docs/explanation/memory-records.md): concrete, atomic facts extracted from the text."""
+        """Enrichment (docs/how-to/memory-records.md): concrete, atomic facts extracted from the text."""
 
     @_builtins.property
     def insights(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

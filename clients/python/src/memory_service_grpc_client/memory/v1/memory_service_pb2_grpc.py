@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class MemoryServiceStub:
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`
@@ -65,7 +65,7 @@ class MemoryServiceStub:
 
 
 class MemoryServiceServicer:
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`
@@ -156,7 +156,7 @@ def add_MemoryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryService:
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`

@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class MemoryServiceStub:
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`
@@ -77,7 +77,7 @@ class MemoryServiceStub:
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`
@@ -123,7 +123,7 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Memory records, write side (docs/explanation/memory-records.md). Served by ingest_service.
+    """Memory records, write side (docs/how-to/memory-records.md). Served by ingest_service.
 
     Scope: every request acts in the caller's scope (MemoryScope): organization_id, environment and user_id
     of the token (tokens file `organization`, `environment`, `user`), project_id of the `x-project-id`
