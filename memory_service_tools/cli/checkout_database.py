@@ -31,6 +31,13 @@ def checkout_database_name(root: Path) -> str:
     return f"cb_{stem}_{digest}"
 
 
+def checkout_database_url(server_url: str, name: str = "") -> str:
+    """The URL of database ``name`` (by default this checkout's, `checkout_database_name`) on the server
+    of ``server_url``: what `cb up` gives the services, and what `cb health` checks."""
+    name = name or checkout_database_name(checkout_root())
+    return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+
+
 def ensure_checkout_database(server_url: str, name: str) -> tuple[str, bool]:
     """Creates database ``name`` on the server of ``server_url`` when it does not exist yet.
 
@@ -41,4 +48,4 @@ def ensure_checkout_database(server_url: str, name: str) -> tuple[str, bool]:
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return urlunsplit(urlsplit(server_url)._replace(path=f"/{name}")), not exists
+    return checkout_database_url(server_url, name), not exists

@@ -11,7 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from common.kernel.config import Settings
+from common.kernel.config import EMBEDDED_DATABASE_URL, Settings
+from memory_service_tools.cli.checkout_database import checkout_database_url
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.option_types import JsonOption
 from memory_service_tools.cli.terminal import out
@@ -73,7 +74,8 @@ def health(
         bool,
         typer.Option(
             "--database/--no-database",
-            help="also connect to CB_DATABASE_URL (skip where the CLI cannot reach the database)",
+            help="also connect to CB_DATABASE_URL (on the embedded server: this checkout's database, as `cb up`"
+            " uses it; skip where the CLI cannot reach the database)",
         ),
     ] = True,
 ) -> None:
@@ -97,10 +99,14 @@ def health(
                 {"component": name, "address": address, "state": health_status(channel, timeout=timeout)}
             )
     if database:
-        reached, reason = _database_state(settings.database_url, timeout)
-        rows.append(
-            {"component": "database", "address": _without_password(settings.database_url), "state": reached}
+        # on the embedded server the services of `cb up` use this checkout's own database
+        url = (
+            checkout_database_url(settings.database_url)
+            if settings.database_url == EMBEDDED_DATABASE_URL
+            else settings.database_url
         )
+        reached, reason = _database_state(url, timeout)
+        rows.append({"component": "database", "address": _without_password(url), "state": reached})
         if reason:
             rows[-1]["detail"] = reason
         rows.extend(_replica_rows(settings, timeout))

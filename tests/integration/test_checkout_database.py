@@ -54,3 +54,22 @@ def test_the_database_is_created_once_on_the_server(settings) -> None:  # type: 
     finally:
         with psycopg.connect(server, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_cb_health_checks_the_database_cb_up_gives_this_checkout(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A second shell without CB_DATABASE_URL: the health check looks at this checkout's development
+    database on the embedded server, not at the server's default database."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from memory_service_tools.cli.app import app
+
+    monkeypatch.delenv("CB_DATABASE_URL", raising=False)
+    monkeypatch.delenv("CB_READ_DATABASE_URL", raising=False)
+    result = CliRunner().invoke(
+        app,
+        ["--ingest-addr", "127.0.0.1:1", "--query-addr", "127.0.0.1:1", "health", "--json", "--timeout", "1"],
+    )
+    rows = {row["component"]: row for row in json.loads(result.stdout)["components"]}
+    assert f"dbname={checkout_database_name(checkout_root())}" in rows["database"]["address"], rows
