@@ -29,6 +29,7 @@ from query_service.context.pack.items import (
     DroppedCandidate,
     Selection,
 )
+from query_service.context.pack.participants import named_participants, names_participant, without_names
 from query_service.context.pack.request import (
     ContextRequest,
     context_request_violations,
@@ -195,7 +196,8 @@ class ContextCompiler(PackCompiler):
                 recent_limit=config.recent_limit,
                 visibility=request.visibility,
             )
-        turns = conversation.turns
+        turns = dict(conversation.turns)
+        participant_hits = self._participant_round(request, as_of, turns)
         scores: dict[str, float] = {}
         origin_score: dict[str, float] = {}
         for place, hit in enumerate(hits):
@@ -214,6 +216,26 @@ class ContextCompiler(PackCompiler):
                     shown,
                     score=score,
                     selection=Selection(HIT, "found by hybrid search", hit_components(hit, best, place + 1)),
+                    metadata=hit.provenance.metadata,
+                    source_path=hit.provenance.source_path,
+                )
+            )
+        for place, hit in enumerate(participant_hits):
+            score = min(1.0, hit.score / best) * config.participant_round_weight
+            key = chunk_key(hit.chunk)
+            scores[key] = max(score, scores.get(key, 0.0))
+            pool.add(
+                chunk_candidate(
+                    hit.chunk,
+                    _turn_of(hit.chunk.node_key, turns),
+                    shown,
+                    score=score,
+                    selection=Selection(
+                        HIT,
+                        "found by hybrid search among the turns of a participant the query names",
+                        hit_components(hit, best, place + 1)
+                        | {"participant_round_weight": config.participant_round_weight},
+                    ),
                     metadata=hit.provenance.metadata,
                     source_path=hit.provenance.source_path,
                 )
@@ -263,6 +285,55 @@ class ContextCompiler(PackCompiler):
                 )
         return scores
 
+    def _participant_round(
+        self, request: ContextRequest, as_of: datetime, turns: dict[str, EpisodeTurn]
+    ) -> list[SearchHit]:
+        """The second retrieval round: for each participant of the first round's ``turns`` that the query
+        names (at most ``participant_round_limit``), the best ``participant_round_hits`` of that
+        participant's turns for the query without the name (`query_service.context.pack.participants`);
+        the turns of those hits are added to ``turns``. A question about a person is answered by what that
+        person said, often in words the question does not use; among everyone's turns those rank low.
+
+        Raises:
+            Unavailable: the database cannot be reached.
+        """
+        config = self.settings
+        if config.participant_round_hits <= 0 or config.participant_round_limit <= 0:
+            return []
+        found: list[SearchHit] = []
+        named = named_participants(request.query, turns.values())
+        for participant in named[: config.participant_round_limit]:
+            rest = without_names(request.query, [participant])
+            if not rest.strip():
+                continue
+            found += self.searcher.search(
+                SearchQuery(
+                    namespace=request.namespace,
+                    query=rest,
+                    top_k=config.participant_round_hits,
+                    participants=(participant,),
+                    visibility=request.visibility,
+                ),
+                settings=config.search,
+            )
+        unread = [ids[0] for hit in found if (ids := hit.provenance.observation_ids) and ids[0] not in turns]
+        if unread:
+            with self.database.read_connection() as conn:
+                turns.update(
+                    self.episodes.conversation(
+                        conn,
+                        request.namespace,
+                        unread,
+                        origins=0,
+                        window=0,
+                        max_gap=config.neighbour_max_gap,
+                        as_of=as_of,
+                        recent_limit=0,
+                        visibility=request.visibility,
+                    ).turns
+                )
+        return found
+
     # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
 
 
@@ -277,8 +348,7 @@ def _weigh_participants(pool: CandidatePool, query: str, weight: float) -> None:
         return
     words = set(normalised_words(query))
     for candidate in pool.by_key.values():
-        named = [p for p in candidate.participants if (parts := normalised_words(p)) and set(parts) <= words]
-        if named:
+        if any(names_participant(words, p) for p in candidate.participants):
             candidate.score *= 1 + weight
             candidate.selection = replace(
                 candidate.selection,

@@ -205,6 +205,7 @@ class SearchQuery:
     node_types: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     node_keys: tuple[str, ...] = ()
+    participants: tuple[str, ...] = ()  # only the turns of these actor/subject ids (`ChunkFilter`)
     visibility: Visibility = EVERYTHING
     pii: PiiPolicy = NO_PII_POLICY  # the caller's: hits are masked (or audited) on the way out
     preset: str = ""  # a `SEARCH_PRESETS` name; empty: the searcher's settings
@@ -328,6 +329,7 @@ class HybridSearcher:
             node_types=tuple(query.node_types),
             meta=dict(query.meta),
             node_keys=tuple(query.node_keys),
+            participants=tuple(query.participants),
             visibility=query.visibility,
         )
         limit = max(config.candidates, query.top_k)

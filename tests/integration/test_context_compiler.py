@@ -19,6 +19,7 @@ from ingest_service.observations.recorder import ObservationRecorder
 from query_service.context.compiler import ContextCompiler
 from query_service.context.pack.items import ContextPack
 from query_service.context.pack.request import ContextRequest
+from query_service.context.pack.settings import context_preset
 from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
 
 pytestmark = pytest.mark.integration
@@ -123,7 +124,8 @@ def test_a_hit_brings_its_neighbouring_turns_in_one_compact_block(
     boosted = {item.provenance.node_key: item for item in named.items if item.selection is not None}
     bobs = boosted[chat["Herons are so patient when they fish."]].selection
     anns = boosted[chat["I saw a blue heron nesting by the old mill yesterday."]].selection
-    assert bobs is not None and bobs.components.get("participant_boost") == 1.5
+    boost = 1 + context_preset().participant_weight
+    assert bobs is not None and bobs.components.get("participant_boost") == boost
     assert anns is not None and "participant_boost" not in anns.components
     neighbour_reasons = [
         item.selection.reason

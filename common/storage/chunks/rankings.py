@@ -52,6 +52,7 @@ class ChunkRankings:
     def __init__(self, settings: Settings, *, trigram_max_query_chars: int = 1000) -> None:
         self.settings = settings
         self.table = sql.Identifier(settings.chunks_table)
+        self.observations = sql.Identifier(settings.observations_table)
         self.queries = Queries.for_settings("chunks.sql", settings)
         self.text_search_config = settings.text_search_config
         self.trigram_max_query_chars = trigram_max_query_chars
@@ -70,6 +71,15 @@ class ChunkRankings:
         if where.node_keys:
             conditions.append(sql.SQL("node_key = ANY(%(node_keys)s)"))
             params["node_keys"] = list(where.node_keys)
+        if where.participants:
+            conditions.append(
+                sql.SQL(
+                    "node_key IN (SELECT 'episode:' || o.observation_id FROM {observations} o"
+                    " WHERE o.namespace = %(namespace)s AND (o.actor ->> 'id' = ANY(%(participants)s)"
+                    " OR o.subject ->> 'id' = ANY(%(participants)s)))"
+                ).format(observations=self.observations)
+            )
+            params["participants"] = list(where.participants)
         if not where.visibility.unrestricted:
             conditions.append(where.visibility.jsonb_predicate(sql.SQL("(meta -> 'scopes')")))
             params.update(where.visibility.params)

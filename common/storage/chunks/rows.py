@@ -42,6 +42,8 @@ class ChunkFilter:
         node_types: keep only chunks of these node types (empty: all).
         meta: jsonb containment filter, ``meta @> {...}`` (empty: none).
         node_keys: keep only chunks of these nodes (empty: all).
+        participants: keep only the episodes of observations whose actor or subject id is one of these
+            (empty: all chunks): the turns of the people a question names.
         visibility: the caller's visibility; chunks whose ``meta.scopes`` hide them are left out
             (`common.storage.visibility`).
     """
@@ -50,6 +52,7 @@ class ChunkFilter:
     node_types: tuple[str, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     node_keys: tuple[str, ...] = ()
+    participants: tuple[str, ...] = ()
     visibility: Visibility = EVERYTHING
 
 

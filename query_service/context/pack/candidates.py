@@ -17,6 +17,7 @@ from common.storage.episode_store import EpisodeTurn
 from query_service.context.pack.conversation import speaker_of, turn_header, turn_line
 from query_service.context.pack.fitting import FitCandidate
 from query_service.context.pack.items import Selection
+from query_service.context.pack.participants import participant_ids
 from query_service.pii_output import PiiDisclosure, withheld_text
 from query_service.provenance import Provenance, chunk_citation
 from query_service.retrieval.hybrid_search import disclose_chunk
@@ -92,9 +93,7 @@ def chunk_candidate(
     candidate.text = turn_line(turn, speaker, visible.text)
     candidate.group = turn_header(turn, stream)
     candidate.position = (turn.occurred_at, turn.recorded_order, chunk.chunk_order)
-    candidate.participants = tuple(
-        str(p["id"]) for p in (turn.actor, turn.subject) if isinstance(p, dict) and p.get("id")
-    )
+    candidate.participants = participant_ids(turn)
     return candidate
 
 

@@ -28,7 +28,15 @@ class ContextSettings:
         neighbour_weight: a neighbour's score relative to its origin hit's, at distance 1.
         neighbour_decay: the factor per further turn (also per place among the recent turns).
         participant_weight: a turn whose actor or subject the query names (its id's words are words of
-            the query: "caroline" in "When did Caroline ...") scores ``1 + participant_weight`` times more.
+            the query: "caroline" in "When did Caroline ...") scores ``1 + participant_weight`` times more:
+            a question about a person is answered by what that person said, in words of its own
+            (docs/decisions/0023-named-participant-weight.md).
+        participant_round_hits: for each participant the query names (an actor or subject of a first-round
+            turn; `query_service.context.pack.participants`), a second search among that participant's
+            turns only, for the query without the name, adds this many hits (0: no such round).
+        participant_round_limit: the most named participants searched that way (one search each).
+        participant_round_weight: such a hit's score relative to a first-round hit's of the same fused
+            score (before the participant boost, which it then gets as the named participant's turn).
         recent_limit: the most recent turns taken as candidates (0: none).
         recent_weight: the score of the most recent turn.
         anchor_fact_limit: facts read per anchor and direction (as subject, as object).
@@ -58,7 +66,10 @@ class ContextSettings:
     neighbour_max_gap: timedelta = timedelta(hours=6)
     neighbour_weight: float = 0.5
     neighbour_decay: float = 0.6
-    participant_weight: float = 0.5
+    participant_weight: float = 3.0
+    participant_round_hits: int = 20
+    participant_round_limit: int = 3
+    participant_round_weight: float = 0.5
     recent_limit: int = 5
     recent_weight: float = 0.1
     anchor_fact_limit: int = 100
