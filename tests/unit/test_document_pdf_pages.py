@@ -1,0 +1,87 @@
+"""The PDF page layout rules (ingest_service/documents/conversion/pdf_pages.py) on lines as pdfplumber
+gives them: paragraphs joined over printed lines and page breaks, running headers dropped, headings
+recovered. tests/e2e/test_converted_sentences.py checks the same on real PDFs made by LibreOffice."""
+
+from __future__ import annotations
+
+from ingest_service.documents.conversion.pdf_pages import (
+    Line,
+    drop_running_lines,
+    joined,
+    mark_outline_headings,
+    mark_size_headings,
+    page_texts,
+)
+
+
+def _page(*texts: str, size: float = 10.0, top: float = 100.0) -> list[Line]:
+    """Lines 12 pt apart (one paragraph); an empty text leaves a paragraph gap instead."""
+    lines, y = [], top
+    for text in texts:
+        if text:
+            lines.append(Line(y, y + 10, text, size))
+        y += 12
+    return lines
+
+
+def test_the_lines_of_a_paragraph_are_one_line_and_a_broken_word_is_joined() -> None:
+    (page,) = page_texts([_page("A sentence that the margin", "broke in two, and a hyphen-", "ated word.")])
+    assert page.markdown == "A sentence that the margin broke in two, and a hyphen-ated word."
+    assert joined("soft\u00ad", "ware") == "software"
+    assert joined("end.", "Next") == "end. Next"
+
+
+def test_a_gap_parts_paragraphs_and_bullets_stay_items() -> None:
+    (page,) = page_texts([_page("First paragraph.", "", "• one item", "• two", "items")])
+    assert page.markdown == "First paragraph.\n\n- one item\n- two items"
+
+
+def test_a_page_continues_the_paragraph_of_the_page_before_unless_it_ended() -> None:
+    pages = page_texts(
+        [
+            _page("The paragraph runs on to the"),
+            _page("next page, where it ends."),
+            _page("A new paragraph starts here."),
+            _page("lower case continues it even after a period"),
+            _page("## not a heading line", "but the next page is a table"),
+        ]
+    )
+    assert [page.continues for page in pages] == [False, True, False, True, True]
+    table = [Line(100, 140, "| a | b |\n|---|---|\n| 1 | 2 |", table=True)]
+    assert page_texts([_page("A page ending without a period"), table])[1].continues is False
+
+
+def test_running_headers_and_folios_are_dropped() -> None:
+    pages = [_page(f"The Guide {n} / 4", f"Text of page {n} that is its own.", f"{n}") for n in range(1, 5)]
+    drop_running_lines(pages)
+    assert [[line.text for line in page] for page in pages] == [
+        [f"Text of page {n} that is its own."] for n in range(1, 5)
+    ]
+
+
+def test_two_pages_keep_their_edge_lines() -> None:
+    pages = [_page("Same first line", "Body one."), _page("Same first line", "Body two.")]
+    drop_running_lines(pages)  # two pages are too few to tell a running header from text
+    assert [len(page) for page in pages] == [2, 2]
+
+
+def test_outline_titles_mark_numbered_and_wrapped_heading_lines() -> None:
+    pages = [
+        _page("Contents", "1.2 Programs . . . . 3"),
+        _page("1.2 Programs needed", "for development", "", "Body text of the section."),
+    ]
+    found = mark_outline_headings(pages, [(2, "Programs needed for development", 1), (1, "Missing", None)])
+    assert found == 1
+    assert [line.heading for line in pages[1]] == [2, 2, 0]
+    assert [line.heading for line in pages[0]] == [0, 0]
+    assert page_texts(pages)[1].markdown == "## 1.2 Programs needed for development\n\nBody text of the section."
+
+
+def test_without_an_outline_larger_type_is_a_heading_by_size() -> None:
+    pages = [
+        _page("Title", size=20.0)
+        + _page("Section", size=14.0, top=130.0)
+        + _page("Body text set in the common size, long enough to be the body.", top=160.0)
+    ]
+    mark_size_headings(pages)
+    assert [line.heading for line in pages[0]] == [1, 2, 0]
