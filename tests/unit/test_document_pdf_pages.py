@@ -59,10 +59,13 @@ def test_running_headers_and_folios_are_dropped() -> None:
     ]
 
 
-def test_two_pages_keep_their_edge_lines() -> None:
+def test_two_pages_keep_their_edge_lines_and_a_page_its_only_line() -> None:
     pages = [_page("Same first line", "Body one."), _page("Same first line", "Body two.")]
     drop_running_lines(pages)  # two pages are too few to tell a running header from text
     assert [len(page) for page in pages] == [2, 2]
+    pages = [_page(f"Page {n} of the manual describes step {n}.") for n in range(1, 6)]
+    drop_running_lines(pages)
+    assert [len(page) for page in pages] == [1] * 5
 
 
 def test_outline_titles_mark_numbered_and_wrapped_heading_lines() -> None:

@@ -119,19 +119,20 @@ def _running_key(text: str) -> str:
 
 def drop_running_lines(pages: list[list[Line]]) -> None:
     """Removes, in place, the first and last lines of pages that repeat (numbers aside) at the top or
-    bottom of at least `RUNNING_MIN_PAGES` pages and `RUNNING_MIN_SHARE` of them."""
+    bottom of at least `RUNNING_MIN_PAGES` pages and `RUNNING_MIN_SHARE` of them; a page's only line
+    is kept (a document of one-line pages has no running header)."""
     edges: Counter[str] = Counter()
     for lines in pages:
         text_lines = [line for line in lines if not line.table]
-        keys = {_running_key(line.text) for line in text_lines[:1] + text_lines[-1:]}
-        edges.update(keys)
+        if len(text_lines) >= 2:  # a page's only line is its text, whatever repeats
+            edges.update({_running_key(line.text) for line in text_lines[:1] + text_lines[-1:]})
     needed = max(RUNNING_MIN_PAGES, RUNNING_MIN_SHARE * len(pages))
     running = {key for key, count in edges.items() if count >= needed}
     if not running:
         return
     for lines in pages:
         for index in (0, -1):
-            if lines and not lines[index].table and _running_key(lines[index].text) in running:
+            if len(lines) >= 2 and not lines[index].table and _running_key(lines[index].text) in running:
                 del lines[index]
 
 
