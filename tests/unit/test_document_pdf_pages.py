@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ingest_service.documents.conversion.pdf_pages import (
     Line,
+    code_spans,
     drop_running_lines,
     joined,
     mark_outline_headings,
@@ -88,3 +89,17 @@ def test_without_an_outline_larger_type_is_a_heading_by_size() -> None:
     ]
     mark_size_headings(pages)
     assert [line.heading for line in pages[0]] == [1, 2, 0]
+
+
+def _chars(text: str, mono: bool) -> list[dict[str, str]]:
+    return [{"text": letter, "fontname": "ABCDEF+DejaVuSansMono" if mono else "ABCDEF+DejaVuSerif"} for letter in text]
+
+
+def test_monospaced_runs_are_code_spans_and_a_span_broken_by_the_margin_is_one() -> None:
+    chars = _chars("see(", False) + _chars("pkg:", True)
+    assert code_spans("see (pkg:", chars) == "see (`pkg:`"
+    assert code_spans("x true y", _chars("x", False) + _chars("true", True) + _chars("y", False)) == "x `true` y"
+    assert joined("see (`pkg:`", "`true`) and") == "see (`pkg: true`) and"
+    assert joined("under `--`", "`allow-scripts`") == "under `--allow-scripts`"
+    # letters that are not the glyphs one for one (a ligature the text spells out): left as they are
+    assert code_spans("office use", _chars("oﬃce", False) + _chars("use", True)) == "office use"

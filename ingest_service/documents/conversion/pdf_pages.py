@@ -9,6 +9,7 @@ chunker can cut as it cuts Markdown (docs/decisions/0040-document-converters.md)
 * headings are recovered: from the PDF's outline (bookmarks) where it has one, matched to the lines that
   carry the titles, else from font sizes larger than the body's; a heading becomes an ATX heading, so
   the chunker cuts sections and keeps the heading path as it does for Markdown;
+* words in a monospaced font inside a line of text become code spans, as the source wrote them;
 * the lines of a paragraph are joined into one line (a word broken by a hyphen at a line's end is
   joined whole), as the paragraph's source had it: a sentence that wrapped at the page's margin is then
   found verbatim, as in the Markdown, HTML or DOCX of the same text; lines set in a monospaced font
@@ -48,7 +49,7 @@ _NUMBERING = re.compile(
 )
 # A line broken after a hyphen inside a word: "pack-" + "age", "command-" + "line" (the hyphen kept: the
 # text cannot tell a hyphenated word from a compound; a soft hyphen is dropped).
-_HYPHENATED = re.compile(r"[^\W\d_][-\u2010\u00ad]$")
+_HYPHENATED = re.compile(r"(?:[^\W\d_]|-)[-\u2010\u00ad]$")
 # Font names of monospaced faces (code): DejaVuSansMono, Courier, LiberationMono, TeX's cmtt/lmtt, Consolas.
 # A list item's first line: a bullet glyph (made a Markdown "-") or a number; it starts a line of its own.
 _BULLET = re.compile(r"^\s*[•◦▪▫‣⁃●○■□∙·]\s*")
@@ -107,10 +108,39 @@ def page_lines(page: Any, markdown_table: Any) -> list[Line]:
         chars = line.get("chars") or ()
         sizes = Counter(round(float(char.get("size", 0.0)), 1) for char in chars)
         size = sizes.most_common(1)[0][0] if sizes else 0.0
-        mono = sum(bool(_MONOSPACED.search(str(char.get("fontname", "")))) for char in chars) * 2 > len(chars)
-        lines.append(Line(line["top"], line["bottom"], line["text"], size, mono=mono))
+        mono = sum(bool(_MONOSPACED.search(str(char.get("fontname", "")))) for char in chars) >= 0.9 * len(chars) > 0
+        text = line["text"] if mono else code_spans(line["text"], chars)
+        lines.append(Line(line["top"], line["bottom"], text, size, mono=mono))
     lines.sort(key=lambda line: line.top)
     return [line for line in lines if line.text.strip()]
+
+
+def code_spans(text: str, chars: Sequence[dict[str, Any]]) -> str:
+    """``text`` (a line of ``chars``) with its runs in a monospaced font as Markdown code spans, as the
+    document's source wrote them (``see `config` for more``); ``text`` as it is when its letters are not
+    those of ``chars`` one for one, or a run holds a backtick."""
+    flags: list[bool] = []
+    for char in chars:
+        glyph = str(char.get("text", ""))
+        if glyph.strip():
+            flags += [bool(_MONOSPACED.search(str(char.get("fontname", ""))))] * len(glyph)
+    if not any(flags) or "`" in text or len(flags) != len("".join(text.split())):
+        return text
+    out: list[str] = []
+    index, open_span = 0, False
+    for letter in text:
+        if letter.isspace():
+            out.append(letter)
+            continue
+        if flags[index] != open_span:
+            spaces = len(out) - len("".join(out).rstrip()) if not flags[index] else 0
+            out.insert(len(out) - spaces, "`")
+            open_span = flags[index]
+        out.append(letter)
+        index += 1
+    if open_span:
+        out.append("`")
+    return "".join(out)
 
 
 def _running_key(text: str) -> str:
@@ -252,7 +282,11 @@ def joined(text: str, line: str) -> str:
     """``line`` appended to the paragraph ``text``: after a space, or directly after a hyphen that
     broke a word (a soft hyphen dropped)."""
     text, line = text.rstrip(), line.lstrip()
-    if _HYPHENATED.search(text) and line[:1].isalpha():
+    if text.endswith("`") and line.startswith("`") and text[:-1].rstrip("`"):
+        # a code span the margin broke: one span again ("`--`" + "`allow`" is "`--allow`")
+        inner = joined(text[:-1], line[1:])
+        return inner
+    if _HYPHENATED.search(text) and (line[:1].isalpha() or line[:1] == "-"):
         return (text[:-1] if text.endswith("\u00ad") else text) + line
     return f"{text} {line}"
 
@@ -298,6 +332,7 @@ __all__ = [
     "Line",
     "PageText",
     "drop_running_lines",
+    "code_spans",
     "joined",
     "mark_outline_headings",
     "mark_size_headings",
