@@ -78,7 +78,8 @@ def test_outline_titles_mark_numbered_and_wrapped_heading_lines() -> None:
     assert found == 1
     assert [line.heading for line in pages[1]] == [2, 2, 0]
     assert [line.heading for line in pages[0]] == [0, 0]
-    assert page_texts(pages)[1].markdown == "## 1.2 Programs needed for development\n\nBody text of the section."
+    markdown = page_texts(pages)[1].markdown
+    assert markdown == "## 1.2 Programs needed for development\n\nBody text of the section."
 
 
 def test_without_an_outline_larger_type_is_a_heading_by_size() -> None:
@@ -92,14 +93,17 @@ def test_without_an_outline_larger_type_is_a_heading_by_size() -> None:
 
 
 def _chars(text: str, mono: bool) -> list[dict[str, str]]:
-    return [{"text": letter, "fontname": "ABCDEF+DejaVuSansMono" if mono else "ABCDEF+DejaVuSerif"} for letter in text]
+    font = "ABCDEF+DejaVuSansMono" if mono else "ABCDEF+DejaVuSerif"
+    return [{"text": letter, "fontname": font} for letter in text]
 
 
 def test_monospaced_runs_are_code_spans_and_a_span_broken_by_the_margin_is_one() -> None:
     chars = _chars("see(", False) + _chars("pkg:", True)
     assert code_spans("see (pkg:", chars) == "see (`pkg:`"
-    assert code_spans("x true y", _chars("x", False) + _chars("true", True) + _chars("y", False)) == "x `true` y"
+    chars = _chars("x", False) + _chars("true", True) + _chars("y", False)
+    assert code_spans("x true y", chars) == "x `true` y"
     assert joined("see (`pkg:`", "`true`) and") == "see (`pkg: true`) and"
     assert joined("under `--`", "`allow-scripts`") == "under `--allow-scripts`"
     # letters that are not the glyphs one for one (a ligature the text spells out): left as they are
-    assert code_spans("office use", _chars("oﬃce", False) + _chars("use", True)) == "office use"
+    chars = _chars("oﬃce", False) + _chars("use", True)
+    assert code_spans("office use", chars) == "office use"

@@ -108,7 +108,8 @@ def page_lines(page: Any, markdown_table: Any) -> list[Line]:
         chars = line.get("chars") or ()
         sizes = Counter(round(float(char.get("size", 0.0)), 1) for char in chars)
         size = sizes.most_common(1)[0][0] if sizes else 0.0
-        mono = sum(bool(_MONOSPACED.search(str(char.get("fontname", "")))) for char in chars) >= 0.9 * len(chars) > 0
+        monospaced = sum(bool(_MONOSPACED.search(str(char.get("fontname", "")))) for char in chars)
+        mono = monospaced >= 0.9 * len(chars) > 0  # a line of code; a few code words are code spans
         text = line["text"] if mono else code_spans(line["text"], chars)
         lines.append(Line(line["top"], line["bottom"], text, size, mono=mono))
     lines.sort(key=lambda line: line.top)
