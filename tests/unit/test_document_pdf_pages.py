@@ -104,6 +104,7 @@ def test_monospaced_runs_are_code_spans_and_a_span_broken_by_the_margin_is_one()
     assert code_spans("x true y", chars) == "x `true` y"
     assert joined("see (`pkg:`", "`true`) and") == "see (`pkg: true`) and"
     assert joined("under `--`", "`allow-scripts`") == "under `--allow-scripts`"
-    # letters that are not the glyphs one for one (a ligature the text spells out): left as they are
-    chars = _chars("oﬃce", False) + _chars("use", True)
-    assert code_spans("office use", chars) == "office use"
+    # a ligature the text spells out, and a glyph given twice, still match the letters
+    chars = _chars("confifig", False) + _chars("use", True)
+    assert code_spans("config use", chars) == "config `use`"
+    assert code_spans("other words", _chars("different", False) + _chars("x", True)) == "other words"

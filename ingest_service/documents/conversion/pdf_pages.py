@@ -118,15 +118,27 @@ def page_lines(page: Any, markdown_table: Any) -> list[Line]:
 
 def code_spans(text: str, chars: Sequence[dict[str, Any]]) -> str:
     """``text`` (a line of ``chars``) with its runs in a monospaced font as Markdown code spans, as the
-    document's source wrote them (``see `config` for more``); ``text`` as it is when its letters are not
-    those of ``chars`` one for one, or a run holds a backtick."""
-    flags: list[bool] = []
+    document's source wrote them (``see `config` for more``); ``text`` as it is when its letters cannot
+    be matched to those of ``chars``, or a run holds a backtick."""
+    glyphs: list[tuple[str, bool]] = []
     for char in chars:
         glyph = str(char.get("text", ""))
-        if glyph.strip():
-            flags += [bool(_MONOSPACED.search(str(char.get("fontname", ""))))] * len(glyph)
-    if not any(flags) or "`" in text or len(flags) != len("".join(text.split())):
+        mono = bool(_MONOSPACED.search(str(char.get("fontname", ""))))
+        glyphs += [(letter, mono) for letter in glyph if not letter.isspace()]
+    if not any(mono for _, mono in glyphs) or "`" in text:
         return text
+    # The text's letters against the glyphs' (a ligature can come as the ligature and its letters too,
+    # which the text has once): each letter takes the next glyph that is that letter, a few at most ahead.
+    flags: list[bool] = []
+    at = 0
+    for letter in "".join(text.split()):
+        ahead = next(
+            (at + step for step in range(4) if at + step < len(glyphs) and glyphs[at + step][0] == letter), None
+        )
+        if ahead is None:
+            return text
+        flags.append(glyphs[ahead][1])
+        at = ahead + 1
     out: list[str] = []
     index, open_span = 0, False
     for letter in text:
