@@ -108,3 +108,23 @@ def test_monospaced_runs_are_code_spans_and_a_span_broken_by_the_margin_is_one()
     chars = _chars("confifig", False) + _chars("use", True)
     assert code_spans("config use", chars) == "config `use`"
     assert code_spans("other words", _chars("different", False) + _chars("x", True)) == "other words"
+
+
+def test_links_to_absolute_targets_are_markdown_links() -> None:
+    def chars(text: str, mono: bool, x0: float) -> list[dict[str, object]]:
+        font = "DejaVuSansMono" if mono else "DejaVuSerif"
+        return [
+            {"text": c, "fontname": font, "x0": x0 + 5 * i, "x1": x0 + 5 * i + 4, "top": 0, "bottom": 10}
+            for i, c in enumerate(text)
+        ]
+
+    line = chars("see", False, 0) + chars("libssh2", True, 20) + chars("now", False, 60)
+    assert code_spans("see libssh2 now", line, [(18, 0, 56, 10, "https://www.libssh2.org/")]) == (
+        "see [`libssh2`](https://www.libssh2.org/) now"
+    )
+    # a link whose text is its address stays text; a relative target is no address a reader can follow
+    autolink = chars("athttps://a.b", False, 0)
+    assert code_spans("at https://a.b", autolink, [(9, 0, 80, 10, "https://a.b")]) == "at https://a.b"
+    assert joined("[original](https://g.example/p)", "[PR](https://g.example/p) interesting") == (
+        "[original PR](https://g.example/p) interesting"
+    )

@@ -54,6 +54,10 @@ _HYPHENATED = re.compile(r"(?:[^\W\d_]|-)[-\u2010\u00ad]$")
 # A list item's first line: a bullet glyph (made a Markdown "-") or a number; it starts a line of its own.
 _BULLET = re.compile(r"^\s*[•◦▪▫‣⁃●○■□∙·]\s*")
 _NUMBERED = re.compile(r"^\s*(?:\d{1,3}|[a-z])[.)]\s")
+_ABSOLUTE = re.compile(r"(?:https?|ftp|mailto):", re.IGNORECASE)
+# A link whose text is its target, and two halves of a link the margin broke.
+_AUTOLINK = re.compile(r"\[([^\]]+)\]\(\1\)")
+_BROKEN_LINK = re.compile(r"\]\(([^()\s]+)\) \[([^\]]*)\]\(\1\)")
 _MONOSPACED = re.compile(r"mono|courier|cmtt|lmtt|typewriter|consol|code", re.IGNORECASE)
 
 
@@ -88,6 +92,24 @@ class PageText:
     continues: bool
 
 
+def _links(page: Any) -> list[tuple[float, float, float, float, str]]:
+    """The page's links to absolute addresses (x0, top, x1, bottom, target); a relative target is the
+    PDF writer's rewrite of the source's, not a place a reader can follow."""
+    out = []
+    for link in getattr(page, "hyperlinks", None) or ():
+        target = str(link.get("uri") or "")
+        if _ABSOLUTE.match(target):
+            out.append((link["x0"], link["top"], link["x1"], link["bottom"], target))
+    return out
+
+
+def _target(char: dict[str, Any], links: Sequence[tuple[float, float, float, float, str]]) -> str:
+    x = (float(char.get("x0", 0.0)) + float(char.get("x1", 0.0))) / 2
+    y = (float(char.get("top", 0.0)) + float(char.get("bottom", 0.0))) / 2
+    inside = (target for x0, top, x1, bottom, target in links if x0 <= x <= x1 and top <= y <= bottom)
+    return next(inside, "")
+
+
 def page_lines(page: Any, markdown_table: Any) -> list[Line]:
     """The lines of a pdfplumber page in reading order, its ruled tables as Markdown tables in their
     place (``markdown_table`` renders the rows of one)."""
@@ -95,6 +117,7 @@ def page_lines(page: Any, markdown_table: Any) -> list[Line]:
     outside = page
     for table in tables:
         outside = outside.outside_bbox(table.bbox)
+    links = _links(page)
     lines = [
         Line(
             table.bbox[1],
@@ -110,26 +133,30 @@ def page_lines(page: Any, markdown_table: Any) -> list[Line]:
         size = sizes.most_common(1)[0][0] if sizes else 0.0
         monospaced = sum(bool(_MONOSPACED.search(str(char.get("fontname", "")))) for char in chars)
         mono = monospaced >= 0.9 * len(chars) > 0  # a line of code; a few code words are code spans
-        text = line["text"] if mono else code_spans(line["text"], chars)
+        text = line["text"] if mono else code_spans(line["text"], chars, links)
         lines.append(Line(line["top"], line["bottom"], text, size, mono=mono))
     lines.sort(key=lambda line: line.top)
     return [line for line in lines if line.text.strip()]
 
 
-def code_spans(text: str, chars: Sequence[dict[str, Any]]) -> str:
+def code_spans(
+    text: str, chars: Sequence[dict[str, Any]], links: Sequence[tuple[float, float, float, float, str]] = ()
+) -> str:
     """``text`` (a line of ``chars``) with its runs in a monospaced font as Markdown code spans, as the
     document's source wrote them (``see `config` for more``); ``text`` as it is when its letters cannot
-    be matched to those of ``chars``, or a run holds a backtick."""
-    glyphs: list[tuple[str, bool]] = []
+    be matched to those of ``chars``, or a run holds a backtick. Runs inside ``links`` (absolute targets)
+    become Markdown links, ``[text](target)``, unless their text is the target."""
+    glyphs: list[tuple[str, bool, str]] = []
     for char in chars:
         glyph = str(char.get("text", ""))
         mono = bool(_MONOSPACED.search(str(char.get("fontname", ""))))
-        glyphs += [(letter, mono) for letter in glyph if not letter.isspace()]
-    if not any(mono for _, mono in glyphs) or "`" in text:
+        target = _target(char, links) if links else ""
+        glyphs += [(letter, mono, target) for letter in glyph if not letter.isspace()]
+    if not any(mono or target for _, mono, target in glyphs) or "`" in text or "[" in text:
         return text
     # The text's letters against the glyphs' (a ligature can come as the ligature and its letters too,
     # which the text has once): each letter takes the next glyph that is that letter, a few at most ahead.
-    flags: list[bool] = []
+    flags: list[tuple[bool, str]] = []
     at = 0
     for letter in "".join(text.split()):
         ahead = next(
@@ -137,23 +164,42 @@ def code_spans(text: str, chars: Sequence[dict[str, Any]]) -> str:
         )
         if ahead is None:
             return text
-        flags.append(glyphs[ahead][1])
+        flags.append(glyphs[ahead][1:])
         at = ahead + 1
     out: list[str] = []
-    index, open_span = 0, False
+
+    def close(mark: str) -> None:  # before the spaces that end the run
+        spaces = len(out) - len("".join(out).rstrip())
+        out.insert(len(out) - spaces, mark)
+
+    index, open_span, open_link = 0, False, ""
     for letter in text:
         if letter.isspace():
             out.append(letter)
             continue
-        if flags[index] != open_span:
-            spaces = len(out) - len("".join(out).rstrip()) if not flags[index] else 0
-            out.insert(len(out) - spaces, "`")
-            open_span = flags[index]
+        mono, target = flags[index]
+        if target != open_link:
+            if open_span:
+                close("`")
+                open_span = False
+            if open_link:
+                close(f"]({open_link})")
+            if target:
+                out.append("[")
+            open_link = target
+        if mono != open_span:
+            if mono:
+                out.append("`")
+            else:
+                close("`")
+            open_span = mono
         out.append(letter)
         index += 1
     if open_span:
         out.append("`")
-    return "".join(out)
+    if open_link:
+        out.append(f"]({open_link})")
+    return _AUTOLINK.sub(r"\1", "".join(out))
 
 
 def _running_key(text: str) -> str:
@@ -301,7 +347,7 @@ def joined(text: str, line: str) -> str:
         return inner
     if _HYPHENATED.search(text) and (line[:1].isalpha() or line[:1] == "-"):
         return (text[:-1] if text.endswith("\u00ad") else text) + line
-    return f"{text} {line}"
+    return _BROKEN_LINK.sub(r" \2](\1)", f"{text} {line}")
 
 
 def page_texts(pages: list[list[Line]]) -> list[PageText]:
