@@ -159,9 +159,8 @@ def code_spans(
     flags: list[tuple[bool, str]] = []
     at = 0
     for letter in "".join(text.split()):
-        ahead = next(
-            (at + step for step in range(4) if at + step < len(glyphs) and glyphs[at + step][0] == letter), None
-        )
+        near = range(at, min(at + 4, len(glyphs)))
+        ahead = next((index for index in near if glyphs[index][0] == letter), None)
         if ahead is None:
             return text
         flags.append(glyphs[ahead][1:])
