@@ -12,6 +12,7 @@ Russian, DFSG free) and maint-guide (``Debian New Maintainers' Guide``, GPL 2+);
 from __future__ import annotations
 
 import io
+import re
 import unicodedata
 import uuid
 from pathlib import Path
@@ -65,9 +66,11 @@ PHRASES: dict[Path, dict[str, int]] = {
 
 
 def _flat(text: str) -> str:
-    """Whitespace collapsed, compatibility forms folded (the ``ﬁ`` ligature of a TeX font is ``fi``) and
-    code-span backticks dropped (a chunk's Markdown marks the book's monospaced words as code)."""
-    return " ".join(unicodedata.normalize("NFKC", text).replace("`", "").split())
+    """The text a reader sees: whitespace collapsed, compatibility forms folded (the ``ﬁ`` ligature of a
+    TeX font is ``fi``), code-span backticks dropped and links reduced to their text (a chunk's Markdown
+    marks the book's monospaced words as code and its links as links)."""
+    text = re.sub(r"\[([^\]]*)\]\([^()\s]*\)", r"\1", unicodedata.normalize("NFKC", text))
+    return " ".join(text.replace("`", "").split())
 
 
 @pytest.fixture(scope="module")
