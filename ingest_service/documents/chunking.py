@@ -35,7 +35,7 @@ heading, typically).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -164,7 +164,7 @@ def _sections(blocks: Sequence[_Block], leading_end: int) -> list[_Section]:
     return sections
 
 
-def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
+def chunk_markdown(text: str, max_chars: int, cuts: Collection[int] = ()) -> list[Chunk]:
     r"""Cut a Markdown document body into chunks along its headings and block boundaries.
 
     Args:
@@ -172,6 +172,8 @@ def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
             read as ``\n``.
         max_chars: soft upper bound of one chunk's length in characters (``Settings.chunk_max_chars``);
             a single block longer than this becomes an oversized chunk of its own.
+        cuts: line numbers (from 0) where a new chunk starts when a block starts there (the pages of
+            a PDF: a chunk then cites one page).
 
     Returns:
         The chunks in document order (``order`` 0, 1, ...); ``[]`` for a blank document.
@@ -207,7 +209,7 @@ def chunk_markdown(text: str, max_chars: int) -> list[Chunk]:
         carried_from = None
         chunk_start, chunk_end = first, body[0][1]
         for start, end in body[1:]:
-            if len(span(chunk_start, end)) > max_chars:
+            if start in cuts or len(span(chunk_start, end)) > max_chars:
                 ranges.append((section.heading, chunk_start, chunk_end))
                 chunk_start = start
             chunk_end = end

@@ -1,5 +1,6 @@
 """The citation of a chunk of a converted document: the file and the place, as a reader cites it
-("manual.pdf, p. 12", "deck.pptx, slide 3", "budget.xlsx, sheet Q1, A1:D20", "guide.docx, Install / Linux")."""
+("manual.pdf, p. 12", "manual.pdf, pp. 12–13" for a paragraph over a page break, "deck.pptx, slide 3",
+"budget.xlsx, sheet Q1, A1:D20", "guide.docx, Install / Linux")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def citation(name: str, location: Mapping[str, Any], heading: str) -> str:
     """``name`` and the place: page, slide, sheet and cells, message, chapter, or the heading path."""
     places: list[str] = []
     if "page" in location:
-        places.append(f"p. {location['page']}")
+        first, last = location["page"], location.get("last_page", location["page"])
+        places.append(f"p. {first}" if last == first else f"pp. {first}–{last}")
     if "slide" in location:
         places.append(f"slide {location['slide']}")
     if "sheet" in location:

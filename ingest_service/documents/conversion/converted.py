@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest_service.documents.conversion.pdf_pages import joined
+
 # Page status values (ConversionPage.status in the API).
 PAGE_TEXT = "text"
 PAGE_NO_TEXT_LAYER = "no_text_layer"
@@ -21,10 +23,13 @@ class Part:
         location: where it came from: ``{"page": 12}`` (PDF), ``{"slide": 3}`` (PPTX),
             ``{"sheet": "Q1", "cells": "A1:D20"}`` (XLSX), ``{"chapter": "ch01.xhtml"}`` (EPUB),
             ``{"message": 2}`` (MBOX); empty when the heading path is the place (HTML, DOCX, text).
+        continues: the part's first paragraph continues the last paragraph of the part before (a PDF
+            paragraph over a page break), so the chunker joins them.
     """
 
     markdown: str
     location: dict[str, Any] = field(default_factory=dict)
+    continues: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,14 @@ class Converted:
 
     @property
     def markdown(self) -> str:
-        """The whole document's Markdown: the parts joined by a blank line."""
-        return "\n\n".join(part.markdown.strip("\n") for part in self.parts if part.markdown.strip())
+        """The whole document's Markdown: the parts joined by a blank line (into one paragraph where a part
+        continues the paragraph of the part before, `pdf_pages.joined`)."""
+        out = ""
+        for part in self.parts:
+            if part.markdown.strip():
+                body = part.markdown.strip("\n")
+                out = joined(out, body) if out and part.continues else (out + "\n\n" + body if out else body)
+        return out
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-able form, for the child process's answer."""
@@ -56,7 +67,9 @@ class Converted:
             "media_type": self.media_type,
             "converter": self.converter,
             "converter_version": self.converter_version,
-            "parts": [{"markdown": p.markdown, "location": p.location} for p in self.parts],
+            "parts": [
+                {"markdown": p.markdown, "location": p.location, "continues": p.continues} for p in self.parts
+            ],
             "pages": list(self.pages),
         }
 
@@ -67,7 +80,10 @@ class Converted:
             media_type=str(value["media_type"]),
             converter=str(value["converter"]),
             converter_version=str(value["converter_version"]),
-            parts=tuple(Part(str(p["markdown"]), dict(p["location"])) for p in value["parts"]),
+            parts=tuple(
+                Part(str(p["markdown"]), dict(p["location"]), bool(p.get("continues")))
+                for p in value["parts"]
+            ),
             pages=tuple(dict(p) for p in value.get("pages") or ()),
         )
 

@@ -22,6 +22,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from ingest_service.documents.conversion import media_types as mt
+from ingest_service.documents.conversion import pdf_pages
 from ingest_service.documents.conversion.converted import (
     PAGE_NO_TEXT_LAYER,
     PAGE_OCR,
@@ -49,11 +50,6 @@ STRIPPED_ELEMENTS = (
     "link",
     "meta",
 )
-# A vertical gap between two lines larger than this share of a line's height starts a new paragraph.
-PARAGRAPH_GAP = 0.5
-# Two letters further apart than this fraction of their font size are two words. pdfplumber's default, a
-# fixed 3 pt, glues the words of TeX-made PDFs (dvipdfmx, pdfTeX), whose spaces are gaps, not characters.
-WORD_GAP_RATIO = 0.15
 # A page with fewer non-blank characters than this is taken as having no text layer (a scan).
 MIN_PAGE_TEXT_CHARS = 8
 
@@ -94,7 +90,17 @@ def html_to_markdown(html: str) -> str:
         alt = image.get("alt") or ""
         image.replace_with(alt)
     body = soup.body or soup
-    markdown = MarkdownConverter(heading_style="ATX", bullets="-", escape_misc=False).convert_soup(body)
+    # wrap with no width: a paragraph's line breaks (insignificant in HTML; pandoc wraps at 72 columns)
+    # become spaces, so a sentence reads as one line, as in its source. Underscores are not escaped: they
+    # never emphasise inside a word (CommonMark), and ``node\\_modules`` is not the text that was written.
+    markdown = MarkdownConverter(
+        heading_style="ATX",
+        bullets="-",
+        escape_misc=False,
+        escape_underscores=False,
+        wrap=True,
+        wrap_width=None,
+    ).convert_soup(body)
     return _clean(re.sub(r"\n{3,}", "\n\n", markdown)).strip()
 
 
@@ -106,8 +112,10 @@ def convert_html(data: bytes, limits: ConversionLimits) -> Converted:
 
 
 def convert_pdf(data: bytes, limits: ConversionLimits) -> Converted:
-    """Per page with pdfplumber: words in reading order, tables as Markdown tables; a page without a
-    text layer is reported (and read by Tesseract when ``limits.ocr`` is on)."""
+    """Per page with pdfplumber: words in reading order, tables as Markdown tables, running headers and
+    footers dropped, headings recovered (outline, else font sizes), and each page marked when its first
+    paragraph continues the page before's (`pdf_pages`); a page without a text layer is reported (and
+    read by Tesseract when ``limits.ocr`` is on)."""
     import pdfplumber
     from pdfminer.pdfparser import PDFSyntaxError
 
@@ -123,18 +131,25 @@ def convert_pdf(data: bytes, limits: ConversionLimits) -> Converted:
             count = len(pdf.pages)
             if count > limits.max_pages:
                 raise ConversionError(f"the PDF has {count} pages, more than the limit of {limits.max_pages}")
-            for number, page in enumerate(pdf.pages, start=1):
-                text = _pdf_page_markdown(page)
-                status = PAGE_TEXT
-                if len(text.strip()) < MIN_PAGE_TEXT_CHARS:
-                    status = PAGE_NO_TEXT_LAYER
-                    if limits.ocr:
-                        text = _ocr_page(data, number - 1, limits.ocr_languages)
-                        status = PAGE_OCR if text.strip() else PAGE_OCR_EMPTY
-                pages.append({"page": number, "status": status})
-                if text.strip():
-                    parts.append(Part(_clean(text), {"page": number}))
+            lines = []
+            for page in pdf.pages:
+                lines.append(pdf_pages.page_lines(page, _markdown_table))
                 page.close()
+            bare = [sum(len(line.text.strip()) for line in page) < MIN_PAGE_TEXT_CHARS for page in lines]
+            pdf_pages.drop_running_lines(lines)
+            if not pdf_pages.mark_outline_headings(lines, pdf_pages.outline_titles(pdf)):
+                pdf_pages.mark_size_headings(lines)
+            texts = pdf_pages.page_texts(lines)
+        for number, (page_text, no_text) in enumerate(zip(texts, bare), start=1):
+            text, continues, status = page_text.markdown, page_text.continues, PAGE_TEXT
+            if no_text:
+                text, continues, status = "", False, PAGE_NO_TEXT_LAYER
+                if limits.ocr:
+                    text = _ocr_page(data, number - 1, limits.ocr_languages)
+                    status = PAGE_OCR if text.strip() else PAGE_OCR_EMPTY
+            pages.append({"page": number, "status": status})
+            if text.strip():
+                parts.append(Part(_clean(text), {"page": number}, continues=continues))
     except ConversionError:
         raise
     except (PDFSyntaxError, RecursionError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -156,31 +171,6 @@ def _declared_page_count(data: bytes) -> int:
     pages = resolve1(document.catalog.get("Pages"))
     count = resolve1(pages.get("Count")) if isinstance(pages, dict) else 0
     return count if isinstance(count, int) else 0
-
-
-def _pdf_page_markdown(page: Any) -> str:
-    """A page's text in reading order, paragraphs apart (a blank line where the gap between two lines
-    exceeds half a line's height, so the chunker sees paragraphs, not one block per page), with its
-    ruled tables as Markdown tables in their place."""
-    tables = page.find_tables()
-    outside = page
-    for table in tables:
-        outside = outside.outside_bbox(table.bbox)
-    blocks: list[tuple[float, float, str]] = [
-        (table.bbox[1], table.bbox[3], _markdown_table(table.extract(x_tolerance_ratio=WORD_GAP_RATIO)))
-        for table in tables
-    ]
-    lines = outside.extract_text_lines(x_tolerance_ratio=WORD_GAP_RATIO) or []
-    blocks.extend((line["top"], line["bottom"], line["text"]) for line in lines)
-    blocks.sort(key=lambda block: block[0])
-    out: list[str] = []
-    previous_bottom: float | None = None
-    for top, bottom, text in blocks:
-        if previous_bottom is not None and top - previous_bottom > PARAGRAPH_GAP * max(bottom - top, 1.0):
-            out.append("")
-        out.append(text)
-        previous_bottom = bottom
-    return "\n".join(out)
 
 
 def _markdown_table(rows: list[list[Any]]) -> str:
@@ -218,13 +208,24 @@ def _ocr_page(data: bytes, index: int, languages: str) -> str:
 # -- Office ------------------------------------------------------------------------------------------
 
 
+# Code in DOCX is a style, which mammoth's default map does not know: pandoc's ("Verbatim Char",
+# "Source Code") and Word's ("HTML Code", "HTML Preformatted") code styles as code spans and blocks, so
+# code reads as it does in the Markdown or HTML of the same text.
+DOCX_STYLE_MAP = """
+r[style-name='Verbatim Char'] => code
+r[style-name='HTML Code'] => code
+p[style-name='Source Code'] => pre:separator('\\n')
+p[style-name='HTML Preformatted'] => pre:separator('\\n')
+"""
+
+
 def convert_docx(data: bytes, limits: ConversionLimits) -> Converted:
-    """mammoth's semantic HTML (headings, lists, tables) to Markdown: the heading path is the place."""
+    """mammoth's semantic HTML (headings, lists, tables, code) to Markdown: the heading path is the place."""
     import mammoth
 
     check_zip(data, limits)
     try:
-        html = mammoth.convert_to_html(io.BytesIO(data)).value
+        html = mammoth.convert_to_html(io.BytesIO(data), style_map=DOCX_STYLE_MAP).value
     except (zipfile.BadZipFile, KeyError, ValueError, ElementTree.ParseError) as error:
         raise ConversionError(f"not a readable DOCX: {type(error).__name__}: {error}"[:500]) from error
     return Converted(
