@@ -70,14 +70,14 @@ from bench.service_results import (
     write_json,
 )
 from common.kernel.config import Settings
+from common.kernel.memory_names import memory_id
+from common.storage.chunks.store import embedding_input
 from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 from common.storage.database import Database
 from common.storage.memories.recall import MemoryRecall
 from common.storage.memories.store import MemoryQuery
-from query_service.readers.memory_recall import RECALL_PRESETS
-from common.kernel.memory_names import memory_id
-from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
+from query_service.readers.memory_recall import RECALL_PRESETS
 
 UPLOADS = ROOT.parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"
 USERS = [f"bench-{i:02d}" for i in range(20)]

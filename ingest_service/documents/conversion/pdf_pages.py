@@ -240,7 +240,7 @@ def outline_titles(pdf: Any) -> list[tuple[int, str, int | None]]:
         for level, title, dest, action, _ in document.get_outlines():
             out.append((int(level), str(title or ""), _outline_page(document, dest, action, page_of)))
         return out
-    except Exception:  # pdfminer raises many private error types for broken outlines
+    except Exception:  # noqa: BLE001 - pdfminer raises many private error types for broken outlines
         return []
 
 
@@ -261,7 +261,7 @@ def _outline_page(document: Any, dest: Any, action: Any, page_of: dict[int, int]
             target = dest[0]
             objid = getattr(target, "objid", None)
             return page_of.get(objid) if objid is not None else None
-    except Exception:  # an unresolvable destination: the title is then matched on any later page
+    except Exception:  # noqa: BLE001 - an unresolvable destination: the title is matched on any later page
         return None
     return None
 
@@ -345,7 +345,7 @@ def joined(text: str, line: str) -> str:
         inner = joined(text[:-1], line[1:])
         return inner
     if _HYPHENATED.search(text) and (line[:1].isalpha() or line[:1] == "-"):
-        return (text[:-1] if text.endswith("\u00ad") else text) + line
+        return (text.removesuffix("\u00ad")) + line
     return _BROKEN_LINK.sub(r" \2](\1)", f"{text} {line}")
 
 
@@ -389,8 +389,8 @@ __all__ = [
     "WORD_GAP_RATIO",
     "Line",
     "PageText",
-    "drop_running_lines",
     "code_spans",
+    "drop_running_lines",
     "joined",
     "mark_outline_headings",
     "mark_size_headings",
