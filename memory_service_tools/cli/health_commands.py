@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 from typing import Annotated
 
 import typer
@@ -99,12 +100,10 @@ def health(
                 {"component": name, "address": address, "state": health_status(channel, timeout=timeout)}
             )
     if database:
-        # on the embedded server the services of `cb up` use this checkout's own database
-        url = (
-            checkout_database_url(settings.database_url)
-            if settings.database_url == EMBEDDED_DATABASE_URL
-            else settings.database_url
-        )
+        # without CB_DATABASE_URL the services of `cb up` use this checkout's own database on the embedded
+        # server; a URL given explicitly is checked as it is
+        embedded = "CB_DATABASE_URL" not in os.environ and settings.database_url == EMBEDDED_DATABASE_URL
+        url = checkout_database_url(settings.database_url) if embedded else settings.database_url
         reached, reason = _database_state(url, timeout)
         rows.append({"component": "database", "address": _without_password(url), "state": reached})
         if reason:

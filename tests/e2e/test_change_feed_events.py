@@ -131,12 +131,12 @@ def test_memory_writes_arrive_as_their_events_in_cursor_order(
     )
 
     changes = _changes(query_channel, namespace, ["memory.*"])
-    # AddMemories inserts one row after the other (request order); the tier policy moves both memories
-    # in one statement, whose events come in item key order.
+    # AddMemories inserts a batch in one statement, and the tier policy moves both memories in one
+    # statement: the events of a statement come in item key order.
     both = sorted([kept, fleeting])
     assert [(c.event_type, c.item_key) for c in changes] == [
-        ("memory.added", kept),
-        ("memory.added", fleeting),
+        ("memory.added", both[0]),
+        ("memory.added", both[1]),
         ("memory.updated", kept),
         ("memory.enriched", kept),
         ("memory.tier_changed", both[0]),
