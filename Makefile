@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets run test test-documents-data deps system-deps db protos lock sbom lint-protos lint-imports ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
+.PHONY: console-assets run test test-documents-data deps system-deps db protos lock sbom lint-protos lint-imports lint-python ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -151,6 +151,10 @@ go-client:
 lint-imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
+# Pyflakes, syntax-level errors and one import per line ([tool.ruff.lint] in pyproject.toml; ruff from the lock).
+lint-python: $(STAMP)
+	$(VENV)/bin/ruff check .
+
 # `cb up` starts the embedded database itself (not `db`), so Ctrl-C stops the database it started.
 run: deps
 	$(VENV)/bin/cb up
@@ -162,7 +166,7 @@ test-documents-data:
 	@missing=""; for pkg in $(DOC_DEBS); do dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then echo "installing$$missing (apt-get)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
-test: db lint-imports test-documents-data
+test: db lint-imports lint-python test-documents-data
 	$(PY) -m pytest
 
 bench: db

@@ -33,7 +33,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -45,24 +46,27 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
-
 from bench.corpus_loading import distinctive_sentences
-from bench.run_bench import free_port, percentiles, run_in_database
-from bench.service_results import machine, print_report, write_json
+from bench.run_bench import free_port
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
-from ingest_service.documents.validation import ChunkInput, PutChunksInput
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
 from ingest_service.documents.writer import DocumentWriter
-from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_status
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_tools.embedded_db.replica import REPLICA_PORT
+from memory_service_tools.embedded_db.replica import replica_status
 
 NAMESPACE = "capacity"
 CHUNKS_PER_DOCUMENT = 250

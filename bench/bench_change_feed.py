@@ -22,8 +22,10 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import UTC
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +35,17 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_service_grpc_client.memory.v1 import (
-    change_feed_service_pb2,
-    change_feed_service_pb2_grpc,
-    observation_service_pb2_grpc,
-    webhook_service_pb2,
-    webhook_service_pb2_grpc,
-)
-
-from bench.corpus_loading import debian_observations, load_observations
-from bench.run_bench import fresh_database, percentiles, services
+from bench.corpus_loading import debian_observations
+from bench.corpus_loading import load_observations
+from bench.run_bench import fresh_database
+from bench.run_bench import percentiles
+from bench.run_bench import services
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2_grpc
 
 
 def subscribe(address: str, namespace: str, target: Any, results: Any) -> None:

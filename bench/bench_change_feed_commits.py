@@ -19,7 +19,8 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.run_bench import fresh_database, percentiles
+from bench.run_bench import fresh_database
+from bench.run_bench import percentiles
 from common.kernel.config import Settings
-from common.storage.schema import migrations
 from common.storage.database import Database
+from common.storage.schema import migrations
 
 INSERT = (
     "INSERT INTO observations (observation_id, namespace, source_system, source_stream, kind, occurred_at,"

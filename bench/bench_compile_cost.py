@@ -68,7 +68,8 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
     from query_service.context.compiler import ContextCompiler
     from query_service.context.pack.request import ContextRequest
     from query_service.context.pack.settings import context_preset
-    from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
+    from query_service.retrieval.hybrid_search import HybridSearcher
+    from query_service.retrieval.hybrid_search import search_preset
 
     settings = Settings()
     provider = build_embedding_provider(settings)
@@ -123,9 +124,11 @@ def measure_in_process(prefix: str, every: int) -> dict[str, Any]:
 def measure_grpc(root: Path, prefix: str, every: int) -> dict[str, Any]:
     """CompileContext over gRPC against a query service of the code tree ``root``."""
     import grpc
-    from memory_service_grpc_client.memory.v1 import context_service_pb2, context_service_pb2_grpc
 
-    from bench.run_bench import percentiles, services
+    from bench.run_bench import percentiles
+    from bench.run_bench import services
+    from memory_service_grpc_client.memory.v1 import context_service_pb2
+    from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 
     work = [(f"{prefix}-{sample}".lower(), question) for sample, question in questions(every)]
     before_load = load_average()
@@ -155,11 +158,13 @@ def measure_grpc(root: Path, prefix: str, every: int) -> dict[str, Any]:
 def load_locomo(prefix: str) -> dict[str, Any]:
     """The three conversations through RecordObservations, embedded (GetEmbeddingBacklog)."""
     import grpc
-    from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
-    from bench.bench_context_quality import observation, turns_of
-    from bench.corpus_loading import load_observations, wait_for_embeddings
+    from bench.bench_context_quality import observation
+    from bench.bench_context_quality import turns_of
+    from bench.corpus_loading import load_observations
+    from bench.corpus_loading import wait_for_embeddings
     from bench.run_bench import services
+    from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
     from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
     loaded: dict[str, Any] = {"turns": 0}
@@ -210,7 +215,10 @@ def main() -> int:
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
-    from bench.service_results import heading, machine, print_report, write_json
+    from bench.service_results import heading
+    from bench.service_results import machine
+    from bench.service_results import print_report
+    from bench.service_results import write_json
 
     started = time.perf_counter()
     prefix = f"cost-{stamp}"

@@ -46,8 +46,10 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -59,26 +61,29 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_service_grpc_client import MemoryClient
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    observation_service_pb2_grpc,
-)
-
 from bench.bench_capacity import load as load_chunks
-from bench.corpus_loading import (
-    UPLOADS,
-    debian_observations,
-    distinctive_sentences,
-    load_observations,
-    wait_for_embeddings,
-)
-from bench.run_bench import free_port, percentiles, run_in_database, services
-from bench.scale_tables import add_copies, indexes_rebuilt
-from bench.service_results import cpu_seconds, machine, print_report, tree_commit, write_json
+from bench.corpus_loading import UPLOADS
+from bench.corpus_loading import debian_observations
+from bench.corpus_loading import distinctive_sentences
+from bench.corpus_loading import load_observations
+from bench.corpus_loading import wait_for_embeddings
+from bench.run_bench import free_port
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.scale_tables import add_copies
+from bench.scale_tables import indexes_rebuilt
+from bench.service_results import cpu_seconds
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import tree_commit
+from bench.service_results import write_json
 from common.kernel.config import Settings
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 BIG_DOCUMENT = "doc:big-0"
 MEMORY_USER = "console-bench"

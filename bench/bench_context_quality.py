@@ -46,7 +46,8 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +57,29 @@ if str(ROOT) not in sys.path:
 
 import grpc
 import numpy as np
-from google.protobuf import struct_pb2, timestamp_pb2
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
 from rank_bm25 import BM25Okapi
 
-from bench.corpus_loading import load_observations, wait_for_embeddings
-from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import heading, machine, print_report, write_json
+from bench.corpus_loading import load_observations
+from bench.corpus_loading import wait_for_embeddings
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.service_results import heading
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.tokenizer import TokenCounter
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 DATA = ROOT.parent / "shared" / "corpora" / "locomo-dev" / "locomo-dev.json"

@@ -31,14 +31,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.service_results import load_average, machine, tree_commit
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import tree_commit
 from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
 from ingest_service.documents.conversion import media_types as mt
@@ -46,16 +49,14 @@ from ingest_service.documents.conversion.conversion import DocumentConverter
 from ingest_service.documents.conversion.converted_chunks import converted_chunks
 from ingest_service.documents.conversion.formats import convert
 from ingest_service.documents.conversion.limits import ConversionLimits
-from tests.document_corpus import (
-    FORMATS,
-    CorpusDocument,
-    build,
-    distinctive_sentences,
-    markdown_words,
-    recovered,
-    vault_pages,
-    words,
-)
+from tests.document_corpus import FORMATS
+from tests.document_corpus import CorpusDocument
+from tests.document_corpus import build
+from tests.document_corpus import distinctive_sentences
+from tests.document_corpus import markdown_words
+from tests.document_corpus import recovered
+from tests.document_corpus import vault_pages
+from tests.document_corpus import words
 
 TYPES = {"pdf": mt.PDF, "docx": mt.DOCX, "html": mt.HTML, "epub": mt.EPUB}
 MB = 1_000_000
@@ -206,14 +207,13 @@ def measure_retrieval(
     """hit@5 of a distinctive sentence per page, on the Markdown, PDF, DOCX (and HTML) versions, each in
     a namespace of its own; ``out`` is filled and ``save`` called after each version."""
     import grpc
-    from memory_service_grpc_client.memory.v1 import (
-        document_service_pb2,
-        document_service_pb2_grpc,
-        retrieval_service_pb2,
-        retrieval_service_pb2_grpc,
-    )
 
-    from bench.run_bench import run_in_database, services
+    from bench.run_bench import run_in_database
+    from bench.run_bench import services
+    from memory_service_grpc_client.memory.v1 import document_service_pb2
+    from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+    from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
     formats = {
         fmt: media_type

@@ -41,15 +41,22 @@ sys.path.insert(0, str(ROOT))
 
 import grpc
 import psycopg
-from memory_service_grpc_client.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from bench.corpus_loading import UPLOADS
-from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import heading, load_average, machine, print_report, write_json
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from ingest_service.memories.enrichment.language_models import load_models
 from ingest_service.memories.enrichment.model import MemoryText
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 
 BATCH = 100
 

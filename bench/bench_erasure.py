@@ -37,21 +37,21 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
-from memory_service_grpc_client import wait_for_serving  # noqa: E402
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp  # noqa: E402
-from memory_service_grpc_client.memory.v1 import (  # noqa: E402
-    data_protection_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
 from bench.run_bench import run_in_database  # noqa: E402
 from common.kernel.config import Settings  # noqa: E402
 from ingest_service.main import create_ingest_host  # noqa: E402
+from memory_service_grpc_client import wait_for_serving  # noqa: E402
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp  # noqa: E402
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc  # noqa: E402
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2  # noqa: E402
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc  # noqa: E402
+from memory_service_grpc_client.memory.v1 import observation_service_pb2  # noqa: E402
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc  # noqa: E402
 from query_service.main import create_query_host  # noqa: E402
-from tests.e2e.data_protection_helpers import DEBIAN, columns_scanned, residue  # noqa: E402
+from tests.e2e.data_protection_helpers import DEBIAN  # noqa: E402
+from tests.e2e.data_protection_helpers import columns_scanned  # noqa: E402
+from tests.e2e.data_protection_helpers import residue  # noqa: E402
 
 PERSON = re.compile(r"person-([0-9a-f]{4})\b")
 

@@ -30,7 +30,8 @@ import json
 import random
 import statistics
 import time
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,14 @@ import psycopg
 from psycopg import sql
 
 from bench.bench_lexical_indexes import copy_rows
-from bench.run_bench import fresh_database, percentiles
+from bench.run_bench import fresh_database
+from bench.run_bench import percentiles
 from bench.scale_arms import RecordingCursor
-from bench.service_results import heading, load_average, machine, print_report, write_json
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.kernel.identifiers import parse_instant
 from common.storage.chunks.query_terms import identifier_tokens

@@ -46,21 +46,23 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.corpus_loading import debian_observations
+from bench.corpus_loading import load_observations
+from bench.corpus_loading import wait_for_embeddings
+from bench.run_bench import free_port
+from bench.run_bench import fresh_database
+from bench.run_bench import run_in_database
+from bench.run_bench import set_based_floor
+from bench.service_results import cpu_seconds
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import postgres_cpu_seconds
+from bench.service_results import print_report
+from bench.service_results import write_json
+from common.kernel.config import Settings
 from memory_service_grpc_client import wait_for_serving
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
-
-from bench.corpus_loading import debian_observations, load_observations, wait_for_embeddings
-from bench.run_bench import free_port, fresh_database, run_in_database, set_based_floor
-from bench.service_results import (
-    cpu_seconds,
-    heading,
-    load_average,
-    machine,
-    postgres_cpu_seconds,
-    print_report,
-    write_json,
-)
-from common.kernel.config import Settings
 from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 

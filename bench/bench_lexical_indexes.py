@@ -30,7 +30,8 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -38,16 +39,19 @@ from psycopg import sql
 
 from bench.bench_capacity import CHUNKS_PER_DOCUMENT
 from bench.corpus_loading import distinctive_sentences
-from bench.run_bench import fresh_database, percentiles
-from bench.scale_arms import (
-    LIMIT,
-    TRIGRAM_WHOLE_QUERY_CHARS,
-    TRIGRAM_WHOLE_QUERY_MIN_WORDS,
-    RecordingCursor,
-    explained,
-)
-from bench.scale_tables import FAQ, droppable_indexes
-from bench.service_results import heading, machine, print_report, write_json
+from bench.run_bench import fresh_database
+from bench.run_bench import percentiles
+from bench.scale_arms import LIMIT
+from bench.scale_arms import TRIGRAM_WHOLE_QUERY_CHARS
+from bench.scale_arms import TRIGRAM_WHOLE_QUERY_MIN_WORDS
+from bench.scale_arms import RecordingCursor
+from bench.scale_arms import explained
+from bench.scale_tables import FAQ
+from bench.scale_tables import droppable_indexes
+from bench.service_results import heading
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore

@@ -43,7 +43,8 @@ import os
 import random
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,23 +53,17 @@ sys.path.insert(0, str(ROOT))
 
 import grpc
 import psycopg
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-)
 
-from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import (
-    cpu_seconds,
-    heading,
-    load_average,
-    machine,
-    print_report,
-    tree_commit,
-    write_json,
-)
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.service_results import cpu_seconds
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import tree_commit
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_id
 from common.storage.chunks.store import embedding_input
@@ -77,6 +72,10 @@ from common.storage.database import Database
 from common.storage.memories.recall import MemoryRecall
 from common.storage.memories.store import MemoryQuery
 from common.text_models.embeddings.factory import build_embedding_provider
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from query_service.readers.memory_recall import RECALL_PRESETS
 
 UPLOADS = ROOT.parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"

@@ -19,7 +19,8 @@ import random
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.bench_context_quality import DATA, turns_of
-from bench.service_results import heading, machine, print_report, write_json
+from bench.bench_context_quality import DATA
+from bench.bench_context_quality import turns_of
+from bench.service_results import heading
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
-from query_service.context.pack.fitting import FitCandidate, FitSettings, PackFitter
+from query_service.context.pack.fitting import FitCandidate
+from query_service.context.pack.fitting import FitSettings
+from query_service.context.pack.fitting import PackFitter
 
 
 def whole_pack_fit(tokens: TokenCounter, candidates: list[FitCandidate], budget: int) -> tuple[str, int]:

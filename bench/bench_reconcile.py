@@ -47,7 +47,8 @@ sys.path.insert(0, str(ROOT))
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations
-from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots.model import SnapshotHeader
+from ingest_service.snapshots.model import SnapshotPart
 from ingest_service.snapshots.reconciler import SnapshotReconciler
 
 RESULTS = ROOT / "bench" / "results" / "reconcile.json"

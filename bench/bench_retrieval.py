@@ -43,22 +43,26 @@ import grpc
 import numpy as np
 import psycopg
 from google.protobuf import struct_pb2
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
 from rank_bm25 import BM25Okapi
 
-from bench.run_bench import percentiles, run_in_database, services
-from bench.service_results import heading, machine, print_report, write_json
+from bench.run_bench import percentiles
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.service_results import heading
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, embedding_input
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
 DATA = ROOT.parent / "shared" / "corpora" / "retrieval-eval"
 CUTOFF = 10

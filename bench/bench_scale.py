@@ -56,7 +56,8 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,30 +69,34 @@ from psycopg import sql
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
-
 from bench.corpus_loading import distinctive_sentences
-from bench.run_bench import run_in_database, services
+from bench.run_bench import run_in_database
+from bench.run_bench import services
 from bench.scale_arms import arm_breakdown
-from bench.scale_measures import (
-    TOP_K,
-    concurrency,
-    floors,
-    interleaved,
-    load,
-    query_embedding,
-    vector_arm,
-)
-from bench.scale_report import draw, entry
-from bench.scale_tables import FAQ, add_copies, indexes_rebuilt, ingest_base, move_copies
-from bench.service_results import machine, print_report, tree_commit, write_json
+from bench.scale_measures import TOP_K
+from bench.scale_measures import concurrency
+from bench.scale_measures import floors
+from bench.scale_measures import interleaved
+from bench.scale_measures import load
+from bench.scale_measures import query_embedding
+from bench.scale_measures import vector_arm
+from bench.scale_report import draw
+from bench.scale_report import entry
+from bench.scale_tables import FAQ
+from bench.scale_tables import add_copies
+from bench.scale_tables import indexes_rebuilt
+from bench.scale_tables import ingest_base
+from bench.scale_tables import move_copies
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import tree_commit
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 # -- measuring -------------------------------------------------------------------------------------

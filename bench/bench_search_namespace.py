@@ -43,19 +43,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.run_bench import percentiles
-from bench.service_results import (
-    heading,
-    load_average,
-    machine,
-    print_report,
-    tree_commit,
-    write_json,
-)
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import tree_commit
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.replicas.read_routing import RoutedDatabase
 from common.storage.schema import migrations
 from query_service.main import query_embedding_provider
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchQuery
+from query_service.retrieval.hybrid_search import search_preset
 
 WARM_UP = 20
 QUERY_CHARS = 120

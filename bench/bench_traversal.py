@@ -29,7 +29,8 @@ import os
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ import psycopg
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from common.storage.graph.traversal import RelationRule, TraversalStore, WalkQuery
+from common.storage.graph.traversal import RelationRule
+from common.storage.graph.traversal import TraversalStore
+from common.storage.graph.traversal import WalkQuery
 from common.storage.schema import migrations
 
 RESULTS = ROOT / "bench" / "results" / "traversal.json"

@@ -40,18 +40,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import grpc
-from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
-from bench.run_bench import fresh_database, run_in_database, services
-from bench.service_results import heading, load_average, machine, print_report, tree_commit, write_json
+from bench.run_bench import fresh_database
+from bench.run_bench import run_in_database
+from bench.run_bench import services
+from bench.service_results import heading
+from bench.service_results import load_average
+from bench.service_results import machine
+from bench.service_results import print_report
+from bench.service_results import tree_commit
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.chunks.store import embedding_input
 from common.text_models.embeddings.factory import build_embedding_provider
-from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.documents.front_matter import strip_front_matter
-from ingest_service.vault.documents import VaultFile, parse_file
+from ingest_service.vault.documents import VaultFile
+from ingest_service.vault.documents import parse_file
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import VaultSource, directory_documents
+from memory_service_tools.vault_source import VaultSource
+from memory_service_tools.vault_source import directory_documents
 
 VAULT = ROOT.parent / "shared" / "corpora" / "docs-vault"
 

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
-from common.kernel.identifiers import fact_id, parse_instant
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import parse_instant
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_tools.markdown_vault import find_documents
 from memory_service_tools.observation_file import ParsedObservation
 from memory_service_tools.observation_loader import record_observations

@@ -40,10 +40,12 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,32 +58,30 @@ from google.protobuf import timestamp_pb2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
-
-from bench.corpus_loading import (
-    UPLOADS,
-    VAULT,
-    debian_observations,
-    distinctive_sentences,
-    load_observations,
-    wait_for_embeddings,
-)
-from bench.service_results import machine, write_json, write_results
+from bench.corpus_loading import UPLOADS
+from bench.corpus_loading import VAULT
+from bench.corpus_loading import debian_observations
+from bench.corpus_loading import distinctive_sentences
+from bench.corpus_loading import load_observations
+from bench.corpus_loading import wait_for_embeddings
+from bench.service_results import machine
+from bench.service_results import write_json
+from bench.service_results import write_results
 from common.kernel.config import Settings
 from common.kernel.identifiers import graph_label
-from memory_service_tools.markdown_vault import find_documents, read_document
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_tools.markdown_vault import find_documents
+from memory_service_tools.markdown_vault import read_document
 from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
 
 QUERIES = 200
@@ -456,7 +456,9 @@ def raw_search(settings: Settings, namespace: str, searches: list[str]) -> dict[
     from common.storage.database import Database
     from common.storage.schema import migrations
     from common.text_models.embeddings.factory import build_embedding_provider
-    from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
+    from query_service.retrieval.hybrid_search import HybridSearcher
+    from query_service.retrieval.hybrid_search import SearchQuery
+    from query_service.retrieval.hybrid_search import search_preset
 
     provider = build_embedding_provider(settings)
     database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)

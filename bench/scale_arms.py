@@ -17,7 +17,8 @@ import os
 import re
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import psycopg

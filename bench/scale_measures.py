@@ -9,7 +9,8 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,18 +18,14 @@ from typing import Any
 import grpc
 import numpy as np
 import psycopg
-from memory_service_grpc_client.memory.v1 import (
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
 from psycopg import sql
 
-from bench.run_bench import (
-    percentiles,
-)
+from bench.run_bench import percentiles
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
 EF_SEARCH = (40, 100, 200)
 

@@ -13,16 +13,18 @@ from typing import Any
 
 import grpc
 import psycopg
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    observation_service_pb2_grpc,
-)
 from psycopg import sql
 
-from bench.corpus_loading import CORPORA, VAULT, debian_observations, load_observations
+from bench.corpus_loading import CORPORA
+from bench.corpus_loading import VAULT
+from bench.corpus_loading import debian_observations
+from bench.corpus_loading import load_observations
 from bench.run_bench import services
-from memory_service_tools.markdown_vault import find_documents, read_document
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_tools.markdown_vault import find_documents
+from memory_service_tools.markdown_vault import read_document
 
 FAQ = CORPORA / "retrieval-eval"
 

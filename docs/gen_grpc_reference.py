@@ -7,7 +7,6 @@ RPCs, then the messages and enums the file defines, each field with its type and
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator

@@ -9,22 +9,11 @@ from __future__ import annotations
 import logging
 
 import grpc
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2_grpc,
-    data_protection_service_pb2_grpc,
-    document_service_pb2_grpc,
-    domain_pack_service_pb2_grpc,
-    fact_service_pb2_grpc,
-    memory_service_pb2_grpc,
-    observation_service_pb2_grpc,
-    snapshot_service_pb2_grpc,
-    vault_service_pb2_grpc,
-    webhook_service_pb2_grpc,
-)
 
 from common.domain.audit import AuditTrail
 from common.grpc.consistency import WriteTokenInterceptor
-from common.grpc.server import ServiceHost, build_server
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
 from common.kernel.config import Settings
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
@@ -61,6 +50,16 @@ from ingest_service.servicers.webhook_servicer import WebhookServicer
 from ingest_service.snapshots.reconciler import SnapshotReconciler
 from ingest_service.validation.legal_holds import LegalHolds
 from ingest_service.vault.ingest import VaultIngestor
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2_grpc
 
 
 def create_ingest_host(

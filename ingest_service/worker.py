@@ -29,7 +29,8 @@ from common.kernel.errors import FailedPrecondition
 from common.storage.database import Database
 from common.storage.enrichment_jobs_store import EnrichmentJobStore
 from common.storage.schema import migrations
-from ingest_service.change_feed.delivery import WebhookDeliverer, WebhookDispatcher
+from ingest_service.change_feed.delivery import WebhookDeliverer
+from ingest_service.change_feed.delivery import WebhookDispatcher
 from ingest_service.change_feed.webhook_queue import QUEUE as WEBHOOK_QUEUE
 from ingest_service.change_feed.webhook_queue import register_webhook_tasks
 from ingest_service.data_protection.retention import RetentionEnforcer
@@ -37,7 +38,9 @@ from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models
 from ingest_service.memories.enrichment.model import Enricher
-from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, quiet_routine_jobs
+from ingest_service.memories.enrichment.queue import ENRICH_TASK
+from ingest_service.memories.enrichment.queue import EnrichmentQueue
+from ingest_service.memories.enrichment.queue import quiet_routine_jobs
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover

@@ -8,16 +8,14 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from memory_service_grpc_client.memory.v1 import document_service_pb2
-
-from common.domain.document_frontmatter import (
-    FrontmatterError,
-    default_natural_key,
-    document_fields,
-    read_frontmatter,
-)
+from common.domain.document_frontmatter import FrontmatterError
+from common.domain.document_frontmatter import default_natural_key
+from common.domain.document_frontmatter import document_fields
+from common.domain.document_frontmatter import read_frontmatter
 from common.grpc.proto_mapping import dict_to_struct
-from ingest_service.documents.conversion.media_types import EXTENSIONS, MARKDOWN
+from ingest_service.documents.conversion.media_types import EXTENSIONS
+from ingest_service.documents.conversion.media_types import MARKDOWN
+from memory_service_grpc_client.memory.v1 import document_service_pb2
 
 __all__ = ["DocumentError", "default_natural_key", "find_documents", "read_document"]
 

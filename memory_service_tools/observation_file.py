@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from collections.abc import Iterator
 
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import knowledge_pb2, observation_service_pb2
 
 from common.grpc.proto_mapping import explain_parse_error
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
 
 
 @dataclasses.dataclass(frozen=True)

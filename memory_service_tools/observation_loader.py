@@ -13,19 +13,23 @@ import dataclasses
 import functools
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from typing import Any
 
 import grpc
-from memory_service_grpc_client import call_policy
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
-from memory_service_tools.observation_file import LineError, ParsedObservation
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_tools.observation_file import LineError
+from memory_service_tools.observation_file import ParsedObservation
 
 DEFAULT_OBSERVE_CONCURRENCY = 4  # RecordObservations calls in flight; see record_observations
 

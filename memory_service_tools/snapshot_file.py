@@ -12,12 +12,14 @@ memory whole. The end message (the numbers of entities and facts read) follows t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 
 from common.grpc.proto_mapping import explain_parse_error
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 
 
 class SnapshotFileError(ValueError):

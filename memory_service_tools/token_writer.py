@@ -12,21 +12,21 @@ import datetime as dt
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from common.auth.principals import Right
-from common.auth.tokens_file import (
-    TokenEntry,
-    TokensFile,
-    TokensFileError,
-    hash_token,
-    new_token,
-    parse_tokens_text,
-    validate_token_entry,
-)
+from common.auth.tokens_file import TokenEntry
+from common.auth.tokens_file import TokensFile
+from common.auth.tokens_file import TokensFileError
+from common.auth.tokens_file import hash_token
+from common.auth.tokens_file import new_token
+from common.auth.tokens_file import parse_tokens_text
+from common.auth.tokens_file import validate_token_entry
 
 __all__ = ["add_token"]
 

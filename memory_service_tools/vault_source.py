@@ -22,12 +22,16 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
+from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
-from ingest_service.documents.conversion.media_types import EXTENSIONS, MARKDOWN
+from ingest_service.documents.conversion.media_types import EXTENSIONS
+from ingest_service.documents.conversion.media_types import MARKDOWN
 
 
 class SourceError(ValueError):

@@ -22,19 +22,33 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime
 
-from common.domain.audit import ACTION_PATTERN, MAX_PRINCIPAL_LENGTH, AuditEvent, event_from_props
-from common.kernel.errors import InvalidArgument, ViolationCollector
+from common.domain.audit import ACTION_PATTERN
+from common.domain.audit import MAX_PRINCIPAL_LENGTH
+from common.domain.audit import AuditEvent
+from common.domain.audit import event_from_props
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
-from common.kernel.identifiers import MAX_KEY_LENGTH, canonical_instant
-from common.kernel.page_tokens import MalformedPageToken, token_bytes, token_instant
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import canonical_instant
+from common.kernel.page_tokens import MalformedPageToken
 from common.kernel.page_tokens import decode_page_token as decode_token
-from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery, AuditReadAccess, AuditStore
+from common.kernel.page_tokens import token_bytes
+from common.kernel.page_tokens import token_instant
+from common.storage.audit_store import ALL_AUDIT_EVENTS
+from common.storage.audit_store import AuditEventQuery
+from common.storage.audit_store import AuditReadAccess
+from common.storage.audit_store import AuditStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

@@ -12,23 +12,14 @@ import functools
 import logging
 
 import grpc
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2_grpc,
-    change_feed_service_pb2_grpc,
-    context_service_pb2_grpc,
-    fact_query_service_pb2_grpc,
-    memory_query_service_pb2_grpc,
-    namespace_service_pb2_grpc,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2_grpc,
-    source_service_pb2_grpc,
-    trace_service_pb2_grpc,
-)
 
 from common.grpc.consistency import ReadTokenInterceptor
-from common.grpc.server import ServiceHost, build_server
-from common.grpc.telemetry import configure_logging, configure_tracing
-from common.grpc.worker_processes import claim_address, run_worker_processes
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
+from common.grpc.telemetry import configure_logging
+from common.grpc.telemetry import configure_tracing
+from common.grpc.worker_processes import claim_address
+from common.grpc.worker_processes import run_worker_processes
 from common.kernel.config import Settings
 from common.packs.kind_validation import KindValidator
 from common.storage.pool_metrics import register_database_metrics
@@ -37,10 +28,21 @@ from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.provider import EmbeddingProvider
 from common.text_models.tokenizer import TokenCounter
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 from query_service.audit_reader import AuditReader
 from query_service.change_feed.notifier import ChangeNotifier
 from query_service.change_feed.watcher import ChangeWatcher
-from query_service.context.compiler import ContextCompiler, context_preset
+from query_service.context.compiler import ContextCompiler
+from query_service.context.compiler import context_preset
 from query_service.context.typed_context import TypedContextCompiler
 from query_service.namespace_reader import NamespaceReader
 from query_service.readers.facts import FactReader
@@ -48,7 +50,8 @@ from query_service.readers.memory_recall import MemoryReader
 from query_service.readers.observations import ObservationReader
 from query_service.readers.sources import SourceReader
 from query_service.readers.traces import TraceReader
-from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import search_preset
 from query_service.servicers.audit_query_servicer import AuditQueryServicer
 from query_service.servicers.change_feed_servicer import ChangeFeedServicer
 from query_service.servicers.context_servicer import ContextServicer

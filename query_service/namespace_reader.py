@@ -5,14 +5,21 @@ namespaces the caller may read."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION
-from common.kernel.page_tokens import MalformedPageToken, decode_page_token, encode_page_token
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.page_tokens import MalformedPageToken
+from common.kernel.page_tokens import decode_page_token
+from common.kernel.page_tokens import encode_page_token
 from common.storage.database import Database
-from common.storage.namespace_stats import NamespaceCounts, NamespaceDetail, NamespaceStatistics
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.namespace_stats import NamespaceCounts
+from common.storage.namespace_stats import NamespaceDetail
+from common.storage.namespace_stats import NamespaceStatistics
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 MAX_PREFIX_CHARS = 128
 """The longest namespace name, so the longest useful prefix."""

@@ -32,15 +32,25 @@ cleared caller was shown. This module knows no reader. In-process callers that p
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import TypeVar
 
 from common.auth.principals import Principal
-from common.domain.audit import PII_ACCESS_ACTION, AuditEventInput, AuditTrail
+from common.domain.audit import PII_ACCESS_ACTION
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
 from common.kernel.errors import PermissionDenied
-from common.kernel.pii import PiiMarks, detect, detect_value, mask, mask_value
+from common.kernel.pii import PiiMarks
+from common.kernel.pii import detect
+from common.kernel.pii import detect_value
+from common.kernel.pii import mask
+from common.kernel.pii import mask_value
 from common.storage.database import Database
 
 Shown = TypeVar("Shown")

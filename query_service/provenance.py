@@ -6,7 +6,8 @@ Transport free; `query_service.servicers.read_transport.provenance_to_proto` map
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 

@@ -84,7 +84,9 @@ DEJAVU = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"  # Debian fonts-dejav
 
 def scanned_pdf(lines: list[str]) -> bytes:
     """A one-page PDF holding only a picture of ``lines`` (an A4 scan at 200 dpi): no text layer."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image
+    from PIL import ImageDraw
+    from PIL import ImageFont
 
     image = Image.new("L", (1654, 2339), 255)
     draw = ImageDraw.Draw(image)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from common.auth.principals import Principal, development_principal
+from common.auth.principals import Principal
+from common.auth.principals import development_principal
 from common.auth.tokens_file import TokenStore
 from common.kernel.errors import Unauthenticated
 

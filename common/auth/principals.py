@@ -19,14 +19,18 @@ import contextvars
 import difflib
 import enum
 import types
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from common.kernel.errors import InvalidArgument, PermissionDenied
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import PermissionDenied
 from common.kernel.memory_names import memory_base_namespace
 
 __all__ = [

@@ -37,15 +37,26 @@ import secrets
 import threading
 import time
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel
+from pydantic import ConfigDict
+from pydantic import Field
+from pydantic import ValidationError
+from pydantic import field_validator
+from pydantic import model_validator
 
-from common.auth.principals import Principal, Right
-from common.kernel.memory_names import ENVIRONMENTS, ORGANIZATION_PATTERN, USER_PATTERN
+from common.auth.principals import Principal
+from common.auth.principals import Right
+from common.kernel.memory_names import ENVIRONMENTS
+from common.kernel.memory_names import ORGANIZATION_PATTERN
+from common.kernel.memory_names import USER_PATTERN
 
 __all__ = [
     "TOKEN_PREFIX",

@@ -40,8 +40,11 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -50,16 +53,15 @@ from common.auth.principals import current_principal
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
-from common.kernel.identifiers import (
-    MAX_KEY_LENGTH,
-    MAX_SCOPES,
-    SCOPE_PATTERN,
-    canonical_instant,
-    parse_instant,
-)
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import MAX_SCOPES
+from common.kernel.identifiers import SCOPE_PATTERN
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import parse_instant
 from common.kernel.request_context import current_request_id
 from common.kernel.storable_values import unstorable_paths
-from common.storage.audit_store import AuditStore, event_key
+from common.storage.audit_store import AuditStore
+from common.storage.audit_store import event_key
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 

@@ -9,7 +9,8 @@ full text finds who spoke and when; CompileContext renders a turn as its own com
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 HEADER_SEPARATOR = " · "

@@ -21,18 +21,25 @@ those triples after each commit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.domain.memory_scope import MemoryScope
 from common.kernel.errors import InvalidArgument
 from common.kernel.memory_names import owner_scope
 from common.storage.database import Database
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.storage.memories.lifecycle import MemoryLifecycleStore
-from common.storage.memories.store import MEMORY_LABEL, MEMORY_NODE_TYPE, MemoryQuery, StoredMemory
+from common.storage.memories.store import MEMORY_LABEL
+from common.storage.memories.store import MEMORY_NODE_TYPE
+from common.storage.memories.store import MemoryQuery
+from common.storage.memories.store import StoredMemory
 
 ENRICHMENT_FIELDS = ("key_points", "insights", "entities", "topics")
 """Node props the enrichment fills (lists of strings)."""

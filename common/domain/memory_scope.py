@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.auth.principals import Principal, Right, development_principal
-from common.kernel.errors import InvalidArgument, PermissionDenied
-from common.kernel.memory_names import (
-    PROJECT_PATTERN,
-    USER_PATTERN,
-    memory_namespace,
-    owner_scope,
-)
+from common.auth.principals import Principal
+from common.auth.principals import Right
+from common.auth.principals import development_principal
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import PermissionDenied
+from common.kernel.memory_names import PROJECT_PATTERN
+from common.kernel.memory_names import USER_PATTERN
+from common.kernel.memory_names import memory_namespace
+from common.kernel.memory_names import owner_scope
 from common.storage.visibility import Visibility
 
 PROJECT_METADATA = "x-project-id"

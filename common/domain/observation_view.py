@@ -7,7 +7,8 @@ Used by ObservationQueryService.GetObservation and by ObservationService.RedactO
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 

@@ -27,7 +27,8 @@ and NOT_FOUND for rule 2; an item of a batch fails with the same text as a field
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,12 +36,17 @@ from typing import Any
 import psycopg
 
 from common.auth.principals import current_principal
-from common.kernel.errors import FieldViolation, NotFound, PermissionDenied
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import NotFound
+from common.kernel.errors import PermissionDenied
 from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_rows import FactRow
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
-from common.storage.visibility import EVERYTHING, Visibility, is_restricting, visibility_for
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from common.storage.visibility import is_restricting
+from common.storage.visibility import visibility_for
 
 SCOPE_NOT_ALLOWED = "SCOPE_NOT_ALLOWED"
 

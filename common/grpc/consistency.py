@@ -22,13 +22,12 @@ from typing import Any
 
 import grpc
 
-from common.grpc.interceptors import _Behavior, _UnaryInterceptor
-from common.kernel.consistency import (
-    CONSISTENCY_TOKEN_METADATA,
-    decode_token,
-    encode_token,
-    required_position_var,
-)
+from common.grpc.interceptors import _Behavior
+from common.grpc.interceptors import _UnaryInterceptor
+from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
+from common.kernel.consistency import decode_token
+from common.kernel.consistency import encode_token
+from common.kernel.consistency import required_position_var
 
 __all__ = ["ReadTokenInterceptor", "WriteTokenInterceptor"]
 

@@ -10,7 +10,8 @@ is acceptable stays the handler's decision.
 
 from __future__ import annotations
 
-from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
+from google.protobuf.descriptor import EnumDescriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from common.kernel.errors import FieldViolation

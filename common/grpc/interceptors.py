@@ -37,20 +37,24 @@ import re
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 
 from common.auth.authentication import Authenticator
-from common.auth.principals import Principal, authorize, is_open_method, principal_context, request_namespaces
-from common.grpc.request_checks import (
-    checked_stream,
-    raise_if_invalid,
-    raise_if_unparsed,
-    tolerant_deserializer,
-)
-from common.grpc.status_mapping import grpc_code_for, status_for_exception
+from common.auth.principals import Principal
+from common.auth.principals import authorize
+from common.auth.principals import is_open_method
+from common.auth.principals import principal_context
+from common.auth.principals import request_namespaces
+from common.grpc.request_checks import checked_stream
+from common.grpc.request_checks import raise_if_invalid
+from common.grpc.request_checks import raise_if_unparsed
+from common.grpc.request_checks import tolerant_deserializer
+from common.grpc.status_mapping import grpc_code_for
+from common.grpc.status_mapping import status_for_exception
 from common.kernel.errors import PermissionDenied
 from common.kernel.request_context import request_id_var
 

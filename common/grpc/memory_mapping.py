@@ -10,15 +10,24 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from memory_service_grpc_client.memory.v1 import memory_record_pb2, memory_service_pb2
 
-from common.auth.principals import Right, current_principal
-from common.domain.memory_records import MemoryRecord, memory_query
-from common.domain.memory_scope import PROJECT_METADATA, MemoryScope, resolve_memory_scope
-from common.grpc.proto_mapping import dict_to_struct, instant, json_form, timestamp
-from common.kernel.errors import FieldViolation, InvalidArgument
+from common.auth.principals import Right
+from common.auth.principals import current_principal
+from common.domain.memory_records import MemoryRecord
+from common.domain.memory_records import memory_query
+from common.domain.memory_scope import PROJECT_METADATA
+from common.domain.memory_scope import MemoryScope
+from common.domain.memory_scope import resolve_memory_scope
+from common.grpc.proto_mapping import dict_to_struct
+from common.grpc.proto_mapping import instant
+from common.grpc.proto_mapping import json_form
+from common.grpc.proto_mapping import timestamp
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from common.kernel.identifiers import integral_numbers
 from common.storage.memories.store import MemoryQuery
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
 
 _TIER_NAMES = {
     memory_record_pb2.MEMORY_TIER_HOT: "hot",

@@ -28,7 +28,9 @@ import threading
 from typing import Any
 
 import grpc
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
+from prometheus_client import start_http_server
 from py_grpc_prometheus.prometheus_server_interceptor import PromServerInterceptor
 
 __all__ = [

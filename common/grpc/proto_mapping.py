@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
+from google.protobuf import json_format
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
-from memory_service_grpc_client.memory.v1 import audit_service_pb2, knowledge_pb2
 
 from common.domain.audit import AuditEvent
 from common.domain.observation_view import ObservationView
 from common.kernel.identifiers import integral_numbers
 from common.storage.fact_rows import FactRow
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
 
 def timestamp(value: datetime) -> timestamp_pb2.Timestamp:

@@ -22,9 +22,14 @@ from google.protobuf.struct_pb2 import Struct
 
 from common.domain.audit import MAX_TRACE_ID_LENGTH
 from common.kernel.errors import FieldViolation
-from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH, NAMESPACE_PATTERN
-from common.kernel.memory_names import MAX_MEMORY_LABEL_LENGTH, USER_PATTERN
-from common.kernel.value_sizes import MAX_META_BYTES, json_bytes
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import MAX_PREDICATE_LENGTH
+from common.kernel.identifiers import MAX_TYPE_LENGTH
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.memory_names import MAX_MEMORY_LABEL_LENGTH
+from common.kernel.memory_names import USER_PATTERN
+from common.kernel.value_sizes import MAX_META_BYTES
+from common.kernel.value_sizes import json_bytes
 
 __all__ = ["READ_FILTER_LIMITS", "Limit", "read_filter_violations"]
 

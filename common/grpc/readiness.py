@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health
+from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2_grpc
 
 __all__ = [
     "LIVENESS_SERVICE",

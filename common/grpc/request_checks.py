@@ -20,15 +20,18 @@ bad item fails alone (docs/explanation/knowledge-model.md: per-item results).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message
 
 from common.grpc.enum_checks import enum_violations
 from common.grpc.proto_mapping import json_form
 from common.grpc.read_filter_limits import read_filter_violations
-from common.kernel.errors import FieldViolation, InvalidArgument
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from common.kernel.storable_values import unstorable_paths
 
 __all__ = [

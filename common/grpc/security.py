@@ -17,8 +17,10 @@ import logging
 
 import grpc
 
-from common.auth.authentication import Authenticator, is_loopback_address
-from common.auth.tokens_file import TokensFileError, TokenStore
+from common.auth.authentication import Authenticator
+from common.auth.authentication import is_loopback_address
+from common.auth.tokens_file import TokensFileError
+from common.auth.tokens_file import TokenStore
 from common.kernel.config import Settings
 
 __all__ = ["ServerSetupError", "build_authenticator", "checked_token_store", "server_credentials"]

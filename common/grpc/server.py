@@ -25,30 +25,33 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent import futures
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 import grpc
 from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
 
-from common.auth.authentication import Authenticator, is_loopback_address
+from common.auth.authentication import Authenticator
+from common.auth.authentication import is_loopback_address
 from common.grpc.interceptors import server_interceptors
-from common.grpc.metrics import (
-    grpc_metrics_interceptor,
-    start_metrics_endpoint,
-    stop_metrics_endpoint,
-)
-from common.grpc.readiness import (
-    READINESS_INTERVAL_SECONDS,
-    ReadinessMonitor,
-    ReadinessProbe,
-    add_health_service,
-)
-from common.grpc.security import build_authenticator, server_credentials
-from common.grpc.telemetry import configured_tracer_provider, tracing_server_interceptor
+from common.grpc.metrics import grpc_metrics_interceptor
+from common.grpc.metrics import start_metrics_endpoint
+from common.grpc.metrics import stop_metrics_endpoint
+from common.grpc.readiness import READINESS_INTERVAL_SECONDS
+from common.grpc.readiness import ReadinessMonitor
+from common.grpc.readiness import ReadinessProbe
+from common.grpc.readiness import add_health_service
+from common.grpc.security import build_authenticator
+from common.grpc.security import server_credentials
+from common.grpc.telemetry import configured_tracer_provider
+from common.grpc.telemetry import tracing_server_interceptor
 from common.kernel.config import Settings
 
 if TYPE_CHECKING:

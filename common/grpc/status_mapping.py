@@ -16,21 +16,21 @@ from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2
+from google.rpc import error_details_pb2
+from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from common.kernel.errors import (
-    AlreadyExists,
-    DomainError,
-    FailedPrecondition,
-    FieldViolation,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
-)
+from common.kernel.errors import AlreadyExists
+from common.kernel.errors import DomainError
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import PermissionDenied
+from common.kernel.errors import ResourceExhausted
+from common.kernel.errors import Unauthenticated
+from common.kernel.errors import Unavailable
 
 __all__ = ["ERROR_DOMAIN", "bounded_bad_request", "grpc_code_for", "shorten", "status_for_exception"]
 

@@ -8,7 +8,8 @@ violations (AIP-193). Unknown exceptions become INTERNAL with a generic message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 
 @dataclass(frozen=True)

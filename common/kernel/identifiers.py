@@ -13,8 +13,10 @@ import functools
 import hashlib
 import json
 import re
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import Literal
 
 _LABEL_INVALID = re.compile(r"[^A-Za-z0-9_]")
 _LABEL_PLAIN = re.compile(r"^[A-Za-z0-9_]+$")

@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 ENVIRONMENTS: tuple[str, ...] = ("development", "staging", "production")

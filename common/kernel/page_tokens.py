@@ -16,7 +16,8 @@ import re
 from datetime import datetime
 from typing import Any
 
-from common.kernel.identifiers import canonical_instant, parse_instant
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import parse_instant
 from common.kernel.storable_values import unstorable_paths
 
 __all__ = ["MalformedPageToken", "decode_page_token", "encode_page_token", "token_bytes", "token_instant"]

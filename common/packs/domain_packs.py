@@ -24,26 +24,34 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 import re2
 from jsonschema import Draft202012Validator
 
-from common.kernel.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound, ViolationCollector
-from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION
-from common.kernel.page_tokens import MalformedPageToken, decode_page_token, encode_page_token
-from common.packs.pack_schemas import (
-    MAX_PACK_BYTES,
-    MAX_PATTERNS_PER_PACK,
-    PackRegexError,
-    compile_regex,
-    compile_schema,
-    count_schema_patterns,
-    json_path,
-)
-from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
+from common.kernel.errors import AlreadyExists
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.page_tokens import MalformedPageToken
+from common.kernel.page_tokens import decode_page_token
+from common.kernel.page_tokens import encode_page_token
+from common.packs.pack_schemas import MAX_PACK_BYTES
+from common.packs.pack_schemas import MAX_PATTERNS_PER_PACK
+from common.packs.pack_schemas import PackRegexError
+from common.packs.pack_schemas import compile_regex
+from common.packs.pack_schemas import compile_schema
+from common.packs.pack_schemas import count_schema_patterns
+from common.packs.pack_schemas import json_path
+from common.storage.audit_store import AUDIT_EVENT_TYPE
+from common.storage.audit_store import TRACE_EDGE
+from common.storage.audit_store import TRACE_TYPE
 from common.storage.database import Database
 from common.storage.pack_store import PackStore
 

@@ -24,8 +24,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from common.packs.domain_packs import CompiledKind, fill_template
-from common.packs.kind_validation import NamespaceKinds, key_fits
+from common.packs.domain_packs import CompiledKind
+from common.packs.domain_packs import fill_template
+from common.packs.kind_validation import NamespaceKinds
+from common.packs.kind_validation import key_fits
 
 MENTIONS = "MENTIONS"
 MAX_IDENTIFIERS_PER_ITEM = 100

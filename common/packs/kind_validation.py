@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from common.kernel.errors import FieldViolation
-from common.packs.domain_packs import (
-    BASE_KINDS,
-    CompiledKind,
-    CompiledPack,
-    CompiledRelation,
-    compile_stored,
-)
+from common.packs.domain_packs import BASE_KINDS
+from common.packs.domain_packs import CompiledKind
+from common.packs.domain_packs import CompiledPack
+from common.packs.domain_packs import CompiledRelation
+from common.packs.domain_packs import compile_stored
 from common.packs.pack_schemas import json_path
 from common.storage.database import Database
 from common.storage.pack_store import PackStore

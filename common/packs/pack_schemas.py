@@ -29,10 +29,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import re2
-from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema import Draft202012Validator
+from jsonschema import ValidationError
+from jsonschema import validators
 from jsonschema.exceptions import SchemaError
-from referencing import Registry, Resource
-from referencing.exceptions import NoSuchResource, Unresolvable
+from referencing import Registry
+from referencing import Resource
+from referencing.exceptions import NoSuchResource
+from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from common.kernel.errors import ViolationCollector

@@ -34,11 +34,13 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.errors import FailedPrecondition
 from common.kernel.identifiers import graph_label
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.storage.named_queries import Queries
 from common.storage.row_count import fetch_count
 from common.storage.tables import table_identifiers
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 AUDIT_EVENT_TYPE = "audit_event"
 TRACE_TYPE = "pc_trace"

@@ -13,9 +13,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections import defaultdict
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +34,8 @@ from common.storage.graph.age import checked_label
 from common.storage.graph.store import GraphStore
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 # Words and identifiers of a text that may be the id part of a natural key: letters/digits with inner
 # - _ . + : / @ # (PROJ-1234, libc6, 2.36-9+deb12u4, package:openssl).

@@ -14,17 +14,23 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from contextlib import contextmanager
+from typing import Any
+from typing import TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
+from psycopg_pool import PoolTimeout
 
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, Unavailable
-from common.storage.session import autocommitting, prepare_age_session
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import Unavailable
+from common.storage.session import autocommitting
+from common.storage.session import prepare_age_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

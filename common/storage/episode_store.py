@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -27,7 +28,8 @@ from psycopg.rows import dict_row
 
 from common.kernel.config import Settings
 from common.storage.chunks.rows import StoredChunk
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 _TURN_COLUMNS = (
     "observation_id",

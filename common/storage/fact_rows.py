@@ -4,13 +4,17 @@ page cursor (`encode_cursor`, `decode_cursor`). `common.storage.fact_store.FactS
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 from common.kernel.identifiers import canonical_instant
-from common.kernel.page_tokens import decode_page_token, encode_page_token, token_instant
-from common.storage.visibility import EVERYTHING, Visibility
+from common.kernel.page_tokens import decode_page_token
+from common.kernel.page_tokens import encode_page_token
+from common.kernel.page_tokens import token_instant
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 
 @dataclass

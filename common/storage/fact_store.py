@@ -17,13 +17,17 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.identifiers import MULTI_VALUED_PREDICATES, graph_label
-from common.storage.fact_rows import FactQuery, FactRow, decode_cursor
+from common.kernel.identifiers import MULTI_VALUED_PREDICATES
+from common.kernel.identifiers import graph_label
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_rows import FactRow
+from common.storage.fact_rows import decode_cursor
 from common.storage.graph.store import GraphStore
 from common.storage.memories.liveness import live_memory_node
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 _COLUMNS = (
     "fact_id, namespace, subject_key, predicate, object_key, valid_from, valid_to, observed_at, evidence,"

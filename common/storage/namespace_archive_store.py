@@ -12,14 +12,17 @@ the same archive twice changes nothing. Composed with `psycopg.sql` (label table
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection
+from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.graph.age import agtype_text, decode_agtype
+from common.storage.graph.age import agtype_text
+from common.storage.graph.age import decode_agtype
 from common.storage.tables import table_identifiers
 
 # table key -> (columns left out on write, conflict target)

@@ -8,7 +8,8 @@ which is why they are not named queries of ``sql/queries``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import psycopg

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any, NewType
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import NewType
 
 import psycopg
 from psycopg import sql
@@ -18,7 +20,8 @@ from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
 from common.storage.named_queries import Queries
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 # The columns `insert_many` writes (the keys every record of `encode_observation` must have).
 _INSERTED_COLUMNS = frozenset(

@@ -18,8 +18,11 @@ import threading
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import REGISTRY, CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric
 
 from common.storage.database import Database
 

@@ -12,8 +12,11 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from contextlib import closing
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +29,8 @@ from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.kernel.identifiers import canonical_instant
 from common.storage.graph.age import agtype_text
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.storage.named_queries import Queries
 from common.storage.row_count import fetch_count
 

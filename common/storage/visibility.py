@@ -26,9 +26,11 @@ unrestricted caller), so it is never one of the static named queries of ``sql/qu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from psycopg import sql
 

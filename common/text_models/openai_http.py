@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from typing import Any
 
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import RetryError
+from tenacity import Retrying
+from tenacity import retry_if_exception
+from tenacity import stop_after_attempt
+from tenacity import wait_exponential
 
 __all__ = ["OpenAIServer", "ServerAnswerNotJson", "ServerGaveUp", "ServerRejected", "openai_endpoint"]
 

@@ -34,9 +34,13 @@ from cloudevents.core.v1.event import CloudEvent
 
 from common.kernel.config import Settings
 from common.kernel.errors import FailedPrecondition
-from common.kernel.pii import mask, mask_value
-from common.storage.change_feed.outbox import ChangeFilter, ChangeOutbox, ChangeRow
-from common.storage.change_feed.webhook_store import WebhookStore, WebhookSubscriptionRow
+from common.kernel.pii import mask
+from common.kernel.pii import mask_value
+from common.storage.change_feed.outbox import ChangeFilter
+from common.storage.change_feed.outbox import ChangeOutbox
+from common.storage.change_feed.outbox import ChangeRow
+from common.storage.change_feed.webhook_store import WebhookStore
+from common.storage.change_feed.webhook_store import WebhookSubscriptionRow
 from common.storage.database import Database
 from ingest_service.change_feed.targets import target_refusal
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 
 from common.kernel.errors import Unavailable
 from common.storage.change_feed.outbox import ChangeOutbox

@@ -14,10 +14,15 @@ from dataclasses import dataclass
 
 from common.domain.change_filters import change_filter_violations
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
 from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.storage.change_feed.outbox import ChangeFilter
-from common.storage.change_feed.webhook_store import DeadLetterRow, WebhookStore, WebhookSubscriptionRow
+from common.storage.change_feed.webhook_store import DeadLetterRow
+from common.storage.change_feed.webhook_store import WebhookStore
+from common.storage.change_feed.webhook_store import WebhookSubscriptionRow
 from common.storage.database import Database
 from common.storage.visibility import Visibility
 from ingest_service.change_feed.targets import target_refusal

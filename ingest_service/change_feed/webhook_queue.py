@@ -20,7 +20,8 @@ from typing import Any
 import procrastinate
 from procrastinate.exceptions import AlreadyEnqueued
 
-from ingest_service.change_feed.delivery import WebhookDeliverer, WebhookDispatcher
+from ingest_service.change_feed.delivery import WebhookDeliverer
+from ingest_service.change_feed.delivery import WebhookDispatcher
 
 __all__ = ["DELIVER_TASK", "DISPATCH_TASK", "QUEUE", "register_webhook_tasks"]
 

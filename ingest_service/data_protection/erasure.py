@@ -41,26 +41,39 @@ import secrets
 import uuid
 from collections import Counter
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import NotFound, ViolationCollector
-from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
+from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_text
 from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
-from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
+from common.storage.data_protection.erasure_store import AUDIT_TYPES
+from common.storage.data_protection.erasure_store import ErasureStore
+from common.storage.data_protection.erasure_store import like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.memories.store import MemoryStore
 from common.storage.session import set_transaction_statement_timeout
 from common.storage.visibility import EVERYTHING
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
-from ingest_service.observations.removal import ObservationRemover, episode_key
-from ingest_service.validation.legal_holds import caller_name, ensure_not_held, holds_noted_for_a_preview
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
+from ingest_service.observations.removal import ObservationRemover
+from ingest_service.observations.removal import episode_key
+from ingest_service.validation.legal_holds import caller_name
+from ingest_service.validation.legal_holds import ensure_not_held
+from ingest_service.validation.legal_holds import holds_noted_for_a_preview
 from ingest_service.validation.limits import check_reason
 
 log = logging.getLogger(__name__)

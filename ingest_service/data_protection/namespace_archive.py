@@ -30,20 +30,29 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import InvalidArgument, ViolationCollector
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import require_namespace
-from common.storage.data_protection.erasure_store import AUDIT_TYPES, ErasureStore, like_patterns
+from common.storage.data_protection.erasure_store import AUDIT_TYPES
+from common.storage.data_protection.erasure_store import ErasureStore
+from common.storage.data_protection.erasure_store import like_patterns
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.namespace_archive_store import NamespaceArchiveStore
-from ingest_service.data_protection.erasure import EraseInput, check_subject, subject_values
+from ingest_service.data_protection.erasure import EraseInput
+from ingest_service.data_protection.erasure import check_subject
+from ingest_service.data_protection.erasure import subject_values
 from ingest_service.observations.removal import episode_key
 from ingest_service.validation.legal_holds import caller_name
 

@@ -27,18 +27,27 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
+from common.domain.audit import DELETE_ACTION
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
 from common.kernel.pii import PII_CATEGORY_PATTERN
-from common.storage.data_protection.retention_store import RetentionRule, RetentionStore
+from common.storage.data_protection.retention_store import RetentionRule
+from common.storage.data_protection.retention_store import RetentionStore
 from common.storage.database import Database
 from common.storage.visibility import EVERYTHING
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover
 from ingest_service.validation.legal_holds import ensure_not_held

@@ -35,7 +35,8 @@ heading, typically).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 

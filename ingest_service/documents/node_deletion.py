@@ -39,9 +39,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
+from common.domain.audit import DELETE_ACTION
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
 from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.storage.chunks.store import ChunkStore
@@ -52,7 +57,9 @@ from common.storage.snapshot_store import SnapshotStore
 from common.storage.visibility import is_restricting
 from ingest_service.facts.engine import FactEngine
 from ingest_service.validation.legal_holds import ensure_not_held
-from ingest_service.validation.limits import PROTECTED_TYPES, check_reason, check_trace_id
+from ingest_service.validation.limits import PROTECTED_TYPES
+from ingest_service.validation.limits import check_reason
+from ingest_service.validation.limits import check_trace_id
 
 log = logging.getLogger(__name__)
 

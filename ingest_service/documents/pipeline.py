@@ -29,9 +29,11 @@ import contextvars
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Generic
+from typing import TypeVar
 
 from ingest_service.documents.model import PreparedDocument
 from ingest_service.documents.writer import DocumentWriter

@@ -7,20 +7,23 @@ and writes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 from common.kernel.config import Settings
 from common.kernel.pii import PiiMarks
 from common.storage.document_original_store import DocumentFile
 from common.storage.graph.store import NodeWrite
-from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.documents.conversion.citations import document_name
 from ingest_service.documents.conversion.conversion import DocumentConverter
 from ingest_service.documents.conversion.converted_chunks import converted_chunks
 from ingest_service.documents.front_matter import strip_front_matter
 from ingest_service.documents.model import PreparedChunk
-from ingest_service.documents.validation import PutChunksInput, RetainInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
 
 __all__ = ["DEFAULT_TYPE", "chunk_meta", "document_node", "put_chunks_parts", "retain_parts"]
 

@@ -7,34 +7,31 @@ Transport free: violations are raised as `common.kernel.errors.InvalidArgument`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
-from common.kernel.identifiers import (
-    MAX_KEY_LENGTH,
-    MAX_SCOPES,
-    SCOPE_PATTERN,
-)
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import MAX_SCOPES
+from common.kernel.identifiers import SCOPE_PATTERN
 from common.kernel.pii import check_pii_categories
 from common.kernel.storable_values import unstorable_paths
-from ingest_service.validation.limits import (
-    MAX_CHUNK_TEXT_BYTES,
-    MAX_CHUNKS_PER_CALL,
-    MAX_DOCUMENT_CONTENT_BYTES,
-    MAX_DOCUMENT_SOURCE_PATH_CHARS,
-    MAX_LINKS,
-    MAX_META_BYTES,
-    MAX_PROVENANCE_BYTES,
-    MAX_TITLE_CHARS,
-    MAX_TRACE_ID_CHARS,
-    PROTECTED_KEY_PREFIXES,
-    PROTECTED_TYPES,
-    RESERVED_KEY_MESSAGE,
-    TYPE_PATTERN,
-    json_bytes,
-)
+from ingest_service.validation.limits import MAX_CHUNK_TEXT_BYTES
+from ingest_service.validation.limits import MAX_CHUNKS_PER_CALL
+from ingest_service.validation.limits import MAX_DOCUMENT_CONTENT_BYTES
+from ingest_service.validation.limits import MAX_DOCUMENT_SOURCE_PATH_CHARS
+from ingest_service.validation.limits import MAX_LINKS
+from ingest_service.validation.limits import MAX_META_BYTES
+from ingest_service.validation.limits import MAX_PROVENANCE_BYTES
+from ingest_service.validation.limits import MAX_TITLE_CHARS
+from ingest_service.validation.limits import MAX_TRACE_ID_CHARS
+from ingest_service.validation.limits import PROTECTED_KEY_PREFIXES
+from ingest_service.validation.limits import PROTECTED_TYPES
+from ingest_service.validation.limits import RESERVED_KEY_MESSAGE
+from ingest_service.validation.limits import TYPE_PATTERN
+from ingest_service.validation.limits import json_bytes
 
 # Chunk meta keys holding the personal data marks (common.kernel.pii.PiiMarks); requests pass them in fields.
 PII_META_KEYS = ("pii", "pii_categories")

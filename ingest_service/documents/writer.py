@@ -25,40 +25,45 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from common.domain.write_access import WriteAccess
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, InvalidArgument
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
 from common.packs.kind_validation import KindValidator
-from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.change_feed.outbox import ChangeInput
+from common.storage.change_feed.outbox import ChangeOutbox
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.storage.document_original_store import DocumentOriginalStore
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.storage.vault_store import VaultStore
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.documents.conversion.conversion import DocumentConverter
 from ingest_service.documents.conversion.converted_chunks import converter_of
-from ingest_service.documents.model import (
-    AgentOwnedKey,
-    DocumentResult,
-    PreparedChunk,
-    PreparedDocument,
-    VaultProjection,
-)
-from ingest_service.documents.preparation import put_chunks_parts, retain_parts
-from ingest_service.documents.validation import (
-    PutChunksInput,
-    RetainInput,
-    validate_put_chunks,
-    validate_retain,
-)
-from ingest_service.facts.mentions import MentionLinker, MentionSource
+from ingest_service.documents.model import AgentOwnedKey
+from ingest_service.documents.model import DocumentResult
+from ingest_service.documents.model import PreparedChunk
+from ingest_service.documents.model import PreparedDocument
+from ingest_service.documents.model import VaultProjection
+from ingest_service.documents.preparation import put_chunks_parts
+from ingest_service.documents.preparation import retain_parts
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.validation import validate_put_chunks
+from ingest_service.documents.validation import validate_retain
+from ingest_service.facts.mentions import MentionLinker
+from ingest_service.facts.mentions import MentionSource
 from ingest_service.validation.limits import PROTECTED_TYPES
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,8 @@ import logging
 import threading
 
 from common.kernel.config import Settings
-from common.storage.chunks.tenant_vector_indexes import TenantIndexChange, TenantVectorIndexes
+from common.storage.chunks.tenant_vector_indexes import TenantIndexChange
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 
 log = logging.getLogger(__name__)
 

@@ -22,28 +22,36 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_text
-from common.kernel.identifiers import NAMESPACE_PATTERN, NAMESPACE_VIOLATION, canonical_instant
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
 from common.storage.graph.store import GraphStore
-from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
-from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.facts.engine import AssertionRejected
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.validation import resolve_fact_kinds
+from ingest_service.facts.validation import validate_fact_assertion
 from ingest_service.validation.fields import FieldChecker
-from ingest_service.validation.limits import (
-    FACT_ID_PATTERN,
-    MAX_FACT_SOURCE_PATH_CHARS,
-    MAX_FACTS_PER_CALL,
-    check_reason,
-)
+from ingest_service.validation.limits import FACT_ID_PATTERN
+from ingest_service.validation.limits import MAX_FACT_SOURCE_PATH_CHARS
+from ingest_service.validation.limits import MAX_FACTS_PER_CALL
+from ingest_service.validation.limits import check_reason
 
 log = logging.getLogger(__name__)
 

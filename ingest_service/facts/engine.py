@@ -28,14 +28,16 @@ adds; `FactEngine.row_of` is the one mapping from it to the stored row.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from common.domain.scope_inheritance import reaches_beyond, restricting_scopes
+from common.domain.scope_inheritance import reaches_beyond
+from common.domain.scope_inheritance import restricting_scopes
 from common.domain.write_access import WriteAccess
 from common.kernel.identifiers import fact_id as compute_fact_id
 from common.storage.fact_rows import FactRow

@@ -31,10 +31,13 @@ from datetime import datetime
 from typing import Any
 
 from common.domain.write_access import WriteAccess
-from common.packs.identifier_patterns import MENTIONS, find_identifiers
+from common.packs.identifier_patterns import MENTIONS
+from common.packs.identifier_patterns import find_identifiers
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.graph.store import GraphStore
-from ingest_service.facts.engine import FactEngine, FactInput, accepted
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.engine import accepted
 
 MENTION_EVIDENCE = "extracted"
 MENTION_CONFIDENCE = 1.0

@@ -11,14 +11,14 @@ from typing import Any
 from common.kernel.errors import FieldViolation
 from common.packs.kind_validation import NamespaceKinds
 from ingest_service.facts.engine import FactInput
-from ingest_service.validation.fields import FieldChecker, join_path, validate_scopes
-from ingest_service.validation.limits import (
-    EVIDENCE_CLASSES,
-    FACT_ID_PATTERN,
-    MAX_ATTRIBUTES_BYTES,
-    PREDICATE_PATTERN,
-    PROTECTED_PREDICATES,
-)
+from ingest_service.validation.fields import FieldChecker
+from ingest_service.validation.fields import join_path
+from ingest_service.validation.fields import validate_scopes
+from ingest_service.validation.limits import EVIDENCE_CLASSES
+from ingest_service.validation.limits import FACT_ID_PATTERN
+from ingest_service.validation.limits import MAX_ATTRIBUTES_BYTES
+from ingest_service.validation.limits import PREDICATE_PATTERN
+from ingest_service.validation.limits import PROTECTED_PREDICATES
 
 
 def validate_fact_assertion(

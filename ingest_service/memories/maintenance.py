@@ -26,11 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 
 from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, NotFound
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import NotFound
 from common.storage.database import Database
 from common.storage.memories.lifecycle import MemoryLifecycleStore
 from common.storage.memories.store import MemoryStore

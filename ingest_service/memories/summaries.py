@@ -18,33 +18,41 @@ returns the existing summary and writes nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pysbd
-from sumy.models.dom import ObjectDocumentModel, Paragraph, Sentence
+from sumy.models.dom import ObjectDocumentModel
+from sumy.models.dom import Paragraph
+from sumy.models.dom import Sentence
 from sumy.nlp.stemmers import Stemmer
 from sumy.summarizers.lex_rank import LexRankSummarizer
 from sumy.utils import get_stop_words
 
-from common.domain.memory_records import (
-    MemoryRecord,
-    ensure_memory_label,
-    memory_node,
-    memory_props,
-    record_of,
-)
+from common.domain.memory_records import MemoryRecord
+from common.domain.memory_records import ensure_memory_label
+from common.domain.memory_records import memory_node
+from common.domain.memory_records import memory_props
+from common.domain.memory_records import record_of
 from common.domain.memory_scope import MemoryScope
-from common.kernel.errors import FieldViolation, InvalidArgument
-from common.kernel.memory_names import memory_id, summary_group_id
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.memory_names import memory_id
+from common.kernel.memory_names import summary_group_id
 from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
-from common.storage.memories.store import MemoryQuery, MemoryRow, MemoryStore
+from common.storage.memories.store import MemoryQuery
+from common.storage.memories.store import MemoryRow
+from common.storage.memories.store import MemoryStore
 from ingest_service.memories.writer import MemoryWriter
 
 MIN_GROUP, MAX_GROUP = 2, 1000

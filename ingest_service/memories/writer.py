@@ -31,40 +31,48 @@ nothing of them is written. A retry of a stored item is a duplicate before the q
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from common.domain.audit import AuditTrail
-from common.domain.memory_records import (
-    MemoryRecord,
-    ensure_memory_label,
-    memory_node,
-    memory_props,
-    record_of,
-)
+from common.domain.memory_records import MemoryRecord
+from common.domain.memory_records import ensure_memory_label
+from common.domain.memory_records import memory_node
+from common.domain.memory_records import memory_props
+from common.domain.memory_records import record_of
 from common.domain.memory_scope import MemoryScope
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import InvalidArgument, NotFound, ViolationCollector
-from common.kernel.memory_names import content_identity, memory_id
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
+from common.kernel.memory_names import content_identity
+from common.kernel.memory_names import memory_id
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from common.storage.memories.store import MemoryRow, MemoryStore
+from common.storage.memories.store import MemoryRow
+from common.storage.memories.store import MemoryStore
 from common.text_models.embeddings.provider import PassageEncoder
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.memories.quota import MemoryQuota
-from ingest_service.memories.validation import (
-    DEFAULT_IMPORTANCE,
-    MAX_BATCH,
-    UPDATABLE_PATHS,
-    NewMemoryInput,
-    check_new_memory,
-)
+from ingest_service.memories.validation import DEFAULT_IMPORTANCE
+from ingest_service.memories.validation import MAX_BATCH
+from ingest_service.memories.validation import UPDATABLE_PATHS
+from ingest_service.memories.validation import NewMemoryInput
+from ingest_service.memories.validation import check_new_memory
 from ingest_service.validation.fields import FieldChecker
 from ingest_service.validation.limits import check_reason
 

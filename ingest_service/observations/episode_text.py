@@ -37,10 +37,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from common.domain.episode_header import ACTOR, SUBJECT, episode_header, participant_key
+from common.domain.episode_header import ACTOR
+from common.domain.episode_header import SUBJECT
+from common.domain.episode_header import episode_header
+from common.domain.episode_header import participant_key
 from common.kernel.pii import detect_value
 from common.packs.kind_validation import NamespaceKinds
-from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.facts.engine import FactInput
 
 PARTICIPANT_EVIDENCE = "asserted"

@@ -27,24 +27,36 @@ and listed in `Projection.rejected` as ``(field, reason)``; the rest of the obse
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-from common.domain.scope_inheritance import inherited_scopes, reaches_beyond, restricting_scopes
+from common.domain.scope_inheritance import inherited_scopes
+from common.domain.scope_inheritance import reaches_beyond
+from common.domain.scope_inheritance import restricting_scopes
 from common.domain.write_access import WriteAccess
 from common.kernel.config import Settings
 from common.kernel.identifiers import canonical_instant
 from common.kernel.pii import PiiMarks
-from common.packs.kind_validation import KindValidator, NamespaceKinds
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
-from common.storage.graph.store import GraphStore, NodeWrite
-from ingest_service.facts.engine import AssertionRejected, FactEngine, FactInput
-from ingest_service.facts.mentions import MentionLinker, MentionSource
+from common.packs.kind_validation import KindValidator
+from common.packs.kind_validation import NamespaceKinds
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
+from common.storage.chunks.store import embedding_input
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
+from ingest_service.facts.engine import AssertionRejected
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.mentions import MentionLinker
+from ingest_service.facts.mentions import MentionSource
 from ingest_service.facts.validation import resolve_fact_kinds
-from ingest_service.observations.episode_text import episode_pieces, participant_facts
+from ingest_service.observations.episode_text import episode_pieces
+from ingest_service.observations.episode_text import participant_facts
 from ingest_service.observations.validation import ObservationInput
 
 

@@ -14,25 +14,31 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from common.domain.episode_header import participant_key
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FieldViolation, InvalidArgument
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from common.packs.kind_validation import KindValidator
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
-from common.storage.observation_store import EncodedObservation, ObservationStore, encode_observation
+from common.storage.observation_store import EncodedObservation
+from common.storage.observation_store import ObservationStore
+from common.storage.observation_store import encode_observation
 from common.text_models.embeddings.provider import PassageEncoder
 from ingest_service.facts.engine import FactEngine
 from ingest_service.observations.projection import ObservationProjector
-from ingest_service.observations.validation import ObservationInput, validate_observation
+from ingest_service.observations.validation import ObservationInput
+from ingest_service.observations.validation import validate_observation
 from ingest_service.observations.write_lanes import WriteLanes
 from ingest_service.validation.limits import MAX_OBSERVATIONS_PER_CALL
 

@@ -44,14 +44,22 @@ missing one.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail, default_trace_id
-from common.domain.observation_view import REDACTED, ObservationView, observation_view
+from common.domain.audit import DELETE_ACTION
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
+from common.domain.observation_view import REDACTED
+from common.domain.observation_view import ObservationView
+from common.domain.observation_view import observation_view
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import NotFound, ViolationCollector
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import canonical_instant
 from common.packs.kind_validation import KindValidator
 from common.storage.chunks.store import ChunkStore
@@ -60,10 +68,12 @@ from common.storage.fact_rows import FactRow
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
 from common.storage.visibility import is_restricting
-from ingest_service.facts.engine import FactEngine, accepted
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import accepted
 from ingest_service.observations.episode_text import participant_facts
 from ingest_service.validation.legal_holds import ensure_not_held
-from ingest_service.validation.limits import check_reason, check_trace_id
+from ingest_service.validation.limits import check_reason
+from ingest_service.validation.limits import check_trace_id
 
 log = logging.getLogger(__name__)
 

@@ -10,37 +10,35 @@ normalised `ObservationInput` or the list of field violations, with paths relati
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 from common.kernel.errors import FieldViolation
-from common.kernel.identifiers import (
-    MAX_KEY_LENGTH,
-    NAMESPACE_PATTERN,
-    NAMESPACE_VIOLATION,
-    canonical_instant,
-    content_identity,
-    observation_id,
-    parse_instant,
-)
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import content_identity
+from common.kernel.identifiers import observation_id
+from common.kernel.identifiers import parse_instant
 from common.kernel.pii import check_pii_categories
 from ingest_service.facts.engine import FactInput
 from ingest_service.facts.validation import validate_fact_assertion
-from ingest_service.validation.fields import FieldChecker, validate_scopes
-from ingest_service.validation.limits import (
-    KIND_PATTERN,
-    MAX_ASSERTIONS,
-    MAX_ATTRIBUTES_BYTES,
-    MAX_EXTERNAL_ID_CHARS,
-    MAX_NAME_CHARS,
-    MAX_OBSERVATION_CONTENT_BYTES,
-    MAX_OBSERVATION_DATA_BYTES,
-    MAX_PROVENANCE_BYTES,
-    MAX_TITLE_CHARS,
-    TYPE_PATTERN,
-    json_bytes,
-)
+from ingest_service.validation.fields import FieldChecker
+from ingest_service.validation.fields import validate_scopes
+from ingest_service.validation.limits import KIND_PATTERN
+from ingest_service.validation.limits import MAX_ASSERTIONS
+from ingest_service.validation.limits import MAX_ATTRIBUTES_BYTES
+from ingest_service.validation.limits import MAX_EXTERNAL_ID_CHARS
+from ingest_service.validation.limits import MAX_NAME_CHARS
+from ingest_service.validation.limits import MAX_OBSERVATION_CONTENT_BYTES
+from ingest_service.validation.limits import MAX_OBSERVATION_DATA_BYTES
+from ingest_service.validation.limits import MAX_PROVENANCE_BYTES
+from ingest_service.validation.limits import MAX_TITLE_CHARS
+from ingest_service.validation.limits import TYPE_PATTERN
+from ingest_service.validation.limits import json_bytes
 
 
 @dataclass

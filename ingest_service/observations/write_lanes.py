@@ -24,9 +24,13 @@ from __future__ import annotations
 import contextvars
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from collections.abc import Hashable
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Generic
+from typing import TypeVar
 
 from common.auth.principals import current_principal
 from common.kernel.errors import Unavailable

@@ -4,10 +4,13 @@ docs/explanation/knowledge-model.md)."""
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import audit_service_pb2, audit_service_pb2_grpc
 
-from common.domain.audit import AuditEventInput, AuditTrail
-from common.grpc.proto_mapping import audit_event_to_proto, struct_to_dict
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.grpc.proto_mapping import audit_event_to_proto
+from common.grpc.proto_mapping import struct_to_dict
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
 
 
 class AuditServicer(audit_service_pb2_grpc.AuditServiceServicer):  # type: ignore[misc]

@@ -13,7 +13,9 @@ from typing import Any
 
 import grpc
 
-from common.kernel.errors import FieldViolation, InvalidArgument, Unavailable
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import Unavailable
 
 __all__ = ["ClientStream"]
 

@@ -6,16 +6,19 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import grpc
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as pb
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
-from common.grpc.proto_mapping import optional_instant, timestamp
+from common.grpc.proto_mapping import optional_instant
+from common.grpc.proto_mapping import timestamp
 from common.storage.data_protection.legal_hold_store import HoldRow
 from common.storage.data_protection.retention_store import RetentionRule
-from ingest_service.data_protection.erasure import EraseInput, ErasureReceipt, SubjectEraser
+from ingest_service.data_protection.erasure import EraseInput
+from ingest_service.data_protection.erasure import ErasureReceipt
+from ingest_service.data_protection.erasure import SubjectEraser
 from ingest_service.data_protection.namespace_archive import NamespaceArchive
 from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.validation.legal_holds import LegalHolds
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as pb
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 ARCHIVE_CHUNK_BYTES = 256 * 1024
 

@@ -7,13 +7,17 @@ become gRPC statuses in the server's error interceptor (`common.grpc.interceptor
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import document_service_pb2, document_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
 from common.storage.document_original_store import DocumentFile
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
-from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 
 
 def _conversion(file: DocumentFile | None) -> document_service_pb2.Conversion | None:

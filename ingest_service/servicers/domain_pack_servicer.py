@@ -6,11 +6,13 @@ from datetime import UTC
 
 import grpc
 from google.protobuf import json_format
+
+from common.packs.domain_packs import NamespaceKindsView
+from common.packs.domain_packs import PackRegistry
+from common.packs.domain_packs import PackView
+from common.packs.kind_validation import KindValidator
 from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2 as pb
 from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
-
-from common.packs.domain_packs import NamespaceKindsView, PackRegistry, PackView
-from common.packs.kind_validation import KindValidator
 
 
 def _package(view: PackView) -> pb.DomainPackage:

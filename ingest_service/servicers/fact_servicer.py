@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import fact_service_pb2, fact_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_assertion_to_dict, fact_to_proto, optional_instant
+from common.grpc.proto_mapping import fact_assertion_to_dict
+from common.grpc.proto_mapping import fact_to_proto
+from common.grpc.proto_mapping import optional_instant
 from ingest_service.facts.assertions import FactAsserter
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
 
 
 class FactServicer(fact_service_pb2_grpc.FactServiceServicer):  # type: ignore[misc]

@@ -8,14 +8,19 @@ scope_of`); writing, validation and storage live in `ingest_service.memories.wri
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
 
 from common.auth.principals import Right
-from common.grpc.memory_mapping import filter_query, memory_to_proto, new_memory_input, scope_of
+from common.grpc.memory_mapping import filter_query
+from common.grpc.memory_mapping import memory_to_proto
+from common.grpc.memory_mapping import new_memory_input
+from common.grpc.memory_mapping import scope_of
 from common.grpc.proto_mapping import struct_to_dict
-from ingest_service.memories.summaries import MemorySummarizer, SummaryInput
+from ingest_service.memories.summaries import MemorySummarizer
+from ingest_service.memories.summaries import SummaryInput
 from ingest_service.memories.validation import NewMemoryInput
 from ingest_service.memories.writer import MemoryWriter
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 
 
 class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):  # type: ignore[misc]

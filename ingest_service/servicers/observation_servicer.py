@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import observation_service_pb2, observation_service_pb2_grpc
 
-from common.grpc.proto_mapping import json_form, observation_to_proto, timestamp
+from common.grpc.proto_mapping import json_form
+from common.grpc.proto_mapping import observation_to_proto
+from common.grpc.proto_mapping import timestamp
 from ingest_service.embedding.episodes import EpisodeEmbedder
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 
 class ObservationServicer(observation_service_pb2_grpc.ObservationServiceServicer):

@@ -7,13 +7,18 @@ from dataclasses import asdict
 
 import grpc
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import snapshot_service_pb2, snapshot_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_assertion_to_dict, optional_instant
-from common.kernel.errors import FieldViolation, InvalidArgument, ViolationCollector
+from common.grpc.proto_mapping import fact_assertion_to_dict
+from common.grpc.proto_mapping import optional_instant
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import ViolationCollector
 from ingest_service.servicers.client_stream import ClientStream
-from ingest_service.snapshots.model import SnapshotHeader, SnapshotPart
+from ingest_service.snapshots.model import SnapshotHeader
+from ingest_service.snapshots.model import SnapshotPart
 from ingest_service.snapshots.reconciler import SnapshotReconciler
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 
 
 class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # type: ignore[misc]

@@ -8,12 +8,17 @@ from typing import NoReturn
 
 import grpc
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import vault_service_pb2, vault_service_pb2_grpc
 
-from common.kernel.errors import DomainError, FieldViolation, InvalidArgument
+from common.kernel.errors import DomainError
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from ingest_service.servicers.client_stream import ClientStream
 from ingest_service.vault.documents import VaultFile
-from ingest_service.vault.ingest import VaultHeader, VaultIngestor, VaultRunReport
+from ingest_service.vault.ingest import VaultHeader
+from ingest_service.vault.ingest import VaultIngestor
+from ingest_service.vault.ingest import VaultRunReport
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 log = logging.getLogger(__name__)
 

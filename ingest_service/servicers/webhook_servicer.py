@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import webhook_service_pb2, webhook_service_pb2_grpc
 
 from common.auth.principals import current_principal
-from common.grpc.proto_mapping import dict_to_struct, timestamp
+from common.grpc.proto_mapping import dict_to_struct
+from common.grpc.proto_mapping import timestamp
 from common.storage.change_feed.outbox import ChangeFilter
 from common.storage.change_feed.webhook_store import WebhookSubscriptionRow
 from common.storage.visibility import visibility_for
-from ingest_service.change_feed.subscriptions import Creator, WebhookSubscriptions
+from ingest_service.change_feed.subscriptions import Creator
+from ingest_service.change_feed.subscriptions import WebhookSubscriptions
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2_grpc
 
 
 def _subscription(row: WebhookSubscriptionRow) -> webhook_service_pb2.WebhookSubscription:

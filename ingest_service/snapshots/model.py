@@ -16,19 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from common.kernel.errors import FieldViolation, ViolationCollector
-from common.kernel.identifiers import (
-    NAMESPACE_PATTERN,
-    NAMESPACE_VIOLATION,
-    canonical_instant,
-    canonical_json,
-)
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import canonical_json
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.snapshot_store import ITEM_SEPARATOR
 from ingest_service.facts.engine import FactInput
-from ingest_service.facts.validation import resolve_fact_kinds, validate_fact_assertion
+from ingest_service.facts.validation import resolve_fact_kinds
+from ingest_service.facts.validation import validate_fact_assertion
 from ingest_service.validation.fields import FieldChecker
-from ingest_service.validation.limits import MAX_ATTRIBUTES_BYTES, MAX_NAME_CHARS, MAX_TITLE_CHARS
+from ingest_service.validation.limits import MAX_ATTRIBUTES_BYTES
+from ingest_service.validation.limits import MAX_NAME_CHARS
+from ingest_service.validation.limits import MAX_TITLE_CHARS
 
 
 @dataclass

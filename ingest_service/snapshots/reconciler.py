@@ -47,7 +47,10 @@ cardinality are found across it), and the run fails with up to `MAX_SNAPSHOT_VIO
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -61,7 +64,10 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
 from ingest_service.facts.engine import FactEngine
-from ingest_service.snapshots.model import ReconcileResult, SnapshotHeader, SnapshotPart, header_violations
+from ingest_service.snapshots.model import ReconcileResult
+from ingest_service.snapshots.model import SnapshotHeader
+from ingest_service.snapshots.model import SnapshotPart
+from ingest_service.snapshots.model import header_violations
 from ingest_service.snapshots.run import SnapshotRun
 from ingest_service.validation.limits import MAX_SNAPSHOT_ITEMS
 from ingest_service.validation.mass_deletion import MassDeletionGuard

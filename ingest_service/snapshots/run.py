@@ -7,30 +7,36 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import asdict
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC
+from datetime import datetime
+from typing import TYPE_CHECKING
+from typing import Any
 
 import psycopg
 
 from common.domain.scope_inheritance import reaches_beyond
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import FieldViolation, InvalidArgument
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from common.packs.kind_validation import NamespaceKinds
 from common.storage.graph.store import NodeWrite
-from common.storage.snapshot_store import ITEM_SEPARATOR, SnapshotRow
-from ingest_service.facts.engine import AGENT_ORIGIN, FactInput, accepted
-from ingest_service.snapshots.model import (
-    ReconcileCounts,
-    ReconcileResult,
-    SnapshotEntity,
-    SnapshotHeader,
-    SnapshotPart,
-    fact_digest,
-    fact_item_key,
-    validate_entities,
-    validate_facts,
-)
-from ingest_service.validation.limits import MAX_SNAPSHOT_VIOLATIONS, MAX_STREAM_ITEMS, SNAPSHOT_BATCH
+from common.storage.snapshot_store import ITEM_SEPARATOR
+from common.storage.snapshot_store import SnapshotRow
+from ingest_service.facts.engine import AGENT_ORIGIN
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.engine import accepted
+from ingest_service.snapshots.model import ReconcileCounts
+from ingest_service.snapshots.model import ReconcileResult
+from ingest_service.snapshots.model import SnapshotEntity
+from ingest_service.snapshots.model import SnapshotHeader
+from ingest_service.snapshots.model import SnapshotPart
+from ingest_service.snapshots.model import fact_digest
+from ingest_service.snapshots.model import fact_item_key
+from ingest_service.snapshots.model import validate_entities
+from ingest_service.snapshots.model import validate_facts
+from ingest_service.validation.limits import MAX_SNAPSHOT_VIOLATIONS
+from ingest_service.validation.limits import MAX_STREAM_ITEMS
+from ingest_service.validation.limits import SNAPSHOT_BATCH
 
 if TYPE_CHECKING:
     from ingest_service.snapshots.reconciler import SnapshotReconciler

@@ -12,15 +12,17 @@ from datetime import datetime
 from typing import Any
 
 from common.kernel.errors import FieldViolation
-from common.kernel.identifiers import MAX_KEY_LENGTH, MAX_SCOPES, SCOPE_PATTERN, entity_key, parse_instant
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import MAX_SCOPES
+from common.kernel.identifiers import SCOPE_PATTERN
+from common.kernel.identifiers import entity_key
+from common.kernel.identifiers import parse_instant
 from common.kernel.storable_values import unstorable_paths
-from ingest_service.validation.limits import (
-    PROTECTED_KEY_PREFIXES,
-    PROTECTED_TYPES,
-    RESERVED_KEY_MESSAGE,
-    TYPE_PATTERN,
-    json_bytes,
-)
+from ingest_service.validation.limits import PROTECTED_KEY_PREFIXES
+from ingest_service.validation.limits import PROTECTED_TYPES
+from ingest_service.validation.limits import RESERVED_KEY_MESSAGE
+from ingest_service.validation.limits import TYPE_PATTERN
+from ingest_service.validation.limits import json_bytes
 
 
 def join_path(base: str, name: str) -> str:

@@ -12,19 +12,28 @@ lifting a hold are audited (actions ``legal_hold.set`` / ``legal_hold.lift``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.auth.principals import current_principal
-from common.domain.audit import AuditEventInput, AuditTrail, default_trace_id
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
+from common.domain.audit import default_trace_id
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, NotFound, ViolationCollector
-from common.kernel.field_checks import check_namespace, check_text, require_namespace
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
+from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_text
+from common.kernel.field_checks import require_namespace
 from common.kernel.identifiers import MAX_KEY_LENGTH
-from common.storage.data_protection.legal_hold_store import HoldRow, LegalHoldStore
+from common.storage.data_protection.legal_hold_store import HoldRow
+from common.storage.data_protection.legal_hold_store import LegalHoldStore
 from common.storage.database import Database
 from ingest_service.validation.limits import check_reason
 

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import re
 
-from common.kernel.field_checks import Violations, check_text
-from common.kernel.identifiers import MAX_PREDICATE_LENGTH, MAX_TYPE_LENGTH
-from common.kernel.value_sizes import MAX_META_BYTES, json_bytes  # noqa: F401 - shared with the read side
-from common.storage.audit_store import AUDIT_EVENT_TYPE, TRACE_EDGE, TRACE_TYPE
+from common.kernel.field_checks import Violations
+from common.kernel.field_checks import check_text
+from common.kernel.identifiers import MAX_PREDICATE_LENGTH
+from common.kernel.identifiers import MAX_TYPE_LENGTH
+from common.kernel.value_sizes import MAX_META_BYTES  # noqa: F401 - shared with the read side
+from common.kernel.value_sizes import json_bytes  # noqa: F401 - shared with the read side
+from common.storage.audit_store import AUDIT_EVENT_TYPE
+from common.storage.audit_store import TRACE_EDGE
+from common.storage.audit_store import TRACE_TYPE
 
 # -- shapes --------------------------------------------------------------------------------------------
 

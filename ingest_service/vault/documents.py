@@ -13,21 +13,24 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
-from common.domain.document_frontmatter import (
-    VAULT_FIELDS,
-    FrontmatterError,
-    default_natural_key,
-    document_fields,
-    read_frontmatter,
-)
-from common.kernel.errors import InvalidArgument, ViolationCollector
+from common.domain.document_frontmatter import VAULT_FIELDS
+from common.domain.document_frontmatter import FrontmatterError
+from common.domain.document_frontmatter import default_natural_key
+from common.domain.document_frontmatter import document_fields
+from common.domain.document_frontmatter import read_frontmatter
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import ViolationCollector
 from common.storage.vault_store import fingerprint
 from ingest_service.documents.front_matter import strip_front_matter
 from ingest_service.documents.validation import RetainInput
-from ingest_service.vault.links import PREDICATE_PATTERN, LinkReference, VaultEntry, body_outline
+from ingest_service.vault.links import PREDICATE_PATTERN
+from ingest_service.vault.links import LinkReference
+from ingest_service.vault.links import VaultEntry
+from ingest_service.vault.links import body_outline
 
 MAX_PATH_LENGTH = 4096
 

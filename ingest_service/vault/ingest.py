@@ -41,45 +41,56 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field
+from datetime import UTC
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from common.domain.audit import AuditTrail
 from common.domain.write_access import WriteAccess
-from common.kernel.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import PermissionDenied
+from common.kernel.errors import Unavailable
 from common.kernel.identifiers import canonical_instant
 from common.storage.database import Database
-from common.storage.vault_store import StoredVaultDocument, VaultStore
-from ingest_service.documents.model import AgentOwnedKey, DocumentResult, PreparedDocument, VaultProjection
+from common.storage.vault_store import StoredVaultDocument
+from common.storage.vault_store import VaultStore
+from ingest_service.documents.model import AgentOwnedKey
+from ingest_service.documents.model import DocumentResult
+from ingest_service.documents.model import PreparedDocument
+from ingest_service.documents.model import VaultProjection
 from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.documents.pipeline import EmbeddingPipeline
 from ingest_service.documents.writer import DocumentWriter
-from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
-from ingest_service.vault.claims import LOSE, WAIT, Claimant, KeyClaims, conflict_detail
-from ingest_service.vault.documents import (
-    ParsedDocument,
-    VaultFile,
-    entry_of_journal,
-    file_fingerprint,
-    parse_file,
-    references_of_journal,
-)
+from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED
+from ingest_service.validation.mass_deletion import MassDeletionGuard
+from ingest_service.vault.claims import LOSE
+from ingest_service.vault.claims import WAIT
+from ingest_service.vault.claims import Claimant
+from ingest_service.vault.claims import KeyClaims
+from ingest_service.vault.claims import conflict_detail
+from ingest_service.vault.documents import ParsedDocument
+from ingest_service.vault.documents import VaultFile
+from ingest_service.vault.documents import entry_of_journal
+from ingest_service.vault.documents import file_fingerprint
+from ingest_service.vault.documents import parse_file
+from ingest_service.vault.documents import references_of_journal
 from ingest_service.vault.link_writer import VaultLinkWriter
-from ingest_service.vault.run_model import (
-    CHANGED,
-    CONFLICT,
-    NEW,
-    REJECTED,
-    UNCHANGED,
-    DocumentOutcome,
-    SeenDocument,
-    VaultHeader,
-    VaultRunReport,
-    validate_header,
-)
+from ingest_service.vault.run_model import CHANGED
+from ingest_service.vault.run_model import CONFLICT
+from ingest_service.vault.run_model import NEW
+from ingest_service.vault.run_model import REJECTED
+from ingest_service.vault.run_model import UNCHANGED
+from ingest_service.vault.run_model import DocumentOutcome
+from ingest_service.vault.run_model import SeenDocument
+from ingest_service.vault.run_model import VaultHeader
+from ingest_service.vault.run_model import VaultRunReport
+from ingest_service.vault.run_model import validate_header
 from ingest_service.vault.sweep import VaultSweeper
 
 log = logging.getLogger(__name__)

@@ -12,16 +12,24 @@ that disappears is closed at the run's time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.domain.write_access import WriteAccess
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from common.storage.vault_store import StoredVaultDocument, VaultStore
-from ingest_service.facts.engine import FactEngine, FactInput, accepted
-from ingest_service.vault.links import LINKS_TO, LinkReference, VaultIndex, link_names
-from ingest_service.vault.run_model import SeenDocument, VaultRunReport
+from common.storage.vault_store import StoredVaultDocument
+from common.storage.vault_store import VaultStore
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.engine import accepted
+from ingest_service.vault.links import LINKS_TO
+from ingest_service.vault.links import LinkReference
+from ingest_service.vault.links import VaultIndex
+from ingest_service.vault.links import link_names
+from ingest_service.vault.run_model import SeenDocument
+from ingest_service.vault.run_model import VaultRunReport
 
 
 class VaultLinkWriter:

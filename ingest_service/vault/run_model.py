@@ -3,12 +3,15 @@ the report the response is made of, and the run's view of a document for link re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.field_checks import check_namespace, check_text
+from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_text
 from ingest_service.validation.limits import check_trace_id
-from ingest_service.vault.links import LinkReference, VaultEntry
+from ingest_service.vault.links import LinkReference
+from ingest_service.vault.links import VaultEntry
 
 NEW, CHANGED, UNCHANGED, CONFLICT, REJECTED = "new", "changed", "unchanged", "conflict", "rejected"
 

@@ -22,17 +22,22 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION, AuditEventInput, AuditTrail
+from common.domain.audit import DELETE_ACTION
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
 from common.domain.write_access import WriteAccess
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from common.storage.vault_store import StoredVaultDocument, VaultStore
+from common.storage.vault_store import StoredVaultDocument
+from common.storage.vault_store import VaultStore
 from common.storage.visibility import is_restricting
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.facts.engine import FactEngine
 
 log = logging.getLogger(__name__)

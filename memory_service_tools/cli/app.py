@@ -12,31 +12,43 @@ import typer
 from typer.core import TyperCommand
 
 from memory_service_tools.cli.audit_commands import audit
-from memory_service_tools.cli.change_feed_commands import watch, webhook_app
+from memory_service_tools.cli.change_feed_commands import watch
+from memory_service_tools.cli.change_feed_commands import webhook_app
 from memory_service_tools.cli.cli_state import CliState
 from memory_service_tools.cli.console_commands import console
-from memory_service_tools.cli.context_commands import context, typed_context
-from memory_service_tools.cli.data_protection_commands import (
-    erase,
-    export,
-    hold_app,
-    import_,
-    receipt,
-    retention_app,
-)
-from memory_service_tools.cli.database_commands import db_app, index_tenants, init_db
+from memory_service_tools.cli.context_commands import context
+from memory_service_tools.cli.context_commands import typed_context
+from memory_service_tools.cli.data_protection_commands import erase
+from memory_service_tools.cli.data_protection_commands import export
+from memory_service_tools.cli.data_protection_commands import hold_app
+from memory_service_tools.cli.data_protection_commands import import_
+from memory_service_tools.cli.data_protection_commands import receipt
+from memory_service_tools.cli.data_protection_commands import retention_app
+from memory_service_tools.cli.database_commands import db_app
+from memory_service_tools.cli.database_commands import index_tenants
+from memory_service_tools.cli.database_commands import init_db
 from memory_service_tools.cli.health_commands import health
-from memory_service_tools.cli.help_format import FlagsCommand, FlagsGroup
-from memory_service_tools.cli.mcp_commands import McpCommand, mcp
+from memory_service_tools.cli.help_format import FlagsCommand
+from memory_service_tools.cli.help_format import FlagsGroup
+from memory_service_tools.cli.mcp_commands import McpCommand
+from memory_service_tools.cli.mcp_commands import mcp
 from memory_service_tools.cli.memory_commands import memory_app
-from memory_service_tools.cli.namespace_commands import namespaces, stats
+from memory_service_tools.cli.namespace_commands import namespaces
+from memory_service_tools.cli.namespace_commands import stats
 from memory_service_tools.cli.pack_commands import pack_app
-from memory_service_tools.cli.read_commands import facts, search, source, trace
-from memory_service_tools.cli.service_commands import serve, up
+from memory_service_tools.cli.read_commands import facts
+from memory_service_tools.cli.read_commands import search
+from memory_service_tools.cli.read_commands import source
+from memory_service_tools.cli.read_commands import trace
+from memory_service_tools.cli.service_commands import serve
+from memory_service_tools.cli.service_commands import up
 from memory_service_tools.cli.token_commands import token_app
 from memory_service_tools.cli.vault_commands import ingest
 from memory_service_tools.cli.worker_commands import worker
-from memory_service_tools.cli.write_commands import delete_node, observe, reconcile, retain
+from memory_service_tools.cli.write_commands import delete_node
+from memory_service_tools.cli.write_commands import observe
+from memory_service_tools.cli.write_commands import reconcile
+from memory_service_tools.cli.write_commands import retain
 
 app = typer.Typer(
     name="cb",
@@ -51,7 +63,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version
 
         try:
             installed = version("memory-service")

@@ -13,15 +13,20 @@ from typing import Annotated
 
 import typer
 from google.protobuf import timestamp_pb2
-from memory_service_grpc_client.memory.v1 import audit_service_pb2
 from rich.markup import escape
 from rich.table import Table
 
-from common.grpc.proto_mapping import instant, struct_to_dict
+from common.grpc.proto_mapping import instant
+from common.grpc.proto_mapping import struct_to_dict
 from common.kernel.identifiers import canonical_instant
-from memory_service_tools.cli.option_types import JsonOption, NamespaceOption, parse_instant
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import out, print_wide
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import NamespaceOption
+from memory_service_tools.cli.option_types import parse_instant
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_wide
 
 
 def _instant_option(text: str | None, hint: str) -> timestamp_pb2.Timestamp | None:

@@ -14,12 +14,18 @@ from typing import Annotated
 
 import typer
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import webhook_service_pb2
 from rich.markup import escape
 
-from memory_service_tools.cli.option_types import JsonOption, NamespaceOption, WriteNamespaceOption
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, out, print_lines, reported_errors
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import NamespaceOption
+from memory_service_tools.cli.option_types import WriteNamespaceOption
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_lines
+from memory_service_tools.cli.terminal import reported_errors
 
 webhook_app = typer.Typer(
     help="Webhooks of the change feed: CloudEvents posted to an HTTP endpoint.", no_args_is_help=True

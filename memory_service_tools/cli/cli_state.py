@@ -14,11 +14,15 @@ import dataclasses
 
 import grpc
 import typer
-from memory_service_grpc_client import ClientSecurity, ConsistencyTokens, MemoryClient, make_channel
-from memory_service_grpc_client.consistency_tokens import default_token_file
 
-from common.grpc.telemetry import configured_tracer_provider, traced_channel
+from common.grpc.telemetry import configured_tracer_provider
+from common.grpc.telemetry import traced_channel
 from common.kernel.config import Settings
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import ConsistencyTokens
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.consistency_tokens import default_token_file
 from memory_service_tools.cli.terminal import fail
 
 

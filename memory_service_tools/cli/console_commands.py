@@ -29,7 +29,8 @@ def console(
     ``--query-addr``); each visitor signs in with a bearer token and sees what that token may read."""
     import uvicorn
 
-    from memory_service_tools.console import ConsoleConfig, create_app
+    from memory_service_tools.console import ConsoleConfig
+    from memory_service_tools.console import create_app
 
     state = cli_state(ctx)
     security = state.security()

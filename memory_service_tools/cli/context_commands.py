@@ -8,18 +8,25 @@ pack text on stdout; only the table's columns differ.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Annotated, TypeVar
+from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import Annotated
+from typing import TypeVar
 
 import typer
-from memory_service_grpc_client.memory.v1 import context_service_pb2
 from rich.markup import escape
 from rich.table import Table
 
+from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_tools.cli.namespace_commands import flag_empty_namespace
-from memory_service_tools.cli.option_types import AsOfOption, JsonOption, NamespaceOption, as_of_timestamp
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, print_text
+from memory_service_tools.cli.option_types import AsOfOption
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import NamespaceOption
+from memory_service_tools.cli.option_types import as_of_timestamp
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import print_text
 
 BudgetOption = Annotated[int, typer.Option("--budget", min=1, max=100000, help="token budget")]
 TraceIdOption = Annotated[str | None, typer.Option("--trace-id")]

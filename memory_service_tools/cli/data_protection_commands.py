@@ -10,12 +10,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
 from rich.markup import escape
 
-from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
-from memory_service_tools.cli.terminal import err, out, print_lines, reported_errors
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import WriteNamespaceOption
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.rpc_output import print_json
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_lines
+from memory_service_tools.cli.terminal import reported_errors
 
 hold_app = typer.Typer(
     help="legal holds: stop every deletion of a namespace or subject", no_args_is_help=True

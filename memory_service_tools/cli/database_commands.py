@@ -15,14 +15,15 @@ import typer
 
 from common.kernel.errors import DomainError
 from memory_service_tools.cli.cli_state import cli_state
-from memory_service_tools.cli.terminal import error_lines, fail
-from memory_service_tools.embedded_db import (
-    EmbeddedDatabaseError,
-    database_down,
-    database_status,
-    database_up,
-)
-from memory_service_tools.embedded_db.replica import replica_down, replica_status, replica_up
+from memory_service_tools.cli.terminal import error_lines
+from memory_service_tools.cli.terminal import fail
+from memory_service_tools.embedded_db import EmbeddedDatabaseError
+from memory_service_tools.embedded_db import database_down
+from memory_service_tools.embedded_db import database_status
+from memory_service_tools.embedded_db import database_up
+from memory_service_tools.embedded_db.replica import replica_down
+from memory_service_tools.embedded_db.replica import replica_status
+from memory_service_tools.embedded_db.replica import replica_up
 
 _REPLICA_HELP = "the streaming replica of the embedded database (127.0.0.1:55433) instead of the database"
 

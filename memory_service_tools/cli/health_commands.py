@@ -12,7 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from common.kernel.config import EMBEDDED_DATABASE_URL, Settings
+from common.kernel.config import EMBEDDED_DATABASE_URL
+from common.kernel.config import Settings
 from memory_service_tools.cli.checkout_database import checkout_database_url
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.option_types import JsonOption
@@ -132,7 +133,8 @@ def health(
 
 def _without_password(url: str) -> str:
     """The DSN with its password replaced by ``***`` (URL or key=value form)."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg.conninfo import make_conninfo
 
     try:
         parts = conninfo_to_dict(url)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperCommand
+from typer.core import TyperGroup
+from typer.core import TyperOption
 
 
 def hide_flag_types(params: Iterable[Any]) -> None:

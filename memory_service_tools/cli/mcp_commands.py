@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal
+from typing import Annotated
+from typing import Any
+from typing import Literal
 
 import typer
-from memory_service_grpc_client import MemoryClient
 
-from memory_service_tools.cli.cli_state import cli_state, traced
+from memory_service_grpc_client import MemoryClient
+from memory_service_tools.cli.cli_state import cli_state
+from memory_service_tools.cli.cli_state import traced
 from memory_service_tools.cli.help_format import FlagsCommand
 from memory_service_tools.cli.terminal import fail
 

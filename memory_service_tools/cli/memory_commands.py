@@ -12,18 +12,20 @@ import json
 from typing import Annotated
 
 import typer
-from google.protobuf import duration_pb2, json_format
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2,
-    memory_record_pb2,
-    memory_service_pb2,
-)
+from google.protobuf import duration_pb2
+from google.protobuf import json_format
 from rich.markup import escape
 from rich.table import Table
 
-from memory_service_tools.cli.option_types import JsonOption, mass_sweep_option
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, out
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import mass_sweep_option
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
 
 memory_app = typer.Typer(
     help="Memory records (docs/how-to/memory-records.md): add, recall, read, summarise, maintain.", no_args_is_help=True
@@ -295,7 +297,8 @@ def maintain(
     from ingest_service.memories.maintenance import MemoryMaintenance
     from ingest_service.memories.writer import MemoryWriter
     from memory_service_tools.cli.cli_state import cli_state
-    from memory_service_tools.cli.terminal import error_lines, fail
+    from memory_service_tools.cli.terminal import error_lines
+    from memory_service_tools.cli.terminal import fail
 
     settings = cli_state(ctx).settings()
     provider = build_embedding_provider(settings)

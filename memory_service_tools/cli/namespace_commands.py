@@ -8,15 +8,18 @@ from typing import Annotated
 
 import grpc
 import typer
-from memory_service_grpc_client import ServiceError
-from memory_service_grpc_client.memory.v1 import namespace_service_pb2
 from rich.markup import escape
 from rich.table import Table
 
 from common.auth.principals import closest_namespace
+from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
 from memory_service_tools.cli.option_types import JsonOption
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, out, print_wide
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_wide
 
 EMPTY_NAMESPACE_EXIT = 3
 """Exit code of a read whose namespace holds nothing the caller can see (a misspelt name, usually); the

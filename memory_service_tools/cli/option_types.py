@@ -6,7 +6,8 @@ files and over gRPC; the parsing itself is the kernel's (`common.kernel.identifi
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
+from typing import Any
 
 import typer
 from google.protobuf import timestamp_pb2

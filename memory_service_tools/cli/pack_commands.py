@@ -7,11 +7,14 @@ from typing import Annotated
 
 import typer
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
 from rich.markup import escape
 
-from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption, input_file_option
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import WriteNamespaceOption
+from memory_service_tools.cli.option_types import input_file_option
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
 from memory_service_tools.cli.terminal import err
 
 pack_app = typer.Typer(

@@ -12,28 +12,31 @@ import json
 from typing import Annotated
 
 import typer
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    retrieval_service_pb2,
-    source_service_pb2,
-    trace_service_pb2,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 from rich.markup import escape
 from rich.table import Table
 
-from common.grpc.proto_mapping import dict_to_struct, instant, struct_to_dict
+from common.grpc.proto_mapping import dict_to_struct
+from common.grpc.proto_mapping import instant
+from common.grpc.proto_mapping import struct_to_dict
 from common.kernel.identifiers import canonical_instant
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_tools.cli.namespace_commands import flag_empty_namespace
-from memory_service_tools.cli.option_types import (
-    AsOfOption,
-    JsonOption,
-    NamespaceOption,
-    as_of_timestamp,
-    key_value_pairs,
-)
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client
-from memory_service_tools.cli.terminal import err, out, print_text, print_wide
+from memory_service_tools.cli.option_types import AsOfOption
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import NamespaceOption
+from memory_service_tools.cli.option_types import as_of_timestamp
+from memory_service_tools.cli.option_types import key_value_pairs
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_text
+from memory_service_tools.cli.terminal import print_wide
 
 
 def _excerpt(text: str, limit: int = 160) -> str:

@@ -14,8 +14,8 @@ from typing import TypeVar
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory_service_grpc_client import MemoryClient
 
+from memory_service_grpc_client import MemoryClient
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.terminal import reported_errors
 

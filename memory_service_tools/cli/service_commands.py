@@ -37,8 +37,11 @@ def serve(
     (``CB_LOG_FORMAT=text`` for text); with ``CB_OTLP_ENDPOINT`` set, traces are exported by OTLP.
     ``CB_QUERY_PROCESSES=N`` runs the query service as N worker processes on its one port (docs/decisions/0005-query-worker-processes.md).
     """
-    from common.grpc.security import ServerSetupError, checked_token_store, server_credentials
-    from common.grpc.telemetry import configure_logging, configure_tracing
+    from common.grpc.security import ServerSetupError
+    from common.grpc.security import checked_token_store
+    from common.grpc.security import server_credentials
+    from common.grpc.telemetry import configure_logging
+    from common.grpc.telemetry import configure_tracing
 
     state = cli_state(ctx)
     settings = state.settings()

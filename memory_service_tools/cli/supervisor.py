@@ -14,18 +14,21 @@ import subprocess
 import sys
 import time
 
-from memory_service_grpc_client import ClientSecurity, health_status, make_channel
 from rich.markup import escape
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
-from memory_service_tools.cli.checkout_database import (
-    checkout_database_name,
-    checkout_root,
-    ensure_checkout_database,
-)
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import health_status
+from memory_service_grpc_client import make_channel
+from memory_service_tools.cli.checkout_database import checkout_database_name
+from memory_service_tools.cli.checkout_database import checkout_root
+from memory_service_tools.cli.checkout_database import ensure_checkout_database
 from memory_service_tools.cli.cli_state import CliState
-from memory_service_tools.cli.terminal import err, out
-from memory_service_tools.embedded_db import database_down, database_status, database_up
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.embedded_db import database_down
+from memory_service_tools.embedded_db import database_status
+from memory_service_tools.embedded_db import database_up
 
 
 class _Shutdown(Exception):

@@ -9,18 +9,26 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import NoReturn
 
 import grpc
 import typer
-from memory_service_grpc_client import ServiceError, rpc_failure
-from rich.console import Console, RenderableType
+from rich.console import Console
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeElapsedColumn
 
-from common.kernel.errors import DomainError, InvalidArgument
+from common.kernel.errors import DomainError
+from common.kernel.errors import InvalidArgument
+from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client import rpc_failure
 
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)

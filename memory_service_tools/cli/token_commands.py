@@ -15,7 +15,10 @@ from rich.table import Table
 
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.option_types import JsonOption
-from memory_service_tools.cli.terminal import err, fail, out, print_wide
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import fail
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import print_wide
 
 token_app = typer.Typer(
     help="Bearer tokens: the tokens file holds their sha256 hashes only.", no_args_is_help=True
@@ -140,7 +143,8 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
     memory_scope, created, note}]}`` (never the hashes); ``memory_scope`` is ``{organization, environment,
     user}`` for a token with a memory scope, else null. The table shows it as ``organisation/environment/user``.
     """
-    from common.auth.tokens_file import TokensFileError, read_tokens_file
+    from common.auth.tokens_file import TokensFileError
+    from common.auth.tokens_file import read_tokens_file
 
     path = _tokens_path(ctx, tokens_file)
     try:

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from google.protobuf.message import Message
-from memory_service_grpc_client import ServiceError
 from rich.markup import escape
 
-from memory_service_tools.cli.option_types import JsonOption, WriteNamespaceOption, mass_sweep_option
-from memory_service_tools.cli.rpc_output import memory_client, print_json
-from memory_service_tools.cli.terminal import err, error_lines, fail, out, progress_bar
-from memory_service_tools.vault_source import SourceDocument, SourceError, VaultSource
+from memory_service_grpc_client import ServiceError
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import WriteNamespaceOption
+from memory_service_tools.cli.option_types import mass_sweep_option
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.rpc_output import print_json
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import error_lines
+from memory_service_tools.cli.terminal import fail
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import progress_bar
+from memory_service_tools.vault_source import SourceDocument
+from memory_service_tools.vault_source import SourceError
+from memory_service_tools.vault_source import VaultSource
 
 DOCUMENTS_PER_MESSAGE = 16
 MESSAGE_BYTES = (
@@ -38,9 +48,8 @@ def vault_messages(
     """The IngestVault stream of ``source``: the header, the documents in messages of at most
     `DOCUMENTS_PER_MESSAGE` documents (or about `MESSAGE_BYTES` of text), then the end message.
     ``on_document(n)`` is called after the n-th document was handed to the stream."""
-    from memory_service_grpc_client.memory.v1 import vault_service_pb2
-
     from common.grpc.proto_mapping import dict_to_struct
+    from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
     yield vault_service_pb2.IngestVaultRequest(
         header=vault_service_pb2.IngestVaultHeader(
@@ -123,7 +132,8 @@ def ingest(
     nothing was swept) or the run failed, 130 when interrupted (Ctrl-C cancels the run: nothing swept).
     A LOCATION that holds no ``*.md`` file changes nothing and is said so on stderr (exit 0).
     """
-    from memory_service_tools.vault_source import directory_documents, git_documents
+    from memory_service_tools.vault_source import directory_documents
+    from memory_service_tools.vault_source import git_documents
 
     try:
         source = git_documents(location, branch) if git else directory_documents(Path(location))

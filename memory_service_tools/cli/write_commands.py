@@ -15,35 +15,48 @@ import logging
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory_service_grpc_client import ServiceError, call_policy, is_unavailable, rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 from rich.markup import escape
 
+from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client import is_unavailable
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_tools.cli.cli_state import cli_state
-from memory_service_tools.cli.option_types import (
-    JsonOption,
-    WriteNamespaceOption,
-    input_file_option,
-    key_value_pairs,
-    mass_sweep_option,
-)
-from memory_service_tools.cli.rpc_output import call_and_print, memory_client, print_json
-from memory_service_tools.cli.terminal import err, error_lines, fail, out, progress_bar
-from memory_service_tools.markdown_vault import DocumentError, find_documents, read_document
-from memory_service_tools.observation_file import LineError, ParsedObservation, parse_observation_lines
-from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY, record_observations
+from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.option_types import WriteNamespaceOption
+from memory_service_tools.cli.option_types import input_file_option
+from memory_service_tools.cli.option_types import key_value_pairs
+from memory_service_tools.cli.option_types import mass_sweep_option
+from memory_service_tools.cli.rpc_output import call_and_print
+from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.rpc_output import print_json
+from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import error_lines
+from memory_service_tools.cli.terminal import fail
+from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import progress_bar
+from memory_service_tools.markdown_vault import DocumentError
+from memory_service_tools.markdown_vault import find_documents
+from memory_service_tools.markdown_vault import read_document
+from memory_service_tools.observation_file import LineError
+from memory_service_tools.observation_file import ParsedObservation
+from memory_service_tools.observation_file import parse_observation_lines
+from memory_service_tools.observation_loader import DEFAULT_OBSERVE_CONCURRENCY
+from memory_service_tools.observation_loader import record_observations
 
 MAX_BATCH = 1000  # the largest --batch-size of `cb observe` (the largest batch RecordObservations takes)
 
@@ -247,7 +260,8 @@ def reconcile(
     Atomic on the server: if the stream breaks, nothing is written and the same command can simply be
     run again. Exits 1 on a bad line or a refused snapshot (field violations name each item's position).
     """
-    from memory_service_tools.snapshot_file import SnapshotFileError, stream_requests
+    from memory_service_tools.snapshot_file import SnapshotFileError
+    from memory_service_tools.snapshot_file import stream_requests
 
     bad_line: list[SnapshotFileError] = []
     logging.getLogger("grpc._channel").setLevel(logging.CRITICAL)  # a bad line is reported below

@@ -9,26 +9,39 @@ or a log line. Every page is a GET (read-only); the only POSTs set and clear tha
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
+from urllib.parse import urlsplit
 
-from memory_service_grpc_client import ClientSecurity, MemoryClient
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.base import RequestResponseEndpoint
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
+from starlette.responses import PlainTextResponse
+from starlette.responses import RedirectResponse
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
 from memory_service_tools.console import routes
-from memory_service_tools.console.gateway import INGEST, QUERY, CallFailure, Gateway, TokenRefused
-from memory_service_tools.console.page_view import ConsoleConfig, PageView
-from memory_service_tools.console.views import Address, BadAddress
+from memory_service_tools.console.gateway import INGEST
+from memory_service_tools.console.gateway import QUERY
+from memory_service_tools.console.gateway import CallFailure
+from memory_service_tools.console.gateway import Gateway
+from memory_service_tools.console.gateway import TokenRefused
+from memory_service_tools.console.page_view import ConsoleConfig
+from memory_service_tools.console.page_view import PageView
+from memory_service_tools.console.views import Address
+from memory_service_tools.console.views import BadAddress
 
 TOKEN_COOKIE = "cb_console_token"
 TOKEN_MAX_AGE_SECONDS = 8 * 3600  # a forgotten browser tab does not keep the token for days

@@ -8,10 +8,14 @@ else it could read. UNAUTHENTICATED is raised as `TokenRefused` so the app shows
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import TypeVar
 
-from memory_service_grpc_client import MemoryClient, ServiceError, Unauthenticated, Unavailable
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client import Unauthenticated
+from memory_service_grpc_client import Unavailable
 
 T = TypeVar("T")
 

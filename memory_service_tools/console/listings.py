@@ -9,19 +9,22 @@ journaled compilations of one trace (TraceService.GetTrace, any reader of the na
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    domain_pack_service_pb2,
-    namespace_service_pb2,
-    trace_service_pb2,
-)
-
-from memory_service_tools.console.gateway import INGEST, QUERY, Gateway
-from memory_service_tools.console.trace_view import Compilation, compilation_of
-from memory_service_tools.console.views import from_timestamp, struct_dict, to_timestamp
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_tools.console.gateway import INGEST
+from memory_service_tools.console.gateway import QUERY
+from memory_service_tools.console.gateway import Gateway
+from memory_service_tools.console.trace_view import Compilation
+from memory_service_tools.console.trace_view import compilation_of
+from memory_service_tools.console.views import from_timestamp
+from memory_service_tools.console.views import struct_dict
+from memory_service_tools.console.views import to_timestamp
 
 MAX_NAMESPACE_ROWS = 50
 """Namespaces the start page counts in detail (three reads each); a prefix narrows a longer list."""

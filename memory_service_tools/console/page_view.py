@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
-from memory_service_grpc_client import ClientSecurity
 from starlette.requests import Request
 
+from memory_service_grpc_client import ClientSecurity
 from memory_service_tools.console.gateway import Gateway
 from memory_service_tools.console.views import Address
 

@@ -24,13 +24,14 @@ debootstrap build), `chroot_commands` (running programs inside the rootfs), `clu
 the package itself.
 """
 
-from memory_service_tools.embedded_db.cluster import (
-    DatabaseStatus,
-    database_down,
-    database_status,
-    database_up,
-)
-from memory_service_tools.embedded_db.layout import DSN, HOST, PORT, EmbeddedDatabaseError
+from memory_service_tools.embedded_db.cluster import DatabaseStatus
+from memory_service_tools.embedded_db.cluster import database_down
+from memory_service_tools.embedded_db.cluster import database_status
+from memory_service_tools.embedded_db.cluster import database_up
+from memory_service_tools.embedded_db.layout import DSN
+from memory_service_tools.embedded_db.layout import HOST
+from memory_service_tools.embedded_db.layout import PORT
+from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
 
 __all__ = [
     "DSN",

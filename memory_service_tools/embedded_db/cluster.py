@@ -17,23 +17,23 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from memory_service_tools.embedded_db.chroot_commands import as_postgres, in_chroot, require_root
-from memory_service_tools.embedded_db.layout import (
-    DATA_DIR,
-    DSN,
-    HOST,
-    LOG_FILE,
-    MAX_CONNECTIONS,
-    PG_BIN,
-    PORT,
-    SOCKET_DIR,
-    EmbeddedDatabaseError,
-    Layout,
-    default_layout,
-    log,
-    rootfs_ready,
-    tail,
-)
+from memory_service_tools.embedded_db.chroot_commands import as_postgres
+from memory_service_tools.embedded_db.chroot_commands import in_chroot
+from memory_service_tools.embedded_db.chroot_commands import require_root
+from memory_service_tools.embedded_db.layout import DATA_DIR
+from memory_service_tools.embedded_db.layout import DSN
+from memory_service_tools.embedded_db.layout import HOST
+from memory_service_tools.embedded_db.layout import LOG_FILE
+from memory_service_tools.embedded_db.layout import MAX_CONNECTIONS
+from memory_service_tools.embedded_db.layout import PG_BIN
+from memory_service_tools.embedded_db.layout import PORT
+from memory_service_tools.embedded_db.layout import SOCKET_DIR
+from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
+from memory_service_tools.embedded_db.layout import Layout
+from memory_service_tools.embedded_db.layout import default_layout
+from memory_service_tools.embedded_db.layout import log
+from memory_service_tools.embedded_db.layout import rootfs_ready
+from memory_service_tools.embedded_db.layout import tail
 from memory_service_tools.embedded_db.rootfs import ensure_rootfs
 
 

@@ -8,14 +8,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memory_service_tools.embedded_db.cluster import (
-    DatabaseStatus,
-    database_down,
-    database_status,
-    database_up,
-)
+from memory_service_tools.embedded_db.cluster import DatabaseStatus
+from memory_service_tools.embedded_db.cluster import database_down
+from memory_service_tools.embedded_db.cluster import database_status
+from memory_service_tools.embedded_db.cluster import database_up
 from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
-from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_down, replica_status, replica_up
+from memory_service_tools.embedded_db.replica import REPLICA_PORT
+from memory_service_tools.embedded_db.replica import replica_down
+from memory_service_tools.embedded_db.replica import replica_status
+from memory_service_tools.embedded_db.replica import replica_up
 
 
 def _format_status(status: DatabaseStatus) -> str:

@@ -21,27 +21,25 @@ import dataclasses
 import shlex
 import subprocess
 
-from memory_service_tools.embedded_db.chroot_commands import as_postgres, in_chroot, require_root
-from memory_service_tools.embedded_db.cluster import (
-    _locked,
-    _port_open,
-    _prepare_runtime,
-    database_up,
-    is_our_postmaster,
-    read_postmaster_pid,
-)
-from memory_service_tools.embedded_db.layout import (
-    HOST,
-    MAX_CONNECTIONS,
-    PG_BIN,
-    PORT,
-    SOCKET_DIR,
-    EmbeddedDatabaseError,
-    Layout,
-    default_layout,
-    log,
-    tail,
-)
+from memory_service_tools.embedded_db.chroot_commands import as_postgres
+from memory_service_tools.embedded_db.chroot_commands import in_chroot
+from memory_service_tools.embedded_db.chroot_commands import require_root
+from memory_service_tools.embedded_db.cluster import _locked
+from memory_service_tools.embedded_db.cluster import _port_open
+from memory_service_tools.embedded_db.cluster import _prepare_runtime
+from memory_service_tools.embedded_db.cluster import database_up
+from memory_service_tools.embedded_db.cluster import is_our_postmaster
+from memory_service_tools.embedded_db.cluster import read_postmaster_pid
+from memory_service_tools.embedded_db.layout import HOST
+from memory_service_tools.embedded_db.layout import MAX_CONNECTIONS
+from memory_service_tools.embedded_db.layout import PG_BIN
+from memory_service_tools.embedded_db.layout import PORT
+from memory_service_tools.embedded_db.layout import SOCKET_DIR
+from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
+from memory_service_tools.embedded_db.layout import Layout
+from memory_service_tools.embedded_db.layout import default_layout
+from memory_service_tools.embedded_db.layout import log
+from memory_service_tools.embedded_db.layout import tail
 
 __all__ = [
     "REPLICA_DSN",

@@ -17,19 +17,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from memory_service_tools.embedded_db.apt_sources import find_debian_mirror
-from memory_service_tools.embedded_db.chroot_commands import CHROOT_ENV, which
-from memory_service_tools.embedded_db.layout import (
-    MIRROR_ENV,
-    PACKAGES,
-    ROOTFS_MARKERS,
-    ROOTFS_NAME,
-    SUITE,
-    EmbeddedDatabaseError,
-    Layout,
-    log,
-    rootfs_ready,
-    tail,
-)
+from memory_service_tools.embedded_db.chroot_commands import CHROOT_ENV
+from memory_service_tools.embedded_db.chroot_commands import which
+from memory_service_tools.embedded_db.layout import MIRROR_ENV
+from memory_service_tools.embedded_db.layout import PACKAGES
+from memory_service_tools.embedded_db.layout import ROOTFS_MARKERS
+from memory_service_tools.embedded_db.layout import ROOTFS_NAME
+from memory_service_tools.embedded_db.layout import SUITE
+from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
+from memory_service_tools.embedded_db.layout import Layout
+from memory_service_tools.embedded_db.layout import log
+from memory_service_tools.embedded_db.layout import rootfs_ready
+from memory_service_tools.embedded_db.layout import tail
 
 _MIN_FREE_BYTES = 1_200_000_000
 _BUILD_PREFIX = f".{ROOTFS_NAME}.build-"

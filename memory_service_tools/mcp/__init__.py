@@ -37,14 +37,12 @@ feature), `arguments` (input types and the tools' own checks), `results` (answer
 """
 
 from memory_service_tools.mcp.results import refused_items
-from memory_service_tools.mcp.server import (
-    DISTRIBUTION,
-    TOOL_NAMES,
-    build_mcp_server,
-    memory_tools,
-    run_mcp_server,
-    server_version,
-)
+from memory_service_tools.mcp.server import DISTRIBUTION
+from memory_service_tools.mcp.server import TOOL_NAMES
+from memory_service_tools.mcp.server import build_mcp_server
+from memory_service_tools.mcp.server import memory_tools
+from memory_service_tools.mcp.server import run_mcp_server
+from memory_service_tools.mcp.server import server_version
 
 __all__ = [
     "DISTRIBUTION",

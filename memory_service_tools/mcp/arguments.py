@@ -7,9 +7,12 @@ from typing import Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
+from pydantic import ConfigDict
+from pydantic import Field
 
-from common.kernel.identifiers import canonical_instant, parse_instant
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import parse_instant
 from memory_service_tools.mcp.results import failure_block
 
 __all__ = [

@@ -9,7 +9,8 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
+from mcp_types import TextContent
 
 __all__ = ["as_json", "failure_block", "refused_items"]
 

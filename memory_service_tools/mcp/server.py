@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Literal
+from typing import Any
+from typing import Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver.tools import Tool
-from memory_service_grpc_client import MemoryClient
 
+from memory_service_grpc_client import MemoryClient
 from memory_service_tools.mcp.arguments import closed_tool
 from memory_service_tools.mcp.tool_calls import ToolCalls
 from memory_service_tools.mcp.tools.knowledge import knowledge_tools

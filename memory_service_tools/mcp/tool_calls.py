@@ -8,8 +8,9 @@ from typing import Any
 from google.protobuf.message import Message
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from memory_service_grpc_client import MemoryClient, ServiceError
 
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import ServiceError
 from memory_service_tools.cli.terminal import error_lines
 
 __all__ = ["ToolCalls"]

@@ -16,18 +16,28 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 
 from common.domain.change_filters import change_filter_violations
-from common.kernel.errors import FailedPrecondition, FieldViolation, InvalidArgument
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
 from common.kernel.identifiers import NAMESPACE_PATTERN
-from common.storage.change_feed.outbox import ChangeFilter, ChangeOutbox, ChangeRow
+from common.storage.change_feed.outbox import ChangeFilter
+from common.storage.change_feed.outbox import ChangeOutbox
+from common.storage.change_feed.outbox import ChangeRow
 from common.storage.database import Database
 from common.storage.visibility import Visibility
 from query_service.change_feed.notifier import ChangeNotifier
-from query_service.pii_output import PiiDisclosure, PiiGuard, PiiPolicy
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
 
 __all__ = ["CURSOR_EXPIRED", "ChangeBatch", "ChangeWatcher", "Heartbeat", "WatchRequest"]
 

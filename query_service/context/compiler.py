@@ -9,36 +9,45 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import cast
 
 from common.storage.database import Database
-from common.storage.episode_store import EpisodeStore, EpisodeTurn
+from common.storage.episode_store import EpisodeStore
+from common.storage.episode_store import EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
-from query_service.context.pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
+from query_service.context.pack.candidates import CandidatePool
+from query_service.context.pack.candidates import PackCandidate
+from query_service.context.pack.candidates import chunk_candidate
+from query_service.context.pack.candidates import chunk_key
 from query_service.context.pack.compiler import PackCompiler
-from query_service.context.pack.conversation import RedundancyFilter, normalised_words
+from query_service.context.pack.conversation import RedundancyFilter
+from query_service.context.pack.conversation import normalised_words
 from query_service.context.pack.fact_candidates import fact_candidates
-from query_service.context.pack.fitting import DROPPED, FitResult
-from query_service.context.pack.items import (
-    HIT,
-    NEIGHBOUR,
-    RECENT,
-    ContextItem,
-    ContextPack,
-    DroppedCandidate,
-    Selection,
-)
-from query_service.context.pack.participants import named_participants, names_participant, without_names
-from query_service.context.pack.request import (
-    ContextRequest,
-    context_request_violations,
-    with_context_defaults,
-)
-from query_service.context.pack.settings import CONTEXT_PRESETS, ContextSettings, context_preset
+from query_service.context.pack.fitting import DROPPED
+from query_service.context.pack.fitting import FitResult
+from query_service.context.pack.items import HIT
+from query_service.context.pack.items import NEIGHBOUR
+from query_service.context.pack.items import RECENT
+from query_service.context.pack.items import ContextItem
+from query_service.context.pack.items import ContextPack
+from query_service.context.pack.items import DroppedCandidate
+from query_service.context.pack.items import Selection
+from query_service.context.pack.participants import named_participants
+from query_service.context.pack.participants import names_participant
+from query_service.context.pack.participants import without_names
+from query_service.context.pack.request import ContextRequest
+from query_service.context.pack.request import context_request_violations
+from query_service.context.pack.request import with_context_defaults
+from query_service.context.pack.settings import CONTEXT_PRESETS
+from query_service.context.pack.settings import ContextSettings
+from query_service.context.pack.settings import context_preset
 from query_service.context.pack.summaries import add_summaries
 from query_service.pii_output import PiiDisclosure
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchHit
+from query_service.retrieval.hybrid_search import SearchQuery
 
 __all__ = ["CONTEXT_PRESETS", "ContextCompiler", "ContextSettings", "context_preset", "validate_context"]
 

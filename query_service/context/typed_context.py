@@ -46,8 +46,11 @@ Configured as data: `TypedContextSettings` with named presets in `TYPED_CONTEXT_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import cast
 
 from common.kernel.errors import FailedPrecondition
@@ -59,29 +62,32 @@ from common.storage.chunks.store import ChunkStore
 from common.storage.context_store import NodeSummary
 from common.storage.database import Database
 from common.storage.graph.store import type_of_key
-from common.storage.graph.traversal import TraversalStore, WalkQuery, WalkStep
+from common.storage.graph.traversal import TraversalStore
+from common.storage.graph.traversal import WalkQuery
+from common.storage.graph.traversal import WalkStep
 from common.storage.memories.liveness import gone_memories
 from common.text_models.tokenizer import TokenCounter
 from query_service.context.pack.compiler import PackCompiler
-from query_service.context.pack.fitting import FitCandidate, FitSettings
-from query_service.context.pack.items import ContextItem, ContextPack, fact_score, render_fact
-from query_service.context.pack.request import (
-    ContextRequest,
-    context_request_violations,
-    with_context_defaults,
-)
-from query_service.context.typed_traversal import (
-    NodeReach,
-    PathStep,
-    ResolvedAnchor,
-    check_relations,
-    disclose_anchor,
-    path_of,
-    reach,
-    relation_rules,
-    resolve_anchors,
-)
-from query_service.pii_output import PiiDisclosure, withheld_text
+from query_service.context.pack.fitting import FitCandidate
+from query_service.context.pack.fitting import FitSettings
+from query_service.context.pack.items import ContextItem
+from query_service.context.pack.items import ContextPack
+from query_service.context.pack.items import fact_score
+from query_service.context.pack.items import render_fact
+from query_service.context.pack.request import ContextRequest
+from query_service.context.pack.request import context_request_violations
+from query_service.context.pack.request import with_context_defaults
+from query_service.context.typed_traversal import NodeReach
+from query_service.context.typed_traversal import PathStep
+from query_service.context.typed_traversal import ResolvedAnchor
+from query_service.context.typed_traversal import check_relations
+from query_service.context.typed_traversal import disclose_anchor
+from query_service.context.typed_traversal import path_of
+from query_service.context.typed_traversal import reach
+from query_service.context.typed_traversal import relation_rules
+from query_service.context.typed_traversal import resolve_anchors
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import withheld_text
 from query_service.provenance import Provenance
 
 DEFAULT_MAX_DEPTH = 2

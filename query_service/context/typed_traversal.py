@@ -7,12 +7,15 @@ path (`reach`). The walk itself is `common.storage.graph.traversal.TraversalStor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 
 from common.kernel.errors import ViolationCollector
-from common.packs.identifier_patterns import MENTIONS, find_identifiers
+from common.packs.identifier_patterns import MENTIONS
+from common.packs.identifier_patterns import find_identifiers
 from common.packs.kind_validation import NamespaceKinds
-from common.storage.graph.traversal import RelationRule, WalkStep
+from common.storage.graph.traversal import RelationRule
+from common.storage.graph.traversal import WalkStep
 from query_service.context.pack.items import fact_score
 from query_service.pii_output import PiiDisclosure
 

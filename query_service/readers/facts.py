@@ -7,16 +7,25 @@ Transport free; `query_service.servicers.fact_query_servicer.FactQueryServicer` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.page_tokens import MalformedPageToken
 from common.storage.database import Database
-from common.storage.fact_rows import FactQuery, FactRow, decode_cursor, encode_cursor
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_rows import FactRow
+from common.storage.fact_rows import decode_cursor
+from common.storage.fact_rows import encode_cursor
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

@@ -20,21 +20,30 @@ memories are touched (last recall, count, back to hot) on the primary.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
-from common.domain.memory_records import MemoryRecord, ensure_memory_label, record_of
+from common.domain.memory_records import MemoryRecord
+from common.domain.memory_records import ensure_memory_label
+from common.domain.memory_records import record_of
 from common.domain.memory_scope import MemoryScope
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
 from common.kernel.identifiers import canonical_instant
-from common.kernel.page_tokens import MalformedPageToken, token_instant
+from common.kernel.page_tokens import MalformedPageToken
 from common.kernel.page_tokens import decode_page_token as decode_token
 from common.kernel.page_tokens import encode_page_token as encode_token
+from common.kernel.page_tokens import token_instant
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.memories.recall import MemoryRecall
-from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights
+from common.storage.memories.store import MemoryQuery
+from common.storage.memories.store import MemoryStore
+from common.storage.memories.store import RecallWeights
 from common.text_models.embeddings.provider import QueryEncoder
 
 RECALL_PRESETS: Mapping[str, RecallWeights] = {

@@ -8,14 +8,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from common.domain.observation_view import ObservationView, observation_view
-from common.kernel.errors import NotFound, ViolationCollector
+from common.domain.observation_view import ObservationView
+from common.domain.observation_view import observation_view
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.pii import PiiMarks
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
-from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
+from query_service.pii_output import withheld_text
 
 # The fields of an observation that a withholding mark replaces (the rest is masked by patterns).
 WITHHELD_FIELDS = ("content", "data", "assertions")

@@ -8,19 +8,27 @@ or — when the node holds no original (PutChunks, entities, episodes) — its c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from typing import Any
 
-from common.kernel.errors import NotFound, ViolationCollector
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import MAX_KEY_LENGTH
 from common.kernel.pii import PiiMarks
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.document_original_store import DocumentFile, DocumentOriginalStore
+from common.storage.document_original_store import DocumentFile
+from common.storage.document_original_store import DocumentOriginalStore
 from common.storage.graph.store import GraphStore
 from common.storage.memories.liveness import gone_memories
-from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
 
 ORIGINAL = "original"
 CHUNKS = "chunks"

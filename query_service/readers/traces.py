@@ -24,20 +24,29 @@ Personal data: `disclose_trace` passes a trail through the caller's disclosure (
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from common.domain.audit import AuditEvent, event_from_props
-from common.kernel.errors import NotFound, ViolationCollector
-from common.storage.audit_store import AuditReadAccess, AuditStore
+from common.domain.audit import AuditEvent
+from common.domain.audit import event_from_props
+from common.kernel.errors import NotFound
+from common.kernel.errors import ViolationCollector
+from common.storage.audit_store import AuditReadAccess
+from common.storage.audit_store import AuditStore
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.trace_store import TraceStore
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 from query_service.audit_reader import disclose_audit_event
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
 
 MAX_TRACE_ID_LENGTH = 256
 _FACT_PREFIX = "fact-"

@@ -17,37 +17,52 @@ not flags threaded through calls. Personal data: hits leave through the caller's
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import Any
+from typing import TypeVar
 
 import psycopg
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.pii import PiiMarks
-from common.storage.chunks.rows import Candidate, ChunkFilter, StoredChunk
-from common.storage.chunks.store import ChunkStore, meta_observation_ids
-from common.storage.context_store import ContextStore, NodeSummary
+from common.storage.chunks.rows import Candidate
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.rows import StoredChunk
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import meta_observation_ids
+from common.storage.context_store import ContextStore
+from common.storage.context_store import NodeSummary
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 from common.text_models.embeddings.provider import QueryEncoder
 from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiGuard, PiiPolicy, withheld_text
-from query_service.provenance import Provenance, chunk_citation
-from query_service.retrieval.rank_fusion import (
-    CONVEX,
-    FUSIONS,
-    RANKINGS,
-    RRF,
-    TEXT,
-    TRIGRAM,
-    VECTOR,
-    convex_combination,
-    propagate_to_similar,
-    reciprocal_rank_fusion,
-)
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
+from query_service.pii_output import PiiPolicy
+from query_service.pii_output import withheld_text
+from query_service.provenance import Provenance
+from query_service.provenance import chunk_citation
+from query_service.retrieval.rank_fusion import CONVEX
+from query_service.retrieval.rank_fusion import FUSIONS
+from query_service.retrieval.rank_fusion import RANKINGS
+from query_service.retrieval.rank_fusion import RRF
+from query_service.retrieval.rank_fusion import TEXT
+from query_service.retrieval.rank_fusion import TRIGRAM
+from query_service.retrieval.rank_fusion import VECTOR
+from query_service.retrieval.rank_fusion import convex_combination
+from query_service.retrieval.rank_fusion import propagate_to_similar
+from query_service.retrieval.rank_fusion import reciprocal_rank_fusion
 
 MAX_TOP_K = 100
 DEFAULT_TOP_K = 10

@@ -24,7 +24,9 @@ page in that language.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import TypeVar
 
 from common.storage.chunks.rows import Candidate

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import audit_service_pb2, audit_service_pb2_grpc
 
-from common.grpc.proto_mapping import audit_event_to_proto, optional_instant
-from query_service.audit_reader import AuditListInput, AuditReader
-from query_service.servicers.read_transport import caller_audit_access, caller_pii_policy
+from common.grpc.proto_mapping import audit_event_to_proto
+from common.grpc.proto_mapping import optional_instant
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from query_service.audit_reader import AuditListInput
+from query_service.audit_reader import AuditReader
+from query_service.servicers.read_transport import caller_audit_access
+from query_service.servicers.read_transport import caller_pii_policy
 
 LIST_METHOD = "/memory.v1.AuditService/ListAuditEvents"
 

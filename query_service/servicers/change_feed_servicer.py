@@ -6,13 +6,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import grpc
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2, change_feed_service_pb2_grpc
 
-from common.grpc.proto_mapping import dict_to_struct, timestamp
+from common.grpc.proto_mapping import dict_to_struct
+from common.grpc.proto_mapping import timestamp
 from common.kernel.consistency import encode_token
-from common.storage.change_feed.outbox import ChangeFilter, ChangeRow
-from query_service.change_feed.watcher import ChangeBatch, ChangeWatcher, WatchRequest
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
+from common.storage.change_feed.outbox import ChangeFilter
+from common.storage.change_feed.outbox import ChangeRow
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from query_service.change_feed.watcher import ChangeBatch
+from query_service.change_feed.watcher import ChangeWatcher
+from query_service.change_feed.watcher import WatchRequest
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
 
 _METHOD = "/memory.v1.ChangeFeedService/WatchChanges"
 

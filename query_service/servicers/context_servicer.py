@@ -6,15 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from memory_service_grpc_client.memory.v1 import context_service_pb2, context_service_pb2_grpc
 
 from common.grpc.proto_mapping import optional_instant
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from query_service.context.compiler import ContextCompiler
-from query_service.context.pack.items import ContextItem, ContextPack, DroppedCandidate, Selection
+from query_service.context.pack.items import ContextItem
+from query_service.context.pack.items import ContextPack
+from query_service.context.pack.items import DroppedCandidate
+from query_service.context.pack.items import Selection
 from query_service.context.pack.request import ContextRequest
-from query_service.context.typed_context import TypedContextCompiler, TypedContextRequest, TypedItem
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.context.typed_context import TypedContextCompiler
+from query_service.context.typed_context import TypedContextRequest
+from query_service.context.typed_context import TypedItem
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
+from query_service.servicers.read_transport import provenance_to_proto
 
 
 def _item_fields(item: ContextItem) -> dict[str, Any]:

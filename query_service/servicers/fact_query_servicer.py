@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
 
-from common.grpc.proto_mapping import fact_to_proto, optional_instant
+from common.grpc.proto_mapping import fact_to_proto
+from common.grpc.proto_mapping import optional_instant
 from common.storage.fact_rows import FactQuery
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from query_service.readers.facts import FactReader
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
 
 
 class FactQueryServicer(fact_query_service_pb2_grpc.FactQueryServiceServicer):  # type: ignore[misc]

@@ -7,11 +7,15 @@ scope_of`); ranking and reads live in `query_service.readers.memory_recall`.
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_query_service_pb2_grpc
 
 from common.auth.principals import Right
-from common.grpc.memory_mapping import filter_query, memory_to_proto, scope_of
-from query_service.readers.memory_recall import MemoryReader, RecallInput
+from common.grpc.memory_mapping import filter_query
+from common.grpc.memory_mapping import memory_to_proto
+from common.grpc.memory_mapping import scope_of
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from query_service.readers.memory_recall import MemoryReader
+from query_service.readers.memory_recall import RecallInput
 
 
 class MemoryQueryServicer(memory_query_service_pb2_grpc.MemoryQueryServiceServicer):  # type: ignore[misc]

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import namespace_service_pb2, namespace_service_pb2_grpc
 
-from common.auth.principals import Right, current_principal
+from common.auth.principals import Right
+from common.auth.principals import current_principal
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2_grpc
 from query_service.namespace_reader import NamespaceReader
 from query_service.servicers.read_transport import caller_visibility
 

@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import (
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-)
 
 from common.grpc.proto_mapping import observation_to_proto
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
 from query_service.readers.observations import ObservationReader
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
 
 
 class ObservationQueryServicer(observation_query_service_pb2_grpc.ObservationQueryServiceServicer):  # type: ignore[misc]

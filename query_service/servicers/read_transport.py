@@ -5,13 +5,14 @@ message of a domain `query_service.provenance.Provenance`.
 
 from __future__ import annotations
 
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
-
-from common.auth.principals import Right, current_principal
+from common.auth.principals import Right
+from common.auth.principals import current_principal
 from common.grpc.proto_mapping import dict_to_struct
 from common.kernel.config import Settings
 from common.storage.audit_store import AuditReadAccess
-from common.storage.visibility import Visibility, visibility_for
+from common.storage.visibility import Visibility
+from common.storage.visibility import visibility_for
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from query_service.pii_output import PiiPolicy
 from query_service.provenance import Provenance
 

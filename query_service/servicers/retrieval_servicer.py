@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import retrieval_service_pb2, retrieval_service_pb2_grpc
 
 from common.grpc.proto_mapping import struct_to_dict
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchHit, SearchQuery
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchHit
+from query_service.retrieval.hybrid_search import SearchQuery
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
+from query_service.servicers.read_transport import provenance_to_proto
 
 
 def hit_to_proto(hit: SearchHit) -> retrieval_service_pb2.SearchHit:

@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from query_service.provenance import Provenance
-from query_service.readers.sources import SourceReader, SourceView
-from query_service.servicers.read_transport import caller_pii_policy, caller_visibility, provenance_to_proto
+from query_service.readers.sources import SourceReader
+from query_service.readers.sources import SourceView
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
+from query_service.servicers.read_transport import provenance_to_proto
 
 
 class SourceServicer(source_service_pb2_grpc.SourceServiceServicer):  # type: ignore[misc]

@@ -4,11 +4,17 @@ docs/explanation/knowledge-model.md); the reading is `query_service.readers.trac
 from __future__ import annotations
 
 import grpc
-from memory_service_grpc_client.memory.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from common.grpc.proto_mapping import audit_event_to_proto, dict_to_struct, timestamp
-from query_service.readers.traces import TraceEntry, TraceReader
-from query_service.servicers.read_transport import caller_audit_access, caller_pii_policy, caller_visibility
+from common.grpc.proto_mapping import audit_event_to_proto
+from common.grpc.proto_mapping import dict_to_struct
+from common.grpc.proto_mapping import timestamp
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from query_service.readers.traces import TraceEntry
+from query_service.readers.traces import TraceReader
+from query_service.servicers.read_transport import caller_audit_access
+from query_service.servicers.read_transport import caller_pii_policy
+from query_service.servicers.read_transport import caller_visibility
 
 
 def _entry_to_proto(entry: TraceEntry) -> trace_service_pb2.TraceEntry:

@@ -7,13 +7,12 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
+
 from memory_service_grpc_client import iter_pages
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 
 
 def list_audit_events(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEventsResponse:

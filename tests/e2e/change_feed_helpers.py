@@ -15,14 +15,12 @@ from typing import Any
 import grpc
 import psycopg
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    change_feed_service_pb2,
-    change_feed_service_pb2_grpc,
-    knowledge_pb2,
-)
 from psycopg import sql
 
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel, wait_for_serving
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 from query_service.main import create_query_host
 
 

@@ -11,7 +11,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -19,21 +20,21 @@ from urllib.parse import urlencode
 import pytest
 import uvicorn
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, MemoryClient
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    document_service_pb2,
-    knowledge_pb2,
-    memory_service_pb2,
-    observation_service_pb2,
-)
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_tools.cli import app as cli_app
-from memory_service_tools.console import ConsoleConfig, create_app
+from memory_service_tools.console import ConsoleConfig
+from memory_service_tools.console import create_app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.mcp_http import free_port

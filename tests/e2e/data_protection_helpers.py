@@ -15,16 +15,15 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from google.rpc import error_details_pb2, status_pb2
-from memory_service_grpc_client.memory.v1 import (
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
+from google.rpc import error_details_pb2
+from google.rpc import status_pb2
 from psycopg import sql
 
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 DEBIAN = Path(__file__).resolve().parents[2].parent / "shared" / "corpora" / "debian-uploads" / "observations.jsonl"
 

@@ -4,12 +4,11 @@ the e2e tests that compare what the service lists with what they wrote."""
 from __future__ import annotations
 
 import grpc
+
 from memory_service_grpc_client import iter_pages
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-)
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
 
 def every_fact(

@@ -12,22 +12,21 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from common.storage.database import Database
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
-from tests.e2e.conftest import TokenChannels, token_secured_services
+from tests.e2e.conftest import TokenChannels
+from tests.e2e.conftest import token_secured_services
 
 EMAIL = "olga.smirnova@example.ru"
 

@@ -7,7 +7,11 @@ import functools
 
 import grpc
 
-from tests.e2e.isolation_world import World, answer_or_refusal, holds_nothing_of_b, invoke, refusal_code
+from tests.e2e.isolation_world import World
+from tests.e2e.isolation_world import answer_or_refusal
+from tests.e2e.isolation_world import holds_nothing_of_b
+from tests.e2e.isolation_world import invoke
+from tests.e2e.isolation_world import refusal_code
 
 
 def erase_subject(world: World) -> None:
@@ -76,7 +80,9 @@ def legal_holds(world: World) -> None:
 
 def retention_attack(world: World) -> None:
     """A retention rule of A previews and deletes only A's data (B's is checked untouched afterwards)."""
-    from google.protobuf import duration_pb2, timestamp_pb2
+    from google.protobuf import duration_pb2
+    from google.protobuf import timestamp_pb2
+
     from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
 
     rule = dp.RetentionRule(

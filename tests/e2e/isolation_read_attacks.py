@@ -11,32 +11,28 @@ from typing import Any
 import grpc
 import psycopg
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    context_service_pb2,
-    context_service_pb2_grpc,
-    namespace_service_pb2,
-    namespace_service_pb2_grpc,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
-from tests.e2e.isolation_world import (
-    World,
-    get_trace_events,
-    holds_nothing_of_b,
-    invoke,
-    list_facts,
-    refusal_code,
-)
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from tests.e2e.isolation_world import World
+from tests.e2e.isolation_world import get_trace_events
+from tests.e2e.isolation_world import holds_nothing_of_b
+from tests.e2e.isolation_world import invoke
+from tests.e2e.isolation_world import list_facts
+from tests.e2e.isolation_world import refusal_code
 
 
 def search_attack(world: World) -> None:

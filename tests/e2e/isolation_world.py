@@ -12,28 +12,32 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
-from google.protobuf import descriptor_pool, json_format, message_factory
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
+from google.protobuf import descriptor_pool
+from google.protobuf import json_format
+from google.protobuf import message_factory
+from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 
-from common.auth.principals import Right, is_open_method
+from common.auth.principals import Right
+from common.auth.principals import is_open_method
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e import memory_attacks
 from tests.e2e.conftest import TokenChannels

@@ -9,30 +9,26 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
-from tests.e2e.isolation_world import (
-    World,
-    b_untouched,
-    get_trace_events,
-    invoke,
-    list_facts,
-    no_cross_namespace_edges,
-    refusal_code,
-    request_class_of,
-)
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.e2e.isolation_world import World
+from tests.e2e.isolation_world import b_untouched
+from tests.e2e.isolation_world import get_trace_events
+from tests.e2e.isolation_world import invoke
+from tests.e2e.isolation_world import list_facts
+from tests.e2e.isolation_world import no_cross_namespace_edges
+from tests.e2e.isolation_world import refusal_code
+from tests.e2e.isolation_world import request_class_of
 
 
 def _remove_b_observation(world: World, rpc: str, request_class: Any) -> None:

@@ -15,8 +15,9 @@ import httpx2
 import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from memory_service_grpc_client import ClientSecurity, MemoryClient
 
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
 from memory_service_tools.mcp import build_mcp_server
 
 

@@ -4,28 +4,12 @@ ListFacts, GetSource, and the enrichment job run in process on the real database
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    domain_pack_service_pb2,
-    domain_pack_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_record_pb2,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
@@ -33,6 +17,21 @@ from common.storage.database import Database
 from common.storage.schema import migrations
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from tests.unit.test_domain_packs import delivery_pack
 
 PACK_VERSION = "memory-readers-1"

@@ -8,14 +8,12 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from tests.e2e.test_domain_packs import _observe
 
 PHONE = "+7 (916) 123-45-67"

@@ -3,20 +3,21 @@ and package uploads with a superseded version and conflicting maintainers record
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2, timestamp_pb2
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
 
 from common.kernel.identifiers import fact_id
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 ARTICLE = """---
 title: "OpenSSL on bookworm"

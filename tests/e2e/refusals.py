@@ -7,7 +7,9 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import RpcFailure, rpc_failure
+
+from memory_service_grpc_client import RpcFailure
+from memory_service_grpc_client import rpc_failure
 
 
 def refusal(call: Callable[[], Any]) -> RpcFailure:

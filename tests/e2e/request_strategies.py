@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from google.protobuf import struct_pb2, timestamp_pb2
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st

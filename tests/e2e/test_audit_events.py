@@ -12,14 +12,14 @@ import uuid
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-)
 
-from tests.e2e.audit_reads import details_of, get_trace, trace_audit_events
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from tests.e2e.audit_reads import details_of
+from tests.e2e.audit_reads import get_trace
+from tests.e2e.audit_reads import trace_audit_events
 from tests.e2e.refusals import refusal
 
 pytestmark = pytest.mark.e2e

@@ -20,34 +20,37 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
-from common.grpc.proto_mapping import instant, timestamp
+from common.grpc.proto_mapping import instant
+from common.grpc.proto_mapping import timestamp
 from common.kernel.config import Settings
 from common.kernel.identifiers import observation_id
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
-from tests.e2e.audit_reads import every_audit_event, list_audit_events, trace_audit_events
-from tests.e2e.conftest import TokenChannels, token_secured_services
-from tests.e2e.pii_corpus import write_corpus, write_team
+from tests.e2e.audit_reads import every_audit_event
+from tests.e2e.audit_reads import list_audit_events
+from tests.e2e.audit_reads import trace_audit_events
+from tests.e2e.conftest import TokenChannels
+from tests.e2e.conftest import token_secured_services
+from tests.e2e.pii_corpus import write_corpus
+from tests.e2e.pii_corpus import write_team
 from tests.e2e.test_domain_packs import _register
 from tests.unit.test_domain_packs import delivery_pack
 

@@ -26,24 +26,22 @@ import time
 import grpc
 import psycopg
 import pytest
-from memory_service_grpc_client import MemoryClient, wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    observation_service_pb2,
-)
 from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from tests.e2e.change_feed_helpers import (
-    ReconnectingSubscriber,
-    feed_head,
-    insert_observation,
-    load_observation,
-    outbox_rows,
-    serve_ingest,
-)
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from tests.e2e.change_feed_helpers import ReconnectingSubscriber
+from tests.e2e.change_feed_helpers import feed_head
+from tests.e2e.change_feed_helpers import insert_observation
+from tests.e2e.change_feed_helpers import load_observation
+from tests.e2e.change_feed_helpers import outbox_rows
+from tests.e2e.change_feed_helpers import serve_ingest
 from tests.e2e.mcp_http import free_port
-from tests.e2e.test_replica_reads import replica_query, replica_url  # noqa: F401 - the replica's fixture
+from tests.e2e.test_replica_reads import replica_query  # noqa: F401 - the replica's fixture
+from tests.e2e.test_replica_reads import replica_url  # noqa: F401 - the replica's fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

@@ -11,23 +11,25 @@ a real channel from the outbox written by the real write paths on the real datab
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    observation_service_pb2,
-)
 
 from common.kernel.config import Settings
 from common.storage.change_feed.outbox import ChangeOutbox
 from common.storage.database import Database
-from tests.e2e.change_feed_helpers import WHEN, drain_changes, insert_observation, load_observation
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from tests.e2e.change_feed_helpers import WHEN
+from tests.e2e.change_feed_helpers import drain_changes
+from tests.e2e.change_feed_helpers import insert_observation
+from tests.e2e.change_feed_helpers import load_observation
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -138,11 +140,10 @@ def test_redaction_purge_close_retain_and_delete_emit_their_events(
 ) -> None:
     """The write paths beyond recording: each change arrives as its event type, with what it changed."""
     from google.protobuf import timestamp_pb2
-    from memory_service_grpc_client.memory.v1 import (
-        document_service_pb2,
-        document_service_pb2_grpc,
-        observation_service_pb2_grpc,
-    )
+
+    from memory_service_grpc_client.memory.v1 import document_service_pb2
+    from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
     observations = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
     results = observations.RecordObservations(

@@ -15,23 +15,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2, json_format
-from memory_service_grpc_client.memory.v1 import (
-    change_feed_service_pb2,
-    change_feed_service_pb2_grpc,
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-)
+from google.protobuf import field_mask_pb2
+from google.protobuf import json_format
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
@@ -41,7 +34,16 @@ from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
-from tests.e2e.vault_helpers import ingest, write
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -15,14 +15,21 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2, change_feed_service_pb2_grpc
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.scoped_writes import WRITE_PATHS, World, fact, observation, record
+from tests.e2e.scoped_writes import WRITE_PATHS
+from tests.e2e.scoped_writes import World
+from tests.e2e.scoped_writes import fact
+from tests.e2e.scoped_writes import observation
+from tests.e2e.scoped_writes import record
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,12 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +33,21 @@ import psycopg
 import pytest
 from cryptography.fernet import Fernet
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure, wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    webhook_service_pb2,
-    webhook_service_pb2_grpc,
-)
 from pydantic import SecretStr
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from ingest_service.main import create_ingest_host
 from ingest_service.worker import build_worker
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 

@@ -7,15 +7,12 @@ namespace of its own."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
 from common.kernel.identifiers import fact_id
@@ -23,7 +20,12 @@ from common.storage.context_store import ContextStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.text_models.tokenizer import TokenCounter
-from tests.e2e.query_service_data import ARTICLE, load_facts, retain, timestamp_of
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from tests.e2e.query_service_data import ARTICLE
+from tests.e2e.query_service_data import load_facts
+from tests.e2e.query_service_data import retain
+from tests.e2e.query_service_data import timestamp_of
 from tests.e2e.refusals import code_and_fields
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,12 @@ import pytest
 from common.kernel.config import Settings
 from common.storage.database import Database
 from memory_service_tools.console import ConsoleConfig
-from tests.e2e.console_world import World, console_world, free_port, serve_console, signed_in, url
+from tests.e2e.console_world import World
+from tests.e2e.console_world import console_world
+from tests.e2e.console_world import free_port
+from tests.e2e.console_world import serve_console
+from tests.e2e.console_world import signed_in
+from tests.e2e.console_world import url
 
 pytestmark = pytest.mark.e2e
 

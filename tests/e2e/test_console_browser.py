@@ -14,29 +14,27 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
-from memory_service_grpc_client import ClientSecurity, MemoryClient
-from memory_service_grpc_client.memory.v1 import (
-    source_service_pb2,
-)
 
 from common.kernel.config import Settings
 from common.storage.database import Database
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_tools.console import ConsoleConfig
-from tests.e2e.console_world import (
-    SCREENSHOTS,
-    World,
-    axe_violations,
-    console_world,
-    pages,
-    serve_console,
-    signed_in,
-    url,
-)
+from tests.e2e.console_world import SCREENSHOTS
+from tests.e2e.console_world import World
+from tests.e2e.console_world import axe_violations
+from tests.e2e.console_world import console_world
+from tests.e2e.console_world import pages
+from tests.e2e.console_world import serve_console
+from tests.e2e.console_world import signed_in
+from tests.e2e.console_world import url
 
 pytestmark = pytest.mark.e2e
 

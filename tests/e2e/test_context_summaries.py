@@ -18,17 +18,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e

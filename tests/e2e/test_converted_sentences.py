@@ -23,14 +23,16 @@ import uuid
 import grpc
 import pypdf
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
 
-from tests.document_corpus import SENTENCE, CorpusDocument, build, tools_missing, vault_pages
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from tests.document_corpus import SENTENCE
+from tests.document_corpus import CorpusDocument
+from tests.document_corpus import build
+from tests.document_corpus import tools_missing
+from tests.document_corpus import vault_pages
 
 SAMPLE = 24
 TYPES = {

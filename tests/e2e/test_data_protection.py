@@ -11,32 +11,27 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    data_protection_service_pb2 as dp,
-)
-from memory_service_grpc_client.memory.v1 import (
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from memory_service_tools.cli.app import app
-from tests.e2e.data_protection_helpers import (
-    add_memories,
-    debian_slice,
-    memory_namespace,
-    observation_of,
-    record_all,
-    residue,
-)
+from tests.e2e.data_protection_helpers import add_memories
+from tests.e2e.data_protection_helpers import debian_slice
+from tests.e2e.data_protection_helpers import memory_namespace
+from tests.e2e.data_protection_helpers import observation_of
+from tests.e2e.data_protection_helpers import record_all
+from tests.e2e.data_protection_helpers import residue
 
 pytestmark = pytest.mark.e2e
 

@@ -17,16 +17,17 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import health_status
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
-from common.kernel.identifiers import fact_id, parse_instant
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import parse_instant
 from common.storage.database import Database
-from memory_service_tools.embedded_db import database_down, database_status, database_up
+from memory_service_grpc_client import health_status
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_tools.embedded_db import database_down
+from memory_service_tools.embedded_db import database_status
+from memory_service_tools.embedded_db import database_up
 from tests.conftest import CORPORA
 from tests.integration.test_fact_engine import portable_snapshot
 

@@ -14,19 +14,20 @@ import psycopg
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
-from tests.document_files import docx_bomb, pdf, pptx, xlsx
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.document_files import docx_bomb
+from tests.document_files import pdf
+from tests.document_files import pptx
+from tests.document_files import xlsx
 
 PAGES = [
     "The pump manual covers installation and daily care.",

@@ -9,11 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 from typer.testing import CliRunner
 
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
-from tests.document_files import HOSTILE_HTML, pdf, pptx, xlsx
+from tests.document_files import HOSTILE_HTML
+from tests.document_files import pdf
+from tests.document_files import pptx
+from tests.document_files import xlsx
 
 
 def _folder(root: Path) -> Path:

@@ -22,25 +22,21 @@ from collections.abc import Iterator
 import grpc
 import pypdf
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
-from tests.document_corpus import (
-    CorpusDocument,
-    build,
-    distinctive_sentences,
-    markdown_words,
-    recovered,
-    tools_missing,
-    vault_pages,
-    words,
-)
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.document_corpus import CorpusDocument
+from tests.document_corpus import build
+from tests.document_corpus import distinctive_sentences
+from tests.document_corpus import markdown_words
+from tests.document_corpus import recovered
+from tests.document_corpus import tools_missing
+from tests.document_corpus import vault_pages
+from tests.document_corpus import words
 
 SAMPLE = 16
 TYPES = {

@@ -12,21 +12,22 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    domain_pack_service_pb2,
-    domain_pack_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 
-from common.kernel.identifiers import entity_key, fact_id, parse_instant
+from common.kernel.identifiers import entity_key
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import parse_instant
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 from tests.conftest import CORPORA
 from tests.e2e.fact_pages import every_fact
 from tests.integration.test_domain_packs import debian_pack

@@ -31,38 +31,37 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import memory_service_grpc_client.memory.v1
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, MemoryClient
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    change_feed_service_pb2,
-    context_service_pb2,
-    data_protection_service_pb2,
-    document_service_pb2,
-    domain_pack_service_pb2,
-    fact_query_service_pb2,
-    fact_service_pb2,
-    knowledge_pb2,
-    memory_query_service_pb2,
-    memory_service_pb2,
-    namespace_service_pb2,
-    observation_query_service_pb2,
-    observation_service_pb2,
-    retrieval_service_pb2,
-    snapshot_service_pb2,
-    source_service_pb2,
-    trace_service_pb2,
-    vault_service_pb2,
-    webhook_service_pb2,
-)
 
+import memory_service_grpc_client.memory.v1
 from common.auth.principals import Right
 from common.grpc.proto_mapping import instant
 from common.kernel.config import Settings
 from common.kernel.identifiers import canonical_instant
 from common.kernel.memory_names import memory_namespace
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 

@@ -18,11 +18,13 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2_grpc
 
 from common.kernel.config import Settings
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

@@ -16,26 +16,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import memory_service_grpc_client.memory.v1 as memory_v1
 import pytest
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    domain_pack_service_pb2,
-    domain_pack_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-)
 
+import memory_service_grpc_client.memory.v1 as memory_v1
 from common.storage.database import Database
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from query_service.main import SERVICE_NAMES as QUERY_SERVICES
-from tests.e2e.hostile_tenant_world import DEEP, describe, failure_of, table_counts, violated_fields
+from tests.e2e.hostile_tenant_world import DEEP
+from tests.e2e.hostile_tenant_world import describe
+from tests.e2e.hostile_tenant_world import failure_of
+from tests.e2e.hostile_tenant_world import table_counts
+from tests.e2e.hostile_tenant_world import violated_fields
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

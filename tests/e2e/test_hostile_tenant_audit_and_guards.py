@@ -17,39 +17,40 @@ import base64
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-    vault_service_pb2,
-    vault_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 
 from common.grpc.proto_mapping import timestamp
 from common.kernel.config import Settings
 from common.storage.database import Database
-from tests.e2e.audit_reads import every_audit_event, list_audit_events
-from tests.e2e.hostile_tenant_world import (
-    DEEP,
-    EMAIL,
-    World,
-    describe,
-    failure_of,
-    ns_counts,
-    running_world,
-    violated_fields,
-)
-from tests.e2e.vault_helpers import ingest, write
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
+from tests.e2e.audit_reads import every_audit_event
+from tests.e2e.audit_reads import list_audit_events
+from tests.e2e.hostile_tenant_world import DEEP
+from tests.e2e.hostile_tenant_world import EMAIL
+from tests.e2e.hostile_tenant_world import World
+from tests.e2e.hostile_tenant_world import describe
+from tests.e2e.hostile_tenant_world import failure_of
+from tests.e2e.hostile_tenant_world import ns_counts
+from tests.e2e.hostile_tenant_world import running_world
+from tests.e2e.hostile_tenant_world import violated_fields
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -73,7 +74,9 @@ def _db_event_ids(database: Database, namespace: str) -> set[str]:
 
 def _forge(namespace: str, payload: dict[str, Any] | bytes, **filters: Any) -> str:
     """A page token computed like the service does (its check value is not secret)."""
-    from query_service.audit_reader import AuditListInput, _check_value, _filter_digest
+    from query_service.audit_reader import AuditListInput
+    from query_service.audit_reader import _check_value
+    from query_service.audit_reader import _filter_digest
 
     if isinstance(payload, dict):
         payload = {**payload, "f": payload.get("f", _filter_digest(AuditListInput(namespace=namespace, **filters)))}

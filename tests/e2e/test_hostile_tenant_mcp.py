@@ -19,20 +19,19 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from tests.e2e.hostile_tenant_world import (
-    World,
-    ns_counts,
-    running_world,
-    table_counts,
-)
-from tests.e2e.mcp_http import free_port, http_tool_calls, mcp_over_http, tool_text
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from tests.e2e.hostile_tenant_world import World
+from tests.e2e.hostile_tenant_world import ns_counts
+from tests.e2e.hostile_tenant_world import running_world
+from tests.e2e.hostile_tenant_world import table_counts
+from tests.e2e.mcp_http import free_port
+from tests.e2e.mcp_http import http_tool_calls
+from tests.e2e.mcp_http import mcp_over_http
+from tests.e2e.mcp_http import tool_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -8,29 +8,30 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2, timestamp_pb2
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.request_strategies import deep_struct_bytes, length_delimited
+from tests.e2e.request_strategies import deep_struct_bytes
+from tests.e2e.request_strategies import length_delimited
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

@@ -20,22 +20,25 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
-from common.kernel.identifiers import entity_key, fact_id, parse_instant
+from common.kernel.identifiers import entity_key
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import parse_instant
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from query_service.main import create_query_host
 from tests.conftest import fresh_database
 from tests.e2e.fact_pages import every_fact
-from tests.e2e.test_real_corpora import UPLOADS, _observations, _record_all, as_of_mismatches
+from tests.e2e.test_real_corpora import UPLOADS
+from tests.e2e.test_real_corpora import _observations
+from tests.e2e.test_real_corpora import _record_all
+from tests.e2e.test_real_corpora import as_of_mismatches
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]  # loads the debian corpus through gRPC
 

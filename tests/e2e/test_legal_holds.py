@@ -5,24 +5,15 @@ stops the deletion and expiry of that user's memories; each refusal is FAILED_PR
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    data_protection_service_pb2 as dp,
-)
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
 from common.storage.database import Database
@@ -30,13 +21,18 @@ from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover
-from tests.e2e.data_protection_helpers import (
-    NoPassages,
-    assert_held,
-    memory_namespace,
-    observation_of,
-    record_all,
-)
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from tests.e2e.data_protection_helpers import NoPassages
+from tests.e2e.data_protection_helpers import assert_held
+from tests.e2e.data_protection_helpers import memory_namespace
+from tests.e2e.data_protection_helpers import observation_of
+from tests.e2e.data_protection_helpers import record_all
 
 pytestmark = pytest.mark.e2e
 

@@ -12,18 +12,18 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 from typer.testing import CliRunner
 
 from common.storage.database import Database
 from common.storage.vault_store import VaultStore
-from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED, MassDeletionGuard
+from ingest_service.validation.mass_deletion import MASS_SWEEP_REFUSED
+from ingest_service.validation.mass_deletion import MassDeletionGuard
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 from memory_service_tools.cli import app
 from tests.conftest import CORPORA
 from tests.e2e.vault_helpers import ingest

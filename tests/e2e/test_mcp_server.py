@@ -23,16 +23,19 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from memory_service_grpc_client import ClientSecurity, MemoryClient
-from memory_service_grpc_client.memory.v1 import document_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_tools.mcp import TOOL_NAMES
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.mcp_http import http_tool_calls, mcp_over_http, tool_text
+from tests.e2e.mcp_http import http_tool_calls
+from tests.e2e.mcp_http import mcp_over_http
+from tests.e2e.mcp_http import tool_text
 
 pytestmark = pytest.mark.e2e
 

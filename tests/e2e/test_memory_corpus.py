@@ -13,23 +13,16 @@ import json
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import duration_pb2, field_mask_pb2
-from memory_service_grpc_client import ClientSecurity, iter_pages, make_channel, rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_record_pb2,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
+from google.protobuf import duration_pb2
+from google.protobuf import field_mask_pb2
 
 from common.auth.principals import Right
 from common.domain.memory_records import memory_query
@@ -41,6 +34,17 @@ from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import iter_pages
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.conftest import CORPORA
 from tests.e2e.conftest import token_secured_services

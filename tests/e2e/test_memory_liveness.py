@@ -20,15 +20,17 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import memory_service_pb2
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.memory_readers import Caller, enrich
+from tests.e2e.memory_readers import Caller
+from tests.e2e.memory_readers import enrich
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

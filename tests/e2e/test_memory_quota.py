@@ -16,14 +16,17 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2, json_format
-from memory_service_grpc_client import rpc_failure, wait_for_serving
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2 as q
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import memory_service_pb2 as m
+from google.protobuf import field_mask_pb2
+from google.protobuf import json_format
 
 from common.kernel.config import Settings
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2 as q
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2 as m
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

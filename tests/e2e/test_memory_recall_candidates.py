@@ -22,35 +22,34 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2,
-    memory_query_service_pb2_grpc,
-    memory_service_pb2,
-    memory_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.storage.chunks.tenant_vector_indexes import (
-    OWN_INDEX,
-    TABLE_INDEX,
-    TenantIndexRegistry,
-    TenantVectorIndexes,
-)
+from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
+from common.storage.chunks.tenant_vector_indexes import TABLE_INDEX
+from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
 from common.storage.database import Database
-from common.storage.memories.recall import APPROXIMATE, EXACT, MemoryRecall
+from common.storage.memories.recall import APPROXIMATE
+from common.storage.memories.recall import EXACT
+from common.storage.memories.recall import MemoryRecall
 from common.storage.memories.store import MemoryQuery
 from common.storage.schema import migrations
 from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from query_service.main import create_query_host
 from query_service.readers.memory_recall import RECALL_PRESETS
 

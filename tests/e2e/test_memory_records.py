@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import duration_pb2, field_mask_pb2, json_format
-from memory_service_grpc_client import iter_pages
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2 as q,
-)
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2_grpc,
-    memory_record_pb2,
-    memory_service_pb2_grpc,
-)
-from memory_service_grpc_client.memory.v1 import (
-    memory_service_pb2 as m,
-)
+from google.protobuf import duration_pb2
+from google.protobuf import field_mask_pb2
+from google.protobuf import json_format
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
@@ -34,6 +26,12 @@ from common.storage.database import Database
 from common.storage.schema import migrations
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
+from memory_service_grpc_client import iter_pages
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2 as q
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2 as m
+from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from tests.e2e.refusals import code_and_fields
 
 pytestmark = pytest.mark.e2e

@@ -15,35 +15,36 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel, wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    data_protection_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
-from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli.app import app
 from memory_service_tools.token_writer import add_token
 from query_service.main import create_query_host
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.data_protection_helpers import debian_slice, record_all
+from tests.e2e.data_protection_helpers import debian_slice
+from tests.e2e.data_protection_helpers import record_all
 
 pytestmark = pytest.mark.e2e
 

@@ -18,72 +18,63 @@ key that exists only in the other namespace does not connect them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
 
 from common.auth.principals import CALLER_FILTERED_METHODS
 from common.kernel.config import Settings
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from tests.e2e import memory_attacks
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.isolation_data_protection_attacks import (
-    erase_subject,
-    erasure_receipt,
-    export_import,
-    legal_holds,
-    retention_attack,
-    webhooks_attack,
-)
-from tests.e2e.isolation_read_attacks import (
-    compile_context,
-    compile_typed_context,
-    get_namespace_stats,
-    get_observation,
-    get_source,
-    get_trace,
-    list_audit_events,
-    list_facts_attack,
-    list_namespaces,
-    namespace_configuration_only,
-    search_attack,
-    watch_changes,
-)
-from tests.e2e.isolation_world import (
-    World,
-    b_untouched,
-    invoke,
-    list_facts,
-    load,
-    naming_namespace,
-    no_cross_namespace_edges,
-    refusal_code,
-    request_class_of,
-    served_methods,
-)
-from tests.e2e.isolation_write_attacks import (
-    assert_facts,
-    close_fact,
-    delete_node,
-    embedding_backlog,
-    purge,
-    put_chunks,
-    reconcile_attack,
-    reconcile_stream,
-    record_audit_event,
-    record_observations,
-    redact,
-    retain,
-    vault_run,
-)
+from tests.e2e.isolation_data_protection_attacks import erase_subject
+from tests.e2e.isolation_data_protection_attacks import erasure_receipt
+from tests.e2e.isolation_data_protection_attacks import export_import
+from tests.e2e.isolation_data_protection_attacks import legal_holds
+from tests.e2e.isolation_data_protection_attacks import retention_attack
+from tests.e2e.isolation_data_protection_attacks import webhooks_attack
+from tests.e2e.isolation_read_attacks import compile_context
+from tests.e2e.isolation_read_attacks import compile_typed_context
+from tests.e2e.isolation_read_attacks import get_namespace_stats
+from tests.e2e.isolation_read_attacks import get_observation
+from tests.e2e.isolation_read_attacks import get_source
+from tests.e2e.isolation_read_attacks import get_trace
+from tests.e2e.isolation_read_attacks import list_audit_events
+from tests.e2e.isolation_read_attacks import list_facts_attack
+from tests.e2e.isolation_read_attacks import list_namespaces
+from tests.e2e.isolation_read_attacks import namespace_configuration_only
+from tests.e2e.isolation_read_attacks import search_attack
+from tests.e2e.isolation_read_attacks import watch_changes
+from tests.e2e.isolation_world import World
+from tests.e2e.isolation_world import b_untouched
+from tests.e2e.isolation_world import invoke
+from tests.e2e.isolation_world import list_facts
+from tests.e2e.isolation_world import load
+from tests.e2e.isolation_world import naming_namespace
+from tests.e2e.isolation_world import no_cross_namespace_edges
+from tests.e2e.isolation_world import refusal_code
+from tests.e2e.isolation_world import request_class_of
+from tests.e2e.isolation_world import served_methods
+from tests.e2e.isolation_write_attacks import assert_facts
+from tests.e2e.isolation_write_attacks import close_fact
+from tests.e2e.isolation_write_attacks import delete_node
+from tests.e2e.isolation_write_attacks import embedding_backlog
+from tests.e2e.isolation_write_attacks import purge
+from tests.e2e.isolation_write_attacks import put_chunks
+from tests.e2e.isolation_write_attacks import reconcile_attack
+from tests.e2e.isolation_write_attacks import reconcile_stream
+from tests.e2e.isolation_write_attacks import record_audit_event
+from tests.e2e.isolation_write_attacks import record_observations
+from tests.e2e.isolation_write_attacks import redact
+from tests.e2e.isolation_write_attacks import retain
+from tests.e2e.isolation_write_attacks import vault_run
 
 pytestmark = pytest.mark.e2e
 

@@ -12,10 +12,12 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2, domain_pack_service_pb2_grpc
 
-from tests.e2e.test_domain_packs import _observe, _register
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from tests.e2e.test_domain_packs import _observe
+from tests.e2e.test_domain_packs import _register
 
 pytestmark = pytest.mark.e2e
 

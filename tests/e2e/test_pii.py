@@ -20,46 +20,43 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.audit_reads import trace_audit_events
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.pii_corpus import (
-    CARD,
-    CLIENT_CARD,
-    EMAIL,
-    EN_EMAIL,
-    EN_PHONE,
-    FIO,
-    INN_12,
-    PASSPORT,
-    PHONE,
-    RU_LETTER,
-    SECRETS,
-    SNILS,
-    write_corpus,
-    write_team,
-)
+from tests.e2e.pii_corpus import CARD
+from tests.e2e.pii_corpus import CLIENT_CARD
+from tests.e2e.pii_corpus import EMAIL
+from tests.e2e.pii_corpus import EN_EMAIL
+from tests.e2e.pii_corpus import EN_PHONE
+from tests.e2e.pii_corpus import FIO
+from tests.e2e.pii_corpus import INN_12
+from tests.e2e.pii_corpus import PASSPORT
+from tests.e2e.pii_corpus import PHONE
+from tests.e2e.pii_corpus import RU_LETTER
+from tests.e2e.pii_corpus import SECRETS
+from tests.e2e.pii_corpus import SNILS
+from tests.e2e.pii_corpus import write_corpus
+from tests.e2e.pii_corpus import write_team
 from tests.e2e.test_domain_packs import _register
 from tests.unit.test_domain_packs import delivery_pack
 

@@ -13,18 +13,20 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
-from tests.e2e.query_service_data import ARTICLE, load_facts, retain, struct_of, timestamp_of
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.e2e.query_service_data import ARTICLE
+from tests.e2e.query_service_data import load_facts
+from tests.e2e.query_service_data import retain
+from tests.e2e.query_service_data import struct_of
+from tests.e2e.query_service_data import timestamp_of
 from tests.e2e.refusals import code_and_fields
 
 pytestmark = pytest.mark.e2e

@@ -19,21 +19,21 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 
-from memory_service_tools.markdown_vault import find_documents, read_document
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_tools.markdown_vault import find_documents
+from memory_service_tools.markdown_vault import read_document
 from tests.conftest import CORPORA
 from tests.e2e.fact_pages import every_fact
 

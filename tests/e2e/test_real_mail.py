@@ -12,12 +12,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
+
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 
 DATA = Path("/usr/lib/python3.11/test/test_email/data")
 

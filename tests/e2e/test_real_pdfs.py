@@ -20,12 +20,11 @@ from pathlib import Path
 import grpc
 import pypdf
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
+
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
 HISTORY_EN = Path("/usr/share/doc/debian-history/docs/project-history.en.pdf")
 HISTORY_RU = Path("/usr/share/doc/debian-history/docs/project-history.ru.pdf")

@@ -19,19 +19,20 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import rpc_failure, wait_for_serving
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-)
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
 from common.storage.replicas.read_routing import replica_wait_seconds
-from memory_service_tools.embedded_db.replica import replica_down, replica_paths, replica_up
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_tools.embedded_db.replica import replica_down
+from memory_service_tools.embedded_db.replica import replica_paths
+from memory_service_tools.embedded_db.replica import replica_up
 from query_service.main import create_query_host
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

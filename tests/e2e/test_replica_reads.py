@@ -20,27 +20,29 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import json_format
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from memory_service_grpc_client import rpc_failure, wait_for_serving
-from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
+from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2_grpc
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from common.kernel.config import Settings
 from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_tools.cli import app
-from memory_service_tools.embedded_db.replica import REPLICA_PORT, replica_down, replica_up
+from memory_service_tools.embedded_db.replica import REPLICA_PORT
+from memory_service_tools.embedded_db.replica import replica_down
+from memory_service_tools.embedded_db.replica import replica_up
 from query_service.main import create_query_host
 
 pytestmark = pytest.mark.e2e

@@ -22,16 +22,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import memory_service_grpc_client.memory.v1
 import pytest
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
 
+import memory_service_grpc_client.memory.v1
 from common.grpc.read_filter_limits import READ_FILTER_LIMITS
-from common.kernel.memory_names import memory_namespace, memory_scope_of_namespace
+from common.kernel.memory_names import memory_namespace
+from common.kernel.memory_names import memory_scope_of_namespace
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from query_service.main import SERVICE_NAMES as QUERY_SERVICES
 
 pytestmark = pytest.mark.e2e
@@ -239,7 +243,8 @@ def _token(value: Any) -> str:
 def test_a_list_facts_page_token_with_u0000_is_invalid_argument(
     query_channel: grpc.Channel, token: str
 ) -> None:
-    from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+    from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 
     with pytest.raises(grpc.RpcError) as raised:
         fact_query_service_pb2_grpc.FactQueryServiceStub(query_channel).ListFacts(
@@ -272,7 +277,8 @@ def test_a_list_memories_page_token_with_u0000_is_invalid_argument(query_channel
 def test_the_seed_project_id_is_accepted_and_is_a_namespace_of_its_own(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel
 ) -> None:
-    from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc, memory_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 
     user = "u-" + uuid.uuid4().hex[:10]
     suffix = uuid.uuid4().hex[:6]

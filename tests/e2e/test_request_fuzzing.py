@@ -24,34 +24,35 @@ import grpc
 import pytest
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message_factory import GetMessageClass
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    change_feed_service_pb2,
-    context_service_pb2,
-    data_protection_service_pb2,
-    document_service_pb2,
-    domain_pack_service_pb2,
-    fact_query_service_pb2,
-    fact_service_pb2,
-    memory_query_service_pb2,
-    memory_service_pb2,
-    namespace_service_pb2,
-    observation_query_service_pb2,
-    observation_service_pb2,
-    retrieval_service_pb2,
-    snapshot_service_pb2,
-    source_service_pb2,
-    trace_service_pb2,
-    vault_service_pb2,
-    webhook_service_pb2,
-)
 from psycopg import sql
 
 from common.storage.database import Database
 from common.storage.tables import table_identifiers
-from tests.e2e.request_strategies import message_strategy, raw_request_strategy
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from tests.e2e.request_strategies import message_strategy
+from tests.e2e.request_strategies import raw_request_strategy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

@@ -4,28 +4,29 @@ category, audit events past the floor), a subject hold keeps what it names, and 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import grpc
 import psycopg
 import pytest
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    data_protection_service_pb2 as dp,
-)
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-)
 
-from common.domain.audit import AuditEventInput, AuditTrail
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
 from common.storage.database import Database
 from ingest_service.data_protection.retention import RetentionEnforcer
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover
-from tests.e2e.data_protection_helpers import NoPassages, observation_of, record_all
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from tests.e2e.data_protection_helpers import NoPassages
+from tests.e2e.data_protection_helpers import observation_of
+from tests.e2e.data_protection_helpers import record_all
 
 pytestmark = pytest.mark.e2e
 

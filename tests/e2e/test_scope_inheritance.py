@@ -19,46 +19,45 @@ nodes the hidden writes touch must stay visible, without the hidden titles and a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import ClientSecurity, make_channel, rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
 
 from common.kernel.config import Settings
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.scoped_writes import (
-    COMMON_WORD,
-    READERS,
-    RPCS,
-    SCOPE,
-    WRITE_PATHS,
-    World,
-    Written,
-    fact,
-    fid,
-    observation,
-    pack,
-    record,
-)
+from tests.e2e.scoped_writes import COMMON_WORD
+from tests.e2e.scoped_writes import READERS
+from tests.e2e.scoped_writes import RPCS
+from tests.e2e.scoped_writes import SCOPE
+from tests.e2e.scoped_writes import WRITE_PATHS
+from tests.e2e.scoped_writes import World
+from tests.e2e.scoped_writes import Written
+from tests.e2e.scoped_writes import fact
+from tests.e2e.scoped_writes import fid
+from tests.e2e.scoped_writes import observation
+from tests.e2e.scoped_writes import pack
+from tests.e2e.scoped_writes import record
 from tests.e2e.test_domain_packs import _register
 
 pytestmark = pytest.mark.e2e

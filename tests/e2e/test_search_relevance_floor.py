@@ -11,14 +11,12 @@ import uuid
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-)
 
 from common.text_models.embeddings.relevance import MIN_RELEVANT_SIMILARITY
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

@@ -14,14 +14,13 @@ import uuid
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
-from common.kernel.identifiers import fact_id, parse_instant
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import parse_instant
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from tests.conftest import CORPORA
 from tests.e2e.test_database_outage import corpus_in
 

@@ -13,14 +13,13 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, timestamp_pb2
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    knowledge_pb2,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-)
+from google.protobuf import json_format
+from google.protobuf import timestamp_pb2
 
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 from tests.e2e.fact_pages import every_fact
 
 pytestmark = pytest.mark.e2e

@@ -16,16 +16,22 @@ from pathlib import Path
 import grpc
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from memory_service_grpc_client import ClientSecurity, health_status, make_channel, wait_for_serving
-from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, fact_query_service_pb2_grpc
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.x509.oid import NameOID
 from typer.testing import CliRunner
 
 from common.grpc.security import ServerSetupError
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import health_status
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_tools.cli import app
 from query_service.main import create_query_host
 

@@ -17,9 +17,12 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
 from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

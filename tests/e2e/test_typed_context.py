@@ -11,22 +11,22 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
 from common.text_models.tokenizer import TokenCounter
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_tools.cli import app
-from tests.e2e.test_domain_packs import _observe, _register, _ts
+from tests.e2e.test_domain_packs import _observe
+from tests.e2e.test_domain_packs import _register
+from tests.e2e.test_domain_packs import _ts
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,8 @@ before it died: a ``running`` row and no lock held.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ import pytest
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.vault_store import VaultStore
-from tests.e2e.vault_helpers import ingest, write
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import write
 
 pytestmark = pytest.mark.e2e
 

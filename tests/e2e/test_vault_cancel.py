@@ -16,12 +16,13 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf.message import Message
-from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from common.storage.database import Database
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
-from tests.e2e.vault_helpers import ingest, write
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import write
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import (
-    source_service_pb2,
-    source_service_pb2_grpc,
-    vault_service_pb2,
-    vault_service_pb2_grpc,
-)
 
 from common.storage.database import Database
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
 from tests.conftest import CORPORA
-from tests.e2e.vault_helpers import cut_short, ingest, statuses
+from tests.e2e.vault_helpers import cut_short
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import statuses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # the first run embeds ~10k chunks
 
@@ -143,13 +143,12 @@ def test_agent_data_kept(
     on one that is then deleted (kept on its placeholder), an agent's own document (never swept), and an
     agent's Retain of a vault-owned key (taken back by the next run: its chunks go)."""
     from google.protobuf import json_format
-    from memory_service_grpc_client.memory.v1 import (
-        document_service_pb2,
-        document_service_pb2_grpc,
-        fact_service_pb2,
-        fact_service_pb2_grpc,
-        knowledge_pb2,
-    )
+
+    from memory_service_grpc_client.memory.v1 import document_service_pb2
+    from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import fact_service_pb2
+    from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+    from memory_service_grpc_client.memory.v1 import knowledge_pb2
 
     namespace, root = loaded.namespace, loaded.root
     edited, deleted, retained = "doc:git/README", "doc:diff/release-notes", "doc:zstd/TESTING"

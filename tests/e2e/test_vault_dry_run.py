@@ -9,11 +9,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
 from common.storage.database import Database
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
 from tests.conftest import CORPORA
-from tests.e2e.vault_helpers import ingest, statuses
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import statuses
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 

@@ -11,7 +11,12 @@ import pytest
 from google.protobuf import json_format
 
 from memory_service_tools.vault_source import git_documents
-from tests.e2e.vault_helpers import API, ingest, small_vault, source_or_none, statuses, write
+from tests.e2e.vault_helpers import API
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import small_vault
+from tests.e2e.vault_helpers import source_or_none
+from tests.e2e.vault_helpers import statuses
+from tests.e2e.vault_helpers import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

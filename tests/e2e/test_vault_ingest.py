@@ -12,36 +12,32 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-    vault_service_pb2,
-    vault_service_pb2_grpc,
-)
 
 from common.storage.database import Database
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
-from tests.e2e.vault_helpers import (
-    API,
-    GUIDE,
-    cut_short,
-    ingest,
-    small_vault,
-    source_or_none,
-    statuses,
-    write,
-)
+from tests.e2e.vault_helpers import API
+from tests.e2e.vault_helpers import GUIDE
+from tests.e2e.vault_helpers import cut_short
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import small_vault
+from tests.e2e.vault_helpers import source_or_none
+from tests.e2e.vault_helpers import statuses
+from tests.e2e.vault_helpers import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

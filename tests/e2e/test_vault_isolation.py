@@ -10,24 +10,25 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    context_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    retrieval_service_pb2,
-    retrieval_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.storage.database import Database
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
-from tests.e2e.vault_helpers import ingest, statuses, write
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import statuses
+from tests.e2e.vault_helpers import write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -13,15 +13,18 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf.message import Message
-from memory_service_grpc_client import rpc_failure, wait_for_serving
-from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 
 from common.kernel.config import Settings
 from common.storage.database import Database
 from ingest_service.main import create_ingest_host
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
-from tests.e2e.vault_helpers import ingest, statuses, write
+from tests.e2e.vault_helpers import ingest
+from tests.e2e.vault_helpers import statuses
+from tests.e2e.vault_helpers import write
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -13,40 +13,41 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
-from memory_service_grpc_client import RpcFailure, rpc_failure
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    document_service_pb2,
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    fact_service_pb2,
-    fact_service_pb2_grpc,
-    knowledge_pb2,
-    observation_query_service_pb2,
-    observation_query_service_pb2_grpc,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-    trace_service_pb2,
-    trace_service_pb2_grpc,
-)
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
+from memory_service_grpc_client import RpcFailure
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import trace_service_pb2
+from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
-from tests.e2e.conftest import TokenChannels, token_secured_services
+from tests.e2e.conftest import TokenChannels
+from tests.e2e.conftest import token_secured_services
 
 pytestmark = pytest.mark.e2e
 

@@ -9,15 +9,14 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import Message
-from memory_service_grpc_client.memory.v1 import (
-    source_service_pb2,
-    source_service_pb2_grpc,
-    vault_service_pb2,
-    vault_service_pb2_grpc,
-)
 
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import VaultSource, directory_documents
+from memory_service_tools.vault_source import VaultSource
+from memory_service_tools.vault_source import directory_documents
 
 STATUS = {
     vault_service_pb2.VAULT_DOCUMENT_STATUS_NEW: "new",

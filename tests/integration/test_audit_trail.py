@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from common.domain.audit import AuditEventInput, AuditTrail
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
 from common.kernel.errors import InvalidArgument
-from common.storage.audit_store import (
-    AUDIT_EVENT_LABEL,
-    TRACE_EDGE_LABEL,
-    TRACE_LABEL,
-    AuditReadAccess,
-    AuditStore,
-    trace_key,
-)
+from common.storage.audit_store import AUDIT_EVENT_LABEL
+from common.storage.audit_store import TRACE_EDGE_LABEL
+from common.storage.audit_store import TRACE_LABEL
+from common.storage.audit_store import AuditReadAccess
+from common.storage.audit_store import AuditStore
+from common.storage.audit_store import trace_key
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.visibility import Visibility
@@ -119,7 +118,8 @@ def test_the_event_index_holds_every_event_and_migration_0031_backfills_it(
 
     from psycopg import sql
 
-    from common.storage.audit_store import ALL_AUDIT_EVENTS, AuditEventQuery
+    from common.storage.audit_store import ALL_AUDIT_EVENTS
+    from common.storage.audit_store import AuditEventQuery
     from common.storage.tables import query_placeholders
 
     trail = AuditTrail(database)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -17,8 +18,11 @@ import pytest
 from common.kernel.identifiers import fact_id
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph.store import GraphStore, NodeWrite
-from ingest_service.facts.engine import FactEngine, FactInput, accepted
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.engine import accepted
 
 pytestmark = pytest.mark.integration
 

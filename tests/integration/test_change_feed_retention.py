@@ -5,12 +5,14 @@ batches, and records per namespace the highest cursor pruned; the page read repo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
 from common.kernel.config import Settings
-from common.storage.change_feed.outbox import ChangeInput, ChangeOutbox
+from common.storage.change_feed.outbox import ChangeInput
+from common.storage.change_feed.outbox import ChangeOutbox
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.storage.visibility import EVERYTHING

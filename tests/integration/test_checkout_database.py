@@ -7,7 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from memory_service_tools.cli.checkout_database import checkout_database_name, checkout_root
+from memory_service_tools.cli.checkout_database import checkout_database_name
+from memory_service_tools.cli.checkout_database import checkout_root
 
 ROOT = Path(__file__).resolve().parents[2]
 

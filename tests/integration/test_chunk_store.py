@@ -14,11 +14,15 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.storage.chunks.query_terms import identifier_tokens
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef, embedding_input
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
+from common.storage.chunks.store import embedding_input
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.text_models.embeddings.provider import EmbeddingProvider
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchQuery
 
 pytestmark = pytest.mark.integration
 

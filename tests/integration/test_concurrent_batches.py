@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from common.storage.database import Database
-from common.storage.key_locks import lock_node_keys, node_key_lock_id
+from common.storage.key_locks import lock_node_keys
+from common.storage.key_locks import node_key_lock_id
 from ingest_service.observations.recorder import ObservationRecorder
 
 pytestmark = pytest.mark.integration

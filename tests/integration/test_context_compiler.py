@@ -20,7 +20,8 @@ from query_service.context.compiler import ContextCompiler
 from query_service.context.pack.items import ContextPack
 from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import context_preset
-from query_service.retrieval.hybrid_search import HybridSearcher, search_preset
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import search_preset
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,9 @@ from query_service.context.compiler import ContextCompiler
 from query_service.context.pack.items import ContextPack
 from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import context_preset
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery, search_preset
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchQuery
+from query_service.retrieval.hybrid_search import search_preset
 
 pytestmark = pytest.mark.integration
 

@@ -5,16 +5,20 @@ removes the fact the writer committed, so no fact row outlives its edge or its e
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
-from common.kernel.identifiers import fact_id, graph_label
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import graph_label
 from common.storage.database import Database
 from common.storage.fact_rows import FactRow
 from common.storage.fact_store import FactStore
-from common.storage.graph.store import GraphStore, NodeWrite
-from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
+from ingest_service.documents.node_deletion import DeleteNodeInput
+from ingest_service.documents.node_deletion import NodeDeleter
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -13,21 +14,29 @@ import pytest
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, InvalidArgument, NotFound
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
 from common.kernel.identifiers import graph_label
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
 from common.storage.database import Database
 from common.storage.graph.edges import LINKS_TO_LABEL
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.chunking import bounded_chunks
 from ingest_service.documents.front_matter import strip_front_matter
-from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.validation.limits import MAX_DOCUMENT_CONTENT_BYTES
 from query_service.readers.sources import SourceReader
-from query_service.retrieval.hybrid_search import HybridSearcher, SearchQuery
+from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchQuery
 
 pytestmark = pytest.mark.integration
 

@@ -6,17 +6,22 @@ Packs are global, so each test registers its own version (uuid); namespaces are 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import pytest
 
-from common.kernel.errors import AlreadyExists, InvalidArgument, NotFound
+from common.kernel.errors import AlreadyExists
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
 from common.kernel.identifiers import fact_id
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
@@ -304,7 +309,8 @@ def test_reconcile_recreates_a_deleted_node_the_source_still_states(
 ) -> None:
     """DeleteNode forgets the node in the snapshot journals: the next snapshot that still states it
     creates it and its facts again instead of counting them as unchanged."""
-    from ingest_service.documents.node_deletion import DeleteNodeInput, NodeDeleter
+    from ingest_service.documents.node_deletion import DeleteNodeInput
+    from ingest_service.documents.node_deletion import NodeDeleter
 
     enable(registry, kinds, namespace, debian_pack(uuid.uuid4().hex), strict=True)
     t1, t2 = datetime(2026, 2, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)

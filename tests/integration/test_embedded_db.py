@@ -13,7 +13,9 @@ import psycopg
 import pytest
 
 from memory_service_tools import embedded_db
-from memory_service_tools.embedded_db import DSN, database_status, database_up
+from memory_service_tools.embedded_db import DSN
+from memory_service_tools.embedded_db import database_status
+from memory_service_tools.embedded_db import database_up
 
 pytestmark = [
     pytest.mark.integration,

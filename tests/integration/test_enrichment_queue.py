@@ -18,7 +18,9 @@ from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations
 from common.storage.schema.queue_migration import MIGRATION_NAME
-from ingest_service.memories.enrichment.queue import ENRICH_TASK, EnrichmentQueue, memory_lock
+from ingest_service.memories.enrichment.queue import ENRICH_TASK
+from ingest_service.memories.enrichment.queue import EnrichmentQueue
+from ingest_service.memories.enrichment.queue import memory_lock
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)

@@ -13,8 +13,10 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import cast
 
 import numpy as np
 import pytest
@@ -288,8 +290,10 @@ def test_episode_header_leaves_out_missing_parts() -> None:
     ],
 )
 def test_short_bodies_skip_the_markdown_cut_with_the_same_pieces(content: str) -> None:
-    from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
-    from ingest_service.observations.episode_text import episode_body, episode_pieces
+    from ingest_service.documents.chunking import bounded_chunks
+    from ingest_service.documents.chunking import chunk_markdown
+    from ingest_service.observations.episode_text import episode_body
+    from ingest_service.observations.episode_text import episode_pieces
 
     at = datetime(2023, 5, 8, 13, 56, 10, tzinfo=UTC)
     body = episode_body(content, {"version": "1.0"})

@@ -7,19 +7,23 @@ observation B repeats one of A's facts, so that fact is backed by two observatio
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from common.domain.observation_view import observation_view
 from common.kernel.config import Settings
-from common.kernel.errors import InvalidArgument, NotFound
-from common.kernel.identifiers import fact_id, graph_label
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import graph_label
 from common.storage.chunks.rows import ChunkFilter
 from common.storage.chunks.store import ChunkStore
 from common.storage.database import Database
-from common.storage.fact_rows import FactQuery, FactRow
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_rows import FactRow
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore

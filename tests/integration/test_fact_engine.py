@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.kernel.identifiers import fact_id, graph_label
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import graph_label
 from common.storage.database import Database
 from common.storage.fact_rows import FactQuery
 from common.storage.fact_store import FactStore

@@ -5,17 +5,21 @@ transaction of the write, idempotently; missing targets are skipped."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from common.kernel.config import Settings
-from common.kernel.identifiers import fact_id, graph_label
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import graph_label
 from common.packs.domain_packs import PackRegistry
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
-from ingest_service.documents.validation import ChunkInput, PutChunksInput, RetainInput
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.observations.recorder import ObservationRecorder
 from tests.integration.test_domain_packs import enable

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from common.domain.audit import AuditEventInput, AuditTrail
+from common.domain.audit import AuditEventInput
+from common.domain.audit import AuditTrail
 from common.kernel.config import Settings
-from common.kernel.identifiers import GRAPH_LABEL_PATTERN, graph_label
+from common.kernel.identifiers import GRAPH_LABEL_PATTERN
+from common.kernel.identifiers import graph_label
 from common.packs.kind_validation import KindValidator
-from common.storage import audit_store, fact_store
+from common.storage import audit_store
+from common.storage import fact_store
 from common.storage.audit_store import AuditStore
 from common.storage.database import Database
 from common.storage.fact_rows import FactQuery
@@ -33,7 +37,8 @@ from common.storage.graph import store as graph_store
 from common.storage.graph.age import AgeGraph
 from common.storage.graph.store import GraphStore
 from common.storage.schema import migrations
-from common.storage.schema.label_migration import MIGRATION_NAME, migrate_labels
+from common.storage.schema.label_migration import MIGRATION_NAME
+from common.storage.schema.label_migration import migrate_labels
 from common.storage.session import prepare_age_session
 from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.documents.validation import RetainInput

@@ -6,7 +6,8 @@ namespace and the lexemes (trigrams), and return that namespace's rows only, in 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import psycopg
@@ -15,7 +16,9 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
 from common.storage.database import Database
 from common.storage.schema import migrations
 from tests.conftest import fresh_database

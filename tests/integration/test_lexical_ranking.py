@@ -9,15 +9,20 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, assume, given
+from hypothesis import HealthCheck
+from hypothesis import assume
+from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunks.query_terms import identifier_tokens, like_pattern
+from common.storage.chunks.query_terms import identifier_tokens
+from common.storage.chunks.query_terms import like_pattern
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
 from common.storage.database import Database
 
 pytestmark = pytest.mark.integration

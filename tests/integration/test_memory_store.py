@@ -9,7 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from common.domain.memory_records import EnrichmentFields, MemoryEnrichment
+from common.domain.memory_records import EnrichmentFields
+from common.domain.memory_records import MemoryEnrichment
 from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.storage.database import Database

@@ -16,7 +16,8 @@ from psycopg import pq
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.named_queries import Queries, query_file_names
+from common.storage.named_queries import Queries
+from common.storage.named_queries import query_file_names
 from common.storage.session import prepare_age_session
 
 pytestmark = pytest.mark.integration

@@ -3,7 +3,10 @@ order and duplicate rule as one insert per observation."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
+from datetime import timezone
 from typing import Any
 
 import pytest
@@ -11,7 +14,9 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.database import Database
-from common.storage.observation_store import EncodedObservation, ObservationStore, encode_observation
+from common.storage.observation_store import EncodedObservation
+from common.storage.observation_store import ObservationStore
+from common.storage.observation_store import encode_observation
 
 pytestmark = pytest.mark.integration
 

@@ -4,14 +4,19 @@ intervals and observation_ids (property-based, on generated histories)."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from common.kernel.identifiers import canonical_instant, fact_id
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import fact_id
 from common.storage.database import Database
 from ingest_service.observations.recorder import ObservationRecorder
 from tests.integration.test_fact_engine import portable_snapshot

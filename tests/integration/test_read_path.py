@@ -16,7 +16,9 @@ from common.kernel.config import Settings
 from common.kernel.errors import Unavailable
 from common.storage import database as database_module
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
 from common.storage.context_store import ContextStore
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore

@@ -7,8 +7,10 @@ from typing import Any
 
 import psycopg
 
-from bench.scale_arms import RecordingCursor, explained
-from bench.scale_tables import HNSW_BUILD_MEMORY_CAP_MB, hnsw_build_memory_mb
+from bench.scale_arms import RecordingCursor
+from bench.scale_arms import explained
+from bench.scale_tables import HNSW_BUILD_MEMORY_CAP_MB
+from bench.scale_tables import hnsw_build_memory_mb
 from common.kernel.config import Settings
 
 

@@ -9,7 +9,8 @@ from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client import REGISTRY, CollectorRegistry
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
 
 from common.kernel.config import Settings
 from common.storage.database import Database

@@ -15,8 +15,11 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
-from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
-from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes, tenant_index_name
+from common.storage.chunks.store import ChunkStore
+from common.storage.chunks.store import ChunkWrite
+from common.storage.chunks.store import NodeRef
+from common.storage.chunks.tenant_vector_indexes import TenantVectorIndexes
+from common.storage.chunks.tenant_vector_indexes import tenant_index_name
 from common.storage.database import Database
 from common.storage.schema import migrations
 from ingest_service.embedding.tenant_indexes import TenantIndexWorker

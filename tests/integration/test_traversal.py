@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
 from common.storage.database import Database
 from common.storage.fact_store import FactStore
-from common.storage.graph.store import GraphStore, NodeWrite
-from common.storage.graph.traversal import RelationRule, TraversalStore, Walk, WalkQuery
-from common.storage.visibility import EVERYTHING, Visibility
-from ingest_service.facts.engine import FactEngine, FactInput, accepted
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
+from common.storage.graph.traversal import RelationRule
+from common.storage.graph.traversal import TraversalStore
+from common.storage.graph.traversal import Walk
+from common.storage.graph.traversal import WalkQuery
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from ingest_service.facts.engine import FactEngine
+from ingest_service.facts.engine import FactInput
+from ingest_service.facts.engine import accepted
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ from common.text_models.tokenizer import TokenCounter
 from ingest_service.documents.validation import RetainInput
 from ingest_service.documents.writer import DocumentWriter
 from ingest_service.facts.assertions import FactAsserter
-from query_service.context.typed_context import TypedContextCompiler, TypedContextRequest
+from query_service.context.typed_context import TypedContextCompiler
+from query_service.context.typed_context import TypedContextRequest
 from tests.integration.test_domain_packs import enable
 from tests.unit.test_domain_packs import delivery_pack
 

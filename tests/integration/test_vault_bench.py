@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import psycopg
 
-from bench.bench_vault import ROOT, VAULT, ingest_twice
+from bench.bench_vault import ROOT
+from bench.bench_vault import VAULT
+from bench.bench_vault import ingest_twice
 from common.kernel.config import Settings
-from memory_service_tools.vault_source import VaultSource, directory_documents
+from memory_service_tools.vault_source import VaultSource
+from memory_service_tools.vault_source import directory_documents
 
 
 def test_ingest_twice_writes_the_vault_into_the_given_database_then_finds_it_unchanged(

@@ -4,13 +4,15 @@ documents and how it sees a node rewritten through the API."""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
 from common.kernel.errors import Unavailable
 from common.storage.database import Database
-from common.storage.graph.store import GraphStore, NodeWrite
+from common.storage.graph.store import GraphStore
+from common.storage.graph.store import NodeWrite
 from common.storage.vault_store import VaultStore
 
 pytestmark = pytest.mark.integration
@@ -95,7 +97,9 @@ def test_journal_tracks_the_node_it_projected(database: Database, namespace: str
 def test_an_agents_retained_chunks_are_found_by_their_digest(database: Database, namespace: str) -> None:
     """`record_agent_retain` digests in Python what `delete_agent_retained_chunks` digests in SQL (any
     Unicode): only the API chunks still as the Retain wrote them go, vault chunks and others stay."""
-    from common.storage.chunks.store import ChunkStore, ChunkWrite, NodeRef
+    from common.storage.chunks.store import ChunkStore
+    from common.storage.chunks.store import ChunkWrite
+    from common.storage.chunks.store import NodeRef
 
     store, chunks = VaultStore(database.settings), ChunkStore(database.settings)
     node = NodeRef(namespace=namespace, node_key="doc:a")

@@ -14,9 +14,13 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from common.auth.principals import Principal, Right, development_principal
+from common.auth.principals import Principal
+from common.auth.principals import Right
+from common.auth.principals import development_principal
 from common.storage.database import Database
-from common.storage.visibility import EVERYTHING, Visibility, visibility_for
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from common.storage.visibility import visibility_for
 
 pytestmark = pytest.mark.integration
 

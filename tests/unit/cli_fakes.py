@@ -8,15 +8,14 @@ import threading
 from collections.abc import Callable
 
 import grpc
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    document_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-)
 
-from common.kernel.errors import InvalidArgument, Unavailable
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import Unavailable
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 
 OBSERVATION = {
     "namespace": "debian",

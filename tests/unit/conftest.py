@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.servicer_host import Serve, served_hosts
+from tests.unit.servicer_host import Serve
+from tests.unit.servicer_host import served_hosts
 from tests.unit.tokens_file_samples import write_sample_tokens_file
 
 

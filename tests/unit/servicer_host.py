@@ -3,12 +3,14 @@ no database) for the unit tests of the CLI and the client; the `serve` fixture o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import grpc
 
-from common.grpc.server import ServiceHost, build_server
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
 from common.kernel.config import Settings
 
 Register = Callable[[grpc.Server], list[str]]

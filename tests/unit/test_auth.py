@@ -12,14 +12,19 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, make_channel
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
 from common.auth.principals import current_principal
 from common.grpc.security import ServerSetupError
-from common.grpc.server import ServiceHost, build_server
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
 from common.kernel.config import Settings
-from tests.unit.tokens_file_samples import TOKEN_A, TOKEN_B, write_tokens_file
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.unit.tokens_file_samples import TOKEN_A
+from tests.unit.tokens_file_samples import TOKEN_B
+from tests.unit.tokens_file_samples import write_tokens_file
 
 
 class _ReadinessOk:

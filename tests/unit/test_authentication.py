@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from common.auth.authentication import Authenticator, bearer_token, is_loopback_address
+from common.auth.authentication import Authenticator
+from common.auth.authentication import bearer_token
+from common.auth.authentication import is_loopback_address
 from common.auth.principals import development_principal
 from common.auth.tokens_file import TokenStore
 from common.kernel.errors import Unauthenticated

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from memory_service_grpc_client import call_policy
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from ingest_service.documents.chunking import Chunk, chunk_markdown
+from ingest_service.documents.chunking import Chunk
+from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.documents.front_matter import strip_front_matter
 
 VAULT_FILES = 398

@@ -11,14 +11,15 @@ import pytest
 from google.protobuf import json_format
 
 from memory_service_tools.cli.option_types import parse_instant
-from memory_service_tools.markdown_vault import (
-    DocumentError,
-    default_natural_key,
-    find_documents,
-    read_document,
-)
-from memory_service_tools.observation_file import LineError, ParsedObservation, parse_observation_lines
-from tests.unit.cli_fakes import OBSERVATION, observation_line
+from memory_service_tools.markdown_vault import DocumentError
+from memory_service_tools.markdown_vault import default_natural_key
+from memory_service_tools.markdown_vault import find_documents
+from memory_service_tools.markdown_vault import read_document
+from memory_service_tools.observation_file import LineError
+from memory_service_tools.observation_file import ParsedObservation
+from memory_service_tools.observation_file import parse_observation_lines
+from tests.unit.cli_fakes import OBSERVATION
+from tests.unit.cli_fakes import observation_line
 
 # --------------------------------------------------------------------------------------------------
 # JSONL parsing

@@ -11,24 +11,27 @@ from pathlib import Path
 
 import grpc
 import pytest
-from memory_service_grpc_client import call_policy
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2_grpc,
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    observation_service_pb2,
-    observation_service_pb2_grpc,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
 from memory_service_tools.observation_file import parse_observation_lines
 from memory_service_tools.observation_loader import record_observations
-from tests.unit.cli_fakes import FakeDocuments, FakeObservations, observation_line, observation_server
+from tests.unit.cli_fakes import FakeDocuments
+from tests.unit.cli_fakes import FakeObservations
+from tests.unit.cli_fakes import observation_line
+from tests.unit.cli_fakes import observation_server
 
 # --------------------------------------------------------------------------------------------------
 # Commands against small in-process servicers
@@ -335,7 +338,8 @@ def test_facts_follows_page_tokens(serve: Callable[[Callable[[grpc.Server], list
 
 def test_token_create_then_list_round_trips_through_the_tokens_file(tmp_path: Path) -> None:
     """cb token create / list end to end (the commands import the tokens file and its writer lazily)."""
-    from common.auth.tokens_file import hash_token, load_tokens_file
+    from common.auth.tokens_file import hash_token
+    from common.auth.tokens_file import load_tokens_file
 
     path = tmp_path / "tokens.yaml"
     created = runner.invoke(

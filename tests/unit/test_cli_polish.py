@@ -12,14 +12,18 @@ from typing import Any
 
 import grpc
 import pytest
-from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc, source_service_pb2_grpc
 from typer.testing import CliRunner
 
 from common.auth.principals import Right
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
-from tests.unit.cli_fakes import FakeDocuments, FakeObservations, observation_line, observation_server
+from tests.unit.cli_fakes import FakeDocuments
+from tests.unit.cli_fakes import FakeObservations
+from tests.unit.cli_fakes import observation_line
+from tests.unit.cli_fakes import observation_server
 
 runner = CliRunner()
 

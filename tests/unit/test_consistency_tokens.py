@@ -5,18 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
 
 from common.kernel.config import Settings
-from common.kernel.consistency import (
-    CONSISTENCY_TOKEN_METADATA,
-    decode_token,
-    encode_token,
-    format_lsn,
-    parse_lsn,
-)
+from common.kernel.consistency import CONSISTENCY_TOKEN_METADATA
+from common.kernel.consistency import decode_token
+from common.kernel.consistency import encode_token
+from common.kernel.consistency import format_lsn
+from common.kernel.consistency import parse_lsn
 from common.kernel.errors import InvalidArgument
 from common.storage.replicas.read_routing import read_database_urls
+from memory_service_grpc_client.consistency_tokens import ConsistencyTokens
 
 
 @pytest.mark.parametrize("text", ["0/0", "0/16B3748", "16/B374D848", "FFFFFFFF/FFFFFFFF"])

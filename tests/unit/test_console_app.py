@@ -7,20 +7,27 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
-from memory_service_grpc_client.memory.v1 import knowledge_pb2, memory_record_pb2, retrieval_service_pb2
 from starlette.testclient import TestClient
 
-from memory_service_tools.console import ConsoleConfig, create_app
-from memory_service_tools.console.app import TOKEN_COOKIE, _safe_next
-from memory_service_tools.console.routes.graph import kind_of, script_json
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_tools.console import ConsoleConfig
+from memory_service_tools.console import create_app
+from memory_service_tools.console.app import TOKEN_COOKIE
+from memory_service_tools.console.app import _safe_next
+from memory_service_tools.console.routes.graph import kind_of
+from memory_service_tools.console.routes.graph import script_json
 from memory_service_tools.console.routes.memories import lineage
 from memory_service_tools.console.routes.node import live_at
 from memory_service_tools.console.routes.search import arm_ranks
-from memory_service_tools.console.views import BadAddress, parse_instant
+from memory_service_tools.console.views import BadAddress
+from memory_service_tools.console.views import parse_instant
 
 # Nothing listens on port 1: every call fails UNAVAILABLE at once, which the pages must survive.
 NOWHERE = ConsoleConfig(ingest_addr="127.0.0.1:1", query_addr="127.0.0.1:1")

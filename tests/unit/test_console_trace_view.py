@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from memory_service_tools.console.trace_view import compilation_of, decision_of
+from memory_service_tools.console.trace_view import compilation_of
+from memory_service_tools.console.trace_view import decision_of
 
 
 def test_a_chunk_decision_names_its_node_and_order_and_keeps_the_other_fields_as_details() -> None:

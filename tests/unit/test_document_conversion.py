@@ -10,17 +10,16 @@ from common.kernel.errors import InvalidArgument
 from ingest_service.documents.conversion import media_types as mt
 from ingest_service.documents.conversion.conversion import DocumentConverter
 from ingest_service.documents.conversion.converted_chunks import converted_chunks
-from ingest_service.documents.conversion.limits import MIB, ConversionLimits
-from tests.document_files import (
-    HOSTILE_HTML,
-    docx_bomb,
-    looping_pdf,
-    million_page_pdf,
-    pdf,
-    pptx,
-    scanned_pdf,
-    xlsx,
-)
+from ingest_service.documents.conversion.limits import MIB
+from ingest_service.documents.conversion.limits import ConversionLimits
+from tests.document_files import HOSTILE_HTML
+from tests.document_files import docx_bomb
+from tests.document_files import looping_pdf
+from tests.document_files import million_page_pdf
+from tests.document_files import pdf
+from tests.document_files import pptx
+from tests.document_files import scanned_pdf
+from tests.document_files import xlsx
 
 
 def _refusal(converter: DocumentConverter, data: bytes, media_type: str = "") -> tuple[str, str]:

@@ -4,15 +4,13 @@ recovered. tests/e2e/test_converted_sentences.py checks the same on real PDFs ma
 
 from __future__ import annotations
 
-from ingest_service.documents.conversion.pdf_pages import (
-    Line,
-    code_spans,
-    drop_running_lines,
-    joined,
-    mark_outline_headings,
-    mark_size_headings,
-    page_texts,
-)
+from ingest_service.documents.conversion.pdf_pages import Line
+from ingest_service.documents.conversion.pdf_pages import code_spans
+from ingest_service.documents.conversion.pdf_pages import drop_running_lines
+from ingest_service.documents.conversion.pdf_pages import joined
+from ingest_service.documents.conversion.pdf_pages import mark_outline_headings
+from ingest_service.documents.conversion.pdf_pages import mark_size_headings
+from ingest_service.documents.conversion.pdf_pages import page_texts
 
 
 def _page(*texts: str, size: float = 10.0, top: float = 100.0) -> list[Line]:

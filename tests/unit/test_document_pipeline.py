@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
+from typing import cast
 
 import numpy as np
 import pytest
 
 from ingest_service.documents.model import PreparedDocument
-from ingest_service.documents.pipeline import MAX_BATCHES_IN_FLIGHT, EmbeddingPipeline
+from ingest_service.documents.pipeline import MAX_BATCHES_IN_FLIGHT
+from ingest_service.documents.pipeline import EmbeddingPipeline
 from ingest_service.documents.writer import DocumentWriter
 
 WAIT = 30.0  # seconds: a bound on waits for the other thread, so that a broken pipeline fails, not hangs

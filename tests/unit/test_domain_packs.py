@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from common.packs.domain_packs import compile_template, validate_pack
+from common.packs.domain_packs import compile_template
+from common.packs.domain_packs import validate_pack
 from common.packs.kind_validation import NamespaceKinds
 
 

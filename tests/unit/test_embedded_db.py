@@ -9,15 +9,17 @@ import pytest
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
 from memory_service_tools import embedded_db
-from memory_service_tools.embedded_db import EmbeddedDatabaseError, chroot_commands, cluster, layout, rootfs
-from memory_service_tools.embedded_db.apt_sources import (
-    AptSource,
-    find_debian_mirror,
-    is_debian_archive,
-    parse_deb822_sources,
-    parse_one_line_sources,
-    read_apt_sources,
-)
+from memory_service_tools.embedded_db import EmbeddedDatabaseError
+from memory_service_tools.embedded_db import chroot_commands
+from memory_service_tools.embedded_db import cluster
+from memory_service_tools.embedded_db import layout
+from memory_service_tools.embedded_db import rootfs
+from memory_service_tools.embedded_db.apt_sources import AptSource
+from memory_service_tools.embedded_db.apt_sources import find_debian_mirror
+from memory_service_tools.embedded_db.apt_sources import is_debian_archive
+from memory_service_tools.embedded_db.apt_sources import parse_deb822_sources
+from memory_service_tools.embedded_db.apt_sources import parse_one_line_sources
+from memory_service_tools.embedded_db.apt_sources import read_apt_sources
 from memory_service_tools.embedded_db.command_line import main
 
 MIRROR = "http://mirror.example.org/debian"

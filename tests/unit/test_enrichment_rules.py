@@ -9,8 +9,11 @@ import pytest
 
 from ingest_service.memories.enrichment import rules
 from ingest_service.memories.enrichment.entities import labelled_ids
-from ingest_service.memories.enrichment.language_models import analyse, language_of
-from ingest_service.memories.enrichment.model import MEMORY_TYPES, Enrichment, MemoryText
+from ingest_service.memories.enrichment.language_models import analyse
+from ingest_service.memories.enrichment.language_models import language_of
+from ingest_service.memories.enrichment.model import MEMORY_TYPES
+from ingest_service.memories.enrichment.model import Enrichment
+from ingest_service.memories.enrichment.model import MemoryText
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from tests.conftest import CORPORA
 from tests.unit.test_domain_packs import delivery_pack

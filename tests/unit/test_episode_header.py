@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
+from datetime import timezone
 
-from common.domain.episode_header import episode_header, without_episode_header
+from common.domain.episode_header import episode_header
+from common.domain.episode_header import without_episode_header
 
 AT = datetime(2023, 5, 8, 13, 56, 30, tzinfo=UTC)
 ANN = {"type": "person", "id": "ann"}

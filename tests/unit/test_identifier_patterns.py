@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from common.packs.domain_packs import fill_template, validate_pack
+from common.packs.domain_packs import fill_template
+from common.packs.domain_packs import validate_pack
 from common.packs.identifier_patterns import find_identifiers
 from common.packs.kind_validation import NamespaceKinds
 from tests.unit.test_domain_packs import delivery_pack

@@ -6,23 +6,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
+from datetime import timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from common.kernel.identifiers import (
-    GRAPH_LABEL_PATTERN,
-    MAX_LABEL_LENGTH,
-    LabelKind,
-    canonical_instant,
-    content_identity,
-    fact_id,
-    graph_label,
-    observation_id,
-    parse_instant,
-)
+from common.kernel.identifiers import GRAPH_LABEL_PATTERN
+from common.kernel.identifiers import MAX_LABEL_LENGTH
+from common.kernel.identifiers import LabelKind
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import content_identity
+from common.kernel.identifiers import fact_id
+from common.kernel.identifiers import graph_label
+from common.kernel.identifiers import observation_id
+from common.kernel.identifiers import parse_instant
 
 CORPUS = (
     Path(__file__).resolve().parents[2].parent
@@ -156,7 +157,9 @@ def test_graph_label_refuses_unknown_kinds_and_internal_names() -> None:
 
 
 def test_the_audit_cypher_names_the_labels_of_the_audit_types() -> None:
-    from common.storage.audit_store import AUDIT_EVENT_LABEL, TRACE_EDGE_LABEL, TRACE_LABEL
+    from common.storage.audit_store import AUDIT_EVENT_LABEL
+    from common.storage.audit_store import TRACE_EDGE_LABEL
+    from common.storage.audit_store import TRACE_LABEL
     from common.storage.named_queries import load_query_file
 
     cypher = load_query_file("audit.sql")["audit_events_of_trace"].text

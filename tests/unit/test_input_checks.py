@@ -6,13 +6,15 @@ from __future__ import annotations
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from memory_service_grpc_client.memory.v1 import memory_service_pb2, observation_service_pb2
 
 from common.grpc.proto_mapping import json_form
 from common.grpc.request_checks import request_violations
-from common.grpc.status_mapping import MAX_VIOLATION_BYTES, bounded_bad_request
+from common.grpc.status_mapping import MAX_VIOLATION_BYTES
+from common.grpc.status_mapping import bounded_bad_request
 from common.kernel.errors import FieldViolation
 from common.kernel.storable_values import unstorable_paths
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
 
 
 def test_unstorable_paths_name_strings_keys_and_numbers() -> None:

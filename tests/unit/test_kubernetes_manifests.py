@@ -23,7 +23,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.unit.kubernetes_render import K8S, render
+from tests.unit.kubernetes_render import K8S
+from tests.unit.kubernetes_render import render
 
 SCHEMAS = K8S / "schemas"
 OVERLAYS = ("development", "production")

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from common.storage.chunks.lexical_scoring import LexemeStatistics, inverse_document_frequency, plan_bm25
+from common.storage.chunks.lexical_scoring import LexemeStatistics
+from common.storage.chunks.lexical_scoring import inverse_document_frequency
+from common.storage.chunks.lexical_scoring import plan_bm25
 
 
 def test_inverse_document_frequency_is_the_non_negative_robertson_form() -> None:

@@ -8,9 +8,10 @@ from typing import Any
 import anyio
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
-from memory_service_grpc_client import MemoryClient
 
-from memory_service_tools.mcp import TOOL_NAMES, build_mcp_server
+from memory_service_grpc_client import MemoryClient
+from memory_service_tools.mcp import TOOL_NAMES
+from memory_service_tools.mcp import build_mcp_server
 
 
 def _server() -> Any:

@@ -7,17 +7,20 @@ from collections.abc import Callable
 
 import grpc
 import pytest
-from memory_service_grpc_client import ClientSecurity, MemoryClient, call_policy
-from memory_service_grpc_client import errors as client_errors
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    fact_query_service_pb2_grpc,
-    knowledge_pb2,
-    source_service_pb2,
-    source_service_pb2_grpc,
-)
 
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import Unavailable
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import call_policy
+from memory_service_grpc_client import errors as client_errors
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from tests.unit.servicer_host import Serve
 
 

@@ -6,21 +6,25 @@ import hashlib
 import types
 
 import pytest
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_service_pb2
 
-from common.auth.principals import MEMORY_METHODS, Principal, Right, authorize, development_principal
+from common.auth.principals import MEMORY_METHODS
+from common.auth.principals import Principal
+from common.auth.principals import Right
+from common.auth.principals import authorize
+from common.auth.principals import development_principal
 from common.auth.tokens_file import TokenEntry
 from common.domain.memory_scope import resolve_memory_scope
-from common.kernel.errors import InvalidArgument, PermissionDenied
-from common.kernel.memory_names import (
-    content_identity,
-    memory_base_namespace,
-    memory_id,
-    memory_namespace,
-    owner_scope,
-    summary_group_id,
-)
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import PermissionDenied
+from common.kernel.memory_names import content_identity
+from common.kernel.memory_names import memory_base_namespace
+from common.kernel.memory_names import memory_id
+from common.kernel.memory_names import memory_namespace
+from common.kernel.memory_names import owner_scope
+from common.kernel.memory_names import summary_group_id
 from common.storage.visibility import visibility_for
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
 
 SHA = "a" * 64
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import socket
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 
 import pytest
 
 from common.kernel.errors import InvalidArgument
 from ingest_service.memories.summaries import extractive_summary
-from ingest_service.memories.validation import NewMemoryInput, check_new_memory
+from ingest_service.memories.validation import NewMemoryInput
+from ingest_service.memories.validation import check_new_memory
 from ingest_service.validation.fields import FieldChecker
 from query_service.readers.memory_recall import decode_page_token
 

@@ -3,11 +3,14 @@ their names (`query_service.context.pack.participants`)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.storage.episode_store import EpisodeTurn
-from query_service.context.pack.participants import named_participants, names_participant, without_names
+from query_service.context.pack.participants import named_participants
+from query_service.context.pack.participants import names_participant
+from query_service.context.pack.participants import without_names
 
 
 def _turn(actor: dict[str, Any] | None, subject: dict[str, Any] | None = None) -> EpisodeTurn:

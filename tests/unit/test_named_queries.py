@@ -17,13 +17,11 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.storage import named_queries
 from common.storage.fact_store import FactStore
-from common.storage.named_queries import (
-    Queries,
-    UnknownQueryError,
-    load_query_file,
-    parse_named_queries,
-    query_file_names,
-)
+from common.storage.named_queries import Queries
+from common.storage.named_queries import UnknownQueryError
+from common.storage.named_queries import load_query_file
+from common.storage.named_queries import parse_named_queries
+from common.storage.named_queries import query_file_names
 
 STORAGE = Path(named_queries.__file__).parent
 # The modules that look up the queries of each file (a store and the bases it inherits from).

@@ -14,7 +14,9 @@ from common.kernel.errors import InvalidArgument
 from common.packs.domain_packs import validate_pack
 from common.packs.identifier_patterns import find_identifiers
 from common.packs.kind_validation import NamespaceKinds
-from common.packs.pack_schemas import MAX_PACK_BYTES, MAX_PATTERNS_PER_PACK, MAX_SCHEMA_BYTES
+from common.packs.pack_schemas import MAX_PACK_BYTES
+from common.packs.pack_schemas import MAX_PATTERNS_PER_PACK
+from common.packs.pack_schemas import MAX_SCHEMA_BYTES
 
 # Catastrophic backtracking for Python's re: (a+)+$ against a run of a's that ends in a non-a.
 EVIL_PATTERN = "(a+)+$"

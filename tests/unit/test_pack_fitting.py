@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 from hypothesis import given
@@ -11,14 +12,14 @@ from hypothesis import strategies as st
 
 from common.storage.episode_store import EpisodeTurn
 from common.text_models.tokenizer import TokenCounter
-from query_service.context.pack.conversation import (
-    RedundancyFilter,
-    rarer_first,
-    speaker_of,
-    turn_header,
-    turn_line,
-)
-from query_service.context.pack.fitting import FitCandidate, FitSettings, PackFitter
+from query_service.context.pack.conversation import RedundancyFilter
+from query_service.context.pack.conversation import rarer_first
+from query_service.context.pack.conversation import speaker_of
+from query_service.context.pack.conversation import turn_header
+from query_service.context.pack.conversation import turn_line
+from query_service.context.pack.fitting import FitCandidate
+from query_service.context.pack.fitting import FitSettings
+from query_service.context.pack.fitting import PackFitter
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +163,8 @@ def test_redundancy_finds_duplicates_and_near_duplicates_only() -> None:
 
 def _brute_force_redundancy(texts: list[str], threshold: float) -> list[tuple[str, str]]:
     """Every text against every earlier kept one (the definition the prefix filter must equal)."""
-    from query_service.context.pack.conversation import NEAR_DUPLICATE_MIN_WORDS, normalised_words
+    from query_service.context.pack.conversation import NEAR_DUPLICATE_MIN_WORDS
+    from query_service.context.pack.conversation import normalised_words
 
     exact: dict[tuple[str, ...], str] = {}
     kept: list[tuple[frozenset[str], str]] = []

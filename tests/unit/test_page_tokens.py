@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
-from common.kernel.page_tokens import (
-    MalformedPageToken,
-    decode_page_token,
-    encode_page_token,
-    token_bytes,
-    token_instant,
-)
+from common.kernel.page_tokens import MalformedPageToken
+from common.kernel.page_tokens import decode_page_token
+from common.kernel.page_tokens import encode_page_token
+from common.kernel.page_tokens import token_bytes
+from common.kernel.page_tokens import token_instant
 
 
 def _b64(data: bytes) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 from common.storage.fact_rows import FactRow
-from query_service.context.pack.fact_candidates import is_participant_link, participant_link_value
+from query_service.context.pack.fact_candidates import is_participant_link
+from query_service.context.pack.fact_candidates import participant_link_value
 
 NOW = datetime(2026, 11, 3, tzinfo=UTC)
 

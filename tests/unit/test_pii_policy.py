@@ -5,28 +5,33 @@ Pure: no database. The end-to-end behaviour over gRPC is in ``tests/e2e/test_pii
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
-from common.auth.principals import Principal, development_principal
+from common.auth.principals import Principal
+from common.auth.principals import development_principal
 from common.kernel.config import Settings
 from common.kernel.errors import InvalidArgument
 from common.kernel.pii import PiiMarks
 from common.storage.chunks.rows import StoredChunk
 from common.storage.fact_rows import FactRow
-from ingest_service.documents.validation import (
-    ChunkInput,
-    PutChunksInput,
-    RetainInput,
-    validate_put_chunks,
-    validate_retain,
-)
+from ingest_service.documents.validation import ChunkInput
+from ingest_service.documents.validation import PutChunksInput
+from ingest_service.documents.validation import RetainInput
+from ingest_service.documents.validation import validate_put_chunks
+from ingest_service.documents.validation import validate_retain
 from ingest_service.observations.validation import validate_observation
-from query_service.pii_output import NO_PII_POLICY, PiiDisclosure, PiiPolicy, withheld_text
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiPolicy
+from query_service.pii_output import withheld_text
 from query_service.provenance import Provenance
 from query_service.readers.facts import disclose_fact
-from query_service.retrieval.hybrid_search import SearchHit, disclose_chunk, disclose_hit
+from query_service.retrieval.hybrid_search import SearchHit
+from query_service.retrieval.hybrid_search import disclose_chunk
+from query_service.retrieval.hybrid_search import disclose_hit
 
 PHONE = "+7 916 123-45-67"
 EMAIL = "anna.k@example.org"

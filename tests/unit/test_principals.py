@@ -6,22 +6,22 @@ import importlib
 import pkgutil
 
 import pytest
-from memory_service_grpc_client.memory import v1 as stubs
-from memory_service_grpc_client.memory.v1 import observation_service_pb2, source_service_pb2
 
-from common.auth.principals import (
-    CALLER_FILTERED_METHODS,
-    GLOBAL_METHODS,
-    MEMORY_METHODS,
-    METHOD_RIGHTS,
-    Principal,
-    Right,
-    authorize,
-    development_principal,
-    names_namespaces,
-    request_namespaces,
-)
-from common.kernel.errors import InvalidArgument, PermissionDenied
+from common.auth.principals import CALLER_FILTERED_METHODS
+from common.auth.principals import GLOBAL_METHODS
+from common.auth.principals import MEMORY_METHODS
+from common.auth.principals import METHOD_RIGHTS
+from common.auth.principals import Principal
+from common.auth.principals import Right
+from common.auth.principals import authorize
+from common.auth.principals import development_principal
+from common.auth.principals import names_namespaces
+from common.auth.principals import request_namespaces
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import PermissionDenied
+from memory_service_grpc_client.memory import v1 as stubs
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
 from query_service.main import SERVICE_NAMES as QUERY_SERVICE_NAMES
 
 # --------------------------------------------------------------------------------------------------

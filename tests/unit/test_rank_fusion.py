@@ -7,16 +7,15 @@ import pytest
 
 from common.kernel.errors import InvalidArgument
 from common.storage.chunks.rows import Candidate
-from query_service.retrieval.hybrid_search import (
-    SEARCH_PRESETS,
-    SearchQuery,
-    SearchSettings,
-    fuse_rankings,
-    reciprocal_rank_fusion,
-    search_preset,
-    validate_search,
-)
-from query_service.retrieval.rank_fusion import normalised_scores, propagate_to_similar
+from query_service.retrieval.hybrid_search import SEARCH_PRESETS
+from query_service.retrieval.hybrid_search import SearchQuery
+from query_service.retrieval.hybrid_search import SearchSettings
+from query_service.retrieval.hybrid_search import fuse_rankings
+from query_service.retrieval.hybrid_search import reciprocal_rank_fusion
+from query_service.retrieval.hybrid_search import search_preset
+from query_service.retrieval.hybrid_search import validate_search
+from query_service.retrieval.rank_fusion import normalised_scores
+from query_service.retrieval.rank_fusion import propagate_to_similar
 
 
 def test_single_ranking_keeps_its_order_with_rrf_scores() -> None:

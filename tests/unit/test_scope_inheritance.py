@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.domain.scope_inheritance import inherited_scopes, reaches_beyond, restricting_scopes
+from common.domain.scope_inheritance import inherited_scopes
+from common.domain.scope_inheritance import reaches_beyond
+from common.domain.scope_inheritance import restricting_scopes
 from ingest_service.observations.projection import entity_props
 
 

@@ -4,7 +4,8 @@ import pytest
 from cryptography.fernet import Fernet
 
 from common.kernel.errors import FailedPrecondition
-from common.storage.change_feed.secret_sealing import SEALED_PREFIX, SecretSealer
+from common.storage.change_feed.secret_sealing import SEALED_PREFIX
+from common.storage.change_feed.secret_sealing import SecretSealer
 
 
 def test_a_secret_is_sealed_and_opened_and_never_stored_as_it_is() -> None:

@@ -15,27 +15,32 @@ import urllib.request
 from collections.abc import Iterator
 
 import grpc
-import memory_service_grpc_client as client
 import pytest
 from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha import reflection_pb2_grpc
 from grpc_status import rpc_status
-from memory_service_grpc_client import (
-    error_from_rpc,
-    field_violations,
-    format_rpc_error,
-    make_channel,
-    rpc_failure,
-    wait_for_serving,
-)
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 
+import memory_service_grpc_client as client
 from common.grpc.readiness import LIVENESS_SERVICE
-from common.grpc.server import ServiceHost, build_server
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
 from common.kernel.config import Settings
-from common.kernel.errors import FieldViolation, InvalidArgument, NotFound, Unavailable
+from common.kernel.errors import FieldViolation
+from common.kernel.errors import InvalidArgument
+from common.kernel.errors import NotFound
+from common.kernel.errors import Unavailable
 from common.kernel.request_context import current_request_id
+from memory_service_grpc_client import error_from_rpc
+from memory_service_grpc_client import field_violations
+from memory_service_grpc_client import format_rpc_error
+from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
+from memory_service_grpc_client import wait_for_serving
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 
 SERVICE = "memory.v1.SourceService"
 

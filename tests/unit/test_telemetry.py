@@ -14,21 +14,21 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from memory_service_grpc_client.memory.v1 import source_service_pb2, source_service_pb2_grpc
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from common.grpc.server import ServiceHost, build_server
-from common.grpc.telemetry import (
-    TraceContextLogFilter,
-    configure_logging,
-    configure_tracing,
-    traced_channel,
-)
+from common.grpc.server import ServiceHost
+from common.grpc.server import build_server
+from common.grpc.telemetry import TraceContextLogFilter
+from common.grpc.telemetry import configure_logging
+from common.grpc.telemetry import configure_tracing
+from common.grpc.telemetry import traced_channel
 from common.kernel.config import Settings
 from common.kernel.request_context import request_id_var
+from memory_service_grpc_client.memory.v1 import source_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"

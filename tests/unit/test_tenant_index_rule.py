@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from common.storage.chunks.tenant_vector_indexes import tenant_index_name, wanted
+from common.storage.chunks.tenant_vector_indexes import tenant_index_name
+from common.storage.chunks.tenant_vector_indexes import wanted
 
 
 def test_large_tenants_among_many_get_an_index() -> None:

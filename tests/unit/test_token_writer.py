@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from common.auth.principals import Right
-from common.auth.tokens_file import TokensFileError, hash_token, load_tokens_file
+from common.auth.tokens_file import TokensFileError
+from common.auth.tokens_file import hash_token
+from common.auth.tokens_file import load_tokens_file
 from memory_service_tools.cli.token_commands import parse_namespace_grant
 from memory_service_tools.token_writer import add_token
 from tests.unit.tokens_file_samples import write_tokens_file

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from common.text_models.tokenizer import DEFAULT_ENCODING, TokenCounter
+from common.text_models.tokenizer import DEFAULT_ENCODING
+from common.text_models.tokenizer import TokenCounter
 
 RUSSIAN = "Как установить пакет из исходников? Запустите «make install» — и всё готово. Ёжик 🦔 в тумане."
 

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from common.auth.principals import Right
-from common.auth.tokens_file import (
-    TokensFileError,
-    TokenStore,
-    hash_token,
-    load_tokens_file,
-    new_token,
-    read_tokens_file,
-)
-from tests.unit.tokens_file_samples import TOKEN_A, TOKEN_B, token_entry_yaml, write_tokens_file
+from common.auth.tokens_file import TokensFileError
+from common.auth.tokens_file import TokenStore
+from common.auth.tokens_file import hash_token
+from common.auth.tokens_file import load_tokens_file
+from common.auth.tokens_file import new_token
+from common.auth.tokens_file import read_tokens_file
+from tests.unit.tokens_file_samples import TOKEN_A
+from tests.unit.tokens_file_samples import TOKEN_B
+from tests.unit.tokens_file_samples import token_entry_yaml
+from tests.unit.tokens_file_samples import write_tokens_file
 
 
 class FakeClock:

@@ -6,7 +6,8 @@ from typing import Any
 
 from common.packs.domain_packs import validate_pack
 from common.packs.kind_validation import NamespaceKinds
-from query_service.context.typed_traversal import relation_rules, resolve_anchors
+from query_service.context.typed_traversal import relation_rules
+from query_service.context.typed_traversal import resolve_anchors
 from tests.unit.test_domain_packs import delivery_pack
 
 

@@ -3,12 +3,17 @@ files name (the journaled file, else the smallest path), decided as the ascendin
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 
 from common.kernel.errors import InvalidArgument
-from ingest_service.vault.claims import LOSE, TAKE, WAIT, Claimant, KeyClaims
+from ingest_service.vault.claims import LOSE
+from ingest_service.vault.claims import TAKE
+from ingest_service.vault.claims import WAIT
+from ingest_service.vault.claims import Claimant
+from ingest_service.vault.claims import KeyClaims
 
 
 def _claimant(index: int, path: str) -> Claimant:

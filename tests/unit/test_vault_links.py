@@ -6,26 +6,27 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
-from common.domain.document_frontmatter import (
-    VAULT_FIELDS,
-    FrontmatterError,
-    document_fields,
-    read_frontmatter,
-)
+from common.domain.document_frontmatter import VAULT_FIELDS
+from common.domain.document_frontmatter import FrontmatterError
+from common.domain.document_frontmatter import document_fields
+from common.domain.document_frontmatter import read_frontmatter
 from common.kernel.errors import InvalidArgument
-from ingest_service.vault.documents import VaultFile, check_path, file_fingerprint, parse_file
-from ingest_service.vault.links import (
-    LinkReference,
-    VaultEntry,
-    VaultIndex,
-    body_links,
-    body_outline,
-    link_names,
-)
+from ingest_service.vault.documents import VaultFile
+from ingest_service.vault.documents import check_path
+from ingest_service.vault.documents import file_fingerprint
+from ingest_service.vault.documents import parse_file
+from ingest_service.vault.links import LinkReference
+from ingest_service.vault.links import VaultEntry
+from ingest_service.vault.links import VaultIndex
+from ingest_service.vault.links import body_links
+from ingest_service.vault.links import body_outline
+from ingest_service.vault.links import link_names
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
 from memory_service_tools.cli.vault_commands import vault_messages
-from memory_service_tools.vault_source import SourceDocument, VaultSource, directory_documents
+from memory_service_tools.vault_source import SourceDocument
+from memory_service_tools.vault_source import VaultSource
+from memory_service_tools.vault_source import directory_documents
 
 
 def test_body_links_skip_code_and_images() -> None:

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from common.grpc.worker_processes import RESTART_BUDGET, claim_address, run_worker_processes
+from common.grpc.worker_processes import RESTART_BUDGET
+from common.grpc.worker_processes import claim_address
+from common.grpc.worker_processes import run_worker_processes
 from common.kernel.config import Settings
 
 

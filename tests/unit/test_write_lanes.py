@@ -11,7 +11,8 @@ import threading
 
 import pytest
 
-from common.auth.principals import Principal, principal_context
+from common.auth.principals import Principal
+from common.auth.principals import principal_context
 from common.kernel.errors import Unavailable
 from ingest_service.observations.write_lanes import WriteLanes
 

@@ -12,23 +12,21 @@ import json
 import os
 import sys
 
-from google.protobuf import struct_pb2, timestamp_pb2
-from memory_service_grpc_client import (
-    ClientSecurity,
-    ConsistencyTokens,
-    InvalidArgument,
-    MemoryClient,
-    NotFound,
-    Unauthenticated,
-)
-from memory_service_grpc_client.memory.v1 import (
-    document_service_pb2,
-    fact_query_service_pb2,
-    knowledge_pb2,
-    observation_service_pb2,
-    retrieval_service_pb2,
-    source_service_pb2,
-)
+from google.protobuf import struct_pb2
+from google.protobuf import timestamp_pb2
+
+from memory_service_grpc_client import ClientSecurity
+from memory_service_grpc_client import ConsistencyTokens
+from memory_service_grpc_client import InvalidArgument
+from memory_service_grpc_client import MemoryClient
+from memory_service_grpc_client import NotFound
+from memory_service_grpc_client import Unauthenticated
+from memory_service_grpc_client.memory.v1 import document_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
 
 
 def check(condition: bool, what: str) -> None:

@@ -10,7 +10,9 @@ is sealed; any other is a plain secret (development mode without keys).
 
 from __future__ import annotations
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from cryptography.fernet import Fernet
+from cryptography.fernet import InvalidToken
+from cryptography.fernet import MultiFernet
 
 from common.kernel.errors import FailedPrecondition
 

@@ -18,21 +18,24 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from common.kernel.config import Settings
-from common.storage.chunks.lexical_scoring import (
-    CANDIDATE_BUDGET,
-    K1,
-    NAMESPACE_TOTALS,
-    B,
-    LexemeStatistics,
-    plan_bm25,
-)
-from common.storage.chunks.query_terms import OPENING_QUOTES, identifier_tokens, like_pattern, tsquery_literal
-from common.storage.chunks.rows import CHUNK_COLUMNS, RANKED_COLUMNS, Candidate, ChunkFilter, StoredChunk
-from common.storage.chunks.tenant_vector_indexes import (
-    OWN_INDEX,
-    TenantIndexRegistry,
-    tenant_index_expression,
-)
+from common.storage.chunks.lexical_scoring import CANDIDATE_BUDGET
+from common.storage.chunks.lexical_scoring import K1
+from common.storage.chunks.lexical_scoring import NAMESPACE_TOTALS
+from common.storage.chunks.lexical_scoring import B
+from common.storage.chunks.lexical_scoring import LexemeStatistics
+from common.storage.chunks.lexical_scoring import plan_bm25
+from common.storage.chunks.query_terms import OPENING_QUOTES
+from common.storage.chunks.query_terms import identifier_tokens
+from common.storage.chunks.query_terms import like_pattern
+from common.storage.chunks.query_terms import tsquery_literal
+from common.storage.chunks.rows import CHUNK_COLUMNS
+from common.storage.chunks.rows import RANKED_COLUMNS
+from common.storage.chunks.rows import Candidate
+from common.storage.chunks.rows import ChunkFilter
+from common.storage.chunks.rows import StoredChunk
+from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
+from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
+from common.storage.chunks.tenant_vector_indexes import tenant_index_expression
 from common.storage.memories.liveness import live_memory_chunk
 from common.storage.named_queries import Queries
 

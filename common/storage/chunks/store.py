@@ -9,8 +9,10 @@ composed here with `psycopg.sql`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
@@ -21,9 +23,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from common.storage.chunks.rankings import ChunkRankings
-from common.storage.chunks.rows import CHUNK_COLUMNS, StoredChunk
+from common.storage.chunks.rows import CHUNK_COLUMNS
+from common.storage.chunks.rows import StoredChunk
 from common.storage.row_count import fetch_count
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 
 @dataclass(frozen=True)

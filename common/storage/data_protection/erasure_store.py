@@ -19,7 +19,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from common.kernel.config import Settings
-from common.storage.graph.age import agtype_text, decode_agtype
+from common.storage.graph.age import agtype_text
+from common.storage.graph.age import decode_agtype
 from common.storage.row_count import fetch_count
 from common.storage.tables import table_identifiers
 

@@ -20,7 +20,9 @@ import hashlib
 import json
 import re
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import ClassVar
 
 import psycopg
 from psycopg import sql

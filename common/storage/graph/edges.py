@@ -14,9 +14,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.identifiers import INTERNAL_EDGES, graph_label
+from common.kernel.identifiers import INTERNAL_EDGES
+from common.kernel.identifiers import graph_label
 from common.storage.graph.age import agtype_text
-from common.storage.graph.node_registry import NodeRegistry, vertex_parameters
+from common.storage.graph.node_registry import NodeRegistry
+from common.storage.graph.node_registry import vertex_parameters
 
 LINKS_TO_LABEL = graph_label("internal_edge", "LINKS_TO")
 

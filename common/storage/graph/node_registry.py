@@ -19,8 +19,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.storage.graph.age import AgeGraph, agtype_text
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.graph.age import AgeGraph
+from common.storage.graph.age import agtype_text
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 
 def vertex_parameters(namespace: str, natural_key: str) -> dict[str, Any]:

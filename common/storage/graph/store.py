@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from common.kernel.identifiers import canonical_instant, canonical_json, graph_label
-from common.storage.graph.age import agtype_text, checked_label, decode_agtype
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import canonical_json
+from common.kernel.identifiers import graph_label
+from common.storage.graph.age import agtype_text
+from common.storage.graph.age import checked_label
+from common.storage.graph.age import decode_agtype
 from common.storage.graph.edges import GraphEdges
 from common.storage.graph.node_registry import vertex_parameters
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 
 def type_of_key(natural_key: str) -> str:

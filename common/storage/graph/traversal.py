@@ -25,7 +25,8 @@ because the visibility predicate of the caller (`fact_visibility`) is part of bo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +37,8 @@ from psycopg.types.json import Jsonb
 
 from common.storage.fact_rows import FactRow
 from common.storage.fact_store import fact_visibility
-from common.storage.visibility import EVERYTHING, Visibility
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
 
 _FACT_COLUMNS = [item.name for item in fields(FactRow)]
 

@@ -36,8 +36,13 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunks.tenant_vector_indexes import OWN_INDEX, TenantIndexRegistry, tenant_index_expression
-from common.storage.memories.store import MemoryQuery, MemoryStore, RecallWeights, StoredMemory
+from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
+from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
+from common.storage.chunks.tenant_vector_indexes import tenant_index_expression
+from common.storage.memories.store import MemoryQuery
+from common.storage.memories.store import MemoryStore
+from common.storage.memories.store import RecallWeights
+from common.storage.memories.store import StoredMemory
 from common.storage.tables import table_identifiers
 
 EXACT = "exact"

@@ -15,8 +15,10 @@ The statements of the tier policy, the expiry sweep and the enrichment state are
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 

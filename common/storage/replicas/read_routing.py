@@ -35,19 +35,24 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import psycopg
 from prometheus_client import Counter
 from psycopg_pool import ConnectionPool
 
 from common.kernel.config import Settings
-from common.kernel.consistency import format_lsn, parse_lsn, required_position
+from common.kernel.consistency import format_lsn
+from common.kernel.consistency import parse_lsn
+from common.kernel.consistency import required_position
 from common.kernel.errors import Unavailable
-from common.storage.database import Database, is_unavailable_error
+from common.storage.database import Database
+from common.storage.database import is_unavailable_error
 from common.storage.named_queries import Queries
 from common.storage.session import autocommitting
 

@@ -23,12 +23,15 @@ journal runs it once anyway). Types, predicates, natural keys, properties and fa
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from common.kernel.identifiers import GRAPH_LABEL_PATTERN, INTERNAL_EDGES, graph_label
+from common.kernel.identifiers import GRAPH_LABEL_PATTERN
+from common.kernel.identifiers import INTERNAL_EDGES
+from common.kernel.identifiers import graph_label
 from common.storage.graph.age import AgeGraph
 from common.storage.named_queries import Queries
 from common.storage.tables import query_placeholders

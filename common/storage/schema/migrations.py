@@ -17,7 +17,8 @@ validated literals ``{embedding_dim}`` and ``{text_search_config}``.
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import psycopg
 from psycopg import sql

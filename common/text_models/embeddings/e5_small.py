@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from common.text_models.embeddings.provider import (
-    LocalModelProvider,
-    MissingEmbeddingPackage,
-    require_package,
-)
+from common.text_models.embeddings.provider import LocalModelProvider
+from common.text_models.embeddings.provider import MissingEmbeddingPackage
+from common.text_models.embeddings.provider import require_package
 
 __all__ = ["E5SmallProvider"]
 

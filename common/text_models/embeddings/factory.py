@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from common.text_models.embeddings.e5_small import E5SmallProvider
 from common.text_models.embeddings.minilm import MiniLmProvider
 from common.text_models.embeddings.openai_compatible import OpenAICompatibleProvider
-from common.text_models.embeddings.provider import EmbeddingProvider, default_threads
+from common.text_models.embeddings.provider import EmbeddingProvider
+from common.text_models.embeddings.provider import default_threads
 from common.text_models.embeddings.use_multilingual import UseMultilingualProvider
 
 if TYPE_CHECKING:

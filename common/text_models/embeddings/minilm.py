@@ -9,11 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from common.text_models.embeddings.provider import (
-    LocalModelProvider,
-    MissingEmbeddingPackage,
-    require_package,
-)
+from common.text_models.embeddings.provider import LocalModelProvider
+from common.text_models.embeddings.provider import MissingEmbeddingPackage
+from common.text_models.embeddings.provider import require_package
 
 __all__ = ["MiniLmProvider"]
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from common.kernel.errors import FailedPrecondition, Unavailable
+from common.kernel.errors import FailedPrecondition
+from common.kernel.errors import Unavailable
 from common.text_models.embeddings.provider import EmbeddingProvider
-from common.text_models.openai_http import (
-    OpenAIServer,
-    ServerAnswerNotJson,
-    ServerGaveUp,
-    ServerRejected,
-    openai_endpoint,
-)
+from common.text_models.openai_http import OpenAIServer
+from common.text_models.openai_http import ServerAnswerNotJson
+from common.text_models.openai_http import ServerGaveUp
+from common.text_models.openai_http import ServerRejected
+from common.text_models.openai_http import openai_endpoint
 
 __all__ = ["OpenAICompatibleProvider"]
 

@@ -14,9 +14,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from abc import ABC
+from abc import abstractmethod
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import Generic
+from typing import Protocol
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray

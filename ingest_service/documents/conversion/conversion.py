@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 from common.kernel.errors import InvalidArgument
 from ingest_service.documents.conversion import media_types
-from ingest_service.documents.conversion.converted import ConversionError, Converted
+from ingest_service.documents.conversion.converted import ConversionError
+from ingest_service.documents.conversion.converted import Converted
 from ingest_service.documents.conversion.limits import ConversionLimits
 from ingest_service.documents.conversion.sandbox import ConversionSandbox
 

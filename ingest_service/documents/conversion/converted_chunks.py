@@ -15,11 +15,14 @@ from bisect import bisect_right
 from typing import Any
 
 from common.kernel.config import Settings
-from ingest_service.documents.chunking import bounded_chunks, chunk_markdown
+from ingest_service.documents.chunking import bounded_chunks
+from ingest_service.documents.chunking import chunk_markdown
 from ingest_service.documents.conversion.citations import citation
 from ingest_service.documents.conversion.conversion import DocumentConverter
-from ingest_service.documents.conversion.converted import Converted, Part
-from ingest_service.documents.conversion.limits import MIB, ConversionLimits
+from ingest_service.documents.conversion.converted import Converted
+from ingest_service.documents.conversion.converted import Part
+from ingest_service.documents.conversion.limits import MIB
+from ingest_service.documents.conversion.limits import ConversionLimits
 from ingest_service.documents.conversion.pdf_pages import joined
 
 

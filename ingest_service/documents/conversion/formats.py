@@ -23,16 +23,15 @@ from xml.etree import ElementTree
 
 from ingest_service.documents.conversion import media_types as mt
 from ingest_service.documents.conversion import pdf_pages
-from ingest_service.documents.conversion.converted import (
-    PAGE_NO_TEXT_LAYER,
-    PAGE_OCR,
-    PAGE_OCR_EMPTY,
-    PAGE_TEXT,
-    ConversionError,
-    Converted,
-    Part,
-)
-from ingest_service.documents.conversion.limits import ConversionLimits, check_zip
+from ingest_service.documents.conversion.converted import PAGE_NO_TEXT_LAYER
+from ingest_service.documents.conversion.converted import PAGE_OCR
+from ingest_service.documents.conversion.converted import PAGE_OCR_EMPTY
+from ingest_service.documents.conversion.converted import PAGE_TEXT
+from ingest_service.documents.conversion.converted import ConversionError
+from ingest_service.documents.conversion.converted import Converted
+from ingest_service.documents.conversion.converted import Part
+from ingest_service.documents.conversion.limits import ConversionLimits
+from ingest_service.documents.conversion.limits import check_zip
 
 # HTML elements whose content is never document text: scripts, styles, trackers, embedded frames, forms.
 STRIPPED_ELEMENTS = (
@@ -76,7 +75,9 @@ def html_to_markdown(html: str) -> str:
     markdownify with ATX headings; tables stay tables, images keep only their alt text."""
     import warnings
 
-    from bs4 import BeautifulSoup, Comment, XMLParsedAsHTMLWarning
+    from bs4 import BeautifulSoup
+    from bs4 import Comment
+    from bs4 import XMLParsedAsHTMLWarning
     from markdownify import MarkdownConverter
 
     with warnings.catch_warnings():  # EPUB chapters are XHTML; the HTML parser reads them as it should

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import zipfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from dataclasses import dataclass
 from typing import Any
 
 from ingest_service.documents.conversion.converted import ConversionError

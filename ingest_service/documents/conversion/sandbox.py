@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 
-from ingest_service.documents.conversion.converted import ConversionError, Converted
+from ingest_service.documents.conversion.converted import ConversionError
+from ingest_service.documents.conversion.converted import Converted
 from ingest_service.documents.conversion.limits import ConversionLimits
 
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "TESSDATA_PREFIX")

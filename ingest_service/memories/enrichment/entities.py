@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from common.kernel.identifiers import MAX_KEY_LENGTH, entity_key
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import entity_key
 from common.packs.identifier_patterns import find_identifiers
 from common.packs.kind_validation import NamespaceKinds
 from ingest_service.memories.enrichment.language_models import RecognisedEntity

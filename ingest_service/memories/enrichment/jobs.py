@@ -26,14 +26,19 @@ its text no longer names.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
-from common.domain.memory_records import EnrichmentFields, MemoryEnrichment
+from common.domain.memory_records import EnrichmentFields
+from common.domain.memory_records import MemoryEnrichment
 from common.packs.kind_validation import KindValidator
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
-from ingest_service.facts.mentions import MentionLinker, MentionSource
-from ingest_service.memories.enrichment.model import Enricher, Enrichment, MemoryText
+from ingest_service.facts.mentions import MentionLinker
+from ingest_service.facts.mentions import MentionSource
+from ingest_service.memories.enrichment.model import Enricher
+from ingest_service.memories.enrichment.model import Enrichment
+from ingest_service.memories.enrichment.model import MemoryText
 
 log = logging.getLogger(__name__)
 

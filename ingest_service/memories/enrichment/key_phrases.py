@@ -94,7 +94,9 @@ def key_points(sentences: Sequence[str], language: str) -> tuple[str, ...]:
     candidates = [s for s in sentences if len(words(s)) >= MIN_KEY_POINT_WORDS]
     if len(candidates) <= ALL_SENTENCES_UP_TO:
         return tuple(candidates)
-    from sumy.models.dom import ObjectDocumentModel, Paragraph, Sentence
+    from sumy.models.dom import ObjectDocumentModel
+    from sumy.models.dom import Paragraph
+    from sumy.models.dom import Sentence
 
     tokenizer = _WordTokenizer(language)
     document = ObjectDocumentModel([Paragraph([Sentence(s, tokenizer) for s in candidates])])

@@ -94,7 +94,11 @@ def _english() -> Any:
 def _russian() -> tuple[Any, Any, Any, Any]:
     with warnings.catch_warnings():  # pymorphy2 (MorphVocab) imports pkg_resources, which warns
         warnings.simplefilter("ignore", UserWarning)
-        from natasha import MorphVocab, NewsEmbedding, NewsMorphTagger, NewsNERTagger, Segmenter
+        from natasha import MorphVocab
+        from natasha import NewsEmbedding
+        from natasha import NewsMorphTagger
+        from natasha import NewsNERTagger
+        from natasha import Segmenter
 
         embedding = NewsEmbedding()
         return Segmenter(), NewsMorphTagger(embedding), NewsNERTagger(embedding), MorphVocab()

@@ -24,20 +24,27 @@ from __future__ import annotations
 import json
 import logging
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel
+from pydantic import Field
+from pydantic import ValidationError
+from pydantic import field_validator
 
-from common.text_models.openai_http import OpenAIServer, ServerGaveUp, ServerRejected, openai_endpoint
-from ingest_service.memories.enrichment.entities import MAX_ENTITIES, collect_entities
-from ingest_service.memories.enrichment.key_phrases import MAX_KEY_POINTS, MAX_TOPICS
-from ingest_service.memories.enrichment.language_models import RecognisedEntity, language_of
-from ingest_service.memories.enrichment.model import (
-    ENTITY_KINDS,
-    LLM_EVIDENCE,
-    MEMORY_TYPES,
-    Enricher,
-    Enrichment,
-    MemoryText,
-)
+from common.text_models.openai_http import OpenAIServer
+from common.text_models.openai_http import ServerGaveUp
+from common.text_models.openai_http import ServerRejected
+from common.text_models.openai_http import openai_endpoint
+from ingest_service.memories.enrichment.entities import MAX_ENTITIES
+from ingest_service.memories.enrichment.entities import collect_entities
+from ingest_service.memories.enrichment.key_phrases import MAX_KEY_POINTS
+from ingest_service.memories.enrichment.key_phrases import MAX_TOPICS
+from ingest_service.memories.enrichment.language_models import RecognisedEntity
+from ingest_service.memories.enrichment.language_models import language_of
+from ingest_service.memories.enrichment.model import ENTITY_KINDS
+from ingest_service.memories.enrichment.model import LLM_EVIDENCE
+from ingest_service.memories.enrichment.model import MEMORY_TYPES
+from ingest_service.memories.enrichment.model import Enricher
+from ingest_service.memories.enrichment.model import Enrichment
+from ingest_service.memories.enrichment.model import MemoryText
 from ingest_service.memories.enrichment.rules import MAX_INSIGHTS
 
 log = logging.getLogger(__name__)

@@ -7,10 +7,13 @@ Sentences and named entities: `language_models`; ids: `entities`; topics and key
 
 from __future__ import annotations
 
-from ingest_service.memories.enrichment import key_phrases, rules
+from ingest_service.memories.enrichment import key_phrases
+from ingest_service.memories.enrichment import rules
 from ingest_service.memories.enrichment.entities import collect_entities
 from ingest_service.memories.enrichment.language_models import analyse
-from ingest_service.memories.enrichment.model import RULE_EVIDENCE, Enrichment, MemoryText
+from ingest_service.memories.enrichment.model import RULE_EVIDENCE
+from ingest_service.memories.enrichment.model import Enrichment
+from ingest_service.memories.enrichment.model import MemoryText
 
 
 class RuleEnricher:

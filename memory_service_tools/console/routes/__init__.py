@@ -6,17 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.routes import (
-    audit,
-    graph,
-    health,
-    memories,
-    namespaces,
-    node,
-    observation,
-    pack,
-    search,
-)
+from memory_service_tools.console.routes import audit
+from memory_service_tools.console.routes import graph
+from memory_service_tools.console.routes import health
+from memory_service_tools.console.routes import memories
+from memory_service_tools.console.routes import namespaces
+from memory_service_tools.console.routes import node
+from memory_service_tools.console.routes import observation
+from memory_service_tools.console.routes import pack
+from memory_service_tools.console.routes import search
 
 PAGES: tuple[tuple[str, str, Callable[[PageView], dict[str, Any]]], ...] = (
     ("/", "namespaces.html", namespaces.build),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_service_tools.console.listings import AuditFilter, audit_events
+from memory_service_tools.console.listings import AuditFilter
+from memory_service_tools.console.listings import audit_events
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import int_param, parse_instant
+from memory_service_tools.console.views import int_param
+from memory_service_tools.console.views import parse_instant
 
 MAX_PAGE_SIZE = 1000  # ListAuditEvents' own bound
 

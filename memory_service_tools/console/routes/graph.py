@@ -4,15 +4,16 @@ subject and by object, breadth first), typed by the kind each key names (``perso
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
-
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import int_param, to_timestamp
+from memory_service_tools.console.views import int_param
+from memory_service_tools.console.views import to_timestamp
 
 MAX_NODES = 80  # a neighbourhood larger than this is cut (the page says so)
 EDGES_PER_CALL = 100

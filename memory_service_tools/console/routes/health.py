@@ -6,10 +6,11 @@ from typing import Any
 
 from memory_service_grpc_client import health_status
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
-
-from memory_service_tools.console.gateway import INGEST, QUERY
+from memory_service_tools.console.gateway import INGEST
+from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import from_timestamp, instant_text
+from memory_service_tools.console.views import from_timestamp
+from memory_service_tools.console.views import instant_text
 
 HEALTH_TIMEOUT_SECONDS = 1.0  # a service that does not answer within this is shown UNREACHABLE
 

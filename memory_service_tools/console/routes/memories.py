@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_service_grpc_client.memory.v1 import memory_query_service_pb2, memory_record_pb2
-
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import from_timestamp, instant_text, int_param
+from memory_service_tools.console.views import from_timestamp
+from memory_service_tools.console.views import instant_text
+from memory_service_tools.console.views import int_param
 
 RECALL_TOP_K = 20
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory_service_tools.console.listings import MAX_NAMESPACE_ROWS, namespace_overviews
+from memory_service_tools.console.listings import MAX_NAMESPACE_ROWS
+from memory_service_tools.console.listings import namespace_overviews
 from memory_service_tools.console.page_view import PageView
 
 

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
+from datetime import datetime
+from datetime import timedelta
 from typing import Any
 
-from memory_service_grpc_client.memory.v1 import (
-    fact_query_service_pb2,
-    knowledge_pb2,
-    retrieval_service_pb2,
-    source_service_pb2,
-)
-
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import BadAddress, from_timestamp, instant_text, int_param
+from memory_service_tools.console.views import BadAddress
+from memory_service_tools.console.views import from_timestamp
+from memory_service_tools.console.views import instant_text
+from memory_service_tools.console.views import int_param
 
 FACT_PAGE = 100  # facts per direction per page
 CHUNK_LIMIT = 50  # chunks shown per node (Search's top_k within the node)

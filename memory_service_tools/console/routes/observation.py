@@ -6,11 +6,13 @@ from functools import partial
 from typing import Any
 
 from google.protobuf import json_format
-from memory_service_grpc_client.memory.v1 import fact_query_service_pb2, observation_query_service_pb2
 
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import from_timestamp, instant_text
+from memory_service_tools.console.views import from_timestamp
+from memory_service_tools.console.views import instant_text
 
 FACT_PAGE = 200
 

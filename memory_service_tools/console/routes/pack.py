@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import context_service_pb2
-
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
-from memory_service_tools.console.views import int_param, to_timestamp
+from memory_service_tools.console.views import int_param
+from memory_service_tools.console.views import to_timestamp
 
 
 def build(view: PageView) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
-
 from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import int_param

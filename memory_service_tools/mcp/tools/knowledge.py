@@ -5,35 +5,36 @@ limit) and ``read_source`` (SourceService)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from datetime import UTC
+from datetime import datetime
+from typing import Annotated
+from typing import Any
 
 from google.protobuf import json_format
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from memory_service_grpc_client import ServiceError
-from memory_service_grpc_client.memory.v1 import (
-    context_service_pb2,
-    fact_query_service_pb2,
-    knowledge_pb2,
-    observation_service_pb2,
-    retrieval_service_pb2,
-    source_service_pb2,
-)
 from pydantic import Field
 
 from common.grpc.proto_mapping import timestamp
-from common.kernel.identifiers import canonical_instant, parse_instant
+from common.kernel.identifiers import canonical_instant
+from common.kernel.identifiers import parse_instant
+from memory_service_grpc_client import ServiceError
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
+from memory_service_grpc_client.memory.v1 import knowledge_pb2
+from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
+from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_tools.cli.terminal import error_lines
-from memory_service_tools.mcp.arguments import (
-    FactInput,
-    Instant,
-    Namespace,
-    bad_argument,
-    instant_argument,
-    participant_argument,
-)
-from memory_service_tools.mcp.results import as_json, failure_block, refused_items
+from memory_service_tools.mcp.arguments import FactInput
+from memory_service_tools.mcp.arguments import Instant
+from memory_service_tools.mcp.arguments import Namespace
+from memory_service_tools.mcp.arguments import bad_argument
+from memory_service_tools.mcp.arguments import instant_argument
+from memory_service_tools.mcp.arguments import participant_argument
+from memory_service_tools.mcp.results import as_json
+from memory_service_tools.mcp.results import failure_block
+from memory_service_tools.mcp.results import refused_items
 from memory_service_tools.mcp.tool_calls import ToolCalls
 
 __all__ = ["knowledge_tools"]

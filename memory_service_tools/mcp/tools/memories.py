@@ -4,18 +4,20 @@ metadata (MemoryService.AddMemories, MemoryQueryService.RecallMemories)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
+from typing import Any
 
 from mcp.server.mcpserver import Context
-from memory_service_grpc_client.memory.v1 import (
-    memory_query_service_pb2,
-    memory_record_pb2,
-    memory_service_pb2,
-)
 from pydantic import Field
 
-from memory_service_tools.mcp.arguments import MemoryItem, Project
-from memory_service_tools.mcp.results import as_json, failure_block, refused_items
+from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
+from memory_service_grpc_client.memory.v1 import memory_record_pb2
+from memory_service_grpc_client.memory.v1 import memory_service_pb2
+from memory_service_tools.mcp.arguments import MemoryItem
+from memory_service_tools.mcp.arguments import Project
+from memory_service_tools.mcp.results import as_json
+from memory_service_tools.mcp.results import failure_block
+from memory_service_tools.mcp.results import refused_items
 from memory_service_tools.mcp.tool_calls import ToolCalls
 
 __all__ = ["memory_record_tools"]

@@ -7,19 +7,25 @@ document sections (`chunk_candidate`). Transport free; see `query_service.contex
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from typing import Any
 
 from common.kernel.pii import PiiMarks
 from common.storage.chunks.rows import StoredChunk
 from common.storage.chunks.store import meta_observation_ids
 from common.storage.episode_store import EpisodeTurn
-from query_service.context.pack.conversation import speaker_of, turn_header, turn_line
+from query_service.context.pack.conversation import speaker_of
+from query_service.context.pack.conversation import turn_header
+from query_service.context.pack.conversation import turn_line
 from query_service.context.pack.fitting import FitCandidate
 from query_service.context.pack.items import Selection
 from query_service.context.pack.participants import participant_ids
-from query_service.pii_output import PiiDisclosure, withheld_text
-from query_service.provenance import Provenance, chunk_citation
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import withheld_text
+from query_service.provenance import Provenance
+from query_service.provenance import chunk_citation
 from query_service.retrieval.hybrid_search import disclose_chunk
 
 

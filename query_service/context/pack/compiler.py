@@ -11,7 +11,8 @@ Keys and decisions are stored unmasked; GetTrace masks them on the way out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -22,9 +23,12 @@ from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from common.text_models.tokenizer import TokenCounter
-from query_service.context.pack.fitting import FitResult, FitSettings, PackFitter
+from query_service.context.pack.fitting import FitResult
+from query_service.context.pack.fitting import FitSettings
+from query_service.context.pack.fitting import PackFitter
 from query_service.context.pack.request import ContextRequest
-from query_service.pii_output import PiiDisclosure, PiiGuard
+from query_service.pii_output import PiiDisclosure
+from query_service.pii_output import PiiGuard
 
 
 class PackCompiler:

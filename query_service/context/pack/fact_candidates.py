@@ -10,25 +10,27 @@ and only fills budget that nothing else wants."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from common.domain.episode_header import PARTICIPANT_PREDICATES
 from common.storage.context_store import key_tokens
-from common.storage.fact_rows import FactQuery, FactRow
-from query_service.context.pack.candidates import PackCandidate, chunk_key
+from common.storage.fact_rows import FactQuery
+from common.storage.fact_rows import FactRow
+from query_service.context.pack.candidates import PackCandidate
+from query_service.context.pack.candidates import chunk_key
 from query_service.context.pack.compiler import PackCompiler
-from query_service.context.pack.items import (
-    ANCHOR_FACT,
-    EVIDENCE_RANK,
-    GRAPH_NEIGHBOUR,
-    MENTION,
-    Selection,
-    fact_score,
-    render_fact,
-)
+from query_service.context.pack.items import ANCHOR_FACT
+from query_service.context.pack.items import EVIDENCE_RANK
+from query_service.context.pack.items import GRAPH_NEIGHBOUR
+from query_service.context.pack.items import MENTION
+from query_service.context.pack.items import Selection
+from query_service.context.pack.items import fact_score
+from query_service.context.pack.items import render_fact
 from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import ContextSettings
 from query_service.pii_output import PiiDisclosure

@@ -5,8 +5,10 @@ docs/explanation/knowledge-model.md: asserted 3, extracted 2, inferred and deriv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from datetime import datetime
 
 from common.kernel.identifiers import canonical_instant

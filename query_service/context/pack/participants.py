@@ -5,7 +5,8 @@ without their names: what the named-participant round of CompileContext searches
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 
 from common.storage.episode_store import EpisodeTurn
 from query_service.context.pack.conversation import normalised_words

@@ -6,14 +6,19 @@ Transport free.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
 from typing import TypeVar
 
 from common.kernel.errors import ViolationCollector
-from common.kernel.identifiers import MAX_KEY_LENGTH, NAMESPACE_PATTERN
-from common.storage.visibility import EVERYTHING, Visibility
-from query_service.pii_output import NO_PII_POLICY, PiiPolicy
+from common.kernel.identifiers import MAX_KEY_LENGTH
+from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.storage.visibility import EVERYTHING
+from common.storage.visibility import Visibility
+from query_service.pii_output import NO_PII_POLICY
+from query_service.pii_output import PiiPolicy
 
 DEFAULT_TOKEN_BUDGET = 2000
 MAX_TOKEN_BUDGET = 100_000

@@ -3,11 +3,15 @@ setting does is described in `query_service.context.compiler`. Configured as dat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from datetime import timedelta
 
 from query_service.context.pack.fitting import FitSettings
-from query_service.retrieval.hybrid_search import MAX_TOP_K, SEARCH_PRESETS, SearchSettings
+from query_service.retrieval.hybrid_search import MAX_TOP_K
+from query_service.retrieval.hybrid_search import SEARCH_PRESETS
+from query_service.retrieval.hybrid_search import SearchSettings
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 from common.storage.chunks.rows import StoredChunk
-from common.storage.context_store import ContextStore, CoveringSummary
+from common.storage.context_store import ContextStore
+from common.storage.context_store import CoveringSummary
 from common.storage.database import Database
 from common.text_models.tokenizer import TokenCounter
-from query_service.context.pack.candidates import CandidatePool, PackCandidate, chunk_candidate, chunk_key
-from query_service.context.pack.items import HIT, SUMMARY, Selection
+from query_service.context.pack.candidates import CandidatePool
+from query_service.context.pack.candidates import PackCandidate
+from query_service.context.pack.candidates import chunk_candidate
+from query_service.context.pack.candidates import chunk_key
+from query_service.context.pack.items import HIT
+from query_service.context.pack.items import SUMMARY
+from query_service.context.pack.items import Selection
 from query_service.context.pack.request import ContextRequest
 from query_service.pii_output import PiiDisclosure
 from query_service.retrieval.hybrid_search import SearchHit

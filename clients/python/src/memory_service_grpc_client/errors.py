@@ -14,11 +14,13 @@ This hierarchy is the client's own; the servers keep theirs (``common.kernel.err
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import NoReturn
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2
+from google.rpc import status_pb2
 
 __all__ = [
     "STATUS_DETAILS_METADATA",

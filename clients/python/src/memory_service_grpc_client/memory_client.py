@@ -36,23 +36,26 @@ write of this client carries that write's token (the CLI's ``--consistent`` does
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self
+from typing import Any
+from typing import Self
 
-from memory_service_grpc_client.channels import ChannelWrapper, ClientSecurity, ServiceChannels, health_status
-from memory_service_grpc_client.services.administration import (
-    AuditCalls,
-    DataProtectionCalls,
-    DomainPackCalls,
-    NamespaceCalls,
-)
-from memory_service_grpc_client.services.knowledge import (
-    DocumentCalls,
-    FactCalls,
-    MemoryCalls,
-    ObservationCalls,
-    RetrievalCalls,
-)
-from memory_service_grpc_client.services.sync import ChangeFeedCalls, SnapshotCalls, VaultCalls, WebhookCalls
+from memory_service_grpc_client.channels import ChannelWrapper
+from memory_service_grpc_client.channels import ClientSecurity
+from memory_service_grpc_client.channels import ServiceChannels
+from memory_service_grpc_client.channels import health_status
+from memory_service_grpc_client.services.administration import AuditCalls
+from memory_service_grpc_client.services.administration import DataProtectionCalls
+from memory_service_grpc_client.services.administration import DomainPackCalls
+from memory_service_grpc_client.services.administration import NamespaceCalls
+from memory_service_grpc_client.services.knowledge import DocumentCalls
+from memory_service_grpc_client.services.knowledge import FactCalls
+from memory_service_grpc_client.services.knowledge import MemoryCalls
+from memory_service_grpc_client.services.knowledge import ObservationCalls
+from memory_service_grpc_client.services.knowledge import RetrievalCalls
+from memory_service_grpc_client.services.sync import ChangeFeedCalls
+from memory_service_grpc_client.services.sync import SnapshotCalls
+from memory_service_grpc_client.services.sync import VaultCalls
+from memory_service_grpc_client.services.sync import WebhookCalls
 
 __all__ = ["MemoryClient"]
 

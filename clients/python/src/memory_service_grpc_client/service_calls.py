@@ -7,8 +7,10 @@ attributes declared here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import Any
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message

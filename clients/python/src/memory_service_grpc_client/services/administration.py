@@ -3,21 +3,20 @@ reads (one mixin a service)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from collections.abc import Iterator
 
 import grpc
 
 from memory_service_grpc_client.errors import raise_for_status
-from memory_service_grpc_client.memory.v1 import (
-    audit_service_pb2,
-    audit_service_pb2_grpc,
-    data_protection_service_pb2,
-    data_protection_service_pb2_grpc,
-    domain_pack_service_pb2,
-    domain_pack_service_pb2_grpc,
-    namespace_service_pb2,
-    namespace_service_pb2_grpc,
-)
+from memory_service_grpc_client.memory.v1 import audit_service_pb2
+from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2
+from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
+from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2
+from memory_service_grpc_client.memory.v1 import namespace_service_pb2_grpc
 from memory_service_grpc_client.pagination import iter_pages
 from memory_service_grpc_client.service_calls import ServiceCalls
 

@@ -4,22 +4,25 @@ change feed and webhooks (one mixin a service)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable
+from collections.abc import Generator
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
 
 import grpc
 
 from memory_service_grpc_client import call_policy
-from memory_service_grpc_client.errors import ServiceError, raise_for_status
-from memory_service_grpc_client.memory.v1 import (
-    change_feed_service_pb2,
-    change_feed_service_pb2_grpc,
-    snapshot_service_pb2,
-    snapshot_service_pb2_grpc,
-    vault_service_pb2,
-    vault_service_pb2_grpc,
-    webhook_service_pb2,
-    webhook_service_pb2_grpc,
-)
+from memory_service_grpc_client.errors import ServiceError
+from memory_service_grpc_client.errors import raise_for_status
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
+from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
+from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import vault_service_pb2
+from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2
+from memory_service_grpc_client.memory.v1 import webhook_service_pb2_grpc
 from memory_service_grpc_client.service_calls import ServiceCalls
 
 __all__ = ["ChangeFeedCalls", "SnapshotCalls", "VaultCalls", "WebhookCalls"]
