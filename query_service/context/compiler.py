@@ -106,9 +106,14 @@ class ContextCompiler(PackCompiler):
 
         Raises:
             InvalidArgument: see `validate_context`.
+            PermissionDenied: an anchor holds personal data and the caller's output is masked (reason
+                PII_CLEARANCE_REQUIRED): the pack's anchor facts would tell whether it is stored.
             Unavailable: the database cannot be reached.
         """
         request = validate_context(request)
+        request.pii.refuse_personal_data_lookups(
+            {f"anchors[{i}]": key for i, key in enumerate(request.anchors)}
+        )
         as_of = request.as_of or datetime.now(UTC)
         config = self.settings
         depth = config.search_depth(request.token_budget)

@@ -266,10 +266,15 @@ class TypedContextCompiler(PackCompiler):
 
         Raises:
             InvalidArgument: field violations named like the CompileTypedContextRequest fields.
+            PermissionDenied: an anchor holds personal data and the caller's output is masked (reason
+                PII_CLEARANCE_REQUIRED): whether it is found would tell whether it is stored.
             FailedPrecondition: the namespace has no domain pack enabled (reason NO_DOMAIN_PACK).
             Unavailable: the database cannot be reached.
         """
         request = validate_typed_context(request)
+        request.pii.refuse_personal_data_lookups(
+            {f"anchors[{i}]": key for i, key in enumerate(request.anchors)}
+        )
         as_of = request.as_of or datetime.now(UTC)
         kinds = self.kinds.for_namespace(request.namespace)
         if not kinds.active:

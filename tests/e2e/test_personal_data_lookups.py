@@ -24,6 +24,8 @@ from memory_service_grpc_client import make_channel
 from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
@@ -113,6 +115,20 @@ def _search(channel: grpc.Channel, namespace: str, key: str) -> retrieval_servic
     )
 
 
+def _compile(channel: grpc.Channel, namespace: str, key: str) -> context_service_pb2.CompileContextResponse:
+    return context_service_pb2_grpc.ContextServiceStub(channel).CompileContext(
+        context_service_pb2.CompileContextRequest(namespace=namespace, anchors=[key], token_budget=500),
+        timeout=60,
+    )
+
+
+def _compile_typed(channel: grpc.Channel, namespace: str, key: str) -> object:
+    return context_service_pb2_grpc.ContextServiceStub(channel).CompileTypedContext(
+        context_service_pb2.CompileTypedContextRequest(namespace=namespace, anchors=[key], token_budget=500),
+        timeout=60,
+    )
+
+
 def _first_change(channel: grpc.Channel, namespace: str, prefix: str) -> object:
     stream = change_feed_service_pb2_grpc.ChangeFeedServiceStub(channel).WatchChanges(
         change_feed_service_pb2.WatchChangesRequest(namespace=namespace, key_prefixes=[prefix]), timeout=60
@@ -142,6 +158,8 @@ def test_an_uncleared_reader_is_refused_alike_for_a_stored_and_an_unknown_addres
                 _refusal(lambda: _list_facts(channel, ns, object=key)),
                 _refusal(lambda: _search(channel, ns, key)),
                 _refusal(lambda: _first_change(channel, ns, key)),
+                _refusal(lambda: _compile(channel, ns, key)),
+                _refusal(lambda: _compile_typed(channel, ns, key)),
             ]
 
         answers = {address: refusals(address) for address in (STORED, UNKNOWN)}
@@ -152,6 +170,8 @@ def test_an_uncleared_reader_is_refused_alike_for_a_stored_and_an_unknown_addres
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "object"}),
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "node_keys[0]"}),
         (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "key_prefixes[0]"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "anchors[0]"}),
+        (grpc.StatusCode.PERMISSION_DENIED, "PII_CLEARANCE_REQUIRED", {"field": "anchors[0]"}),
     ]
 
 
@@ -170,6 +190,7 @@ def test_a_cleared_reader_looks_up_by_the_address(lookups: Lookups) -> None:
         facts = _list_facts(channel, lookups.namespace, subject=f"contact:{STORED}").facts
         hits = _search(channel, lookups.namespace, f"contact:{STORED}").hits
         change = _first_change(channel, lookups.namespace, f"contact:{STORED}")
+        pack = _compile(channel, lookups.namespace, f"contact:{STORED}").pack
         with pytest.raises(grpc.RpcError) as missing:
             _get_source(channel, lookups.namespace, f"contact:{UNKNOWN}")
     assert STORED in source.content and source.natural_key == f"contact:{STORED}"
@@ -177,4 +198,5 @@ def test_a_cleared_reader_looks_up_by_the_address(lookups: Lookups) -> None:
     assert hits and {hit.node_key for hit in hits} == {f"contact:{STORED}"}
     assert isinstance(change, change_feed_service_pb2.WatchChangesResponse) and change.HasField("change")
     assert f"contact:{STORED}" in (change.change.item_key, change.change.subject_key), change
+    assert any("project:atlas" in item.text for item in pack.items), pack
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND

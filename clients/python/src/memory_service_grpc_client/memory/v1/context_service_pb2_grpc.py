@@ -61,7 +61,8 @@ class ContextServiceServicer:
         carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
         dropped candidates with why they were dropped.
         Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
-        dropped_limit out of 0..100); UNAVAILABLE.
+        dropped_limit out of 0..100); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor holds
+        personal data and the caller's output is masked); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,7 +81,8 @@ class ContextServiceServicer:
         Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
         max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
         NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
-        DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+        DomainPackService.SetNamespaceKinds); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor
+        holds personal data and the caller's output is masked); UNAVAILABLE.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -43,7 +43,8 @@ class ContextServiceStub:
     carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
     dropped candidates with why they were dropped.
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
-    dropped_limit out of 0..100); UNAVAILABLE.
+    dropped_limit out of 0..100); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor holds
+    personal data and the caller's output is masked); UNAVAILABLE.
     """
     CompileTypedContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
@@ -58,7 +59,8 @@ class ContextServiceStub:
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
     max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
     NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
-    DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+    DomainPackService.SetNamespaceKinds); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor
+    holds personal data and the caller's output is masked); UNAVAILABLE.
     """
 
 @_typing.type_check_only
@@ -76,7 +78,8 @@ class ContextServiceAsyncStub(ContextServiceStub):
     carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
     dropped candidates with why they were dropped.
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
-    dropped_limit out of 0..100); UNAVAILABLE.
+    dropped_limit out of 0..100); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor holds
+    personal data and the caller's output is masked); UNAVAILABLE.
     """
     CompileTypedContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.CompileTypedContextRequest, _context_service_pb2.CompileTypedContextResponse]  # type: ignore[assignment]
     """Compiles a typed ContextPack by traversing the graph from anchors along the relations of the
@@ -91,7 +94,8 @@ class ContextServiceAsyncStub(ContextServiceStub):
     Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
     max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
     NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
-    DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+    DomainPackService.SetNamespaceKinds); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor
+    holds personal data and the caller's output is masked); UNAVAILABLE.
     """
 
 class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -112,7 +116,8 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         carries provenance and why it was selected; on request (dropped_limit) the pack lists the best
         dropped candidates with why they were dropped.
         Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
-        dropped_limit out of 0..100); UNAVAILABLE.
+        dropped_limit out of 0..100); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor holds
+        personal data and the caller's output is masked); UNAVAILABLE.
         """
 
     @_abc_1.abstractmethod
@@ -133,7 +138,8 @@ class ContextServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors: INVALID_ARGUMENT (empty namespace, no query and no anchors, budget out of 1..100000,
         max_depth out of 0..4, a relation that is not a pack relation); FAILED_PRECONDITION (reason
         NO_DOMAIN_PACK: the namespace has no pack enabled; enable one with
-        DomainPackService.SetNamespaceKinds); UNAVAILABLE.
+        DomainPackService.SetNamespaceKinds); PERMISSION_DENIED (reason PII_CLEARANCE_REQUIRED: an anchor
+        holds personal data and the caller's output is masked); UNAVAILABLE.
         """
 
 def add_ContextServiceServicer_to_server(servicer: ContextServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
