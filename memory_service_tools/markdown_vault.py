@@ -15,13 +15,15 @@ from common.domain.document_frontmatter import read_frontmatter
 from common.grpc.proto_mapping import dict_to_struct
 from ingest_service.documents.conversion.media_types import EXTENSIONS
 from ingest_service.documents.conversion.media_types import MARKDOWN
+from ingest_service.documents.conversion.text_encoding import NotText
+from ingest_service.documents.conversion.text_encoding import markdown_text
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 
 __all__ = ["DocumentError", "default_natural_key", "find_documents", "read_document"]
 
 
 class DocumentError(ValueError):
-    """A Markdown file that cannot be sent (unreadable, not UTF-8, bad frontmatter)."""
+    """A Markdown file that cannot be sent (unreadable, not text, bad frontmatter)."""
 
 
 def find_documents(root: Path) -> list[Path]:
@@ -42,7 +44,7 @@ def find_documents(root: Path) -> list[Path]:
 def read_document(path: Path, root: Path, *, namespace: str) -> document_service_pb2.RetainRequest:
     """Builds the RetainRequest of one Markdown file of a vault.
 
-    The content is the file byte-for-byte (decoded as UTF-8, newlines untouched, frontmatter included:
+    The content is the file byte-for-byte (decoded as UTF-8, else cp1251; newlines untouched; frontmatter included:
     the server strips it for chunking). Frontmatter (YAML) gives ``natural_key`` (default
     `default_natural_key`), ``title``, ``type``, ``links`` (string or list of natural keys), ``scopes``,
     ``pii``, ``pii_categories`` and ``meta`` (a mapping); any other scalar or list key (``project``,
@@ -50,7 +52,7 @@ def read_document(path: Path, root: Path, *, namespace: str) -> document_service
     ``provenance`` is ``{"path": <relative path>, "sha256": <hex of the bytes>}``.
 
     Raises:
-        DocumentError: the file cannot be read, is not UTF-8, or its frontmatter is malformed.
+        DocumentError: the file cannot be read, is not text, or its frontmatter is malformed.
     """
     relative = path.relative_to(root).as_posix()
     try:
@@ -70,9 +72,9 @@ def read_document(path: Path, root: Path, *, namespace: str) -> document_service
             provenance=dict_to_struct({"path": relative, "sha256": hashlib.sha256(data).hexdigest()}),
         )
     try:
-        content = data.decode("utf-8")  # same text as open(path, encoding="utf-8", newline="")
-    except UnicodeDecodeError as exc:
-        raise DocumentError(f"not UTF-8: {exc}") from exc
+        content = markdown_text(data)  # UTF-8 (else cp1251), newlines untouched, as the server decodes
+    except NotText as exc:
+        raise DocumentError(str(exc)) from exc
     try:
         fields = document_fields(read_frontmatter(content))
     except FrontmatterError as exc:

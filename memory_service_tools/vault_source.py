@@ -32,6 +32,8 @@ from typing import Any
 
 from ingest_service.documents.conversion.media_types import EXTENSIONS
 from ingest_service.documents.conversion.media_types import MARKDOWN
+from ingest_service.documents.conversion.text_encoding import NotText
+from ingest_service.documents.conversion.text_encoding import markdown_text
 
 
 class SourceError(ValueError):
@@ -67,20 +69,21 @@ def _is_markdown(name: str) -> bool:
 
 
 def _document(path: str, data: bytes, provenance: dict[str, Any] | None = None) -> SourceDocument:
-    """The document of a file's bytes: Markdown as text, other formats as an original with its type.
+    """The document of a file's bytes: Markdown as text (`markdown_text`: UTF-8, else cp1251), other
+    formats as an original with its type.
 
     Raises:
-        UnicodeDecodeError: a Markdown file that is not UTF-8.
+        NotText: a Markdown file that holds NUL bytes.
     """
     media_type = EXTENSIONS[PurePosixPath(path.lower()).suffix]
     if media_type == MARKDOWN:
-        return SourceDocument(path, data.decode("utf-8"), provenance or {})
+        return SourceDocument(path, markdown_text(data), provenance or {})
     return SourceDocument(path, "", provenance or {}, original=data, media_type=media_type)
 
 
 def directory_documents(root: Path) -> VaultSource:
-    """The Markdown files under ``root`` (see the module doc); files that are not UTF-8 are skipped and
-    listed in ``skipped``.
+    """The documents under ``root`` (see the module doc); files that cannot be read, and Markdown files
+    that are not text, are skipped and listed in ``skipped`` (the run then sweeps nothing).
 
     Raises:
         SourceError: ``root`` is not a folder.
@@ -112,7 +115,7 @@ def directory_documents(root: Path) -> VaultSource:
                 continue
             try:
                 document = _document(relative, (Path(folder) / name).read_bytes())
-            except (OSError, UnicodeDecodeError) as error:
+            except (OSError, NotText) as error:
                 skipped.append((relative, str(error)))
                 continue
             documents.append(document)
@@ -227,7 +230,7 @@ def git_documents(location: str, branch: str = "") -> VaultSource:
                         "committed_at": _instant(changed.commit_time),
                     },
                 )
-            except UnicodeDecodeError as error:
+            except NotText as error:
                 skipped.append((path, str(error)))
                 continue
             documents.append(document)

@@ -59,6 +59,7 @@ class VaultServicer(vault_service_pb2_grpc.VaultServiceServicer):  # type: ignor
                     commit_sha=header.commit_sha,
                     trace_id=header.trace_id,
                     allow_mass_sweep=header.allow_mass_sweep,
+                    source_incomplete=header.source_incomplete,
                 ),
                 _documents(request_iterator),
                 still_wanted=context.is_active,

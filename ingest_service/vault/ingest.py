@@ -20,8 +20,8 @@ vault and agent provenance, edges). Transport free; the contract's comment
    LINKS_TO edges and relation facts rewritten, so an unchanged vault writes nothing here either.
    Relation facts have origin ``vault``, evidence ``asserted``, the document's scopes, and valid_from =
    when the relation was first seen; a relation that disappears is closed (facts keep their history).
-4. **Sweep** (`ingest_service.vault.sweep`) only after the end message when no document was rejected,
-   and only when it is not a mass sweep (`ingest_service.validation.mass_deletion`: every document of the
+4. **Sweep** (`ingest_service.vault.sweep`) only after the end message when no document was rejected
+   and the client did not leave out files it could not read (``source_incomplete``), and only when it is not a mass sweep (`ingest_service.validation.mass_deletion`: every document of the
    namespace, or more than ``CB_MASS_SWEEP_SHARE`` of them, counting only documents the vault still owns
    and the caller sees, so a hidden one is neither counted nor named) or the header allows one
    (``allow_mass_sweep``). A refused run raises FAILED_PRECONDITION ``MASS_SWEEP_REFUSED`` before it
@@ -213,7 +213,8 @@ class VaultIngestor:
         # hidden from the caller is neither counted nor named, exactly like a missing one.
         sweepable = [key for key in stored if _sweepable(stored[key], access)]
         doomed = [key for key in unseen if _sweepable(stored[key], access)]
-        if not rejected and not header.dry_run:
+        sweeps = not rejected and not header.source_incomplete
+        if sweeps and not header.dry_run:
             self.guard.check(
                 len(doomed),
                 len(sweepable),
@@ -228,6 +229,9 @@ class VaultIngestor:
         self.links.write(namespace, run.seen, stored, report, access, write=not header.dry_run)
         if rejected:
             log.info("vault run %s: %d document(s) rejected, nothing swept", report.run_id, rejected)
+            return
+        if header.source_incomplete:
+            log.info("vault run %s: the client left out files it could not read, nothing swept", report.run_id)
             return
         if header.dry_run:
             report.swept_keys = doomed

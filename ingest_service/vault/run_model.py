@@ -27,6 +27,7 @@ class VaultHeader:
     commit_sha: str = ""
     trace_id: str = ""
     allow_mass_sweep: bool = False
+    source_incomplete: bool = False  # the client left out files it could not read: nothing is swept
 
 
 @dataclass

@@ -117,8 +117,8 @@ def context(
         rows = []
         for number, item in enumerate(response.pack.items, start=1):
             origin = item.provenance.fact_id or item.provenance.node_key
-            if item.provenance.source_path:
-                origin += f" ({item.provenance.source_path})"
+            if item.provenance.citation or item.provenance.source_path:  # "manual.pdf, p. 12"
+                origin += f" ({item.provenance.citation or item.provenance.source_path})"
             if item.conflict:
                 origin += " [conflict]"
             rule = item.selection.rule if item.HasField("selection") else ""

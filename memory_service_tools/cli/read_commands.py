@@ -9,6 +9,7 @@ packs (``cb context``, ``cb typed-context``) are in `memory_service_tools.cli.co
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -34,6 +35,7 @@ from memory_service_tools.cli.option_types import key_value_pairs
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
 from memory_service_tools.cli.terminal import err
+from memory_service_tools.cli.terminal import fail
 from memory_service_tools.cli.terminal import out
 from memory_service_tools.cli.terminal import print_text
 from memory_service_tools.cli.terminal import print_wide
@@ -90,7 +92,9 @@ def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
             where += f"\n{hit.title}"
         if hit.heading:
             where += f"\n§ {hit.heading}"
-        if hit.source_path:
+        if hit.provenance.citation:  # the file and the place: "manual.pdf, p. 12"
+            where += f"\n{hit.provenance.citation}"
+        elif hit.source_path:
             where += f"\n{hit.source_path}"
         scores = (
             f"{hit.score:.4f}\nv {hit.vector_score:.3f}\nt {hit.text_score:.3f}\ng {hit.trigram_score:.3f}"
@@ -169,15 +173,52 @@ def source(
     ctx: typer.Context,
     key: Annotated[str, typer.Argument(help="natural key of the node, e.g. doc:apt/README")],
     namespace: NamespaceOption,
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original",
+            dir_okay=False,
+            help="also write the file the document was converted from (PDF, DOCX, ...) to this path, byte for byte",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Print the original text of a node (or its chunks re-assembled) with its provenance."""
-    request = source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key)
+    """Print the original text of a node (or its chunks re-assembled) with its provenance.
+
+    With --original, a document retained from a file also gets that file written back, byte for byte
+    (its sha256 is the one GetSource reports); a node with no such file exits 1 and writes nothing.
+    """
+    request = source_service_pb2.GetSourceRequest(
+        namespace=namespace, natural_key=key, include_original=original is not None
+    )
+
+    def get_source(request: source_service_pb2.GetSourceRequest) -> source_service_pb2.GetSourceResponse:
+        response = memory_client(ctx).get_source(request)
+        if original is not None:
+            _write_original(response.source, original)
+        return response
+
     try:
-        call_and_print(memory_client(ctx).get_source, request, as_json=as_json, render=_print_source)
+        call_and_print(get_source, request, as_json=as_json, render=_print_source)
     except typer.Exit:
         flag_empty_namespace(ctx, namespace)  # a misspelt namespace, rather than a missing node?
         raise
+
+
+def _write_original(found: source_service_pb2.Source, path: Path) -> None:
+    """Writes the original file of ``found`` to ``path`` and drops its bytes from the response (so
+    --json does not print them), or exits 1 when the node was not retained from a file."""
+    if not found.HasField("original"):
+        fail([f"{found.natural_key} was not retained from a file: there is no original to write"])
+    path.write_bytes(found.original.data)
+    err.print(
+        escape(
+            f"original written to {path}: {found.original.media_type}, {found.original.size_bytes} bytes, "
+            f"sha256 {found.original.sha256}"
+        ),
+        soft_wrap=True,
+    )
+    found.original.ClearField("data")
 
 
 def _print_source(response: source_service_pb2.GetSourceResponse) -> None:

@@ -57,6 +57,7 @@ def vault_messages(
             dry_run=dry_run,
             allow_mass_sweep=allow_mass_sweep,
             source=source.source,
+            source_incomplete=bool(source.skipped),
             branch=source.branch,
             commit_sha=source.commit_sha,
         )
@@ -101,11 +102,14 @@ def vault_messages(
 def ingest(
     ctx: typer.Context,
     location: Annotated[
-        str, typer.Argument(help="folder of Markdown files, or with --git a repository path or URL")
+        str,
+        typer.Argument(
+            help="folder of Markdown files (and PDF, DOCX, HTML, ...), or with --git a repository path or URL"
+        ),
     ],
     namespace: WriteNamespaceOption,
     git: Annotated[
-        bool, typer.Option("--git", help="read the Markdown of a Git repository's branch")
+        bool, typer.Option("--git", help="read the documents of a Git repository's branch")
     ] = False,
     branch: Annotated[str, typer.Option(help="with --git: the branch (default: the checked-out one)")] = "",
     dry_run: Annotated[
@@ -120,9 +124,11 @@ def ingest(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Project a Markdown vault (or a Git repository's Markdown) into NAMESPACE: mark-and-sweep.
+    """Project a Markdown vault (or a Git repository's documents) into NAMESPACE: mark-and-sweep.
 
-    Every ``*.md`` file (hidden folders skipped, ``.gitignore`` honoured) becomes a document of origin
+    Every ``*.md`` file, and every file of a format the server converts (PDF, DOCX, PPTX, XLSX, HTML,
+    EPUB, EML, MBOX, TXT; docs/how-to/documents.md), hidden folders skipped and ``.gitignore`` honoured,
+    becomes a document of origin
     ``vault`` with its chunks, LINKS_TO edges for links that resolve and facts for frontmatter relations;
     unchanged files are only marked seen; documents of an earlier run that are gone are swept (each
     deletion audited). A sweep that would remove every document of NAMESPACE, or more than the server's
@@ -130,7 +136,9 @@ def ingest(
     given; --dry-run shows the count and whether it would be refused. A run cut short sweeps nothing: run it again. The progress bar counts documents
     sent; the server's own counts are the final report. Exits 1 when documents were rejected (then
     nothing was swept) or the run failed, 130 when interrupted (Ctrl-C cancels the run: nothing swept).
-    A LOCATION that holds no ``*.md`` file changes nothing and is said so on stderr (exit 0).
+    A file that cannot be read (or a Markdown file that is not text) is listed on stderr and left out, and
+    then the run sweeps nothing (exit 1). A LOCATION that holds no such file changes nothing and is said
+    so on stderr (exit 0).
     """
     from memory_service_tools.vault_source import directory_documents
     from memory_service_tools.vault_source import git_documents
@@ -175,22 +183,23 @@ def ingest(
     if as_json:
         print_json(response)
     else:
-        _print_report(response)
+        _print_report(response, unread=len(source.skipped))
     if not total and not response.counts.documents_swept:
         # A run of nothing says nothing wrong, yet the folder was likely not what was meant: for example
         # documents stored with cb retain are no vault documents, so such a run leaves them as they are.
         err.print(
             escape(
-                f"warning: {location} holds no document the vault reads (no *.md file outside hidden "
-                f"folders and ignored files): the run changed nothing in {namespace!r}"
+                f"warning: {location} holds no document the vault reads (no *.md file, nor a format the "
+                f"server converts, outside hidden folders and ignored files): the run changed nothing in "
+                f"{namespace!r}"
             ),
             soft_wrap=True,
         )
-    if response.counts.documents_rejected:
+    if response.counts.documents_rejected or source.skipped:
         raise typer.Exit(1)
 
 
-def _print_report(response: Message) -> None:
+def _print_report(response: Message, *, unread: int = 0) -> None:
     from memory_service_grpc_client.memory.v1 import vault_service_pb2
 
     rejected = vault_service_pb2.VAULT_DOCUMENT_STATUS_REJECTED
@@ -200,7 +209,8 @@ def _print_report(response: Message) -> None:
             what = "rejected" if document.status == rejected else "conflict"
             err.print(escape(f"{document.path}: {what}: {document.detail}"))
     c = response.counts  # type: ignore[attr-defined]
-    mode = " (dry run: nothing written)" if response.dry_run else ""  # type: ignore[attr-defined]
+    dry = response.dry_run  # type: ignore[attr-defined]
+    mode = " (dry run: nothing was written; the counts say what a run would do)" if dry else ""
     out.print(
         escape(
             f"{response.run_id}{mode}: the server handled {len(response.documents)} documents: "  # type: ignore[attr-defined]
@@ -221,7 +231,9 @@ def _print_report(response: Message) -> None:
             f"the sweep of {c.documents_swept} documents would be refused as a mass sweep; "
             "add --allow-mass-sweep to let it run"
         )
-    if not response.swept and not response.dry_run:  # type: ignore[attr-defined]
+    if unread:
+        out.print(f"not swept: {unread} files could not be read (listed above); fix them and run again")
+    elif not response.swept and not response.dry_run:  # type: ignore[attr-defined]
         out.print("not swept: documents were rejected; fix them and run again")
 
 

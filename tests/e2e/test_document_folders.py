@@ -126,3 +126,30 @@ def test_a_file_that_cannot_be_converted_is_rejected_with_its_violation(
     assert [d["path"] for d in rejected] == ["fake.pdf"]
     assert rejected[0]["detail"] == "media_type: declared application/pdf but the bytes are application/zip"
     assert report["counts"]["documentsNew"] == 1 and not report.get("swept")
+
+
+def test_the_cli_shows_the_page_and_writes_the_original_back(
+    tmp_path: Path, ingest_host: Any, query_host: Any, namespace: str
+) -> None:
+    root = _folder(tmp_path / "docs")
+    addresses = [
+        "--ingest-addr",
+        f"127.0.0.1:{ingest_host.port}",
+        "--query-addr",
+        f"127.0.0.1:{query_host.port}",
+    ]
+
+    def cb(*args: str) -> Any:
+        return CliRunner().invoke(app, [*addresses, *args, "--namespace", namespace])
+
+    assert cb("retain", str(root)).exit_code == 0
+    hits = cb("search", "Prime the pump before the first start", "--top-k", "1")
+    assert hits.exit_code == 0 and "pump.pdf, p. 1" in hits.stdout, hits.output
+    copy = tmp_path / "copy.pdf"
+    written = cb("source", "doc:manuals/pump.pdf", "--original", str(copy))
+    assert written.exit_code == 0, written.output
+    assert copy.read_bytes() == (root / "manuals" / "pump.pdf").read_bytes()
+    assert "Prime the pump" in written.stdout  # the Markdown still goes to standard output
+    none = cb("source", "doc:guide", "--original", str(tmp_path / "none"))
+    assert none.exit_code == 1 and not (tmp_path / "none").exists()
+    assert "doc:guide was not retained from a file" in none.stderr

@@ -206,6 +206,19 @@ def test_invalid_argument_carries_bad_request_and_error_info(
     assert raised.violations == field_violations(error)
 
 
+def test_a_message_that_is_its_one_violation_is_printed_once() -> None:
+    failure = client.RpcFailure(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "media_type: declared text/plain but the bytes are application/pdf",
+        violations=(
+            client.FieldViolation("media_type", "declared text/plain but the bytes are application/pdf"),
+        ),
+    )
+    assert failure.lines() == [
+        "error: INVALID_ARGUMENT: media_type: declared text/plain but the bytes are application/pdf"
+    ]
+
+
 def test_not_found_keeps_custom_reason(stub: source_service_pb2_grpc.SourceServiceStub) -> None:
     error = _call(stub, "missing")
     assert error.code() == grpc.StatusCode.NOT_FOUND

@@ -193,10 +193,12 @@ def test_directory_reader_honours_gitignore_and_hidden_folders(tmp_path: Path) -
         (tmp_path / relative).write_text(f"# {relative}\n", "utf-8")
     (tmp_path / ".gitignore").write_text("drafts/\n", "utf-8")
     (tmp_path / "sub" / ".gitignore").write_text("*.md\n!keep.md\n", "utf-8")
-    (tmp_path / "latin1.md").write_bytes(b"caf\xe9\n")
+    (tmp_path / "cp1251.md").write_bytes("# Заметка\n".encode("cp1251"))  # read as the server reads text
+    (tmp_path / "binary.md").write_bytes(b"PK\x03\x04\x00\x00")  # a zip under a Markdown name
     source = directory_documents(tmp_path)
-    assert [d.path for d in source.documents] == ["a.md", "sub/keep.md"]
-    assert [path for path, _ in source.skipped] == ["latin1.md"]
+    assert [d.path for d in source.documents] == ["a.md", "cp1251.md", "sub/keep.md"]
+    assert source.documents[1].content == "# Заметка\n"
+    assert [path for path, _ in source.skipped] == ["binary.md"]
 
 
 def test_nested_gitignore_negation_matches_git(tmp_path: Path) -> None:

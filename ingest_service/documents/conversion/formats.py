@@ -32,6 +32,7 @@ from ingest_service.documents.conversion.converted import Converted
 from ingest_service.documents.conversion.converted import Part
 from ingest_service.documents.conversion.limits import ConversionLimits
 from ingest_service.documents.conversion.limits import check_zip
+from ingest_service.documents.conversion.text_encoding import decode_text
 
 # HTML elements whose content is never document text: scripts, styles, trackers, embedded frames, forms.
 STRIPPED_ELEMENTS = (
@@ -51,15 +52,6 @@ STRIPPED_ELEMENTS = (
 )
 # A page with fewer non-blank characters than this is taken as having no text layer (a scan).
 MIN_PAGE_TEXT_CHARS = 8
-
-
-def _decode(data: bytes) -> str:
-    for encoding in ("utf-8-sig", "cp1251", "latin-1"):
-        try:
-            return data.decode(encoding)
-        except UnicodeDecodeError:
-            continue
-    raise ConversionError("the bytes are not text")  # unreachable: latin-1 decodes every byte
 
 
 def _clean(text: str) -> str:
@@ -106,7 +98,8 @@ def html_to_markdown(html: str) -> str:
 
 
 def convert_html(data: bytes, limits: ConversionLimits) -> Converted:
-    return Converted(mt.HTML, "markdownify", version("markdownify"), (Part(html_to_markdown(_decode(data))),))
+    markdown = html_to_markdown(decode_text(data))
+    return Converted(mt.HTML, "markdownify", version("markdownify"), (Part(markdown),))
 
 
 # -- PDF -------------------------------------------------------------------------------------------
@@ -336,7 +329,7 @@ def convert_epub(data: bytes, limits: ConversionLimits) -> Converted:
                 if href is None:
                     continue
                 name = posixpath.normpath(posixpath.join(base, href))
-                markdown = html_to_markdown(_decode(archive.read(name)))
+                markdown = html_to_markdown(decode_text(archive.read(name)))
                 if markdown.strip():
                     parts.append(Part(markdown, {"chapter": name}))
     except ConversionError:
@@ -414,11 +407,11 @@ def convert_mbox(data: bytes, limits: ConversionLimits) -> Converted:
 
 
 def convert_text(data: bytes, limits: ConversionLimits) -> Converted:
-    return Converted(mt.PLAIN, "text", "stdlib", (Part(_clean(_decode(data))),))
+    return Converted(mt.PLAIN, "text", "stdlib", (Part(_clean(decode_text(data))),))
 
 
 def convert_markdown(data: bytes, limits: ConversionLimits) -> Converted:
-    return Converted(mt.MARKDOWN, "text", "stdlib", (Part(_clean(_decode(data))),))
+    return Converted(mt.MARKDOWN, "text", "stdlib", (Part(_clean(decode_text(data))),))
 
 
 CONVERTERS: dict[str, Callable[[bytes, ConversionLimits], Converted]] = {

@@ -90,9 +90,15 @@ class RpcFailure:
         return str(self.code.name)
 
     def lines(self) -> list[str]:
-        """``"error: CODE: message"`` followed by one ``"  - field: description"`` line per violation."""
+        """``"error: CODE: message"`` followed by one ``"  - field: description"`` line per violation (but
+        the one the message already is)."""
         out = [f"error: {self.code_name}: {self.message}"]
-        out.extend(f"  - {v.field}: {v.description}" for v in self.violations)
+        # a message that is its one violation ("field: description") is not said twice
+        out.extend(
+            f"  - {v.field}: {v.description}"
+            for v in self.violations
+            if self.message != f"{v.field}: {v.description}"
+        )
         out.extend(f"  - quota {v.subject}: {v.description}" for v in self.quota_violations)
         return out
 

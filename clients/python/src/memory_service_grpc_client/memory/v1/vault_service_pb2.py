@@ -25,33 +25,33 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemory/v1/vault_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xac\x01\n\x12IngestVaultRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.memory.v1.IngestVaultHeaderH\x00\x12\x34\n\tdocuments\x18\x02 \x01(\x0b\x32\x1f.memory.v1.IngestVaultDocumentsH\x00\x12(\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x19.memory.v1.IngestVaultEndH\x00\x42\x06\n\x04part\"\x97\x01\n\x11IngestVaultHeader\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x12\n\ncommit_sha\x18\x05 \x01(\t\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12\x18\n\x10\x61llow_mass_sweep\x18\x07 \x01(\x08\"\x81\x01\n\rVaultDocument\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12+\n\nprovenance\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08original\x18\x04 \x01(\x0c\x12\x12\n\nmedia_type\x18\x05 \x01(\t\"C\n\x14IngestVaultDocuments\x12+\n\tdocuments\x18\x01 \x03(\x0b\x32\x18.memory.v1.VaultDocument\"(\n\x0eIngestVaultEnd\x12\x16\n\x0e\x64ocument_count\x18\x01 \x01(\x05\"\x8d\x01\n\x13VaultDocumentResult\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12.\n\x06status\x18\x03 \x01(\x0e\x32\x1e.memory.v1.VaultDocumentStatus\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"@\n\x0eUnresolvedLink\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x10\n\x08relation\x18\x03 \x01(\t\"\xcb\x02\n\x0eVaultRunCounts\x12\x15\n\rdocuments_new\x18\x01 \x01(\x05\x12\x19\n\x11\x64ocuments_changed\x18\x02 \x01(\x05\x12\x1b\n\x13\x64ocuments_unchanged\x18\x03 \x01(\x05\x12\x17\n\x0f\x64ocuments_swept\x18\x04 \x01(\x05\x12\x1d\n\x15\x64ocuments_conflicting\x18\x05 \x01(\x05\x12\x1a\n\x12\x64ocuments_rejected\x18\x06 \x01(\x05\x12\x17\n\x0f\x63hunks_embedded\x18\x07 \x01(\x05\x12\x16\n\x0e\x63hunks_written\x18\x08 \x01(\x05\x12\x16\n\x0elinks_resolved\x18\t \x01(\x05\x12\x18\n\x10links_unresolved\x18\n \x01(\x05\x12\x19\n\x11relations_written\x18\x0b \x01(\x05\x12\x18\n\x10relations_closed\x18\x0c \x01(\x05\"\xc1\x02\n\x13IngestVaultResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\x12\r\n\x05swept\x18\x04 \x01(\x08\x12)\n\x06\x63ounts\x18\x05 \x01(\x0b\x32\x19.memory.v1.VaultRunCounts\x12\x31\n\tdocuments\x18\x06 \x03(\x0b\x32\x1e.memory.v1.VaultDocumentResult\x12\x12\n\nswept_keys\x18\x07 \x03(\t\x12\x33\n\x10unresolved_links\x18\x08 \x03(\x0b\x32\x19.memory.v1.UnresolvedLink\x12\x17\n\x0f\x61udit_event_ids\x18\t \x03(\t\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x15\n\rsweep_refused\x18\x0b \x01(\x08*\xeb\x01\n\x13VaultDocumentStatus\x12%\n!VAULT_DOCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19VAULT_DOCUMENT_STATUS_NEW\x10\x01\x12!\n\x1dVAULT_DOCUMENT_STATUS_CHANGED\x10\x02\x12#\n\x1fVAULT_DOCUMENT_STATUS_UNCHANGED\x10\x03\x12\"\n\x1eVAULT_DOCUMENT_STATUS_CONFLICT\x10\x04\x12\"\n\x1eVAULT_DOCUMENT_STATUS_REJECTED\x10\x05\x32^\n\x0cVaultService\x12N\n\x0bIngestVault\x12\x1d.memory.v1.IngestVaultRequest\x1a\x1e.memory.v1.IngestVaultResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dmemory/v1/vault_service.proto\x12\tmemory.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xac\x01\n\x12IngestVaultRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.memory.v1.IngestVaultHeaderH\x00\x12\x34\n\tdocuments\x18\x02 \x01(\x0b\x32\x1f.memory.v1.IngestVaultDocumentsH\x00\x12(\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x19.memory.v1.IngestVaultEndH\x00\x42\x06\n\x04part\"\xb2\x01\n\x11IngestVaultHeader\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x0e\n\x06\x62ranch\x18\x04 \x01(\t\x12\x12\n\ncommit_sha\x18\x05 \x01(\t\x12\x10\n\x08trace_id\x18\x06 \x01(\t\x12\x18\n\x10\x61llow_mass_sweep\x18\x07 \x01(\x08\x12\x19\n\x11source_incomplete\x18\x08 \x01(\x08\"\x81\x01\n\rVaultDocument\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12+\n\nprovenance\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08original\x18\x04 \x01(\x0c\x12\x12\n\nmedia_type\x18\x05 \x01(\t\"C\n\x14IngestVaultDocuments\x12+\n\tdocuments\x18\x01 \x03(\x0b\x32\x18.memory.v1.VaultDocument\"(\n\x0eIngestVaultEnd\x12\x16\n\x0e\x64ocument_count\x18\x01 \x01(\x05\"\x8d\x01\n\x13VaultDocumentResult\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x13\n\x0bnatural_key\x18\x02 \x01(\t\x12.\n\x06status\x18\x03 \x01(\x0e\x32\x1e.memory.v1.VaultDocumentStatus\x12\x13\n\x0b\x63hunk_count\x18\x04 \x01(\x05\x12\x0e\n\x06\x64\x65tail\x18\x05 \x01(\t\"@\n\x0eUnresolvedLink\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x10\n\x08relation\x18\x03 \x01(\t\"\xcb\x02\n\x0eVaultRunCounts\x12\x15\n\rdocuments_new\x18\x01 \x01(\x05\x12\x19\n\x11\x64ocuments_changed\x18\x02 \x01(\x05\x12\x1b\n\x13\x64ocuments_unchanged\x18\x03 \x01(\x05\x12\x17\n\x0f\x64ocuments_swept\x18\x04 \x01(\x05\x12\x1d\n\x15\x64ocuments_conflicting\x18\x05 \x01(\x05\x12\x1a\n\x12\x64ocuments_rejected\x18\x06 \x01(\x05\x12\x17\n\x0f\x63hunks_embedded\x18\x07 \x01(\x05\x12\x16\n\x0e\x63hunks_written\x18\x08 \x01(\x05\x12\x16\n\x0elinks_resolved\x18\t \x01(\x05\x12\x18\n\x10links_unresolved\x18\n \x01(\x05\x12\x19\n\x11relations_written\x18\x0b \x01(\x05\x12\x18\n\x10relations_closed\x18\x0c \x01(\x05\"\xc1\x02\n\x13IngestVaultResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\x12\r\n\x05swept\x18\x04 \x01(\x08\x12)\n\x06\x63ounts\x18\x05 \x01(\x0b\x32\x19.memory.v1.VaultRunCounts\x12\x31\n\tdocuments\x18\x06 \x03(\x0b\x32\x1e.memory.v1.VaultDocumentResult\x12\x12\n\nswept_keys\x18\x07 \x03(\t\x12\x33\n\x10unresolved_links\x18\x08 \x03(\x0b\x32\x19.memory.v1.UnresolvedLink\x12\x17\n\x0f\x61udit_event_ids\x18\t \x03(\t\x12\x10\n\x08trace_id\x18\n \x01(\t\x12\x15\n\rsweep_refused\x18\x0b \x01(\x08*\xeb\x01\n\x13VaultDocumentStatus\x12%\n!VAULT_DOCUMENT_STATUS_UNSPECIFIED\x10\x00\x12\x1d\n\x19VAULT_DOCUMENT_STATUS_NEW\x10\x01\x12!\n\x1dVAULT_DOCUMENT_STATUS_CHANGED\x10\x02\x12#\n\x1fVAULT_DOCUMENT_STATUS_UNCHANGED\x10\x03\x12\"\n\x1eVAULT_DOCUMENT_STATUS_CONFLICT\x10\x04\x12\"\n\x1eVAULT_DOCUMENT_STATUS_REJECTED\x10\x05\x32^\n\x0cVaultService\x12N\n\x0bIngestVault\x12\x1d.memory.v1.IngestVaultRequest\x1a\x1e.memory.v1.IngestVaultResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'memory_service_grpc_client.memory.v1.vault_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VAULTDOCUMENTSTATUS']._serialized_start=1515
-  _globals['_VAULTDOCUMENTSTATUS']._serialized_end=1750
+  _globals['_VAULTDOCUMENTSTATUS']._serialized_start=1542
+  _globals['_VAULTDOCUMENTSTATUS']._serialized_end=1777
   _globals['_INGESTVAULTREQUEST']._serialized_start=75
   _globals['_INGESTVAULTREQUEST']._serialized_end=247
   _globals['_INGESTVAULTHEADER']._serialized_start=250
-  _globals['_INGESTVAULTHEADER']._serialized_end=401
-  _globals['_VAULTDOCUMENT']._serialized_start=404
-  _globals['_VAULTDOCUMENT']._serialized_end=533
-  _globals['_INGESTVAULTDOCUMENTS']._serialized_start=535
-  _globals['_INGESTVAULTDOCUMENTS']._serialized_end=602
-  _globals['_INGESTVAULTEND']._serialized_start=604
-  _globals['_INGESTVAULTEND']._serialized_end=644
-  _globals['_VAULTDOCUMENTRESULT']._serialized_start=647
-  _globals['_VAULTDOCUMENTRESULT']._serialized_end=788
-  _globals['_UNRESOLVEDLINK']._serialized_start=790
-  _globals['_UNRESOLVEDLINK']._serialized_end=854
-  _globals['_VAULTRUNCOUNTS']._serialized_start=857
-  _globals['_VAULTRUNCOUNTS']._serialized_end=1188
-  _globals['_INGESTVAULTRESPONSE']._serialized_start=1191
-  _globals['_INGESTVAULTRESPONSE']._serialized_end=1512
-  _globals['_VAULTSERVICE']._serialized_start=1752
-  _globals['_VAULTSERVICE']._serialized_end=1846
+  _globals['_INGESTVAULTHEADER']._serialized_end=428
+  _globals['_VAULTDOCUMENT']._serialized_start=431
+  _globals['_VAULTDOCUMENT']._serialized_end=560
+  _globals['_INGESTVAULTDOCUMENTS']._serialized_start=562
+  _globals['_INGESTVAULTDOCUMENTS']._serialized_end=629
+  _globals['_INGESTVAULTEND']._serialized_start=631
+  _globals['_INGESTVAULTEND']._serialized_end=671
+  _globals['_VAULTDOCUMENTRESULT']._serialized_start=674
+  _globals['_VAULTDOCUMENTRESULT']._serialized_end=815
+  _globals['_UNRESOLVEDLINK']._serialized_start=817
+  _globals['_UNRESOLVEDLINK']._serialized_end=881
+  _globals['_VAULTRUNCOUNTS']._serialized_start=884
+  _globals['_VAULTRUNCOUNTS']._serialized_end=1215
+  _globals['_INGESTVAULTRESPONSE']._serialized_start=1218
+  _globals['_INGESTVAULTRESPONSE']._serialized_end=1539
+  _globals['_VAULTSERVICE']._serialized_start=1779
+  _globals['_VAULTSERVICE']._serialized_end=1873
 # @@protoc_insertion_point(module_scope)

@@ -111,6 +111,7 @@ class IngestVaultHeader(_message.Message):
     COMMIT_SHA_FIELD_NUMBER: _builtins.int
     TRACE_ID_FIELD_NUMBER: _builtins.int
     ALLOW_MASS_SWEEP_FIELD_NUMBER: _builtins.int
+    SOURCE_INCOMPLETE_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     """The namespace the vault is projected into (write right required; PERMISSION_DENIED otherwise).
     Required: INVALID_ARGUMENT "header.namespace" when empty or malformed.
@@ -132,6 +133,11 @@ class IngestVaultHeader(_message.Message):
     more than the server's share of them; without it such a run fails with FAILED_PRECONDITION
     (MASS_SWEEP_REFUSED) and removes nothing. A dry run reports the refusal in sweep_refused.
     """
+    source_incomplete: _builtins.bool
+    """The client left out files of its source that it could not read (unreadable, or not text where
+    Markdown is expected): the run projects the documents it carries and sweeps nothing, since a file
+    left out is not a deleted file (swept is false; a dry run reports nothing to sweep).
+    """
     def __init__(
         self,
         *,
@@ -142,10 +148,11 @@ class IngestVaultHeader(_message.Message):
         commit_sha: _builtins.str = ...,
         trace_id: _builtins.str = ...,
         allow_mass_sweep: _builtins.bool = ...,
+        source_incomplete: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_mass_sweep", b"allow_mass_sweep", "branch", b"branch", "commit_sha", b"commit_sha", "dry_run", b"dry_run", "namespace", b"namespace", "source", b"source", "trace_id", b"trace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_mass_sweep", b"allow_mass_sweep", "branch", b"branch", "commit_sha", b"commit_sha", "dry_run", b"dry_run", "namespace", b"namespace", "source", b"source", "source_incomplete", b"source_incomplete", "trace_id", b"trace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
