@@ -17,7 +17,22 @@ from common.kernel.errors import FieldViolation
 from common.kernel.errors import InvalidArgument
 from common.kernel.errors import Unavailable
 
-__all__ = ["ClientStream"]
+__all__ = ["ClientStream", "stream_header"]
+
+
+def stream_header(messages: Iterator[Any]) -> Any:
+    """The ``header`` of the stream's first message (the oneof ``part``), which `ClientStream` then
+    follows with the rest of ``messages``.
+
+    Raises:
+        InvalidArgument: the stream is empty or its first message carries no header (field ``header``).
+    """
+    first = next(messages, None)
+    if first is None or first.WhichOneof("part") != "header":
+        raise InvalidArgument(
+            [FieldViolation("header", "the first message of the stream must carry the header")]
+        )
+    return first.header
 
 
 class ClientStream:
