@@ -347,12 +347,7 @@ class TypedContextCompiler(PackCompiler):
         )
         return TypedContextPack(
             items=items,
-            text=fitted.text,
-            token_count=fitted.token_count,
-            trace_id=request.trace_id,
-            token_budget=request.token_budget,
-            dropped_count=fitted.dropped_count,
-            as_of=as_of,
+            **self.pack_totals(request, fitted, as_of),
             anchors=anchors,
             max_depth=request.max_depth,
             relations=[rule.relation for rule in rules],
