@@ -403,12 +403,7 @@ class TypedContextCompiler(PackCompiler):
                 key=row.fact_id,
                 text=render_fact(row, conflict=conflict),
                 score=score,
-                provenance=Provenance(
-                    node_key=row.subject_key,
-                    source_path=row.source_path,
-                    observation_ids=tuple(row.observation_ids),
-                    fact_id=row.fact_id,
-                ),
+                provenance=Provenance.of_fact(row),
                 natural_key=step.node_key,
                 node_type=_node_type(step.node_key, summaries),
                 depth=step.depth,
