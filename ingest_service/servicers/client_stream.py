@@ -1,5 +1,5 @@
 """The framing of the client-streaming write RPCs (ReconcileStream, IngestVault): a header message (read
-by the servicer), then any number of part messages, then one end message, then the close of the stream.
+by `stream_header`), then any number of part messages, then one end message, then the close of the stream.
 
 `ClientStream.parts` yields the part of messages 2.. and returns normally only after the end message and
 the close, so a run commits or sweeps only then; the end message is what tells a complete stream from a
