@@ -46,7 +46,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.client_threads import run_in_threads
 from bench.corpus_loading import distinctive_sentences
+from bench.run_bench import add_run_options
 from bench.run_bench import free_port
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
@@ -205,13 +207,7 @@ def drive(
                 with lock:
                     samples.append((time.perf_counter() - started) * 1000)
 
-        threads = [threading.Thread(target=client, args=(seed,)) for seed in range(clients)]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
+        elapsed = run_in_threads(client, clients)
     return {"calls_per_s": round(len(samples) / elapsed, 2), "errors": errors[0], **percentiles(samples)}
 
 
@@ -263,8 +259,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--note", default="")
-    parser.add_argument("--shared-database", action="store_true", help=argparse.SUPPRESS)
+    add_run_options(parser, note_help=None, shared_help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -336,9 +331,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f"{row['p50_ms']} | {row['p95_ms']} | {row['errors']} | {row['service_cpu_ms_per_call']} | "
             f"{row['replica_cpu_ms_per_call']} | {', '.join(map(str, row['load_average']))} |"
         )
-    if arguments.note:
-        lines += ["", f"Note: {arguments.note}"]
-    print_report(lines)
+    print_report(lines, note=arguments.note)
     return 0
 
 

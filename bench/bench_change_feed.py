@@ -40,6 +40,7 @@ from bench.corpus_loading import load_observations
 from bench.run_bench import fresh_database
 from bench.run_bench import percentiles
 from bench.run_bench import services
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
@@ -207,8 +208,7 @@ def main() -> int:
     base = os.environ.get("CB_DATABASE_URL", Settings().database_url)
     with fresh_database(base, f"memory_feed_{stamp.lower()}") as url:
         result = run(arguments, url)
-    out = ROOT / "bench" / "results" / f"change-feed-{stamp}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, prefix="change-feed", stamp=stamp)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -29,8 +29,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.client_threads import run_in_threads
 from bench.run_bench import fresh_database
 from bench.run_bench import percentiles
+from bench.service_results import write_json
 from common.kernel.config import Settings
 from common.storage.database import Database
 from common.storage.schema import migrations
@@ -61,13 +63,7 @@ def arm(url: str, *, feed: bool, shared: bool, arguments: argparse.Namespace) ->
         with lock:
             latencies.extend(mine)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(arguments.threads)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - started
+    seconds = run_in_threads(work, arguments.threads)
     return {
         "feed": feed,
         "one_namespace": shared,
@@ -104,8 +100,7 @@ def main() -> int:
         "cpu_count": os.cpu_count(),
         "arms": arms,
     }
-    out = ROOT / "bench" / "results" / f"change-feed-commits-{stamp}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, prefix="change-feed-commits", stamp=stamp)
     print(json.dumps(result, indent=2))
     return 0
 

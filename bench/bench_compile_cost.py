@@ -296,10 +296,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         )
     lines.append("")
     lines.append(f"Run time {results['run_seconds']} s; database fresh (created for the run).")
-    if arguments.note:
-        lines.append(f"Note: {arguments.note}")
-    print_report(lines)
-    print("\n".join(lines))
+    print_report(lines, note=arguments.note)
     return 0
 
 

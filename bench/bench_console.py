@@ -67,6 +67,7 @@ from bench.corpus_loading import debian_observations
 from bench.corpus_loading import distinctive_sentences
 from bench.corpus_loading import load_observations
 from bench.corpus_loading import wait_for_embeddings
+from bench.run_bench import add_run_options
 from bench.run_bench import free_port
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
@@ -370,11 +371,8 @@ def parse_arguments() -> argparse.Namespace:
     )
     parser.add_argument("--namespace", default="", help="the namespace (reused when already loaded)")
     parser.add_argument("--load-only", action="store_true", help="load the namespace and stop")
-    parser.add_argument("--note", default="")
-    parser.add_argument(
-        "--shared-database",
-        action="store_true",
-        help="work in CB_DATABASE_URL itself (default: a fresh database, dropped afterwards)",
+    add_run_options(
+        parser, note_help=None, shared_help="work in CB_DATABASE_URL itself (default: a fresh database, dropped afterwards)"
     )
     return parser.parse_args()
 

@@ -63,6 +63,7 @@ from rank_bm25 import BM25Okapi
 
 from bench.corpus_loading import load_observations
 from bench.corpus_loading import wait_for_embeddings
+from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
@@ -227,12 +228,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument(
         "--search-only", action="store_true", help="measure Search only (no CompileContext, no packs)"
     )
-    parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
-    parser.add_argument(
-        "--shared-database",
-        action="store_true",
-        help="load into CB_DATABASE_URL itself (default: a fresh database on its server)",
-    )
+    add_run_options(parser)
     return parser.parse_args()
 
 
@@ -366,7 +362,6 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     write_json(results, prefix="context-quality")
     lines_out = entry(results)
     print_report(lines_out)
-    print("\n".join(lines_out))
     return 0
 
 

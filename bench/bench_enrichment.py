@@ -43,6 +43,7 @@ import grpc
 import psycopg
 
 from bench.corpus_loading import UPLOADS
+from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
@@ -244,7 +245,6 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         ),
     ]
     print_report(lines)
-    print("\n".join(lines))
     return 0
 
 
@@ -254,8 +254,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="memories added per second for the lag")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the steady adds last")
     parser.add_argument("--concurrency", type=int, default=2, help="cb worker --concurrency")
-    parser.add_argument("--note", default="", help="a line added to the entry")
-    parser.add_argument("--shared-database", action="store_true", help="measure in CB_DATABASE_URL itself")
+    add_run_options(parser, "a line added to the entry", shared_help="measure in CB_DATABASE_URL itself")
     return run_in_database(run, parser.parse_args(), "memory_bench_enrichment")
 
 

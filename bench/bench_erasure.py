@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 
+from bench.run_bench import add_run_options  # noqa: E402
 from bench.run_bench import run_in_database  # noqa: E402
 from common.kernel.config import Settings  # noqa: E402
 from ingest_service.main import create_ingest_host  # noqa: E402
@@ -59,8 +60,7 @@ PERSON = re.compile(r"person-([0-9a-f]{4})\b")
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--copies", type=int, default=4, help="copies of the debian corpus (5,415 each)")
-    parser.add_argument("--note", default="", help="a note stored with the result")
-    parser.add_argument("--shared-database", action="store_true", help="use CB_DATABASE_URL itself")
+    add_run_options(parser, "a note stored with the result", shared_help="use CB_DATABASE_URL itself")
     parser.add_argument(
         "--erase-only", action="store_true", help="skip export, import and the as-of comparison (large N)"
     )

@@ -309,7 +309,6 @@ def main() -> int:
     results = measure(arguments)
     write_json(results, "identifier-index")
     print_report(report(results))
-    print("\n".join(report(results)))
     return 0
 
 

@@ -140,9 +140,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             f" {_embedded(load['variant'], embedded)} |"
             f" {load['load_average'][0]}, {load['load_average'][1]} |"
         )
-    if arguments.note:
-        lines += ["", f"Note: {arguments.note}"]
-    print_report(lines)
+    print_report(lines, note=arguments.note)
     return 0
 
 

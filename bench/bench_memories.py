@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 import grpc
 import psycopg
 
+from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
@@ -491,8 +492,7 @@ def report(results: dict[str, Any]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--note", default="")
-    parser.add_argument("--shared-database", action="store_true")
+    add_run_options(parser, note_help=None, shared_help=None)
     parser.add_argument(
         "--targets",
         type=lambda text: [int(part) for part in text.split(",")],

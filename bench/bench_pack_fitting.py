@@ -123,10 +123,7 @@ def main() -> int:
     ]
     for key, figures in results["figures"].items():
         entry.append(f"| {key} | {figures['mean_ms']} | {figures['p95_ms']} | {figures['texts_tokenised']} |")
-    if arguments.note:
-        entry.append(f"\nNote: {arguments.note}")
-    print_report(entry)
-    print("\n".join(entry))
+    print_report(entry, note=arguments.note)
     return 0
 
 

@@ -45,6 +45,7 @@ import psycopg
 from google.protobuf import struct_pb2
 from rank_bm25 import BM25Okapi
 
+from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
@@ -121,12 +122,7 @@ def parse_arguments() -> argparse.Namespace:
         default="",
         help="comma-separated SearchRequest.preset names to measure ('' = the server's default)",
     )
-    parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
-    parser.add_argument(
-        "--shared-database",
-        action="store_true",
-        help="load into CB_DATABASE_URL itself (default: a fresh database on its server)",
-    )
+    add_run_options(parser)
     return parser.parse_args()
 
 
@@ -253,7 +249,6 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     write_json(results, prefix="retrieval")
     lines = entry(results)
     print_report(lines)
-    print("\n".join(lines))
     return 0
 
 

@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.corpus_loading import distinctive_sentences
+from bench.run_bench import add_run_options
 from bench.run_bench import run_in_database
 from bench.run_bench import services
 from bench.scale_arms import arm_breakdown
@@ -147,8 +148,7 @@ def parse_arguments() -> argparse.Namespace:
         help="KEY=VALUE,... added to the environment of the query service under test (e.g. CB_QUERY_PROCESSES=2)",
     )
     parser.add_argument("--baseline-env", default="", help="KEY=VALUE,... for the baseline's query service")
-    parser.add_argument("--note", default="")
-    parser.add_argument("--shared-database", action="store_true", help=argparse.SUPPRESS)
+    add_run_options(parser, note_help=None, shared_help=argparse.SUPPRESS)
     return parser.parse_args()
 
 

@@ -180,9 +180,7 @@ def main() -> int:
             + "."
         ),
     ]
-    if arguments.note:
-        lines += ["", f"Note: {arguments.note}"]
-    print_report(lines)
+    print_report(lines, note=arguments.note)
     return 0
 
 

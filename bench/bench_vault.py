@@ -226,7 +226,6 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 f" {full_run['load_before']} -> {full_run['load_after']} |"
             )
     print_report(lines)
-    print("\n".join(lines))
     return 0
 
 

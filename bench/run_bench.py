@@ -251,11 +251,9 @@ def parse_arguments() -> argparse.Namespace:
         action="store_true",
         help="only the two 1-client observation loads; JSON written",
     )
-    parser.add_argument("--note", default="", help="a line added to the entry, e.g. 'taken under load'")
-    parser.add_argument(
-        "--shared-database",
-        action="store_true",
-        help="measure in CB_DATABASE_URL itself, next to whatever it holds (default: a fresh database on its server)",
+    add_run_options(
+        parser,
+        shared_help="measure in CB_DATABASE_URL itself, next to whatever it holds (default: a fresh database on its server)",
     )
     parser.add_argument(
         "--change-feed",
@@ -268,6 +266,22 @@ def parse_arguments() -> argparse.Namespace:
         # libpq reads PGOPTIONS: this process's connections and the service processes' (they inherit it)
         os.environ["PGOPTIONS"] = f"{os.environ.get('PGOPTIONS', '')} -c memory.change_feed=off".strip()
     return arguments
+
+
+NOTE_HELP = "a line added to the entry, e.g. 'taken under load'"
+SHARED_DATABASE_HELP = "load into CB_DATABASE_URL itself (default: a fresh database on its server)"
+
+
+def add_run_options(
+    parser: argparse.ArgumentParser,
+    note_help: str | None = NOTE_HELP,
+    shared_help: str | None = SHARED_DATABASE_HELP,
+) -> None:
+    """Adds the options of a run in `run_in_database`: ``--note`` (a line kept with the results) and
+    ``--shared-database`` (work in CB_DATABASE_URL itself, not in a fresh database); their help texts are
+    ``note_help`` and ``shared_help``."""
+    parser.add_argument("--note", default="", help=note_help)
+    parser.add_argument("--shared-database", action="store_true", help=shared_help)
 
 
 def run_in_database(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from bench.client_threads import run_in_threads
 from bench.run_bench import percentiles
 from common.kernel.config import Settings
 from common.storage.chunks.rows import ChunkFilter
@@ -263,13 +263,8 @@ def concurrency(address: str, q: str, queries: list[str], clients: int, seconds:
                 continue
             samples[index].append((time.perf_counter() - started) * 1000)
 
-    started, cpu_started, used_before = time.perf_counter(), time.process_time(), cpu_seconds(address)
-    threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
+    cpu_started, used_before = time.process_time(), cpu_seconds(address)
+    wall = run_in_threads(client, clients)
     client_cores = (time.process_time() - cpu_started) / wall
     used = cores_used(used_before, cpu_seconds(address), wall)
     every = [value for values in samples for value in values]

@@ -83,11 +83,12 @@ def tree_commit(root: Path) -> str:
     )
 
 
-def write_json(results: dict[str, Any], prefix: str = "service") -> None:
-    """Writes ``results`` to bench/results/<prefix>-<results['time']>.json."""
+def write_json(results: dict[str, Any], prefix: str = "service", stamp: str = "") -> None:
+    """Writes ``results`` to bench/results/<prefix>-<stamp>.json (``stamp``: by default
+    ``results['time']``)."""
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{prefix}-{results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"{prefix}-{stamp or results['time']}.json").write_text(json.dumps(results, indent=2) + "\n")
 
 
 def heading(results: dict[str, Any]) -> str:
@@ -96,12 +97,13 @@ def heading(results: dict[str, Any]) -> str:
     return f"\n## {results['time']} — {m['cores']} cores, {m['cpu']}, {m['memory_gib']} GiB, Python {m['python']}"
 
 
-def print_report(lines: list[str]) -> None:
-    """Prints the run's report ``lines`` (Markdown: a ``## `` heading, then tables) on stdout.
+def print_report(lines: list[str], note: str = "") -> None:
+    """Prints the run's report ``lines`` (Markdown: a ``## `` heading, then tables) on stdout, then,
+    when the run has a ``note`` (its ``--note``), a blank line and ``Note: <note>``.
 
     The JSON file is the record (`write_json`); the report is for the person running the benchmark.
     """
-    print("\n".join(lines))
+    print("\n".join([*lines, "", f"Note: {note}"] if note else lines))
 
 
 def write_results(results: dict[str, Any]) -> None:

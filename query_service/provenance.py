@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from common.storage.fact_rows import FactRow
+
 
 @dataclass(frozen=True)
 class Provenance:
@@ -33,6 +35,17 @@ class Provenance:
     chunk_order: int = 0
     metadata: Mapping[str, Any] = field(default_factory=dict)
     citation: str = ""
+
+    @classmethod
+    def of_fact(cls, row: FactRow) -> Provenance:
+        """The provenance of a fact item: its subject, source path, evidence observations and id (of
+        ``row`` as the caller may see it)."""
+        return cls(
+            node_key=row.subject_key,
+            source_path=row.source_path,
+            observation_ids=tuple(row.observation_ids),
+            fact_id=row.fact_id,
+        )
 
 
 def chunk_citation(meta: Mapping[str, Any] | None) -> str:

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from common.domain.audit import AuditEvent
 from common.domain.observation_view import ObservationView
 from common.kernel.identifiers import integral_numbers
+from common.storage.change_feed.outbox import ChangeFilter
 from common.storage.fact_rows import FactRow
 from memory_service_grpc_client.memory.v1 import audit_service_pb2
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
@@ -182,6 +183,16 @@ def json_form(message: Message) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         if isinstance(target, dict) or isinstance(last, int) and last < len(target):
             target[last] = value
     return form, [(text, description) for _steps, _value, text, description in found]
+
+
+def change_filter(request: Any) -> ChangeFilter:
+    """The `ChangeFilter` of a request's ``event_types``, ``key_prefixes`` and ``predicates`` fields
+    (WatchChangesRequest, CreateWebhookSubscriptionRequest)."""
+    return ChangeFilter(
+        event_types=tuple(request.event_types),
+        key_prefixes=tuple(request.key_prefixes),
+        predicates=tuple(request.predicates),
+    )
 
 
 def fact_assertion_to_dict(message: knowledge_pb2.FactAssertion) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The framing of the client-streaming write RPCs (ReconcileStream, IngestVault): a header message (read
-by the servicer), then any number of part messages, then one end message, then the close of the stream.
+by `stream_header`), then any number of part messages, then one end message, then the close of the stream.
 
 `ClientStream.parts` yields the part of messages 2.. and returns normally only after the end message and
 the close, so a run commits or sweeps only then; the end message is what tells a complete stream from a
@@ -17,7 +17,22 @@ from common.kernel.errors import FieldViolation
 from common.kernel.errors import InvalidArgument
 from common.kernel.errors import Unavailable
 
-__all__ = ["ClientStream"]
+__all__ = ["ClientStream", "stream_header"]
+
+
+def stream_header(messages: Iterator[Any]) -> Any:
+    """The ``header`` of the stream's first message (the oneof ``part``), which `ClientStream` then
+    follows with the rest of ``messages``.
+
+    Raises:
+        InvalidArgument: the stream is empty or its first message carries no header (field ``header``).
+    """
+    first = next(messages, None)
+    if first is None or first.WhichOneof("part") != "header":
+        raise InvalidArgument(
+            [FieldViolation("header", "the first message of the stream must carry the header")]
+        )
+    return first.header
 
 
 class ClientStream:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import grpc
 
@@ -21,6 +22,18 @@ from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as 
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2_grpc
 
 ARCHIVE_CHUNK_BYTES = 256 * 1024
+
+
+def _subject(request: pb.ExportNamespaceRequest | pb.EraseSubjectRequest, **options: Any) -> EraseInput:
+    """The data subject a request selects (its namespace, node_key, memory_user and value) as an
+    `EraseInput` with ``options`` (reason, confirm, validate_only)."""
+    return EraseInput(
+        namespace=request.namespace,
+        node_key=request.node_key,
+        memory_user=request.memory_user,
+        value=request.value,
+        **options,
+    )
 
 
 def receipt_to_proto(receipt: ErasureReceipt) -> pb.ErasureReceipt:
@@ -82,13 +95,7 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
         self, request: pb.ExportNamespaceRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ExportNamespaceResponse]:
         pending = bytearray()
-        subject = EraseInput(
-            namespace=request.namespace,
-            node_key=request.node_key,
-            memory_user=request.memory_user,
-            value=request.value,
-        )
-        for line in self.archive.export(request.namespace, subject=subject):
+        for line in self.archive.export(request.namespace, subject=_subject(request)):
             pending += line
             if len(pending) >= ARCHIVE_CHUNK_BYTES:
                 yield pb.ExportNamespaceResponse(data=bytes(pending))
@@ -115,14 +122,8 @@ class DataProtectionServicer(data_protection_service_pb2_grpc.DataProtectionServ
         self, request: pb.EraseSubjectRequest, context: grpc.ServicerContext
     ) -> pb.EraseSubjectResponse:
         receipt = self.eraser.erase(
-            EraseInput(
-                namespace=request.namespace,
-                node_key=request.node_key,
-                memory_user=request.memory_user,
-                value=request.value,
-                reason=request.reason,
-                confirm=request.confirm,
-                validate_only=request.validate_only,
+            _subject(
+                request, reason=request.reason, confirm=request.confirm, validate_only=request.validate_only
             )
         )
         return pb.EraseSubjectResponse(receipt=receipt_to_proto(receipt))

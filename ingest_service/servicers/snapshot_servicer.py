@@ -4,21 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
 
 from common.grpc.proto_mapping import fact_assertion_to_dict
 from common.grpc.proto_mapping import optional_instant
-from common.kernel.errors import FieldViolation
-from common.kernel.errors import InvalidArgument
 from common.kernel.errors import ViolationCollector
 from ingest_service.servicers.client_stream import ClientStream
+from ingest_service.servicers.client_stream import stream_header
+from ingest_service.snapshots.model import ReconcileResult
 from ingest_service.snapshots.model import SnapshotHeader
 from ingest_service.snapshots.model import SnapshotPart
 from ingest_service.snapshots.reconciler import SnapshotReconciler
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+
+
+def _result_fields(result: ReconcileResult) -> dict[str, Any]:
+    """The fields ReconcileResponse and ReconcileStreamResponse share: all of theirs."""
+    return {
+        "snapshot_id": result.snapshot_id,
+        "counts": snapshot_service_pb2.ReconcileCounts(**asdict(result.counts)),
+        "unchanged": result.unchanged,
+        "previous_snapshot_id": result.previous_snapshot_id,
+    }
 
 
 class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # type: ignore[misc]
@@ -44,12 +55,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
             [fact_assertion_to_dict(fact) for fact in request.facts],
             allow_mass_sweep=request.allow_mass_sweep,
         )
-        return snapshot_service_pb2.ReconcileResponse(
-            snapshot_id=result.snapshot_id,
-            counts=snapshot_service_pb2.ReconcileCounts(**asdict(result.counts)),
-            unchanged=result.unchanged,
-            previous_snapshot_id=result.previous_snapshot_id,
-        )
+        return snapshot_service_pb2.ReconcileResponse(**_result_fields(result))
 
     def ReconcileStream(
         self,
@@ -59,12 +65,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
         """The header, then the parts as `SnapshotPart`s, consumed lazily by the reconciler (one message
         in memory at a time), then the end message; a broken stream surfaces inside the run (`_parts`),
         which rolls it back."""
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("part") != "header":
-            raise InvalidArgument(
-                [FieldViolation("header", "the first message of the stream must carry the header")]
-            )
-        header = first.header
+        header = stream_header(request_iterator)
         result = self.reconciler.reconcile_stream(
             SnapshotHeader(
                 header.namespace,
@@ -76,12 +77,7 @@ class SnapshotServicer(snapshot_service_pb2_grpc.SnapshotServiceServicer):  # ty
             ),
             _parts(request_iterator),
         )
-        return snapshot_service_pb2.ReconcileStreamResponse(
-            snapshot_id=result.snapshot_id,
-            counts=snapshot_service_pb2.ReconcileCounts(**asdict(result.counts)),
-            unchanged=result.unchanged,
-            previous_snapshot_id=result.previous_snapshot_id,
-        )
+        return snapshot_service_pb2.ReconcileStreamResponse(**_result_fields(result))
 
 
 def _parts(messages: Iterator[snapshot_service_pb2.ReconcileStreamRequest]) -> Iterator[SnapshotPart]:

@@ -13,6 +13,7 @@ from common.kernel.errors import DomainError
 from common.kernel.errors import FieldViolation
 from common.kernel.errors import InvalidArgument
 from ingest_service.servicers.client_stream import ClientStream
+from ingest_service.servicers.client_stream import stream_header
 from ingest_service.vault.documents import VaultFile
 from ingest_service.vault.ingest import VaultHeader
 from ingest_service.vault.ingest import VaultIngestor
@@ -43,12 +44,7 @@ class VaultServicer(vault_service_pb2_grpc.VaultServiceServicer):  # type: ignor
         context: grpc.ServicerContext,
     ) -> vault_service_pb2.IngestVaultResponse:
         """The header, then the documents consumed lazily by the run, then the end message."""
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("part") != "header":
-            raise InvalidArgument(
-                [FieldViolation("header", "the first message of the stream must carry the header")]
-            )
-        header = first.header
+        header = stream_header(request_iterator)
         try:
             report = self.ingestor.run(
                 VaultHeader(

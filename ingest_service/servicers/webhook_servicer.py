@@ -6,9 +6,9 @@ from __future__ import annotations
 import grpc
 
 from common.auth.principals import current_principal
+from common.grpc.proto_mapping import change_filter
 from common.grpc.proto_mapping import dict_to_struct
 from common.grpc.proto_mapping import timestamp
-from common.storage.change_feed.outbox import ChangeFilter
 from common.storage.change_feed.webhook_store import WebhookSubscriptionRow
 from common.storage.visibility import visibility_for
 from ingest_service.change_feed.subscriptions import Creator
@@ -44,11 +44,7 @@ class WebhookServicer(webhook_service_pb2_grpc.WebhookServiceServicer):  # type:
         row, secret = self.subscriptions.create(
             request.namespace,
             request.target_url,
-            ChangeFilter(
-                event_types=tuple(request.event_types),
-                key_prefixes=tuple(request.key_prefixes),
-                predicates=tuple(request.predicates),
-            ),
+            change_filter(request),
             Creator(
                 name=principal.name if principal else "",
                 visibility=visibility_for(principal),

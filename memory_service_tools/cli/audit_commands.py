@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 from google.protobuf import timestamp_pb2
 from rich.markup import escape
-from rich.table import Table
 
 from common.grpc.proto_mapping import instant
 from common.grpc.proto_mapping import struct_to_dict
@@ -25,8 +24,10 @@ from memory_service_tools.cli.option_types import NamespaceOption
 from memory_service_tools.cli.option_types import parse_instant
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import out
 from memory_service_tools.cli.terminal import print_wide
+from memory_service_tools.cli.terminal import printed_none
 
 
 def _instant_option(text: str | None, hint: str) -> timestamp_pb2.Timestamp | None:
@@ -80,12 +81,9 @@ def audit(
 
 
 def _print_events(response: audit_service_pb2.ListAuditEventsResponse) -> None:
-    if not response.events:
-        out.print("no audit events")
+    if printed_none(response.events, "no audit events"):
         return
-    table = Table()
-    for name in ("time", "action", "principal", "target", "details", "trace"):
-        table.add_column(name)
+    table = column_table("time", "action", "principal", "target", "details", "trace")
     for event in response.events:
         details = json.dumps(struct_to_dict(event.details), ensure_ascii=False, sort_keys=True)
         table.add_row(

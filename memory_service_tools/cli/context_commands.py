@@ -15,7 +15,6 @@ from typing import TypeVar
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_tools.cli.namespace_commands import flag_empty_namespace
@@ -25,6 +24,7 @@ from memory_service_tools.cli.option_types import NamespaceOption
 from memory_service_tools.cli.option_types import as_of_timestamp
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import err
 from memory_service_tools.cli.terminal import print_text
 
@@ -70,10 +70,8 @@ def _print_pack(
 ) -> None:
     """The items table (and ``note`` under it) and the dropped count and trace id on stderr; the pack text
     on stdout."""
-    numeric = set(right_aligned)
-    table = Table(title=f"{len(pack.items)} items, {pack.token_count}/{pack.token_budget or budget} tokens")
-    for name in columns:
-        table.add_column(name, justify="right" if name in numeric else "left")
+    title = f"{len(pack.items)} items, {pack.token_count}/{pack.token_budget or budget} tokens"
+    table = column_table(*columns, right=set(right_aligned), title=title)
     for row in rows:
         table.add_row(*row)
     err.print(table)
@@ -133,9 +131,10 @@ def context(
             rows=rows,
         )
         if response.pack.dropped:
-            table = Table(title=f"best {len(response.pack.dropped)} candidates left out")
-            for name in ("kind", "rule", "score", "tokens", "from", "why"):
-                table.add_column(name, justify="right" if name in ("score", "tokens") else "left")
+            title = f"best {len(response.pack.dropped)} candidates left out"
+            table = column_table(
+                "kind", "rule", "score", "tokens", "from", "why", right=("score", "tokens"), title=title
+            )
             for candidate in response.pack.dropped:
                 table.add_row(
                     candidate.kind,

@@ -10,13 +10,13 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from common.kernel.config import EMBEDDED_DATABASE_URL
 from common.kernel.config import Settings
 from memory_service_tools.cli.checkout_database import checkout_database_url
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import out
 
 
@@ -120,9 +120,7 @@ def health(
     if as_json:
         typer.echo(json.dumps({"state": code.name.lower(), "components": rows}, indent=2))
     else:
-        table = Table()
-        for column in ("component", "address", "state"):
-            table.add_column(column)
+        table = column_table("component", "address", "state")
         for row in rows:
             detail = f" ({row['detail']})" if row.get("detail") else ""
             table.add_row(row["component"], escape(row["address"]), escape(row["state"] + detail))

@@ -15,7 +15,6 @@ import typer
 from google.protobuf import duration_pb2
 from google.protobuf import json_format
 from rich.markup import escape
-from rich.table import Table
 
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_record_pb2
@@ -24,8 +23,10 @@ from memory_service_tools.cli.option_types import JsonOption
 from memory_service_tools.cli.option_types import mass_sweep_option
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import err
 from memory_service_tools.cli.terminal import out
+from memory_service_tools.cli.terminal import printed_none
 
 memory_app = typer.Typer(
     help="Memory records (docs/how-to/memory-records.md): add, recall, read, summarise, maintain.", no_args_is_help=True
@@ -153,12 +154,9 @@ def recall(
 
 
 def _print_recalled(response: memory_query_service_pb2.RecallMemoriesResponse) -> None:
-    if not response.memories:
-        out.print("no memories")
+    if printed_none(response.memories, "no memories"):
         return
-    table = Table(show_lines=True)
-    for name in ("#", "score", "memory", "text"):
-        table.add_column(name)
+    table = column_table("#", "score", "memory", "text", show_lines=True)
     for rank, item in enumerate(response.memories, start=1):
         scores = (
             f"{item.score:.3f}\nsim {item.similarity:.3f}\nrec {item.recency:.3f}\nimp {item.importance:.2f}"
@@ -222,9 +220,7 @@ def list_memories(
 
 
 def _print_list(response: memory_query_service_pb2.ListMemoriesResponse) -> None:
-    table = Table()
-    for name in ("memory", "tier", "importance", "tags", "text"):
-        table.add_column(name)
+    table = column_table("memory", "tier", "importance", "tags", "text")
     for memory in response.memories:
         table.add_row(
             escape(memory.memory_id),

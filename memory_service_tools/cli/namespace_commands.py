@@ -9,7 +9,6 @@ from typing import Annotated
 import grpc
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from common.auth.principals import closest_namespace
 from memory_service_grpc_client import ServiceError
@@ -17,9 +16,11 @@ from memory_service_grpc_client.memory.v1 import namespace_service_pb2
 from memory_service_tools.cli.option_types import JsonOption
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import err
 from memory_service_tools.cli.terminal import out
 from memory_service_tools.cli.terminal import print_wide
+from memory_service_tools.cli.terminal import printed_none
 
 EMPTY_NAMESPACE_EXIT = 3
 """Exit code of a read whose namespace holds nothing the caller can see (a misspelt name, usually); the
@@ -46,12 +47,10 @@ def namespaces(
 
 
 def _print_namespaces(response: namespace_service_pb2.ListNamespacesResponse) -> None:
-    if not response.namespaces:
-        out.print("no namespaces hold anything yet")
+    if printed_none(response.namespaces, "no namespaces hold anything yet"):
         return
-    table = Table()
-    for name in ("namespace", "observations", "nodes", "facts", "chunks"):
-        table.add_column(name, justify="left" if name == "namespace" else "right")
+    counts = ("observations", "nodes", "facts", "chunks")
+    table = column_table("namespace", *counts, right=counts)
     for item in response.namespaces:
         table.add_row(
             escape(item.namespace),
@@ -82,9 +81,7 @@ def stats(
 
 
 def _print_stats(response: namespace_service_pb2.GetNamespaceStatsResponse) -> None:
-    table = Table(title=f"namespace {escape(response.namespace)}")
-    table.add_column("what")
-    table.add_column("count", justify="right")
+    table = column_table("what", "count", right=("count",), title=f"namespace {escape(response.namespace)}")
 
     def group(title: str, counts: dict[str, int]) -> None:
         table.add_row(f"{title}", str(sum(counts.values())))

@@ -16,7 +16,6 @@ import typer
 from google.protobuf import json_format
 from google.protobuf import timestamp_pb2
 from rich.markup import escape
-from rich.table import Table
 
 from common.grpc.proto_mapping import dict_to_struct
 from common.grpc.proto_mapping import instant
@@ -34,11 +33,13 @@ from memory_service_tools.cli.option_types import as_of_timestamp
 from memory_service_tools.cli.option_types import key_value_pairs
 from memory_service_tools.cli.rpc_output import call_and_print
 from memory_service_tools.cli.rpc_output import memory_client
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import err
 from memory_service_tools.cli.terminal import fail
 from memory_service_tools.cli.terminal import out
 from memory_service_tools.cli.terminal import print_text
 from memory_service_tools.cli.terminal import print_wide
+from memory_service_tools.cli.terminal import printed_none
 
 
 def _excerpt(text: str, limit: int = 160) -> str:
@@ -78,14 +79,9 @@ def search(
 
 
 def _print_hits(response: retrieval_service_pb2.SearchResponse) -> None:
-    if not response.hits:
-        out.print("no hits")
+    if printed_none(response.hits, "no hits"):
         return
-    table = Table(show_lines=True)
-    table.add_column("#", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("document")
-    table.add_column("text")
+    table = column_table("#", "score", "document", "text", right=("#", "score"), show_lines=True)
     for rank, hit in enumerate(response.hits, start=1):
         where = f"{hit.node_key}#{hit.chunk_order}"
         if hit.title and hit.title != hit.node_key:
@@ -139,12 +135,9 @@ def facts(
 
 
 def _print_facts(collected: fact_query_service_pb2.ListFactsResponse) -> None:
-    if not collected.facts:
-        out.print("no facts")
+    if printed_none(collected.facts, "no facts"):
         return
-    table = Table()
-    for name in ("subject", "predicate", "object", "valid", "evidence", "flags"):
-        table.add_column(name)
+    table = column_table("subject", "predicate", "object", "valid", "evidence", "flags")
     for fact in collected.facts:
         flags = [
             flag
@@ -254,9 +247,8 @@ def trace(
 
 
 def _print_trace(trace_id: str, response: trace_service_pb2.GetTraceResponse) -> None:
-    table = Table(title=f"trace {trace_id}: {len(response.trace.entries)} entries")
-    for name in ("time", "entry", "who / request", "what"):
-        table.add_column(name)
+    title = f"trace {trace_id}: {len(response.trace.entries)} entries"
+    table = column_table("time", "entry", "who / request", "what", title=title)
     for entry in response.trace.entries:
         when = _format_instant(entry.time)
         if entry.HasField("audit_event"):

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Collection
 from collections.abc import Iterator
 from collections.abc import Sequence
+from collections.abc import Sized
+from typing import Any
 from typing import NoReturn
 
 import grpc
@@ -24,6 +27,7 @@ from rich.progress import MofNCompleteColumn
 from rich.progress import Progress
 from rich.progress import TextColumn
 from rich.progress import TimeElapsedColumn
+from rich.table import Table
 
 from common.kernel.errors import DomainError
 from common.kernel.errors import InvalidArgument
@@ -85,6 +89,23 @@ def print_wide(renderable: RenderableType) -> None:
 
 
 _UNBOUNDED = 1 << 16
+
+
+def printed_none(items: Sized, none: str) -> bool:
+    """Whether ``items`` is empty, when ``none`` (e.g. ``no facts``) is printed on stdout in its place."""
+    if len(items):
+        return False
+    out.print(none)
+    return True
+
+
+def column_table(*columns: str, right: Collection[str] = (), **options: Any) -> Table:
+    """A rich `Table` headed by ``columns``, in order, those in ``right`` right-aligned (figures), the
+    others left-aligned; ``options`` are `Table`'s own, e.g. ``title``."""
+    table = Table(**options)
+    for name in columns:
+        table.add_column(name, justify="right" if name in right else "left")
+    return table
 
 
 def print_lines(lines: Sequence[str], *, none: str) -> None:

@@ -11,14 +11,15 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from memory_service_tools.cli.cli_state import cli_state
 from memory_service_tools.cli.option_types import JsonOption
+from memory_service_tools.cli.terminal import column_table
 from memory_service_tools.cli.terminal import err
 from memory_service_tools.cli.terminal import fail
 from memory_service_tools.cli.terminal import out
 from memory_service_tools.cli.terminal import print_wide
+from memory_service_tools.cli.terminal import printed_none
 
 token_app = typer.Typer(
     help="Bearer tokens: the tokens file holds their sha256 hashes only.", no_args_is_help=True
@@ -170,12 +171,9 @@ def token_list(ctx: typer.Context, tokens_file: TokensFileOption = None, as_json
         ]
         typer.echo(json.dumps({"tokens_file": str(path), "tokens": entries}, ensure_ascii=False, indent=2))
         return
-    if not parsed.tokens:
-        out.print(f"no tokens in {escape(str(path))}")
+    if printed_none(parsed.tokens, f"no tokens in {escape(str(path))}"):
         return
-    table = Table()
-    for name in ("principal", "namespaces", "scopes", "pii", "memory scope", "created", "note"):
-        table.add_column(name)
+    table = column_table("principal", "namespaces", "scopes", "pii", "memory scope", "created", "note")
     for entry in parsed.tokens:
         table.add_row(
             escape(entry.principal),

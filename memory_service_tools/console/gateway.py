@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
+from functools import partial
+from typing import Any
 from typing import TypeVar
+
+from google.protobuf.message import Message
 
 from memory_service_grpc_client import MemoryClient
 from memory_service_grpc_client import ServiceError
@@ -21,6 +25,21 @@ T = TypeVar("T")
 
 INGEST = "ingest_service"
 QUERY = "query_service"
+
+
+def rpc_name(request: Message) -> str:
+    """``Service.Method`` of the RPC that takes ``request``'s message type, e.g. ``SourceService.GetSource``
+    for a GetSourceRequest (AIP style: the service is declared in the request's own proto file).
+
+    Raises:
+        LookupError: no service of that file takes the message type.
+    """
+    descriptor = request.DESCRIPTOR
+    for service in descriptor.file.services_by_name.values():
+        for method in service.methods:
+            if method.input_type.full_name == descriptor.full_name:
+                return f"{service.name}.{method.name}"
+    raise LookupError(f"no RPC of {descriptor.file.name} takes {descriptor.full_name}")
 
 
 class TokenRefused(Exception):
@@ -84,6 +103,13 @@ class Gateway:
                 )
             )
             return None
+
+    def call_rpc(
+        self, method: Callable[..., T], request: Message, *, service: str = QUERY, **options: Any
+    ) -> T | None:
+        """`call` of ``method(request, **options)``, the client's call of the RPC of ``service`` that takes
+        ``request`` (named as `rpc_name` says)."""
+        return self.call(service, rpc_name(request), partial(method, request, **options))
 
     def down_services(self) -> list[str]:
         """The services that could not be reached during this request, each once."""

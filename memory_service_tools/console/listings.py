@@ -78,12 +78,9 @@ def namespace_overviews(gateway: Gateway, also: Iterable[str], prefix: str = "")
     A namespace the token may not read is one row that says so, not a page of errors; a service that is
     down is named once at the top and the rows stay with unknown counts.
     """
-    listed = gateway.call(
-        QUERY,
-        "NamespaceService.ListNamespaces",
-        lambda: gateway.client.list_namespaces(
-            namespace_service_pb2.ListNamespacesRequest(prefix=prefix, page_size=MAX_NAMESPACE_ROWS)
-        ),
+    listed = gateway.call_rpc(
+        gateway.client.list_namespaces,
+        namespace_service_pb2.ListNamespacesRequest(prefix=prefix, page_size=MAX_NAMESPACE_ROWS),
     )
     seen = {item.namespace for item in listed.namespaces} if listed is not None else set()
     names = sorted(seen | set(also))
@@ -101,12 +98,10 @@ def namespace_overviews(gateway: Gateway, also: Iterable[str], prefix: str = "")
 
 
 def _admitted_kinds(gateway: Gateway, overview: NamespaceOverview) -> None:
-    kinds = gateway.call(
-        INGEST,
-        "DomainPackService.GetNamespaceKinds",
-        lambda: gateway.client.get_namespace_kinds(
-            domain_pack_service_pb2.GetNamespaceKindsRequest(namespace=overview.namespace)
-        ),
+    kinds = gateway.call_rpc(
+        gateway.client.get_namespace_kinds,
+        domain_pack_service_pb2.GetNamespaceKindsRequest(namespace=overview.namespace),
+        service=INGEST,
     )
     if kinds is not None:
         overview.kinds = list(kinds.kinds)
@@ -117,12 +112,9 @@ def _count(gateway: Gateway, overview: NamespaceOverview) -> bool:
     service refused the name (nothing else is worth asking about it); True when counted, or when only
     query_service is down (ingest_service may still answer)."""
     failures_before = len(gateway.failures)
-    stats = gateway.call(
-        QUERY,
-        "NamespaceService.GetNamespaceStats",
-        lambda: gateway.client.get_namespace_stats(
-            namespace_service_pb2.GetNamespaceStatsRequest(namespace=overview.namespace)
-        ),
+    stats = gateway.call_rpc(
+        gateway.client.get_namespace_stats,
+        namespace_service_pb2.GetNamespaceStatsRequest(namespace=overview.namespace),
     )
     if stats is None:
         refused = [f for f in gateway.failures[failures_before:] if f.code == "PERMISSION_DENIED"]
@@ -191,20 +183,17 @@ def audit_events(gateway: Gateway, namespace: str, wanted: AuditFilter) -> Audit
     if wanted.trace_id:
         return _trace_events(gateway, namespace, wanted)
     listing = AuditListing()
-    response = gateway.call(
-        QUERY,
-        "AuditService.ListAuditEvents",
-        lambda: gateway.client.list_audit_events(
-            audit_service_pb2.ListAuditEventsRequest(
-                namespace=namespace,
-                action=wanted.action,
-                principal=wanted.principal,
-                node_key=wanted.node,
-                start_time=to_timestamp(wanted.since),
-                end_time=to_timestamp(wanted.until),
-                page_size=wanted.page_size,
-                page_token=wanted.page_token,
-            )
+    response = gateway.call_rpc(
+        gateway.client.list_audit_events,
+        audit_service_pb2.ListAuditEventsRequest(
+            namespace=namespace,
+            action=wanted.action,
+            principal=wanted.principal,
+            node_key=wanted.node,
+            start_time=to_timestamp(wanted.since),
+            end_time=to_timestamp(wanted.until),
+            page_size=wanted.page_size,
+            page_token=wanted.page_token,
         ),
     )
     if response is None:
@@ -217,12 +206,9 @@ def audit_events(gateway: Gateway, namespace: str, wanted: AuditFilter) -> Audit
 
 def _trace_events(gateway: Gateway, namespace: str, wanted: AuditFilter) -> AuditListing:
     listing = AuditListing()
-    response = gateway.call(
-        QUERY,
-        "TraceService.GetTrace",
-        lambda: gateway.client.get_trace(
-            trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=wanted.trace_id)
-        ),
+    response = gateway.call_rpc(
+        gateway.client.get_trace,
+        trace_service_pb2.GetTraceRequest(namespace=namespace, trace_id=wanted.trace_id),
     )
     if response is None:
         return listing

@@ -170,12 +170,7 @@ class ContextCompiler(PackCompiler):
             self.record(conn, request, fitted, {"search_depth": depth})
         return ContextPack(
             items=items,
-            text=fitted.text,
-            token_count=fitted.token_count,
-            trace_id=request.trace_id,
-            token_budget=request.token_budget,
-            dropped_count=fitted.dropped_count,
-            as_of=as_of,
+            **self.pack_totals(request, fitted, as_of),
             dropped=_best_dropped(candidates, fitted, request.dropped_limit),
         )
 

@@ -352,12 +352,7 @@ class TypedContextCompiler(PackCompiler):
         )
         return TypedContextPack(
             items=items,
-            text=fitted.text,
-            token_count=fitted.token_count,
-            trace_id=request.trace_id,
-            token_budget=request.token_budget,
-            dropped_count=fitted.dropped_count,
-            as_of=as_of,
+            **self.pack_totals(request, fitted, as_of),
             anchors=anchors,
             max_depth=request.max_depth,
             relations=[rule.relation for rule in rules],
@@ -413,12 +408,7 @@ class TypedContextCompiler(PackCompiler):
                 key=row.fact_id,
                 text=render_fact(row, conflict=conflict),
                 score=score,
-                provenance=Provenance(
-                    node_key=row.subject_key,
-                    source_path=row.source_path,
-                    observation_ids=tuple(row.observation_ids),
-                    fact_id=row.fact_id,
-                ),
+                provenance=Provenance.of_fact(row),
                 natural_key=step.node_key,
                 node_type=_node_type(step.node_key, summaries),
                 depth=step.depth,

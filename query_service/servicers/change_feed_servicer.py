@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import grpc
 
+from common.grpc.proto_mapping import change_filter
 from common.grpc.proto_mapping import dict_to_struct
 from common.grpc.proto_mapping import timestamp
 from common.kernel.consistency import encode_token
-from common.storage.change_feed.outbox import ChangeFilter
 from common.storage.change_feed.outbox import ChangeRow
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
@@ -37,11 +37,7 @@ class ChangeFeedServicer(change_feed_service_pb2_grpc.ChangeFeedServiceServicer)
             WatchRequest(
                 namespace=request.namespace,
                 resume_after=request.resume_after,
-                filters=ChangeFilter(
-                    event_types=tuple(request.event_types),
-                    key_prefixes=tuple(request.key_prefixes),
-                    predicates=tuple(request.predicates),
-                ),
+                filters=change_filter(request),
                 heartbeat_seconds=request.heartbeat_seconds,
             ),
             visibility=caller_visibility(),

@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 from datetime import UTC
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import int_param
 from memory_service_tools.console.views import to_timestamp
@@ -54,9 +52,7 @@ def build(view: PageView) -> dict[str, Any]:
                 request = fact_query_service_pb2.ListFactsRequest(
                     namespace=ns, page_size=EDGES_PER_CALL, as_of=as_of, **{direction: current}
                 )
-                response = view.gateway.call(
-                    QUERY, "FactQueryService.ListFacts", partial(view.gateway.client.list_facts, request)
-                )
+                response = view.gateway.call_rpc(view.gateway.client.list_facts, request)
                 for fact in response.facts if response else []:
                     edges[fact.fact_id] = {
                         "id": fact.fact_id,

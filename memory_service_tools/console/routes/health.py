@@ -31,12 +31,10 @@ def build(view: PageView) -> dict[str, Any]:
     ]
     backlog = None
     if view.address.namespace:
-        response = view.gateway.call(
-            INGEST,
-            "ObservationService.GetEmbeddingBacklog",
-            lambda: client.get_embedding_backlog(
-                observation_service_pb2.GetEmbeddingBacklogRequest(namespace=view.address.namespace)
-            ),
+        response = view.gateway.call_rpc(
+            client.get_embedding_backlog,
+            observation_service_pb2.GetEmbeddingBacklogRequest(namespace=view.address.namespace),
+            service=INGEST,
         )
         if response is not None:
             backlog = {

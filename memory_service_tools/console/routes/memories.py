@@ -6,7 +6,6 @@ from typing import Any
 
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_record_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import from_timestamp
 from memory_service_tools.console.views import instant_text
@@ -47,33 +46,27 @@ def build(view: PageView) -> dict[str, Any]:
     values: dict[str, Any] = {"title": "Memories", "user": user, "project": project, "page_size": page_size}
     if not user:
         return {**values, "query": "", "recalled": [], "tree": [], "next_page": ""}
-    response = view.gateway.call(
-        QUERY,
-        "MemoryQueryService.ListMemories",
-        lambda: view.gateway.client.list_memories(
-            memory_query_service_pb2.ListMemoriesRequest(
-                user_id=user,
-                page_size=page_size,
-                page_token=view.param("page"),
-                include_expired=True,
-                include_summarized=True,
-            ),
-            project_id=project,
+    response = view.gateway.call_rpc(
+        view.gateway.client.list_memories,
+        memory_query_service_pb2.ListMemoriesRequest(
+            user_id=user,
+            page_size=page_size,
+            page_token=view.param("page"),
+            include_expired=True,
+            include_summarized=True,
         ),
+        project_id=project,
     )
     memories = list(response.memories) if response else []
     recalled = []
     if query := view.param("q"):
         # touch=False: reading in the console leaves recall counts and times as they were.
-        found = view.gateway.call(
-            QUERY,
-            "MemoryQueryService.RecallMemories",
-            lambda: view.gateway.client.recall_memories(
-                memory_query_service_pb2.RecallMemoriesRequest(
-                    query=query, user_id=user, top_k=RECALL_TOP_K, touch=False, expand_summaries=True
-                ),
-                project_id=project,
+        found = view.gateway.call_rpc(
+            view.gateway.client.recall_memories,
+            memory_query_service_pb2.RecallMemoriesRequest(
+                query=query, user_id=user, top_k=RECALL_TOP_K, touch=False, expand_summaries=True
             ),
+            project_id=project,
         )
         recalled = list(found.memories) if found else []
     return {

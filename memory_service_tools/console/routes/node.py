@@ -12,7 +12,6 @@ from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import BadAddress
 from memory_service_tools.console.views import from_timestamp
@@ -32,9 +31,7 @@ def _facts(view: PageView, direction: str, key: str, page_token: str) -> tuple[l
         page_token=page_token,
         **{direction: key},
     )
-    response = view.gateway.call(
-        QUERY, "FactQueryService.ListFacts", lambda: view.gateway.client.list_facts(request)
-    )
+    response = view.gateway.call_rpc(view.gateway.client.list_facts, request)
     return (list(response.facts), response.next_page_token) if response else ([], "")
 
 
@@ -116,12 +113,9 @@ def build(view: PageView) -> dict[str, Any]:
     values: dict[str, Any] = {"title": f"Node {key}" if key else "Node", "key": key, "source": None}
     if not (key and ns):
         return values
-    source_response = view.gateway.call(
-        QUERY,
-        "SourceService.GetSource",
-        lambda: view.gateway.client.get_source(
-            source_service_pb2.GetSourceRequest(namespace=ns, natural_key=key)
-        ),
+    source_response = view.gateway.call_rpc(
+        view.gateway.client.get_source,
+        source_service_pb2.GetSourceRequest(namespace=ns, natural_key=key),
     )
     source = source_response.source if source_response else None
     text = text_page(
@@ -131,16 +125,13 @@ def build(view: PageView) -> dict[str, Any]:
     )
     chunks: list[retrieval_service_pb2.SearchHit] = []
     if source is not None and source.chunk_count:
-        found = view.gateway.call(
-            QUERY,
-            "RetrievalService.Search",
-            lambda: view.gateway.client.search(
-                retrieval_service_pb2.SearchRequest(
-                    namespace=ns,
-                    query=source.title or key,
-                    node_keys=[key],
-                    top_k=min(source.chunk_count, CHUNK_LIMIT),
-                )
+        found = view.gateway.call_rpc(
+            view.gateway.client.search,
+            retrieval_service_pb2.SearchRequest(
+                namespace=ns,
+                query=source.title or key,
+                node_keys=[key],
+                top_k=min(source.chunk_count, CHUNK_LIMIT),
             ),
         )
         chunks = sorted(found.hits, key=lambda hit: hit.chunk_order) if found else []

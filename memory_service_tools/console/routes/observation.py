@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from google.protobuf import json_format
 
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import from_timestamp
 from memory_service_tools.console.views import instant_text
@@ -24,12 +22,9 @@ def build(view: PageView) -> dict[str, Any]:
     values: dict[str, Any] = {"title": "Observation", "observation_id": observation_id, "observation": None}
     if not (observation_id and ns):
         return values
-    response = view.gateway.call(
-        QUERY,
-        "ObservationQueryService.GetObservation",
-        lambda: view.gateway.client.get_observation(
-            observation_query_service_pb2.GetObservationRequest(namespace=ns, observation_id=observation_id)
-        ),
+    response = view.gateway.call_rpc(
+        view.gateway.client.get_observation,
+        observation_query_service_pb2.GetObservationRequest(namespace=ns, observation_id=observation_id),
     )
     if response is None:
         return values
@@ -46,18 +41,10 @@ def build(view: PageView) -> dict[str, Any]:
             subjects.add(f"{subject['type']}:{subject['id']}")
     produced = {}
     for subject in sorted(subjects):
-        facts = view.gateway.call(
-            QUERY,
-            "FactQueryService.ListFacts",
-            partial(
-                view.gateway.client.list_facts,
-                fact_query_service_pb2.ListFactsRequest(
-                    namespace=ns,
-                    subject=subject,
-                    include_history=True,
-                    include_lost=True,
-                    page_size=FACT_PAGE,
-                ),
+        facts = view.gateway.call_rpc(
+            view.gateway.client.list_facts,
+            fact_query_service_pb2.ListFactsRequest(
+                namespace=ns, subject=subject, include_history=True, include_lost=True, page_size=FACT_PAGE
             ),
         )
         for fact in facts.facts if facts else []:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import context_service_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import int_param
 from memory_service_tools.console.views import to_timestamp
@@ -29,9 +28,7 @@ def build(view: PageView) -> dict[str, Any]:
         as_of = to_timestamp(view.address.as_of)
         if as_of is not None:
             request.as_of.CopyFrom(as_of)
-        response = view.gateway.call(
-            QUERY, "ContextService.CompileContext", lambda: view.gateway.client.compile_context(request)
-        )
+        response = view.gateway.call_rpc(view.gateway.client.compile_context, request)
         pack = response.pack if response else None
     used = pack.token_count if pack else 0
     limit = pack.token_budget if pack and pack.token_budget else budget

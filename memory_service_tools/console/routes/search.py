@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
-from memory_service_tools.console.gateway import QUERY
 from memory_service_tools.console.page_view import PageView
 from memory_service_tools.console.views import int_param
 
@@ -34,13 +33,10 @@ def build(view: PageView) -> dict[str, Any]:
     top_k = int_param(view.request, "top_k", 10, 1, 100)
     rows: list[dict[str, Any]] = []
     if query and view.address.namespace:
-        response = view.gateway.call(
-            QUERY,
-            "RetrievalService.Search",
-            lambda: view.gateway.client.search(
-                retrieval_service_pb2.SearchRequest(
-                    namespace=view.address.namespace, query=query, top_k=top_k, preset=preset, types=types
-                )
+        response = view.gateway.call_rpc(
+            view.gateway.client.search,
+            retrieval_service_pb2.SearchRequest(
+                namespace=view.address.namespace, query=query, top_k=top_k, preset=preset, types=types
             ),
         )
         hits = list(response.hits) if response else []

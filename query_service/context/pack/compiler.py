@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -85,6 +86,19 @@ class PackCompiler:
             decisions=fitted.decisions,
             scopes=request.visibility.owner_scopes,
         )
+
+    @staticmethod
+    def pack_totals(request: ContextRequest, fitted: FitResult, as_of: datetime) -> dict[str, Any]:
+        """The `ContextPack` fields both compilers fill alike, from the request, its fitting and the instant
+        facts were valid at: text, token_count, trace_id, token_budget, dropped_count and as_of."""
+        return {
+            "text": fitted.text,
+            "token_count": fitted.token_count,
+            "trace_id": request.trace_id,
+            "token_budget": request.token_budget,
+            "dropped_count": fitted.dropped_count,
+            "as_of": as_of,
+        }
 
     def audit_kept(self, request: ContextRequest, note: Callable[[PiiDisclosure], object]) -> None:
         """For a cleared caller, one ``pii_access`` event (under the pack's trace id) for the personal data

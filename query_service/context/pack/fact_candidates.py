@@ -142,12 +142,7 @@ def fact_candidates(
             key=row.fact_id,
             text=render_fact(visible, conflict=conflict),
             score=score,
-            provenance=Provenance(
-                node_key=visible.subject_key,
-                source_path=visible.source_path,
-                observation_ids=tuple(row.observation_ids),
-                fact_id=row.fact_id,
-            ),
+            provenance=Provenance.of_fact(visible),
             selection=replace(selection, reason=shown.text(selection.reason)),
             conflict=conflict,
             # The journal's reason names no anchor: a reader of the trace may not see it (the fact's
