@@ -80,6 +80,12 @@ def test_outline_titles_mark_numbered_and_wrapped_heading_lines() -> None:
     assert markdown == "## 1.2 Programs needed for development\n\nBody text of the section."
 
 
+def test_a_page_number_above_a_numbered_title_is_no_part_of_it() -> None:
+    pages = [_page("8", "", "", "4 Function reference", "", "Body text of the chapter.")]
+    assert mark_outline_headings(pages, [(1, "4 Function reference", 0)]) == 1
+    assert [line.heading for line in pages[0]] == [0, 1, 0]
+
+
 def test_without_an_outline_larger_type_is_a_heading_by_size() -> None:
     pages = [
         _page("Title", size=20.0)

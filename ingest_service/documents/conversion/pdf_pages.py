@@ -50,7 +50,8 @@ _NUMBERING = re.compile(
 # A line broken after a hyphen inside a word: "pack-" + "age", "command-" + "line" (the hyphen kept: the
 # text cannot tell a hyphenated word from a compound; a soft hyphen is dropped).
 _HYPHENATED = re.compile(r"(?:[^\W\d_]|-)[-\u2010\u00ad]$")
-# Font names of monospaced faces (code): DejaVuSansMono, Courier, LiberationMono, TeX's cmtt/lmtt, Consolas.
+# Font names of monospaced faces (code): DejaVuSansMono, Courier and URW's NimbusMonL, LiberationMono,
+# TeX's cmtt/lmtt, Consolas, Menlo, Monaco.
 # A list item's first line: a bullet glyph (made a Markdown "-") or a number; it starts a line of its own.
 _BULLET = re.compile(r"^\s*[•◦▪▫‣⁃●○■□∙·]\s*")
 _NUMBERED = re.compile(r"^\s*(?:\d{1,3}|[a-z])[.)]\s")
@@ -58,7 +59,9 @@ _ABSOLUTE = re.compile(r"(?:https?|ftp|mailto):", re.IGNORECASE)
 # A link whose text is its target, and two halves of a link the margin broke.
 _AUTOLINK = re.compile(r"\[([^\]]+)\]\(\1\)")
 _BROKEN_LINK = re.compile(r"\]\(([^()\s]+)\) \[([^\]]*)\]\(\1\)")
-_MONOSPACED = re.compile(r"mono|courier|cmtt|lmtt|typewriter|consol|code", re.IGNORECASE)
+_MONOSPACED = re.compile(
+    r"mono|courier|nimbusmon|cmtt|lmtt|typewriter|consol|code|menlo|monaco", re.IGNORECASE
+)
 
 
 @dataclass
@@ -292,7 +295,11 @@ def mark_outline_headings(pages: list[list[Line]], titles: Sequence[tuple[int, s
             if _titled(line.text, wanted):
                 span = 1
             elif index + 1 < len(flat) and flat[index + 1][0] == number:
-                span = 2 if _titled(line.text + " " + flat[index + 1][1].text, wanted) else 0
+                after = flat[index + 1][1].text
+                # a wrapped title is two lines neither of which is the title alone: a page number above
+                # "4 Function reference" reads "8 4 Function reference", numbered like a heading
+                wrapped = not _titled(after, wanted) and _titled(line.text + " " + after, wanted)
+                span = 2 if wrapped else 0
             if span:
                 for _, marked in flat[index : index + span]:
                     marked.heading = min(max(level, 1), 6)
