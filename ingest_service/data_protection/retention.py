@@ -42,6 +42,7 @@ from common.kernel.errors import NotFound
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
 from common.kernel.pii import PII_CATEGORY_PATTERN
+from common.storage.data_protection.retention_store import DUE_ITEMS
 from common.storage.data_protection.retention_store import RetentionRule
 from common.storage.data_protection.retention_store import RetentionStore
 from common.storage.database import Database
@@ -210,14 +211,8 @@ class RetentionEnforcer:
         return ""
 
     def _due(self, conn: Any, rule: RetentionRule, cutoff: datetime) -> int:
-        if rule.data_class == "observations":
-            return self.store.count_observations_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "memories":
-            return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "documents":
-            return self.store.count_documents_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "personal_data":
-            return self.store.count_personal_data_older_than(conn, rule.namespace, rule.selector, cutoff)
+        if rule.data_class in DUE_ITEMS:
+            return self.store.count_due(conn, rule, cutoff)
         if rule.data_class == "audit_events":
             return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
@@ -251,16 +246,8 @@ class RetentionEnforcer:
                 continue
 
     def _batch(self, conn: Any, rule: RetentionRule, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
-        if rule.data_class == "observations":
-            ids = self.store.observations_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-            return [(i, "") for i in ids]
-        if rule.data_class == "memories":
-            return self.store.memories_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-        if rule.data_class == "documents":
-            keys = self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-            return [(key, "") for key in keys]
-        if rule.data_class == "personal_data":
-            return self.store.personal_data_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+        if rule.data_class in DUE_ITEMS:
+            return self.store.due_items(conn, rule, cutoff, limit)
         due = self._due(conn, rule, cutoff)
         return [(rule.data_class, str(cutoff))] if due else []
 
