@@ -24,7 +24,7 @@ from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text
 from common.storage.graph.age import decode_agtype
 from common.storage.graph.age import label_tables
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 # table key -> (columns left out on write, conflict target)
 TABLES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -52,13 +52,11 @@ def _any_of(any_of: Mapping[str, Collection[str] | None] | None) -> tuple[sql.Co
     return matching, [sorted(values or ()) for values in any_of.values()]
 
 
-class NamespaceArchiveStore:
+class NamespaceArchiveStore(ComposingStore):
     """Reads and writes the rows of one namespace (see the module doc)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
+        super().__init__(settings)
         self._inserts: dict[str, sql.Composed] = {}
 
     def _insert_statement(self, conn: psycopg.Connection[Any], table: str) -> sql.Composed:

@@ -18,12 +18,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text
 from common.storage.graph.age import decode_agtype
 from common.storage.graph.age import label_tables
 from common.storage.row_count import fetch_count
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 __all__ = ["AUDIT_TYPES", "ErasureStore", "like_patterns"]
 
@@ -37,13 +36,8 @@ def like_patterns(values: Sequence[str]) -> list[str]:
     return [f"%{v}%" for v in escaped]
 
 
-class ErasureStore:
+class ErasureStore(ComposingStore):
     """SQL of erasure and its receipts (see the module doc)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
 
     # -- erasure look-ups ------------------------------------------------------------------------------
 

@@ -11,9 +11,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.config import Settings
 from common.storage.row_count import fetch_count
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 __all__ = ["DUE_ITEMS", "RetentionRule", "RetentionStore"]
 
@@ -62,13 +61,8 @@ DUE_ITEMS = {
 }
 
 
-class RetentionStore:
+class RetentionStore(ComposingStore):
     """SQL of ``retention_rules`` and of the rows a rule makes due."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
 
     def put_rule(self, conn: psycopg.Connection[Any], rule: RetentionRule, now: datetime) -> None:
         """Creates or replaces one retention rule."""
