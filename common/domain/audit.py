@@ -53,9 +53,8 @@ from common.auth.principals import current_principal
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_scopes
 from common.kernel.identifiers import MAX_KEY_LENGTH
-from common.kernel.identifiers import MAX_SCOPES
-from common.kernel.identifiers import SCOPE_PATTERN
 from common.kernel.identifiers import canonical_instant
 from common.kernel.identifiers import parse_instant
 from common.kernel.request_context import current_request_id
@@ -150,12 +149,7 @@ def validate_event(event: AuditEventInput) -> None:
             check.add(name, "must not contain NUL, tab or line break characters")
         elif value != value.strip():
             check.add(name, "must not start or end with whitespace")
-    if len(event.scopes) > MAX_SCOPES:
-        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(event.scopes)}")
-    else:
-        for index, scope in enumerate(event.scopes):
-            if not SCOPE_PATTERN.match(scope):
-                check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha)")
+    check_scopes(check, event.scopes, "workspace:alpha")
     try:
         size = len(json.dumps(dict(event.details), ensure_ascii=False).encode("utf-8"))
     except (TypeError, ValueError):
