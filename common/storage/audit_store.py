@@ -180,13 +180,11 @@ class AuditStore:
                     f"the key {anchor.natural_key!r} belongs to a node that is not a trace anchor; use another trace_id",
                     reason="TRACE_KEY_TAKEN",
                 )
-        self.graph.create_edge(
+        self.graph.create_edges(
             conn,
             namespace=namespace,
             edge_label=TRACE_EDGE_LABEL,
-            source=(node.natural_key, AUDIT_EVENT_LABEL),
-            target=(anchor.natural_key, TRACE_LABEL),
-            properties={"namespace": namespace, "trace_id": trace_id},
+            edges=[(node.natural_key, anchor.natural_key, {"namespace": namespace, "trace_id": trace_id})],
         )
         conn.execute(
             self.queries["insert_audit_event_row"],
