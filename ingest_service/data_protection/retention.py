@@ -32,7 +32,6 @@ from datetime import datetime
 from datetime import timedelta
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION
 from common.domain.audit import AuditEventInput
 from common.domain.audit import AuditTrail
 from common.domain.audit import default_trace_id
@@ -277,21 +276,13 @@ class RetentionEnforcer:
                 gone = self.audit.store.delete_events(conn, rule.namespace, events)
             else:
                 gone = self.store.delete_traces_older_than(conn, rule.namespace, cutoff, self.batch)
-            self.audit.record_in(
-                conn,
-                AuditEventInput(
-                    namespace=rule.namespace,
-                    action=DELETE_ACTION,
-                    trace_id=default_trace_id(),
-                    target_key=rule.data_class,
-                    details={
-                        "operation": "retention",
-                        "data_class": rule.data_class,
-                        "deleted": gone,
-                        "cutoff": cutoff.isoformat(),
-                    },
-                ),
-            )
+            details = {
+                "operation": "retention",
+                "data_class": rule.data_class,
+                "deleted": gone,
+                "cutoff": cutoff.isoformat(),
+            }
+            self.audit.record_deletion_in(conn, rule.namespace, rule.data_class, details, trace_id=default_trace_id())
             return gone
 
         return self.database.run_transaction(by_age)
