@@ -39,6 +39,7 @@ import hashlib
 import json
 import re
 import uuid
+from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -53,9 +54,8 @@ from common.auth.principals import current_principal
 from common.domain.write_access import WriteAccess
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_scopes
 from common.kernel.identifiers import MAX_KEY_LENGTH
-from common.kernel.identifiers import MAX_SCOPES
-from common.kernel.identifiers import SCOPE_PATTERN
 from common.kernel.identifiers import canonical_instant
 from common.kernel.identifiers import parse_instant
 from common.kernel.request_context import current_request_id
@@ -64,6 +64,7 @@ from common.storage.audit_store import AuditStore
 from common.storage.audit_store import event_key
 from common.storage.database import Database
 from common.storage.graph.store import GraphStore
+from common.storage.visibility import is_restricting
 
 # The limits every write path shares (pure validation module; no transport, no storage).
 
@@ -150,12 +151,7 @@ def validate_event(event: AuditEventInput) -> None:
             check.add(name, "must not contain NUL, tab or line break characters")
         elif value != value.strip():
             check.add(name, "must not start or end with whitespace")
-    if len(event.scopes) > MAX_SCOPES:
-        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(event.scopes)}")
-    else:
-        for index, scope in enumerate(event.scopes):
-            if not SCOPE_PATTERN.match(scope):
-                check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha)")
+    check_scopes(check, event.scopes, "workspace:alpha")
     try:
         size = len(json.dumps(dict(event.details), ensure_ascii=False).encode("utf-8"))
     except (TypeError, ValueError):
@@ -243,6 +239,32 @@ class AuditTrail:
         validate_event(event)
         self.store.ensure_labels()
         return self._write(connection, event)
+
+    def record_deletion_in(
+        self,
+        connection: psycopg.Connection[Any],
+        namespace: str,
+        target_key: str,
+        details: Mapping[str, Any],
+        *,
+        trace_id: str,
+        scopes: Iterable[str] = (),
+    ) -> AuditEvent:
+        """`record_in` of the ``delete`` event of ``target_key`` with ``details`` (the snapshot of what
+        went); the event is as visible as what it deleted: it keeps the restricting ones of ``scopes``.
+
+        Raises:
+            InvalidArgument, FailedPrecondition: as `record_in`.
+        """
+        event = AuditEventInput(
+            namespace=namespace,
+            action=DELETE_ACTION,
+            trace_id=trace_id,
+            target_key=target_key,
+            details=details,
+            scopes=tuple(s for s in scopes if is_restricting(s)),
+        )
+        return self.record_in(connection, event)
 
     def record_requested(self, event: AuditEventInput, *, access: WriteAccess | None = None) -> AuditEvent:
         """Records an event a client asked for (``AuditService.RecordAuditEvent``), in its own transaction.

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from common.kernel.errors import ViolationCollector
+from common.kernel.identifiers import MAX_SCOPES
 from common.kernel.identifiers import NAMESPACE_PATTERN
+from common.kernel.identifiers import SCOPE_PATTERN
 
 
 class Violations(Protocol):
@@ -39,3 +42,14 @@ def check_text(check: Violations, path: str, text: str, limit: int) -> None:
     """Adds a violation at ``path`` when ``text`` is longer than ``limit`` characters or holds a NUL."""
     if len(text) > limit or "\x00" in text:
         check.add(path, f"at most {limit} characters, no NUL")
+
+
+def check_scopes(check: Violations, scopes: Sequence[str], example: str) -> None:
+    """Adds a violation at ``scopes`` when there are more than `MAX_SCOPES`, otherwise one at
+    ``scopes[i]`` for each scope off `SCOPE_PATTERN` (``must look like type:id (e.g. <example>)``)."""
+    if len(scopes) > MAX_SCOPES:
+        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(scopes)}")
+        return
+    for index, scope in enumerate(scopes):
+        if not SCOPE_PATTERN.match(scope):
+            check.add(f"scopes[{index}]", f"must look like type:id (e.g. {example})")

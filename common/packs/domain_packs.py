@@ -39,6 +39,7 @@ from common.kernel.errors import NotFound
 from common.kernel.errors import ViolationCollector
 from common.kernel.identifiers import NAMESPACE_PATTERN
 from common.kernel.identifiers import NAMESPACE_VIOLATION
+from common.kernel.identifiers import integral_numbers
 from common.kernel.page_tokens import MalformedPageToken
 from common.kernel.page_tokens import decode_page_token
 from common.kernel.page_tokens import encode_page_token
@@ -189,20 +190,9 @@ class CompiledPack:
     relations: dict[str, CompiledRelation]
 
 
-def _integral(value: Any) -> Any:
-    """protobuf Struct turns every number into a double: integral floats back to ints (64.0 -> 64)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _integral(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_integral(item) for item in value]
-    return value
-
-
 def normalise_pack(raw: dict[str, Any]) -> dict[str, Any]:
     """The stored form: integral numbers as ints, output-only fields dropped, relation defaults filled."""
-    pack: dict[str, Any] = _integral({key: value for key, value in raw.items() if key != "createTime"})
+    pack: dict[str, Any] = integral_numbers({key: value for key, value in raw.items() if key != "createTime"})
     pack.setdefault("kinds", [])
     pack.setdefault("relations", [])
     for relation in pack["relations"] if isinstance(pack["relations"], list) else []:

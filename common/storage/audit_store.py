@@ -118,6 +118,22 @@ def trace_key(trace_id: str) -> str:
     return f"{TRACE_TYPE}:{trace_id}"
 
 
+def _trail_vertex(
+    namespace: str, key: str, node_type: str, title: str, trace_id: str, props: dict[str, Any]
+) -> NodeWrite:
+    """A vertex of the audit trail (an event or a trace anchor): of origin ``audit``, sourced from its
+    trace."""
+    return NodeWrite(
+        namespace=namespace,
+        natural_key=key,
+        node_type=node_type,
+        title=title,
+        source_id=trace_id,
+        origin="audit",
+        props=props,
+    )
+
+
 class AuditStore:
     """Writes and reads audit event vertices and their trace anchors."""
 
@@ -147,24 +163,9 @@ class AuditStore:
             (created, props): created False when the event key existed already (nothing was written); props
             are the stored event's ``props``.
         """
-        anchor = NodeWrite(
-            namespace=namespace,
-            natural_key=trace_key(trace_id),
-            node_type=TRACE_TYPE,
-            title=trace_id,
-            source_id=trace_id,
-            origin="audit",
-            props={"trace_id": trace_id},
-        )
-        node = NodeWrite(
-            namespace=namespace,
-            natural_key=event_key(event_id),
-            node_type=AUDIT_EVENT_TYPE,
-            title=title,
-            source_id=trace_id,
-            origin="audit",
-            props=properties,
-        )
+        anchor_props = {"trace_id": trace_id}
+        anchor = _trail_vertex(namespace, trace_key(trace_id), TRACE_TYPE, trace_id, trace_id, anchor_props)
+        node = _trail_vertex(namespace, event_key(event_id), AUDIT_EVENT_TYPE, title, trace_id, properties)
         created = self.graph.insert_node_once(conn, node, now=now)
         if not created:
             stored = self.graph.get_node(conn, namespace, node.natural_key)
@@ -180,13 +181,11 @@ class AuditStore:
                     f"the key {anchor.natural_key!r} belongs to a node that is not a trace anchor; use another trace_id",
                     reason="TRACE_KEY_TAKEN",
                 )
-        self.graph.create_edge(
+        self.graph.create_edges(
             conn,
             namespace=namespace,
             edge_label=TRACE_EDGE_LABEL,
-            source=(node.natural_key, AUDIT_EVENT_LABEL),
-            target=(anchor.natural_key, TRACE_LABEL),
-            properties={"namespace": namespace, "trace_id": trace_id},
+            edges=[(node.natural_key, anchor.natural_key, {"namespace": namespace, "trace_id": trace_id})],
         )
         conn.execute(
             self.queries["insert_audit_event_row"],

@@ -23,7 +23,8 @@ from psycopg import sql
 from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text
 from common.storage.graph.age import decode_agtype
-from common.storage.tables import table_identifiers
+from common.storage.graph.age import label_tables
+from common.storage.tables import ComposingStore
 
 # table key -> (columns left out on write, conflict target)
 TABLES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -51,12 +52,11 @@ def _any_of(any_of: Mapping[str, Collection[str] | None] | None) -> tuple[sql.Co
     return matching, [sorted(values or ()) for values in any_of.values()]
 
 
-class NamespaceArchiveStore:
+class NamespaceArchiveStore(ComposingStore):
     """Reads and writes the rows of one namespace (see the module doc)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
+        super().__init__(settings)
         self._inserts: dict[str, sql.Composed] = {}
 
     def _insert_statement(self, conn: psycopg.Connection[Any], table: str) -> sql.Composed:
@@ -159,15 +159,6 @@ class NamespaceArchiveStore:
                 row["properties"] = decode_agtype(props) if props is not None else None
                 yield row
 
-    def edge_labels(self, conn: psycopg.Connection[Any]) -> list[str]:
-        """The graph's edge label tables."""
-        rows = conn.execute(
-            "SELECT l.name FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid"
-            " WHERE g.name = %s AND l.kind = 'e' AND l.name <> '_ag_label_edge' ORDER BY l.name",
-            (self.graph,),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
     def edges(
         self, conn: psycopg.Connection[Any], namespace: str, touching: Collection[str] | None = None
     ) -> Iterator[dict[str, Any]]:
@@ -176,7 +167,7 @@ class NamespaceArchiveStore:
         matching, params = _any_of(
             {"s.natural_key": touching, "t.natural_key": touching} if touching is not None else None
         )
-        for label in self.edge_labels(conn):
+        for label in label_tables(conn, self.settings, "e"):
             cursor = conn.execute(
                 sql.SQL(
                     "SELECT s.natural_key, t.natural_key, ag_catalog.agtype_out(e.properties)::text FROM {e} e"

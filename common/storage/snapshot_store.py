@@ -71,21 +71,15 @@ class SnapshotStore:
     def get(
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, snapshot_id: str
     ) -> SnapshotRow | None:
-        row = conn.execute(
-            self.queries["snapshot_run"],
-            (namespace, source, scope, snapshot_id),
-        ).fetchone()
-        return _snapshot_row(row)
+        params = (namespace, source, scope, snapshot_id)
+        return _snapshot_row(conn.execute(self.queries["snapshot_run"], params))
 
     def previous(
         self, conn: psycopg.Connection[Any], namespace: str, source: str, scope: str, before_row: int
     ) -> SnapshotRow | None:
         """The last snapshot of (namespace, source, scope) journaled before the run ``before_row``."""
-        row = conn.execute(
-            self.queries["previous_snapshot_run"],
-            (namespace, source, scope, before_row),
-        ).fetchone()
-        return _snapshot_row(row)
+        params = (namespace, source, scope, before_row)
+        return _snapshot_row(conn.execute(self.queries["previous_snapshot_run"], params))
 
     def set_counts(self, conn: psycopg.Connection[Any], row_id: int, counts: dict[str, int]) -> None:
         conn.execute(
@@ -277,6 +271,8 @@ class SnapshotStore:
         )
 
 
-def _snapshot_row(row: Any) -> SnapshotRow | None:
-    """A ``(id, snapshot_id, snapshot_time, counts)`` row as a `SnapshotRow`; None for no row."""
+def _snapshot_row(cursor: psycopg.Cursor[Any]) -> SnapshotRow | None:
+    """The first ``(id, snapshot_id, snapshot_time, counts)`` row of ``cursor`` as a `SnapshotRow`; None
+    for no row."""
+    row = cursor.fetchone()
     return SnapshotRow(int(row[0]), row[1], row[2], dict(row[3])) if row else None

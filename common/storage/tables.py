@@ -96,3 +96,13 @@ def query_placeholders(settings: Settings) -> dict[str, sql.Composable]:
         "graph": sql.Identifier(settings.graph_name),
         "graph_name": sql.Literal(settings.graph_name),
     }
+
+
+class ComposingStore:
+    """The base of a store that composes its statements with `psycopg.sql` at run time: its settings,
+    the configured table identifiers (``t``, `table_identifiers`) and the graph name (``graph``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.t = table_identifiers(settings)
+        self.graph = settings.graph_name

@@ -20,6 +20,7 @@ from typing import Any
 import procrastinate
 from procrastinate.exceptions import AlreadyEnqueued
 
+from common.storage.queue_jobs import retry_stalled_jobs
 from ingest_service.change_feed.delivery import WebhookDeliverer
 from ingest_service.change_feed.delivery import WebhookDispatcher
 
@@ -74,15 +75,7 @@ def register_webhook_tasks(
         return added
 
     async def retry_stalled(timestamp: int) -> int:
-        manager = app.job_manager
-        stalled = list(
-            await manager.get_stalled_jobs(
-                task_name=DELIVER_TASK, seconds_since_heartbeat=STALLED_AFTER_SECONDS
-            )
-        )
-        for job in stalled:
-            await manager.retry_job(job)
-        return len(stalled)
+        return await retry_stalled_jobs(app, DELIVER_TASK, STALLED_AFTER_SECONDS)
 
     deliver_task = app.task(name=DELIVER_TASK, queue=QUEUE)(deliver)
     dispatch_task = app.task(name=DISPATCH_TASK, queue=QUEUE, queueing_lock=DISPATCH_TASK)(dispatch)

@@ -32,7 +32,6 @@ from datetime import datetime
 from datetime import timedelta
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION
 from common.domain.audit import AuditEventInput
 from common.domain.audit import AuditTrail
 from common.domain.audit import default_trace_id
@@ -42,6 +41,7 @@ from common.kernel.errors import NotFound
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
 from common.kernel.pii import PII_CATEGORY_PATTERN
+from common.storage.data_protection.retention_store import DUE_ITEMS
 from common.storage.data_protection.retention_store import RetentionRule
 from common.storage.data_protection.retention_store import RetentionStore
 from common.storage.database import Database
@@ -210,14 +210,8 @@ class RetentionEnforcer:
         return ""
 
     def _due(self, conn: Any, rule: RetentionRule, cutoff: datetime) -> int:
-        if rule.data_class == "observations":
-            return self.store.count_observations_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "memories":
-            return self.store.count_memories_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "documents":
-            return self.store.count_documents_older_than(conn, rule.namespace, rule.selector, cutoff)
-        if rule.data_class == "personal_data":
-            return self.store.count_personal_data_older_than(conn, rule.namespace, rule.selector, cutoff)
+        if rule.data_class in DUE_ITEMS:
+            return self.store.count_due(conn, rule, cutoff)
         if rule.data_class == "audit_events":
             return self.audit.store.count_events_recorded_before(conn, rule.namespace, cutoff)
         return self.store.count_traces_older_than(conn, rule.namespace, cutoff)
@@ -251,16 +245,8 @@ class RetentionEnforcer:
                 continue
 
     def _batch(self, conn: Any, rule: RetentionRule, cutoff: datetime, limit: int) -> list[tuple[str, str]]:
-        if rule.data_class == "observations":
-            ids = self.store.observations_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-            return [(i, "") for i in ids]
-        if rule.data_class == "memories":
-            return self.store.memories_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-        if rule.data_class == "documents":
-            keys = self.store.documents_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
-            return [(key, "") for key in keys]
-        if rule.data_class == "personal_data":
-            return self.store.personal_data_older_than(conn, rule.namespace, rule.selector, cutoff, limit)
+        if rule.data_class in DUE_ITEMS:
+            return self.store.due_items(conn, rule, cutoff, limit)
         due = self._due(conn, rule, cutoff)
         return [(rule.data_class, str(cutoff))] if due else []
 
@@ -290,21 +276,13 @@ class RetentionEnforcer:
                 gone = self.audit.store.delete_events(conn, rule.namespace, events)
             else:
                 gone = self.store.delete_traces_older_than(conn, rule.namespace, cutoff, self.batch)
-            self.audit.record_in(
-                conn,
-                AuditEventInput(
-                    namespace=rule.namespace,
-                    action=DELETE_ACTION,
-                    trace_id=default_trace_id(),
-                    target_key=rule.data_class,
-                    details={
-                        "operation": "retention",
-                        "data_class": rule.data_class,
-                        "deleted": gone,
-                        "cutoff": cutoff.isoformat(),
-                    },
-                ),
-            )
+            details = {
+                "operation": "retention",
+                "data_class": rule.data_class,
+                "deleted": gone,
+                "cutoff": cutoff.isoformat(),
+            }
+            self.audit.record_deletion_in(conn, rule.namespace, rule.data_class, details, trace_id=default_trace_id())
             return gone
 
         return self.database.run_transaction(by_age)

@@ -39,8 +39,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION
-from common.domain.audit import AuditEventInput
 from common.domain.audit import AuditTrail
 from common.domain.audit import default_trace_id
 from common.domain.write_access import WriteAccess
@@ -54,7 +52,6 @@ from common.storage.database import Database
 from common.storage.document_original_store import DocumentOriginalStore
 from common.storage.graph.store import GraphStore
 from common.storage.snapshot_store import SnapshotStore
-from common.storage.visibility import is_restricting
 from ingest_service.facts.engine import FactEngine
 from ingest_service.validation.legal_holds import ensure_not_held
 from ingest_service.validation.limits import PROTECTED_TYPES
@@ -206,18 +203,8 @@ class NodeDeleter:
         }
         if not audited:
             return DeleteNodeResult(key, str(node["node_type"]), chunk_count, len(facts), edges_deleted, "", trace_id)
-        event = self.audit.record_in(
-            conn,
-            AuditEventInput(
-                namespace=namespace,
-                action=DELETE_ACTION,
-                trace_id=trace_id,
-                target_key=key,
-                details=snapshot,
-                # The event is as visible as the node was: its snapshot holds the title.
-                scopes=tuple(s for s in scopes if is_restricting(s)),
-            ),
-        )
+        # The event is as visible as the node was: its snapshot holds the title.
+        event = self.audit.record_deletion_in(conn, namespace, key, snapshot, trace_id=trace_id, scopes=scopes)
         return DeleteNodeResult(
             natural_key=key,
             node_type=str(node["node_type"]),

@@ -13,9 +13,8 @@ from typing import Any
 
 from common.kernel.errors import ViolationCollector
 from common.kernel.field_checks import check_namespace
+from common.kernel.field_checks import check_scopes
 from common.kernel.identifiers import MAX_KEY_LENGTH
-from common.kernel.identifiers import MAX_SCOPES
-from common.kernel.identifiers import SCOPE_PATTERN
 from common.kernel.pii import check_pii_categories
 from common.kernel.storable_values import unstorable_paths
 from ingest_service.validation.limits import MAX_CHUNK_TEXT_BYTES
@@ -139,12 +138,7 @@ def _check_common(check: ViolationCollector, request: RetainInput | PutChunksInp
             elif link in seen:
                 check.add(f"links[{index}]", f"duplicate link {link!r}")
             seen.add(link)
-    if len(request.scopes) > MAX_SCOPES:
-        check.add("scopes", f"at most {MAX_SCOPES} scopes, got {len(request.scopes)}")
-    else:
-        for index, scope in enumerate(request.scopes):
-            if not SCOPE_PATTERN.match(scope):
-                check.add(f"scopes[{index}]", "must look like type:id (e.g. workspace:alpha, task:PROJ-1)")
+    check_scopes(check, request.scopes, "workspace:alpha, task:PROJ-1")
     for name, value, limit in (
         ("meta", request.meta, MAX_META_BYTES),
         ("provenance", request.provenance, MAX_PROVENANCE_BYTES),

@@ -51,9 +51,9 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.key_locks import lock_node_keys
 from common.storage.memories.store import MemoryQuery
-from common.storage.memories.store import MemoryRow
 from common.storage.memories.store import MemoryStore
 from ingest_service.memories.writer import MemoryWriter
+from ingest_service.memories.writer import owned_row
 
 MIN_GROUP, MAX_GROUP = 2, 1000
 DEFAULT_SENTENCES, MAX_SENTENCES = 3, 20
@@ -170,14 +170,9 @@ class MemorySummarizer:
             inserted = self.store.insert_rows(
                 conn,
                 [
-                    MemoryRow(
-                        namespace=scope.namespace,
-                        memory_id=key,
-                        organization_id=scope.organization_id,
-                        environment=scope.environment,
-                        project_id=scope.project_id,
-                        user_id=scope.user_id,
-                        user_scope=scope.owner_scope,
+                    owned_row(
+                        scope,
+                        key,
                         idempotency_key="summary:" + group,
                         source="summary",
                         event_type="",

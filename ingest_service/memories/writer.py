@@ -128,6 +128,21 @@ def chunk_of(
     return node, meta
 
 
+def owned_row(scope: MemoryScope, memory: str, **columns: Any) -> MemoryRow:
+    """The new memories-table row of ``memory`` owned by ``scope`` (its namespace, its four keys and the
+    owner's scope), with the other ``columns`` of `MemoryRow`."""
+    return MemoryRow(
+        namespace=scope.namespace,
+        memory_id=memory,
+        organization_id=scope.organization_id,
+        environment=scope.environment,
+        project_id=scope.project_id,
+        user_id=scope.user_id,
+        user_scope=scope.owner_scope,
+        **columns,
+    )
+
+
 class MemoryWriter:
     """Writes memory records (see the module doc).
 
@@ -249,14 +264,9 @@ class MemoryWriter:
         refused = self.quota.refused(conn, scope, [p.memory_id for p in fresh], now)
         admitted = [p for p in fresh if p.memory_id not in refused]
         rows = [
-            MemoryRow(
-                namespace=scope.namespace,
-                memory_id=p.memory_id,
-                organization_id=scope.organization_id,
-                environment=scope.environment,
-                project_id=scope.project_id,
-                user_id=scope.user_id,
-                user_scope=scope.owner_scope,
+            owned_row(
+                scope,
+                p.memory_id,
                 idempotency_key=p.item.idempotency_key,
                 source=p.item.source,
                 event_type=p.item.event_type,
@@ -455,4 +465,4 @@ class MemoryWriter:
             log.exception("enrichment enqueue failed for %d memories (they stay due)", len(due))
 
 
-__all__ = ["INVALID_INPUT", "QUOTA_EXHAUSTED", "AddResult", "DueHook", "MemoryWriter", "chunk_of"]
+__all__ = ["INVALID_INPUT", "QUOTA_EXHAUSTED", "AddResult", "DueHook", "MemoryWriter", "chunk_of", "owned_row"]

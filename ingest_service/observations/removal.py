@@ -50,8 +50,6 @@ from datetime import UTC
 from datetime import datetime
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION
-from common.domain.audit import AuditEventInput
 from common.domain.audit import AuditTrail
 from common.domain.audit import default_trace_id
 from common.domain.observation_view import REDACTED
@@ -67,7 +65,6 @@ from common.storage.database import Database
 from common.storage.fact_rows import FactRow
 from common.storage.graph.store import GraphStore
 from common.storage.observation_store import ObservationStore
-from common.storage.visibility import is_restricting
 from ingest_service.facts.engine import FactEngine
 from ingest_service.facts.engine import accepted
 from ingest_service.observations.episode_text import participant_facts
@@ -307,17 +304,10 @@ class ObservationRemover:
 
     def _audit(self, conn: Any, row: dict[str, Any], trace_id: str, snapshot: dict[str, Any]) -> str:
         """Writes the deletion's audit event in the caller's transaction; returns its event id."""
-        scopes = tuple(s for s in row.get("scopes") or [] if isinstance(s, str) and is_restricting(s))
-        event = self.audit.record_in(
-            conn,
-            AuditEventInput(
-                namespace=str(row["namespace"]),
-                action=DELETE_ACTION,
-                trace_id=trace_id,
-                target_key=str(row["observation_id"]),
-                details=snapshot,
-                scopes=scopes,
-            ),
+        scopes = [s for s in row.get("scopes") or [] if isinstance(s, str)]
+        namespace, observation_id = str(row["namespace"]), str(row["observation_id"])
+        event = self.audit.record_deletion_in(
+            conn, namespace, observation_id, snapshot, trace_id=trace_id, scopes=scopes
         )
         return event.event_id
 

@@ -26,8 +26,6 @@ from datetime import UTC
 from datetime import datetime
 from typing import Any
 
-from common.domain.audit import DELETE_ACTION
-from common.domain.audit import AuditEventInput
 from common.domain.audit import AuditTrail
 from common.domain.write_access import WriteAccess
 from common.storage.chunks.store import ChunkStore
@@ -35,7 +33,6 @@ from common.storage.database import Database
 from common.storage.graph.store import GraphStore
 from common.storage.vault_store import StoredVaultDocument
 from common.storage.vault_store import VaultStore
-from common.storage.visibility import is_restricting
 from ingest_service.documents.node_deletion import DeleteNodeInput
 from ingest_service.documents.node_deletion import NodeDeleter
 from ingest_service.facts.engine import FactEngine
@@ -121,27 +118,18 @@ class VaultSweeper:
         )
         self.vault.forget_document(conn, namespace, key)
         self.deleter.originals.forget(conn, namespace, key)  # the file went with the vault's text
-        event = self.audit.record_in(
-            conn,
-            AuditEventInput(
-                namespace=namespace,
-                action=DELETE_ACTION,
-                trace_id=trace_id,
-                target_key=key,
-                details={
-                    "natural_key": key,
-                    "type": str(node["node_type"]),
-                    "source_path": stored.source_path,
-                    "origin": "vault",
-                    "scopes": scopes,
-                    "chunk_count": chunks_deleted,
-                    "relations_closed": [row.fact_id for row in closed],
-                    "kept_for_agent_data": {"facts": agent_facts, "chunks": api_chunks},
-                    "reason": reason,
-                },
-                scopes=tuple(s for s in scopes if is_restricting(s)),
-            ),
-        )
+        details = {
+            "natural_key": key,
+            "type": str(node["node_type"]),
+            "source_path": stored.source_path,
+            "origin": "vault",
+            "scopes": scopes,
+            "chunk_count": chunks_deleted,
+            "relations_closed": [row.fact_id for row in closed],
+            "kept_for_agent_data": {"facts": agent_facts, "chunks": api_chunks},
+            "reason": reason,
+        }
+        event = self.audit.record_deletion_in(conn, namespace, key, details, trace_id=trace_id, scopes=scopes)
         return SweepOutcome(key, swept=True, audit_event_id=event.event_id)
 
 

@@ -83,6 +83,23 @@ class ChangeFilter:
     predicates: tuple[str, ...] = ()
 
 
+# The condition each non-empty field of a `ChangeFilter` adds to what a page shows (its values bound as
+# ``exact_types`` and ``families`` (the ``family.*`` entries), ``key_prefixes``, ``predicates``).
+FILTER_CONDITIONS = (
+    (
+        "event_types",
+        "(e.event_type = ANY(%(exact_types)s::text[])"
+        " OR split_part(e.event_type, '.', 1) = ANY(%(families)s::text[]))",
+    ),
+    (
+        "key_prefixes",
+        "EXISTS (SELECT 1 FROM unnest(%(key_prefixes)s::text[]) AS p(prefix)"
+        " WHERE starts_with(e.item_key, p.prefix) OR starts_with(coalesce(e.subject_key, ''), p.prefix))",
+    ),
+    ("predicates", "e.predicate = ANY(%(predicates)s::text[])"),
+)
+
+
 @dataclass(frozen=True)
 class ChangeRow:
     """One committed change as stored."""
@@ -179,26 +196,11 @@ class ChangeOutbox:
             visibility.node_predicate(sql.SQL("e.namespace"), sql.SQL("e.object_key")),
         ]
         params: dict[str, Any] = {"namespace": namespace, "after": after, "limit": limit, **visibility.params}
-        if filters.event_types:
-            params["exact_types"] = [t for t in filters.event_types if not t.endswith(".*")]
-            params["families"] = [t[:-2] for t in filters.event_types if t.endswith(".*")]
-            shown.append(
-                sql.SQL(
-                    "(e.event_type = ANY(%(exact_types)s::text[])"
-                    " OR split_part(e.event_type, '.', 1) = ANY(%(families)s::text[]))"
-                )
-            )
-        if filters.key_prefixes:
-            params["prefixes"] = list(filters.key_prefixes)
-            shown.append(
-                sql.SQL(
-                    "EXISTS (SELECT 1 FROM unnest(%(prefixes)s::text[]) AS p(prefix)"
-                    " WHERE starts_with(e.item_key, p.prefix) OR starts_with(coalesce(e.subject_key, ''), p.prefix))"
-                )
-            )
-        if filters.predicates:
-            params["predicates"] = list(filters.predicates)
-            shown.append(sql.SQL("e.predicate = ANY(%(predicates)s::text[])"))
+        params["exact_types"] = [t for t in filters.event_types if not t.endswith(".*")]
+        params["families"] = [t[:-2] for t in filters.event_types if t.endswith(".*")]
+        params["key_prefixes"] = list(filters.key_prefixes)
+        params["predicates"] = list(filters.predicates)
+        shown.extend(sql.SQL(condition) for name, condition in FILTER_CONDITIONS if getattr(filters, name))
         statement = sql.SQL(
             "SELECT e.id, e.cursor, e.event_type, e.item_key, e.subject_key, e.predicate, e.object_key,"
             " e.scopes, e.payload, e.committed_at, ({shown}) AS shown,"

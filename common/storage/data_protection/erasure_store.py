@@ -18,11 +18,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from common.kernel.config import Settings
 from common.storage.graph.age import agtype_text
 from common.storage.graph.age import decode_agtype
+from common.storage.graph.age import label_tables
 from common.storage.row_count import fetch_count
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 __all__ = ["AUDIT_TYPES", "ErasureStore", "like_patterns"]
 
@@ -36,13 +36,8 @@ def like_patterns(values: Sequence[str]) -> list[str]:
     return [f"%{v}%" for v in escaped]
 
 
-class ErasureStore:
+class ErasureStore(ComposingStore):
     """SQL of erasure and its receipts (see the module doc)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
 
     # -- erasure look-ups ------------------------------------------------------------------------------
 
@@ -97,15 +92,6 @@ class ErasureStore:
             ),
         )
 
-    def vertex_labels(self, conn: psycopg.Connection[Any]) -> list[str]:
-        """Names of the graph's vertex label tables (AGE's catalog), the default label excluded."""
-        rows = conn.execute(
-            "SELECT l.name FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid"
-            " WHERE g.name = %s AND l.kind = 'v' AND l.name <> '_ag_label_vertex' ORDER BY l.name",
-            (self.graph,),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
     def nodes_matching(
         self, conn: psycopg.Connection[Any], namespace: str, patterns: list[str]
     ) -> dict[str, str]:
@@ -120,7 +106,7 @@ class ErasureStore:
             (namespace, patterns),
         ).fetchall()
         found.update({str(k): str(t) for k, t in rows})
-        for label in self.vertex_labels(conn):
+        for label in label_tables(conn, self.settings, "v"):
             rows = conn.execute(
                 sql.SQL(
                     "SELECT g.natural_key, g.node_type FROM {v} v JOIN graph_nodes g ON g.vertex_id = v.id"

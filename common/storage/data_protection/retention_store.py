@@ -11,11 +11,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.config import Settings
 from common.storage.row_count import fetch_count
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
-__all__ = ["RetentionRule", "RetentionStore"]
+__all__ = ["DUE_ITEMS", "RetentionRule", "RetentionStore"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +27,42 @@ class RetentionRule:
     max_age: timedelta
 
 
-class RetentionStore:
-    """SQL of ``retention_rules`` and of the rows a rule makes due."""
+# Per data class with items of their own: (item key, other key or "", age) of the items of ``%(ns)s`` (of
+# the selector ``%(selector)s``; any when empty) aged before ``%(before)s``. Observations (selector: kind):
+# observation id, "", occurred_at. Memories (tier): memory id, user id, last use. Documents (the consumer
+# tag ``{"collection": ...}`` of a chunk's meta): node key, "", when last retained. Personal data
+# (category): a node whose chunks are marked as personal data, the observation id its chunks carry (an
+# episode's) or "", when last written.
+DUE_ITEMS = {
+    "observations": (
+        "SELECT observation_id AS item_key, '' AS other_key, occurred_at AS aged FROM {obs}"
+        " WHERE namespace = %(ns)s AND (%(selector)s = '' OR kind = %(selector)s)"
+        " AND occurred_at < %(before)s"
+    ),
+    "memories": (
+        "SELECT memory_id AS item_key, user_id AS other_key, last_used_at AS aged FROM {m}"
+        " WHERE namespace = %(ns)s AND (%(selector)s = '' OR tier = %(selector)s)"
+        " AND last_used_at < %(before)s"
+    ),
+    "documents": (
+        "SELECT g.natural_key AS item_key, '' AS other_key, g.last_seen AS aged FROM {nodes} g"
+        " WHERE g.namespace = %(ns)s AND g.node_type = 'document' AND g.last_seen < %(before)s"
+        " AND (%(selector)s = '' OR EXISTS (SELECT 1 FROM {chunks} c WHERE c.namespace = g.namespace"
+        " AND c.node_key = g.natural_key AND c.meta @> jsonb_build_object('collection', %(selector)s::text)))"
+    ),
+    "personal_data": (
+        "SELECT g.natural_key AS item_key, coalesce(min(c.meta ->> 'observation_id'), '') AS other_key,"
+        " g.last_seen AS aged FROM {chunks} c"
+        " JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
+        " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(selector)s = ''"
+        " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(selector)s END"
+        " GROUP BY g.natural_key, g.last_seen"
+    ),
+}
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.t = table_identifiers(settings)
-        self.graph = settings.graph_name
+
+class RetentionStore(ComposingStore):
+    """SQL of ``retention_rules`` and of the rows a rule makes due."""
 
     def put_rule(self, conn: psycopg.Connection[Any], rule: RetentionRule, now: datetime) -> None:
         """Creates or replaces one retention rule."""
@@ -64,124 +92,29 @@ class RetentionStore:
         ).fetchall()
         return [RetentionRule(str(a), str(b), str(c), d) for a, b, c, d in rows]
 
-    def observations_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime, limit: int
-    ) -> list[str]:
-        """Observation ids of ``namespace`` (of ``kind``; any kind when empty) that occurred before
-        ``before``, oldest first, at most ``limit``."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT observation_id FROM {obs} WHERE namespace = %s AND (%s = '' OR kind = %s)"
-                " AND occurred_at < %s ORDER BY occurred_at, observation_id LIMIT %s"
-            ).format(obs=self.t["observations"]),
-            (namespace, kind, kind, before, limit),
-        ).fetchall()
-        return [str(r[0]) for r in rows]
+    def _due(self, data_class: str) -> sql.Composed:
+        """The `DUE_ITEMS` statement of ``data_class`` with this store's table names."""
+        names = {"obs": "observations", "m": "memories", "nodes": "graph_nodes", "chunks": "chunks"}
+        return sql.SQL(DUE_ITEMS[data_class]).format(**{key: self.t[table] for key, table in names.items()})
 
-    def _documents_due(self) -> sql.Composed:
-        """The documents of ``%(ns)s`` (of the consumer tag ``%(collection)s``: a chunk's meta
-        ``{"collection": ...}``; any when empty) last retained before ``%(before)s``, with that time."""
-        return sql.SQL(
-            "SELECT g.natural_key, g.last_seen FROM {nodes} g WHERE g.namespace = %(ns)s"
-            " AND g.node_type = 'document' AND g.last_seen < %(before)s AND (%(collection)s = ''"
-            " OR EXISTS (SELECT 1 FROM {chunks} c WHERE c.namespace = g.namespace AND c.node_key = g.natural_key"
-            " AND c.meta @> jsonb_build_object('collection', %(collection)s::text)))"
-        ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"])
-
-    def documents_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime, limit: int
-    ) -> list[str]:
-        """Keys of the documents of ``namespace`` (of the consumer tag ``collection``; any when empty) last
-        retained before ``before``, oldest first, at most ``limit``."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT natural_key FROM ({due}) d ORDER BY last_seen, natural_key LIMIT %(limit)s"
-            ).format(due=self._documents_due()),
-            {"ns": namespace, "collection": collection, "before": before, "limit": limit},
-        ).fetchall()
-        return [str(r[0]) for r in rows]
-
-    def count_documents_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, collection: str, before: datetime
-    ) -> int:
-        """How many documents `documents_older_than` would find without a limit."""
-        return fetch_count(
-            conn,
-            sql.SQL("SELECT count(*) FROM ({due}) d").format(due=self._documents_due()),
-            {"ns": namespace, "collection": collection, "before": before},
-        )
-
-    def _personal_data_due(self) -> sql.Composed:
-        """(node key, observation id or "", last written) of the nodes of ``%(ns)s`` whose chunks are
-        marked as personal data (of ``%(category)s``; any when empty), last written before ``%(before)s``."""
-        return sql.SQL(
-            "SELECT g.natural_key, coalesce(min(c.meta ->> 'observation_id'), '') AS observation_id, g.last_seen"
-            " FROM {chunks} c JOIN {nodes} g ON g.namespace = c.namespace AND g.natural_key = c.node_key"
-            " WHERE c.namespace = %(ns)s AND g.last_seen < %(before)s AND CASE WHEN %(category)s = ''"
-            " THEN c.meta @> '{{\"pii\": true}}' ELSE c.meta -> 'pii_categories' ? %(category)s END"
-            " GROUP BY g.natural_key, g.last_seen"
-        ).format(nodes=self.t["graph_nodes"], chunks=self.t["chunks"])
-
-    def personal_data_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime, limit: int
+    def due_items(
+        self, conn: psycopg.Connection[Any], rule: RetentionRule, before: datetime, limit: int
     ) -> list[tuple[str, str]]:
-        """[(node key, observation id or "")] of the nodes of ``namespace`` whose chunks are marked as
-        personal data (of ``category``, e.g. ``email``; any when empty) and that were last written before
-        ``before``, oldest first, at most ``limit``. The observation id is that of an episode (its chunks
-        carry it), so the caller purges the observation rather than the node alone."""
+        """[(item key, other key or "")] of the items ``rule`` makes due before ``before`` (`DUE_ITEMS`:
+        its data class is one of those), oldest first, at most ``limit``."""
+        statement = sql.SQL("SELECT item_key, other_key FROM ({due}) d ORDER BY aged, item_key LIMIT %(limit)s")
         rows = conn.execute(
-            sql.SQL(
-                "SELECT natural_key, observation_id FROM ({due}) p ORDER BY last_seen, natural_key LIMIT %(limit)s"
-            ).format(due=self._personal_data_due()),
-            {"ns": namespace, "category": category, "before": before, "limit": limit},
+            statement.format(due=self._due(rule.data_class)),
+            {"ns": rule.namespace, "selector": rule.selector, "before": before, "limit": limit},
         ).fetchall()
-        return [(str(key), str(observation_id)) for key, observation_id in rows]
+        return [(str(key), str(other)) for key, other in rows]
 
-    def count_personal_data_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, category: str, before: datetime
-    ) -> int:
-        """How many nodes `personal_data_older_than` would find without a limit."""
+    def count_due(self, conn: psycopg.Connection[Any], rule: RetentionRule, before: datetime) -> int:
+        """How many items `due_items` would find without a limit."""
         return fetch_count(
             conn,
-            sql.SQL("SELECT count(*) FROM ({due}) p").format(due=self._personal_data_due()),
-            {"ns": namespace, "category": category, "before": before},
-        )
-
-    def count_observations_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, kind: str, before: datetime
-    ) -> int:
-        """How many observations `observations_older_than` would find without a limit."""
-        return fetch_count(
-            conn,
-            sql.SQL(
-                "SELECT count(*) FROM {obs} WHERE namespace = %s AND (%s = '' OR kind = %s) AND occurred_at < %s"
-            ).format(obs=self.t["observations"]),
-            (namespace, kind, kind, before),
-        )
-
-    def memories_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime, limit: int
-    ) -> list[tuple[str, str]]:
-        """(memory_id, user_id) of ``namespace`` (of ``tier``; any when empty) last used before ``before``."""
-        rows = conn.execute(
-            sql.SQL(
-                "SELECT memory_id, user_id FROM {m} WHERE namespace = %s AND (%s = '' OR tier = %s)"
-                " AND last_used_at < %s ORDER BY last_used_at, memory_id LIMIT %s"
-            ).format(m=self.t["memories"]),
-            (namespace, tier, tier, before, limit),
-        ).fetchall()
-        return [(str(a), str(b)) for a, b in rows]
-
-    def count_memories_older_than(
-        self, conn: psycopg.Connection[Any], namespace: str, tier: str, before: datetime
-    ) -> int:
-        """How many memories `memories_older_than` would find without a limit."""
-        return fetch_count(
-            conn,
-            sql.SQL(
-                "SELECT count(*) FROM {m} WHERE namespace = %s AND (%s = '' OR tier = %s) AND last_used_at < %s"
-            ).format(m=self.t["memories"]),
-            (namespace, tier, tier, before),
+            sql.SQL("SELECT count(*) FROM ({due}) d").format(due=self._due(rule.data_class)),
+            {"ns": rule.namespace, "selector": rule.selector, "before": before},
         )
 
     def delete_traces_older_than(

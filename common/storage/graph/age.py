@@ -27,6 +27,7 @@ from typing import ClassVar
 import psycopg
 from psycopg import sql
 
+from common.kernel.config import Settings
 from common.kernel.identifiers import graph_label
 from common.storage.named_queries import Queries
 from common.storage.session import prepare_age_session
@@ -65,6 +66,13 @@ def decode_agtype(value: Any) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
+
+
+def label_tables(conn: psycopg.Connection[Any], settings: Settings, kind: str) -> list[str]:
+    """The names of the graph's label tables of ``kind`` (``"v"`` vertex, ``"e"`` edge) from AGE's
+    catalog, by name, AGE's default labels excluded."""
+    queries = Queries.for_settings(GRAPH_QUERIES, settings)
+    return [str(r[0]) for r in conn.execute(queries["label_tables"], (settings.graph_name, kind)).fetchall()]
 
 
 class AgeGraph:

@@ -95,21 +95,6 @@ class GraphEdges(NodeRegistry):
             edges=[(source_key, target_key, {"namespace": namespace}) for target_key in targets],
         )
 
-    def create_edge(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        namespace: str,
-        edge_label: str,
-        source: tuple[str, str],
-        target: tuple[str, str],
-        properties: dict[str, Any],
-    ) -> None:
-        """Creates one edge ``source -[edge_label properties]-> target``; ends are (natural_key, label)."""
-        self.create_edges(
-            conn, namespace=namespace, edge_label=edge_label, edges=[(source[0], target[0], properties)]
-        )
-
     def create_edges(
         self,
         conn: psycopg.Connection[Any],

@@ -247,21 +247,6 @@ class GraphStore(GraphEdges):
         self._insert_vertex(conn, label, properties)
         return True
 
-    def ensure_node(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        natural_key: str,
-        *,
-        now: datetime,
-        known: dict[str, str] | None = None,
-    ) -> str:
-        """Returns the label of the vertex of ``natural_key``, creating a placeholder when it is missing
-        (`ensure_nodes` of one key)."""
-        if known is not None and natural_key in known:
-            return known[natural_key]
-        return self.ensure_nodes(conn, namespace, [natural_key], now=now)[natural_key]
-
     def ensure_nodes(
         self,
         conn: psycopg.Connection[Any],

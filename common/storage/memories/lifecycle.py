@@ -16,8 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.config import Settings
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 
 def _in_namespaces(namespaces: Sequence[str]) -> sql.Composable:
@@ -25,15 +24,8 @@ def _in_namespaces(namespaces: Sequence[str]) -> sql.Composable:
     return sql.SQL("namespace = ANY(%(namespaces)s)") if namespaces else sql.SQL("TRUE")
 
 
-class MemoryLifecycleStore:
-    """Tier, expiry and enrichment statements of the memories table; stateless, safe to share.
-
-    Args:
-        settings: table names.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.table = table_identifiers(settings)["memories"]
+class MemoryLifecycleStore(ComposingStore):
+    """Tier, expiry and enrichment statements of the memories table; stateless, safe to share."""
 
     # -- tier policy, expiry sweep -----------------------------------------------------------------
 
@@ -56,7 +48,7 @@ class MemoryLifecycleStore:
                     "UPDATE {t} SET tier = %(target)s WHERE (namespace, memory_id) IN ("
                     " SELECT namespace, memory_id FROM {t} WHERE tier = %(source)s AND last_used_at < %(before)s"
                     " AND {in_namespaces} ORDER BY last_used_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
-                ).format(t=self.table, in_namespaces=_in_namespaces(namespaces)),
+                ).format(t=self.t["memories"], in_namespaces=_in_namespaces(namespaces)),
                 {
                     "target": target,
                     "source": source,
@@ -78,7 +70,7 @@ class MemoryLifecycleStore:
             sql.SQL(
                 "SELECT namespace, memory_id, user_id FROM {} WHERE expires_at < %(before)s AND {}"
                 " ORDER BY expires_at LIMIT %(limit)s"
-            ).format(self.table, _in_namespaces(namespaces)),
+            ).format(self.t["memories"], _in_namespaces(namespaces)),
             {"before": before, "limit": limit, "namespaces": list(namespaces)},
         ).fetchall()
         return [(str(a), str(b), str(c)) for a, b, c in rows]
@@ -94,7 +86,7 @@ class MemoryLifecycleStore:
                 " AND {filter} GROUP BY namespace)"
                 " SELECT d.namespace, d.due, (SELECT count(*) FROM {table} m WHERE m.namespace = d.namespace)"
                 " FROM due d"
-            ).format(table=self.table, filter=_in_namespaces(namespaces)),
+            ).format(table=self.t["memories"], filter=_in_namespaces(namespaces)),
             {"before": before, "namespaces": list(namespaces)},
         ).fetchall()
         return {str(namespace): (int(due), int(total)) for namespace, due, total in rows}
@@ -108,7 +100,7 @@ class MemoryLifecycleStore:
         row = conn.execute(
             sql.SQL(
                 "SELECT version, enriched_version, memory_type FROM {} WHERE namespace = %s AND memory_id = %s{}"
-            ).format(self.table, sql.SQL(" FOR UPDATE" if lock else "")),
+            ).format(self.t["memories"], sql.SQL(" FOR UPDATE" if lock else "")),
             (namespace, memory_id),
         ).fetchone()
         return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
@@ -129,7 +121,7 @@ class MemoryLifecycleStore:
         rows = conn.execute(
             sql.SQL(
                 "SELECT namespace, memory_id, version FROM {} WHERE {} ORDER BY updated_at LIMIT %s"
-            ).format(self.table, conditions),
+            ).format(self.t["memories"], conditions),
             params,
         ).fetchall()
         return [(str(a), str(b), int(c)) for a, b, c in rows]
@@ -155,7 +147,7 @@ class MemoryLifecycleStore:
                 " quality_score = coalesce(%(quality_score)s, quality_score)"
                 " WHERE namespace = %(namespace)s AND memory_id = %(memory_id)s AND version = %(version)s"
                 " AND enriched_version < %(version)s"
-            ).format(self.table),
+            ).format(self.t["memories"]),
             {
                 "version": version,
                 "now": now,

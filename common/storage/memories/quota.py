@@ -21,9 +21,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from common.kernel.config import Settings
 from common.storage.key_locks import lock_node_keys
-from common.storage.tables import table_identifiers
+from common.storage.tables import ComposingStore
 
 
 def quota_lock_key(namespace: str, user_id: str) -> tuple[str, str]:
@@ -31,15 +30,8 @@ def quota_lock_key(namespace: str, user_id: str) -> tuple[str, str]:
     return namespace, f"memory-quota:{user_id}"
 
 
-class MemoryQuotaStore:
-    """Counts and locks for the per-user memory quota (see the module doc).
-
-    Args:
-        settings: table names.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.table = table_identifiers(settings)["memories"]
+class MemoryQuotaStore(ComposingStore):
+    """Counts and locks for the per-user memory quota (see the module doc)."""
 
     def lock_quota(
         self,
@@ -73,7 +65,7 @@ class MemoryQuotaStore:
                 " AND organization_id = %(organization_id)s AND environment = %(environment)s"
                 " AND project_id = %(project_id)s AND NOT is_summary"
                 " AND (expires_at IS NULL OR expires_at > %(now)s)"
-            ).format(self.table),
+            ).format(self.t["memories"]),
             {**scope_keys, "namespace": namespace, "now": now},
         ).fetchone()
         return int(row[0]) if row else 0

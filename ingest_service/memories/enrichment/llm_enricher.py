@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Annotated
 
+from pydantic import AfterValidator
 from pydantic import BaseModel
 from pydantic import Field
 from pydantic import ValidationError
-from pydantic import field_validator
 
 from common.text_models.openai_http import OpenAIServer
 from common.text_models.openai_http import ServerGaveUp
@@ -67,16 +68,20 @@ class _Unusable(Exception):
     """An answer that retrying will not fix (other HTTP errors, not JSON, fields out of range)."""
 
 
+def _one_of(field: str, choices: tuple[str, ...]) -> AfterValidator:
+    """The check that a string field of the answer is one of ``choices``."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"{field} {value!r} is not one of {choices}")
+        return value
+
+    return AfterValidator(check)
+
+
 class _AnswerEntity(BaseModel):
     name: str = Field(min_length=1, max_length=200)
-    kind: str
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, value: str) -> str:
-        if value not in ENTITY_KINDS:
-            raise ValueError(f"kind {value!r} is not one of {ENTITY_KINDS}")
-        return value
+    kind: Annotated[str, _one_of("kind", ENTITY_KINDS)]
 
 
 class _Answer(BaseModel):
@@ -84,15 +89,8 @@ class _Answer(BaseModel):
     insights: list[str] = Field(default_factory=list)
     entities: list[_AnswerEntity] = Field(default_factory=list)
     topics: list[str] = Field(default_factory=list)
-    memory_type: str
+    memory_type: Annotated[str, _one_of("memory_type", MEMORY_TYPES)]
     quality_score: float = Field(ge=0.0, le=1.0)
-
-    @field_validator("memory_type")
-    @classmethod
-    def _known_type(cls, value: str) -> str:
-        if value not in MEMORY_TYPES:
-            raise ValueError(f"memory_type {value!r} is not one of {MEMORY_TYPES}")
-        return value
 
 
 class LlmEnricher:

@@ -45,6 +45,7 @@ from procrastinate import RetryStrategy
 from procrastinate.exceptions import AlreadyEnqueued
 
 from common.kernel.config import Settings
+from common.storage.queue_jobs import retry_stalled_jobs
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +175,7 @@ class EnrichmentQueue:
         return deferred
 
     async def _stalled(self, timestamp: int) -> int:
-        manager = self.app.job_manager
-        stalled = list(
-            await manager.get_stalled_jobs(
-                task_name=ENRICH_TASK, seconds_since_heartbeat=STALLED_AFTER_SECONDS
-            )
-        )
-        for job in stalled:
-            await manager.retry_job(job)
-        return len(stalled)
+        return await retry_stalled_jobs(self.app, ENRICH_TASK, STALLED_AFTER_SECONDS)
 
     def _maintain(self, timestamp: int) -> None:
         if self._maintenance is not None:

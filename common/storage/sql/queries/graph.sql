@@ -16,6 +16,12 @@ SELECT pg_advisory_unlock(%s)
 SELECT l.kind FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid
 WHERE g.name = %s AND l.name = %s
 
+-- name: label_tables
+-- The names of the label tables of one kind ('v' or 'e') by name, AGE's default labels excluded
+-- (parameters: graph name, kind).
+SELECT l.name FROM ag_catalog.ag_label l JOIN ag_catalog.ag_graph g ON l.graph = g.graphid
+WHERE g.name = %s AND l.kind = %s AND l.name NOT IN ('_ag_label_vertex', '_ag_label_edge') ORDER BY l.name
+
 -- name: create_vertex_label
 -- Creates a vertex label (parameters: graph name, label name).
 SELECT ag_catalog.create_vlabel(%s, %s)
