@@ -31,6 +31,7 @@ from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
+from tests.work_observations import work_assigned
 
 pytestmark = pytest.mark.integration
 
@@ -61,17 +62,12 @@ def fact(subject: str, predicate: str, obj: str, valid_from: str = START, **extr
 def observation(
     namespace: str, external_id: str, assertions: list[dict[str, Any]], content: str = ""
 ) -> dict[str, Any]:
-    return {
-        "namespace": namespace,
-        "source": {"system": "tracker", "stream": "people", "external_id": external_id},
-        "kind": "work.assigned",
-        "occurred_at": START,
-        "subject": {"type": "person", "id": "alice"},
-        "content": content or f"event {external_id}",
-        "data": {"ticket": f"T-{external_id}"},
-        "assertions": assertions,
-        "provenance": {"uri": f"tracker://people/{external_id}"},
-    }
+    alice = {"type": "person", "id": "alice"}
+    data = {"ticket": f"T-{external_id}"}
+    provenance = {"uri": f"tracker://people/{external_id}"}
+    return work_assigned(
+        namespace, external_id, START, assertions, content=content, subject=alice, data=data, provenance=provenance
+    )
 
 
 def record_a_and_b(recorder: ObservationRecorder, namespace: str) -> tuple[str, str]:
