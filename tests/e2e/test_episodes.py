@@ -17,8 +17,6 @@ import pytest
 from google.protobuf import json_format
 
 from common.kernel.identifiers import fact_id
-from memory_service_grpc_client.memory.v1 import context_service_pb2
-from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
@@ -26,6 +24,7 @@ from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from tests.e2e.context_packs import compile_pack
 
 pytestmark = pytest.mark.e2e
 
@@ -117,17 +116,10 @@ def test_turns_are_found_with_speaker_and_date_then_by_vector_and_through_the_sp
         )
     ]
     assert list(listed[0].observation_ids) == [results[0].observation_id]
-    context = context_service_pb2_grpc.ContextServiceStub(query_channel)
-    pack = context.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace,
-            query="adoption",
-            anchors=["person:caroline"],
-            token_budget=2000,
-            dropped_limit=20,
-        ),
-        timeout=60,
-    ).pack
+    anchors = ["person:caroline"]
+    pack = compile_pack(
+        query_channel, namespace, query="adoption", anchors=anchors, token_budget=2000, dropped_limit=20
+    )
     # her ACTOR facts are candidates; each repeats a turn the pack holds, so it gives way to that turn
     assert {results[0].episode_key, results[2].episode_key} <= {
         item.provenance.node_key for item in pack.items if item.kind == "chunk"
