@@ -29,7 +29,6 @@ from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import MemoryClient
 from memory_service_grpc_client.memory.v1 import audit_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_tools.cli import app as cli_app
@@ -38,6 +37,8 @@ from memory_service_tools.console import create_app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.mcp_http import free_port
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,22 +107,8 @@ class AuditTrail:
 def _observation(
     ns: str, external_id: str, scopes: list[str], content: str, facts: list[tuple[str, str, str]]
 ) -> Any:
-    return json_format.ParseDict(
-        {
-            "namespace": ns,
-            "source": {"system": "console-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "person", "id": "ivan"},
-            "scopes": scopes,
-            "content": content,
-            "assertions": [
-                {"fact": {"subject": s, "predicate": p, "object": o, "valid_from": "2024-05-01T10:00:00Z"}}
-                for s, p, o in facts
-            ],
-        },
-        knowledge_pb2.Observation(),
-    )
+    assertions = [asserted_fact(s, p, o) for s, p, o in facts]
+    return note(ns, "console-test", external_id, content, scopes=scopes, assertions=assertions)
 
 
 def load_scoped(ingest_addr: str, query_addr: str, token: str, ns: str) -> str:

@@ -19,7 +19,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
@@ -43,6 +42,8 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
 
 pytestmark = pytest.mark.e2e
 
@@ -103,25 +104,13 @@ def _put_chunks(channel: grpc.Channel, namespace: str, key: str, texts: list[str
 
 
 def _fact(subject: str, predicate: str, obj: str, when: str) -> dict[str, Any]:
-    return {"fact": {"subject": subject, "predicate": predicate, "object": obj, "valid_from": when}}
+    return asserted_fact(subject, predicate, obj, when)
 
 
 def _observation(
     namespace: str, external_id: str, scopes: list[str], content: str, assertions: list[dict[str, Any]]
 ) -> knowledge_pb2.Observation:
-    return json_format.ParseDict(
-        {
-            "namespace": namespace,
-            "source": {"system": "vis-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "person", "id": "ivan"},
-            "scopes": scopes,
-            "content": content,
-            "assertions": assertions,
-        },
-        knowledge_pb2.Observation(),
-    )
+    return note(namespace, "vis-test", external_id, content, scopes=scopes, assertions=assertions)
 
 
 def _load(world: World) -> None:
