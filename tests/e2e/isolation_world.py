@@ -183,6 +183,14 @@ def list_facts(channel: grpc.Channel, namespace: str, **filters: str) -> list[An
     return list(stub.ListFacts(request, timeout=60).facts)
 
 
+def read_observation(channel: grpc.Channel, namespace: str, observation_id: str) -> Any:
+    stub = observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+    request = observation_query_service_pb2.GetObservationRequest(
+        namespace=namespace, observation_id=observation_id
+    )
+    return stub.GetObservation(request, timeout=60).observation
+
+
 def refusal_code(call: Callable[[], Any]) -> grpc.StatusCode:
     with pytest.raises(grpc.RpcError) as raised:
         call()
@@ -296,16 +304,7 @@ def b_untouched(world: World) -> None:
         assert [
             f for f in list_facts(channel, b.ns, subject=b.target_person) if f.predicate != "MEMBER_OF"
         ] == []
-        observation = (
-            observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
-            .GetObservation(
-                observation_query_service_pb2.GetObservationRequest(
-                    namespace=b.ns, observation_id=b.observation_id
-                ),
-                timeout=60,
-            )
-            .observation
-        )
+        observation = read_observation(channel, b.ns, b.observation_id)
         assert observation.status == "processed" and b.marker in observation.content
         facts = list_facts(channel, b.ns, subject=b.person)
         assert {f.fact_id for f in facts} == {b.fact_id, b.asserted_fact_id}

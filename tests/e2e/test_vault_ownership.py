@@ -10,19 +10,16 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.storage.database import Database
 from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import fact_service_pb2
-from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import vault_service_pb2
 from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
+from tests.e2e.query_service_data import assert_facts
 from tests.e2e.vault_helpers import ingest
 from tests.e2e.vault_helpers import statuses
 from tests.e2e.vault_helpers import write
@@ -169,18 +166,7 @@ def test_vault_takes_back_a_key_an_agent_retained_with_cb_retain(
         ),
         timeout=60,
     )
-    fact_service_pb2_grpc.FactServiceStub(ingest_channel).AssertFacts(
-        fact_service_pb2.AssertFactsRequest(
-            namespace=namespace,
-            facts=[
-                json_format.ParseDict(
-                    {"subject": "doc:page", "predicate": "REVIEWED_BY", "object": "person:ann"},
-                    knowledge_pb2.FactAssertion(),
-                )
-            ],
-        ),
-        timeout=60,
-    )
+    assert_facts(ingest_channel, namespace, [{"subject": "doc:page", "predicate": "REVIEWED_BY", "object": "person:ann"}])
     back = ingest(ingest_channel, vault, namespace)
     assert statuses(back) == {"page.md": "changed"}
     assert _chunks(database, namespace, "doc:page") == [
