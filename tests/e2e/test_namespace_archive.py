@@ -45,6 +45,7 @@ from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.data_protection_helpers import debian_slice
 from tests.e2e.data_protection_helpers import record_all
+from tests.e2e.query_service_data import retain
 
 pytestmark = pytest.mark.e2e
 
@@ -210,22 +211,8 @@ def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
     reader, _ = add_token(tokens, principal="r", namespaces={namespace: [Right.READ]})
     with token_secured_services(settings, tokens) as (ingest_addr, _query_addr):
         with make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel:
-            documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-            documents.Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace, natural_key="doc:open", content="# Open\n\nfor everyone\n"
-                ),
-                timeout=120,
-            )
-            documents.Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace,
-                    natural_key="doc:salaries",
-                    content="# Salaries\n\nconfidential\n",
-                    scopes=["workspace:hr"],
-                ),
-                timeout=120,
-            )
+            retain(channel, namespace, "doc:open", "# Open\n\nfor everyone\n")
+            retain(channel, namespace, "doc:salaries", "# Salaries\n\nconfidential\n", scopes=["workspace:hr"])
         with make_channel(ingest_addr, security=ClientSecurity(token=reader)) as channel:
             with pytest.raises(grpc.RpcError) as denied:
                 _export(channel, namespace)
