@@ -1,5 +1,5 @@
 """The ``work.assigned`` observation (as the JSON of knowledge.Observation) that the fact tests record over
-the recorder and over gRPC: one builder, each test naming only its source and what it adds."""
+the recorder and over gRPC, and alice's WORKS_ON fact: one builder each, a test naming only what differs."""
 
 from __future__ import annotations
 
@@ -26,3 +26,8 @@ def work_assigned(
         "assertions": assertions,
         **fields,
     }
+
+
+def works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
+    """A FactAssertion (JSON) that person:alice WORKS_ON ``project`` from ``valid_from``."""
+    return {"subject": "person:alice", "predicate": "WORKS_ON", "object": project, "valid_from": valid_from, **extra}
