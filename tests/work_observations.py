@@ -30,4 +30,5 @@ def work_assigned(
 
 def works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
     """A FactAssertion (JSON) that person:alice WORKS_ON ``project`` from ``valid_from``."""
-    return {"subject": "person:alice", "predicate": "WORKS_ON", "object": project, "valid_from": valid_from, **extra}
+    fact = {"subject": "person:alice", "predicate": "WORKS_ON", "object": project, "valid_from": valid_from}
+    return {**fact, **extra}

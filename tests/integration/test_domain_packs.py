@@ -26,6 +26,7 @@ from ingest_service.documents.writer import DocumentWriter
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.snapshots.reconciler import SnapshotReconciler
+from tests.database_rows import fetch_rows
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.integration
@@ -227,12 +228,8 @@ def debian_pack(version: str) -> dict[str, Any]:
 
 
 def open_facts(database: Database, namespace: str, predicate: str) -> dict[str, tuple[str, str]]:
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT fact_id, subject_key, object_key FROM facts WHERE namespace = %s AND predicate = %s"
-            " AND valid_to IS NULL",
-            (namespace, predicate),
-        ).fetchall()
+    query = "SELECT fact_id, subject_key, object_key FROM facts WHERE namespace = %s AND predicate = %s"
+    rows = fetch_rows(database, query + " AND valid_to IS NULL", namespace, predicate)
     return {row[0]: (row[1], row[2]) for row in rows}
 
 

@@ -31,6 +31,7 @@ from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
+from tests.database_rows import fetch_rows
 from tests.work_observations import work_assigned
 
 pytestmark = pytest.mark.integration
@@ -66,7 +67,8 @@ def observation(
     data = {"ticket": f"T-{external_id}"}
     provenance = {"uri": f"tracker://people/{external_id}"}
     return work_assigned(
-        namespace, external_id, START, assertions, content=content, subject=alice, data=data, provenance=provenance
+        namespace, external_id, START, assertions, content=content, subject=alice, data=data,
+        provenance=provenance,
     )
 
 
@@ -140,10 +142,8 @@ def vertex_count(database: Database, namespace: str, node_type: str, natural_key
 
 
 def chunk_counts(database: Database, namespace: str) -> dict[str, int]:
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT node_key, count(*) FROM chunks WHERE namespace = %s GROUP BY 1", (namespace,)
-        ).fetchall()
+    query = "SELECT node_key, count(*) FROM chunks WHERE namespace = %s GROUP BY 1"
+    rows = fetch_rows(database, query, namespace)
     return {str(key): int(count) for key, count in rows}
 
 
