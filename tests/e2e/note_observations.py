@@ -20,7 +20,7 @@ def asserted_fact(subject: str, predicate: str, obj: str, when: str = NOTED) -> 
 def note(
     namespace: str, system: str, external_id: str, content: str, stream: str = "notes", **fields: Any
 ) -> knowledge_pb2.Observation:
-    """A ``note`` about person ivan at `NOTED` from ``system``'s ``stream``; ``fields`` add to it or replace."""
+    """A ``note`` about person ivan at `NOTED` from ``system``'s ``stream``; ``fields`` add or replace."""
     raw = {
         "namespace": namespace,
         "source": {"system": system, "stream": stream, "external_id": external_id},

@@ -83,12 +83,10 @@ def observe(channel: grpc.Channel, observations: list[dict[str, Any]]) -> list[A
 def assert_facts(
     channel: grpc.Channel, namespace: str, facts: list[Any], timeout: float = 60
 ) -> list[fact_service_pb2.AssertFactResult]:
-    """AssertFacts of ``facts`` (dicts in the proto's JSON names, or FactAssertion messages); the result of each."""
+    """AssertFacts of ``facts`` (JSON dicts or FactAssertion messages); the result of each."""
     stub = fact_service_pb2_grpc.FactServiceStub(channel)
-    request = fact_service_pb2.AssertFactsRequest(
-        namespace=namespace,
-        facts=[json_format.ParseDict(f, knowledge_pb2.FactAssertion()) if isinstance(f, dict) else f for f in facts],
-    )
+    messages = [json_format.ParseDict(f, knowledge_pb2.FactAssertion()) if isinstance(f, dict) else f for f in facts]
+    request = fact_service_pb2.AssertFactsRequest(namespace=namespace, facts=messages)
     return list(stub.AssertFacts(request, timeout=timeout).results)
 
 

@@ -103,7 +103,8 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
 
     # A small budget keeps fewer items, still within the budget, and says why the others were dropped.
     small = compile_pack(
-        query_channel, namespace, query="openssl security updates", anchors=anchors, token_budget=60, dropped_limit=3
+        query_channel, namespace, query="openssl security updates", anchors=anchors, token_budget=60,
+        dropped_limit=3,
     )
     assert 0 < small.token_count == tokens.count(small.text) <= 60
     assert small.dropped_count > 0 and small.trace_id.startswith("ctx-")

@@ -83,7 +83,8 @@ def test_limits_and_small_details(
     with pytest.raises(grpc.RpcError) as refused:
         stub.RecordObservations(observation_service_pb2.RecordObservationsRequest(observations=[observation]))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert any(v.field == "observations[0].assertions[0].entity.title" for v in rpc_failure(refused.value).violations)
+    violations = rpc_failure(refused.value).violations
+    assert any(v.field == "observations[0].assertions[0].entity.title" for v in violations)
 
     source = source_service_pb2_grpc.SourceServiceStub(query_channel)
     with pytest.raises(grpc.RpcError) as huge:

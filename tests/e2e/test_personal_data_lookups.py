@@ -64,7 +64,8 @@ def lookups(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Ite
         with make_channel(ingest_address, security=ClientSecurity(token=writer)) as channel:
             contact = f"contact:{STORED}"
             retain(channel, namespace, contact, f"# Contact\n\nAnna answers at {STORED}.\n")
-            assert_facts(channel, namespace, [{"subject": contact, "predicate": "WORKS_ON", "object": "project:atlas"}])
+            works_on = {"subject": contact, "predicate": "WORKS_ON", "object": "project:atlas"}
+            assert_facts(channel, namespace, [works_on])
         yield Lookups(namespace, query_address, uncleared, cleared)
 
 
