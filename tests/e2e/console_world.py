@@ -39,6 +39,7 @@ from tests.e2e.conftest import token_secured_services
 from tests.e2e.mcp_http import free_port
 from tests.e2e.note_observations import asserted_fact
 from tests.e2e.note_observations import note
+from tests.e2e.token_grants import grant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,30 +198,13 @@ def console_world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
     scoped_ns = "console-" + uuid.uuid4().hex[:10]
     organization = "con" + uuid.uuid4().hex[:10]
     memory_base = memory_namespace(organization, "production")
-    tokens: dict[str, str] = {}
-    tokens["admin"], _ = add_token(
-        tokens_file,
-        principal="console-admin",
-        namespaces={"example": [Right.ADMIN], scoped_ns: [Right.ADMIN]},
-        scopes=["workspace:alpha"],
-    )
-    tokens["writer"], _ = add_token(
-        tokens_file,
-        principal="console-writer",
-        namespaces={scoped_ns: [Right.WRITE]},
-        scopes=["workspace:alpha"],
-    )
-    tokens["outsider"], _ = add_token(
-        tokens_file,
-        principal="console-outsider",
-        namespaces={scoped_ns: [Right.READ], "example": [Right.READ]},
-    )
-    tokens["insider"], _ = add_token(
-        tokens_file,
-        principal="console-insider",
-        namespaces={scoped_ns: [Right.READ]},
-        scopes=["workspace:alpha"],
-    )
+    alpha = ["workspace:alpha"]
+    tokens = {
+        "admin": grant(tokens_file, "console-admin", Right.ADMIN, ["example", scoped_ns], scopes=alpha),
+        "writer": grant(tokens_file, "console-writer", Right.WRITE, [scoped_ns], scopes=alpha),
+        "outsider": grant(tokens_file, "console-outsider", Right.READ, [scoped_ns, "example"]),
+        "insider": grant(tokens_file, "console-insider", Right.READ, [scoped_ns], scopes=alpha),
+    }
     tokens["memory"], _ = add_token(
         tokens_file,
         principal="console-memory",

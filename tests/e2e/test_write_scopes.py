@@ -43,11 +43,11 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
-from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import TokenChannels
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.isolation_world import read_observation
 from tests.e2e.query_service_data import assert_facts
+from tests.e2e.token_grants import grant
 
 pytestmark = pytest.mark.e2e
 
@@ -58,16 +58,11 @@ SECRET_TEXT = "Alpha secret: the merger closes in May."
 class World(TokenChannels):
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "wsc-" + uuid.uuid4().hex[:12]
-        write = {self.ns: [Right.WRITE]}
-        read = {self.ns: [Right.READ]}
-        self.alpha, _ = add_token(
-            tokens_file, principal="alpha", namespaces=write, scopes=["workspace:alpha"]
-        )
-        self.plain, _ = add_token(tokens_file, principal="plain", namespaces=write)
-        self.reader_alpha, _ = add_token(
-            tokens_file, principal="reader-alpha", namespaces=read, scopes=["workspace:alpha"]
-        )
-        self.reader_plain, _ = add_token(tokens_file, principal="reader-plain", namespaces=read)
+        alpha = ["workspace:alpha"]
+        self.alpha = grant(tokens_file, "alpha", Right.WRITE, [self.ns], scopes=alpha)
+        self.plain = grant(tokens_file, "plain", Right.WRITE, [self.ns])
+        self.reader_alpha = grant(tokens_file, "reader-alpha", Right.READ, [self.ns], scopes=alpha)
+        self.reader_plain = grant(tokens_file, "reader-plain", Right.READ, [self.ns])
         self.ingest_addr = self.query_addr = ""
         self.secret_observation = ""
         self.secret_fact = ""
