@@ -42,6 +42,7 @@ from memory_service_tools.cli.app import app
 from memory_service_tools.token_writer import add_token
 from query_service.main import create_query_host
 from tests.conftest import fresh_database
+from tests.database_rows import fetch_rows_at
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.data_protection_helpers import debian_slice
 from tests.e2e.data_protection_helpers import record_all
@@ -212,7 +213,8 @@ def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
     with token_secured_services(settings, tokens) as (ingest_addr, _query_addr):
         with make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel:
             retain(channel, namespace, "doc:open", "# Open\n\nfor everyone\n")
-            retain(channel, namespace, "doc:salaries", "# Salaries\n\nconfidential\n", scopes=["workspace:hr"])
+            salaries = "# Salaries\n\nconfidential\n"
+            retain(channel, namespace, "doc:salaries", salaries, scopes=["workspace:hr"])
         with make_channel(ingest_addr, security=ClientSecurity(token=reader)) as channel:
             with pytest.raises(grpc.RpcError) as denied:
                 _export(channel, namespace)
@@ -326,11 +328,7 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "access request" in (
         refused.value.details() or ""
     )
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        audited = conn.execute(
-            "SELECT target_key, props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'export'"
-            " ORDER BY recorded_at",
-            (namespace,),
-        ).fetchall()
+    exports = "SELECT target_key, props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'export'"
+    audited = fetch_rows_at(settings.database_url, exports + " ORDER BY recorded_at", namespace)
     assert [row[0] for row in audited[:2]] == ["person:dana", ""]
     assert "value_sha256" in audited[1][1] and "dana.w@example.org" not in json.dumps(audited[1][1])
