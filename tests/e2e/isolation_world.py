@@ -177,9 +177,11 @@ def load(world: World, side: Side) -> None:
         side.fact_id = next(f.fact_id for f in facts if f.predicate == "WORKS_ON")
 
 
-def list_facts(channel: grpc.Channel, namespace: str, **filters: str) -> list[Any]:
+def list_facts(channel: grpc.Channel, namespace: str, include_history: bool = True, **filters: str) -> list[Any]:
     stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
-    request = fact_query_service_pb2.ListFactsRequest(namespace=namespace, include_history=True, **filters)
+    request = fact_query_service_pb2.ListFactsRequest(
+        namespace=namespace, include_history=include_history, **filters
+    )
     return list(stub.ListFacts(request, timeout=60).facts)
 
 
