@@ -88,8 +88,16 @@ def distinctive_sentences(documents: list[CorpusDocument], seed: int = 20261129)
     found in no other document of ``documents`` (the docs-vault sentence search's probes)."""
     texts = {d.key: d.markdown.read_text("utf-8") for d in documents}
     rng = random.Random(seed)
+    return first_distinctive_sentences(texts, sorted(texts), rng)
+
+
+def first_distinctive_sentences(
+    texts: dict[str, str], keys: list[str], rng: random.Random, sample: int | None = None
+) -> list[tuple[str, str]]:
+    """(key, sentence) for the ``keys`` in their order, up to ``sample`` of them: a sentence of at least 8
+    words of the key's text (below its front matter), drawn by ``rng``, found in no other of ``texts``."""
     chosen: list[tuple[str, str]] = []
-    for key in sorted(texts):
+    for key in keys:
         body = texts[key].split("\n---\n", 1)[-1]
         candidates = [s.strip() for s in SENTENCE.findall(body) if len(s.split()) >= 8]
         rng.shuffle(candidates)
@@ -97,6 +105,8 @@ def distinctive_sentences(documents: list[CorpusDocument], seed: int = 20261129)
             if sum(sentence in other for other in texts.values()) == 1:
                 chosen.append((key, sentence))
                 break
+        if len(chosen) == sample:
+            break
     return chosen
 
 
@@ -176,6 +186,7 @@ __all__ = [
     "CorpusDocument",
     "build",
     "distinctive_sentences",
+    "first_distinctive_sentences",
     "markdown_words",
     "recovered",
     "tools_missing",

@@ -28,3 +28,14 @@ def eventually(condition: Callable[[], Any], what: str, attempts: int = 600) -> 
             return value
         time.sleep(0.2)
     pytest.fail(f"never happened: {what}")
+
+
+def drained(worker: Any, namespace: str, limit_s: float = 60.0) -> None:
+    """Runs ``worker.drain()`` until ``worker.backlog(namespace)`` holds nothing pending. ``drain`` stops when
+    nothing is left to claim, while another worker on the same database may still hold claims: wait for it."""
+
+    def empty() -> bool:
+        worker.drain()
+        return bool(worker.backlog(namespace).pending == 0)
+
+    wait_for(empty, f"the backlog of {namespace} drained", limit_s)

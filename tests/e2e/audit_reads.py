@@ -1,5 +1,5 @@
-"""Reading the audit trail over a real channel: one page of ListAuditEvents, every page of it, and the audit
-events of a trace (GetTrace)."""
+"""The audit trail over a real channel: an event recorded, one page of ListAuditEvents, every page of it,
+and the audit events of a trace (GetTrace)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,16 @@ from memory_service_grpc_client.memory.v1 import audit_service_pb2
 from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+
+
+def record_audit_event(
+    channel: grpc.Channel, namespace: str, action: str, trace_id: str, **fields: Any
+) -> audit_service_pb2.AuditEvent:
+    """RecordAuditEvent of ``action`` on ``trace_id`` with the request's other ``fields``; the event filed."""
+    request = audit_service_pb2.RecordAuditEventRequest(
+        namespace=namespace, action=action, trace_id=trace_id, **fields
+    )
+    return audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(request, timeout=60).event
 
 
 def list_audit_events(channel: grpc.Channel, **fields: Any) -> audit_service_pb2.ListAuditEventsResponse:

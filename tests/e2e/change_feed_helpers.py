@@ -4,12 +4,9 @@ WatchChanges up to its first heartbeat."""
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,30 +18,23 @@ from common.kernel.config import Settings
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
-
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.e2e.service_processes import cb_serve
 
 WHEN = "2024-05-01T10:00:00Z"
 
 
 def serve_ingest(settings: Settings, address: str) -> subprocess.Popen[bytes]:
-    environment = {
-        **os.environ,
-        "CB_DATABASE_URL": settings.database_url,
-        "CB_INGEST_ADDR": address,
-        "CB_INGEST_METRICS_PORT": "0",
-        "CB_SHUTDOWN_DRAIN_SECONDS": "0",
-        "CB_SHUTDOWN_GRACE_SECONDS": "2",
-        "CB_LOG_FORMAT": "text",
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "memory_service_tools.cli", "serve", "ingest"],
-        cwd=ROOT,
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    process: subprocess.Popen[bytes] = cb_serve(
+        "ingest",
+        settings,
+        subprocess.DEVNULL,
+        CB_INGEST_ADDR=address,
+        CB_INGEST_METRICS_PORT="0",
+        CB_SHUTDOWN_DRAIN_SECONDS="0",
+        CB_SHUTDOWN_GRACE_SECONDS="2",
+        CB_LOG_FORMAT="text",
     )
+    return process
 
 
 def load_observation(namespace: str, index: int) -> knowledge_pb2.Observation:

@@ -13,7 +13,12 @@ import pytest
 
 from common.grpc.server import ServiceHost
 from common.kernel.config import Settings
+from common.storage.database import Database
+from common.storage.schema import migrations
+from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.main import create_ingest_host
+from ingest_service.memories.maintenance import MemoryMaintenance
+from ingest_service.memories.writer import MemoryWriter
 from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import make_channel
 from memory_service_grpc_client import wait_for_serving
@@ -89,6 +94,14 @@ def token_secured_services(
     finally:
         ingest.stop(5)
         query.stop(5)
+
+
+@pytest.fixture(scope="module")
+def maintenance(settings: Settings) -> MemoryMaintenance:
+    """MemoryMaintenance on the real database with the real embedder, one for the test module."""
+    provider = build_embedding_provider(settings)
+    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
+    return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 
 @pytest.fixture

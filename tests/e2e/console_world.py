@@ -29,7 +29,6 @@ from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import MemoryClient
 from memory_service_grpc_client.memory.v1 import audit_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_tools.cli import app as cli_app
@@ -38,6 +37,9 @@ from memory_service_tools.console import create_app
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.mcp_http import free_port
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
+from tests.e2e.token_grants import grant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,22 +108,8 @@ class AuditTrail:
 def _observation(
     ns: str, external_id: str, scopes: list[str], content: str, facts: list[tuple[str, str, str]]
 ) -> Any:
-    return json_format.ParseDict(
-        {
-            "namespace": ns,
-            "source": {"system": "console-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "person", "id": "ivan"},
-            "scopes": scopes,
-            "content": content,
-            "assertions": [
-                {"fact": {"subject": s, "predicate": p, "object": o, "valid_from": "2024-05-01T10:00:00Z"}}
-                for s, p, o in facts
-            ],
-        },
-        knowledge_pb2.Observation(),
-    )
+    assertions = [asserted_fact(s, p, o) for s, p, o in facts]
+    return note(ns, "console-test", external_id, content, scopes=scopes, assertions=assertions)
 
 
 def load_scoped(ingest_addr: str, query_addr: str, token: str, ns: str) -> str:
@@ -210,30 +198,13 @@ def console_world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
     scoped_ns = "console-" + uuid.uuid4().hex[:10]
     organization = "con" + uuid.uuid4().hex[:10]
     memory_base = memory_namespace(organization, "production")
-    tokens: dict[str, str] = {}
-    tokens["admin"], _ = add_token(
-        tokens_file,
-        principal="console-admin",
-        namespaces={"example": [Right.ADMIN], scoped_ns: [Right.ADMIN]},
-        scopes=["workspace:alpha"],
-    )
-    tokens["writer"], _ = add_token(
-        tokens_file,
-        principal="console-writer",
-        namespaces={scoped_ns: [Right.WRITE]},
-        scopes=["workspace:alpha"],
-    )
-    tokens["outsider"], _ = add_token(
-        tokens_file,
-        principal="console-outsider",
-        namespaces={scoped_ns: [Right.READ], "example": [Right.READ]},
-    )
-    tokens["insider"], _ = add_token(
-        tokens_file,
-        principal="console-insider",
-        namespaces={scoped_ns: [Right.READ]},
-        scopes=["workspace:alpha"],
-    )
+    alpha = ["workspace:alpha"]
+    tokens = {
+        "admin": grant(tokens_file, "console-admin", Right.ADMIN, ["example", scoped_ns], scopes=alpha),
+        "writer": grant(tokens_file, "console-writer", Right.WRITE, [scoped_ns], scopes=alpha),
+        "outsider": grant(tokens_file, "console-outsider", Right.READ, [scoped_ns, "example"]),
+        "insider": grant(tokens_file, "console-insider", Right.READ, [scoped_ns], scopes=alpha),
+    }
     tokens["memory"], _ = add_token(
         tokens_file,
         principal="console-memory",

@@ -27,6 +27,7 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from tests.e2e.audit_reads import record_audit_event
 from tests.e2e.isolation_world import World
 from tests.e2e.isolation_world import get_trace_events
 from tests.e2e.isolation_world import holds_nothing_of_b
@@ -188,12 +189,7 @@ def get_trace(world: World) -> None:
     b = world.b
     trace_id = "iso-get-trace-" + uuid.uuid4().hex
     with world.ingest(world.writers["b"]) as channel:
-        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=b.ns, action="review", trace_id=trace_id, details={"marker": b.marker}
-            ),
-            timeout=60,
-        )
+        record_audit_event(channel, b.ns, "review", trace_id, details={"marker": b.marker})
     with world.query(world.both) as channel:
         context_service_pb2_grpc.ContextServiceStub(channel).CompileContext(
             context_service_pb2.CompileContextRequest(namespace=b.ns, query=b.marker, trace_id=trace_id),
@@ -211,23 +207,9 @@ def list_audit_events(world: World) -> None:
     b = world.b
     trace_id = "iso-list-audit-" + uuid.uuid4().hex
     with world.ingest(world.writers["b"]) as channel:
-        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=b.ns,
-                action="review",
-                trace_id=trace_id,
-                target_key=b.doc,
-                details={"marker": b.marker},
-            ),
-            timeout=60,
-        )
+        record_audit_event(channel, b.ns, "review", trace_id, target_key=b.doc, details={"marker": b.marker})
     with world.ingest(world.attacker) as channel:  # an event of A's own, on the same trace id
-        audit_service_pb2_grpc.AuditServiceStub(channel).RecordAuditEvent(
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=world.a.ns, action="review", trace_id=trace_id
-            ),
-            timeout=60,
-        )
+        record_audit_event(channel, world.a.ns, "review", trace_id)
     with world.query(world.attacker) as channel:
         stub = audit_service_pb2_grpc.AuditServiceStub(channel)
         every = stub.ListAuditEvents(

@@ -177,10 +177,20 @@ def load(world: World, side: Side) -> None:
         side.fact_id = next(f.fact_id for f in facts if f.predicate == "WORKS_ON")
 
 
-def list_facts(channel: grpc.Channel, namespace: str, **filters: str) -> list[Any]:
+def list_facts(channel: grpc.Channel, namespace: str, include_history: bool = True, **filters: str) -> list[Any]:
     stub = fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
-    request = fact_query_service_pb2.ListFactsRequest(namespace=namespace, include_history=True, **filters)
+    request = fact_query_service_pb2.ListFactsRequest(
+        namespace=namespace, include_history=include_history, **filters
+    )
     return list(stub.ListFacts(request, timeout=60).facts)
+
+
+def read_observation(channel: grpc.Channel, namespace: str, observation_id: str) -> Any:
+    stub = observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
+    request = observation_query_service_pb2.GetObservationRequest(
+        namespace=namespace, observation_id=observation_id
+    )
+    return stub.GetObservation(request, timeout=60).observation
 
 
 def refusal_code(call: Callable[[], Any]) -> grpc.StatusCode:
@@ -296,16 +306,7 @@ def b_untouched(world: World) -> None:
         assert [
             f for f in list_facts(channel, b.ns, subject=b.target_person) if f.predicate != "MEMBER_OF"
         ] == []
-        observation = (
-            observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
-            .GetObservation(
-                observation_query_service_pb2.GetObservationRequest(
-                    namespace=b.ns, observation_id=b.observation_id
-                ),
-                timeout=60,
-            )
-            .observation
-        )
+        observation = read_observation(channel, b.ns, b.observation_id)
         assert observation.status == "processed" and b.marker in observation.content
         facts = list_facts(channel, b.ns, subject=b.person)
         assert {f.fact_id for f in facts} == {b.fact_id, b.asserted_fact_id}

@@ -42,6 +42,23 @@ from memory_service_tools.token_writer import add_token
 PROJECT = "p1"
 
 
+def memory_user_tokens(
+    tokens_file: Path, prefix: str, organization: str, users: dict[str, str]
+) -> dict[str, str]:
+    """Tokens of ``users`` (name -> user id) in the production memory of ``organization``, and of
+    "outsider": user ua of another organization (``organization`` + "x")."""
+    members = [(name, organization, user) for name, user in users.items()]
+    tokens = {}
+    for name, org, user in [*members, ("outsider", organization + "x", "ua")]:
+        tokens[name], _ = add_token(
+            tokens_file,
+            principal=f"{prefix}-{name}-{organization}",
+            namespaces={memory_namespace(org, "production"): [Right.READ, Right.WRITE]},
+            memory_scope=(org, "production", user),
+        )
+    return tokens
+
+
 @dataclass
 class MemoryWorld:
     """The tokens and the victim's memories (filled by `load`)."""
@@ -57,22 +74,7 @@ class MemoryWorld:
     @classmethod
     def create(cls, tokens_file: Path) -> MemoryWorld:
         organization = "iso" + uuid.uuid4().hex[:10]
-        base = memory_namespace(organization, "production")
-        tokens = {}
-        for name, org, user in (("attacker", organization, "ua"), ("victim", organization, "ub")):
-            tokens[name], _ = add_token(
-                tokens_file,
-                principal=f"memory-{name}-{organization}",
-                namespaces={base: [Right.READ, Right.WRITE]},
-                memory_scope=(org, "production", user),
-            )
-        outsider_org = organization + "x"
-        tokens["outsider"], _ = add_token(
-            tokens_file,
-            principal=f"memory-outsider-{organization}",
-            namespaces={memory_namespace(outsider_org, "production"): [Right.READ, Right.WRITE]},
-            memory_scope=(outsider_org, "production", "ua"),
-        )
+        tokens = memory_user_tokens(tokens_file, "memory", organization, {"attacker": "ua", "victim": "ub"})
         return cls(organization=organization, tokens=tokens, marker="quokka" + uuid.uuid4().hex[:8])
 
     @property

@@ -19,8 +19,6 @@ from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
@@ -32,6 +30,8 @@ from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
+from tests.e2e.pack_registration import enable_pack
+from tests.e2e.pack_registration import register_pack
 from tests.unit.test_domain_packs import delivery_pack
 
 PACK_VERSION = "memory-readers-1"
@@ -134,14 +134,8 @@ class Caller:
         """Enables the delivery pack of version `PACK_VERSION` in ``namespace`` (registered by the first
         call; the pack registry is shared and immutable, so every run reuses that one version)."""
         pack = delivery_pack(PACK_VERSION)
-        packs = domain_pack_service_pb2_grpc.DomainPackServiceStub(self.admin or self.ingest)
-        request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
-        packs.RegisterPackage(request, timeout=60)  # created, or the same content already registered
-        reference = domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])
-        packs.SetNamespaceKinds(
-            domain_pack_service_pb2.SetNamespaceKindsRequest(namespace=namespace, packages=[reference]),
-            timeout=60,
-        )
+        register_pack(self.admin or self.ingest, pack)  # created, or the same content already registered
+        enable_pack(self.admin or self.ingest, namespace, pack)
         self.packs_enabled.add(namespace)
 
     def facts(self, namespace: str, **filters: str) -> list[Any]:
@@ -152,14 +146,17 @@ class Caller:
         return list(stub.ListFacts(request, timeout=60).facts)
 
     def source(self, namespace: str, key: str) -> grpc.StatusCode:
-        stub = source_service_pb2_grpc.SourceServiceStub(self.query)
-        try:
-            stub.GetSource(
-                source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
-            )
-        except grpc.RpcError as error:
-            return error.code()
-        return grpc.StatusCode.OK
+        return source_status(self.query, namespace, key)
+
+
+def source_status(channel: grpc.Channel, namespace: str, key: str) -> grpc.StatusCode:
+    """GetSource's status for node ``key``: OK, or the code it was refused with."""
+    stub = source_service_pb2_grpc.SourceServiceStub(channel)
+    try:
+        stub.GetSource(source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60)
+    except grpc.RpcError as error:
+        return error.code()
+    return grpc.StatusCode.OK
 
 
 def enrich(settings: Settings, namespace: str, memory_id: str, version: int = 1) -> None:

@@ -14,6 +14,8 @@ from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from tests.e2e.query_service_data import put_chunks
+from tests.e2e.query_service_data import retain
 from tests.e2e.test_domain_packs import _observe
 
 PHONE = "+7 (916) 123-45-67"
@@ -82,36 +84,11 @@ def observation(namespace: str, external_id: str, **fields: Any) -> knowledge_pb
 
 def write_corpus(channel: grpc.Channel, namespace: str) -> None:
     """Two documents with detectable data, one marked fio/address, a PutChunks ticket, and observations."""
-    documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:refund-letter",
-            title="Заявление на возврат",
-            content=RU_LETTER,
-        ),
-        timeout=120,
-    )
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:client-card",
-            title=f"Карточка клиента {FIO}",
-            content=CLIENT_CARD,
-            pii=True,
-            pii_categories=["fio", "address"],
-        ),
-        timeout=120,
-    )
-    documents.PutChunks(
-        document_service_pb2.PutChunksRequest(
-            namespace=namespace,
-            natural_key="ticket:SUP-4821",
-            title="Support ticket SUP-4821",
-            chunks=[document_service_pb2.ChunkInput(chunk_order=0, heading="Call", text=EN_TICKET)],
-        ),
-        timeout=120,
-    )
+    retain(channel, namespace, "doc:refund-letter", RU_LETTER, title="Заявление на возврат")
+    card = {"title": f"Карточка клиента {FIO}", "pii": True, "pii_categories": ["fio", "address"]}
+    retain(channel, namespace, "doc:client-card", CLIENT_CARD, **card)
+    call = document_service_pb2.ChunkInput(chunk_order=0, heading="Call", text=EN_TICKET)
+    put_chunks(channel, namespace, "ticket:SUP-4821", call, title="Support ticket SUP-4821")
     observations = observation_service_pb2_grpc.ObservationServiceStub(channel)
     response = observations.RecordObservations(
         observation_service_pb2.RecordObservationsRequest(

@@ -15,6 +15,8 @@ from google.protobuf import timestamp_pb2
 from common.kernel.identifiers import fact_id
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from memory_service_grpc_client.memory.v1 import fact_service_pb2
+from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
@@ -57,6 +59,17 @@ def retain(channel: grpc.Channel, namespace: str, key: str, content: str, **fiel
     )
 
 
+def put_chunks(
+    channel: grpc.Channel, namespace: str, key: str, *chunks: document_service_pb2.ChunkInput, **fields: Any
+) -> Any:
+    """PutChunks of ``chunks`` as the node ``key``; ``fields`` are the request's other fields."""
+    stub = document_service_pb2_grpc.DocumentServiceStub(channel)
+    request = document_service_pb2.PutChunksRequest(
+        namespace=namespace, natural_key=key, chunks=list(chunks), **fields
+    )
+    return stub.PutChunks(request, timeout=120)
+
+
 def observe(channel: grpc.Channel, observations: list[dict[str, Any]]) -> list[Any]:
     stub = observation_service_pb2_grpc.ObservationServiceStub(channel)
     request = observation_service_pb2.RecordObservationsRequest(
@@ -65,6 +78,16 @@ def observe(channel: grpc.Channel, observations: list[dict[str, Any]]) -> list[A
     results = list(stub.RecordObservations(request, timeout=120).results)
     assert [r.status for r in results] == ["processed"] * len(observations), [r.error for r in results]
     return results
+
+
+def assert_facts(
+    channel: grpc.Channel, namespace: str, facts: list[Any], timeout: float = 60
+) -> list[fact_service_pb2.AssertFactResult]:
+    """AssertFacts of ``facts`` (JSON dicts or FactAssertion messages); the result of each."""
+    stub = fact_service_pb2_grpc.FactServiceStub(channel)
+    messages = [json_format.ParseDict(f, knowledge_pb2.FactAssertion()) if isinstance(f, dict) else f for f in facts]
+    request = fact_service_pb2.AssertFactsRequest(namespace=namespace, facts=messages)
+    return list(stub.AssertFacts(request, timeout=timeout).results)
 
 
 def upload(namespace: str, package: str, version: str, when: str, supersedes: str = "") -> dict[str, Any]:

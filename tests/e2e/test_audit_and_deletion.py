@@ -20,8 +20,6 @@ import pytest
 from google.protobuf import json_format
 
 from common.storage.database import Database
-from memory_service_grpc_client.memory.v1 import audit_service_pb2
-from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
@@ -39,7 +37,11 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from tests.e2e.audit_reads import details_of
 from tests.e2e.audit_reads import get_trace
+from tests.e2e.audit_reads import record_audit_event
 from tests.e2e.audit_reads import trace_audit_events
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
+from tests.e2e.query_service_data import retain
 from tests.e2e.refusals import refusal
 
 pytestmark = pytest.mark.e2e
@@ -88,36 +90,12 @@ def loaded(ingest_channel: grpc.Channel, namespace: str) -> dict[str, str]:
     """doc:target (article linked from doc:linker and linking to doc:other), facts with it as subject and
     object (one closed by supersession), and an observation naming it."""
     marker = "quokkatarget" + uuid.uuid4().hex[:6]
-    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:other",
-            title="Other",
-            content="# Other\n\nUnrelated canteen menu.",
-        ),
-        timeout=120,
-    )
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:target",
-            title=f"Target runbook {marker}",
-            content=f"# Target runbook {marker}\n\nRestart the {marker} daemon.\n\n## Later\n\nCheck {marker} logs.",
-            links=["doc:other"],
-        ),
-        timeout=120,
-    )
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace,
-            natural_key="doc:linker",
-            title="Linker",
-            content="# Linker\n\nSee the target runbook.",
-            links=["doc:target"],
-        ),
-        timeout=120,
-    )
+    retain(ingest_channel, namespace, "doc:other", "# Other\n\nUnrelated canteen menu.", title="Other")
+    target = f"# Target runbook {marker}\n\nRestart the {marker} daemon.\n\n## Later\n\nCheck {marker} logs."
+    target_fields = {"title": f"Target runbook {marker}", "links": ["doc:other"]}
+    retain(ingest_channel, namespace, "doc:target", target, **target_fields)
+    linker = "# Linker\n\nSee the target runbook."
+    retain(ingest_channel, namespace, "doc:linker", linker, title="Linker", links=["doc:target"])
     facts = fact_service_pb2_grpc.FactServiceStub(ingest_channel)
     first = facts.AssertFacts(
         fact_service_pb2.AssertFactsRequest(
@@ -259,16 +237,7 @@ def test_audit_nodes_are_protected(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel, database: Database, namespace: str
 ) -> None:
     trace_id = "prot-" + uuid.uuid4().hex
-    event = (
-        audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
-        .RecordAuditEvent(
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=namespace, action="export", trace_id=trace_id, details={"rows": 12}
-            ),
-            timeout=60,
-        )
-        .event
-    )
+    event = record_audit_event(ingest_channel, namespace, "export", trace_id, details={"rows": 12})
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
     for key in (f"audit_event:{event.event_id}", f"pc_trace:{trace_id}"):
         before = _row_counts(database, namespace, key)
@@ -341,28 +310,11 @@ def test_delete_node_bad_input_and_unknown_key(ingest_channel: grpc.Channel, nam
 
 
 def _observation(namespace: str, external_id: str, content: str) -> knowledge_pb2.Observation:
-    return json_format.ParseDict(
-        {
-            "namespace": namespace,
-            "source": {"system": "audit-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "person", "id": "ivan"},
-            "content": content,
-            "assertions": [
-                {
-                    "fact": {
-                        "subject": "person:ivan",
-                        "predicate": "WORKS_ON",
-                        "object": "project:audit",
-                        "valid_from": "2024-05-01T10:00:00Z",
-                    }
-                },
-                {"text": {"text": f"Fragment: {content}", "title": "Fragment"}},
-            ],
-        },
-        knowledge_pb2.Observation(),
-    )
+    assertions = [
+        asserted_fact("person:ivan", "WORKS_ON", "project:audit"),
+        {"text": {"text": f"Fragment: {content}", "title": "Fragment"}},
+    ]
+    return note(namespace, "audit-test", external_id, content, assertions=assertions)
 
 
 def test_purge_and_redact_are_audited(
@@ -427,10 +379,7 @@ def test_get_trace_includes_context_compilations(
         ),
         timeout=120,
     )
-    audit_service_pb2_grpc.AuditServiceStub(ingest_channel).RecordAuditEvent(
-        audit_service_pb2.RecordAuditEventRequest(namespace=namespace, action="review", trace_id=trace_id),
-        timeout=60,
-    )
+    record_audit_event(ingest_channel, namespace, "review", trace_id)
     trace = get_trace(query_channel, namespace, trace_id)
     kinds = [entry.WhichOneof("entry") for entry in trace.entries]
     assert kinds == ["context_compilation", "audit_event"]  # ordered by time

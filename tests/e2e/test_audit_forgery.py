@@ -17,8 +17,6 @@ import pytest
 from google.protobuf import json_format
 
 from memory_service_grpc_client import rpc_failure
-from memory_service_grpc_client.memory.v1 import audit_service_pb2
-from memory_service_grpc_client.memory.v1 import audit_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
@@ -28,6 +26,7 @@ from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
+from tests.e2e.audit_reads import record_audit_event
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +64,7 @@ def test_no_write_path_can_forge_or_move_an_audit_event(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
     trace_id = "victim-" + uuid.uuid4().hex[:8]
-    event = (
-        audit_service_pb2_grpc.AuditServiceStub(ingest_channel)
-        .RecordAuditEvent(
-            audit_service_pb2.RecordAuditEventRequest(
-                namespace=namespace, action="export", trace_id=trace_id, details={"rows": 12}
-            ),
-            timeout=60,
-        )
-        .event
-    )
+    event = record_audit_event(ingest_channel, namespace, "export", trace_id, details={"rows": 12})
     event_key, trace_key = f"audit_event:{event.event_id}", f"pc_trace:{trace_id}"
     before = _trail(query_channel, namespace, trace_id)
     assert [entry[0] for entry in before] == [event.event_id]

@@ -43,7 +43,6 @@ from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
-from memory_service_tools.token_writer import add_token
 from tests.e2e.audit_reads import every_audit_event
 from tests.e2e.audit_reads import list_audit_events
 from tests.e2e.audit_reads import trace_audit_events
@@ -52,6 +51,7 @@ from tests.e2e.conftest import token_secured_services
 from tests.e2e.pii_corpus import write_corpus
 from tests.e2e.pii_corpus import write_team
 from tests.e2e.test_domain_packs import _register
+from tests.e2e.token_grants import grant
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
@@ -75,46 +75,18 @@ class World(TokenChannels):
         self.namespace = "aud-" + uuid.uuid4().hex[:10]
         self.listed = "aud-list-" + uuid.uuid4().hex[:10]
         both = (self.namespace, self.listed)
-        self.packs, _ = add_token(tokens_file, principal="aud-packs", namespaces={"*": [Right.ADMIN]})
-        self.writer, _ = add_token(
-            tokens_file, principal="aud-writer", namespaces={ns: [Right.WRITE] for ns in both}
-        )
-        self.deleter, _ = add_token(
-            tokens_file, principal="aud-deleter", namespaces={ns: [Right.WRITE] for ns in both}
-        )
-        self.officer, _ = add_token(
-            tokens_file,
-            principal="aud-officer",
-            namespaces={ns: [Right.READ] for ns in both},
-            pii_clearance=True,
-        )
-        self.auditor, _ = add_token(
-            tokens_file,
-            principal="aud-auditor",
-            namespaces={ns: [Right.ADMIN] for ns in both},
-            pii_clearance=True,
-        )
-        self.reader, _ = add_token(
-            tokens_file, principal="aud-reader", namespaces={ns: [Right.READ] for ns in both}
-        )
-        self.masked_admin, _ = add_token(
-            tokens_file, principal="aud-masked-admin", namespaces={ns: [Right.ADMIN] for ns in both}
-        )
-        self.other_admin, _ = add_token(
-            tokens_file,
-            principal="aud-other-admin",
-            namespaces={"aud-other-" + uuid.uuid4().hex[:8]: [Right.ADMIN]},
-        )
+        other = "aud-other-" + uuid.uuid4().hex[:8]
+        self.packs = grant(tokens_file, "aud-packs", Right.ADMIN, ["*"])
+        self.writer = grant(tokens_file, "aud-writer", Right.WRITE, both)
+        self.deleter = grant(tokens_file, "aud-deleter", Right.WRITE, both)
+        self.officer = grant(tokens_file, "aud-officer", Right.READ, both, pii_clearance=True)
+        self.auditor = grant(tokens_file, "aud-auditor", Right.ADMIN, both, pii_clearance=True)
+        self.reader = grant(tokens_file, "aud-reader", Right.READ, both)
+        self.masked_admin = grant(tokens_file, "aud-masked-admin", Right.ADMIN, both)
+        self.other_admin = grant(tokens_file, "aud-other-admin", Right.ADMIN, [other])
         # One principal, two tokens: with the workspace:hr scope, and later without it.
-        self.hr_scoped, _ = add_token(
-            tokens_file,
-            principal="aud-hr",
-            namespaces={self.namespace: [Right.WRITE]},
-            scopes=["workspace:hr"],
-        )
-        self.hr_unscoped, _ = add_token(
-            tokens_file, principal="aud-hr", namespaces={self.namespace: [Right.READ]}
-        )
+        self.hr_scoped = grant(tokens_file, "aud-hr", Right.WRITE, [self.namespace], scopes=["workspace:hr"])
+        self.hr_unscoped = grant(tokens_file, "aud-hr", Right.READ, [self.namespace])
         self.ingest_addr = self.query_addr = ""
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 from grpc_health.v1 import health_pb2
 from grpc_health.v1 import health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2
@@ -44,6 +43,8 @@ from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
 from query_service.main import create_query_host
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
 
 pytestmark = pytest.mark.e2e
 
@@ -80,27 +81,10 @@ def _code(call: Callable[[], Any]) -> tuple[grpc.StatusCode, str]:
 
 
 def _observation(namespace: str, external_id: str) -> knowledge_pb2.Observation:
-    return json_format.ParseDict(
-        {
-            "namespace": namespace,
-            "source": {"system": "auth-test", "stream": "s", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "package", "id": "openssl"},
-            "content": "openssl 3.0.11 uploaded",
-            "assertions": [
-                {
-                    "fact": {
-                        "subject": "package:openssl",
-                        "predicate": "HAS_VERSION",
-                        "object": "version:openssl@3.0.11",
-                        "valid_from": "2024-05-01T10:00:00Z",
-                    }
-                }
-            ],
-        },
-        knowledge_pb2.Observation(),
-    )
+    openssl = {"type": "package", "id": "openssl"}
+    assertions = [asserted_fact("package:openssl", "HAS_VERSION", "version:openssl@3.0.11")]
+    content = "openssl 3.0.11 uploaded"
+    return note(namespace, "auth-test", external_id, content, "s", subject=openssl, assertions=assertions)
 
 
 def _record(channel: grpc.Channel, *observations: knowledge_pb2.Observation) -> Any:

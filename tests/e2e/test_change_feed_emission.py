@@ -30,6 +30,7 @@ from tests.e2e.change_feed_helpers import WHEN
 from tests.e2e.change_feed_helpers import drain_changes
 from tests.e2e.change_feed_helpers import insert_observation
 from tests.e2e.change_feed_helpers import load_observation
+from tests.e2e.query_service_data import retain
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -186,13 +187,8 @@ def test_redaction_purge_close_retain_and_delete_emit_their_events(
         ),
         timeout=60,
     )
+    retain(ingest_channel, namespace, "doc:runbook", "# Runbook\n\nSteps.")
     documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    documents.Retain(
-        document_service_pb2.RetainRequest(
-            namespace=namespace, natural_key="doc:runbook", content="# Runbook\n\nSteps."
-        ),
-        timeout=120,
-    )
     documents.DeleteNode(
         document_service_pb2.DeleteNodeRequest(
             namespace=namespace, natural_key="doc:runbook", reason="obsolete"

@@ -34,14 +34,13 @@ from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
+from tests.e2e.change_feed_helpers import drain_changes
 from tests.e2e.vault_helpers import ingest
 from tests.e2e.vault_helpers import write
 
@@ -51,19 +50,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 def _changes(channel: grpc.Channel, namespace: str, event_types: list[str]) -> list[Any]:
     """Every change of ``namespace`` of those types committed so far: the stream up to its first
     heartbeat (everything committed is replayed before it)."""
-    stub = change_feed_service_pb2_grpc.ChangeFeedServiceStub(channel)
-    stream = stub.WatchChanges(
-        change_feed_service_pb2.WatchChangesRequest(
-            namespace=namespace, resume_after=0, heartbeat_seconds=1, event_types=event_types
-        ),
-        timeout=60,
-    )
-    changes = []
-    for response in stream:
-        if response.HasField("heartbeat"):
-            stream.cancel()
-            break
-        changes.append(response.change)
+    changes = drain_changes(channel, namespace, event_types=event_types)
     cursors = [change.cursor for change in changes]
     assert cursors == sorted(set(cursors)), "cursor order, each once"
     assert all(change.namespace == namespace for change in changes)

@@ -22,8 +22,8 @@ from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import make_channel
 from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
-from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
+from tests.e2e.change_feed_helpers import drain_changes
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.scoped_writes import WRITE_PATHS
 from tests.e2e.scoped_writes import World
@@ -67,16 +67,7 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def _events(world: World, token: str, namespace: str) -> list[change_feed_service_pb2.ChangeEvent]:
     """Every change of ``namespace`` the token gets, up to the first heartbeat (the replay comes first)."""
     with make_channel(world.query_addr, security=ClientSecurity(token=token)) as channel:
-        stream = change_feed_service_pb2_grpc.ChangeFeedServiceStub(channel).WatchChanges(
-            change_feed_service_pb2.WatchChangesRequest(namespace=namespace, heartbeat_seconds=1), timeout=60
-        )
-        events = []
-        for response in stream:
-            if response.HasField("heartbeat"):
-                stream.cancel()
-                break
-            events.append(response.change)
-    return events
+        return drain_changes(channel, namespace)
 
 
 @pytest.mark.parametrize("reader", ["outsider", "other"])

@@ -22,6 +22,7 @@ from common.storage.graph.store import GraphStore
 from common.text_models.tokenizer import TokenCounter
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
+from tests.e2e.context_packs import compile_pack
 from tests.e2e.query_service_data import ARTICLE
 from tests.e2e.query_service_data import load_facts
 from tests.e2e.query_service_data import retain
@@ -58,19 +59,13 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
         "doc:curl",
         "# curl\n\nThe libcurl library moved to a new major release; check your TLS backend.",
     )
-    stub = context_service_pb2_grpc.ContextServiceStub(query_channel)
     tokens = TokenCounter(settings.tokenizer_encoding)
 
-    pack = stub.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace,
-            query="Which libcurl and openssl versions are installed, and how do security updates arrive?",
-            anchors=["package:openssl"],
-            token_budget=2000,
-            trace_id="trace-ctx-1",
-        ),
-        timeout=60,
-    ).pack
+    question = "Which libcurl and openssl versions are installed, and how do security updates arrive?"
+    anchors = ["package:openssl"]
+    pack = compile_pack(
+        query_channel, namespace, query=question, anchors=anchors, token_budget=2000, trace_id="trace-ctx-1"
+    )
     assert pack.trace_id == "trace-ctx-1" and pack.token_budget == 2000
     assert pack.token_count == tokens.count(pack.text) <= 2000
     assert pack.text == _laid_out(pack.items)
@@ -107,16 +102,10 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
     assert traces[0]["request"]["token_budget"] == 2000
 
     # A small budget keeps fewer items, still within the budget, and says why the others were dropped.
-    small = stub.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace,
-            query="openssl security updates",
-            anchors=["package:openssl"],
-            token_budget=60,
-            dropped_limit=3,
-        ),
-        timeout=60,
-    ).pack
+    small = compile_pack(
+        query_channel, namespace, query="openssl security updates", anchors=anchors, token_budget=60,
+        dropped_limit=3,
+    )
     assert 0 < small.token_count == tokens.count(small.text) <= 60
     assert small.dropped_count > 0 and small.trace_id.startswith("ctx-")
     # Every item says why it was selected; the best dropped candidates say why they were dropped.
@@ -139,12 +128,8 @@ def test_compile_context_fits_the_budget_with_facts_chunks_and_trace(
     assert all(reason.startswith(("over budget", "adds nothing")) for reason in reasons)
 
     # as_of in the past: the version valid then.
-    past = stub.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace, anchors=["package:openssl"], as_of=timestamp_of("2024-03-01T00:00:00Z")
-        ),
-        timeout=60,
-    ).pack
+    then = timestamp_of("2024-03-01T00:00:00Z")
+    past = compile_pack(query_channel, namespace, anchors=anchors, as_of=then)
     past_ids = {item.provenance.fact_id for item in past.items}
     assert first in past_ids and second not in past_ids
     # Without a query: the facts, and (below them, to fill the budget) the most recent observations by then.
@@ -184,13 +169,7 @@ def test_compile_context_caps_each_chunk_so_one_huge_chunk_cannot_fill_the_pack(
     retain(
         ingest_channel, namespace, "doc:small", "# Bash\n\nA security fix for bash arrived in 5.2.15-2+b7."
     )
-    stub = context_service_pb2_grpc.ContextServiceStub(query_channel)
-    pack = stub.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace, query="security fix", token_budget=1000
-        ),
-        timeout=60,
-    ).pack
+    pack = compile_pack(query_channel, namespace, query="security fix", token_budget=1000)
     tokens = TokenCounter(settings.tokenizer_encoding)
     assert pack.token_count == tokens.count(pack.text) <= 1000
     keys = [item.provenance.node_key for item in pack.items]

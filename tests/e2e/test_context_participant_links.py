@@ -15,13 +15,12 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from memory_service_grpc_client.memory.v1 import context_service_pb2
-from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
+from tests.e2e.context_packs import compile_pack
 
 pytestmark = pytest.mark.e2e
 
@@ -96,16 +95,11 @@ def test_participant_links_of_episodes_in_the_pack_give_way_to_the_postmortem(
     )
     _wait_for_embeddings(ingest_channel, namespace)
 
-    pack = context_service_pb2_grpc.ContextServiceStub(query_channel).CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace,
-            query="what are the action items of the payments-api outage BILL-42",
-            anchors=["service:payments-api"],
-            token_budget=1200,
-            dropped_limit=50,
-        ),
-        timeout=60,
-    ).pack
+    question = "what are the action items of the payments-api outage BILL-42"
+    anchors = ["service:payments-api"]
+    pack = compile_pack(
+        query_channel, namespace, query=question, anchors=anchors, token_budget=1200, dropped_limit=50
+    )
     episodes_in_pack = {item.provenance.node_key for item in pack.items if item.kind == "chunk"}
     assert len([key for key in episodes_in_pack if key.startswith("episode:")]) == len(UPDATES)
     links = [item for item in pack.items if _is_participant_link(item)]

@@ -19,7 +19,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from common.auth.principals import Right
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
 from memory_service_grpc_client import ClientSecurity
@@ -29,6 +28,7 @@ from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.memory_attacks import memory_user_tokens
 
 pytestmark = pytest.mark.e2e
 
@@ -116,26 +116,9 @@ def _long_texts(marker: str, subject: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from memory_service_tools.token_writer import add_token
-
     tokens_file: Path = tmp_path_factory.mktemp("summaries") / "tokens.yaml"
     organization = "sum" + uuid.uuid4().hex[:10]
-    base = memory_namespace(organization, "production")
-    tokens: dict[str, str] = {}
-    for name, user in (("owner", "ua"), ("neighbour", "ub")):
-        tokens[name], _ = add_token(
-            tokens_file,
-            principal=f"summary-{name}-{organization}",
-            namespaces={base: [Right.READ, Right.WRITE]},
-            memory_scope=(organization, "production", user),
-        )
-    outsider = organization + "x"
-    tokens["outsider"], _ = add_token(
-        tokens_file,
-        principal=f"summary-outsider-{organization}",
-        namespaces={memory_namespace(outsider, "production"): [Right.READ, Right.WRITE]},
-        memory_scope=(outsider, "production", "ua"),
-    )
+    tokens = memory_user_tokens(tokens_file, "summary", organization, {"owner": "ua", "neighbour": "ub"})
     world = World(organization=organization, marker="wombat" + uuid.uuid4().hex[:8], tokens=tokens)
     with token_secured_services(settings, tokens_file) as (world.ingest_addr, world.query_addr):
         yield world

@@ -12,10 +12,9 @@ import time
 import grpc
 import psycopg
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from common.kernel.config import Settings
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
@@ -37,14 +36,7 @@ PAGES = [
 
 
 def _violations(error: grpc.RpcError) -> list[tuple[str, str]]:
-    status = rpc_status.from_call(error)
-    assert status is not None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            return [(v.field, v.description) for v in bad.field_violations]
-    return []
+    return [(v.field, v.description) for v in rpc_failure(error).violations]
 
 
 def _retain(

@@ -30,6 +30,8 @@ from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2_grpc
 from tests.conftest import CORPORA
 from tests.e2e.fact_pages import every_fact
+from tests.e2e.pack_registration import enable_pack
+from tests.e2e.pack_registration import register_pack
 from tests.integration.test_domain_packs import debian_pack
 from tests.unit.test_domain_packs import delivery_pack
 
@@ -46,17 +48,8 @@ def _ts(text: str) -> timestamp_pb2.Timestamp:
 
 
 def _register(channel: grpc.Channel, pack: dict[str, Any], namespace: str, strict: bool) -> None:
-    stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(channel)
-    request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
-    assert stub.RegisterPackage(request, timeout=60).created
-    stub.SetNamespaceKinds(
-        domain_pack_service_pb2.SetNamespaceKindsRequest(
-            namespace=namespace,
-            packages=[domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])],
-            strict=strict,
-        ),
-        timeout=60,
-    )
+    assert register_pack(channel, pack)
+    enable_pack(channel, namespace, pack, strict)
 
 
 def _observe(channel: grpc.Channel, observations: list[dict[str, Any]]) -> list[Any]:

@@ -14,18 +14,16 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.kernel.identifiers import fact_id
-from memory_service_grpc_client.memory.v1 import context_service_pb2
-from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from tests.e2e.context_packs import compile_pack
+from tests.e2e.query_service_data import observe
 
 pytestmark = pytest.mark.e2e
 
@@ -63,16 +61,7 @@ def _wait_for_embeddings(ingest_channel: grpc.Channel, namespace: str) -> None:
 def test_turns_are_found_with_speaker_and_date_then_by_vector_and_through_the_speaker(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel, namespace: str
 ) -> None:
-    observe = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel)
-    results = observe.RecordObservations(
-        observation_service_pb2.RecordObservationsRequest(
-            observations=[
-                json_format.ParseDict(_turn(namespace, index), knowledge_pb2.Observation())
-                for index in range(len(TURNS))
-            ]
-        ),
-        timeout=120,
-    ).results
+    results = observe(ingest_channel, [_turn(namespace, index) for index in range(len(TURNS))])
     assert [result.status for result in results] == ["processed"] * 3
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
 
@@ -91,7 +80,7 @@ def test_turns_are_found_with_speaker_and_date_then_by_vector_and_through_the_sp
     assert first.text.split("\n")[0] == "2023-05-07 18:02 · caroline · conversation:conv-26"
 
     _wait_for_embeddings(ingest_channel, namespace)
-    backlog = observe.GetEmbeddingBacklog(
+    backlog = observation_service_pb2_grpc.ObservationServiceStub(ingest_channel).GetEmbeddingBacklog(
         observation_service_pb2.GetEmbeddingBacklogRequest(namespace=namespace), timeout=30
     )
     assert backlog.pending_chunks == 0 and not backlog.HasField("oldest_pending_written_at")
@@ -117,17 +106,10 @@ def test_turns_are_found_with_speaker_and_date_then_by_vector_and_through_the_sp
         )
     ]
     assert list(listed[0].observation_ids) == [results[0].observation_id]
-    context = context_service_pb2_grpc.ContextServiceStub(query_channel)
-    pack = context.CompileContext(
-        context_service_pb2.CompileContextRequest(
-            namespace=namespace,
-            query="adoption",
-            anchors=["person:caroline"],
-            token_budget=2000,
-            dropped_limit=20,
-        ),
-        timeout=60,
-    ).pack
+    anchors = ["person:caroline"]
+    pack = compile_pack(
+        query_channel, namespace, query="adoption", anchors=anchors, token_budget=2000, dropped_limit=20
+    )
     # her ACTOR facts are candidates; each repeats a turn the pack holds, so it gives way to that turn
     assert {results[0].episode_key, results[2].episode_key} <= {
         item.provenance.node_key for item in pack.items if item.kind == "chunk"

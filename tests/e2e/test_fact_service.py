@@ -16,8 +16,6 @@ from google.protobuf import json_format
 from google.protobuf import timestamp_pb2
 
 from common.kernel.identifiers import fact_id
-from memory_service_grpc_client.memory.v1 import context_service_pb2
-from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_service_pb2
@@ -29,7 +27,9 @@ from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from tests.e2e.context_packs import compile_pack
 from tests.e2e.refusals import code_and_fields
+from tests.work_observations import work_assigned
 
 pytestmark = pytest.mark.e2e
 
@@ -101,19 +101,19 @@ def _get(channel: grpc.Channel, namespace: str, observation_id: str) -> knowledg
 def _observation(
     namespace: str, external_id: str, assertions: list[dict[str, Any]], content: str = ""
 ) -> dict[str, Any]:
-    return {
-        "namespace": namespace,
-        "source": {"system": "hr", "stream": "staffing", "external_id": external_id},
-        "kind": "work.assigned",
-        "occurred_at": JAN,
-        "actor": {"type": "person", "id": "manager"},
-        "subject": {"type": "person", "id": "alice"},
-        "scopes": ["workspace:staffing"],
-        "content": content or f"staffing event {external_id}",
-        "data": {"ticket": f"HR-{external_id}", "priority": 2},
-        "assertions": assertions,
-        "provenance": {"uri": f"hr://staffing/{external_id}"},
-    }
+    return work_assigned(
+        namespace,
+        external_id,
+        JAN,
+        assertions,
+        ("hr", "staffing"),
+        content or f"staffing event {external_id}",
+        actor={"type": "person", "id": "manager"},
+        subject={"type": "person", "id": "alice"},
+        scopes=["workspace:staffing"],
+        data={"ticket": f"HR-{external_id}", "priority": 2},
+        provenance={"uri": f"hr://staffing/{external_id}"},
+    )
 
 
 def _works_on(subject: str, project: str, valid_from: str = JAN, **extra: Any) -> dict[str, Any]:
@@ -325,20 +325,11 @@ def test_get_observation_shows_processed_partially_processed_and_redacted(
         tzinfo=UTC
     ) <= datetime.now(UTC)
     sent = json_format.ParseDict(first, knowledge_pb2.Observation())
-    for name in (
-        "namespace",
-        "source",
-        "kind",
-        "occurred_at",
-        "actor",
-        "subject",
-        "scopes",
-        "content",
-        "data",
-        "assertions",
-        "provenance",
-    ):
-        assert getattr(processed, name) == getattr(sent, name), name
+    sent_fields = sent.ListFields()  # every field the request set comes back as it was sent
+    names = "namespace source kind occurred_at actor subject scopes content data assertions provenance"
+    assert {field.name for field, _ in sent_fields} == set(names.split())
+    for field, value in sent_fields:
+        assert getattr(processed, field.name) == value, field.name
 
     partial = _get(query_channel, namespace, r2.observation_id)
     assert partial.status == "partially_processed"
@@ -416,7 +407,6 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
     )
     falcon = fact_id(namespace, "person:alice", "WORKS_ON", "project:falcon", _at(JAN))
     search = retrieval_service_pb2_grpc.RetrievalServiceStub(query_channel)
-    context = context_service_pb2_grpc.ContextServiceStub(query_channel)
 
     def search_keys() -> set[str]:
         hits = search.Search(
@@ -425,16 +415,8 @@ def test_purged_evidence_leaves_list_facts_search_and_context(
         return {hit.node_key for hit in hits}
 
     def context_facts(*, redundant: bool = False) -> list[str]:
-        pack = context.CompileContext(
-            context_service_pb2.CompileContextRequest(
-                namespace=namespace,
-                query="who works on falcon",
-                anchors=["person:alice"],
-                token_budget=2000,
-                dropped_limit=20,
-            ),
-            timeout=120,
-        ).pack
+        request = {"query": "who works on falcon", "anchors": ["person:alice"], "token_budget": 2000}
+        pack = compile_pack(query_channel, namespace, 120, dropped_limit=20, **request)
         if redundant:  # facts left out because their episode is in the pack
             return [
                 item.provenance.fact_id

@@ -8,11 +8,8 @@ NOT_SERVING; every such call must still be answered.
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 
@@ -22,9 +19,10 @@ from grpc_health.v1 import health_pb2
 from grpc_health.v1 import health_pb2_grpc
 
 from common.kernel.config import Settings
-from memory_service_grpc_client import wait_for_serving
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
+from tests.e2e.mcp_http import free_port
+from tests.e2e.service_processes import serving
 
 pytestmark = pytest.mark.e2e
 
@@ -32,39 +30,19 @@ DRAIN_SECONDS = 5
 CALLS_AFTER_NOT_SERVING = 20
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def query_process(settings: Settings) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    address = f"127.0.0.1:{_free_port()}"
-    environment = {
-        **os.environ,
-        "CB_DATABASE_URL": settings.database_url,
-        "CB_QUERY_ADDR": address,
-        "CB_QUERY_METRICS_PORT": "0",
-        "CB_SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS),
-        "CB_SHUTDOWN_GRACE_SECONDS": "5",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        assert wait_for_serving(address, timeout=180), "query_service did not become SERVING"
+    address = f"127.0.0.1:{free_port()}"
+    with serving(
+        "query",
+        settings,
+        address,
+        CB_QUERY_ADDR=address,
+        CB_QUERY_METRICS_PORT="0",
+        CB_SHUTDOWN_DRAIN_SECONDS=str(DRAIN_SECONDS),
+        CB_SHUTDOWN_GRACE_SECONDS="5",
+    ) as process:
         yield process, address
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 def test_sigterm_turns_not_serving_and_keeps_answering_for_the_drain(

@@ -10,13 +10,12 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
 from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import make_channel
+from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
@@ -45,17 +44,6 @@ def _observation(namespace: str, index: int, content: str) -> knowledge_pb2.Obse
     observation.source.external_id = f"e{index}"
     observation.occurred_at.FromJsonString("2026-01-01T00:00:00Z")
     return observation
-
-
-def _violations(error: grpc.RpcError) -> list[error_details_pb2.BadRequest.FieldViolation]:
-    status = rpc_status.from_call(error)
-    assert status is not None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            return list(bad.field_violations)
-    return []
 
 
 def test_one_bad_item_fails_alone(ingest_channel: grpc.Channel, namespace: str) -> None:
@@ -95,7 +83,8 @@ def test_limits_and_small_details(
     with pytest.raises(grpc.RpcError) as refused:
         stub.RecordObservations(observation_service_pb2.RecordObservationsRequest(observations=[observation]))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert any(v.field == "observations[0].assertions[0].entity.title" for v in _violations(refused.value))
+    violations = rpc_failure(refused.value).violations
+    assert any(v.field == "observations[0].assertions[0].entity.title" for v in violations)
 
     source = source_service_pb2_grpc.SourceServiceStub(query_channel)
     with pytest.raises(grpc.RpcError) as huge:
@@ -110,7 +99,7 @@ def test_limits_and_small_details(
     with pytest.raises(grpc.RpcError) as provenance:
         documents.Retain(request)
     assert provenance.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert any(v.field == "provenance" for v in _violations(provenance.value))
+    assert any(v.field == "provenance" for v in rpc_failure(provenance.value).violations)
 
 
 def test_nesting_too_deep_names_the_problem(ingest_channel: grpc.Channel, namespace: str) -> None:
@@ -150,7 +139,7 @@ def test_compile_context_refuses_an_oversized_namespace(query_channel: grpc.Chan
     with pytest.raises(grpc.RpcError) as refused:
         stub.CompileContext(request)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert any(v.field == "namespace" for v in _violations(refused.value))
+    assert any(v.field == "namespace" for v in rpc_failure(refused.value).violations)
 
 
 def test_many_violations_are_cut_with_a_count(ingest_channel: grpc.Channel, namespace: str) -> None:
@@ -161,7 +150,7 @@ def test_many_violations_are_cut_with_a_count(ingest_channel: grpc.Channel, name
     with pytest.raises(grpc.RpcError) as refused:
         stub.AssertFacts(fact_service_pb2.AssertFactsRequest(namespace=namespace, facts=facts))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    violations = _violations(refused.value)
+    violations = rpc_failure(refused.value).violations
     assert violations[-1].description.endswith("more violations left out")
     trailing = dict(refused.value.trailing_metadata())
     assert len(trailing["grpc-status-details-bin"]) + len(refused.value.details() or "") < 6 * 1024

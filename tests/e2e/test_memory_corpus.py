@@ -29,11 +29,7 @@ from common.domain.memory_records import memory_query
 from common.domain.memory_scope import MemoryScope
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.storage.database import Database
-from common.storage.schema import migrations
-from common.text_models.embeddings.factory import build_embedding_provider
 from ingest_service.memories.maintenance import MemoryMaintenance
-from ingest_service.memories.writer import MemoryWriter
 from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import iter_pages
 from memory_service_grpc_client import make_channel
@@ -154,13 +150,6 @@ def corpus(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
             loaded.results[owner] = loaded.add(*owner, items)
             loaded.ids[owner] = [r.memory_id for r in loaded.results[owner] if r.memory_id]
         yield loaded
-
-
-@pytest.fixture(scope="module")
-def maintenance(settings: Settings) -> MemoryMaintenance:
-    provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
-    return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 
 def test_every_content_is_stored_except_the_over_long_ones_which_name_their_field(corpus: Corpus) -> None:

@@ -36,8 +36,6 @@ from memory_service_grpc_client import ClientSecurity
 from memory_service_grpc_client import make_channel
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2
-from memory_service_grpc_client.memory.v1 import domain_pack_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2
@@ -47,12 +45,13 @@ from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import memory_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import source_service_pb2
-from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests import waiting
 from tests.conftest import fresh_database
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.memory_readers import source_status
+from tests.e2e.pack_registration import enable_pack
+from tests.e2e.pack_registration import register_pack
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -131,14 +130,7 @@ class World:
     def source_code(self, token: str, namespace: str, key: str) -> grpc.StatusCode:
         """GetSource's status for node ``key``."""
         with self.channel(self.query_addr, token) as channel:
-            stub = source_service_pb2_grpc.SourceServiceStub(channel)
-            try:
-                stub.GetSource(
-                    source_service_pb2.GetSourceRequest(namespace=namespace, natural_key=key), timeout=60
-                )
-            except grpc.RpcError as error:
-                return error.code()
-        return grpc.StatusCode.OK
+            return source_status(channel, namespace, key)
 
     def typed_context(self, token: str, namespace: str, anchor: str) -> str:
         """CompileTypedContext's pack text from ``anchor``, MENTIONS only."""
@@ -213,16 +205,8 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def _enable_delivery_pack(channel: grpc.Channel, namespace: str) -> None:
     pack = delivery_pack(uuid.uuid4().hex)
-    stub = domain_pack_service_pb2_grpc.DomainPackServiceStub(channel)
-    request = json_format.ParseDict({"package": pack}, domain_pack_service_pb2.RegisterPackageRequest())
-    assert stub.RegisterPackage(request, timeout=60).created
-    stub.SetNamespaceKinds(
-        domain_pack_service_pb2.SetNamespaceKindsRequest(
-            namespace=namespace,
-            packages=[domain_pack_service_pb2.PackageRef(name=pack["name"], version=pack["version"])],
-        ),
-        timeout=60,
-    )
+    assert register_pack(channel, pack)
+    enable_pack(channel, namespace, pack)
 
 
 def _enriched(world: World, memory_id: str) -> bool:

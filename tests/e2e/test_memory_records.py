@@ -20,12 +20,8 @@ from google.protobuf import duration_pb2
 from google.protobuf import field_mask_pb2
 from google.protobuf import json_format
 
-from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
-from common.storage.database import Database
-from common.storage.schema import migrations
 from ingest_service.memories.maintenance import MemoryMaintenance
-from ingest_service.memories.writer import MemoryWriter
 from memory_service_grpc_client import iter_pages
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2 as q
 from memory_service_grpc_client.memory.v1 import memory_query_service_pb2_grpc
@@ -103,15 +99,6 @@ def _project(project: str) -> tuple[tuple[str, str], ...]:
 @pytest.fixture
 def memories(ingest_channel: grpc.Channel, query_channel: grpc.Channel) -> Memories:
     return Memories(ingest_channel, query_channel)
-
-
-@pytest.fixture(scope="module")
-def maintenance(settings: Settings) -> MemoryMaintenance:
-    from common.text_models.embeddings.factory import build_embedding_provider
-
-    provider = build_embedding_provider(settings)
-    database = Database(settings, embedding_model=provider.model_id, prepare=migrations.apply)
-    return MemoryMaintenance(database, MemoryWriter(database, provider), settings)
 
 
 def test_the_seed_examples_are_added_recalled_and_read_back(memories: Memories) -> None:

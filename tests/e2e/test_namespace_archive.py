@@ -42,9 +42,11 @@ from memory_service_tools.cli.app import app
 from memory_service_tools.token_writer import add_token
 from query_service.main import create_query_host
 from tests.conftest import fresh_database
+from tests.database_rows import fetch_rows_at
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.data_protection_helpers import debian_slice
 from tests.e2e.data_protection_helpers import record_all
+from tests.e2e.query_service_data import retain
 
 pytestmark = pytest.mark.e2e
 
@@ -210,22 +212,9 @@ def test_an_export_without_a_scope_leaves_hidden_items_out_and_says_so(
     reader, _ = add_token(tokens, principal="r", namespaces={namespace: [Right.READ]})
     with token_secured_services(settings, tokens) as (ingest_addr, _query_addr):
         with make_channel(ingest_addr, security=ClientSecurity(token=writer)) as channel:
-            documents = document_service_pb2_grpc.DocumentServiceStub(channel)
-            documents.Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace, natural_key="doc:open", content="# Open\n\nfor everyone\n"
-                ),
-                timeout=120,
-            )
-            documents.Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace,
-                    natural_key="doc:salaries",
-                    content="# Salaries\n\nconfidential\n",
-                    scopes=["workspace:hr"],
-                ),
-                timeout=120,
-            )
+            retain(channel, namespace, "doc:open", "# Open\n\nfor everyone\n")
+            salaries = "# Salaries\n\nconfidential\n"
+            retain(channel, namespace, "doc:salaries", salaries, scopes=["workspace:hr"])
         with make_channel(ingest_addr, security=ClientSecurity(token=reader)) as channel:
             with pytest.raises(grpc.RpcError) as denied:
                 _export(channel, namespace)
@@ -339,11 +328,7 @@ def test_a_subject_export_holds_what_an_erasure_would_match_and_nothing_else(
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "access request" in (
         refused.value.details() or ""
     )
-    with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        audited = conn.execute(
-            "SELECT target_key, props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'export'"
-            " ORDER BY recorded_at",
-            (namespace,),
-        ).fetchall()
+    exports = "SELECT target_key, props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'export'"
+    audited = fetch_rows_at(settings.database_url, exports + " ORDER BY recorded_at", namespace)
     assert [row[0] for row in audited[:2]] == ["person:dana", ""]
     assert "value_sha256" in audited[1][1] and "dana.w@example.org" not in json.dumps(audited[1][1])

@@ -28,8 +28,6 @@ from common.auth.principals import CALLER_FILTERED_METHODS
 from common.kernel.config import Settings
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
-from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from tests.e2e import memory_attacks
@@ -59,6 +57,7 @@ from tests.e2e.isolation_world import list_facts
 from tests.e2e.isolation_world import load
 from tests.e2e.isolation_world import naming_namespace
 from tests.e2e.isolation_world import no_cross_namespace_edges
+from tests.e2e.isolation_world import read_observation
 from tests.e2e.isolation_world import refusal_code
 from tests.e2e.isolation_world import request_class_of
 from tests.e2e.isolation_world import served_methods
@@ -191,16 +190,7 @@ def test_a_token_for_both_namespaces_sees_both(world: World) -> None:
                 side.fact_id,
                 side.asserted_fact_id,
             }
-            observation = (
-                observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
-                .GetObservation(
-                    observation_query_service_pb2.GetObservationRequest(
-                        namespace=side.ns, observation_id=side.observation_id
-                    ),
-                    timeout=60,
-                )
-                .observation
-            )
+            observation = read_observation(channel, side.ns, side.observation_id)
             assert side.marker in observation.content
     assert world.a.observation_id != world.b.observation_id  # same source identity, other namespace
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
@@ -26,19 +25,16 @@ from memory_service_grpc_client.memory.v1 import change_feed_service_pb2
 from memory_service_grpc_client.memory.v1 import change_feed_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import context_service_pb2
 from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import document_service_pb2
-from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import fact_service_pb2
-from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.query_service_data import assert_facts
+from tests.e2e.query_service_data import retain
 
 pytestmark = pytest.mark.e2e
 
@@ -68,30 +64,10 @@ def lookups(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Ite
     )
     with token_secured_services(settings, tokens, pii_protection=True) as (ingest_address, query_address):
         with make_channel(ingest_address, security=ClientSecurity(token=writer)) as channel:
-            document_service_pb2_grpc.DocumentServiceStub(channel).Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace,
-                    natural_key=f"contact:{STORED}",
-                    content=f"# Contact\n\nAnna answers at {STORED}.\n",
-                ),
-                timeout=120,
-            )
-            fact_service_pb2_grpc.FactServiceStub(channel).AssertFacts(
-                fact_service_pb2.AssertFactsRequest(
-                    namespace=namespace,
-                    facts=[
-                        json_format.ParseDict(
-                            {
-                                "subject": f"contact:{STORED}",
-                                "predicate": "WORKS_ON",
-                                "object": "project:atlas",
-                            },
-                            knowledge_pb2.FactAssertion(),
-                        )
-                    ],
-                ),
-                timeout=60,
-            )
+            contact = f"contact:{STORED}"
+            retain(channel, namespace, contact, f"# Contact\n\nAnna answers at {STORED}.\n")
+            works_on = {"subject": contact, "predicate": "WORKS_ON", "object": "project:atlas"}
+            assert_facts(channel, namespace, [works_on])
         yield Lookups(namespace, query_address, uncleared, cleared)
 
 

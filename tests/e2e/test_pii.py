@@ -40,7 +40,6 @@ from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
-from memory_service_tools.token_writer import add_token
 from tests.e2e.audit_reads import trace_audit_events
 from tests.e2e.conftest import token_secured_services
 from tests.e2e.pii_corpus import CARD
@@ -58,6 +57,7 @@ from tests.e2e.pii_corpus import SNILS
 from tests.e2e.pii_corpus import write_corpus
 from tests.e2e.pii_corpus import write_team
 from tests.e2e.test_domain_packs import _register
+from tests.e2e.token_grants import grant
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.e2e
@@ -71,21 +71,10 @@ class World:
         self.namespace = "pii-" + uuid.uuid4().hex[:10]
         self.typed_namespace = "pii-typed-" + uuid.uuid4().hex[:10]  # with a domain pack enabled
         both = (self.namespace, self.typed_namespace)
-        self.writer, _ = add_token(
-            tokens_file, principal="pii-writer", namespaces={ns: [Right.ADMIN] for ns in both}
-        )
-        self.reader, _ = add_token(
-            tokens_file, principal="pii-reader", namespaces={ns: [Right.READ] for ns in both}
-        )
-        self.cleared, _ = add_token(
-            tokens_file,
-            principal="pii-officer",
-            namespaces={ns: [Right.READ] for ns in both},
-            pii_clearance=True,
-        )
-        self.admin, _ = add_token(
-            tokens_file, principal="pii-admin", namespaces={"*": [Right.ADMIN]}
-        )  # packs
+        self.writer = grant(tokens_file, "pii-writer", Right.ADMIN, both)
+        self.reader = grant(tokens_file, "pii-reader", Right.READ, both)
+        self.cleared = grant(tokens_file, "pii-officer", Right.READ, both, pii_clearance=True)
+        self.admin = grant(tokens_file, "pii-admin", Right.ADMIN, ["*"])  # packs
         self.ingest_addr = self.query_addr = ""
 
     def ingest(self, token: str = "") -> grpc.Channel:

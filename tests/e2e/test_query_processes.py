@@ -7,12 +7,10 @@ show that fresh connections reach both.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,6 +27,9 @@ from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
+from tests.e2e.mcp_http import free_port
+from tests.e2e.service_processes import cb_serve
+from tests.e2e.service_processes import serving
 
 pytestmark = pytest.mark.e2e
 
@@ -52,13 +53,6 @@ def _free_port_pair() -> int:
             continue
         return port
     raise RuntimeError("no pair of free ports")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _children(pid: int) -> list[int]:
@@ -103,12 +97,8 @@ def _handled_searches(metrics_port: int) -> float:
     return sum(float(value) for value in pattern.findall(text))
 
 
-def _serve_query(
-    settings: Settings, address: str, processes: int, metrics_port: int
-) -> subprocess.Popen[bytes]:
-    environment = {
-        **os.environ,
-        "CB_DATABASE_URL": settings.database_url,
+def _query_environment(address: str, processes: int, metrics_port: int) -> dict[str, str]:
+    return {
         "CB_QUERY_ADDR": address,
         "CB_QUERY_PROCESSES": str(processes),
         "CB_QUERY_METRICS_PORT": str(metrics_port),
@@ -116,28 +106,14 @@ def _serve_query(
         "CB_SHUTDOWN_GRACE_SECONDS": "5",
         "CB_LOG_FORMAT": "text",
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "memory_service_tools.cli", "serve", "query"],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
 
 
 @pytest.fixture
 def two_workers(settings: Settings) -> Iterator[tuple[subprocess.Popen[bytes], str, int]]:
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     metrics_port = _free_port_pair()
-    process = _serve_query(settings, address, 2, metrics_port)
-    try:
-        assert wait_for_serving(address, timeout=180), "query_service did not become SERVING"
+    with serving("query", settings, address, **_query_environment(address, 2, metrics_port)) as process:
         yield process, address, metrics_port
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=60)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 def test_two_workers_answer_search_and_compile_context_from_two_processes(
@@ -208,7 +184,7 @@ def test_a_second_server_on_the_port_of_a_worker_group_fails(
     two_workers: tuple[subprocess.Popen[bytes], str, int], settings: Settings, processes: int
 ) -> None:
     _, address, _ = two_workers
-    second = _serve_query(settings, address, processes, 0)
+    second = cb_serve("query", settings, **_query_environment(address, processes, 0))
     try:
         _, errors = second.communicate(timeout=180)
     finally:

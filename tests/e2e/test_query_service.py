@@ -15,7 +15,6 @@ import pytest
 from google.protobuf import json_format
 
 from memory_service_grpc_client.memory.v1 import document_service_pb2
-from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
@@ -24,6 +23,7 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from tests.e2e.query_service_data import ARTICLE
 from tests.e2e.query_service_data import load_facts
+from tests.e2e.query_service_data import put_chunks
 from tests.e2e.query_service_data import retain
 from tests.e2e.query_service_data import struct_of
 from tests.e2e.query_service_data import timestamp_of
@@ -136,19 +136,9 @@ def test_get_source_original_chunks_and_errors(
 ) -> None:
     tricky = ARTICLE + "\n$$ 'q' \"dq\" \\back\\slash\r\nёжик\ttab 🙂\n"
     retain(ingest_channel, namespace, "doc:tricky", tricky, provenance={"path": "x.md", "n": 3})
-    documents = document_service_pb2_grpc.DocumentServiceStub(ingest_channel)
-    documents.PutChunks(
-        document_service_pb2.PutChunksRequest(
-            namespace=namespace,
-            natural_key="doc:pre",
-            title="Pre-cut",
-            chunks=[
-                document_service_pb2.ChunkInput(chunk_order=1, heading="B", text="second"),
-                document_service_pb2.ChunkInput(chunk_order=0, heading="A", text="first"),
-            ],
-        ),
-        timeout=60,
-    )
+    second = document_service_pb2.ChunkInput(chunk_order=1, heading="B", text="second")
+    first = document_service_pb2.ChunkInput(chunk_order=0, heading="A", text="first")
+    put_chunks(ingest_channel, namespace, "doc:pre", second, first, title="Pre-cut")
     stub = source_service_pb2_grpc.SourceServiceStub(query_channel)
     original = stub.GetSource(
         source_service_pb2.GetSourceRequest(namespace=namespace, natural_key="doc:tricky"), timeout=30

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.markdown_vault import find_documents
 from memory_service_tools.markdown_vault import read_document
 from tests.conftest import CORPORA
+from tests.document_corpus import first_distinctive_sentences
 from tests.e2e.fact_pages import every_fact
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora through gRPC
@@ -42,7 +42,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # loads both corpora 
 UPLOADS = CORPORA / "debian-uploads"
 VAULT = CORPORA / "docs-vault"
 VAULT_NAMESPACE = "docs-vault"
-SENTENCE = re.compile(r"[^.!?\n]{40,220}[.!?]")
 
 
 def _observations() -> list[knowledge_pb2.Observation]:
@@ -200,18 +199,7 @@ def _distinctive_sentences(keys: dict[str, Path], sample: int) -> list[tuple[str
     """(natural_key, sentence) for `sample` documents: a sentence found in no other document."""
     texts = {key: path.read_text("utf-8") for key, path in keys.items()}
     rng = random.Random(20261129)
-    chosen: list[tuple[str, str]] = []
-    for key in rng.sample(sorted(texts), len(texts)):
-        body = texts[key].split("\n---\n", 1)[-1]
-        candidates = [s.strip() for s in SENTENCE.findall(body) if len(s.split()) >= 8]
-        rng.shuffle(candidates)
-        for sentence in candidates:
-            if sum(sentence in other for other in texts.values()) == 1:
-                chosen.append((key, sentence))
-                break
-        if len(chosen) == sample:
-            break
-    return chosen
+    return first_distinctive_sentences(texts, rng.sample(sorted(texts), len(texts)), rng, sample)
 
 
 def test_search_finds_a_document_from_a_distinctive_sentence(

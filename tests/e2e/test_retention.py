@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
-import psycopg
 import pytest
 
 from common.domain.audit import AuditEventInput
@@ -24,6 +23,7 @@ from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import data_protection_service_pb2 as dp
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
+from tests.database_rows import fetch_rows_at
 from tests.e2e.data_protection_helpers import NoPassages
 from tests.e2e.data_protection_helpers import observation_of
 from tests.e2e.data_protection_helpers import record_all
@@ -55,13 +55,8 @@ def test_retention_deletes_exactly_the_classes_whose_time_has_come(
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "max_age" in bad.value.details()
 
     def remaining() -> list[str]:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            return sorted(
-                r[0]
-                for r in conn.execute(
-                    "SELECT source_external_id FROM observations WHERE namespace = %s", (namespace,)
-                )
-            )
+        query = "SELECT source_external_id FROM observations WHERE namespace = %s"
+        return sorted(r[0] for r in fetch_rows_at(settings.database_url, query, namespace))
 
     database = Database(settings)
     try:
@@ -97,13 +92,12 @@ def test_documents_of_a_collection_age_out_with_their_chunks_and_a_subject_hold_
     protection.SetRetentionRule(dp.SetRetentionRuleRequest(rule=message), timeout=30)
 
     def stored() -> dict[str, int]:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT g.natural_key, (SELECT count(*) FROM chunks c WHERE c.namespace = g.namespace"
-                " AND c.node_key = g.natural_key) FROM graph_nodes g WHERE g.namespace = %s"
-                " AND g.node_type = 'document'",
-                (namespace,),
-            ).fetchall()
+        query = (
+            "SELECT g.natural_key, (SELECT count(*) FROM chunks c WHERE c.namespace = g.namespace"
+            " AND c.node_key = g.natural_key) FROM graph_nodes g WHERE g.namespace = %s"
+            " AND g.node_type = 'document'"
+        )
+        rows = fetch_rows_at(settings.database_url, query, namespace)
         return {str(key): int(chunks) for key, chunks in rows}
 
     assert set(stored()) == {"doc:faq-1", "doc:faq-2", "doc:manual"} and all(stored().values())
@@ -128,18 +122,12 @@ def test_documents_of_a_collection_age_out_with_their_chunks_and_a_subject_hold_
         )
         enforcer.enforce(now + timedelta(days=8), (namespace,))
         assert set(stored()) == {"doc:manual"}
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            reasons = conn.execute(
-                "SELECT props -> 'details' ->> 'reason' FROM audit_events WHERE namespace = %s AND action = 'delete'"
-                " AND target_key LIKE 'doc:faq-%%'",
-                (namespace,),
-            ).fetchall()
+        audited = "SELECT props -> 'details' ->> 'reason' FROM audit_events WHERE namespace = %s"
+        query = audited + " AND action = 'delete' AND target_key LIKE 'doc:faq-%%'"
+        reasons = fetch_rows_at(settings.database_url, query, namespace)
         assert sorted(str(r[0]) for r in reasons) == ["retention documents/faq"] * 2  # audited per document
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            rule_set = conn.execute(
-                "SELECT props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'retention_rule.set'",
-                (namespace,),
-            ).fetchall()
+        query = "SELECT props -> 'details' FROM audit_events WHERE namespace = %s AND action = 'retention_rule.set'"
+        rule_set = fetch_rows_at(settings.database_url, query, namespace)
         assert [row[0] for row in rule_set] == [
             {"data_class": "documents", "selector": "faq", "max_age_seconds": 7 * 86400}
         ]
@@ -180,13 +168,11 @@ def test_personal_data_of_a_category_ages_out_whatever_holds_it(
     assert [v.field for v in rpc_failure(bad.value).violations] == ["rule.selector"]
 
     def stored() -> tuple[list[str], list[str]]:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            observations = conn.execute(
-                "SELECT source_external_id FROM observations WHERE namespace = %s ORDER BY 1", (namespace,)
-            ).fetchall()
-            nodes = conn.execute(
-                "SELECT DISTINCT node_key FROM chunks WHERE namespace = %s ORDER BY 1", (namespace,)
-            ).fetchall()
+        url = settings.database_url
+        observations = fetch_rows_at(
+            url, "SELECT source_external_id FROM observations WHERE namespace = %s ORDER BY 1", namespace
+        )
+        nodes = fetch_rows_at(url, "SELECT DISTINCT node_key FROM chunks WHERE namespace = %s ORDER BY 1", namespace)
         return [str(r[0]) for r in observations], [str(r[0]) for r in nodes]
 
     observations, nodes = stored()
@@ -231,14 +217,12 @@ def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_
     rule(366)
 
     def stored() -> tuple[set[str], set[str], set[str]]:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT event_id FROM audit_events WHERE namespace = %s", (namespace,)
-            ).fetchall()
-            nodes = conn.execute(
-                "SELECT natural_key FROM graph_nodes WHERE namespace = %s AND node_type IN ('audit_event', 'pc_trace')",
-                (namespace,),
-            ).fetchall()
+        url = settings.database_url
+        rows = fetch_rows_at(url, "SELECT event_id FROM audit_events WHERE namespace = %s", namespace)
+        audit_nodes = "node_type IN ('audit_event', 'pc_trace')"
+        nodes = fetch_rows_at(
+            url, f"SELECT natural_key FROM graph_nodes WHERE namespace = %s AND {audit_nodes}", namespace
+        )
         keys = {str(n[0]) for n in nodes}
         return (
             {str(r[0]) for r in rows},
@@ -268,22 +252,15 @@ def test_audit_events_age_out_only_past_the_floor_a_hold_stops_it_and_the_trail_
         assert outcome[0].deleted >= len(before) and not (left & before)
         assert vertices == {f"audit_event:{event_id}" for event_id in left}
         assert not {f"pc_trace:t-{n}" for n in range(3)} & anchors  # anchors of emptied traces went too
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            kept = conn.execute(
-                "SELECT props FROM audit_events WHERE namespace = %s AND target_key = 'audit_events'",
-                (namespace,),
-            ).fetchall()
+        query = "SELECT props FROM audit_events WHERE namespace = %s AND target_key = 'audit_events'"
+        kept = fetch_rows_at(settings.database_url, query, namespace)
         details = [row[0]["details"] for row in kept]
         assert [d["deleted"] for d in details] == [outcome[0].deleted]  # the trail says it was shortened
         protection.DeleteRetentionRule(
             dp.DeleteRetentionRuleRequest(namespace=namespace, data_class="audit_events"), timeout=30
         )
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            changes = conn.execute(
-                "SELECT action, target_key FROM audit_events WHERE namespace = %s AND action LIKE 'retention_rule.%%'"
-                " ORDER BY recorded_at",
-                (namespace,),
-            ).fetchall()
+        query = "SELECT action, target_key FROM audit_events WHERE namespace = %s AND action LIKE 'retention_rule.%%'"
+        changes = fetch_rows_at(settings.database_url, query + " ORDER BY recorded_at", namespace)
         # the rule set before the sweep went with the old events; its removal is on record
         assert changes[-1] == ("retention_rule.delete", "audit_events/*")
     finally:

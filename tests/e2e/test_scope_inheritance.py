@@ -46,6 +46,7 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.isolation_world import list_facts
 from tests.e2e.scoped_writes import COMMON_WORD
 from tests.e2e.scoped_writes import READERS
 from tests.e2e.scoped_writes import RPCS
@@ -255,14 +256,7 @@ def test_public_nodes_touched_by_hidden_writes_stay_public_and_unchanged(world: 
             source_service_pb2.GetSourceRequest(namespace=world.ns, natural_key=world.public_a), timeout=60
         ).source
         assert source.title == "Public A"
-        facts = (
-            fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
-            .ListFacts(
-                fact_query_service_pb2.ListFactsRequest(namespace=world.ns, subject=world.public_a),
-                timeout=60,
-            )
-            .facts
-        )
+        facts = list_facts(channel, world.ns, include_history=False, subject=world.public_a)
         assert sorted((f.predicate, f.object) for f in facts) == [
             ("DEPENDS_ON", world.public_b),
             ("FEEDS", world.public_b),
@@ -334,14 +328,7 @@ def test_a_scoped_fact_cannot_supersede_a_fact_more_readers_see(world: World) ->
     assert failure.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "facts[0].supersedes" in {v.field for v in failure.violations}, failure
     with make_channel(world.query_addr, security=ClientSecurity(token=world.tokens["outsider"])) as channel:
-        listed = (
-            fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
-            .ListFacts(
-                fact_query_service_pb2.ListFactsRequest(namespace=world.ns, subject=world.public_a),
-                timeout=60,
-            )
-            .facts
-        )
+        listed = list_facts(channel, world.ns, include_history=False, subject=world.public_a)
     public = next(f for f in listed if f.fact_id == public_fact)
     assert not public.HasField("valid_to") and not public.superseded_by
 

@@ -169,15 +169,23 @@ def test_streamed_and_unary_give_the_same_result(
     )
 
 
-def test_rerun_changes_nothing_and_a_drop_closes_exactly_the_dropped_facts(
-    ingest_channel: grpc.Channel, query_channel: grpc.Channel
-) -> None:
-    namespace = "snap-rerun-" + uuid.uuid4().hex[:8]
+def _first_snapshot(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel, prefix: str
+) -> tuple[str, list[Any], list[Any], dict[str, dict[str, Any]]]:
+    """Snapshot s1 of every package streamed into a new namespace: the namespace, the snapshot's entities
+    and facts, and the facts it left."""
+    namespace = prefix + uuid.uuid4().hex[:8]
     entities, facts = snapshot(range(PACKAGES))
     reconcile_stream(
         ingest_channel, stream_messages(namespace, "s1", "2026-01-01T00:00:00Z", entities, facts)
     )
-    before = all_facts(query_channel, namespace)
+    return namespace, entities, facts, all_facts(query_channel, namespace)
+
+
+def test_rerun_changes_nothing_and_a_drop_closes_exactly_the_dropped_facts(
+    ingest_channel: grpc.Channel, query_channel: grpc.Channel
+) -> None:
+    namespace, entities, facts, before = _first_snapshot(ingest_channel, query_channel, "snap-rerun-")
     again = reconcile_stream(
         ingest_channel, stream_messages(namespace, "s1", "2026-01-01T00:00:00Z", entities, facts)
     )
@@ -207,12 +215,7 @@ def test_rerun_changes_nothing_and_a_drop_closes_exactly_the_dropped_facts(
 def test_a_broken_stream_writes_and_closes_nothing(
     ingest_channel: grpc.Channel, query_channel: grpc.Channel
 ) -> None:
-    namespace = "snap-broken-" + uuid.uuid4().hex[:8]
-    entities, facts = snapshot(range(PACKAGES))
-    reconcile_stream(
-        ingest_channel, stream_messages(namespace, "s1", "2026-01-01T00:00:00Z", entities, facts)
-    )
-    before = all_facts(query_channel, namespace)
+    namespace, _, _, before = _first_snapshot(ingest_channel, query_channel, "snap-broken-")
     # s2 drops half the packages and adds new ones; the client dies after sending every part but before
     # the end message, so the server may have processed all items when the stream breaks.
     entities, facts = snapshot(range(PACKAGES // 2, PACKAGES + 20))

@@ -22,6 +22,7 @@ from memory_service_grpc_client.memory.v1 import fact_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
 from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.work_observations import works_on
 
 pytestmark = pytest.mark.e2e
 
@@ -66,26 +67,16 @@ def world(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield world
 
 
-def _works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "subject": "person:alice",
-        "predicate": "WORKS_ON",
-        "object": project,
-        "valid_from": valid_from,
-        **extra,
-    }
-
-
 def test_a_writer_supersedes_only_the_live_versions_it_can_see(world: World) -> None:
-    world.assert_facts(world.outsider, [_works_on("project:public", "2026-01-01T00:00:00Z")])
+    world.assert_facts(world.outsider, [works_on("project:public", "2026-01-01T00:00:00Z")])
     world.assert_facts(
-        world.insider, [_works_on("project:secret", "2026-02-01T00:00:00Z", scopes=["workspace:alpha"])]
+        world.insider, [works_on("project:secret", "2026-02-01T00:00:00Z", scopes=["workspace:alpha"])]
     )
     assert world.live(world.insider) == ["project:public", "project:secret"]
     assert world.live(world.outsider) == ["project:public"]
 
     [result] = world.assert_facts(
-        world.outsider, [_works_on("project:next", "2026-03-01T00:00:00Z", supersede_live=True)]
+        world.outsider, [works_on("project:next", "2026-03-01T00:00:00Z", supersede_live=True)]
     ).results
     assert result.created and not result.error
 

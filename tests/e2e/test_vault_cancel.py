@@ -21,6 +21,7 @@ from common.storage.database import Database
 from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
+from tests.database_rows import fetch_rows
 from tests.e2e.vault_helpers import ingest
 from tests.e2e.vault_helpers import write
 from tests.waiting import eventually
@@ -39,10 +40,8 @@ def _runs(database: Database, namespace: str) -> list[tuple[str, str]]:
 
 def _keys(database: Database, namespace: str) -> dict[str, str]:
     """natural key -> seen_run of the namespace's vault documents."""
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT natural_key, seen_run FROM vault_documents WHERE namespace = %s", (namespace,)
-        ).fetchall()
+    query = "SELECT natural_key, seen_run FROM vault_documents WHERE namespace = %s"
+    rows = fetch_rows(database, query, namespace)
     return {str(key): str(run) for key, run in rows}
 
 

@@ -21,6 +21,7 @@ from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
 from memory_service_tools.cli.vault_commands import vault_messages
 from memory_service_tools.vault_source import directory_documents
 from tests.conftest import CORPORA
+from tests.database_rows import fetch_rows
 from tests.e2e.vault_helpers import cut_short
 from tests.e2e.vault_helpers import ingest
 from tests.e2e.vault_helpers import statuses
@@ -47,10 +48,8 @@ def loaded(tmp_path_factory: pytest.TempPathFactory, ingest_channel: grpc.Channe
 
 def _chunk_runs(database: Database, namespace: str) -> dict[str, int]:
     """seen_run -> chunks written by that run (a chunk row rewritten by a run carries its id)."""
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT seen_run, count(*) FROM chunks WHERE namespace = %s GROUP BY seen_run", (namespace,)
-        ).fetchall()
+    query = "SELECT seen_run, count(*) FROM chunks WHERE namespace = %s GROUP BY seen_run"
+    rows = fetch_rows(database, query, namespace)
     return {str(run): int(count) for run, count in rows}
 
 

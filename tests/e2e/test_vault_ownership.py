@@ -10,19 +10,17 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.storage.database import Database
 from memory_service_grpc_client import rpc_failure
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import fact_service_pb2
-from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
-from memory_service_grpc_client.memory.v1 import knowledge_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import vault_service_pb2
 from memory_service_grpc_client.memory.v1 import vault_service_pb2_grpc
+from tests.database_rows import fetch_rows
+from tests.e2e.query_service_data import assert_facts
 from tests.e2e.vault_helpers import ingest
 from tests.e2e.vault_helpers import statuses
 from tests.e2e.vault_helpers import write
@@ -34,12 +32,8 @@ LEGIT = "---\nnatural_key: doc:runbook\n---\n# Runbook\n\nRestart the legit serv
 
 def _chunks(database: Database, namespace: str, key: str) -> list[tuple[int, bool, str]]:
     """(chunk_order, written through the API, text) of a node's chunks, in order."""
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT chunk_order, seen_run IS NULL, text FROM chunks WHERE namespace = %s AND node_key = %s"
-            " ORDER BY chunk_order",
-            (namespace, key),
-        ).fetchall()
+    query = "SELECT chunk_order, seen_run IS NULL, text FROM chunks WHERE namespace = %s AND node_key = %s"
+    rows = fetch_rows(database, query + " ORDER BY chunk_order", namespace, key)
     return [(int(order), bool(api), str(text)) for order, api, text in rows]
 
 
@@ -169,18 +163,8 @@ def test_vault_takes_back_a_key_an_agent_retained_with_cb_retain(
         ),
         timeout=60,
     )
-    fact_service_pb2_grpc.FactServiceStub(ingest_channel).AssertFacts(
-        fact_service_pb2.AssertFactsRequest(
-            namespace=namespace,
-            facts=[
-                json_format.ParseDict(
-                    {"subject": "doc:page", "predicate": "REVIEWED_BY", "object": "person:ann"},
-                    knowledge_pb2.FactAssertion(),
-                )
-            ],
-        ),
-        timeout=60,
-    )
+    review = {"subject": "doc:page", "predicate": "REVIEWED_BY", "object": "person:ann"}
+    assert_facts(ingest_channel, namespace, [review])
     back = ingest(ingest_channel, vault, namespace)
     assert statuses(back) == {"page.md": "changed"}
     assert _chunks(database, namespace, "doc:page") == [

@@ -19,7 +19,6 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format
 
 from common.auth.principals import Right
 from common.kernel.config import Settings
@@ -41,8 +40,10 @@ from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
-from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.note_observations import asserted_fact
+from tests.e2e.note_observations import note
+from tests.e2e.token_grants import grant
 
 pytestmark = pytest.mark.e2e
 
@@ -54,19 +55,12 @@ class World:
 
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "vis-" + uuid.uuid4().hex[:12]
-        grant = {self.ns: [Right.READ]}
         # A writer may write only the restricting scopes it holds (write-side scopes, `common.domain.write_access`).
-        self.writer, _ = add_token(
-            tokens_file,
-            principal="vis-writer",
-            namespaces={self.ns: [Right.WRITE]},
-            scopes=["workspace:alpha", "principal:bob"],
-        )
-        self.outsider, _ = add_token(tokens_file, principal="outsider", namespaces=grant)
-        self.insider, _ = add_token(
-            tokens_file, principal="insider", namespaces=grant, scopes=["workspace:alpha"]
-        )
-        self.bob, _ = add_token(tokens_file, principal="bob", namespaces=grant)
+        writer_scopes = ["workspace:alpha", "principal:bob"]
+        self.writer = grant(tokens_file, "vis-writer", Right.WRITE, [self.ns], scopes=writer_scopes)
+        self.outsider = grant(tokens_file, "outsider", Right.READ, [self.ns])
+        self.insider = grant(tokens_file, "insider", Right.READ, [self.ns], scopes=["workspace:alpha"])
+        self.bob = grant(tokens_file, "bob", Right.READ, [self.ns])
         self.ingest_addr = self.query_addr = ""
         self.secret_observation = ""
         self.public_observation = ""
@@ -103,25 +97,13 @@ def _put_chunks(channel: grpc.Channel, namespace: str, key: str, texts: list[str
 
 
 def _fact(subject: str, predicate: str, obj: str, when: str) -> dict[str, Any]:
-    return {"fact": {"subject": subject, "predicate": predicate, "object": obj, "valid_from": when}}
+    return asserted_fact(subject, predicate, obj, when)
 
 
 def _observation(
     namespace: str, external_id: str, scopes: list[str], content: str, assertions: list[dict[str, Any]]
 ) -> knowledge_pb2.Observation:
-    return json_format.ParseDict(
-        {
-            "namespace": namespace,
-            "source": {"system": "vis-test", "stream": "notes", "external_id": external_id},
-            "kind": "note",
-            "occurred_at": "2024-05-01T10:00:00Z",
-            "subject": {"type": "person", "id": "ivan"},
-            "scopes": scopes,
-            "content": content,
-            "assertions": assertions,
-        },
-        knowledge_pb2.Observation(),
-    )
+    return note(namespace, "vis-test", external_id, content, scopes=scopes, assertions=assertions)
 
 
 def _load(world: World) -> None:

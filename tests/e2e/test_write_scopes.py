@@ -35,8 +35,6 @@ from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
-from memory_service_grpc_client.memory.v1 import observation_query_service_pb2
-from memory_service_grpc_client.memory.v1 import observation_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import snapshot_service_pb2
@@ -45,9 +43,11 @@ from memory_service_grpc_client.memory.v1 import source_service_pb2
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import trace_service_pb2
 from memory_service_grpc_client.memory.v1 import trace_service_pb2_grpc
-from memory_service_tools.token_writer import add_token
 from tests.e2e.conftest import TokenChannels
 from tests.e2e.conftest import token_secured_services
+from tests.e2e.isolation_world import read_observation
+from tests.e2e.query_service_data import assert_facts
+from tests.e2e.token_grants import grant
 
 pytestmark = pytest.mark.e2e
 
@@ -58,16 +58,11 @@ SECRET_TEXT = "Alpha secret: the merger closes in May."
 class World(TokenChannels):
     def __init__(self, tokens_file: Path) -> None:
         self.ns = "wsc-" + uuid.uuid4().hex[:12]
-        write = {self.ns: [Right.WRITE]}
-        read = {self.ns: [Right.READ]}
-        self.alpha, _ = add_token(
-            tokens_file, principal="alpha", namespaces=write, scopes=["workspace:alpha"]
-        )
-        self.plain, _ = add_token(tokens_file, principal="plain", namespaces=write)
-        self.reader_alpha, _ = add_token(
-            tokens_file, principal="reader-alpha", namespaces=read, scopes=["workspace:alpha"]
-        )
-        self.reader_plain, _ = add_token(tokens_file, principal="reader-plain", namespaces=read)
+        alpha = ["workspace:alpha"]
+        self.alpha = grant(tokens_file, "alpha", Right.WRITE, [self.ns], scopes=alpha)
+        self.plain = grant(tokens_file, "plain", Right.WRITE, [self.ns])
+        self.reader_alpha = grant(tokens_file, "reader-alpha", Right.READ, [self.ns], scopes=alpha)
+        self.reader_plain = grant(tokens_file, "reader-plain", Right.READ, [self.ns])
         self.ingest_addr = self.query_addr = ""
         self.secret_observation = ""
         self.secret_fact = ""
@@ -168,16 +163,7 @@ def _secret_unchanged(world: World) -> None:
             source_service_pb2.GetSourceRequest(namespace=world.ns, natural_key=SECRET), timeout=60
         )
         assert source.source.content == SECRET_TEXT
-        observation = (
-            observation_query_service_pb2_grpc.ObservationQueryServiceStub(channel)
-            .GetObservation(
-                observation_query_service_pb2.GetObservationRequest(
-                    namespace=world.ns, observation_id=world.secret_observation
-                ),
-                timeout=60,
-            )
-            .observation
-        )
+        observation = read_observation(channel, world.ns, world.secret_observation)
         assert observation.status == "processed" and observation.content == "note secret-1"
         facts = (
             fact_query_service_pb2_grpc.FactQueryServiceStub(channel)
@@ -261,24 +247,13 @@ def test_scopes_outside_the_token_are_refused_on_every_write_path(world: World) 
         )
         assert recorded.code == grpc.StatusCode.INVALID_ARGUMENT
         assert [v.field for v in recorded.violations] == ["observations[0].scopes[0]"]
-        asserted = (
-            fact_service_pb2_grpc.FactServiceStub(channel)
-            .AssertFacts(
-                fact_service_pb2.AssertFactsRequest(
-                    namespace=ns,
-                    facts=[
-                        _fact("person:ivan", "LIKES", "drink:tea", scopes=["workspace:beta"]),
-                        _fact(
-                            "person:ivan",
-                            "LIKES",
-                            "drink:coffee",
-                            scopes=["workspace:alpha", "principal:alpha"],
-                        ),
-                    ],
-                ),
-                timeout=60,
-            )
-            .results
+        asserted = assert_facts(
+            channel,
+            ns,
+            [
+                _fact("person:ivan", "LIKES", "drink:tea", scopes=["workspace:beta"]),
+                _fact("person:ivan", "LIKES", "drink:coffee", scopes=["workspace:alpha", "principal:alpha"]),
+            ],
         )
         assert asserted[0].field_violations == [
             "facts[0].scopes[0]: scope 'workspace:beta' is not among the scopes this token may write"
@@ -373,22 +348,13 @@ def test_hidden_items_cannot_be_touched(world: World) -> None:
         for name, call in not_found_calls.items():
             assert _failure(call).code == grpc.StatusCode.NOT_FOUND, name
         # Extending a hidden node or fact (same identity) fails the item, "not found".
-        asserted = (
-            fact_service_pb2_grpc.FactServiceStub(channel)
-            .AssertFacts(
-                fact_service_pb2.AssertFactsRequest(
-                    namespace=ns,
-                    facts=[
-                        _fact("person:plain", "READS", SECRET),
-                        _fact("person:ivan", "WORKS_ON", "project:merger"),
-                        _fact("person:ivan", "WORKS_ON", "project:other", supersedes=world.secret_fact),
-                        _fact("person:plain", "READS", "doc:public"),
-                    ],
-                ),
-                timeout=60,
-            )
-            .results
-        )
+        hidden_extensions = [
+            _fact("person:plain", "READS", SECRET),
+            _fact("person:ivan", "WORKS_ON", "project:merger"),
+            _fact("person:ivan", "WORKS_ON", "project:other", supersedes=world.secret_fact),
+            _fact("person:plain", "READS", "doc:public"),
+        ]
+        asserted = assert_facts(channel, ns, hidden_extensions)
         assert [list(r.field_violations) for r in asserted] == [
             [f"facts[0].object: node '{SECRET}' not found"],
             [f"facts[1]: fact {world.secret_fact} not found"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -53,6 +54,12 @@ def _xmins(database: Database, settings: Settings, namespace: str) -> list[tuple
             (namespace,),
         ).fetchall()
     return [(str(a), int(b), str(c)) for a, b, c in rows]
+
+
+def _ranked(database: Database, ranking: Callable[..., Any], namespace: str, *queries: str) -> list[Any]:
+    """One ranking's candidates (at most 10) of each query over ``namespace``, on one connection."""
+    with database.connection() as conn:
+        return [ranking(conn, ChunkFilter(namespace), query, 10) for query in queries]
 
 
 @pytest.fixture
@@ -258,12 +265,9 @@ def test_ranked_chunks_reads_the_rows_that_still_pass_the_filter(
 def test_full_text_matches_english_identifiers_and_both_morphologies(
     database: Database, store: ChunkStore, corpus: str
 ) -> None:
-    where = ChunkFilter(corpus)
-    with database.connection() as conn:
-        english = store.text_candidates(conn, where, "installing apt-get", 10)
-        russian = store.text_candidates(conn, where, "пакет установки", 10)
-        identifier = store.text_candidates(conn, where, "libc6", 10)
-        episode = store.text_candidates(conn, where, "deployment zstd", 10)
+    english, russian, identifier, episode = _ranked(
+        database, store.text_candidates, corpus, "installing apt-get", "пакет установки", "libc6", "deployment zstd"
+    )
     assert english[0].key == ("doc:apt", 0)  # "installing" and "Installation" share the stem
     assert russian[0].key == ("doc:ru", 0)  # "пакет"/"пакетов", "установки"/"Установка"
     assert {c.key for c in identifier} == {("doc:apt", 0), ("doc:apt", 1)}
@@ -274,8 +278,7 @@ def test_full_text_matches_english_identifiers_and_both_morphologies(
 def test_full_text_falls_back_to_any_term_after_all_terms(
     database: Database, store: ChunkStore, corpus: str
 ) -> None:
-    with database.connection() as conn:
-        found = store.text_candidates(conn, ChunkFilter(corpus), "upgrade bookworm borscht", 10)
+    [found] = _ranked(database, store.text_candidates, corpus, "upgrade bookworm borscht")
     keys = [c.key for c in found]
     # No chunk has all three words; chunks with any of them are returned, best rank first.
     assert set(keys) >= {("doc:apt", 1), ("doc:upgrade-notes", 0), ("doc:other", 0)}
@@ -307,14 +310,10 @@ def test_concurrent_rankings_equal_sequential_ones_and_pass_errors_on(
 def test_trigram_finds_exact_version_strings_first(
     database: Database, store: ChunkStore, corpus: str
 ) -> None:
-    where = ChunkFilter(corpus)
-    with database.connection() as conn:
-        version = store.trigram_candidates(conn, where, "2.36-9+deb12u4", 10)
-        epoch = store.trigram_candidates(conn, where, "1:2.3-4", 10)
-        ticket = store.trigram_candidates(conn, where, "what is proj-1234 about?", 10)
-        episode = store.trigram_candidates(conn, where, "1.5.5+dfsg-1", 10)
-        percent = store.trigram_candidates(conn, where, "100%", 10)
-        underscore = store.trigram_candidates(conn, where, "s_here", 10)
+    queries = ["2.36-9+deb12u4", "1:2.3-4", "what is proj-1234 about?", "1.5.5+dfsg-1", "100%", "s_here"]
+    version, epoch, ticket, episode, percent, underscore = _ranked(
+        database, store.trigram_candidates, corpus, *queries
+    )
     assert version[0].key == ("doc:apt", 1) and version[0].score == 1.0
     # deb12u3 differs only in punctuation-free trigrams; it may follow, but never with an exact score.
     assert all(c.score < 1.0 for c in version[1:])
@@ -331,9 +330,7 @@ def test_trigram_matches_a_quoted_sentence_verbatim(
 ) -> None:
     sentence = "установка пакетов в debian выполняется командой apt."  # no identifier-like token
     paraphrase = "Установка пакетов в Debian делается командой apt."
-    with database.connection() as conn:
-        found = store.trigram_candidates(conn, ChunkFilter(corpus), sentence.upper(), 10)
-        other = store.trigram_candidates(conn, ChunkFilter(corpus), paraphrase, 10)
+    found, other = _ranked(database, store.trigram_candidates, corpus, sentence.upper(), paraphrase)
     assert [(c.key, c.score) for c in found] == [(("doc:ru", 0), 1.0)]
     assert other == []  # verbatim (case-insensitive) only; paraphrases are the vector ranking's job
 

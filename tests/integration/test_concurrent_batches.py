@@ -43,13 +43,10 @@ def _batch(namespace: str, people: list[str], tag: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_concurrent_batches_sharing_nodes_in_opposite_orders_do_not_deadlock(
-    database: Database, namespace: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    recorder = ObservationRecorder(database)
-    batches = [
-        _batch(namespace, PEOPLE if index % 2 == 0 else PEOPLE[::-1], f"team{index}") for index in range(4)
-    ]
+def _record_at_once(
+    recorder: ObservationRecorder, batches: list[list[dict[str, Any]]]
+) -> tuple[list[Any], list[BaseException]]:
+    """Records each batch on a thread of its own, all released together; the results and the errors."""
     errors: list[BaseException] = []
     results: list[Any] = []
     start = threading.Barrier(len(batches))
@@ -58,15 +55,26 @@ def test_concurrent_batches_sharing_nodes_in_opposite_orders_do_not_deadlock(
         start.wait()
         try:
             results.extend(recorder.record_batch(batch))
-        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+        except BaseException as error:  # noqa: BLE001 - collected and asserted by the caller
             errors.append(error)
 
+    threads = [threading.Thread(target=record, args=(batch,)) for batch in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results, errors
+
+
+def test_concurrent_batches_sharing_nodes_in_opposite_orders_do_not_deadlock(
+    database: Database, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = ObservationRecorder(database)
+    batches = [
+        _batch(namespace, PEOPLE if index % 2 == 0 else PEOPLE[::-1], f"team{index}") for index in range(4)
+    ]
     with caplog.at_level(logging.INFO, logger="common.storage.database"):
-        threads = [threading.Thread(target=record, args=(batch,)) for batch in batches]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        results, errors = _record_at_once(recorder, batches)
     assert not errors, errors
     assert len(results) == 4 * len(PEOPLE)
     assert all(result.created and result.status == "processed" for result in results)
@@ -141,21 +149,7 @@ def test_batches_creating_the_same_new_fact_objects_in_opposite_orders_do_not_de
         ]
 
     batches = [batch(f"w{index}", objects if index % 2 == 0 else objects[::-1]) for index in range(4)]
-    start = threading.Barrier(len(batches))
-    errors: list[BaseException] = []
-
-    def record(items: list[dict[str, Any]]) -> None:
-        start.wait()
-        try:
-            recorder.record_batch(items)
-        except BaseException as error:  # noqa: BLE001 - asserted below
-            errors.append(error)
-
     with caplog.at_level(logging.INFO, logger="common.storage.database"):
-        threads = [threading.Thread(target=record, args=(items,)) for items in batches]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        _, errors = _record_at_once(recorder, batches)
     assert not errors, errors
     assert not [r for r in caplog.records if "transaction retry" in r.getMessage()]

@@ -4,7 +4,6 @@ a pack through a neighbour, a recent turn, a graph neighbour's fact or the dropp
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -22,6 +21,7 @@ from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import context_preset
 from query_service.retrieval.hybrid_search import HybridSearcher
 from query_service.retrieval.hybrid_search import search_preset
+from tests.waiting import drained
 
 pytestmark = pytest.mark.integration
 
@@ -74,14 +74,7 @@ def chat(database: Database, namespace: str, provider: EmbeddingProvider) -> dic
         (result,) = recorder.record_batch([_turn(namespace, index, speaker, text, scopes)])
         keys[text] = f"episode:{result.observation_id}"
     embedder = EpisodeEmbedder(database, provider, namespace=namespace)
-    # `drain` stops when nothing is left to claim: a round of another embedder on this database (the
-    # embedder threads of the session's e2e servers) may still hold some of the chunks; wait for it.
-    for _ in range(600):  # a bounded wait (0.1 s steps), not a timed assertion
-        embedder.drain()
-        if embedder.backlog(namespace).pending == 0:
-            break
-        time.sleep(0.1)
-    assert embedder.backlog(namespace).pending == 0
+    drained(embedder, namespace)  # the embedder threads of the session's e2e servers may hold some chunks
     return keys
 
 

@@ -4,7 +4,6 @@ pack first (docs/explanation/context-compilation.md, "Turns of a named participa
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -22,6 +21,7 @@ from query_service.context.pack.settings import context_preset
 from query_service.retrieval.hybrid_search import HybridSearcher
 from query_service.retrieval.hybrid_search import SearchQuery
 from query_service.retrieval.hybrid_search import search_preset
+from tests.waiting import drained
 
 pytestmark = pytest.mark.integration
 
@@ -61,12 +61,7 @@ def _record(
         )
         keys[text] = f"episode:{result.observation_id}"
     embedder = EpisodeEmbedder(database, provider, namespace=namespace)
-    for _ in range(600):  # a bounded wait (0.1 s steps) for other embedders' claims, not a timed assertion
-        embedder.drain()
-        if embedder.backlog(namespace).pending == 0:
-            break
-        time.sleep(0.1)
-    assert embedder.backlog(namespace).pending == 0
+    drained(embedder, namespace)
     return keys
 
 

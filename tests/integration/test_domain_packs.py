@@ -26,6 +26,7 @@ from ingest_service.documents.writer import DocumentWriter
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.snapshots.reconciler import SnapshotReconciler
+from tests.database_rows import fetch_rows
 from tests.unit.test_domain_packs import delivery_pack
 
 pytestmark = pytest.mark.integration
@@ -94,25 +95,33 @@ def test_namespace_kinds(registry: PackRegistry, namespace: str) -> None:
     assert again.packages == [{"name": pack["name"], "version": pack["version"]}] and again.strict
 
 
+def _recorded_under_a_pack(
+    registry: PackRegistry,
+    kinds: KindValidator,
+    recorder: ObservationRecorder,
+    namespace: str,
+    strict: bool,
+    assertions: list[dict[str, Any]],
+) -> Any:
+    """Enables a new delivery pack in ``namespace`` (``strict`` or not), then records one observation of
+    ``assertions``; its result."""
+    enable(registry, kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=strict)
+    [result] = recorder.record_batch([observation(namespace, assertions)])
+    return result
+
+
 def test_strict_observations_reject_assertions_outside_the_pack(
     registry: PackRegistry, kinds: KindValidator, recorder: ObservationRecorder, namespace: str
 ) -> None:
-    enable(registry, kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=True)
-    [result] = recorder.record_batch(
-        [
-            observation(
-                namespace,
-                [
-                    {"entity": {"key": {"type": "svc", "id": "checkout"}, "attributes": {"tier": "gold"}}},
-                    {"entity": {"key": "robot:r2"}},
-                    {"entity": {"key": "service:payments", "attributes": {"tier": "bronze"}}},
-                    {"fact": {"subject": "team:core", "predicate": "OWNS", "object": "svc:checkout"}},
-                    {"fact": {"subject": "person:alice", "predicate": "OWNS", "object": "service:checkout"}},
-                    {"fact": {"subject": "team:core", "predicate": "HATES", "object": "service:checkout"}},
-                ],
-            )
-        ]
-    )
+    outside = [
+        {"entity": {"key": {"type": "svc", "id": "checkout"}, "attributes": {"tier": "gold"}}},
+        {"entity": {"key": "robot:r2"}},
+        {"entity": {"key": "service:payments", "attributes": {"tier": "bronze"}}},
+        {"fact": {"subject": "team:core", "predicate": "OWNS", "object": "svc:checkout"}},
+        {"fact": {"subject": "person:alice", "predicate": "OWNS", "object": "service:checkout"}},
+        {"fact": {"subject": "team:core", "predicate": "HATES", "object": "service:checkout"}},
+    ]
+    result = _recorded_under_a_pack(registry, kinds, recorder, namespace, True, outside)
     assert result.status == "partially_processed"
     fields = {text.split(": ", 1)[0] for text in result.field_violations}
     assert fields == {
@@ -138,19 +147,12 @@ def test_strict_observations_reject_assertions_outside_the_pack(
 def test_non_strict_observations_store_unknown_kinds_as_free_nodes(
     registry: PackRegistry, kinds: KindValidator, recorder: ObservationRecorder, namespace: str
 ) -> None:
-    enable(registry, kinds, namespace, delivery_pack(uuid.uuid4().hex), strict=False)
-    [result] = recorder.record_batch(
-        [
-            observation(
-                namespace,
-                [
-                    {"entity": {"key": "robot:r2", "attributes": {"anything": 1}}},
-                    {"entity": {"key": "svc:checkout", "attributes": {"tier": "bronze"}}},
-                    {"fact": {"subject": "robot:r2", "predicate": "LIKES", "object": "svc:checkout"}},
-                ],
-            )
-        ]
-    )
+    unknown = [
+        {"entity": {"key": "robot:r2", "attributes": {"anything": 1}}},
+        {"entity": {"key": "svc:checkout", "attributes": {"tier": "bronze"}}},
+        {"fact": {"subject": "robot:r2", "predicate": "LIKES", "object": "svc:checkout"}},
+    ]
+    result = _recorded_under_a_pack(registry, kinds, recorder, namespace, False, unknown)
     assert result.status == "processed" and result.entities_upserted == 2 and result.facts_created == 1
     with kinds.database.connection() as conn:
         nodes = dict(
@@ -227,12 +229,8 @@ def debian_pack(version: str) -> dict[str, Any]:
 
 
 def open_facts(database: Database, namespace: str, predicate: str) -> dict[str, tuple[str, str]]:
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT fact_id, subject_key, object_key FROM facts WHERE namespace = %s AND predicate = %s"
-            " AND valid_to IS NULL",
-            (namespace, predicate),
-        ).fetchall()
+    query = "SELECT fact_id, subject_key, object_key FROM facts WHERE namespace = %s AND predicate = %s"
+    rows = fetch_rows(database, query + " AND valid_to IS NULL", namespace, predicate)
     return {row[0]: (row[1], row[2]) for row in rows}
 
 

@@ -33,6 +33,7 @@ from ingest_service.embedding.episodes import EpisodeEmbedder
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
 from tests.conftest import fresh_database
+from tests.database_rows import fetch_rows
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +66,8 @@ def chunk_rows(database: Database, namespace: str) -> list[tuple[str, str, bool,
 
 def facts_of(database: Database, namespace: str) -> dict[str, tuple[str, str, bool, list[str], list[str]]]:
     """fact_id -> (predicate, object, evidence_lost, observation_ids, scopes) of the namespace's facts."""
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT fact_id, predicate, object_key, evidence_lost, observation_ids, scopes, evidence"
-            " FROM facts WHERE namespace = %s",
-            (namespace,),
-        ).fetchall()
+    columns = "fact_id, predicate, object_key, evidence_lost, observation_ids, scopes, evidence"
+    rows = fetch_rows(database, f"SELECT {columns} FROM facts WHERE namespace = %s", namespace)
     for row in rows:
         assert row[6] == "asserted"
     return {row[0]: (row[1], row[2], row[3], list(row[4]), list(row[5])) for row in rows}

@@ -31,6 +31,8 @@ from common.text_models.embeddings.provider import EmbeddingProvider
 from ingest_service.facts.assertions import FactAsserter
 from ingest_service.observations.recorder import ObservationRecorder
 from ingest_service.observations.removal import ObservationRemover
+from tests.database_rows import fetch_rows
+from tests.work_observations import work_assigned
 
 pytestmark = pytest.mark.integration
 
@@ -61,17 +63,13 @@ def fact(subject: str, predicate: str, obj: str, valid_from: str = START, **extr
 def observation(
     namespace: str, external_id: str, assertions: list[dict[str, Any]], content: str = ""
 ) -> dict[str, Any]:
-    return {
-        "namespace": namespace,
-        "source": {"system": "tracker", "stream": "people", "external_id": external_id},
-        "kind": "work.assigned",
-        "occurred_at": START,
-        "subject": {"type": "person", "id": "alice"},
-        "content": content or f"event {external_id}",
-        "data": {"ticket": f"T-{external_id}"},
-        "assertions": assertions,
-        "provenance": {"uri": f"tracker://people/{external_id}"},
-    }
+    alice = {"type": "person", "id": "alice"}
+    data = {"ticket": f"T-{external_id}"}
+    provenance = {"uri": f"tracker://people/{external_id}"}
+    return work_assigned(
+        namespace, external_id, START, assertions, content=content, subject=alice, data=data,
+        provenance=provenance,
+    )
 
 
 def record_a_and_b(recorder: ObservationRecorder, namespace: str) -> tuple[str, str]:
@@ -144,10 +142,8 @@ def vertex_count(database: Database, namespace: str, node_type: str, natural_key
 
 
 def chunk_counts(database: Database, namespace: str) -> dict[str, int]:
-    with database.connection() as conn:
-        rows = conn.execute(
-            "SELECT node_key, count(*) FROM chunks WHERE namespace = %s GROUP BY 1", (namespace,)
-        ).fetchall()
+    query = "SELECT node_key, count(*) FROM chunks WHERE namespace = %s GROUP BY 1"
+    rows = fetch_rows(database, query, namespace)
     return {str(key): int(count) for key, count in rows}
 
 

@@ -18,6 +18,7 @@ from common.storage.fact_rows import FactQuery
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.observations.recorder import ObservationRecorder
+from tests.work_observations import work_assigned
 
 pytestmark = pytest.mark.integration
 
@@ -25,14 +26,7 @@ pytestmark = pytest.mark.integration
 def observation(
     namespace: str, external_id: str, occurred_at: str, assertions: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    return {
-        "namespace": namespace,
-        "source": {"system": "tracker", "stream": "people", "external_id": external_id},
-        "kind": "work.assigned",
-        "occurred_at": occurred_at,
-        "content": f"event {external_id}",
-        "assertions": assertions,
-    }
+    return work_assigned(namespace, external_id, occurred_at, assertions)
 
 
 def works_on(

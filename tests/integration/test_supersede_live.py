@@ -4,8 +4,6 @@ resolved), on the real database."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from common.domain.write_access import WriteAccess
@@ -14,16 +12,7 @@ from common.storage.database import Database
 from common.storage.fact_store import FactStore
 from common.storage.graph.store import GraphStore
 from ingest_service.facts.assertions import FactAsserter
-
-
-def works_on(project: str, valid_from: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "subject": "person:alice",
-        "predicate": "WORKS_ON",
-        "object": project,
-        "valid_from": valid_from,
-        **extra,
-    }
+from tests.work_observations import works_on
 
 
 def open_objects(database: Database, namespace: str) -> dict[str, str | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,20 @@ def test_namespace_lock_serialises_and_gives_up_when_unwanted(database: Database
         pass  # released at the end of the first run
 
 
+def _record_a(store: VaultStore, conn: Any, namespace: str, now: datetime) -> None:
+    """Journals a.md as doc:a, indexed by run-1 at ``now``."""
+    store.record_document(
+        conn,
+        namespace=namespace,
+        natural_key="doc:a",
+        source_path="a.md",
+        fingerprint="f1",
+        indexed_at=now,
+        run_id="run-1",
+        links={"title": "A"},
+    )
+
+
 def test_journal_tracks_the_node_it_projected(database: Database, namespace: str) -> None:
     store, graph = VaultStore(database.settings), GraphStore(database)
     now = datetime.now(UTC)
@@ -54,16 +69,7 @@ def test_journal_tracks_the_node_it_projected(database: Database, namespace: str
     )
     with database.connection() as conn:
         graph.upsert_node(conn, node, now=now)
-        store.record_document(
-            conn,
-            namespace=namespace,
-            natural_key="doc:a",
-            source_path="a.md",
-            fingerprint="f1",
-            indexed_at=now,
-            run_id="run-1",
-            links={"title": "A"},
-        )
+        _record_a(store, conn, namespace, now)
     with database.connection() as conn:
         (stored,) = store.documents(conn, namespace).values()
     assert stored.node_intact and stored.seen_run == "run-1" and stored.links == {"title": "A"}
@@ -105,16 +111,7 @@ def test_an_agents_retained_chunks_are_found_by_their_digest(database: Database,
     node = NodeRef(namespace=namespace, node_key="doc:a")
     retained = [(0, "Заголовок › ü", "Текст — naïve 👍"), (1, "", "second")]
     with database.connection() as conn:
-        store.record_document(
-            conn,
-            namespace=namespace,
-            natural_key="doc:a",
-            source_path="a.md",
-            fingerprint="f1",
-            indexed_at=datetime.now(UTC),
-            run_id="run-1",
-            links={"title": "A"},
-        )
+        _record_a(store, conn, namespace, datetime.now(UTC))
         store.record_agent_retain(conn, namespace, "doc:a", retained)
         api = [ChunkWrite(order, heading, text, None, {}) for order, heading, text in retained]
         api.append(ChunkWrite(2, "", "an agent's PutChunks chunk", None, {}))

@@ -101,6 +101,14 @@ def observation_server(
     return serve(register)
 
 
+def document_server(serve: Callable[[Callable[[grpc.Server], list[str]]], str], fake: FakeDocuments) -> str:
+    def register(server: grpc.Server) -> list[str]:
+        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
+        return ["memory.v1.DocumentService"]
+
+    return serve(register)
+
+
 class FakeDocuments(document_service_pb2_grpc.DocumentServiceServicer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.received: list[document_service_pb2.RetainRequest] = []

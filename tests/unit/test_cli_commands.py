@@ -17,7 +17,6 @@ from common.kernel.errors import FieldViolation
 from common.kernel.errors import InvalidArgument
 from common.kernel.errors import NotFound
 from memory_service_grpc_client import call_policy
-from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2
 from memory_service_grpc_client.memory.v1 import fact_query_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import knowledge_pb2
@@ -30,6 +29,7 @@ from memory_service_tools.observation_file import parse_observation_lines
 from memory_service_tools.observation_loader import record_observations
 from tests.unit.cli_fakes import FakeDocuments
 from tests.unit.cli_fakes import FakeObservations
+from tests.unit.cli_fakes import document_server
 from tests.unit.cli_fakes import observation_line
 from tests.unit.cli_fakes import observation_server
 
@@ -187,12 +187,7 @@ def test_retain_sends_every_file_and_counts_missing_links(
     serve: Callable[[Callable[[grpc.Server], list[str]]], str], tmp_path: Path
 ) -> None:
     fake = FakeDocuments()
-
-    def register(server: grpc.Server) -> list[str]:
-        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
-        return ["memory.v1.DocumentService"]
-
-    address = serve(register)
+    address = document_server(serve, fake)
     vault = tmp_path / "vault"
     (vault / "sub").mkdir(parents=True)
     (vault / "a.md").write_bytes(b"---\nlinks: [doc:sub/b, doc:nowhere]\n---\n# A\r\n")

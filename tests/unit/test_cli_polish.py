@@ -16,12 +16,12 @@ from typer.testing import CliRunner
 
 from common.auth.principals import Right
 from memory_service_grpc_client import wait_for_serving
-from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import source_service_pb2_grpc
 from memory_service_tools.cli import app
 from memory_service_tools.token_writer import add_token
 from tests.unit.cli_fakes import FakeDocuments
 from tests.unit.cli_fakes import FakeObservations
+from tests.unit.cli_fakes import document_server
 from tests.unit.cli_fakes import observation_line
 from tests.unit.cli_fakes import observation_server
 
@@ -106,12 +106,7 @@ def test_observe_json_prints_the_summary_object(serve: Callable[..., str], tmp_p
 
 def test_retain_json_prints_the_summary_object(serve: Callable[..., str], tmp_path: Path) -> None:
     fake = FakeDocuments()
-
-    def register(server: grpc.Server) -> list[str]:
-        document_service_pb2_grpc.add_DocumentServiceServicer_to_server(fake, server)
-        return ["memory.v1.DocumentService"]
-
-    address = serve(register)
+    address = document_server(serve, fake)
     vault = tmp_path / "vault"
     vault.mkdir()
     (vault / "a.md").write_bytes(b"---\nlinks: [doc:nowhere]\n---\n# A\n")
