@@ -118,18 +118,19 @@ class MemoryRecall:
             exact: score every row (what the approximate path is measured against).
         """
         if not exact:
-            ids = self.candidates(conn, query, vector, limit)
-            if ids is not None:
-                scored = self.store.recall(conn, query, vector, weights, limit=limit, candidates=ids)
-                return RecallOutcome(scored, APPROXIMATE, len(ids))
+            found = self.candidates(conn, query, vector, limit)
+            if found is not None:
+                scored = self.store.recall(conn, query, vector, weights, limit=limit, candidates=found)
+                return RecallOutcome(scored, APPROXIMATE, len(found))
         return RecallOutcome(self.store.recall(conn, query, vector, weights, limit=limit), EXACT)
 
     def candidates(
         self, conn: psycopg.Connection[Any], query: MemoryQuery, vector: np.ndarray, limit: int
-    ) -> list[str] | None:
-        """The ids of the memories of ``query`` nearest to ``vector`` and of the owner's other live memories
-        with the same text as one of them (module doc, step 1), or None when the exact path must run (no
-        index serves the namespace, a small owner, or too few candidates)."""
+    ) -> dict[str, float] | None:
+        """The memories of ``query`` nearest to ``vector`` and the owner's other live memories with the
+        same text as one of them (module doc, step 1), id -> similarity (the expression of
+        `MemoryStore.recall`), or None when the exact path must run (no index serves the namespace, a small
+        owner, or too few candidates)."""
         index = self.registry.index_of(conn, query.namespace)
         if index is None or not self._large_owner(conn, query):
             return None
@@ -144,19 +145,26 @@ class MemoryRecall:
         statement = sql.SQL(
             "WITH owner AS MATERIALIZED (SELECT o.user_scope FROM {memories} o"
             " WHERE o.namespace = %(namespace)s AND o.user_id = %(user_id)s ORDER BY o.created_at DESC LIMIT 1),"
-            " near AS MATERIALIZED (SELECT m.memory_id, md5(c.text) AS text_md5 FROM {chunks} c"
+            " near AS MATERIALIZED (SELECT m.memory_id, md5(c.text) AS text_md5, {similarity} AS similarity"
+            " FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
             " AND c.embedding IS NOT NULL AND c.meta -> 'scopes' ? (SELECT user_scope FROM owner) AND {where}"
             " ORDER BY {ordered} <=> %(vector)s LIMIT %(wanted)s)"
-            " SELECT memory_id, true FROM near"
-            " UNION ALL (SELECT m.memory_id, false FROM {chunks} c"
+            " SELECT memory_id, similarity, true FROM near"
+            " UNION ALL (SELECT m.memory_id, {similarity}, false FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
             " AND (c.meta -> 'scopes' ->> 0) = (SELECT user_scope FROM owner)"
             " AND md5(c.text) IN (SELECT text_md5 FROM near)"
             " AND c.node_key NOT IN (SELECT memory_id FROM near) AND {where} LIMIT %(peers)s)"
-        ).format(chunks=self.chunks, memories=self.memories, where=where, ordered=ordered)
+        ).format(
+            chunks=self.chunks,
+            memories=self.memories,
+            where=where,
+            ordered=ordered,
+            similarity=sql.SQL("coalesce(1 - (c.embedding <=> %(vector)s), 0)"),
+        )
         # The owner's scope on the chunk (`ingest_service.memories.writer.chunk_of`; read once) rejects
         # another owner's chunk on the heap row the index scan fetches anyway, before the join looks up
         # its memories row; the join's owner condition stays the authority.
@@ -178,9 +186,9 @@ class MemoryRecall:
             # Custom plan (no prepare): a tenant's partial index matches only the literal namespace.
             rows = conn.execute(statement, params, prepare=False).fetchall()
             raise psycopg.Rollback()
-        if sum(1 for _, near in rows if near) < wanted:
+        if sum(1 for *_, near in rows if near) < wanted:
             return None
-        return [str(row[0]) for row in rows]
+        return {str(memory): float(similarity) for memory, similarity, _ in rows}
 
     def _large_owner(self, conn: psycopg.Connection[Any], query: MemoryQuery) -> bool:
         """True when the owner has at least ``memory_recall_exact_below`` memories (counted up to that
