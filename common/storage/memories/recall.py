@@ -7,7 +7,7 @@ owner with at least ``memory_recall_exact_below`` memories in a namespace a vect
 `MemoryRecall.recall` instead
 
 1. asks the HNSW index of the chunks table that serves the namespace (its own partial index or the table's,
-   `common.storage.chunks.tenant_vector_indexes`) for the ``memory_recall_candidates`` (at least 10 x
+   `common.storage.chunks.tenant_vector_indexes`) for the ``memory_recall_candidates`` (at least 5 x
    ``limit``) memory chunks nearest to the query, with every condition of the recall inside that
    statement: the namespace, the owner, chunk 0 of a memory, not expired, not hidden by a lossy summary,
    and the request's filters (tiers, tags, ...), so the iterative index scan (``hnsw.iterative_scan``,
@@ -50,9 +50,9 @@ EXACT = "exact"
 """`RecallOutcome.path`: every row of the owner was scored."""
 APPROXIMATE = "approximate"
 """`RecallOutcome.path`: the candidates of the index scan were scored."""
-CANDIDATES_PER_RESULT = 10
+CANDIDATES_PER_RESULT = 5
 """The approximate stage asks for at least this many candidates per requested result."""
-EF_SEARCH_PER_CANDIDATE = 2
+EF_SEARCH_PER_CANDIDATE = 12
 """The first batch of the index scan (``hnsw.ef_search``) holds this many rows per candidate asked for."""
 PEERS_PER_CANDIDATE = 10
 """At most this many of the owner's copies of the candidates' texts are added per candidate asked for."""
@@ -173,9 +173,11 @@ class MemoryRecall:
         # (migration 0038's index); each is scored exactly like the rest.
         # The planner's cost model prefers sorting the owner's rows exactly (it does not count the
         # detoasting of each vector, `common.storage.chunks.tenant_vector_indexes`): sorting is turned off
-        # for this statement only. ef_search: the scan's first batch holds twice the candidates asked for
-        # (recall@10 0.9855 -> 0.987 at 100k memories, no measurable cost: the iterative scan visits about
-        # candidates / owner's share of the rows either way; bench/bench_memories.py).
+        # for this statement only. ef_search: the scan's first batch is 12 times the candidates asked for:
+        # a wide first batch finds more of the true nearest than the iterative scan's later ones, for
+        # less than asking for more candidates (at 100k memories, 5% per owner: 50 candidates with
+        # ef_search 600 reach recall@10 0.988 for 15 ms of database CPU, 100 with 200 0.987 for 18.5 ms;
+        # docs/decisions/0038-memory-recall-candidates.md).
         ef_search = min(max(self.settings.hnsw_ef_search, EF_SEARCH_PER_CANDIDATE * wanted), 1000)
         # One round trip; the settings live in a savepoint that is rolled back after the rows are read.
         with conn.pipeline(), conn.transaction():
