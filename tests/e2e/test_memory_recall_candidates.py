@@ -8,14 +8,14 @@ of 100: ``near`` (under half of the chunks) gets an HNSW index of its own, ``far
 is served by the table's index, so both index kinds are exercised. With ``memory_recall_exact_below``
 100 and 50 candidates per call (5 x top_k), every recall of the owner takes the approximate path.
 
-Proved: for 40 queries (sentences of other uploads) the approximate path's top 10 is the exact top 10
-(same ids, same order, through the real gRPC call too); hidden (lossy summary) and expired memories,
-the neighbour's, and the other namespace's never reach the candidates nor the results, even for a query
-that is their own text (also when the owner holds a live copy of a hidden memory's text, which the
-lookup of copies reaches); when the owner holds more copies of one text than the index scan returns,
-every copy is a candidate (and none of the neighbour's), so the approximate top 2 is the exact one; the
-planner settings of the index scan do not outlive it; AddMemories' batch semantics are unchanged (a retried batch writes nothing, an
-invalid item writes nothing while the valid ones are created, a key twice in one batch is a duplicate).
+Proved: for 40 queries (sentences of other uploads) the approximate path's top 10 is the exact top 10 (same
+ids, same order, through the real gRPC call too); hidden (lossy summary) and expired memories, the
+neighbour's, and the other namespace's never reach the candidates nor the results, even for a query that is
+their own text (also when the owner holds a live copy of a hidden memory's text, which the lookup of copies
+reaches); when the owner holds more copies of one text than the index scan returns, every copy is a candidate
+(and none of the neighbour's), so the approximate top 2 is the exact one; the planner settings of the index
+scan do not outlive it; AddMemories' batch semantics are unchanged (a retried batch writes nothing, an invalid
+item writes nothing while the valid ones are created, a key twice in one batch is a duplicate).
 """
 
 from __future__ import annotations
@@ -138,7 +138,10 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
                 for r in stubs.add(
                     NEIGHBOUR,
                     NEAR,
-                    [{"idempotencyKey": f"copy{i}", "text": texts[COPIED], "importance": 1.0} for i in range(4)],
+                    [
+                        {"idempotencyKey": f"copy{i}", "text": texts[COPIED], "importance": 1.0}
+                        for i in range(4)
+                    ],
                 ).results
             ]
             (again,) = stubs.add(OWNER, NEAR, [{"idempotencyKey": "again", "text": texts[0]}]).results
@@ -336,7 +339,8 @@ def test_the_index_scan_settings_do_not_outlive_the_candidates(world: dict[str, 
     recall = MemoryRecall(settings)
     vector = build_embedding_provider(settings).encode_query(world["texts"][700])
     with database.connection() as conn:
-        before = conn.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search')").fetchone()
+        settings_now = "SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search')"
+        before = conn.execute(settings_now).fetchone()
         assert recall.candidates(conn, _query(NEAR), vector, 10) is not None
-        after = conn.execute("SELECT current_setting('enable_sort'), current_setting('hnsw.ef_search')").fetchone()
+        after = conn.execute(settings_now).fetchone()
     assert after == before == ("on", str(settings.hnsw_ef_search))

@@ -2,7 +2,8 @@
 (docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md).
 
 Scoring every row of an owner (`MemoryStore.recall` without candidates) reads each row's chunk and
-its 2 KB vector: 76/84 ms p50/p95 for 5,000 memories per owner, growing with the owner's count. For an
+its 2 KB vector: about 50 ms of database CPU for 5,000 memories per owner, growing with the owner's
+count. For an
 owner with at least ``memory_recall_exact_below`` memories in a namespace a vector index serves,
 `MemoryRecall.recall` instead
 
@@ -12,12 +13,15 @@ owner with at least ``memory_recall_exact_below`` memories in a namespace a vect
    statement: the namespace, the owner, chunk 0 of a memory, not expired, not hidden by a lossy summary,
    and the request's filters (tiers, tags, ...), so the iterative index scan (``hnsw.iterative_scan``,
    pgvector >= 0.8) keeps walking until that many rows pass them: nothing of another owner or namespace,
-   nor any expired or hidden memory, can become a candidate;
+   nor any expired or hidden memory, can become a candidate. The first batch of the scan
+   (``hnsw.ef_search``) is ``EF_SEARCH_PER_CANDIDATE`` rows per candidate asked for.
    The same statement adds the owner's other live memories whose chunk has the text of a candidate
    (at most ``PEERS_PER_CANDIDATE`` per candidate asked for, through migration 0038's index): the HNSW
    graph cannot enumerate many identical vectors (their neighbours are one another), so copies of one text
-   that score best by recency or importance were missed (recall@10 0.935 -> 0.9855 at 100k memories);
-2. scores those candidates exactly with the unchanged score (`MemoryStore.recall` with ``candidates``).
+   that score best by recency or importance were missed (recall@10 0.935 -> 0.9855 at 100k memories).
+   Each candidate comes with its similarity (the expression of `MemoryStore.recall`);
+2. scores those candidates exactly with the unchanged score (`MemoryStore.recall` with ``candidates``),
+   without reading their chunks again.
 
 The candidates are nearest by similarity alone; the score multiplies similarity by at most
 ``(w_sim + w_rec + w_imp) / w_sim``, so a memory outside them could in principle outrank one inside:
@@ -144,7 +148,8 @@ class MemoryRecall:
         ordered = self.tenant_vector if index == OWN_INDEX else sql.SQL("c.embedding")
         statement = sql.SQL(
             "WITH owner AS MATERIALIZED (SELECT o.user_scope FROM {memories} o"
-            " WHERE o.namespace = %(namespace)s AND o.user_id = %(user_id)s ORDER BY o.created_at DESC LIMIT 1),"
+            " WHERE o.namespace = %(namespace)s AND o.user_id = %(user_id)s"
+            " ORDER BY o.created_at DESC LIMIT 1),"
             " near AS MATERIALIZED (SELECT m.memory_id, md5(c.text) AS text_md5, {similarity} AS similarity"
             " FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"

@@ -447,7 +447,8 @@ class MemoryStore:
         else:
             similarity = sql.SQL("k.similarity")
             rows = sql.SQL(
-                "unnest(%(candidate_ids)s::text[], %(candidate_similarities)s::float8[]) AS k(memory_id, similarity)"
+                "unnest(%(candidate_ids)s::text[], %(candidate_similarities)s::float8[])"
+                " AS k(memory_id, similarity)"
                 " JOIN {memories} m ON m.namespace = %(namespace)s AND m.memory_id = k.memory_id"
             ).format(memories=self.table)
             params.update(candidate_ids=list(candidates), candidate_similarities=list(candidates.values()))
