@@ -180,7 +180,11 @@ def service_pids() -> dict[str, int]:
     `EXACT_ENV` is ``"exact"``."""
     pids: dict[str, int] = {}
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue  # a thread that ended since the listing
+        for pid in children:
             try:
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

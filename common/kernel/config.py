@@ -140,10 +140,10 @@ class Settings(BaseSettings):
         1000, ge=0, description="an owner's memories below which RecallMemories scores every row exactly"
     )
     memory_recall_candidates: int = Field(
-        100,
+        50,
         ge=10,
         le=1000,
-        description="nearest memories the approximate stage of RecallMemories scores (at least 10 x top_k)",
+        description="nearest memories the approximate stage of RecallMemories scores (at least 5 x top_k)",
     )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")

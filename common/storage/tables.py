@@ -52,6 +52,7 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunks_namespace_identifier_idx": ("chunks", "namespace_identifier_idx"),
         "chunks_namespace_vector_idx": ("chunks", "namespace_vector_idx"),
         "chunks_embedding_pending_idx": ("chunks", "embedding_pending_idx"),
+        "chunks_memory_text_idx": ("chunks", "memory_text_idx"),
         "context_traces_trace_idx": ("context_traces", "trace_idx"),
         "facts_snapshot_idx": ("facts", "snapshot_idx"),
         "snapshots_latest_idx": ("snapshots", "latest_idx"),

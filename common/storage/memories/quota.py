@@ -22,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from common.storage.key_locks import lock_node_keys
+from common.storage.row_count import fetch_count
 from common.storage.tables import ComposingStore
 
 
@@ -59,7 +60,8 @@ class MemoryQuotaStore(ComposingStore):
             namespace: the namespace of those keys (selects the owner index's range).
             now: the instant expiry is judged at.
         """
-        row = conn.execute(
+        return fetch_count(
+            conn,
             sql.SQL(
                 "SELECT count(*) FROM {} WHERE namespace = %(namespace)s AND user_id = %(user_id)s"
                 " AND organization_id = %(organization_id)s AND environment = %(environment)s"
@@ -67,8 +69,7 @@ class MemoryQuotaStore(ComposingStore):
                 " AND (expires_at IS NULL OR expires_at > %(now)s)"
             ).format(self.t["memories"]),
             {**scope_keys, "namespace": namespace, "now": now},
-        ).fetchone()
-        return int(row[0]) if row else 0
+        )
 
 
 __all__ = ["MemoryQuotaStore", "quota_lock_key"]

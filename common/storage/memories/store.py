@@ -414,7 +414,7 @@ class MemoryStore:
         weights: RecallWeights,
         *,
         limit: int,
-        candidates: Sequence[str] | None = None,
+        candidates: Mapping[str, float] | None = None,
     ) -> list[StoredMemory]:
         """The best ``limit`` records of ``query`` by
 
@@ -426,8 +426,10 @@ class MemoryStore:
         (age from ``created_at`` to ``query.now``), exact over the owner's rows (the owner index narrows
         them first, then the distance is computed for those chunks only), best first.
 
-        ``candidates``: score only these ids (the approximate stage of `common.storage.memories.recall`;
-        every filter of ``query`` still applies); None scores every row of the owner.
+        ``candidates``: score only these ids, with the similarity given (the approximate stage of
+        `common.storage.memories.recall` computed it with the same expression on the same chunk: no
+        second read of the chunks); every filter of ``query`` still applies. None scores every row of the
+        owner.
         """
         params: dict[str, Any] = {
             "limit": limit,
@@ -438,17 +440,26 @@ class MemoryStore:
             "half_life": max(weights.half_life_days, 1e-6),
         }
         where = self.where(query, params)
-        if candidates is not None:
-            where = sql.SQL("{} AND m.memory_id = ANY(%(candidates)s)").format(where)
-            params["candidates"] = list(candidates)
+        if candidates is None:
+            similarity = sql.SQL("coalesce(1 - (c.embedding <=> %(vector)s), 0)")
+            rows = sql.SQL(
+                "{memories} m JOIN {chunks} c ON c.namespace = m.namespace AND c.node_key = m.memory_id"
+                " AND c.chunk_order = 0"
+            ).format(memories=self.table, chunks=self.chunks)
+        else:
+            similarity = sql.SQL("k.similarity")
+            rows = sql.SQL(
+                "unnest(%(candidate_ids)s::text[], %(candidate_similarities)s::float8[])"
+                " AS k(memory_id, similarity)"
+                " JOIN {memories} m ON m.namespace = %(namespace)s AND m.memory_id = k.memory_id"
+            ).format(memories=self.table)
+            params.update(candidate_ids=list(candidates), candidate_similarities=list(candidates.values()))
         statement = sql.SQL(
             "WITH scored AS ("
-            " SELECT m.memory_id,"
-            " coalesce(1 - (c.embedding <=> %(vector)s), 0) AS similarity,"
+            " SELECT m.memory_id, {similarity} AS similarity,"
             " power(0.5, greatest(extract(epoch FROM (%(now)s - m.created_at)), 0) / 86400.0 / %(half_life)s)"
             " AS recency, m.importance"
-            " FROM {memories} m JOIN {chunks} c ON c.namespace = m.namespace AND c.node_key = m.memory_id"
-            " AND c.chunk_order = 0 WHERE {where}),"
+            " FROM {rows} WHERE {where}),"
             " best AS (SELECT memory_id, similarity, recency,"
             " greatest(similarity, 0) * (%(w_sim)s + %(w_rec)s * recency + %(w_imp)s * importance) AS score"
             " FROM scored ORDER BY score DESC, similarity DESC, memory_id LIMIT %(limit)s)"
@@ -459,8 +470,9 @@ class MemoryStore:
             " JOIN {vertices} v ON v.id = g.vertex_id"
             " ORDER BY b.score DESC, b.similarity DESC, m.memory_id"
         ).format(
+            similarity=similarity,
+            rows=rows,
             memories=self.table,
-            chunks=self.chunks,
             where=where,
             graph_nodes=self.graph_nodes,
             vertices=self.vertices,

@@ -64,6 +64,7 @@ MIGRATIONS = (
     "0032_document_originals.sql",
     "0036_data_protection.sql",
     "0037_change_feed_write_cost.sql",
+    "0038_memory_recall_peers.sql",
 )
 
 
