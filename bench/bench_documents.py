@@ -13,8 +13,8 @@ Measured in one run:
   server cuts them: documents/s, MB/s of text and texts/s, in the same run;
 * with ``--candidates``: the converters not chosen, in this process, on the same files (PDF: pypdf,
   pdfminer.six, pypdfium2; HTML: html2text, trafilatura), for docs/decisions/0040-document-converters.md;
-* with ``--retrieval``: the Markdown, PDF and DOCX versions retained through real service processes in
-  an empty database, and a distinctive sentence per page searched (hit@5) in each.
+* with ``--retrieval``: the Markdown, PDF, DOCX, HTML and EPUB versions retained through real service
+  processes in an empty database, and a distinctive sentence per page searched (hit@5) in each.
 
 Results: printed and written to bench/results/documents-<UTC time>.json.
 
@@ -204,8 +204,8 @@ def measure_candidates(corpus: list[CorpusDocument]) -> dict[str, Any]:
 def measure_retrieval(
     corpus: list[CorpusDocument], arguments: argparse.Namespace, out: dict[str, Any], save: Callable[[], None]
 ) -> dict[str, Any]:
-    """hit@5 of a distinctive sentence per page, on the Markdown, PDF, DOCX (and HTML) versions, each in
-    a namespace of its own; ``out`` is filled and ``save`` called after each version."""
+    """hit@5 of a distinctive sentence per page, on the Markdown, PDF, DOCX, HTML and EPUB versions, each
+    in a namespace of its own; ``out`` is filled and ``save`` called after each version."""
     import grpc
 
     from bench.run_bench import run_in_database
@@ -217,7 +217,7 @@ def measure_retrieval(
 
     formats = {
         fmt: media_type
-        for fmt, media_type in {"md": mt.MARKDOWN, "pdf": mt.PDF, "docx": mt.DOCX, "html": mt.HTML}.items()
+        for fmt, media_type in {"md": mt.MARKDOWN, **TYPES}.items()
         if fmt in arguments.retrieval_formats.split(",")
     }
     probes = distinctive_sentences(corpus)
@@ -297,7 +297,9 @@ def main() -> int:
         "--formats", default="pdf,docx,html,epub", help="formats converted and embedded (pdf,docx,html,epub)"
     )
     parser.add_argument(
-        "--retrieval-formats", default="md,pdf,docx,html", help="versions searched (md,pdf,docx,html)"
+        "--retrieval-formats",
+        default="md,pdf,docx,html,epub",
+        help="versions searched (md,pdf,docx,html,epub)",
     )
     parser.add_argument("--note", default="", help="a note kept with the results")
     parser.add_argument(

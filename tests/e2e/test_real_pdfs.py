@@ -66,10 +66,11 @@ PHRASES: dict[Path, dict[str, int]] = {
 
 def _flat(text: str) -> str:
     """The text a reader sees: whitespace collapsed, compatibility forms folded (the ``ﬁ`` ligature of a
-    TeX font is ``fi``), code-span backticks dropped and links reduced to their text (a chunk's Markdown
-    marks the book's monospaced words as code and its links as links)."""
+    TeX font is ``fi``), code-span backticks and emphasis marks dropped and links reduced to their text (a
+    chunk's Markdown marks the book's monospaced words as code, its bold and italic words as emphasis and
+    its links as links)."""
     text = re.sub(r"\[([^\]]*)\]\([^()\s]*\)", r"\1", unicodedata.normalize("NFKC", text))
-    return " ".join(text.replace("`", "").split())
+    return " ".join(text.replace("`", "").replace("*", "").split())
 
 
 @pytest.fixture(scope="module")

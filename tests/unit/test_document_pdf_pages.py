@@ -4,6 +4,7 @@ recovered. tests/e2e/test_converted_sentences.py checks the same on real PDFs ma
 
 from __future__ import annotations
 
+from ingest_service.documents.conversion.pdf_pages import LIGATURES
 from ingest_service.documents.conversion.pdf_pages import Line
 from ingest_service.documents.conversion.pdf_pages import code_spans
 from ingest_service.documents.conversion.pdf_pages import drop_running_lines
@@ -132,3 +133,68 @@ def test_links_to_absolute_targets_are_markdown_links() -> None:
     assert joined("[original](https://g.example/p)", "[PR](https://g.example/p) interesting") == (
         "[original PR](https://g.example/p) interesting"
     )
+
+
+def _fonted(*runs: tuple[str, str]) -> tuple[str, list[dict[str, str]]]:
+    """A line's text and chars from (text, font) runs; spaces are gaps, not chars."""
+    text = "".join(run for run, _ in runs)
+    return text, [{"text": c, "fontname": font} for run, font in runs for c in run if not c.isspace()]
+
+
+def test_bold_and_italic_runs_are_emphasis_and_headings_keep_only_code_spans() -> None:
+    text, chars = _fonted(
+        ("It ", "DejaVuSerif"),
+        ("must", "DejaVuSerif-Bold"),
+        (" have ", "DejaVuSerif"),
+        ("one", "DejaVuSerif-Italic"),
+        (" ", "DejaVuSerif"),
+        ("NOT EVER.", "LiberationSerif-BoldItalic"),
+    )
+    assert code_spans(text, chars, emphasis=True) == "It **must** have *one* ***NOT EVER.***"
+    assert code_spans(text, chars) == text  # without emphasis: as printed
+    # a bold code span is bold outside, code inside; a bold bullet is no emphasis
+    text, chars = _fonted(("• ", "Serif-Bold"), ("url", "Serif-Bold"), (" ", "Serif"), ("URL", "Mono"))
+    assert code_spans(text, chars, emphasis=True) == "• **url** `URL`"
+    text, chars = _fonted(("a ", "Serif"), ("[--otp", "DejaVuSansMono"))  # a bracket is no obstacle
+    assert code_spans(text, chars) == "a `[--otp`"
+    assert joined("the **protocol, hostname,**", "**and port**.") == "the **protocol, hostname, and port**."
+    assert joined("`a` is *x*", "and so") == "`a` is *x* and so"
+
+
+def test_a_mark_closes_before_the_spaces_even_after_a_link() -> None:
+    def chars(text: str, font: str, x0: float) -> list[dict[str, object]]:
+        return [
+            {"text": c, "fontname": font, "x0": x0 + 5 * i, "x1": x0 + 5 * i + 4, "top": 0, "bottom": 10}
+            for i, c in enumerate(text)
+        ]
+
+    line = chars("at", "Serif", 0) + chars("g.org", "Mono", 15) + chars("see", "Serif", 50)
+    line += chars("C.md", "Mono", 70) + chars("for", "Serif", 100)
+    text = code_spans("at g.org see C.md for", line, [(14, 0, 40, 10, "https://g.org/x")])
+    assert text == "at [`g.org`](https://g.org/x) see `C.md` for"
+
+
+def test_a_monospaced_line_under_text_continues_it_and_code_is_fenced() -> None:
+    lines = [
+        Line(100, 112, "• has `package-lock.json` or `npm-`", 12, raw="• has package-lock.json or npm-"),
+        Line(114, 126, "`shrinkwrap.json`.", 12, mono=True, raw="shrinkwrap.json."),
+        Line(140, 151, "$ npm ci", 11, mono=True, raw="$ npm ci"),
+        Line(153, 164, "added 154 packages", 11, mono=True, raw="added 154 packages"),
+    ]
+    (page,) = page_texts([lines])
+    assert page.markdown == (
+        "- has `package-lock.json` or `npm-shrinkwrap.json`.\n\n```\n$ npm ci\nadded 154 packages\n```"
+    )
+    # a comment line of code is no heading, and a fence is longer than the backticks inside
+    code = [Line(100, 111, "# keep ``` here", 11, mono=True), Line(113, 124, "x", 11, mono=True)]
+    assert page_texts([code])[0].markdown == "````\n# keep ``` here\nx\n````"
+
+
+def test_outline_titles_match_lines_whatever_their_markup_and_ligatures_are_letters() -> None:
+    heading = Line(100, 112, "**Parameter:** `PoolOptions`", 14, raw="Parameter: PoolOptions")
+    heading.plain = "Parameter: `PoolOptions`"
+    pages = [[heading, Line(120, 132, "Body.", 10)]]
+    assert mark_outline_headings(pages, [(3, "Parameter: PoolOptions", 0)]) == 1
+    assert page_texts(pages)[0].markdown == "### Parameter: `PoolOptions`\n\nBody."
+    text, chars = _fonted(("the ", "Serif"), ("\ufb01le", "Mono"))
+    assert code_spans("the \ufb01le".translate(LIGATURES), chars) == "the `file`"
