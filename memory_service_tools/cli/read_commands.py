@@ -200,9 +200,9 @@ def source(
 
 def _write_original(found: source_service_pb2.Source, path: Path) -> None:
     """Writes the original file of ``found`` to ``path`` and drops its bytes from the response (so
-    --json does not print them), or exits 1 when the node was not retained from a file."""
+    --json does not print them), or exits 1 when the node was stored as text (no original file)."""
     if not found.HasField("original"):
-        fail([f"{found.natural_key} was not retained from a file: there is no original to write"])
+        fail([f"{found.natural_key} was stored as text, not converted from a file: it has no original file"])
     path.write_bytes(found.original.data)
     err.print(
         escape(

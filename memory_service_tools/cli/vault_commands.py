@@ -232,7 +232,8 @@ def _print_report(response: Message, *, unread: int = 0) -> None:
             "add --allow-mass-sweep to let it run"
         )
     if unread:
-        out.print(f"not swept: {unread} files could not be read (listed above); fix them and run again")
+        files = "1 file" if unread == 1 else f"{unread} files"
+        out.print(f"not swept: {files} could not be read (listed on stderr); fix them and run again")
     elif not response.swept and not response.dry_run:  # type: ignore[attr-defined]
         out.print("not swept: documents were rejected; fix them and run again")
 

@@ -152,4 +152,4 @@ def test_the_cli_shows_the_page_and_writes_the_original_back(
     assert "Prime the pump" in written.stdout  # the Markdown still goes to standard output
     none = cb("source", "doc:guide", "--original", str(tmp_path / "none"))
     assert none.exit_code == 1 and not (tmp_path / "none").exists()
-    assert "doc:guide was not retained from a file" in none.stderr
+    assert "doc:guide was stored as text, not converted from a file" in none.stderr
