@@ -187,7 +187,7 @@ def test_read_document_defaults_and_link_lists(tmp_path: Path) -> None:
     ("data", "message"),
     [
         (b"---\ntitle: [unclosed\n---\nbody\n", "bad frontmatter"),
-        (b"\xff\xfe not utf-8", "not UTF-8"),
+        (b"PK\x03\x04\x00\x00 a zip under a Markdown name", "not text"),
         (b"---\nlinks: {a: 1}\n---\nbody\n", "links"),
         (b"---\nmeta: [1, 2]\n---\nbody\n", "meta"),
     ],
@@ -197,3 +197,9 @@ def test_read_document_errors(tmp_path: Path, data: bytes, message: str) -> None
     path.write_bytes(data)
     with pytest.raises(DocumentError, match=message):
         read_document(path, tmp_path, namespace="ns")
+
+
+def test_a_markdown_file_in_cp1251_is_read_as_the_server_reads_text(tmp_path: Path) -> None:
+    path = tmp_path / "note.md"
+    path.write_bytes("# Заметка\n\nТекст.\n".encode("cp1251"))
+    assert read_document(path, tmp_path, namespace="ns").content == "# Заметка\n\nТекст.\n"
