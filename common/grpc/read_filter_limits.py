@@ -115,7 +115,12 @@ def _values(message: Message, dotted: str) -> list[tuple[str, Any]]:
         return [(f"{head}.{path}", value) for path, value in _values(getattr(message, head), rest)]
     value = getattr(message, head)
     if isinstance(value, Struct):
-        return [(head, json_format.MessageToDict(value))] if message.HasField(head) else []
+        if not message.HasField(head):
+            return []
+        try:
+            return [(head, json_format.MessageToDict(value))]
+        except ValueError:  # a non-finite number, which `unstorable_paths` reports as its own violation
+            return []
     if isinstance(value, str):
         return [(head, value)] if value else []
     return [(f"{head}[{index}]", item) for index, item in enumerate(value)]

@@ -15,6 +15,7 @@ from common.kernel.errors import FieldViolation
 from common.kernel.storable_values import unstorable_paths
 from memory_service_grpc_client.memory.v1 import memory_service_pb2
 from memory_service_grpc_client.memory.v1 import observation_service_pb2
+from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
 
 
 def test_unstorable_paths_name_strings_keys_and_numbers() -> None:
@@ -92,3 +93,9 @@ def test_bad_request_is_bounded_with_a_count() -> None:
     assert bad.ByteSize() <= MAX_VIOLATION_BYTES + 200
     assert bad.field_violations[-1].description.endswith("more violations left out")
     assert all(len(v.field) <= 256 for v in bad.field_violations)
+
+
+def test_a_non_finite_number_in_a_read_filter_is_a_violation_not_a_crash() -> None:
+    request = retrieval_service_pb2.SearchRequest(namespace="ns", query="q")
+    request.meta.update({"k": float("inf")})
+    assert request_violations(request) == [FieldViolation("meta.k", "must be a finite number")]
