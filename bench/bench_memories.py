@@ -28,6 +28,9 @@ scored), the baseline of the same run:
   the same score is as good a result), with the database CPU of each statement (the backend's counters)
   for the approximate path, the walk of the namespace's index it replaced for large owners
   (``MemoryRecall(owner_indexes=False)``) and exact scoring.
+* AddMemories again after each size's recall: ``ADD_AGAIN`` of the contents under new keys, against the
+  model alone on 1,000 of the texts before and after, with the owner indexes in place (each memory of a
+  large owner is inserted into its owner's index too).
 * the load average (1 min) at each step.
 
 The copies take about 12 KB of disk per memory (row, vertex, chunk, indexes): ``--targets 1000000`` needs
@@ -92,6 +95,8 @@ USERS = [f"bench-{i:02d}" for i in range(20)]
 BATCH = 100
 QUERIES = 200
 MAX_TEXT = 8000
+ADD_AGAIN = 1000
+"""Memories added again after each arm's recall, to measure AddMemories with the owner indexes in place."""
 NAMESPACE = "org:local:env:development"
 EXACT_VARIABLE = "CB_MEMORY_RECALL_EXACT_BELOW"
 EXACT_ENV = {EXACT_VARIABLE: str(10**9)}
@@ -486,6 +491,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 "indexes": synchronise_indexes(settings),
             }
             arm.update(measure_recall(arguments, settings, provider, stubs, meters, queries, some_id))
+            # Writes with the owner indexes in place: each memory of a large owner is also inserted into
+            # that owner's index (its rows count in the next arm).
+            again = [(f"again-{rows}-{key}", text) for key, text in items[:ADD_AGAIN]]
+            arm["add_with_owner_indexes"] = measure_add(add, admin, pids["ingest"], provider, again, {})
             results["arms"].append(arm)
         ingest.close()
         for channel in channels.values():
@@ -557,6 +566,13 @@ def report(results: dict[str, Any]) -> list[str]:
                 f"| recall@10 of the namespace index's walk (ties counted) | "
                 f"{quality['namespace_index']['recall_at_10']} "
                 f"({quality['namespace_index']['recall_at_10_ties_counted']}) | |"
+            ),
+            (
+                f"| AddMemories of {ADD_AGAIN} more at this size (owner indexes in place) | "
+                f"{arm['add_with_owner_indexes']['memories_per_s']} memories/s, "
+                f"{arm['add_with_owner_indexes']['share_of_floor']:.0%} of the model alone "
+                f"({arm['add_with_owner_indexes']['floor_before_per_s']} / "
+                f"{arm['add_with_owner_indexes']['floor_after_per_s']} texts/s) | |"
             ),
             (
                 f"| floors: GetMemory / the query's embedding, p50 / p95 | {arm['get_memory_floor']['p50_ms']} / "

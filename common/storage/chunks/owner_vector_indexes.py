@@ -8,7 +8,7 @@ holding only that user's memory chunks keeps nearly every row it visits
 
 The rule (`wanted_owners`): an owner (namespace, user_id) with at least ``memory_owner_index_min_rows``
 memories and less than half of the namespace's embedded chunks gets ``CREATE INDEX CONCURRENTLY ... USING
-hnsw (<tenant_index_expression> vector_cosine_ops) WHERE namespace = '<namespace>' AND node_type =
+hnsw (<owner_index_expression> halfvec_cosine_ops) WHERE namespace = '<namespace>' AND node_type =
 'memory' AND chunk_order = 0 AND (meta -> 'scopes' ->> 0) = '<user scope>'`` (the owner's scope is a
 memory chunk's only scope, `ingest_service.memories.writer.chunk_of`; literals, as an index predicate
 cannot take a parameter). At most ``memory_owner_indexes_max`` owners, the largest first: each partial
@@ -35,7 +35,8 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
-from common.storage.chunks.vector_expression import tenant_index_expression
+from common.storage.chunks.vector_expression import OWNER_INDEX_OPERATOR_CLASS
+from common.storage.chunks.vector_expression import owner_index_expression
 from common.storage.named_queries import Queries
 from common.storage.tables import table_identifiers
 
@@ -199,11 +200,12 @@ class OwnerVectorIndexes:
         conn.execute(
             sql.SQL(
                 "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {chunks}"
-                " USING hnsw ({expression} vector_cosine_ops) WHERE {predicate}"
+                " USING hnsw ({expression} {operator_class}) WHERE {predicate}"
             ).format(
                 index=index,
                 chunks=self.identifiers["chunks"],
-                expression=tenant_index_expression(self.settings.embedding_dim),
+                expression=owner_index_expression(self.settings.embedding_dim),
+                operator_class=sql.SQL(OWNER_INDEX_OPERATOR_CLASS),
                 predicate=owner_index_predicate(owner.namespace, owner.user_scope),
             )
         )

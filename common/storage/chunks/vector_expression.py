@@ -1,4 +1,4 @@
-"""The vector expression the partial HNSW indexes of the chunks table index (per tenant,
+"""The vector expressions the partial HNSW indexes of the chunks table index (per tenant,
 `common.storage.chunks.tenant_vector_indexes`; per owner of memories,
 `common.storage.chunks.owner_vector_indexes`) and that a statement orders by to use one."""
 
@@ -17,4 +17,26 @@ def tenant_index_expression(embedding_dim: int) -> sql.Composed:
     return sql.SQL("(l2_normalize(embedding)::vector({}))").format(sql.Literal(int(embedding_dim)))
 
 
-__all__ = ["tenant_index_expression"]
+def owner_index_expression(embedding_dim: int) -> sql.Composed:
+    """What an owner index of memory chunks indexes: ``(l2_normalize(embedding)::halfvec(<dim>))``, half
+    precision: half the pages of the same index on ``vector`` (4.4 against 8.7 MB for 5,000 memories of
+    512 dimensions), so more of a recall's walk is found in shared buffers; the candidates' similarity and
+    score are still computed from the stored full vectors."""
+    return sql.SQL("(l2_normalize(embedding)::halfvec({}))").format(sql.Literal(int(embedding_dim)))
+
+
+def owner_query_expression(embedding_dim: int) -> sql.Composed:
+    """The query vector (parameter ``vector``) in the type of `owner_index_expression`."""
+    return sql.SQL("CAST(%(vector)s AS halfvec({}))").format(sql.Literal(int(embedding_dim)))
+
+
+OWNER_INDEX_OPERATOR_CLASS = "halfvec_cosine_ops"
+"""The operator class of `owner_index_expression`."""
+
+
+__all__ = [
+    "OWNER_INDEX_OPERATOR_CLASS",
+    "owner_index_expression",
+    "owner_query_expression",
+    "tenant_index_expression",
+]

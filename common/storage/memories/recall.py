@@ -49,6 +49,8 @@ from common.storage.chunks.owner_vector_indexes import OwnerIndexRegistry
 from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
 from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
 from common.storage.chunks.tenant_vector_indexes import tenant_index_expression
+from common.storage.chunks.vector_expression import owner_index_expression
+from common.storage.chunks.vector_expression import owner_query_expression
 from common.storage.memories.store import MemoryQuery
 from common.storage.memories.store import MemoryStore
 from common.storage.memories.store import RecallWeights
@@ -65,7 +67,7 @@ CANDIDATES_PER_RESULT = 5
 EF_SEARCH_PER_CANDIDATE = 12
 """The first batch of the scan of a namespace's index (``hnsw.ef_search``) holds this many rows per
 candidate asked for."""
-OWNER_EF_SEARCH_PER_CANDIDATE = 4
+OWNER_EF_SEARCH_PER_CANDIDATE = 2
 """The same for the scan of an owner's own index, where nearly every row visited passes the filters."""
 PEERS_PER_CANDIDATE = 10
 """At most this many of the owner's copies of the candidates' texts are added per candidate asked for."""
@@ -128,6 +130,8 @@ class MemoryRecall:
         self.chunks = names["chunks"]
         self.memories = names["memories"]
         self.tenant_vector = tenant_index_expression(settings.embedding_dim)
+        self.owner_vector = owner_index_expression(settings.embedding_dim)
+        self.owner_query = owner_query_expression(settings.embedding_dim)
         self._large: dict[tuple[str, str], float] = {}
 
     def recall(
@@ -201,12 +205,14 @@ class MemoryRecall:
         }
         where = self.store.where(query, params)
         ordered = self.tenant_vector if index == OWN_INDEX else sql.SQL("c.embedding")
+        query_vector: sql.Composable = sql.SQL("%(vector)s")
         if owner_scope is not None:
             # The conditions of the owner index's predicate (`owner_index_predicate`), bound: the custom
             # plan sees them as constants and proves the predicate.
             params["owner_scope"] = owner_scope
             scope = sql.SQL("%(owner_scope)s")
             owner_rows = sql.SQL("(c.meta -> 'scopes' ->> 0) = %(owner_scope)s")
+            ordered, query_vector = self.owner_vector, self.owner_query
             per_candidate = OWNER_EF_SEARCH_PER_CANDIDATE
         else:
             scope = sql.SQL("(SELECT user_scope FROM owner)")
@@ -221,7 +227,7 @@ class MemoryRecall:
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
             " AND c.embedding IS NOT NULL AND {owner_rows} AND {where}"
-            " ORDER BY {ordered} <=> %(vector)s LIMIT %(wanted)s)"
+            " ORDER BY {ordered} <=> {query_vector} LIMIT %(wanted)s)"
             " SELECT memory_id, similarity, true FROM near"
             " UNION ALL (SELECT m.memory_id, {similarity}, false FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
@@ -234,6 +240,7 @@ class MemoryRecall:
             memories=self.memories,
             where=where,
             ordered=ordered,
+            query_vector=query_vector,
             owner_rows=owner_rows,
             scope=scope,
             similarity=sql.SQL("coalesce(1 - (c.embedding <=> %(vector)s), 0)"),
