@@ -1,5 +1,6 @@
 """RecallMemories at scale: an approximate nearest-neighbour stage, then the exact score of its candidates
-(docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md).
+(docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md,
+0039-memory-owner-vector-indexes.md).
 
 Scoring every row of an owner (`MemoryStore.recall` without candidates) reads each row's chunk and
 its 2 KB vector: about 50 ms of database CPU for 5,000 memories per owner, growing with the owner's
@@ -7,14 +8,17 @@ count. For an
 owner with at least ``memory_recall_exact_below`` memories in a namespace a vector index serves,
 `MemoryRecall.recall` instead
 
-1. asks the HNSW index of the chunks table that serves the namespace (its own partial index or the table's,
-   `common.storage.chunks.tenant_vector_indexes`) for the ``memory_recall_candidates`` (at least 5 x
+1. asks an HNSW index of the chunks table for the ``memory_recall_candidates`` (at least 5 x
    ``limit``) memory chunks nearest to the query, with every condition of the recall inside that
    statement: the namespace, the owner, chunk 0 of a memory, not expired, not hidden by a lossy summary,
    and the request's filters (tiers, tags, ...), so the iterative index scan (``hnsw.iterative_scan``,
    pgvector >= 0.8) keeps walking until that many rows pass them: nothing of another owner or namespace,
    nor any expired or hidden memory, can become a candidate. The first batch of the scan
-   (``hnsw.ef_search``) is ``EF_SEARCH_PER_CANDIDATE`` rows per candidate asked for.
+   (``hnsw.ef_search``) is ``EF_SEARCH_PER_CANDIDATE`` rows per candidate asked for. The index: the
+   owner's own (half precision, `common.storage.chunks.owner_vector_indexes`: a large owner holding a
+   small share of the namespace, where the namespace's index would visit about ``candidates / share``
+   rows; ``OWNER_EF_SEARCH_PER_CANDIDATE``), else the one that serves the namespace (its own partial
+   index or the table's, `common.storage.chunks.tenant_vector_indexes`).
    The same statement adds the owner's other live memories whose chunk has the text of a candidate
    (at most ``PEERS_PER_CANDIDATE`` per candidate asked for, through migration 0038's index): the HNSW
    graph cannot enumerate many identical vectors (their neighbours are one another), so copies of one text
