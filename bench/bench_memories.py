@@ -16,7 +16,8 @@ scored), the baseline of the same run:
   spread over the same 20 users. The copies are exact duplicates of real texts and vectors: the ranking
   work per query is that of the stated size, their texts are not new. Said in the entry. Then the tenant
   vector indexes are synchronised as ``cb index-tenants`` does (the namespace holds the whole table: it is
-  registered for the table's HNSW index).
+  registered for the table's HNSW index; each user, 5% of it, gets an owner index of their memory chunks,
+  `common.storage.chunks.owner_vector_indexes`, once they hold ``memory_owner_index_min_rows``).
 * RecallMemories at each size: 200 queries (sentences of other Debian contents), each as one of the 20
   users, default preset, touching the returned memories: p50/p95 of the approximate path
   (`common.storage.memories.recall`), interleaved with the exact path's service on the same query, the
@@ -24,15 +25,25 @@ scored), the baseline of the same run:
   the query's embedding alone (the model floor). Then 100 recalls per path alone for CPU per call (the
   query process and the database's backends), and recall@10 of the approximate path against exact
   scoring in this process on the same 200 queries (also counted with ties: a copy of a result text with
-  the same score is as good a result).
+  the same score is as good a result), with the database CPU of each statement (the backend's counters)
+  for the approximate path, the walk of the namespace's index it replaced for large owners
+  (``MemoryRecall(owner_indexes=False)``) and exact scoring.
+* AddMemories again after each size's recall: ``ADD_AGAIN`` of the contents under new keys, against the
+  model alone on 1,000 of the texts before and after, with the owner indexes in place (each memory of a
+  large owner is inserted into its owner's index too).
 * the load average (1 min) at each step.
 
-No 1M arm: the copies take about 12 KB of disk per memory (row, vertex, chunk, indexes), 12 GB at 1M,
-more than the shared machine's free disk.
+The copies take about 12 KB of disk per memory (row, vertex, chunk, indexes): ``--targets 1000000`` needs
+about 12 GB.
+
+To keep the data for a rerun: create a database, point CB_DATABASE_URL at it and pass
+``--shared-database``; a later ``--shared-database --recall-only`` run on it skips AddMemories and the
+growth already done (the tables hold the target) and measures recall only.
 
 Results: printed, written to bench/results/memories-<UTC time>.json.
 
-Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--targets N,M]``.
+Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--recall-only]
+[--targets N,M]``.
 """
 
 from __future__ import annotations
@@ -84,6 +95,8 @@ USERS = [f"bench-{i:02d}" for i in range(20)]
 BATCH = 100
 QUERIES = 200
 MAX_TEXT = 8000
+ADD_AGAIN = 1000
+"""Memories added again after each arm's recall, to measure AddMemories with the owner indexes in place."""
 NAMESPACE = "org:local:env:development"
 EXACT_VARIABLE = "CB_MEMORY_RECALL_EXACT_BELOW"
 EXACT_ENV = {EXACT_VARIABLE: str(10**9)}
@@ -168,7 +181,12 @@ def grow(settings: Settings, target: int) -> tuple[int, float]:
             round_number += 1
             conn.execute(
                 statement,
-                {"round": f"{target}.{round_number}", "users": USERS, "namespace": NAMESPACE, "limit": target - count},
+                {
+                    "round": f"{target}.{round_number}",
+                    "users": USERS,
+                    "namespace": NAMESPACE,
+                    "limit": target - count,
+                },
             )
         conn.execute("ANALYZE memories")
         conn.execute("ANALYZE chunks")
@@ -232,48 +250,127 @@ def synchronise_indexes(settings: Settings) -> dict[str, Any]:
     changes = TenantVectorIndexes(settings).synchronise()
     return {
         "seconds": round(time.perf_counter() - start, 1),
-        "changes": [{"namespace": c.namespace, "action": c.action, "rows": c.rows} for c in changes],
+        "changes": [
+            {
+                "namespace": c.namespace,
+                "user_id": c.user_id,
+                "action": c.action,
+                "rows": c.rows,
+                "seconds": c.seconds,
+            }
+            for c in changes
+        ],
     }
 
 
 def recall_quality(settings: Settings, vectors: list[Any], users: list[str]) -> dict[str, Any]:
-    """recall@10 of the approximate path against exact scoring, in this process, on the same queries, and
-    both paths' statement times (the storage stage alone, no RPC, no embedding)."""
+    """recall@10 against exact scoring, in this process, on the same queries, of the approximate path (an
+    owner's own index where there is one) and of the walk of the namespace's index (what it replaced), and
+    each path's statement times and database CPU (the storage stage alone, no RPC, no embedding)."""
     database = Database(settings)
-    recall = MemoryRecall(settings)
+    arms = {
+        "approximate": MemoryRecall(settings),
+        "namespace_index": MemoryRecall(settings, owner_indexes=False),
+    }
+    exact_recall = MemoryRecall(settings)
     weights = RECALL_PRESETS["balanced"]
-    hits = tie_hits = total = 0
-    paths: dict[str, int] = {}
-    approximate_ms, exact_ms = [], []
+    hits = dict.fromkeys(arms, 0)
+    tie_hits = dict.fromkeys(arms, 0)
+    total = 0
+    paths: dict[str, dict[str, int]] = {arm: {} for arm in arms}
+    wall: dict[str, list[float]] = {arm: [] for arm in [*arms, "exact"]}
+    database_cpu = dict.fromkeys([*arms, "exact"], 0.0)
     try:
         for vector, user in zip(vectors, users, strict=True):
             query = MemoryQuery(namespace=NAMESPACE, user_id=user, now=datetime.now(UTC), tiers=("hot",))
             with database.connection() as conn:
-                t0 = time.perf_counter()
-                approximate = recall.recall(conn, query, vector, weights, limit=10)
-                t1 = time.perf_counter()
-                exact = recall.recall(conn, query, vector, weights, limit=10, exact=True)
-                t2 = time.perf_counter()
-            approximate_ms.append((t1 - t0) * 1000)
-            exact_ms.append((t2 - t1) * 1000)
-            paths[approximate.path] = paths.get(approximate.path, 0) + 1
+                backend = conn.info.backend_pid
+                outcomes = {}
+                for arm, recall in [*arms.items(), ("exact", exact_recall)]:
+                    cpu_before, t0 = cpu_seconds(backend), time.perf_counter()
+                    outcomes[arm] = recall.recall(
+                        conn, query, vector, weights, limit=10, exact=arm == "exact"
+                    )
+                    wall[arm].append((time.perf_counter() - t0) * 1000)
+                    database_cpu[arm] += cpu_seconds(backend) - cpu_before
+            exact = outcomes.pop("exact")
             exact_ids = {m.row["memory_id"] for m in exact.memories}
             tenth = min((m.score for m in exact.memories), default=0.0)
             total += len(exact.memories)
-            hits += sum(m.row["memory_id"] in exact_ids for m in approximate.memories)
-            # The copies repeat texts: a different copy with the same score is as good a result.
-            tie_hits += sum(
-                m.row["memory_id"] in exact_ids or m.score >= tenth - 1e-9 for m in approximate.memories
-            )
+            for arm, outcome in outcomes.items():
+                paths[arm][outcome.path] = paths[arm].get(outcome.path, 0) + 1
+                hits[arm] += sum(m.row["memory_id"] in exact_ids for m in outcome.memories)
+                # The copies repeat texts: a different copy with the same score is as good a result.
+                tie_hits[arm] += sum(
+                    m.row["memory_id"] in exact_ids or m.score >= tenth - 1e-9 for m in outcome.memories
+                )
     finally:
         database.close()
     return {
         "queries": len(vectors),
-        "paths": paths,
-        "recall_at_10": round(hits / max(total, 1), 4),
-        "recall_at_10_ties_counted": round(tie_hits / max(total, 1), 4),
-        "approximate_statements": percentiles(approximate_ms),
-        "exact_statements": percentiles(exact_ms),
+        "paths": paths["approximate"],
+        "recall_at_10": round(hits["approximate"] / max(total, 1), 4),
+        "recall_at_10_ties_counted": round(tie_hits["approximate"] / max(total, 1), 4),
+        "approximate_statements": percentiles(wall["approximate"]),
+        "exact_statements": percentiles(wall["exact"]),
+        "database_cpu_ms": {
+            arm: round(seconds * 1000 / max(len(vectors), 1), 2) for arm, seconds in database_cpu.items()
+        },
+        "namespace_index": {
+            "paths": paths["namespace_index"],
+            "recall_at_10": round(hits["namespace_index"] / max(total, 1), 4),
+            "recall_at_10_ties_counted": round(tie_hits["namespace_index"] / max(total, 1), 4),
+            "statements": percentiles(wall["namespace_index"]),
+        },
+    }
+
+
+def measure_add(
+    add: Any,
+    admin: psycopg.Connection[Any],
+    ingest_pid: int,
+    provider: Any,
+    items: list[tuple[str, str]],
+    load: dict[str, Any],
+) -> dict[str, Any]:
+    """AddMemories of every content (batches of `BATCH`, the 20 users in turn) against the model alone on
+    1,000 of the texts before and after; the load averages go into ``load``."""
+    texts = [text for _, text in items]
+    floor_before = floor_rate(provider, texts[:1000])
+    load["floor_before"] = load_average()
+    add_meter = CpuMeter(admin, ingest_pid)
+    add_meter.start()
+    start = time.perf_counter()
+    created = 0
+    batches = 0
+    for index in range(0, len(items), BATCH):
+        batch = items[index : index + BATCH]
+        user = USERS[(index // BATCH) % len(USERS)]
+        response = add(
+            memory_service_pb2.AddMemoriesRequest(
+                memories=[
+                    memory_service_pb2.NewMemory(idempotency_key=key, text=text) for key, text in batch
+                ],
+                user_id=user,
+            ),
+            timeout=600,
+        )
+        batches += 1
+        created += sum(r.created for r in response.results)
+    add_seconds = time.perf_counter() - start
+    add_cpu = add_meter.stop(created)
+    load["after_add"] = load_average()
+    floor_after = floor_rate(provider, texts[:1000])
+    load["floor_after"] = load_average()
+    floor = (floor_before + floor_after) / 2
+    return {
+        "memories": created,
+        "seconds": round(add_seconds, 2),
+        "memories_per_s": round(created / add_seconds, 1),
+        "floor_before_per_s": round(floor_before, 1),
+        "floor_after_per_s": round(floor_after, 1),
+        "share_of_floor": round(created / add_seconds / floor, 3),
+        "cpu_per_memory": add_cpu,
     }
 
 
@@ -359,49 +456,23 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         },
     }
     results["load"]["start"] = load_average()
-    floor_before = floor_rate(provider, texts[:1000])
-    results["load"]["floor_before"] = load_average()
     admin = psycopg.connect(settings.database_url, autocommit=True)
-    with services() as (ingest_addr, query_addr), services(kinds=("query",), extra_env=EXACT_ENV) as (_, exact_addr):
+    with (
+        services() as (ingest_addr, query_addr),
+        services(kinds=("query",), extra_env=EXACT_ENV) as (_, exact_addr),
+    ):
         pids = service_pids()
         ingest = grpc.insecure_channel(ingest_addr)
-        channels = {"approximate": grpc.insecure_channel(query_addr), "exact": grpc.insecure_channel(exact_addr)}
-        add = memory_service_pb2_grpc.MemoryServiceStub(ingest).AddMemories
-        stubs = {path: memory_query_service_pb2_grpc.MemoryQueryServiceStub(c) for path, c in channels.items()}
-        add_meter = CpuMeter(admin, pids["ingest"])
-        add_meter.start()
-        start = time.perf_counter()
-        created = 0
-        batches = 0
-        for index in range(0, len(items), BATCH):
-            batch = items[index : index + BATCH]
-            user = USERS[(index // BATCH) % len(USERS)]
-            response = add(
-                memory_service_pb2.AddMemoriesRequest(
-                    memories=[
-                        memory_service_pb2.NewMemory(idempotency_key=key, text=text) for key, text in batch
-                    ],
-                    user_id=user,
-                ),
-                timeout=600,
-            )
-            batches += 1
-            created += sum(r.created for r in response.results)
-        add_seconds = time.perf_counter() - start
-        add_cpu = add_meter.stop(created)
-        results["load"]["after_add"] = load_average()
-        floor_after = floor_rate(provider, texts[:1000])
-        results["load"]["floor_after"] = load_average()
-        floor = (floor_before + floor_after) / 2
-        results["add"] = {
-            "memories": created,
-            "seconds": round(add_seconds, 2),
-            "memories_per_s": round(created / add_seconds, 1),
-            "floor_before_per_s": round(floor_before, 1),
-            "floor_after_per_s": round(floor_after, 1),
-            "share_of_floor": round(created / add_seconds / floor, 3),
-            "cpu_per_memory": add_cpu,
+        channels = {
+            "approximate": grpc.insecure_channel(query_addr),
+            "exact": grpc.insecure_channel(exact_addr),
         }
+        add = memory_service_pb2_grpc.MemoryServiceStub(ingest).AddMemories
+        stubs = {
+            path: memory_query_service_pb2_grpc.MemoryQueryServiceStub(c) for path, c in channels.items()
+        }
+        if not arguments.recall_only:
+            results["add"] = measure_add(add, admin, pids["ingest"], provider, items, results["load"])
         rng = random.Random(12)
         queries = [" ".join(rng.choice(texts).split()[:30]) for _ in range(QUERIES)]
         some_id = {
@@ -420,6 +491,10 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 "indexes": synchronise_indexes(settings),
             }
             arm.update(measure_recall(arguments, settings, provider, stubs, meters, queries, some_id))
+            # Writes with the owner indexes in place: each memory of a large owner is also inserted into
+            # that owner's index (its rows count in the next arm).
+            again = [(f"again-{rows}-{key}", text) for key, text in items[:ADD_AGAIN]]
+            arm["add_with_owner_indexes"] = measure_add(add, admin, pids["ingest"], provider, again, {})
             results["arms"].append(arm)
         ingest.close()
         for channel in channels.values():
@@ -434,30 +509,34 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
 
 def report(results: dict[str, Any]) -> list[str]:
     """The Markdown report of a run."""
-    add_result, load = results["add"], results["load"]
+    add_result, load = results.get("add"), results["load"]
     lines = [
         heading(results),
         "",
         (
             "Memory records (`bench/bench_memories.py`): AddMemories and RecallMemories against "
-            "`cb serve` processes, fresh database, 20 users; the exact path served by a second query "
+            "`cb serve` processes, 20 users; the exact path served by a second query "
             "process (memory_recall_exact_below above every owner) in the same run."
         ),
         *([f"Note: {results['note']}", ""] if results["note"] else [""]),
         "| measure | figure | load avg (1 min) |",
         "|---|---|---|",
-        (
-            f"| AddMemories ({add_result['memories']} Debian contents, batches of {BATCH}, embedding included) | "
-            f"{add_result['memories_per_s']} memories/s ({add_result['seconds']} s), "
-            f"{add_result['share_of_floor']:.0%} of the model alone; CPU per memory: service "
-            f"{add_result['cpu_per_memory']['service_ms']} ms + database {add_result['cpu_per_memory']['database_ms']} ms"
-            f" | {load['floor_before']} -> {load['after_add']} |"
-        ),
-        (
-            f"| floor: the model alone on 1,000 of the texts, before / after | {add_result['floor_before_per_s']} / "
-            f"{add_result['floor_after_per_s']} texts/s | {load['floor_before']} / {load['floor_after']} |"
-        ),
     ]
+    if add_result:
+        lines += [
+            (
+                f"| AddMemories ({add_result['memories']} Debian contents, batches of {BATCH}, embedding included) | "
+                f"{add_result['memories_per_s']} memories/s ({add_result['seconds']} s), "
+                f"{add_result['share_of_floor']:.0%} of the model alone; CPU per memory: service "
+                f"{add_result['cpu_per_memory']['service_ms']} ms + database "
+                f"{add_result['cpu_per_memory']['database_ms']} ms | {load['floor_before']} -> {load['after_add']} |"
+            ),
+            (
+                f"| floor: the model alone on 1,000 of the texts, before / after | "
+                f"{add_result['floor_before_per_s']} / {add_result['floor_after_per_s']} texts/s | "
+                f"{load['floor_before']} / {load['floor_after']} |"
+            ),
+        ]
     for arm in results["arms"]:
         quality, cpu = arm["quality"], arm["cpu_per_call"]
         lines += [
@@ -477,6 +556,23 @@ def report(results: dict[str, Any]) -> list[str]:
             (
                 f"| recall@10 of the approximate path against exact scoring ({quality['queries']} queries; ties "
                 f"counted) | {quality['recall_at_10']} ({quality['recall_at_10_ties_counted']}) | |"
+            ),
+            (
+                f"| in process, database CPU per recall: approximate / the namespace index's walk / exact | "
+                f"{quality['database_cpu_ms']['approximate']} / {quality['database_cpu_ms']['namespace_index']} / "
+                f"{quality['database_cpu_ms']['exact']} ms | |"
+            ),
+            (
+                f"| recall@10 of the namespace index's walk (ties counted) | "
+                f"{quality['namespace_index']['recall_at_10']} "
+                f"({quality['namespace_index']['recall_at_10_ties_counted']}) | |"
+            ),
+            (
+                f"| AddMemories of {ADD_AGAIN} more at this size (owner indexes in place) | "
+                f"{arm['add_with_owner_indexes']['memories_per_s']} memories/s, "
+                f"{arm['add_with_owner_indexes']['share_of_floor']:.0%} of the model alone "
+                f"({arm['add_with_owner_indexes']['floor_before_per_s']} / "
+                f"{arm['add_with_owner_indexes']['floor_after_per_s']} texts/s) | |"
             ),
             (
                 f"| floors: GetMemory / the query's embedding, p50 / p95 | {arm['get_memory_floor']['p50_ms']} / "
@@ -502,6 +598,11 @@ def main() -> int:
         type=lambda text: [int(part) for part in text.split(",")],
         default=[50_000, 100_000],
         help="table sizes to measure recall at, in order (copies grow the table between them)",
+    )
+    parser.add_argument(
+        "--recall-only",
+        action="store_true",
+        help="skip AddMemories (with --shared-database, on a database an earlier run filled): recall only",
     )
     parser.add_argument("--cpu-calls", type=int, default=100, help="recalls per path of the CPU pass")
     parser.add_argument("--quality-queries", type=int, default=200, help="queries of the recall@10 check")

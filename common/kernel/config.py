@@ -145,6 +145,16 @@ class Settings(BaseSettings):
         le=1000,
         description="nearest memories the approximate stage of RecallMemories scores (at least 5 x top_k)",
     )
+    # Per-owner vector indexes of memory chunks (common/storage/chunks/owner_vector_indexes.py): an owner
+    # with at least this many memories, holding less than half of the namespace's chunks, gets an HNSW
+    # index partial to their memory chunks (built with the tenant indexes, off the request path); at most
+    # memory_owner_indexes_max of them, the largest owners first; 0 builds none.
+    memory_owner_index_min_rows: int = Field(
+        2000, ge=0, description="memories an owner needs for an HNSW index of their own; 0 builds none"
+    )
+    memory_owner_indexes_max: int = Field(
+        100, ge=0, le=1000, description="the most owner indexes of memory chunks (the largest owners first)"
+    )
 
     chunk_max_chars: int = Field(1500, ge=200, description="soft upper bound of one chunk's text")
     # Episode chunks of observations: "background" stores them with the embedding pending

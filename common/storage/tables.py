@@ -83,6 +83,8 @@ def table_identifiers(settings: Settings) -> dict[str, sql.Composable]:
         "chunk_identifier_text": "identifier_text",
         # The per-tenant vector indexes of the chunks table (sql/0017_tenant_vector_indexes.sql).
         "chunk_tenant_indexes": "tenant_vector_indexes",
+        # The per-owner vector indexes of memory chunks (sql/0039_memory_owner_vector_indexes.sql).
+        "chunk_owner_indexes": "owner_vector_indexes",
     }.items():
         identifiers[key] = sql.Identifier(f"{names['chunks']}_{suffix}")
     return identifiers

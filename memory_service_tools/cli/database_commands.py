@@ -122,8 +122,7 @@ def index_tenants(
         database.close()
     for change in changes:
         index = change.index_name or "(the table's index)"
-        typer.echo(
-            f"{change.action} {index} namespace={change.namespace} chunks={change.rows} seconds={change.seconds}"
-        )
+        rows = f"user={change.user_id} memories={change.rows}" if change.user_id else f"chunks={change.rows}"
+        typer.echo(f"{change.action} {index} namespace={change.namespace} {rows} seconds={change.seconds}")
     if not changes:
         typer.echo("tenant vector indexes up to date")

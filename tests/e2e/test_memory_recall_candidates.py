@@ -14,7 +14,11 @@ neighbour's, and the other namespace's never reach the candidates nor the result
 their own text (also when the owner holds a live copy of a hidden memory's text, which the lookup of copies
 reaches); when the owner holds more copies of one text than the index scan returns, every copy is a candidate
 (and none of the neighbour's), so the approximate top 2 is the exact one; the planner settings of the index
-scan do not outlive it; AddMemories' batch semantics are unchanged (a retried batch writes nothing, an invalid
+scan do not outlive it. With ``memory_owner_index_min_rows`` 150 the neighbour (about a third of ``near``)
+gets an HNSW index of its own (the owner, two thirds of ``near`` and all of ``far``, does not): its candidate
+statement is planned on that index (without the owner's scope condition it would not be), and its hidden,
+expired, the owner's and the other namespace's memories never reach its candidates or results, while the
+same statement without the liveness filters finds the hidden and expired ones in that index. AddMemories' batch semantics are unchanged (a retried batch writes nothing, an invalid
 item writes nothing while the valid ones are created, a key twice in one batch is a duplicate).
 """
 
@@ -33,9 +37,12 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from psycopg import sql
 
 from common.kernel.config import Settings
 from common.kernel.memory_names import memory_namespace
+from common.storage.chunks.owner_vector_indexes import OwnerIndexRegistry
+from common.storage.chunks.owner_vector_indexes import owner_index_name
 from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
 from common.storage.chunks.tenant_vector_indexes import TABLE_INDEX
 from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
@@ -81,12 +88,18 @@ class Stubs:
         self.write = memory_service_pb2_grpc.MemoryServiceStub(ingest)
         self.read = memory_query_service_pb2_grpc.MemoryQueryServiceStub(query)
 
-    def add(self, user: str, project: str, items: list[dict[str, Any]]) -> memory_service_pb2.AddMemoriesResponse:
-        request = json_format.ParseDict({"memories": items, "userId": user}, memory_service_pb2.AddMemoriesRequest())
+    def add(
+        self, user: str, project: str, items: list[dict[str, Any]]
+    ) -> memory_service_pb2.AddMemoriesResponse:
+        request = json_format.ParseDict(
+            {"memories": items, "userId": user}, memory_service_pb2.AddMemoriesRequest()
+        )
         return self.write.AddMemories(request, timeout=300, metadata=(("x-project-id", project),))
 
     def recall(self, user: str, project: str, query: str) -> list[str]:
-        request = memory_query_service_pb2.RecallMemoriesRequest(query=query, user_id=user, top_k=10, touch=False)
+        request = memory_query_service_pb2.RecallMemoriesRequest(
+            query=query, user_id=user, top_k=10, touch=False
+        )
         response = self.read.RecallMemories(request, timeout=60, metadata=(("x-project-id", project),))
         return [r.memory.memory_id for r in response.memories]
 
@@ -97,7 +110,12 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
 
     with fresh_database(settings) as fresh:
         tuned = fresh.model_copy(
-            update={"memory_recall_exact_below": 100, "memory_recall_candidates": 10, "tenant_vector_index_min_rows": 100}
+            update={
+                "memory_recall_exact_below": 100,
+                "memory_recall_candidates": 10,
+                "tenant_vector_index_min_rows": 100,
+                "memory_owner_index_min_rows": 150,
+            }
         )
         database = Database(tuned, prepare=migrations.apply)
         migrations.apply(database)
@@ -115,7 +133,10 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
             for user, project, count in ((OWNER, NEAR, 300), (NEIGHBOUR, NEAR, 150), (OWNER, FAR, 500)):
                 made: list[str] = []
                 for start in range(0, count, 100):
-                    items = [{"idempotencyKey": f"t{i}", "text": texts[i]} for i in range(start, min(count, start + 100))]
+                    items = [
+                        {"idempotencyKey": f"t{i}", "text": texts[i]}
+                        for i in range(start, min(count, start + 100))
+                    ]
                     made += [r.memory_id for r in stubs.add(user, project, items).results]
                 ids[(user, project)] = made
             near_owner = ids[(OWNER, NEAR)]
@@ -158,6 +179,17 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
             (expiring,) = stubs.add(
                 OWNER, NEAR, [{"idempotencyKey": "expiring", "text": texts[2] + " (copy)", "ttl": "1s"}]
             ).results
+            # The same for the neighbour, whose recall goes through an index of its own.
+            neighbour_summary = stubs.write.SummarizeMemories(
+                memory_service_pb2.SummarizeMemoriesRequest(
+                    memory_ids=ids[(NEIGHBOUR, NEAR)][:2], lossless=False, max_sentences=2, user_id=NEIGHBOUR
+                ),
+                timeout=120,
+                metadata=(("x-project-id", NEAR),),
+            )
+            (neighbour_expiring,) = stubs.add(
+                NEIGHBOUR, NEAR, [{"idempotencyKey": "expiring", "text": texts[3] + " (copy)", "ttl": "1s"}]
+            ).results
             time.sleep(2.5)
             changes = TenantVectorIndexes(tuned).synchronise(min_rows=100)
             yield {
@@ -172,6 +204,9 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
                 "changes": changes,
                 "copies": copies,
                 "neighbour_copies": theirs,
+                "neighbour_hidden": set(ids[(NEIGHBOUR, NEAR)][:2]),
+                "neighbour_summary": neighbour_summary.summary.memory_id,
+                "neighbour_expiring": neighbour_expiring.memory_id,
             }
         finally:
             for channel in channels:
@@ -183,7 +218,10 @@ def world(settings: Settings) -> Iterator[dict[str, Any]]:
 
 def _query(project: str, user: str = OWNER) -> MemoryQuery:
     return MemoryQuery(
-        namespace=memory_namespace("local", "development", project), user_id=user, now=datetime.now(UTC), tiers=("hot",)
+        namespace=memory_namespace("local", "development", project),
+        user_id=user,
+        now=datetime.now(UTC),
+        tiers=("hot",),
     )
 
 
@@ -195,8 +233,8 @@ def test_both_index_kinds_serve_the_namespaces(world: dict[str, Any]) -> None:
         assert registry.index_of(conn, memory_namespace("local", "development", FAR)) == TABLE_INDEX
 
 
-@pytest.mark.parametrize("project", [NEAR, FAR])
-def test_the_approximate_top_ten_is_the_exact_top_ten(world: dict[str, Any], project: str) -> None:
+@pytest.mark.parametrize(("project", "user"), [(NEAR, OWNER), (FAR, OWNER), (NEAR, NEIGHBOUR)])
+def test_the_approximate_top_ten_is_the_exact_top_ten(world: dict[str, Any], project: str, user: str) -> None:
     settings: Settings = world["settings"]
     database: Database = world["database"]
     stubs: Stubs = world["stubs"]
@@ -208,15 +246,19 @@ def test_the_approximate_top_ten_is_the_exact_top_ten(world: dict[str, Any], pro
     for text in queries:
         vector = encoder.encode_query(text)
         with database.connection() as conn:
-            approximate = recall.recall(conn, _query(project), vector, RECALL_PRESETS["balanced"], limit=10)
-            exact = recall.recall(conn, _query(project), vector, RECALL_PRESETS["balanced"], limit=10, exact=True)
+            approximate = recall.recall(
+                conn, _query(project, user), vector, RECALL_PRESETS["balanced"], limit=10
+            )
+            exact = recall.recall(
+                conn, _query(project, user), vector, RECALL_PRESETS["balanced"], limit=10, exact=True
+            )
         assert approximate.path == APPROXIMATE and approximate.candidates >= 50
         assert exact.path == EXACT
         approximate_ids = [m.row["memory_id"] for m in approximate.memories]
         exact_ids = [m.row["memory_id"] for m in exact.memories]
         assert len(exact_ids) == 10
         same += approximate_ids == exact_ids
-        assert stubs.recall(OWNER, project, text) == approximate_ids  # the served path is this one
+        assert stubs.recall(user, project, text) == approximate_ids  # the served path is this one
     assert same >= QUERIES * 0.95, f"{same}/{QUERIES} queries with the exact top 10"
 
 
@@ -247,15 +289,19 @@ def test_gone_and_foreign_memories_never_become_candidates(world: dict[str, Any]
         assert served and not set(served) & (gone | foreign)
     with database.connection() as conn:
         control = recall.candidates(
-            conn, replace(_query(NEAR), include_hidden=True, include_expired=True), encoder.encode_query(texts[0]), 10
+            conn,
+            replace(_query(NEAR), include_hidden=True, include_expired=True),
+            encoder.encode_query(texts[0]),
+            10,
         )
     assert control is not None and set(control) & world["hidden"]
     # The neighbour, asking with the owner's texts, sees only its own memories.
     for text in (texts[0], texts[3]):
         with database.connection() as conn:
             theirs = recall.candidates(conn, _query(NEAR, NEIGHBOUR), encoder.encode_query(text), 10)
-        assert theirs is not None and set(theirs) <= set(ids[(NEIGHBOUR, NEAR)])
-        assert set(stubs.recall(NEIGHBOUR, NEAR, text)) <= set(ids[(NEIGHBOUR, NEAR)])
+        live = (set(ids[(NEIGHBOUR, NEAR)]) - world["neighbour_hidden"]) | {world["neighbour_summary"]}
+        assert theirs is not None and set(theirs) <= live
+        assert set(stubs.recall(NEIGHBOUR, NEAR, text)) <= live
 
 
 def test_a_small_owner_is_scored_exactly(world: dict[str, Any]) -> None:
@@ -343,3 +389,94 @@ def test_the_index_scan_settings_do_not_outlive_the_candidates(world: dict[str, 
         assert recall.candidates(conn, _query(NEAR), vector, 10) is not None
         after = conn.execute(settings_now).fetchone()
     assert after == before == ("on", str(settings.hnsw_ef_search))
+
+
+def _plan(conn: Any, recall: MemoryRecall, query: MemoryQuery, vector: Any) -> str:
+    """The plan of the candidate statement, with its planner settings."""
+    planned = recall.candidate_statement(conn, query, vector, 10)
+    assert planned is not None
+    with conn.transaction():
+        conn.execute("SELECT set_config('enable_sort', 'off', true)")
+        rows = conn.execute(sql.SQL("EXPLAIN ") + planned.statement, planned.params, prepare=False).fetchall()
+    return "\n".join(row[0] for row in rows)
+
+
+def test_an_owner_with_a_small_share_gets_an_index_of_their_own(world: dict[str, Any]) -> None:
+    settings: Settings = world["settings"]
+    database: Database = world["database"]
+    near, far = (memory_namespace("local", "development", project) for project in (NEAR, FAR))
+    name = owner_index_name(settings.chunks_table, near, NEIGHBOUR)
+    # The neighbour holds about a third of `near`; the owner two thirds of it and all of `far`: only the
+    # neighbour gets an index, built by the synchronisation of the tenant indexes.
+    built = [c for c in world["changes"] if c.user_id]
+    assert [(c.namespace, c.user_id, c.index_name, c.action) for c in built] == [
+        (near, NEIGHBOUR, name, "built")
+    ]
+    registry = OwnerIndexRegistry(settings, cache_seconds=0)
+    recall = MemoryRecall(settings)
+    vector = build_embedding_provider(settings).encode_query(world["texts"][700])
+    with database.connection() as conn:
+        assert (
+            registry.scope_of(conn, near, NEIGHBOUR) == f"principal:memory-user/local/development/{NEIGHBOUR}"
+        )
+        assert registry.scope_of(conn, near, OWNER) is None and registry.scope_of(conn, far, OWNER) is None
+        (valid,) = conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", (name,)
+        ).fetchone()
+        assert valid
+        # The neighbour's candidates come from that index; the owner's from the namespace's.
+        assert name in _plan(conn, recall, _query(NEAR, NEIGHBOUR), vector)
+        assert name not in _plan(conn, recall, _query(NEAR), vector)
+        assert name not in _plan(
+            conn, MemoryRecall(settings, owner_indexes=False), _query(NEAR, NEIGHBOUR), vector
+        )
+    # Running again changes nothing.
+    assert [c for c in TenantVectorIndexes(settings).synchronise(min_rows=100) if c.user_id] == []
+
+
+def test_an_owner_index_shows_only_the_owners_live_memories(world: dict[str, Any]) -> None:
+    settings: Settings = world["settings"]
+    database: Database = world["database"]
+    stubs: Stubs = world["stubs"]
+    texts: list[str] = world["texts"]
+    ids = world["ids"]
+    recall = MemoryRecall(settings)
+    encoder = build_embedding_provider(settings)
+    gone = world["neighbour_hidden"] | {world["neighbour_expiring"]}
+    live = (set(ids[(NEIGHBOUR, NEAR)]) - gone) | {world["neighbour_summary"]}
+    others = set(ids[(OWNER, NEAR)]) | set(ids[(OWNER, FAR)]) | {world["summary"], world["expiring"]}
+    # Their hidden and expired memories' own texts, a text the owner holds too, one only the owner holds.
+    for text in (texts[0], texts[1], texts[3] + " (copy)", texts[20], texts[250]):
+        vector = encoder.encode_query(text)
+        with database.connection() as conn:
+            candidates = recall.candidates(conn, _query(NEAR, NEIGHBOUR), vector, 10)
+            unfiltered = recall.candidates(
+                conn, replace(_query(NEAR, NEIGHBOUR), include_hidden=True, include_expired=True), vector, 10
+            )
+        assert candidates is not None and len(candidates) >= 50
+        assert set(candidates) <= live
+        assert not set(candidates) & (gone | others)
+        assert unfiltered is not None and set(unfiltered) <= live | gone
+        served = stubs.recall(NEIGHBOUR, NEAR, text)
+        assert served and set(served) <= live
+    # The control: the index holds the hidden and expired ones; the liveness filters keep them out.
+    with database.connection() as conn:
+        control = recall.candidates(
+            conn,
+            replace(_query(NEAR, NEIGHBOUR), include_hidden=True, include_expired=True),
+            encoder.encode_query(texts[0]),
+            10,
+        )
+        expired = recall.candidates(
+            conn,
+            replace(_query(NEAR, NEIGHBOUR), include_expired=True),
+            encoder.encode_query(texts[3] + " (copy)"),
+            10,
+        )
+    assert control is not None and set(control) & world["neighbour_hidden"]
+    assert expired is not None and world["neighbour_expiring"] in expired
+    # Their copies of a text the owner holds 40 times: all of theirs, none of the owner's.
+    with database.connection() as conn:
+        copies = recall.candidates(conn, _query(NEAR, NEIGHBOUR), encoder.encode_query(texts[COPIED]), 2)
+    assert copies is not None and set(world["neighbour_copies"]) <= set(copies)
+    assert not set(copies) & set(world["copies"])

@@ -43,7 +43,8 @@ FILE_USERS = {
     "session.sql": ["session"],
     "replication.sql": ["replicas/wal_position", "replicas/read_routing", "change_feed/outbox"],
     "snapshots.sql": ["snapshot_store"],
-    "tenant_indexes.sql": ["chunks/tenant_vector_indexes"],
+    "tenant_indexes.sql": ["chunks/tenant_vector_indexes", "chunks/owner_vector_indexes"],
+    "owner_indexes.sql": ["chunks/owner_vector_indexes"],
     "vault.sql": ["vault_store"],
 }
 _LOOKUP = re.compile(r"""queries\[\s*"([a-z0-9_]+)"\s*\]""", re.IGNORECASE)

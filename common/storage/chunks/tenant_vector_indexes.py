@@ -41,6 +41,8 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
+from common.storage.chunks.owner_vector_indexes import OwnerVectorIndexes
+from common.storage.chunks.vector_expression import tenant_index_expression
 from common.storage.named_queries import Queries
 from common.storage.tables import table_identifiers
 
@@ -50,16 +52,6 @@ SYNCHRONISE_LOCK_KEY = 0x74766978  # "tvix": pg_try_advisory_lock key of one syn
 REGISTRY_CACHE_SECONDS = 30.0
 """How long the read side trusts its copy of the registry; a stale copy costs speed, never correctness
 (without the index the statement falls back to the exact ranking, see `chunk_rankings`)."""
-
-
-def tenant_index_expression(embedding_dim: int) -> sql.Composed:
-    """What a tenant index indexes: ``(l2_normalize(embedding)::vector(<dim>))`` (HNSW needs the
-    dimension in the type). Not the bare column: then only a tenant index can serve an ORDER BY on this
-    expression, while for ``embedding <=> q`` the planner preferred the table's HNSW index (its cost
-    estimate is lower, its scan slower: 47-95 ms against 22-32 ms for the tenant index, 5k of 110k rows,
-    measured). The cosine distance does not depend on a vector's length, so the distances are the same
-    (to float rounding)."""
-    return sql.SQL("(l2_normalize(embedding)::vector({}))").format(sql.Literal(int(embedding_dim)))
 
 
 @dataclass(frozen=True)
@@ -73,6 +65,8 @@ class TenantIndexChange:
             / ``"unregistered"`` (no index of its own).
         rows: the namespace's embedded chunks when it was decided.
         seconds: how long the build or drop took.
+        user_id: for an owner's index (`common.storage.chunks.owner_vector_indexes`), the owner; rows are
+            then the owner's memories.
     """
 
     namespace: str
@@ -80,6 +74,7 @@ class TenantIndexChange:
     action: str
     rows: int
     seconds: float
+    user_id: str = ""
 
 
 def tenant_index_name(chunks_table: str, namespace: str) -> str:
@@ -168,8 +163,11 @@ class TenantVectorIndexes:
         Args:
             min_rows: the threshold (None: ``settings.tenant_vector_index_min_rows``).
 
+        Then, on the same connection and lock, the owner indexes of memory chunks
+        (`OwnerVectorIndexes.synchronise`, its own threshold ``memory_owner_index_min_rows``).
+
         Returns:
-            The changes made, builds first.
+            The changes made, builds first (the owner indexes' last).
 
         Raises:
             psycopg.Error: the database is unreachable or refused a statement (an index whose build
@@ -199,6 +197,12 @@ class TenantVectorIndexes:
                 for namespace, index_name in sorted(registered.items()):
                     if threshold <= 0 or counts.get(namespace, 0) < threshold // 2:
                         changes.append(self._drop(conn, namespace, index_name, counts.get(namespace, 0)))
+                changes += [
+                    TenantIndexChange(
+                        c.namespace, c.index_name, c.action, c.rows, c.seconds, user_id=c.user_id
+                    )
+                    for c in OwnerVectorIndexes(self.settings).synchronise(conn, counts)
+                ]
             finally:
                 conn.execute(self.queries["unlock"], (SYNCHRONISE_LOCK_KEY,))
         return changes

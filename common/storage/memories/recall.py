@@ -1,5 +1,6 @@
 """RecallMemories at scale: an approximate nearest-neighbour stage, then the exact score of its candidates
-(docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md).
+(docs/how-to/memory-records.md, "How recall scales"; docs/decisions/0038-memory-recall-candidates.md,
+0039-memory-owner-vector-indexes.md).
 
 Scoring every row of an owner (`MemoryStore.recall` without candidates) reads each row's chunk and
 its 2 KB vector: about 50 ms of database CPU for 5,000 memories per owner, growing with the owner's
@@ -7,14 +8,17 @@ count. For an
 owner with at least ``memory_recall_exact_below`` memories in a namespace a vector index serves,
 `MemoryRecall.recall` instead
 
-1. asks the HNSW index of the chunks table that serves the namespace (its own partial index or the table's,
-   `common.storage.chunks.tenant_vector_indexes`) for the ``memory_recall_candidates`` (at least 5 x
+1. asks an HNSW index of the chunks table for the ``memory_recall_candidates`` (at least 5 x
    ``limit``) memory chunks nearest to the query, with every condition of the recall inside that
    statement: the namespace, the owner, chunk 0 of a memory, not expired, not hidden by a lossy summary,
    and the request's filters (tiers, tags, ...), so the iterative index scan (``hnsw.iterative_scan``,
    pgvector >= 0.8) keeps walking until that many rows pass them: nothing of another owner or namespace,
    nor any expired or hidden memory, can become a candidate. The first batch of the scan
-   (``hnsw.ef_search``) is ``EF_SEARCH_PER_CANDIDATE`` rows per candidate asked for.
+   (``hnsw.ef_search``) is ``EF_SEARCH_PER_CANDIDATE`` rows per candidate asked for. The index: the
+   owner's own (half precision, `common.storage.chunks.owner_vector_indexes`: a large owner holding a
+   small share of the namespace, where the namespace's index would visit about ``candidates / share``
+   rows; ``OWNER_EF_SEARCH_PER_CANDIDATE``), else the one that serves the namespace (its own partial
+   index or the table's, `common.storage.chunks.tenant_vector_indexes`).
    The same statement adds the owner's other live memories whose chunk has the text of a candidate
    (at most ``PEERS_PER_CANDIDATE`` per candidate asked for, through migration 0038's index): the HNSW
    graph cannot enumerate many identical vectors (their neighbours are one another), so copies of one text
@@ -45,9 +49,12 @@ import psycopg
 from psycopg import sql
 
 from common.kernel.config import Settings
+from common.storage.chunks.owner_vector_indexes import OwnerIndexRegistry
 from common.storage.chunks.tenant_vector_indexes import OWN_INDEX
 from common.storage.chunks.tenant_vector_indexes import TenantIndexRegistry
 from common.storage.chunks.tenant_vector_indexes import tenant_index_expression
+from common.storage.chunks.vector_expression import owner_index_expression
+from common.storage.chunks.vector_expression import owner_query_expression
 from common.storage.memories.store import MemoryQuery
 from common.storage.memories.store import MemoryStore
 from common.storage.memories.store import RecallWeights
@@ -62,7 +69,10 @@ APPROXIMATE = "approximate"
 CANDIDATES_PER_RESULT = 5
 """The approximate stage asks for at least this many candidates per requested result."""
 EF_SEARCH_PER_CANDIDATE = 12
-"""The first batch of the index scan (``hnsw.ef_search``) holds this many rows per candidate asked for."""
+"""The first batch of the scan of a namespace's index (``hnsw.ef_search``) holds this many rows per
+candidate asked for."""
+OWNER_EF_SEARCH_PER_CANDIDATE = 2
+"""The same for the scan of an owner's own index, where nearly every row visited passes the filters."""
 PEERS_PER_CANDIDATE = 10
 """At most this many of the owner's copies of the candidates' texts are added per candidate asked for."""
 LARGE_OWNER_SECONDS = 60.0
@@ -86,6 +96,23 @@ class RecallOutcome:
     candidates: int = 0
 
 
+@dataclass(frozen=True)
+class CandidateStatement:
+    """The candidate statement of one recall (`MemoryRecall.candidate_statement`).
+
+    Attributes:
+        statement: the statement.
+        params: its parameters.
+        wanted: the nearest candidates it asks for.
+        ef_search: the ``hnsw.ef_search`` it runs with.
+    """
+
+    statement: sql.Composed
+    params: dict[str, Any]
+    wanted: int
+    ef_search: int
+
+
 class MemoryRecall:
     """The two-stage recall (module doc). Stateless apart from the table names and the registry's
     cached copy; safe to share between threads.
@@ -93,16 +120,22 @@ class MemoryRecall:
     Args:
         settings: table names, the thresholds (``memory_recall_exact_below``,
             ``memory_recall_candidates``), ``hnsw_ef_search`` and ``embedding_dim``.
+        owner_indexes: ask for an owner's own index when there is one (False: always the namespace's, what
+            the benchmark compares against).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, owner_indexes: bool = True) -> None:
         self.settings = settings
         self.store = MemoryStore(settings)
         self.registry = TenantIndexRegistry(settings)
+        self.owner_registry = OwnerIndexRegistry(settings)
+        self.owner_indexes = owner_indexes
         names = table_identifiers(settings)
         self.chunks = names["chunks"]
         self.memories = names["memories"]
         self.tenant_vector = tenant_index_expression(settings.embedding_dim)
+        self.owner_vector = owner_index_expression(settings.embedding_dim)
+        self.owner_query = owner_query_expression(settings.embedding_dim)
         self._large: dict[tuple[str, str], float] = {}
 
     def recall(
@@ -140,7 +173,32 @@ class MemoryRecall:
         same text as one of them (module doc, step 1), id -> similarity (the expression of
         `MemoryStore.recall`), or None when the exact path must run (no index serves the namespace, a small
         owner, or too few candidates)."""
-        index = self.registry.index_of(conn, query.namespace)
+        planned = self.candidate_statement(conn, query, vector, limit)
+        if planned is None:
+            return None
+        # One round trip; the settings live in a savepoint that is rolled back after the rows are read.
+        with conn.pipeline(), conn.transaction():
+            conn.execute(
+                "SELECT set_config('enable_sort', 'off', true), set_config('hnsw.ef_search', %s, true)",
+                (str(planned.ef_search),),
+            )
+            # Custom plan (no prepare): a partial index matches only the literal namespace (and owner scope).
+            rows = conn.execute(planned.statement, planned.params, prepare=False).fetchall()
+            raise psycopg.Rollback()
+        if sum(1 for *_, near in rows if near) < planned.wanted:
+            return None
+        return {str(memory): float(similarity) for memory, similarity, _ in rows}
+
+    def candidate_statement(
+        self, conn: psycopg.Connection[Any], query: MemoryQuery, vector: np.ndarray, limit: int
+    ) -> CandidateStatement | None:
+        """The statement of `candidates` (None when the exact path must run): through the owner's own
+        index when the owner index registry lists one (`common.storage.chunks.owner_vector_indexes`),
+        else through the namespace's (its own partial index or the table's)."""
+        owner_scope = (
+            self.owner_registry.scope_of(conn, query.namespace, query.user_id) if self.owner_indexes else None
+        )
+        index = self.registry.index_of(conn, query.namespace) if owner_scope is None else OWN_INDEX
         if index is None or not self._large_owner(conn, query):
             return None
         wanted = max(self.settings.memory_recall_candidates, CANDIDATES_PER_RESULT * limit)
@@ -151,6 +209,19 @@ class MemoryRecall:
         }
         where = self.store.where(query, params)
         ordered = self.tenant_vector if index == OWN_INDEX else sql.SQL("c.embedding")
+        query_vector: sql.Composable = sql.SQL("%(vector)s")
+        if owner_scope is not None:
+            # The conditions of the owner index's predicate (`owner_index_predicate`), bound: the custom
+            # plan sees them as constants and proves the predicate.
+            params["owner_scope"] = owner_scope
+            scope = sql.SQL("%(owner_scope)s")
+            owner_rows = sql.SQL("(c.meta -> 'scopes' ->> 0) = %(owner_scope)s")
+            ordered, query_vector = self.owner_vector, self.owner_query
+            per_candidate = OWNER_EF_SEARCH_PER_CANDIDATE
+        else:
+            scope = sql.SQL("(SELECT user_scope FROM owner)")
+            owner_rows = sql.SQL("c.meta -> 'scopes' ? (SELECT user_scope FROM owner)")
+            per_candidate = EF_SEARCH_PER_CANDIDATE
         statement = sql.SQL(
             "WITH owner AS MATERIALIZED (SELECT o.user_scope FROM {memories} o"
             " WHERE o.namespace = %(namespace)s AND o.user_id = %(user_id)s"
@@ -159,13 +230,13 @@ class MemoryRecall:
             " FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
-            " AND c.embedding IS NOT NULL AND c.meta -> 'scopes' ? (SELECT user_scope FROM owner) AND {where}"
-            " ORDER BY {ordered} <=> %(vector)s LIMIT %(wanted)s)"
+            " AND c.embedding IS NOT NULL AND {owner_rows} AND {where}"
+            " ORDER BY {ordered} <=> {query_vector} LIMIT %(wanted)s)"
             " SELECT memory_id, similarity, true FROM near"
             " UNION ALL (SELECT m.memory_id, {similarity}, false FROM {chunks} c"
             " JOIN {memories} m ON m.namespace = c.namespace AND m.memory_id = c.node_key"
             " WHERE c.namespace = %(namespace)s AND c.node_type = 'memory' AND c.chunk_order = 0"
-            " AND (c.meta -> 'scopes' ->> 0) = (SELECT user_scope FROM owner)"
+            " AND (c.meta -> 'scopes' ->> 0) = {scope}"
             " AND md5(c.text) IN (SELECT text_md5 FROM near)"
             " AND c.node_key NOT IN (SELECT memory_id FROM near) AND {where} LIMIT %(peers)s)"
         ).format(
@@ -173,6 +244,9 @@ class MemoryRecall:
             memories=self.memories,
             where=where,
             ordered=ordered,
+            query_vector=query_vector,
+            owner_rows=owner_rows,
+            scope=scope,
             similarity=sql.SQL("coalesce(1 - (c.embedding <=> %(vector)s), 0)"),
         )
         # The owner's scope on the chunk (`ingest_service.memories.writer.chunk_of`; read once) rejects
@@ -183,24 +257,10 @@ class MemoryRecall:
         # (migration 0038's index); each is scored exactly like the rest.
         # The planner's cost model prefers sorting the owner's rows exactly (it does not count the
         # detoasting of each vector, `common.storage.chunks.tenant_vector_indexes`): sorting is turned off
-        # for this statement only. ef_search: the scan's first batch is 12 times the candidates asked for:
-        # a wide first batch finds more of the true nearest than the iterative scan's later ones, for
-        # less than asking for more candidates (at 100k memories, 5% per owner: 50 candidates with
-        # ef_search 600 reach recall@10 0.988 for 15 ms of database CPU, 100 with 200 0.987 for 18.5 ms;
-        # docs/decisions/0038-memory-recall-candidates.md).
-        ef_search = min(max(self.settings.hnsw_ef_search, EF_SEARCH_PER_CANDIDATE * wanted), 1000)
-        # One round trip; the settings live in a savepoint that is rolled back after the rows are read.
-        with conn.pipeline(), conn.transaction():
-            conn.execute(
-                "SELECT set_config('enable_sort', 'off', true), set_config('hnsw.ef_search', %s, true)",
-                (str(ef_search),),
-            )
-            # Custom plan (no prepare): a tenant's partial index matches only the literal namespace.
-            rows = conn.execute(statement, params, prepare=False).fetchall()
-            raise psycopg.Rollback()
-        if sum(1 for *_, near in rows if near) < wanted:
-            return None
-        return {str(memory): float(similarity) for memory, similarity, _ in rows}
+        # for this statement only. ef_search: the scan's first batch per candidate asked for
+        # (docs/decisions/0038-memory-recall-candidates.md, 0039-memory-owner-vector-indexes.md).
+        ef_search = min(max(self.settings.hnsw_ef_search, per_candidate * wanted), 1000)
+        return CandidateStatement(statement, params, wanted, ef_search)
 
     def _large_owner(self, conn: psycopg.Connection[Any], query: MemoryQuery) -> bool:
         """True when the owner has at least ``memory_recall_exact_below`` memories (counted up to that
@@ -228,4 +288,11 @@ class MemoryRecall:
         return True
 
 
-__all__ = ["APPROXIMATE", "CANDIDATES_PER_RESULT", "EXACT", "MemoryRecall", "RecallOutcome"]
+__all__ = [
+    "APPROXIMATE",
+    "CANDIDATES_PER_RESULT",
+    "EXACT",
+    "CandidateStatement",
+    "MemoryRecall",
+    "RecallOutcome",
+]

@@ -65,6 +65,7 @@ MIGRATIONS = (
     "0036_data_protection.sql",
     "0037_change_feed_write_cost.sql",
     "0038_memory_recall_peers.sql",
+    "0039_memory_owner_vector_indexes.sql",
 )
 
 
