@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 STAMP := $(VENV)/.installed
 
-.PHONY: console-assets run test test-documents-data deps system-deps db protos lock sbom lint-protos lint-imports lint-python ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval docs docs-serve clean
+.PHONY: console-assets run test test-documents-data deps system-deps db protos lock sbom lint-protos lint-imports lint-python ts-client ts-package go-client bench bench-context bench-compile bench-scale bench-retrieval bench-titles docs docs-serve clean
 
 # Debian packages the project needs on the host: debootstrap builds the embedded database's rootfs.
 # python3-venv: Debian's python3 has no ensurepip without it, so `python3 -m venv` would fail.
@@ -183,6 +183,9 @@ bench-scale: db
 
 bench-retrieval: db
 	$(PY) bench/bench_retrieval.py --presets documents,conversations,
+
+bench-titles: db
+	$(PY) bench/bench_title_search.py --presets documents,conversations
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/ (--strict: a broken link or
 # a generated page that fails stops the build); `make docs-serve` serves it at http://127.0.0.1:8000.

@@ -84,6 +84,44 @@ def distinct(ranked: list[str]) -> list[str]:
     return out
 
 
+def stored_chunks(conn: psycopg.Connection[Any], settings: Settings, namespace: str) -> list[tuple[Any, ...]]:
+    """(node_key, title, heading, text, lexemes) of every chunk of ``namespace``, the lexemes those of its
+    stored ``search_document`` (the service's text search configuration), each repeated by its number of
+    positions."""
+    return conn.execute(
+        "SELECT node_key, title, heading, text,"
+        " (SELECT array_agg(lexeme ORDER BY lexeme) FROM unnest(search_document)"
+        "  , generate_series(1, coalesce(array_length(positions, 1), 1))) AS tokens"
+        f" FROM {psycopg.sql.Identifier(settings.chunks_table).as_string(conn)}"
+        " WHERE namespace = %s ORDER BY node_key, chunk_order",
+        (namespace,),
+    ).fetchall()
+
+
+def query_lexemes(conn: psycopg.Connection[Any], settings: Settings, text: str) -> list[str]:
+    """The lexemes of ``text`` in the service's text search configuration, repeated by their positions."""
+    return [
+        str(row[0])
+        for row in conn.execute(
+            "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)),"
+            " generate_series(1, coalesce(array_length(positions, 1), 1))",
+            (settings.text_search_config, text),
+        ).fetchall()
+    ]
+
+
+def chunk_bm25(stored: list[tuple[Any, ...]]) -> BM25Okapi:
+    """Stemmed BM25 (``rank_bm25``, k1 1.5, b 0.75) over the lexemes of `stored_chunks`."""
+    return BM25Okapi([list(row[4] or []) for row in stored])
+
+
+def bm25_ranking(bm25: BM25Okapi, keys: list[str], lexemes: list[str]) -> list[str]:
+    """The documents (``keys``, one per stored chunk) by their best chunk's BM25 score for ``lexemes``,
+    those with a positive score only."""
+    scores = bm25.get_scores(lexemes)
+    return distinct([keys[i] for i in np.argsort(-scores, kind="stable") if scores[i] > 0])
+
+
 def measures(ranked: list[str], query: dict[str, Any]) -> dict[str, float]:
     """MRR@10, nDCG@10, cross-language hit@10 and the task's hit@10 of one ranking (module doc)."""
     top = distinct(ranked)[:CUTOFF]
@@ -180,25 +218,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         where = ChunkFilter(namespace)
         arm_latency: dict[str, list[float]] = {"text": [], "trigram": []}
         with database.connection() as conn:
-            stored = conn.execute(
-                "SELECT node_key, title, heading, text,"
-                " (SELECT array_agg(lexeme ORDER BY lexeme) FROM unnest(search_document)"
-                "  , generate_series(1, coalesce(array_length(positions, 1), 1))) AS tokens"
-                f" FROM {psycopg.sql.Identifier(settings.chunks_table).as_string(conn)}"
-                " WHERE namespace = %s ORDER BY node_key, chunk_order",
-                (namespace,),
-            ).fetchall()
-            lexemes = {
-                item["query_id"]: [
-                    str(row[0])
-                    for row in conn.execute(
-                        "SELECT lexeme FROM unnest(to_tsvector(%s::regconfig, %s)),"
-                        " generate_series(1, coalesce(array_length(positions, 1), 1))",
-                        (settings.text_search_config, item["query"]),
-                    ).fetchall()
-                ]
-                for item in queries
-            }
+            stored = stored_chunks(conn, settings, namespace)
+            lexemes = {item["query_id"]: query_lexemes(conn, settings, item["query"]) for item in queries}
             for item in queries:
                 for name, arm in (("text", store.text_candidates), ("trigram", store.trigram_candidates)):
                     begin = time.perf_counter()
@@ -207,16 +228,13 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     finally:
         database.close()
     keys = [row[0] for row in stored]
-    bm25 = BM25Okapi([list(row[4] or []) for row in stored])
+    bm25 = chunk_bm25(stored)
     provider = build_embedding_provider(settings)
     passages = provider.encode_passages([embedding_input(row[1], row[2], row[3]) for row in stored])
     for method in ("bm25", "dense", "dense+bm25"):
         rows[method] = []
     for item in queries:
-        bm25_scores = bm25.get_scores(lexemes[item["query_id"]])
-        bm25_ranked = distinct(
-            [keys[i] for i in np.argsort(-bm25_scores, kind="stable") if bm25_scores[i] > 0]
-        )
+        bm25_ranked = bm25_ranking(bm25, keys, lexemes[item["query_id"]])
         dense_scores = passages @ provider.encode_query(item["query"])
         dense_ranked = distinct([keys[i] for i in np.argsort(-dense_scores, kind="stable")])
         rows["bm25"].append(measures(bm25_ranked, item))

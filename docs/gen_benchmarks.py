@@ -248,6 +248,14 @@ SPECS: dict[str, Callable[[Any], list[Row]]] = {
     "scale": scale,
     "context-quality": context_quality,
     "retrieval": retrieval,
+    "title-search": lambda d: pairs(d, [
+        ("section titles MRR@10, Search (documents)", "table|service[documents]|mrr", "table|bm25|mrr"),
+        ("section titles hit@1, Search (documents)", "table|service[documents]|hit1", "table|bm25|hit1"),
+        ("section titles nDCG@10, Search (documents)", "table|service[documents]|ndcg", "table|bm25|ndcg"),
+        ("vault sentence hit@5, Search (documents)", "table|service[documents]|sentence_hit5", ""),
+        ("Search p95 ms at ~10k chunks (gRPC)", "search_grpc|service[documents]|p95_ms", ""),
+        ("CPU ms per Search (service + database)", "search_grpc|service[documents]|cpu_ms_per_call", ""),
+    ]),
     "documents": documents,
     "vault": lambda d: pairs(d, [
         ("vault ingest chunks/s", "full|chunks_per_second", "floor_after|per_second"),

@@ -55,12 +55,14 @@ from query_service.provenance import Provenance
 from query_service.provenance import chunk_citation
 from query_service.retrieval.rank_fusion import CONVEX
 from query_service.retrieval.rank_fusion import FUSIONS
+from query_service.retrieval.rank_fusion import HEADING
 from query_service.retrieval.rank_fusion import RANKINGS
 from query_service.retrieval.rank_fusion import RRF
 from query_service.retrieval.rank_fusion import TEXT
 from query_service.retrieval.rank_fusion import TRIGRAM
 from query_service.retrieval.rank_fusion import VECTOR
 from query_service.retrieval.rank_fusion import convex_combination
+from query_service.retrieval.rank_fusion import heading_ranking
 from query_service.retrieval.rank_fusion import propagate_to_similar
 from query_service.retrieval.rank_fusion import reciprocal_rank_fusion
 
@@ -83,6 +85,8 @@ class SearchSettings:
             ranks of each ranking more say); unused by convex fusion.
         candidates: chunks taken from each ranking before fusion.
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
+        heading_weight: weight of the heading ranking (`query_service.retrieval.rank_fusion.heading_ranking`):
+            the full-text candidates whose section heading holds every query lexeme; 0: not fused.
         text_min_share: a full-text candidate takes part in fusion only when its BM25 score is at least
             this share of the best one of the query (0: all): a chunk sharing one common word with the
             query is weak evidence, and in RRF it pushes the vector ranking's finds (the other language's
@@ -115,6 +119,7 @@ class SearchSettings:
     vector_weight: float = 1.0
     text_weight: float = 1.0
     trigram_weight: float = 1.0
+    heading_weight: float = 1.0
     text_min_share: float = 0.2
     vector_min_similarity: float = MIN_RELEVANT_SIMILARITY
     similar_threshold: float = 0.85
@@ -127,7 +132,12 @@ class SearchSettings:
 
     @property
     def weights(self) -> dict[str, float]:
-        return {VECTOR: self.vector_weight, TEXT: self.text_weight, TRIGRAM: self.trigram_weight}
+        return {
+            VECTOR: self.vector_weight,
+            TEXT: self.text_weight,
+            HEADING: self.heading_weight,
+            TRIGRAM: self.trigram_weight,
+        }
 
     def __post_init__(self) -> None:
         if self.fusion not in FUSIONS:
@@ -135,8 +145,11 @@ class SearchSettings:
 
     def max_score(self) -> float:
         """The fused score of a chunk ranked first (with the best score) by every ranking with a positive
-        weight."""
-        total = sum(weight for weight in self.weights.values() if weight > 0)
+        weight (the heading ranking only with the full-text ranking it is drawn from)."""
+        weights = {name: weight for name, weight in self.weights.items() if weight > 0}
+        if self.text_weight <= 0:
+            weights.pop(HEADING, None)
+        total = sum(weights.values())
         return total if self.fusion == CONVEX else total / (self.rrf_k + 1)
 
 
@@ -177,7 +190,9 @@ def fuse_rankings(
 ) -> list[tuple[tuple[str, int], float]]:
     """The ``top_k`` best chunk keys of the rankings with their fused score, best first.
 
-    The vector ranking is first cut at ``config.vector_min_similarity`` (`related_only`).
+    Rankings are taken in the order of `RANKINGS`, which breaks exact ties (the lexical rankings first);
+    names not in it are ignored. The vector ranking is first cut at ``config.vector_min_similarity``
+    (`related_only`).
     Convex fusion (``config.fusion``): `convex_combination` with ``config.weights``. Otherwise weighted
     reciprocal rank fusion (`reciprocal_rank_fusion`, ``config.rrf_k``, ``config.weights``) of the
     rankings, the full-text one cut at ``config.text_min_share`` of its best score. When fewer than
@@ -185,6 +200,8 @@ def fuse_rankings(
     with its own weighted reciprocal rank as score (never above the score before it), so a lexical-only
     search still returns every match it has.
     """
+    # Ties go to the ranking that comes first in RANKINGS: lexical evidence before the vector ranking.
+    rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
     if VECTOR in rankings:
         rankings = {**rankings, VECTOR: related_only(rankings[VECTOR], config.vector_min_similarity)}
     if config.fusion == CONVEX:
@@ -385,6 +402,8 @@ class HybridSearcher:
             rankings.update(pending.result())
         elif arms:
             rankings.update(self._ranking(lexical_rankings))
+        if config.heading_weight and TEXT in rankings:
+            rankings[HEADING] = heading_ranking(rankings[TEXT])
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 from common.storage.chunks.rows import Candidate
@@ -36,8 +37,12 @@ Key = tuple[str, int]
 
 VECTOR = "vector"
 TEXT = "text"
+HEADING = "heading"
 TRIGRAM = "trigram"
-RANKINGS = (VECTOR, TEXT, TRIGRAM)
+RANKINGS = (TEXT, HEADING, TRIGRAM, VECTOR)
+"""The rankings in the order fusion breaks exact ties (the first appearance wins): a chunk the lexical
+rankings place first ties with one the vector ranking places first whenever each is found by one ranking
+only, and the one sharing the query's words is the better bet at the top (docs/explanation/retrieval.md)."""
 RRF = "rrf"
 CONVEX = "convex"
 FUSIONS = (RRF, CONVEX)
@@ -77,6 +82,18 @@ def reciprocal_rank_fusion(
             first_seen.setdefault(item, len(first_seen))
     ordered = sorted(scores, key=lambda item: (-scores[item], best_rank[item], first_seen[item]))
     return [(item, scores[item]) for item in ordered]
+
+
+def heading_ranking(text: Sequence[Candidate]) -> list[Candidate]:
+    """The full-text candidates whose heading holds every query lexeme (`Candidate.heading_match`), in
+    their BM25 order, ranked 1, 2, ...: the sections the query names.
+
+    Fused as a ranking of its own, like a title field weighted apart from the body (BM25F, Robertson,
+    Zaragoza and Taylor, CIKM 2004): the words of a section title describe the whole section, so a query
+    made of them is evidence that one body word match is not.
+    """
+    named = [candidate for candidate in text if candidate.heading_match]
+    return [replace(candidate, rank=rank) for rank, candidate in enumerate(named, start=1)]
 
 
 def normalised_scores(name: str, ranking: Sequence[Candidate]) -> list[float]:
@@ -142,12 +159,14 @@ def propagate_to_similar(
 __all__ = [
     "CONVEX",
     "FUSIONS",
+    "HEADING",
     "RANKINGS",
     "RRF",
     "TEXT",
     "TRIGRAM",
     "VECTOR",
     "convex_combination",
+    "heading_ranking",
     "normalised_scores",
     "propagate_to_similar",
     "reciprocal_rank_fusion",

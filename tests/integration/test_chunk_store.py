@@ -485,3 +485,32 @@ def test_search_never_holds_a_connection_while_waiting_for_a_ranking(
         ]
     finally:
         single.close()
+
+
+def test_search_puts_the_section_the_query_names_first(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    documents = [
+        (
+            NodeRef(namespace, "doc:codec", "document", "Codec manual"),
+            [("Restart markers", "They cut the compressed stream into intervals a decoder can resume at.")],
+        ),
+        (
+            NodeRef(namespace, "doc:npm", "document", "npm"),
+            [("Synopsis", "npm restart runs the restart script; a restart prints markers for each restart.")],
+        ),
+    ]
+    with database.connection() as conn:
+        for node, pieces in documents:
+            cleanup.append((namespace, node.node_key))
+            store.replace_chunks(conn, node, _writes(provider, node.title, pieces))
+    [text] = _ranked(database, store.text_candidates, namespace, "restart markers")
+    assert [(c.node_key, c.heading_match) for c in text] == [("doc:npm", False), ("doc:codec", True)]
+    searcher = HybridSearcher(database, provider)
+    hits = searcher.search(SearchQuery(namespace=namespace, query="restart markers", top_k=5))
+    assert hits[0].node_key == "doc:codec" and hits[0].ranks["heading"] == 1
+    assert all("heading" not in hit.ranks for hit in hits[1:])

@@ -14,6 +14,7 @@ from query_service.retrieval.hybrid_search import fuse_rankings
 from query_service.retrieval.hybrid_search import reciprocal_rank_fusion
 from query_service.retrieval.hybrid_search import search_preset
 from query_service.retrieval.hybrid_search import validate_search
+from query_service.retrieval.rank_fusion import heading_ranking
 from query_service.retrieval.rank_fusion import normalised_scores
 from query_service.retrieval.rank_fusion import propagate_to_similar
 
@@ -84,10 +85,12 @@ def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
     conversations = SEARCH_PRESETS["conversations"]
     assert (conversations.vector_weight, conversations.text_weight, conversations.rrf_k) == (0.25, 1.0, 5)
     assert (conversations.candidates, conversations.similar_share) == (100, 0.0)
-    assert default.max_score() == pytest.approx(3 / 6)
-    assert SearchSettings(trigram_weight=0).max_score() == pytest.approx(2 / 11)
+    assert default.heading_weight == 1.0
+    assert default.max_score() == pytest.approx(4 / 6)  # vector, text, heading, trigram
+    assert SearchSettings(trigram_weight=0, heading_weight=0).max_score() == pytest.approx(2 / 11)
+    assert SearchSettings(text_weight=0).max_score() == pytest.approx(2 / 11)  # no heading without text
     assert SearchSettings(fusion="convex", vector_weight=0.6, text_weight=0.4).max_score() == pytest.approx(
-        2.0
+        3.0
     )
     with pytest.raises(ValueError, match="fusion"):
         SearchSettings(fusion="borda")
@@ -95,11 +98,48 @@ def test_workload_presets_measured_on_the_faq_pairs_and_locomo() -> None:
         search_preset("nope")
 
 
-def _ranking(*scored: tuple[str, float]) -> list[Candidate]:
+def _ranking(*scored: tuple[str, float], named: tuple[str, ...] = ()) -> list[Candidate]:
     return [
-        Candidate(chunk_id=rank, node_key=key, chunk_order=0, score=score, rank=rank)
+        Candidate(
+            chunk_id=rank, node_key=key, chunk_order=0, score=score, rank=rank, heading_match=key in named
+        )
         for rank, (key, score) in enumerate(scored, start=1)
     ]
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "convex"])
+def test_exact_ties_go_to_the_lexical_rankings_whatever_order_they_come_in(fusion: str) -> None:
+    config = SearchSettings(fusion=fusion, trigram_weight=0, heading_weight=0)
+    vector_first = {"vector": _ranking(("topic", 0.1)), "text": _ranking(("words", 7.0))}
+    fused = fuse_rankings(vector_first, config, 10)
+    assert fused[0][1] == pytest.approx(fused[1][1])
+    assert [key[0] for key, _ in fused] == ["words", "topic"]
+    assert [key[0] for key, _ in fuse_rankings(dict(reversed(vector_first.items())), config, 10)] == [
+        "words",
+        "topic",
+    ]
+
+
+def test_heading_ranking_keeps_the_named_sections_in_bm25_order() -> None:
+    text = _ranking(
+        ("body", 9.0), ("named-2", 8.0), ("other", 5.0), ("named-4", 4.0), named=("named-2", "named-4")
+    )
+    named = heading_ranking(text)
+    assert [(c.node_key, c.rank, c.score) for c in named] == [("named-2", 1, 8.0), ("named-4", 2, 4.0)]
+    assert heading_ranking(_ranking(("body", 9.0))) == []
+
+
+def test_a_section_the_query_names_outranks_words_and_meaning_elsewhere() -> None:
+    # The section titled by the query is BM25's first but no vector candidate; another page repeats some
+    # of its words and is the vector ranking's first (measured: bench/bench_title_search.py).
+    text = _ranking(("named", 9.0), ("elsewhere", 8.0), named=("named",))
+    rankings = {"vector": _ranking(("elsewhere", 0.2)), "text": text}
+    config = SearchSettings(rrf_k=5, trigram_weight=0)
+    with_heading = fuse_rankings({**rankings, "heading": heading_ranking(text)}, config, 10)
+    assert [key[0] for key, _ in with_heading] == ["named", "elsewhere"]
+    assert with_heading[0][1] == pytest.approx(2 / 6)
+    without = fuse_rankings(rankings, config, 10)
+    assert [key[0] for key, _ in without] == ["elsewhere", "named"]
 
 
 def test_fusion_cuts_weak_text_candidates_and_fills_with_them_last() -> None:
@@ -117,7 +157,8 @@ def test_fusion_cuts_weak_text_candidates_and_fills_with_them_last() -> None:
     assert scores[3] == pytest.approx(1 / 13) and scores[4] == pytest.approx(1 / 13)  # own 1/12 capped
     assert [key[0] for key, _ in fuse_rankings(rankings, config, 2)] == ["strong", "x"]
     uncut = fuse_rankings(rankings, SearchSettings(rrf_k=10, text_min_share=0, trigram_weight=0), 10)
-    assert [key[0] for key, _ in uncut] == ["strong", "x", "weak-1", "other-language", "weak-2"]
+    # Uncut, each text candidate ties with the vector one of its rank: the lexical ranking's goes first.
+    assert [key[0] for key, _ in uncut] == ["strong", "weak-1", "x", "weak-2", "other-language"]
     text_only = fuse_rankings({"text": rankings["text"]}, config, 10)
     assert [key[0] for key, _ in text_only] == ["strong", "weak-1", "weak-2"]
 

@@ -216,7 +216,11 @@ class ChunkRankings:
     ) -> list[Candidate]:
         """Up to ``limit`` full-text matches ranked by Okapi BM25 (``score``, descending; module doc and
         `common.storage.chunks.lexical_scoring`): one statement for the namespace's statistics of the query's
-        lexemes, one that scores at most `candidate_budget` candidate chunks. Ties: newer chunk first."""
+        lexemes, one that scores at most `candidate_budget` candidate chunks. Ties: newer chunk first.
+
+        Each returned candidate tells whether its ``heading`` (the heading path of its section) holds
+        every query lexeme the namespace has (`Candidate.heading_match`): the query names its section.
+        Computed for the returned rows only, on the heading alone (a few words each)."""
         plan = plan_bm25(self.lexeme_statistics(conn, where.namespace, query), self.candidate_budget)
         if plan is None:
             return []
@@ -230,6 +234,8 @@ class ChunkRankings:
             "b": B,
             "budget": self.candidate_budget,
             "limit": limit,
+            "config": self.text_search_config,
+            "every": " & ".join(tsquery_literal(lexeme) for lexeme in plan.weights),
         }
         condition = self._filter_sql(where, params)
         # Candidates (`common.storage.chunks.lexical_scoring`): every chunk holding a fetched lexeme, which the
@@ -245,7 +251,8 @@ class ChunkRankings:
         if plan.every_lexeme:
             candidates = sql.SQL("{} LIMIT %(budget)s").format(candidates)
         statement = sql.SQL(
-            "SELECT {columns}, score FROM ("
+            "SELECT {columns}, score,"
+            " to_tsvector(%(config)s::regconfig, heading) @@ %(every)s::tsquery AS heading_match FROM ("
             " SELECT c.*, (SELECT coalesce(sum(w.weight * t.frequency * (%(k1)s + 1) / (t.frequency + %(k1)s"
             " * (1 - %(b)s + %(b)s * length(c.search_document) / %(average_length)s))), 0)"
             " FROM (SELECT lexeme, coalesce(array_length(positions, 1), 1)::float8 AS frequency"
@@ -255,7 +262,11 @@ class ChunkRankings:
             " FROM ({candidates}) AS c"
             ") AS scored ORDER BY score DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(columns=RANKED_COLUMNS, candidates=candidates)
-        return self._candidates(conn, statement, params, prepare=self._prepare)
+        records = conn.execute(statement, params, prepare=self._prepare).fetchall()
+        return [
+            Candidate(int(chunk_id), str(node_key), int(order), float(score), rank, bool(heading_match))
+            for rank, (chunk_id, node_key, order, score, heading_match) in enumerate(records, start=1)
+        ]
 
     def lexeme_statistics(
         self, conn: psycopg.Connection[Any], namespace: str, query: str

@@ -76,6 +76,7 @@ class Candidate:
     chunk_order: int
     score: float
     rank: int
+    heading_match: bool = False  # full text only: the chunk's heading holds every query lexeme
 
     @property
     def key(self) -> tuple[str, int]:
