@@ -100,6 +100,7 @@ class ContextCompiler(PackCompiler):
         super().__init__(database, tokens, self.settings.fitting)
         self.searcher = searcher
         self.episodes = EpisodeStore(database.settings)
+        self.round_search = self.settings.participant_round_search()
 
     def compile(self, request: ContextRequest) -> ContextPack:
         """Compiles the pack for ``request`` and records the decisions under its trace id.
@@ -229,8 +230,9 @@ class ContextCompiler(PackCompiler):
                     source_path=hit.provenance.source_path,
                 )
             )
+        round_best = self.round_search.max_score() or 1.0
         for place, hit in enumerate(participant_hits):
-            score = min(1.0, hit.score / best) * config.participant_round_weight
+            score = min(1.0, hit.score / round_best) * config.participant_round_weight
             key = chunk_key(hit.chunk)
             scores[key] = max(score, scores.get(key, 0.0))
             pool.add(
@@ -242,7 +244,7 @@ class ContextCompiler(PackCompiler):
                     selection=Selection(
                         HIT,
                         "found by hybrid search among the turns of a participant the query names",
-                        hit_components(hit, best, place + 1)
+                        hit_components(hit, round_best, place + 1)
                         | {"participant_round_weight": config.participant_round_weight},
                     ),
                     metadata=hit.provenance.metadata,
@@ -323,7 +325,7 @@ class ContextCompiler(PackCompiler):
                     participants=(participant,),
                     visibility=request.visibility,
                 ),
-                settings=config.search,
+                settings=self.round_search,
             )
         unread = [ids[0] for hit in found if (ids := hit.provenance.observation_ids) and ids[0] not in turns]
         if unread:

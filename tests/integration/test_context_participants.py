@@ -19,7 +19,9 @@ from query_service.context.pack.items import ContextPack
 from query_service.context.pack.request import ContextRequest
 from query_service.context.pack.settings import context_preset
 from query_service.retrieval.hybrid_search import HybridSearcher
+from query_service.retrieval.hybrid_search import SearchHit
 from query_service.retrieval.hybrid_search import SearchQuery
+from query_service.retrieval.hybrid_search import SearchSettings
 from query_service.retrieval.hybrid_search import search_preset
 from tests.waiting import drained
 
@@ -145,3 +147,43 @@ def test_a_second_round_among_the_named_participants_turns_finds_what_the_first_
     assert selection.components["participant_boost"] == 1 + shallow.participant_weight
     # The reason names no participant: a caller without clearance sees speakers masked.
     assert "dana" not in selection.reason
+
+
+class _RecordingSearcher(HybridSearcher):
+    """The real searcher, remembering the settings of each search restricted to participants."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.round_settings: list[SearchSettings] = []
+
+    def search(self, query: SearchQuery, *, settings: SearchSettings | None = None) -> list[SearchHit]:
+        if query.participants:
+            assert settings is not None
+            self.round_settings.append(settings)
+        return super().search(query, settings=settings)
+
+
+def test_the_participant_round_searches_for_meaning_and_scores_against_its_own_best(
+    database: Database, settings: Settings, provider: EmbeddingProvider, namespace: str
+) -> None:
+    chat = _record(database, namespace, provider, ROUND_TURNS)
+    sailing = chat[ROUND_TURNS[4][1]]
+    searcher = _RecordingSearcher(database, provider, search_preset("default"))
+    config = replace(context_preset("default"), min_search_hits=3, max_search_hits=3, recent_limit=0)
+    compiler = ContextCompiler(database, searcher, TokenCounter(settings.tokenizer_encoding), config)
+    pack = compiler.compile(ContextRequest(namespace=namespace, query=QUESTION, token_budget=2000))
+
+    # The question without the name keeps only its frame: the round weighs meaning over wording.
+    semantic = replace(search_preset("semantic"), similar_share=0)
+    assert config.participant_round_preset == "semantic"
+    assert searcher.round_settings == [semantic]
+    assert semantic.vector_weight > config.search.vector_weight
+    # Its hit is scored against the best score that preset can give, not the first round's.
+    item = next(item for item in pack.items if item.provenance.node_key == sailing)
+    assert item.selection is not None
+    components = item.selection.components
+    assert components["relative_score"] == pytest.approx(components["retrieval_score"] / semantic.max_score())
+    expected = (
+        components["relative_score"] * config.participant_round_weight * (1 + config.participant_weight)
+    )
+    assert item.score == pytest.approx(expected)

@@ -12,6 +12,7 @@ from query_service.context.pack.fitting import FitSettings
 from query_service.retrieval.hybrid_search import MAX_TOP_K
 from query_service.retrieval.hybrid_search import SEARCH_PRESETS
 from query_service.retrieval.hybrid_search import SearchSettings
+from query_service.retrieval.hybrid_search import search_preset
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class ContextSettings:
         participant_round_limit: the most named participants searched that way (one search each).
         participant_round_weight: such a hit's score relative to a first-round hit's of the same fused
             score (before the participant boost, which it then gets as the named participant's turn).
+        participant_round_preset: the search preset of that round (`SEARCH_PRESETS`, without similar-chunk
+            propagation as ``search``), its fused score taken relative to the best that preset can give:
+            ``"semantic"``, meaning over wording, since the question without the name keeps only its frame
+            ("What did research?") and the person's answer is in words of their own
+            (docs/decisions/0023-named-participant-weight.md).
         recent_limit: the most recent turns taken as candidates (0: none).
         recent_weight: the score of the most recent turn.
         anchor_fact_limit: facts read per anchor and direction (as subject, as object).
@@ -74,6 +80,7 @@ class ContextSettings:
     participant_round_hits: int = 20
     participant_round_limit: int = 3
     participant_round_weight: float = 0.5
+    participant_round_preset: str = "semantic"
     recent_limit: int = 5
     recent_weight: float = 0.1
     anchor_fact_limit: int = 100
@@ -87,6 +94,14 @@ class ContextSettings:
     near_duplicate_threshold: float = 0.85
     summary_weight: float = 1.0
     fitting: FitSettings = field(default_factory=lambda: FitSettings(selection="rank"))
+
+    def participant_round_search(self) -> SearchSettings:
+        """The retrieval settings of the participant round (``participant_round_preset``).
+
+        Raises:
+            KeyError: the preset is not one of `SEARCH_PRESETS`.
+        """
+        return replace(search_preset(self.participant_round_preset), similar_share=0)
 
     def search_depth(self, token_budget: int) -> int:
         """Hits asked of the search for ``token_budget``."""
