@@ -27,6 +27,7 @@ from memory_service_tools.embedded_db.layout import LOG_FILE
 from memory_service_tools.embedded_db.layout import MAX_CONNECTIONS
 from memory_service_tools.embedded_db.layout import PG_BIN
 from memory_service_tools.embedded_db.layout import PORT
+from memory_service_tools.embedded_db.layout import SHARED_BUFFERS
 from memory_service_tools.embedded_db.layout import SOCKET_DIR
 from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
 from memory_service_tools.embedded_db.layout import Layout
@@ -265,7 +266,7 @@ def _initdb_if_needed(layout: Layout) -> None:
 def _start(layout: Layout) -> None:
     options = (
         f"-p {PORT} -c listen_addresses={HOST} -c shared_preload_libraries=age "
-        f"-c max_connections={MAX_CONNECTIONS}"
+        f"-c max_connections={MAX_CONNECTIONS} -c shared_buffers={SHARED_BUFFERS}"
     )
     command = shlex.join(
         [f"{PG_BIN}/pg_ctl", "-D", DATA_DIR, "-l", LOG_FILE, "-w", "-t", "120", "-o", options, "start"]

@@ -24,6 +24,9 @@ DATA_DIR = "/var/lib/postgresql/data"
 LOG_FILE = "/var/lib/postgresql/pg.log"
 SOCKET_DIR = "/var/run/postgresql"
 MAX_CONNECTIONS = 200
+# The deployed database's setting (deploy/kubernetes/base/memory-db.yaml), so that benchmarks on the
+# embedded server see the buffer cache a deployment has, not PostgreSQL's 128 MB default.
+SHARED_BUFFERS = "1GB"
 
 # Files whose presence marks a complete rootfs (relative to the rootfs).
 ROOTFS_MARKERS = (
