@@ -31,12 +31,14 @@ from memory_service_tools.embedded_db.cluster import database_up
 from memory_service_tools.embedded_db.layout import DSN
 from memory_service_tools.embedded_db.layout import HOST
 from memory_service_tools.embedded_db.layout import PORT
+from memory_service_tools.embedded_db.layout import SHARED_BUFFERS
 from memory_service_tools.embedded_db.layout import EmbeddedDatabaseError
 
 __all__ = [
     "DSN",
     "HOST",
     "PORT",
+    "SHARED_BUFFERS",
     "DatabaseStatus",
     "EmbeddedDatabaseError",
     "database_down",

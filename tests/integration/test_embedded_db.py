@@ -52,7 +52,7 @@ def test_server_is_configured_as_designed() -> None:
     with psycopg.connect(dsn, connect_timeout=10, autocommit=True) as conn:
         settings = {
             name: conn.execute(f"SHOW {name}").fetchone()
-            for name in ("shared_preload_libraries", "listen_addresses", "port", "max_connections")
+            for name in ("shared_preload_libraries", "listen_addresses", "port", "max_connections", "shared_buffers")
         }
         available = {
             row[0]
@@ -65,6 +65,7 @@ def test_server_is_configured_as_designed() -> None:
     assert settings["listen_addresses"] == ("127.0.0.1",)
     assert settings["port"] == (str(embedded_db.PORT),)
     assert settings["max_connections"] == ("200",)
+    assert settings["shared_buffers"] == (embedded_db.SHARED_BUFFERS,)
     assert available == {"age", "vector", "pg_trgm"}
     assert version is not None and int(version[0]) // 10000 == 17
     assert database_status().running
