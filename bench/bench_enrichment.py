@@ -51,10 +51,10 @@ from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
+from bench.service_results import cpu_seconds
 from bench.service_results import heading
 from bench.service_results import load_average
 from bench.service_results import machine
-from bench.service_results import cpu_seconds
 from bench.service_results import print_report
 from bench.service_results import write_json
 from common.kernel.config import Settings
