@@ -284,7 +284,7 @@ def main() -> int:
     parser.add_argument("--memories", type=int, default=1000, help="memories queued for the throughput")
     parser.add_argument("--rate", type=float, default=2.0, help="memories added per second for the lag")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the steady adds last")
-    parser.add_argument("--concurrency", type=int, default=2, help="cb worker --concurrency")
+    parser.add_argument("--concurrency", type=int, default=4, help="cb worker --concurrency (its default)")
     add_run_options(parser, "a line added to the entry", shared_help="measure in CB_DATABASE_URL itself")
     return run_in_database(run, parser.parse_args(), "memory_bench_enrichment")
 
