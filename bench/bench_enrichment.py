@@ -16,6 +16,9 @@ contents of the debian uploads corpus (real changelog texts) added as memories o
   ``created_at`` (both written by this machine's clock: the ingest service at the add, the worker at the
   enrichment): p50 / p95 / max; and from the moment ``AddMemories`` answered (the bench's clock, the same
   machine's), which leaves out the add's own embedding and commit;
+* CPU per enriched memory in the throughput step: the worker process plus the PostgreSQL backends of
+  the bench's database (`/proc`), from the first enrichment seen to the last, per memory enriched in
+  between; next to it the floor's CPU per memory (this process, the enricher alone);
 * the load average (1 min) at each step.
 
 Results: printed, written to bench/results/enrichment-<UTC time>.json.
@@ -42,11 +45,13 @@ sys.path.insert(0, str(ROOT))
 import grpc
 import psycopg
 
+from bench.bench_change_feed_ingest import backend_cpu
 from bench.corpus_loading import UPLOADS
 from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
+from bench.service_results import cpu_seconds
 from bench.service_results import heading
 from bench.service_results import load_average
 from bench.service_results import machine
@@ -76,11 +81,17 @@ def corpus_texts() -> list[str]:
 def floor(texts: list[str]) -> dict[str, float]:
     enricher = RuleEnricher()
     load = load_average()
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for text in texts:
         enricher.enrich(MemoryText(text))
     seconds = time.perf_counter() - started
-    return {"per_second": round(len(texts) / seconds, 1), "seconds": round(seconds, 2), "load": load}
+    cpu_ms = (time.process_time() - cpu) * 1000 / max(1, len(texts))
+    return {
+        "per_second": round(len(texts) / seconds, 1),
+        "seconds": round(seconds, 2),
+        "cpu_ms_per_memory": round(cpu_ms, 2),
+        "load": load,
+    }
 
 
 def add(stub: Any, user: str, texts: list[str], key_prefix: str) -> list[str]:
@@ -110,13 +121,18 @@ def enrichment_times(url: str, ids: list[str]) -> dict[str, tuple[float, float |
     return {str(r[0]): (float(r[1]), None if r[2] is None else float(r[2])) for r in rows}
 
 
-def wait_enriched(url: str, ids: list[str], limit_s: float) -> dict[str, tuple[float, float | None]]:
+def wait_enriched(
+    url: str, ids: list[str], limit_s: float, at_least: int | None = None
+) -> dict[str, tuple[float, float | None]]:
+    """The enrichment times once all of ``ids`` (or ``at_least`` of them) are enriched, or at the limit."""
     deadline = time.monotonic() + limit_s
+    wanted = len(ids) if at_least is None else at_least
     while True:
         times = enrichment_times(url, ids)
-        if all(times.get(i, (0.0, None))[1] is not None for i in ids) or time.monotonic() > deadline:
+        done = sum(1 for i in ids if times.get(i, (0.0, None))[1] is not None)
+        if done >= wanted or time.monotonic() > deadline:
             return times
-        time.sleep(0.5)
+        time.sleep(0.5 if at_least is None else 0.05)
 
 
 def start_worker(concurrency: int, url: str) -> subprocess.Popen[bytes]:
@@ -151,15 +167,25 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         try:
             load_worker = load_average()
             worker = start_worker(arguments.concurrency, url)
+            # CPU from the first enrichment on (the worker's start-up, model loading, left out)
+            first = wait_enriched(url, ids, limit_s=600, at_least=1)
+            done_first = sum(1 for _, t in first.values() if t is not None)
+            cpu_first = cpu_seconds(worker.pid), backend_cpu(url)
             times = wait_enriched(url, ids, limit_s=3600)
+            cpu_last = cpu_seconds(worker.pid), backend_cpu(url)
             enriched = sorted(t for _, t in times.values() if t is not None)
             span = enriched[-1] - enriched[0] if len(enriched) > 1 else float("nan")
+            measured = max(1, len(enriched) - done_first)
+            worker_cpu = cpu_last[0] - cpu_first[0]
+            database_cpu = sum(c - cpu_first[1].get(pid, 0.0) for pid, c in cpu_last[1].items())
             results["throughput"] = {
                 "memories": len(ids),
                 "enriched": len(enriched),
                 "concurrency": arguments.concurrency,
                 "seconds_first_to_last": round(span, 2),
                 "per_second": round((len(enriched) - 1) / span, 1),
+                "worker_cpu_ms_per_memory": round(worker_cpu * 1000 / measured, 2),
+                "database_cpu_ms_per_memory": round(database_cpu * 1000 / measured, 2),
                 "load_before": load_worker,
                 "load_after": load_average(),
                 "add_seconds": round(add_seconds, 2),
@@ -231,6 +257,11 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         ),
         f"| worker / best floor | {throughput['ratio_to_floor']} | |",
         (
+            f"| CPU per enriched memory: worker + database / the enricher alone (floor, before) |"
+            f" {throughput['worker_cpu_ms_per_memory']} + {throughput['database_cpu_ms_per_memory']} ms /"
+            f" {floor_before['cpu_ms_per_memory']} ms | |"
+        ),
+        (
             f"| enrichment lag, {lag['memories']} memories at {lag['rate_per_second']}/s (one per AddMemories),"
             f" from the add (created_at) | p50 {lag['p50_s']} s, p95 {lag['p95_s']} s, max {lag['max_s']} s |"
             f" {lag['load_before']} -> {lag['load_after']} |"
@@ -253,7 +284,7 @@ def main() -> int:
     parser.add_argument("--memories", type=int, default=1000, help="memories queued for the throughput")
     parser.add_argument("--rate", type=float, default=2.0, help="memories added per second for the lag")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long the steady adds last")
-    parser.add_argument("--concurrency", type=int, default=2, help="cb worker --concurrency")
+    parser.add_argument("--concurrency", type=int, default=4, help="cb worker --concurrency (its default)")
     add_run_options(parser, "a line added to the entry", shared_help="measure in CB_DATABASE_URL itself")
     return run_in_database(run, parser.parse_args(), "memory_bench_enrichment")
 

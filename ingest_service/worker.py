@@ -4,7 +4,9 @@
 `build_worker` migrates the database (idempotent: the queue's schema is migration 0016), then builds the
 `ingest_service.memories.enrichment.queue.EnrichmentQueue` with:
 
-* the job: `ingest_service.memories.enrichment.jobs.EnrichmentJob` with the configured enricher;
+* the job: `ingest_service.memories.enrichment.jobs.EnrichmentJob` with the configured enricher; the rule
+  enricher behind `ingest_service.memories.enrichment.batching.BatchingEnricher`, so the jobs running at
+  once share one call of the language models;
 * the sweep's look-up: `common.storage.enrichment_jobs_store.EnrichmentJobStore.due_without_job`;
 * the maintenance: `ingest_service.memories.maintenance.MemoryMaintenance.run` (tier policy, expiry sweep),
   then the namespaces' retention rules (`ingest_service.data_protection.retention.RetentionEnforcer`).
@@ -34,6 +36,7 @@ from ingest_service.change_feed.delivery import WebhookDispatcher
 from ingest_service.change_feed.webhook_queue import QUEUE as WEBHOOK_QUEUE
 from ingest_service.change_feed.webhook_queue import register_webhook_tasks
 from ingest_service.data_protection.retention import RetentionEnforcer
+from ingest_service.memories.enrichment.batching import BatchingEnricher
 from ingest_service.memories.enrichment.factory import build_enricher
 from ingest_service.memories.enrichment.jobs import EnrichmentJob
 from ingest_service.memories.enrichment.language_models import load_models
@@ -41,6 +44,7 @@ from ingest_service.memories.enrichment.model import Enricher
 from ingest_service.memories.enrichment.queue import ENRICH_TASK
 from ingest_service.memories.enrichment.queue import EnrichmentQueue
 from ingest_service.memories.enrichment.queue import quiet_routine_jobs
+from ingest_service.memories.enrichment.rule_enricher import RuleEnricher
 from ingest_service.memories.maintenance import MemoryMaintenance
 from ingest_service.memories.writer import MemoryWriter
 from ingest_service.observations.removal import ObservationRemover
@@ -68,6 +72,8 @@ def build_worker(
         psycopg.Error: the database is unreachable.
     """
     chosen = enricher or build_enricher(settings)
+    if isinstance(chosen, RuleEnricher):
+        chosen = BatchingEnricher(chosen)
     database = Database(settings, prepare=migrations.apply)
     migrations.apply(database)
     job = EnrichmentJob(database, chosen)

@@ -9,8 +9,8 @@ API the asynchronous enrichment worker uses, so it never touches the tables itse
   version``), so a job lost between commit and enqueue is found again;
 * `MemoryEnrichment.read` returns the memory's text and scope for one version (None when that version is
   no longer current or the memory is gone: drop the job);
-* `MemoryEnrichment.write` stores `EnrichmentFields` for one version in one transaction, only if that
-  version is still current and not enriched yet (idempotent per version: a retried or stale job changes
+* `MemoryEnrichment.write` stores `EnrichmentFields` for one version in one transaction (with the job's
+  entity links), only if that version is still current and not enriched yet (idempotent per version: a retried or stale job changes
   nothing and returns False). Entity nodes derived from a memory must carry its ``scopes`` (the owner
   scope) so other users never see them (`common.domain.scope_inheritance`).
 
@@ -21,6 +21,7 @@ those triples after each commit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -264,11 +265,21 @@ class MemoryEnrichment:
             scope_keys=dict(props.get("memory_scope") or {}),
         )
 
-    def write(self, namespace: str, memory_id: str, version: int, fields: EnrichmentFields) -> bool:
+    def write(
+        self,
+        namespace: str,
+        memory_id: str,
+        version: int,
+        fields: EnrichmentFields,
+        *,
+        also: Callable[[Any], Any] | None = None,
+    ) -> bool:
         """Stores ``fields`` for ``version`` in one transaction (node props + row); False, changing nothing,
         when ``version`` is not the current one or is enriched already.
 
-        A caller-set memory_type is kept: ``fields.memory_type`` only fills an empty one.
+        A caller-set memory_type is kept: ``fields.memory_type`` only fills an empty one. ``also(conn)``,
+        when given, runs in the same transaction once the version is found current (the row locked), before
+        the fields are stored: the job's entity links, written with the fields or not at all.
 
         Raises:
             ValueError: ``memory_type`` outside `MEMORY_TYPES` or ``quality_score`` outside [0, 1].
@@ -285,6 +296,8 @@ class MemoryEnrichment:
             if state is None or state[0] != version or state[1] >= version:
                 return False
             current_type = state[2]
+            if also is not None:
+                also(conn)
             node = self.graph.get_node(conn, namespace, memory_id)
             if node is None:
                 return False

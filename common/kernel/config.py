@@ -266,7 +266,7 @@ class Settings(BaseSettings):
     enrichment_llm_api_key: SecretStr = Field(SecretStr(""), description="bearer token of the LLM server")
     enrichment_llm_timeout_seconds: float = Field(20.0, gt=0, le=300, description="one LLM request")
     enrichment_llm_attempts: int = Field(2, ge=1, le=10, description="LLM tries per memory before the rules")
-    worker_concurrency: int = Field(2, ge=1, le=64, description="enrichment jobs a worker runs at once")
+    worker_concurrency: int = Field(4, ge=1, le=64, description="enrichment jobs a worker runs at once")
     enrichment_attempts: int = Field(
         5, ge=1, le=100, description="tries of one enrichment job (procrastinate retry, exponential back-off)"
     )

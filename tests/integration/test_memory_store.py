@@ -88,8 +88,19 @@ def test_the_enrichment_hook_is_idempotent_per_version(
     fields = EnrichmentFields(
         entities=["Customer 8821", "MFA"], topics=["login"], memory_type="event", quality_score=0.8
     )
-    assert enrichment.write(scope.namespace, key, 1, fields)
-    assert not enrichment.write(scope.namespace, key, 1, fields)  # a retried job changes nothing
+    linked: list[int] = []
+
+    def failing_links(conn: object) -> None:
+        raise RuntimeError("links failed")
+
+    with pytest.raises(RuntimeError):
+        enrichment.write(scope.namespace, key, 1, fields, also=failing_links)
+    assert enrichment.due() == [(scope.namespace, key, 1)]  # the fields were not written without the links
+    assert enrichment.write(scope.namespace, key, 1, fields, also=lambda conn: linked.append(1))
+    assert linked == [1]
+    # a retried job changes nothing, and links nothing
+    assert not enrichment.write(scope.namespace, key, 1, fields, also=lambda conn: linked.append(2))
+    assert linked == [1]
     assert enrichment.read(scope.namespace, key, 1) is None  # done: drop the job
     assert enrichment.due() == []
     record = writer.update(scope, key, NewMemoryInput(text="Customer 8821 can log in again."), ["text"])

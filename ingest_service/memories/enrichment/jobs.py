@@ -7,20 +7,18 @@ graph (docs/how-to/memory-records.md). Run by the worker (`ingest_service.memori
    (returns False) when the memory is gone, has a newer version (a stale job) or that version is
    enriched already (a repeated delivery);
 2. enriches its text (the namespace's domain packs name identifiers too);
-3. links the memory to its entities (transaction 1): ``memory MENTIONS entity`` facts through
+3. in one transaction, only if ``version`` is still current and not enriched yet (the memory's row
+   locked), links the memory to its entities: ``memory MENTIONS entity`` facts through
    `ingest_service.facts.mentions.MentionLinker.link_entities` (so through `FactEngine`), the
    entity nodes created as placeholders carrying the memory's owner scope, evidence ``extracted`` (rule
    enricher) or ``inferred`` (LLM enricher); the text is the memory's whole text, so entities an earlier
    version named and this one does not are closed. Idempotent: open mentions are left alone;
-4. writes the fields (transaction 2, `MemoryEnrichment.write`): the node's ``key_points``, ``insights``,
+4. and writes the fields (`MemoryEnrichment.write`): the node's ``key_points``, ``insights``,
    ``entities`` (names as written), ``topics``, ``quality_score`` and the row's ``memory_type`` (only when
-   the caller set none), ``quality_score`` and ``enriched_version``, only if ``version`` is still
-   current and not enriched yet.
+   the caller set none), ``quality_score`` and ``enriched_version``.
 
-A crash between 3 and 4 leaves the version due with its links made; the retry finds the links open
-(no change) and writes the fields. A job whose version went stale between 1 and 4 may have linked the
-old text's entities; the newer version's job (jobs of one memory run one at a time) closes the ones
-its text no longer names.
+A crash before the commit leaves the version due with nothing of the job written; the retry does it all.
+A job whose version went stale after 1 writes nothing.
 """
 
 from __future__ import annotations
@@ -79,16 +77,19 @@ class EnrichmentJob:
             source_path=f"memory:{memory_id}",
             complete=True,
         )
-        self.database.run_transaction(
-            lambda conn: self.linker.link_entities(
+        written = self.memories.write(
+            namespace,
+            memory_id,
+            version,
+            fields_of(result),
+            also=lambda conn: self.linker.link_entities(
                 conn,
                 source,
                 [entity.natural_key for entity in result.entities],
                 evidence=result.evidence,
                 now=now,
-            )
+            ),
         )
-        written = self.memories.write(namespace, memory_id, version, fields_of(result))
         if written:
             log.info(
                 "enriched %s/%s v%d: %s, %d entities (%s)",

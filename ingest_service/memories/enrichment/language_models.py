@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,17 +116,29 @@ def analyse(text: str) -> TextAnalysis:
 
     Entities keep the first spelling of each (kind, name) in text order.
     """
-    text = text[:MAX_ANALYSED_CHARS]
-    language = language_of(text)
-    if not text.strip():
-        return TextAnalysis(language, (), ())
-    if language == "ru":
-        sentences, entities, nominal = _analyse_russian(text)
-    else:
-        sentences, entities, nominal = _analyse_english(text)
-    distinct = tuple(dict.fromkeys(entities))
-    cleaned = tuple(part for sentence in sentences for part in _list_items(sentence))
-    return TextAnalysis(language, cleaned, distinct, frozenset(nominal))
+    return analyse_many([text])[0]
+
+
+def analyse_many(texts: Sequence[str]) -> list[TextAnalysis]:
+    """`analyse` of each text, in order; the English ones go through spaCy in one ``pipe`` call (one
+    batch through the model costs less per text than a call per text, and gives the same documents)."""
+    cut = [text[:MAX_ANALYSED_CHARS] for text in texts]
+    languages = [language_of(text) for text in cut]
+    english = [i for i, text in enumerate(cut) if text.strip() and languages[i] == "en"]
+    docs = dict(zip(english, _english().pipe([cut[i] for i in english]), strict=True)) if english else {}
+    results = []
+    for i, text in enumerate(cut):
+        if not text.strip():
+            results.append(TextAnalysis(languages[i], (), ()))
+            continue
+        if languages[i] == "ru":
+            sentences, entities, nominal = _analyse_russian(text)
+        else:
+            sentences, entities, nominal = _english_parts(docs[i])
+        distinct = tuple(dict.fromkeys(entities))
+        cleaned = tuple(part for sentence in sentences for part in _list_items(sentence))
+        results.append(TextAnalysis(languages[i], cleaned, distinct, frozenset(nominal)))
+    return results
 
 
 def _list_items(sentence: str) -> list[str]:
@@ -135,8 +148,7 @@ def _list_items(sentence: str) -> list[str]:
     return [part for part in parts if part]
 
 
-def _analyse_english(text: str) -> tuple[list[str], list[RecognisedEntity], set[str]]:
-    doc = _english()(text)
+def _english_parts(doc: Any) -> tuple[list[str], list[RecognisedEntity], set[str]]:
     sentences = [sentence.text.strip() for sentence in doc.sents]
     nominal = {token.text.lower() for token in doc if token.pos_ in NOMINAL_TAGS}
     entities = [

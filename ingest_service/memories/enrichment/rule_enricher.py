@@ -7,10 +7,13 @@ Sentences and named entities: `language_models`; ids: `entities`; topics and key
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ingest_service.memories.enrichment import key_phrases
 from ingest_service.memories.enrichment import rules
 from ingest_service.memories.enrichment.entities import collect_entities
-from ingest_service.memories.enrichment.language_models import analyse
+from ingest_service.memories.enrichment.language_models import TextAnalysis
+from ingest_service.memories.enrichment.language_models import analyse_many
 from ingest_service.memories.enrichment.model import RULE_EVIDENCE
 from ingest_service.memories.enrichment.model import Enrichment
 from ingest_service.memories.enrichment.model import MemoryText
@@ -23,7 +26,14 @@ class RuleEnricher:
 
     def enrich(self, item: MemoryText) -> Enrichment:
         """The semantic fields of ``item.text``; empty fields for an empty text."""
-        analysis = analyse(item.text)
+        return self.enrich_many([item])[0]
+
+    def enrich_many(self, items: Sequence[MemoryText]) -> list[Enrichment]:
+        """`enrich` of each item, in order, the language models called once for all of them."""
+        analyses = analyse_many([item.text for item in items])
+        return [self._fields(item, analysis) for item, analysis in zip(items, analyses, strict=True)]
+
+    def _fields(self, item: MemoryText, analysis: TextAnalysis) -> Enrichment:
         entities = collect_entities(item.text, analysis.entities, item.kinds)
         found_insights = rules.insights(analysis.sentences)
         return Enrichment(
