@@ -45,7 +45,7 @@ class ContextSettings:
         participant_round_preset: the search preset of that round (`SEARCH_PRESETS`, without similar-chunk
             propagation as ``search``), its fused score taken relative to the best that preset can give:
             ``"semantic"``, meaning over wording, since the question without the name keeps only its frame
-            ("What did research?") and the person's answer is in words of their own
+            ("What did … research?") and the person's answer is in words of their own
             (docs/decisions/0023-named-participant-weight.md).
         recent_limit: the most recent turns taken as candidates (0: none).
         recent_weight: the score of the most recent turn.
