@@ -36,6 +36,7 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.chunks.vector_expression import OWNER_INDEX_OPERATOR_CLASS
+from common.storage.chunks.vector_expression import build_partial_hnsw_index
 from common.storage.chunks.vector_expression import owner_index_expression
 from common.storage.named_queries import Queries
 from common.storage.tables import table_identifiers
@@ -193,21 +194,14 @@ class OwnerVectorIndexes:
     def _build(self, conn: psycopg.Connection[Any], owner: Owner) -> OwnerIndexChange:
         started = time.perf_counter()
         name = owner_index_name(self.table, owner.namespace, owner.user_id)
-        index = sql.Identifier(name)
-        # An earlier build that failed half-way leaves an invalid index of that name: drop it first.
-        if conn.execute(self.tenant_queries["invalid_index"], (name,)).fetchone():
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-        conn.execute(
-            sql.SQL(
-                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {chunks}"
-                " USING hnsw ({expression} {operator_class}) WHERE {predicate}"
-            ).format(
-                index=index,
-                chunks=self.identifiers["chunks"],
-                expression=owner_index_expression(self.settings.embedding_dim),
-                operator_class=sql.SQL(OWNER_INDEX_OPERATOR_CLASS),
-                predicate=owner_index_predicate(owner.namespace, owner.user_scope),
-            )
+        build_partial_hnsw_index(
+            conn,
+            name=name,
+            chunks=self.identifiers["chunks"],
+            expression=owner_index_expression(self.settings.embedding_dim),
+            operator_class=OWNER_INDEX_OPERATOR_CLASS,
+            predicate=owner_index_predicate(owner.namespace, owner.user_scope),
+            invalid_index=self.tenant_queries["invalid_index"],
         )
         conn.execute(
             self.queries["register"],

@@ -42,6 +42,7 @@ from psycopg import sql
 
 from common.kernel.config import Settings
 from common.storage.chunks.owner_vector_indexes import OwnerVectorIndexes
+from common.storage.chunks.vector_expression import build_partial_hnsw_index
 from common.storage.chunks.vector_expression import tenant_index_expression
 from common.storage.named_queries import Queries
 from common.storage.tables import table_identifiers
@@ -210,20 +211,14 @@ class TenantVectorIndexes:
     def _build(self, conn: psycopg.Connection[Any], namespace: str, rows: int) -> TenantIndexChange:
         started = time.perf_counter()
         name = tenant_index_name(self.table, namespace)
-        index = sql.Identifier(name)
-        # An earlier build that failed half-way leaves an invalid index of that name: drop it first.
-        if conn.execute(self.queries["invalid_index"], (name,)).fetchone():
-            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-        conn.execute(
-            sql.SQL(
-                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {chunks}"
-                " USING hnsw ({expression} vector_cosine_ops) WHERE namespace = {namespace}"
-            ).format(
-                index=index,
-                chunks=self.identifiers["chunks"],
-                expression=tenant_index_expression(self.settings.embedding_dim),
-                namespace=sql.Literal(namespace),
-            )
+        build_partial_hnsw_index(
+            conn,
+            name=name,
+            chunks=self.identifiers["chunks"],
+            expression=tenant_index_expression(self.settings.embedding_dim),
+            operator_class="vector_cosine_ops",
+            predicate=sql.SQL("namespace = {}").format(sql.Literal(namespace)),
+            invalid_index=self.queries["invalid_index"],
         )
         conn.execute(self.queries["register"], {"namespace": namespace, "index_name": name, "rows": rows})
         seconds = round(time.perf_counter() - started, 2)

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 from psycopg import sql
 
 
@@ -34,8 +37,39 @@ OWNER_INDEX_OPERATOR_CLASS = "halfvec_cosine_ops"
 """The operator class of `owner_index_expression`."""
 
 
+def build_partial_hnsw_index(
+    conn: psycopg.Connection[Any],
+    *,
+    name: str,
+    chunks: sql.Composable,
+    expression: sql.Composable,
+    operator_class: str,
+    predicate: sql.Composable,
+    invalid_index: sql.Composable,
+) -> None:
+    """``CREATE INDEX CONCURRENTLY`` of the partial HNSW index ``name`` on ``chunks`` (writes go on), after
+    dropping an invalid index of that name that an earlier build left half-way (``invalid_index``: the
+    statement that finds it by name). Runs outside a transaction (autocommit connection)."""
+    index = sql.Identifier(name)
+    if conn.execute(invalid_index, (name,)).fetchone():
+        conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
+    conn.execute(
+        sql.SQL(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {chunks}"
+            " USING hnsw ({expression} {operator_class}) WHERE {predicate}"
+        ).format(
+            index=index,
+            chunks=chunks,
+            expression=expression,
+            operator_class=sql.SQL(operator_class),
+            predicate=predicate,
+        )
+    )
+
+
 __all__ = [
     "OWNER_INDEX_OPERATOR_CLASS",
+    "build_partial_hnsw_index",
     "owner_index_expression",
     "owner_query_expression",
     "tenant_index_expression",
