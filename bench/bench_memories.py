@@ -34,7 +34,8 @@ scored), the baseline of the same run:
 * the load average (1 min) at each step.
 
 The copies take about 12 KB of disk per memory (row, vertex, chunk, indexes): ``--targets 1000000`` needs
-about 12 GB.
+about 12 GB. With ``--bulk-growth`` the chunk table's indexes are dropped during the copies and built after
+them (each build timed in the entry), as after a restore, instead of taking every copy one by one.
 
 To keep the data for a rerun: create a database, point CB_DATABASE_URL at it and pass
 ``--shared-database``; a later ``--shared-database --recall-only`` run on it skips AddMemories and the
@@ -54,6 +55,7 @@ import os
 import random
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC
 from datetime import datetime
 from pathlib import Path
@@ -69,6 +71,7 @@ from bench.run_bench import add_run_options
 from bench.run_bench import percentiles
 from bench.run_bench import run_in_database
 from bench.run_bench import services
+from bench.scale_tables import indexes_rebuilt
 from bench.service_results import cpu_seconds
 from bench.service_results import heading
 from bench.service_results import load_average
@@ -166,31 +169,36 @@ def floor_rate(provider: Any, texts: list[str]) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
-def grow(settings: Settings, target: int) -> tuple[int, float]:
-    """Copies stored memories until the table holds ``target``; returns (rows, seconds)."""
+def grow(settings: Settings, target: int, *, bulk: bool = False) -> tuple[int, float, dict[str, float]]:
+    """Copies stored memories until the table holds ``target``; returns (rows, seconds, index build
+    seconds). With ``bulk`` the chunk table's indexes (the table's HNSW index, the owners' indexes, the
+    full-text and trigram ones) are dropped during the copies and built again after them, as after a
+    restore: inserting 700k rows one by one into two HNSW graphs takes hours on two cores."""
     start = time.perf_counter()
     statement = psycopg.sql.SQL(COPY_SQL).format(graph=psycopg.sql.Identifier(settings.graph_name))
+    builds: dict[str, float] = {}
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute("LOAD 'age'")
         conn.execute('SET search_path = ag_catalog, "$user", public')
-        round_number = 0
-        while True:
-            (count,) = conn.execute("SELECT count(*) FROM memories").fetchone()  # type: ignore[misc]
-            if count >= target:
-                break
-            round_number += 1
-            conn.execute(
-                statement,
-                {
-                    "round": f"{target}.{round_number}",
-                    "users": USERS,
-                    "namespace": NAMESPACE,
-                    "limit": target - count,
-                },
-            )
+        with indexes_rebuilt(conn, "chunks", target, builds) if bulk else nullcontext():
+            round_number = 0
+            while True:
+                (count,) = conn.execute("SELECT count(*) FROM memories").fetchone()  # type: ignore[misc]
+                if count >= target:
+                    break
+                round_number += 1
+                conn.execute(
+                    statement,
+                    {
+                        "round": f"{target}.{round_number}",
+                        "users": USERS,
+                        "namespace": NAMESPACE,
+                        "limit": target - count,
+                    },
+                )
         conn.execute("ANALYZE memories")
         conn.execute("ANALYZE chunks")
-    return int(count), time.perf_counter() - start
+    return int(count), time.perf_counter() - start, builds
 
 
 def service_pids() -> dict[str, int]:
@@ -482,11 +490,12 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         meters = {"approximate": CpuMeter(admin, pids["query"]), "exact": CpuMeter(admin, pids["exact"])}
         results["arms"] = []
         for target in arguments.targets:
-            rows, grow_seconds = grow(settings, target)
+            rows, grow_seconds, builds = grow(settings, target, bulk=arguments.bulk_growth)
             arm: dict[str, Any] = {
                 "memories": rows,
                 "memories_per_user": rows // len(USERS),
                 "grow_seconds": round(grow_seconds, 1),
+                "indexes_built_after_growth": builds,
                 "load_after_grow": load_average(),
                 "indexes": synchronise_indexes(settings),
             }
@@ -603,6 +612,11 @@ def main() -> int:
         "--recall-only",
         action="store_true",
         help="skip AddMemories (with --shared-database, on a database an earlier run filled): recall only",
+    )
+    parser.add_argument(
+        "--bulk-growth",
+        action="store_true",
+        help="drop the chunk table's indexes during the copies and build them after (for 1M memories)",
     )
     parser.add_argument("--cpu-calls", type=int, default=100, help="recalls per path of the CPU pass")
     parser.add_argument("--quality-queries", type=int, default=200, help="queries of the recall@10 check")
