@@ -196,6 +196,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     presets = list(dict.fromkeys(arguments.presets.split(",")))
     rows: dict[str, list[dict[str, float]]] = {}
     sentence_hits: dict[str, float] = {}
+    sentence_misses: dict[str, list[dict[str, Any]]] = {}
     latency: dict[str, dict[str, Any]] = {}
     with services() as (ingest_address, query_address):
         retain = document_service_pb2_grpc.DocumentServiceStub(grpc.insecure_channel(ingest_address))
@@ -240,11 +241,12 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 "cpu_ms_per_call": round(1000 * cpu / len(samples), 2),
                 "load_average": [load_before, load_average()],
             }
-            sentence_hits[method] = round(
-                sum(f"doc:{key}" in ranked(text, preset, SENTENCE_CUTOFF) for key, text in sentences)
-                / len(sentences),
-                4,
-            )
+            sentence_misses[method] = []
+            for key, text in sentences:
+                found = ranked(text, preset, SENTENCE_CUTOFF)
+                if f"doc:{key}" not in found:
+                    sentence_misses[method].append({"page": key, "sentence": text, "found": found})
+            sentence_hits[method] = round(1 - len(sentence_misses[method]) / len(sentences), 4)
 
     with psycopg.connect(settings.database_url) as conn:
         stored = stored_chunks(conn, settings, namespace)
@@ -287,6 +289,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             for method, values in rows.items()
         },
         "search_grpc": latency,
+        "sentence_misses": sentence_misses,
     }
     results["run_seconds"] = round(time.perf_counter() - started, 1)
     write_json(results, prefix="title-search")
