@@ -61,10 +61,12 @@ from query_service.retrieval.rank_fusion import RRF
 from query_service.retrieval.rank_fusion import TEXT
 from query_service.retrieval.rank_fusion import TRIGRAM
 from query_service.retrieval.rank_fusion import VECTOR
+from query_service.retrieval.rank_fusion import VERBATIM
 from query_service.retrieval.rank_fusion import convex_combination
 from query_service.retrieval.rank_fusion import heading_ranking
 from query_service.retrieval.rank_fusion import propagate_to_similar
 from query_service.retrieval.rank_fusion import reciprocal_rank_fusion
+from query_service.retrieval.rank_fusion import verbatim_ranking
 
 MAX_TOP_K = 100
 DEFAULT_TOP_K = 10
@@ -87,6 +89,11 @@ class SearchSettings:
         vector_weight, text_weight, trigram_weight: weight of each ranking in the fused score.
         heading_weight: weight of the heading ranking (`query_service.retrieval.rank_fusion.heading_ranking`):
             the full-text candidates whose section heading holds every query lexeme; 0: not fused.
+        verbatim_weight: weight of the verbatim ranking (`query_service.retrieval.rank_fusion.verbatim_ranking`):
+            the trigram candidates holding the whole query verbatim (a pasted sentence of at least
+            ``trigram_whole_query_min_words`` words); 0: not fused. Weight 2 puts such a chunk above one
+            that two other rankings place first. It takes no part in `max_score`: the maximum stays that
+            of a query quoting nothing, and a quoted chunk's relative score is capped at 1 where it is used.
         text_min_share: a full-text candidate takes part in fusion only when its BM25 score is at least
             this share of the best one of the query (0: all): a chunk sharing one common word with the
             query is weak evidence, and in RRF it pushes the vector ranking's finds (the other language's
@@ -120,6 +127,7 @@ class SearchSettings:
     text_weight: float = 1.0
     trigram_weight: float = 1.0
     heading_weight: float = 1.0
+    verbatim_weight: float = 2.0
     text_min_share: float = 0.2
     vector_min_similarity: float = MIN_RELEVANT_SIMILARITY
     similar_threshold: float = 0.85
@@ -137,6 +145,7 @@ class SearchSettings:
             TEXT: self.text_weight,
             HEADING: self.heading_weight,
             TRIGRAM: self.trigram_weight,
+            VERBATIM: self.verbatim_weight,
         }
 
     def __post_init__(self) -> None:
@@ -145,8 +154,10 @@ class SearchSettings:
 
     def max_score(self) -> float:
         """The fused score of a chunk ranked first (with the best score) by every ranking with a positive
-        weight (the heading ranking only with the full-text ranking it is drawn from)."""
+        weight (the heading ranking only with the full-text ranking it is drawn from; the verbatim ranking
+        never, see ``verbatim_weight``)."""
         weights = {name: weight for name, weight in self.weights.items() if weight > 0}
+        weights.pop(VERBATIM, None)
         if self.text_weight <= 0:
             weights.pop(HEADING, None)
         total = sum(weights.values())
@@ -404,6 +415,8 @@ class HybridSearcher:
             rankings.update(self._ranking(lexical_rankings))
         if config.heading_weight and TEXT in rankings:
             rankings[HEADING] = heading_ranking(rankings[TEXT])
+        if config.verbatim_weight and TRIGRAM in rankings:
+            rankings[VERBATIM] = verbatim_ranking(rankings[TRIGRAM])
         rankings = {name: rankings[name] for name in RANKINGS if name in rankings}
         fused = fuse_rankings(rankings, config, query.top_k if config.similar_share <= 0 else MAX_POOL)
         by_key: dict[str, dict[tuple[str, int], Candidate]] = {

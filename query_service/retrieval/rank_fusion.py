@@ -39,7 +39,8 @@ VECTOR = "vector"
 TEXT = "text"
 HEADING = "heading"
 TRIGRAM = "trigram"
-RANKINGS = (TEXT, HEADING, TRIGRAM, VECTOR)
+VERBATIM = "verbatim"
+RANKINGS = (TEXT, HEADING, TRIGRAM, VERBATIM, VECTOR)
 """The rankings in the order fusion breaks exact ties (the first appearance wins): a chunk the lexical
 rankings place first ties with one the vector ranking places first whenever each is found by one ranking
 only, and the one sharing the query's words is the better bet at the top (docs/explanation/retrieval.md)."""
@@ -92,8 +93,25 @@ def heading_ranking(text: Sequence[Candidate]) -> list[Candidate]:
     Zaragoza and Taylor, CIKM 2004): the words of a section title describe the whole section, so a query
     made of them is evidence that one body word match is not.
     """
-    named = [candidate for candidate in text if candidate.heading_match]
-    return [replace(candidate, rank=rank) for rank, candidate in enumerate(named, start=1)]
+    return _reranked([candidate for candidate in text if candidate.heading_match])
+
+
+def verbatim_ranking(trigram: Sequence[Candidate]) -> list[Candidate]:
+    """The trigram candidates holding the whole query verbatim (`Candidate.verbatim`: a pasted sentence of
+    at least the preset's minimum of words, not inside a quotation), in their order, ranked 1, 2, ...:
+    the passages the query was copied from.
+
+    Fused as a ranking of its own, on top of the trigram ranking that found them: a dozen words in the same
+    order is evidence of the source that no count of shared words or nearness of meaning gives, and
+    without it chunks that share the sentence's common words, found by two rankings, outrank the one
+    that holds it (docs/decisions/0042-top-of-the-ranking.md).
+    """
+    return _reranked([candidate for candidate in trigram if candidate.verbatim])
+
+
+def _reranked(kept: Sequence[Candidate]) -> list[Candidate]:
+    """``kept`` ranked 1, 2, ... in its order."""
+    return [replace(candidate, rank=rank) for rank, candidate in enumerate(kept, start=1)]
 
 
 def normalised_scores(name: str, ranking: Sequence[Candidate]) -> list[float]:
@@ -165,9 +183,11 @@ __all__ = [
     "TEXT",
     "TRIGRAM",
     "VECTOR",
+    "VERBATIM",
     "convex_combination",
     "heading_ranking",
     "normalised_scores",
     "propagate_to_similar",
     "reciprocal_rank_fusion",
+    "verbatim_ranking",
 ]

@@ -266,7 +266,13 @@ def test_full_text_matches_english_identifiers_and_both_morphologies(
     database: Database, store: ChunkStore, corpus: str
 ) -> None:
     english, russian, identifier, episode = _ranked(
-        database, store.text_candidates, corpus, "installing apt-get", "пакет установки", "libc6", "deployment zstd"
+        database,
+        store.text_candidates,
+        corpus,
+        "installing apt-get",
+        "пакет установки",
+        "libc6",
+        "deployment zstd",
     )
     assert english[0].key == ("doc:apt", 0)  # "installing" and "Installation" share the stem
     assert russian[0].key == ("doc:ru", 0)  # "пакет"/"пакетов", "установки"/"Установка"
@@ -456,7 +462,9 @@ def test_search_never_holds_a_connection_while_waiting_for_a_ranking(
 ) -> None:
     # A pool of one connection: a search that held its connection while the lexical arms wait for theirs
     # would give up after the pool timeout instead of answering.
-    single = Database(settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}), prepare=migrations.apply)
+    single = Database(
+        settings.model_copy(update={"pool_min_size": 1, "pool_max_size": 1}), prepare=migrations.apply
+    )
     try:
         searcher = HybridSearcher(single, provider)
         # The lexical arms ask for their connections only after the vector arm is done, so the
@@ -514,3 +522,87 @@ def test_search_puts_the_section_the_query_names_first(
     hits = searcher.search(SearchQuery(namespace=namespace, query="restart markers", top_k=5))
     assert hits[0].node_key == "doc:codec" and hits[0].ranks["heading"] == 1
     assert all("heading" not in hit.ranks for hit in hits[1:])
+
+
+def test_search_puts_the_chunk_a_pasted_sentence_comes_from_first(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    namespace: str,
+    cleanup: list[tuple[str, str]],
+) -> None:
+    sentence = "Will be added as a listener for the 'connect' event once."
+    documents = [
+        (
+            NodeRef(namespace, "doc:net", "document", "Net"),
+            [
+                (
+                    "socket.connect(options, connectListener)",
+                    "Initiate a connection on a given socket. Possible signatures: options with a port and "
+                    "a host for TCP, or a path for IPC; the local address and port to bind, the family of "
+                    "the IP stack, hints for the DNS lookup, a custom lookup function, the timeout before "
+                    "the socket gives up, keep-alive with its initial delay, and whether to disable "
+                    "Nagle's algorithm. connectListener: a function, common parameter of the connect "
+                    f"methods. {sentence} Returns the socket itself. On error, the 'error' event is emitted "
+                    "instead and the socket is destroyed; on success the 'ready' event follows.",
+                )
+            ],
+        ),
+        (
+            NodeRef(namespace, "doc:events", "document", "Events"),
+            [
+                (
+                    "emitter.once(eventName, listener)",
+                    "Adds a one-time listener for the event. The listener is added once: the next time the "
+                    "event is emitted, the listener is removed and then called.",
+                ),
+                (
+                    "emitter.prependOnceListener(eventName, listener)",
+                    "Adds a one-time listener for the event to the beginning of the listeners array: "
+                    "the listener will be added once and called once for the event.",
+                ),
+                (
+                    "emitter.addListener(eventName, listener)",
+                    "Alias for emitter.on: the listener will be added to the end of the listeners array "
+                    "for the event; added again, it is called once per addition.",
+                ),
+                (
+                    "Event: 'connect'",
+                    "Emitted when a socket connection is established: a listener for the 'connect' event "
+                    "is added by socket.connect() and called once the connection is up.",
+                ),
+                *[
+                    (
+                        f"Event: '{name}'",
+                        f"Emitted {when}: a listener for the '{name}' event is added once per connect "
+                        "attempt and called once for the event.",
+                    )
+                    for name, when in (
+                        ("connectionAttempt", "when a new connect attempt is started"),
+                        ("connectionAttemptFailed", "when a connect attempt failed"),
+                        ("connectionAttemptTimeout", "when a connect attempt timed out"),
+                        ("ready", "when a socket is ready to be used, right after the connect event"),
+                        ("lookup", "after resolving the host name but before the connect event"),
+                        ("timeout", "if the socket times out from inactivity after connect"),
+                    )
+                ],
+                (
+                    "Event: 'newListener'",
+                    "Emitted before a listener is added to the internal array of listeners: a listener "
+                    "for the 'newListener' event is called once for each listener added.",
+                ),
+            ],
+        ),
+    ]
+    with database.connection() as conn:
+        for node, pieces in documents:
+            cleanup.append((namespace, node.node_key))
+            store.replace_chunks(conn, node, _writes(provider, node.title, pieces))
+    searcher = HybridSearcher(database, provider)
+    query = SearchQuery(namespace=namespace, query=sentence, top_k=5)
+    hits = searcher.search(query)
+    assert hits[0].node_key == "doc:net" and hits[0].ranks["verbatim"] == 1
+    assert all("verbatim" not in hit.ranks for hit in hits[1:])
+    # Without the verbatim ranking a chunk sharing the sentence's words and meaning comes first.
+    without = searcher.search(query, settings=replace(searcher.settings, verbatim_weight=0))
+    assert (without[0].node_key, without[0].chunk_order) != ("doc:net", 0)

@@ -164,3 +164,15 @@ def test_html_and_docx_chunks_are_cited_by_their_heading_path() -> None:
         ("Pump", {"citation": "pump.html, Pump"}),
         ("Pump / Install", {"citation": "pump.html, Pump / Install"}),
     ]
+
+
+def test_a_markdown_file_is_chunked_without_its_front_matter_which_stays_in_its_content() -> None:
+    note = (
+        b'---\ntitle: "Pump"\nnatural_key: "doc:pump"\n---\n# Pump\n\nBolt it down.\n\n---\n\nThen test it.\n'
+    )
+    converted = DocumentConverter().convert(note, mt.MARKDOWN).converted
+    chunks = converted_chunks(converted, "pump.md", 1500)
+    assert [(heading, text) for heading, text, _ in chunks] == [
+        ("Pump", "# Pump\n\nBolt it down.\n\n---\n\nThen test it.")
+    ]
+    assert converted.markdown.startswith('---\ntitle: "Pump"')  # the node's content is the whole file

@@ -17,6 +17,7 @@ from query_service.retrieval.hybrid_search import validate_search
 from query_service.retrieval.rank_fusion import heading_ranking
 from query_service.retrieval.rank_fusion import normalised_scores
 from query_service.retrieval.rank_fusion import propagate_to_similar
+from query_service.retrieval.rank_fusion import verbatim_ranking
 
 
 def test_single_ranking_keeps_its_order_with_rrf_scores() -> None:
@@ -232,3 +233,32 @@ def test_similar_chunk_propagation_lifts_a_near_copy_of_a_better_hit() -> None:
     assert scores[("en", 0)] == 0.5  # never lowered
     assert propagate_to_similar(fused, similar, share=0) == fused
     assert propagate_to_similar(fused, [], share=0.9) == fused
+
+
+def test_verbatim_ranking_keeps_the_chunks_holding_the_whole_query_in_trigram_order() -> None:
+    trigram = [
+        Candidate(chunk_id=1, node_key="token", chunk_order=0, score=1.0, rank=1),
+        Candidate(chunk_id=2, node_key="source", chunk_order=0, score=1.0, rank=2, verbatim=True),
+        Candidate(chunk_id=3, node_key="copy", chunk_order=1, score=1.0, rank=3, verbatim=True),
+    ]
+    assert [(c.node_key, c.rank) for c in verbatim_ranking(trigram)] == [("source", 1), ("copy", 2)]
+    assert verbatim_ranking(trigram[:1]) == []
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "convex"])
+def test_a_chunk_the_query_was_copied_from_outranks_one_two_rankings_place_first(fusion: str) -> None:
+    """A pasted sentence shares its common words with many chunks; the one holding it verbatim, found by the
+    trigram ranking alone, comes first through the verbatim ranking, and not without it."""
+    source = Candidate(chunk_id=9, node_key="source", chunk_order=0, score=1.0, rank=1, verbatim=True)
+    rankings = {
+        "text": _ranking(("similar", 9.0), ("other", 8.0)),
+        "vector": _ranking(("similar", 0.1), ("other", 0.2)),
+        "trigram": [source],
+    }
+    with_verbatim = {**rankings, "verbatim": verbatim_ranking(rankings["trigram"])}
+    config = SearchSettings(fusion=fusion, heading_weight=0)
+    assert [key[0] for key, _ in fuse_rankings(with_verbatim, config, 3)][0] == "source"
+    assert [key[0] for key, _ in fuse_rankings(rankings, config, 3)][0] == "similar"
+    assert (
+        config.max_score() == SearchSettings(fusion=fusion, heading_weight=0, verbatim_weight=0).max_score()
+    )

@@ -101,8 +101,8 @@ class ChunkRankings:
         *,
         prepare: bool | None = None,
     ) -> list[Candidate]:
-        """Runs a ranking statement, whose rows are `RANKED_COLUMNS` and the score, best first;
-        ``prepare=False`` plans it for its values every time (module doc)."""
+        """Runs a ranking statement, whose rows are `RANKED_COLUMNS` and the score (the trigram ranking's also
+        `Candidate.verbatim`), best first; ``prepare=False`` plans it for its values every time (module doc)."""
         records = conn.execute(statement, params, prepare=prepare).fetchall()
         return [
             Candidate(
@@ -111,8 +111,9 @@ class ChunkRankings:
                 chunk_order=int(order),
                 score=float(score),
                 rank=rank,
+                verbatim=bool(flags and flags[0]),
             )
-            for rank, (chunk_id, node_key, order, score) in enumerate(records, start=1)
+            for rank, (chunk_id, node_key, order, score, *flags) in enumerate(records, start=1)
         ]
 
     def ranked_chunks(
@@ -425,16 +426,25 @@ class ChunkRankings:
                 "(SELECT count(*) FROM unnest(%(patterns)s::text[]) WITH ORDINALITY AS p(pattern, number)"
                 " WHERE p.number IN (SELECT token FROM rare_tokens) AND identifier_text ILIKE p.pattern)"
             )
+        # Which rows hold the whole query verbatim and not right after an opening quote
+        # (`Candidate.verbatim`: the verbatim ranking of `query_service.retrieval.rank_fusion`).
+        verbatim = sql.SQL("false")
+        if whole:
+            verbatim = sql.SQL(
+                "(strpos(lower(text), lower(%(whole)s)) > 0"
+                " AND substr(text, strpos(lower(text), lower(%(whole)s)) - 1, 1) <> ALL(%(quotes)s::text[]))"
+            )
         statement = sql.SQL(
             "{tokens_part}"
-            "SELECT id, node_key, chunk_order, CASE WHEN hits > 0 THEN 1.0 ELSE similarity END FROM ("
-            " SELECT {columns}, created_at, {similarity} AS similarity, {hits} AS hits"
+            "SELECT id, node_key, chunk_order, CASE WHEN hits > 0 THEN 1.0 ELSE similarity END, verbatim FROM ("
+            " SELECT {columns}, created_at, {similarity} AS similarity, {hits} AS hits, {verbatim} AS verbatim"
             " FROM {table} WHERE id IN ({matched})) AS matched"
             " ORDER BY hits DESC, similarity DESC, created_at DESC, id DESC LIMIT %(limit)s"
         ).format(
             tokens_part=tokens_part,
             columns=RANKED_COLUMNS,
             similarity=similarity,
+            verbatim=verbatim,
             hits=hits,
             table=self.table,
             matched=sql.SQL(" UNION ").join(matched),

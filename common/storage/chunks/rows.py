@@ -77,6 +77,7 @@ class Candidate:
     score: float
     rank: int
     heading_match: bool = False  # full text only: the chunk's heading holds every query lexeme
+    verbatim: bool = False  # trigram only: the chunk holds the whole query verbatim, not as a quotation
 
     @property
     def key(self) -> tuple[str, int]:

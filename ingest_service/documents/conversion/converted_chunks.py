@@ -17,6 +17,7 @@ from typing import Any
 from common.kernel.config import Settings
 from ingest_service.documents.chunking import bounded_chunks
 from ingest_service.documents.chunking import chunk_markdown
+from ingest_service.documents.conversion import media_types
 from ingest_service.documents.conversion.citations import citation
 from ingest_service.documents.conversion.conversion import DocumentConverter
 from ingest_service.documents.conversion.converted import Converted
@@ -24,6 +25,7 @@ from ingest_service.documents.conversion.converted import Part
 from ingest_service.documents.conversion.limits import MIB
 from ingest_service.documents.conversion.limits import ConversionLimits
 from ingest_service.documents.conversion.pdf_pages import joined
+from ingest_service.documents.front_matter import strip_front_matter
 
 
 def converted_chunks(
@@ -32,14 +34,19 @@ def converted_chunks(
     """(heading, text, meta) of each chunk of ``converted``, in order; ``name`` starts each citation.
 
     A part's headings nest under the headings of the parts before it (a PDF page that continues a
-    section keeps its heading path), so the chunker sees the whole document's outline.
+    section keeps its heading path), so the chunker sees the whole document's outline. A Markdown file's
+    leading YAML front matter is not chunked (`ingest_service.documents.front_matter`).
     """
     if any("page" in part.location for part in converted.parts):
         return _paged_chunks(converted.parts, name, max_chars)
     out: list[tuple[str, str, dict[str, Any]]] = []
     outline = ""
     for part in converted.parts:
-        text = part.markdown.strip("\n")
+        text = part.markdown
+        if converted.media_type == media_types.MARKDOWN:
+            # Its front matter is the file's metadata, not its text, as for Markdown retained as content.
+            text = strip_front_matter(text)
+        text = text.strip("\n")
         if not text.strip():
             continue
         for chunk_heading, chunk_text in bounded_chunks(
