@@ -41,10 +41,18 @@ To keep the data for a rerun: create a database, point CB_DATABASE_URL at it and
 ``--shared-database``; a later ``--shared-database --recall-only`` run on it skips AddMemories and the
 growth already done (the tables hold the target) and measures recall only.
 
+A/B of AddMemories alone against existing databases (``--add-arms``, e.g. two copies of one filled
+database, one per variant): an ingest service per arm (``NAME=DATABASE_URL``, or ``NAME@TREE=DATABASE_URL``
+to serve from another checkout, e.g. the tree before a change), then ``--add-rounds`` rounds of
+``ADD_AGAIN`` new memories per arm, the arms in turn and their order reversed every round (A B, B A, ...),
+each against the model alone before and after it: CPU per memory (that arm's service and its database's
+backends), memories/s and the load average of every round, and the median per arm. Results in
+bench/results/memories-add-<UTC time>.json.
+
 Results: printed, written to bench/results/memories-<UTC time>.json.
 
 Usage: ``.venv/bin/python bench/bench_memories.py [--note TEXT] [--shared-database] [--recall-only]
-[--targets N,M]``.
+[--targets N,M]``, or ``... --add-arms A@TREE=URL_A,B=URL_B [--add-rounds 4]``.
 """
 
 from __future__ import annotations
@@ -53,8 +61,10 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
+from contextlib import ExitStack
 from contextlib import nullcontext
 from datetime import UTC
 from datetime import datetime
@@ -201,25 +211,33 @@ def grow(settings: Settings, target: int, *, bulk: bool = False) -> tuple[int, f
     return int(count), time.perf_counter() - start, builds
 
 
-def service_pids() -> dict[str, int]:
-    """The pids of this process's ``cb serve <kind>`` children by kind; a query service started with
-    `EXACT_ENV` is ``"exact"``."""
-    pids: dict[str, int] = {}
+def child_pids() -> list[tuple[int, list[bytes], list[bytes]]]:
+    """(pid, command line, environment) of this process's children."""
+    children: list[tuple[int, list[bytes], list[bytes]]] = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
-            children = (task / "children").read_text().split()
+            pids = (task / "children").read_text().split()
         except OSError:
             continue  # a thread that ended since the listing
-        for pid in children:
+        for pid in pids:
             try:
                 command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"serve" in command:
-                kind = command[command.index(b"serve") + 1].decode()
-                exact = f"{EXACT_VARIABLE}={EXACT_ENV[EXACT_VARIABLE]}".encode() in environment
-                pids["exact" if exact else kind] = int(pid)
+            children.append((int(pid), command, environment))
+    return children
+
+
+def service_pids() -> dict[str, int]:
+    """The pids of this process's ``cb serve <kind>`` children by kind; a query service started with
+    `EXACT_ENV` is ``"exact"``."""
+    pids: dict[str, int] = {}
+    for pid, command, environment in child_pids():
+        if b"serve" in command:
+            kind = command[command.index(b"serve") + 1].decode()
+            exact = f"{EXACT_VARIABLE}={EXACT_ENV[EXACT_VARIABLE]}".encode() in environment
+            pids["exact" if exact else kind] = pid
     return pids
 
 
@@ -445,6 +463,105 @@ def measure_recall(
     }
 
 
+def parse_arms(text: str) -> list[tuple[str, str, Path]]:
+    """``NAME[@TREE]=DATABASE_URL,...`` as (name, database URL, code tree)."""
+    arms = []
+    for part in text.split(","):
+        label, _, url = part.partition("=")
+        name, _, tree = label.partition("@")
+        if not name or not url.startswith("postgresql://"):
+            raise argparse.ArgumentTypeError(f"expected NAME[@TREE]=postgresql://..., got {part!r}")
+        arms.append((name, url, Path(tree).resolve() if tree else ROOT))
+    return arms
+
+
+def run_add_arms(arguments: argparse.Namespace) -> int:
+    """The A/B of AddMemories alone (module doc): one ingest service per arm, ``--add-rounds`` rounds of
+    `ADD_AGAIN` memories per arm, the arms' order reversed every round."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    settings = Settings()
+    provider = build_embedding_provider(settings)
+    items = contents()
+    arms = arguments.add_arms
+    results: dict[str, Any] = {
+        "time": stamp,
+        "machine": machine(),
+        "commit": tree_commit(ROOT),
+        "note": arguments.note,
+        "arms": {
+            name: {"tree": str(tree), "commit": tree_commit(tree), "rounds": []} for name, _, tree in arms
+        },
+        "load": {"start": load_average()},
+    }
+    with ExitStack() as stack:
+        stubs, admins, pids = {}, {}, {}
+        for name, url, tree in arms:
+            (address, _) = stack.enter_context(
+                services(root=tree, kinds=("ingest",), extra_env={"CB_DATABASE_URL": url})
+            )
+            channel = stack.enter_context(grpc.insecure_channel(address))
+            stubs[name] = memory_service_pb2_grpc.MemoryServiceStub(channel).AddMemories
+            admins[name] = stack.enter_context(psycopg.connect(url, autocommit=True))
+            marker = f"CB_DATABASE_URL={url}".encode()
+            (pids[name],) = [
+                pid for pid, command, env in child_pids() if b"serve" in command and marker in env
+            ]
+        for number in range(arguments.add_rounds):
+            order = arms if number % 2 == 0 else arms[::-1]
+            start = (number * ADD_AGAIN) % max(len(items) - ADD_AGAIN, 1)
+            for name, _, _ in order:
+                batch = [
+                    (f"ab-{stamp}-{number}-{key}", text) for key, text in items[start : start + ADD_AGAIN]
+                ]
+                load: dict[str, Any] = {}
+                measured = measure_add(stubs[name], admins[name], pids[name], provider, batch, load)
+                measured.update(round=number, load=load)
+                results["arms"][name]["rounds"].append(measured)
+                print(f"round {number} {name}: {json.dumps(measured)}", flush=True)
+    for arm in results["arms"].values():
+        rounds = arm["rounds"]
+        arm["median"] = {
+            "memories_per_s": round(statistics.median(r["memories_per_s"] for r in rounds), 1),
+            "share_of_floor": round(statistics.median(r["share_of_floor"] for r in rounds), 3),
+            **{
+                key: round(statistics.median(r["cpu_per_memory"][key] for r in rounds), 2)
+                for key in ("service_ms", "database_ms", "total_ms")
+            },
+        }
+    results["load"]["end"] = load_average()
+    print(json.dumps(results, indent=2))
+    write_json(results, prefix="memories-add")
+    print_report(add_arms_report(results))
+    return 0
+
+
+def add_arms_report(results: dict[str, Any]) -> list[str]:
+    """The Markdown report of an ``--add-arms`` run."""
+    lines = [
+        heading(results),
+        "",
+        f"AddMemories A/B (`bench/bench_memories.py --add-arms`), {ADD_AGAIN} memories per arm and round, "
+        f"batches of {BATCH}, the arms' order reversed every round.",
+        *([f"Note: {results['note']}", ""] if results["note"] else [""]),
+        "| arm | round | memories/s | share of the model alone | CPU per memory: service + database | load avg (1 min) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, arm in results["arms"].items():
+        for r in arm["rounds"]:
+            cpu = r["cpu_per_memory"]
+            lines.append(
+                f"| {name} | {r['round']} | {r['memories_per_s']} | {r['share_of_floor']:.0%} | "
+                f"{cpu['service_ms']} + {cpu['database_ms']} ms | {r['load']['floor_before']} -> "
+                f"{r['load']['after_add']} |"
+            )
+        median = arm["median"]
+        lines.append(
+            f"| {name} | median | {median['memories_per_s']} | {median['share_of_floor']:.0%} | "
+            f"{median['service_ms']} + {median['database_ms']} ms | |"
+        )
+    return lines
+
+
 def run(arguments: argparse.Namespace, stamp: str) -> int:
     settings = Settings()
     provider = build_embedding_provider(settings)
@@ -620,7 +737,16 @@ def main() -> int:
     )
     parser.add_argument("--cpu-calls", type=int, default=100, help="recalls per path of the CPU pass")
     parser.add_argument("--quality-queries", type=int, default=200, help="queries of the recall@10 check")
-    return run_in_database(run, parser.parse_args(), "memory_records_bench")
+    parser.add_argument(
+        "--add-arms",
+        type=parse_arms,
+        help="AddMemories A/B only: NAME[@TREE]=DATABASE_URL,... (existing databases; see the module doc)",
+    )
+    parser.add_argument("--add-rounds", type=int, default=4, help="rounds of the --add-arms A/B")
+    arguments = parser.parse_args()
+    if arguments.add_arms:
+        return run_add_arms(arguments)
+    return run_in_database(run, arguments, "memory_records_bench")
 
 
 if __name__ == "__main__":

@@ -125,3 +125,36 @@ def test_a_failing_enqueue_hook_loses_nothing(own_database: Database, provider: 
     )
     assert added.created
     assert MemoryEnrichment(database).due() == [(scope.namespace, added.memory_id, 1)]
+
+
+class _FailingOnCall:
+    """The real provider, failing on its ``fail_on``-th call of ``encode_passages`` (a slice of a batch)."""
+
+    def __init__(self, provider: EmbeddingProvider, fail_on: int) -> None:
+        self.provider, self.fail_on, self.calls = provider, fail_on, 0
+
+    def encode_passages(self, texts: list[str]) -> object:
+        self.calls += 1
+        if self.calls == self.fail_on:
+            raise RuntimeError("the embedding failed in the middle of the batch")
+        return self.provider.encode_passages(texts)
+
+
+def test_a_failure_after_the_first_slices_are_written_writes_nothing_and_a_retry_each_once(
+    database: Database, provider: EmbeddingProvider
+) -> None:
+    scope = _scope()
+    items = [NewMemoryInput(text=f"slice test memory {i}", idempotency_key=f"s{i}") for i in range(70)]
+    # 70 items: slices of 25, 25, 20; the third call fails after two slices' chunks may be written.
+    failing = _FailingOnCall(provider, fail_on=3)
+    with pytest.raises(RuntimeError, match="middle of the batch"):
+        MemoryWriter(database, failing).add(scope, items)  # type: ignore[arg-type]
+    assert failing.calls == 3
+    assert _counts(database, scope) == (0, 0, 0)
+    results = MemoryWriter(database, provider).add(scope, items)
+    assert [r.status for r in results] == ["created"] * 70
+    assert _counts(database, scope) == (70, 70, 70)
+    again = MemoryWriter(database, provider).add(scope, items)
+    assert [r.status for r in again] == ["duplicate"] * 70
+    assert [r.memory_id for r in again] == [r.memory_id for r in results]
+    assert _counts(database, scope) == (70, 70, 70)
