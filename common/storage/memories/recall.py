@@ -9,7 +9,8 @@ owner with at least ``memory_recall_exact_below`` memories in a namespace a vect
 `MemoryRecall.recall` instead
 
 1. asks an HNSW index of the chunks table for the ``memory_recall_candidates`` (at least 5 x
-   ``limit``) memory chunks nearest to the query, with every condition of the recall inside that
+   ``limit``; through an owner's own index at least ``OWNER_CANDIDATES_PER_RESULT`` x ``limit``) memory
+   chunks nearest to the query, with every condition of the recall inside that
    statement: the namespace, the owner, chunk 0 of a memory, not expired, not hidden by a lossy summary,
    and the request's filters (tiers, tags, ...), so the iterative index scan (``hnsw.iterative_scan``,
    pgvector >= 0.8) keeps walking until that many rows pass them: nothing of another owner or namespace,
@@ -71,6 +72,10 @@ CANDIDATES_PER_RESULT = 5
 EF_SEARCH_PER_CANDIDATE = 12
 """The first batch of the scan of a namespace's index (``hnsw.ef_search``) holds this many rows per
 candidate asked for."""
+OWNER_CANDIDATES_PER_RESULT = 15
+"""Through an owner's own index the approximate stage asks for at least this many candidates per requested
+result: each costs little there (nearly every row visited passes the filters), and at 50,000 memories per
+user 50 candidates gave recall@10 0.954 against exact scoring, 150 gave 0.98 (decision 0039)."""
 OWNER_EF_SEARCH_PER_CANDIDATE = 2
 """The same for the scan of an owner's own index, where nearly every row visited passes the filters."""
 PEERS_PER_CANDIDATE = 10
@@ -202,6 +207,8 @@ class MemoryRecall:
         if index is None or not self._large_owner(conn, query):
             return None
         wanted = max(self.settings.memory_recall_candidates, CANDIDATES_PER_RESULT * limit)
+        if owner_scope is not None:
+            wanted = max(wanted, OWNER_CANDIDATES_PER_RESULT * limit)
         params: dict[str, Any] = {
             "vector": np.asarray(vector, dtype=np.float32),
             "wanted": wanted,
