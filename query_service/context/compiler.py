@@ -24,8 +24,6 @@ from query_service.context.pack.candidates import chunk_key
 from query_service.context.pack.compiler import PackCompiler
 from query_service.context.pack.conversation import RedundancyFilter
 from query_service.context.pack.conversation import normalised_words
-from query_service.context.pack.expansion import expanded_query
-from query_service.context.pack.expansion import feedback_terms
 from query_service.context.pack.fact_candidates import fact_candidates
 from query_service.context.pack.fitting import DROPPED
 from query_service.context.pack.fitting import FitResult
@@ -209,9 +207,7 @@ class ContextCompiler(PackCompiler):
                 visibility=request.visibility,
             )
         turns = dict(conversation.turns)
-        participant_hits = self._participant_round(request, turns)
-        feedback_hits, terms = self._feedback_round(request, hits, turns)
-        self._read_turns(request, as_of, [*participant_hits, *feedback_hits], turns)
+        participant_hits = self._participant_round(request, as_of, turns)
         scores: dict[str, float] = {}
         origin_score: dict[str, float] = {}
         for place, hit in enumerate(hits):
@@ -250,26 +246,6 @@ class ContextCompiler(PackCompiler):
                         "found by hybrid search among the turns of a participant the query names",
                         hit_components(hit, round_best, place + 1)
                         | {"participant_round_weight": config.participant_round_weight},
-                    ),
-                    metadata=hit.provenance.metadata,
-                    source_path=hit.provenance.source_path,
-                )
-            )
-        for place, hit in enumerate(feedback_hits):
-            score = min(1.0, hit.score / best) * config.feedback_weight
-            key = chunk_key(hit.chunk)
-            scores[key] = max(score, scores.get(key, 0.0))
-            pool.add(
-                chunk_candidate(
-                    hit.chunk,
-                    _turn_of(hit.chunk.node_key, turns),
-                    shown,
-                    score=score,
-                    selection=Selection(
-                        HIT,
-                        "found by hybrid search for the query with words its best hits share",
-                        hit_components(hit, best, place + 1)
-                        | {"feedback_weight": config.feedback_weight, "feedback_terms": float(len(terms))},
                     ),
                     metadata=hit.provenance.metadata,
                     source_path=hit.provenance.source_path,
@@ -320,12 +296,14 @@ class ContextCompiler(PackCompiler):
                 )
         return scores
 
-    def _participant_round(self, request: ContextRequest, turns: dict[str, EpisodeTurn]) -> list[SearchHit]:
+    def _participant_round(
+        self, request: ContextRequest, as_of: datetime, turns: dict[str, EpisodeTurn]
+    ) -> list[SearchHit]:
         """The second retrieval round: for each participant of the first round's ``turns`` that the query
         names (at most ``participant_round_limit``), the best ``participant_round_hits`` of that
-        participant's turns for the query without the name (`query_service.context.pack.participants`).
-        A question about a person is answered by what that person said, often in words the question does
-        not use; among everyone's turns those rank low.
+        participant's turns for the query without the name (`query_service.context.pack.participants`);
+        the turns of those hits are added to ``turns``. A question about a person is answered by what that
+        person said, often in words the question does not use; among everyone's turns those rank low.
 
         Raises:
             Unavailable: the database cannot be reached.
@@ -349,95 +327,23 @@ class ContextCompiler(PackCompiler):
                 ),
                 settings=self.round_search,
             )
+        unread = [ids[0] for hit in found if (ids := hit.provenance.observation_ids) and ids[0] not in turns]
+        if unread:
+            with self.database.read_connection() as conn:
+                turns.update(
+                    self.episodes.conversation(
+                        conn,
+                        request.namespace,
+                        unread,
+                        origins=0,
+                        window=0,
+                        max_gap=config.neighbour_max_gap,
+                        as_of=as_of,
+                        recent_limit=0,
+                        visibility=request.visibility,
+                    ).turns
+                )
         return found
-
-    def _feedback_round(
-        self, request: ContextRequest, hits: Sequence[SearchHit], turns: dict[str, EpisodeTurn]
-    ) -> tuple[list[SearchHit], list[str]]:
-        """Pseudo-relevance feedback: the best ``feedback_hits`` for the query with the rare lexemes that at
-        least ``feedback_min_texts`` of its ``feedback_sources`` best ``hits`` share
-        (`query_service.context.pack.expansion`), and those lexemes; nothing when no lexeme qualifies.
-
-        Raises:
-            Unavailable: the database cannot be reached.
-        """
-        config = self.settings
-        sources = [hit.chunk.text for hit in hits[: config.feedback_sources]]
-        if (
-            config.feedback_hits <= 0
-            or config.feedback_terms <= 0
-            or len(sources) < config.feedback_min_texts
-        ):
-            return [], []
-        with self.database.read_connection() as conn:
-            chunks, shared = self.searcher.chunks.shared_lexemes(
-                conn, request.namespace, sources, request.query, config.feedback_min_texts
-            )
-        terms = feedback_terms(
-            chunks, shared, max_share=config.feedback_max_share, limit=config.feedback_terms
-        )
-        if not terms:
-            return [], []
-        if config.feedback_among_named:
-            named = named_participants(request.query, turns.values())[: config.participant_round_limit]
-            if named:
-                found: list[SearchHit] = []
-                for participant in named:
-                    found += self.searcher.search(
-                        SearchQuery(
-                            namespace=request.namespace,
-                            query=expanded_query(without_names(request.query, [participant]), terms),
-                            top_k=config.feedback_hits,
-                            participants=(participant,),
-                            visibility=request.visibility,
-                        ),
-                        settings=config.search,
-                    )
-                return found, terms
-        found = self.searcher.search(
-            SearchQuery(
-                namespace=request.namespace,
-                query=expanded_query(request.query, terms),
-                top_k=config.feedback_hits,
-                visibility=request.visibility,
-            ),
-            settings=config.search,
-        )
-        return found, terms
-
-    def _read_turns(
-        self,
-        request: ContextRequest,
-        as_of: datetime,
-        found: Sequence[SearchHit],
-        turns: dict[str, EpisodeTurn],
-    ) -> None:
-        """Adds the turns of ``found`` not yet in ``turns`` (one statement), so they render as turns.
-
-        Raises:
-            Unavailable: the database cannot be reached.
-        """
-        unread = list(
-            dict.fromkeys(
-                ids[0] for hit in found if (ids := hit.provenance.observation_ids) and ids[0] not in turns
-            )
-        )
-        if not unread:
-            return
-        with self.database.read_connection() as conn:
-            turns.update(
-                self.episodes.conversation(
-                    conn,
-                    request.namespace,
-                    unread,
-                    origins=0,
-                    window=0,
-                    max_gap=self.settings.neighbour_max_gap,
-                    as_of=as_of,
-                    recent_limit=0,
-                    visibility=request.visibility,
-                ).turns
-            )
 
     # -- fact candidates: about anchors, their graph neighbours and entities named in hits -----------
 

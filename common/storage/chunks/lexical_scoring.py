@@ -63,21 +63,6 @@ class LexemeStatistics:
 
 
 @dataclass(frozen=True)
-class SharedLexeme:
-    """A lexeme several texts hold (`common.storage.chunks.rankings.ChunkRankings.shared_lexemes`).
-
-    Attributes:
-        lexeme: the lexeme under the text search configuration.
-        texts: how many of the given texts hold it.
-        documents: how many chunks of the namespace hold it.
-    """
-
-    lexeme: str
-    texts: int
-    documents: int
-
-
-@dataclass(frozen=True)
 class Bm25Plan:
     """What the full-text ranking runs for one query.
 

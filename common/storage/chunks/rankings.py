@@ -23,7 +23,6 @@ from common.storage.chunks.lexical_scoring import K1
 from common.storage.chunks.lexical_scoring import NAMESPACE_TOTALS
 from common.storage.chunks.lexical_scoring import B
 from common.storage.chunks.lexical_scoring import LexemeStatistics
-from common.storage.chunks.lexical_scoring import SharedLexeme
 from common.storage.chunks.lexical_scoring import plan_bm25
 from common.storage.chunks.query_terms import OPENING_QUOTES
 from common.storage.chunks.query_terms import identifier_tokens
@@ -284,36 +283,6 @@ class ChunkRankings:
         return LexemeStatistics(
             chunks=int(totals[1]), total_length=int(totals[2]), document_frequencies=frequencies
         )
-
-    def shared_lexemes(
-        self,
-        conn: psycopg.Connection[Any],
-        namespace: str,
-        texts: Sequence[str],
-        query: str,
-        min_texts: int,
-    ) -> tuple[int, list[SharedLexeme]]:
-        """The namespace's chunk count and the lexemes (under the configured text search configuration)
-        that at least ``min_texts`` of ``texts`` hold and ``query`` does not, each with how many of the
-        texts and of the namespace's chunks hold it (one statement over the statistics tables of
-        `lexeme_statistics`). Unordered."""
-        rows = conn.execute(
-            self.queries["shared_lexemes"],
-            {
-                "config": self.text_search_config,
-                "texts": list(texts),
-                "query": query,
-                "min_texts": max(1, min_texts),
-                "namespace": namespace,
-            },
-        ).fetchall()
-        chunks = next((int(documents) for lexeme, _, documents in rows if lexeme == NAMESPACE_TOTALS), 0)
-        shared = [
-            SharedLexeme(lexeme=str(lexeme), texts=int(count), documents=int(documents))
-            for lexeme, count, documents in rows
-            if lexeme != NAMESPACE_TOTALS
-        ]
-        return chunks, shared
 
     def similar_pairs(
         self,

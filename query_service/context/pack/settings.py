@@ -47,14 +47,6 @@ class ContextSettings:
             ``"semantic"``, meaning over wording, since the question without the name keeps only its frame
             ("What did … research?") and the person's answer is in words of their own
             (docs/decisions/0023-named-participant-weight.md).
-        feedback_sources: the first round's best hits whose text pseudo-relevance feedback reads.
-        feedback_min_texts: how many of those a lexeme must be in to be added to the query.
-        feedback_max_share: the largest share of the namespace's chunks such a lexeme may be in (a
-            speaker's name or "thank" is in many, and names no topic).
-        feedback_terms: the most lexemes added (those in more of the hits first, then the rarer).
-        feedback_hits: hits of the search for the query with those lexemes (0: no feedback round;
-            `query_service.context.pack.expansion`, docs/decisions/0043-feedback-round.md).
-        feedback_weight: such a hit's score relative to a first-round hit's of the same fused score.
         recent_limit: the most recent turns taken as candidates (0: none).
         recent_weight: the score of the most recent turn.
         anchor_fact_limit: facts read per anchor and direction (as subject, as object).
@@ -89,13 +81,6 @@ class ContextSettings:
     participant_round_limit: int = 3
     participant_round_weight: float = 0.5
     participant_round_preset: str = "semantic"
-    feedback_sources: int = 10
-    feedback_min_texts: int = 2
-    feedback_max_share: float = 0.02
-    feedback_terms: int = 5
-    feedback_hits: int = 0
-    feedback_weight: float = 0.5
-    feedback_among_named: bool = False
     recent_limit: int = 5
     recent_weight: float = 0.1
     anchor_fact_limit: int = 100

@@ -117,31 +117,6 @@ FROM query LEFT JOIN (
 ) AS counted USING (lexeme)
 GROUP BY query.lexeme
 
--- name: shared_lexemes
--- The lexemes that at least min_texts of the given texts hold and the query does not, under the
--- configuration, with how many of the texts hold each and the number of the namespace's chunks holding it
--- (folded rows and deltas added up, as lexeme_statistics), and the namespace totals row (lexeme '', texts
--- 0): the terms pseudo-relevance feedback may add to a query (query_service/context/pack/expansion.py)
--- (parameters: config, texts, query, min_texts, namespace).
-WITH found AS MATERIALIZED (
-    SELECT term.lexeme, count(*)::int AS texts
-    FROM unnest(%(texts)s::text[]) AS body(text),
-        LATERAL unnest(to_tsvector(%(config)s::regconfig, body.text)) AS term
-    WHERE term.lexeme NOT IN (SELECT lexeme FROM unnest(to_tsvector(%(config)s::regconfig, %(query)s)))
-    GROUP BY term.lexeme
-    HAVING count(*) >= %(min_texts)s
-    UNION ALL SELECT '', 0
-)
-SELECT found.lexeme, found.texts, coalesce(sum(counted.documents), 0)::bigint AS documents
-FROM found LEFT JOIN (
-    SELECT lexeme, documents FROM {chunk_terms}
-    WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM found))
-    UNION ALL
-    SELECT lexeme, documents FROM {chunk_term_deltas}
-    WHERE namespace = %(namespace)s AND lexeme = ANY(ARRAY(SELECT lexeme FROM found))
-) AS counted USING (lexeme)
-GROUP BY found.lexeme, found.texts
-
 -- name: delete_vault_chunks_from_order
 -- `delete_chunks_from_order` for a vault run: only chunks a vault run wrote (seen_run set) (parameters:
 -- namespace, node key, first order to delete).
