@@ -39,6 +39,8 @@ import random
 import re
 import sys
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +65,12 @@ from bench.service_results import heading
 from bench.service_results import load_average
 from bench.service_results import machine
 from bench.service_results import print_report
+from bench.service_results import tree_commit
 from bench.service_results import write_json
 from common.kernel.config import Settings
 from ingest_service.documents.conversion import media_types
+from memory_service_grpc_client.memory.v1 import context_service_pb2
+from memory_service_grpc_client.memory.v1 import context_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import document_service_pb2
 from memory_service_grpc_client.memory.v1 import document_service_pb2_grpc
 from memory_service_grpc_client.memory.v1 import retrieval_service_pb2
@@ -175,12 +180,82 @@ def parse_arguments() -> argparse.Namespace:
     )
     parser.add_argument("--per-page", type=int, default=3, help="titles drawn per page (default 3)")
     parser.add_argument("--sample", type=int, help="pages of the vault drawn at random (default: all 398)")
+    parser.add_argument(
+        "--namespace",
+        default="",
+        help="search this namespace, already holding the docs vault as this benchmark retains it (with"
+        " --shared-database; no Retain, no ingest service)",
+    )
+    parser.add_argument(
+        "--baseline-tree", default="", help="checkout whose query service is the A/B baseline (module doc)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="A/B rounds, each one block per tree, order alternating (default 2)",
+    )
+    parser.add_argument(
+        "--compile-queries",
+        type=int,
+        default=0,
+        help="with --baseline-tree: CompileContext (budget 1500) for the first N titles in each block (default 0)",
+    )
     add_run_options(parser)
     return parser.parse_args()
 
 
 def main() -> int:
     return run_in_database(run, parse_arguments(), "memory_bench_titles")
+
+
+def retain_vault(address: str, namespace: str, documents: list[CorpusDocument]) -> float:
+    """Retains every page of ``documents`` into ``namespace`` (module doc); returns the seconds taken."""
+    retain = document_service_pb2_grpc.DocumentServiceStub(grpc.insecure_channel(address))
+    load_started = time.perf_counter()
+    for document in documents:
+        retain.Retain(
+            document_service_pb2.RetainRequest(
+                namespace=namespace,
+                natural_key=f"doc:{document.key}",
+                original=document.markdown.read_bytes(),
+                media_type=media_types.MARKDOWN,
+                source_path=f"{document.key}.md",
+            ),
+            timeout=600,
+        )
+    return time.perf_counter() - load_started
+
+
+def cpu_of_block(service_pid: int, url: str, calls: list[Callable[[], Any]]) -> dict[str, Any]:
+    """Runs ``calls`` one after another: their latencies and the CPU per call of the query service
+    ``service_pid`` and the run database's backends (module doc)."""
+    backends = [service_pid, *database_backends(url)]
+    cpu_before = sum(cpu_seconds(pid) for pid in backends)
+    load_before = load_average()
+    samples: list[float] = []
+    for call in calls:
+        begin = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - begin) * 1000)
+    backends = sorted(set(backends) | set(database_backends(url)))
+    cpu = sum(cpu_seconds(pid) for pid in backends) - cpu_before
+    return {
+        **percentiles(samples),
+        "cpu_ms_per_call": round(1000 * cpu / len(samples), 2),
+        "load_average": [load_before, load_average()],
+    }
+
+
+def pooled(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The blocks of one tree together: the mean of their p50, p95 and CPU per call, and each block's."""
+    return {
+        **{
+            key: round(sum(block[key] for block in blocks) / len(blocks), 2)
+            for key in ("p50_ms", "p95_ms", "cpu_ms_per_call")
+        },
+        "blocks": blocks,
+    }
 
 
 def run(arguments: argparse.Namespace, stamp: str) -> int:
@@ -192,55 +267,129 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
     ]
     titles = title_queries(documents, arguments.per_page)
     sentences = distinctive_sentences(documents)
-    namespace = f"titles-{stamp}".lower()
+    namespace = arguments.namespace or f"titles-{stamp}".lower()
     presets = list(dict.fromkeys(arguments.presets.split(",")))
+    trees = {"this tree": ROOT}
+    if arguments.baseline_tree:
+        trees["baseline"] = Path(arguments.baseline_tree)
     rows: dict[str, list[dict[str, float]]] = {}
     sentence_hits: dict[str, float] = {}
     sentence_misses: dict[str, list[dict[str, Any]]] = {}
     latency: dict[str, dict[str, Any]] = {}
-    with services() as (ingest_address, query_address):
-        retain = document_service_pb2_grpc.DocumentServiceStub(grpc.insecure_channel(ingest_address))
-        search = retrieval_service_pb2_grpc.RetrievalServiceStub(grpc.insecure_channel(query_address))
-        load_started = time.perf_counter()
-        for document in documents:
-            retain.Retain(
-                document_service_pb2.RetainRequest(
-                    namespace=namespace,
-                    natural_key=f"doc:{document.key}",
-                    original=document.markdown.read_bytes(),
-                    media_type=media_types.MARKDOWN,
-                    source_path=f"{document.key}.md",
-                ),
-                timeout=600,
+    ab: dict[str, Any] = {}
+    load_seconds = 0.0
+    with ExitStack() as stack:
+        ingest_address, query_address = stack.enter_context(
+            services(kinds=("query",) if arguments.namespace else ("ingest", "query"))
+        )
+        addresses = {"this tree": query_address}
+        if arguments.baseline_tree:
+            addresses["baseline"] = stack.enter_context(services(root=trees["baseline"], kinds=("query",)))[1]
+        if not arguments.namespace:
+            load_seconds = retain_vault(ingest_address, namespace, documents)
+        channels = {name: grpc.insecure_channel(address) for name, address in addresses.items()}
+        searches = {name: retrieval_service_pb2_grpc.RetrievalServiceStub(c) for name, c in channels.items()}
+        contexts = {name: context_service_pb2_grpc.ContextServiceStub(c) for name, c in channels.items()}
+        for search in searches.values():
+            search.Search(
+                retrieval_service_pb2.SearchRequest(namespace=namespace, query="warm-up"), timeout=120
             )
-        load_seconds = time.perf_counter() - load_started
-        search.Search(retrieval_service_pb2.SearchRequest(namespace=namespace, query="warm-up"), timeout=120)
-        service_pid = child_pid(query_address)
+        pids = {name: child_pid(address) for name, address in addresses.items()}
 
-        def ranked(query: str, preset: str, top_k: int) -> list[str]:
+        def response(tree: str, query: str, preset: str, top_k: int) -> retrieval_service_pb2.SearchResponse:
             request = retrieval_service_pb2.SearchRequest(namespace=namespace, query=query, top_k=top_k)
             request.preset = preset
-            return [hit.node_key for hit in search.Search(request, timeout=60).hits]
+            return searches[tree].Search(request, timeout=60)  # type: ignore[no-any-return]
+
+        def ranked(query: str, preset: str, top_k: int) -> list[str]:
+            return [hit.node_key for hit in response("this tree", query, preset, top_k).hits]
+
+        def compiled(tree: str, query: str) -> bytes:
+            pack = (
+                contexts[tree]
+                .CompileContext(
+                    context_service_pb2.CompileContextRequest(
+                        namespace=namespace, query=query, token_budget=1500
+                    ),
+                    timeout=120,
+                )
+                .pack
+            )
+            pack.trace_id = ""  # new for every call
+            return pack.SerializeToString()  # type: ignore[no-any-return]
 
         for preset in presets:
             method = f"service[{preset or 'server default'}]"
-            samples: list[float] = []
-            backends = [service_pid, *database_backends(settings.database_url)]
-            cpu_before = sum(cpu_seconds(pid) for pid in backends)
-            load_before = load_average()
-            rows[method] = []
-            for key, title in titles:
-                begin = time.perf_counter()
-                found = ranked(title, preset, CUTOFF)
-                samples.append((time.perf_counter() - begin) * 1000)
-                rows[method].append(title_measures(found, f"doc:{key}"))
-            backends = sorted(set(backends) | set(database_backends(settings.database_url)))
-            cpu = sum(cpu_seconds(pid) for pid in backends) - cpu_before
-            latency[method] = {
-                **percentiles(samples),
-                "cpu_ms_per_call": round(1000 * cpu / len(samples), 2),
-                "load_average": [load_before, load_average()],
+            blocks: dict[str, dict[str, list[dict[str, Any]]]] = {
+                name: {"search": [], "compile_context": []} for name in trees
             }
+            answers: dict[str, dict[str, list[bytes]]] = {name: {} for name in trees}
+            for round_number in range(arguments.rounds if arguments.baseline_tree else 1):
+                for name in list(trees) if round_number % 2 == 0 else list(trees)[::-1]:
+                    found: list[bytes] = []
+                    block = cpu_of_block(
+                        pids[name],
+                        settings.database_url,
+                        [
+                            lambda t=title, n=name: found.append(
+                                response(n, t, preset, CUTOFF).SerializeToString()
+                            )
+                            for _, title in titles
+                        ],
+                    )
+                    blocks[name]["search"].append(block)
+                    answers[name].setdefault("titles", found)
+                    if arguments.compile_queries and arguments.baseline_tree:
+                        packs: list[bytes] = []
+                        blocks[name]["compile_context"].append(
+                            cpu_of_block(
+                                pids[name],
+                                settings.database_url,
+                                [
+                                    lambda t=title, n=name: packs.append(compiled(n, t))
+                                    for _, title in titles[: arguments.compile_queries]
+                                ],
+                            )
+                        )
+                        answers[name].setdefault("packs", packs)
+            rows[method] = [
+                title_measures(
+                    [hit.node_key for hit in retrieval_service_pb2.SearchResponse.FromString(raw).hits],
+                    f"doc:{key}",
+                )
+                for (key, _), raw in zip(titles, answers["this tree"]["titles"], strict=True)
+            ]
+            if not arguments.baseline_tree:
+                latency[method] = blocks["this tree"]["search"][0]
+            else:
+                for name in trees:
+                    answers[name]["sentences"] = [
+                        response(name, text, preset, SENTENCE_CUTOFF).SerializeToString()
+                        for _, text in sentences
+                    ]
+                latency[method] = pooled(blocks["this tree"]["search"])
+                ab[method] = {
+                    "trees": {
+                        name: {
+                            "root": str(root),
+                            "commit": tree_commit(root),
+                            **{kind: pooled(values) for kind, values in blocks[name].items() if values},
+                        }
+                        for name, root in trees.items()
+                    },
+                    "identical_responses": {
+                        kind: {
+                            "same": sum(
+                                a == b
+                                for a, b in zip(
+                                    answers["this tree"][kind], answers["baseline"][kind], strict=True
+                                )
+                            ),
+                            "of": len(answers["this tree"][kind]),
+                        }
+                        for kind in answers["this tree"]
+                    },
+                }
             sentence_misses[method] = []
             for key, text in sentences:
                 found = ranked(text, preset, SENTENCE_CUTOFF)
@@ -290,6 +439,8 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         },
         "search_grpc": latency,
         "sentence_misses": sentence_misses,
+        "namespace": namespace,
+        "ab": ab,
     }
     results["run_seconds"] = round(time.perf_counter() - started, 1)
     write_json(results, prefix="title-search")
@@ -321,6 +472,22 @@ def entry(results: dict[str, Any]) -> list[str]:
             f" CPU {figures['cpu_ms_per_call']} ms per call (service + database), load average"
             f" {figures['load_average'][0]} -> {figures['load_average'][1]}."
         )
+    for method, comparison in results.get("ab", {}).items():
+        lines.append("")
+        lines.append(f"A/B {method}, blocks alternating (mean of the blocks; CPU: service + database):")
+        for name, tree in comparison["trees"].items():
+            for kind in ("search", "compile_context"):
+                if kind in tree:
+                    figures = tree[kind]
+                    lines.append(
+                        f"- {name} ({tree['commit']}) {kind}: p50 {figures['p50_ms']} / p95 {figures['p95_ms']} ms,"
+                        f" CPU {figures['cpu_ms_per_call']} ms per call, per block"
+                        f" {[block['cpu_ms_per_call'] for block in figures['blocks']]}"
+                    )
+        same = ", ".join(
+            f"{kind} {v['same']}/{v['of']}" for kind, v in comparison["identical_responses"].items()
+        )
+        lines.append(f"- responses byte-identical between the trees: {same}")
     lines.append(f"Run time {results['run_seconds']} s; database {results['database']}.")
     return lines
 
