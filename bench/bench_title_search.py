@@ -25,8 +25,18 @@ the query service process plus the database backends of the run's database (user
 /proc before and after the preset's calls, divided by the calls), which does not depend on what else the
 machine runs as much as the wall-clock figures do.
 
+A/B (``--baseline-tree DIR``): a second query service from another checkout on the same database; every
+title Search runs in blocks, one block per tree and round, the order of the trees alternating round by
+round (``--rounds``), each block with its latencies and CPU per call (that tree's query service and the
+database backends; the other service idles meanwhile), and, with ``--compile-queries N``, a block of
+CompileContext (budget 1500) for the first N titles after each Search block. The trees' responses to every
+title and sentence query (and the packs, trace id cleared) are compared byte for byte (deterministic
+serialisation): ``identical_responses``. ``--namespace`` searches a namespace this benchmark loaded before
+(with ``--shared-database``), without Retain.
+
 Usage: .venv/bin/python bench/bench_title_search.py [--presets documents,] [--per-page 3] [--sample N]
-[--note TEXT] [--shared-database]. Results go to bench/results/title-search-<UTC time>.json (and are
+[--namespace NAME] [--baseline-tree DIR] [--rounds 2] [--compile-queries N] [--note TEXT]
+[--shared-database]. Results go to bench/results/title-search-<UTC time>.json (and are
 printed).
 """
 
@@ -230,16 +240,17 @@ def retain_vault(address: str, namespace: str, documents: list[CorpusDocument]) 
 def cpu_of_block(service_pid: int, url: str, calls: list[Callable[[], Any]]) -> dict[str, Any]:
     """Runs ``calls`` one after another: their latencies and the CPU per call of the query service
     ``service_pid`` and the run database's backends (module doc)."""
-    backends = [service_pid, *database_backends(url)]
-    cpu_before = sum(cpu_seconds(pid) for pid in backends)
+    before = {pid: cpu_seconds(pid) for pid in [service_pid, *database_backends(url)]}
     load_before = load_average()
     samples: list[float] = []
     for call in calls:
         begin = time.perf_counter()
         call()
         samples.append((time.perf_counter() - begin) * 1000)
-    backends = sorted(set(backends) | set(database_backends(url)))
-    cpu = sum(cpu_seconds(pid) for pid in backends) - cpu_before
+    after = {pid: cpu_seconds(pid) for pid in {*before, *database_backends(url)}}
+    # A backend that exited meanwhile (the pool replaced a connection) reads 0: its share is not counted
+    # rather than its whole lifetime subtracted.
+    cpu = sum(used - before.get(pid, 0.0) for pid, used in after.items() if used > 0.0)
     return {
         **percentiles(samples),
         "cpu_ms_per_call": round(1000 * cpu / len(samples), 2),
@@ -316,7 +327,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                 .pack
             )
             pack.trace_id = ""  # new for every call
-            return pack.SerializeToString()  # type: ignore[no-any-return]
+            return pack.SerializeToString(deterministic=True)  # type: ignore[no-any-return]
 
         for preset in presets:
             method = f"service[{preset or 'server default'}]"
@@ -332,7 +343,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
                         settings.database_url,
                         [
                             lambda t=title, n=name: found.append(
-                                response(n, t, preset, CUTOFF).SerializeToString()
+                                response(n, t, preset, CUTOFF).SerializeToString(deterministic=True)
                             )
                             for _, title in titles
                         ],
@@ -364,7 +375,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
             else:
                 for name in trees:
                     answers[name]["sentences"] = [
-                        response(name, text, preset, SENTENCE_CUTOFF).SerializeToString()
+                        response(name, text, preset, SENTENCE_CUTOFF).SerializeToString(deterministic=True)
                         for _, text in sentences
                     ]
                 latency[method] = pooled(blocks["this tree"]["search"])
@@ -467,6 +478,8 @@ def entry(results: dict[str, Any]) -> list[str]:
         lines.append(f"| {method} | " + " | ".join(str(cell) for cell in cells) + " |")
     lines.append("")
     for method, figures in results["search_grpc"].items():
+        if "load_average" not in figures:  # an A/B run: the blocks are reported below
+            continue
         lines.append(
             f"Search {method} over gRPC: p50 {figures['p50_ms']} / p95 {figures['p95_ms']} ms,"
             f" CPU {figures['cpu_ms_per_call']} ms per call (service + database), load average"
