@@ -17,6 +17,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from common.kernel.config import Settings
+from common.storage.chunks.lexical_scoring import K1
+from common.storage.chunks.lexical_scoring import B
+from common.storage.chunks.lexical_scoring import inverse_document_frequency
 from common.storage.chunks.query_terms import identifier_tokens
 from common.storage.chunks.query_terms import like_pattern
 from common.storage.chunks.rows import ChunkFilter
@@ -134,6 +137,52 @@ def test_rare_terms_outweigh_common_ones_and_ties_go_to_the_newer_chunk(
     repeated = [c for c in tie if c.node_key in {"doc:older", "doc:newer"}]
     assert [c.node_key for c in repeated] == ["doc:newer", "doc:older"]
     assert repeated[0].score == repeated[1].score and tie[0].node_key == "doc:newer"
+
+
+def test_each_score_is_the_bm25_of_the_module_doc_with_every_query_lexeme_weighted_by_its_idf(
+    database: Database, settings: Settings, store: ChunkStore, namespace: str, written: list[str]
+) -> None:
+    """Each candidate's score equals BM25 (`common.storage.chunks.lexical_scoring`) computed here from the
+    namespace's statistics and the chunk's own tsvector: each query lexeme it holds counts with that
+    lexeme's idf (not another lexeme's), its term frequency and the chunk's length; lexemes of the chunk
+    outside the query and query lexemes outside the namespace add nothing."""
+    _put(database, store, namespace, written, "doc:a", "kernel kernel kernel upgrade of the archive mirror")
+    _put(database, store, namespace, written, "doc:b", "upgrade upgrade notes", "kernel panic after upgrade")
+    _put(database, store, namespace, written, "doc:c", "zstd compression of the kernel image, zstd again")
+    for number in range(6):
+        _put(database, store, namespace, written, f"doc:filler-{number}", f"upgrade filler {number} archive")
+    query = "kernel upgrade zstd archive borscht"
+    with database.connection() as conn:
+        statistics = store.lexeme_statistics(conn, namespace, query)
+        found = store.text_candidates(conn, ChunkFilter(namespace), query, 50)
+        documents = {
+            int(chunk_id): (int(length), {str(lexeme): int(frequency) for lexeme, frequency in lexemes})
+            for chunk_id, length, lexemes in conn.execute(
+                sql.SQL(
+                    "SELECT id, length(search_document), (SELECT array_agg(ARRAY[lexeme,"
+                    " coalesce(array_length(positions, 1), 1)::text]) FROM unnest(search_document))"
+                    " FROM {table} WHERE namespace = %s"
+                ).format(table=sql.Identifier(settings.chunks_table)),
+                (namespace,),
+            ).fetchall()
+        }
+    frequencies = statistics.document_frequencies
+    assert frequencies["borscht"] == 0 and frequencies["zstd"] == 1 and frequencies["kernel"] == 3
+    idf = {
+        lexeme: inverse_document_frequency(df, statistics.chunks) for lexeme, df in frequencies.items() if df
+    }
+    assert len(set(idf.values())) == len(idf)  # a lexeme weighted with another one's idf would show
+    assert len(found) == sum(1 for _, lexemes in documents.values() if set(lexemes) & set(idf))
+    for candidate in found:
+        length, lexemes = documents[candidate.chunk_id]
+        norm = K1 * (1 - B + B * length / statistics.average_length)
+        expected = sum(
+            weight * lexemes[lexeme] * (K1 + 1) / (lexemes[lexeme] + norm)
+            for lexeme, weight in idf.items()
+            if lexeme in lexemes
+        )
+        assert candidate.score == pytest.approx(expected, rel=1e-12), candidate
+    assert found[0].node_key == "doc:c"  # zstd twice: the rarest lexeme
 
 
 def test_candidates_hold_a_rare_lexeme_and_respect_the_filter(
