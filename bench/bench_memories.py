@@ -438,16 +438,23 @@ def measure_recall(
         returned.append(len(response.memories))
     load_after = load_average()
     cpu: dict[str, Any] = {}
+    alone: dict[str, Any] = {}
     for path in ("approximate", "exact"):
         meters[path].start()
+        samples = []
         for number, text in enumerate(queries[: arguments.cpu_calls]):
+            started = time.perf_counter()
             stubs[path].RecallMemories(
                 memory_query_service_pb2.RecallMemoriesRequest(
                     query=text, top_k=10, user_id=USERS[number % len(USERS)]
                 ),
                 timeout=120,
             )
+            samples.append((time.perf_counter() - started) * 1000)
         cpu[path] = meters[path].stop(arguments.cpu_calls)
+        # The same calls' latency with no recall of the other path between them (the interleaved
+        # figures above have each approximate recall follow an exact one, which reads every row of a user).
+        alone[path] = percentiles(samples)
     cpu["load"] = load_average()
     vectors = [provider.encode_query(text) for text in queries[: arguments.quality_queries]]
     users = [USERS[number % len(USERS)] for number in range(len(vectors))]
@@ -457,6 +464,7 @@ def measure_recall(
         "get_memory_floor": percentiles(get_ms),
         "query_embedding_floor": percentiles(embed_ms),
         "cpu_per_call": cpu,
+        "alone": alone,
         "quality": recall_quality(settings, vectors, users),
         "mean_returned": round(sum(returned) / len(returned), 2),
         "load": {"before": load_before, "after": load_after},
@@ -678,6 +686,18 @@ def report(results: dict[str, Any]) -> list[str]:
             (
                 f"| CPU per recall, approximate / exact (service + database) | {cpu['approximate']['total_ms']} / "
                 f"{cpu['exact']['total_ms']} ms | {cpu['load']} |"
+            ),
+            *(
+                [
+                    (
+                        f"| the same {arm['alone']['approximate']['n']} recalls per path one path at a time: "
+                        f"p50 / p95 approximate / exact | {arm['alone']['approximate']['p50_ms']} / "
+                        f"{arm['alone']['approximate']['p95_ms']} ms; {arm['alone']['exact']['p50_ms']} / "
+                        f"{arm['alone']['exact']['p95_ms']} ms | |"
+                    )
+                ]
+                if "alone" in arm
+                else []
             ),
             (
                 f"| recall@10 of the approximate path against exact scoring ({quality['queries']} queries; ties "
