@@ -43,6 +43,21 @@ def _writes(
     ]
 
 
+def _store(
+    database: Database,
+    store: ChunkStore,
+    provider: EmbeddingProvider,
+    documents: list[tuple[NodeRef, list[tuple[str, str]]]],
+    cleanup: list[tuple[str, str]],
+) -> None:
+    """Writes each node's (heading, text) pieces as its chunks, embedded by ``provider``; removed after the
+    test (``cleanup``)."""
+    with database.connection() as conn:
+        for node, pieces in documents:
+            cleanup.append((node.namespace, node.node_key))
+            store.replace_chunks(conn, node, _writes(provider, node.title, pieces))
+
+
 def _xmins(database: Database, settings: Settings, namespace: str) -> list[tuple[str, int, str]]:
     from psycopg import sql
 
@@ -359,10 +374,14 @@ def test_trigram_does_not_count_a_quoted_occurrence_of_the_whole_query(
         f"For upgrades see Section 9.1, “{question}”, and the release notes.",
         f"См. раздел 9.1, «{question}».",
     ]
+    _store(
+        database,
+        store,
+        provider,
+        [(node, [("", text)]) for node, text in zip(nodes, texts, strict=True)],
+        cleanup,
+    )
     with database.connection() as conn:
-        for node, text in zip(nodes, texts, strict=True):
-            cleanup.append((namespace, node.node_key))
-            store.replace_chunks(conn, node, _writes(provider, node.title, [("", text)]))
         found = store.trigram_candidates(conn, ChunkFilter(namespace), question, 10, whole_query_min_words=8)
     # The answer states the question; the other two cite it by its title (in quotation marks).
     assert [c.key for c in found] == [("doc:answer", 0)]
@@ -512,10 +531,7 @@ def test_search_puts_the_section_the_query_names_first(
             [("Synopsis", "npm restart runs the restart script; a restart prints markers for each restart.")],
         ),
     ]
-    with database.connection() as conn:
-        for node, pieces in documents:
-            cleanup.append((namespace, node.node_key))
-            store.replace_chunks(conn, node, _writes(provider, node.title, pieces))
+    _store(database, store, provider, documents, cleanup)
     [text] = _ranked(database, store.text_candidates, namespace, "restart markers")
     assert [(c.node_key, c.heading_match) for c in text] == [("doc:npm", False), ("doc:codec", True)]
     searcher = HybridSearcher(database, provider)
@@ -594,10 +610,7 @@ def test_search_puts_the_chunk_a_pasted_sentence_comes_from_first(
             ],
         ),
     ]
-    with database.connection() as conn:
-        for node, pieces in documents:
-            cleanup.append((namespace, node.node_key))
-            store.replace_chunks(conn, node, _writes(provider, node.title, pieces))
+    _store(database, store, provider, documents, cleanup)
     searcher = HybridSearcher(database, provider)
     query = SearchQuery(namespace=namespace, query=sentence, top_k=5)
     hits = searcher.search(query)
