@@ -64,6 +64,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from contextlib import nullcontext
 from datetime import UTC
@@ -536,10 +537,17 @@ def run_add_arms(arguments: argparse.Namespace) -> int:
                 for key in ("service_ms", "database_ms", "total_ms")
             },
         }
+    return publish(results, "memories-add", add_arms_report)
+
+
+def publish(
+    results: dict[str, Any], prefix: str, render: Callable[[dict[str, Any]], list[str]]
+) -> int:
+    """Ends a run: the load at its end, the JSON printed and written (``prefix``), the report printed."""
     results["load"]["end"] = load_average()
     print(json.dumps(results, indent=2))
-    write_json(results, prefix="memories-add")
-    print_report(add_arms_report(results))
+    write_json(results, prefix=prefix)
+    print_report(render(results))
     return 0
 
 
@@ -634,11 +642,7 @@ def run(arguments: argparse.Namespace, stamp: str) -> int:
         for channel in channels.values():
             channel.close()
     admin.close()
-    results["load"]["end"] = load_average()
-    print(json.dumps(results, indent=2))
-    write_json(results, prefix="memories")
-    print_report(report(results))
-    return 0
+    return publish(results, "memories", report)
 
 
 def report(results: dict[str, Any]) -> list[str]:
